@@ -1,0 +1,24 @@
+"""The project's own exception types: each message says what was wrong and what is allowed.
+
+The CLI prints these as one line (no traceback) and exits with status 2.
+"""
+
+
+class LstmnbError(Exception):
+    """A problem the user can fix: bad input, missing data, an absent device."""
+
+
+class ConfigError(LstmnbError, ValueError):
+    """A parameter outside its valid range or choices."""
+
+
+class DataError(LstmnbError):
+    """The data asked for does not exist, or a store or cache is unusable."""
+
+
+class DeviceError(LstmnbError):
+    """The device or strategy asked for is not present on this machine."""
+
+
+class CheckpointError(LstmnbError):
+    """A checkpoint is corrupt, half-written or from a different run configuration."""
