@@ -1,0 +1,85 @@
+"""The PyTorch forecaster: a stacked LSTM (or GRU) over the window, a linear head for the horizon.
+
+Also parameter and FLOP counts, so throughput can be turned into model FLOPs utilisation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .errors import ConfigError
+
+CELLS = ("lstm", "gru")
+_GATES = {"lstm": 4, "gru": 3}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    n_features: int = 1
+    hidden: int = 64
+    layers: int = 1
+    dropout: float = 0.0
+    horizon: int = 1
+    cell: str = "lstm"
+
+    def validate(self) -> None:
+        if self.cell not in CELLS:
+            raise ConfigError(f"cell={self.cell!r} is not one of {CELLS}")
+        for name in ("n_features", "hidden", "layers", "horizon"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be a whole number >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout={self.dropout!r} must be in [0, 1)")
+
+
+class Forecaster(nn.Module):
+    """Many-to-one recurrent forecaster: input (batch, window, features) -> (batch, horizon)."""
+
+    def __init__(self, config: ModelConfig = ModelConfig()):
+        super().__init__()
+        config.validate()
+        self.config = config
+        rnn = nn.LSTM if config.cell == "lstm" else nn.GRU
+        self.rnn = rnn(
+            input_size=config.n_features,
+            hidden_size=config.hidden,
+            num_layers=config.layers,
+            dropout=config.dropout if config.layers > 1 else 0.0,
+            batch_first=True,
+        )
+        self.head = nn.Linear(config.hidden, config.horizon)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(x)
+        return self.head(out[:, -1])
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def flops_per_sample(config: ModelConfig, window: int) -> dict[str, int]:
+    """Floating-point operations for one sample of ``window`` steps: forward and training (forward+backward).
+
+    Counted per time step and layer for a cell with G gates (LSTM 4, GRU 3), input size I and hidden H:
+    the two gate matrix products 2*G*H*(I+H), the two bias additions 2*G*H, and the state update
+    (LSTM: c = f*c + i*g and h = o*tanh(c), 4*H; GRU: n = tanh(.. + r*(W h)) and h = (1-z)*n + z*h, 4*H).
+    Activations (sigmoid, tanh) are not counted, as is usual. The head adds 2*H*horizon + horizon once.
+    Training is taken as 3x forward (the backward pass costs about twice the forward), the
+    convention used for model FLOPs utilisation (Chowdhery et al. 2022, PaLM, appendix B).
+    """
+    config.validate()
+    g = _GATES[config.cell]
+    h = config.hidden
+    total = 0
+    for layer in range(config.layers):
+        i = config.n_features if layer == 0 else h
+        per_step = 2 * g * h * (i + h) + 2 * g * h + 4 * h
+        total += per_step * window
+    total += 2 * h * config.horizon + config.horizon
+    return {"forward": int(total), "training": int(3 * total)}
