@@ -78,6 +78,8 @@ def device_info(device: str | None = None) -> dict[str, Any]:
             memory_gb=round(props.total_memory / 2**30, 1),
             capability=f"{props.major}.{props.minor}",
         )
+    elif kind == "cuda":
+        info.update(name=None, count=0, memory_gb=None, note="no CUDA device visible")
     elif kind == "mps":
         info.update(name="Apple MPS")
     return info

@@ -1,0 +1,526 @@
+"""One training run: device, input path, batch, epochs, AMP, synchronised timing, checkpoints, records.
+
+Timing follows DESIGN.md: the device is synchronised before every clock read, the first (warm-up)
+epoch is reported apart from the steady epochs, and evaluation time is kept out of training time.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import resource
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .errors import CheckpointError, ConfigError, DeviceError
+from .models import Forecaster, ModelConfig, count_parameters, flops_per_sample
+from .paths import atomic_path
+from .windows import WindowConfig, Windows
+
+INPUT_PATHS = ("fast", "dataloader")
+LR_SCHEDULES = ("constant", "onecycle", "cosine")
+AMP_MODES = ("off", "auto", "bf16", "fp16")
+STRATEGIES = ("single", "dataparallel", "ddp")
+CHECKPOINT_FORMAT = 1
+
+# fields that do not change the trajectory of a run: a checkpoint may be resumed across them
+_RESUME_FREE = {"epochs", "resume", "checkpoint", "device", "num_workers", "pin_memory", "target_rmse",
+                "patience", "experiment", "threads", "eval_batch_size", "progress", "profile"}
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of one run. The record's ``config`` is this dataclass as a dict."""
+
+    # where and how
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
+    strategy: str = "single"  # single | dataparallel | ddp (see lstmnb.parallel)
+    input_path: str = "fast"  # fast: tensors on the device + index batches; dataloader: per-sample Dataset
+    num_workers: int = 2  # DataLoader workers (dataloader path only)
+    pin_memory: bool = True  # DataLoader pinned host memory (CUDA only)
+    amp: str = "off"  # off | auto | bf16 | fp16 (CUDA only)
+    threads: int | None = None  # torch intra-op threads on CPU (None: torch's default)
+    # optimisation
+    epochs: int = 5
+    batch_size: int = 64
+    lr: float = 1e-3
+    lr_schedule: str = "constant"  # constant | onecycle | cosine
+    weight_decay: float = 0.0
+    grad_clip: float | None = None
+    seed: int = 0
+    # samples
+    window: int = 24
+    lead_hours: int = 1
+    horizon: int = 1
+    calendar: bool = False
+    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)
+    split_dates: tuple[str, str] | None = None
+    # model
+    hidden: int = 64
+    layers: int = 1
+    dropout: float = 0.0
+    cell: str = "lstm"
+    # stopping, checkpoints, bookkeeping
+    target_rmse: float | None = None  # kelvin, validation; time-to-target is reported when given
+    patience: int | None = None  # early stopping after this many epochs without validation improvement
+    checkpoint: str | None = None  # path written atomically after each epoch
+    resume: bool = False
+    eval_batch_size: int = 8192
+    experiment: str = "train"
+    profile: str | None = None
+    progress: bool = True
+
+    def window_config(self) -> WindowConfig:
+        return WindowConfig(
+            window=self.window, lead_hours=self.lead_hours, horizon=self.horizon,
+            fractions=tuple(self.fractions), split_dates=tuple(self.split_dates) if self.split_dates else None,
+            calendar=self.calendar,
+        )
+
+    def model_config(self, n_features: int) -> ModelConfig:
+        return ModelConfig(n_features=n_features, hidden=self.hidden, layers=self.layers,
+                           dropout=self.dropout, horizon=self.horizon, cell=self.cell)
+
+    def validate(self) -> None:
+        """Check every value before any work starts; errors name the value and what is allowed."""
+        for name in ("epochs", "batch_size", "window", "lead_hours", "horizon", "hidden", "layers",
+                     "eval_batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be a whole number >= 1")
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"lr={self.lr!r} must be a positive number")
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise ConfigError(f"num_workers={self.num_workers!r} must be a whole number >= 0")
+        for name, value, choices in (("input_path", self.input_path, INPUT_PATHS),
+                                     ("lr_schedule", self.lr_schedule, LR_SCHEDULES),
+                                     ("amp", self.amp, AMP_MODES), ("strategy", self.strategy, STRATEGIES)):
+            if value not in choices:
+                raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
+        if self.patience is not None and self.patience < 1:
+            raise ConfigError(f"patience={self.patience!r} must be >= 1 (or None for no early stopping)")
+        if self.target_rmse is not None and not self.target_rmse > 0:
+            raise ConfigError(f"target_rmse={self.target_rmse!r} must be a positive number of kelvin")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"threads={self.threads!r} must be >= 1")
+        if self.resume and not self.checkpoint:
+            raise ConfigError("resume=True needs a checkpoint path to resume from")
+        self.window_config().validate()
+        self.model_config(1).validate()
+
+    def trajectory_key(self) -> dict[str, Any]:
+        """The fields that determine the sequence of weights; a resumed checkpoint must match them."""
+        return {k: v for k, v in asdict(self).items() if k not in _RESUME_FREE}
+
+
+def config_from_dict(values: dict[str, Any]) -> TrainConfig:
+    """A TrainConfig from a mapping (profile, papermill parameters), rejecting unknown keys by name."""
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"unknown training parameter(s) {unknown}; known: {sorted(known)}")
+    return TrainConfig(**values)
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` picks CUDA, then MPS, then CPU; an explicit device that is not present is an error."""
+    name = (name or "auto").strip().lower()
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    kind, _, index = name.partition(":")
+    if kind not in ("cpu", "cuda", "mps") or (index and not index.isdigit()) or (index and kind != "cuda"):
+        raise ConfigError(f"device={name!r} is not one of auto, cpu, cuda, cuda:N, mps")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(
+                f"device={name!r} asked for, but this machine has no usable CUDA GPU "
+                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'none'}); use --device cpu"
+            )
+        count = torch.cuda.device_count()
+        if index and int(index) >= count:
+            raise DeviceError(f"device={name!r}: only {count} CUDA device(s) visible (cuda:0..cuda:{count - 1})")
+    if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise DeviceError(f"device={name!r} asked for, but MPS is not available here; use --device cpu")
+    return torch.device(name)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued device work, so a clock read measures finished work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def amp_dtype(mode: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for ``mode`` on ``device``; None means full float32."""
+    if mode == "off":
+        return None
+    if device.type != "cuda":
+        if mode == "auto":
+            return None
+        raise ConfigError(f"amp={mode!r} is for CUDA devices; this run is on {device.type} (use amp='off')")
+    if mode == "fp16":
+        return torch.float16
+    if mode == "bf16" and not torch.cuda.is_bf16_supported():
+        raise DeviceError("amp='bf16' asked for, but this GPU does not support bfloat16; use amp='fp16'")
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+class WindowDataset(torch.utils.data.Dataset):
+    """Per-sample access to windows: the input path the published experiments timed."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray):
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.from_numpy(self.x[i]), torch.from_numpy(self.y[i])
+
+
+def peak_memory_mb(device: torch.device) -> dict[str, Any]:
+    """Peak memory: CUDA allocator for GPUs, process resident set (max RSS) otherwise."""
+    if device.type == "cuda":
+        return {"kind": "cuda_max_allocated", "peak_mb": torch.cuda.max_memory_allocated(device) / 2**20}
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"kind": "process_max_rss", "peak_mb": rss_kb / 1024}
+
+
+@torch.inference_mode()
+def predict(model: nn.Module, x: np.ndarray | torch.Tensor, device: torch.device,
+            batch_size: int = 8192) -> torch.Tensor:
+    """Model outputs (scaled units) for all samples of ``x``, evaluated in large batches."""
+    was_training = model.training
+    model.eval()
+    xt = torch.as_tensor(x).to(device)
+    outs = [model(xt[i : i + batch_size]).float() for i in range(0, xt.shape[0], batch_size)]
+    model.train(was_training)
+    return torch.cat(outs) if outs else torch.empty(0, device=device)
+
+
+def rmse_kelvin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target_std: float,
+                batch_size: int) -> tuple[float, float]:
+    """(scaled MSE, RMSE in kelvin) of ``model`` on (x, y) already on the device."""
+    pred = predict(model, x, x.device, batch_size)
+    mse = F.mse_loss(pred, y.float()).item()
+    return mse, math.sqrt(mse) * target_std
+
+
+@dataclass
+class RunResult:
+    """What one run returns: the record (also appended to the results file) and the trained model."""
+
+    record: dict[str, Any]
+    model: nn.Module
+    windows: Windows
+    device: torch.device
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def forecast_kelvin(self, split: str = "test") -> np.ndarray:
+        out = predict(self.model, self.windows.x[split], self.device).cpu().numpy()
+        return self.windows.to_kelvin(out)
+
+
+def _make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int):
+    total = cfg.epochs * steps_per_epoch
+    if cfg.lr_schedule == "onecycle":
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total, pct_start=0.25)
+    if cfg.lr_schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
+    return None
+
+
+def _save_checkpoint(path: str, state: dict[str, Any]) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def _load_checkpoint(path: str, cfg: TrainConfig) -> dict[str, Any] | None:
+    p = Path(path)
+    if not p.exists():
+        return None
+    try:
+        state = torch.load(p, map_location="cpu", weights_only=False)
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError("not an lstmnb checkpoint")
+    except Exception as exc:  # torch raises many kinds for truncated or foreign files
+        raise CheckpointError(
+            f"checkpoint {p} is corrupt or half-written ({type(exc).__name__}); delete it to start over, "
+            f"or run without --resume"
+        ) from None
+    want, have = cfg.trajectory_key(), state.get("key", {})
+    diff = sorted(k for k in set(want) | set(have) if json.dumps(want.get(k), default=str) != json.dumps(have.get(k), default=str))
+    if diff:
+        detail = ", ".join(f"{k}: checkpoint {have.get(k)!r} vs now {want.get(k)!r}" for k in diff[:4])
+        raise CheckpointError(f"checkpoint {p} is from a different configuration ({detail}); "
+                              f"use the same settings to resume, or another --checkpoint path")
+    return state
+
+
+def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict[str, Any] | None = None,
+          on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+    """Train a forecaster on ``windows`` as ``cfg`` says and return the record and the model.
+
+    ``on_epoch_end`` is called with each epoch's entry after its checkpoint is written (a notebook
+    can plot live; a test can interrupt the run there).
+    """
+    from tqdm.auto import tqdm
+
+    cfg.validate()
+    if windows.config.window != cfg.window or windows.config.lead_hours != cfg.lead_hours \
+            or windows.config.horizon != cfg.horizon:
+        raise ConfigError("windows were built with another window/lead/horizon than the training config")
+    device = resolve_device(cfg.device)
+    adtype = amp_dtype(cfg.amp, device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if cfg.strategy != "single":
+        from . import parallel  # noqa: F401  (strategies live there)
+
+        return parallel.train_parallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end)
+
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    model = Forecaster(cfg.model_config(windows.n_features)).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    n_train = windows.x["train"].shape[0]
+    steps_per_epoch = math.ceil(n_train / cfg.batch_size)
+    sched = _make_scheduler(opt, cfg, steps_per_epoch)
+    scaler = torch.amp.GradScaler("cuda") if adtype == torch.float16 else None
+    target_std = float(windows.scaler.std[0])
+
+    history: list[dict[str, Any]] = []
+    start_epoch = 0
+    best: dict[str, Any] = {"val_rmse_k": math.inf, "epoch": None, "state": None}
+    if cfg.resume:
+        state = _load_checkpoint(cfg.checkpoint, cfg)
+        if state is not None:
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            if sched is not None and state.get("scheduler"):
+                sched.load_state_dict(state["scheduler"])
+            gen.set_state(state["generator"])
+            torch.set_rng_state(state["torch_rng"])
+            history = state["history"]
+            best = state["best"]
+            start_epoch = state["epoch"]
+
+    x_val = torch.from_numpy(windows.x["val"]).to(device)
+    y_val = torch.from_numpy(windows.y["val"]).to(device)
+    if cfg.input_path == "fast":
+        x_train = torch.from_numpy(windows.x["train"]).to(device)
+        y_train = torch.from_numpy(windows.y["train"]).to(device)
+        loader = None
+    else:
+        loader = torch.utils.data.DataLoader(
+            WindowDataset(windows.x["train"], windows.y["train"]), batch_size=cfg.batch_size, shuffle=True,
+            generator=gen, num_workers=cfg.num_workers, pin_memory=cfg.pin_memory and device.type == "cuda",
+            persistent_workers=cfg.num_workers > 0,
+        )
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=device.type, dtype=adtype, enabled=adtype is not None):
+            loss = F.mse_loss(model(xb).float(), yb)
+        opt.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+        else:
+            loss.backward()
+        if cfg.grad_clip:
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        if sched is not None:
+            sched.step()
+        return loss.detach()
+
+    stopped_early = False
+    bar = tqdm(total=cfg.epochs, initial=start_epoch, desc=f"train {device}", unit="epoch",
+               disable=not cfg.progress, leave=False)
+    model.train()
+    cumulative = history[-1]["cumulative_s"] if history else 0.0
+    for epoch in range(start_epoch, cfg.epochs):
+        synchronize(device)
+        t0 = time.perf_counter()
+        loss_sum = torch.zeros((), device=device)
+        if loader is None:
+            perm = torch.randperm(n_train, generator=gen).to(device)
+            for i in range(0, n_train, cfg.batch_size):
+                idx = perm[i : i + cfg.batch_size]
+                loss_sum += step(x_train.index_select(0, idx), y_train.index_select(0, idx)) * idx.numel()
+        else:
+            for xb, yb in loader:
+                xb = xb.to(device, non_blocking=True)
+                yb = yb.to(device, non_blocking=True)
+                loss_sum += step(xb, yb) * xb.shape[0]
+        synchronize(device)
+        t1 = time.perf_counter()
+        val_mse, val_rmse = rmse_kelvin(model, x_val, y_val, target_std, cfg.eval_batch_size)
+        train_loss = loss_sum.item() / n_train
+        synchronize(device)
+        t2 = time.perf_counter()
+        cumulative += t2 - t0
+        entry = {
+            "epoch": epoch + 1, "train_s": t1 - t0, "eval_s": t2 - t1, "cumulative_s": cumulative,
+            "train_loss": train_loss, "val_loss": val_mse, "val_rmse_k": val_rmse,
+            "samples_per_s": n_train / (t1 - t0), "lr": opt.param_groups[0]["lr"],
+        }
+        history.append(entry)
+        if val_rmse < best["val_rmse_k"]:
+            best = {"val_rmse_k": val_rmse, "epoch": epoch + 1,
+                    "state": copy.deepcopy(model.state_dict()) if cfg.patience else None}
+        if cfg.checkpoint:
+            _save_checkpoint(cfg.checkpoint, {
+                "format": CHECKPOINT_FORMAT, "key": cfg.trajectory_key(), "epoch": epoch + 1,
+                "model": model.state_dict(), "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict() if sched is not None else None,
+                "generator": gen.get_state(), "torch_rng": torch.get_rng_state(),
+                "history": history, "best": best,
+            })
+        bar.update(1)
+        bar.set_postfix(loss=f"{train_loss:.4f}", val_rmse=f"{val_rmse:.3f}K")
+        if on_epoch_end is not None:
+            on_epoch_end(entry)
+        if cfg.patience and best["epoch"] is not None and epoch + 1 - best["epoch"] >= cfg.patience:
+            stopped_early = True
+            break
+    bar.close()
+    if cfg.patience and best.get("state") is not None:
+        model.load_state_dict(best["state"])
+
+    record = _finish_record(model, windows, cfg, device, history, stopped_early, data_info)
+    return RunResult(record=record, model=model, windows=windows, device=device, history=history)
+
+
+def time_to_target(history: list[dict[str, Any]], target: float | None) -> dict[str, Any]:
+    """Seconds (cumulative, training + evaluation) to the first epoch whose validation RMSE <= target."""
+    if target is None:
+        return {"target_rmse_k": None}
+    best = min((h["val_rmse_k"] for h in history), default=math.inf)
+    for h in history:
+        if h["val_rmse_k"] <= target:
+            return {"target_rmse_k": target, "reached": True, "epoch": h["epoch"], "seconds": h["cumulative_s"],
+                    "best_val_rmse_k": best}
+    return {"target_rmse_k": target, "reached": False, "epoch": None, "seconds": None, "best_val_rmse_k": best,
+            "note": f"not reached in {len(history)} epochs (best {best:.3f} K)"}
+
+
+def summarize_timing(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Warm-up epoch apart from the steady ones; medians over the steady epochs."""
+    train_s = [h["train_s"] for h in history]
+    steady = train_s[1:] or train_s
+    sps = [h["samples_per_s"] for h in history[1:]] or [h["samples_per_s"] for h in history]
+    return {
+        "train_s": sum(train_s),
+        "eval_s": sum(h["eval_s"] for h in history),
+        "wall_s": history[-1]["cumulative_s"] if history else 0.0,
+        "warmup_epoch_s": train_s[0] if train_s else None,
+        "epoch_s_median": statistics.median(steady) if steady else None,
+        "samples_per_s": statistics.median(sps) if sps else None,
+        "cumulative_s": [h["cumulative_s"] for h in history],
+    }
+
+
+def _finish_record(model: nn.Module, windows: Windows, cfg: TrainConfig, device: torch.device,
+                   history: list[dict[str, Any]], stopped_early: bool, data_info: dict[str, Any] | None,
+                   **extra: Any) -> dict[str, Any]:
+    from .records import new_record
+    from .windows import error_metrics
+
+    core = model.module if hasattr(model, "module") else model
+    pred = predict(core, windows.x["test"], device, cfg.eval_batch_size).cpu().numpy()
+    test = error_metrics(windows.to_kelvin(pred), windows.to_kelvin(windows.y["test"]))
+    base = windows.baselines["test"]
+    flops = flops_per_sample(core.config, cfg.window)
+    timing = summarize_timing(history)
+    timing["time_to_target"] = time_to_target(history, cfg.target_rmse)
+    if timing["samples_per_s"]:
+        timing["train_flops_per_s"] = timing["samples_per_s"] * flops["training"]
+    metrics = {
+        "test_rmse_k": test["rmse"], "test_mae_k": test["mae"],
+        "persistence_rmse_k": base["persistence"]["rmse"], "persistence_mae_k": base["persistence"]["mae"],
+        "climatology_rmse_k": base["climatology"]["rmse"], "climatology_mae_k": base["climatology"]["mae"],
+        "val_persistence_rmse_k": windows.baselines["val"]["persistence"]["rmse"],
+        "best_val_rmse_k": min((h["val_rmse_k"] for h in history), default=None),
+        "epochs_run": len(history), "stopped_early": stopped_early,
+    }
+    data = dict(data_info or {})
+    data.update(sizes=windows.sizes(), split_times=windows.split_times, features=windows.features,
+                points=windows.points)
+    return new_record(
+        cfg.experiment, status="ok", device=str(device), profile=cfg.profile,
+        config=asdict(cfg), data=data, epochs=history, timing=timing, memory=peak_memory_mb(device),
+        metrics=metrics, model={"parameters": count_parameters(core), "flops_per_sample": flops},
+        **extra,
+    )
+
+
+def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress: bool = True):
+    """Extract (or read from cache) the request's series and window it as ``cfg`` says.
+
+    Returns (windows, data_info) where data_info is the record's ``data`` section.
+    """
+    from . import era5
+    from .windows import windows_from_dataset
+
+    request = request or era5.Request()
+    ds = era5.extract(request, progress=progress)
+    windows = windows_from_dataset(ds, cfg.window_config())
+    info = {"source": request.source, "variables": list(request.variables),
+            "points": [list(p) for p in request.points] if request.points else None,
+            "start": str(request.start), "end": str(request.end), "hours": int(ds.sizes["time"])}
+    return windows, info
+
+
+def run(request=None, cfg: TrainConfig = TrainConfig(), *, results: str | os.PathLike | None = "default",
+        on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+    """Prepare data, train, and append the record to ``results`` (a .jsonl file or folder; None: don't)."""
+    from .records import append_record
+
+    windows, info = prepare_windows(request, cfg, progress=cfg.progress)
+    result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end)
+    if results is not None:
+        append_record(result.record, None if results == "default" else results)
+    return result
+
+
+def skipped_record(cfg: TrainConfig, reason: str, **extra: Any) -> dict[str, Any]:
+    """A record for a run that could not happen here (no GPU): a reason, never a number."""
+    from .records import new_record
+
+    return new_record(cfg.experiment, status="skipped", reason=reason, device=cfg.device, profile=cfg.profile,
+                      config=asdict(cfg), **extra)
+
+
+def config_hash(cfg: TrainConfig, request=None) -> str:
+    """Short stable hash of the trajectory-determining settings and the data request."""
+    key = {"cfg": cfg.trajectory_key(), "request": asdict(request) if request is not None else None}
+    return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def with_overrides(cfg: TrainConfig, **overrides: Any) -> TrainConfig:
+    """A copy of ``cfg`` with the given fields replaced (unknown names are an error)."""
+    return replace(cfg, **config_from_dict({**asdict(cfg), **overrides}).__dict__)
