@@ -126,7 +126,7 @@ def sliding_windows(
 def calendar_features(times: pd.DatetimeIndex) -> np.ndarray:
     """Hour of day and day of year as sin/cos pairs, shape (T, 4)."""
     hour = times.hour.to_numpy() + times.minute.to_numpy() / 60.0
-    doy = times.dayofyear.to_numpy() - 1 + hour / 24.0
+    doy = times.day_of_year.to_numpy() - 1 + hour / 24.0
     h = 2 * np.pi * hour / 24.0
     d = 2 * np.pi * doy / 365.25
     return np.stack([np.sin(h), np.cos(h), np.sin(d), np.cos(d)], axis=1)
@@ -139,7 +139,7 @@ def climatology_table(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: 
     window of neighbouring days (circular in the year) gives a climatology that is a mean, not a copy
     of last year's weather. Cells with no data at all fall back to that hour's mean.
     """
-    doy = times.dayofyear.to_numpy() - 1
+    doy = times.day_of_year.to_numpy() - 1
     hour = times.hour.to_numpy()
     total = np.zeros((366, 24))
     count = np.zeros((366, 24))
@@ -269,7 +269,7 @@ def make_windows(
                 np.arange(first, first + n + config.horizon - 1), config.horizon
             )
             tt = t_part[ttimes.reshape(-1)]
-            clim_pred = clim[p][tt.dayofyear.to_numpy() - 1, tt.hour.to_numpy()].reshape(n, config.horizon)
+            clim_pred = clim[p][tt.day_of_year.to_numpy() - 1, tt.hour.to_numpy()].reshape(n, config.horizon)
             pclim.append((clim_pred, target_k))
             px.append(x.astype(np.float32))
             py.append(y.astype(np.float32))
