@@ -5,3 +5,205 @@ from __future__ import annotations
 import argparse
 
 from .cli import subcommand
+
+
+# --- shared option groups -------------------------------------------------------------------------
+
+def _float_pair(text: str) -> tuple[float, float]:
+    try:
+        lat, lon = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not LAT,LON (e.g. 40,280 or 40,-80)") from None
+    return lat, lon
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+
+
+def add_request_args(p: argparse.ArgumentParser) -> None:
+    """Options that say which ERA5 data to use (shared by `data`, `train` and friends)."""
+    g = p.add_argument_group("data (default: the published request on the embedded sample)")
+    g.add_argument("--source", default="sample",
+                   help="'sample' (offline, default), 'arco-v3' or 'arco-v2' (public ERA5 in the cloud), "
+                        "a gs:// URL or a local Zarr path")
+    g.add_argument("--variable", dest="variables", action="append", metavar="NAME",
+                   help="variable to extract, repeatable (default: 2m_temperature)")
+    g.add_argument("--point", dest="points", action="append", type=_float_pair, metavar="LAT,LON",
+                   help="grid point, repeatable; longitude in -180..180 or 0..360 (default: 40,280 and 20,280)")
+    g.add_argument("--box", type=_float_list, metavar="LAT_MIN,LAT_MAX,LON_MIN,LON_MAX",
+                   help="a lat/lon box instead of points")
+    g.add_argument("--start", default=None, help="first day, e.g. 2020-01-01 (default)")
+    g.add_argument("--end", default=None, help="last day, inclusive, e.g. 2021-06-30 (default)")
+
+
+def request_from_args(args: argparse.Namespace):
+    from . import era5
+
+    kw = {"source": args.source}
+    if args.variables:
+        kw["variables"] = tuple(args.variables)
+    if getattr(args, "box", None):
+        if len(args.box) != 4:
+            from .errors import ConfigError
+
+            raise ConfigError(f"--box needs 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX; got {args.box}")
+        kw["box"], kw["points"] = tuple(args.box), None
+    elif args.points:
+        kw["points"] = tuple(args.points)
+    if args.start:
+        kw["start"] = args.start
+    if args.end:
+        kw["end"] = args.end
+    return era5.Request(**kw)
+
+
+_TRAIN_HELP = {
+    "device": "auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps",
+    "strategy": "single device, dataparallel (nn.DataParallel) or ddp (DistributedDataParallel)",
+    "input_path": "fast: whole training set as device tensors, shuffled index batches; "
+                  "dataloader: per-sample Dataset + DataLoader (the published setting)",
+    "num_workers": "DataLoader worker processes (dataloader path)",
+    "pin_memory": "pinned host memory for DataLoader batches (CUDA only)",
+    "amp": "mixed precision on CUDA: off, auto (bf16 where supported, else fp16), bf16, fp16",
+    "threads": "torch intra-op threads on CPU (default: torch's choice, one per core)",
+    "epochs": "training epochs", "batch_size": "samples per optimiser step", "lr": "Adam learning rate",
+    "lr_schedule": "constant, onecycle or cosine", "weight_decay": "Adam weight decay",
+    "grad_clip": "clip the gradient norm to this value", "seed": "random seed (runs on CPU are repeatable)",
+    "window": "input window in hours", "lead_hours": "hours from the last input to the first target",
+    "horizon": "target hours predicted at once", "calendar": "add hour-of-day and day-of-year inputs",
+    "fractions": "train,val,test fractions of the time range (chronological)",
+    "split_dates": "VAL_START,TEST_START dates instead of fractions",
+    "hidden": "hidden units per layer", "layers": "stacked recurrent layers", "dropout": "dropout between layers",
+    "cell": "lstm or gru", "target_rmse": "validation RMSE (K) whose time-to-reach is reported",
+    "patience": "stop after this many epochs without validation improvement",
+    "checkpoint": "checkpoint file, written atomically after each epoch",
+    "resume": "continue the run in --checkpoint without repeating finished epochs",
+    "eval_batch_size": "batch size for validation and test predictions",
+    "experiment": "experiment name stored in the record", "profile": "profile name stored in the record",
+    "progress": "show progress bars",
+}
+
+
+def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """One option per TrainConfig field, typed from its default (`--batch-size 256`, `--no-progress`)."""
+    import dataclasses
+
+    from .train import TrainConfig
+
+    g = p.add_argument_group("training")
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default
+        help_ = _TRAIN_HELP.get(f.name, "") + f" (default: {default})"
+        if isinstance(default, bool):
+            g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help_)
+        elif f.name in ("fractions",):
+            g.add_argument(flag, dest=f.name, type=_float_list, default=default, help=help_)
+        elif f.name == "split_dates":
+            g.add_argument(flag, dest=f.name, type=lambda s: tuple(s.split(",")), default=default, help=help_)
+        elif f.name in ("threads", "patience"):
+            g.add_argument(flag, dest=f.name, type=int, default=default, help=help_)
+        elif f.name in ("target_rmse", "grad_clip"):
+            g.add_argument(flag, dest=f.name, type=float, default=default, help=help_)
+        else:
+            g.add_argument(flag, dest=f.name, type=type(default) if default is not None else str,
+                           default=default, help=help_)
+
+
+def train_config_from_args(args: argparse.Namespace):
+    import dataclasses
+
+    from .train import TrainConfig
+
+    return TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+                          if hasattr(args, f.name)})
+
+
+def print_run(record: dict) -> None:
+    """The epochs table and the final RMSEs beside the baselines, as `lstmnb train` prints them."""
+    from .report import epochs_table, format_table, metrics_table
+
+    print(format_table(epochs_table(record)))
+    print()
+    print(format_table(metrics_table(record)))
+    t = record["timing"]
+    print(f"\ntraining {t['train_s']:.2f} s on {record['device']['kind']} ({record['device']['name']}); "
+          f"warm-up epoch {t['warmup_epoch_s']:.2f} s, median epoch {t['epoch_s_median']:.2f} s, "
+          f"{t['samples_per_s']:,.0f} samples/s")
+    ttt = t.get("time_to_target") or {}
+    if ttt.get("target_rmse_k") is not None:
+        print(f"time to validation RMSE <= {ttt['target_rmse_k']:.3f} K: "
+              + (f"{ttt['seconds']:.2f} s (epoch {ttt['epoch']})" if ttt["reached"] else ttt["note"]))
+
+
+# --- train, results, quickstart -------------------------------------------------------------------
+
+@subcommand
+def _train(sub) -> None:
+    p = sub.add_parser(
+        "train", help="train and evaluate one forecaster; prints epochs and RMSE vs baselines; appends a record",
+        description="Train one LSTM forecaster, evaluate it against persistence and climatology on the test "
+                    "part, print the epochs table, and append the run record to the results file. "
+                    "Defaults reproduce the published setting on the embedded sample "
+                    "(window 24 h, hidden 64, batch 64, Adam 1e-3, 5 epochs).",
+    )
+    add_request_args(p)
+    add_train_args(p)
+    p.add_argument("--results", default=None,
+                   help="results file or folder (default: results/runs.jsonl; env LSTMNB_RESULTS)")
+    p.add_argument("--no-record", action="store_true", help="do not append a record")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="with --strategy ddp outside torchrun: launch this many local processes")
+    p.set_defaults(func=_run_train)
+
+
+def _run_train(args) -> int:
+    from .train import run
+
+    cfg = train_config_from_args(args)
+    request = request_from_args(args)
+    if cfg.strategy == "ddp" and args.nproc:
+        from . import parallel
+
+        return parallel.launch_cli(args, cfg, request)
+    result = run(request, cfg, results=None if args.no_record else (args.results or "default"))
+    print_run(result.record)
+    if not args.no_record:
+        from .paths import results_dir
+
+        print(f"record {result.record['run_id']} appended to {args.results or results_dir() / 'runs.jsonl'}")
+    return 0
+
+
+@subcommand
+def _results(sub) -> None:
+    p = sub.add_parser("results", help="table of the recorded runs",
+                       description="Show the runs recorded in one or more results files or folders.")
+    p.add_argument("paths", nargs="*", default=None, help="results files or folders (default: results/)")
+    p.add_argument("--experiment", help="only this experiment")
+    p.add_argument("--last", type=int, default=20, help="show the last N runs (default 20; 0 for all)")
+    p.set_defaults(func=_run_results)
+
+
+def _run_results(args) -> int:
+    from .errors import DataError
+    from .paths import results_dir
+    from .records import load_records
+    from .report import format_table, runs_table
+
+    paths = args.paths or [results_dir()]
+    df = load_records(paths)
+    if df.empty:
+        raise DataError(f"no run records in {', '.join(map(str, paths))}; run `lstmnb train` first")
+    if args.experiment:
+        df = df[df["experiment"] == args.experiment]
+    if args.last:
+        df = df.tail(args.last)
+    print(format_table(runs_table(df)))
+    return 0
