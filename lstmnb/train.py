@@ -274,6 +274,167 @@ def _load_checkpoint(path: str, cfg: TrainConfig) -> dict[str, Any] | None:
     return state
 
 
+class Trainer:
+    """The pieces of a run that every strategy shares: model, optimiser, schedule, RNG, history, checkpoints.
+
+    ``train`` drives it on one device; ``lstmnb.parallel`` drives the same object per rank with a
+    wrapped model (``self.model``) and its own batches, so the step, timing and checkpoint logic
+    exist once.
+    """
+
+    def __init__(self, windows: Windows, cfg: TrainConfig, device: torch.device):
+        self.windows, self.cfg, self.device = windows, cfg, device
+        self.adtype = amp_dtype(cfg.amp, device)
+        torch.manual_seed(cfg.seed)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.core = Forecaster(cfg.model_config(windows.n_features)).to(device)
+        self.model: nn.Module = self.core  # a strategy may replace this with a wrapper
+        self.opt = torch.optim.Adam(self.core.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.n_train = windows.x["train"].shape[0]
+        self.sched = _make_scheduler(self.opt, cfg, math.ceil(self.n_train / cfg.batch_size))
+        self.scaler = torch.amp.GradScaler("cuda") if self.adtype == torch.float16 else None
+        self.target_std = float(windows.scaler.std[0])
+        self.history: list[dict[str, Any]] = []
+        self.best: dict[str, Any] = {"val_rmse_k": math.inf, "epoch": None, "state": None}
+        self.start_epoch = 0
+        self.stopped_early = False
+        self.x_val = torch.from_numpy(windows.x["val"]).to(device)
+        self.y_val = torch.from_numpy(windows.y["val"]).to(device)
+
+    # --- state ------------------------------------------------------------------------------------
+    def restore(self) -> bool:
+        """Load ``cfg.checkpoint`` when resuming; True if a checkpoint was found."""
+        state = _load_checkpoint(self.cfg.checkpoint, self.cfg) if self.cfg.resume else None
+        if state is None:
+            return False
+        self.core.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        if self.sched is not None and state.get("scheduler"):
+            self.sched.load_state_dict(state["scheduler"])
+        self.gen.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        self.history, self.best, self.start_epoch = state["history"], state["best"], state["epoch"]
+        return True
+
+    def save(self) -> None:
+        """Write the checkpoint atomically (a crash mid-write leaves the previous one intact)."""
+        if not self.cfg.checkpoint:
+            return
+        _save_checkpoint(self.cfg.checkpoint, {
+            "format": CHECKPOINT_FORMAT, "key": self.cfg.trajectory_key(), "epoch": len(self.history),
+            "model": self.core.state_dict(), "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict() if self.sched is not None else None,
+            "generator": self.gen.get_state(), "torch_rng": torch.get_rng_state(),
+            "history": self.history, "best": self.best,
+        })
+
+    # --- batches ----------------------------------------------------------------------------------
+    def fast_batches(self, x: torch.Tensor, y: torch.Tensor, batch_size: int,
+                     shard: tuple[int, int] | None = None):
+        """Shuffled index batches over device tensors; ``shard=(rank, world)`` takes every world-th sample.
+
+        The permutation comes from the run's generator, so every rank draws the same one and takes
+        its own interleaved share of it.
+        """
+        perm = torch.randperm(self.n_train, generator=self.gen).to(x.device)
+        if shard is not None:
+            rank, world = shard
+            perm = perm[: (self.n_train // world) * world][rank::world]
+        for i in range(0, perm.numel(), batch_size):
+            idx = perm[i : i + batch_size]
+            yield x.index_select(0, idx), y.index_select(0, idx)
+
+    def loader_batches(self, loader):
+        for xb, yb in loader:
+            yield xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
+
+    # --- one step, one epoch ----------------------------------------------------------------------
+    def step(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """One optimiser step; returns the detached loss (no host sync)."""
+        with torch.autocast(device_type=self.device.type, dtype=self.adtype, enabled=self.adtype is not None):
+            loss = F.mse_loss(self.model(xb).float(), yb)
+        self.opt.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.opt)
+        else:
+            loss.backward()
+        if self.cfg.grad_clip:
+            nn.utils.clip_grad_norm_(self.core.parameters(), self.cfg.grad_clip)
+        if self.scaler is not None:
+            self.scaler.step(self.opt)
+            self.scaler.update()
+        else:
+            self.opt.step()
+        if self.sched is not None:
+            self.sched.step()
+        return loss.detach()
+
+    def run_epoch(self, batches) -> tuple[torch.Tensor, int, float]:
+        """Train over ``batches``; returns (summed loss on the device, samples seen, seconds)."""
+        synchronize(self.device)
+        t0 = time.perf_counter()
+        loss_sum = torch.zeros((), device=self.device)
+        seen = 0
+        self.model.train()
+        for xb, yb in batches:
+            loss_sum += self.step(xb, yb) * xb.shape[0]
+            seen += xb.shape[0]
+        synchronize(self.device)
+        return loss_sum, seen, time.perf_counter() - t0
+
+    def end_epoch(self, train_loss: float, train_s: float, samples: int, **extra: Any) -> dict[str, Any]:
+        """Validate, append the epoch entry, track the best epoch, write the checkpoint."""
+        t1 = time.perf_counter()
+        val_mse, val_rmse = rmse_kelvin(self.core, self.x_val, self.y_val, self.target_std,
+                                        self.cfg.eval_batch_size)
+        synchronize(self.device)
+        eval_s = time.perf_counter() - t1
+        cumulative = (self.history[-1]["cumulative_s"] if self.history else 0.0) + train_s + eval_s
+        epoch = len(self.history) + 1
+        entry = {
+            "epoch": epoch, "train_s": train_s, "eval_s": eval_s, "cumulative_s": cumulative,
+            "train_loss": train_loss, "val_loss": val_mse, "val_rmse_k": val_rmse,
+            "samples_per_s": samples / train_s if train_s > 0 else None, "lr": self.opt.param_groups[0]["lr"],
+            **extra,
+        }
+        self.history.append(entry)
+        if val_rmse < self.best["val_rmse_k"]:
+            self.best = {"val_rmse_k": val_rmse, "epoch": epoch,
+                         "state": copy.deepcopy(self.core.state_dict()) if self.cfg.patience else None}
+        self.save()
+        return entry
+
+    def should_stop(self) -> bool:
+        """Early stopping: ``patience`` epochs without a new best validation RMSE."""
+        p = self.cfg.patience
+        if p and self.best["epoch"] is not None and len(self.history) - self.best["epoch"] >= p:
+            self.stopped_early = True
+        return self.stopped_early
+
+    def finish(self, data_info: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
+        """Restore the best weights when early stopping, evaluate on test, build the record."""
+        if self.cfg.patience and self.best.get("state") is not None:
+            self.core.load_state_dict(self.best["state"])
+        return _finish_record(self.core, self.windows, self.cfg, self.device, self.history,
+                              self.stopped_early, data_info, **extra)
+
+    def progress_bar(self, desc: str):
+        from tqdm.auto import tqdm
+
+        return tqdm(total=self.cfg.epochs, initial=self.start_epoch, desc=desc, unit="epoch",
+                    disable=not self.cfg.progress, leave=False)
+
+
+def check_windows(windows: Windows, cfg: TrainConfig) -> None:
+    wc = windows.config
+    if (wc.window, wc.lead_hours, wc.horizon) != (cfg.window, cfg.lead_hours, cfg.horizon):
+        raise ConfigError(
+            f"windows were built with window/lead/horizon {wc.window}/{wc.lead_hours}/{wc.horizon} but the "
+            f"training config says {cfg.window}/{cfg.lead_hours}/{cfg.horizon}; rebuild them with cfg.window_config()"
+        )
+
+
 def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict[str, Any] | None = None,
           on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Train a forecaster on ``windows`` as ``cfg`` says and return the record and the model.
@@ -281,138 +442,43 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
     ``on_epoch_end`` is called with each epoch's entry after its checkpoint is written (a notebook
     can plot live; a test can interrupt the run there).
     """
-    from tqdm.auto import tqdm
-
     cfg.validate()
-    if windows.config.window != cfg.window or windows.config.lead_hours != cfg.lead_hours \
-            or windows.config.horizon != cfg.horizon:
-        raise ConfigError("windows were built with another window/lead/horizon than the training config")
-    device = resolve_device(cfg.device)
-    adtype = amp_dtype(cfg.amp, device)
+    check_windows(windows, cfg)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.strategy != "single":
-        from . import parallel  # noqa: F401  (strategies live there)
+        from . import parallel
 
         return parallel.train_parallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end)
-
-    torch.manual_seed(cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    model = Forecaster(cfg.model_config(windows.n_features)).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    n_train = windows.x["train"].shape[0]
-    steps_per_epoch = math.ceil(n_train / cfg.batch_size)
-    sched = _make_scheduler(opt, cfg, steps_per_epoch)
-    scaler = torch.amp.GradScaler("cuda") if adtype == torch.float16 else None
-    target_std = float(windows.scaler.std[0])
-
-    history: list[dict[str, Any]] = []
-    start_epoch = 0
-    best: dict[str, Any] = {"val_rmse_k": math.inf, "epoch": None, "state": None}
-    if cfg.resume:
-        state = _load_checkpoint(cfg.checkpoint, cfg)
-        if state is not None:
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["optimizer"])
-            if sched is not None and state.get("scheduler"):
-                sched.load_state_dict(state["scheduler"])
-            gen.set_state(state["generator"])
-            torch.set_rng_state(state["torch_rng"])
-            history = state["history"]
-            best = state["best"]
-            start_epoch = state["epoch"]
-
-    x_val = torch.from_numpy(windows.x["val"]).to(device)
-    y_val = torch.from_numpy(windows.y["val"]).to(device)
+    device = resolve_device(cfg.device)
+    tr = Trainer(windows, cfg, device)
+    tr.restore()
     if cfg.input_path == "fast":
         x_train = torch.from_numpy(windows.x["train"]).to(device)
         y_train = torch.from_numpy(windows.y["train"]).to(device)
-        loader = None
     else:
         loader = torch.utils.data.DataLoader(
             WindowDataset(windows.x["train"], windows.y["train"]), batch_size=cfg.batch_size, shuffle=True,
-            generator=gen, num_workers=cfg.num_workers, pin_memory=cfg.pin_memory and device.type == "cuda",
+            generator=tr.gen, num_workers=cfg.num_workers, pin_memory=cfg.pin_memory and device.type == "cuda",
             persistent_workers=cfg.num_workers > 0,
         )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-
-    def step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(device_type=device.type, dtype=adtype, enabled=adtype is not None):
-            loss = F.mse_loss(model(xb).float(), yb)
-        opt.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-        else:
-            loss.backward()
-        if cfg.grad_clip:
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        if scaler is not None:
-            scaler.step(opt)
-            scaler.update()
-        else:
-            opt.step()
-        if sched is not None:
-            sched.step()
-        return loss.detach()
-
-    stopped_early = False
-    bar = tqdm(total=cfg.epochs, initial=start_epoch, desc=f"train {device}", unit="epoch",
-               disable=not cfg.progress, leave=False)
-    model.train()
-    cumulative = history[-1]["cumulative_s"] if history else 0.0
-    for epoch in range(start_epoch, cfg.epochs):
-        synchronize(device)
-        t0 = time.perf_counter()
-        loss_sum = torch.zeros((), device=device)
-        if loader is None:
-            perm = torch.randperm(n_train, generator=gen).to(device)
-            for i in range(0, n_train, cfg.batch_size):
-                idx = perm[i : i + cfg.batch_size]
-                loss_sum += step(x_train.index_select(0, idx), y_train.index_select(0, idx)) * idx.numel()
-        else:
-            for xb, yb in loader:
-                xb = xb.to(device, non_blocking=True)
-                yb = yb.to(device, non_blocking=True)
-                loss_sum += step(xb, yb) * xb.shape[0]
-        synchronize(device)
-        t1 = time.perf_counter()
-        val_mse, val_rmse = rmse_kelvin(model, x_val, y_val, target_std, cfg.eval_batch_size)
-        train_loss = loss_sum.item() / n_train
-        synchronize(device)
-        t2 = time.perf_counter()
-        cumulative += t2 - t0
-        entry = {
-            "epoch": epoch + 1, "train_s": t1 - t0, "eval_s": t2 - t1, "cumulative_s": cumulative,
-            "train_loss": train_loss, "val_loss": val_mse, "val_rmse_k": val_rmse,
-            "samples_per_s": n_train / (t1 - t0), "lr": opt.param_groups[0]["lr"],
-        }
-        history.append(entry)
-        if val_rmse < best["val_rmse_k"]:
-            best = {"val_rmse_k": val_rmse, "epoch": epoch + 1,
-                    "state": copy.deepcopy(model.state_dict()) if cfg.patience else None}
-        if cfg.checkpoint:
-            _save_checkpoint(cfg.checkpoint, {
-                "format": CHECKPOINT_FORMAT, "key": cfg.trajectory_key(), "epoch": epoch + 1,
-                "model": model.state_dict(), "optimizer": opt.state_dict(),
-                "scheduler": sched.state_dict() if sched is not None else None,
-                "generator": gen.get_state(), "torch_rng": torch.get_rng_state(),
-                "history": history, "best": best,
-            })
+    bar = tr.progress_bar(f"train {device}")
+    for _ in range(tr.start_epoch, cfg.epochs):
+        batches = (tr.fast_batches(x_train, y_train, cfg.batch_size) if cfg.input_path == "fast"
+                   else tr.loader_batches(loader))
+        loss_sum, seen, train_s = tr.run_epoch(batches)
+        entry = tr.end_epoch(loss_sum.item() / seen, train_s, seen)
         bar.update(1)
-        bar.set_postfix(loss=f"{train_loss:.4f}", val_rmse=f"{val_rmse:.3f}K")
+        bar.set_postfix(loss=f"{entry['train_loss']:.4f}", val_rmse=f"{entry['val_rmse_k']:.3f}K")
         if on_epoch_end is not None:
             on_epoch_end(entry)
-        if cfg.patience and best["epoch"] is not None and epoch + 1 - best["epoch"] >= cfg.patience:
-            stopped_early = True
+        if tr.should_stop():
             break
     bar.close()
-    if cfg.patience and best.get("state") is not None:
-        model.load_state_dict(best["state"])
-
-    record = _finish_record(model, windows, cfg, device, history, stopped_early, data_info)
-    return RunResult(record=record, model=model, windows=windows, device=device, history=history)
+    record = tr.finish(data_info)
+    return RunResult(record=record, model=tr.core, windows=windows, device=device, history=tr.history)
 
 
 def time_to_target(history: list[dict[str, Any]], target: float | None) -> dict[str, Any]:
