@@ -1,0 +1,151 @@
+"""Training runs on small real series: determinism, resume, checkpoints, timing fields, bad input."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from lstmnb.errors import CheckpointError, ConfigError, DeviceError
+from lstmnb.train import TrainConfig, config_from_dict, resolve_device, time_to_target, train
+from lstmnb.windows import make_windows
+
+
+def _series(n_hours=24 * 60, seed=0):
+    """Two points of diurnal cycle + red noise, hourly: small enough for second-long runs."""
+    t = pd.date_range("2020-03-01", periods=n_hours, freq="h")
+    rng = np.random.default_rng(seed)
+    noise = np.zeros((n_hours, 2))
+    for i in range(1, n_hours):
+        noise[i] = 0.95 * noise[i - 1] + rng.normal(0, 0.5, 2)
+    diurnal = 4 * np.sin(2 * np.pi * (t.hour.to_numpy() - 9) / 24)
+    return 285 + np.stack([diurnal, 0.5 * diurnal], 1) + noise, t
+
+
+@pytest.fixture(scope="module")
+def small_windows():
+    v, t = _series()
+    return make_windows(v, t, TrainConfig(window=12).window_config())
+
+
+def cfg(**kw):
+    base = dict(window=12, hidden=8, epochs=3, batch_size=32, progress=False)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def weights(model):
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_run_record_has_timing_memory_and_metrics(small_windows):
+    r = train(small_windows, cfg(target_rmse=100.0))
+    rec = r.record
+    assert rec["status"] == "ok" and rec["device"]["kind"] == "cpu"
+    assert len(rec["epochs"]) == 3
+    cum = [e["cumulative_s"] for e in rec["epochs"]]
+    assert all(b > a for a, b in zip(cum, cum[1:]))
+    t = rec["timing"]
+    assert t["warmup_epoch_s"] == rec["epochs"][0]["train_s"]
+    assert t["samples_per_s"] > 0 and t["train_s"] == pytest.approx(sum(e["train_s"] for e in rec["epochs"]))
+    assert t["time_to_target"]["reached"] and t["time_to_target"]["epoch"] == 1
+    assert rec["memory"]["peak_mb"] > 0
+    m = rec["metrics"]
+    for k in ("test_rmse_k", "persistence_rmse_k", "climatology_rmse_k"):
+        assert math.isfinite(m[k]) and m[k] > 0
+    assert rec["data"]["sizes"] == small_windows.sizes()
+    assert rec["model"]["flops_per_sample"]["training"] == 3 * rec["model"]["flops_per_sample"]["forward"]
+
+
+def test_deterministic_on_cpu_for_a_seed(small_windows):
+    a = weights(train(small_windows, cfg(epochs=2)).model)
+    b = weights(train(small_windows, cfg(epochs=2)).model)
+    c = weights(train(small_windows, cfg(epochs=2, seed=1)).model)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not all(torch.equal(x, y) for x, y in zip(a, c))
+
+
+class Interrupt(Exception):
+    pass
+
+
+@pytest.mark.parametrize("input_path", ["fast", "dataloader"])
+def test_resume_after_interruption_gives_same_weights(small_windows, tmp_path, input_path):
+    kw = dict(epochs=4, input_path=input_path, num_workers=0, lr_schedule="onecycle", dropout=0.0)
+    full = train(small_windows, cfg(**kw))
+    ckpt = tmp_path / "run.pt"
+
+    def stop_after_two(entry):
+        if entry["epoch"] == 2:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        train(small_windows, cfg(checkpoint=str(ckpt), **kw), on_epoch_end=stop_after_two)
+    assert ckpt.exists()
+    epochs_seen = []
+    resumed = train(small_windows, cfg(checkpoint=str(ckpt), resume=True, **kw),
+                    on_epoch_end=lambda e: epochs_seen.append(e["epoch"]))
+    assert epochs_seen == [3, 4]  # finished epochs are not repeated
+    assert all(torch.equal(a, b) for a, b in zip(weights(full.model), weights(resumed.model)))
+    assert [e["epoch"] for e in resumed.record["epochs"]] == [1, 2, 3, 4]
+
+
+def test_corrupt_checkpoint_is_reported_and_kept(small_windows, tmp_path):
+    ckpt = tmp_path / "run.pt"
+    ckpt.write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(CheckpointError, match="corrupt or half-written"):
+        train(small_windows, cfg(checkpoint=str(ckpt), resume=True))
+    assert ckpt.read_bytes() == b"PK\x03\x04 truncated"
+
+
+def test_checkpoint_of_another_config_is_refused(small_windows, tmp_path):
+    ckpt = tmp_path / "run.pt"
+    train(small_windows, cfg(epochs=1, checkpoint=str(ckpt)))
+    with pytest.raises(CheckpointError, match="lr"):
+        train(small_windows, cfg(epochs=2, lr=0.01, checkpoint=str(ckpt), resume=True))
+
+
+def test_early_stopping_restores_best(small_windows):
+    r = train(small_windows, cfg(epochs=30, lr=0.05, patience=1))
+    m = r.record["metrics"]
+    assert m["epochs_run"] < 30 and m["stopped_early"]
+
+
+def test_time_to_target_not_reached_is_not_a_time():
+    hist = [{"epoch": 1, "val_rmse_k": 2.0, "cumulative_s": 1.0}, {"epoch": 2, "val_rmse_k": 1.5, "cumulative_s": 2.0}]
+    out = time_to_target(hist, 1.0)
+    assert out["seconds"] is None and out["note"] == "not reached in 2 epochs (best 1.500 K)"
+    assert time_to_target(hist, 1.6)["seconds"] == 2.0
+
+
+@pytest.mark.parametrize("kw, err, match", [
+    ({"epochs": 0}, ConfigError, "epochs=0"),
+    ({"batch_size": -4}, ConfigError, "batch_size=-4"),
+    ({"window": 0}, ConfigError, "window=0"),
+    ({"lr": 0}, ConfigError, "lr=0"),
+    ({"device": "tpu"}, ConfigError, "device='tpu' is not one of"),
+    ({"input_path": "fastest"}, ConfigError, "input_path='fastest'"),
+    ({"amp": "bf16"}, ConfigError, "amp='bf16' is for CUDA"),
+    ({"resume": True}, ConfigError, "needs a checkpoint"),
+])
+def test_bad_training_input(small_windows, kw, err, match):
+    with pytest.raises(err, match=match):
+        train(small_windows, cfg(**kw))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_asked_where_none_exists():
+    with pytest.raises(DeviceError, match="no usable CUDA GPU"):
+        resolve_device("cuda:0")
+
+
+def test_window_longer_than_training_part(small_windows):
+    v, t = _series(24 * 10)
+    with pytest.raises(ConfigError, match="longer than the training part"):
+        make_windows(v, t, TrainConfig(window=24 * 9).window_config())
+
+
+def test_unknown_parameter_named():
+    with pytest.raises(ConfigError, match="batchsize"):
+        config_from_dict({"batchsize": 3})
