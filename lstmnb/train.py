@@ -36,7 +36,7 @@ CHECKPOINT_FORMAT = 1
 
 # fields that do not change the trajectory of a run: a checkpoint may be resumed across them
 _RESUME_FREE = {"epochs", "resume", "checkpoint", "device", "num_workers", "pin_memory", "target_rmse",
-                "patience", "experiment", "threads", "eval_batch_size", "progress", "profile"}
+                "patience", "experiment", "threads", "eval_batch_size", "progress", "profile", "dist_timeout_s"}
 
 
 @dataclass
@@ -46,6 +46,12 @@ class TrainConfig:
     # where and how
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     strategy: str = "single"  # single | dataparallel | ddp (see lstmnb.parallel)
+    nproc: int | None = None  # ddp: local processes to launch outside torchrun; dataparallel: GPUs to use
+    bucket_cap_mb: float = 25.0  # ddp: gradient bucket size for the overlapped all-reduce
+    grad_as_bucket_view: bool = False  # ddp: gradients are views into the all-reduce buckets (saves a copy)
+    static_graph: bool = False  # ddp: the graph is the same every step (lets DDP skip per-step bookkeeping)
+    uneven_shards: bool = False  # ddp, fast path: size each rank's batch from its first-epoch throughput
+    dist_timeout_s: float = 300.0  # ddp: a collective waiting longer than this fails the run
     input_path: str = "fast"  # fast: tensors on the device + index batches; dataloader: per-sample Dataset
     num_workers: int = 2  # DataLoader workers (dataloader path only)
     pin_memory: bool = True  # DataLoader pinned host memory (CUDA only)
@@ -116,6 +122,14 @@ class TrainConfig:
             raise ConfigError(f"threads={self.threads!r} must be >= 1")
         if self.resume and not self.checkpoint:
             raise ConfigError("resume=True needs a checkpoint path to resume from")
+        if self.nproc is not None and (isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc < 1):
+            raise ConfigError(f"nproc={self.nproc!r} must be a whole number >= 1 (or None)")
+        for name in ("bucket_cap_mb", "dist_timeout_s"):
+            if not (isinstance(getattr(self, name), (int, float)) and getattr(self, name) > 0):
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive number")
+        if self.uneven_shards and (self.strategy != "ddp" or self.input_path != "fast"):
+            raise ConfigError("uneven_shards=True needs strategy='ddp' and input_path='fast' "
+                              f"(got strategy={self.strategy!r}, input_path={self.input_path!r})")
         self.window_config().validate()
         self.model_config(1).validate()
 
@@ -282,8 +296,10 @@ class Trainer:
     exist once.
     """
 
-    def __init__(self, windows: Windows, cfg: TrainConfig, device: torch.device):
+    def __init__(self, windows: Windows, cfg: TrainConfig, device: torch.device, *,
+                 steps_per_epoch: int | None = None, writer: bool = True):
         self.windows, self.cfg, self.device = windows, cfg, device
+        self.writer = writer  # False on DDP ranks other than 0: they never write checkpoints
         self.adtype = amp_dtype(cfg.amp, device)
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
@@ -291,7 +307,7 @@ class Trainer:
         self.model: nn.Module = self.core  # a strategy may replace this with a wrapper
         self.opt = torch.optim.Adam(self.core.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.n_train = windows.x["train"].shape[0]
-        self.sched = _make_scheduler(self.opt, cfg, math.ceil(self.n_train / cfg.batch_size))
+        self.sched = _make_scheduler(self.opt, cfg, steps_per_epoch or math.ceil(self.n_train / cfg.batch_size))
         self.scaler = torch.amp.GradScaler("cuda") if self.adtype == torch.float16 else None
         self.target_std = float(windows.scaler.std[0])
         self.history: list[dict[str, Any]] = []
@@ -318,7 +334,7 @@ class Trainer:
 
     def save(self) -> None:
         """Write the checkpoint atomically (a crash mid-write leaves the previous one intact)."""
-        if not self.cfg.checkpoint:
+        if not self.cfg.checkpoint or not self.writer:
             return
         _save_checkpoint(self.cfg.checkpoint, {
             "format": CHECKPOINT_FORMAT, "key": self.cfg.trajectory_key(), "epoch": len(self.history),
@@ -568,7 +584,7 @@ def run(request=None, cfg: TrainConfig = TrainConfig(), *, results: str | os.Pat
 
     windows, info = prepare_windows(request, cfg, progress=cfg.progress)
     result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end)
-    if results is not None:
+    if results is not None and int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 writes
         append_record(result.record, None if results == "default" else results)
     return result
 
