@@ -85,6 +85,14 @@ _TRAIN_HELP = {
     "eval_batch_size": "batch size for validation and test predictions",
     "experiment": "experiment name stored in the record", "profile": "profile name stored in the record",
     "progress": "show progress bars",
+    "nproc": "ddp outside torchrun: launch this many local processes (one per GPU, or gloo ranks on CPU); "
+             "dataparallel: GPUs to use (default all)",
+    "bucket_cap_mb": "ddp: gradient bucket size in MB (all-reduce of a full bucket overlaps the backward)",
+    "grad_as_bucket_view": "ddp: let gradients be views into the all-reduce buckets (saves memory and a copy)",
+    "static_graph": "ddp: declare the graph identical every step (DDP skips per-step bookkeeping)",
+    "uneven_shards": "ddp, fast path: after the first epoch size each rank's batch from its measured "
+                     "throughput (mixed or unequal devices)",
+    "dist_timeout_s": "ddp: seconds a collective may wait for the other ranks before the run fails",
 }
 
 
@@ -107,7 +115,7 @@ def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
             g.add_argument(flag, dest=f.name, type=_float_list, default=default, help=help_)
         elif f.name == "split_dates":
             g.add_argument(flag, dest=f.name, type=lambda s: tuple(s.split(",")), default=default, help=help_)
-        elif f.name in ("threads", "patience"):
+        elif f.name in ("threads", "patience", "nproc"):
             g.add_argument(flag, dest=f.name, type=int, default=default, help=help_)
         elif f.name in ("target_rmse", "grad_clip"):
             g.add_argument(flag, dest=f.name, type=float, default=default, help=help_)
@@ -158,8 +166,6 @@ def _train(sub) -> None:
     p.add_argument("--results", default=None,
                    help="results file or folder (default: results/runs.jsonl; env LSTMNB_RESULTS)")
     p.add_argument("--no-record", action="store_true", help="do not append a record")
-    p.add_argument("--nproc", type=int, default=None,
-                   help="with --strategy ddp outside torchrun: launch this many local processes")
     p.set_defaults(func=_run_train)
 
 
@@ -173,6 +179,10 @@ def _run_train(args) -> int:
 
         return parallel.launch_cli(args, cfg, request)
     result = run(request, cfg, results=None if args.no_record else (args.results or "default"))
+    import os
+
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun: rank 0 prints and records
+        return 0
     print_run(result.record)
     if not args.no_record:
         from .paths import results_dir
