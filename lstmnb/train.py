@@ -36,7 +36,7 @@ CHECKPOINT_FORMAT = 1
 
 # fields that do not change the trajectory of a run: a checkpoint may be resumed across them
 _RESUME_FREE = {"epochs", "resume", "checkpoint", "device", "num_workers", "pin_memory", "target_rmse",
-                "patience", "experiment", "threads", "eval_batch_size", "progress", "profile", "dist_timeout_s"}
+                "patience", "stop_at_target", "compile", "experiment", "threads", "eval_batch_size", "progress", "profile", "dist_timeout_s"}
 
 
 @dataclass
@@ -57,6 +57,9 @@ class TrainConfig:
     pin_memory: bool = True  # DataLoader pinned host memory (CUDA only)
     amp: str = "off"  # off | auto | bf16 | fp16 (CUDA only)
     threads: int | None = None  # torch intra-op threads on CPU (None: torch's default)
+    fused_adam: bool = True  # Adam's update as one fused kernel where torch has it for the device
+    compile: bool = False  # torch.compile the model (inductor); first epoch then includes compilation
+    cuda_graph: bool = False  # CUDA, fast path: capture the whole training step once and replay it
     # optimisation
     epochs: int = 5
     batch_size: int = 64
@@ -79,6 +82,7 @@ class TrainConfig:
     cell: str = "lstm"
     # stopping, checkpoints, bookkeeping
     target_rmse: float | None = None  # kelvin, validation; time-to-target is reported when given
+    stop_at_target: bool = False  # end the run at the first epoch that reaches target_rmse
     patience: int | None = None  # early stopping after this many epochs without validation improvement
     checkpoint: str | None = None  # path written atomically after each epoch
     resume: bool = False
@@ -120,6 +124,12 @@ class TrainConfig:
             raise ConfigError(f"target_rmse={self.target_rmse!r} must be a positive number of kelvin")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads={self.threads!r} must be >= 1")
+        if self.cuda_graph:
+            if self.input_path != "fast" or self.strategy != "single":
+                raise ConfigError("cuda_graph=True needs input_path='fast' and strategy='single'")
+            if self.lr_schedule != "constant" or self.amp == "fp16":
+                raise ConfigError("cuda_graph=True needs lr_schedule='constant' and amp other than 'fp16' "
+                                  "(a captured step cannot change its learning rate or loss scale)")
         if self.resume and not self.checkpoint:
             raise ConfigError("resume=True needs a checkpoint path to resume from")
         if self.nproc is not None and (isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc < 1):
@@ -288,6 +298,17 @@ def _load_checkpoint(path: str, cfg: TrainConfig) -> dict[str, Any] | None:
     return state
 
 
+def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    """Adam; fused into one kernel per step where torch supports it on the device, and capturable
+    (state on the device, no host sync) when the step is captured as a CUDA graph."""
+    kw: dict[str, Any] = {"lr": cfg.lr, "weight_decay": cfg.weight_decay}
+    if cfg.cuda_graph:
+        kw["capturable"] = True
+    elif cfg.fused_adam and device.type in ("cpu", "cuda", "mps"):
+        kw["fused"] = True
+    return torch.optim.Adam(model.parameters(), **kw)
+
+
 class Trainer:
     """The pieces of a run that every strategy shares: model, optimiser, schedule, RNG, history, checkpoints.
 
@@ -304,8 +325,9 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.core = Forecaster(cfg.model_config(windows.n_features)).to(device)
-        self.model: nn.Module = self.core  # a strategy may replace this with a wrapper
-        self.opt = torch.optim.Adam(self.core.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.model: nn.Module = torch.compile(self.core) if cfg.compile else self.core  # strategies wrap it
+        self._graph: tuple | None = None  # (graph, static x, static y, static loss) once captured
+        self.opt = make_optimizer(self.core, cfg, device)
         self.n_train = windows.x["train"].shape[0]
         self.sched = _make_scheduler(self.opt, cfg, steps_per_epoch or math.ceil(self.n_train / cfg.batch_size))
         self.scaler = torch.amp.GradScaler("cuda") if self.adtype == torch.float16 else None
@@ -386,6 +408,38 @@ class Trainer:
             self.sched.step()
         return loss.detach()
 
+    def graph_step(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """``step`` replayed from a captured CUDA graph (whole-network capture, as PyTorch's CUDA
+        semantics notes describe): the first full-size batches run eagerly on a side stream to warm
+        up, then one step is captured with static input tensors; later steps copy their batch into
+        those tensors and replay. A final smaller batch runs eagerly."""
+        if self._graph is None or xb.shape != self._graph[1].shape:
+            if self._graph is not None or xb.shape[0] != self.cfg.batch_size:
+                return self.step(xb, yb)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):  # warm-up steps are real training steps on this batch
+                    loss = self.step(xb, yb)
+            torch.cuda.current_stream().wait_stream(side)
+            sx, sy = xb.clone(), yb.clone()
+            graph = torch.cuda.CUDAGraph()
+            self.opt.zero_grad(set_to_none=True)
+            with torch.cuda.graph(graph):
+                with torch.autocast("cuda", dtype=self.adtype, enabled=self.adtype is not None):
+                    static_loss = F.mse_loss(self.model(sx).float(), sy)
+                static_loss.backward()
+                if self.cfg.grad_clip:
+                    nn.utils.clip_grad_norm_(self.core.parameters(), self.cfg.grad_clip)
+                self.opt.step()
+            self._graph = (graph, sx, sy, static_loss)
+            return loss
+        graph, sx, sy, static_loss = self._graph
+        sx.copy_(xb, non_blocking=True)
+        sy.copy_(yb, non_blocking=True)
+        graph.replay()
+        return static_loss.detach().clone()
+
     def run_epoch(self, batches) -> tuple[torch.Tensor, int, float]:
         """Train over ``batches``; returns (summed loss on the device, samples seen, seconds)."""
         synchronize(self.device)
@@ -393,8 +447,9 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         seen = 0
         self.model.train()
+        step = self.graph_step if self.cfg.cuda_graph else self.step
         for xb, yb in batches:
-            loss_sum += self.step(xb, yb) * xb.shape[0]
+            loss_sum += step(xb, yb) * xb.shape[0]
             seen += xb.shape[0]
         synchronize(self.device)
         return loss_sum, seen, time.perf_counter() - t0
@@ -422,9 +477,13 @@ class Trainer:
         return entry
 
     def should_stop(self) -> bool:
-        """Early stopping: ``patience`` epochs without a new best validation RMSE."""
+        """Early stopping: ``patience`` epochs without a new best validation RMSE, or the target reached
+        when ``stop_at_target`` is set."""
         p = self.cfg.patience
         if p and self.best["epoch"] is not None and len(self.history) - self.best["epoch"] >= p:
+            self.stopped_early = True
+        if self.cfg.stop_at_target and self.cfg.target_rmse is not None and self.history \
+                and self.history[-1]["val_rmse_k"] <= self.cfg.target_rmse:
             self.stopped_early = True
         return self.stopped_early
 
@@ -467,6 +526,9 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
 
         return parallel.train_parallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end)
     device = resolve_device(cfg.device)
+    if cfg.cuda_graph and device.type != "cuda":
+        raise DeviceError(f"cuda_graph=True captures the step on a CUDA GPU; this run is on {device.type} "
+                          f"(use --no-cuda-graph)")
     tr = Trainer(windows, cfg, device)
     tr.restore()
     if cfg.input_path == "fast":

@@ -149,3 +149,23 @@ def test_window_longer_than_training_part(small_windows):
 def test_unknown_parameter_named():
     with pytest.raises(ConfigError, match="batchsize"):
         config_from_dict({"batchsize": 3})
+
+
+def test_stop_at_target_ends_the_run(small_windows):
+    r = train(small_windows, cfg(epochs=20, target_rmse=100.0, stop_at_target=True))
+    assert r.record["metrics"]["epochs_run"] == 1
+    assert r.record["timing"]["time_to_target"]["epoch"] == 1
+
+
+def test_fused_and_plain_adam_agree(small_windows):
+    a = weights(train(small_windows, cfg(epochs=1, fused_adam=True)).model)
+    b = weights(train(small_windows, cfg(epochs=1, fused_adam=False)).model)
+    assert all(torch.allclose(x, y, atol=1e-4) for x, y in zip(a, b))
+
+
+def test_cuda_graph_needs_cuda_and_a_constant_step(small_windows):
+    with pytest.raises(ConfigError, match="lr_schedule='constant'"):
+        train(small_windows, cfg(cuda_graph=True, lr_schedule="onecycle"))
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceError, match="cuda_graph=True captures the step on a CUDA GPU"):
+            train(small_windows, cfg(cuda_graph=True, device="cpu"))
