@@ -1,0 +1,209 @@
+"""The embedded ERA5 sample: a small synthetic Zarr store in exactly the ARCO-ERA5 layout.
+
+Everything in lstmnb runs offline against this store, through the same ``open_zarr`` -> tidy series
+code path as the cloud store. The values are synthetic but behave like 2 m temperature (seasonal and
+diurnal cycles that depend on latitude and local solar time, red-noise weather with multi-day memory,
+spatially coherent anomalies), so persistence and climatology are meaningful, beatable baselines.
+
+Layout copied from the public store: variables named ``2m_temperature`` (K) and ``surface_pressure``
+(Pa) with dims (time, latitude, longitude); latitude descending and longitude in 0..360 on the
+0.25 degree grid (float32); time hourly, encoded as int64 hours since 1900-01-01; one time step per
+chunk, Blosc-LZ4 with byte shuffle (zarr format 2), consolidated metadata; ``valid_time_start`` and
+``valid_time_stop`` dataset attributes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .errors import ConfigError
+from .paths import atomic_path, cache_dir
+
+SAMPLE_NAME = "sample-era5-v1.zarr"
+GRID = 0.25  # degrees, as in ARCO-ERA5
+VARIABLES = ("2m_temperature", "surface_pressure")
+DEFAULT_LAT = (41.0, 19.0)   # north, south: a box around 40N and 20N
+DEFAULT_LON = (279.0, 281.0)  # west, east, around 280E
+_ATTRS = {
+    "2m_temperature": {"long_name": "2 metre temperature", "short_name": "t2m", "units": "K"},
+    "surface_pressure": {"long_name": "Surface pressure", "short_name": "sp", "units": "Pa"},
+}
+_DONE = ".lstmnb-sample-complete"
+
+
+@dataclass(frozen=True)
+class _Grid:
+    times: pd.DatetimeIndex
+    lat: np.ndarray  # descending, float32
+    lon: np.ndarray  # ascending in 0..360, float32
+
+
+def _grid(start: str, end: str, lat: Sequence[float], lon: Sequence[float]) -> _Grid:
+    """Check the requested extent and snap it onto the 0.25 degree ARCO grid."""
+    try:
+        times = pd.date_range(pd.Timestamp(start), pd.Timestamp(end), freq="h")
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"sample time range {start!r}..{end!r} is not a pair of ISO times: {exc}") from None
+    if len(times) < 2:
+        raise ConfigError(f"sample time range {start!r}..{end!r} must span at least two hours")
+    north, south = (float(v) for v in lat)
+    west, east = (float(v) % 360.0 for v in lon)
+    if not (-90 <= south < north <= 90):
+        raise ConfigError(f"sample lat=(north, south) must satisfy -90 <= south < north <= 90, got {tuple(lat)}")
+    if not west < east:
+        raise ConfigError(f"sample lon=(west, east) must increase within 0..360, got {tuple(lon)}")
+    n_lat = int(round((north - south) / GRID)) + 1
+    n_lon = int(round((east - west) / GRID)) + 1
+    north = round(north / GRID) * GRID
+    west = round(west / GRID) * GRID
+    lat_v = (north - GRID * np.arange(n_lat)).astype(np.float32)
+    lon_v = (west + GRID * np.arange(n_lon)).astype(np.float32)
+    return _Grid(times, lat_v, lon_v)
+
+
+def _red_noise(rng: np.random.Generator, n_time: int, n_series: int, tau_hours: np.ndarray) -> np.ndarray:
+    """AR(1) series with unit variance and e-folding time ``tau_hours`` (one per column), hourly."""
+    phi = np.exp(-1.0 / np.asarray(tau_hours, dtype=np.float64)) * np.ones(n_series)
+    shocks = rng.standard_normal((n_time, n_series)) * np.sqrt(1.0 - phi**2)
+    out = np.empty((n_time, n_series))
+    out[0] = rng.standard_normal(n_series)
+    for t in range(1, n_time):  # sequential by nature; vectorised over series, so fast enough
+        out[t] = phi * out[t - 1] + shocks[t]
+    return out
+
+
+def _fields(grid: _Grid, seed: int) -> dict[str, np.ndarray]:
+    """Synthesize (time, lat, lon) float32 fields of 2 m temperature (K) and surface pressure (Pa)."""
+    rng = np.random.default_rng(seed)
+    nt, ny, nx = len(grid.times), len(grid.lat), len(grid.lon)
+    lat2, lon2 = np.meshgrid(grid.lat.astype(np.float64), grid.lon.astype(np.float64), indexing="ij")
+    lat_f, lon_f = lat2.ravel(), lon2.ravel()  # (cells,)
+
+    hours = (grid.times - pd.Timestamp("2000-01-01")) / pd.Timedelta(hours=1)
+    hours = np.asarray(hours, dtype=np.float64)
+    season = 2 * np.pi * ((hours / 24.0) % 365.2425) / 365.2425  # radians of the year
+    utc_hour = hours % 24.0
+    solar = (utc_hour[:, None] + lon_f[None, :] / 15.0) % 24.0  # local solar time, (time, cells)
+
+    # Large-scale weather: a few smooth random modes with multi-day red-noise amplitudes.
+    n_modes = 6
+    wavelength = rng.uniform(12.0, 40.0, n_modes)
+    angle = rng.uniform(0, 2 * np.pi, n_modes)
+    phase = rng.uniform(0, 2 * np.pi, n_modes)
+    kx, ky = np.cos(angle) * 2 * np.pi / wavelength, np.sin(angle) * 2 * np.pi / wavelength
+    patterns = np.cos(kx[:, None] * lon_f[None, :] + ky[:, None] * lat_f[None, :] + phase[:, None])
+    patterns *= np.sqrt(2.0 / n_modes)
+    modes = _red_noise(rng, nt, n_modes, rng.uniform(36.0, 120.0, n_modes))
+    synoptic = modes @ patterns  # (time, cells), unit variance, spatially smooth
+    cloud = _red_noise(rng, nt, 1, np.array([30.0]))[:, 0]  # damps the diurnal cycle on cloudy days
+    fast = _red_noise(rng, nt, lat_f.size, np.full(lat_f.size, 4.0))  # local, hours of memory
+
+    # Climate that depends on latitude: warmer and less seasonal towards the tropics.
+    t_mean = 302.0 - 0.0112 * lat_f**2
+    a_season = 0.6 + 0.0075 * lat_f**2
+    a_diurnal = 2.0 + 0.1 * np.clip(lat_f - 19.0, 0, None)
+    s_weather = (0.8 + 0.16 * np.clip(lat_f - 19.0, 0, None))
+    summer = -np.cos(season - 2 * np.pi * 20 / 365.2425)  # -1 in late January, +1 in late July
+    diurnal = np.cos(2 * np.pi * (solar - 15.0) / 24.0) + 0.25 * np.cos(4 * np.pi * (solar - 13.0) / 24.0)
+    damp = 1.0 - 0.35 * np.tanh(cloud)[:, None]
+    t2m = (
+        t_mean[None, :]
+        + a_season[None, :] * summer[:, None]
+        + a_diurnal[None, :] * (1.0 + 0.25 * summer[:, None]) * damp * diurnal
+        + s_weather[None, :] * (1.0 - 0.2 * summer[:, None]) * synoptic
+        + 0.35 * fast
+        + 0.05 * rng.standard_normal((nt, lat_f.size))
+    )
+    p_mean = 101300.0 + 700.0 * np.exp(-(((lat_f - 32.0) / 9.0) ** 2))
+    tide = 90.0 * np.cos(4 * np.pi * (solar - 10.0) / 24.0)
+    sp = p_mean[None, :] - 380.0 * synoptic * (lat_f[None, :] / 40.0) + tide + 30.0 * fast
+
+    shape = (nt, ny, nx)
+    # ERA5 values come from 16-bit GRIB packing; quantising likewise keeps the chunks compressible.
+    return {
+        "2m_temperature": (np.round(t2m * 512.0) / 512.0).astype(np.float32).reshape(shape),
+        "surface_pressure": (np.round(sp * 8.0) / 8.0).astype(np.float32).reshape(shape),
+    }
+
+
+def write_sample(
+    path: str | os.PathLike,
+    *,
+    start: str = "2020-01-01T00",
+    end: str = "2021-06-30T23",
+    lat: Sequence[float] = DEFAULT_LAT,
+    lon: Sequence[float] = DEFAULT_LON,
+    variables: Sequence[str] | None = None,
+    seed: int = 0,
+) -> Path:
+    """Write a deterministic synthetic store in the ARCO-ERA5 layout at ``path`` and return it.
+
+    ``lat`` is (north, south) and ``lon`` (west, east) in degrees, snapped to the 0.25 degree grid.
+    ``path`` must not exist yet; callers wanting atomicity write through ``paths.atomic_path``.
+    """
+    import numcodecs
+    import xarray as xr
+    import zarr
+
+    variables = tuple(variables) if variables is not None else VARIABLES
+    unknown = [v for v in variables if v not in VARIABLES]
+    if unknown or not variables:
+        raise ConfigError(f"sample variables {list(unknown) or '[]'} not available; choose from {list(VARIABLES)}")
+    grid = _grid(start, end, lat, lon)
+    path = Path(path)
+    if path.exists():
+        raise ConfigError(f"{path} already exists; write_sample only creates new stores")
+    fields = _fields(grid, seed)
+
+    coords = xr.Dataset(coords={"time": grid.times, "latitude": grid.lat, "longitude": grid.lon})
+    coords["latitude"].attrs.update(long_name="latitude", units="degrees_north")
+    coords["longitude"].attrs.update(long_name="longitude", units="degrees_east")
+    coords.attrs.update(
+        valid_time_start=grid.times[0].strftime("%Y-%m-%d"),
+        valid_time_stop=grid.times[-1].strftime("%Y-%m-%d"),
+        title="lstmnb synthetic ERA5 sample (ARCO-ERA5 layout; NOT real data)",
+        lstmnb_sample_seed=int(seed),
+    )
+    encoding = {"time": {"units": "hours since 1900-01-01", "calendar": "proleptic_gregorian", "dtype": "int64"}}
+    coords.to_zarr(path, zarr_format=2, consolidated=False, encoding=encoding, mode="w-")
+
+    compressor = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
+    group = zarr.open_group(path, mode="r+", zarr_format=2)
+    nt, ny, nx = len(grid.times), len(grid.lat), len(grid.lon)
+    for name in variables:
+        arr = group.create_array(
+            name, shape=(nt, ny, nx), chunks=(1, ny, nx), dtype="float32", fill_value=np.nan,
+            compressors=compressor, chunk_key_encoding={"name": "v2", "separator": "."},
+        )
+        arr.attrs.update({**_ATTRS[name], "_ARRAY_DIMENSIONS": ["time", "latitude", "longitude"]})
+        # Write the chunk files directly: zarr's per-chunk machinery takes ~10 s for 13k chunks,
+        # plain file writes take well under one. Keys follow the v2 layout: "<t>.0.0".
+        data = np.ascontiguousarray(fields[name])
+        var_dir = path / name
+        for t in range(nt):
+            (var_dir / f"{t}.0.0").write_bytes(compressor.encode(data[t]))
+    zarr.consolidate_metadata(path, zarr_format=2)
+    (path / _DONE).write_text(json.dumps({"seed": seed, "variables": list(variables)}))
+    return path
+
+
+def is_complete(path: str | os.PathLike) -> bool:
+    """True when ``path`` holds a finished sample store (written to the end, metadata consolidated)."""
+    path = Path(path)
+    return (path / _DONE).is_file() and (path / ".zmetadata").is_file()
+
+
+def sample_store(rebuild: bool = False) -> Path:
+    """Return the embedded sample store, building it once into the user cache (atomically)."""
+    target = cache_dir() / SAMPLE_NAME
+    if rebuild or not is_complete(target):
+        with atomic_path(target) as tmp:
+            write_sample(tmp)
+    return target

@@ -1,0 +1,169 @@
+"""ERA5 access on real small local Zarr stores: selection, caching, corrupt caches, bad input, CLI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from lstmnb import era5
+from lstmnb.cli import main
+from lstmnb.era5 import Request, extract, open_store, to_frame
+from lstmnb.era5_cache import status
+from lstmnb.era5_fetch import FetchStats
+from lstmnb.errors import ConfigError, DataError
+
+SHORT = dict(start="2020-01-02", end="2020-01-04")
+
+
+def req(store, **kw) -> Request:
+    return Request(source=str(store), **{**SHORT, **kw})
+
+
+def test_catalogue_and_defaults():
+    assert era5.CATALOGUE["arco-v3"].startswith("gs://") and era5.CATALOGUE["arco-v3"].endswith("zarr-v3")
+    assert era5.CATALOGUE["arco-v2"].endswith("1959-2022-full_37-1h-0p25deg-chunk-1.zarr-v2")
+    r = Request()
+    assert r.source == "sample" and r.variables == ("2m_temperature",)
+    assert r.points == ((40.0, 280.0), (20.0, 280.0)) and (r.start, r.end) == ("2020-01-01", "2021-06-30")
+
+
+@pytest.mark.parametrize("lon", [280.0, -80.0, 280.1, -79.9, 279.88])
+def test_point_picks_nearest_cell_in_both_longitude_conventions(small_store, tmp_path, lon):
+    ds = extract(req(small_store, points=((39.9, lon),)), cache_dir=tmp_path, progress=False)
+    assert ds["2m_temperature"].dims == ("time", "point")
+    assert float(ds.latitude[0]) == 40.0 and float(ds.longitude[0]) == 280.0
+    assert str(ds.point.values[0]) == "40.00N 280.00E"
+    raw = xr.open_zarr(small_store, chunks=None)["2m_temperature"].sel(
+        latitude=40.0, longitude=280.0, time=slice("2020-01-02", "2020-01-04T23"))
+    np.testing.assert_array_equal(ds["2m_temperature"].values[:, 0], raw.values)
+    assert ds.sizes["time"] == 72 and ds["2m_temperature"].dtype == np.float32
+
+
+def test_two_points_two_variables_and_tidy_frame(small_store, tmp_path):
+    ds = extract(req(small_store, variables=("2m_temperature", "surface_pressure")), cache_dir=tmp_path,
+                 progress=False)
+    assert list(ds.point.values) == ["40.00N 280.00E", "20.00N 280.00E"]
+    assert ds.attrs["source"] == str(small_store) and ds.attrs["selection"] == "points"
+    df = to_frame(ds)
+    assert list(df.columns) == ["time", "point", "latitude", "longitude", "variable", "value"]
+    assert len(df) == 72 * 2 * 2
+    sp = df[(df.variable == "surface_pressure") & (df.point == "20.00N 280.00E")]
+    assert 95000 < sp.value.mean() < 106000
+    assert df.time.min() == pd.Timestamp("2020-01-02") and df.time.max() == pd.Timestamp("2020-01-04T23")
+
+
+def test_box_selection(small_store, tmp_path):
+    ds = extract(req(small_store, points=None, box=(39.0, 40.0, -80.5, 280.0)), cache_dir=tmp_path, progress=False)
+    assert ds["2m_temperature"].dims == ("time", "latitude", "longitude")
+    assert list(ds.latitude.values) == [40.0, 39.75, 39.5, 39.25, 39.0]
+    assert list(ds.longitude.values) == [279.5, 279.75, 280.0]
+    raw = xr.open_zarr(small_store, chunks=None)["2m_temperature"].sel(
+        latitude=slice(40, 39), longitude=slice(279.5, 280), time=slice("2020-01-02", "2020-01-04T23"))
+    np.testing.assert_array_equal(ds["2m_temperature"].values, raw.values)
+    assert len(to_frame(ds)) == 72 * 15
+
+
+def test_second_call_reads_the_cache(small_store, tmp_path):
+    first, second = FetchStats(), FetchStats()
+    a = extract(req(small_store), cache_dir=tmp_path, progress=False, stats=first)
+    b = extract(req(small_store), cache_dir=tmp_path, progress=False, stats=second)
+    assert first.chunks == 72 and first.blocks_written > 0
+    assert second.chunks == 0 and second.blocks_cached == first.blocks_written
+    xr.testing.assert_identical(a, b)
+    # an overlapping request reuses the cached hours and reads only the new ones
+    third = FetchStats()
+    c = extract(req(small_store, end="2020-01-05"), cache_dir=tmp_path, progress=False, stats=third)
+    assert third.chunks == 24
+    xr.testing.assert_equal(c.sel(time=slice(None, "2020-01-04T23")), a)
+    # refresh ignores the cache
+    fourth = FetchStats()
+    extract(req(small_store), cache_dir=tmp_path, progress=False, refresh=True, stats=fourth)
+    assert fourth.chunks == 72
+    assert {r["target"] for r in status(tmp_path)} == {"cell-r4-c4", "cell-r84-c4"}
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncate", "empty"])
+def test_corrupt_cache_is_detected_and_rebuilt(small_store, tmp_path, damage):
+    good = extract(req(small_store), cache_dir=tmp_path, progress=False)
+    files = sorted(tmp_path.rglob("*.npy"))
+    assert files
+    victim = files[0]
+    payload = victim.read_bytes()
+    if damage == "garbage":
+        victim.write_bytes(payload[:-8] + b"\x00garbage")
+    elif damage == "truncate":
+        victim.write_bytes(payload[: len(payload) // 2])
+    else:
+        victim.write_bytes(b"")
+    (victim.parent / f".{victim.name}.123.tmp").write_bytes(b"half")  # a killed writer's leftover
+    stats = FetchStats()
+    again = extract(req(small_store), cache_dir=tmp_path, progress=False, stats=stats)
+    assert stats.chunks > 0, "the damaged block was fetched again"
+    xr.testing.assert_identical(good, again)
+
+
+def test_default_request_on_the_sample(sample_store_path):
+    ds = extract(Request(end="2020-01-07"), progress=False)
+    assert ds.attrs["source"] == "sample" and ds.sizes == {"time": 168, "point": 2}
+    t = ds["2m_temperature"]
+    assert float(t.sel(point="20.00N 280.00E").mean()) > float(t.sel(point="40.00N 280.00E").mean())
+    assert open_store("sample").attrs["valid_time_start"] == "2020-01-01"
+
+
+@pytest.mark.parametrize(
+    "kw, err, words",
+    [
+        (dict(variables=("2m_temp",)), ConfigError, ["2m_temp", "2m_temperature", "surface_pressure"]),
+        (dict(points=((91.0, 280.0),)), ConfigError, ["91", "-90..90"]),
+        (dict(points=((40.0, 400.0),)), ConfigError, ["400", "-180..180"]),
+        (dict(start="2019-12-01", end="2020-01-03"), ConfigError, ["2019-12-01", "valid range", "2020-01-01"]),
+        (dict(start="2020-01-05", end="2020-02-01"), ConfigError, ["2020-02-01", "valid range", "2020-01-10"]),
+        (dict(start="2020-01-05", end="2020-01-03"), ConfigError, ["before"]),
+        (dict(start="yesterday"), ConfigError, ["yesterday", "ISO"]),
+        (dict(points=((60.0, 280.0),)), DataError, ["60", "outside", "latitude 19..41"]),
+        (dict(points=None, box=(39.1, 39.2, 279.0, 281.0)), DataError, ["selects no grid cells"]),
+        (dict(points=None, box=(-95.0, 40.0, 279.0, 281.0)), ConfigError, ["-95", "-90..90"]),
+        (dict(points=()), ConfigError, ["at least one"]),
+        (dict(points=None, box=None), ConfigError, ["either points or a box"]),
+        (dict(variables=()), ConfigError, ["at least one"]),
+    ],
+)
+def test_bad_requests(small_store, tmp_path, kw, err, words):
+    with pytest.raises(err) as info:
+        extract(req(small_store, **kw), cache_dir=tmp_path, progress=False)
+    msg = str(info.value)
+    assert "\n" not in msg
+    for w in words:
+        assert w in msg, (w, msg)
+
+
+def test_bad_sources(tmp_path):
+    (tmp_path / "notzarr").mkdir()
+    with pytest.raises(DataError, match="is not a Zarr store"):
+        open_store(str(tmp_path / "notzarr"))
+    with pytest.raises(DataError, match="neither a known name.*arco-v3"):
+        open_store("arco-v4")
+    with pytest.raises(ConfigError, match="credentials file"):
+        open_store("arco-v3", storage_options={"token": str(tmp_path / "missing.json")})
+    broken = tmp_path / "broken.zarr"
+    broken.mkdir()
+    (broken / ".zgroup").write_text("{not json")
+    with pytest.raises(DataError, match="not a readable Zarr store"):
+        open_store(str(broken))
+
+
+def test_cli_data(small_store, capsys):
+    rc = main(["data", "--source", str(small_store), "--start", "2020-01-02", "--end", "2020-01-02",
+               "--point", "40,-80", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "40.00N 280.00E" in out and "24 hours" in out and "cached" in out
+    assert main(["data", "--status"]) == 0
+    assert "cell-r4-c4" in capsys.readouterr().out
+    rc = main(["data", "--source", str(small_store), "--variable", "temp2m", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "unknown variable 'temp2m'" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as info:
+        main(["data", "--help"])
+    assert info.value.code == 0 and "--point" in capsys.readouterr().out

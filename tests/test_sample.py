@@ -1,0 +1,126 @@
+"""The embedded sample store: ARCO-ERA5 layout, determinism, realistic behaviour, atomic build."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from lstmnb.errors import ConfigError
+from lstmnb.sample import SAMPLE_NAME, is_complete, sample_store, write_sample
+
+
+@pytest.fixture(scope="module")
+def sample(sample_store_path):
+    return xr.open_zarr(sample_store_path, chunks=None)
+
+
+def test_layout_matches_arco(sample_store_path, sample):
+    ds = sample
+    assert set(ds.data_vars) == {"2m_temperature", "surface_pressure"}
+    t2m = ds["2m_temperature"]
+    assert t2m.dims == ("time", "latitude", "longitude")
+    assert t2m.attrs["units"] == "K" and ds["surface_pressure"].attrs["units"] == "Pa"
+    assert t2m.dtype == np.float32
+    lat, lon = ds["latitude"].values, ds["longitude"].values
+    assert lat.dtype == np.float32 and lon.dtype == np.float32
+    assert np.all(np.diff(lat) == -0.25), "latitude runs north to south at 0.25 degrees"
+    assert np.all(np.diff(lon) == 0.25) and lon.min() >= 0 and lon.max() < 360
+    assert ds.sel(latitude=slice(19, 41)).sizes["latitude"] == 0, "ascending slice selects nothing, as in ARCO"
+    times = pd.DatetimeIndex(ds["time"].values)
+    assert (np.diff(times.values) == np.timedelta64(1, "h")).all()
+    assert times[0] <= pd.Timestamp("2020-01-01T00") and times[-1] >= pd.Timestamp("2021-06-30T23")
+    assert ds.attrs["valid_time_start"] == "2020-01-01" and ds.attrs["valid_time_stop"] == "2021-06-30"
+    for lat_pt in (40.0, 20.0):  # both default points are on the grid, away from the edges
+        assert 40.0 in lat and 20.0 in lat and 280.0 in lon
+        assert lat.min() < lat_pt < lat.max()
+    # one time step per chunk, zarr format 2, consolidated metadata, Blosc as the public store
+    assert t2m.encoding["chunks"] == (1, ds.sizes["latitude"], ds.sizes["longitude"])
+    zarray = json.loads((sample_store_path / "2m_temperature" / ".zarray").read_text())
+    assert zarray["zarr_format"] == 2 and zarray["compressor"]["id"] == "blosc"
+    meta = json.loads((sample_store_path / ".zmetadata").read_text())
+    assert "2m_temperature/.zarray" in meta["metadata"]
+    assert (sample_store_path / "2m_temperature" / "0.0.0").is_file()
+    assert json.loads((sample_store_path / "time" / ".zattrs").read_text())["units"].startswith("hours since 1900")
+    assert sample_store_path.name == SAMPLE_NAME
+
+
+@pytest.fixture(scope="module")
+def column(sample):
+    """The 280E column of 2 m temperature, read once (13k chunks)."""
+    return sample["2m_temperature"].sel(longitude=280.0).load()
+
+
+def test_values_behave_like_2m_temperature(column):
+    ds = column.to_dataset()
+    t40 = ds["2m_temperature"].sel(latitude=40.0).to_series().astype(float)
+    t20 = ds["2m_temperature"].sel(latitude=20.0).to_series().astype(float)
+    assert 250 < t40.min() and t40.max() < 315 and 285 < t20.min() and t20.max() < 310
+    assert t20.mean() > t40.mean() + 8
+    month = t40.index.month
+    season40 = t40[month == 7].mean() - t40[month == 1].mean()
+    season20 = t20[month == 7].mean() - t20[month == 1].mean()
+    assert season40 > 15 and 2 < season20 < season40 / 2, "seasonal cycle shrinks towards the tropics"
+    hourly = t40.groupby(t40.index.hour).mean()
+    assert hourly.max() - hourly.min() > 4, "diurnal cycle"
+    # warmest hour near 15-16 local solar time; 280E is UTC-5h20
+    assert int(hourly.idxmax()) in (19, 20, 21, 22)
+    # climatology (hour x day of year, from 2020) vs persistence on 2021: both baselines meaningful
+    train, test = t40[t40.index.year == 2020], t40[t40.index.year == 2021]
+    clim = train.groupby([train.index.hour, train.index.day_of_year]).mean()
+    pred = clim.reindex(list(zip(test.index.hour, test.index.day_of_year))).to_numpy()
+    clim_rmse = np.sqrt(np.nanmean((test.to_numpy() - pred) ** 2))
+    persist_rmse = np.sqrt(np.mean(np.diff(test.to_numpy()) ** 2))
+    assert 0.5 < persist_rmse < 2.5 and persist_rmse < clim_rmse
+    # weather: anomalies from the hour x day climatology keep memory over days
+    anom = (t40 - t40.groupby([t40.index.hour, t40.index.month]).transform("mean")).to_numpy()
+    assert np.corrcoef(anom[24:], anom[:-24])[0, 1] > 0.4
+    # spatial coherence: neighbours agree more than cells far apart
+    a = column
+    near = np.corrcoef(np.diff(a.sel(latitude=40.0).values), np.diff(a.sel(latitude=39.75).values))[0, 1]
+    far = np.corrcoef(np.diff(a.sel(latitude=40.0).values), np.diff(a.sel(latitude=25.0).values))[0, 1]
+    assert near > 0.8 and near > far + 0.2
+
+
+def test_deterministic_for_a_seed(tmp_path):
+    kw = dict(start="2020-03-01T00", end="2020-03-03T23", lat=(40.5, 39.5), lon=(279.5, 280.5))
+    a = xr.open_zarr(write_sample(tmp_path / "a.zarr", **kw), chunks=None).load()
+    b = xr.open_zarr(write_sample(tmp_path / "b.zarr", **kw), chunks=None).load()
+    c = xr.open_zarr(write_sample(tmp_path / "c.zarr", seed=1, **kw), chunks=None).load()
+    xr.testing.assert_identical(a, b)
+    assert not np.array_equal(a["2m_temperature"].values, c["2m_temperature"].values)
+    assert a.sizes == {"time": 72, "latitude": 5, "longitude": 5}
+
+
+def test_single_variable_and_bad_arguments(tmp_path):
+    p = write_sample(tmp_path / "one.zarr", start="2020-01-01", end="2020-01-02", lat=(40, 39), lon=(280, 281),
+                     variables=["2m_temperature"])
+    assert list(xr.open_zarr(p, chunks=None).data_vars) == ["2m_temperature"]
+    with pytest.raises(ConfigError, match="choose from"):
+        write_sample(tmp_path / "x.zarr", variables=["snow"])
+    with pytest.raises(ConfigError, match="lat"):
+        write_sample(tmp_path / "y.zarr", lat=(10, 20))
+    with pytest.raises(ConfigError, match="already exists"):
+        write_sample(p)
+
+
+@pytest.mark.slow
+def test_build_is_fast_atomic_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("LSTMNB_CACHE", str(tmp_path))
+    half = tmp_path / SAMPLE_NAME
+    half.mkdir()
+    (half / ".zgroup").write_text("{}")  # a half-written store from a killed build
+    t0 = time.perf_counter()
+    path = sample_store()
+    built = time.perf_counter() - t0
+    assert built < 15, f"sample build took {built:.1f} s"
+    assert path == half and is_complete(path)
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    assert size < 80e6, f"sample store is {size / 1e6:.0f} MB"
+    mtime = (path / ".zmetadata").stat().st_mtime_ns
+    assert sample_store() == path and (path / ".zmetadata").stat().st_mtime_ns == mtime  # reused
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary leftovers"
