@@ -284,3 +284,182 @@ def _run_data(args) -> int:
             era5.to_frame(ds).to_csv(tmp, index=False)
         print(f"csv        {args.csv}")
     return 0
+
+
+# --- notebooks and quickstart ---------------------------------------------------------------------
+
+@subcommand
+def _notebooks(sub) -> None:
+    p = sub.add_parser(
+        "notebooks", help="run the notebook series with a device profile (papermill), or list notebooks and profiles",
+        description="Run the numbered notebooks through papermill with a device profile's parameters, write the "
+                    "executed notebooks and their HTML to runs/<profile>/<timestamp>/, and print a summary.",
+    )
+    nsub = p.add_subparsers(dest="notebooks_command", metavar="ACTION")
+    run = nsub.add_parser(
+        "run", help="execute the series (or some notebooks) with a profile",
+        description="Execute the notebooks with a profile's parameters; -p overrides win. A failing notebook "
+                    "stops the series; the notebooks executed so far are kept.",
+        epilog="examples:\n"
+               "  lstmnb notebooks run --profile cpu\n"
+               "  lstmnb notebooks run --profile ci --only 01,03\n"
+               "  lstmnb notebooks run --profile cpu -p epochs_list '[5]' -p input_paths '[dataloader]'\n"
+               "  lstmnb notebooks run --profile cpu --only 06 -p results_paths '[results, ~/carc-results]'\n"
+               "  lstmnb notebooks run --profile carc-v100 --kernel lstmnb",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("--profile", required=True, help="profile name (see `lstmnb notebooks list`) or a .yaml path")
+    run.add_argument("-p", "--parameter", dest="parameters", nargs=2, action="append", default=[],
+                     metavar=("KEY", "VALUE"), help="override a notebook parameter; VALUE is read as YAML "
+                                                    "(5, [5, 10], cuda, null); repeatable")
+    run.add_argument("--only", default=None, help="comma-separated notebooks by number or name, e.g. 01,03")
+    run.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the profile's)")
+    run.add_argument("--timeout", type=int, default=None, help="seconds allowed per cell (default: the profile's)")
+    run.add_argument("--runs-dir", default="runs", help="where run folders go (default: ./runs)")
+    run.add_argument("--notebooks", default=None, help="notebook folder (default: the checkout's notebooks/)")
+    run.add_argument("--no-html", dest="html", action="store_false", help="do not render HTML")
+    run.add_argument("--no-progress", dest="progress", action="store_false", help="no per-cell progress bar")
+    run.set_defaults(func=_run_notebooks)
+    lst = nsub.add_parser("list", help="show the notebooks (with their parameters) and the profiles")
+    lst.add_argument("--notebooks", default=None, help="notebook folder (default: the checkout's notebooks/)")
+    lst.set_defaults(func=_list_notebooks)
+    p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
+
+
+def _overrides(pairs) -> dict:
+    from .notebooks import parse_value
+
+    return {key: parse_value(value) for key, value in pairs}
+
+
+def _print_series(result) -> None:
+    from .report import format_table
+
+    print()
+    print(format_table(result.table()))
+    print(f"\nrun folder  {result.run_dir}")
+    print(f"records     {result.results}")
+    if result.report:
+        print(f"report      {result.report}")
+
+
+def _run_notebooks(args) -> int:
+    from .notebooks import NotebookError, run_series
+
+    try:
+        result = run_series(args.profile, overrides=_overrides(args.parameters), only=args.only,
+                            runs_dir=args.runs_dir, notebooks=args.notebooks, kernel=args.kernel,
+                            cell_timeout_s=args.timeout, html=args.html, progress=args.progress)
+    except NotebookError as exc:
+        if getattr(exc, "series", None) is not None:
+            _print_series(exc.series)
+        raise
+    _print_series(result)
+    return 0
+
+
+def _list_notebooks(args) -> int:
+    from .notebooks import listing
+
+    nbs, profiles = listing(args.notebooks)
+    print("notebooks:")
+    for name, heading, params in nbs:
+        print(f"  {name:<22} {heading}")
+        print(f"  {'':<22} parameters: {params}")
+    print("\nprofiles (lstmnb notebooks run --profile NAME):")
+    for name, label, device, kernel in profiles:
+        print(f"  {name:<10} {label:<14} device {device:<5} kernel {kernel}")
+    return 0
+
+
+@subcommand
+def _quickstart(sub) -> None:
+    p = sub.add_parser(
+        "quickstart", help="the main job: train + evaluate on the sample (CPU), then render the notebook series",
+        description="Train and evaluate the default forecaster on the embedded sample on CPU (the published "
+                    "setting: window 24 h, hidden 64, batch 64, 5 epochs), print the results table, then run "
+                    "the notebook series with a quick CPU profile and print where the HTML report is. "
+                    "A few minutes on 2 cores.",
+    )
+    p.add_argument("--profile", default="quick", help="profile for the notebook series (default: quick)")
+    p.add_argument("--epochs", type=int, default=5, help="epochs of the default run (default 5)")
+    p.add_argument("--results", default=None, help="results folder (default: results/; env LSTMNB_RESULTS)")
+    p.add_argument("--runs-dir", default="runs", help="where the notebook run folder goes (default: ./runs)")
+    p.add_argument("--no-notebooks", dest="notebooks", action="store_false", help="only the training run")
+    p.set_defaults(func=_run_quickstart)
+
+
+def _run_quickstart(args) -> int:
+    from .paths import results_dir
+    from .train import TrainConfig, run
+
+    results = args.results or str(results_dir())
+    print(f"== 1/2  default run on the embedded sample, CPU, {args.epochs} epochs")
+    result = run(None, TrainConfig(device="cpu", epochs=args.epochs, experiment="quickstart"), results=results)
+    print_run(result.record)
+    print(f"record {result.record['run_id']} appended to {results}")
+    if not args.notebooks:
+        return 0
+    from .notebooks import run_series
+
+    print(f"\n== 2/2  the notebook series, profile {args.profile}")
+    series = run_series(args.profile, runs_dir=args.runs_dir)
+    _print_series(series)
+    print(f"\nopen the report: {series.report}")
+    return 0
+
+
+# --- bench: experiments built from runs -----------------------------------------------------------
+# `lstmnb bench KIND`: each KIND registers itself below with @bench_command (one function per kind).
+BENCH_COMMANDS: list = []
+
+
+def bench_command(fn):
+    BENCH_COMMANDS.append(fn)
+    return fn
+
+
+@subcommand
+def _bench(sub) -> None:
+    p = sub.add_parser("bench", help="speed experiments: speed (time to accuracy, MFU), scaling, allreduce, ...",
+                       description="Experiments built from timed runs. Each prints a table and appends run "
+                                   "records; see `lstmnb bench KIND --help`.")
+    kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
+    for register in BENCH_COMMANDS:
+        register(kinds)
+    p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
+
+
+@bench_command
+def _bench_speed(kinds) -> None:
+    p = kinds.add_parser(
+        "speed", help="time to a target validation RMSE, samples/s and model FLOPs utilisation of three settings",
+        description="Trains the published setting (DataLoader, batch 64), the same model and batch on the fast "
+                    "path, and the recommended fast setting, alternating them over repeats, and prints medians: "
+                    "samples/s, seconds per epoch, seconds to a target validation RMSE (default 10%% below "
+                    "persistence), training FLOP/s as a fraction of this machine's measured float32 matmul rate, "
+                    "and ratios against the published setting.",
+    )
+    add_request_args(p)
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
+    p.add_argument("--repeats", type=int, default=3, help="runs per setting; medians are reported (default 3)")
+    p.add_argument("--max-epochs", type=int, default=15, help="epoch budget per run (default 15)")
+    p.add_argument("--target-rmse", type=float, default=None,
+                   help="validation RMSE target in K (default: --target-fraction x persistence's validation RMSE)")
+    p.add_argument("--target-fraction", type=float, default=0.9, help="default target as a fraction of "
+                   "persistence's validation RMSE (default 0.9, i.e. 10%% below)")
+    p.add_argument("--only", default=None, help="comma-separated contenders: published,fast,recommended")
+    p.add_argument("--results", default=None, help="append each run's record here (default: do not record)")
+    p.set_defaults(func=_run_bench_speed)
+
+
+def _run_bench_speed(args) -> int:
+    from . import speed
+
+    report = speed.speed_benchmark(
+        request_from_args(args), device=args.device, repeats=args.repeats, max_epochs=args.max_epochs,
+        target_rmse=args.target_rmse, target_fraction=args.target_fraction,
+        only=args.only.split(",") if args.only else None, results=args.results,
+    )
+    print(speed.format_report(report))
+    return 0
