@@ -6,6 +6,10 @@ trains or extracts anything.
 
 from __future__ import annotations
 
+import os
+import re
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -59,3 +63,291 @@ def format_table(df: pd.DataFrame, floatfmt: str = "{:,.3f}") -> str:
     if df.empty:
         return "(no rows)"
     return df.to_string(float_format=lambda v: floatfmt.format(v))
+
+
+# --- devices -------------------------------------------------------------------------------------
+
+DEVICE_ORDER = ("CPU", "T4", "P100", "V100", "A40", "A100")
+# short labels for the GPUs the published experiment (and the CARC cluster) used; others keep their name
+_GPU_LABEL = re.compile(r"\b(T4|P100|V100|A40|A100|H100|H200)\b", re.IGNORECASE)
+
+
+def device_label(kind: str | None, name: str | None) -> str:
+    """Short column label of a device: 'CPU', 'T4', 'P100', 'V100', 'A40', 'A100'; unknown GPUs keep their name.
+
+    ``kind`` and ``name`` are a record's ``device.kind`` and ``device.name`` (e.g. 'cuda', 'Tesla T4').
+    """
+    kind = (kind or "").lower()
+    if kind == "cpu":
+        return "CPU"
+    if kind == "mps":
+        return "MPS"
+    if name:
+        match = _GPU_LABEL.search(str(name))
+        return match.group(1).upper() if match else str(name)
+    return kind.upper() or "unknown"
+
+
+def order_devices(labels) -> list[str]:
+    """Labels in the published column order (CPU, T4, P100, V100, A40, A100), others after, sorted."""
+    labels = list(dict.fromkeys(labels))
+    known = [d for d in DEVICE_ORDER if d in labels]
+    return known + sorted(l for l in labels if l not in DEVICE_ORDER)
+
+
+def with_device_labels(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of a records DataFrame with a ``device_label`` column (see ``device_label``)."""
+    out = df.copy()
+    kinds = out["device.kind"] if "device.kind" in out else pd.Series(None, index=out.index)
+    names = out["device.name"] if "device.name" in out else pd.Series(None, index=out.index)
+    out["device_label"] = [device_label(k if isinstance(k, str) else None, n if isinstance(n, str) else None)
+                           for k, n in zip(kinds, names)]
+    return out
+
+
+def _column(df: pd.DataFrame, name: str, default: Any = None) -> pd.Series:
+    return df[name] if name in df else pd.Series(default, index=df.index)
+
+
+def ok_single_runs(df: pd.DataFrame, experiment: str | None = None, input_path: str | None = None) -> pd.DataFrame:
+    """Finished single-device runs (status ok), optionally of one experiment and one input path."""
+    if df.empty:
+        return df
+    keep = _column(df, "status") == "ok"
+    keep &= _column(df, "config.strategy", "single").fillna("single") == "single"
+    if experiment is not None:
+        keep &= _column(df, "experiment") == experiment
+    if input_path is not None:
+        keep &= _column(df, "config.input_path") == input_path
+    return with_device_labels(df[keep])
+
+
+# --- the published experiment's table: epochs x devices ------------------------------------------
+
+def epochs_device_table(df: pd.DataFrame, *, experiment: str | None = "epochs", input_path: str | None = None,
+                        value: str = "timing.train_s", statistic: str = "median") -> pd.DataFrame:
+    """Training seconds in the published form: rows = epochs, columns = devices present (CPU, T4, ...).
+
+    Each cell is the ``statistic`` (median by default) of ``value`` over the ok single-device runs with
+    that many epochs on that device, so repeats and records merged from several machines combine.
+    """
+    runs = ok_single_runs(df, experiment, input_path)
+    if runs.empty or value not in runs or "config.epochs" not in runs:
+        return pd.DataFrame()
+    runs = runs.dropna(subset=[value, "config.epochs"])
+    if runs.empty:
+        return pd.DataFrame()
+    table = runs.pivot_table(index="config.epochs", columns="device_label", values=value, aggfunc=statistic)
+    table = table[order_devices(table.columns)]
+    table.index = table.index.astype(int)
+    table.index.name = "epochs"
+    table.columns.name = "device"
+    return table
+
+
+def speedup_table(table: pd.DataFrame, baseline: str = "CPU") -> pd.DataFrame:
+    """Speedup of each device over ``baseline`` (baseline seconds / device seconds), per row."""
+    if table.empty or baseline not in table:
+        return pd.DataFrame()
+    return table.rdiv(table[baseline], axis=0)
+
+
+def throughput_table(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
+    """Median training samples per second by device (rows) and input path (columns)."""
+    runs = ok_single_runs(df, experiment)
+    if runs.empty or "timing.samples_per_s" not in runs:
+        return pd.DataFrame()
+    runs = runs.assign(input_path=_column(runs, "config.input_path", "fast").fillna("fast"))
+    table = runs.pivot_table(index="device_label", columns="input_path", values="timing.samples_per_s",
+                             aggfunc="median")
+    table = table.loc[order_devices(table.index)]
+    table.index.name, table.columns.name = "device", "samples/s by input path"
+    return table
+
+
+def rmse_by_device(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
+    """Test RMSE (K) of the model per device (median over runs) beside persistence and climatology."""
+    runs = ok_single_runs(df, experiment)
+    cols = {"metrics.test_rmse_k": "model RMSE (K)", "metrics.persistence_rmse_k": "persistence RMSE (K)",
+            "metrics.climatology_rmse_k": "climatology RMSE (K)"}
+    if runs.empty or "metrics.test_rmse_k" not in runs:
+        return pd.DataFrame()
+    present = [c for c in cols if c in runs]
+    table = runs.groupby("device_label")[present].median().rename(columns=cols)
+    table.insert(0, "runs", runs.groupby("device_label").size())
+    table = table.loc[order_devices(table.index)]
+    if "persistence RMSE (K)" in table:
+        table["beats persistence"] = table["model RMSE (K)"] < table["persistence RMSE (K)"]
+    if "climatology RMSE (K)" in table:
+        table["beats climatology"] = table["model RMSE (K)"] < table["climatology RMSE (K)"]
+    table.index.name = "device"
+    return table
+
+
+def loss_curves(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
+    """Per-epoch losses of every ok single-device run, long form (one row per run and epoch)."""
+    runs = ok_single_runs(df, experiment)
+    if runs.empty or "epochs" not in runs:
+        return pd.DataFrame()
+    rows = []
+    for _, run in runs.iterrows():
+        for entry in run["epochs"] if isinstance(run["epochs"], list) else []:
+            rows.append({"run_id": run.get("run_id"), "device": run["device_label"],
+                         "input_path": run.get("config.input_path"), "epochs": run.get("config.epochs"),
+                         **{k: entry.get(k) for k in ("epoch", "train_loss", "val_loss", "val_rmse_k")}})
+    return pd.DataFrame(rows)
+
+
+def status_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Count of records by experiment, device and status; skipped and failed runs keep their reason."""
+    if df.empty:
+        return df
+    out = with_device_labels(df).assign(reason=_column(df, "reason").fillna(""))
+    return (out.groupby(["experiment", "device_label", "status", "reason"]).size()
+            .rename("records").reset_index().rename(columns={"device_label": "device"}))
+
+
+# --- published reference figures -----------------------------------------------------------------
+
+PUBLISHED = "published"
+MEASURED = "measured here"
+
+
+def load_published(path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The published reference figures shipped as package data (a copy of ../shared/published_figures.yaml)."""
+    import yaml
+
+    if path is None:
+        text = resources.files("lstmnb").joinpath("published_figures.yaml").read_text(encoding="utf-8")
+    else:
+        text = Path(path).read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def published_epochs_table(published: dict[str, Any] | None = None) -> pd.DataFrame:
+    """The published epochs x devices table (seconds of training), in the same shape as ours."""
+    pub = (published or load_published())["era5_lstm_gpu_benchmark"]
+    table = pd.DataFrame.from_dict(pub["epochs"], orient="index")
+    table = table[[d for d in pub.get("devices", table.columns) if d in table]]
+    table.index = table.index.astype(int)
+    table.index.name, table.columns.name = "epochs", "device"
+    return table.sort_index()
+
+
+def side_by_side(ours: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+    """Our table and the published one per device: columns (device, 'measured here' | 'published')."""
+    parts = {}
+    if not ours.empty:
+        parts[MEASURED] = ours
+    if not published.empty:
+        parts[PUBLISHED] = published
+    if not parts:
+        return pd.DataFrame()
+    both = pd.concat(parts, axis=1, names=["source", "device"])
+    both = both.swaplevel(axis=1)
+    devices = order_devices([d for d, _ in both.columns])
+    sources = [s for s in (MEASURED, PUBLISHED) if s in parts]
+    cols = [(d, s) for d in devices for s in sources if (d, s) in both.columns]
+    return both[cols]
+
+
+def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:
+    """The other published figures as tables, keyed by a title that says they are published."""
+    pub = published or load_published()
+    out: dict[str, pd.DataFrame] = {}
+    if "from_scratch_versions" in pub:
+        p = pub["from_scratch_versions"]
+        t = pd.DataFrame({"seconds (5 epochs)": p["versions"], "speedup vs sequential": p.get("speedup_vs_sequential", {})})
+        t.index.name = "version"
+        out[f"{PUBLISHED}: from-scratch LSTM versions ({p['task']})"] = t
+    if "dataparallel_resnet18" in pub:
+        p = pub["dataparallel_resnet18"]
+        t = pd.DataFrame.from_dict(p["dataparallel_per_gpu_batch"], orient="index")
+        t.index.name, t.columns.name = "per-GPU batch", "GPUs"
+        out[f"{PUBLISHED}: DataParallel ResNet-18, {p['unit']}"] = t
+    if "distributed_rnn_cost" in pub:
+        p = pub["distributed_rnn_cost"]
+        t = pd.DataFrame(p["runs"]).set_index("setup")
+        out[f"{PUBLISHED}: distributed RNN on AWS, {p['unit']}"] = t
+    if "multi_gpu_spatiotemporal" in pub:
+        p = pub["multi_gpu_spatiotemporal"]
+        out[f"{PUBLISHED}: multi-GPU spatio-temporal network, {p['unit']}"] = pd.DataFrame(p["rows"]).set_index("model")
+    return out
+
+
+# --- plots ---------------------------------------------------------------------------------------
+
+def plot_epochs_tables(ours: pd.DataFrame, published: pd.DataFrame | None = None):
+    """Grouped bars of training seconds by epochs and device: ours, and the published table beside it."""
+    import matplotlib.pyplot as plt
+
+    panels = [(MEASURED, ours)] + ([(PUBLISHED, published)] if published is not None and not published.empty else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), sharey=False, squeeze=False)
+    for ax, (title, table) in zip(axes[0], panels):
+        if table.empty:
+            ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
+        else:
+            table.T.plot.bar(ax=ax, rot=0)
+            ax.legend(title="epochs")
+        ax.set_title(title)
+        ax.set_xlabel("device")
+        ax.set_ylabel("training seconds (total)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_speedups(ours: pd.DataFrame, published: pd.DataFrame | None = None):
+    """Speedup over CPU per device and epochs, ours beside the published one."""
+    import matplotlib.pyplot as plt
+
+    panels = [(MEASURED, ours)] + ([(PUBLISHED, published)] if published is not None and not published.empty else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.6), squeeze=False)
+    for ax, (title, table) in zip(axes[0], panels):
+        if table.empty:
+            ax.text(0.5, 0.5, "no CPU baseline", ha="center", va="center", transform=ax.transAxes)
+        else:
+            table.T.plot.bar(ax=ax, rot=0)
+            ax.axhline(1.0, color="grey", lw=0.8)
+            ax.legend(title="epochs")
+        ax.set_title(f"speedup vs CPU, {title}")
+        ax.set_ylabel("x faster than CPU")
+    fig.tight_layout()
+    return fig
+
+
+def plot_loss_curves(curves: pd.DataFrame):
+    """Training loss and validation RMSE per epoch, one line per run, coloured by device."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+    if curves.empty:
+        for ax in (ax1, ax2):
+            ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
+        return fig
+    colours = {d: f"C{i}" for i, d in enumerate(order_devices(curves["device"]))}
+    seen: set[str] = set()
+    for run_id, run in curves.groupby("run_id", sort=False):
+        device = run["device"].iloc[0]
+        label = device if device not in seen else None
+        seen.add(device)
+        style = "-" if run["input_path"].iloc[0] != "dataloader" else "--"
+        ax1.plot(run["epoch"], run["train_loss"], style, color=colours[device], label=label, alpha=0.8)
+        ax2.plot(run["epoch"], run["val_rmse_k"], style, color=colours[device], label=label, alpha=0.8)
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax1.set(xlabel="epoch", ylabel="training loss (MSE, scaled)", yscale="log", title="training loss")
+    ax2.set(xlabel="epoch", ylabel="validation RMSE (K)", title="validation RMSE (dashed: DataLoader path)")
+    ax1.legend(title="device")
+    fig.tight_layout()
+    return fig
+
+
+def input_paths(df: pd.DataFrame, experiment: str | None = "epochs") -> list[str]:
+    """Input paths with finished runs of ``experiment``, the published one (dataloader) last."""
+    runs = ok_single_runs(df, experiment)
+    if runs.empty:
+        return []
+    paths = set(_column(runs, "config.input_path", "fast").fillna("fast"))
+    return sorted(paths, key=lambda p: (p == "dataloader", p))
