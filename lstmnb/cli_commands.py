@@ -336,7 +336,7 @@ def _print_series(result) -> None:
     from .report import format_table
 
     print()
-    print(format_table(result.table()))
+    print(format_table(result.table(), floatfmt="{:,.1f}"))
     print(f"\nrun folder  {result.run_dir}")
     print(f"records     {result.results}")
     if result.report:

@@ -1,0 +1,311 @@
+"""The steps the notebook series calls, kept here so that they are tested and the notebooks stay short.
+
+Each function takes the notebook's parameters (plain values that papermill can inject) and returns
+data: a request, a config, a table, a figure, the records of an experiment. Nothing here depends on
+running inside Jupyter.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from .errors import ConfigError
+from .paths import atomic_path
+
+# tqdm.auto warns once per kernel when ipywidgets is absent and falls back to a text bar, which is fine
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+# --- parameters -> request and config ------------------------------------------------------------
+
+
+def in_colab() -> bool:
+    """True when running under Google Colab (its module is imported by every Colab kernel)."""
+    return "google.colab" in sys.modules
+
+
+def make_request(source: str = "sample", points: Sequence[Sequence[float]] | None = ((40, 280), (20, 280)),
+                 start: str = "2020-01-01", end: str = "2021-06-30",
+                 variables: Sequence[str] = ("2m_temperature",), box: Sequence[float] | None = None):
+    """An ``era5.Request`` from notebook parameters (lists from papermill become tuples)."""
+    from . import era5
+
+    return era5.Request(
+        source=source, variables=tuple(variables),
+        points=tuple(tuple(float(v) for v in p) for p in points) if points and box is None else None,
+        box=tuple(float(v) for v in box) if box is not None else None, start=str(start), end=str(end),
+    )
+
+
+def make_config(**knobs: Any):
+    """A ``TrainConfig`` from notebook knobs; None values keep the default, unknown names are an error.
+
+    ``train_options`` (a dict) is merged last, so a profile's measured recommended setting can pass
+    any TrainConfig field without a notebook parameter of its own.
+    """
+    from .train import config_from_dict
+
+    extra = dict(knobs.pop("train_options", None) or {})
+    values = {k: v for k, v in {**knobs, **extra}.items() if v is not None}
+    for key in ("fractions", "split_dates"):
+        if key in values and isinstance(values[key], list):
+            values[key] = tuple(values[key])
+    cfg = config_from_dict(values)
+    cfg.validate()
+    return cfg
+
+
+def output_folder(output_dir: str | Path | None) -> Path | None:
+    """The folder for a notebook's files (figures, tables, subsets), created; None keeps files off disk."""
+    if not output_dir:
+        return None
+    path = Path(output_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def save_figure(fig, output_dir: str | Path | None, name: str) -> Path | None:
+    """Write ``fig`` as ``<output_dir>/figures/<name>.png`` atomically; no-op without an output folder."""
+    folder = output_folder(output_dir)
+    if folder is None:
+        return None
+    target = folder / "figures" / f"{name}.png"
+    with atomic_path(target, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    return target
+
+
+def save_table(df: pd.DataFrame, output_dir: str | Path | None, name: str) -> Path | None:
+    """Write ``df`` as ``<output_dir>/tables/<name>.csv`` atomically; no-op without an output folder."""
+    folder = output_folder(output_dir)
+    if folder is None:
+        return None
+    target = folder / "tables" / f"{name}.csv"
+    with atomic_path(target, suffix=".csv") as tmp:
+        df.to_csv(tmp)
+    return target
+
+
+# --- 01: the store and the series ----------------------------------------------------------------
+
+
+def store_variables(ds) -> pd.DataFrame:
+    """The store's data variables: long name, units, dims and shape."""
+    rows = [{"variable": name, "long name": var.attrs.get("long_name", ""), "units": var.attrs.get("units", ""),
+             "dims": " x ".join(var.dims), "shape": " x ".join(map(str, var.shape))}
+            for name, var in ds.data_vars.items()]
+    return pd.DataFrame(rows).set_index("variable") if rows else pd.DataFrame()
+
+
+def series_frame(ds, variable: str = "2m_temperature") -> pd.DataFrame:
+    """One column per point (kelvin), indexed by time, from a point extraction."""
+    da = ds[variable]
+    return pd.DataFrame(da.transpose("time", "point").values, index=pd.DatetimeIndex(ds["time"].values),
+                        columns=[str(p) for p in ds["point"].values])
+
+
+def daily_cycle(series: pd.DataFrame) -> pd.DataFrame:
+    """Mean anomaly from each point's mean by hour of day (UTC): the diurnal cycle."""
+    anomaly = series - series.mean()
+    out = anomaly.groupby(series.index.hour).mean()
+    out.index.name = "hour (UTC)"
+    return out
+
+
+def seasonal_cycle(series: pd.DataFrame) -> pd.DataFrame:
+    """Monthly means per point (kelvin): the seasonal cycle over the extracted range."""
+    out = series.resample("MS").mean()
+    out.index.name = "month"
+    return out
+
+
+def plot_series(series: pd.DataFrame):
+    """The hourly series per point, with daily means over it."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    for i, col in enumerate(series.columns):
+        ax.plot(series.index, series[col], lw=0.3, color=f"C{i}", alpha=0.6)
+        ax.plot(series[col].resample("D").mean(), lw=1.2, color=f"C{i}", label=f"{col} (daily mean)")
+    ax.set(ylabel="2 m temperature (K)", title="hourly 2 m temperature")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def plot_cycles(series: pd.DataFrame):
+    """Diurnal cycle (anomaly by hour of day) and seasonal cycle (monthly mean) side by side."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.4))
+    daily_cycle(series).plot(ax=ax1, marker=".")
+    ax1.set(ylabel="anomaly (K)", title="daily cycle")
+    seasonal_cycle(series).plot(ax=ax2, marker="o")
+    ax2.set(ylabel="monthly mean (K)", title="seasonal cycle")
+    fig.tight_layout()
+    return fig
+
+
+def save_subset(ds, output_dir: str | Path | None, name: str = "subset") -> Path | None:
+    """Write the extracted series as a tidy CSV (time, point, latitude, longitude, variable, value)."""
+    from . import era5
+
+    folder = output_folder(output_dir)
+    if folder is None:
+        return None
+    target = folder / f"{name}.csv"
+    with atomic_path(target, suffix=".csv") as tmp:
+        era5.to_frame(ds).to_csv(tmp, index=False)
+    return target
+
+
+# --- 02: windows, baselines, model --------------------------------------------------------------
+
+
+def windows_table(windows) -> pd.DataFrame:
+    """Samples, time span and baseline RMSE (K) of each split."""
+    rows = []
+    for split, n in windows.sizes().items():
+        first, last = windows.split_times.get(split, ("", ""))
+        base = windows.baselines[split]
+        rows.append({"split": split, "samples": n, "from": first, "to": last,
+                     "persistence RMSE (K)": base["persistence"]["rmse"],
+                     "climatology RMSE (K)": base["climatology"]["rmse"]})
+    return pd.DataFrame(rows).set_index("split")
+
+
+def model_table(cfg, n_features: int, n_train: int | None = None) -> pd.DataFrame:
+    """Parameters and FLOPs (per sample, and per epoch when ``n_train`` is given) of the forecaster."""
+    from .models import Forecaster, count_parameters, flops_per_sample
+
+    mc = cfg.model_config(n_features)
+    flops = flops_per_sample(mc, cfg.window)
+    row = {"cell": mc.cell, "layers": mc.layers, "hidden": mc.hidden, "inputs": n_features, "window (h)": cfg.window,
+           "parameters": count_parameters(Forecaster(mc)), "forward FLOPs/sample": flops["forward"],
+           "training FLOPs/sample": flops["training"]}
+    if n_train:
+        row["training GFLOPs/epoch"] = flops["training"] * n_train / 1e9
+    return pd.DataFrame([row]).set_index("cell")
+
+
+def forecast_frame(result, point: int = 0, days: float = 7, start: str | None = None) -> pd.DataFrame:
+    """Truth, forecast and persistence (K) at one point over ``days`` of the test part (first target hour)."""
+    w = result.windows
+    pick = w.point_index["test"] == point
+    if not pick.any():
+        raise ConfigError(f"point={point} is not in the test part; points are 0..{len(w.points) - 1} ({w.points})")
+    times = pd.DatetimeIndex(w.target_times["test"][pick])
+    forecast = result.forecast_kelvin("test")[pick, 0]
+    truth = w.to_kelvin(w.y["test"][pick, 0])
+    persistence = w.to_kelvin(w.x["test"][pick, -1, 0])
+    frame = pd.DataFrame({"truth": truth, "forecast": forecast, "persistence": persistence}, index=times)
+    t0 = pd.Timestamp(start) if start else times[0]
+    frame = frame[(frame.index >= t0) & (frame.index < t0 + pd.Timedelta(days=days))]
+    frame.index.name = "time"
+    return frame
+
+
+def plot_forecast(frame: pd.DataFrame, title: str = ""):
+    """Forecast vs truth (and persistence) over a test week."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    ax.plot(frame.index, frame["truth"], color="k", lw=1.4, label="truth")
+    ax.plot(frame.index, frame["forecast"], color="C3", lw=1.1, label="LSTM forecast")
+    ax.plot(frame.index, frame["persistence"], color="C0", lw=0.8, ls="--", label="persistence")
+    ax.set(ylabel="2 m temperature (K)", title=title or "forecast vs truth, test week")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    return fig
+
+
+# --- 03/04: the epochs experiment ----------------------------------------------------------------
+
+
+def epochs_experiment(windows, data_info: dict[str, Any], base_cfg, epochs_list: Iterable[int],
+                      input_paths: Iterable[str] = ("fast", "dataloader"), *, results: str | Path | None,
+                      repeats: int = 1, experiment: str = "epochs") -> list[dict[str, Any]]:
+    """Train one run per (input path, epochs, repeat) as in the published table, appending each record.
+
+    Each epochs value is a run of its own, warm-up included, because that is what the published
+    table timed. Returns the records (also appended to ``results`` unless it is None).
+    """
+    from .records import append_record
+    from .train import train, with_overrides
+
+    epochs_list = [int(e) for e in epochs_list]
+    if not epochs_list or min(epochs_list) < 1:
+        raise ConfigError(f"epochs_list={epochs_list!r} must be a non-empty list of whole numbers >= 1")
+    if repeats < 1:
+        raise ConfigError(f"repeats={repeats!r} must be >= 1")
+    records = []
+    for path in input_paths:
+        for epochs in epochs_list:
+            for _ in range(repeats):
+                cfg = with_overrides(base_cfg, input_path=path, epochs=epochs, experiment=experiment)
+                record = train(windows, cfg, data_info=data_info).record
+                if results is not None:
+                    append_record(record, results)
+                records.append(record)
+    return records
+
+
+def runs_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per record: input path, epochs, training seconds, samples/s, test RMSE and baselines."""
+    rows = []
+    for r in records:
+        c, t, m = r.get("config") or {}, r.get("timing") or {}, r.get("metrics") or {}
+        rows.append({"input path": c.get("input_path"), "epochs": c.get("epochs"), "batch": c.get("batch_size"),
+                     "status": r.get("status"), "train s": t.get("train_s"), "warm-up epoch s": t.get("warmup_epoch_s"),
+                     "median epoch s": t.get("epoch_s_median"), "samples/s": t.get("samples_per_s"),
+                     "test RMSE (K)": m.get("test_rmse_k"), "persistence (K)": m.get("persistence_rmse_k"),
+                     "climatology (K)": m.get("climatology_rmse_k"), "reason": r.get("reason")})
+    df = pd.DataFrame(rows)
+    return df.dropna(axis=1, how="all") if not df.empty else df
+
+
+# --- 04/05: devices present, skipped runs --------------------------------------------------------
+
+
+def gpu_check(device: str = "cuda", min_gpus: int = 1) -> str | None:
+    """None when ``min_gpus`` CUDA GPUs are usable for ``device``; otherwise the reason, in one line."""
+    import torch
+
+    if not str(device).startswith("cuda"):
+        return f"device={device!r} is not a CUDA device; this notebook measures GPUs (set device='cuda')"
+    if not torch.cuda.is_available():
+        build = torch.version.cuda or "none (CPU-only build)"
+        return f"no CUDA GPU visible on this machine (torch {torch.__version__}, CUDA build {build})"
+    count = torch.cuda.device_count()
+    if count < min_gpus:
+        return f"{count} CUDA GPU(s) visible; this experiment needs at least {min_gpus}"
+    return None
+
+
+def record_skipped(cfg, reason: str, results: str | Path | None, **extra: Any) -> dict[str, Any]:
+    """Append a ``skipped`` record (a reason, never a number) and return it."""
+    from .records import append_record
+    from .train import skipped_record
+
+    record = skipped_record(cfg, reason, **extra)
+    if results is not None:
+        append_record(record, results)
+    return record
+
+
+def missing_api(module: str, names: Sequence[str]) -> str | None:
+    """None when ``lstmnb.<module>`` provides every name; else why not (module absent or older)."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(f"lstmnb.{module}")
+    except ImportError as exc:
+        return f"lstmnb.{module} is not available in this version of lstmnb ({exc})"
+    absent = [n for n in names if not hasattr(mod, n)]
+    if absent:
+        return f"lstmnb.{module} lacks {', '.join(absent)} in this version of lstmnb"
+    return None

@@ -1,0 +1,413 @@
+"""The papermill runner: a device profile + the numbered notebooks -> executed notebooks + HTML.
+
+``run_series`` checks everything it can before starting a kernel (profile, notebook names, every
+override against the notebooks' own ``parameters`` cells, the kernel), then executes the notebooks
+in order into ``runs/<profile>/<timestamp>/``, renders each to HTML beside it, and stops at the first
+failing notebook with a message naming the notebook and the cell, keeping what ran before.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import os
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .errors import ConfigError, LstmnbError
+from .paths import atomic_path
+
+NOTEBOOKS_ENV = "LSTMNB_NOTEBOOKS"
+RUNNER_KEYS = ("label", "description", "kernel", "cell_timeout_s", "parameters")
+# parameters the runner fills in itself (a notebook may declare them; a profile or -p may still set them)
+INJECTED = ("profile", "label", "output_dir", "results", "results_paths")
+
+
+class NotebookError(LstmnbError):
+    """A notebook failed, or the series was asked for with a profile, notebook or parameter that does not exist."""
+
+
+# --- profiles ------------------------------------------------------------------------------------
+
+@dataclass
+class Profile:
+    """A device profile: runner settings plus the parameters given to the notebooks."""
+
+    name: str
+    label: str
+    description: str = ""
+    kernel: str = "python3"
+    cell_timeout_s: int = 3600
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+def profile_names() -> list[str]:
+    """Names of the profiles shipped with the package (``lstmnb/profiles/*.yaml``)."""
+    folder = resources.files("lstmnb").joinpath("profiles")
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(name: str) -> Profile:
+    """A shipped profile by name, or a profile YAML file by path (for site-specific profiles)."""
+    import yaml
+
+    path = Path(name)
+    if name.endswith((".yaml", ".yml")) and path.is_file():
+        text, pname = path.read_text(encoding="utf-8"), path.stem
+    else:
+        names = profile_names()
+        if name not in names:
+            raise NotebookError(f"unknown profile {name!r}; choose from {', '.join(names)} (or give a .yaml file path)")
+        text, pname = resources.files("lstmnb").joinpath("profiles", f"{name}.yaml").read_text(encoding="utf-8"), name
+    data = yaml.safe_load(text) or {}
+    unknown = sorted(set(data) - set(RUNNER_KEYS))
+    if unknown:
+        raise NotebookError(f"profile {pname!r} has unknown key(s) {unknown}; allowed: {', '.join(RUNNER_KEYS)}")
+    params = data.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise NotebookError(f"profile {pname!r}: 'parameters' must be a mapping of notebook parameters")
+    return Profile(name=pname, label=str(data.get("label") or pname), description=str(data.get("description") or ""),
+                   kernel=str(data.get("kernel") or "python3"), cell_timeout_s=int(data.get("cell_timeout_s") or 3600),
+                   parameters=dict(params))
+
+
+def parse_value(text: str) -> Any:
+    """A ``-p KEY VALUE`` value read as YAML: ``5`` -> 5, ``[5, 10]`` -> list, ``null`` -> None, ``cpu`` -> 'cpu'."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+# --- notebooks -----------------------------------------------------------------------------------
+
+def notebooks_dir(folder: str | os.PathLike | None = None) -> Path:
+    """The notebook folder: ``folder``, else $LSTMNB_NOTEBOOKS, else the checkout's ``notebooks/``, else ./notebooks."""
+    candidates = [folder, os.environ.get(NOTEBOOKS_ENV), Path(__file__).resolve().parent.parent / "notebooks",
+                  Path.cwd() / "notebooks"]
+    for c in candidates:
+        if c and Path(c).is_dir():
+            return Path(c)
+    if folder:
+        raise NotebookError(f"notebook folder {folder} does not exist")
+    raise NotebookError("no notebooks/ folder found; run from a checkout of lstmnb, or pass --notebooks DIR "
+                        f"(or set {NOTEBOOKS_ENV})")
+
+
+def find_notebooks(folder: str | os.PathLike | None = None) -> list[Path]:
+    """The numbered notebooks (``NN_name.ipynb``) in order."""
+    root = notebooks_dir(folder)
+    found = sorted(p for p in root.glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("."))
+    if not found:
+        raise NotebookError(f"no numbered notebooks (NN_name.ipynb) in {root}")
+    return found
+
+
+def select_notebooks(available: Sequence[Path], only: Iterable[str] | str | None = None) -> list[Path]:
+    """The notebooks named in ``only`` ('01', '01_data_access' or '01_data_access.ipynb'), in series order."""
+    if only is None:
+        return list(available)
+    tokens = [t.strip() for t in (only.split(",") if isinstance(only, str) else only) if t and t.strip()]
+    chosen: set[Path] = set()
+    for token in tokens:
+        stem = token[:-6] if token.endswith(".ipynb") else token
+        hits = [p for p in available if p.stem == stem or p.stem.split("_", 1)[0] == stem]
+        if not hits:
+            names = ", ".join(p.stem for p in available)
+            raise NotebookError(f"unknown notebook {token!r}; choose from {names} (by number, e.g. 01,03, or by name)")
+        chosen.update(hits)
+    if not chosen:
+        raise NotebookError("--only names no notebook; give numbers such as 01,03")
+    return [p for p in available if p in chosen]
+
+
+def notebook_parameters(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """The parameters a notebook declares in its ``parameters`` cell (papermill's inspection)."""
+    import papermill
+
+    return dict(papermill.inspect_notebook(str(path)))
+
+
+def plan_parameters(notebooks: Sequence[Path], base: Mapping[str, Any], overrides: Mapping[str, Any],
+                    declared: Mapping[Path, Mapping[str, Any]] | None = None) -> dict[Path, dict[str, Any]]:
+    """Per notebook, the parameters it declares from ``base`` (profile + runner) with ``overrides`` winning.
+
+    An override that none of the selected notebooks declares is an error naming what they do declare,
+    instead of papermill's warning after the fact.
+    """
+    declared = declared or {nb: notebook_parameters(nb) for nb in notebooks}
+    known = set().union(*(set(declared[nb]) for nb in notebooks)) if notebooks else set()
+    unknown = sorted(k for k in overrides if k not in known)
+    if unknown:
+        where = ", ".join(nb.stem for nb in notebooks)
+        raise NotebookError(
+            f"parameter(s) {', '.join(map(repr, unknown))} not declared by {where}; "
+            f"their parameters: {', '.join(sorted(known))}"
+        )
+    merged = {**base, **overrides}
+    return {nb: {k: v for k, v in merged.items() if k in declared[nb]} for nb in notebooks}
+
+
+def installed_kernels() -> dict[str, str]:
+    """Jupyter kernels installed here: name -> display name."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    specs = KernelSpecManager().get_all_specs()
+    return {name: spec.get("spec", {}).get("display_name", name) for name, spec in specs.items()}
+
+
+def check_kernel(name: str) -> None:
+    """Fail before any work when kernel ``name`` is not installed, naming the ones that are."""
+    kernels = installed_kernels()
+    if name not in kernels:
+        have = ", ".join(sorted(kernels)) or "none"
+        raise NotebookError(
+            f"Jupyter kernel {name!r} is not installed (installed: {have}); install one for this Python with "
+            f"`python -m ipykernel install --user --name {name}`, or pass --kernel with an installed name"
+        )
+
+
+# --- running -------------------------------------------------------------------------------------
+
+@dataclass
+class NotebookRun:
+    """What happened to one notebook of the series."""
+
+    name: str
+    status: str = "not run"  # ok | failed | not run
+    seconds: float | None = None
+    notebook: Path | None = None
+    html: Path | None = None
+    error: str | None = None
+
+
+@dataclass
+class SeriesResult:
+    """The outcome of ``run_series``: where things are and one entry per selected notebook."""
+
+    profile: str
+    run_dir: Path
+    results: Path
+    runs: list[NotebookRun]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status == "ok" for r in self.runs)
+
+    @property
+    def report(self) -> Path | None:
+        """The HTML of the analysis notebook (06), else the last HTML written."""
+        htmls = [r.html for r in self.runs if r.html]
+        analysis = [h for h in htmls if h.stem.startswith("06")]
+        return (analysis or htmls or [None])[-1]
+
+    def table(self):
+        import pandas as pd
+
+        return pd.DataFrame([{"notebook": r.name, "status": r.status,
+                              "seconds": round(r.seconds, 1) if r.seconds is not None else None,
+                              "html": str(r.html) if r.html else ""} for r in self.runs]).set_index("notebook")
+
+
+def new_run_dir(runs_dir: str | os.PathLike, profile: str) -> Path:
+    """A fresh ``<runs_dir>/<profile>/<timestamp>`` folder (a suffix keeps two runs in one second apart)."""
+    base = Path(runs_dir) / profile
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    for i in range(1000):
+        path = base / (stamp if i == 0 else f"{stamp}-{i}")
+        try:
+            path.mkdir()
+            return path.resolve()
+        except FileExistsError:
+            continue
+    raise NotebookError(f"cannot create a new run folder under {base}")
+
+
+def resolve_results(value: Any, run_dir: Path) -> Path:
+    """The results folder from a profile/override value: None -> ./results, '{run_dir}' expanded, absolute."""
+    from .paths import results_dir
+
+    if value in (None, ""):
+        return results_dir().resolve()
+    return Path(str(value).format(run_dir=run_dir)).expanduser().resolve()
+
+
+def render_html(notebook: Path) -> Path:
+    """Render an executed notebook to ``<name>.html`` beside it (nbconvert), atomically."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(notebook, as_version=4)
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    target = notebook.with_suffix(".html")
+    with atomic_path(target, suffix=".html") as tmp:
+        tmp.write_text(body, encoding="utf-8")
+    return target
+
+
+def _failing_cell(notebook: Path) -> tuple[int | None, str]:
+    """(index, first source line) of the cell papermill marked failed or left running."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(notebook, as_version=4)
+    except Exception:  # the partial file may be unreadable after a crash
+        return None, ""
+    for i, cell in enumerate(nb.cells):
+        status = cell.get("metadata", {}).get("papermill", {}).get("status")
+        if status in ("failed", "running"):
+            return i, (cell.source.strip().splitlines() or [""])[0][:80]
+    return None, ""
+
+
+def _describe_failure(exc: BaseException, notebook: Path) -> str:
+    from papermill.exceptions import PapermillExecutionError
+
+    if isinstance(exc, PapermillExecutionError):
+        index, first = exc.cell_index, (exc.source.strip().splitlines() or [""])[0][:80]
+        what = f"{exc.ename}: {str(exc.evalue).strip().splitlines()[0] if str(exc.evalue).strip() else ''}".rstrip(": ")
+    else:
+        index, first = _failing_cell(notebook)
+        what = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+    where = f"cell {index}" if index is not None else "an unknown cell"
+    if first:
+        where += f" ({first!r})"
+    return f"{where}: {what}"
+
+
+def run_series(
+    profile: str | Profile,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    only: Iterable[str] | str | None = None,
+    runs_dir: str | os.PathLike = "runs",
+    notebooks: str | os.PathLike | None = None,
+    kernel: str | None = None,
+    cell_timeout_s: int | None = None,
+    html: bool = True,
+    progress: bool = True,
+    echo: Callable[[str], None] | None = print,
+) -> SeriesResult:
+    """Execute the selected notebooks with ``profile``'s parameters (``overrides`` win) and render them.
+
+    Raises ``NotebookError`` for bad input before any kernel starts, and when a notebook fails (after
+    writing its executed copy and HTML; the result of the earlier notebooks stays in the run folder).
+    """
+    import papermill
+
+    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    overrides = dict(overrides or {})
+    selected = select_notebooks(find_notebooks(notebooks), only)
+    declared = {nb: notebook_parameters(nb) for nb in selected}
+    kernel_name = kernel or prof.kernel
+    timeout = int(cell_timeout_s or prof.cell_timeout_s)
+    if timeout < 1:
+        raise ConfigError(f"cell timeout {timeout!r} must be >= 1 second")
+    # validate the overrides before creating anything
+    plan_parameters(selected, {}, overrides, declared)
+    check_kernel(kernel_name)
+
+    run_dir = new_run_dir(runs_dir, prof.name)
+    results = resolve_results(overrides.get("results", prof.parameters.get("results")), run_dir)
+    base = {**prof.parameters, "profile": prof.name, "label": prof.label, "output_dir": str(run_dir),
+            "results": str(results), "results_paths": [str(results)]}
+    if isinstance(overrides.get("results_paths"), str):
+        overrides["results_paths"] = [overrides["results_paths"]]
+    if "results" in overrides:
+        overrides["results"] = str(results)
+    plans = plan_parameters(selected, base, overrides, declared)
+
+    say = echo or (lambda _msg: None)
+    say(f"profile {prof.name} ({prof.label}), kernel {kernel_name}, {len(selected)} notebook(s) -> {run_dir}")
+    runs = [NotebookRun(nb.stem) for nb in selected]
+    result = SeriesResult(prof.name, run_dir, results, runs)
+    for i, (nb, entry) in enumerate(zip(selected, runs), 1):
+        out = run_dir / nb.name
+        partial = run_dir / f".{nb.stem}.running.ipynb"
+        say(f"[{i}/{len(selected)}] {nb.stem} ...")
+        t0 = time.perf_counter()
+        failure: BaseException | None = None
+        try:
+            papermill.execute_notebook(
+                str(nb), str(partial), parameters=plans[nb], kernel_name=kernel_name, progress_bar=progress,
+                execution_timeout=timeout, cwd=None, log_output=False,
+            )
+        except KeyboardInterrupt:
+            _keep(partial, out)
+            entry.status, entry.notebook = "interrupted", out if out.exists() else None
+            raise
+        except Exception as exc:  # papermill, nbclient and the kernel raise many kinds; report them all
+            failure = exc
+        entry.seconds = time.perf_counter() - t0
+        _keep(partial, out)
+        entry.notebook = out if out.exists() else None
+        if html and entry.notebook is not None:
+            try:
+                entry.html = render_html(out)
+            except Exception as exc:  # rendering must not hide the notebook's own outcome
+                say(f"    (HTML rendering of {out.name} failed: {type(exc).__name__}: {exc})")
+        if failure is not None:
+            entry.status = "failed"
+            entry.error = _describe_failure(failure, out)
+            say(f"    failed after {entry.seconds:.1f} s")
+            _write_index(result)
+            kept = [r.name for r in runs if r.notebook is not None]
+            err = NotebookError(
+                f"notebook {nb.stem} failed in {entry.error}; the series stopped. Executed notebook: "
+                f"{out if out.exists() else '(not written)'}; kept in {run_dir}: {', '.join(kept) or 'nothing'}"
+            )
+            err.series = result  # the summary so far, for the caller to show
+            raise err from None
+        entry.status = "ok"
+        say(f"    ok in {entry.seconds:.1f} s")
+    _write_index(result)
+    return result
+
+
+def _keep(partial: Path, out: Path) -> None:
+    """Move papermill's progressively written copy onto its final name (one rename: never half a file)."""
+    if partial.exists():
+        os.replace(partial, out)
+
+
+def _write_index(result: SeriesResult) -> Path:
+    """``index.html`` in the run folder: a table linking each notebook's HTML."""
+    rows = "".join(
+        f"<tr><td>{html.escape(r.name)}</td><td>{r.status}</td>"
+        f"<td>{'' if r.seconds is None else f'{r.seconds:.1f}'}</td>"
+        f"<td>{f'<a href={html.escape(r.html.name)!r}>{html.escape(r.html.name)}</a>' if r.html else ''}</td>"
+        f"<td>{html.escape(r.error or '')}</td></tr>"
+        for r in result.runs
+    )
+    page = (f"<!doctype html><meta charset='utf-8'><title>lstmnb {result.profile}</title>"
+            f"<h1>lstmnb notebook series, profile {html.escape(result.profile)}</h1>"
+            f"<p>results: {html.escape(str(result.results))}</p>"
+            f"<table border=1 cellpadding=4><tr><th>notebook</th><th>status</th><th>seconds</th><th>HTML</th>"
+            f"<th>error</th></tr>{rows}</table>")
+    target = result.run_dir / "index.html"
+    with atomic_path(target, suffix=".html") as tmp:
+        tmp.write_text(page, encoding="utf-8")
+    return target
+
+
+def listing(notebooks: str | os.PathLike | None = None) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str, str]]]:
+    """(notebooks: name, first heading, parameters; profiles: name, label, device, kernel) for ``notebooks list``."""
+    import nbformat
+
+    nbs = []
+    for path in find_notebooks(notebooks):
+        nb = nbformat.read(path, as_version=4)
+        heading = next((c.source.strip().splitlines()[0].lstrip("# ") for c in nb.cells
+                        if c.cell_type == "markdown" and c.source.strip()), "")
+        nbs.append((path.stem, heading, ", ".join(notebook_parameters(path))))
+    profs = []
+    for name in profile_names():
+        p = load_profile(name)
+        profs.append((name, p.label, str(p.parameters.get("device", "")), p.kernel))
+    return nbs, profs
