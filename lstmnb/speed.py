@@ -1,0 +1,202 @@
+"""Training speed measured the way the field does: time to a target quality, throughput, and model
+FLOPs utilisation (MFU) against this machine's own measured matmul rate.
+
+Three contenders train the same model on the same windows, alternated over repeats so that drift
+of a shared machine hits all of them alike; medians are reported.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pandas as pd
+import torch
+
+from .errors import ConfigError
+from .train import TrainConfig, resolve_device, synchronize
+
+# The setting the published experiments timed: window 24 h, hidden 64, batch 64, Adam 1e-3, and a
+# per-sample Dataset + DataLoader(num_workers=2) feeding the model (plain, unfused Adam).
+# (window and hidden size are TrainConfig's defaults, so a smaller ``base`` can shrink all contenders.)
+PUBLISHED = dict(input_path="dataloader", num_workers=2, batch_size=64, lr=1e-3, lr_schedule="constant",
+                 fused_adam=False)
+# The same model and batch on the fast path: the training set as tensors, shuffled index batches.
+FAST_SAME_BATCH = dict(PUBLISHED, input_path="fast", fused_adam=True)
+# The recommended fast setting, chosen by measurement with `lstmnb bench speed` (see the profiles):
+# larger batches make each recurrent matrix product big enough to run near the matmul rate, and a
+# one-cycle schedule with a higher peak learning rate recovers the convergence per epoch that the
+# larger batch would otherwise lose.
+RECOMMENDED = {
+    "cpu": dict(FAST_SAME_BATCH, batch_size=256, lr=4e-3, lr_schedule="onecycle"),
+    "cuda": dict(FAST_SAME_BATCH, batch_size=1024, lr=5e-3, lr_schedule="onecycle", amp="auto"),
+    "mps": dict(FAST_SAME_BATCH, batch_size=512, lr=4e-3, lr_schedule="onecycle"),
+}
+CONTENDERS = ("published", "fast", "recommended")
+
+
+def contender_settings(name: str, device_kind: str) -> dict[str, Any]:
+    """The TrainConfig overrides of one contender on a device kind."""
+    if name == "published":
+        return dict(PUBLISHED)
+    if name == "fast":
+        return dict(FAST_SAME_BATCH)
+    if name == "recommended":
+        return dict(RECOMMENDED.get(device_kind, RECOMMENDED["cpu"]))
+    raise ConfigError(f"contender {name!r} is not one of {', '.join(CONTENDERS)}")
+
+
+def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: int = 7,
+                dtype: torch.dtype = torch.float32) -> float:
+    """Measured dense GEMM rate in FLOP/s (median of ``repeats``) on the threads torch uses now."""
+    dev = torch.device(device) if not isinstance(device, torch.device) else device
+    a = torch.randn(size, size, device=dev, dtype=dtype)
+    b = torch.randn(size, size, device=dev, dtype=dtype)
+    for _ in range(2):
+        a @ b
+    times = []
+    for _ in range(repeats):
+        synchronize(dev)
+        t0 = time.perf_counter()
+        a @ b
+        synchronize(dev)
+        times.append(time.perf_counter() - t0)
+    return 2 * size**3 / statistics.median(times)
+
+
+@dataclass
+class SpeedReport:
+    """Per-run rows, the per-contender medians, and what they were measured against."""
+
+    runs: pd.DataFrame
+    table: pd.DataFrame
+    target_rmse_k: float
+    val_persistence_rmse_k: float
+    matmul_flops: float
+    device: str
+    max_epochs: int
+    repeats: int
+    notes: list[str] = field(default_factory=list)
+
+
+def _time_to_target_text(row: pd.Series, max_epochs: int) -> str:
+    if pd.notna(row["time_to_target_s"]):
+        return f"{row['time_to_target_s']:.2f}"
+    return f"not reached in {max_epochs} epochs (best {row['best_val_rmse_k']:.3f} K)"
+
+
+def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max_epochs: int = 15,
+                    target_rmse: float | None = None, target_fraction: float = 0.9,
+                    only: list[str] | None = None, results: str | None = None, windows=None,
+                    base: TrainConfig | None = None, progress: bool = True) -> SpeedReport:
+    """Train each contender ``repeats`` times (alternating), stopping at the target, and summarise.
+
+    ``windows`` may be given to skip extraction (tests use tiny ones); ``base`` supplies settings
+    that all contenders share (e.g. a smaller hidden size in tests).
+    """
+    from tqdm.auto import tqdm
+
+    from .records import append_record
+    from .train import prepare_windows, train
+
+    if repeats < 1 or max_epochs < 1:
+        raise ConfigError(f"repeats={repeats} and max_epochs={max_epochs} must be >= 1")
+    names = list(only or CONTENDERS)
+    for n in names:
+        contender_settings(n, "cpu")  # validates the name
+    dev = resolve_device(device)
+    base = replace(base or TrainConfig(), device=str(dev), epochs=max_epochs, progress=False,
+                   experiment="speed")
+    info: dict[str, Any] = {}
+    if windows is None:
+        windows, info = prepare_windows(request, base, progress=progress)
+    val_pers = windows.baselines["val"]["persistence"]["rmse"]
+    target = target_rmse if target_rmse is not None else target_fraction * val_pers
+    rates: list[float] = []  # the matmul rate, measured beside every run: drift hits it as it hits them
+
+    rows = []
+    bar = tqdm(total=repeats * len(names), desc="bench speed", unit="run", disable=not progress)
+    for rep in range(repeats):
+        order = names if rep % 2 == 0 else names[::-1]  # alternate so drift hits all contenders alike
+        for name in order:
+            rates.append(matmul_rate(dev))
+            cfg = replace(base, **contender_settings(name, dev.type), target_rmse=target, stop_at_target=True,
+                          seed=base.seed + rep)
+            rec = train(windows, cfg, data_info=info).record
+            rec["contender"] = name
+            if results:
+                append_record(rec, results)
+            t, m = rec["timing"], rec["metrics"]
+            ttt = t["time_to_target"]
+            rows.append({
+                "contender": name, "repeat": rep, "batch": cfg.batch_size, "input": cfg.input_path,
+                "samples_per_s": t["samples_per_s"], "epoch_s": t["epoch_s_median"],
+                "time_to_target_s": ttt.get("seconds"), "epochs_to_target": ttt.get("epoch"),
+                "best_val_rmse_k": ttt.get("best_val_rmse_k"), "test_rmse_k": m["test_rmse_k"],
+                "train_flops_per_s": t.get("train_flops_per_s"),
+            })
+            bar.update(1)
+    bar.close()
+    flops_rate = statistics.median(rates)
+    runs = pd.DataFrame(rows)
+    med = runs.groupby("contender", sort=False).agg(
+        batch=("batch", "first"), input=("input", "first"), samples_per_s=("samples_per_s", "median"),
+        epoch_s=("epoch_s", "median"), time_to_target_s=("time_to_target_s", lambda s: s.median() if s.notna().all() else float("nan")),
+        epochs_to_target=("epochs_to_target", "median"), best_val_rmse_k=("best_val_rmse_k", "median"),
+        test_rmse_k=("test_rmse_k", "median"), train_flops_per_s=("train_flops_per_s", "median"),
+    ).reindex(names)
+    med["mfu"] = med["train_flops_per_s"] / flops_rate
+    notes = []
+    if "published" in med.index:
+        ref = med.loc["published"]
+        med["samples_per_s_vs_published"] = med["samples_per_s"] / ref["samples_per_s"]
+        med["time_to_target_speedup"] = ref["time_to_target_s"] / med["time_to_target_s"]
+        med["test_rmse_vs_published"] = med["test_rmse_k"] - ref["test_rmse_k"]
+    for name, row in med.iterrows():
+        if pd.isna(row["time_to_target_s"]):
+            notes.append(f"{name}: target {target:.3f} K " + _time_to_target_text(row, max_epochs)
+                         + " in at least one repeat")
+    return SpeedReport(runs=runs, table=med, target_rmse_k=target, val_persistence_rmse_k=val_pers,
+                       matmul_flops=flops_rate, device=str(dev), max_epochs=max_epochs, repeats=repeats,
+                       notes=notes)
+
+
+def format_report(rep: SpeedReport) -> str:
+    """The table and the ratios, with the definitions, for the terminal or a notebook."""
+    t = rep.table.copy()
+    out = pd.DataFrame(index=t.index)
+    out["batch"] = t["batch"].astype(int)
+    out["input"] = t["input"]
+    out["samples/s"] = t["samples_per_s"].map("{:,.0f}".format)
+    out["s/epoch"] = t["epoch_s"].map("{:.3f}".format)
+    out["s to target"] = [_time_to_target_text(r, rep.max_epochs) for _, r in t.iterrows()]
+    out["epochs"] = t["epochs_to_target"].map(lambda v: "-" if pd.isna(v) else f"{v:.0f}")
+    out["test RMSE K"] = t["test_rmse_k"].map("{:.3f}".format)
+    out["GFLOP/s"] = (t["train_flops_per_s"] / 1e9).map("{:.1f}".format)
+    out["MFU"] = t["mfu"].map("{:.0%}".format)
+    if "samples_per_s_vs_published" in t:
+        out["x samples/s"] = t["samples_per_s_vs_published"].map("{:.2f}".format)
+        out["x time-to-target"] = t["time_to_target_speedup"].map(lambda v: "-" if pd.isna(v) else f"{v:.2f}")
+    lines = [
+        f"device {rep.device}; medians of {rep.repeats} alternating repeats; epoch budget {rep.max_epochs}",
+        f"target: validation RMSE <= {rep.target_rmse_k:.3f} K (persistence on validation: "
+        f"{rep.val_persistence_rmse_k:.3f} K)",
+        f"measured float32 matmul rate: {rep.matmul_flops / 1e9:.1f} GFLOP/s "
+        f"(MFU = training FLOP/s / this rate; training FLOPs = 3 x forward per sample)",
+        "",
+        out.to_string(),
+        "",
+        "samples/s: median over steady epochs (the first, warm-up epoch excluded); s to target: cumulative "
+        "training + validation seconds to the first epoch at or below the target; x columns are ratios "
+        "against the published setting (higher is better).",
+    ]
+    lines += rep.notes
+    return "\n".join(lines)
+
+
+def report_dict(rep: SpeedReport) -> dict[str, Any]:
+    """The report as plain data (for a record or JSON)."""
+    return dict(target_rmse_k=rep.target_rmse_k, val_persistence_rmse_k=rep.val_persistence_rmse_k,
+             matmul_flops=rep.matmul_flops, device=rep.device, table=rep.table.reset_index().to_dict("records"))

@@ -1,0 +1,56 @@
+"""The speed benchmark on tiny sizes: every contender trains, reaches a loose target, and is reported."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from lstmnb.errors import ConfigError
+from lstmnb.speed import CONTENDERS, contender_settings, format_report, matmul_rate, speed_benchmark
+from lstmnb.train import TrainConfig
+from lstmnb.windows import make_windows
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    t = pd.date_range("2020-01-01", periods=24 * 40, freq="h")
+    rng = np.random.default_rng(1)
+    v = 280 + 5 * np.sin(2 * np.pi * t.hour.to_numpy() / 24) + np.cumsum(rng.normal(0, 0.2, len(t))) * 0.1
+    base = TrainConfig(window=12, hidden=8)
+    return make_windows(v, t, base.window_config()), base
+
+
+def test_matmul_rate_is_a_positive_measured_rate():
+    torch.manual_seed(0)
+    r = matmul_rate("cpu", size=256, repeats=3)
+    assert 1e7 < r < 1e14  # between 10 MFLOP/s and 100 TFLOP/s: measured, not a constant
+
+
+def test_each_contender_trains_and_reaches_a_loose_target(tiny):
+    windows, base = tiny
+    loose = 3 * windows.baselines["val"]["persistence"]["rmse"] + 1.0
+    rep = speed_benchmark(windows=windows, base=base, repeats=1, max_epochs=3, target_rmse=loose, progress=False)
+    assert list(rep.table.index) == list(CONTENDERS)
+    for name, row in rep.table.iterrows():
+        assert row["time_to_target_s"] > 0 and row["epochs_to_target"] == 1, name
+        assert math.isfinite(row["test_rmse_k"]) and row["samples_per_s"] > 0
+        assert 0 < row["mfu"]
+    assert rep.table.loc["published", "samples_per_s_vs_published"] == pytest.approx(1.0)
+    assert rep.runs["batch"].tolist() == [64, 64, contender_settings("recommended", "cpu")["batch_size"]]
+    text = format_report(rep)
+    assert "MFU" in text and "published" in text and f"{rep.target_rmse_k:.3f} K" in text
+
+
+def test_unreached_target_is_reported_as_not_reached(tiny):
+    windows, base = tiny
+    rep = speed_benchmark(windows=windows, base=base, repeats=1, max_epochs=2, target_rmse=1e-6,
+                          only=["fast"], progress=False)
+    assert math.isnan(rep.table.loc["fast", "time_to_target_s"])
+    assert "not reached in 2 epochs (best" in format_report(rep)
+
+
+def test_unknown_contender():
+    with pytest.raises(ConfigError, match="contender 'fastest' is not one of"):
+        contender_settings("fastest", "cpu")
