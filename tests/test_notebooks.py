@@ -1,0 +1,267 @@
+"""The notebook series through the papermill runner: profiles, notebook hygiene, bad input, and every
+notebook executed with the `ci` profile on a real kernel (CPU only: 04 and 05 record `skipped`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from lstmnb import cli, notebooks, records
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
+SERIES = ["01_data_access", "02_model", "03_cpu_baseline", "04_single_gpu", "05_multi_gpu", "06_analysis"]
+
+
+@pytest.fixture(autouse=True)
+def _results_env(tmp_path, monkeypatch):
+    """Nothing a test runs may write into the repository's results/."""
+    monkeypatch.setenv("LSTMNB_RESULTS", str(tmp_path / "default-results"))
+
+
+def outputs(nb_path: Path) -> list[dict]:
+    """Every output of every code cell of an executed notebook."""
+    nb = nbformat.read(nb_path, as_version=4)
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+
+
+def output_text(nb_path: Path) -> str:
+    parts = []
+    for o in outputs(nb_path):
+        if o.get("output_type") == "stream":
+            parts.append(o["text"])
+        for key in ("text/markdown", "text/plain"):
+            if key in o.get("data", {}):
+                parts.append(o["data"][key])
+    return "\n".join(parts)
+
+
+def images(nb_path: Path) -> int:
+    return sum("image/png" in o.get("data", {}) for o in outputs(nb_path))
+
+
+# --- notebooks and profiles, without a kernel ----------------------------------------------------
+
+@pytest.mark.parametrize("name", SERIES)
+def test_notebook_shape(name):
+    """Opening markdown, Colab-only install cell, one parameters cell, and no stored outputs."""
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    nbformat.validate(nb)
+    cells = nb.cells
+    assert cells[0].cell_type == "markdown"
+    for words in ("What it shows", "What it needs", "How long it takes"):
+        assert words in cells[0].source
+    assert cells[1].cell_type == "code" and '"google.colab" in sys.modules' in cells[1].source
+    assert "REPO_URL = " in cells[1].source
+    tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1 and cells.index(tagged[0]) == 2
+    for c in cells:
+        if c.cell_type == "code":
+            assert c.outputs == [] and c.execution_count is None, f"{name}: outputs must be stripped"
+    params = notebooks.notebook_parameters(NOTEBOOKS / f"{name}.ipynb")
+    assert {"profile", "label", "output_dir"} <= set(params)
+
+
+def test_profiles_load_and_every_key_reaches_a_notebook():
+    names = notebooks.profile_names()
+    assert {"cpu", "colab-t4", "carc-p100", "carc-v100", "carc-a40", "carc-a100", "ci"} <= set(names)
+    declared = set().union(*(notebooks.notebook_parameters(p) for p in notebooks.find_notebooks(NOTEBOOKS)))
+    for name in names:
+        prof = notebooks.load_profile(name)
+        assert prof.kernel and prof.cell_timeout_s > 0 and prof.label
+        unknown = set(prof.parameters) - declared
+        assert not unknown, f"profile {name}: {unknown} is no notebook's parameter"
+        assert "recommended" in prof.parameters  # the place for the measured fast setting
+    ci = notebooks.load_profile("ci")
+    assert ci.parameters["device"] == "cpu" and "{run_dir}" in ci.parameters["results"]
+    assert notebooks.load_profile("carc-a40").parameters["device"] == "cuda"
+
+
+def test_profile_from_a_file(tmp_path):
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump({"label": "my box", "kernel": "python3", "parameters": {"epochs_list": [1]}}))
+    prof = notebooks.load_profile(str(path))
+    assert prof.name == "site" and prof.parameters == {"epochs_list": [1]}
+    path.write_text(yaml.safe_dump({"label": "x", "kernal": "python3"}))
+    with pytest.raises(notebooks.NotebookError, match="unknown key.*kernal"):
+        notebooks.load_profile(str(path))
+
+
+def test_select_notebooks():
+    available = notebooks.find_notebooks(NOTEBOOKS)
+    assert [p.stem for p in notebooks.select_notebooks(available, "03,01")] == ["01_data_access", "03_cpu_baseline"]
+    assert [p.stem for p in notebooks.select_notebooks(available, ["06_analysis.ipynb"])] == ["06_analysis"]
+    assert len(notebooks.select_notebooks(available, None)) == len(available) >= 6
+
+
+def test_parse_value():
+    assert notebooks.parse_value("5") == 5
+    assert notebooks.parse_value("[5, 10]") == [5, 10]
+    assert notebooks.parse_value("cuda") == "cuda"
+    assert notebooks.parse_value("null") is None
+    assert notebooks.parse_value("0.01") == 0.01
+
+
+def test_overrides_go_only_to_notebooks_that_declare_them():
+    nbs = notebooks.select_notebooks(notebooks.find_notebooks(NOTEBOOKS), "01,03")
+    plan = notebooks.plan_parameters(nbs, {"device": "cpu", "source": "sample"}, {"epochs_list": [1]})
+    first, third = (plan[p] for p in nbs)
+    assert "epochs_list" not in first and third["epochs_list"] == [1]
+    assert "device" not in third  # 03 is the CPU baseline: it has no device knob
+
+
+# --- bad input: one clear error before any kernel starts -----------------------------------------
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"profile": "gpu-cluster"}, r"unknown profile 'gpu-cluster'; choose from .*ci.*cpu"),
+    ({"profile": "ci", "only": "08"}, r"unknown notebook '08'; choose from 01_data_access"),
+    ({"profile": "ci", "only": "06", "overrides": {"epochs_list": [1]}},
+     r"'epochs_list' not declared by 06_analysis; their parameters: .*results_paths"),
+    ({"profile": "ci", "overrides": {"epochs": 5}}, r"'epochs' not declared by 01_data_access, .*epochs_list"),
+    ({"profile": "ci", "kernel": "no-such-kernel"},
+     r"kernel 'no-such-kernel' is not installed \(installed: .*python3.*python -m ipykernel install --user --name no-such-kernel"),
+])
+def test_bad_input_is_refused_before_running(tmp_path, kwargs, message):
+    profile = kwargs.pop("profile")
+    with pytest.raises(notebooks.NotebookError, match=message):
+        notebooks.run_series(profile, runs_dir=tmp_path / "runs", echo=None, progress=False, **kwargs)
+    assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
+    code = cli.main(["notebooks", "run", "--profile", "ci", "--runs-dir", str(tmp_path), "-p", "nosuch", "1"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("lstmnb notebooks: error: parameter(s) 'nosuch' not declared") and err.count("\n") == 1
+
+
+def test_cli_list(capsys):
+    assert cli.main(["notebooks", "list"]) == 0
+    out = capsys.readouterr().out
+    for name in SERIES + ["carc-v100", "colab-t4", "ci"]:
+        assert name in out
+
+
+# --- the series on a real kernel -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ci_series(tmp_path_factory):
+    """Every notebook executed once with the `ci` profile."""
+    runs = tmp_path_factory.mktemp("runs")
+    return notebooks.run_series("ci", runs_dir=runs, echo=None, progress=False)
+
+
+@pytest.mark.slow
+def test_ci_series_runs_every_notebook(ci_series):
+    present = [p.stem for p in notebooks.find_notebooks(NOTEBOOKS)]
+    assert [r.name for r in ci_series.runs] == present  # 07 too, when it exists
+    assert ci_series.ok
+    run_dir = ci_series.run_dir
+    assert run_dir.parent.name == "ci"
+    for r in ci_series.runs:
+        assert r.status == "ok" and r.seconds > 0
+        assert r.notebook == run_dir / f"{r.name}.ipynb" and r.notebook.exists()
+        assert r.html == run_dir / f"{r.name}.html" and r.html.stat().st_size > 10_000
+    assert ci_series.report == run_dir / "06_analysis.html"
+    assert (run_dir / "index.html").exists()
+    assert not list(run_dir.glob(".*running*"))
+
+
+@pytest.mark.slow
+def test_ci_series_records(ci_series):
+    df = records.load_records(ci_series.results)
+    assert ci_series.results == ci_series.run_dir / "results"
+    assert set(df["profile"]) == {"ci"}
+    ok = df[(df["status"] == "ok") & (df["experiment"] == "epochs")]
+    # 03: epochs [1, 2] x input paths [fast, dataloader], each its own CPU run
+    assert sorted(zip(ok["config.input_path"], ok["config.epochs"])) == [
+        ("dataloader", 1), ("dataloader", 2), ("fast", 1), ("fast", 2)]
+    assert set(ok["device.kind"]) == {"cpu"} and (ok["timing.train_s"] > 0).all()
+    assert len(df[(df["experiment"] == "fit") & (df["status"] == "ok")]) == 1  # 02's short fit
+    skipped = df[df["status"] == "skipped"]
+    # 04: epochs and batch sweep; 05: DataParallel and DDP: a reason each, never a number
+    assert sorted(skipped["experiment"]) == ["batch-sweep", "epochs", "scaling", "scaling"]
+    assert sorted(skipped[skipped["experiment"] == "scaling"]["config.strategy"]) == ["dataparallel", "ddp"]
+    assert skipped["reason"].str.contains("no CUDA GPU").all()
+    for column in ("timing.train_s", "metrics.test_rmse_k"):
+        assert column not in skipped or skipped[column].isna().all()
+
+
+@pytest.mark.slow
+def test_ci_series_tables_and_figures(ci_series):
+    run_dir = ci_series.run_dir
+    figures = {p.stem for p in (run_dir / "figures").glob("*.png")}
+    assert {"01_series", "01_cycles", "02_forecast_week", "03_epochs", "06_loss_curves",
+            "06_epochs_devices_fast", "06_epochs_devices_dataloader", "06_speedup_fast"} <= figures
+    assert (run_dir / "01_subset.csv").stat().st_size > 1000
+    table = (run_dir / "tables" / "06_epochs_devices_dataloader.csv").read_text().splitlines()
+    assert table[0] == "epochs,CPU" and [line.split(",")[0] for line in table[1:]] == ["1", "2"]
+    for name, n_images in (("01_data_access", 2), ("02_model", 1), ("03_cpu_baseline", 1), ("06_analysis", 5)):
+        assert images(run_dir / f"{name}.ipynb") >= n_images, name
+    assert images(run_dir / "04_single_gpu.ipynb") == 0  # nothing measured, nothing plotted
+    for name in ("04_single_gpu", "05_multi_gpu"):
+        text = output_text(run_dir / f"{name}.ipynb")
+        assert "**Skipped: no CUDA GPU visible" in text  # said in a visible cell
+    analysis = output_text(run_dir / "06_analysis.ipynb")
+    assert "published" in analysis and "measured here" in analysis
+    assert "published" in (run_dir / "06_analysis.html").read_text()
+
+
+@pytest.mark.slow
+def test_analysis_merges_records_of_two_machines(tmp_path):
+    from test_report import run_record, write_jsonl
+
+    laptop = [run_record("cpu", "Intel(R) Core(TM) i7", e, "dataloader", 9.0 * e, host="laptop") for e in (5, 10, 15)]
+    carc = [run_record("cuda", "Tesla V100-SXM2-32GB", e, "dataloader", 0.6 * e, host="carc") for e in (5, 10, 15)]
+    write_jsonl(tmp_path / "records" / "laptop.jsonl", laptop, broken_after=1)
+    write_jsonl(tmp_path / "records" / "carc" / "runs.jsonl", carc)
+    result = notebooks.run_series("ci", only="06", runs_dir=tmp_path / "runs", echo=None, progress=False,
+                                  overrides={"results_paths": [str(tmp_path / "records")]})
+    table = (result.run_dir / "tables" / "06_epochs_devices_dataloader.csv").read_text().splitlines()
+    assert table == ["epochs,CPU,V100", "5,45.0,3.0", "10,90.0,6.0", "15,135.0,9.0"]
+    text = output_text(result.run_dir / "06_analysis.ipynb")
+    assert "laptop.jsonl:2: skipped a broken record line" in text  # file and line named, good records kept
+    assert "6 record(s) from 2 file(s)" in text
+    assert (result.run_dir / "figures" / "06_speedup_dataloader.png").exists()
+
+
+@pytest.mark.slow
+def test_analysis_of_an_empty_results_folder_says_so(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = notebooks.run_series("ci", only="06", runs_dir=tmp_path / "runs", echo=None, progress=False,
+                                  overrides={"results_paths": str(empty)})
+    nb = result.run_dir / "06_analysis.ipynb"
+    assert "**No run records found in" in output_text(nb)
+    assert images(nb) == 0 and not (result.run_dir / "figures").exists()
+
+
+@pytest.mark.slow
+def test_failing_notebook_stops_the_series_and_keeps_what_ran(tmp_path, capsys):
+    code = cli.main(["notebooks", "run", "--profile", "ci", "--only", "01,02,06", "--runs-dir", str(tmp_path),
+                     "--no-progress", "-p", "window", "100000"])
+    captured = capsys.readouterr()
+    assert code == 2
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1
+    assert "notebook 02_model failed in cell" in err[0] and "ConfigError" in err[0] and "window=100000" in err[0]
+    (run_dir,) = (tmp_path / "ci").iterdir()
+    assert (run_dir / "01_data_access.ipynb").exists() and (run_dir / "01_data_access.html").exists()
+    assert (run_dir / "02_model.ipynb").exists()  # the failed notebook, with its traceback
+    assert not (run_dir / "06_analysis.ipynb").exists()
+    assert "failed" in captured.out and "not run" in captured.out  # the summary table
+
+
+@pytest.mark.slow
+def test_quickstart_trains_and_prints_the_results_table(tmp_path, capsys):
+    code = cli.main(["quickstart", "--epochs", "1", "--no-notebooks", "--results", str(tmp_path / "results")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "persistence" in out and "climatology" in out and "training" in out
+    (rec,) = records.read_records(tmp_path / "results")
+    assert rec["experiment"] == "quickstart" and rec["status"] == "ok" and rec["device"]["kind"] == "cpu"
+    assert json.dumps(rec)  # a plain JSON record

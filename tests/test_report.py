@@ -1,0 +1,179 @@
+"""Report tables from run records: device labels, the published epochs x devices form, merging records
+from several machines, speedups, accuracy per device, loss curves, the published figures."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from lstmnb import records, report
+
+SHARED_PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "published_figures.yaml"
+
+
+def run_record(device_kind: str, device_name: str, epochs: int, input_path: str, train_s: float, *,
+               status: str = "ok", experiment: str = "epochs", strategy: str = "single", rmse: float = 0.8,
+               host: str = "host") -> dict:
+    """A record as lstmnb.train writes it, with only the fields the report reads."""
+    rec = {
+        "schema": records.SCHEMA, "run_id": f"{host}-{device_kind}-{input_path}-{epochs}-{train_s}",
+        "started": "2026-01-01T00:00:00+00:00", "experiment": experiment, "status": status, "reason": None,
+        "device": {"kind": device_kind, "name": device_name, "count": 1, "hostname": host},
+        "profile": host, "config": {"epochs": epochs, "input_path": input_path, "strategy": strategy, "batch_size": 64},
+    }
+    if status == "ok":
+        rec.update(
+            timing={"train_s": train_s, "samples_per_s": 18000 * epochs / train_s},
+            metrics={"test_rmse_k": rmse, "persistence_rmse_k": 1.0, "climatology_rmse_k": 2.5},
+            epochs=[{"epoch": e, "train_loss": 1.0 / e, "val_loss": 1.1 / e, "val_rmse_k": 1.0 + 1.0 / e}
+                    for e in range(1, epochs + 1)],
+        )
+    else:
+        rec["reason"] = "no CUDA GPU visible on this machine"
+    return rec
+
+
+def write_jsonl(path: Path, recs: list[dict], broken_after: int | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(r) for r in recs]
+    if broken_after is not None:
+        lines.insert(broken_after, '{"schema": 1, "run_id": "half-writ')
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def two_machines(tmp_path) -> Path:
+    """Records from a CPU-only laptop (with a skipped GPU run and a broken line) and a Colab T4 machine."""
+    laptop = [run_record("cpu", "Intel(R) Core(TM) i7", e, p, s, host="laptop")
+              for p, base in (("dataloader", 9.0), ("fast", 3.0)) for e, s in ((5, base * 5), (10, base * 10), (15, base * 15))]
+    laptop.append(run_record("cuda", None, 5, "fast", 0, status="skipped", host="laptop"))
+    colab = [run_record("cuda", "Tesla T4", e, p, s, host="colab", rmse=0.79)
+             for p, base in (("dataloader", 1.5), ("fast", 0.3)) for e, s in ((5, base * 5), (10, base * 10), (15, base * 15))]
+    colab.append(run_record("cuda", "Tesla T4", 5, "fast", 99.0, host="colab", strategy="dataparallel"))
+    write_jsonl(tmp_path / "laptop" / "runs.jsonl", laptop, broken_after=3)
+    write_jsonl(tmp_path / "colab" / "runs.jsonl", colab)
+    return tmp_path
+
+
+@pytest.mark.parametrize("kind, name, label", [
+    ("cpu", "AMD EPYC 7B13", "CPU"), ("cuda", "Tesla T4", "T4"), ("cuda", "Tesla P100-PCIE-16GB", "P100"),
+    ("cuda", "Tesla V100-SXM2-32GB", "V100"), ("cuda", "NVIDIA A40", "A40"), ("cuda", "NVIDIA A100-SXM4-80GB", "A100"),
+    ("cuda", "NVIDIA A100 80GB PCIe", "A100"), ("cuda", "NVIDIA H100 80GB HBM3", "H100"),
+    ("cuda", "NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 4090"), ("cuda", "NVIDIA A10", "NVIDIA A10"),
+    ("cuda", None, "CUDA"), ("mps", "Apple MPS", "MPS"),
+])
+def test_device_labels(kind, name, label):
+    assert report.device_label(kind, name) == label
+
+
+def test_device_order_follows_the_published_columns():
+    assert report.order_devices(["A100", "RTX", "CPU", "A40", "T4"]) == ["CPU", "T4", "A40", "A100", "RTX"]
+
+
+def test_records_from_two_machines_merge_into_the_published_form(two_machines):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = records.load_records(two_machines)
+    broken = [str(w.message) for w in caught if "broken record line" in str(w.message)]
+    assert broken and "laptop/runs.jsonl:4" in broken[0]  # the file and line are named
+    assert len(df) == 6 + 1 + 6 + 1  # every good record kept
+
+    table = report.epochs_device_table(df, input_path="dataloader")
+    assert list(table.index) == [5, 10, 15]
+    assert list(table.columns) == ["CPU", "T4"]
+    assert table.loc[10, "CPU"] == pytest.approx(90.0)
+    assert table.loc[15, "T4"] == pytest.approx(22.5)
+    # the DataParallel run and the skipped run are not single-device timings
+    fast = report.epochs_device_table(df, input_path="fast")
+    assert fast.loc[5, "T4"] == pytest.approx(1.5)
+
+    speed = report.speedup_table(table)
+    assert speed["CPU"].tolist() == [1.0, 1.0, 1.0]
+    assert speed.loc[5, "T4"] == pytest.approx(45.0 / 7.5)
+    assert report.input_paths(df) == ["fast", "dataloader"]
+
+
+def test_repeats_take_the_median(tmp_path):
+    recs = [run_record("cpu", "cpu", 5, "fast", s) for s in (10.0, 11.0, 30.0)]
+    df = records.load_records(write_jsonl(tmp_path / "runs.jsonl", recs))
+    assert report.epochs_device_table(df).loc[5, "CPU"] == pytest.approx(11.0)
+
+
+def test_throughput_accuracy_and_loss_curves(two_machines):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        df = records.load_records(two_machines)
+    tp = report.throughput_table(df)
+    assert list(tp.index) == ["CPU", "T4"] and set(tp.columns) == {"fast", "dataloader"}
+    assert tp.loc["T4", "fast"] > tp.loc["CPU", "fast"]
+
+    acc = report.rmse_by_device(df)
+    assert list(acc.index) == ["CPU", "T4"]
+    assert acc.loc["CPU", "runs"] == 6
+    assert acc.loc["T4", "model RMSE (K)"] == pytest.approx(0.79)
+    assert bool(acc.loc["T4", "beats persistence"]) and bool(acc.loc["T4", "beats climatology"])
+
+    curves = report.loss_curves(df)
+    assert len(curves) == 2 * (5 + 10 + 15) * 2
+    assert set(curves["device"]) == {"CPU", "T4"}
+
+    status = report.status_table(df)
+    skipped = status[status["status"] == "skipped"]
+    assert skipped["device"].tolist() == ["CUDA"] and "no CUDA GPU" in skipped["reason"].iloc[0]
+
+
+def test_no_records_give_empty_tables(tmp_path):
+    df = records.load_records(tmp_path)
+    assert df.empty
+    assert report.epochs_device_table(df).empty
+    assert report.speedup_table(report.epochs_device_table(df)).empty
+    assert report.throughput_table(df).empty and report.rmse_by_device(df).empty
+    assert report.loss_curves(df).empty and report.input_paths(df) == []
+
+
+def test_only_skipped_records_give_no_timing_table(tmp_path):
+    df = records.load_records(write_jsonl(tmp_path / "runs.jsonl", [run_record("cuda", None, 5, "fast", 0, status="skipped")]))
+    assert report.epochs_device_table(df).empty
+    assert report.status_table(df)["status"].tolist() == ["skipped"]
+
+
+def test_published_figures_are_the_shared_file():
+    ours = report.load_published()
+    if SHARED_PUBLISHED.exists():
+        assert ours == yaml.safe_load(SHARED_PUBLISHED.read_text())
+    table = report.published_epochs_table(ours)
+    assert list(table.index) == [5, 10, 15]
+    assert list(table.columns) == ["CPU", "T4", "P100", "V100", "A40"]
+    assert table.loc[10, "T4"] == 98.20  # the T4 jump at 10 epochs, as published
+    titles = list(report.published_tables(ours))
+    assert titles and all(t.startswith("published") for t in titles)
+
+
+def test_side_by_side_labels_published_columns():
+    ours = pd.DataFrame({"CPU": [40.0], "A100": [3.0]}, index=pd.Index([5], name="epochs"))
+    both = report.side_by_side(ours, report.published_epochs_table())
+    assert both.columns[0] == ("CPU", report.MEASURED)
+    assert ("CPU", "published") in both.columns and ("A100", report.MEASURED) in both.columns
+    assert ("A100", "published") not in both.columns  # A100 was planned but not published
+    assert [d for d, _ in both.columns][-1] == "A100"
+
+
+def test_plots_return_figures(two_machines):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        df = records.load_records(two_machines)
+    table = report.epochs_device_table(df, input_path="dataloader")
+    published = report.published_epochs_table()
+    assert len(report.plot_epochs_tables(table, published).axes) == 2
+    assert len(report.plot_speedups(report.speedup_table(table), report.speedup_table(published)).axes) == 2
+    assert len(report.plot_loss_curves(report.loss_curves(df)).axes) == 2
+    assert len(report.plot_loss_curves(pd.DataFrame()).axes) == 2
