@@ -24,6 +24,7 @@ class ModelConfig:
     dropout: float = 0.0
     horizon: int = 1
     cell: str = "lstm"
+    residual: bool = False  # predict the change from the last observed target value (feature 0)
 
     def validate(self) -> None:
         if self.cell not in CELLS:
@@ -37,7 +38,11 @@ class ModelConfig:
 
 
 class Forecaster(nn.Module):
-    """Many-to-one recurrent forecaster: input (batch, window, features) -> (batch, horizon)."""
+    """Many-to-one recurrent forecaster: input (batch, window, features) -> (batch, horizon).
+
+    With ``residual`` the output is the last observed target plus the head's correction, so an
+    untrained model already forecasts persistence and training refines it.
+    """
 
     def __init__(self, config: ModelConfig = ModelConfig()):
         super().__init__()
@@ -55,7 +60,11 @@ class Forecaster(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.rnn(x)
-        return self.head(out[:, -1])
+        y = self.head(out[:, -1])
+        if self.config.residual:
+            # start from persistence: the network only has to learn the correction to the last value
+            y = y + x[:, -1, :1]
+        return y
 
 
 def count_parameters(model: nn.Module) -> int:

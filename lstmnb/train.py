@@ -80,6 +80,7 @@ class TrainConfig:
     layers: int = 1
     dropout: float = 0.0
     cell: str = "lstm"
+    residual: bool = False  # forecast = last observed value + the network's correction
     # stopping, checkpoints, bookkeeping
     target_rmse: float | None = None  # kelvin, validation; time-to-target is reported when given
     stop_at_target: bool = False  # end the run at the first epoch that reaches target_rmse
@@ -100,7 +101,8 @@ class TrainConfig:
 
     def model_config(self, n_features: int) -> ModelConfig:
         return ModelConfig(n_features=n_features, hidden=self.hidden, layers=self.layers,
-                           dropout=self.dropout, horizon=self.horizon, cell=self.cell)
+                           dropout=self.dropout, horizon=self.horizon, cell=self.cell,
+                           residual=self.residual)
 
     def validate(self) -> None:
         """Check every value before any work starts; errors name the value and what is allowed."""

@@ -42,3 +42,13 @@ def test_flops_two_layers_counts_second_layer_input_as_hidden():
 def test_bad_model_config(kw, match):
     with pytest.raises(ConfigError, match=match):
         Forecaster(ModelConfig(**kw))
+
+
+def test_residual_head_starts_from_persistence():
+    torch.manual_seed(0)
+    m = Forecaster(ModelConfig(n_features=2, hidden=4, residual=True, horizon=3))
+    torch.nn.init.zeros_(m.head.weight)
+    torch.nn.init.zeros_(m.head.bias)
+    x = torch.randn(5, 7, 2)
+    # with a zero head the forecast is the last observed target value, for every horizon step
+    torch.testing.assert_close(m(x), x[:, -1, :1].expand(5, 3))
