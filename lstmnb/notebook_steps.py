@@ -268,6 +268,32 @@ def runs_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
     return df.dropna(axis=1, how="all") if not df.empty else df
 
 
+def dataparallel_scaling(windows, data_info: dict[str, Any], base_cfg, world_sizes: Iterable[int], *,
+                         mode: str = "weak", results: str | Path | None) -> list[dict[str, Any]]:
+    """``nn.DataParallel`` runs over 1..N GPUs, batches sized as ``lstmnb.bench`` sizes DDP's.
+
+    weak: each GPU keeps ``batch_size`` (DataParallel's global batch is batch_size x N); strong: the
+    global batch stays ``batch_size``. Records carry ``world_size`` like the DDP scaling records.
+    """
+    from .records import append_record
+    from .train import train, with_overrides
+
+    if mode not in ("weak", "strong"):
+        raise ConfigError(f"mode={mode!r} is not one of weak, strong")
+    records = []
+    for n in world_sizes:
+        batch = base_cfg.batch_size * n if mode == "weak" else base_cfg.batch_size
+        cfg = with_overrides(base_cfg, strategy="dataparallel", nproc=int(n), batch_size=batch,
+                             experiment=f"scaling-{mode}", checkpoint=None, resume=False)
+        record = train(windows, cfg, data_info=data_info).record
+        record["scaling"] = {"mode": mode, "world_sizes": list(world_sizes), "per_device_batch": batch // n,
+                             "global_batch": batch}
+        if results is not None:
+            append_record(record, results)
+        records.append(record)
+    return records
+
+
 # --- 04/05: devices present, skipped runs --------------------------------------------------------
 
 

@@ -351,3 +351,23 @@ def input_paths(df: pd.DataFrame, experiment: str | None = "epochs") -> list[str
         return []
     paths = set(_column(runs, "config.input_path", "fast").fillna("fast"))
     return sorted(paths, key=lambda p: (p == "dataloader", p))
+
+
+def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Multi-GPU scaling: median samples/s per (experiment, strategy, world size), speedup over one
+    device of the same strategy, and parallel efficiency (speedup / world size)."""
+    if df.empty or "world_size" not in df:
+        return pd.DataFrame()
+    keep = (_column(df, "status") == "ok") & _column(df, "experiment").fillna("").str.startswith("scaling")
+    runs = df[keep].dropna(subset=["world_size"])
+    if runs.empty or "timing.samples_per_s" not in runs:
+        return pd.DataFrame()
+    runs = with_device_labels(runs).assign(strategy=_column(runs, "config.strategy"))
+    table = (runs.groupby(["experiment", "device_label", "strategy", "world_size"])["timing.samples_per_s"]
+             .median().rename("samples/s").reset_index())
+    one = table[table["world_size"] == 1].set_index(["experiment", "device_label", "strategy"])["samples/s"]
+    base = table.set_index(["experiment", "device_label", "strategy"]).index.map(one.to_dict().get)
+    table["speedup"] = table["samples/s"] / pd.Series(base, index=table.index, dtype=float)
+    table["efficiency"] = table["speedup"] / table["world_size"]
+    table["world_size"] = table["world_size"].astype(int)
+    return table.rename(columns={"device_label": "device"}).set_index(["experiment", "device", "strategy", "world_size"])

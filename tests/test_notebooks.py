@@ -184,8 +184,8 @@ def test_ci_series_records(ci_series):
     assert len(df[(df["experiment"] == "fit") & (df["status"] == "ok")]) == 1  # 02's short fit
     skipped = df[df["status"] == "skipped"]
     # 04: epochs and batch sweep; 05: DataParallel and DDP: a reason each, never a number
-    assert sorted(skipped["experiment"]) == ["batch-sweep", "epochs", "scaling", "scaling"]
-    assert sorted(skipped[skipped["experiment"] == "scaling"]["config.strategy"]) == ["dataparallel", "ddp"]
+    assert sorted(skipped["experiment"]) == ["batch-sweep", "epochs", "scaling-weak", "scaling-weak"]
+    assert sorted(skipped[skipped["experiment"] == "scaling-weak"]["config.strategy"]) == ["dataparallel", "ddp"]
     assert skipped["reason"].str.contains("no CUDA GPU").all()
     for column in ("timing.train_s", "metrics.test_rmse_k"):
         assert column not in skipped or skipped[column].isna().all()

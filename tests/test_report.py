@@ -177,3 +177,21 @@ def test_plots_return_figures(two_machines):
     assert len(report.plot_speedups(report.speedup_table(table), report.speedup_table(published)).axes) == 2
     assert len(report.plot_loss_curves(report.loss_curves(df)).axes) == 2
     assert len(report.plot_loss_curves(pd.DataFrame()).axes) == 2
+
+
+def test_scaling_table_speedup_and_efficiency(tmp_path):
+    recs = []
+    for strategy, rates in (("ddp", {1: 1000.0, 2: 1900.0, 4: 3600.0}), ("dataparallel", {1: 1000.0, 2: 1200.0})):
+        for n, rate in rates.items():
+            rec = run_record("cuda", "Tesla V100-SXM2-32GB", 3, "fast", 1.0, experiment="scaling-weak", strategy=strategy)
+            rec["timing"]["samples_per_s"] = rate
+            rec["world_size"] = n
+            recs.append(rec)
+    recs.append(run_record("cuda", None, 3, "fast", 0, status="skipped", experiment="scaling-weak", strategy="ddp"))
+    df = records.load_records(write_jsonl(tmp_path / "runs.jsonl", recs))
+    table = report.scaling_table(df)
+    ddp = table.loc[("scaling-weak", "V100", "ddp")]
+    assert ddp.index.tolist() == [1, 2, 4]
+    assert ddp.loc[4, "speedup"] == pytest.approx(3.6) and ddp.loc[4, "efficiency"] == pytest.approx(0.9)
+    assert table.loc[("scaling-weak", "V100", "dataparallel", 2), "speedup"] == pytest.approx(1.2)
+    assert report.scaling_table(records.load_records(tmp_path / "none")).empty

@@ -1,0 +1,94 @@
+"""The steps behind the notebooks, on small real inputs (the sample store; short CPU runs)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from lstmnb import era5, records, train
+from lstmnb import notebook_steps as steps
+from lstmnb.errors import ConfigError
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def test_make_request_and_config():
+    req = steps.make_request("sample", [[40, -80], [20, 280]], "2020-01-01", "2020-01-31")
+    assert req.points == ((40.0, -80.0), (20.0, 280.0)) and req.box is None and req.variables == ("2m_temperature",)
+    box = steps.make_request(box=[38, 42, 279, 281])
+    assert box.points is None and box.box == (38.0, 42.0, 279.0, 281.0)
+    cfg = steps.make_config(device="cpu", epochs=2, threads=None, fractions=[0.6, 0.2, 0.2],
+                            train_options={"lr_schedule": "onecycle", "batch_size": 128})
+    assert cfg.epochs == 2 and cfg.threads is None and cfg.fractions == (0.6, 0.2, 0.2)
+    assert cfg.lr_schedule == "onecycle" and cfg.batch_size == 128  # the recommended setting wins
+    with pytest.raises(ConfigError, match="unknown training parameter.*epoch"):
+        steps.make_config(epoch=2)
+    with pytest.raises(ConfigError, match="batch_size=0"):
+        steps.make_config(batch_size=0)
+
+
+def test_cycles_of_a_known_series():
+    times = pd.date_range("2020-01-01", periods=24 * 60, freq="h")
+    hour = pd.Series(times.hour, index=times)
+    series = pd.DataFrame({"a": 280 + (hour == 12) * 24.0, "b": 290.0}, index=times)
+    daily = steps.daily_cycle(series)
+    assert daily.loc[12, "a"] == pytest.approx(23.0) and daily.loc[0, "a"] == pytest.approx(-1.0)
+    assert (daily["b"] == 0).all()
+    seasonal = steps.seasonal_cycle(series)
+    assert len(seasonal) == 2 and seasonal["b"].tolist() == [290.0, 290.0]
+
+
+def test_gpu_check_and_missing_api():
+    import torch
+
+    reason = steps.gpu_check("cuda")
+    assert (reason is None) == torch.cuda.is_available()
+    if reason:
+        assert "no CUDA GPU visible" in reason
+    assert "not a CUDA device" in steps.gpu_check("cpu")
+    assert steps.missing_api("records", ["append_record"]) is None
+    assert "lacks nothing_here" in steps.missing_api("records", ["nothing_here"])
+    assert "not available" in steps.missing_api("no_such_module", ["x"])
+
+
+def test_epochs_experiment_and_skipped_record(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    request = steps.make_request(end="2020-01-10")
+    base = steps.make_config(device="cpu", window=6, hidden=4, num_workers=0, progress=False, profile="test")
+    windows, info = train.prepare_windows(request, base, progress=False)
+    runs = steps.epochs_experiment(windows, info, base, [1, 2], ["fast", "dataloader"], results=tmp_path)
+    assert [(r["config"]["input_path"], r["config"]["epochs"]) for r in runs] == [
+        ("fast", 1), ("fast", 2), ("dataloader", 1), ("dataloader", 2)]
+    assert len(records.read_records(tmp_path)) == 4
+    summary = steps.runs_summary(runs)
+    assert list(summary["epochs"]) == [1, 2, 1, 2] and "reason" not in summary  # all-None columns dropped
+    with pytest.raises(ConfigError, match="epochs_list"):
+        steps.epochs_experiment(windows, info, base, [], ["fast"], results=None)
+
+    skipped = steps.record_skipped(train.with_overrides(base, device="cuda", experiment="epochs"), "no GPU", tmp_path)
+    assert skipped["status"] == "skipped" and "timing" not in skipped and "metrics" not in skipped
+    assert len(records.read_records(tmp_path)) == 5
+
+    assert list(steps.windows_table(windows).index) == ["train", "val", "test"]
+    model = steps.model_table(base, windows.n_features, windows.sizes()["train"])
+    assert model["parameters"].iloc[0] > 0 and model["training GFLOPs/epoch"].iloc[0] > 0
+    result = train.train(windows, train.with_overrides(base, epochs=1), data_info=info)
+    week = steps.forecast_frame(result, point=1, days=1)
+    assert len(week) == 24 and list(week.columns) == ["truth", "forecast", "persistence"]
+    with pytest.raises(ConfigError, match="point=5"):
+        steps.forecast_frame(result, point=5)
+    assert steps.save_figure(steps.plot_forecast(week), tmp_path / "out", "week").exists()
+    assert steps.save_figure(steps.plot_forecast(week), None, "week") is None
+
+
+def test_store_overview_and_subset(tmp_path):
+    store = era5.open_store("sample")
+    table = steps.store_variables(store)
+    assert table.loc["2m_temperature", "units"] == "K"
+    ds = era5.extract(steps.make_request(end="2020-01-03"), progress=False)
+    series = steps.series_frame(ds)
+    assert series.shape == (72, 2)
+    path = steps.save_subset(ds, tmp_path, "subset")
+    assert pd.read_csv(path).shape[0] == 72 * 2
