@@ -1,0 +1,201 @@
+"""The versions table: every version trained from the same weights on the same batches, timed.
+
+For each version: compile time (the warm-up call: JIT compilation or cache load, CUDA context)
+apart from run time (the optimiser steps of N epochs), speedups against ``loops`` and ``numpy``,
+final train/test loss, and one run record (experiment ``scratch_versions``). Versions are run in
+turn within each repeat (loops, numpy, ..., then again), so a slow patch of a shared machine hits
+all of them, and the run time quoted is the median over repeats.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import DeviceError
+from ..windows import error_metrics
+from .data import ScratchData, load_data
+from .fit import VERSIONS, FitResult, ScratchConfig, check_version, fit
+from .lstm import LSTMShape, mse, predict
+
+EXPERIMENT = "scratch_versions"
+GPU_VERSIONS = ("numba-cuda", "torch-cuda")
+
+
+def evaluate(theta: np.ndarray, shape: LSTMShape, data: ScratchData) -> dict[str, Any]:
+    """Scaled MSE per split, test RMSE in the data's units, and the baselines' test RMSE beside it."""
+    theta = theta.astype(np.float64)
+    out: dict[str, Any] = {f"{s}_loss": mse(theta, data.X[s], data.y[s], shape) for s in ("train", "val", "test")}
+    pred = data.to_units(predict(theta, data.X["test"], shape), "test")
+    out["test_rmse"] = error_metrics(pred, data.truth["test"])["rmse"]
+    out["units"] = data.units
+    out["baselines_test_rmse"] = data.baseline_rmse("test")
+    return out
+
+
+def skip_reason(version: str) -> str | None:
+    """Why ``version`` cannot be timed here (None when it can): no GPU, or only the CUDA simulator."""
+    if version == "numba-cuda":
+        try:
+            from .numba_cuda import cuda_status, simulator_enabled
+        except ImportError as exc:
+            return f"numba.cuda cannot be imported ({exc})"
+        if simulator_enabled():
+            return "NUMBA_ENABLE_CUDASIM=1: the CUDA simulator checks correctness only; its times mean nothing"
+        return cuda_status()[1]
+    if version == "torch-cuda":
+        import torch
+
+        return None if torch.cuda.is_available() else "no CUDA GPU visible to PyTorch (torch.cuda.is_available() is False)"
+    return None
+
+
+def _device(version: str) -> str:
+    return "cuda" if version in GPU_VERSIONS else "cpu"
+
+
+def versions_table(
+    versions: Sequence[str] = VERSIONS,
+    config: ScratchConfig | None = None,
+    *,
+    repeats: int = 3,
+    data: ScratchData | None = None,
+    record: bool = True,
+    record_path: str | os.PathLike | None = None,
+    profile: str | None = None,
+):
+    """Train every version ``repeats`` times (alternating) and return the versions table (DataFrame).
+
+    Unavailable GPU versions appear as ``skipped`` rows with their reason (and a ``skipped`` record),
+    never as a number. Records go to ``record_path`` (default results/runs.jsonl) when ``record``.
+    """
+    import pandas as pd
+
+    from ..records import append_record, new_record
+
+    config = config or ScratchConfig()
+    config.validate()
+    versions = [check_version(v) for v in versions]
+    if repeats < 1:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"repeats={repeats!r} must be at least 1")
+    data = data or load_data(config.data, config.window, config.hours)
+    shape = LSTMShape(n_features=data.X["train"].shape[2], hidden=config.hidden, n_outputs=data.y["train"].shape[1])
+    reasons = {v: skip_reason(v) for v in versions}
+    runs: dict[str, list[FitResult]] = {v: [] for v in versions}
+    for _ in range(repeats):
+        for v in versions:
+            if reasons[v] is not None:
+                continue
+            try:
+                runs[v].append(fit(v, shape, data.X["train"], data.y["train"], config,
+                                   X_val=data.X["val"], y_val=data.y["val"]))
+            except DeviceError as exc:  # a device that looked present but failed to start
+                reasons[v] = str(exc)
+
+    rows = []
+    for v in versions:
+        res = runs[v]
+        if reasons[v] is not None or not res:
+            rows.append({"version": v, "status": "skipped", "reason": reasons[v]})
+            continue
+        run_s = [r.run_s for r in res]
+        metrics = evaluate(res[0].theta, shape, data)
+        rows.append({
+            "version": v, "status": "ok", "reason": None,
+            "compile_s": res[0].compile_s,  # the first warm-up; later repeats reuse the compiled code
+            "run_s": statistics.median(run_s),
+            "s_per_epoch": statistics.median(run_s) / config.epochs,
+            "run_s_repeats": run_s,
+            "train_loss": metrics["train_loss"], "val_loss": metrics["val_loss"], "test_loss": metrics["test_loss"],
+            "test_rmse": metrics["test_rmse"], "units": metrics["units"],
+            "baselines_test_rmse": metrics["baselines_test_rmse"],
+            "_fit": res[0],
+        })
+    table = pd.DataFrame(rows).set_index("version")
+    for ref in ("loops", "numpy"):
+        col = f"speedup_vs_{ref}"
+        if ref in table.index and table.loc[ref, "status"] == "ok":
+            table[col] = table.loc[ref, "run_s"] / table["run_s"]
+        else:
+            table[col] = np.nan
+
+    if record:
+        for v, row in table.iterrows():
+            fields: dict[str, Any] = {
+                "version": v,
+                "config": {**config.as_dict(), "repeats": repeats},
+                "data": data.info,
+            }
+            if row["status"] == "ok":
+                res: FitResult = row["_fit"]
+                fields["timing"] = {
+                    "compile_s": row["compile_s"], "run_s": row["run_s"], "epochs": config.epochs,
+                    "run_s_repeats": row["run_s_repeats"], "s_per_epoch": row["s_per_epoch"],
+                    "speedup_vs_loops": row["speedup_vs_loops"], "speedup_vs_numpy": row["speedup_vs_numpy"],
+                }
+                fields["epochs"] = [
+                    {"epoch": i + 1, "seconds": s, "train_loss": tl, "val_loss": vl}
+                    for i, (s, tl, vl) in enumerate(zip(res.epoch_s, res.train_losses, res.val_losses))
+                ]
+                fields["metrics"] = {
+                    "train_loss": row["train_loss"], "val_loss": row["val_loss"], "test_loss": row["test_loss"],
+                    "test_rmse": row["test_rmse"], "units": row["units"],
+                    "baselines_test_rmse": row["baselines_test_rmse"],
+                }
+            rec = new_record(EXPERIMENT, status=row["status"], reason=row["reason"], device=_device(v),
+                             profile=profile, **fields)
+            append_record(rec, record_path)
+    return table.drop(columns=["_fit"], errors="ignore")
+
+
+def format_table(table) -> str:
+    """The versions table as aligned text (skipped rows say why)."""
+    lines = [f"{'version':<11} {'status':<8} {'compile_s':>9} {'run_s':>8} {'s/epoch':>8} "
+             f"{'vs loops':>8} {'vs numpy':>8} {'train_loss':>10} {'test_loss':>9} {'test_rmse':>9}"]
+    for v, r in table.iterrows():
+        if r["status"] != "ok":
+            lines.append(f"{v:<11} {r['status']:<8} {r['reason']}")
+            continue
+        lines.append(
+            f"{v:<11} {r['status']:<8} {r['compile_s']:9.3f} {r['run_s']:8.3f} {r['s_per_epoch']:8.4f} "
+            f"{r['speedup_vs_loops']:8.1f} {r['speedup_vs_numpy']:8.2f} {r['train_loss']:10.4f} "
+            f"{r['test_loss']:9.4f} {r['test_rmse']:9.2f}"
+        )
+    ok = table[table["status"] == "ok"]
+    if len(ok):
+        first = ok.iloc[0]
+        base = ", ".join(f"{k} {v:.2f}" for k, v in first["baselines_test_rmse"].items())
+        lines.append(f"test RMSE in {first['units']}; baselines on the same targets: {base}")
+    return "\n".join(lines)
+
+
+def plot_versions(table):
+    """Run time (compile time stacked on top, hatched) and speedup against numpy, per version."""
+    import matplotlib.pyplot as plt
+
+    ok = table[table["status"] == "ok"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    names = list(ok.index)
+    x = np.arange(len(names))
+    ax1.bar(x, ok["run_s"], color="tab:blue", label="run (N epochs)")
+    ax1.bar(x, ok["compile_s"], bottom=ok["run_s"], color="tab:orange", hatch="//", alpha=0.6, label="compile / warm-up")
+    ax1.set_yscale("log")
+    ax1.set_xticks(x, names, rotation=30)
+    ax1.set_ylabel("seconds")
+    ax1.set_title("wall time")
+    ax1.legend(fontsize=8)
+    ax2.bar(x, ok["speedup_vs_numpy"], color="tab:green")
+    ax2.axhline(1.0, color="k", lw=0.8)
+    ax2.set_xticks(x, names, rotation=30)
+    ax2.set_ylabel("x faster than numpy")
+    ax2.set_title("speedup (run time)")
+    skipped = table[table["status"] != "ok"]
+    if len(skipped):
+        fig.text(0.01, 0.01, "skipped: " + ", ".join(skipped.index), fontsize=8)
+    fig.tight_layout()
+    return fig

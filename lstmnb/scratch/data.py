@@ -1,0 +1,178 @@
+"""Data for the from-scratch LSTM: the airline passengers series and an ERA5 point series.
+
+Both follow the project's rules (DESIGN.md, "Training rules"): chronological train/val/test splits,
+no window crossing a split boundary, scaling statistics from the training part only.
+
+Airline passengers: monthly totals of international airline passengers (thousands), January 1949
+to December 1960, 144 values; Box, Jenkins and Reinsel, *Time Series Analysis: Forecasting and
+Control*, series G. The series grows and its seasonal swing grows with it, so a model trained on
+1949-1957 levels would have to extrapolate; the standard remedy (Box and Jenkins' log transform,
+then differencing) is used here: the LSTM sees month-on-month changes of log passengers and
+predicts the next one, and predictions are turned back into passengers for the error in the
+units of the data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ConfigError, DataError
+from ..windows import SPLITS, Scaler, error_metrics, sliding_windows, split_bounds
+
+TRANSFORMS = ("none", "logdiff")
+
+
+def airline_passengers() -> pd.Series:
+    """The 144 monthly airline passenger totals (thousands), indexed by month start, 1949-01 to 1960-12."""
+    with resources.files("lstmnb").joinpath("data/airline_passengers.csv").open() as fh:
+        df = pd.read_csv(fh, comment="#")
+    series = pd.Series(df["passengers"].to_numpy(dtype=np.float64), index=pd.to_datetime(df["month"]),
+                       name="passengers")
+    series.index.name = "month"
+    return series
+
+
+@dataclass
+class ScratchData:
+    """Scaled windows per split, and what is needed to speak in the data's own units."""
+
+    name: str
+    units: str
+    X: dict[str, np.ndarray]  # split -> (N, window, 1), scaled
+    y: dict[str, np.ndarray]  # split -> (N, 1), scaled
+    truth: dict[str, np.ndarray]  # split -> (N,) target in units
+    baselines: dict[str, dict[str, np.ndarray]]  # split -> baseline name -> (N,) prediction in units
+    scaler: Scaler
+    transform: str = "none"
+    anchor: dict[str, np.ndarray] = field(default_factory=dict)  # split -> (N,) last observed value (logdiff)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def sizes(self) -> dict[str, int]:
+        return {s: int(self.X[s].shape[0]) for s in SPLITS}
+
+    def to_units(self, pred_scaled: np.ndarray, split: str) -> np.ndarray:
+        """Model outputs (N, 1) in scaled units -> predictions (N,) in the data's units."""
+        z = self.scaler.inverse(np.asarray(pred_scaled, dtype=np.float64)[:, 0])
+        if self.transform == "logdiff":
+            return self.anchor[split] * np.exp(z)
+        return z
+
+    def baseline_rmse(self, split: str = "test") -> dict[str, float]:
+        return {name: error_metrics(pred, self.truth[split])["rmse"] for name, pred in self.baselines[split].items()}
+
+
+def check_series(values: np.ndarray, name: str = "series") -> np.ndarray:
+    """A finite 1-D float64 array, or a DataError that says what is wrong and where."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 1:
+        raise DataError(f"{name} must be one-dimensional (time,); got shape {v.shape}")
+    bad = np.flatnonzero(~np.isfinite(v))
+    if bad.size:
+        raise DataError(f"{name} has {bad.size} missing (NaN or inf) values, first at position {bad[0]}; "
+                        "fill or drop them before training")
+    return v
+
+
+def prepare_series(
+    values: np.ndarray,
+    *,
+    window: int,
+    period: int,
+    transform: str = "none",
+    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
+    name: str = "series",
+    units: str = "",
+) -> ScratchData:
+    """Split, scale and window one series for next-step forecasting.
+
+    ``period`` is the seasonal period in steps (12 months, 24 hours): the seasonal-naive baseline
+    predicts the value one period before the target; persistence predicts the last observed value.
+    ``transform='logdiff'`` models changes of log values (positive series only).
+    """
+    if transform not in TRANSFORMS:
+        raise ConfigError(f"transform={transform!r} is not known; choose one of {TRANSFORMS}")
+    v = check_series(values, name)
+    if transform == "logdiff":
+        if (v <= 0).any():
+            raise DataError(f"transform='logdiff' needs a positive series; {name} has values <= 0")
+        z, offset = np.diff(np.log(v)), 1
+    else:
+        z, offset = v, 0
+    bounds = split_bounds(len(z), fractions)
+    scaler = Scaler.fit(z[bounds[0]])
+    zs = scaler.transform(z)
+    position = np.arange(len(z), dtype=np.float64)  # windowed like the data: gives each target's index
+    X, y, truth, anchor, baselines = {}, {}, {}, {}, {}
+    for split, sl in zip(SPLITS, bounds):
+        X[split], y[split] = sliding_windows(zs[sl], window)
+        _, pos = sliding_windows(position[sl], window)
+        target = np.rint(pos[:, 0]).astype(np.int64) + offset  # index of the target in ``v``
+        truth[split] = v[target]
+        anchor[split] = v[target - 1]
+        seasonal = np.where(target >= period, v[np.maximum(target - period, 0)], np.nan)
+        baselines[split] = {"persistence": v[target - 1], "seasonal_naive": seasonal}
+    info = {
+        "source": name,
+        "length": int(len(v)),
+        "window": int(window),
+        "transform": transform,
+        "period": int(period),
+        "fractions": list(fractions),
+        "sizes": {s: int(X[s].shape[0]) for s in SPLITS},
+    }
+    return ScratchData(name, units, X, y, truth, baselines, scaler, transform, anchor, info)
+
+
+def load_airline(window: int = 12, fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)) -> ScratchData:
+    """Airline passengers, log-differenced, windows of ``window`` months, seasonal-naive baseline."""
+    series = airline_passengers()
+    data = prepare_series(series.to_numpy(), window=window, period=12, transform="logdiff",
+                          fractions=fractions, name="airline_passengers", units="thousand passengers")
+    data.info["time_range"] = [str(series.index[0].date()), str(series.index[-1].date())]
+    data.info["citation"] = "Box, Jenkins and Reinsel, Time Series Analysis, series G"
+    return data
+
+
+def load_era5(window: int = 24, hours: int = 24 * 42, point: int = 0,
+              fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)) -> ScratchData:
+    """The first ``hours`` of 2 m temperature at one point of the default ERA5 request (kelvin).
+
+    Comes from the core pipeline (``lstmnb.era5.extract``; the embedded sample store when offline),
+    asking only for the days needed. Baselines: persistence (last hour) and the same hour one day
+    earlier; with a few weeks of data a climatology of the training part would be a copy of them.
+    """
+    try:
+        from .. import era5
+    except ImportError as exc:
+        raise DataError(f"the ERA5 pipeline (lstmnb.era5) is not available here: {exc}") from None
+    start = pd.Timestamp(era5.Request().start)
+    end = start + pd.Timedelta(hours=hours)  # ask only for the days needed (the last one inclusive)
+    ds = era5.extract(era5.Request(end=end.strftime("%Y-%m-%d")), progress=False)
+    da = ds["2m_temperature"]
+    if "point" in da.dims:
+        if not 0 <= point < da.sizes["point"]:
+            raise ConfigError(f"point={point} is outside the {da.sizes['point']} points of the request")
+        da = da.isel(point=point)
+    da = da.isel(time=slice(0, hours))
+    if da.sizes["time"] < hours:
+        raise ConfigError(f"hours={hours} asked for, but the default request has {da.sizes['time']} hours")
+    data = prepare_series(da.values, window=window, period=24, transform="none", fractions=fractions,
+                          name="era5_2m_temperature", units="K")
+    times = pd.DatetimeIndex(da["time"].values)
+    data.info["time_range"] = [str(times[0]), str(times[-1])]
+    data.info["point"] = int(point)
+    return data
+
+
+def load_data(name: str, window: int, hours: int = 24 * 42) -> ScratchData:
+    """The dataset ``name`` ('airline' or 'era5') with windows of ``window`` steps."""
+    if name == "airline":
+        return load_airline(window)
+    if name == "era5":
+        return load_era5(window, hours)
+    raise ConfigError(f"data={name!r} is not known; choose one of ('airline', 'era5')")

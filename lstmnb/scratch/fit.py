@@ -1,0 +1,212 @@
+"""Training any version: one config, one engine per version, the same batches in the same order.
+
+Every version starts from ``init_params(shape, seed)`` and sees the batches of one seeded shuffle,
+so their loss trajectories agree to rounding. Only the training data update the weights; the
+validation part is evaluated after each epoch for monitoring, outside the timed region.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import ConfigError
+from .lstm import (
+    LSTMShape,
+    check_batch,
+    init_params,
+    loss_and_grad_loops,
+    loss_and_grad_numpy,
+    mse,
+    resolve_dtype,
+)
+from .optim import OPTIMIZERS, clip_grad_norm, make_optimizer
+
+VERSIONS = ("loops", "numpy", "numba-cpu", "numba-cuda", "torch", "torch-cuda")
+DATASETS = ("airline", "era5")
+
+
+@dataclass
+class ScratchConfig:
+    """Every knob of a from-scratch run: data, network, optimiser, epochs."""
+
+    data: str = "airline"  # 'airline' (monthly, 144 values) or 'era5' (hourly point series)
+    window: int = 12  # input steps per sample (months for airline, hours for ERA5)
+    hours: int = 24 * 42  # ERA5 only: length of the series in hours
+    hidden: int = 32
+    epochs: int = 30
+    batch_size: int = 16
+    optimizer: str = "adam"
+    lr: float = 0.01
+    clip: float | None = 1.0  # max global gradient norm; None turns clipping off
+    seed: int = 0
+    dtype: str = "float64"
+    shuffle: bool = True
+
+    def validate(self) -> None:
+        if self.data not in DATASETS:
+            raise ConfigError(f"data={self.data!r} is not known; choose one of {DATASETS}")
+        for name in ("window", "hours", "hidden", "epochs", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be a positive whole number")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"optimizer={self.optimizer!r} is not known; choose one of {OPTIMIZERS}")
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
+            raise ConfigError(f"lr={self.lr!r} must be a positive number")
+        if self.clip is not None and not self.clip > 0:
+            raise ConfigError(f"clip={self.clip!r} must be a positive number or None (no clipping)")
+        resolve_dtype(self.dtype)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_version(version: str) -> str:
+    """``version`` if it is one of VERSIONS, else a ConfigError naming the choices."""
+    if version not in VERSIONS:
+        raise ConfigError(f"version={version!r} is not known; choose one of {VERSIONS}")
+    return version
+
+
+class HostEngine:
+    """Weights and optimiser on the host; ``grad_fn(theta, idx)`` supplies the batch gradient."""
+
+    def __init__(self, grad_fn: Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray]],
+                 theta0: np.ndarray, config: ScratchConfig, n_samples: int):
+        self.grad_fn = grad_fn
+        self.n_samples = n_samples
+        self.theta = theta0.copy()
+        self.opt = make_optimizer(config.optimizer, config.lr)
+        self.clip = config.clip
+
+    def step(self, idx: np.ndarray) -> float:
+        loss, grad = self.grad_fn(self.theta, idx)
+        clip_grad_norm(grad, self.clip)
+        self.opt.step(self.theta, grad)
+        return loss
+
+    def warmup(self) -> None:
+        """One gradient without an update, so compilation is timed apart from training."""
+        self.grad_fn(self.theta, np.arange(min(2, self.n_samples)))
+
+    def sync(self) -> None:
+        pass
+
+    def params(self) -> np.ndarray:
+        return self.theta.copy()
+
+
+def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, theta0: np.ndarray,
+                config: ScratchConfig):
+    """The training engine of one version on the training data X (N, T, F), y (N, O).
+
+    Raises ConfigError for an unknown version and DeviceError when its device is absent
+    (``numba-cuda`` without CUDA or simulator, ``torch-cuda`` without a GPU).
+    """
+    check_version(version)
+    dtype = resolve_dtype(config.dtype)
+    X = np.ascontiguousarray(X, dtype=dtype)
+    y = np.ascontiguousarray(y, dtype=dtype)
+    theta0 = theta0.astype(dtype)
+    if version == "loops":
+        return HostEngine(lambda th, idx: loss_and_grad_loops(th, X[idx], y[idx], shape), theta0, config, len(X))
+    if version == "numpy":
+        return HostEngine(lambda th, idx: loss_and_grad_numpy(th, X[idx], y[idx], shape), theta0, config, len(X))
+    if version == "numba-cpu":
+        from .numba_cpu import NumbaCPUGrad
+
+        return HostEngine(NumbaCPUGrad(X, y, shape.hidden, config.batch_size, dtype), theta0, config, len(X))
+    if version == "numba-cuda":
+        from ..errors import DeviceError
+
+        try:
+            from .numba_cuda import NumbaCUDAGrad
+        except ImportError as exc:  # numba built without its CUDA target
+            raise DeviceError(f"numba-cuda is unavailable: numba.cuda cannot be imported ({exc})") from None
+        return HostEngine(NumbaCUDAGrad(X, y, shape.hidden, config.batch_size, dtype), theta0, config, len(X))
+    from .torch_lstm import TorchEngine
+
+    return TorchEngine(version, shape, X, y, theta0, config.optimizer, config.lr, config.clip)
+
+
+@dataclass
+class FitResult:
+    """What one training run of one version produced."""
+
+    version: str
+    theta: np.ndarray
+    compile_s: float
+    epoch_s: list[float]
+    step_losses: list[float]
+    train_losses: list[float]  # mean batch loss per epoch (weights changing during the epoch)
+    val_losses: list[float]  # validation MSE after each epoch (never used for updates)
+
+    @property
+    def run_s(self) -> float:
+        return float(sum(self.epoch_s))
+
+
+def batches(n: int, batch_size: int, epochs: int, seed: int, shuffle: bool = True):
+    """Per epoch, the list of index arrays of its mini-batches (one seeded shuffle per epoch)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(epochs):
+        order = rng.permutation(n) if shuffle else np.arange(n)
+        yield [order[i : i + batch_size] for i in range(0, n, batch_size)]
+
+
+def fit(
+    version: str,
+    shape: LSTMShape,
+    X_train: np.ndarray,
+    y_train: np.ndarray,
+    config: ScratchConfig,
+    *,
+    X_val: np.ndarray | None = None,
+    y_val: np.ndarray | None = None,
+    theta0: np.ndarray | None = None,
+    max_steps: int | None = None,
+) -> FitResult:
+    """Train ``version`` for ``config.epochs`` epochs (or ``max_steps`` steps) and time it.
+
+    compile_s is the warm-up call (JIT compilation or cache load, CUDA context); epoch_s the wall
+    time of each epoch's optimiser steps, with the device synchronised before each clock read.
+    """
+    config.validate()
+    check_version(version)
+    check_batch(X_train, y_train, shape)
+    if X_val is not None:
+        check_batch(X_val, y_val, shape)
+    if theta0 is None:
+        theta0 = init_params(shape, config.seed, config.dtype)
+    engine = make_engine(version, shape, X_train, y_train, theta0, config)
+    t0 = time.perf_counter()
+    engine.warmup()
+    engine.sync()
+    compile_s = time.perf_counter() - t0
+
+    epoch_s: list[float] = []
+    step_losses: list[float] = []
+    train_losses: list[float] = []
+    val_losses: list[float] = []
+    steps = 0
+    for epoch_batches in batches(len(X_train), config.batch_size, config.epochs, config.seed, config.shuffle):
+        if max_steps is not None:
+            epoch_batches = epoch_batches[: max(0, max_steps - steps)]
+        losses = []
+        t0 = time.perf_counter()
+        for idx in epoch_batches:
+            losses.append(engine.step(idx))
+        engine.sync()
+        epoch_s.append(time.perf_counter() - t0)
+        steps += len(losses)
+        step_losses.extend(losses)
+        train_losses.append(float(np.mean(losses)) if losses else float("nan"))
+        if X_val is not None:
+            val_losses.append(mse(engine.params().astype(np.float64), X_val.astype(np.float64), y_val, shape))
+        if max_steps is not None and steps >= max_steps:
+            break
+    return FitResult(version, engine.params(), compile_s, epoch_s, step_losses, train_losses, val_losses)

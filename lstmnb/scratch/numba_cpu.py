@@ -1,0 +1,184 @@
+"""The ``numba-cpu`` version: the scalar per-sample kernel compiled by Numba, samples split over threads.
+
+Parallel idea: the samples of a mini-batch are independent until their gradients are summed. The
+batch is cut into one contiguous part per thread (``prange``); each thread runs forward + BPTT for
+its samples and accumulates into its own private gradient row, so no two threads ever write the
+same memory. A second parallel loop then reduces the private rows into one gradient (a reduction
+over threads). Compiled functions are cached on disk (``cache=True``), so only the first run on a
+machine pays the compile time.
+
+``sample_loss_grad`` is plain Python on purpose: ``numba.njit`` compiles it here, and
+``numba.cuda.jit(device=True)`` compiles the very same function into the per-thread work of the
+CUDA version, so the two compiled versions share one source for the arithmetic. It lives in this
+file, next to the cached functions that call it, because Numba's on-disk cache checks only the
+modification time of the file a cached function is defined in: a kernel in another file could be
+edited without the cached caller noticing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import get_num_threads, njit, prange
+
+
+def sample_loss_grad(x, y, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out, gb_out,
+                     acts, cs, hs, tcs, work, scale):  # pragma: no cover - compiled
+    """Squared error of one sample (summed over outputs); adds ``scale`` x its gradient into the g* arrays.
+
+    x (T, F) inputs; y (O,) targets; weights as in ``LSTMShape.offsets`` and gradient arrays of the
+    same shapes; workspaces acts (T, 4H), cs and hs (T+1, H), tcs (T, H) for tanh(c_t), work (3, 4H)
+    for dh, dc and the gate gradients. ``scale`` is 2 / (batch x outputs), the derivative of the mean
+    squared error. tanh and sigmoid are written with ``exp``: a compiled scalar ``exp`` costs a
+    quarter of a scalar ``tanh``, and each step needs 5H of them.
+    """
+    T = x.shape[0]
+    F = x.shape[1]
+    O = y.shape[0]
+    H = W_hh.shape[1]
+    G4 = 4 * H
+    for k in range(H):
+        hs[0, k] = 0.0
+        cs[0, k] = 0.0
+    # forward: gate pre-activations (one dot product per row of the weights), then c_t and h_t
+    for t in range(T):
+        for r in range(G4):
+            s = 0.0  # a fresh accumulator lets the compiler vectorise the sum
+            for k in range(H):
+                s += W_hh[r, k] * hs[t, k]
+            for j in range(F):
+                s += W_ih[r, j] * x[t, j]
+            s += b[r]
+            if 2 * H <= r < 3 * H:
+                acts[t, r] = 2.0 / (1.0 + math.exp(-2.0 * s)) - 1.0  # tanh(s)
+            else:
+                acts[t, r] = 1.0 / (1.0 + math.exp(-s))  # sigmoid(s)
+        for k in range(H):
+            c = acts[t, H + k] * cs[t, k] + acts[t, k] * acts[t, 2 * H + k]
+            cs[t + 1, k] = c
+            tc = 2.0 / (1.0 + math.exp(-2.0 * c)) - 1.0  # tanh(c), kept for the backward pass
+            tcs[t, k] = tc
+            hs[t + 1, k] = acts[t, 3 * H + k] * tc
+    # read-out and loss; dh = W_out^T dy starts the backward pass
+    for k in range(H):
+        work[0, k] = 0.0  # dh
+        work[1, k] = 0.0  # dc
+    loss = 0.0
+    for q in range(O):
+        s = 0.0
+        for k in range(H):
+            s += W_out[q, k] * hs[T, k]
+        e = s + b_out[q] - y[q]
+        loss += e * e
+        dy = scale * e
+        gb_out[q] += dy
+        for k in range(H):
+            gW_out[q, k] += dy * hs[T, k]
+            work[0, k] += dy * W_out[q, k]
+    # backward through time
+    for t in range(T - 1, -1, -1):
+        for k in range(H):
+            i = acts[t, k]
+            f = acts[t, H + k]
+            gg = acts[t, 2 * H + k]
+            o = acts[t, 3 * H + k]
+            tc = tcs[t, k]
+            dh = work[0, k]
+            dc = work[1, k] + dh * o * (1.0 - tc * tc)
+            work[2, k] = dc * gg * i * (1.0 - i)
+            work[2, H + k] = dc * cs[t, k] * f * (1.0 - f)
+            work[2, 2 * H + k] = dc * i * (1.0 - gg * gg)
+            work[2, 3 * H + k] = dh * tc * o * (1.0 - o)
+            work[1, k] = dc * f
+            work[0, k] = 0.0
+        for r in range(G4):
+            a = work[2, r]
+            gb[r] += a
+            for j in range(F):
+                gW_ih[r, j] += a * x[t, j]
+            for k in range(H):
+                gW_hh[r, k] += a * hs[t, k]
+        for r in range(G4):  # dh_{t-1} = W_hh^T da_t
+            a = work[2, r]
+            for k in range(H):
+                work[0, k] += W_hh[r, k] * a
+    return loss
+
+
+# Reassociation lets LLVM vectorise the dot products (sums in a different order: same numbers to
+# rounding). No 'nnan'/'ninf' flags: exp(-s) may legitimately overflow to inf for saturated gates.
+FASTMATH = {"reassoc", "contract", "arcp", "nsz"}
+
+sample_loss_grad_nb = njit(cache=True, nogil=True, fastmath=FASTMATH)(sample_loss_grad)
+
+
+@njit(cache=True, nogil=True)
+def unpack_nb(v, F, H, O):  # pragma: no cover - compiled
+    """Views of W_ih, W_hh, b, W_out, b_out inside a flat vector (the layout of ``LSTMShape``)."""
+    G4 = 4 * H
+    a = G4 * F
+    b = a + G4 * H
+    c = b + G4
+    d = c + O * H
+    return v[:a].reshape((G4, F)), v[a:b].reshape((G4, H)), v[b:c], v[c:d].reshape((O, H)), v[d : d + O]
+
+
+@njit(parallel=True, cache=True, fastmath=FASTMATH)
+def batch_loss_grad(X, Y, idx, theta, H, scale, parts, acts, cs, hs, tcs, work):  # pragma: no cover - compiled
+    """Sum of squared errors over the samples ``idx`` and the gradient of the mean, both reduced.
+
+    parts (n_parts, P) are the threads' private gradients; acts, cs, hs, tcs, work hold one
+    workspace per part. Returns (sum of squared errors, gradient).
+    """
+    F = X.shape[2]
+    O = Y.shape[1]
+    n_parts = parts.shape[0]
+    B = idx.shape[0]
+    P = theta.shape[0]
+    W_ih, W_hh, b, W_out, b_out = unpack_nb(theta, F, H, O)
+    losses = np.zeros(n_parts)
+    for c in prange(n_parts):  # one part of the batch per thread
+        gc = parts[c]
+        gc[:] = 0.0
+        gW_ih, gW_hh, gb, gW_out, gb_out = unpack_nb(gc, F, H, O)
+        for s in range(c * B // n_parts, (c + 1) * B // n_parts):
+            n = idx[s]
+            losses[c] += sample_loss_grad_nb(
+                X[n], Y[n], W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out, gb_out,
+                acts[c], cs[c], hs[c], tcs[c], work[c], scale,
+            )
+    grad = np.empty(P, dtype=theta.dtype)
+    for p in prange(P):  # the reduction over threads
+        total = 0.0
+        for c in range(n_parts):
+            total += parts[c, p]
+        grad[p] = total
+    return losses.sum(), grad
+
+
+class NumbaCPUGrad:
+    """Workspaces sized once for a batch size; ``__call__`` gives (mean loss, gradient) for a batch."""
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, hidden: int, batch_size: int, dtype: np.dtype):
+        self.X = np.ascontiguousarray(X, dtype=dtype)
+        self.y = np.ascontiguousarray(y, dtype=dtype)
+        self.H = int(hidden)
+        T = X.shape[1]
+        P = 4 * hidden * X.shape[2] + 4 * hidden * hidden + 4 * hidden + y.shape[1] * hidden + y.shape[1]
+        self.n_parts = max(1, min(get_num_threads(), batch_size))
+        self.parts = np.zeros((self.n_parts, P), dtype=dtype)
+        self.acts = np.zeros((self.n_parts, T, 4 * hidden), dtype=dtype)
+        self.cs = np.zeros((self.n_parts, T + 1, hidden), dtype=dtype)
+        self.hs = np.zeros((self.n_parts, T + 1, hidden), dtype=dtype)
+        self.tcs = np.zeros((self.n_parts, T, hidden), dtype=dtype)
+        self.work = np.zeros((self.n_parts, 3, 4 * hidden), dtype=dtype)
+
+    def __call__(self, theta: np.ndarray, idx: np.ndarray) -> tuple[float, np.ndarray]:
+        n_out = self.y.shape[1]
+        scale = 2.0 / (len(idx) * n_out)
+        sse, grad = batch_loss_grad(
+            self.X, self.y, idx.astype(np.int64), theta, self.H, scale,
+            self.parts, self.acts, self.cs, self.hs, self.tcs, self.work,
+        )
+        return float(sse) / (len(idx) * n_out), grad

@@ -1,0 +1,152 @@
+"""The ``numba-cuda`` version: one CUDA thread per sample, gradients reduced on the device.
+
+Parallel idea: the same per-sample kernel as ``numba-cpu``, but each sample of the mini-batch gets
+its own GPU thread. The training inputs and targets are copied to the device once and stay
+resident; per batch only the weights (a few thousand numbers) and the batch's sample indices go
+over the bus. Each thread writes its gradient into its own column of a (parameters x batch) buffer,
+and the workspaces are laid out with the batch as the last (fastest) axis, so neighbouring threads
+touch neighbouring addresses (coalesced memory access). A second kernel, one thread per parameter,
+sums the columns: the reduction happens on the device and one vector of P + 1 numbers (gradient and
+loss) comes back.
+
+Tested on CPU-only machines with Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` set before
+numba is imported): the simulator runs the same kernels as Python threads, for correctness only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import config as numba_config
+from numba import cuda
+
+from ..errors import DeviceError
+from .numba_cpu import sample_loss_grad
+
+THREADS_PER_BLOCK = 64
+
+
+def simulator_enabled() -> bool:
+    """True when Numba's CUDA simulator is on (it is read once, when numba is imported)."""
+    return bool(numba_config.ENABLE_CUDASIM)
+
+
+def cuda_status() -> tuple[bool, str | None]:
+    """(usable, reason if not): a real CUDA GPU, or the simulator."""
+    if simulator_enabled():
+        return True, None
+    try:
+        ok = cuda.is_available()
+    except Exception as exc:  # a broken driver install reports here, not deep inside a launch
+        return False, f"numba.cuda could not initialise CUDA: {exc}"
+    if not ok:
+        return False, (
+            "numba-cuda needs an NVIDIA GPU with a working CUDA driver (numba.cuda.is_available() is False); "
+            "for a correctness check without a GPU set NUMBA_ENABLE_CUDASIM=1 before Python starts"
+        )
+    return True, None
+
+
+sample_loss_grad_dev = cuda.jit(device=True)(sample_loss_grad)
+
+
+@cuda.jit
+def per_sample_kernel(X, Y, idx, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out, gb_out, losses,
+                      acts, cs, hs, tcs, work, scale):  # pragma: no cover - compiled
+    """Thread s: forward + BPTT of sample idx[s]; its gradient goes to column s of each g* array."""
+    s = cuda.grid(1)
+    if s < idx.shape[0]:
+        gW_ih_s = gW_ih[:, :, s]
+        gW_hh_s = gW_hh[:, :, s]
+        gb_s = gb[:, s]
+        gW_out_s = gW_out[:, :, s]
+        gb_out_s = gb_out[:, s]
+        for r in range(gW_hh_s.shape[0]):
+            gb_s[r] = 0.0
+            for j in range(gW_ih_s.shape[1]):
+                gW_ih_s[r, j] = 0.0
+            for k in range(gW_hh_s.shape[1]):
+                gW_hh_s[r, k] = 0.0
+        for q in range(gb_out_s.shape[0]):
+            gb_out_s[q] = 0.0
+            for k in range(gW_out_s.shape[1]):
+                gW_out_s[q, k] = 0.0
+        n = idx[s]
+        losses[s] = sample_loss_grad_dev(
+            X[n], Y[n], W_ih, W_hh, b, W_out, b_out, gW_ih_s, gW_hh_s, gb_s, gW_out_s, gb_out_s,
+            acts[:, :, s], cs[:, :, s], hs[:, :, s], tcs[:, :, s], work[:, :, s], scale,
+        )
+
+
+@cuda.jit
+def reduce_kernel(parts, B, out):  # pragma: no cover - compiled
+    """Thread p: out[p] = sum over the batch of parts[p, :B] (gradient entries and, last, the loss)."""
+    p = cuda.grid(1)
+    if p < out.shape[0]:
+        total = 0.0
+        for s in range(B):
+            total += parts[p, s]
+        out[p] = total
+
+
+def split_params(flat, F: int, H: int, O: int) -> tuple:
+    """Views of W_ih, W_hh, b, W_out, b_out inside a flat vector, or inside the rows of a
+    (P, ...) array whose trailing axes (here the batch) are kept."""
+    G4 = 4 * H
+    a = G4 * F
+    b = a + G4 * H
+    c = b + G4
+    d = c + O * H
+    rest = tuple(flat.shape[1:])
+    return (
+        flat[:a].reshape((G4, F) + rest),
+        flat[a:b].reshape((G4, H) + rest),
+        flat[b:c],
+        flat[c:d].reshape((O, H) + rest),
+        flat[d : d + O],
+    )
+
+
+class NumbaCUDAGrad:
+    """Device-resident data and workspaces; ``__call__`` gives (mean loss, gradient) for a batch."""
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, hidden: int, batch_size: int, dtype: np.dtype):
+        ok, reason = cuda_status()
+        if not ok:
+            raise DeviceError(reason)
+        self.F, self.H, self.O = X.shape[2], int(hidden), y.shape[1]
+        T = X.shape[1]
+        self.P = 4 * self.H * self.F + 4 * self.H * self.H + 4 * self.H + self.O * self.H + self.O
+        B = self.batch_size = int(batch_size)
+        # read-only data: copied once, resident for the whole training run
+        self.d_X = cuda.to_device(np.ascontiguousarray(X, dtype=dtype))
+        self.d_y = cuda.to_device(np.ascontiguousarray(y, dtype=dtype))
+        self.d_theta = cuda.device_array(self.P, dtype=dtype)
+        # per-sample gradients (rows 0..P-1) and losses (row P), batch along the fast axis
+        self.d_parts = cuda.device_array((self.P + 1, B), dtype=dtype)
+        self.d_acts = cuda.device_array((T, 4 * self.H, B), dtype=dtype)
+        self.d_cs = cuda.device_array((T + 1, self.H, B), dtype=dtype)
+        self.d_hs = cuda.device_array((T + 1, self.H, B), dtype=dtype)
+        self.d_tcs = cuda.device_array((T, self.H, B), dtype=dtype)
+        self.d_work = cuda.device_array((3, 4 * self.H, B), dtype=dtype)
+        self.d_out = cuda.device_array(self.P + 1, dtype=dtype)
+        self.weights = split_params(self.d_theta, self.F, self.H, self.O)
+        self.grads = split_params(self.d_parts[: self.P], self.F, self.H, self.O)
+        self.losses = self.d_parts[self.P]
+
+    def __call__(self, theta: np.ndarray, idx: np.ndarray) -> tuple[float, np.ndarray]:
+        B = len(idx)
+        if B > self.batch_size:
+            raise DeviceError(f"batch of {B} samples is larger than the {self.batch_size} the buffers were sized for")
+        self.d_theta.copy_to_device(np.ascontiguousarray(theta))  # weights: once per batch
+        d_idx = cuda.to_device(np.ascontiguousarray(idx, dtype=np.int64))
+        scale = 2.0 / (B * self.O)
+        per_sample_kernel[math.ceil(B / THREADS_PER_BLOCK), THREADS_PER_BLOCK](
+            self.d_X, self.d_y, d_idx, *self.weights, *self.grads, self.losses,
+            self.d_acts, self.d_cs, self.d_hs, self.d_tcs, self.d_work, scale,
+        )
+        n = self.P + 1
+        reduce_kernel[math.ceil(n / 128), 128](self.d_parts, B, self.d_out)
+        out = self.d_out.copy_to_host()  # gradient and loss: P + 1 numbers back per batch
+        return float(out[self.P]) / (B * self.O), out[: self.P].astype(theta.dtype, copy=False)
