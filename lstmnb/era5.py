@@ -25,7 +25,7 @@ import xarray as xr
 from .errors import ConfigError, DataError
 
 if TYPE_CHECKING:
-    from .era5_fetch import FetchStats
+    from .era5_fetch import FetchStats, RetryPolicy
 
 CATALOGUE: dict[str, str] = {
     "arco-v3": "gs://gcp-public-data-arco-era5/ar/full_37-1h-0p25deg-chunk-1.zarr-v3",
@@ -127,6 +127,8 @@ def _check_token(token: Any) -> None:
 
 def open_ref(ref: StoreRef) -> xr.Dataset:
     """Open a resolved store lazily (no dask), with one clear error when it cannot be read."""
+    if ref.remote:
+        _probe(ref)
     try:
         if ref.remote:
             ds = xr.open_zarr(ref.url, chunks=None, storage_options=ref.storage_options or None)
@@ -146,6 +148,22 @@ def open_ref(ref: StoreRef) -> xr.Dataset:
     if missing:
         raise DataError(f"{ref.url} lacks the ERA5 coordinates {missing}; expected time, latitude, longitude")
     return ds
+
+
+def _probe(ref: StoreRef) -> None:
+    """Fail fast with one line when a remote store is unreachable or absent (a few quick retries)."""
+    from .era5_fetch import ChunkError, ChunkSource, RetryPolicy
+
+    src = ChunkSource(ref.url, True, ref.storage_options, 4, RetryPolicy(attempts=3, base_delay=0.2, timeout=20))
+    try:
+        for key in (".zmetadata", ".zgroup", "zarr.json"):
+            if src.get(key) is not None:
+                return
+    except ChunkError as exc:
+        raise DataError(f"cannot reach {ref.url}: {exc}; check the network, or use --source sample") from None
+    finally:
+        src.close()
+    raise DataError(f"no Zarr store at {ref.url} (no .zmetadata, .zgroup or zarr.json); check the URL, or {SOURCE_HINT}")
 
 
 def open_store(source: str = SAMPLE, storage_options: dict | None = None) -> xr.Dataset:
@@ -351,6 +369,7 @@ def extract(
     concurrency: int | None = None,
     block_hours: int | None = None,
     stats: "FetchStats | None" = None,
+    retry: "RetryPolicy | None" = None,
 ) -> xr.Dataset:
     """Extract ``request`` as float32 series (points: dims time, point; box: time, latitude, longitude).
 
@@ -368,6 +387,7 @@ def extract(
     arrays = fetch_plan(
         plan, cache_dir=cache_dir, progress=progress, refresh=refresh,
         concurrency=concurrency, block_hours=block_hours, stats=stats,
+        retry=retry,
     )
     return _assemble(plan, ds, arrays)
 

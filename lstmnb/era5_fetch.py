@@ -13,7 +13,7 @@ import os
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .era5 import Plan
 
 DEFAULT_CONCURRENCY = 32
+MAX_FAILED_CHUNKS = 8  # after this many chunks fail for good, stop starting new ones
 
 
 @dataclass
@@ -54,13 +55,238 @@ class FetchStats:
 
     chunks: int = 0
     bytes: int = 0
+    requests: int = 0
     blocks_cached: int = 0
     blocks_written: int = 0
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Per-chunk retries: transient errors (connection, timeout, HTTP 408/429/5xx) back off and retry."""
+
+    attempts: int = 5
+    base_delay: float = 0.25  # seconds; doubles each attempt, with jitter
+    max_delay: float = 8.0
+    timeout: float = 60.0  # seconds per request
+
+
+class ChunkError(Exception):
+    """A chunk could not be read (after retries, or a permanent error)."""
+
+
+_TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+class HttpClient:
+    """GETs over one aiohttp session on a private event-loop thread, with per-request retries.
+
+    Worker threads call ``get`` concurrently; the loop multiplexes them over pooled connections.
+    """
+
+    def __init__(self, limit: int, retry: RetryPolicy, headers: Callable[[], dict] | None = None):
+        import asyncio
+        import threading
+
+        self.retry = retry
+        self.headers = headers or (lambda: {})
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="era5-http", daemon=True)
+        self.thread.start()
+        self.limit = limit
+        self.session = self._call(self._open())
+
+    async def _open(self):
+        import aiohttp
+
+        conn = aiohttp.TCPConnector(limit=max(self.limit, 1), ttl_dns_cache=300)
+        return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=self.retry.timeout))
+
+    def _call(self, coro):
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def get(self, url: str) -> bytes | None:
+        """The body at ``url``; None when it does not exist (404). Raises ChunkError after retries."""
+        return self._call(self._get(url))
+
+    async def _get(self, url: str) -> bytes | None:
+        import asyncio
+        import random
+
+        import aiohttp
+
+        last = ""
+        for attempt in range(self.retry.attempts):
+            if attempt:
+                delay = min(self.retry.max_delay, self.retry.base_delay * 2 ** (attempt - 1))
+                await asyncio.sleep(delay * (0.5 + random.random()))
+            try:
+                async with self.session.get(url, headers=self.headers()) as r:
+                    if r.status == 200:
+                        return await r.read()
+                    if r.status == 404:
+                        return None
+                    body = (await r.text(errors="replace"))[:120].replace("\n", " ")
+                    last = f"HTTP {r.status} {body}".strip()
+                    if r.status in (401, 403):
+                        raise ChunkError(f"{last}: access denied; check --credentials (anonymous by default)")
+                    if r.status not in _TRANSIENT_STATUS:
+                        raise ChunkError(last)
+            except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+                last = f"{type(exc).__name__}: {exc}".strip()
+        raise ChunkError(f"{last} (after {self.retry.attempts} attempts)")
+
+    def close(self) -> None:
+        try:
+            self._call(self.session.close())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=5)
+
+
+def _gcs_media_url(url: str) -> Callable[[str], str]:
+    """Map store keys of a gs:// URL to JSON-API media URLs (honours STORAGE_EMULATOR_HOST)."""
+    from urllib.parse import quote
+
+    from gcsfs.core import _location
+
+    bucket, _, prefix = url.split("://", 1)[1].partition("/")
+    base = _location().rstrip("/")
+    prefix = prefix.strip("/")
+
+    def to_url(key: str) -> str:
+        obj = f"{prefix}/{key}" if prefix else key
+        return f"{base}/download/storage/v1/b/{bucket}/o/{quote(obj, safe='')}?alt=media"
+
+    return to_url
+
+
+def _auth_headers(token) -> Callable[[], dict]:
+    """Bearer headers from google-auth for a credentials file or 'google_default'; none when anonymous."""
+    if token in (None, "anon"):
+        return lambda: {}
+    from gcsfs.credentials import GoogleCredentials
+
+    creds = GoogleCredentials(project=None, access='read_only', token=token)
+
+    def headers() -> dict:
+        out: dict = {}
+        creds.apply(out)
+        return out
+
+    return headers
+
+
+class ChunkSource:
+    """Raw bytes of store keys: local files, or HTTP(S)/GCS objects fetched concurrently with retries."""
+
+    def __init__(self, url: str, remote: bool, storage_options: dict, concurrency: int, retry: RetryPolicy):
+        self.url = url.rstrip("/")
+        self.remote = remote
+        self.bytes_read = 0
+        self.requests = 0
+        self.client: HttpClient | None = None
+        if remote:
+            if self.url.startswith(("gs://", "gcs://")):
+                self.to_url = _gcs_media_url(self.url)
+                headers = _auth_headers(storage_options.get("token", "anon"))
+            elif self.url.startswith(("http://", "https://")):
+                self.to_url = lambda key: f"{self.url}/{key}"
+                headers = None
+            else:
+                raise ConfigError(f"unsupported store URL {url!r}; use gs://, http(s):// or a local path")
+            self.client = HttpClient(concurrency, retry, headers)
+
+    def get(self, key: str) -> bytes | None:
+        if self.client is None:
+            try:
+                with open(os.path.join(self.url, key), "rb") as fh:
+                    data = fh.read()
+            except FileNotFoundError:
+                return None
+        else:
+            data = self.client.get(self.to_url(key))
+        self.requests += 1
+        if data is not None:
+            self.bytes_read += len(data)
+        return data
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+
+
+@dataclass
+class _ArrayMeta:
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: np.dtype
+    order: str
+    sep: str
+    fill: float
+    compressor: object | None
+    filters: list
+
+
+def _array_meta(zarray: dict) -> _ArrayMeta | None:
+    """Parse a zarr-v2 .zarray for the raw path; None when the layout needs zarr's general reader."""
+    import numcodecs
+
+    if zarray.get("zarr_format") != 2 or len(zarray.get("shape", ())) != 3 or zarray["chunks"][0] != 1:
+        return None
+    fill = zarray.get("fill_value")
+    fill = np.nan if fill in (None, "NaN") else float(fill)
+    return _ArrayMeta(
+        tuple(zarray["shape"]), tuple(zarray["chunks"]), np.dtype(zarray["dtype"]), zarray.get("order", "C"),
+        zarray.get("dimension_separator", "."), fill,
+        numcodecs.get_codec(zarray["compressor"]) if zarray.get("compressor") else None,
+        [numcodecs.get_codec(f) for f in (zarray.get("filters") or [])],
+    )
+
+
+class RawReader:
+    """Reads one (variable, hour) bounding box of the requested cells straight from chunk bytes.
+
+    For zarr-v2 stores with one time step per chunk (ARCO-ERA5's layout): the chunk bytes are fetched
+    by ``ChunkSource`` (concurrent, retried), decoded once with numcodecs, and cut to the box.
+    """
+
+    def __init__(self, plan: "Plan", source: ChunkSource, metas: dict[str, _ArrayMeta]):
+        rows, cols = plan.rows, plan.cols
+        self.r0, self.r1 = int(rows.min()), int(rows.max()) + 1
+        self.c0, self.c1 = int(cols.min()), int(cols.max()) + 1
+        self.source = source
+        self.metas = metas
+
+    @property
+    def bytes_read(self) -> int:
+        return self.source.bytes_read
+
+    def read(self, variable: str, t: int) -> np.ndarray:
+        m = self.metas[variable]
+        cy, cx = m.chunks[1], m.chunks[2]
+        out = np.empty((self.r1 - self.r0, self.c1 - self.c0), dtype=np.float32)
+        for jy in range(self.r0 // cy, (self.r1 - 1) // cy + 1):
+            for jx in range(self.c0 // cx, (self.c1 - 1) // cx + 1):
+                raw = self.source.get(f"{variable}/{t}{m.sep}{jy}{m.sep}{jx}")
+                if raw is None:
+                    block = np.full((cy, cx), m.fill, dtype=np.float32)
+                else:
+                    data = m.compressor.decode(raw) if m.compressor is not None else raw
+                    for f in reversed(m.filters):
+                        data = f.decode(data)
+                    block = np.frombuffer(data, dtype=m.dtype).reshape((cy, cx), order=m.order)
+                ya, yb = max(self.r0, jy * cy), min(self.r1, (jy + 1) * cy)
+                xa, xb = max(self.c0, jx * cx), min(self.c1, (jx + 1) * cx)
+                out[ya - self.r0:yb - self.r0, xa - self.c0:xb - self.c0] = \
+                    block[ya - jy * cy:yb - jy * cy, xa - jx * cx:xb - jx * cx]
+        return out
+
+
 class ZarrReader:
-    """Reads one (variable, hour) chunk's bounding box of the requested cells through zarr."""
+    """Fallback for layouts the raw path does not handle (zarr v3, several hours per chunk): zarr reads."""
 
     def __init__(self, plan: "Plan"):
         import zarr
@@ -80,6 +306,33 @@ class ZarrReader:
         return np.asarray(self.arrays[variable][t, self.r0:self.r1, self.c0:self.c1])
 
 
+def make_reader(plan: "Plan", concurrency: int, retry: RetryPolicy):
+    """The fastest reader that handles this store: raw chunk bytes when possible, else zarr."""
+    import json
+
+    source = ChunkSource(plan.ref.url, plan.ref.remote, plan.ref.storage_options, concurrency, retry)
+    try:
+        raw = source.get(".zmetadata")
+        metas = {}
+        if raw is not None:
+            meta = json.loads(raw)["metadata"]
+            for v in plan.variables:
+                m = _array_meta(meta.get(f"{v}/.zarray", {}))
+                if m is None:
+                    break
+                metas[v] = m
+        if raw is not None and len(metas) == len(plan.variables):
+            source.bytes_read = source.requests = 0
+            return RawReader(plan, source, metas), source
+    except ChunkError as exc:
+        source.close()
+        raise DataError(f"cannot read {plan.ref.url}/.zmetadata: {exc}; check the network or use --source sample") from None
+    except (ValueError, KeyError):
+        pass
+    source.close()
+    return ZarrReader(plan), None
+
+
 def fetch_plan(
     plan: "Plan",
     *,
@@ -89,6 +342,7 @@ def fetch_plan(
     concurrency: int | None = None,
     block_hours: int | None = None,
     stats: FetchStats | None = None,
+    retry: RetryPolicy | None = None,
 ) -> dict[tuple[str, str], np.ndarray]:
     """Return {(variable, target key): array over plan's hours}, from the cache where possible."""
     hours = int(block_hours or DEFAULT_BLOCK_HOURS)
@@ -126,7 +380,7 @@ def fetch_plan(
                     needs.setdefault((v, t), []).append((target.key, slot))
 
     if needs:
-        _run(plan, pending, needs, done, workers, progress, stats)
+        _run(plan, pending, needs, done, workers, progress, stats, retry or RetryPolicy())
     stats.seconds = time.perf_counter() - t_start
 
     out: dict[tuple[str, str], np.ndarray] = {}
@@ -141,9 +395,9 @@ def fetch_plan(
     return out
 
 
-def _run(plan, pending, needs, done, workers, progress, stats) -> None:
+def _run(plan, pending, needs, done, workers, progress, stats, retry) -> None:
     """Read the needed chunks concurrently, in time order, writing each slot as it completes."""
-    reader = ZarrReader(plan)
+    reader, source = make_reader(plan, workers, retry)
     targets = {t.key: t for t in plan.targets}
     r0, c0 = reader.r0, reader.c0
     index = {
@@ -158,7 +412,10 @@ def _run(plan, pending, needs, done, workers, progress, stats) -> None:
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(per_hour), unit="h", desc=f"ERA5 {plan.ref.source}", leave=True)
+        bar = tqdm(total=len(per_hour), unit="h", desc=f"ERA5 {plan.ref.source}", leave=True,
+                   bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} h [{elapsed}<{remaining}, {rate_fmt}{postfix}]")
+    t_bar = time.perf_counter()
+    last_post = 0.0
 
     def task(vt: tuple[str, int]) -> np.ndarray:
         v, t = vt
@@ -166,14 +423,16 @@ def _run(plan, pending, needs, done, workers, progress, stats) -> None:
             return reader.read(v, t)
         except Exception as exc:  # noqa: BLE001 - becomes one clear error naming time and store
             when = str(np.datetime64(plan.times[0] + (t - plan.i0) * np.timedelta64(1, "h"), "h"))
+            what = str(exc) if isinstance(exc, ChunkError) else f"{type(exc).__name__}: {exc}"
             raise DataError(
-                f"reading {v} at {when} from {plan.ref.url} failed: {type(exc).__name__}: "
-                f"{(str(exc).splitlines() or [''])[0][:200]}; finished blocks are kept, run again to resume"
+                f"reading {v} at {when} from {plan.ref.url} failed: {(what.splitlines() or [''])[0][:240]}; "
+                "finished blocks are kept, run again to resume"
             ) from None
 
     in_flight: dict[Future, tuple[str, int]] = {}
     it = iter(order)
-    window = max(workers * 2, workers + 4)
+    window = workers  # chunks in flight; kept <= a block so a killed run loses little
+    failures: list[DataError] = []
     try:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="era5-read") as pool:
             exhausted = False
@@ -189,7 +448,14 @@ def _run(plan, pending, needs, done, workers, progress, stats) -> None:
                 finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     v, t = in_flight.pop(fut)
-                    chunk = fut.result()  # raises DataError; pool shutdown waits for the rest
+                    try:
+                        chunk = fut.result()
+                    except DataError as exc:
+                        # This chunk's blocks stay unfinished; every other block still completes.
+                        failures.append(exc)
+                        if len(failures) >= MAX_FAILED_CHUNKS:
+                            exhausted = True  # the store looks down: stop asking, finish what is in flight
+                        continue
                     stats.chunks += 1
                     for key, slot in needs[(v, t)]:
                         rows, cols = index[key]
@@ -201,18 +467,38 @@ def _run(plan, pending, needs, done, workers, progress, stats) -> None:
                         p.missing.discard(t)
                         if not p.missing:
                             block = p.finish()
-                            p.cache.write(block)
+                            try:
+                                p.cache.write(block)
+                            except OSError as exc:
+                                raise DataError(
+                                    f"cannot write a cache block under {p.cache.dir}: {exc.strerror or exc} "
+                                    "(disk full?); finished blocks are kept and this one is redone next time"
+                                ) from None
                             done[(v, key, slot)] = block
                             stats.blocks_written += 1
                             del pending[(v, key, slot)]
                     per_hour[t] -= 1
                     if per_hour[t] == 0 and bar is not None:
                         bar.update(1)
+                        now = time.perf_counter()
+                        if now - last_post > 0.25:
+                            last_post = now
+                            mb = reader.bytes_read / 1e6
+                            bar.set_postfix_str(f"{mb:,.1f} MB read, {mb / max(now - t_bar, 1e-9):,.1f} MB/s",
+                                                refresh=False)
+        if failures:
+            more = f" ({len(failures)} chunks failed" + (", gave up early" if len(failures) >= MAX_FAILED_CHUNKS else "")
+            raise DataError(f"{failures[0]}{more}; {stats.blocks_written} blocks written this run)")
     except BaseException:
         for fut in in_flight:
             fut.cancel()
         raise
     finally:
         stats.bytes += reader.bytes_read
+        if source is not None:
+            stats.requests += source.requests
+            source.close()
         if bar is not None:
+            mb = reader.bytes_read / 1e6
+            bar.set_postfix_str(f"{mb:,.1f} MB read, {mb / max(time.perf_counter() - t_bar, 1e-9):,.1f} MB/s")
             bar.close()

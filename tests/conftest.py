@@ -36,3 +36,111 @@ def small_store(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("stores") / "small.zarr"
     return write_sample(path, start="2020-01-01T00", end="2020-01-10T23", lat=(41.0, 19.0), lon=(279.0, 281.0))
+
+
+# --- GCS emulator (cloud code path without the cloud) --------------------------------------------
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class GcsEmulator:
+    """A running ``gcp-storage-emulator`` on loopback, with a fast uploader for local stores."""
+
+    def __init__(self, port: int, proc):
+        self.port, self.proc = port, proc
+        self.url = f"http://127.0.0.1:{port}"
+
+    def request(self, method: str, path: str, body: bytes = b"", headers: dict | None = None):
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def make_bucket(self, name: str) -> None:
+        status, body = self.request("POST", "/storage/v1/b", f'{{"name": "{name}"}}'.encode(),
+                                    {"Content-Type": "application/json"})
+        assert status in (200, 409), body
+
+    def upload_dir(self, local, bucket: str, prefix: str) -> int:
+        """Upload every file under ``local`` as ``prefix/<relative path>`` (simple media uploads)."""
+        import http.client
+        from pathlib import Path
+        from urllib.parse import quote
+
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        n = 0
+        for f in sorted(Path(local).rglob("*")):
+            if f.is_file():
+                name = quote(f"{prefix}/{f.relative_to(local).as_posix()}", safe="")
+                conn.request("POST", f"/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}",
+                             body=f.read_bytes(), headers={"Content-Type": "application/octet-stream"})
+                resp = conn.getresponse()
+                resp.read()
+                assert resp.status == 200, (f, resp.status)
+                n += 1
+        conn.close()
+        return n
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator():
+    """Start gcp-storage-emulator (in memory) on a loopback port and point gcsfs at it for the session."""
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    exe = shutil.which("gcp-storage-emulator")
+    if exe is None:
+        pytest.skip("gcp-storage-emulator is not installed (pip install '.[test]')")
+    port = _free_port()
+    proc = subprocess.Popen([exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail("gcp-storage-emulator did not start")
+            time.sleep(0.1)
+    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
+    os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
+    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+    try:
+        yield GcsEmulator(port, proc)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def cloud_store(gcs_emulator, tmp_path_factory):
+    """(gs:// URL, local path) of the same three-day ARCO-layout store, uploaded to the emulator."""
+    from lstmnb.sample import write_sample
+
+    local = write_sample(tmp_path_factory.mktemp("cloud") / "era5.zarr", start="2020-01-01T00",
+                         end="2020-01-03T23", lat=(41.0, 19.0), lon=(279.5, 280.5))
+    gcs_emulator.make_bucket("lstmnb-test")
+    gcs_emulator.upload_dir(local, "lstmnb-test", "ar/era5.zarr")
+    return "gs://lstmnb-test/ar/era5.zarr", local

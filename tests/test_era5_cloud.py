@@ -1,0 +1,187 @@
+"""The cloud code path without the cloud: gs:// through a real GCS emulator, HTTP through loopback
+proxies that delay or fail requests, kill-and-resume in a subprocess, and a full disk."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from lstmnb.era5 import Request, extract, open_store
+from lstmnb.era5_cache import status
+from lstmnb.era5_fetch import FetchStats, RetryPolicy
+from lstmnb.era5_serve import Faults, Proxy, StaticServer
+from lstmnb.errors import ConfigError, DataError
+
+FAST_RETRY = RetryPolicy(attempts=4, base_delay=0.02, max_delay=0.1, timeout=10)
+TWO_VARS = ("2m_temperature", "surface_pressure")
+
+
+@pytest.fixture
+def emulator_via(monkeypatch):
+    """Point gcsfs and lstmnb at another emulator address (e.g. a proxy) for one test."""
+
+    def use(url: str) -> None:
+        import gcsfs
+
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
+        gcsfs.GCSFileSystem.clear_instance_cache()
+
+    yield use
+    import gcsfs
+
+    gcsfs.GCSFileSystem.clear_instance_cache()
+
+
+def test_emulator_extraction_equals_local(cloud_store, tmp_path):
+    url, local = cloud_store
+    kw = dict(variables=TWO_VARS, start="2020-01-01", end="2020-01-03")
+    stats = FetchStats()
+    cloud = extract(Request(source=url, **kw), cache_dir=tmp_path / "c", progress=False, stats=stats)
+    here = extract(Request(source=str(local), **kw), cache_dir=tmp_path / "l", progress=False)
+    assert stats.chunks == 72 * 2 and stats.bytes > 0
+    assert cloud.attrs["source_url"] == url
+    for v in TWO_VARS:
+        np.testing.assert_array_equal(cloud[v].values, here[v].values)
+    xr.testing.assert_equal(cloud.drop_attrs(), here.drop_attrs())
+    box = dict(points=None, box=(39.5, 40.5, -80.5, -79.5), start="2020-01-02", end="2020-01-02")
+    a = extract(Request(source=url, **box), cache_dir=tmp_path / "c", progress=False)
+    b = extract(Request(source=str(local), **box), cache_dir=tmp_path / "l", progress=False)
+    np.testing.assert_array_equal(a["2m_temperature"].values, b["2m_temperature"].values)
+    assert a["2m_temperature"].shape == (24, 5, 5)
+    assert open_store(url).attrs["valid_time_stop"] == "2020-01-03"
+
+
+def test_retries_recover_from_transient_failures(cloud_store, gcs_emulator, emulator_via, tmp_path):
+    url, local = cloud_store
+    faults = Faults(flaky=r"2m_temperature/\d+\.\d+\.\d+", every=2, fail_times=2)
+    with Proxy(gcs_emulator.url, faults=faults) as proxy:
+        emulator_via(proxy.url)
+        got = extract(Request(source=url, start="2020-01-01", end="2020-01-02"), cache_dir=tmp_path,
+                      progress=False, retry=FAST_RETRY)
+    want = extract(Request(source=str(local), start="2020-01-01", end="2020-01-02"), cache_dir=tmp_path / "l",
+                   progress=False)
+    assert faults.injected >= 40, "about half of the 48 chunks failed twice before succeeding"
+    np.testing.assert_array_equal(got["2m_temperature"].values, want["2m_temperature"].values)
+
+
+def test_chunk_that_keeps_failing_fails_its_block_only(cloud_store, gcs_emulator, emulator_via, tmp_path):
+    url, local = cloud_store
+    req = Request(source=url, start="2020-01-01", end="2020-01-03")
+    with Proxy(gcs_emulator.url, faults=Faults(broken=r"2m_temperature/30\.0\.0")) as proxy:
+        emulator_via(proxy.url)
+        with pytest.raises(DataError) as info:
+            extract(req, cache_dir=tmp_path, progress=False, retry=FAST_RETRY, block_hours=24)
+    msg = str(info.value)
+    assert "2020-01-02T06" in msg and url in msg and "503" in msg and "\n" not in msg
+    cached = {r["target"]: r for r in status(tmp_path)}
+    assert all(r["blocks"] == 2 for r in cached.values()), "days 1 and 3 finished and stayed"
+    emulator_via(gcs_emulator.url)
+    stats = FetchStats()
+    got = extract(req, cache_dir=tmp_path, progress=False, block_hours=24, stats=stats)
+    assert stats.chunks == 24 and stats.blocks_cached == 4, "only the failed day is fetched again"
+    want = extract(Request(source=str(local), start="2020-01-01", end="2020-01-03"), cache_dir=tmp_path / "l",
+                   progress=False)
+    np.testing.assert_array_equal(got["2m_temperature"].values, want["2m_temperature"].values)
+
+
+def test_unreachable_and_absent_stores(cloud_store, gcs_emulator, emulator_via, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    t0 = time.perf_counter()
+    with pytest.raises(DataError) as info:
+        open_store(f"http://127.0.0.1:{closed}/era5.zarr")
+    msg = str(info.value)
+    assert f"127.0.0.1:{closed}/era5.zarr" in msg and "check the network" in msg and "--source sample" in msg
+    emulator_via(f"http://127.0.0.1:{closed}")
+    with pytest.raises(DataError, match=r"cannot reach gs://lstmnb-test/ar/era5.zarr.*check the network"):
+        extract(Request(source=cloud_store[0]), cache_dir=tmp_path, progress=False)
+    assert time.perf_counter() - t0 < 15, "an unreachable store fails fast"
+    emulator_via(gcs_emulator.url)
+    with pytest.raises(DataError, match="no Zarr store at gs://lstmnb-test/nothing.zarr"):
+        open_store("gs://lstmnb-test/nothing.zarr")
+
+
+def test_credentials_asked_for_but_missing(monkeypatch, tmp_path):
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "absent.json"))
+    with pytest.raises(ConfigError, match="google_default.*none found"):
+        open_store("arco-v3", storage_options={"token": "google_default"})
+    with pytest.raises(ConfigError, match="credentials file .*absent.json.* not found"):
+        open_store("arco-v3", storage_options={"token": str(tmp_path / "absent.json")})
+
+
+@pytest.fixture
+def slow_http_store(small_store):
+    """The ten-day store over loopback HTTP behind a proxy adding 20 ms per request."""
+    with StaticServer(small_store) as server, Proxy(server.url, delay=0.02) as proxy:
+        yield proxy
+
+
+_CHILD = """
+import sys
+from lstmnb.era5 import Request, extract
+extract(Request(source=sys.argv[1], start="2020-01-01", end="2020-01-10"), cache_dir=sys.argv[2],
+        progress=False, concurrency=4, block_hours=24)
+"""
+
+
+@pytest.mark.slow
+def test_kill_and_resume_fetches_only_missing_blocks(slow_http_store, small_store, tmp_path):
+    cache = tmp_path / "cache"
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, slow_http_store.url, str(cache)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and child.poll() is None:
+        if sum(r["blocks"] for r in status(cache)) >= 8:  # 2 points x 4 of 10 days
+            break
+        time.sleep(0.01)
+    assert child.poll() is None, f"the child finished before it could be killed: {child.stderr.read()!r}"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    before = {r["target"]: r["blocks"] for r in status(cache)}
+    assert 4 <= min(before.values()) and max(before.values()) < 10
+
+    stats = FetchStats()
+    resumed = extract(Request(source=slow_http_store.url, start="2020-01-01", end="2020-01-10"),
+                      cache_dir=cache, progress=False, concurrency=4, block_hours=24, stats=stats)
+    assert stats.blocks_cached == sum(before.values())
+    assert stats.chunks == 24 * (10 - min(before.values())), "only hours of unfinished days are read"
+    whole = extract(Request(source=str(small_store), start="2020-01-01", end="2020-01-10"),
+                    cache_dir=tmp_path / "whole", progress=False)
+    np.testing.assert_array_equal(resumed["2m_temperature"].values, whole["2m_temperature"].values)
+
+
+_DISK_FULL = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)          # writes past the limit fail with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (4000, 4000))  # like a full disk: a 24 h box block is ~8 kB
+from lstmnb.cli import main
+sys.exit(main(["data", "--source", sys.argv[1], "--box", "38,40,279,281", "--start", "2020-01-01",
+               "--end", "2020-01-02", "--no-progress", "--block-hours", "24"]))
+"""
+
+
+def test_disk_full_keeps_the_cache_consistent(small_store, tmp_path):
+    env = {**os.environ, "LSTMNB_CACHE": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-c", _DISK_FULL, str(small_store)], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert "cannot write a cache block" in run.stderr and "disk full" in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not list((tmp_path / "extracts").rglob("*.npy")), "no partial block was left behind"
+    assert not list((tmp_path / "extracts").rglob("*.tmp"))
+    stats = FetchStats()
+    ds = extract(Request(source=str(small_store), points=None, box=(38, 40, 279, 281), start="2020-01-01",
+                         end="2020-01-02"), cache_dir=tmp_path / "extracts", progress=False, block_hours=24,
+                 stats=stats)
+    assert stats.chunks == 48 and ds["2m_temperature"].shape == (48, 9, 9)
