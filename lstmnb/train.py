@@ -615,7 +615,7 @@ def _finish_record(model: nn.Module, windows: Windows, cfg: TrainConfig, device:
     }
     data = dict(data_info or {})
     data.update(sizes=windows.sizes(), split_times=windows.split_times, features=windows.features,
-                points=windows.points)
+                cells=windows.points)
     return new_record(
         cfg.experiment, status="ok", device=str(device), profile=cfg.profile,
         config=asdict(cfg), data=data, epochs=history, timing=timing, memory=peak_memory_mb(device),

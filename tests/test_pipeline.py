@@ -1,0 +1,71 @@
+"""The core pipeline end to end on the embedded sample, through the Python API and the `lstmnb` command."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lstmnb import era5
+from lstmnb.cli import main
+from lstmnb.records import read_records
+from lstmnb.train import TrainConfig, run
+
+
+@pytest.mark.slow
+def test_short_cpu_training_on_the_sample_beats_persistence(sample_store_path, tmp_path):
+    # the published setting, three epochs: the LSTM must beat persistence at 1 h lead on test RMSE
+    result = run(era5.Request(), TrainConfig(epochs=3, progress=False), results=tmp_path)
+    m = result.record["metrics"]
+    assert m["test_rmse_k"] < m["persistence_rmse_k"] < m["climatology_rmse_k"]
+    assert result.record["data"]["points"] == [[40.0, 280.0], [20.0, 280.0]]
+    assert read_records(tmp_path)[0]["run_id"] == result.record["run_id"]
+
+
+def test_cli_train_prints_table_and_appends_record(sample_store_path, tmp_path, capsys):
+    rc = main(["train", "--start", "2020-01-01", "--end", "2020-02-29", "--epochs", "2", "--hidden", "8",
+               "--results", str(tmp_path), "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "val_rmse_k" in out and "persistence" in out and "climatology" in out
+    rec = read_records(tmp_path)
+    assert len(rec) == 1 and rec[0]["config"]["hidden"] == 8 and len(rec[0]["epochs"]) == 2
+    assert rec[0]["data"]["start"] == "2020-01-01"
+    assert main(["results", str(tmp_path)]) == 0
+    assert "test RMSE K" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--epochs", "0"], "epochs=0 must be a whole number >= 1"),
+    (["--batch-size", "-1"], "batch_size=-1"),
+    (["--window", "0"], "window=0"),
+    (["--device", "tpu"], "device='tpu' is not one of auto, cpu, cuda, cuda:N, mps"),
+    (["--device", "cuda"], "no usable CUDA GPU"),
+    (["--variable", "2m_temprature"], "2m_temprature"),
+    (["--point", "95,280"], "95"),
+    (["--start", "1990-01-01", "--end", "1990-02-01"], "1990"),
+    (["--window", "5000", "--end", "2020-03-01"], "longer than the training part"),
+])
+def test_cli_bad_input_one_line_nonzero(sample_store_path, tmp_path, args, message):
+    import torch
+
+    if args[:2] == ["--device", "cuda"] and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    proc = subprocess.run([sys.executable, "-m", "lstmnb", "train", "--no-progress", "--results", str(tmp_path),
+                           *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and message in err[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs.jsonl").exists()  # nothing recorded for a run that did not happen
+
+
+def test_results_on_empty_folder_is_a_clear_error(tmp_path, capsys):
+    assert main(["results", str(tmp_path)]) == 2
+    assert "no run records" in capsys.readouterr().err
+
+
+def test_help_is_readable():
+    proc = subprocess.run([sys.executable, "-m", "lstmnb", "train", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and "--batch-size" in proc.stdout and "published" in proc.stdout
