@@ -185,9 +185,9 @@ def _run_train(args) -> int:
         return 0
     print_run(result.record)
     if not args.no_record:
-        from .paths import results_dir
+        from .records import runs_path
 
-        print(f"record {result.record['run_id']} appended to {args.results or results_dir() / 'runs.jsonl'}")
+        print(f"record {result.record['run_id']} appended to {runs_path(args.results)}")
     return 0
 
 

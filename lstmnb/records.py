@@ -146,6 +146,13 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def runs_path(path: str | os.PathLike | None = None) -> Path:
+    """The JSON-lines file a record goes to: ``path`` if it ends in .jsonl, else ``path/runs.jsonl``
+    (default: the results folder)."""
+    path = Path(path) if path is not None else results_dir()
+    return path if path.suffix == ".jsonl" else path / RUNS_FILE
+
+
 def append_record(record: dict[str, Any], path: str | os.PathLike | None = None) -> Path:
     """Append ``record`` as one line to ``path`` (default results/runs.jsonl) without ever rewriting it.
 
@@ -153,9 +160,7 @@ def append_record(record: dict[str, Any], path: str | os.PathLike | None = None)
     flushed to disk: concurrent writers (several ranks or jobs) never interleave, and a crash can at
     worst leave a final partial line, which ``read_records`` skips with a warning.
     """
-    path = Path(path) if path is not None else results_dir() / RUNS_FILE
-    if path.suffix != ".jsonl":
-        path = path / RUNS_FILE
+    path = runs_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(_jsonable(record), allow_nan=False) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
