@@ -3,13 +3,15 @@
 ``StaticServer`` serves a directory (a Zarr store) fast, with keep-alive; ``Proxy`` forwards GET/HEAD
 requests to an upstream server (the static server or a GCS emulator), adding a per-request delay like
 a cloud round trip and failing chosen requests with HTTP 503 to exercise retries. Both bind 127.0.0.1
-only. Run ``python -m lstmnb.era5_serve DIR --delay 0.03`` to serve a store from another process.
+only. Run ``python -m lstmnb.era5_serve DIR --delay 0.03`` to serve a store from another process; it prints
+the server's URL, the delayed proxy's, and an undelayed proxy's (to measure the path's bandwidth).
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import json
 import os
 import re
 import threading
@@ -27,6 +29,13 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 256
+
+    def handle_error(self, request, client_address) -> None:
+        """Clients that hang up (killed runs, closed pools) are normal here; stay quiet about them."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
 
 class _Base:
@@ -82,7 +91,13 @@ class _StaticHandler(BaseHTTPRequestHandler):
 
     def _serve(self, body: bool) -> None:
         owner: StaticServer = self.server.owner  # type: ignore[attr-defined]
-        owner.count()
+        if self.path == "/.lstmnb-stats":  # request and byte counts, for benchmarks
+            data = json.dumps({"requests": owner.requests, "bytes": owner.bytes}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         path = self._file()
         if path is None:
             self.send_response(404)
@@ -90,6 +105,7 @@ class _StaticHandler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         data = path.read_bytes()
+        owner.count(len(data) if body else 0)
         self.send_response(200)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(len(data)))
@@ -104,12 +120,14 @@ class StaticServer(_Base):
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root).resolve()
         self.requests = 0
+        self.bytes = 0
         self._lock = threading.Lock()
         self._start(_StaticHandler)
 
-    def count(self) -> None:
+    def count(self, nbytes: int) -> None:
         with self._lock:
             self.requests += 1
+            self.bytes += nbytes
 
 
 @dataclass
@@ -227,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     server = StaticServer(args.root)
     proxy = Proxy(server.url, delay=args.delay)
-    print(f"{server.url} {proxy.url}", flush=True)
+    direct = Proxy(server.url, delay=0.0)  # same path without the delay: measures its bandwidth
+    print(f"{server.url} {proxy.url} {direct.url}", flush=True)
     try:
         while True:
             time.sleep(3600)
@@ -235,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         proxy.close()
+        direct.close()
         server.close()
     return 0
 
