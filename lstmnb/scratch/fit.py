@@ -8,6 +8,7 @@ validation part is evaluated after each epoch for monitoring, outside the timed 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
@@ -45,6 +46,7 @@ class ScratchConfig:
     seed: int = 0
     dtype: str = "float64"
     shuffle: bool = True
+    threads: int | None = None  # CPU threads for numba-cpu and torch (None: the library's default)
 
     def validate(self) -> None:
         if self.data not in DATASETS:
@@ -60,6 +62,8 @@ class ScratchConfig:
         if self.clip is not None and not self.clip > 0:
             raise ConfigError(f"clip={self.clip!r} must be a positive number or None (no clipping)")
         resolve_dtype(self.dtype)
+        if self.threads is not None and not (isinstance(self.threads, (int, np.integer)) and self.threads >= 1):
+            raise ConfigError(f"threads={self.threads!r} must be a positive whole number or None")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,6 +74,35 @@ def check_version(version: str) -> str:
     if version not in VERSIONS:
         raise ConfigError(f"version={version!r} is not known; choose one of {VERSIONS}")
     return version
+
+
+@contextmanager
+def cpu_threads(version: str, threads: int | None):
+    """Run the block with ``threads`` CPU threads for the version's library, restoring the old count."""
+    if threads is None or version not in ("numba-cpu", "torch"):
+        yield
+        return
+    if version == "numba-cpu":
+        import numba
+
+        if threads > numba.config.NUMBA_NUM_THREADS:
+            raise ConfigError(f"threads={threads} is more than numba's {numba.config.NUMBA_NUM_THREADS} "
+                              "(NUMBA_NUM_THREADS)")
+        old = numba.get_num_threads()
+        numba.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            numba.set_num_threads(old)
+    else:
+        import torch
+
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(old)
 
 
 class HostEngine:
@@ -182,31 +215,33 @@ def fit(
         check_batch(X_val, y_val, shape)
     if theta0 is None:
         theta0 = init_params(shape, config.seed, config.dtype)
-    engine = make_engine(version, shape, X_train, y_train, theta0, config)
-    t0 = time.perf_counter()
-    engine.warmup()
-    engine.sync()
-    compile_s = time.perf_counter() - t0
-
-    epoch_s: list[float] = []
-    step_losses: list[float] = []
-    train_losses: list[float] = []
-    val_losses: list[float] = []
-    steps = 0
-    for epoch_batches in batches(len(X_train), config.batch_size, config.epochs, config.seed, config.shuffle):
-        if max_steps is not None:
-            epoch_batches = epoch_batches[: max(0, max_steps - steps)]
-        losses = []
+    with cpu_threads(version, config.threads):
+        engine = make_engine(version, shape, X_train, y_train, theta0, config)
         t0 = time.perf_counter()
-        for idx in epoch_batches:
-            losses.append(engine.step(idx))
+        engine.warmup()
         engine.sync()
-        epoch_s.append(time.perf_counter() - t0)
-        steps += len(losses)
-        step_losses.extend(losses)
-        train_losses.append(float(np.mean(losses)) if losses else float("nan"))
-        if X_val is not None:
-            val_losses.append(mse(engine.params().astype(np.float64), X_val.astype(np.float64), y_val, shape))
-        if max_steps is not None and steps >= max_steps:
-            break
-    return FitResult(version, engine.params(), compile_s, epoch_s, step_losses, train_losses, val_losses)
+        compile_s = time.perf_counter() - t0
+
+        epoch_s: list[float] = []
+        step_losses: list[float] = []
+        train_losses: list[float] = []
+        val_losses: list[float] = []
+        steps = 0
+        for epoch_batches in batches(len(X_train), config.batch_size, config.epochs, config.seed, config.shuffle):
+            if max_steps is not None:
+                epoch_batches = epoch_batches[: max(0, max_steps - steps)]
+            losses = []
+            t0 = time.perf_counter()
+            for idx in epoch_batches:
+                losses.append(engine.step(idx))
+            engine.sync()
+            epoch_s.append(time.perf_counter() - t0)
+            steps += len(losses)
+            step_losses.extend(losses)
+            train_losses.append(float(np.mean(losses)) if losses else float("nan"))
+            if X_val is not None:
+                val_losses.append(mse(engine.params().astype(np.float64), X_val.astype(np.float64), y_val, shape))
+            if max_steps is not None and steps >= max_steps:
+                break
+        theta = engine.params()
+    return FitResult(version, theta, compile_s, epoch_s, step_losses, train_losses, val_losses)
