@@ -494,6 +494,8 @@ def _scratch(sub) -> None:
     b.add_argument("--clip", type=float, default=1.0, help="max gradient norm; 0 turns clipping off (default 1)")
     b.add_argument("--dtype", default="float64", help="float64 (default) or float32")
     b.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the shuffles (default 0)")
+    b.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for numba-cpu and torch (default: the libraries' own choice)")
     b.add_argument("--repeats", type=int, default=3, help="runs per version; median run time (default 3)")
     b.add_argument("--results", default=None, help="results file or folder (default: results/runs.jsonl)")
     b.add_argument("--no-record", action="store_true", help="do not append records")
@@ -503,13 +505,18 @@ def _scratch(sub) -> None:
 
 
 def _run_scratch_bench(args) -> int:
+    import os
+
+    # idle OpenMP threads of numba and torch busy-wait and starve each other on few cores; must be set
+    # before either loads (see benchmarks/scratch_versions.py)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from .scratch.bench import format_table, plot_versions, versions_table
     from .scratch.fit import VERSIONS, ScratchConfig
 
     window = args.window or (24 if args.data == "era5" else 12)
     config = ScratchConfig(data=args.data, window=window, hours=args.hours, hidden=args.hidden, epochs=args.epochs,
                            batch_size=args.batch_size, optimizer=args.optimizer, lr=args.lr,
-                           clip=args.clip or None, dtype=args.dtype, seed=args.seed)
+                           clip=args.clip or None, dtype=args.dtype, seed=args.seed, threads=args.threads)
     versions = [v.strip() for v in args.versions.split(",")] if args.versions else list(VERSIONS)
     table = versions_table(versions, config, repeats=args.repeats, record=not args.no_record,
                            record_path=args.results)
