@@ -1,0 +1,227 @@
+"""Every version of the from-scratch LSTM gives the numpy version's numbers; the CUDA kernel is
+checked under Numba's CUDA simulator; training beats a seasonal-naive forecast; the versions table
+records each version (GPU versions without a GPU as skipped)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from lstmnb.errors import ConfigError, DataError, DeviceError
+from lstmnb.scratch import LSTMShape, ScratchConfig, fit, init_params
+from lstmnb.scratch.bench import evaluate, versions_table
+from lstmnb.scratch.data import airline_passengers, load_airline, prepare_series
+from lstmnb.records import read_records
+
+SHAPE = LSTMShape(n_features=2, hidden=5, n_outputs=2)
+
+
+def toy(n: int = 23, steps: int = 7, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, steps, SHAPE.n_features))
+    y = np.tanh(X.sum(axis=1))[:, : SHAPE.n_outputs] + 0.1 * rng.normal(size=(n, SHAPE.n_outputs))
+    return X, y
+
+
+def cuda_available() -> bool:
+    try:
+        from numba import cuda
+
+        return cuda.is_available()
+    except Exception:
+        return False
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+# numba-cpu is marked slow only for its first compilation (cached on disk afterwards)
+@pytest.mark.parametrize("version", ["loops", pytest.param("numba-cpu", marks=pytest.mark.slow), "torch"])
+def test_every_version_follows_the_numpy_trajectory(version, optimizer):
+    X, y = toy()
+    # 3 epochs of 4 batches (the last one short): shuffling, a partial batch and clipping all happen
+    cfg = ScratchConfig(hidden=SHAPE.hidden, epochs=3, batch_size=6, optimizer=optimizer, lr=0.05, clip=0.5)
+    ref = fit("numpy", SHAPE, X, y, cfg)
+    got = fit(version, SHAPE, X, y, cfg)
+    assert len(got.step_losses) == len(ref.step_losses) == 12
+    np.testing.assert_allclose(got.step_losses, ref.step_losses, rtol=1e-10)
+    np.testing.assert_allclose(got.theta, ref.theta, rtol=1e-9, atol=1e-12)
+    assert ref.step_losses[-1] < ref.step_losses[0]
+
+
+@pytest.mark.slow  # compiles the float32 numba-cpu kernel (several seconds the first time)
+def test_float32_versions_agree_to_single_precision():
+    X, y = toy()
+    cfg = ScratchConfig(hidden=SHAPE.hidden, epochs=2, batch_size=8, dtype="float32")
+    ref = fit("numpy", SHAPE, X, y, cfg)
+    assert ref.theta.dtype == np.float32
+    for version in ("numba-cpu", "torch"):
+        got = fit(version, SHAPE, X, y, cfg)
+        np.testing.assert_allclose(got.step_losses, ref.step_losses, rtol=1e-4)
+
+
+SIMULATOR_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from numba import config
+    from lstmnb.scratch import LSTMShape, ScratchConfig, fit, init_params, loss_and_grad_numpy
+    from lstmnb.scratch.numba_cuda import NumbaCUDAGrad
+    assert config.ENABLE_CUDASIM
+    shape = LSTMShape(n_features=2, hidden=3, n_outputs=2)
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(11, 4, 2)); y = rng.normal(size=(11, 2))
+    theta = init_params(shape, seed=2) * 2.0
+    idx = np.array([3, 9, 0, 4, 7])
+    grad_fn = NumbaCUDAGrad(X, y, shape.hidden, batch_size=8, dtype=np.float64)
+    loss, grad = grad_fn(theta, idx)
+    ref_loss, ref_grad = loss_and_grad_numpy(theta, X[idx], y[idx], shape)
+    cfg = ScratchConfig(hidden=3, epochs=2, batch_size=4, lr=0.05)
+    cu = fit("numba-cuda", shape, X, y, cfg)
+    npy = fit("numpy", shape, X, y, cfg)
+    json.dump({"loss": [loss, ref_loss], "grad_err": float(np.abs(grad - ref_grad).max()),
+               "grad_max": float(np.abs(ref_grad).max()),
+               "steps": [cu.step_losses, npy.step_losses],
+               "theta_err": float(np.abs(cu.theta - npy.theta).max())}, sys.stdout)
+""")
+
+
+def test_cuda_kernel_under_the_simulator_matches_numpy():
+    # numba reads NUMBA_ENABLE_CUDASIM when it is imported: a fresh interpreter is the robust way
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    out = subprocess.run([sys.executable, "-c", SIMULATOR_SCRIPT], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["loss"][0] == pytest.approx(res["loss"][1], rel=1e-12)
+    assert res["grad_err"] <= 1e-12 * max(1.0, res["grad_max"])
+    np.testing.assert_allclose(res["steps"][0], res["steps"][1], rtol=1e-10)
+    assert len(res["steps"][0]) == 6
+    assert res["theta_err"] < 1e-10
+
+
+@pytest.mark.skipif(cuda_available(), reason="this machine has a CUDA GPU")
+def test_numba_cuda_without_gpu_or_simulator_is_a_clear_error_and_a_skipped_record(tmp_path):
+    X, y = toy()
+    cfg = ScratchConfig(hidden=SHAPE.hidden, epochs=1, batch_size=8)
+    with pytest.raises(DeviceError, match="NUMBA_ENABLE_CUDASIM"):
+        fit("numba-cuda", SHAPE, X, y, cfg)
+    path = tmp_path / "runs.jsonl"
+    table = versions_table(["numpy", "numba-cuda", "torch-cuda"], ScratchConfig(epochs=2), repeats=1,
+                           record_path=path)
+    assert list(table["status"]) == ["ok", "skipped", "skipped"]
+    recs = {r["version"]: r for r in read_records(path)}
+    assert set(recs) == {"numpy", "numba-cuda", "torch-cuda"}
+    for v in ("numba-cuda", "torch-cuda"):
+        assert recs[v]["status"] == "skipped" and recs[v]["reason"]
+        assert "timing" not in recs[v] and "metrics" not in recs[v]
+    ok = recs["numpy"]
+    assert ok["experiment"] == "scratch_versions" and ok["status"] == "ok"
+    assert ok["timing"]["epochs"] == 2 and ok["timing"]["run_s"] > 0 and ok["timing"]["compile_s"] >= 0
+    assert set(ok["metrics"]) >= {"train_loss", "test_loss"}
+    assert ok["config"]["hidden"] == 32 and ok["data"]["source"] == "airline_passengers"
+    assert len(ok["epochs"]) == 2
+
+
+def test_unknown_version_and_bad_config_name_the_choices():
+    X, y = toy()
+    with pytest.raises(ConfigError, match=r"version='numba-gpu' is not known; choose one of \('loops'"):
+        fit("numba-gpu", SHAPE, X, y, ScratchConfig(hidden=SHAPE.hidden))
+    with pytest.raises(ConfigError, match="optimizer='rmsprop'"):
+        fit("numpy", SHAPE, X, y, ScratchConfig(hidden=SHAPE.hidden, optimizer="rmsprop"))
+    with pytest.raises(ConfigError, match="batch_size=0"):
+        fit("numpy", SHAPE, X, y, ScratchConfig(hidden=SHAPE.hidden, batch_size=0))
+    with pytest.raises(ConfigError, match="data='era6'"):
+        ScratchConfig(data="era6").validate()
+    with pytest.raises(ConfigError, match="numba-gpu"):
+        versions_table(["numpy", "numba-gpu"], repeats=1, record=False)
+
+
+def test_bad_data_reaches_no_compiled_code():
+    X, y = toy()
+    cfg = ScratchConfig(hidden=SHAPE.hidden)
+    Xn = X.copy()
+    Xn[4, 2, 0] = np.nan
+    for version in ("numba-cpu", "numba-cuda"):
+        with pytest.raises(DataError, match="NaN"):
+            fit(version, SHAPE, Xn, y, cfg)
+        with pytest.raises(DataError, match="features per step"):
+            fit(version, SHAPE, X[:, :, :1], y, cfg)
+        with pytest.raises(DataError, match="23 samples but y has 20"):
+            fit(version, SHAPE, X, y[:20], cfg)
+
+
+def test_airline_data_file():
+    s = airline_passengers()
+    assert len(s) == 144 and s.sum() == 40363
+    assert s.iloc[0] == 112 and s.iloc[-1] == 432
+    assert str(s.index[0].date()) == "1949-01-01" and str(s.index[-1].date()) == "1960-12-01"
+    assert s.max() == 622
+
+
+def test_series_preparation_is_chronological_and_scaled_on_train_only():
+    d = load_airline(window=12)
+    sizes = d.sizes()
+    assert sizes == {"train": 88, "val": 10, "test": 9}
+    # train inputs are standardised with train statistics: mean ~0, std ~1 over the train part
+    assert abs(d.X["train"].mean()) < 0.2 and 0.8 < d.X["train"].std() < 1.2
+    # targets in units reconstruct the passenger counts exactly from the scaled targets
+    np.testing.assert_allclose(d.to_units(d.y["test"], "test"), d.truth["test"], rtol=1e-12)
+    # the test targets are the last months of the series, in order
+    s = airline_passengers().to_numpy()
+    np.testing.assert_array_equal(d.truth["test"], s[-9:])
+    np.testing.assert_array_equal(d.baselines["test"]["seasonal_naive"], s[-21:-12])
+    with pytest.raises(DataError, match="1 missing .* first at position 7"):
+        prepare_series(np.where(np.arange(50) == 7, np.nan, 1.0 + np.arange(50)), window=5, period=12)
+    with pytest.raises(DataError, match="positive"):
+        prepare_series(np.arange(50.0) - 3, window=5, period=12, transform="logdiff")
+    with pytest.raises(ConfigError, match="transform='log'"):
+        prepare_series(np.arange(50.0) + 1, window=5, period=12, transform="log")
+
+
+def test_training_on_airline_passengers_beats_seasonal_naive():
+    data = load_airline(window=12)
+    cfg = ScratchConfig(epochs=30)
+    shape = LSTMShape(1, cfg.hidden, 1)
+    res = fit("numpy", shape, data.X["train"], data.y["train"], cfg, X_val=data.X["val"], y_val=data.y["val"])
+    m = evaluate(res.theta, shape, data)
+    naive = m["baselines_test_rmse"]["seasonal_naive"]
+    assert m["test_rmse"] < 0.8 * naive, (m["test_rmse"], naive)
+    assert res.train_losses[-1] < 0.5 * res.train_losses[0]
+    assert len(res.val_losses) == cfg.epochs
+
+
+def test_cli_scratch_bench(tmp_path, capsys):
+    from lstmnb.cli import main
+
+    path = tmp_path / "r.jsonl"
+    rc = main(["scratch", "bench", "--versions", "loops,numpy", "--epochs", "2", "--repeats", "1",
+               "--results", str(path), "--plot", str(tmp_path / "v.png")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "loops" in out and "numpy" in out and "seasonal_naive" in out
+    assert (tmp_path / "v.png").stat().st_size > 0
+    assert [r["version"] for r in read_records(path)] == ["loops", "numpy"]
+    rc = main(["scratch", "bench", "--versions", "numpy,fortran", "--no-record"])
+    assert rc == 2
+    assert "fortran" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_era5_point_series_trains_through_the_core_pipeline():
+    pytest.importorskip("lstmnb.era5")
+    from lstmnb.scratch.data import load_era5
+
+    data = load_era5(window=24, hours=24 * 14)
+    assert data.units == "K" and data.info["time_range"][0].startswith("2020-01-01")
+    assert sum(data.sizes().values()) > 0 and 200 < data.truth["train"].mean() < 320
+    cfg = ScratchConfig(data="era5", window=24, hours=24 * 14, epochs=3, hidden=8)
+    shape = LSTMShape(1, cfg.hidden, 1)
+    a = fit("numpy", shape, data.X["train"], data.y["train"], cfg)
+    b = fit("numba-cpu", shape, data.X["train"], data.y["train"], cfg)
+    np.testing.assert_allclose(a.step_losses, b.step_losses, rtol=1e-9)
+    m = evaluate(a.theta, shape, data)
+    assert np.isfinite(m["test_rmse"]) and m["test_rmse"] < 10
