@@ -1,0 +1,138 @@
+"""Print the from-scratch LSTM versions table on this machine, and where numba-cpu's gain comes from.
+
+    python benchmarks/scratch_versions.py                 # airline, 30 epochs, 5 alternated repeats
+    python benchmarks/scratch_versions.py --data era5     # the ERA5 sample point series
+    python benchmarks/scratch_versions.py --results results  # also append the run records
+
+Part 1 is the versions table (`lstmnb scratch bench`): N epochs per version from the same weights, the
+versions alternated over repeats, median run time, compile time apart. Part 2 times one batch gradient
+(forward + BPTT) of numpy and of numba-cpu with 1 and with all threads, and torch with 1 and all threads,
+alternated, medians of many calls: it separates what compilation buys from what the threads buy. The
+load average is printed before and after: on a shared machine other processes take cores away, and
+multithreaded code suffers most (threads wait for each other at every barrier).
+"""
+
+from __future__ import annotations
+
+import os
+
+# numba's 'omp' threading layer and torch each bring an OpenMP runtime whose idle threads busy-wait;
+# in one process on 2 cores they starve each other and OpenBLAS (measured here: numpy's batch gradient
+# 10x slower, torch on 2 threads 200x slower). Passive waiting must be chosen before they load.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+
+def per_batch_times(data, config, rounds: int, calls: int) -> dict[str, float]:
+    """Median milliseconds per batch gradient for numpy, numba-cpu and torch at 1 and all threads."""
+    import numba
+    import torch
+
+    from lstmnb.scratch import LSTMShape, init_params, loss_and_grad_numpy
+    from lstmnb.scratch.numba_cpu import NumbaCPUGrad
+    from lstmnb.scratch.torch_lstm import torch_model
+
+    X = np.ascontiguousarray(data.X["train"], dtype=np.float64)
+    y = np.ascontiguousarray(data.y["train"], dtype=np.float64)
+    shape = LSTMShape(X.shape[2], config.hidden, y.shape[1])
+    theta = init_params(shape, config.seed)
+    idx = np.random.default_rng(0).permutation(len(X))[: config.batch_size]
+    all_threads = numba.config.NUMBA_NUM_THREADS
+    torch_threads = torch.get_num_threads()
+
+    def numba_fn(n):
+        numba.set_num_threads(n)
+        return NumbaCPUGrad(X, y, shape.hidden, config.batch_size, np.float64)
+
+    grad1, grad_all = numba_fn(1), numba_fn(all_threads)
+    model = torch_model(theta, shape)
+    Xt, yt = torch.from_numpy(X.copy()), torch.from_numpy(y.copy())
+    it = torch.from_numpy(idx)
+
+    def torch_step():
+        model.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(model(Xt[it]), yt[it]).backward()
+
+    def run_numba(g, n):
+        numba.set_num_threads(n)
+        g(theta, idx)
+
+    def run_torch(n):
+        torch.set_num_threads(n)
+        torch_step()
+
+    contenders = {
+        "numpy": lambda: loss_and_grad_numpy(theta, X[idx], y[idx], shape),
+        "numba-cpu, 1 thread": lambda: run_numba(grad1, 1),
+        f"numba-cpu, {all_threads} threads": lambda: run_numba(grad_all, all_threads),
+        "torch, 1 thread": lambda: run_torch(1),
+        f"torch, {torch_threads} threads": lambda: run_torch(torch_threads),
+    }
+    times: dict[str, list[float]] = {k: [] for k in contenders}
+    for fn in contenders.values():  # warm-up (compilation, caches)
+        for _ in range(3):
+            fn()
+    for _ in range(rounds):  # alternate, so a busy moment of the machine hits every contender
+        for name, fn in contenders.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times[name].append((time.perf_counter() - t0) / calls * 1e3)
+    numba.set_num_threads(all_threads)
+    torch.set_num_threads(torch_threads)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="airline")
+    ap.add_argument("--window", type=int, default=None)
+    ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--versions", default=None, help="comma-separated (default: all)")
+    ap.add_argument("--rounds", type=int, default=15, help="part 2: alternated rounds (default 15)")
+    ap.add_argument("--calls", type=int, default=40, help="part 2: batch gradients per round (default 40)")
+    ap.add_argument("--results", default=None, help="append the versions' run records here (default: none)")
+    args = ap.parse_args()
+
+    import numba
+
+    from lstmnb.records import cpu_model
+    from lstmnb.scratch.bench import format_table, versions_table
+    from lstmnb.scratch.data import load_data
+    from lstmnb.scratch.fit import VERSIONS, ScratchConfig
+
+    window = args.window or (24 if args.data == "era5" else 12)
+    config = ScratchConfig(data=args.data, window=window, hidden=args.hidden, epochs=args.epochs,
+                           batch_size=args.batch_size)
+    data = load_data(config.data, config.window, config.hours)
+    versions = args.versions.split(",") if args.versions else list(VERSIONS)
+    print(f"{cpu_model()}, {os.cpu_count()} logical cores; numba threads {numba.config.NUMBA_NUM_THREADS}; "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; load average {os.getloadavg()[0]:.2f}")
+    print(f"data {data.info['source']} {data.sizes()}, window {window}, hidden {config.hidden}, "
+          f"batch {config.batch_size}, {config.epochs} epochs, {args.repeats} repeats (median run_s)\n")
+    table = versions_table(versions, config, repeats=args.repeats, data=data, record=args.results is not None,
+                           record_path=args.results)
+    print(format_table(table))
+
+    print(f"\none batch gradient (forward + BPTT), batch {config.batch_size}, median ms over {args.rounds} "
+          f"alternated rounds of {args.calls} calls:")
+    t = per_batch_times(data, config, args.rounds, args.calls)
+    for name, ms in t.items():
+        print(f"  {name:<22} {ms:8.3f} ms   {t['numpy'] / ms:5.2f}x numpy")
+    n = numba.config.NUMBA_NUM_THREADS
+    one, many = t["numba-cpu, 1 thread"], t[f"numba-cpu, {n} threads"]
+    print(f"numba-cpu: compiled code alone {t['numpy'] / one:.2f}x numpy; threads {one / many:.2f}x on {n} threads "
+          f"(parallel efficiency {one / many / n:.0%}); together {t['numpy'] / many:.2f}x numpy")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
