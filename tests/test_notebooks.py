@@ -183,12 +183,14 @@ def test_ci_series_records(ci_series):
     assert set(ok["device.kind"]) == {"cpu"} and (ok["timing.train_s"] > 0).all()
     assert len(df[(df["experiment"] == "fit") & (df["status"] == "ok")]) == 1  # 02's short fit
     skipped = df[df["status"] == "skipped"]
-    # 04: epochs and batch sweep; 05: DataParallel and DDP: a reason each, never a number
-    assert sorted(skipped["experiment"]) == ["batch-sweep", "epochs", "scaling-weak", "scaling-weak"]
-    assert sorted(skipped[skipped["experiment"] == "scaling-weak"]["config.strategy"]) == ["dataparallel", "ddp"]
-    assert skipped["reason"].str.contains("no CUDA GPU").all()
+    assert skipped["reason"].str.len().gt(0).all()  # every skipped record (07's too) says why
     for column in ("timing.train_s", "metrics.test_rmse_k"):
-        assert column not in skipped or skipped[column].isna().all()
+        assert column not in skipped or skipped[column].isna().all()  # and carries no number
+    # 04: epochs and batch sweep; 05: DataParallel and DDP
+    gpu = skipped[skipped["experiment"].isin(["epochs", "batch-sweep", "scaling-weak"])]
+    assert sorted(gpu["experiment"]) == ["batch-sweep", "epochs", "scaling-weak", "scaling-weak"]
+    assert sorted(gpu[gpu["experiment"] == "scaling-weak"]["config.strategy"]) == ["dataparallel", "ddp"]
+    assert gpu["reason"].str.contains("no CUDA GPU").all()
 
 
 @pytest.mark.slow
