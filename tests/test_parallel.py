@@ -1,0 +1,237 @@
+"""DDP over gloo on CPU: equivalence with one process, launchers, uneven shards, failures. Real process groups."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from lstmnb import parallel
+from lstmnb.errors import ConfigError, DeviceError
+from lstmnb.records import read_records
+from lstmnb.train import TrainConfig, train
+from lstmnb.windows import make_windows
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::UserWarning")]
+
+TINY = dict(device="cpu", hidden=16, window=12, epochs=1, progress=False)
+SAMPLE_ARGS = ["--source", "sample", "--start", "2020-01-01", "--end", "2020-02-29", "--device", "cpu",
+               "--epochs", "2", "--hidden", "8", "--window", "12", "--batch-size", "32", "--no-progress"]
+
+
+def synthetic_windows(cfg: TrainConfig, days: int = 60, points: int = 2):
+    """A daily cycle plus noise at ``points`` points: real windows without the data store."""
+    rng = np.random.default_rng(0)
+    hours = np.arange(24 * days)
+    values = 280 + 8 * np.sin(2 * np.pi * hours / 24)[:, None] + rng.normal(0, 1, (hours.size, points))
+    return make_windows(values, pd.date_range("2020-01-01", periods=hours.size, freq="h"), cfg.window_config())
+
+
+def _die_at_epoch_2(rank: int, entry: dict) -> None:
+    """Rank callback: rank 1 crashes hard (no cleanup, no error report) after its second epoch."""
+    if rank == 1 and entry["epoch"] == 2:
+        os._exit(3)
+
+
+def _env_without_launcher() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in parallel.LAUNCH_ENV + ("LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+# --- pure pieces ------------------------------------------------------------------------------------
+
+def test_balanced_sizes_follow_throughput_and_keep_the_global_batch():
+    assert parallel.balanced_sizes(64, [1000.0, 1000.0]) == [32, 32]
+    sizes = parallel.balanced_sizes(64, [3000.0, 1000.0])
+    assert sizes == [48, 16] and sum(sizes) == 64
+    assert sum(parallel.balanced_sizes(100, [5.0, 3.0, 1.0])) == 100
+    assert parallel.balanced_sizes(4, [1e9, 1.0, 1.0, 1.0]) == [1, 1, 1, 1]  # every rank keeps a sample
+    assert parallel.balanced_sizes(10, [0.0, 0.0]) == [5, 5]  # nothing measured: even split
+    with pytest.raises(ConfigError, match="smaller than world_size=3"):
+        parallel.balanced_sizes(2, [1.0, 1.0, 1.0])
+
+
+# --- bad input --------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU errors")
+def test_gpu_strategies_without_gpu_are_device_errors():
+    cfg = TrainConfig(**TINY)
+    windows = synthetic_windows(cfg, days=20)
+    with pytest.raises(DeviceError, match="strategy='dataparallel' needs CUDA GPUs.*use strategy='ddp'"):
+        train(windows, replace(cfg, strategy="dataparallel"))
+    with pytest.raises(DeviceError, match="device='cuda' needs CUDA GPUs.*--device cpu"):
+        train(windows, replace(cfg, strategy="ddp", device="cuda", nproc=2))
+    with pytest.raises(DeviceError, match=r"world_size=2 ranks on this node, but only 0 CUDA GPU"):
+        parallel.check_world_size("cuda", 2)
+
+
+def test_bad_ddp_settings_fail_before_any_process_starts():
+    cfg = TrainConfig(**TINY, strategy="ddp")
+    windows = synthetic_windows(cfg, days=20)
+    too_many = parallel.cpu_cores() + 1
+    with pytest.raises(DeviceError, match=f"world_size={too_many} ranks on this node.*use --nproc"):
+        train(windows, replace(cfg, nproc=too_many))
+    with pytest.raises(ConfigError, match="uneven_shards=True needs strategy='ddp' and input_path='fast'"):
+        train(windows, replace(cfg, uneven_shards=True, input_path="dataloader"))
+    with pytest.raises(ConfigError, match="device='mps' with strategy='ddp'"):
+        train(windows, replace(cfg, device="mps"))
+    with pytest.raises(ConfigError, match="bucket_cap_mb=0"):
+        train(windows, replace(cfg, bucket_cap_mb=0))
+    with pytest.raises(ConfigError, match="needs a launcher.*missing environment: RANK"):
+        parallel.init_distributed("cpu")  # what a rank does when started by hand without torchrun
+
+
+@pytest.mark.slow
+def test_error_inside_a_rank_comes_back_as_that_error():
+    cfg = TrainConfig(**TINY, strategy="ddp", nproc=2, batch_size=5000, uneven_shards=True)
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=r"rank \d of 2: batch_size=5000 per rank x world_size=2"):
+        train(synthetic_windows(cfg, days=20), cfg)
+    assert time.monotonic() - t0 < 60
+
+
+# --- equivalence ------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_two_gloo_ranks_match_one_process_on_the_combined_batch(tmp_path):
+    """Each rank takes every 2nd sample of the shared permutation with batch b; DDP averages the two
+    gradients, which is the gradient of one process on the combined 2b samples: same parameters."""
+    base = TrainConfig(**TINY, threads=1, batch_size=32)
+    windows = synthetic_windows(base)
+    assert windows.sizes()["train"] % 2 == 0
+    single = train(windows, base)
+    ddp = train(windows, replace(base, strategy="ddp", nproc=2, batch_size=16, checkpoint=str(tmp_path / "ck.pt")))
+    ref, got = single.model.state_dict(), ddp.model.state_dict()
+    assert max((ref[k] - got[k]).abs().max().item() for k in ref) < 1e-5
+    assert ddp.record["epochs"][0]["train_loss"] == pytest.approx(single.record["epochs"][0]["train_loss"], rel=1e-5)
+    par = ddp.record["parallel"]
+    assert ddp.record["world_size"] == 2 and par["backend"] == "gloo" and par["global_batch"] == 32
+    assert ddp.record["epochs"][0]["world_size"] == 2
+    assert ddp.record["epochs"][0]["samples_per_s"] > 0
+    state = torch.load(tmp_path / "ck.pt", weights_only=False)  # rank 0's checkpoint, complete
+    assert state["epoch"] == 1 and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+# --- uneven shards ----------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_uneven_shards_beat_the_even_split_when_one_rank_is_slow():
+    """Rank 1 sleeps 0.5 ms per training sample (a slower device). Even shards make every step wait for
+    it; shards sized from the first epoch's measured throughput give it fewer samples per step."""
+    from lstmnb import bench
+
+    cfg = TrainConfig(**{**TINY, "epochs": 3}, batch_size=32)
+    out = bench.uneven_demo(synthetic_windows(cfg), cfg, slow_rank=1, seconds_per_sample=5e-4, deadline_s=150)
+    even, balanced = out["even"]["epochs"], out["balanced"]["epochs"]
+    first = balanced[0]
+    assert first["shard_sizes"] == [32, 32]  # the first epoch measures with the even split
+    fast, slow = first["rank_samples_per_s"]
+    assert fast > 1.5 * slow
+    assert first["next_shard_sizes"][0] > first["next_shard_sizes"][1] and sum(first["next_shard_sizes"]) == 64
+    assert balanced[-1]["shard_sizes"] == first["next_shard_sizes"]
+    assert balanced[-1]["train_s"] < even[-1]["train_s"]
+    assert np.median([e["train_s"] for e in balanced[1:]]) < 0.8 * np.median([e["train_s"] for e in even[1:]])
+
+
+@pytest.mark.slow
+def test_unequal_shards_still_compute_the_global_batch_gradient():
+    """Ranks with 18 and 6 samples per step: the comm hook weights each rank's mean gradient by its share
+    of the 24, so two epochs give the parameters of one process with batch 24 on the same permutation."""
+    base = TrainConfig(**{**TINY, "epochs": 2}, threads=1, batch_size=24)
+    windows = synthetic_windows(base)
+    assert windows.sizes()["train"] % 24 == 0  # no partial last batch, so the step sequences agree
+    single = train(windows, base)
+    uneven = parallel.launch_train(windows, replace(base, strategy="ddp", batch_size=12, uneven_shards=True), 2,
+                                   options=parallel.RankOptions(shard_sizes=[18, 6]))
+    ref, got = single.model.state_dict(), uneven.model.state_dict()
+    assert max((ref[k] - got[k]).abs().max().item() for k in ref) < 1e-5
+    assert uneven.record["parallel"]["shard_sizes"] == [18, 6]
+
+
+# --- failures ---------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_dying_rank_fails_the_run_fast_and_leaves_only_complete_files(tmp_path):
+    cfg = TrainConfig(**{**TINY, "epochs": 50}, strategy="ddp", nproc=2, checkpoint=str(tmp_path / "ck.pt"),
+                      dist_timeout_s=30)
+    windows = synthetic_windows(cfg, days=20)
+    t0 = time.monotonic()
+    with pytest.raises(parallel.DistributedError, match="rank 1 of 2 exited with status 3 before finishing"):
+        parallel.launch_train(windows, cfg, options=parallel.RankOptions(rank_callback=_die_at_epoch_2))
+    assert time.monotonic() - t0 < 45
+    state = torch.load(tmp_path / "ck.pt", weights_only=False)  # the last complete checkpoint
+    assert state["epoch"] in (1, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.pt"]  # no half-written temporary
+
+
+@pytest.mark.slow
+def test_a_killed_peer_makes_the_other_rank_exit_with_a_clear_error(tmp_path):
+    """No launcher to clean up: two `lstmnb train` ranks started by hand; SIGKILL rank 1 mid-run."""
+    from lstmnb import era5
+
+    era5.extract(era5.Request(start="2020-01-01", end="2020-02-29"), progress=False)  # cache once, no race
+    results, ck = tmp_path / "runs.jsonl", tmp_path / "ck.pt"
+    port = parallel.free_port()
+    procs = []
+    for rank in (0, 1):
+        env = _env_without_launcher()
+        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+        cmd = [sys.executable, "-m", "lstmnb", "train", *SAMPLE_ARGS, "--strategy", "ddp", "--epochs", "500",
+               "--dist-timeout-s", "20", "--checkpoint", str(ck), "--results", str(results)]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        deadline = time.monotonic() + 90
+        while not ck.exists() and time.monotonic() < deadline and procs[0].poll() is None:
+            time.sleep(0.2)
+        assert ck.exists(), procs[0].communicate(timeout=5)
+        procs[1].send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        _, err = procs[0].communicate(timeout=40)
+        assert time.monotonic() - t0 < 30
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert procs[0].returncode == 2, err
+    assert "lstmnb train: error: rank 0/2 lost contact with the other ranks" in err
+    assert "Traceback" not in err
+    assert not results.exists()  # no record from a failed run
+    assert torch.load(ck, weights_only=False)["epoch"] >= 1
+
+
+# --- launchers --------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["nproc", "torchrun"])
+def test_lstmnb_train_ddp_with_nproc_and_under_torchrun(launcher, tmp_path):
+    from lstmnb import era5
+
+    era5.extract(era5.Request(start="2020-01-01", end="2020-02-29"), progress=False)
+    results = tmp_path / "runs.jsonl"
+    train_args = ["train", *SAMPLE_ARGS, "--strategy", "ddp", "--results", str(results)]
+    if launcher == "nproc":
+        cmd = [sys.executable, "-m", "lstmnb", *train_args, "--nproc", "2"]
+    else:
+        # `--` ends torchrun's own options: it would read our --start as an abbreviation of --start-method
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               "-m", "--", "lstmnb", *train_args]
+    out = subprocess.run(cmd, env=_env_without_launcher(), capture_output=True, text=True, timeout=150)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("persistence") == 1  # rank 0 printed the results, once
+    recs = read_records(results)
+    assert len(recs) == 1  # only rank 0 wrote
+    rec = recs[0]
+    assert rec["status"] == "ok" and rec["world_size"] == 2 and rec["parallel"]["backend"] == "gloo"
+    assert rec["config"]["strategy"] == "ddp" and len(rec["epochs"]) == 2
+    assert rec["metrics"]["test_rmse_k"] > 0
