@@ -251,34 +251,41 @@ def render_html(notebook: Path) -> Path:
     return target
 
 
-def _failing_cell(notebook: Path) -> tuple[int | None, str]:
-    """(index, first source line) of the cell papermill marked failed or left running."""
+def _failing_cell(notebook: Path) -> tuple[int | None, int | None, str]:
+    """(index, execution count, first source line) of the cell that stopped the notebook.
+
+    That is the cell papermill marked failed or left running; after a timeout or a dead kernel
+    papermill marks it completed, so then it is the last cell that started.
+    """
     import nbformat
 
     try:
         nb = nbformat.read(notebook, as_version=4)
     except Exception:  # the partial file may be unreadable after a crash
-        return None, ""
-    for i, cell in enumerate(nb.cells):
-        status = cell.get("metadata", {}).get("papermill", {}).get("status")
-        if status in ("failed", "running"):
-            return i, (cell.source.strip().splitlines() or [""])[0][:80]
-    return None, ""
+        return None, None, ""
+    meta = [c.get("metadata", {}).get("papermill", {}) for c in nb.cells]
+    hits = [i for i, m in enumerate(meta) if m.get("status") in ("failed", "running")]
+    if not hits:
+        hits = [i for i, m in enumerate(meta) if m.get("start_time")][-1:]
+    if not hits:
+        return None, None, ""
+    cell = nb.cells[hits[0]]
+    return hits[0], cell.get("execution_count"), (cell.source.strip().splitlines() or [""])[0][:80]
 
 
 def _describe_failure(exc: BaseException, notebook: Path) -> str:
     from papermill.exceptions import PapermillExecutionError
 
     if isinstance(exc, PapermillExecutionError):
-        index, first = exc.cell_index, (exc.source.strip().splitlines() or [""])[0][:80]
-        what = f"{exc.ename}: {str(exc.evalue).strip().splitlines()[0] if str(exc.evalue).strip() else ''}".rstrip(": ")
+        index, count, first = exc.cell_index, exc.exec_count, (exc.source.strip().splitlines() or [""])[0][:80]
+        what = f"{exc.ename}: {(str(exc.evalue).strip().splitlines() or [''])[0][:300]}".rstrip(": ")
     else:
-        index, first = _failing_cell(notebook)
-        what = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
-    where = f"cell {index}" if index is not None else "an unknown cell"
-    if first:
-        where += f" ({first!r})"
-    return f"{where}: {what}"
+        index, count, first = _failing_cell(notebook)
+        what = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}".rstrip(":. ")
+    if index is None:
+        return f"an unknown cell: {what}"
+    where = f"cell {index}" + (f" (In [{count}]" if count else " (") + (f", {first!r})" if first else ")")
+    return f"{where.replace('(, ', '(').replace(' ()', '')}: {what}"
 
 
 def run_series(

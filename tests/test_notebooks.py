@@ -259,6 +259,18 @@ def test_failing_notebook_stops_the_series_and_keeps_what_ran(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_cell_timeout_names_the_cell(tmp_path):
+    with pytest.raises(notebooks.NotebookError) as info:
+        notebooks.run_series("ci", only="03", runs_dir=tmp_path, echo=None, progress=False, cell_timeout_s=1,
+                             overrides={"end": "2020-06-30", "epochs_list": [20], "input_paths": ["fast"]})
+    message = str(info.value)
+    assert "notebook 03_cpu_baseline failed in cell " in message and "(In [" in message
+    assert "CellTimeoutError" in message and "after 1 second" in message
+    assert info.value.series.runs[0].status == "failed"
+    assert info.value.series.runs[0].notebook.exists() and info.value.series.runs[0].html.exists()
+
+
+@pytest.mark.slow
 def test_quickstart_trains_and_prints_the_results_table(tmp_path, capsys):
     code = cli.main(["quickstart", "--epochs", "1", "--no-notebooks", "--results", str(tmp_path / "results")])
     out = capsys.readouterr().out
