@@ -371,3 +371,232 @@ def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
     table["efficiency"] = table["speedup"] / table["world_size"]
     table["world_size"] = table["world_size"].astype(int)
     return table.rename(columns={"device_label": "device"}).set_index(["experiment", "device", "strategy", "world_size"])
+
+
+# --- parallel training: scaling, convergence, all-reduce, batch sweep, cost (lstmnb.bench records) ---
+
+SCALING_DEFINITIONS = {
+    "strong": "strong scaling: the global batch is fixed and split over N devices (each takes global/N). "
+              "speedup = t1 / tN with t the median steady epoch time (the warm-up epoch left out); "
+              "efficiency = speedup / N (1.0 is perfect: N devices, N times faster).",
+    "weak": "weak scaling: each device keeps its batch, so the global batch grows N-fold and an epoch has "
+            "N times fewer steps. scaled speedup = throughput_N / throughput_1 (samples/s); "
+            "efficiency = scaled speedup / N = step time at 1 device / step time at N devices "
+            "(1.0: adding devices costs no time per step).",
+    "comm": "compute vs communication: the same training steps timed with DDP's gradient all-reduce "
+            "(step s) and under no_sync() (compute s); comm s = the difference, the all-reduce time the "
+            "backward pass did not hide; comm % = comm s / step s.",
+}
+
+
+def _get(record: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    value: Any = record
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return default
+        value = value[part]
+    return value
+
+
+def scaling_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per (mode, world size) from ``bench.scaling`` records: epoch time, throughput, speedup,
+    efficiency (see ``SCALING_DEFINITIONS``) and the measured compute/communication split per step."""
+    rows = []
+    for r in records:
+        if r.get("status") != "ok" or not r.get("scaling"):
+            continue
+        split = _get(r, "parallel.comm_split") or {}
+        rows.append({
+            "mode": r["scaling"]["mode"], "world_size": int(r.get("world_size") or 1),
+            "device": device_label(_get(r, "device.kind"), _get(r, "device.name")),
+            "per-device batch": r["scaling"]["per_device_batch"], "global batch": r["scaling"]["global_batch"],
+            "epoch s": _get(r, "timing.epoch_s_median"), "samples/s": _get(r, "timing.samples_per_s"),
+            "step s": split.get("step_s"), "compute s": split.get("compute_s"), "comm s": split.get("comm_s"),
+            "comm %": 100 * split["comm_fraction"] if split.get("comm_fraction") is not None else None,
+        })
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows)
+    out = []
+    for (mode, _device), g in df.groupby(["mode", "device"], sort=False):
+        g = g.sort_values("world_size").copy()
+        one = g[g["world_size"] == 1]
+        if one.empty:
+            g["speedup"] = float("nan")
+        elif mode == "strong":
+            g["speedup"] = one["epoch s"].iloc[0] / g["epoch s"]
+        else:
+            g["speedup"] = g["samples/s"] / one["samples/s"].iloc[0]
+        g["efficiency"] = g["speedup"] / g["world_size"]
+        out.append(g)
+    cols = ["mode", "device", "world_size", "per-device batch", "global batch", "epoch s", "samples/s", "speedup",
+            "efficiency", "step s", "compute s", "comm s", "comm %"]
+    return pd.concat(out)[cols].set_index(["mode", "device", "world_size"])
+
+
+def convergence_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Validation loss and RMSE per epoch with cumulative wall seconds, one block per (experiment, world size)."""
+    rows = []
+    for r in records:
+        if r.get("status") != "ok":
+            continue
+        for e in r.get("epochs") or []:
+            rows.append({"experiment": r.get("experiment"), "world_size": int(r.get("world_size") or 1),
+                         "epoch": e["epoch"], "cumulative_s": e["cumulative_s"], "val_loss": e["val_loss"],
+                         "val_rmse_k": e["val_rmse_k"]})
+    return pd.DataFrame(rows)
+
+
+def plot_convergence(records: list[dict[str, Any]]):
+    """Validation loss against epoch and against wall time, one line per (experiment, world size)."""
+    import matplotlib.pyplot as plt
+
+    table = convergence_table(records)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for (exp, n), g in table.groupby(["experiment", "world_size"]):
+        label = f"{exp}, {n} device{'s' if n > 1 else ''}"
+        ax1.plot(g["epoch"], g["val_loss"], marker="o", label=label)
+        ax2.plot(g["cumulative_s"], g["val_loss"], marker="o", label=label)
+    ax1.set(xlabel="epoch", ylabel="validation loss (MSE, scaled)", title="convergence per epoch")
+    ax2.set(xlabel="wall seconds (training + validation)", ylabel="validation loss (MSE, scaled)",
+            title="convergence in wall time")
+    ax1.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def allreduce_table(rows: list[dict[str, Any]], gradient_bytes: int | None = None,
+                    step_s: float | None = None) -> pd.DataFrame:
+    """All-reduce time and bandwidth per buffer size (GB/s = 1e9 bytes/s; busbw = algbw x 2(n-1)/n).
+
+    With ``step_s`` (a training step's time), the row at the model's gradient size also says which
+    fraction of a step one all-reduce of the gradients takes on this link.
+    """
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows)
+    df["size"] = df["bytes"].map(_human_bytes)
+    if gradient_bytes:
+        df["gradient size"] = df["bytes"] == gradient_bytes // 4 * 4
+        if step_s:
+            df["share of a step"] = (df["time_us"] / 1e6 / step_s).where(df["gradient size"])
+    cols = ["size", "bytes", "world_size", "backend", "time_us", "algbw_gbps", "busbw_gbps", "gradient size",
+            "share of a step"]
+    return df[[c for c in cols if c in df]].set_index("size")
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if n == int(n) else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def batch_sweep_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Batch size against status, time per epoch, samples/s, peak memory and final validation RMSE."""
+    rows = []
+    for r in records:
+        b = _get(r, "sweep.batch_size") or _get(r, "config.batch_size")
+        rows.append({"batch size": b, "status": r.get("status"), "epoch s": _get(r, "timing.epoch_s_median"),
+                     "samples/s": _get(r, "timing.samples_per_s"), "peak MB": _get(r, "memory.peak_mb"),
+                     "final val RMSE K": (r.get("epochs") or [{}])[-1].get("val_rmse_k"),
+                     "reason": r.get("reason")})
+    return pd.DataFrame(rows).set_index("batch size") if rows else pd.DataFrame()
+
+
+def load_prices(path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The price table (YAML): the shipped examples, or a user's copy at ``path``; checked on load."""
+    import yaml
+
+    from .errors import ConfigError
+
+    if path is None:
+        text = resources.files("lstmnb").joinpath("prices.yaml").read_text(encoding="utf-8")
+        where = "lstmnb/prices.yaml"
+    else:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"price table {path} cannot be read ({exc.strerror})") from None
+        where = str(path)
+    prices = yaml.safe_load(text) or {}
+    devices = prices.get("devices")
+    if not isinstance(devices, dict) or not devices:
+        raise ConfigError(f"price table {where} needs a 'devices' mapping of name -> price_per_device_hour")
+    for name, entry in devices.items():
+        price = entry.get("price_per_device_hour") if isinstance(entry, dict) else None
+        if not isinstance(price, (int, float)) or isinstance(price, bool) or price < 0:
+            raise ConfigError(f"price table {where}: devices.{name}.price_per_device_hour={price!r} must be a "
+                              f"number >= 0")
+    prices.setdefault("currency", "USD")
+    return prices
+
+
+def price_for(record: dict[str, Any], prices: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
+    """The price entry for a record: by profile name, then device name, then device kind; (None, None) if none."""
+    devices = prices["devices"]
+    profile = (record.get("profile") or "").lower()
+    name = (_get(record, "device.name") or "").lower()
+    kind = (_get(record, "device.kind") or "").lower()
+    if profile in devices:
+        return profile, devices[profile]
+    for key, entry in devices.items():
+        for m in entry.get("match") or []:
+            if m.lower() == profile and profile:
+                return key, entry
+    if kind != "cpu":
+        for key, entry in devices.items():
+            if any(m.lower() in name for m in entry.get("match") or [] if m.lower() != "cpu"):
+                return key, entry
+    if kind in devices:
+        return kind, devices[kind]
+    return None, None
+
+
+def cost_table(records: list[dict[str, Any]], prices: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Cost per run: devices x wall hours x price per device-hour, with the price's source marked.
+
+    Devices are the run's ``world_size`` (DDP ranks, DataParallel GPUs), else 1. Runs without timing
+    (skipped, oom) are left out; a device with no price shows an empty cost and says so.
+    """
+    prices = prices or load_prices()
+    cur = prices.get("currency", "USD")
+    rows = []
+    for r in records:
+        wall = _get(r, "timing.wall_s")
+        if r.get("status") != "ok" or wall is None:
+            continue
+        n = int(r.get("world_size") or 1)
+        key, entry = price_for(r, prices)
+        price = entry["price_per_device_hour"] if entry else None
+        hours = wall / 3600
+        rows.append({
+            "run_id": r.get("run_id"), "experiment": r.get("experiment"),
+            "device": device_label(_get(r, "device.kind"), _get(r, "device.name")), "profile": r.get("profile"),
+            "devices": n, "wall s": wall, "device-hours": n * hours, "price key": key,
+            f"{cur}/device-hour": price, f"cost {cur}": n * hours * price if price is not None else None,
+            "price source": ("example" if entry.get("example") else "user") if entry else "no price: add it",
+            "best val RMSE K": _get(r, "metrics.best_val_rmse_k"),
+        })
+    return pd.DataFrame(rows).set_index("run_id") if rows else pd.DataFrame()
+
+
+def plot_cost(table: pd.DataFrame):
+    """Cost against wall time per run (log-log), labelled by device and device count."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    cost_col = next((c for c in table.columns if c.startswith("cost ")), None)
+    if table.empty or cost_col is None:
+        ax.set_title("no priced runs")
+        return fig
+    for _, row in table.dropna(subset=[cost_col]).iterrows():
+        ax.scatter(row["wall s"], row[cost_col])
+        ax.annotate(f"{row['device']} x{row['devices']}", (row["wall s"], row[cost_col]), fontsize="small",
+                    xytext=(3, 3), textcoords="offset points")
+    examples = (table["price source"] == "example").any()
+    ax.set(xscale="log", yscale="log", xlabel="wall seconds", ylabel=cost_col,
+           title="cost vs time" + (" (example prices)" if examples else ""))
+    fig.tight_layout()
+    return fig

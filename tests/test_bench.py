@@ -1,0 +1,189 @@
+"""Scaling, all-reduce bandwidth, batch sweep under a real memory cap, and the cost table. CPU only."""
+
+from __future__ import annotations
+
+import math
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from lstmnb import bench, parallel, report
+from lstmnb.cli import main
+from lstmnb.errors import ConfigError
+from lstmnb.models import Forecaster, count_parameters
+from lstmnb.records import append_record, new_record, read_records
+from lstmnb.train import TrainConfig
+from lstmnb.windows import make_windows
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::UserWarning")]
+
+TINY = dict(device="cpu", hidden=16, window=12, epochs=2, progress=False)
+
+
+def synthetic_windows(cfg: TrainConfig, days: int = 40, points: int = 2):
+    rng = np.random.default_rng(1)
+    hours = np.arange(24 * days)
+    values = 280 + 8 * np.sin(2 * np.pi * hours / 24)[:, None] + rng.normal(0, 1, (hours.size, points))
+    return make_windows(values, pd.date_range("2020-01-01", periods=hours.size, freq="h"), cfg.window_config())
+
+
+# --- scaling ----------------------------------------------------------------------------------------
+
+def test_strong_scaling_refuses_a_global_batch_not_divisible_by_a_world_size():
+    cfg = TrainConfig(**TINY, batch_size=30)
+    with pytest.raises(ConfigError, match=r"global batch 30 is not divisible by world size\(s\) \[4\].*multiple of 4"):
+        bench.ScalingConfig(world_sizes=(1, 2, 4), mode="strong").validate(cfg)
+    bench.ScalingConfig(world_sizes=(1, 2, 4), mode="weak").validate(cfg)  # weak: per-device batch, any size
+    with pytest.raises(ConfigError, match="mode='medium'"):
+        bench.ScalingConfig(mode="medium").validate(cfg)
+    with pytest.raises(ConfigError, match="world_sizes"):
+        bench.ScalingConfig(world_sizes=(0, 2)).validate(cfg)
+
+
+@pytest.mark.slow
+def test_strong_scaling_one_and_two_gloo_ranks(tmp_path):
+    cfg = TrainConfig(**TINY, batch_size=64)
+    records = bench.scaling(synthetic_windows(cfg), cfg, bench.ScalingConfig(world_sizes=(1, 2), comm_split_steps=5),
+                            results=str(tmp_path))
+    assert [r["world_size"] for r in records] == [1, 2]
+    assert [r["scaling"]["per_device_batch"] for r in records] == [64, 32]
+    assert all(r["scaling"]["global_batch"] == 64 and r["experiment"] == "scaling-strong" for r in records)
+    assert len(read_records(tmp_path)) == 2
+    split = records[1]["parallel"]["comm_split"]
+    assert split["steps"] == 5 and split["step_s"] > 0 and split["compute_s"] > 0 and split["comm_s"] >= 0
+    table = report.scaling_summary(records)
+    one, two = table.loc[("strong", "CPU", 1)], table.loc[("strong", "CPU", 2)]
+    assert one["speedup"] == pytest.approx(1.0)
+    assert two["speedup"] == pytest.approx(one["epoch s"] / two["epoch s"])
+    assert two["efficiency"] == pytest.approx(two["speedup"] / 2)
+    conv = report.convergence_table(records)
+    assert set(conv["world_size"]) == {1, 2} and (conv.groupby("world_size")["epoch"].max() == 2).all()
+    assert "speedup = t1 / tN" in report.SCALING_DEFINITIONS["strong"]
+
+
+# --- all-reduce -------------------------------------------------------------------------------------
+
+def test_size_ladder_and_bus_bandwidth_convention():
+    assert parallel.size_ladder(1024, 65536, 4) == [1024, 4096, 16384, 65536]
+    assert parallel.size_ladder(1024, 4096, 4, extra=(2050,)) == [1024, 2048, 4096]  # whole float32s
+    with pytest.raises(ConfigError, match="factor >= 2"):
+        parallel.size_ladder(1024, 4096, 1)
+    with pytest.raises(ConfigError, match="at least 2 ranks"):
+        parallel.allreduce_bandwidth(parallel.AllreduceConfig(world_size=1))
+
+
+@pytest.mark.slow
+def test_allreduce_on_gloo_gives_sane_monotone_sizes_and_bandwidths():
+    cfg = TrainConfig(hidden=32)
+    acfg = parallel.AllreduceConfig(world_size=2, device="cpu", min_bytes=1024, max_bytes=4 * 2**20, budget_s=0.05)
+    out = bench.allreduce(cfg, acfg)
+    rows = out["rows"]
+    sizes = [r["bytes"] for r in rows]
+    assert sizes == sorted(set(sizes)) and sizes[0] == 1024 and sizes[-1] == 4 * 2**20
+    assert out["gradient_bytes"] == 4 * count_parameters(Forecaster(cfg.model_config(1)))
+    assert sum(r["gradient_size"] for r in rows) == 1
+    for r in rows:
+        assert r["backend"] == "gloo" and r["world_size"] == 2 and r["iters"] >= 5
+        assert math.isfinite(r["algbw_gbps"]) and r["algbw_gbps"] > 0
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2)
+    # bigger buffers amortise the per-call latency: the 4 MB bandwidth is well above the 1 KB one
+    assert rows[-1]["algbw_gbps"] > 10 * rows[0]["algbw_gbps"]
+    assert rows[-1]["time_us"] > rows[0]["time_us"]
+    table = report.allreduce_table(rows, out["gradient_bytes"], step_s=0.01)
+    assert table["share of a step"].notna().sum() == 1
+
+
+# --- batch sweep ------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_batch_sweep_records_oom_under_a_memory_cap(tmp_path):
+    """The cap is a real limit (the process's data segment): the allocator fails, nothing is mocked."""
+    cfg = TrainConfig(device="cpu", hidden=64, window=24, epochs=1, progress=False, eval_batch_size=512)
+    windows = synthetic_windows(cfg, days=100)
+    records = bench.batch_sweep(windows, cfg, bench.SweepConfig(start=32, factor=4, memory_cap_mb=48),
+                                results=str(tmp_path))
+    statuses = [(r["sweep"]["batch_size"], r["status"]) for r in records]
+    assert statuses[0] == (32, "ok") and statuses[-1][1] == "oom", statuses
+    assert all(s == "ok" for _, s in statuses[:-1])
+    assert [b for b, _ in statuses] == [32 * 4**i for i in range(len(statuses))]
+    oom = records[-1]
+    assert "out of memory at batch_size=" in oom["reason"] and "48 MB cap" in oom["reason"]
+    assert "timing" not in oom and "metrics" not in oom  # a reason, never a number
+    assert [r["status"] for r in read_records(tmp_path)] == [s for _, s in statuses]
+    # the cap was lifted afterwards: a large allocation works again
+    assert torch.empty(64 * 2**20, dtype=torch.uint8).numel() == 64 * 2**20
+    table = report.batch_sweep_table(records)
+    assert table.loc[32, "final val RMSE K"] > 0 and table.iloc[-1]["status"] == "oom"
+
+
+def test_batch_sweep_without_cap_stops_at_max_batch():
+    cfg = TrainConfig(**{**TINY, "epochs": 1})
+    records = bench.batch_sweep(synthetic_windows(cfg, days=20), cfg, bench.SweepConfig(start=32, max_batch=128))
+    assert [(r["sweep"]["batch_size"], r["status"]) for r in records] == [(32, "ok"), (128, "ok")]
+    with pytest.raises(ConfigError, match="factor >= 2"):
+        bench.batch_sweep(synthetic_windows(cfg, days=20), cfg, bench.SweepConfig(factor=1))
+
+
+# --- cost -------------------------------------------------------------------------------------------
+
+def _timed(kind: str, name: str, wall_s: float, world_size: int | None = None, profile: str | None = None):
+    rec = new_record("scaling-strong", device="cpu", profile=profile, timing={"wall_s": wall_s},
+                     metrics={"best_val_rmse_k": 1.0})
+    rec["device"].update(kind=kind, name=name)
+    if world_size:
+        rec["world_size"] = world_size
+    return rec
+
+
+def test_cost_table_prices_device_hours_and_marks_examples(tmp_path):
+    prices = report.load_prices()
+    assert all(e["example"] for e in prices["devices"].values())  # shipped figures are examples, and say so
+    records = [
+        _timed("cuda", "NVIDIA A100-SXM4-40GB", 1800, world_size=4),
+        _timed("cuda", "Tesla V100-SXM2-16GB", 3600, profile="carc-v100"),
+        _timed("cpu", "AMD EPYC", 7200),
+        _timed("cuda", "Some Future GPU", 60),
+        new_record("x", status="skipped", reason="no GPU"),
+    ]
+    table = report.cost_table(records, prices)
+    assert len(table) == 4  # the skipped run has no time, so no cost
+    a100 = table[table["device"] == "A100"].iloc[0]
+    assert a100["devices"] == 4 and a100["device-hours"] == pytest.approx(2.0)
+    assert a100["cost USD"] == pytest.approx(2.0 * prices["devices"]["a100"]["price_per_device_hour"])
+    assert a100["price source"] == "example"
+    assert table[table["device"] == "V100"].iloc[0]["price key"] == "v100"
+    assert table[table["device"] == "CPU"].iloc[0]["cost USD"] == pytest.approx(
+        2.0 * prices["devices"]["cpu"]["price_per_device_hour"])
+    unknown = table[table["device"] == "Some Future GPU"].iloc[0]
+    assert pd.isna(unknown["cost USD"]) and unknown["price source"] == "no price: add it"
+
+    mine = tmp_path / "prices.yaml"
+    mine.write_text("currency: EUR\ndevices:\n  a100: {price_per_device_hour: 1.0, match: [A100]}\n")
+    own = report.cost_table(records, report.load_prices(mine))
+    row = own[own["device"] == "A100"].iloc[0]
+    assert row["cost EUR"] == pytest.approx(2.0) and row["price source"] == "user"
+    mine.write_text("devices:\n  a100: {price_per_device_hour: cheap}\n")
+    with pytest.raises(ConfigError, match="price_per_device_hour='cheap' must be a number"):
+        report.load_prices(mine)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    assert report.plot_cost(table).axes[0].get_xscale() == "log"
+
+
+def test_bench_cost_command(tmp_path, capsys):
+    append_record(_timed("cuda", "NVIDIA A100-SXM4-40GB", 1800, world_size=2), tmp_path)
+    assert main(["bench", "cost", str(tmp_path), "--plot", str(tmp_path / "cost.png")]) == 0
+    out = capsys.readouterr().out
+    assert "A100" in out and "example" in out and (tmp_path / "cost.png").exists()
+    assert main(["bench", "cost", str(tmp_path / "empty")]) == 2
+    assert main(["bench", "cost", str(tmp_path), "--prices", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_bench_scaling_command_rejects_bad_batch_before_running(capsys):
+    code = main(["bench", "scaling", "--device", "cpu", "--world-sizes", "1,2,3", "--batch-size", "64",
+                 "--end", "2020-01-20", "--no-progress", "--no-record"])
+    assert code == 2
+    assert "global batch 64 is not divisible by world size(s) [3]" in capsys.readouterr().err
