@@ -245,7 +245,9 @@ def batch_sweep(windows, cfg, sweep: SweepConfig = SweepConfig(), *, data_info: 
         except Exception as exc:  # noqa: BLE001 - only out-of-memory is a result; anything else propagates
             if not is_oom(exc):
                 raise
-            first = str(exc).strip().splitlines()[0][:300]
+            first = str(exc).strip().splitlines()[0]
+            first = first[first.find("DefaultCPUAllocator"):] if "DefaultCPUAllocator" in first else first
+            first = first[:300]
             rec = new_record("batch-sweep", status="oom", device=str(device), profile=cfg.profile,
                              reason=f"out of memory at batch_size={b}"
                                     + (f" under a {sweep.memory_cap_mb:g} MB cap" if sweep.memory_cap_mb else "")
