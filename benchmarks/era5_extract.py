@@ -7,11 +7,14 @@ two points (40N and 20N at 280E) over the whole store with
 
   (a) the published approach: open_zarr(..., chunks={'time': 48}).sel(...).compute()  (dask)
   (b) plain open_zarr(chunks=None).sel(...).values                                 (zarr's async reads)
-  (c) lstmnb's extraction (`lstmnb data`, i.e. era5.extract) into an empty cache
+  (c) lstmnb's extraction (`lstmnb data`, i.e. era5.extract) into an empty cache (default blocks)
+  (c24) the same with 24-hour blocks (blocks are fetched one after another: this shows their cost)
+  (c, cached) (c) again with every block cached (no store access)
 
-and prints times, bytes served, ratios, and the limit this setup allows:
+and prints times (median of --repeat runs), bytes served, ratios, and the limit this setup allows:
 max(bytes / loopback bandwidth, requests x delay / concurrency) + decode time on this machine.
-Finally it kills (c) at about half-way in a subprocess and resumes it, counting the hours redone.
+Finally it kills (c24) at about half-way in a subprocess and resumes it, counting the chunk reads
+redone (hours read before the kill that were not kept).
 
     python benchmarks/era5_extract.py --hours 168 --delay 0.03
 """
@@ -122,14 +125,20 @@ def plain(url: str, start: str, end: str) -> np.ndarray:
                                     time=slice(start, end)).values
 
 
-def ours(url: str, start: str, end: str, cache: Path, concurrency: int) -> tuple[np.ndarray, object]:
+def ours(url: str, start: str, end: str, cache: Path, concurrency: int,
+         block_hours: int | None = None) -> tuple[np.ndarray, object]:
     from lstmnb.era5 import Request, extract
     from lstmnb.era5_fetch import FetchStats
 
     stats = FetchStats()
     ds = extract(Request(source=url, points=POINTS, start=start, end=end), cache_dir=cache, progress=False,
-                 concurrency=concurrency, stats=stats)
+                 concurrency=concurrency, block_hours=block_hours, stats=stats)
     return ds["2m_temperature"].values, stats
+
+
+def chunk_reads(stats: dict) -> int:
+    """Chunk reads of the variable the server has answered (all requests on servers that don't split them)."""
+    return stats.get("chunk_requests", {}).get("2m_temperature", stats["requests"])
 
 
 _CHILD = """
@@ -148,26 +157,29 @@ def kill_and_resume(url: str, start: str, end: str, cache: Path, concurrency: in
     from lstmnb.era5_fetch import FetchStats
 
     n_blocks = -(-hours // block_hours)
-    before = served(server)["requests"]
+    before = chunk_reads(served(server))
     child = subprocess.Popen([sys.executable, "-c", _CHILD, url, start, end, str(cache), str(concurrency),
                               str(block_hours)])
-    while child.poll() is None:
+    def kept_hours() -> int:  # finished blocks and checkpointed parts
         rows = status(cache)
-        if rows and min(r["blocks"] for r in rows) >= n_blocks // 2:
+        return min((r["hours"] for r in rows), default=0)
+
+    while child.poll() is None:
+        if kept_hours() >= (n_blocks // 2) * block_hours:
             break
         time.sleep(0.005)
     child.send_signal(signal.SIGKILL)
     child.wait()
-    first_reads = served(server)["requests"] - before
-    kept = min((r["blocks"] for r in status(cache)), default=0)
+    time.sleep(0.2)  # requests the delay proxy still holds reach the server: they were asked for too
+    first_reads = chunk_reads(served(server)) - before
+    kept_h = kept_hours()
     stats = FetchStats()
     extract(Request(source=url, points=POINTS, start=start, end=end), cache_dir=cache, progress=False,
             concurrency=concurrency, block_hours=block_hours, stats=stats)
-    kept_hours = min(kept * block_hours, hours)
     return {
-        "blocks": n_blocks, "block_hours": block_hours, "blocks_kept_at_kill": kept,
+        "blocks": n_blocks, "block_hours": block_hours, "hours_kept_at_kill": kept_h,
         "chunk_reads_before_kill": first_reads, "chunk_reads_on_resume": stats.chunks,
-        "hours_redone": max(first_reads - kept_hours, 0),
+        "hours_redone": max(first_reads - kept_h, 0),
     }
 
 
@@ -178,7 +190,8 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=32, help="lstmnb's reads in flight (default 32)")
     ap.add_argument("--block-hours", type=int, default=24, help="cache block size for the resume test")
     ap.add_argument("--workdir", default=None, help="where to build the store (default: a temp folder)")
-    ap.add_argument("--skip", default="", help="comma list of approaches to skip: a,b,c,resume")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per approach; the median is shown (default 3)")
+    ap.add_argument("--skip", default="", help="comma list of approaches to skip: a,b,c,c24,cached,resume")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
 
@@ -216,23 +229,36 @@ def main() -> int:
               f" requests x delay / concurrency) + {decode:.2f} s decode = {limit:.2f} s\n")
 
         values = {}
+        warm = work / f"cache-warm-{time.time_ns()}"
         for name, label, fn in [
             ("a", "published: open_zarr(chunks={'time': 48}).sel().compute()", lambda: published(proxy, start, end)),
             ("b", "open_zarr(chunks=None).sel().values", lambda: plain(proxy, start, end)),
             ("c", "lstmnb data (era5.extract, empty cache)",
              lambda: ours(proxy, start, end, work / f"cache-c-{time.time_ns()}", args.concurrency)[0]),
+            ("c24", f"lstmnb data, {args.block_hours}-h blocks, empty cache",
+             lambda: ours(proxy, start, end, work / f"cache-c-{time.time_ns()}", args.concurrency,
+                          args.block_hours)[0]),
+            ("cached", "lstmnb data, every block cached",
+             lambda: ours(proxy, start, end, warm, args.concurrency)[0]),
         ]:
             if name in skip:
                 continue
-            s0 = served(server)
-            t0 = time.perf_counter()
-            values[name] = np.asarray(fn())
-            dt = time.perf_counter() - t0
-            s1 = served(server)
-            results[name] = {"label": label, "seconds": dt, "bytes": s1["bytes"] - s0["bytes"],
-                             "requests": s1["requests"] - s0["requests"]}
+            if name == "cached":
+                ours(proxy, start, end, warm, args.concurrency)  # fill the cache
+            runs = []
+            for _ in range(max(args.repeat, 1)):
+                s0 = served(server)
+                t0 = time.perf_counter()
+                values[name] = np.asarray(fn())
+                dt = time.perf_counter() - t0
+                s1 = served(server)
+                runs.append((dt, s1["bytes"] - s0["bytes"], s1["requests"] - s0["requests"]))
+            dt, nb, nr = sorted(runs)[len(runs) // 2]
+            results[name] = {"label": label, "seconds": dt, "bytes": nb, "requests": nr,
+                             "runs_s": [round(r[0], 3) for r in runs]}
             r = results[name]
-            print(f"({name}) {label:<58} {dt:8.2f} s  {r['bytes'] / 1e6:8.0f} MB  {r['requests']:6d} requests")
+            spread = f"({min(x[0] for x in runs):.2f}..{max(x[0] for x in runs):.2f})" if len(runs) > 1 else ""
+            print(f"({name}) {label:<58} {dt:8.2f} s {spread:>13} {r['bytes'] / 1e6:8.0f} MB  {r['requests']:6d} requests")
         ref = next(iter(values.values()), None)
         for name, v in values.items():
             assert v.shape == ref.shape and np.array_equal(v, ref), f"({name}) returned different values"
@@ -241,15 +267,18 @@ def main() -> int:
             print(f"speed-up (c) vs (a): {results['a']['seconds'] / results['c']['seconds']:.1f}x")
         if "b" in results and "c" in results:
             print(f"speed-up (c) vs (b): {results['b']['seconds'] / results['c']['seconds']:.1f}x")
-        if "c" in results:
-            print(f"(c) / limit: {results['c']['seconds'] / limit:.2f}")
+        if "a" in results and "c24" in results:
+            print(f"speed-up (c24) vs (a): {results['a']['seconds'] / results['c24']['seconds']:.1f}x")
+        for name in ("c", "c24"):
+            if name in results:
+                print(f"({name}) / limit: {results[name]['seconds'] / limit:.2f}")
         if "resume" not in skip:
             r = kill_and_resume(proxy, start, end, work / f"cache-resume-{time.time_ns()}", args.concurrency,
                                 args.block_hours, args.hours, server)
             print(f"\nkill at ~50% and resume ({r['blocks']} blocks of {r['block_hours']} h): "
-                  f"{r['blocks_kept_at_kill']} blocks kept, {r['chunk_reads_before_kill']} chunk reads before the "
+                  f"{r['hours_kept_at_kill']} hours kept, {r['chunk_reads_before_kill']} chunk reads before the "
                   f"kill, {r['chunk_reads_on_resume']} on resume, {r['hours_redone']} hours read twice "
-                  f"({r['hours_redone'] / r['block_hours']:.2f} blocks)")
+                  f"({r['hours_redone'] / r['block_hours']:.2f} blocks; target <= 1)")
             results["resume"] = r
         results["limit"] = {"seconds": limit, "bandwidth_Bps": bandwidth, "decode_s": decode, "delay_s": args.delay,
                             "concurrency": args.concurrency, "hours": args.hours}

@@ -5,7 +5,8 @@ variables, points or a lat/lon box, and a time range. ``extract`` checks it agai
 time range, known variables, latitudes, coverage), then reads the store's one-hour chunks concurrently,
 taking every requested cell from each chunk read once, and keeps finished time blocks in a local,
 self-verifying cache (``era5_cache``) so that a repeated, overlapping or interrupted request only
-fetches what is missing.
+fetches what is missing. The store's metadata is cached beside the blocks (``StoreMeta``), so a
+request whose blocks are all cached is checked and answered without reaching the store (offline).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .errors import ConfigError, DataError
+from .errors import ConfigError, DataError, LstmnbError
 
 if TYPE_CHECKING:
     from .era5_fetch import FetchStats, RetryPolicy
@@ -171,6 +172,68 @@ def open_store(source: str = SAMPLE, storage_options: dict | None = None) -> xr.
     return open_ref(resolve_source(source, storage_options))
 
 
+def _plain(value: Any) -> Any:
+    """Attribute values as JSON types (numpy scalars and arrays to Python), so cached and fresh agree."""
+    return json.loads(json.dumps(value, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)))
+
+
+@dataclass
+class StoreMeta:
+    """What checking a request and labelling its result need from a store: the time axis, the grid,
+    the store's attributes, and each variable's dims and attributes. Cached as JSON beside the blocks."""
+
+    times: np.ndarray  # datetime64
+    lat: np.ndarray  # float64, store order
+    lon: np.ndarray  # float64, store order, as stored
+    attrs: dict
+    variables: dict[str, dict]  # name -> {"dims": [...], "attrs": {...}}
+
+    @classmethod
+    def from_dataset(cls, ds: xr.Dataset) -> "StoreMeta":
+        variables = {str(name): {"dims": [str(d) for d in var.dims], "attrs": _plain(dict(var.attrs))}
+                     for name, var in ds.data_vars.items()}
+        return cls(np.asarray(ds["time"].values), ds["latitude"].values.astype(np.float64),
+                   ds["longitude"].values.astype(np.float64), _plain(dict(ds.attrs)), variables)
+
+    def to_json(self) -> dict:
+        unit = np.datetime_data(self.times.dtype)[0]
+        ticks = self.times.astype(np.int64)
+        steps = np.diff(ticks)
+        if ticks.size > 1 and np.all(steps == steps[0]):
+            time = {"unit": unit, "start": int(ticks[0]), "step": int(steps[0]), "count": int(ticks.size)}
+        else:
+            time = {"unit": unit, "values": ticks.tolist()}
+        return {"format": 1, "time": time, "latitude": self.lat.tolist(), "longitude": self.lon.tolist(),
+                "attrs": self.attrs, "variables": self.variables}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "StoreMeta":
+        t = d["time"]
+        if "values" in t:
+            ticks = np.asarray(t["values"], dtype=np.int64)
+        else:
+            ticks = t["start"] + t["step"] * np.arange(t["count"], dtype=np.int64)
+        return cls(ticks.astype(f"datetime64[{t['unit']}]"), np.asarray(d["latitude"], dtype=np.float64),
+                   np.asarray(d["longitude"], dtype=np.float64), dict(d["attrs"]), dict(d["variables"]))
+
+
+def _meta(ds: "xr.Dataset | StoreMeta") -> StoreMeta:
+    return ds if isinstance(ds, StoreMeta) else StoreMeta.from_dataset(ds)
+
+
+def cached_meta(ref: StoreRef, cache_dir: str | os.PathLike | None = None) -> StoreMeta | None:
+    """The metadata kept for this store in the block cache, or None."""
+    from .era5_cache import read_store_meta
+
+    raw = read_store_meta(cache_dir, ref.store_id)
+    if raw is None or raw.get("format") != 1:
+        return None
+    try:
+        return StoreMeta.from_json(raw)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 # ----------------------------------------------------------------------------------------------- checks
 
 def parse_time(value: str, *, end: bool = False) -> pd.Timestamp:
@@ -188,9 +251,9 @@ def parse_time(value: str, *, end: bool = False) -> pd.Timestamp:
     return ts
 
 
-def valid_range(ds: xr.Dataset) -> tuple[pd.Timestamp, pd.Timestamp]:
+def valid_range(ds: "xr.Dataset | StoreMeta") -> tuple[pd.Timestamp, pd.Timestamp]:
     """The store's valid times: its valid_time_start/stop attributes within its time axis."""
-    times = ds["time"].values
+    times = ds.times if isinstance(ds, StoreMeta) else ds["time"].values
     lo, hi = pd.Timestamp(times[0]), pd.Timestamp(times[-1])
     if "valid_time_start" in ds.attrs:
         lo = max(lo, parse_time(str(ds.attrs["valid_time_start"])))
@@ -204,20 +267,21 @@ def point_label(lat: float, lon: float) -> str:
     return f"{abs(lat):.2f}{'N' if lat >= 0 else 'S'} {lon % 360:.2f}E"
 
 
-def _check_variables(ds: xr.Dataset, variables: tuple[str, ...]) -> None:
+def _check_variables(meta: StoreMeta, variables: tuple[str, ...]) -> None:
     if not variables:
         raise ConfigError("no variables asked for; give at least one, e.g. 2m_temperature")
-    valid = sorted(v for v in ds.data_vars)
+    valid = sorted(meta.variables)
     for name in variables:
-        if name not in ds.data_vars:
+        if name not in meta.variables:
             close = difflib.get_close_matches(name, valid, n=3)
             listing = ", ".join(valid) if len(valid) <= 12 else f"{len(valid)} variables, e.g. {', '.join(valid[:6])}"
             hint = f"; did you mean {' or '.join(close)}?" if close else ""
             raise ConfigError(f"unknown variable {name!r}{hint} (this store has: {listing})")
-        if ds[name].dims[:1] != ("time",) or not {"latitude", "longitude"} <= set(ds[name].dims):
-            raise ConfigError(f"variable {name!r} has dims {ds[name].dims}; only (time, latitude, longitude) fields can be extracted")
-        if ds[name].ndim != 3:
-            raise ConfigError(f"variable {name!r} has dims {ds[name].dims}; only single-level (time, latitude, longitude) fields are supported")
+        dims = tuple(meta.variables[name]["dims"])
+        if dims[:1] != ("time",) or not {"latitude", "longitude"} <= set(dims):
+            raise ConfigError(f"variable {name!r} has dims {dims}; only (time, latitude, longitude) fields can be extracted")
+        if len(dims) != 3:
+            raise ConfigError(f"variable {name!r} has dims {dims}; only single-level (time, latitude, longitude) fields are supported")
 
 
 def _check_lat(lat: float, what: str) -> float:
@@ -282,30 +346,32 @@ def _spacing(values: np.ndarray) -> float:
     return float(np.median(np.abs(np.diff(values)))) if values.size > 1 else 0.25
 
 
-def make_plan(ds: xr.Dataset, ref: StoreRef, request: Request) -> Plan:
-    """Check ``request`` against the opened store and resolve it to indices; raise on bad input."""
+def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> Plan:
+    """Check ``request`` against the opened store (or its cached metadata) and resolve it to indices;
+    raise on bad input."""
+    meta = _meta(ds)
     variables = tuple(request.variables) if not isinstance(request.variables, str) else (request.variables,)
-    _check_variables(ds, variables)
+    _check_variables(meta, variables)
     if (request.points is None) == (request.box is None):
         raise ConfigError("give either points or a box (not both, not neither)")
 
     start, end = parse_time(request.start), parse_time(request.end, end=True)
     if end < start:
         raise ConfigError(f"end {request.end!r} is before start {request.start!r}")
-    lo, hi = valid_range(ds)
+    lo, hi = valid_range(meta)
     if start < lo or end > hi:
         raise ConfigError(
             f"time range {start:%Y-%m-%dT%H}..{end:%Y-%m-%dT%H} is outside this store's valid range "
             f"{lo:%Y-%m-%dT%H}..{hi:%Y-%m-%dT%H}"
         )
-    times = ds["time"].values
+    times = meta.times
     i0 = int(np.searchsorted(times, np.datetime64(start), "left"))
     i1 = int(np.searchsorted(times, np.datetime64(end), "right"))
     if i1 <= i0:
         raise DataError(f"no time steps between {start} and {end} in this store")
 
-    lat = ds["latitude"].values.astype(np.float64)
-    lon = ds["longitude"].values.astype(np.float64) % 360.0
+    lat = meta.lat.astype(np.float64)
+    lon = meta.lon.astype(np.float64) % 360.0
     dlat, dlon = _spacing(lat), _spacing(lon)
     targets: list[Target] = []
     requested: list[tuple[float, float]] = []
@@ -379,21 +445,45 @@ def extract(
     (default ``<user cache>/extracts``). Pass an ``era5_fetch.FetchStats`` as ``stats`` to learn how
     many chunks were read and blocks reused.
     """
-    from .era5_fetch import fetch_plan
+    from .era5_cache import write_store_meta
+    from .era5_fetch import CacheMiss, fetch_plan
 
     ref = resolve_source(request.source, storage_options)
-    ds = open_ref(ref)
-    plan = make_plan(ds, ref, request)
-    arrays = fetch_plan(
-        plan, cache_dir=cache_dir, progress=progress, refresh=refresh,
-        concurrency=concurrency, block_hours=block_hours, stats=stats,
-        retry=retry,
-    )
-    return _assemble(plan, ds, arrays)
+    fetch = dict(cache_dir=cache_dir, progress=progress, refresh=refresh, concurrency=concurrency,
+                 block_hours=block_hours, stats=stats, retry=retry)
+    meta = None if refresh else cached_meta(ref, cache_dir)
+    offline_error: LstmnbError | None = None
+    miss: CacheMiss | None = None
+    if meta is not None:
+        # Every block cached: check the request against the kept metadata and never touch the store.
+        try:
+            plan = make_plan(meta, ref, request)
+            return _assemble(plan, meta, fetch_plan(plan, **{**fetch, "offline": True}))
+        except CacheMiss as exc:
+            miss = exc
+        except LstmnbError as exc:  # maybe the store has grown since; ask it
+            offline_error = exc
+    try:
+        ds = open_ref(ref)
+    except DataError as exc:
+        if offline_error is not None:
+            raise offline_error from None
+        if miss is not None:
+            raise DataError(f"{exc} ({miss.cached} of {miss.total} blocks of this request are cached; "
+                            "the rest need the store)") from None
+        raise
+    meta = StoreMeta.from_dataset(ds)
+    plan = make_plan(meta, ref, request)
+    try:
+        write_store_meta(cache_dir, ref.store_id, meta.to_json())
+    except OSError:
+        pass  # only an optimisation; a full disk shows up (with its message) when a block is written
+    return _assemble(plan, meta, fetch_plan(plan, **fetch))
 
 
-def _assemble(plan: Plan, ds: xr.Dataset, arrays: dict[tuple[str, str], np.ndarray]) -> xr.Dataset:
+def _assemble(plan: Plan, ds: "xr.Dataset | StoreMeta", arrays: dict[tuple[str, str], np.ndarray]) -> xr.Dataset:
     """Turn per-(variable, target) arrays into the result Dataset with coordinates and attrs."""
+    meta = _meta(ds)
     time = xr.DataArray(plan.times, dims="time", name="time")
     data_vars = {}
     if plan.kind == "points":
@@ -404,7 +494,7 @@ def _assemble(plan: Plan, ds: xr.Dataset, arrays: dict[tuple[str, str], np.ndarr
         labels = [point_label(a, b) for a, b in zip(lat, lon)]
         for v in plan.variables:
             values = np.stack([arrays[(v, t.key)] for t in plan.targets], axis=1).astype(np.float32)
-            data_vars[v] = (("time", "point"), values, dict(ds[v].attrs))
+            data_vars[v] = (("time", "point"), values, dict(meta.variables[v]["attrs"]))
         coords = {
             "time": time, "point": ("point", labels),
             "latitude": ("point", lat), "longitude": ("point", lon),
@@ -416,7 +506,8 @@ def _assemble(plan: Plan, ds: xr.Dataset, arrays: dict[tuple[str, str], np.ndarr
         lat = plan.lat[list(target.rows)].astype(np.float32)
         lon = plan.lon[list(target.cols)].astype(np.float32)
         for v in plan.variables:
-            data_vars[v] = (("time", "latitude", "longitude"), arrays[(v, target.key)].astype(np.float32), dict(ds[v].attrs))
+            data_vars[v] = (("time", "latitude", "longitude"), arrays[(v, target.key)].astype(np.float32),
+                           dict(meta.variables[v]["attrs"]))
         coords = {"time": time, "latitude": lat, "longitude": lon}
     out = xr.Dataset(data_vars, coords=coords)
     req = asdict(plan.request)

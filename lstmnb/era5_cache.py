@@ -10,12 +10,21 @@ contiguous part ``a..b-1`` of its slot. A file is complete by construction (writ
 name, then renamed) and carries the CRC32 of its bytes in its name, so a truncated or corrupt file is
 detected, deleted and fetched again, never silently used. Slots are shared by every request that
 touches the same cells, so overlapping requests reuse each other's work.
+
+``<store_id>/store-meta.json`` keeps what checking a request needs (time axis, grid, attributes,
+variables), so a request whose blocks are all cached is answered without reaching the store.
+Temporary files are named ``.<final name>.<host>.<pid>.tmp``; a run removes the stale ones it finds in
+the folders it uses (from a dead process on this host, or older than ``STALE_TMP_SECONDS``) and never
+those of a live extraction.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import socket
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +34,70 @@ import numpy as np
 from .paths import cache_dir
 
 DEFAULT_BLOCK_HOURS = 168  # a week of hourly chunks per cache file
+STALE_TMP_SECONDS = 600.0  # a temporary file this old is a leftover whoever wrote it (writes take ms)
+META_NAME = "store-meta.json"
+_HOST = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in socket.gethostname())[:40] or "host"
+
+
+def atomic_write(path: Path, payload: bytes) -> Path:
+    """Write ``payload`` to ``path`` via a temporary file in the same folder, fsync and rename."""
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.{_HOST}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # exists but is someone else's
+    return True
+
+
+def sweep_tmp(directory: Path, *, now: float | None = None, max_age: float = STALE_TMP_SECONDS) -> int:
+    """Remove stale temporary files a killed writer left in ``directory``; returns how many.
+
+    Stale: written on this host by a process that is gone, or older than ``max_age`` whoever wrote
+    it. A live extraction's files (here, or on another host sharing the folder) stay.
+    """
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    now = time.time() if now is None else now
+    removed = 0
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(".") and name.endswith(".tmp")):
+            continue
+        try:
+            age = now - entry.stat(follow_symlinks=False).st_mtime
+        except FileNotFoundError:
+            continue
+        parts = name[:-4].rsplit(".", 2)  # [.final, host, pid] (older files: [..., final-ext, pid])
+        pid = int(parts[-1]) if parts[-1].isdigit() else None
+        host = parts[-2] if len(parts) == 3 and pid is not None else None
+        here = host == _HOST or (host is not None and host in ("npy", "json"))  # older names had no host
+        stale = age > max_age or (
+            here and pid is not None and pid != os.getpid() and not _pid_alive(pid)
+        )
+        if stale:
+            try:
+                os.unlink(entry.path)
+                removed += 1
+            except FileNotFoundError:
+                pass
+    return removed
 
 
 def extracts_root(root: str | os.PathLike | None = None) -> Path:
@@ -48,6 +121,19 @@ class BlockCache:
     def __init__(self, root: Path, store_id: str, variable: str, target: str, hours: int):
         self.hours = int(hours)
         self.dir = Path(root) / store_id / variable / target / f"b{self.hours}"
+
+    def sweep(self) -> int:
+        """Remove stale temporary files a killed run left here (see ``sweep_tmp``)."""
+        return sweep_tmp(self.dir)
+
+    def covers(self, slot: int, start: int, stop: int) -> bool:
+        """Whether a file of ``slot`` claims store indices ``start..stop-1`` (by name; not verified)."""
+        base = slot * self.hours
+        for path in self._files(slot):
+            parsed = _parse(path.name)
+            if parsed and parsed[0] == slot and base + parsed[1] <= start and stop <= base + parsed[2]:
+                return True
+        return False
 
     def _files(self, slot: int) -> list[Path]:
         if not self.dir.is_dir():
@@ -74,16 +160,7 @@ class BlockCache:
         payload = buf.getvalue()
         a, b = block.start - block.slot * self.hours, block.stop - block.slot * self.hours
         name = f"{block.slot:08d}_{a:04d}-{b:04d}_{zlib.crc32(payload):08x}.npy"
-        final = self.dir / name
-        tmp = self.dir / f".{name}.{os.getpid()}.tmp"
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(payload)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, final)
-        finally:
-            tmp.unlink(missing_ok=True)
+        final = atomic_write(self.dir / name, payload)
         for other in self._files(block.slot):
             if other != final:
                 parsed = _parse(other.name)
@@ -119,6 +196,32 @@ def _load(path: Path, slot: int, hours: int) -> Block | None:
         return None
     base = slot * hours
     return Block(slot, base + parsed[1], base + parsed[2], data)
+
+
+def write_store_meta(root: str | os.PathLike | None, store_id: str, meta: dict) -> Path:
+    """Keep a store's metadata (JSON-able) beside its blocks, atomically and with a checksum."""
+    body = json.dumps(meta, sort_keys=True, separators=(",", ":"))
+    folder = extracts_root(root) / store_id
+    folder.mkdir(parents=True, exist_ok=True)
+    sweep_tmp(folder)
+    payload = json.dumps({"crc32": zlib.crc32(body.encode()), "meta": body}).encode()
+    return atomic_write(folder / META_NAME, payload)
+
+
+def read_store_meta(root: str | os.PathLike | None, store_id: str) -> dict | None:
+    """A store's cached metadata, or None when absent or damaged (a damaged file is removed)."""
+    path = extracts_root(root) / store_id / META_NAME
+    try:
+        outer = json.loads(path.read_bytes())
+        body = outer["meta"]
+        if zlib.crc32(body.encode()) != outer["crc32"]:
+            raise ValueError("checksum")
+        return json.loads(body)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        path.unlink(missing_ok=True)
+        return None
 
 
 def status(root: str | os.PathLike | None = None) -> list[dict]:

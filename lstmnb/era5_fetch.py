@@ -3,8 +3,10 @@
 The plan's time range is cut into cache slots (``era5_cache``). Slots already cached are read from
 disk; for the rest, every (variable, hour) chunk is read once by a pool of I/O threads, every target
 (cell or box) takes its values from it, and a slot is written to the cache the moment its last hour
-arrives. Chunks are submitted in time order through a bounded window, so at any moment only the
-newest one or two slots are unfinished: a killed run loses at most those.
+arrives. Reads stay pipelined across slot boundaries, but never more than one block's worth of hours
+is read (or in flight) without being kept: when the window would go further, the oldest unfinished
+slot's received prefix is written as a partial block (a checkpoint, at most a few per slot). So a
+killed run redoes at most one block of reads, and resumes from the checkpoint.
 """
 
 from __future__ import annotations
@@ -39,6 +41,23 @@ class _Pending:
     have: Block | None
     missing: set[int]
     values: dict[int, np.ndarray] = field(default_factory=dict)
+    kept: int | None = None  # hours start..kept-1 are in the cache as a checkpoint
+    failed: bool = False
+    first: int = 0  # the first hour this slot needed when the run began
+
+    def __post_init__(self) -> None:
+        self.first = min(self.missing, default=self.stop)
+
+    def frontier(self) -> int:
+        """The first hour this slot needs that is not in the cache."""
+        return self.kept if self.kept is not None else self.first
+
+    def received_to(self) -> int:
+        """End of the run of received hours from ``start`` (checkpoints only when nothing was cached)."""
+        return min(self.missing, default=self.stop) if self.have is None else self.start
+
+    def part(self, stop: int) -> Block:
+        return Block(self.slot, self.start, stop, np.stack([self.values[t] for t in range(self.start, stop)]))
 
     def finish(self) -> Block:
         data = np.full((self.stop - self.start, *self.shape), np.nan, dtype=np.float32)
@@ -73,6 +92,14 @@ class RetryPolicy:
 
 class ChunkError(Exception):
     """A chunk could not be read (after retries, or a permanent error)."""
+
+
+class CacheMiss(DataError):
+    """Raised by an ``offline`` fetch when some block of the plan is not in the cache."""
+
+    def __init__(self, cached: int, total: int):
+        super().__init__(f"{total - cached} of {total} blocks of this request are not cached")
+        self.cached, self.total = cached, total
 
 
 _TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
@@ -343,27 +370,44 @@ def fetch_plan(
     block_hours: int | None = None,
     stats: FetchStats | None = None,
     retry: RetryPolicy | None = None,
+    offline: bool = False,
 ) -> dict[tuple[str, str], np.ndarray]:
-    """Return {(variable, target key): array over plan's hours}, from the cache where possible."""
+    """Return {(variable, target key): array over plan's hours}, from the cache where possible.
+
+    ``offline``: serve from the cache only; raise ``CacheMiss`` (touching nothing remote, counting
+    nothing in ``stats``) when any block is missing or damaged.
+    """
     hours = int(block_hours or DEFAULT_BLOCK_HOURS)
     workers = int(concurrency or DEFAULT_CONCURRENCY)
     if hours < 1:
         raise ConfigError(f"block_hours must be >= 1, got {hours}")
     if workers < 1:
         raise ConfigError(f"concurrency must be >= 1, got {workers}")
-    stats = stats if stats is not None else FetchStats()
+    outer = stats if stats is not None else FetchStats()
+    stats = FetchStats() if offline else outer
     t_start = time.perf_counter()
     root = extracts_root(cache_dir)
     store_id = plan.ref.store_id
+    slots = range(plan.i0 // hours, (plan.i1 - 1) // hours + 1)
+    caches = {(v, t.key): BlockCache(root, store_id, v, t.key, hours) for v in plan.variables for t in plan.targets}
+    for cache in caches.values():
+        cache.sweep()  # leftovers of a killed run
+    if offline:
+        if refresh:
+            raise CacheMiss(0, len(caches) * len(slots))
+        covered = sum(cache.covers(slot, max(plan.i0, slot * hours), min(plan.i1, (slot + 1) * hours))
+                      for cache in caches.values() for slot in slots)
+        if covered < len(caches) * len(slots):
+            raise CacheMiss(covered, len(caches) * len(slots))
 
     done: dict[tuple[str, str, int], Block] = {}
     pending: dict[tuple[str, str, int], _Pending] = {}
     needs: dict[tuple[str, int], list[tuple[str, int]]] = {}
     for v in plan.variables:
         for target in plan.targets:
-            cache = BlockCache(root, store_id, v, target.key, hours)
+            cache = caches[(v, target.key)]
             shape = () if plan.kind == "points" else (len(target.rows), len(target.cols))
-            for slot in range(plan.i0 // hours, (plan.i1 - 1) // hours + 1):
+            for slot in slots:
                 a, b = max(plan.i0, slot * hours), min(plan.i1, (slot + 1) * hours)
                 have = None if refresh else cache.read(slot)
                 if have is not None and have.start <= a and b <= have.stop:
@@ -379,15 +423,20 @@ def fetch_plan(
                 for t in missing:
                     needs.setdefault((v, t), []).append((target.key, slot))
 
+    if needs and offline:
+        raise CacheMiss(len(caches) * len(slots) - len(pending), len(caches) * len(slots))  # damaged files
     if needs:
-        _run(plan, pending, needs, done, workers, progress, stats, retry or RetryPolicy())
+        _run(plan, pending, needs, done, workers, hours, progress, stats, retry or RetryPolicy())
     stats.seconds = time.perf_counter() - t_start
+    if offline:
+        for name in ("blocks_cached", "seconds"):
+            setattr(outer, name, getattr(outer, name) + getattr(stats, name))
 
     out: dict[tuple[str, str], np.ndarray] = {}
     for v in plan.variables:
         for target in plan.targets:
             parts = []
-            for slot in range(plan.i0 // hours, (plan.i1 - 1) // hours + 1):
+            for slot in slots:
                 blk = done[(v, target.key, slot)]
                 a, b = max(plan.i0, slot * hours), min(plan.i1, (slot + 1) * hours)
                 parts.append(blk.data[a - blk.start:b - blk.start])
@@ -395,8 +444,14 @@ def fetch_plan(
     return out
 
 
-def _run(plan, pending, needs, done, workers, progress, stats, retry) -> None:
-    """Read the needed chunks concurrently, in time order, writing each slot as it completes."""
+def _run(plan, pending, needs, done, workers, hours, progress, stats, retry) -> None:
+    """Read the needed chunks concurrently, in time order, writing each slot as it completes.
+
+    An hour is submitted only while it lies within ``hours`` of the frontier (the first needed hour
+    not in the cache), so a kill loses at most one block of reads. When the window reaches that
+    bound, the oldest slots' received prefixes are checkpointed (at least a quarter block each time),
+    which moves the frontier on without draining the pipeline at slot boundaries.
+    """
     reader, source = make_reader(plan, workers, retry)
     targets = {t.key: t for t in plan.targets}
     r0, c0 = reader.r0, reader.c0
@@ -429,19 +484,57 @@ def _run(plan, pending, needs, done, workers, progress, stats, retry) -> None:
                 "finished blocks are kept, run again to resume"
             ) from None
 
+    def write(p: _Pending, block: Block) -> None:
+        try:
+            p.cache.write(block)
+        except OSError as exc:
+            raise DataError(
+                f"cannot write a cache block under {p.cache.dir}: {exc.strerror or exc} "
+                "(disk full?); finished blocks are kept and this one is redone next time"
+            ) from None
+
+    step = max(1, hours // 4)  # a checkpoint keeps at least this many new hours
+
+    def frontier() -> int:
+        live = [p.frontier() for p in pending.values() if not p.failed]
+        return min(live, default=plan.i1)
+
+    def checkpoint(front: int) -> bool:
+        """Write the received prefix of every slot holding the frontier back; True if it moved."""
+        moved = False
+        for p in list(pending.values()):
+            if p.failed or p.frontier() != front:
+                continue
+            upto = p.received_to()
+            if upto - front < step:
+                return moved
+            write(p, p.part(upto))
+            p.kept = upto
+            moved = True
+        return moved
+
     in_flight: dict[Future, tuple[str, int]] = {}
-    it = iter(order)
-    window = workers  # chunks in flight; kept <= a block so a killed run loses little
+    position = 0  # next entry of ``order`` to submit
     failures: list[DataError] = []
     try:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="era5-read") as pool:
             exhausted = False
+            front = frontier()
             while in_flight or not exhausted:
-                while not exhausted and len(in_flight) < window:
-                    nxt = next(it, None)
-                    if nxt is None:
+                while not exhausted and len(in_flight) < workers:
+                    if position == len(order):
                         exhausted = True
                         break
+                    nxt = order[position]
+                    # The frontier only moves on, so a stale value is a safe, cheap first test.
+                    if nxt[1] - front >= hours and in_flight:
+                        front = frontier()
+                        if nxt[1] - front >= hours:  # this read would risk more than a block on a kill
+                            moved = checkpoint(front)
+                            front = frontier()
+                            if not moved or nxt[1] - front >= hours:
+                                break
+                    position += 1
                     in_flight[pool.submit(task, nxt)] = nxt
                 if not in_flight:
                     break
@@ -453,6 +546,8 @@ def _run(plan, pending, needs, done, workers, progress, stats, retry) -> None:
                     except DataError as exc:
                         # This chunk's blocks stay unfinished; every other block still completes.
                         failures.append(exc)
+                        for key, slot in needs[(v, t)]:
+                            pending[(v, key, slot)].failed = True
                         if len(failures) >= MAX_FAILED_CHUNKS:
                             exhausted = True  # the store looks down: stop asking, finish what is in flight
                         continue
@@ -465,15 +560,9 @@ def _run(plan, pending, needs, done, workers, progress, stats, retry) -> None:
                         else:
                             p.values[t] = chunk[np.ix_(rows, cols)]
                         p.missing.discard(t)
-                        if not p.missing:
+                        if not p.missing and not p.failed:
                             block = p.finish()
-                            try:
-                                p.cache.write(block)
-                            except OSError as exc:
-                                raise DataError(
-                                    f"cannot write a cache block under {p.cache.dir}: {exc.strerror or exc} "
-                                    "(disk full?); finished blocks are kept and this one is redone next time"
-                                ) from None
+                            write(p, block)
                             done[(v, key, slot)] = block
                             stats.blocks_written += 1
                             del pending[(v, key, slot)]

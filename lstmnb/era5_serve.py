@@ -25,6 +25,9 @@ _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgra
         "content-length", "content-encoding"}
 
 
+_CHUNK_KEY = re.compile(r"\d+(\.\d+)*")  # zarr v2 chunk keys: 12.0.0
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -92,7 +95,8 @@ class _StaticHandler(BaseHTTPRequestHandler):
     def _serve(self, body: bool) -> None:
         owner: StaticServer = self.server.owner  # type: ignore[attr-defined]
         if self.path == "/.lstmnb-stats":  # request and byte counts, for benchmarks
-            data = json.dumps({"requests": owner.requests, "bytes": owner.bytes}).encode()
+            data = json.dumps({"requests": owner.requests, "bytes": owner.bytes,
+                               "chunk_requests": owner.chunk_requests}).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -105,7 +109,7 @@ class _StaticHandler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         data = path.read_bytes()
-        owner.count(len(data) if body else 0)
+        owner.count(len(data) if body else 0, rel=path.relative_to(owner.root).as_posix())
         self.send_response(200)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(len(data)))
@@ -121,13 +125,18 @@ class StaticServer(_Base):
         self.root = Path(root).resolve()
         self.requests = 0
         self.bytes = 0
+        self.chunk_requests: dict[str, int] = {}  # array name -> chunk reads (metadata not counted)
         self._lock = threading.Lock()
         self._start(_StaticHandler)
 
-    def count(self, nbytes: int) -> None:
+    def count(self, nbytes: int, rel: str = "") -> None:
+        array, _, key = rel.rpartition("/")
+        is_chunk = bool(array) and bool(_CHUNK_KEY.fullmatch(key))
         with self._lock:
             self.requests += 1
             self.bytes += nbytes
+            if is_chunk:
+                self.chunk_requests[array] = self.chunk_requests.get(array, 0) + 1
 
 
 @dataclass

@@ -167,3 +167,61 @@ def test_cli_data(small_store, capsys):
     with pytest.raises(SystemExit) as info:
         main(["data", "--help"])
     assert info.value.code == 0 and "--point" in capsys.readouterr().out
+
+
+def test_cached_request_does_not_open_the_store(small_store, tmp_path, monkeypatch):
+    """With every block cached, extract uses the store metadata kept in the cache (checksummed)."""
+    first = extract(req(small_store), cache_dir=tmp_path, progress=False)
+    metas = list(tmp_path.glob("*/store-meta.json"))
+    assert len(metas) == 1
+
+    def unreachable(ref):
+        raise DataError(f"cannot reach {ref.url}")
+
+    monkeypatch.setattr(era5, "open_ref", unreachable)
+    xr.testing.assert_identical(first, extract(req(small_store), cache_dir=tmp_path, progress=False))
+    with pytest.raises(DataError, match=r"cannot reach .*\(0 of 2 blocks of this request are cached"):
+        extract(req(small_store, start="2020-01-06", end="2020-01-07"), cache_dir=tmp_path, progress=False)
+    # a damaged metadata file is ignored (and rebuilt from the store)
+    monkeypatch.undo()
+    metas[0].write_bytes(metas[0].read_bytes()[:-20] + b"x" * 20)
+    again = extract(req(small_store), cache_dir=tmp_path, progress=False)
+    xr.testing.assert_identical(first, again)
+    assert era5.cached_meta(era5.resolve_source(str(small_store)), tmp_path) is not None
+
+
+def test_stale_tmp_files_are_removed_and_live_ones_kept(small_store, tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from lstmnb.era5_cache import _HOST, STALE_TMP_SECONDS
+
+    extract(req(small_store), cache_dir=tmp_path, progress=False)
+    folder = sorted(tmp_path.rglob("*.npy"))[0].parent
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # a concurrent extraction
+    try:
+        old = time.time() - STALE_TMP_SECONDS - 60
+        files = {
+            f".00000000_0000-0072_0.npy.{_HOST}.{dead}.tmp": (None, False),  # killed writer here: stale
+            f".00000000_0000-0072_1.npy.{_HOST}.{live.pid}.tmp": (None, True),  # live writer: kept
+            f".00000000_0000-0072_2.npy.{_HOST}.{live.pid}.tmp": (old, False),  # live pid, hours old: stale
+            f".00000000_0000-0072_3.npy.otherhost.{dead}.tmp": (None, True),  # another host's, fresh: kept
+            f".00000000_0000-0072_4.npy.otherhost.{dead}.tmp": (old, False),  # another host's, old: stale
+            f".00000000_0000-0072_5.npy.{dead}.tmp": (None, False),  # older naming, dead writer: stale
+        }
+        for name, (mtime, _) in files.items():
+            (folder / name).write_bytes(b"half")
+            if mtime is not None:
+                os.utime(folder / name, (mtime, mtime))
+        stats = FetchStats()
+        extract(req(small_store), cache_dir=tmp_path, progress=False, stats=stats)
+        assert stats.chunks == 0
+        left = {p.name for p in folder.glob(".*.tmp")}
+        assert left == {name for name, (_, keep) in files.items() if keep}
+    finally:
+        live.kill()
+        live.wait()

@@ -82,11 +82,13 @@ def test_chunk_that_keeps_failing_fails_its_block_only(cloud_store, gcs_emulator
     msg = str(info.value)
     assert "2020-01-02T06" in msg and url in msg and "503" in msg and "\n" not in msg
     cached = {r["target"]: r for r in status(tmp_path)}
-    assert all(r["blocks"] == 2 for r in cached.values()), "days 1 and 3 finished and stayed"
+    # days 1 and 3 finished and stayed; of day 2 at most the hours before 06 (a checkpoint) are kept
+    assert all(r["hours"] in (48, 54) for r in cached.values()), cached
+    kept = min(r["hours"] for r in cached.values())
     emulator_via(gcs_emulator.url)
     stats = FetchStats()
     got = extract(req, cache_dir=tmp_path, progress=False, block_hours=24, stats=stats)
-    assert stats.chunks == 24 and stats.blocks_cached == 4, "only the failed day is fetched again"
+    assert stats.chunks == 72 - kept and stats.blocks_cached == 4, "only the failed day is fetched again"
     want = extract(Request(source=str(local), start="2020-01-01", end="2020-01-03"), cache_dir=tmp_path / "l",
                    progress=False)
     np.testing.assert_array_equal(got["2m_temperature"].values, want["2m_temperature"].values)
@@ -122,43 +124,78 @@ def test_credentials_asked_for_but_missing(monkeypatch, tmp_path):
 
 @pytest.fixture
 def slow_http_store(small_store):
-    """The ten-day store over loopback HTTP behind a proxy adding 20 ms per request."""
+    """(server, proxy): the ten-day store over loopback HTTP, behind a proxy adding 20 ms per request."""
     with StaticServer(small_store) as server, Proxy(server.url, delay=0.02) as proxy:
-        yield proxy
+        yield server, proxy
 
 
 _CHILD = """
 import sys
 from lstmnb.era5 import Request, extract
 extract(Request(source=sys.argv[1], start="2020-01-01", end="2020-01-10"), cache_dir=sys.argv[2],
-        progress=False, concurrency=4, block_hours=24)
+        progress=False, concurrency=int(sys.argv[3]), block_hours=24)
 """
 
 
+def _cached_hours(cache) -> dict[str, int]:
+    """target -> hours kept in the cache (whole days and checkpointed parts; the widest file per day)."""
+    widest: dict[tuple[str, int], int] = {}
+    for f in cache.rglob("b24/*.npy"):
+        slot, span = int(f.name[:8]), f.name.split("_")[1]
+        lo, hi = (int(x) for x in span.split("-"))
+        key = (f.parent.parent.name, slot)
+        widest[key] = max(widest.get(key, 0), hi - lo)
+    out: dict[str, int] = {}
+    for (target, _), n in widest.items():
+        out[target] = out.get(target, 0) + n
+    return out
+
+
 @pytest.mark.slow
-def test_kill_and_resume_fetches_only_missing_blocks(slow_http_store, small_store, tmp_path):
+@pytest.mark.parametrize("concurrency", [4, 32])
+def test_kill_and_resume_redoes_at_most_one_block(slow_http_store, small_store, tmp_path, concurrency):
+    """At most one block of hours is ever read but not kept (finished days, plus checkpoints of the
+    oldest unfinished day), so a kill mid-way loses at most one day of reads; the resumed run reads
+    only the hours that are not cached."""
+    server, proxy = slow_http_store
     cache = tmp_path / "cache"
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, slow_http_store.url, str(cache)],
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, proxy.url, str(cache), str(concurrency)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and child.poll() is None:
-        if sum(r["blocks"] for r in status(cache)) >= 8:  # 2 points x 4 of 10 days
+        if sum(_cached_hours(cache).values()) >= 2 * 96:  # 2 points x 4 of 10 days
             break
-        time.sleep(0.01)
+        time.sleep(0.005)
     assert child.poll() is None, f"the child finished before it could be killed: {child.stderr.read()!r}"
     child.send_signal(signal.SIGKILL)
     child.wait()
-    before = {r["target"]: r["blocks"] for r in status(cache)}
-    assert 4 <= min(before.values()) and max(before.values()) < 10
+    time.sleep(0.1)  # requests the proxy still holds reach the server: count them too
+    reads_before = server.chunk_requests.get("2m_temperature", 0)
+    kept = min(_cached_hours(cache).values())
+    assert 96 <= kept < 240
+    assert reads_before - kept <= 24, f"{reads_before} hours read, {kept} kept: more than one day lost"
 
     stats = FetchStats()
-    resumed = extract(Request(source=slow_http_store.url, start="2020-01-01", end="2020-01-10"),
-                      cache_dir=cache, progress=False, concurrency=4, block_hours=24, stats=stats)
-    assert stats.blocks_cached == sum(before.values())
-    assert stats.chunks == 24 * (10 - min(before.values())), "only hours of unfinished days are read"
+    resumed = extract(Request(source=proxy.url, start="2020-01-01", end="2020-01-10"),
+                      cache_dir=cache, progress=False, concurrency=concurrency, block_hours=24, stats=stats)
+    assert stats.chunks == 240 - kept, "only hours that are not cached are read"
+    assert server.chunk_requests["2m_temperature"] == reads_before + stats.chunks
     whole = extract(Request(source=str(small_store), start="2020-01-01", end="2020-01-10"),
                     cache_dir=tmp_path / "whole", progress=False)
     np.testing.assert_array_equal(resumed["2m_temperature"].values, whole["2m_temperature"].values)
+
+
+def test_reads_stay_concurrent_under_the_one_block_bound(slow_http_store, tmp_path):
+    """Many reads are in flight at once even with small blocks (the bound moves with checkpoints)."""
+    server, proxy = slow_http_store
+    stats = FetchStats()
+    t0 = time.perf_counter()
+    extract(Request(source=proxy.url, start="2020-01-01", end="2020-01-03"), cache_dir=tmp_path,
+            progress=False, concurrency=24, block_hours=24, stats=stats)
+    took = time.perf_counter() - t0
+    assert stats.chunks == 72 and stats.blocks_written == 6
+    # a few 20 ms round trips per day (+ a few metadata reads), not 72 x 20 ms one after another
+    assert took < 72 * 0.02 / 2, took
 
 
 _DISK_FULL = """
@@ -185,3 +222,39 @@ def test_disk_full_keeps_the_cache_consistent(small_store, tmp_path):
                          end="2020-01-02"), cache_dir=tmp_path / "extracts", progress=False, block_hours=24,
                  stats=stats)
     assert stats.chunks == 48 and ds["2m_temperature"].shape == (48, 9, 9)
+
+
+def test_cached_request_works_offline(cloud_store, gcs_emulator, emulator_via, tmp_path):
+    """A request whose blocks are all cached is answered from the cache and the kept store metadata,
+    with the store unreachable; one that needs new blocks says what is cached and what is missing."""
+    import socket
+
+    url, _ = cloud_store
+    kw = dict(variables=TWO_VARS, start="2020-01-01", end="2020-01-02")
+    online = extract(Request(source=url, **kw), cache_dir=tmp_path, progress=False, block_hours=24)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    emulator_via(f"http://127.0.0.1:{dead}")  # the emulator is gone as far as gcsfs and lstmnb know
+    stats = FetchStats()
+    t0 = time.perf_counter()
+    offline = extract(Request(source=url, **kw), cache_dir=tmp_path, progress=False, block_hours=24, stats=stats)
+    assert time.perf_counter() - t0 < 2, "no probing or retrying of the dead store"
+    assert stats.chunks == 0 and stats.requests == 0 and stats.blocks_cached == 2 * 2 * 2
+    xr.testing.assert_identical(online, offline)
+    # a sub-range of the cached days works too; bad input is still checked (against the kept metadata)
+    part = extract(Request(source=url, **{**kw, "start": "2020-01-02"}), cache_dir=tmp_path, progress=False,
+                   block_hours=24)
+    xr.testing.assert_equal(part.drop_attrs(), online.sel(time=slice("2020-01-02", None)).drop_attrs())
+    with pytest.raises(ConfigError, match="unknown variable 'temp2m'.*2m_temperature"):
+        extract(Request(source=url, variables=("temp2m",)), cache_dir=tmp_path, progress=False)
+    with pytest.raises(DataError) as info:
+        extract(Request(source=url, **{**kw, "end": "2020-01-03"}), cache_dir=tmp_path, progress=False,
+                block_hours=24, retry=FAST_RETRY)
+    msg = str(info.value)
+    assert "cannot reach" in msg and "8 of 12 blocks of this request are cached" in msg and "\n" not in msg
+    emulator_via(gcs_emulator.url)
+    stats = FetchStats()
+    extract(Request(source=url, **{**kw, "end": "2020-01-03"}), cache_dir=tmp_path, progress=False,
+            block_hours=24, stats=stats)
+    assert stats.chunks == 24 * 2 and stats.blocks_cached == 8
