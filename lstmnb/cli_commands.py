@@ -174,10 +174,8 @@ def _run_train(args) -> int:
 
     cfg = train_config_from_args(args)
     request = request_from_args(args)
-    if cfg.strategy == "ddp" and args.nproc:
-        from . import parallel
-
-        return parallel.launch_cli(args, cfg, request)
+    # --strategy ddp --nproc N outside torchrun: run() prepares the data once and train() starts N local
+    # ranks (lstmnb.parallel); rank 0's record comes back here to be printed and appended
     result = run(request, cfg, results=None if args.no_record else (args.results or "default"))
     import os
 

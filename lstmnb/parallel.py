@@ -719,25 +719,6 @@ def train_parallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
     return launch_train(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, options=options)
 
 
-def launch_cli(args, cfg, request) -> int:
-    """``lstmnb train --strategy ddp --nproc N`` outside torchrun: prepare data once, train on N local ranks."""
-    from .cli_commands import print_run
-    from .records import append_record
-    from .train import prepare_windows
-
-    if under_launcher():
-        raise ConfigError("--nproc starts local processes; under torchrun leave it out "
-                          "(torchrun's --nproc-per-node sets the ranks)")
-    cfg.validate()
-    windows, info = prepare_windows(request, cfg, progress=cfg.progress)
-    result = launch_train(windows, cfg, data_info=info)
-    print_run(result.record)
-    if not args.no_record:
-        path = append_record(result.record, args.results)
-        print(f"record {result.record['run_id']} (ddp, world_size {cfg.nproc}) appended to {path}")
-    return 0
-
-
 # --- all-reduce bandwidth ---------------------------------------------------------------------------
 
 def gradient_bytes(cfg, n_features: int = 1) -> int:
@@ -826,6 +807,6 @@ def allreduce_bandwidth(acfg: AllreduceConfig = AllreduceConfig(), grad_bytes: i
 __all__ = [
     "AllreduceConfig", "DistEnv", "DistributedError", "RankOptions", "ShareBalancer", "allreduce_bandwidth",
     "balanced_sizes", "check_world_size", "close_distributed", "comm_split", "flatten_for_dataparallel",
-    "gradient_bytes", "init_distributed", "is_rank_zero", "launch_cli", "launch_train", "size_ladder", "spawn",
+    "gradient_bytes", "init_distributed", "is_rank_zero", "launch_train", "size_ladder", "spawn",
     "train_dataparallel", "train_parallel", "train_rank", "under_launcher", "weighted_allreduce_hook",
 ]
