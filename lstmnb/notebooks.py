@@ -324,8 +324,10 @@ def run_series(
     results = resolve_results(overrides.get("results", prof.parameters.get("results")), run_dir)
     base = {**prof.parameters, "profile": prof.name, "label": prof.label, "output_dir": str(run_dir),
             "results": str(results), "results_paths": [str(results)]}
-    if isinstance(overrides.get("results_paths"), str):
-        overrides["results_paths"] = [overrides["results_paths"]]
+    if "results_paths" in overrides:  # one path or a list; '~' expanded here, where the user typed it
+        paths = overrides["results_paths"]
+        paths = [paths] if isinstance(paths, str) else list(paths or [])
+        overrides["results_paths"] = [str(Path(p).expanduser()) for p in paths]
     if "results" in overrides:
         overrides["results"] = str(results)
     plans = plan_parameters(selected, base, overrides, declared)
