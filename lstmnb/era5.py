@@ -26,7 +26,7 @@ import xarray as xr
 from .errors import ConfigError, DataError, LstmnbError
 
 if TYPE_CHECKING:
-    from .era5_fetch import FetchStats, RetryPolicy
+    from .era5_fetch import ChunkSource, FetchStats, RetryPolicy
 
 CATALOGUE: dict[str, str] = {
     "arco-v3": "gs://gcp-public-data-arco-era5/ar/full_37-1h-0p25deg-chunk-1.zarr-v3",
@@ -151,11 +151,18 @@ def open_ref(ref: StoreRef) -> xr.Dataset:
     return ds
 
 
+def _probe_retry() -> "RetryPolicy":
+    """Retries for a store's first request: a few quick ones, so an unreachable store fails fast."""
+    from .era5_fetch import RetryPolicy
+
+    return RetryPolicy(attempts=3, base_delay=0.2, timeout=20)
+
+
 def _probe(ref: StoreRef) -> None:
     """Fail fast with one line when a remote store is unreachable or absent (a few quick retries)."""
-    from .era5_fetch import ChunkError, ChunkSource, RetryPolicy
+    from .era5_fetch import ChunkError, ChunkSource
 
-    src = ChunkSource(ref.url, True, ref.storage_options, 4, RetryPolicy(attempts=3, base_delay=0.2, timeout=20))
+    src = ChunkSource(ref.url, True, ref.storage_options, 4, _probe_retry())
     try:
         for key in (".zmetadata", ".zgroup", "zarr.json"):
             if src.get(key) is not None:
@@ -215,6 +222,75 @@ class StoreMeta:
             ticks = t["start"] + t["step"] * np.arange(t["count"], dtype=np.int64)
         return cls(ticks.astype(f"datetime64[{t['unit']}]"), np.asarray(d["latitude"], dtype=np.float64),
                    np.asarray(d["longitude"], dtype=np.float64), dict(d["attrs"]), dict(d["variables"]))
+
+
+MAX_COORD_CHUNKS = 256  # more chunks than this in a dimension coordinate: let xarray open the store
+_USUAL_COORD_KEYS = ("time/0", "latitude/0", "longitude/0")  # ARCO-ERA5 keeps each coordinate in one chunk
+
+
+def open_meta(ref: StoreRef, source: "ChunkSource") -> tuple[StoreMeta, dict | None]:
+    """The store's metadata for ``make_plan``, and its consolidated metadata (None when not v2).
+
+    A zarr-v2 store with consolidated metadata is opened in one round trip through ``source`` (the
+    pool the chunk reads use): ``.zmetadata`` is asked for together with the coordinate chunks an
+    ARCO-layout store has (any other dimension-coordinate chunks follow in a second round trip). The
+    bytes go into an in-memory store that xarray opens, so decoding and naming are exactly
+    ``open_zarr``'s; opening the store directly costs about ten round trips one after another.
+    Other layouts, and stores this cannot open, go through ``open_ref`` (and its error messages).
+    """
+    from .era5_fetch import ChunkError
+
+    try:
+        raw, *first = source.get_many([".zmetadata", *_USUAL_COORD_KEYS],
+                                      retry=_probe_retry() if ref.remote else None)
+        found = _from_consolidated(raw, source, dict(zip(_USUAL_COORD_KEYS, first))) if raw is not None else None
+    except ChunkError as exc:
+        raise DataError(f"cannot reach {ref.url}: {exc}; check the network, or use --source sample") from None
+    if found is not None:
+        return found
+    return StoreMeta.from_dataset(open_ref(ref)), None
+
+
+def _from_consolidated(raw: bytes, source: "ChunkSource", have: dict[str, bytes | None]
+                       ) -> tuple[StoreMeta, dict] | None:
+    """StoreMeta from a v2 ``.zmetadata`` and the dimension coordinates' chunks (``have``: those
+    already fetched); None if the store is not laid out that way."""
+    from zarr.core.buffer import cpu
+    from zarr.storage import MemoryStore
+
+    try:
+        zmeta = json.loads(raw)
+        md = zmeta["metadata"]
+        if zmeta.get("zarr_consolidated_format") != 1 or md[".zgroup"].get("zarr_format") != 2:
+            return None
+        keys: list[str] = []
+        for key, zarray in md.items():
+            name = key[:-len("/.zarray")]
+            if not key.endswith("/.zarray") or "/" in name:
+                continue
+            if (md.get(f"{name}/.zattrs") or {}).get("_ARRAY_DIMENSIONS") != [name] or len(zarray["shape"]) != 1:
+                continue  # only dimension coordinates are read when a store is opened
+            n = -(-int(zarray["shape"][0]) // int(zarray["chunks"][0]))
+            if n > MAX_COORD_CHUNKS:
+                return None
+            keys += [f"{name}/{i}" for i in range(n)]
+        if not {"time/0", "latitude/0", "longitude/0"} <= set(keys):
+            return None  # let open_ref name what is missing
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, ZeroDivisionError):
+        return None
+    rest = [k for k in keys if k not in have]
+    chunks = {**{k: have[k] for k in keys if k in have}, **dict(zip(rest, source.get_many(rest)))}
+    files = {".zmetadata": raw, ".zgroup": json.dumps(md[".zgroup"]).encode(),
+             ".zattrs": json.dumps(md.get(".zattrs") or {}).encode()}
+    files.update((k, b) for k, b in chunks.items() if b is not None)
+    store = MemoryStore({k: cpu.Buffer.from_bytes(v) for k, v in files.items()}, read_only=True)
+    try:
+        ds = xr.open_zarr(store, chunks=None, consolidated=True, zarr_format=2)
+        return StoreMeta.from_dataset(ds), md
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except Exception:  # noqa: BLE001 - open_ref opens it again and reports what is wrong
+        return None
 
 
 def _meta(ds: "xr.Dataset | StoreMeta") -> StoreMeta:
@@ -446,9 +522,10 @@ def extract(
     many chunks were read and blocks reused.
     """
     from .era5_cache import write_store_meta
-    from .era5_fetch import CacheMiss, fetch_plan
+    from .era5_fetch import CacheMiss, ChunkSource, RetryPolicy, check_sizes, fetch_plan
 
     ref = resolve_source(request.source, storage_options)
+    workers = check_sizes(block_hours, concurrency)[1]
     fetch = dict(cache_dir=cache_dir, progress=progress, refresh=refresh, concurrency=concurrency,
                  block_hours=block_hours, stats=stats, retry=retry)
     meta = None if refresh else cached_meta(ref, cache_dir)
@@ -463,22 +540,26 @@ def extract(
             miss = exc
         except LstmnbError as exc:  # maybe the store has grown since; ask it
             offline_error = exc
+    # One connection pool serves the metadata and then the chunk reads.
+    source = ChunkSource(ref.url, ref.remote, ref.storage_options, workers, retry or RetryPolicy())
     try:
-        ds = open_ref(ref)
-    except DataError as exc:
-        if offline_error is not None:
-            raise offline_error from None
-        if miss is not None:
-            raise DataError(f"{exc} ({miss.cached} of {miss.total} blocks of this request are cached; "
-                            "the rest need the store)") from None
-        raise
-    meta = StoreMeta.from_dataset(ds)
-    plan = make_plan(meta, ref, request)
-    try:
-        write_store_meta(cache_dir, ref.store_id, meta.to_json())
-    except OSError:
-        pass  # only an optimisation; a full disk shows up (with its message) when a block is written
-    return _assemble(plan, meta, fetch_plan(plan, **fetch))
+        try:
+            meta, zmetadata = open_meta(ref, source)
+        except DataError as exc:
+            if offline_error is not None:
+                raise offline_error from None
+            if miss is not None:
+                raise DataError(f"{exc} ({miss.cached} of {miss.total} blocks of this request are cached; "
+                                "the rest need the store)") from None
+            raise
+        plan = make_plan(meta, ref, request)
+        try:
+            write_store_meta(cache_dir, ref.store_id, meta.to_json())
+        except OSError:
+            pass  # only an optimisation; a full disk shows up (with its message) when a block is written
+        return _assemble(plan, meta, fetch_plan(plan, **fetch, source=source, zmetadata=zmetadata))
+    finally:
+        source.close()
 
 
 def _assemble(plan: Plan, ds: "xr.Dataset | StoreMeta", arrays: dict[tuple[str, str], np.ndarray]) -> xr.Dataset:

@@ -134,23 +134,33 @@ class HttpClient:
 
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
-    def get(self, url: str) -> bytes | None:
+    def get(self, url: str, retry: RetryPolicy | None = None) -> bytes | None:
         """The body at ``url``; None when it does not exist (404). Raises ChunkError after retries."""
-        return self._call(self._get(url))
+        return self._call(self._get(url, retry or self.retry))
 
-    async def _get(self, url: str) -> bytes | None:
+    def get_many(self, urls: list[str], retry: RetryPolicy | None = None) -> list[bytes | None]:
+        """The bodies at ``urls``, all requested at once (one round trip, not one each)."""
+        import asyncio
+
+        async def gather():
+            return await asyncio.gather(*(self._get(u, retry or self.retry) for u in urls))
+
+        return self._call(gather()) if urls else []
+
+    async def _get(self, url: str, retry: RetryPolicy) -> bytes | None:
         import asyncio
         import random
 
         import aiohttp
 
         last = ""
-        for attempt in range(self.retry.attempts):
+        timeout = aiohttp.ClientTimeout(total=retry.timeout)
+        for attempt in range(retry.attempts):
             if attempt:
-                delay = min(self.retry.max_delay, self.retry.base_delay * 2 ** (attempt - 1))
+                delay = min(retry.max_delay, retry.base_delay * 2 ** (attempt - 1))
                 await asyncio.sleep(delay * (0.5 + random.random()))
             try:
-                async with self.session.get(url, headers=self.headers()) as r:
+                async with self.session.get(url, headers=self.headers(), timeout=timeout) as r:
                     if r.status == 200:
                         return await r.read()
                     if r.status == 404:
@@ -163,7 +173,7 @@ class HttpClient:
                         raise ChunkError(last)
             except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
                 last = f"{type(exc).__name__}: {exc}".strip()
-        raise ChunkError(f"{last} (after {self.retry.attempts} attempts)")
+        raise ChunkError(f"{last} (after {retry.attempts} attempts)")
 
     def close(self) -> None:
         try:
@@ -226,19 +236,36 @@ class ChunkSource:
                 raise ConfigError(f"unsupported store URL {url!r}; use gs://, http(s):// or a local path")
             self.client = HttpClient(concurrency, retry, headers)
 
-    def get(self, key: str) -> bytes | None:
+    def get(self, key: str, retry: RetryPolicy | None = None) -> bytes | None:
+        """The bytes of ``key``; None when absent. ``retry`` overrides the source's policy."""
         if self.client is None:
-            try:
-                with open(os.path.join(self.url, key), "rb") as fh:
-                    data = fh.read()
-            except FileNotFoundError:
-                return None
+            data = self._local(key)
         else:
-            data = self.client.get(self.to_url(key))
+            data = self.client.get(self.to_url(key), retry)
+        self._count(data)
+        return data
+
+    def get_many(self, keys: list[str], retry: RetryPolicy | None = None) -> list[bytes | None]:
+        """The bytes of several keys, requested concurrently; None for absent ones."""
+        if self.client is None:
+            out = [self._local(k) for k in keys]
+        else:
+            out = self.client.get_many([self.to_url(k) for k in keys], retry)
+        for data in out:
+            self._count(data)
+        return out
+
+    def _local(self, key: str) -> bytes | None:
+        try:
+            with open(os.path.join(self.url, key), "rb") as fh:
+                return fh.read()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+
+    def _count(self, data: bytes | None) -> None:
         self.requests += 1
         if data is not None:
             self.bytes_read += len(data)
-        return data
 
     def close(self) -> None:
         if self.client is not None:
@@ -333,31 +360,52 @@ class ZarrReader:
         return np.asarray(self.arrays[variable][t, self.r0:self.r1, self.c0:self.c1])
 
 
-def make_reader(plan: "Plan", concurrency: int, retry: RetryPolicy):
-    """The fastest reader that handles this store: raw chunk bytes when possible, else zarr."""
+def make_reader(plan: "Plan", concurrency: int, retry: RetryPolicy, source: ChunkSource | None = None,
+                zmetadata: dict | None = None):
+    """The fastest reader that handles this store: raw chunk bytes when possible, else zarr.
+
+    ``source`` and ``zmetadata`` (the store's consolidated metadata), when the caller already has
+    them from opening the store, are reused: no second connection pool, no second metadata read.
+    Returns (reader, the source it reads through or None, whether the caller must close that source).
+    """
     import json
 
-    source = ChunkSource(plan.ref.url, plan.ref.remote, plan.ref.storage_options, concurrency, retry)
+    owned = source is None
+    if source is None:
+        source = ChunkSource(plan.ref.url, plan.ref.remote, plan.ref.storage_options, concurrency, retry)
     try:
-        raw = source.get(".zmetadata")
+        raw = None if zmetadata is not None else source.get(".zmetadata")
         metas = {}
-        if raw is not None:
-            meta = json.loads(raw)["metadata"]
+        if zmetadata is not None or raw is not None:
+            meta = zmetadata if zmetadata is not None else json.loads(raw)["metadata"]
             for v in plan.variables:
                 m = _array_meta(meta.get(f"{v}/.zarray", {}))
                 if m is None:
                     break
                 metas[v] = m
-        if raw is not None and len(metas) == len(plan.variables):
-            source.bytes_read = source.requests = 0
-            return RawReader(plan, source, metas), source
+        if metas and len(metas) == len(plan.variables):
+            source.bytes_read = source.requests = 0  # from here on: chunk reads only
+            return RawReader(plan, source, metas), source, owned
     except ChunkError as exc:
-        source.close()
+        if owned:
+            source.close()
         raise DataError(f"cannot read {plan.ref.url}/.zmetadata: {exc}; check the network or use --source sample") from None
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, TypeError):
         pass
-    source.close()
-    return ZarrReader(plan), None
+    if owned:
+        source.close()
+    return ZarrReader(plan), None, False
+
+
+def check_sizes(block_hours: int | None, concurrency: int | None) -> tuple[int, int]:
+    """(block hours, reads in flight) with their defaults; ConfigError when either is below 1."""
+    hours = int(block_hours or DEFAULT_BLOCK_HOURS)
+    workers = int(concurrency or DEFAULT_CONCURRENCY)
+    if hours < 1:
+        raise ConfigError(f"block_hours must be >= 1, got {hours}")
+    if workers < 1:
+        raise ConfigError(f"concurrency must be >= 1, got {workers}")
+    return hours, workers
 
 
 def fetch_plan(
@@ -371,18 +419,17 @@ def fetch_plan(
     stats: FetchStats | None = None,
     retry: RetryPolicy | None = None,
     offline: bool = False,
+    source: ChunkSource | None = None,
+    zmetadata: dict | None = None,
 ) -> dict[tuple[str, str], np.ndarray]:
     """Return {(variable, target key): array over plan's hours}, from the cache where possible.
 
     ``offline``: serve from the cache only; raise ``CacheMiss`` (touching nothing remote, counting
-    nothing in ``stats``) when any block is missing or damaged.
+    nothing in ``stats``) when any block is missing or damaged. ``source`` and ``zmetadata``: the
+    open source and consolidated metadata the store was opened with, reused for the chunk reads
+    (the caller closes ``source``).
     """
-    hours = int(block_hours or DEFAULT_BLOCK_HOURS)
-    workers = int(concurrency or DEFAULT_CONCURRENCY)
-    if hours < 1:
-        raise ConfigError(f"block_hours must be >= 1, got {hours}")
-    if workers < 1:
-        raise ConfigError(f"concurrency must be >= 1, got {workers}")
+    hours, workers = check_sizes(block_hours, concurrency)
     outer = stats if stats is not None else FetchStats()
     stats = FetchStats() if offline else outer
     t_start = time.perf_counter()
@@ -426,7 +473,7 @@ def fetch_plan(
     if needs and offline:
         raise CacheMiss(len(caches) * len(slots) - len(pending), len(caches) * len(slots))  # damaged files
     if needs:
-        _run(plan, pending, needs, done, workers, hours, progress, stats, retry or RetryPolicy())
+        _run(plan, pending, needs, done, workers, hours, progress, stats, retry or RetryPolicy(), source, zmetadata)
     stats.seconds = time.perf_counter() - t_start
     if offline:
         for name in ("blocks_cached", "seconds"):
@@ -444,7 +491,7 @@ def fetch_plan(
     return out
 
 
-def _run(plan, pending, needs, done, workers, hours, progress, stats, retry) -> None:
+def _run(plan, pending, needs, done, workers, hours, progress, stats, retry, shared=None, zmetadata=None) -> None:
     """Read the needed chunks concurrently, in time order, writing each slot as it completes.
 
     An hour is submitted only while it lies within ``hours`` of the frontier (the first needed hour
@@ -452,7 +499,7 @@ def _run(plan, pending, needs, done, workers, hours, progress, stats, retry) -> 
     bound, the oldest slots' received prefixes are checkpointed (at least a quarter block each time),
     which moves the frontier on without draining the pipeline at slot boundaries.
     """
-    reader, source = make_reader(plan, workers, retry)
+    reader, source, owned = make_reader(plan, workers, retry, shared, zmetadata)
     targets = {t.key: t for t in plan.targets}
     r0, c0 = reader.r0, reader.c0
     index = {
@@ -586,7 +633,8 @@ def _run(plan, pending, needs, done, workers, hours, progress, stats, retry) -> 
         stats.bytes += reader.bytes_read
         if source is not None:
             stats.requests += source.requests
-            source.close()
+            if owned:
+                source.close()
         if bar is not None:
             mb = reader.bytes_read / 1e6
             bar.set_postfix_str(f"{mb:,.1f} MB read, {mb / max(time.perf_counter() - t_bar, 1e-9):,.1f} MB/s")

@@ -74,6 +74,9 @@ class _Base:
 
 class _StaticHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes: with Nagle's algorithm on, a small body then waits
+    # for the client's delayed ACK (~40 ms on Linux), a stall no cloud store adds. TCP_NODELAY.
+    disable_nagle_algorithm = True
 
     def log_message(self, *args) -> None:  # quiet
         pass
@@ -157,6 +160,7 @@ class Faults:
 
 class _ProxyHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # as above
 
     def log_message(self, *args) -> None:
         pass

@@ -175,9 +175,10 @@ def test_cached_request_does_not_open_the_store(small_store, tmp_path, monkeypat
     metas = list(tmp_path.glob("*/store-meta.json"))
     assert len(metas) == 1
 
-    def unreachable(ref):
+    def unreachable(ref, *args):
         raise DataError(f"cannot reach {ref.url}")
 
+    monkeypatch.setattr(era5, "open_meta", unreachable)
     monkeypatch.setattr(era5, "open_ref", unreachable)
     xr.testing.assert_identical(first, extract(req(small_store), cache_dir=tmp_path, progress=False))
     with pytest.raises(DataError, match=r"cannot reach .*\(0 of 2 blocks of this request are cached"):

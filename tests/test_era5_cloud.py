@@ -198,6 +198,48 @@ def test_reads_stay_concurrent_under_the_one_block_bound(slow_http_store, tmp_pa
     assert took < 72 * 0.02 / 2, took
 
 
+def test_store_opens_in_one_round_trip_with_open_zarrs_metadata(slow_http_store, small_store, tmp_path):
+    """Opening for an extraction asks for .zmetadata and the coordinate chunks together (one round trip,
+    not about ten in a row), and what it learns equals what xr.open_zarr reads from the store."""
+    from lstmnb import era5
+    from lstmnb.era5_fetch import ChunkSource
+
+    server, proxy = slow_http_store
+    ref = era5.resolve_source(proxy.url)
+    want = era5.StoreMeta.from_dataset(xr.open_zarr(str(small_store), chunks=None)).to_json()
+    source = ChunkSource(ref.url, True, {}, 8, FAST_RETRY)
+    try:
+        before = server.requests
+        t0 = time.perf_counter()
+        meta, zmetadata = era5.open_meta(ref, source)
+        took = time.perf_counter() - t0
+    finally:
+        source.close()
+    assert zmetadata is not None and "2m_temperature/.zarray" in zmetadata
+    assert meta.to_json() == want
+    assert server.requests - before == 4 and took < 3 * 0.02, took  # .zmetadata + time, latitude, longitude
+
+    before = server.requests
+    extract(Request(source=proxy.url, start="2020-01-01", end="2020-01-01"), cache_dir=tmp_path, progress=False)
+    assert server.requests - before == 4 + 24, "the chunk reads reuse the metadata: no second .zmetadata"
+
+
+def test_store_without_consolidated_metadata_still_opens(small_store, tmp_path):
+    """A zarr-v2 store without .zmetadata is opened by xarray (and read through zarr) as before."""
+    import shutil
+    import warnings
+
+    plain = tmp_path / "plain.zarr"
+    shutil.copytree(small_store, plain)
+    (plain / ".zmetadata").unlink()
+    req = dict(start="2020-01-02", end="2020-01-02")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # xarray: "non-consolidated ... slower"; zarr: the sample's marker file
+        got = extract(Request(source=str(plain), **req), cache_dir=tmp_path / "c", progress=False)
+    want = extract(Request(source=str(small_store), **req), cache_dir=tmp_path / "l", progress=False)
+    xr.testing.assert_equal(got.drop_attrs(), want.drop_attrs())
+
+
 _DISK_FULL = """
 import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)          # writes past the limit fail with EFBIG
