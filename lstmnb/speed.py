@@ -25,31 +25,47 @@ PUBLISHED = dict(input_path="dataloader", num_workers=2, batch_size=64, lr=1e-3,
                  fused_adam=False)
 # The same model and batch on the fast path: the training set as tensors, shuffled index batches.
 FAST_SAME_BATCH = dict(PUBLISHED, input_path="fast", fused_adam=True)
-# The recommended fast setting, chosen by measurement on the sample with benchmarks/train_speed.py:
-# - residual=True: the network forecasts the change from the last observed value, so it starts at
-#   persistence and passes the target (10% below persistence) in one or two epochs instead of ~6;
-# - batch 256 with Adam lr 4e-3 (constant): each recurrent matrix product is 4x larger than at batch
-#   64, so the CPU runs closer to its matmul rate, and the higher rate keeps progress per epoch;
-#   batch 128 reached the target in one epoch but with a worse test RMSE, batch 512 needed 3 epochs;
-# - the fast input path and fused Adam (see FAST_SAME_BATCH).
-# On CUDA the same plus bf16/fp16 autocast; not yet measured on a GPU here (no GPU on our machines),
-# so treat the GPU entries as a starting point and re-run `lstmnb bench speed --device cuda`.
-RECOMMENDED = {
-    "cpu": dict(FAST_SAME_BATCH, batch_size=256, lr=4e-3, residual=True),
-    "cuda": dict(FAST_SAME_BATCH, batch_size=256, lr=4e-3, residual=True, amp="auto"),
-    "mps": dict(FAST_SAME_BATCH, batch_size=256, lr=4e-3, residual=True),
-}
+# The recommended fast setting lives in the device profiles (lstmnb/profiles/*.yaml, key
+# `parameters.recommended`, with the measurements that chose it); the speed benchmark reads it from the
+# profile that matches the device, so the notebooks and the benchmark time the same thing.
+_GPU_PROFILES = (("T4", "colab-t4"), ("P100", "carc-p100"), ("V100", "carc-v100"), ("A40", "carc-a40"),
+                 ("A100", "carc-a100"))
+
+
+def profile_for(device: torch.device) -> str:
+    """The profile whose recommended setting applies on ``device``: cpu, or the GPU's own profile."""
+    if device.type != "cuda":
+        return "cpu"
+    name = torch.cuda.get_device_name(device)
+    return next((prof for key, prof in _GPU_PROFILES if key in name), "carc-a100")
+
+
+def recommended_setting(profile: str = "cpu") -> dict[str, Any]:
+    """The measured recommended TrainConfig overrides of a shipped profile."""
+    from importlib.resources import files
+
+    import yaml
+
+    path = files("lstmnb") / "profiles" / f"{profile}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"profile {profile!r} is not shipped with lstmnb")
+    rec = (yaml.safe_load(path.read_text()).get("parameters") or {}).get("recommended") or {}
+    if not rec:
+        raise ConfigError(f"profile {profile!r} has no recommended setting; measure one with `lstmnb bench speed`")
+    return dict(FAST_SAME_BATCH, **rec)
+
+
 CONTENDERS = ("published", "fast", "recommended")
 
 
-def contender_settings(name: str, device_kind: str) -> dict[str, Any]:
-    """The TrainConfig overrides of one contender on a device kind."""
+def contender_settings(name: str, profile: str = "cpu") -> dict[str, Any]:
+    """The TrainConfig overrides of one contender (the recommended one from ``profile``)."""
     if name == "published":
         return dict(PUBLISHED)
     if name == "fast":
         return dict(FAST_SAME_BATCH)
     if name == "recommended":
-        return dict(RECOMMENDED.get(device_kind, RECOMMENDED["cpu"]))
+        return recommended_setting(profile)
     raise ConfigError(f"contender {name!r} is not one of {', '.join(CONTENDERS)}")
 
 
@@ -110,8 +126,9 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
         raise ConfigError(f"repeats={repeats} and max_epochs={max_epochs} must be >= 1")
     names = list(only or CONTENDERS)
     for n in names:
-        contender_settings(n, "cpu")  # validates the name
+        contender_settings(n)  # validates the name
     dev = resolve_device(device)
+    profile = profile_for(dev)
     base = replace(base or TrainConfig(), device=str(dev), epochs=max_epochs, progress=False,
                    experiment="speed")
     info: dict[str, Any] = {}
@@ -127,7 +144,7 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
         order = names if rep % 2 == 0 else names[::-1]  # alternate so drift hits all contenders alike
         for name in order:
             rates.append(matmul_rate(dev))
-            cfg = replace(base, **contender_settings(name, dev.type), target_rmse=target, stop_at_target=True,
+            cfg = replace(base, **contender_settings(name, profile), target_rmse=target, stop_at_target=True,
                           seed=base.seed + rep)
             rec = train(windows, cfg, data_info=info).record
             rec["contender"] = name

@@ -182,6 +182,10 @@ def test_ci_series_records(ci_series):
         ("dataloader", 1), ("dataloader", 2), ("fast", 1), ("fast", 2)]
     assert set(ok["device.kind"]) == {"cpu"} and (ok["timing.train_s"] > 0).all()
     assert len(df[(df["experiment"] == "fit") & (df["status"] == "ok")]) == 1  # 02's short fit
+    # 03 also times the profile's recommended fast setting on the fast path
+    rec = df[(df["status"] == "ok") & (df["experiment"] == "epochs-recommended")]
+    assert sorted(rec["config.epochs"]) == [1, 2]
+    assert (rec["config.batch_size"] == 128).all() and rec["config.residual"].all()
     skipped = df[df["status"] == "skipped"]
     assert skipped["reason"].str.len().gt(0).all()  # every skipped record (07's too) says why
     for column in ("timing.train_s", "metrics.test_rmse_k"):
