@@ -488,7 +488,7 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
 def train_dataparallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
                        on_epoch_end: Callable[[dict[str, Any]], None] | None = None):
     """``nn.DataParallel`` over ``cfg.nproc`` (default all) visible GPUs; batch_size is the global batch."""
-    from .train import RunResult, Trainer, WindowDataset
+    from .train import RunResult, Trainer
 
     if not torch.cuda.is_available():
         raise DeviceError(f"strategy='dataparallel' needs CUDA GPUs, but none is visible here (torch "
@@ -508,28 +508,9 @@ def train_dataparallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
     tr.restore()
     flatten_for_dataparallel(tr.core)
     tr.model = nn.DataParallel(tr.core, device_ids=list(range(n)))
-    if cfg.input_path == "fast":
-        x_train = torch.from_numpy(windows.x["train"]).to(device)
-        y_train = torch.from_numpy(windows.y["train"]).to(device)
-    else:
-        loader = torch.utils.data.DataLoader(
-            WindowDataset(windows.x["train"], windows.y["train"]), batch_size=cfg.batch_size, shuffle=True,
-            generator=tr.gen, num_workers=cfg.num_workers, pin_memory=cfg.pin_memory,
-            persistent_workers=cfg.num_workers > 0)
     for i in range(n):
         torch.cuda.reset_peak_memory_stats(i)
-    bar = tr.progress_bar(f"dataparallel x{n}")
-    for _ in range(tr.start_epoch, cfg.epochs):
-        batches = (tr.fast_batches(x_train, y_train, cfg.batch_size) if cfg.input_path == "fast"
-                   else tr.loader_batches(loader))
-        loss_sum, seen, train_s = tr.run_epoch(batches)
-        entry = tr.end_epoch(loss_sum.item() / seen, train_s, seen, world_size=n)
-        bar.update(1)
-        if on_epoch_end is not None:
-            on_epoch_end(entry)
-        if tr.should_stop():
-            break
-    bar.close()
+    tr.fit(f"dataparallel x{n}", on_epoch_end, world_size=n)
     info = {"strategy": "dataparallel", "world_size": n, "device_ids": list(range(n)),
             "global_batch": cfg.batch_size, "per_gpu_batch": cfg.batch_size / n,
             "peak_mb_per_gpu": [torch.cuda.max_memory_allocated(i) / 2**20 for i in range(n)]}

@@ -16,12 +16,15 @@ import subprocess
 import uuid
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
 from . import __version__
 from .paths import results_dir
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA = 1
 STATUSES = ("ok", "oom", "skipped", "failed")

@@ -478,6 +478,37 @@ class Trainer:
         self.save()
         return entry
 
+    def whole_set_batches(self) -> Callable[[], Any]:
+        """A function giving each epoch's batches over the whole training set in this process: the
+        fast path (training set moved to the device once, shuffled index batches) or the DataLoader."""
+        cfg, w = self.cfg, self.windows
+        if cfg.input_path == "fast":
+            x = torch.from_numpy(w.x["train"]).to(self.device)
+            y = torch.from_numpy(w.y["train"]).to(self.device)
+            return lambda: self.fast_batches(x, y, cfg.batch_size)
+        loader = torch.utils.data.DataLoader(
+            WindowDataset(w.x["train"], w.y["train"]), batch_size=cfg.batch_size, shuffle=True,
+            generator=self.gen, num_workers=cfg.num_workers,
+            pin_memory=cfg.pin_memory and self.device.type == "cuda", persistent_workers=cfg.num_workers > 0,
+        )
+        return lambda: self.loader_batches(loader)
+
+    def fit(self, desc: str, on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
+            **extra: Any) -> None:
+        """The epoch loop of a single-process run (one device, or DataParallel over several)."""
+        batches = self.whole_set_batches()
+        bar = self.progress_bar(desc)
+        for _ in range(self.start_epoch, self.cfg.epochs):
+            loss_sum, seen, train_s = self.run_epoch(batches())
+            entry = self.end_epoch(loss_sum.item() / seen, train_s, seen, **extra)
+            bar.update(1)
+            bar.set_postfix(loss=f"{entry['train_loss']:.4f}", val_rmse=f"{entry['val_rmse_k']:.3f}K")
+            if on_epoch_end is not None:
+                on_epoch_end(entry)
+            if self.should_stop():
+                break
+        bar.close()
+
     def should_stop(self) -> bool:
         """Early stopping: ``patience`` epochs without a new best validation RMSE, or the target reached
         when ``stop_at_target`` is set."""
@@ -533,30 +564,9 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
                           f"(use --no-cuda-graph)")
     tr = Trainer(windows, cfg, device)
     tr.restore()
-    if cfg.input_path == "fast":
-        x_train = torch.from_numpy(windows.x["train"]).to(device)
-        y_train = torch.from_numpy(windows.y["train"]).to(device)
-    else:
-        loader = torch.utils.data.DataLoader(
-            WindowDataset(windows.x["train"], windows.y["train"]), batch_size=cfg.batch_size, shuffle=True,
-            generator=tr.gen, num_workers=cfg.num_workers, pin_memory=cfg.pin_memory and device.type == "cuda",
-            persistent_workers=cfg.num_workers > 0,
-        )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    bar = tr.progress_bar(f"train {device}")
-    for _ in range(tr.start_epoch, cfg.epochs):
-        batches = (tr.fast_batches(x_train, y_train, cfg.batch_size) if cfg.input_path == "fast"
-                   else tr.loader_batches(loader))
-        loss_sum, seen, train_s = tr.run_epoch(batches)
-        entry = tr.end_epoch(loss_sum.item() / seen, train_s, seen)
-        bar.update(1)
-        bar.set_postfix(loss=f"{entry['train_loss']:.4f}", val_rmse=f"{entry['val_rmse_k']:.3f}K")
-        if on_epoch_end is not None:
-            on_epoch_end(entry)
-        if tr.should_stop():
-            break
-    bar.close()
+    tr.fit(f"train {device}", on_epoch_end)
     record = tr.finish(data_info)
     return RunResult(record=record, model=tr.core, windows=windows, device=device, history=tr.history)
 

@@ -1,6 +1,5 @@
 """The core pipeline end to end on the embedded sample, through the Python API and the `lstmnb` command."""
 
-import json
 import subprocess
 import sys
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lstmnb.errors import ConfigError, DataError, DeviceError
-from lstmnb.scratch import LSTMShape, ScratchConfig, fit, init_params
+from lstmnb.scratch import LSTMShape, ScratchConfig, fit
 from lstmnb.scratch.bench import evaluate, versions_table
 from lstmnb.scratch.data import airline_passengers, load_airline, prepare_series
 from lstmnb.records import read_records
