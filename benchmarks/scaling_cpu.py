@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("strong", "weak", "comm"):
         print(report.SCALING_DEFINITIONS[key])
     print()
-    print(report.format_table(report.scaling_summary(records)))
+    print(report.format_table(report.scaling_table(records)))
     print("\nconvergence (validation loss per epoch vs cumulative wall seconds):")
     conv = report.convergence_table(records).set_index(["experiment", "world_size", "epoch"])
     print(report.format_table(conv, floatfmt="{:,.4f}"))

@@ -597,7 +597,7 @@ def _bench_scaling(kinds) -> None:
 
 def _run_bench_scaling(args) -> int:
     from . import bench
-    from .report import SCALING_DEFINITIONS, convergence_table, format_table, plot_convergence, scaling_summary
+    from .report import SCALING_DEFINITIONS, convergence_table, format_table, plot_convergence, scaling_table
     from .train import prepare_windows
 
     cfg = train_config_from_args(args)
@@ -614,7 +614,7 @@ def _run_bench_scaling(args) -> int:
     for m in modes:
         print(f"\n{SCALING_DEFINITIONS[m]}")
     print(SCALING_DEFINITIONS["comm"] + "\n")
-    print(format_table(scaling_summary(records)))
+    print(format_table(scaling_table(records)))
     print("\nconvergence (validation loss per epoch, cumulative wall seconds):")
     print(format_table(convergence_table(records).set_index(["experiment", "world_size", "epoch"])))
     if args.plot:

@@ -353,26 +353,6 @@ def input_paths(df: pd.DataFrame, experiment: str | None = "epochs") -> list[str
     return sorted(paths, key=lambda p: (p == "dataloader", p))
 
 
-def scaling_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Multi-GPU scaling: median samples/s per (experiment, strategy, world size), speedup over one
-    device of the same strategy, and parallel efficiency (speedup / world size)."""
-    if df.empty or "world_size" not in df:
-        return pd.DataFrame()
-    keep = (_column(df, "status") == "ok") & _column(df, "experiment").fillna("").str.startswith("scaling")
-    runs = df[keep].dropna(subset=["world_size"])
-    if runs.empty or "timing.samples_per_s" not in runs:
-        return pd.DataFrame()
-    runs = with_device_labels(runs).assign(strategy=_column(runs, "config.strategy"))
-    table = (runs.groupby(["experiment", "device_label", "strategy", "world_size"])["timing.samples_per_s"]
-             .median().rename("samples/s").reset_index())
-    one = table[table["world_size"] == 1].set_index(["experiment", "device_label", "strategy"])["samples/s"]
-    base = table.set_index(["experiment", "device_label", "strategy"]).index.map(one.to_dict().get)
-    table["speedup"] = table["samples/s"] / pd.Series(base, index=table.index, dtype=float)
-    table["efficiency"] = table["speedup"] / table["world_size"]
-    table["world_size"] = table["world_size"].astype(int)
-    return table.rename(columns={"device_label": "device"}).set_index(["experiment", "device", "strategy", "world_size"])
-
-
 # --- parallel training: scaling, convergence, all-reduce, batch sweep, cost (lstmnb.bench records) ---
 
 SCALING_DEFINITIONS = {
@@ -398,27 +378,32 @@ def _get(record: dict[str, Any], dotted: str, default: Any = None) -> Any:
     return value
 
 
-def scaling_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per (mode, world size) from ``bench.scaling`` records: epoch time, throughput, speedup,
-    efficiency (see ``SCALING_DEFINITIONS``) and the measured compute/communication split per step."""
-    rows = []
-    for r in records:
-        if r.get("status") != "ok" or not r.get("scaling"):
-            continue
-        split = _get(r, "parallel.comm_split") or {}
-        rows.append({
-            "mode": r["scaling"]["mode"], "world_size": int(r.get("world_size") or 1),
-            "device": device_label(_get(r, "device.kind"), _get(r, "device.name")),
-            "per-device batch": r["scaling"]["per_device_batch"], "global batch": r["scaling"]["global_batch"],
-            "epoch s": _get(r, "timing.epoch_s_median"), "samples/s": _get(r, "timing.samples_per_s"),
-            "step s": split.get("step_s"), "compute s": split.get("compute_s"), "comm s": split.get("comm_s"),
-            "comm %": 100 * split["comm_fraction"] if split.get("comm_fraction") is not None else None,
-        })
-    if not rows:
+def scaling_table(runs: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per (mode, device, strategy, world size) of the scaling runs (records of experiment
+    ``scaling-strong`` / ``scaling-weak``, from files via ``load_records`` or a list of records):
+    epoch time, throughput, speedup and efficiency as ``SCALING_DEFINITIONS`` states them (medians
+    over repeats), and the measured compute/communication split per step where it was measured."""
+    df = runs if isinstance(runs, pd.DataFrame) else pd.json_normalize(runs, max_level=2)
+    if df.empty or "world_size" not in df:
         return pd.DataFrame()
-    df = pd.DataFrame(rows)
+    exp = _column(df, "experiment").fillna("")
+    df = df[(_column(df, "status") == "ok") & exp.str.startswith("scaling-")].dropna(subset=["world_size"])
+    if df.empty:
+        return pd.DataFrame()
+    df = with_device_labels(df)
+    comm = _column(df, "parallel.comm_split.comm_fraction").astype(float)
+    frame = pd.DataFrame({
+        "mode": df["experiment"].str.removeprefix("scaling-"), "device": df["device_label"],
+        "strategy": _column(df, "config.strategy").fillna("ddp"), "world_size": df["world_size"].astype(int),
+        "per-device batch": _column(df, "scaling.per_device_batch"), "global batch": _column(df, "scaling.global_batch"),
+        "epoch s": _column(df, "timing.epoch_s_median"), "samples/s": _column(df, "timing.samples_per_s"),
+        "step s": _column(df, "parallel.comm_split.step_s"), "compute s": _column(df, "parallel.comm_split.compute_s"),
+        "comm s": _column(df, "parallel.comm_split.comm_s"), "comm %": 100 * comm,
+    }, index=df.index)
+    keys = ["mode", "device", "strategy", "world_size"]
+    table = frame.groupby(keys, sort=False).median(numeric_only=True).reset_index()
     out = []
-    for (mode, _device), g in df.groupby(["mode", "device"], sort=False):
+    for (mode, _, _), g in table.groupby(["mode", "device", "strategy"], sort=False):
         g = g.sort_values("world_size").copy()
         one = g[g["world_size"] == 1]
         if one.empty:
@@ -429,9 +414,9 @@ def scaling_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
             g["speedup"] = g["samples/s"] / one["samples/s"].iloc[0]
         g["efficiency"] = g["speedup"] / g["world_size"]
         out.append(g)
-    cols = ["mode", "device", "world_size", "per-device batch", "global batch", "epoch s", "samples/s", "speedup",
-            "efficiency", "step s", "compute s", "comm s", "comm %"]
-    return pd.concat(out)[cols].set_index(["mode", "device", "world_size"])
+    cols = keys + ["per-device batch", "global batch", "epoch s", "samples/s", "speedup", "efficiency",
+                   "step s", "compute s", "comm s", "comm %"]
+    return pd.concat(out)[cols].set_index(keys).sort_index()
 
 
 def convergence_table(records: list[dict[str, Any]]) -> pd.DataFrame:

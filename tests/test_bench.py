@@ -52,8 +52,9 @@ def test_strong_scaling_one_and_two_gloo_ranks(tmp_path):
     assert len(read_records(tmp_path)) == 2
     split = records[1]["parallel"]["comm_split"]
     assert split["steps"] == 5 and split["step_s"] > 0 and split["compute_s"] > 0 and split["comm_s"] >= 0
-    table = report.scaling_summary(records)
-    one, two = table.loc[("strong", "CPU", 1)], table.loc[("strong", "CPU", 2)]
+    table = report.scaling_table(records)
+    one, two = table.loc[("strong", "CPU", "ddp", 1)], table.loc[("strong", "CPU", "ddp", 2)]
+    assert two["comm s"] == pytest.approx(split["comm_s"])
     assert one["speedup"] == pytest.approx(1.0)
     assert two["speedup"] == pytest.approx(one["epoch s"] / two["epoch s"])
     assert two["efficiency"] == pytest.approx(two["speedup"] / 2)

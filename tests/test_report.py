@@ -190,8 +190,8 @@ def test_scaling_table_speedup_and_efficiency(tmp_path):
     recs.append(run_record("cuda", None, 3, "fast", 0, status="skipped", experiment="scaling-weak", strategy="ddp"))
     df = records.load_records(write_jsonl(tmp_path / "runs.jsonl", recs))
     table = report.scaling_table(df)
-    ddp = table.loc[("scaling-weak", "V100", "ddp")]
+    ddp = table.loc[("weak", "V100", "ddp")]
     assert ddp.index.tolist() == [1, 2, 4]
     assert ddp.loc[4, "speedup"] == pytest.approx(3.6) and ddp.loc[4, "efficiency"] == pytest.approx(0.9)
-    assert table.loc[("scaling-weak", "V100", "dataparallel", 2), "speedup"] == pytest.approx(1.2)
+    assert table.loc[("weak", "V100", "dataparallel", 2), "speedup"] == pytest.approx(1.2)
     assert report.scaling_table(records.load_records(tmp_path / "none")).empty
