@@ -85,6 +85,12 @@ _TRAIN_HELP = {
     "eval_batch_size": "batch size for validation and test predictions",
     "experiment": "experiment name stored in the record", "profile": "profile name stored in the record",
     "progress": "show progress bars",
+    "fused_adam": "Adam's update as one fused kernel (measured no slower on CPU; fewer launches on GPUs)",
+    "compile": "torch.compile the model (measured no faster on CPU: the LSTM is one library kernel)",
+    "cuda_graph": "CUDA only: capture the training step once and replay it (constant lr, fast path)",
+    "residual": "forecast the change from the last observed value (starts at persistence; part of the "
+                "recommended setting)",
+    "stop_at_target": "end the run at the first epoch whose validation RMSE reaches --target-rmse",
     "nproc": "ddp outside torchrun: launch this many local processes (one per GPU, or gloo ranks on CPU); "
              "dataparallel: GPUs to use (default all)",
     "bucket_cap_mb": "ddp: gradient bucket size in MB (all-reduce of a full bucket overlaps the backward)",

@@ -68,3 +68,12 @@ def test_help_is_readable():
     proc = subprocess.run([sys.executable, "-m", "lstmnb", "train", "--help"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and "--batch-size" in proc.stdout and "published" in proc.stdout
+
+
+def test_every_training_knob_has_help():
+    import dataclasses
+
+    from lstmnb.cli_commands import _TRAIN_HELP
+    from lstmnb.train import TrainConfig
+
+    assert [f.name for f in dataclasses.fields(TrainConfig) if f.name not in _TRAIN_HELP] == []
