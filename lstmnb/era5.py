@@ -89,6 +89,7 @@ def resolve_source(source: str = SAMPLE, storage_options: dict | None = None) ->
         return StoreRef(source, str(sample_store()), False, {})
     url = CATALOGUE.get(source, source)
     if "://" in url:
+        _require_cloud_packages(url)
         options = dict(storage_options or {})
         if url.startswith(("gs://", "gcs://")):
             options.setdefault("token", "anon")
@@ -102,6 +103,17 @@ def resolve_source(source: str = SAMPLE, storage_options: dict | None = None) ->
     if not any((path / name).exists() for name in (".zgroup", ".zmetadata", "zarr.json")):
         raise DataError(f"{path} is not a Zarr store (no .zgroup, .zmetadata or zarr.json inside); {SOURCE_HINT}")
     return StoreRef(source, str(path.resolve()), False, dict(storage_options or {}))
+
+
+def _require_cloud_packages(url: str) -> None:
+    """Remote stores need the `cloud` extra (gcsfs, aiohttp, google-auth); say how to get it."""
+    import importlib.util
+
+    needed = ["aiohttp"] + (["gcsfs"] if url.startswith(("gs://", "gcs://")) else [])
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"reading {url} needs {', '.join(missing)}: pip install 'lstmnb[cloud]' "
+                          f"(or use --source sample to work offline)")
 
 
 def _check_token(token: Any) -> None:
