@@ -401,7 +401,9 @@ def _run_quickstart(args) -> int:
     print(f"== 1/2  default run on the embedded sample, CPU, {args.epochs} epochs")
     result = run(None, TrainConfig(device="cpu", epochs=args.epochs, experiment="quickstart"), results=results)
     print_run(result.record)
-    print(f"record {result.record['run_id']} appended to {results}")
+    from .records import runs_path
+
+    print(f"record {result.record['run_id']} appended to {runs_path(results)}")
     if not args.notebooks:
         return 0
     from .notebooks import run_series

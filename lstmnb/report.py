@@ -194,6 +194,7 @@ def loss_curves(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataF
         for entry in run["epochs"] if isinstance(run["epochs"], list) else []:
             rows.append({"run_id": run.get("run_id"), "device": run["device_label"],
                          "input_path": run.get("config.input_path"), "epochs": run.get("config.epochs"),
+                         "val_persistence_rmse_k": run.get("metrics.val_persistence_rmse_k"),
                          **{k: entry.get(k) for k in ("epoch", "train_loss", "val_loss", "val_rmse_k")}})
     return pd.DataFrame(rows)
 
@@ -333,6 +334,10 @@ def plot_loss_curves(curves: pd.DataFrame):
         style = "-" if run["input_path"].iloc[0] != "dataloader" else "--"
         ax1.plot(run["epoch"], run["train_loss"], style, color=colours[device], label=label, alpha=0.8)
         ax2.plot(run["epoch"], run["val_rmse_k"], style, color=colours[device], label=label, alpha=0.8)
+    pers = curves["val_persistence_rmse_k"].dropna() if "val_persistence_rmse_k" in curves else pd.Series()
+    if not pers.empty:  # the baseline every model result is shown beside
+        ax2.axhline(pers.median(), color="grey", lw=1, ls=":", label="persistence")
+        ax2.legend(loc="upper right")
     from matplotlib.ticker import MaxNLocator
 
     for ax in (ax1, ax2):

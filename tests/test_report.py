@@ -29,7 +29,8 @@ def run_record(device_kind: str, device_name: str, epochs: int, input_path: str,
     if status == "ok":
         rec.update(
             timing={"train_s": train_s, "samples_per_s": 18000 * epochs / train_s},
-            metrics={"test_rmse_k": rmse, "persistence_rmse_k": 1.0, "climatology_rmse_k": 2.5},
+            metrics={"test_rmse_k": rmse, "persistence_rmse_k": 1.0, "climatology_rmse_k": 2.5,
+                     "val_persistence_rmse_k": 0.95},
             epochs=[{"epoch": e, "train_loss": 1.0 / e, "val_loss": 1.1 / e, "val_rmse_k": 1.0 + 1.0 / e}
                     for e in range(1, epochs + 1)],
         )
@@ -122,6 +123,7 @@ def test_throughput_accuracy_and_loss_curves(two_machines):
     curves = report.loss_curves(df)
     assert len(curves) == 2 * (5 + 10 + 15) * 2
     assert set(curves["device"]) == {"CPU", "T4"}
+    assert (curves["val_persistence_rmse_k"] == 0.95).all()  # the baseline line of the plot
 
     status = report.status_table(df)
     skipped = status[status["status"] == "skipped"]
