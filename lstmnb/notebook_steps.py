@@ -7,7 +7,6 @@ running inside Jupyter.
 
 from __future__ import annotations
 
-import sys
 import warnings
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -21,11 +20,6 @@ from .paths import atomic_path
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 # --- parameters -> request and config ------------------------------------------------------------
-
-
-def in_colab() -> bool:
-    """True when running under Google Colab (its module is imported by every Colab kernel)."""
-    return "google.colab" in sys.modules
 
 
 def make_request(source: str = "sample", points: Sequence[Sequence[float]] | None = ((40, 280), (20, 280)),

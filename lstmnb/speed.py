@@ -216,9 +216,3 @@ def format_report(rep: SpeedReport) -> str:
     ]
     lines += rep.notes
     return "\n".join(lines)
-
-
-def report_dict(rep: SpeedReport) -> dict[str, Any]:
-    """The report as plain data (for a record or JSON)."""
-    return dict(target_rmse_k=rep.target_rmse_k, val_persistence_rmse_k=rep.val_persistence_rmse_k,
-             matmul_flops=rep.matmul_flops, device=rep.device, table=rep.table.reset_index().to_dict("records"))

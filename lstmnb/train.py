@@ -7,7 +7,6 @@ epoch is reported apart from the steady epochs, and evaluation time is kept out 
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import math
 import os
@@ -669,12 +668,6 @@ def skipped_record(cfg: TrainConfig, reason: str, **extra: Any) -> dict[str, Any
 
     return new_record(cfg.experiment, status="skipped", reason=reason, device=cfg.device, profile=cfg.profile,
                       config=asdict(cfg), **extra)
-
-
-def config_hash(cfg: TrainConfig, request=None) -> str:
-    """Short stable hash of the trajectory-determining settings and the data request."""
-    key = {"cfg": cfg.trajectory_key(), "request": asdict(request) if request is not None else None}
-    return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 def with_overrides(cfg: TrainConfig, **overrides: Any) -> TrainConfig:
