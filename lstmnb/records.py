@@ -71,6 +71,9 @@ def device_info(device: str | None = None) -> dict[str, Any]:
         "cpu_physical_cores": psutil.cpu_count(logical=False),
         "torch_threads": torch.get_num_threads(),
         "hostname": platform.node(),
+        # runnable processes (1, 5, 15 min) when the record was made: on a shared machine a load above
+        # the core count means the timings of this run were taken under contention
+        "load_avg": [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
     if kind == "cuda" and torch.cuda.is_available():
         index = int(device.split(":")[1]) if device and ":" in device else torch.cuda.current_device()

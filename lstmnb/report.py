@@ -52,6 +52,7 @@ def runs_table(df: pd.DataFrame) -> pd.DataFrame:
         "config.batch_size": "batch", "config.epochs": "epochs", "timing.train_s": "train s",
         "timing.samples_per_s": "samples/s", "metrics.test_rmse_k": "test RMSE K",
         "metrics.persistence_rmse_k": "persistence K", "metrics.climatology_rmse_k": "climatology K",
+        "device.load_avg": "load (1/5/15 min)",
         "reason": "reason",
     }
     present = {k: v for k, v in cols.items() if k in df}

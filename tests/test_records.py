@@ -13,6 +13,7 @@ def test_record_has_design_fields(tmp_path):
     for key in ("schema", "run_id", "started", "experiment", "status", "reason", "device", "software", "profile"):
         assert key in rec
     assert rec["device"]["cpu_cores"] >= 1 and rec["software"]["torch"]
+    assert len(rec["device"]["load_avg"]) == 3 and min(rec["device"]["load_avg"]) >= 0
     path = append_record(rec, tmp_path / "runs.jsonl")
     assert json.loads(path.read_text())["metrics"]["test_rmse_k"] == 0.5
 
