@@ -315,17 +315,3 @@ def record_skipped(cfg, reason: str, results: str | Path | None, **extra: Any) -
     if results is not None:
         append_record(record, results)
     return record
-
-
-def missing_api(module: str, names: Sequence[str]) -> str | None:
-    """None when ``lstmnb.<module>`` provides every name; else why not (module absent or older)."""
-    import importlib
-
-    try:
-        mod = importlib.import_module(f"lstmnb.{module}")
-    except ImportError as exc:
-        return f"lstmnb.{module} is not available in this version of lstmnb ({exc})"
-    absent = [n for n in names if not hasattr(mod, n)]
-    if absent:
-        return f"lstmnb.{module} lacks {', '.join(absent)} in this version of lstmnb"
-    return None

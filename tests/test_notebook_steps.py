@@ -38,7 +38,7 @@ def test_cycles_of_a_known_series():
     assert len(seasonal) == 2 and seasonal["b"].tolist() == [290.0, 290.0]
 
 
-def test_gpu_check_and_missing_api():
+def test_gpu_check():
     import torch
 
     reason = steps.gpu_check("cuda")
@@ -46,9 +46,6 @@ def test_gpu_check_and_missing_api():
     if reason:
         assert "no CUDA GPU visible" in reason
     assert "not a CUDA device" in steps.gpu_check("cpu")
-    assert steps.missing_api("records", ["append_record"]) is None
-    assert "lacks nothing_here" in steps.missing_api("records", ["nothing_here"])
-    assert "not available" in steps.missing_api("no_such_module", ["x"])
 
 
 def test_epochs_experiment_and_skipped_record(tmp_path):
