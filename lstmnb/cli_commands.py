@@ -528,13 +528,7 @@ def _run_scratch_bench(args) -> int:
                            record_path=args.results)
     print(format_table(table))
     if args.plot:
-        from .paths import atomic_path
-
-        fig = plot_versions(table)
-        suffix = "." + args.plot.rsplit(".", 1)[-1] if "." in args.plot else ".png"
-        with atomic_path(args.plot, suffix=suffix) as tmp:
-            fig.savefig(tmp, dpi=120)
-        print(f"plot       {args.plot}")
+        _save_plot(plot_versions(table), args.plot)
     return 0
 
 
@@ -573,8 +567,13 @@ def _results_path(args):
 
 
 def _save_plot(fig, path: str | None) -> None:
+    """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf)."""
     if path:
-        fig.savefig(path, dpi=120)
+        from .paths import atomic_path
+
+        suffix = "." + path.rsplit(".", 1)[-1] if "." in path else ".png"
+        with atomic_path(path, suffix=suffix) as tmp:
+            fig.savefig(tmp, dpi=120)
         print(f"plot       {path}")
 
 

@@ -22,3 +22,7 @@ class DeviceError(LstmnbError):
 
 class CheckpointError(LstmnbError):
     """A checkpoint is corrupt, half-written or from a different run configuration."""
+
+
+class NotebookError(LstmnbError):
+    """A notebook failed, or the series was asked for with a profile, notebook or parameter that does not exist."""

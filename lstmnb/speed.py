@@ -28,34 +28,28 @@ FAST_SAME_BATCH = dict(PUBLISHED, input_path="fast", fused_adam=True)
 # The recommended fast setting lives in the device profiles (lstmnb/profiles/*.yaml, key
 # `parameters.recommended`, with the measurements that chose it); the speed benchmark reads it from the
 # profile that matches the device, so the notebooks and the benchmark time the same thing.
-_GPU_PROFILES = (("T4", "colab-t4"), ("P100", "carc-p100"), ("V100", "carc-v100"), ("A40", "carc-a40"),
-                 ("A100", "carc-a100"))
+CONTENDERS = ("published", "fast", "recommended")
+# the shipped profile of each GPU the study covers (by report.device_label); other GPUs use the A100's
+_GPU_PROFILES = {"T4": "colab-t4", "P100": "carc-p100", "V100": "carc-v100", "A40": "carc-a40", "A100": "carc-a100"}
 
 
 def profile_for(device: torch.device) -> str:
     """The profile whose recommended setting applies on ``device``: cpu, or the GPU's own profile."""
     if device.type != "cuda":
         return "cpu"
-    name = torch.cuda.get_device_name(device)
-    return next((prof for key, prof in _GPU_PROFILES if key in name), "carc-a100")
+    from .report import device_label
+
+    return _GPU_PROFILES.get(device_label("cuda", torch.cuda.get_device_name(device)), "carc-a100")
 
 
 def recommended_setting(profile: str = "cpu") -> dict[str, Any]:
-    """The measured recommended TrainConfig overrides of a shipped profile."""
-    from importlib.resources import files
+    """The measured recommended TrainConfig overrides of a profile (shipped name or .yaml path)."""
+    from .profile import load_profile
 
-    import yaml
-
-    path = files("lstmnb") / "profiles" / f"{profile}.yaml"
-    if not path.is_file():
-        raise ConfigError(f"profile {profile!r} is not shipped with lstmnb")
-    rec = (yaml.safe_load(path.read_text()).get("parameters") or {}).get("recommended") or {}
+    rec = load_profile(profile).parameters.get("recommended") or {}
     if not rec:
         raise ConfigError(f"profile {profile!r} has no recommended setting; measure one with `lstmnb bench speed`")
     return dict(FAST_SAME_BATCH, **rec)
-
-
-CONTENDERS = ("published", "fast", "recommended")
 
 
 def contender_settings(name: str, profile: str = "cpu") -> dict[str, Any]:
