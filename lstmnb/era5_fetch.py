@@ -399,8 +399,8 @@ def make_reader(plan: "Plan", concurrency: int, retry: RetryPolicy, source: Chun
 
 def check_sizes(block_hours: int | None, concurrency: int | None) -> tuple[int, int]:
     """(block hours, reads in flight) with their defaults; ConfigError when either is below 1."""
-    hours = int(block_hours or DEFAULT_BLOCK_HOURS)
-    workers = int(concurrency or DEFAULT_CONCURRENCY)
+    hours = DEFAULT_BLOCK_HOURS if block_hours is None else int(block_hours)
+    workers = DEFAULT_CONCURRENCY if concurrency is None else int(concurrency)
     if hours < 1:
         raise ConfigError(f"block_hours must be >= 1, got {hours}")
     if workers < 1:

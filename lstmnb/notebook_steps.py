@@ -38,13 +38,11 @@ def make_request(source: str = "sample", points: Sequence[Sequence[float]] | Non
 def make_config(**knobs: Any):
     """A ``TrainConfig`` from notebook knobs; None values keep the default, unknown names are an error.
 
-    ``train_options`` (a dict) is merged last, so a profile's measured recommended setting can pass
-    any TrainConfig field without a notebook parameter of its own.
+    (A profile's measured ``recommended`` setting is applied on top with ``train.with_overrides``.)
     """
     from .train import config_from_dict
 
-    extra = dict(knobs.pop("train_options", None) or {})
-    values = {k: v for k, v in {**knobs, **extra}.items() if v is not None}
+    values = {k: v for k, v in knobs.items() if v is not None}
     for key in ("fractions", "split_dates"):
         if key in values and isinstance(values[key], list):
             values[key] = tuple(values[key])

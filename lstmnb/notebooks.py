@@ -264,7 +264,7 @@ def run_series(
     selected = select_notebooks(find_notebooks(notebooks), only)
     declared = {nb: notebook_parameters(nb) for nb in selected}
     kernel_name = kernel or prof.kernel
-    timeout = int(cell_timeout_s or prof.cell_timeout_s)
+    timeout = int(prof.cell_timeout_s if cell_timeout_s is None else cell_timeout_s)
     if timeout < 1:
         raise ConfigError(f"cell timeout {timeout!r} must be >= 1 second")
     # validate the overrides before creating anything

@@ -13,7 +13,7 @@ import os
 import resource
 import statistics
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -672,4 +672,4 @@ def skipped_record(cfg: TrainConfig, reason: str, **extra: Any) -> dict[str, Any
 
 def with_overrides(cfg: TrainConfig, **overrides: Any) -> TrainConfig:
     """A copy of ``cfg`` with the given fields replaced (unknown names are an error)."""
-    return replace(cfg, **config_from_dict({**asdict(cfg), **overrides}).__dict__)
+    return config_from_dict({**asdict(cfg), **overrides})

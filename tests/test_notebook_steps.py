@@ -17,10 +17,9 @@ def test_make_request_and_config():
     assert req.points == ((40.0, -80.0), (20.0, 280.0)) and req.box is None and req.variables == ("2m_temperature",)
     box = steps.make_request(box=[38, 42, 279, 281])
     assert box.points is None and box.box == (38.0, 42.0, 279.0, 281.0)
-    cfg = steps.make_config(device="cpu", epochs=2, threads=None, fractions=[0.6, 0.2, 0.2],
-                            train_options={"lr_schedule": "onecycle", "batch_size": 128})
+    cfg = steps.make_config(device="cpu", epochs=2, threads=None, batch_size=None, fractions=[0.6, 0.2, 0.2])
     assert cfg.epochs == 2 and cfg.threads is None and cfg.fractions == (0.6, 0.2, 0.2)
-    assert cfg.lr_schedule == "onecycle" and cfg.batch_size == 128  # the recommended setting wins
+    assert cfg.batch_size == 64  # None keeps the default
     with pytest.raises(ConfigError, match="unknown training parameter.*epoch"):
         steps.make_config(epoch=2)
     with pytest.raises(ConfigError, match="batch_size=0"):

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from lstmnb import cli, notebooks, records
+from lstmnb.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -130,6 +131,12 @@ def test_bad_input_is_refused_before_running(tmp_path, kwargs, message):
     with pytest.raises(notebooks.NotebookError, match=message):
         notebooks.run_series(profile, runs_dir=tmp_path / "runs", echo=None, progress=False, **kwargs)
     assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+def test_zero_cell_timeout_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="cell timeout 0 must be >= 1 second"):
+        notebooks.run_series("ci", cell_timeout_s=0, runs_dir=tmp_path / "runs", echo=None, progress=False)
+    assert not (tmp_path / "runs").exists()
 
 
 def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
