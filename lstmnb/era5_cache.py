@@ -13,8 +13,8 @@ touches the same cells, so overlapping requests reuse each other's work.
 
 ``<store_id>/store-meta.json`` keeps what checking a request needs (time axis, grid, attributes,
 variables), so a request whose blocks are all cached is answered without reaching the store.
-Temporary files are named ``.<final name>.<host>.<pid>.tmp``; a run removes the stale ones it finds in
-the folders it uses (from a dead process on this host, or older than ``STALE_TMP_SECONDS``) and never
+Files are written with ``paths.atomic_path``; a run removes the stale temporaries it finds in the
+folders it uses (``paths.sweep_stale_temps``: from a dead process on this host, or old) and never
 those of a live extraction.
 """
 
@@ -23,81 +23,16 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
-import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .paths import cache_dir
+from .paths import cache_dir, sweep_stale_temps, write_atomic
 
 DEFAULT_BLOCK_HOURS = 168  # a week of hourly chunks per cache file
-STALE_TMP_SECONDS = 600.0  # a temporary file this old is a leftover whoever wrote it (writes take ms)
 META_NAME = "store-meta.json"
-_HOST = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in socket.gethostname())[:40] or "host"
-
-
-def atomic_write(path: Path, payload: bytes) -> Path:
-    """Write ``payload`` to ``path`` via a temporary file in the same folder, fsync and rename."""
-    path = Path(path)
-    tmp = path.parent / f".{path.name}.{_HOST}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True  # exists but is someone else's
-    return True
-
-
-def sweep_tmp(directory: Path, *, now: float | None = None, max_age: float = STALE_TMP_SECONDS) -> int:
-    """Remove stale temporary files a killed writer left in ``directory``; returns how many.
-
-    Stale: written on this host by a process that is gone, or older than ``max_age`` whoever wrote
-    it. A live extraction's files (here, or on another host sharing the folder) stay.
-    """
-    try:
-        entries = list(os.scandir(directory))
-    except (FileNotFoundError, NotADirectoryError):
-        return 0
-    now = time.time() if now is None else now
-    removed = 0
-    for entry in entries:
-        name = entry.name
-        if not (name.startswith(".") and name.endswith(".tmp")):
-            continue
-        try:
-            age = now - entry.stat(follow_symlinks=False).st_mtime
-        except FileNotFoundError:
-            continue
-        parts = name[:-4].rsplit(".", 2)  # [.final, host, pid] (older files: [..., final-ext, pid])
-        pid = int(parts[-1]) if parts[-1].isdigit() else None
-        host = parts[-2] if len(parts) == 3 and pid is not None else None
-        here = host == _HOST or (host is not None and host in ("npy", "json"))  # older names had no host
-        stale = age > max_age or (
-            here and pid is not None and pid != os.getpid() and not _pid_alive(pid)
-        )
-        if stale:
-            try:
-                os.unlink(entry.path)
-                removed += 1
-            except FileNotFoundError:
-                pass
-    return removed
 
 
 def extracts_root(root: str | os.PathLike | None = None) -> Path:
@@ -123,8 +58,8 @@ class BlockCache:
         self.dir = Path(root) / store_id / variable / target / f"b{self.hours}"
 
     def sweep(self) -> int:
-        """Remove stale temporary files a killed run left here (see ``sweep_tmp``)."""
-        return sweep_tmp(self.dir)
+        """Remove stale temporary files a killed run left here (see ``paths.sweep_stale_temps``)."""
+        return sweep_stale_temps(self.dir)
 
     def covers(self, slot: int, start: int, stop: int) -> bool:
         """Whether a file of ``slot`` claims store indices ``start..stop-1`` (by name; not verified)."""
@@ -160,7 +95,7 @@ class BlockCache:
         payload = buf.getvalue()
         a, b = block.start - block.slot * self.hours, block.stop - block.slot * self.hours
         name = f"{block.slot:08d}_{a:04d}-{b:04d}_{zlib.crc32(payload):08x}.npy"
-        final = atomic_write(self.dir / name, payload)
+        final = write_atomic(self.dir / name, payload)
         for other in self._files(block.slot):
             if other != final:
                 parsed = _parse(other.name)
@@ -203,9 +138,9 @@ def write_store_meta(root: str | os.PathLike | None, store_id: str, meta: dict) 
     body = json.dumps(meta, sort_keys=True, separators=(",", ":"))
     folder = extracts_root(root) / store_id
     folder.mkdir(parents=True, exist_ok=True)
-    sweep_tmp(folder)
+    sweep_stale_temps(folder)
     payload = json.dumps({"crc32": zlib.crc32(body.encode()), "meta": body}).encode()
-    return atomic_write(folder / META_NAME, payload)
+    return write_atomic(folder / META_NAME, payload)
 
 
 def read_store_meta(root: str | os.PathLike | None, store_id: str) -> dict | None:

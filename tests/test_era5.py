@@ -197,7 +197,7 @@ def test_stale_tmp_files_are_removed_and_live_ones_kept(small_store, tmp_path):
     import sys
     import time
 
-    from lstmnb.era5_cache import _HOST, STALE_TMP_SECONDS
+    from lstmnb.paths import HOST, STALE_TMP_SECONDS
 
     extract(req(small_store), cache_dir=tmp_path, progress=False)
     folder = sorted(tmp_path.rglob("*.npy"))[0].parent
@@ -207,12 +207,13 @@ def test_stale_tmp_files_are_removed_and_live_ones_kept(small_store, tmp_path):
     try:
         old = time.time() - STALE_TMP_SECONDS - 60
         files = {
-            f".00000000_0000-0072_0.npy.{_HOST}.{dead}.tmp": (None, False),  # killed writer here: stale
-            f".00000000_0000-0072_1.npy.{_HOST}.{live.pid}.tmp": (None, True),  # live writer: kept
-            f".00000000_0000-0072_2.npy.{_HOST}.{live.pid}.tmp": (old, False),  # live pid, hours old: stale
-            f".00000000_0000-0072_3.npy.otherhost.{dead}.tmp": (None, True),  # another host's, fresh: kept
-            f".00000000_0000-0072_4.npy.otherhost.{dead}.tmp": (old, False),  # another host's, old: stale
-            f".00000000_0000-0072_5.npy.{dead}.tmp": (None, False),  # older naming, dead writer: stale
+            f".00000000_0000-0072_0.npy.{HOST}.{dead}-3.tmp": (None, False),  # killed writer here: stale
+            f".00000000_0000-0072_1.npy.{HOST}.{live.pid}-0.tmp": (None, True),  # live writer: kept
+            f".00000000_0000-0072_2.npy.{HOST}.{live.pid}-1.tmp": (old, False),  # live pid, hours old: stale
+            f".00000000_0000-0072_3.npy.otherhost.{dead}-0.tmp": (None, True),  # another host's, fresh: kept
+            f".00000000_0000-0072_4.npy.otherhost.{dead}-0.tmp": (old, False),  # another host's, old: stale
+            f".store-meta.json.{HOST}.{dead}-0.tmp.json": (None, False),  # suffixed temporary, dead writer
+            "not-ours.tmp": (None, True),  # not an lstmnb temporary: never touched
         }
         for name, (mtime, _) in files.items():
             (folder / name).write_bytes(b"half")
@@ -221,7 +222,7 @@ def test_stale_tmp_files_are_removed_and_live_ones_kept(small_store, tmp_path):
         stats = FetchStats()
         extract(req(small_store), cache_dir=tmp_path, progress=False, stats=stats)
         assert stats.chunks == 0
-        left = {p.name for p in folder.glob(".*.tmp")}
+        left = {p.name for p in folder.glob("*.tmp*")}
         assert left == {name for name, (_, keep) in files.items() if keep}
     finally:
         live.kill()
