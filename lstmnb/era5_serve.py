@@ -1,69 +1,88 @@
 """Loopback HTTP helpers for testing and benchmarking extraction without the cloud.
 
-``StaticServer`` serves a directory (a Zarr store) fast, with keep-alive; ``Proxy`` forwards GET/HEAD
-requests to an upstream server (the static server or a GCS emulator), adding a per-request delay like
-a cloud round trip and failing chosen requests with HTTP 503 to exercise retries. Both bind 127.0.0.1
-only. Run ``python -m lstmnb.era5_serve DIR --delay 0.03`` to serve a store from another process; it prints
-the server's URL, the delayed proxy's, and an undelayed proxy's (to measure the path's bandwidth).
+``StaticServer`` serves a directory (a Zarr store) with keep-alive and byte ranges, optionally with a
+per-request delay and injected failures; ``Proxy`` forwards
+GET/HEAD requests to an upstream server (the static server or a GCS emulator), adding a per-request
+delay like a cloud round trip and failing chosen requests with HTTP 503 to exercise retries. Both bind
+127.0.0.1 only and run on aiohttp in a private event-loop thread: its HTTP parser costs a fraction of
+``http.server``'s per request, so the servers stay far from being what a benchmark measures. Run
+``python -m lstmnb.era5_serve DIR --delay 0.03`` to serve a store from another process; it prints the
+URL of a server that adds the delay and of one that does not (to measure the path's bandwidth).
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
+import asyncio
 import os
 import re
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection",
-        "content-length", "content-encoding"}
-
-
+        "content-length", "content-encoding", "host"}
 _CHUNK_KEY = re.compile(r"\d+(\.\d+)*")  # zarr v2 chunk keys: 12.0.0
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 256
-
-    def handle_error(self, request, client_address) -> None:
-        """Clients that hang up (killed runs, closed pools) are normal here; stay quiet about them."""
-        import sys
-
-        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            super().handle_error(request, client_address)
+_RANGE = re.compile(r"bytes=(?P<first>\d+)-(?P<last>\d*)")
 
 
 class _Base:
-    """Start/stop a threaded loopback server; ``url`` is its base address."""
+    """Start/stop an aiohttp application on a loopback port, in its own event-loop thread."""
 
-    server: _Server
+    port: int
 
-    def _start(self, handler) -> None:
-        self.server = _Server(("127.0.0.1", 0), handler)
-        self.server.owner = self  # type: ignore[attr-defined]
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
-                                       daemon=True)
+    def _start(self, app) -> None:
+        from aiohttp import web
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=type(self).__name__, daemon=True)
         self.thread.start()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
 
-    @property
-    def port(self) -> int:
-        return self.server.server_address[1]
+        async def up():
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await runner.setup()
+            await web.SockSite(runner, sock, backlog=512).start()
+            return runner
+
+        self._runner = self._call(up())
+
+    def _call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    delay: float = 0.0
+    faults: "Faults | None" = None
+
+    async def _gate(self, request):
+        """Wait out the delay; a 503 response when ``faults`` picks this request, else None."""
+        from aiohttp import web
+
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.faults is not None and self.faults.should_fail(unquote(request.path_qs)):
+            return web.json_response({"error": {"code": 503, "message": "injected by lstmnb test server"}},
+                                     status=503)
+        return None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    async def _stop(self) -> None:
+        await self._runner.cleanup()
+
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        try:
+            self._call(self._stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=5)
 
     def __enter__(self):
         return self
@@ -72,74 +91,80 @@ class _Base:
         self.close()
 
 
-class _StaticHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out in separate writes: with Nagle's algorithm on, a small body then waits
-    # for the client's delayed ACK (~40 ms on Linux), a stall no cloud store adds. TCP_NODELAY.
-    disable_nagle_algorithm = True
+class StaticServer(_Base):
+    """Serves the files under ``root`` on a loopback port: GET and HEAD, single byte ranges, 404 otherwise.
 
-    def log_message(self, *args) -> None:  # quiet
-        pass
+    ``delay`` seconds are added to every file request, like a cloud round trip, and ``faults`` fail
+    chosen ones, as ``Proxy`` does for other servers (here without a second hop's cost).
+    ``/.lstmnb-stats`` answers the requests, bytes, and per array the chunk requests and chunk reads
+    served so far (benchmarks; a chunk read is a request for a chunk's first bytes, so reading a
+    header then blocks is one read and two requests).
+    ``ranges=False`` ignores Range headers and always sends whole files, like some simple servers.
+    """
 
-    def _file(self) -> Path | None:
-        owner: StaticServer = self.server.owner  # type: ignore[attr-defined]
-        rel = unquote(urlsplit(self.path).path).lstrip("/")
-        path = (owner.root / rel).resolve()
-        if owner.root not in path.parents and path != owner.root:
+    def __init__(self, root: str | os.PathLike, ranges: bool = True, delay: float = 0.0,
+                 faults: "Faults | None" = None):
+        from aiohttp import web
+
+        self.root = Path(root).resolve()
+        self.ranges = ranges
+        self.delay = float(delay)
+        self.faults = faults
+        self.requests = 0
+        self.bytes = 0
+        self.chunk_requests: dict[str, int] = {}  # array name -> requests for its chunks
+        self.chunk_reads: dict[str, int] = {}  # array name -> requests for a chunk's start (whole or header)
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", self._serve)
+        self._start(app)
+
+    def _file(self, rel: str) -> Path | None:
+        path = (self.root / rel).resolve()
+        if self.root not in path.parents and path != self.root:
             return None
         return path if path.is_file() else None
 
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._serve(body=False)
-
-    def do_GET(self) -> None:  # noqa: N802
-        self._serve(body=True)
-
-    def _serve(self, body: bool) -> None:
-        owner: StaticServer = self.server.owner  # type: ignore[attr-defined]
-        if self.path == "/.lstmnb-stats":  # request and byte counts, for benchmarks
-            data = json.dumps({"requests": owner.requests, "bytes": owner.bytes,
-                               "chunk_requests": owner.chunk_requests}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-            return
-        path = self._file()
-        if path is None:
-            self.send_response(404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        data = path.read_bytes()
-        owner.count(len(data) if body else 0, rel=path.relative_to(owner.root).as_posix())
-        self.send_response(200)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if body:
-            self.wfile.write(data)
-
-
-class StaticServer(_Base):
-    """Serves the files under ``root`` on a loopback port (GET and HEAD; 404 for anything else)."""
-
-    def __init__(self, root: str | os.PathLike):
-        self.root = Path(root).resolve()
-        self.requests = 0
-        self.bytes = 0
-        self.chunk_requests: dict[str, int] = {}  # array name -> chunk reads (metadata not counted)
-        self._lock = threading.Lock()
-        self._start(_StaticHandler)
-
-    def count(self, nbytes: int, rel: str = "") -> None:
+    def count(self, nbytes: int, rel: str = "", first: int = 0) -> None:
+        """Count a request; one for a chunk's start (whole, or its header) also counts as a chunk read."""
         array, _, key = rel.rpartition("/")
-        is_chunk = bool(array) and bool(_CHUNK_KEY.fullmatch(key))
-        with self._lock:
-            self.requests += 1
-            self.bytes += nbytes
-            if is_chunk:
-                self.chunk_requests[array] = self.chunk_requests.get(array, 0) + 1
+        self.requests += 1  # the event loop is one thread: no lock needed
+        self.bytes += nbytes
+        if array and _CHUNK_KEY.fullmatch(key):
+            self.chunk_requests[array] = self.chunk_requests.get(array, 0) + 1
+            if first == 0:
+                self.chunk_reads[array] = self.chunk_reads.get(array, 0) + 1
+
+    async def _serve(self, request):
+        from aiohttp import web
+
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(status=405)
+        rel = unquote(request.path).lstrip("/")
+        if rel == ".lstmnb-stats":
+            return web.json_response({"requests": self.requests, "bytes": self.bytes,
+                                      "chunk_requests": self.chunk_requests, "chunk_reads": self.chunk_reads})
+        refused = await self._gate(request)
+        if refused is not None:
+            return refused
+        path = self._file(rel)
+        if path is None:
+            return web.Response(status=404)
+        data = path.read_bytes()
+        size, headers, status, first = len(data), {"Content-Type": "application/octet-stream"}, 200, 0
+        want = _RANGE.fullmatch(request.headers.get("Range", "").strip()) if self.ranges else None
+        if want:  # one byte range, as cloud stores serve them: bytes=a-b or bytes=a-
+            first = int(want["first"])
+            last = min(int(want["last"]) if want["last"] else size - 1, size - 1)
+            if first >= size or last < first:
+                return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
+            status, data = 206, data[first:last + 1]
+            headers["Content-Range"] = f"bytes {first}-{last}/{size}"
+        body = request.method == "GET"
+        self.count(len(data) if body else 0, rel=path.relative_to(self.root).as_posix(), first=first)
+        if not body:
+            headers["Content-Length"] = str(len(data))
+            return web.Response(status=status, headers=headers)
+        return web.Response(status=status, body=data, headers=headers)
 
 
 @dataclass
@@ -157,118 +182,87 @@ class Faults:
     seen: dict = field(default_factory=dict)
     injected: int = 0
 
-
-class _ProxyHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # as above
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def do_GET(self) -> None:  # noqa: N802
-        self._forward("GET")
-
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._forward("HEAD")
-
-    def _fail(self) -> None:
-        body = b'{"error": {"code": 503, "message": "injected by lstmnb test proxy"}}'
-        self.send_response(503)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _forward(self, method: str) -> None:
-        owner: Proxy = self.server.owner  # type: ignore[attr-defined]
-        if owner.delay:
-            time.sleep(owner.delay)
-        if owner.should_fail(unquote(self.path)):
-            self._fail()
-            return
-        conn = owner.connection()
-        try:
-            conn.request(method, self.path, headers={k: v for k, v in self.headers.items()
-                                                     if k.lower() not in _HOP and k.lower() != "host"})
-            resp = conn.getresponse()
-            data = resp.read()
-        except (OSError, http.client.HTTPException):
-            owner.drop_connection()
-            self._fail()
-            return
-        self.send_response(resp.status)
-        for k, v in resp.getheaders():
-            if k.lower() not in _HOP:
-                self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if method == "GET":
-            self.wfile.write(data)
+    def should_fail(self, path: str) -> bool:
+        if self.broken and re.search(self.broken, path):
+            self.injected += 1
+            return True
+        if self.flaky and re.search(self.flaky, path):
+            key = path.split("?")[0]
+            if key not in self.seen:
+                self.seen[key] = [len(self.seen), 0]
+            index, fails = self.seen[key]
+            if index % max(self.every, 1) == 0 and fails < self.fail_times:
+                self.seen[key][1] += 1
+                self.injected += 1
+                return True
+        return False
 
 
 class Proxy(_Base):
     """Forwards GET/HEAD to ``upstream`` (http://host:port) after ``delay`` seconds; injects ``faults``."""
 
     def __init__(self, upstream: str, delay: float = 0.0, faults: Faults | None = None):
+        from aiohttp import web
+
         parts = urlsplit(upstream)
-        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.upstream = f"http://{parts.hostname or '127.0.0.1'}:{parts.port or 80}"
         self.delay = float(delay)
         self.faults = faults or Faults()
         self.requests = 0
-        self._lock = threading.Lock()
-        self._local = threading.local()
-        self._start(_ProxyHandler)
+        self._session = None
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", self._forward)
+        self._start(app)
 
-    def connection(self) -> http.client.HTTPConnection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = http.client.HTTPConnection(*self.upstream, timeout=60)
-        return conn
+    async def _forward(self, request):
+        import aiohttp
+        from aiohttp import web
 
-    def drop_connection(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-        self._local.conn = None
+        self.requests += 1
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(status=405)
+        refused = await self._gate(request)
+        if refused is not None:
+            return refused
+        if self._session is None:
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                                  auto_decompress=False)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        try:
+            async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
+                                             timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                data = await resp.read()
+                out = {k: v for k, v in resp.headers.items() if k.lower() not in _HOP}
+                status = resp.status
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return web.json_response({"error": {"code": 503, "message": "upstream unreachable"}}, status=503)
+        if request.method == "HEAD":
+            return web.Response(status=status, headers=out)
+        return web.Response(status=status, body=data, headers=out)
 
-    def should_fail(self, path: str) -> bool:
-        f = self.faults
-        with self._lock:
-            self.requests += 1
-            if f.broken and re.search(f.broken, path):
-                f.injected += 1
-                return True
-            if f.flaky and re.search(f.flaky, path):
-                key = path.split("?")[0]
-                if key not in f.seen:
-                    f.seen[key] = [len(f.seen), 0]
-                index, fails = f.seen[key]
-                if index % max(f.every, 1) == 0 and fails < f.fail_times:
-                    f.seen[key][1] += 1
-                    f.injected += 1
-                    return True
-        return False
+    async def _stop(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+        await super()._stop()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Serve a directory behind a delay proxy until killed; print both URLs on one line."""
-    p = argparse.ArgumentParser(description="Serve a Zarr store on loopback behind a delay proxy.")
+    """Serve a directory with and without a per-request delay until killed; print both URLs on one line."""
+    p = argparse.ArgumentParser(description="Serve a Zarr store on loopback with a per-request delay.")
     p.add_argument("root", help="directory to serve")
-    p.add_argument("--delay", type=float, default=0.03, help="seconds added per request by the proxy")
+    p.add_argument("--delay", type=float, default=0.03, help="seconds added per request (default 0.03)")
     args = p.parse_args(argv)
-    server = StaticServer(args.root)
-    proxy = Proxy(server.url, delay=args.delay)
-    direct = Proxy(server.url, delay=0.0)  # same path without the delay: measures its bandwidth
-    print(f"{server.url} {proxy.url} {direct.url}", flush=True)
+    delayed = StaticServer(args.root, delay=args.delay)
+    direct = StaticServer(args.root)  # the same path without the delay: measures its bandwidth
+    print(f"{delayed.url} {direct.url}", flush=True)
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
         pass
     finally:
-        proxy.close()
+        delayed.close()
         direct.close()
-        server.close()
     return 0
 
 

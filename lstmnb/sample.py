@@ -142,10 +142,13 @@ def write_sample(
     lon: Sequence[float] = DEFAULT_LON,
     variables: Sequence[str] | None = None,
     seed: int = 0,
+    blocksize: int = 0,
 ) -> Path:
     """Write a deterministic synthetic store in the ARCO-ERA5 layout at ``path`` and return it.
 
     ``lat`` is (north, south) and ``lon`` (west, east) in degrees, snapped to the 0.25 degree grid.
+    ``blocksize``: Blosc's block size in bytes; 0 lets Blosc choose, as for the public store (small
+    blocks make a small store's chunks hold many blocks, as the public store's 4 MB chunks do).
     ``path`` must not exist yet; callers wanting atomicity write through ``paths.atomic_path``.
     """
     import numcodecs
@@ -174,7 +177,7 @@ def write_sample(
     encoding = {"time": {"units": "hours since 1900-01-01", "calendar": "proleptic_gregorian", "dtype": "int64"}}
     coords.to_zarr(path, zarr_format=2, consolidated=False, encoding=encoding, mode="w-")
 
-    compressor = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
+    compressor = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE, blocksize=blocksize)
     group = zarr.open_group(path, mode="r+", zarr_format=2)
     nt, ny, nx = len(grid.times), len(grid.lat), len(grid.lon)
     for name in variables:

@@ -38,6 +38,18 @@ def small_store(tmp_path_factory):
     return write_sample(path, start="2020-01-01T00", end="2020-01-10T23", lat=(41.0, 19.0), lon=(279.0, 281.0))
 
 
+@pytest.fixture(scope="session")
+def wide_store(tmp_path_factory):
+    """A two-day store 90 degrees square in 64 KB Blosc blocks (asked as 16 KB: Blosc multiplies by the
+    item size when it splits blocks): each 521 KB chunk holds 8 blocks, so a point needs one of them, as
+    on the public store (4 MB chunks of 512 KB blocks)."""
+    from lstmnb.sample import write_sample
+
+    path = tmp_path_factory.mktemp("stores") / "wide.zarr"
+    return write_sample(path, start="2020-01-01T00", end="2020-01-02T23", lat=(80.0, -10.0), lon=(240.0, 330.0),
+                        blocksize=16384)
+
+
 # --- GCS emulator (cloud code path without the cloud) --------------------------------------------
 
 def _free_port() -> int:

@@ -169,7 +169,7 @@ def test_kill_and_resume_redoes_at_most_one_block(slow_http_store, small_store, 
     child.send_signal(signal.SIGKILL)
     child.wait()
     time.sleep(0.1)  # requests the proxy still holds reach the server: count them too
-    reads_before = server.chunk_requests.get("2m_temperature", 0)
+    reads_before = server.chunk_reads.get("2m_temperature", 0)
     kept = min(_cached_hours(cache).values())
     assert 96 <= kept < 240
     assert reads_before - kept <= 24, f"{reads_before} hours read, {kept} kept: more than one day lost"
@@ -178,7 +178,7 @@ def test_kill_and_resume_redoes_at_most_one_block(slow_http_store, small_store, 
     resumed = extract(Request(source=proxy.url, start="2020-01-01", end="2020-01-10"),
                       cache_dir=cache, progress=False, concurrency=concurrency, block_hours=24, stats=stats)
     assert stats.chunks == 240 - kept, "only hours that are not cached are read"
-    assert server.chunk_requests["2m_temperature"] == reads_before + stats.chunks
+    assert server.chunk_reads["2m_temperature"] == reads_before + stats.chunks
     whole = extract(Request(source=str(small_store), start="2020-01-01", end="2020-01-10"),
                     cache_dir=tmp_path / "whole", progress=False)
     np.testing.assert_array_equal(resumed["2m_temperature"].values, whole["2m_temperature"].values)
@@ -304,3 +304,113 @@ def test_cached_request_works_offline(cloud_store, gcs_emulator, emulator_via, t
     extract(Request(source=url, **{**kw, "end": "2020-01-03"}), cache_dir=tmp_path, progress=False,
             block_hours=24, stats=stats)
     assert stats.chunks == 24 * 2 and stats.blocks_cached == 8
+
+
+# --- Block reads: only the Blosc blocks that hold the points -------------------------------------
+
+WIDE = dict(points=((40.0, 280.0), (20.0, 280.0)), variables=TWO_VARS, start="2020-01-01", end="2020-01-02")
+
+
+def _wide_truth(store) -> dict[str, np.ndarray]:
+    ds = xr.open_zarr(str(store), chunks=None)
+    return {v: ds[v].sel(latitude=[40.0, 20.0], longitude=280.0).values for v in TWO_VARS}
+
+
+def _chunk_bytes(store) -> int:
+    return sum(f.stat().st_size for v in TWO_VARS for f in (store / v).glob("*.0.0"))
+
+
+@pytest.mark.parametrize("how", ["local", "http", "http, Range ignored"])
+def test_points_read_only_their_blocks(wide_store, tmp_path, how, monkeypatch):
+    from lstmnb import era5_fetch
+
+    truth = _wide_truth(wide_store)
+
+    def run(cache, server=None):
+        stats = FetchStats()
+        src = str(wide_store) if server is None else server.url
+        ds = extract(Request(source=src, **WIDE), cache_dir=tmp_path / cache, progress=False, stats=stats)
+        for v in TWO_VARS:
+            np.testing.assert_array_equal(ds[v].values, truth[v])
+        return stats
+
+    if how == "local":
+        parts = run("parts")
+        monkeypatch.setattr(era5_fetch, "PARTIAL_READS", False)
+        whole = run("whole")
+        assert whole.bytes == _chunk_bytes(wide_store)
+        assert parts.bytes < 0.4 * whole.bytes, (parts.bytes, whole.bytes)
+        assert parts.chunks == whole.chunks == 96
+        return
+    with StaticServer(wide_store, ranges=how == "http") as server:
+        stats = run("c", server)
+        served = {v: server.chunk_requests[v] for v in TWO_VARS}
+        assert [server.chunk_reads[v] for v in TWO_VARS] == [48, 48], "each chunk is read once"
+    if how == "http":
+        assert stats.bytes < 0.4 * _chunk_bytes(wide_store)
+        # per chunk: the header, then the two points' blocks (3 and 5 of 8: two ranges, at once)
+        assert served == {v: 3 * 48 for v in TWO_VARS}
+    else:  # the server sent whole chunks: correct values all the same
+        assert stats.bytes >= _chunk_bytes(wide_store)
+
+
+def test_block_reads_retry_and_fill_missing_chunks(wide_store, tmp_path_factory, tmp_path):
+    """Transient failures of header or block requests are retried; a chunk absent from the store
+    gives the fill value (NaN), as zarr does."""
+    import shutil
+
+    store = tmp_path_factory.mktemp("holes") / "wide.zarr"
+    shutil.copytree(wide_store, store)
+    (store / "2m_temperature" / "5.0.0").unlink()
+    truth = _wide_truth(store)
+    assert np.isnan(truth["2m_temperature"][5]).all()
+    faults = Faults(flaky=r"2m_temperature/\d+\.0\.0", every=2, fail_times=2)
+    with StaticServer(store, faults=faults) as server:
+        ds = extract(Request(source=server.url, **WIDE), cache_dir=tmp_path, progress=False, retry=FAST_RETRY)
+    assert faults.injected >= 40
+    for v in TWO_VARS:
+        np.testing.assert_array_equal(ds[v].values, truth[v])
+
+
+def test_small_and_large_boxes(wide_store, tmp_path):
+    """A small box is read through its blocks, a box covering most of a chunk whole; both exact."""
+    ds = xr.open_zarr(str(wide_store), chunks=None)["2m_temperature"]
+    for name, box, share in [("small", (39.0, 40.0, 279.5, 280.0), 0.5), ("large", (-8.0, 78.0, 242.0, 328.0), 1.0)]:
+        stats = FetchStats()
+        got = extract(Request(source=str(wide_store), points=None, box=box, start="2020-01-01", end="2020-01-01"),
+                      cache_dir=tmp_path / name, progress=False, stats=stats)["2m_temperature"]
+        want = ds.sel(latitude=slice(box[1], box[0]), longitude=slice(box[2], box[3]), time=slice("2020-01-01", "2020-01-01T23"))
+        np.testing.assert_array_equal(got.values, want.values)
+        whole = sum((wide_store / "2m_temperature" / f"{t}.0.0").stat().st_size for t in range(24))
+        assert stats.bytes <= share * whole + 24 * 4096, (name, stats.bytes, whole)
+
+
+def test_emulator_block_reads_equal_local(gcs_emulator, wide_store, tmp_path):
+    """gs:// through the emulator (its media downloads honour Range) gives the local values."""
+    gcs_emulator.make_bucket("lstmnb-wide")
+    gcs_emulator.upload_dir(wide_store, "lstmnb-wide", "ar/wide.zarr")
+    stats = FetchStats()
+    cloud = extract(Request(source="gs://lstmnb-wide/ar/wide.zarr", **WIDE), cache_dir=tmp_path / "c",
+                    progress=False, stats=stats)
+    here = extract(Request(source=str(wide_store), **WIDE), cache_dir=tmp_path / "l", progress=False)
+    xr.testing.assert_equal(cloud.drop_attrs(), here.drop_attrs())
+    assert stats.chunks == 96 and stats.bytes < 0.4 * _chunk_bytes(wide_store)
+
+
+def test_client_narrows_for_servers_that_close_connections(gcs_emulator, wide_store):
+    """The emulator answers HTTP/1.0 and closes each connection, accepting few at a time: the client
+    notices and keeps few requests in flight (a burst of a hundred stalls for seconds in SYN retries)."""
+    from lstmnb.era5_fetch import HttpClient
+
+    client = HttpClient(128, FAST_RETRY)
+    try:
+        client.get(f"{gcs_emulator.url}/storage/v1/b")
+        assert client.closing_server
+    finally:
+        client.close()
+    with StaticServer(wide_store) as server:
+        client = HttpClient(128, FAST_RETRY)
+        try:
+            assert client.get(f"{server.url}/.zmetadata") and not client.closing_server
+        finally:
+            client.close()
