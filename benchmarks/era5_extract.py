@@ -1,19 +1,27 @@
 """How fast is `lstmnb data` against an ARCO-ERA5-shaped store, compared with the published approach?
 
 Builds a store with ARCO-sized chunks (one hour of a 721 x 1440 float32 global field per chunk,
-Blosc-LZ4 with byte shuffle, zarr format 2, consolidated metadata), serves it from a threaded loopback
-HTTP server behind a loopback proxy that adds a per-request delay like a cloud round trip, and extracts
-two points (40N and 20N at 280E) over the whole store with
+Blosc-LZ4 with byte shuffle, zarr format 2, consolidated metadata) and serves it from a loopback
+HTTP server (aiohttp, in another process) that adds a per-request delay like a cloud round trip. The
+delay is added by the server itself rather than by a proxy in front of it: a proxy hop in Python
+nearly halves the requests per second the path can answer, a cost no cloud store adds. It extracts two
+points (40N and 20N at 280E) over the whole store with
 
   (a) the published approach: open_zarr(..., chunks={'time': 48}).sel(...).compute()  (dask)
   (b) plain open_zarr(chunks=None).sel(...).values                                 (zarr's async reads)
-  (c) lstmnb's extraction (`lstmnb data`, i.e. era5.extract) into an empty cache (default blocks)
-  (c24) the same with 24-hour blocks (blocks are fetched one after another: this shows their cost)
-  (c, cached) (c) again with every block cached (no store access)
+  (c) lstmnb's extraction (`lstmnb data`, i.e. era5.extract) into an empty cache (default blocks):
+      it fetches each chunk's Blosc header, then only the blocks that hold the points
+  (cw) the same reading whole chunks (as (a) and (b) do), to show what block reads gain
+  (c24) (c) with 24-hour cache blocks (at most a block of hours in flight: this shows their cost)
+  (cached) (c) again with every block cached (no store access)
 
 and prints times (median of --repeat runs), bytes served, requests (and how many were metadata
-rather than chunk reads: opening a store), ratios, and the limit this setup allows:
-max(bytes / loopback bandwidth, requests x delay / concurrency) + decode time on this machine.
+rather than chunk reads: opening a store), ratios, and the limits this setup allows, for whole-chunk
+reads and for block reads: max(bytes / loopback bandwidth, requests x delay / concurrency,
+requests / the path's request rate) + decode time on this machine. The latency term counts whole
+waves of reads, each waiting for the round trips a chunk needs in a row (two for block reads); the
+request-rate term is the loopback path's own cost per request (client and server on these cores),
+which a cloud store spreads over many machines.
 Finally it kills (c24) at about half-way in a subprocess and resumes it, counting the chunk reads
 redone (hours read before the kill that were not kept).
 
@@ -83,16 +91,15 @@ def served(url: str) -> dict:
 
 
 def measure_bandwidth(server: str, hours: int, concurrency: int) -> tuple[float, float]:
-    """Fetch every chunk straight from the server (no proxy, no decode): (bytes, seconds)."""
+    """Fetch every chunk straight from the server (no delay, no decode), as many in flight as the
+    extraction, through the same client: (bytes, seconds)."""
     from lstmnb.era5_fetch import HttpClient, RetryPolicy
-    from concurrent.futures import ThreadPoolExecutor
 
     client = HttpClient(concurrency, RetryPolicy())
     try:
         client.get(f"{server}/2m_temperature/0.0.0")  # warm the connection pool
         t0 = time.perf_counter()
-        with ThreadPoolExecutor(concurrency) as pool:
-            sizes = list(pool.map(lambda t: len(client.get(f"{server}/2m_temperature/{t}.0.0")), range(hours)))
+        sizes = [len(b) for b in client.get_many([f"{server}/2m_temperature/{t}.0.0" for t in range(hours)])]
         return float(sum(sizes)), time.perf_counter() - t0
     finally:
         client.close()
@@ -108,6 +115,78 @@ def measure_decode(store: Path, hours: int) -> float:
     for b in blobs:
         np.frombuffer(comp.decode(b), dtype=np.float32)
     return time.perf_counter() - t0
+
+
+def measure_request_rate(server: str, hours: int, concurrency: int) -> float:
+    """Small (4 KB) range requests per second the path answers, as many in flight as the extraction."""
+    from lstmnb.era5_fetch import HttpClient, RetryPolicy
+
+    client = HttpClient(concurrency, RetryPolicy())
+    keys = [f"{server}/2m_temperature/{t % hours}.0.0" for t in range(max(4 * hours, 1000))]
+    try:
+        client.get(keys[0], byte_range=(0, 4096))
+        t0 = time.perf_counter()
+        client.get_many(keys, byte_ranges=[(0, 4096)] * len(keys))
+        return len(keys) / (time.perf_counter() - t0)
+    finally:
+        client.close()
+
+
+def _point_offsets() -> np.ndarray:
+    """Byte offsets of POINTS in a 721 x 1440 float32 chunk (latitude 90..-90, longitude 0..359.75)."""
+    rows = np.array([round((90 - lat) * 4) for lat, _ in POINTS])
+    cols = np.array([round(lon * 4) for _, lon in POINTS])
+    return (rows * 1440 + cols) * 4
+
+
+def blocks_plan(store: Path, hours: int) -> dict:
+    """What reading only the Blosc blocks that hold POINTS takes: bytes, requests, and the blocks.
+
+    Mirrors lstmnb's partial read: one 4 KB range for the header and block table, then one range per
+    run of adjacent needed blocks beyond it.
+    """
+    from lstmnb import blosc_parts
+    from lstmnb.era5_fetch import _HEAD_BYTES
+
+    total, requests, plan = 0, 0, []
+    for t in range(hours):
+        raw = (store / "2m_temperature" / f"{t}.0.0").read_bytes()
+        head = blosc_parts.parse_header(raw)
+        starts, stops = blosc_parts.block_extents(head, raw[:head.table_end])
+        blocks = blosc_parts.blocks_holding(head, _point_offsets(), 4)
+        ranges = [r for r in blosc_parts.byte_ranges(starts, stops, blocks) if r[1] > _HEAD_BYTES]
+        total += min(_HEAD_BYTES, len(raw)) + sum(b - a for a, b in ranges)
+        requests += 1 + len(ranges)
+        plan.append((head, [(int(k), raw[starts[k]:stops[k]]) for k in blocks]))
+    return {"bytes": total, "requests": requests, "plan": plan}
+
+
+def measure_block_decode(part: dict) -> float:
+    """Seconds to decode the needed blocks of every chunk and pick the points, one after another."""
+    from lstmnb import blosc_parts
+
+    offsets = _point_offsets()
+    t0 = time.perf_counter()
+    for head, blocks in part["plan"]:
+        blosc_parts.gather(head, dict(blocks), offsets, np.float32)
+    return time.perf_counter() - t0
+
+
+def show_limit(label: str, nbytes: float, requests: int, chunks: int, bandwidth: float, rate: float,
+               delay: float, concurrency: int, decode: float) -> float:
+    """Print and return max(bytes / bandwidth, latency, requests / rate) + decode.
+
+    The latency term is requests x delay / concurrency, counted in whole waves: each of
+    ceil(chunks / concurrency) waves of chunk reads waits for the round trips one chunk needs in a
+    row (one for a whole chunk; two, header then blocks, for block reads).
+    """
+    chain = requests / chunks
+    terms = (nbytes / bandwidth, -(-chunks // concurrency) * chain * delay, requests / rate)
+    limit = max(terms) + decode
+    print(f"limit, {label}: {nbytes / 1e6:,.0f} MB, {requests} requests: max({terms[0]:.2f} s bytes/bandwidth, "
+          f"{terms[1]:.2f} s requests x delay / concurrency, {terms[2]:.2f} s requests / rate) + {decode:.2f} s "
+          f"decode = {limit:.2f} s")
+    return limit
 
 
 def published(url: str, start: str, end: str) -> np.ndarray:
@@ -127,19 +206,28 @@ def plain(url: str, start: str, end: str) -> np.ndarray:
 
 
 def ours(url: str, start: str, end: str, cache: Path, concurrency: int,
-         block_hours: int | None = None) -> tuple[np.ndarray, object]:
+         block_hours: int | None = None, whole: bool = False) -> tuple[np.ndarray, object]:
+    from lstmnb import era5_fetch
     from lstmnb.era5 import Request, extract
-    from lstmnb.era5_fetch import FetchStats
 
-    stats = FetchStats()
-    ds = extract(Request(source=url, points=POINTS, start=start, end=end), cache_dir=cache, progress=False,
-                 concurrency=concurrency, block_hours=block_hours, stats=stats)
+    stats = era5_fetch.FetchStats()
+    era5_fetch.PARTIAL_READS = not whole
+    try:
+        ds = extract(Request(source=url, points=POINTS, start=start, end=end), cache_dir=cache, progress=False,
+                     concurrency=concurrency, block_hours=block_hours, stats=stats)
+    finally:
+        era5_fetch.PARTIAL_READS = True
     return ds["2m_temperature"].values, stats
 
 
 def chunk_reads(stats: dict) -> int:
-    """Chunk reads of the variable the server has answered (all requests on servers that don't split them)."""
-    return stats.get("chunk_requests", {}).get("2m_temperature", stats["requests"])
+    """Chunk reads of the variable the server has answered (whole chunks, or a header then blocks)."""
+    return stats["chunk_reads"].get("2m_temperature", 0)
+
+
+def chunk_requests(stats: dict) -> int:
+    """Requests for chunks of any array (the rest are metadata: opening the store)."""
+    return sum(stats["chunk_requests"].values())
 
 
 _CHILD = """
@@ -171,7 +259,7 @@ def kill_and_resume(url: str, start: str, end: str, cache: Path, concurrency: in
         time.sleep(0.005)
     child.send_signal(signal.SIGKILL)
     child.wait()
-    time.sleep(0.2)  # requests the delay proxy still holds reach the server: they were asked for too
+    time.sleep(0.2)  # requests the server still holds in their delay count when they end: asked for too
     first_reads = chunk_reads(served(server)) - before
     kept_h = kept_hours()
     stats = FetchStats()
@@ -187,13 +275,18 @@ def kill_and_resume(url: str, start: str, end: str, cache: Path, concurrency: in
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hours", type=int, default=168, help="hours in the store and the request (default a week)")
-    ap.add_argument("--delay", type=float, default=0.03, help="seconds the proxy adds per request (default 0.03)")
-    ap.add_argument("--concurrency", type=int, default=32, help="lstmnb's reads in flight (default 32)")
+    ap.add_argument("--delay", type=float, default=0.03, help="seconds the server adds per request (default 0.03)")
+    ap.add_argument("--concurrency", type=int, default=None,
+                    help="lstmnb's reads in flight (default: lstmnb's default)")
     ap.add_argument("--block-hours", type=int, default=24, help="cache block size for the resume test")
     ap.add_argument("--workdir", default=None, help="where to build the store (default: a temp folder)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per approach; the median is shown (default 3)")
     ap.add_argument("--skip", default="", help="comma list of approaches to skip: a,b,c,c24,cached,resume")
     args = ap.parse_args()
+    if args.concurrency is None:
+        from lstmnb.era5_fetch import DEFAULT_CONCURRENCY
+
+        args.concurrency = DEFAULT_CONCURRENCY
     skip = set(filter(None, args.skip.split(",")))
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="lstmnb-bench-"))
@@ -209,7 +302,7 @@ def main() -> int:
 
     serve = subprocess.Popen([sys.executable, "-m", "lstmnb.era5_serve", str(store), "--delay", str(args.delay)],
                              stdout=subprocess.PIPE, text=True)
-    server, proxy, undelayed = serve.stdout.readline().split()
+    server, direct = serve.stdout.readline().split()  # with the delay, and without it
     os.environ.setdefault("LSTMNB_CACHE", str(work / "cache"))
     start = "2020-01-01T00"
     end = str(np.datetime64(start) + np.timedelta64(args.hours - 1, "h"))
@@ -218,40 +311,42 @@ def main() -> int:
         # Medians of --repeat measurements, like the approaches' times: on a shared machine one
         # measurement of the limit is as noisy as one run of an approach.
         n = max(args.repeat, 1)
-        nbytes, secs = measure_bandwidth(undelayed, args.hours, args.concurrency)
-        secs = float(np.median([secs] + [measure_bandwidth(undelayed, args.hours, args.concurrency)[1]
-                                         for _ in range(n - 1)]))
+        runs_bw = [measure_bandwidth(direct, args.hours, args.concurrency) for _ in range(n)]
+        nbytes, secs = runs_bw[0][0], float(np.median([r[1] for r in runs_bw]))
         bandwidth = nbytes / secs
-        server_bytes, server_secs = measure_bandwidth(server, args.hours, args.concurrency)
-        print(f"bandwidth: server alone {server_bytes / server_secs / 1e6:,.0f} MB/s; through the proxy path "
-              f"(delay 0) {bandwidth / 1e6:,.0f} MB/s -- the limit uses the latter, the path every approach takes")
+        rate = float(np.median([measure_request_rate(direct, args.hours, args.concurrency) for _ in range(n)]))
         decode = float(np.median([measure_decode(store, args.hours) for _ in range(n)]))
-        requests = args.hours
-        limit_io = max(nbytes / bandwidth, requests * args.delay / args.concurrency)
-        limit = limit_io + decode
-        print(f"loopback path bandwidth {bandwidth / 1e6:,.0f} MB/s ({nbytes / 1e6:,.0f} MB in {secs:.2f} s, "
-              f"{args.concurrency} in flight; median of {n}); decode {decode:.2f} s for {args.hours} chunks "
-              "on this machine")
-        print(f"limit = max({nbytes / bandwidth:.2f} s bytes/bandwidth, {requests * args.delay / args.concurrency:.2f} s"
-              f" requests x delay / concurrency) + {decode:.2f} s decode = {limit:.2f} s\n")
+        part = blocks_plan(store, args.hours)
+        decode_part = float(np.median([measure_block_decode(part) for _ in range(n)]))
+        print(f"loopback path: {bandwidth / 1e6:,.0f} MB/s ({nbytes / 1e6:,.0f} MB in {secs:.2f} s) and "
+              f"{rate:,.0f} small requests/s, {args.concurrency} in flight; decode {decode:.2f} s for "
+              f"{args.hours} whole chunks, {decode_part:.2f} s for the blocks holding the points "
+              f"(medians of {n})")
+        limit = show_limit("whole chunks", nbytes, args.hours, args.hours, bandwidth, rate, args.delay,
+                           args.concurrency, decode)
+        limit_part = show_limit("only the blocks holding the points", part["bytes"], part["requests"], args.hours,
+                                bandwidth, rate, args.delay, args.concurrency, decode_part)
+        print()
 
         values = {}
         warm = work / f"cache-warm-{time.time_ns()}"
         for name, label, fn in [
-            ("a", "published: open_zarr(chunks={'time': 48}).sel().compute()", lambda: published(proxy, start, end)),
-            ("b", "open_zarr(chunks=None).sel().values", lambda: plain(proxy, start, end)),
+            ("a", "published: open_zarr(chunks={'time': 48}).sel().compute()", lambda: published(server, start, end)),
+            ("b", "open_zarr(chunks=None).sel().values", lambda: plain(server, start, end)),
             ("c", "lstmnb data (era5.extract, empty cache)",
-             lambda: ours(proxy, start, end, work / f"cache-c-{time.time_ns()}", args.concurrency)[0]),
+             lambda: ours(server, start, end, work / f"cache-c-{time.time_ns()}", args.concurrency)[0]),
+            ("cw", "lstmnb data reading whole chunks, empty cache",
+             lambda: ours(server, start, end, work / f"cache-c-{time.time_ns()}", args.concurrency, whole=True)[0]),
             ("c24", f"lstmnb data, {args.block_hours}-h blocks, empty cache",
-             lambda: ours(proxy, start, end, work / f"cache-c-{time.time_ns()}", args.concurrency,
+             lambda: ours(server, start, end, work / f"cache-c-{time.time_ns()}", args.concurrency,
                           args.block_hours)[0]),
             ("cached", "lstmnb data, every block cached",
-             lambda: ours(proxy, start, end, warm, args.concurrency)[0]),
+             lambda: ours(server, start, end, warm, args.concurrency)[0]),
         ]:
             if name in skip:
                 continue
             if name == "cached":
-                ours(proxy, start, end, warm, args.concurrency)  # fill the cache
+                ours(server, start, end, warm, args.concurrency)  # fill the cache
             runs = []
             for _ in range(max(args.repeat, 1)):
                 s0 = served(server)
@@ -260,7 +355,7 @@ def main() -> int:
                 dt = time.perf_counter() - t0
                 s1 = served(server)
                 runs.append((dt, s1["bytes"] - s0["bytes"], s1["requests"] - s0["requests"],
-                         s1["requests"] - s0["requests"] - (chunk_reads(s1) - chunk_reads(s0))))
+                             s1["requests"] - s0["requests"] - (chunk_requests(s1) - chunk_requests(s0))))
             dt, nb, nr, nm = sorted(runs)[len(runs) // 2]
             results[name] = {"label": label, "seconds": dt, "bytes": nb, "requests": nr, "metadata_requests": nm,
                              "runs_s": [round(r[0], 3) for r in runs]}
@@ -272,25 +367,25 @@ def main() -> int:
         for name, v in values.items():
             assert v.shape == ref.shape and np.array_equal(v, ref), f"({name}) returned different values"
         print()
-        if "a" in results and "c" in results:
-            print(f"speed-up (c) vs (a): {results['a']['seconds'] / results['c']['seconds']:.1f}x")
-        if "b" in results and "c" in results:
-            print(f"speed-up (c) vs (b): {results['b']['seconds'] / results['c']['seconds']:.1f}x")
-        if "a" in results and "c24" in results:
-            print(f"speed-up (c24) vs (a): {results['a']['seconds'] / results['c24']['seconds']:.1f}x")
-        for name in ("c", "c24"):
+        for x, y in (("c", "a"), ("c", "b"), ("cw", "a"), ("c24", "a"), ("c", "cw")):
+            if x in results and y in results:
+                print(f"speed-up ({x}) vs ({y}): {results[y]['seconds'] / results[x]['seconds']:.1f}x")
+        for name, lim, what in (("c", limit_part, "blocks"), ("cw", limit, "whole chunks"),
+                                ("c24", limit_part, "blocks")):
             if name in results:
-                print(f"({name}) / limit: {results[name]['seconds'] / limit:.2f}")
+                print(f"({name}) / limit ({what}): {results[name]['seconds'] / lim:.2f}")
         if "resume" not in skip:
-            r = kill_and_resume(proxy, start, end, work / f"cache-resume-{time.time_ns()}", args.concurrency,
+            r = kill_and_resume(server, start, end, work / f"cache-resume-{time.time_ns()}", args.concurrency,
                                 args.block_hours, args.hours, server)
             print(f"\nkill at ~50% and resume ({r['blocks']} blocks of {r['block_hours']} h): "
                   f"{r['hours_kept_at_kill']} hours kept, {r['chunk_reads_before_kill']} chunk reads before the "
                   f"kill, {r['chunk_reads_on_resume']} on resume, {r['hours_redone']} hours read twice "
                   f"({r['hours_redone'] / r['block_hours']:.2f} blocks; target <= 1)")
             results["resume"] = r
-        results["limit"] = {"seconds": limit, "bandwidth_Bps": bandwidth, "decode_s": decode, "delay_s": args.delay,
-                            "concurrency": args.concurrency, "hours": args.hours}
+        results["limit"] = {"seconds": limit, "blocks_seconds": limit_part, "bandwidth_Bps": bandwidth,
+                            "requests_per_s": rate, "decode_s": decode, "blocks_decode_s": decode_part,
+                            "blocks_bytes": part["bytes"], "blocks_requests": part["requests"],
+                            "delay_s": args.delay, "concurrency": args.concurrency, "hours": args.hours}
         print("\n" + json.dumps(results, default=float))
     finally:
         serve.terminate()
