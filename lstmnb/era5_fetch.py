@@ -128,8 +128,24 @@ class LoopThread:
         return self.submit(coro).result()
 
     def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
+        """Cancel what is still running on the loop (an interrupted run's reads), then stop it."""
+        import asyncio
+
+        async def drain() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            self.submit(drain()).result(timeout=5)
+        except Exception:  # noqa: BLE001 - stopping anyway
+            pass
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=5)
+            if not self.thread.is_alive():
+                self.loop.close()
 
 
 class HttpClient:
