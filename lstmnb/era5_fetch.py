@@ -378,6 +378,10 @@ class _ArrayMeta:
     fill: float
     compressor: object | None
     filters: list
+    prefix: str = ""  # before a chunk's indices in its key: "c/" in zarr v3's default encoding
+
+    def key(self, variable: str, t: int, jy: int, jx: int) -> str:
+        return f"{variable}/{self.prefix}{t}{self.sep}{jy}{self.sep}{jx}"
 
 
 def _array_meta(zarray: dict) -> _ArrayMeta | None:
@@ -394,6 +398,46 @@ def _array_meta(zarray: dict) -> _ArrayMeta | None:
         numcodecs.get_codec(zarray["compressor"]) if zarray.get("compressor") else None,
         [numcodecs.get_codec(f) for f in (zarray.get("filters") or [])],
     )
+
+
+_V3_SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
+
+
+def _array_meta_v3(meta: dict) -> _ArrayMeta | None:
+    """Parse a zarr-v3 array's zarr.json for the raw path: regular one-hour chunks, the ``bytes`` codec
+    and at most one of blosc, zstd or gzip after it (no sharding); None otherwise."""
+    import numcodecs
+
+    if meta.get("zarr_format") != 3 or meta.get("node_type") != "array" or len(meta.get("shape", ())) != 3:
+        return None
+    grid = meta["chunk_grid"]
+    chunks = tuple(grid["configuration"]["chunk_shape"]) if grid.get("name") == "regular" else ()
+    if len(chunks) != 3 or chunks[0] != 1:
+        return None
+    enc = meta.get("chunk_key_encoding") or {"name": "default"}
+    sep = (enc.get("configuration") or {}).get("separator", "/" if enc["name"] == "default" else ".")
+    prefix = {"default": "c" + sep, "v2": ""}.get(enc["name"])
+    codecs = list(meta.get("codecs") or [])
+    if prefix is None or not codecs or codecs[0]["name"] != "bytes" or len(codecs) > 2:
+        return None
+    endian = (codecs[0].get("configuration") or {}).get("endian", "little")
+    dtype = np.dtype(meta["data_type"]).newbyteorder("<" if endian == "little" else ">")
+    compressor = None
+    if len(codecs) == 2:
+        name, conf = codecs[1]["name"], codecs[1].get("configuration") or {}
+        if name == "blosc":
+            compressor = numcodecs.Blosc(cname=conf.get("cname", "zstd"), clevel=conf.get("clevel", 5),
+                                         shuffle=_V3_SHUFFLE[conf.get("shuffle", "noshuffle")],
+                                         blocksize=conf.get("blocksize", 0))
+        elif name == "zstd":
+            compressor = numcodecs.Zstd(level=conf.get("level", 0))
+        elif name == "gzip":
+            compressor = numcodecs.GZip(level=conf.get("level", 5))
+        else:
+            return None
+    fill = meta.get("fill_value")
+    fill = np.nan if fill in (None, "NaN") else float(fill)
+    return _ArrayMeta(tuple(meta["shape"]), chunks, dtype, "C", sep, fill, compressor, [], prefix)
 
 
 # Read the few Blosc blocks that hold the requested cells instead of whole chunks (see blosc_parts).
@@ -431,7 +475,8 @@ def _partial_ok(m: "_ArrayMeta") -> bool:
 class RawReader:
     """Reads the requested cells of one (variable, hour) straight from chunk bytes, as a box.
 
-    For zarr-v2 stores with one time step per chunk (ARCO-ERA5's layout). Chunk bytes are fetched by
+    For zarr stores (format 2, or 3 without sharding) with one time step per chunk (ARCO-ERA5's
+    layout). Chunk bytes are fetched by
     ``ChunkSource`` (concurrent, retried). When the cells are a small part of a Blosc chunk (point
     series), only the header and the blocks that hold them are fetched and decoded (``blosc_parts``);
     otherwise the chunk is fetched whole and decoded once for every cell. Box entries that are not
@@ -459,7 +504,7 @@ class RawReader:
         out = np.full((self.r1 - self.r0, self.c1 - self.c0), np.nan, dtype=np.float32)
         for jy in range(self.r0 // cy, (self.r1 - 1) // cy + 1):
             for jx in range(self.c0 // cx, (self.c1 - 1) // cx + 1):
-                key = f"{variable}/{t}{m.sep}{jy}{m.sep}{jx}"
+                key = m.key(variable, t, jy, jx)
                 rows, cols, flat = self._cells_in(m, jy, jx)
                 if not rows.size:
                     continue
@@ -577,6 +622,17 @@ def make_reader(plan: "Plan", concurrency: int, retry: RetryPolicy, source: Chun
             meta = zmetadata if zmetadata is not None else json.loads(raw)["metadata"]
             for v in plan.variables:
                 m = _array_meta(meta.get(f"{v}/.zarray", {}))
+                if m is None:
+                    break
+                metas[v] = m
+        else:  # zarr v3: the root's consolidated metadata, else each array's zarr.json
+            root = json.loads(source.get("zarr.json") or b"{}")
+            arrays = ((root.get("consolidated_metadata") or {}).get("metadata")) or {}
+            missing = [v for v in plan.variables if v not in arrays]
+            for v, body in zip(missing, source.get_many([f"{v}/zarr.json" for v in missing])):
+                arrays[v] = json.loads(body or b"{}")
+            for v in plan.variables:
+                m = _array_meta_v3(arrays[v])
                 if m is None:
                     break
                 metas[v] = m

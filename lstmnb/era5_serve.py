@@ -25,8 +25,8 @@ from urllib.parse import unquote, urlsplit
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection",
         "content-length", "content-encoding", "host"}
-_CHUNK_KEY = re.compile(r"\d+(\.\d+)*")  # zarr v2 chunk keys: 12.0.0
-_RANGE = re.compile(r"bytes=(?P<first>\d+)-(?P<last>\d*)")
+_CHUNK_PATH = re.compile(r"(?P<array>.+?)/(?:c[./])?\d+(?:[./]\d+)*")  # var/12.0.0, var/c/12/0/0
+_RANGE = re.compile(r"bytes=(?P<first>\d*)-(?P<last>\d*)")
 
 
 class _Base:
@@ -126,10 +126,11 @@ class StaticServer(_Base):
 
     def count(self, nbytes: int, rel: str = "", first: int = 0) -> None:
         """Count a request; one for a chunk's start (whole, or its header) also counts as a chunk read."""
-        array, _, key = rel.rpartition("/")
+        chunk = _CHUNK_PATH.fullmatch(rel)
         self.requests += 1  # the event loop is one thread: no lock needed
         self.bytes += nbytes
-        if array and _CHUNK_KEY.fullmatch(key):
+        if chunk:
+            array = chunk["array"]
             self.chunk_requests[array] = self.chunk_requests.get(array, 0) + 1
             if first == 0:
                 self.chunk_reads[array] = self.chunk_reads.get(array, 0) + 1
@@ -152,9 +153,12 @@ class StaticServer(_Base):
         data = path.read_bytes()
         size, headers, status, first = len(data), {"Content-Type": "application/octet-stream"}, 200, 0
         want = _RANGE.fullmatch(request.headers.get("Range", "").strip()) if self.ranges else None
-        if want:  # one byte range, as cloud stores serve them: bytes=a-b or bytes=a-
-            first = int(want["first"])
-            last = min(int(want["last"]) if want["last"] else size - 1, size - 1)
+        if want and (want["first"] or want["last"]):  # one range, as cloud stores serve: a-b, a- or -n
+            if want["first"]:
+                first = int(want["first"])
+                last = min(int(want["last"]) if want["last"] else size - 1, size - 1)
+            else:  # the last n bytes
+                first, last = max(size - int(want["last"]), 0), size - 1
             if first >= size or last < first:
                 return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
             status, data = 206, data[first:last + 1]

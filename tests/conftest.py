@@ -50,6 +50,27 @@ def wide_store(tmp_path_factory):
                         blocksize=16384)
 
 
+def write_v3(source, path, codecs: str = "blosc"):
+    """Copy a store to zarr format 3 (consolidated): "blosc" as ``wide_store``, "zstd", or "sharded"."""
+    import xarray as xr
+    from zarr.codecs import BloscCodec, ZstdCodec
+
+    ds = xr.open_zarr(str(source), chunks=None)
+    for v in ds.variables:
+        ds[v].encoding.clear()
+    one_hour = (1, ds.sizes["latitude"], ds.sizes["longitude"])
+    enc = {"blosc": {"chunks": one_hour, "compressors": [BloscCodec(cname="lz4", clevel=5, shuffle="shuffle",
+                                                                      blocksize=16384)]},
+           "zstd": {"chunks": one_hour, "compressors": [ZstdCodec()]},
+           "sharded": {"chunks": one_hour, "shards": (4, *one_hour[1:])}}[codecs]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # consolidated metadata is not in the v3 spec yet
+        ds.to_zarr(path, zarr_format=3, consolidated=True, encoding={v: enc for v in ds.data_vars})
+    return path
+
+
 # --- GCS emulator (cloud code path without the cloud) --------------------------------------------
 
 def _free_port() -> int:

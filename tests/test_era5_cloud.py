@@ -414,3 +414,25 @@ def test_client_narrows_for_servers_that_close_connections(gcs_emulator, wide_st
             assert client.get(f"{server.url}/.zmetadata") and not client.closing_server
         finally:
             client.close()
+
+
+@pytest.mark.parametrize("codecs", ["blosc", "zstd", "sharded"])
+def test_zarr_v3_stores(wide_store, tmp_path, codecs):
+    """Zarr-v3 copies (as ARCO's newer store is) give the same series: Blosc ones through their blocks,
+    other codecs whole, sharded ones through zarr."""
+    from conftest import write_v3
+
+    store = write_v3(wide_store, tmp_path / f"v3-{codecs}.zarr", codecs)
+    truth = _wide_truth(wide_store)
+    with StaticServer(store) as server:
+        stats = FetchStats()
+        ds = extract(Request(source=server.url, **WIDE), cache_dir=tmp_path / "c", progress=False, stats=stats)
+        for v in TWO_VARS:
+            np.testing.assert_array_equal(ds[v].values, truth[v])
+        requests = {v: server.chunk_requests.get(v, 0) for v in TWO_VARS}
+    if codecs == "blosc":  # header, then the two points' blocks, per chunk
+        assert requests == {v: 3 * 48 for v in TWO_VARS} and stats.bytes < 0.4 * _chunk_bytes(wide_store)
+    elif codecs == "zstd":  # each chunk whole, once
+        assert requests == {v: 48 for v in TWO_VARS}
+    here = extract(Request(source=str(store), **WIDE), cache_dir=tmp_path / "l", progress=False)
+    xr.testing.assert_equal(ds.drop_attrs(), here.drop_attrs())
