@@ -237,25 +237,31 @@ class StoreMeta:
 
 
 MAX_COORD_CHUNKS = 256  # more chunks than this in a dimension coordinate: let xarray open the store
-_USUAL_COORD_KEYS = ("time/0", "latitude/0", "longitude/0")  # ARCO-ERA5 keeps each coordinate in one chunk
+# ARCO-ERA5 keeps each coordinate in one chunk: its key in zarr v2, and in zarr v3's default encoding
+_USUAL_COORD_KEYS = ("time/0", "latitude/0", "longitude/0", "time/c/0", "latitude/c/0", "longitude/c/0")
 
 
 def open_meta(ref: StoreRef, source: "ChunkSource") -> tuple[StoreMeta, dict | None]:
-    """The store's metadata for ``make_plan``, and its consolidated metadata (None when not v2).
+    """The store's metadata for ``make_plan``, and its consolidated metadata (None when it has none):
+    v2's ``.zmetadata`` contents, or v3's root ``zarr.json``.
 
-    A zarr-v2 store with consolidated metadata is opened in one round trip through ``source`` (the
-    pool the chunk reads use): ``.zmetadata`` is asked for together with the coordinate chunks an
-    ARCO-layout store has (any other dimension-coordinate chunks follow in a second round trip). The
-    bytes go into an in-memory store that xarray opens, so decoding and naming are exactly
-    ``open_zarr``'s; opening the store directly costs about ten round trips one after another.
-    Other layouts, and stores this cannot open, go through ``open_ref`` (and its error messages).
+    A store with consolidated metadata is opened in one round trip through ``source`` (the pool the
+    chunk reads use): ``.zmetadata`` and ``zarr.json`` are asked for together with the coordinate
+    chunks an ARCO-layout store has, in either format (any other dimension-coordinate chunks follow
+    in a second round trip). The bytes go into an in-memory store that xarray opens, so decoding and
+    naming are exactly ``open_zarr``'s; opening the store directly costs about ten round trips one
+    after another. Other layouts, and stores this cannot open, go through ``open_ref`` (and its
+    error messages).
     """
     from .era5_fetch import ChunkError
 
     try:
-        raw, *first = source.get_many([".zmetadata", *_USUAL_COORD_KEYS],
-                                      retry=_probe_retry() if ref.remote else None)
-        found = _from_consolidated(raw, source, dict(zip(_USUAL_COORD_KEYS, first))) if raw is not None else None
+        v2, v3, *first = source.get_many([".zmetadata", "zarr.json", *_USUAL_COORD_KEYS],
+                                          retry=_probe_retry() if ref.remote else None)
+        have = dict(zip(_USUAL_COORD_KEYS, first))
+        found = _from_consolidated(v2, source, have) if v2 is not None else None
+        if found is None and v3 is not None:
+            found = _from_consolidated_v3(v3, source, have)
     except ChunkError as exc:
         raise DataError(f"cannot reach {ref.url}: {exc}; check the network, or use --source sample") from None
     if found is not None:
@@ -299,6 +305,55 @@ def _from_consolidated(raw: bytes, source: "ChunkSource", have: dict[str, bytes 
     try:
         ds = xr.open_zarr(store, chunks=None, consolidated=True, zarr_format=2)
         return StoreMeta.from_dataset(ds), md
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except Exception:  # noqa: BLE001 - open_ref opens it again and reports what is wrong
+        return None
+
+
+def _from_consolidated_v3(raw: bytes, source: "ChunkSource", have: dict[str, bytes | None]
+                          ) -> tuple[StoreMeta, dict] | None:
+    """As ``_from_consolidated``, for a v3 root ``zarr.json`` with consolidated metadata; None if the
+    store is not laid out that way (nested groups, sharded or many-chunk coordinates)."""
+    import warnings
+
+    from zarr.core.buffer import cpu
+    from zarr.storage import MemoryStore
+
+    try:
+        root = json.loads(raw)
+        md = (root.get("consolidated_metadata") or {}).get("metadata") or {}
+        if root.get("zarr_format") != 3 or root.get("node_type") != "group" or not md:
+            return None
+        keys: list[str] = []
+        for name, meta in md.items():
+            if "/" in name or meta.get("node_type") != "array":
+                return None  # nested groups: xarray opens those
+            if meta.get("dimension_names") != [name] or len(meta["shape"]) != 1:
+                continue  # only dimension coordinates are read when a store is opened
+            if any(c.get("name") == "sharding_indexed" for c in meta.get("codecs") or []):
+                return None
+            enc = meta.get("chunk_key_encoding") or {"name": "default"}
+            sep = (enc.get("configuration") or {}).get("separator", "/" if enc["name"] == "default" else ".")
+            prefix = {"default": f"c{sep}", "v2": ""}[enc["name"]]
+            n = -(-int(meta["shape"][0]) // int(meta["chunk_grid"]["configuration"]["chunk_shape"][0]))
+            if n > MAX_COORD_CHUNKS:
+                return None
+            keys += [f"{name}/{prefix}{i}" for i in range(n)]
+        if not {"time", "latitude", "longitude"} <= {k.split("/")[0] for k in keys}:
+            return None  # let open_ref name what is missing
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, ZeroDivisionError):
+        return None
+    rest = [k for k in keys if k not in have]
+    chunks = {**{k: have[k] for k in keys if k in have}, **dict(zip(rest, source.get_many(rest)))}
+    files = {"zarr.json": raw, **{f"{name}/zarr.json": json.dumps(meta).encode() for name, meta in md.items()}}
+    files.update((k, b) for k, b in chunks.items() if b is not None)
+    store = MemoryStore({k: cpu.Buffer.from_bytes(v) for k, v in files.items()}, read_only=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # consolidated metadata is not in the v3 spec yet
+            ds = xr.open_zarr(store, chunks=None, consolidated=True, zarr_format=3)
+        return StoreMeta.from_dataset(ds), root
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception:  # noqa: BLE001 - open_ref opens it again and reports what is wrong

@@ -606,8 +606,9 @@ def make_reader(plan: "Plan", concurrency: int, retry: RetryPolicy, source: Chun
                 zmetadata: dict | None = None):
     """The fastest reader that handles this store: raw chunk bytes when possible, else zarr.
 
-    ``source`` and ``zmetadata`` (the store's consolidated metadata), when the caller already has
-    them from opening the store, are reused: no second connection pool, no second metadata read.
+    ``source`` and ``zmetadata`` (the store's consolidated metadata: v2's ``.zmetadata`` contents or
+    v3's root ``zarr.json``), when the caller already has them from opening the store, are reused:
+    no second connection pool, no second metadata read.
     Returns (reader, the source it reads through or None, whether the caller must close that source).
     """
     import json
@@ -616,9 +617,10 @@ def make_reader(plan: "Plan", concurrency: int, retry: RetryPolicy, source: Chun
     if source is None:
         source = ChunkSource(plan.ref.url, plan.ref.remote, plan.ref.storage_options, concurrency, retry)
     try:
+        v3 = zmetadata is not None and zmetadata.get("zarr_format") == 3
         raw = None if zmetadata is not None else source.get(".zmetadata")
         metas = {}
-        if zmetadata is not None or raw is not None:
+        if (zmetadata is not None and not v3) or raw is not None:
             meta = zmetadata if zmetadata is not None else json.loads(raw)["metadata"]
             for v in plan.variables:
                 m = _array_meta(meta.get(f"{v}/.zarray", {}))
@@ -626,7 +628,7 @@ def make_reader(plan: "Plan", concurrency: int, retry: RetryPolicy, source: Chun
                     break
                 metas[v] = m
         else:  # zarr v3: the root's consolidated metadata, else each array's zarr.json
-            root = json.loads(source.get("zarr.json") or b"{}")
+            root = zmetadata if v3 else json.loads(source.get("zarr.json") or b"{}")
             arrays = ((root.get("consolidated_metadata") or {}).get("metadata")) or {}
             missing = [v for v in plan.variables if v not in arrays]
             for v, body in zip(missing, source.get_many([f"{v}/zarr.json" for v in missing])):

@@ -419,7 +419,8 @@ def test_client_narrows_for_servers_that_close_connections(gcs_emulator, wide_st
 @pytest.mark.parametrize("codecs", ["blosc", "zstd", "sharded"])
 def test_zarr_v3_stores(wide_store, tmp_path, codecs):
     """Zarr-v3 copies (as ARCO's newer store is) give the same series: Blosc ones through their blocks,
-    other codecs whole, sharded ones through zarr."""
+    other codecs whole, sharded ones through zarr; stores with consolidated metadata open in one round
+    trip."""
     from conftest import write_v3
 
     store = write_v3(wide_store, tmp_path / f"v3-{codecs}.zarr", codecs)
@@ -430,6 +431,10 @@ def test_zarr_v3_stores(wide_store, tmp_path, codecs):
         for v in TWO_VARS:
             np.testing.assert_array_equal(ds[v].values, truth[v])
         requests = {v: server.chunk_requests.get(v, 0) for v in TWO_VARS}
+        metadata = server.requests - sum(server.chunk_requests.values())
+        coords = [server.chunk_requests.get(c, 0) for c in ("time", "latitude", "longitude")]
+    if codecs != "sharded":  # opened in one round trip: the root zarr.json and the three coordinates
+        assert metadata == 1 and coords == [1, 1, 1], server.chunk_requests
     if codecs == "blosc":  # header, then the two points' blocks, per chunk
         assert requests == {v: 3 * 48 for v in TWO_VARS} and stats.bytes < 0.4 * _chunk_bytes(wide_store)
     elif codecs == "zstd":  # each chunk whole, once
