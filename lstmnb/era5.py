@@ -320,6 +320,8 @@ def _from_consolidated_v3(raw: bytes, source: "ChunkSource", have: dict[str, byt
     from zarr.core.buffer import cpu
     from zarr.storage import MemoryStore
 
+    from .era5_fetch import v3_key_layout
+
     try:
         root = json.loads(raw)
         md = (root.get("consolidated_metadata") or {}).get("metadata") or {}
@@ -333,13 +335,13 @@ def _from_consolidated_v3(raw: bytes, source: "ChunkSource", have: dict[str, byt
                 continue  # only dimension coordinates are read when a store is opened
             if any(c.get("name") == "sharding_indexed" for c in meta.get("codecs") or []):
                 return None
-            enc = meta.get("chunk_key_encoding") or {"name": "default"}
-            sep = (enc.get("configuration") or {}).get("separator", "/" if enc["name"] == "default" else ".")
-            prefix = {"default": f"c{sep}", "v2": ""}[enc["name"]]
+            layout = v3_key_layout(meta)
+            if layout is None:
+                return None
             n = -(-int(meta["shape"][0]) // int(meta["chunk_grid"]["configuration"]["chunk_shape"][0]))
             if n > MAX_COORD_CHUNKS:
                 return None
-            keys += [f"{name}/{prefix}{i}" for i in range(n)]
+            keys += [f"{name}/{layout[0]}{i}" for i in range(n)]
         if not {"time", "latitude", "longitude"} <= {k.split("/")[0] for k in keys}:
             return None  # let open_ref name what is missing
     except (ValueError, KeyError, TypeError, AttributeError, IndexError, ZeroDivisionError):

@@ -403,6 +403,15 @@ def _array_meta(zarray: dict) -> _ArrayMeta | None:
 _V3_SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 
 
+def v3_key_layout(meta: dict) -> tuple[str, str] | None:
+    """(prefix, separator) of a zarr-v3 array's chunk keys: ("c/", "/") makes ``c/12/0/0``; None for
+    an encoding this does not know."""
+    enc = meta.get("chunk_key_encoding") or {"name": "default"}
+    sep = (enc.get("configuration") or {}).get("separator", "/" if enc["name"] == "default" else ".")
+    prefix = {"default": "c" + sep, "v2": ""}.get(enc["name"])
+    return None if prefix is None else (prefix, sep)
+
+
 def _array_meta_v3(meta: dict) -> _ArrayMeta | None:
     """Parse a zarr-v3 array's zarr.json for the raw path: regular one-hour chunks, the ``bytes`` codec
     and at most one of blosc, zstd or gzip after it (no sharding); None otherwise."""
@@ -414,12 +423,11 @@ def _array_meta_v3(meta: dict) -> _ArrayMeta | None:
     chunks = tuple(grid["configuration"]["chunk_shape"]) if grid.get("name") == "regular" else ()
     if len(chunks) != 3 or chunks[0] != 1:
         return None
-    enc = meta.get("chunk_key_encoding") or {"name": "default"}
-    sep = (enc.get("configuration") or {}).get("separator", "/" if enc["name"] == "default" else ".")
-    prefix = {"default": "c" + sep, "v2": ""}.get(enc["name"])
+    layout = v3_key_layout(meta)
     codecs = list(meta.get("codecs") or [])
-    if prefix is None or not codecs or codecs[0]["name"] != "bytes" or len(codecs) > 2:
+    if layout is None or not codecs or codecs[0]["name"] != "bytes" or len(codecs) > 2:
         return None
+    prefix, sep = layout
     endian = (codecs[0].get("configuration") or {}).get("endian", "little")
     dtype = np.dtype(meta["data_type"]).newbyteorder("<" if endian == "little" else ">")
     compressor = None

@@ -1,11 +1,11 @@
 """Loopback HTTP helpers for testing and benchmarking extraction without the cloud.
 
 ``StaticServer`` serves a directory (a Zarr store) with keep-alive and byte ranges, optionally with a
-per-request delay and injected failures; ``Proxy`` forwards
-GET/HEAD requests to an upstream server (the static server or a GCS emulator), adding a per-request
-delay like a cloud round trip and failing chosen requests with HTTP 503 to exercise retries. Both bind
-127.0.0.1 only and run on aiohttp in a private event-loop thread: its HTTP parser costs a fraction of
-``http.server``'s per request, so the servers stay far from being what a benchmark measures. Run
+per-request delay and injected failures; ``Proxy`` forwards GET/HEAD requests to an upstream server
+(a GCS emulator, say), adding a per-request delay like a cloud round trip and failing chosen
+requests with HTTP 503 to exercise retries. Both bind 127.0.0.1 only and run on aiohttp in a private
+event-loop thread: its HTTP parser costs a fraction of ``http.server``'s per request, so the servers
+stay far from being what a benchmark measures. Run
 ``python -m lstmnb.era5_serve DIR --delay 0.03`` to serve a store from another process; it prints the
 URL of a server that adds the delay and of one that does not (to measure the path's bandwidth).
 """
@@ -17,7 +17,6 @@ import asyncio
 import os
 import re
 import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +36,9 @@ class _Base:
     def _start(self, app) -> None:
         from aiohttp import web
 
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name=type(self).__name__, daemon=True)
-        self.thread.start()
+        from .era5_fetch import LoopThread
+
+        self._loop = LoopThread(type(self).__name__)
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
@@ -51,10 +50,7 @@ class _Base:
             await web.SockSite(runner, sock, backlog=512).start()
             return runner
 
-        self._runner = self._call(up())
-
-    def _call(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        self._runner = self._loop.run(up())
 
     delay: float = 0.0
     faults: "Faults | None" = None
@@ -79,10 +75,9 @@ class _Base:
 
     def close(self) -> None:
         try:
-            self._call(self._stop())
+            self._loop.run(self._stop())
         finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout=5)
+            self._loop.close()
 
     def __enter__(self):
         return self
