@@ -273,9 +273,6 @@ def _from_consolidated(raw: bytes, source: "ChunkSource", have: dict[str, bytes 
                        ) -> tuple[StoreMeta, dict] | None:
     """StoreMeta from a v2 ``.zmetadata`` and the dimension coordinates' chunks (``have``: those
     already fetched); None if the store is not laid out that way."""
-    from zarr.core.buffer import cpu
-    from zarr.storage import MemoryStore
-
     try:
         zmeta = json.loads(raw)
         md = zmeta["metadata"]
@@ -296,15 +293,30 @@ def _from_consolidated(raw: bytes, source: "ChunkSource", have: dict[str, bytes 
             return None  # let open_ref name what is missing
     except (ValueError, KeyError, TypeError, AttributeError, IndexError, ZeroDivisionError):
         return None
-    rest = [k for k in keys if k not in have]
-    chunks = {**{k: have[k] for k in keys if k in have}, **dict(zip(rest, source.get_many(rest)))}
     files = {".zmetadata": raw, ".zgroup": json.dumps(md[".zgroup"]).encode(),
              ".zattrs": json.dumps(md.get(".zattrs") or {}).encode()}
-    files.update((k, b) for k, b in chunks.items() if b is not None)
+    meta = _open_in_memory(files, keys, have, source, zarr_format=2)
+    return None if meta is None else (meta, md)
+
+
+def _open_in_memory(files: dict[str, bytes], keys: list[str], have: dict[str, bytes | None],
+                    source: "ChunkSource", zarr_format: int) -> StoreMeta | None:
+    """Open a store from its metadata ``files`` and coordinate chunks ``keys`` (those not in ``have``
+    are fetched in one round trip) with xarray, in memory; None when xarray cannot."""
+    import warnings
+
+    from zarr.core.buffer import cpu
+    from zarr.storage import MemoryStore
+
+    rest = [k for k in keys if k not in have]
+    chunks = {**{k: have[k] for k in keys if k in have}, **dict(zip(rest, source.get_many(rest)))}
+    files = {**files, **{k: b for k, b in chunks.items() if b is not None}}
     store = MemoryStore({k: cpu.Buffer.from_bytes(v) for k, v in files.items()}, read_only=True)
     try:
-        ds = xr.open_zarr(store, chunks=None, consolidated=True, zarr_format=2)
-        return StoreMeta.from_dataset(ds), md
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # v3: consolidated metadata is not in the spec yet
+            ds = xr.open_zarr(store, chunks=None, consolidated=True, zarr_format=zarr_format)
+        return StoreMeta.from_dataset(ds)
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception:  # noqa: BLE001 - open_ref opens it again and reports what is wrong
@@ -315,11 +327,6 @@ def _from_consolidated_v3(raw: bytes, source: "ChunkSource", have: dict[str, byt
                           ) -> tuple[StoreMeta, dict] | None:
     """As ``_from_consolidated``, for a v3 root ``zarr.json`` with consolidated metadata; None if the
     store is not laid out that way (nested groups, sharded or many-chunk coordinates)."""
-    import warnings
-
-    from zarr.core.buffer import cpu
-    from zarr.storage import MemoryStore
-
     from .era5_fetch import v3_key_layout
 
     try:
@@ -346,20 +353,9 @@ def _from_consolidated_v3(raw: bytes, source: "ChunkSource", have: dict[str, byt
             return None  # let open_ref name what is missing
     except (ValueError, KeyError, TypeError, AttributeError, IndexError, ZeroDivisionError):
         return None
-    rest = [k for k in keys if k not in have]
-    chunks = {**{k: have[k] for k in keys if k in have}, **dict(zip(rest, source.get_many(rest)))}
     files = {"zarr.json": raw, **{f"{name}/zarr.json": json.dumps(meta).encode() for name, meta in md.items()}}
-    files.update((k, b) for k, b in chunks.items() if b is not None)
-    store = MemoryStore({k: cpu.Buffer.from_bytes(v) for k, v in files.items()}, read_only=True)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # consolidated metadata is not in the v3 spec yet
-            ds = xr.open_zarr(store, chunks=None, consolidated=True, zarr_format=3)
-        return StoreMeta.from_dataset(ds), root
-    except (KeyboardInterrupt, MemoryError):
-        raise
-    except Exception:  # noqa: BLE001 - open_ref opens it again and reports what is wrong
-        return None
+    meta = _open_in_memory(files, keys, have, source, zarr_format=3)
+    return None if meta is None else (meta, root)
 
 
 def _meta(ds: "xr.Dataset | StoreMeta") -> StoreMeta:

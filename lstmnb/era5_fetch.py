@@ -11,6 +11,7 @@ killed run redoes at most one block of reads, and resumes from the checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from . import blosc_parts
 from .era5_cache import DEFAULT_BLOCK_HOURS, Block, BlockCache, extracts_root
 from .errors import ConfigError, DataError
 
@@ -208,10 +210,7 @@ class HttpClient:
                 delay = min(retry.max_delay, retry.base_delay * 2 ** (attempt - 1))
                 await asyncio.sleep(delay * (0.5 + random.random()))
             try:
-                if self.closing_server:
-                    async with self._narrow:
-                        status, body = await self._once(url, retry, byte_range)
-                else:
+                async with self._narrow if self.closing_server else contextlib.nullcontext():
                     status, body = await self._once(url, retry, byte_range)
             except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
                 last = f"{type(exc).__name__}: {exc}".strip()
@@ -488,7 +487,8 @@ class RawReader:
     ``ChunkSource`` (concurrent, retried). When the cells are a small part of a Blosc chunk (point
     series), only the header and the blocks that hold them are fetched and decoded (``blosc_parts``);
     otherwise the chunk is fetched whole and decoded once for every cell. Box entries that are not
-    requested cells may be left NaN.
+    requested cells may be left unset (two points far apart span a large box; filling it every hour
+    would cost more than reading their blocks).
     """
 
     def __init__(self, plan: "Plan", source: ChunkSource, metas: dict[str, _ArrayMeta]):
@@ -509,7 +509,7 @@ class RawReader:
         """The box of ``variable`` at hour index ``t`` (a coroutine on the source's loop)."""
         m = self.metas[variable]
         cy, cx = m.chunks[1], m.chunks[2]
-        out = np.full((self.r1 - self.r0, self.c1 - self.c0), np.nan, dtype=np.float32)
+        out = np.empty((self.r1 - self.r0, self.c1 - self.c0), dtype=np.float32)  # cells are all set
         for jy in range(self.r0 // cy, (self.r1 - 1) // cy + 1):
             for jx in range(self.c0 // cx, (self.c1 - 1) // cx + 1):
                 key = m.key(variable, t, jy, jx)
@@ -538,41 +538,41 @@ class RawReader:
         return self._in_chunk[key]
 
     @staticmethod
-    def _decode(m: _ArrayMeta, raw: bytes | None) -> np.ndarray:
-        """A whole chunk as a (rows, cols) array; the fill value when the chunk does not exist."""
+    def _decode(m: _ArrayMeta, raw: bytes | None, flat: np.ndarray | None = None) -> np.ndarray:
+        """A whole chunk as a (rows, cols) array, or its values at positions ``flat`` (in the chunk's
+        order); the fill value when the chunk does not exist."""
         cy, cx = m.chunks[1], m.chunks[2]
         if raw is None:
-            return np.full((cy, cx), m.fill, dtype=np.float32)
+            return np.full((cy, cx) if flat is None else flat.size, m.fill, dtype=np.float32)
         data = m.compressor.decode(raw) if m.compressor is not None else raw
         for f in reversed(m.filters):
             data = f.decode(data)
-        return np.frombuffer(data, dtype=m.dtype).reshape((cy, cx), order=m.order)
+        values = np.frombuffer(data, dtype=m.dtype)
+        return values.reshape((cy, cx), order=m.order) if flat is None else values[flat]
 
     async def _read_cells(self, variable: str, key: str, m: _ArrayMeta, flat: np.ndarray) -> np.ndarray:
         """Values at chunk positions ``flat``, read through the Blosc blocks that hold them."""
-        from . import blosc_parts
-
         head_raw = await self.source.aget(key, byte_range=(0, _HEAD_BYTES))
         if head_raw is None:
-            return np.full(flat.size, m.fill, dtype=np.float32)
+            return self._decode(m, None, flat)
         itemsize = m.dtype.itemsize
         try:
             head = blosc_parts.parse_header(head_raw)
             if head.nbytes != m.chunks[1] * m.chunks[2] * itemsize:
                 raise ValueError("Blosc header does not match the array's chunk size")
             if len(head_raw) >= head.cbytes:  # a small chunk came whole with the header
-                return self._decode(m, head_raw[:head.cbytes]).ravel(order=m.order)[flat]
+                return self._decode(m, head_raw[:head.cbytes], flat)
             if len(head_raw) < head.table_end:  # more blocks than the first range covered
                 head_raw += await self.source.aget(key, byte_range=(len(head_raw), head.table_end)) or b""
             starts, stops = blosc_parts.block_extents(head, head_raw)
             offsets = flat * itemsize
             blocks = blosc_parts.blocks_holding(head, offsets, itemsize)
         except ValueError:
-            return self._decode(m, await self.source.aget(key)).ravel(order=m.order)[flat]
+            return self._decode(m, await self.source.aget(key), flat)
         if (stops[blocks] - starts[blocks]).sum() > _WHOLE_SHARE * head.cbytes:
             self.whole.add(variable)  # later chunks of this array: one whole read, no header round trip
             rest = await self.source.aget(key, byte_range=(len(head_raw), head.cbytes)) or b""
-            return self._decode(m, head_raw + rest).ravel(order=m.order)[flat]
+            return self._decode(m, head_raw + rest, flat)
         ranges = blosc_parts.byte_ranges(starts, stops, blocks)
         fetch = [r for r in ranges if r[1] > len(head_raw)]
         got = dict(zip(fetch, await self.source.aget_many([key] * len(fetch), byte_ranges=fetch)))
@@ -586,7 +586,7 @@ class RawReader:
                     comps[int(k)] = data[starts[k] - a:stops[k] - a]
             return blosc_parts.gather(head, comps, offsets, m.dtype)
         except ValueError:
-            return self._decode(m, await self.source.aget(key)).ravel(order=m.order)[flat]
+            return self._decode(m, await self.source.aget(key), flat)
 
 
 class ZarrReader:

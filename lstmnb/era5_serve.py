@@ -207,7 +207,6 @@ class Proxy(_Base):
         self.upstream = f"http://{parts.hostname or '127.0.0.1'}:{parts.port or 80}"
         self.delay = float(delay)
         self.faults = faults or Faults()
-        self.requests = 0
         self._session = None
         app = web.Application()
         app.router.add_route("*", "/{path:.*}", self._forward)
@@ -217,7 +216,6 @@ class Proxy(_Base):
         import aiohttp
         from aiohttp import web
 
-        self.requests += 1
         if request.method not in ("GET", "HEAD"):
             return web.Response(status=405)
         refused = await self._gate(request)
