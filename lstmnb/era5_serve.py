@@ -54,13 +54,20 @@ class _Base:
 
     delay: float = 0.0
     faults: "Faults | None" = None
+    in_flight: int = 0  # requests waiting out their delay now
+    peak_in_flight: int = 0  # the most that waited at once: how many round trips a client overlaps
 
     async def _gate(self, request):
         """Wait out the delay; a 503 response when ``faults`` picks this request, else None."""
         from aiohttp import web
 
         if self.delay:
-            await asyncio.sleep(self.delay)
+            self.in_flight += 1  # the event loop is one thread: no lock needed
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+            try:
+                await asyncio.sleep(self.delay)
+            finally:
+                self.in_flight -= 1
         if self.faults is not None and self.faults.should_fail(unquote(request.path_qs)):
             return web.json_response({"error": {"code": 503, "message": "injected by lstmnb test server"}},
                                      status=503)

@@ -88,9 +88,10 @@ def test_allreduce_on_gloo_gives_sane_monotone_sizes_and_bandwidths():
         assert r["backend"] == "gloo" and r["world_size"] == 2 and r["iters"] >= 5
         assert math.isfinite(r["algbw_gbps"]) and r["algbw_gbps"] > 0
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2)
-    # bigger buffers amortise the per-call latency: the 4 MB bandwidth is well above the 1 KB one
+    # bigger buffers amortise the per-call latency: the 4 MB bandwidth is well above the 1 KB one. Times
+    # themselves are not compared: on a busy CI machine one 1 KB call measured 3.9 ms against 3.3 ms for
+    # 4 MB, while 4096x the bytes in under 410x the time holds with a wide margin.
     assert rows[-1]["algbw_gbps"] > 10 * rows[0]["algbw_gbps"]
-    assert rows[-1]["time_us"] > rows[0]["time_us"]
     table = report.allreduce_table(rows, out["gradient_bytes"], step_s=0.01)
     assert table["share of a step"].notna().sum() == 1
 
