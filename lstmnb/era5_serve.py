@@ -152,8 +152,8 @@ class StaticServer(_Base):
         path = self._file(rel)
         if path is None:
             return web.Response(status=404)
-        data = path.read_bytes()
-        size, headers, status, first = len(data), {"Content-Type": "application/octet-stream"}, 200, 0
+        size = path.stat().st_size
+        headers, status, first, last = {"Content-Type": "application/octet-stream"}, 200, 0, size - 1
         want = _RANGE.fullmatch(request.headers.get("Range", "").strip()) if self.ranges else None
         if want and (want["first"] or want["last"]):  # one range, as cloud stores serve: a-b, a- or -n
             if want["first"]:
@@ -163,13 +163,16 @@ class StaticServer(_Base):
                 first, last = max(size - int(want["last"]), 0), size - 1
             if first >= size or last < first:
                 return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
-            status, data = 206, data[first:last + 1]
+            status = 206
             headers["Content-Range"] = f"bytes {first}-{last}/{size}"
         body = request.method == "GET"
-        self.count(len(data) if body else 0, rel=path.relative_to(self.root).as_posix(), first=first)
+        self.count(last + 1 - first if body else 0, rel=path.relative_to(self.root).as_posix(), first=first)
         if not body:
-            headers["Content-Length"] = str(len(data))
+            headers["Content-Length"] = str(last + 1 - first)
             return web.Response(status=status, headers=headers)
+        with open(path, "rb") as f:  # only the bytes asked for, as a cloud store reads them
+            f.seek(first)
+            data = f.read(last + 1 - first)
         return web.Response(status=status, body=data, headers=headers)
 
 
