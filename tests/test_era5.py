@@ -191,6 +191,23 @@ def test_cached_request_does_not_open_the_store(small_store, tmp_path, monkeypat
     assert era5.cached_meta(era5.resolve_source(str(small_store)), tmp_path) is not None
 
 
+def test_extraction_leaves_the_garbage_collector_as_it_found_it(small_store, tmp_path):
+    """Reads keep older objects out of full collections (gc.freeze) and hand them back after; objects
+    the caller froze itself stay frozen."""
+    import gc
+
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    extract(req(small_store), cache_dir=tmp_path / "a", progress=False)
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        extract(req(small_store), cache_dir=tmp_path / "b", progress=False)
+        assert gc.get_freeze_count() > frozen // 2  # still frozen (objects freed meanwhile leave it)
+    finally:
+        gc.unfreeze()
+
+
 def test_stale_tmp_files_are_removed_and_live_ones_kept(small_store, tmp_path):
     import os
     import subprocess

@@ -184,6 +184,29 @@ def test_kill_and_resume_redoes_at_most_one_block(slow_http_store, small_store, 
     np.testing.assert_array_equal(resumed["2m_temperature"].values, whole["2m_temperature"].values)
 
 
+def test_timeout_counts_a_stalled_request_not_its_wait_for_a_connection(small_store):
+    """One connection, requests that each take 0.2 s, a 0.5 s timeout: the fourth waits 0.6 s for the
+    connection and still succeeds; a server that stalls for longer than the timeout is retried, then
+    named in the error."""
+    from lstmnb.era5_fetch import ChunkError, HttpClient
+
+    retry = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.01, timeout=0.5)
+    with StaticServer(small_store, delay=0.2) as server:
+        client = HttpClient(1, retry)
+        try:
+            bodies = client.get_many([f"{server.url}/time/0"] * 4)
+        finally:
+            client.close()
+        assert bodies == [(small_store / "time" / "0").read_bytes()] * 4 and server.peak_in_flight == 1
+    with StaticServer(small_store, delay=1.5) as server:
+        client = HttpClient(4, retry)
+        try:
+            with pytest.raises(ChunkError, match=r"Timeout.*after 2 attempts"):
+                client.get(f"{server.url}/time/0")
+        finally:
+            client.close()
+
+
 def test_reads_stay_concurrent_under_the_one_block_bound(slow_http_store, tmp_path):
     """Many reads are in flight at once even with small blocks (the bound moves with checkpoints)."""
     server, proxy = slow_http_store
