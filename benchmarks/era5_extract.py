@@ -280,7 +280,7 @@ def main() -> int:
     ap.add_argument("--hours", type=int, default=168, help="hours in the store and the request (default a week)")
     ap.add_argument("--delay", type=float, default=0.03, help="seconds the server adds per request (default 0.03)")
     ap.add_argument("--concurrency", type=int, default=None,
-                    help="lstmnb's reads in flight (default: lstmnb's default)")
+                    help="lstmnb's requests in flight (default: lstmnb's default)")
     ap.add_argument("--block-hours", type=int, default=24, help="cache block size for the resume test")
     ap.add_argument("--workdir", default=None, help="where to build the store (default: a temp folder)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per approach; the median is shown (default 3)")

@@ -246,7 +246,7 @@ def _data(sub) -> None:
     g = p.add_argument_group("extraction")
     g.add_argument("--refresh", action="store_true", help="ignore cached blocks and fetch everything again")
     g.add_argument("--concurrency", type=int, default=None, metavar="N",
-                   help="chunk reads in flight at once (default 128; more hides more round trips)")
+                   help="requests in flight at once (default 128; more hides more round trips)")
     g.add_argument("--block-hours", type=int, default=None, metavar="H",
                    help="hours per cache block (default 168, a week)")
     g.add_argument("--credentials", default=None, metavar="FILE|google_default",

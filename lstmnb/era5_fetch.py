@@ -28,7 +28,7 @@ from .errors import ConfigError, DataError
 if TYPE_CHECKING:
     from .era5 import Plan
 
-DEFAULT_CONCURRENCY = 128  # chunk reads in flight; benchmarks/era5_extract.py: 0.44 s at 64, 0.31 s at 128
+DEFAULT_CONCURRENCY = 128  # requests (connections) in flight; era5_extract.py: 0.44 s at 64, 0.31 s at 128
 CLOSING_SERVER_REQUESTS = 4  # requests in flight to a server that closes every connection
 MAX_FAILED_CHUNKS = 8  # after this many chunks fail for good, stop starting new ones
 
@@ -671,7 +671,7 @@ def make_reader(plan: "Plan", concurrency: int, retry: RetryPolicy, source: Chun
 
 
 def check_sizes(block_hours: int | None, concurrency: int | None) -> tuple[int, int]:
-    """(block hours, reads in flight) with their defaults; ConfigError when either is below 1."""
+    """(block hours, requests in flight) with their defaults; ConfigError when either is below 1."""
     hours = DEFAULT_BLOCK_HOURS if block_hours is None else int(block_hours)
     workers = DEFAULT_CONCURRENCY if concurrency is None else int(concurrency)
     if hours < 1:
