@@ -21,7 +21,23 @@ def subcommand(fn: Callable[[argparse._SubParsersAction], None]):
     return fn
 
 
-def build_parser() -> argparse.ArgumentParser:
+def tag_light(sub: argparse._SubParsersAction, is_light: Callable[[str], bool]) -> None:
+    """Make ``sub.add_parser`` mark each parser it adds ``light`` when ``is_light(name)``: a parser that
+    will not parse this time, whose slow options (cli_commands.add_train_args) can be left out."""
+    add_parser = sub.add_parser
+
+    def add_tagged(name: str, **kwargs) -> argparse.ArgumentParser:
+        p = add_parser(name, **kwargs)
+        p.light = is_light(name)
+        return p
+
+    sub.add_parser = add_tagged
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with ``command`` one whose other sub-commands are light: they keep their
+    help line but skip options that are slow to build (training options import torch, about a second,
+    which `lstmnb data` and `lstmnb --help` do not need)."""
     parser = argparse.ArgumentParser(
         prog="lstmnb",
         description=(
@@ -34,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"lstmnb {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    tag_light(sub, lambda name: command is not None and name != command)
     from . import cli_commands  # noqa: F401  (registers the sub-commands)
 
     for register in REGISTRY:
@@ -42,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # the top level has only flags (--help, --version), so the first other word names the sub-command
+    parser = build_parser(next((a for a in argv if not a.startswith("-")), ""))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

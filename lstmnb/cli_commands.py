@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .cli import subcommand
+from .cli import subcommand, tag_light
 
 
 # --- shared option groups -------------------------------------------------------------------------
@@ -103,7 +103,10 @@ _TRAIN_HELP = {
 
 
 def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-    """One option per TrainConfig field, typed from its default (`--batch-size 256`, `--no-progress`)."""
+    """One option per TrainConfig field, typed from its default (`--batch-size 256`, `--no-progress`).
+    None on a light parser (another sub-command runs: see cli.build_parser), sparing torch's import."""
+    if getattr(p, "light", False):
+        return
     import dataclasses
 
     from .train import TrainConfig
@@ -431,6 +434,7 @@ def _bench(sub) -> None:
                        description="Experiments built from timed runs. Each prints a table and appends run "
                                    "records; see `lstmnb bench KIND --help`.")
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
+    tag_light(kinds, lambda name: p.light)
     for register in BENCH_COMMANDS:
         register(kinds)
     p.set_defaults(func=lambda args: (p.print_help(), 1)[1])

@@ -1,5 +1,6 @@
 """The core pipeline end to end on the embedded sample, through the Python API and the `lstmnb` command."""
 
+import os
 import subprocess
 import sys
 
@@ -68,6 +69,24 @@ def test_help_is_readable():
     proc = subprocess.run([sys.executable, "-m", "lstmnb", "train", "--help"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and "--batch-size" in proc.stdout and "published" in proc.stdout
+
+
+def test_commands_that_do_not_train_do_not_import_torch(tmp_path):
+    """`lstmnb --help` and `lstmnb data` skip building the training options (torch's import, about a
+    second); the command that trains, and the whole parser, still have them."""
+    from lstmnb.cli import build_parser
+
+    probe = ("import contextlib, sys\nfrom lstmnb.cli import main\nwith contextlib.suppress(SystemExit):\n"
+             "    main(sys.argv[1:])\nprint('torch imported' if 'torch' in sys.modules else 'no torch')")
+    for args in (["--help"], ["data", "--status"], ["results", "--help"]):
+        proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "LSTMNB_CACHE": str(tmp_path)})
+        assert proc.stdout.strip().endswith("no torch"), (args, proc.stdout[-300:], proc.stderr[-300:])
+    proc = subprocess.run([sys.executable, "-m", "lstmnb", "bench", "scaling", "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and "--hidden" in proc.stdout
+    args = build_parser().parse_args(["bench", "scaling", "--hidden", "16"])
+    assert args.hidden == 16
 
 
 def test_every_training_knob_has_help():
