@@ -166,13 +166,26 @@ def status(root: str | os.PathLike | None = None) -> list[dict]:
     if not base.is_dir():
         return rows
     for bdir in sorted(base.glob("*/*/*/b*")):
-        files = [p for p in bdir.glob("*.npy") if _parse(p.name)]
-        if not files:
+        # A running extraction may be replacing files meanwhile (a checkpointed part by a wider one):
+        # files gone by the time they are looked at are skipped, and per slot the widest one counts.
+        widest: dict[int, tuple[int, int]] = {}  # slot -> (hours, bytes)
+        for path in bdir.glob("*.npy"):
+            parsed = _parse(path.name)
+            if parsed is None:
+                continue
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                continue
+            hours = parsed[2] - parsed[1]
+            if hours > widest.get(parsed[0], (0, 0))[0]:
+                widest[parsed[0]] = (hours, size)
+        if not widest:
             continue
         store_id, variable, target = bdir.parts[-4], bdir.parts[-3], bdir.parts[-2]
-        hours = sum(_parse(p.name)[2] - _parse(p.name)[1] for p in files)  # type: ignore[index]
         rows.append({
             "store": store_id, "variable": variable, "target": target, "block_hours": int(bdir.name[1:]),
-            "blocks": len(files), "hours": hours, "bytes": sum(p.stat().st_size for p in files),
+            "blocks": len(widest), "hours": sum(h for h, _ in widest.values()),
+            "bytes": sum(b for _, b in widest.values()),
         })
     return rows

@@ -208,6 +208,21 @@ def test_extraction_leaves_the_garbage_collector_as_it_found_it(small_store, tmp
         gc.unfreeze()
 
 
+def test_status_counts_what_reads_would_use(tmp_path):
+    """Two parts of one slot (a later, narrower request wrote beside a wider part): reads use the widest,
+    and the status counts it once, with its hours and bytes."""
+    from lstmnb.era5_cache import Block, BlockCache
+
+    cache = BlockCache(tmp_path, "store", "2m_temperature", "cell-r1-c1", 24)
+    wide = cache.write(Block(slot=3, start=72, stop=90, data=np.arange(18, dtype=np.float32)))
+    cache.write(Block(slot=3, start=72, stop=78, data=np.arange(6, dtype=np.float32)))
+    cache.write(Block(slot=4, start=96, stop=120, data=np.zeros(24, dtype=np.float32)))
+    assert cache.read(3).stop == 90 and len(list(cache.dir.glob("00000003_*.npy"))) == 2
+    (row,) = status(tmp_path)
+    assert (row["blocks"], row["hours"]) == (2, 18 + 24)
+    assert row["bytes"] == wide.stat().st_size + next(cache.dir.glob("00000004_*.npy")).stat().st_size
+
+
 def test_stale_tmp_files_are_removed_and_live_ones_kept(small_store, tmp_path):
     import os
     import subprocess
