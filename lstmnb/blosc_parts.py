@@ -34,6 +34,15 @@ HEADER = 16
 FORMAT_VERSION = 2  # the chunk format of c-blosc 1.x
 _SHUFFLE, _MEMCPYED, _BITSHUFFLE, _DONT_SPLIT = 0x01, 0x02, 0x04, 0x10
 _CODECS = {1: "lz4", 3: "zlib", 4: "zstd"}
+# numcodecs' names for Blosc's compressors, as the codec number a chunk's flags carry (lz4hc writes lz4)
+_CNAMES = {"blosclz": 0, "lz4": 1, "lz4hc": 1, "snappy": 2, "zlib": 3, "zstd": 4}
+BITSHUFFLE = 2  # numcodecs.Blosc.BITSHUFFLE
+
+
+def readable(cname: str, shuffle: int) -> bool:
+    """Whether chunks of a Blosc codec with numcodecs' ``cname`` and ``shuffle`` can be read in parts
+    here. Auto shuffle passes: what a chunk holds is checked again by ``parse_header``."""
+    return _CNAMES.get(cname) in _CODECS and shuffle != BITSHUFFLE
 
 
 @dataclass(frozen=True)

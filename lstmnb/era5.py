@@ -177,7 +177,8 @@ def _probe(ref: StoreRef) -> None:
     src = ChunkSource(ref.url, True, ref.storage_options, 4, _probe_retry())
     try:
         for key in (".zmetadata", ".zgroup", "zarr.json"):
-            if src.get(key) is not None:
+            # Whether it exists is all that counts: its first byte (ARCO's .zmetadata is megabytes)
+            if src.get(key, byte_range=(0, 1)) is not None:
                 return
     except ChunkError as exc:
         raise DataError(f"cannot reach {ref.url}: {exc}; check the network, or use --source sample") from None
@@ -592,7 +593,7 @@ def extract(
     ref = resolve_source(request.source, storage_options)
     workers = check_sizes(block_hours, concurrency)[1]
     fetch = dict(cache_dir=cache_dir, progress=progress, refresh=refresh, concurrency=concurrency,
-                 block_hours=block_hours, stats=stats, retry=retry)
+                 block_hours=block_hours, stats=stats)
     meta = None if refresh else cached_meta(ref, cache_dir)
     offline_error: LstmnbError | None = None
     miss: CacheMiss | None = None

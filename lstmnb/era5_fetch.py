@@ -393,17 +393,21 @@ class _ArrayMeta:
         return f"{variable}/{self.prefix}{t}{self.sep}{jy}{self.sep}{jx}"
 
 
+def _fill_value(value) -> float:
+    """What a missing chunk reads as, from the metadata's ``fill_value``: a number, "NaN", or null (no
+    fill value; read as NaN). ValueError for anything else: zarr's reader handles those stores."""
+    return np.nan if value in (None, "NaN") else float(value)
+
+
 def _array_meta(zarray: dict) -> _ArrayMeta | None:
     """Parse a zarr-v2 .zarray for the raw path; None when the layout needs zarr's general reader."""
     import numcodecs
 
     if zarray.get("zarr_format") != 2 or len(zarray.get("shape", ())) != 3 or zarray["chunks"][0] != 1:
         return None
-    fill = zarray.get("fill_value")
-    fill = np.nan if fill in (None, "NaN") else float(fill)
     return _ArrayMeta(
         tuple(zarray["shape"]), tuple(zarray["chunks"]), np.dtype(zarray["dtype"]), zarray.get("order", "C"),
-        zarray.get("dimension_separator", "."), fill,
+        zarray.get("dimension_separator", "."), _fill_value(zarray.get("fill_value")),
         numcodecs.get_codec(zarray["compressor"]) if zarray.get("compressor") else None,
         [numcodecs.get_codec(f) for f in (zarray.get("filters") or [])],
     )
@@ -452,8 +456,7 @@ def _array_meta_v3(meta: dict) -> _ArrayMeta | None:
             compressor = numcodecs.GZip(level=conf.get("level", 5))
         else:
             return None
-    fill = meta.get("fill_value")
-    fill = np.nan if fill in (None, "NaN") else float(fill)
+    fill = _fill_value(meta.get("fill_value"))
     return _ArrayMeta(tuple(meta["shape"]), chunks, dtype, "C", sep, fill, compressor, [], prefix)
 
 
@@ -462,7 +465,6 @@ def _array_meta_v3(meta: dict) -> _ArrayMeta | None:
 PARTIAL_READS = True
 _HEAD_BYTES = 4096  # first range of a partial read: the header and a table of up to 1020 blocks
 _WHOLE_SHARE = 0.5  # when the needed blocks hold more of a chunk than this, read chunks whole
-_PARTIAL_CODECS = {"lz4", "lz4hc", "zlib", "zstd"}
 
 
 def _cells(plan: "Plan") -> tuple[np.ndarray, np.ndarray]:
@@ -480,13 +482,20 @@ def _cells(plan: "Plan") -> tuple[np.ndarray, np.ndarray]:
     return cells[:, 0].astype(np.int64), cells[:, 1].astype(np.int64)
 
 
+def _box(plan: "Plan") -> tuple[int, int, int, int]:
+    """(r0, r1, c0, c1): the smallest box of rows r0..r1-1 and columns c0..c1-1 holding every target's
+    cells; a reader reads it for each (variable, hour)."""
+    rows, cols = plan.rows, plan.cols
+    return int(rows.min()), int(rows.max()) + 1, int(cols.min()), int(cols.max()) + 1
+
+
 def _partial_ok(m: "_ArrayMeta") -> bool:
     """Whether chunks of this array can be read in parts (Blosc with a codec blosc_parts decodes)."""
     import numcodecs
 
     c = m.compressor
-    return (PARTIAL_READS and isinstance(c, numcodecs.Blosc) and not m.filters and c.cname in _PARTIAL_CODECS
-            and c.shuffle != numcodecs.Blosc.BITSHUFFLE)
+    return (PARTIAL_READS and isinstance(c, numcodecs.Blosc) and not m.filters
+            and blosc_parts.readable(c.cname, c.shuffle))
 
 
 class RawReader:
@@ -502,9 +511,7 @@ class RawReader:
     """
 
     def __init__(self, plan: "Plan", source: ChunkSource, metas: dict[str, _ArrayMeta]):
-        rows, cols = plan.rows, plan.cols
-        self.r0, self.r1 = int(rows.min()), int(rows.max()) + 1
-        self.c0, self.c1 = int(cols.min()), int(cols.max()) + 1
+        self.r0, self.r1, self.c0, self.c1 = _box(plan)
         self.source = source
         self.metas = metas
         self.cell_rows, self.cell_cols = _cells(plan)
@@ -610,9 +617,7 @@ class ZarrReader:
             self.group = zarr.open_group(ref.url, mode="r", storage_options=ref.storage_options or None)
         else:
             self.group = zarr.open_group(ref.url, mode="r")
-        rows, cols = plan.rows, plan.cols
-        self.r0, self.r1 = int(rows.min()), int(rows.max()) + 1
-        self.c0, self.c1 = int(cols.min()), int(cols.max()) + 1
+        self.r0, self.r1, self.c0, self.c1 = _box(plan)
         self.arrays = {v: self.group[v] for v in plan.variables}
         self.bytes_read = 0
 
@@ -620,20 +625,16 @@ class ZarrReader:
         return np.asarray(self.arrays[variable][t, self.r0:self.r1, self.c0:self.c1])
 
 
-def make_reader(plan: "Plan", concurrency: int, retry: RetryPolicy, source: ChunkSource | None = None,
-                zmetadata: dict | None = None):
-    """The fastest reader that handles this store: raw chunk bytes when possible, else zarr.
+def make_reader(plan: "Plan", source: ChunkSource, zmetadata: dict | None = None) -> RawReader | ZarrReader:
+    """The fastest reader that handles this store: raw chunk bytes through ``source`` when possible,
+    else zarr.
 
-    ``source`` and ``zmetadata`` (the store's consolidated metadata: v2's ``.zmetadata`` contents or
-    v3's root ``zarr.json``), when the caller already has them from opening the store, are reused:
-    no second connection pool, no second metadata read.
-    Returns (reader, the source it reads through or None, whether the caller must close that source).
+    ``zmetadata`` (the store's consolidated metadata: v2's ``.zmetadata`` contents or v3's root
+    ``zarr.json``), when the caller already has it from opening the store, is reused: no second
+    metadata read.
     """
     import json
 
-    owned = source is None
-    if source is None:
-        source = ChunkSource(plan.ref.url, plan.ref.remote, plan.ref.storage_options, concurrency, retry)
     try:
         v3 = zmetadata is not None and zmetadata.get("zarr_format") == 3
         raw = None if zmetadata is not None else source.get(".zmetadata")
@@ -658,16 +659,12 @@ def make_reader(plan: "Plan", concurrency: int, retry: RetryPolicy, source: Chun
                 metas[v] = m
         if metas and len(metas) == len(plan.variables):
             source.bytes_read = source.requests = 0  # from here on: chunk reads only
-            return RawReader(plan, source, metas), source, owned
+            return RawReader(plan, source, metas)
     except ChunkError as exc:
-        if owned:
-            source.close()
         raise DataError(f"cannot read {plan.ref.url}/.zmetadata: {exc}; check the network or use --source sample") from None
     except (ValueError, KeyError, TypeError):
         pass
-    if owned:
-        source.close()
-    return ZarrReader(plan), None, False
+    return ZarrReader(plan)
 
 
 def check_sizes(block_hours: int | None, concurrency: int | None) -> tuple[int, int]:
@@ -690,7 +687,6 @@ def fetch_plan(
     concurrency: int | None = None,
     block_hours: int | None = None,
     stats: FetchStats | None = None,
-    retry: RetryPolicy | None = None,
     offline: bool = False,
     source: ChunkSource | None = None,
     zmetadata: dict | None = None,
@@ -699,9 +695,11 @@ def fetch_plan(
 
     ``offline``: serve from the cache only; raise ``CacheMiss`` (touching nothing remote, counting
     nothing in ``stats``) when any block is missing or damaged. ``source`` and ``zmetadata``: the
-    open source and consolidated metadata the store was opened with, reused for the chunk reads
-    (the caller closes ``source``).
+    open source (with its retry policy) and consolidated metadata the store was opened with, reused
+    for the chunk reads (the caller closes ``source``); ``source`` is needed unless ``offline``.
     """
+    if source is None and not offline:
+        raise TypeError("fetch_plan needs the store's open source unless offline")
     hours, workers = check_sizes(block_hours, concurrency)
     outer = stats if stats is not None else FetchStats()
     stats = FetchStats() if offline else outer
@@ -746,7 +744,7 @@ def fetch_plan(
     if needs and offline:
         raise CacheMiss(len(caches) * len(slots) - len(pending), len(caches) * len(slots))  # damaged files
     if needs:
-        _run(plan, pending, needs, done, workers, hours, progress, stats, retry or RetryPolicy(), source, zmetadata)
+        _run(plan, pending, needs, done, workers, hours, progress, stats, source, zmetadata)
     stats.seconds = time.perf_counter() - t_start
     if offline:
         for name in ("blocks_cached", "seconds"):
@@ -764,7 +762,7 @@ def fetch_plan(
     return out
 
 
-def _run(plan, pending, needs, done, workers, hours, progress, stats, retry, shared=None, zmetadata=None) -> None:
+def _run(plan, pending, needs, done, workers, hours, progress, stats, source, zmetadata) -> None:
     """Read the needed chunks concurrently, in time order, writing each slot as it completes.
 
     An hour is submitted only while it lies within ``hours`` of the frontier (the first needed hour
@@ -772,7 +770,7 @@ def _run(plan, pending, needs, done, workers, hours, progress, stats, retry, sha
     bound, the oldest slots' received prefixes are checkpointed (at least a quarter block each time),
     which moves the frontier on without draining the pipeline at slot boundaries.
     """
-    reader, source, owned = make_reader(plan, workers, retry, shared, zmetadata)
+    reader = make_reader(plan, source, zmetadata)
     targets = {t.key: t for t in plan.targets}
     r0, c0 = reader.r0, reader.c0
     index = {
@@ -933,10 +931,8 @@ def _run(plan, pending, needs, done, workers, hours, progress, stats, retry, sha
         if freeze:
             gc.unfreeze()
         stats.bytes += reader.bytes_read
-        if source is not None:
+        if isinstance(reader, RawReader):  # zarr's reads do not go through the source
             stats.requests += source.requests
-            if owned:
-                source.close()
         if bar is not None:
             mb = reader.bytes_read / 1e6
             bar.set_postfix_str(f"{mb:,.1f} MB read, {mb / max(time.perf_counter() - t_bar, 1e-9):,.1f} MB/s")

@@ -97,6 +97,23 @@ def test_what_cannot_be_read_in_parts_says_so(what):
         bp.parse_header(enc)
 
 
+@pytest.mark.parametrize("cname", numcodecs.blosc.list_compressors())
+@pytest.mark.parametrize("shuffle", [numcodecs.Blosc.NOSHUFFLE, numcodecs.Blosc.SHUFFLE, numcodecs.Blosc.BITSHUFFLE])
+def test_readable_says_what_parse_header_accepts(cname, shuffle):
+    """The reader decides from an array's codec settings (before any chunk is fetched) whether to read
+    its chunks in parts: that must agree with what the chunks themselves turn out to be."""
+    x = np.repeat(_field((256,), "f4"), 16)  # runs of equal values: every codec compresses it
+    enc = numcodecs.Blosc(cname=cname, clevel=5, shuffle=shuffle).encode(x)
+    assert not enc[2] & 0x02, "stored compressed (the flags' stored-raw bit: a raw chunk is always readable)"
+    try:
+        bp.parse_header(enc)
+        accepted = True
+    except ValueError:
+        accepted = False
+    assert bp.readable(cname, shuffle) == accepted
+    assert bp.BITSHUFFLE == numcodecs.Blosc.BITSHUFFLE
+
+
 def test_damaged_block_is_an_error_not_garbage():
     x = _field((181, 360), "f4")
     enc = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE, blocksize=16384).encode(x)

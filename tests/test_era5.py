@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,6 +16,7 @@ from lstmnb.era5 import Request, extract, open_store, to_frame
 from lstmnb.era5_cache import status
 from lstmnb.era5_fetch import FetchStats
 from lstmnb.errors import ConfigError, DataError
+from lstmnb.paths import STALE_TMP_SECONDS, temp_path
 
 SHORT = dict(start="2020-01-02", end="2020-01-04")
 
@@ -21,12 +25,18 @@ def req(store, **kw) -> Request:
     return Request(source=str(store), **{**SHORT, **kw})
 
 
-def test_catalogue_and_defaults():
-    assert era5.CATALOGUE["arco-v3"].startswith("gs://") and era5.CATALOGUE["arco-v3"].endswith("zarr-v3")
-    assert era5.CATALOGUE["arco-v2"].endswith("1959-2022-full_37-1h-0p25deg-chunk-1.zarr-v2")
-    r = Request()
-    assert r.source == "sample" and r.variables == ("2m_temperature",)
-    assert r.points == ((40.0, 280.0), (20.0, 280.0)) and (r.start, r.end) == ("2020-01-01", "2021-06-30")
+def test_catalogue_and_defaults(sample_store_path):
+    """Catalogue names resolve to anonymous public buckets; the default request is a valid one on the
+    sample: its variable and points are there, and it spans the sample's whole valid range."""
+    for name, url in era5.CATALOGUE.items():
+        ref = era5.resolve_source(name)
+        assert (ref.url, ref.remote, ref.storage_options) == (url, True, {"token": "anon"})
+        assert url.startswith("gs://gcp-public-data-arco-era5/") and url.endswith(name[-2:])  # arco-v3: zarr-v3
+    ds = open_store("sample")
+    plan = era5.make_plan(ds, era5.resolve_source("sample"), Request())
+    assert plan.variables == (era5.DEFAULT_VARIABLE,) and plan.kind == "points"
+    assert plan.requested == list(era5.DEFAULT_POINTS), "every default point is its own grid cell"
+    assert era5.valid_range(ds) == (pd.Timestamp(plan.times[0]), pd.Timestamp(plan.times[-1]))
 
 
 @pytest.mark.parametrize("lon", [280.0, -80.0, 280.1, -79.9, 279.88])
@@ -97,11 +107,15 @@ def test_corrupt_cache_is_detected_and_rebuilt(small_store, tmp_path, damage):
         victim.write_bytes(payload[: len(payload) // 2])
     else:
         victim.write_bytes(b"")
-    (victim.parent / f".{victim.name}.123.tmp").write_bytes(b"half")  # a killed writer's leftover
+    leftover = temp_path(victim)  # a killed writer's half-written temporary, old by now
+    leftover.write_bytes(b"half")
+    os.utime(leftover, (time.time() - STALE_TMP_SECONDS - 60,) * 2)
     stats = FetchStats()
     again = extract(req(small_store), cache_dir=tmp_path, progress=False, stats=stats)
     assert stats.chunks > 0, "the damaged block was fetched again"
     xr.testing.assert_identical(good, again)
+    assert not leftover.exists(), "the leftover was swept, not read"
+    assert len(list(victim.parent.glob(f"{victim.name[:8]}_*.npy"))) == 1, "the damaged file was replaced"
 
 
 def test_default_request_on_the_sample(sample_store_path):
@@ -223,13 +237,51 @@ def test_status_counts_what_reads_would_use(tmp_path):
     assert row["bytes"] == wide.stat().st_size + next(cache.dir.glob("00000004_*.npy")).stat().st_size
 
 
+def test_block_cache_looks_at_its_folder_once_and_keeps_what_it_saw_right(tmp_path):
+    """A run asks about every slot, some twice: a BlockCache lists its folder once (listing it per
+    question was quadratic in the number of blocks) and its own writes and removals keep that listing
+    right; files another instance writes later are seen by a fresh one, not by one that already looked."""
+    from lstmnb.era5_cache import Block, BlockCache
+
+    def cache() -> BlockCache:
+        return BlockCache(tmp_path, "store", "2m_temperature", "cell-r1-c1", 24)
+
+    def day(slot: int, a: int = 0, b: int = 24) -> Block:
+        return Block(slot, slot * 24 + a, slot * 24 + b, np.full(b - a, slot, dtype=np.float32))
+
+    writer = cache()
+    for slot in range(200):
+        writer.write(day(slot))
+    reader = cache()
+    for c in (writer, reader):
+        assert all(c.covers(s, s * 24, s * 24 + 24) for s in range(200)) and not c.covers(200, 4800, 4801)
+        for s in range(200):
+            got = c.read(s)
+            assert (got.start, got.stop) == (s * 24, s * 24 + 24) and (got.data == s).all()
+    writer.write(day(200))
+    assert not reader.covers(200, 4800, 4824) and reader.read(200) is None, "looked once, before it was written"
+    assert cache().covers(200, 4800, 4824) and cache().read(200).stop == 4824
+
+    # own writes: a wider part replaces a narrower one (on disk and in the listing), a narrower one
+    # written later stays beside the wider one; a damaged file is removed from both
+    c = cache()
+    c.write(day(300, 0, 6))
+    assert c.covers(300, 7200, 7206) and not c.covers(300, 7200, 7207)
+    wide = c.write(day(300, 0, 18))
+    assert [p.name[9:18] for p in c.dir.glob("00000300_*.npy")] == ["0000-0018"]
+    c.write(day(300, 0, 6))
+    assert len(list(c.dir.glob("00000300_*.npy"))) == 2 and c.read(300).stop == 7218
+    wide.write_bytes(wide.read_bytes()[:-4] + b"oops")
+    assert c.read(300).stop == 7206 and not wide.exists()
+    assert not c.covers(300, 7200, 7218) and c.covers(300, 7200, 7206)
+    assert cache().read(300).stop == 7206
+
+
 def test_stale_tmp_files_are_removed_and_live_ones_kept(small_store, tmp_path):
-    import os
     import subprocess
     import sys
-    import time
 
-    from lstmnb.paths import HOST, STALE_TMP_SECONDS
+    from lstmnb.paths import HOST
 
     extract(req(small_store), cache_dir=tmp_path, progress=False)
     folder = sorted(tmp_path.rglob("*.npy"))[0].parent

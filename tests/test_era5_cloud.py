@@ -113,6 +113,18 @@ def test_unreachable_and_absent_stores(cloud_store, gcs_emulator, emulator_via, 
         open_store("gs://lstmnb-test/nothing.zarr")
 
 
+@pytest.mark.parametrize("ranges", [True, False])
+def test_probe_asks_for_one_byte(small_store, ranges):
+    """Checking that a store exists fetches one byte of its metadata (ARCO's .zmetadata is megabytes),
+    or all of it from a server that ignores Range."""
+    from lstmnb import era5
+
+    with StaticServer(small_store, ranges=ranges) as server:
+        era5._probe(era5.resolve_source(server.url))
+        size = 1 if ranges else (small_store / ".zmetadata").stat().st_size
+        assert (server.requests, server.bytes) == (1, size)
+
+
 def test_credentials_asked_for_but_missing(monkeypatch, tmp_path):
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "absent.json"))
     with pytest.raises(ConfigError, match="google_default.*none found"):
@@ -137,17 +149,9 @@ extract(Request(source=sys.argv[1], start="2020-01-01", end="2020-01-10"), cache
 
 
 def _cached_hours(cache) -> dict[str, int]:
-    """target -> hours kept in the cache (whole days and checkpointed parts; the widest file per day)."""
-    widest: dict[tuple[str, int], int] = {}
-    for f in cache.rglob("b24/*.npy"):
-        slot, span = int(f.name[:8]), f.name.split("_")[1]
-        lo, hi = (int(x) for x in span.split("-"))
-        key = (f.parent.parent.name, slot)
-        widest[key] = max(widest.get(key, 0), hi - lo)
-    out: dict[str, int] = {}
-    for (target, _), n in widest.items():
-        out[target] = out.get(target, 0) + n
-    return out
+    """target -> hours kept in the cache (whole days and checkpointed parts: per day the widest file,
+    as reads use it); the child reads one variable in 24-hour blocks, so a target is one status row."""
+    return {r["target"]: r["hours"] for r in status(cache) if r["block_hours"] == 24}
 
 
 @pytest.mark.slow
@@ -396,7 +400,9 @@ def test_block_reads_retry_and_fill_missing_chunks(wide_store, tmp_path_factory,
 def test_small_and_large_boxes(wide_store, tmp_path):
     """A small box is read through its blocks, a box covering most of a chunk whole; both exact."""
     ds = xr.open_zarr(str(wide_store), chunks=None)["2m_temperature"]
-    for name, box, share in [("small", (39.0, 40.0, 279.5, 280.0), 0.5), ("large", (-8.0, 78.0, 242.0, 328.0), 1.0)]:
+    # per hour's chunk: a header then one range of adjacent blocks; or one whole read, no header
+    for name, box, share, requests in [("small", (39.0, 40.0, 279.5, 280.0), 0.5, 2 * 24),
+                                       ("large", (-8.0, 78.0, 242.0, 328.0), 1.0, 24)]:
         stats = FetchStats()
         got = extract(Request(source=str(wide_store), points=None, box=box, start="2020-01-01", end="2020-01-01"),
                       cache_dir=tmp_path / name, progress=False, stats=stats)["2m_temperature"]
@@ -404,6 +410,8 @@ def test_small_and_large_boxes(wide_store, tmp_path):
         np.testing.assert_array_equal(got.values, want.values)
         whole = sum((wide_store / "2m_temperature" / f"{t}.0.0").stat().st_size for t in range(24))
         assert stats.bytes <= share * whole + 24 * 4096, (name, stats.bytes, whole)
+        assert stats.chunks == 24 and stats.requests == requests, (name, stats.requests)
+    assert stats.bytes == whole, "the large box's chunks were each read whole, once"
 
 
 def test_emulator_block_reads_equal_local(gcs_emulator, wide_store, tmp_path):
