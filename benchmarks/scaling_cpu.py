@@ -17,6 +17,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 
 from lstmnb import bench, era5, parallel, report
 from lstmnb.train import TrainConfig, prepare_windows
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     records = []
     for mode, batch in (("strong", args.global_batch), ("weak", args.per_device_batch)):
         t0 = time.perf_counter()
-        recs = bench.scaling(windows, TrainConfig(**{**cfg.__dict__, "batch_size": batch}),
+        recs = bench.scaling(windows, replace(cfg, batch_size=batch),
                              bench.ScalingConfig(world_sizes=(1, 2), mode=mode, comm_split_steps=args.comm_steps),
                              data_info=info)
         print(f"{mode} scaling: {len(recs)} runs in {time.perf_counter() - t0:.0f} s")
@@ -73,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     print(report.format_table(report.allreduce_table(out["rows"], out["gradient_bytes"], step_s), floatfmt="{:,.4f}"))
 
     if args.uneven:
-        demo_cfg = TrainConfig(**{**cfg.__dict__, "batch_size": 64, "epochs": max(3, args.epochs)})
-        demo = bench.uneven_demo(windows, demo_cfg, slow_rank=1, seconds_per_sample=2e-4)
-        print("\nmixed devices: rank 1 made slower by 0.2 ms per training sample")
+        demo_cfg = replace(cfg, batch_size=64, epochs=max(3, args.epochs))
+        slow_s = 2e-4
+        demo = bench.uneven_demo(windows, demo_cfg, slow_rank=1, seconds_per_sample=slow_s)
+        print(f"\nmixed devices: rank 1 made slower by {slow_s * 1e3:g} ms per training sample")
         for name, rec in demo.items():
             epochs = rec["epochs"]
             print(f"  {name:<8} epoch s {[round(e['train_s'], 2) for e in epochs]}  "

@@ -27,13 +27,16 @@ from lstmnb.train import TrainConfig, prepare_windows, train
 def thread_check(windows, threads_list, epochs=3):
     """Samples/s of the recommended setting for each intra-op thread count (median of steady epochs)."""
     rows = []
-    for n in threads_list:
-        torch.set_num_threads(n)
-        cfg = replace(TrainConfig(), **contender_settings("recommended", "cpu"), epochs=epochs, progress=False,
-                      device="cpu")
-        rec = train(windows, cfg).record
-        rows.append((n, rec["timing"]["samples_per_s"], matmul_rate("cpu")))
-    torch.set_num_threads(os.cpu_count() or 1)
+    previous = torch.get_num_threads()
+    cfg = replace(TrainConfig(), **contender_settings("recommended", "cpu"), epochs=epochs, progress=False,
+                  device="cpu")
+    try:
+        for n in threads_list:
+            torch.set_num_threads(n)
+            rec = train(windows, cfg).record
+            rows.append((n, rec["timing"]["samples_per_s"], matmul_rate("cpu")))
+    finally:
+        torch.set_num_threads(previous)  # what the caller had, not a guess at it
     return rows
 
 

@@ -377,7 +377,8 @@ def comm_split(tr, ddp: nn.parallel.DistributedDataParallel, env: DistEnv, x: to
 def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None = None,
                on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
                options: RankOptions | None = None):
-    """Train as one DDP rank; returns the same ``RunResult`` as ``train.train`` (the record on every rank).
+    """Train as one DDP rank; returns the same ``RunResult`` as ``train.train`` (the record on rank 0;
+    None on the other ranks, which write nothing and so skip the test evaluation that makes it).
 
     ``cfg.batch_size`` is per rank: the global batch is batch_size x world_size, and one epoch covers
     the training set once across all ranks. Loss and sample counts are summed across ranks, epoch time
@@ -407,8 +408,12 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
         balancer.measuring = options.shard_sizes is None
         ddp.register_comm_hook(balancer, weighted_allreduce_hook)
         tr.core.register_forward_pre_hook(balancer.on_forward)
-    x_train = torch.from_numpy(windows.x["train"]).to(env.device)
-    y_train = torch.from_numpy(windows.y["train"]).to(env.device)
+    def train_tensors() -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.from_numpy(windows.x["train"]).to(env.device), torch.from_numpy(windows.y["train"]).to(env.device)
+
+    # the fast path batches from the training set on the device; the DataLoader path needs it there only
+    # for comm_split's timed steps, so it is copied then (not held through training for nothing)
+    x_train, y_train = train_tensors() if cfg.input_path == "fast" else (None, None)
     if cfg.input_path == "dataloader":
         dataset = WindowDataset(windows.x["train"], windows.y["train"])
         sampler = torch.utils.data.distributed.DistributedSampler(dataset, num_replicas=world, rank=rank,
@@ -416,8 +421,7 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
         loader = torch.utils.data.DataLoader(
             dataset, batch_size=cfg.batch_size, sampler=sampler, num_workers=cfg.num_workers,
             pin_memory=cfg.pin_memory and env.device.type == "cuda", persistent_workers=cfg.num_workers > 0)
-    if env.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(env.device)
+    tr.start_peak_memory()
     bar = tr.progress_bar(f"ddp rank 0/{world} {env.device}") if env.is_writer else None
     where = "training"
     try:
@@ -462,6 +466,8 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
         split = None
         if options.comm_split_steps:
             where = "the compute vs communication measurement"
+            if x_train is None:
+                x_train, y_train = train_tensors()
             split = comm_split(tr, ddp, env, x_train, y_train, options.comm_split_steps)
     except Exception as exc:
         if _is_comm_failure(exc):
@@ -479,7 +485,15 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
         "threads_per_rank": torch.get_num_threads() if env.device.type == "cpu" else None,
         "comm_split": split,
     }
-    record = tr.finish(data_info, world_size=world, parallel=parallel_info)
+    record = tr.finish(data_info, world_size=world, parallel=parallel_info)  # None on ranks that do not write
+    try:
+        # every rank waits for rank 0's record: a rank that tears its group down while rank 0 still
+        # works can abort (gloo: SIGABRT in the early rank), so the ranks leave together
+        _barrier(env)
+    except Exception as exc:
+        if _is_comm_failure(exc):
+            raise _comm_failure(exc, env, cfg.dist_timeout_s, "the end of the run") from exc
+        raise
     return RunResult(record=record, model=tr.core, windows=windows, device=env.device, history=tr.history)
 
 

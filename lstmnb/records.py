@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import fcntl
+import functools
 import json
 import math
 import os
@@ -31,6 +32,8 @@ STATUSES = ("ok", "oom", "skipped", "failed")
 RUNS_FILE = "runs.jsonl"
 
 
+# fixed for the process: /proc/cpuinfo is read once, not twice per record
+@functools.lru_cache(maxsize=None)
 def cpu_model() -> str:
     """The CPU's marketing name, or the platform's processor string."""
     try:
@@ -43,6 +46,8 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# once per process, not a git subprocess per record (the code this process runs was imported once anyway)
+@functools.lru_cache(maxsize=None)
 def git_commit() -> str | None:
     """The commit of the lstmnb checkout this code runs from, when it is a git checkout."""
     here = Path(__file__).resolve().parent

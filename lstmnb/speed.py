@@ -119,10 +119,10 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
     if repeats < 1 or max_epochs < 1:
         raise ConfigError(f"repeats={repeats} and max_epochs={max_epochs} must be >= 1")
     names = list(only or CONTENDERS)
-    for n in names:
-        contender_settings(n)  # validates the name
     dev = resolve_device(device)
     profile = profile_for(dev)
+    # each contender's settings once, from the profile of this device (validates the names too)
+    settings = {n: contender_settings(n, profile) for n in names}
     base = replace(base or TrainConfig(), device=str(dev), epochs=max_epochs, progress=False,
                    experiment="speed")
     info: dict[str, Any] = {}
@@ -138,7 +138,7 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
         order = names if rep % 2 == 0 else names[::-1]  # alternate so drift hits all contenders alike
         for name in order:
             rates.append(matmul_rate(dev))
-            cfg = replace(base, **contender_settings(name, profile), target_rmse=target, stop_at_target=True,
+            cfg = replace(base, **settings[name], target_rmse=target, stop_at_target=True,
                           seed=base.seed + rep)
             rec = train(windows, cfg, data_info=info).record
             rec["contender"] = name

@@ -10,7 +10,6 @@ import copy
 import json
 import math
 import os
-import resource
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -220,12 +219,48 @@ class WindowDataset(torch.utils.data.Dataset):
         return torch.from_numpy(self.x[i]), torch.from_numpy(self.y[i])
 
 
-def peak_memory_mb(device: torch.device) -> dict[str, Any]:
-    """Peak memory: CUDA allocator for GPUs, process resident set (max RSS) otherwise."""
+def reset_peak_memory(device: torch.device) -> bool:
+    """Start a run's peak-memory window; True if the peak read at the end will be this run's own.
+
+    CUDA: the allocator's peak statistics. CPU (and MPS, whose figure is the process's resident set):
+    Linux keeps a resettable resident-set high-water mark (writing 5 to /proc/self/clear_refs sets
+    VmHWM to the current RSS). getrusage's max RSS cannot be reset: it is the process's all-time
+    peak, so a sweep would record its largest point for every point.
+    """
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return True
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:  # not Linux, or a kernel/sandbox that refuses it
+        return False
+    return _vm_hwm_kb() is not None
+
+
+def _vm_hwm_kb() -> int | None:
+    """The process's resident-set high-water mark (VmHWM) in kB, or None where /proc has none."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def peak_memory_mb(device: torch.device, since_reset: bool = True) -> dict[str, Any]:
+    """Peak memory of the run since ``reset_peak_memory``: CUDA allocator for GPUs, the process's
+    resident-set high-water mark otherwise. ``since_reset=False`` (the reset was not possible) gives
+    None for the CPU figure rather than a process-lifetime peak presented as the run's."""
     if device.type == "cuda":
         return {"kind": "cuda_max_allocated", "peak_mb": torch.cuda.max_memory_allocated(device) / 2**20}
-    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"kind": "process_max_rss", "peak_mb": rss_kb / 1024}
+    hwm_kb = _vm_hwm_kb() if since_reset else None
+    out: dict[str, Any] = {"kind": "process_peak_rss", "peak_mb": hwm_kb / 1024 if hwm_kb is not None else None}
+    if hwm_kb is None:
+        out["note"] = "no per-run peak here (needs Linux /proc/self/clear_refs and VmHWM)"
+    return out
 
 
 @torch.inference_mode()
@@ -250,9 +285,11 @@ def rmse_kelvin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target_std: 
 
 @dataclass
 class RunResult:
-    """What one run returns: the record (also appended to the results file) and the trained model."""
+    """What one run returns: the record (also appended to the results file) and the trained model.
 
-    record: dict[str, Any]
+    ``record`` is None on DDP ranks other than 0 (they write nothing)."""
+
+    record: dict[str, Any] | None
     model: nn.Module
     windows: Windows
     device: torch.device
@@ -337,6 +374,7 @@ class Trainer:
         self.best: dict[str, Any] = {"val_rmse_k": math.inf, "epoch": None, "state": None}
         self.start_epoch = 0
         self.stopped_early = False
+        self.peak_since_reset = False  # set by start_peak_memory: the memory figure is this run's own
         self.x_val = torch.from_numpy(windows.x["val"]).to(device)
         self.y_val = torch.from_numpy(windows.y["val"]).to(device)
 
@@ -366,6 +404,10 @@ class Trainer:
             "generator": self.gen.get_state(), "torch_rng": torch.get_rng_state(),
             "history": self.history, "best": self.best,
         })
+
+    def start_peak_memory(self) -> None:
+        """Reset the peak-memory statistics once the model and data are placed, before the first epoch."""
+        self.peak_since_reset = reset_peak_memory(self.device)
 
     # --- batches ----------------------------------------------------------------------------------
     def fast_batches(self, x: torch.Tensor, y: torch.Tensor, batch_size: int,
@@ -460,8 +502,7 @@ class Trainer:
         t1 = time.perf_counter()
         val_mse, val_rmse = rmse_kelvin(self.core, self.x_val, self.y_val, self.target_std,
                                         self.cfg.eval_batch_size)
-        synchronize(self.device)
-        eval_s = time.perf_counter() - t1
+        eval_s = time.perf_counter() - t1  # rmse_kelvin's .item() already waited for the evaluation
         cumulative = (self.history[-1]["cumulative_s"] if self.history else 0.0) + train_s + eval_s
         epoch = len(self.history) + 1
         entry = {
@@ -519,12 +560,20 @@ class Trainer:
             self.stopped_early = True
         return self.stopped_early
 
-    def finish(self, data_info: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
-        """Restore the best weights when early stopping, evaluate on test, build the record."""
+    def finish(self, data_info: dict[str, Any] | None, **extra: Any) -> dict[str, Any] | None:
+        """Restore the best weights when early stopping, evaluate on test, build the record.
+
+        A DDP rank that does not write returns None: its record would be discarded, and building it
+        costs a test-set evaluation and a git subprocess. It still restores the best weights, so its
+        returned model is the writer's.
+        """
         if self.cfg.patience and self.best.get("state") is not None:
             self.core.load_state_dict(self.best["state"])
+        if not self.writer:
+            return None
         return _finish_record(self.core, self.windows, self.cfg, self.device, self.history,
-                              self.stopped_early, data_info, **extra)
+                              self.stopped_early, data_info,
+                              memory=peak_memory_mb(self.device, self.peak_since_reset), **extra)
 
     def progress_bar(self, desc: str):
         from tqdm.auto import tqdm
@@ -563,8 +612,7 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
                           f"(use --no-cuda-graph)")
     tr = Trainer(windows, cfg, device)
     tr.restore()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    tr.start_peak_memory()
     tr.fit(f"train {device}", on_epoch_end)
     record = tr.finish(data_info)
     return RunResult(record=record, model=tr.core, windows=windows, device=device, history=tr.history)
@@ -599,13 +647,12 @@ def summarize_timing(history: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _finish_record(model: nn.Module, windows: Windows, cfg: TrainConfig, device: torch.device,
+def _finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: torch.device,
                    history: list[dict[str, Any]], stopped_early: bool, data_info: dict[str, Any] | None,
-                   **extra: Any) -> dict[str, Any]:
+                   memory: dict[str, Any], **extra: Any) -> dict[str, Any]:
     from .records import new_record
     from .windows import error_metrics
 
-    core = model.module if hasattr(model, "module") else model
     pred = predict(core, windows.x["test"], device, cfg.eval_batch_size).cpu().numpy()
     test = error_metrics(windows.to_kelvin(pred), windows.to_kelvin(windows.y["test"]))
     base = windows.baselines["test"]
@@ -627,7 +674,7 @@ def _finish_record(model: nn.Module, windows: Windows, cfg: TrainConfig, device:
                 cells=windows.points)
     return new_record(
         cfg.experiment, status="ok", device=str(device), profile=cfg.profile,
-        config=asdict(cfg), data=data, epochs=history, timing=timing, memory=peak_memory_mb(device),
+        config=asdict(cfg), data=data, epochs=history, timing=timing, memory=memory,
         metrics=metrics, model={"parameters": count_parameters(core), "flops_per_sample": flops},
         **extra,
     )
@@ -653,11 +700,12 @@ def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress:
 def run(request=None, cfg: TrainConfig = TrainConfig(), *, results: str | os.PathLike | None = "default",
         on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Prepare data, train, and append the record to ``results`` (a .jsonl file or folder; None: don't)."""
+    from .parallel import is_rank_zero  # lazily, like train's other use of lstmnb.parallel
     from .records import append_record
 
     windows, info = prepare_windows(request, cfg, progress=cfg.progress)
     result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end)
-    if results is not None and int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 writes
+    if results is not None and is_rank_zero():  # under torchrun only rank 0 writes
         append_record(result.record, None if results == "default" else results)
     return result
 

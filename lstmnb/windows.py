@@ -230,7 +230,7 @@ def make_windows(
             f"the training part ({train_part.shape[0]} hours); use a shorter window or a longer time range"
         )
     scaler = Scaler.fit(train_part.reshape(-1, n_v))
-    scaled = (v - scaler.mean) / scaler.std
+    scaled = scaler.transform(v)
     cal = calendar_features(times) if config.calendar else None
     if cal is not None:
         features = features + ["hour_sin", "hour_cos", "doy_sin", "doy_cos"]
@@ -254,26 +254,29 @@ def make_windows(
                 f"use a shorter window or a longer time range"
             )
         split_times[name] = (str(t_part[0]), str(t_part[-1]))
+        # every point of a split shares its hours: the sample count, the target times and their
+        # climatology lookups (day of year, hour) are computed once per split, not per point
+        n = len(t_part) - span + 1  # samples per point, as sliding_windows makes them
+        ttimes = np.lib.stride_tricks.sliding_window_view(np.arange(first, first + n + config.horizon - 1),
+                                                          config.horizon)
+        tt = t_part[ttimes.reshape(-1)]
+        tt_doy, tt_hour = tt.day_of_year.to_numpy() - 1, tt.hour.to_numpy()
+        first_target_times = t_part[first : first + n].to_numpy()
         px, py, ppers, pclim, ptimes, pid = [], [], [], [], [], []
         for p in range(n_p):
             part = scaled[sl, p, :]
             if cal is not None:
                 part = np.concatenate([part, cal[sl]], axis=1)
             x, y = sliding_windows(part, config.window, config.lead_hours, config.horizon)
-            n = x.shape[0]
             raw = v[sl, p, 0]
             target_k = np.lib.stride_tricks.sliding_window_view(raw[first : first + n + config.horizon - 1], config.horizon)
             last_k = raw[config.window - 1 : config.window - 1 + n]
             ppers.append((np.repeat(last_k[:, None], config.horizon, axis=1), target_k))
-            ttimes = np.lib.stride_tricks.sliding_window_view(
-                np.arange(first, first + n + config.horizon - 1), config.horizon
-            )
-            tt = t_part[ttimes.reshape(-1)]
-            clim_pred = clim[p][tt.day_of_year.to_numpy() - 1, tt.hour.to_numpy()].reshape(n, config.horizon)
+            clim_pred = clim[p][tt_doy, tt_hour].reshape(n, config.horizon)
             pclim.append((clim_pred, target_k))
             px.append(x.astype(np.float32))
             py.append(y.astype(np.float32))
-            ptimes.append(t_part[first : first + n].to_numpy())
+            ptimes.append(first_target_times)
             pid.append(np.full(n, p, dtype=np.int16))
         xs[name] = np.concatenate(px)
         ys[name] = np.concatenate(py)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from lstmnb.errors import CheckpointError, ConfigError, DeviceError
-from lstmnb.train import TrainConfig, config_from_dict, resolve_device, time_to_target, train
-from lstmnb.windows import make_windows
+from lstmnb.train import TrainConfig, config_from_dict, predict, reset_peak_memory, resolve_device, time_to_target, train
+from lstmnb.windows import error_metrics, make_windows
 
 
 def _series(n_hours=24 * 60, seed=0):
@@ -56,6 +56,31 @@ def test_run_record_has_timing_memory_and_metrics(small_windows):
         assert math.isfinite(m[k]) and m[k] > 0
     assert rec["data"]["sizes"] == small_windows.sizes()
     assert rec["model"]["flops_per_sample"]["training"] == 3 * rec["model"]["flops_per_sample"]["forward"]
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:")) / 1024
+
+
+@pytest.mark.skipif(not reset_peak_memory(torch.device("cpu")), reason="needs Linux's resettable VmHWM")
+def test_cpu_peak_memory_is_the_runs_own_not_the_process_lifetime_peak(small_windows):
+    """A 400 MB allocation before the run raises the process's all-time peak (getrusage's max RSS); the
+    run's recorded peak must not include it, and a run that allocates more must record more."""
+    big = np.ones(400 * 2**20 // 8)  # touched, so resident
+    with_big = _rss_mb()
+    del big  # a large numpy buffer is its own mapping: freeing it gives the memory back to the system
+    assert _rss_mb() < with_big - 300
+    small = train(small_windows, cfg(epochs=1)).record["memory"]
+    assert small["kind"] == "process_peak_rss" and small["peak_mb"] > 0
+    assert small["peak_mb"] < with_big - 300
+
+    def allocate_in_run(entry):  # 300 MB held inside the run's window, then freed
+        held = np.ones(300 * 2**20 // 8)
+        assert held[-1] == 1.0
+
+    large = train(small_windows, cfg(epochs=1), on_epoch_end=allocate_in_run).record["memory"]
+    assert large["peak_mb"] > small["peak_mb"] + 250
 
 
 def test_deterministic_on_cpu_for_a_seed(small_windows):
@@ -110,6 +135,14 @@ def test_early_stopping_restores_best(small_windows):
     r = train(small_windows, cfg(epochs=30, lr=0.05, patience=1))
     m = r.record["metrics"]
     assert m["epochs_run"] < 30 and m["stopped_early"]
+    val = [e["val_rmse_k"] for e in r.record["epochs"]]
+    best = min(val)
+    assert val[-1] > best  # the run went on past its best epoch, so the last weights are not the best
+    # the returned model's validation RMSE, computed here in kelvin, is the best epoch's, not the last's
+    pred = predict(r.model, small_windows.x["val"], r.device).cpu().numpy()
+    got = error_metrics(small_windows.to_kelvin(pred), small_windows.to_kelvin(small_windows.y["val"]))["rmse"]
+    assert got == pytest.approx(best, rel=1e-4)
+    assert m["best_val_rmse_k"] == best
 
 
 def test_time_to_target_not_reached_is_not_a_time():
