@@ -47,7 +47,7 @@ def per_batch_times(data, config, rounds: int, calls: int) -> dict[str, float]:
 
     def numba_fn(n):
         numba.set_num_threads(n)
-        return NumbaCPUGrad(X, y, shape.hidden, config.batch_size, np.float64)
+        return NumbaCPUGrad(X, y, shape, config.batch_size, np.float64)
 
     grad1, grad_all = numba_fn(1), numba_fn(all_threads)
     model = torch_model(theta, shape)
@@ -106,10 +106,10 @@ def main() -> None:
 
     from lstmnb.records import cpu_model
     from lstmnb.scratch.bench import format_table, versions_table
-    from lstmnb.scratch.data import load_data
+    from lstmnb.scratch.data import default_window, load_data
     from lstmnb.scratch.fit import VERSIONS, ScratchConfig
 
-    window = args.window or (24 if args.data == "era5" else 12)
+    window = args.window or default_window(args.data)
     config = ScratchConfig(data=args.data, window=window, hidden=args.hidden, epochs=args.epochs,
                            batch_size=args.batch_size)
     data = load_data(config.data, config.window, config.hours)

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from lstmnb.errors import ConfigError, DataError, DeviceError
-from lstmnb.scratch import LSTMShape, ScratchConfig, fit
+from lstmnb.scratch import LSTMShape, ScratchConfig, fit, mse
 from lstmnb.scratch.bench import evaluate, versions_table
-from lstmnb.scratch.data import airline_passengers, load_airline, prepare_series
+from lstmnb.scratch.data import DATASETS, airline_passengers, default_window, load_airline, load_data, prepare_series
 from lstmnb.records import read_records
 
 SHAPE = LSTMShape(n_features=2, hidden=5, n_outputs=2)
@@ -76,7 +76,7 @@ SIMULATOR_SCRIPT = textwrap.dedent("""
     X = rng.normal(size=(11, 4, 2)); y = rng.normal(size=(11, 2))
     theta = init_params(shape, seed=2) * 2.0
     idx = np.array([3, 9, 0, 4, 7])
-    grad_fn = NumbaCUDAGrad(X, y, shape.hidden, batch_size=8, dtype=np.float64)
+    grad_fn = NumbaCUDAGrad(X, y, shape, batch_size=8, dtype=np.float64)
     loss, grad = grad_fn(theta, idx)
     ref_loss, ref_grad = loss_and_grad_numpy(theta, X[idx], y[idx], shape)
     cfg = ScratchConfig(hidden=3, epochs=2, batch_size=4, lr=0.05)
@@ -123,6 +123,7 @@ def test_numba_cuda_without_gpu_or_simulator_is_a_clear_error_and_a_skipped_reco
     assert ok["timing"]["epochs"] == 2 and ok["timing"]["run_s"] > 0 and ok["timing"]["compile_s"] >= 0
     assert set(ok["metrics"]) >= {"train_loss", "test_loss"}
     assert ok["config"]["hidden"] == 32 and ok["data"]["source"] == "airline_passengers"
+    assert ok["data"]["sizes"] == {"train": 88, "val": 10, "test": 9}
     assert len(ok["epochs"]) == 2
 
 
@@ -136,6 +137,10 @@ def test_unknown_version_and_bad_config_name_the_choices():
         fit("numpy", SHAPE, X, y, ScratchConfig(hidden=SHAPE.hidden, batch_size=0))
     with pytest.raises(ConfigError, match="data='era6'"):
         ScratchConfig(data="era6").validate()
+    with pytest.raises(ConfigError, match=r"data='era6' is not known; choose one of \('airline', 'era5'\)"):
+        load_data("era6", 12)
+    assert DATASETS == ("airline", "era5")
+    assert default_window("airline") == 12 and default_window("era5") == 24
     with pytest.raises(ConfigError, match="numba-gpu"):
         versions_table(["numpy", "numba-gpu"], repeats=1, record=False)
 
@@ -188,6 +193,8 @@ def test_training_on_airline_passengers_beats_seasonal_naive():
     shape = LSTMShape(1, cfg.hidden, 1)
     res = fit("numpy", shape, data.X["train"], data.y["train"], cfg, X_val=data.X["val"], y_val=data.y["val"])
     m = evaluate(res.theta, shape, data)
+    for split in ("train", "val", "test"):
+        assert m[f"{split}_loss"] == pytest.approx(mse(res.theta, data.X[split], data.y[split], shape), rel=1e-12)
     naive = m["baselines_test_rmse"]["seasonal_naive"]
     assert m["test_rmse"] < 0.8 * naive, (m["test_rmse"], naive)
     assert res.train_losses[-1] < 0.5 * res.train_losses[0]

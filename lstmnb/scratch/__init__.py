@@ -7,8 +7,8 @@ sample), ``torch`` and ``torch-cuda`` (the same network in PyTorch). Numba and t
 when their version is used.
 """
 
-from .data import ScratchData, airline_passengers, load_airline, load_data, prepare_series
-from .fit import DATASETS, VERSIONS, FitResult, ScratchConfig, check_version, fit
+from .data import DATASETS, ScratchData, airline_passengers, load_airline, load_data, prepare_series
+from .fit import VERSIONS, FitResult, ScratchConfig, check_version, fit
 from .lstm import LSTMShape, forward, init_params, loss_and_grad_loops, loss_and_grad_numpy, mse, predict, unpack
 from .optim import Adam, SGD, clip_grad_norm
 

@@ -16,10 +16,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import DeviceError
-from ..windows import error_metrics
+from ..windows import SPLITS, error_metrics
 from .data import ScratchData, load_data
 from .fit import VERSIONS, FitResult, ScratchConfig, check_version, fit
-from .lstm import LSTMShape, mse, predict
+from .lstm import LSTMShape, predict
 
 EXPERIMENT = "scratch_versions"
 GPU_VERSIONS = ("numba-cuda", "torch-cuda")
@@ -28,9 +28,9 @@ GPU_VERSIONS = ("numba-cuda", "torch-cuda")
 def evaluate(theta: np.ndarray, shape: LSTMShape, data: ScratchData) -> dict[str, Any]:
     """Scaled MSE per split, test RMSE in the data's units, and the baselines' test RMSE beside it."""
     theta = theta.astype(np.float64)
-    out: dict[str, Any] = {f"{s}_loss": mse(theta, data.X[s], data.y[s], shape) for s in ("train", "val", "test")}
-    pred = data.to_units(predict(theta, data.X["test"], shape), "test")
-    out["test_rmse"] = error_metrics(pred, data.truth["test"])["rmse"]
+    pred = {s: predict(theta, data.X[s], shape) for s in SPLITS}  # one forward pass per split
+    out: dict[str, Any] = {f"{s}_loss": float(np.mean((pred[s] - data.y[s]) ** 2)) for s in SPLITS}
+    out["test_rmse"] = error_metrics(data.to_units(pred["test"], "test"), data.truth["test"])["rmse"]
     out["units"] = data.units
     out["baselines_test_rmse"] = data.baseline_rmse("test")
     return out
@@ -104,12 +104,13 @@ def versions_table(
             rows.append({"version": v, "status": "skipped", "reason": reasons[v]})
             continue
         run_s = [r.run_s for r in res]
+        median_s = statistics.median(run_s)
         metrics = evaluate(res[0].theta, shape, data)
         rows.append({
             "version": v, "status": "ok", "reason": None,
             "compile_s": res[0].compile_s,  # the first warm-up; later repeats reuse the compiled code
-            "run_s": statistics.median(run_s),
-            "s_per_epoch": statistics.median(run_s) / config.epochs,
+            "run_s": median_s,
+            "s_per_epoch": median_s / config.epochs,
             "run_s_repeats": run_s,
             "train_loss": metrics["train_loss"], "val_loss": metrics["val_loss"], "test_loss": metrics["test_loss"],
             "test_rmse": metrics["test_rmse"], "units": metrics["units"],
@@ -129,7 +130,7 @@ def versions_table(
             fields: dict[str, Any] = {
                 "version": v,
                 "config": {**config.as_dict(), "repeats": repeats},
-                "data": data.info,
+                "data": {**data.info, "sizes": data.sizes()},
             }
             if row["status"] == "ok":
                 res: FitResult = row["_fit"]

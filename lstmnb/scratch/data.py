@@ -25,6 +25,12 @@ from ..errors import ConfigError, DataError
 from ..windows import SPLITS, Scaler, error_metrics, sliding_windows, split_bounds
 
 TRANSFORMS = ("none", "logdiff")
+DATASETS = ("airline", "era5")
+
+
+def default_window(name: str) -> int:
+    """Input steps per sample when none is asked for: 24 hours for 'era5', else 12 months."""
+    return 24 if name == "era5" else 12
 
 
 def airline_passengers() -> pd.Series:
@@ -49,7 +55,6 @@ class ScratchData:
     baselines: dict[str, dict[str, np.ndarray]]  # split -> baseline name -> (N,) prediction in units
     scaler: Scaler
     transform: str = "none"
-    anchor: dict[str, np.ndarray] = field(default_factory=dict)  # split -> (N,) last observed value (logdiff)
     info: dict[str, Any] = field(default_factory=dict)
 
     def sizes(self) -> dict[str, int]:
@@ -58,8 +63,8 @@ class ScratchData:
     def to_units(self, pred_scaled: np.ndarray, split: str) -> np.ndarray:
         """Model outputs (N, 1) in scaled units -> predictions (N,) in the data's units."""
         z = self.scaler.inverse(np.asarray(pred_scaled, dtype=np.float64)[:, 0])
-        if self.transform == "logdiff":
-            return self.anchor[split] * np.exp(z)
+        if self.transform == "logdiff":  # a change of log value, applied to the last observed value
+            return self.baselines[split]["persistence"] * np.exp(z)
         return z
 
     def baseline_rmse(self, split: str = "test") -> dict[str, float]:
@@ -106,14 +111,11 @@ def prepare_series(
     bounds = split_bounds(len(z), fractions)
     scaler = Scaler.fit(z[bounds[0]])
     zs = scaler.transform(z)
-    position = np.arange(len(z), dtype=np.float64)  # windowed like the data: gives each target's index
-    X, y, truth, anchor, baselines = {}, {}, {}, {}, {}
+    X, y, truth, baselines = {}, {}, {}, {}
     for split, sl in zip(SPLITS, bounds):
         X[split], y[split] = sliding_windows(zs[sl], window)
-        _, pos = sliding_windows(position[sl], window)
-        target = np.rint(pos[:, 0]).astype(np.int64) + offset  # index of the target in ``v``
+        target = np.arange(sl.start + window, sl.stop) + offset  # index in ``v`` of each target y[split]
         truth[split] = v[target]
-        anchor[split] = v[target - 1]
         seasonal = np.where(target >= period, v[np.maximum(target - period, 0)], np.nan)
         baselines[split] = {"persistence": v[target - 1], "seasonal_naive": seasonal}
     info = {
@@ -123,9 +125,8 @@ def prepare_series(
         "transform": transform,
         "period": int(period),
         "fractions": list(fractions),
-        "sizes": {s: int(X[s].shape[0]) for s in SPLITS},
     }
-    return ScratchData(name, units, X, y, truth, baselines, scaler, transform, anchor, info)
+    return ScratchData(name, units, X, y, truth, baselines, scaler, transform, info)
 
 
 def load_airline(window: int = 12, fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)) -> ScratchData:
@@ -170,9 +171,9 @@ def load_era5(window: int = 24, hours: int = 24 * 42, point: int = 0,
 
 
 def load_data(name: str, window: int, hours: int = 24 * 42) -> ScratchData:
-    """The dataset ``name`` ('airline' or 'era5') with windows of ``window`` steps."""
+    """The dataset ``name`` (one of DATASETS) with windows of ``window`` steps."""
     if name == "airline":
         return load_airline(window)
     if name == "era5":
         return load_era5(window, hours)
-    raise ConfigError(f"data={name!r} is not known; choose one of ('airline', 'era5')")
+    raise ConfigError(f"data={name!r} is not known; choose one of {DATASETS}")

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ConfigError
+from .data import DATASETS
 from .lstm import (
     LSTMShape,
     check_batch,
@@ -27,7 +28,6 @@ from .lstm import (
 from .optim import OPTIMIZERS, clip_grad_norm, make_optimizer
 
 VERSIONS = ("loops", "numpy", "numba-cpu", "numba-cuda", "torch", "torch-cuda")
-DATASETS = ("airline", "era5")
 
 
 @dataclass
@@ -88,21 +88,17 @@ def cpu_threads(version: str, threads: int | None):
         if threads > numba.config.NUMBA_NUM_THREADS:
             raise ConfigError(f"threads={threads} is more than numba's {numba.config.NUMBA_NUM_THREADS} "
                               "(NUMBA_NUM_THREADS)")
-        old = numba.get_num_threads()
-        numba.set_num_threads(threads)
-        try:
-            yield
-        finally:
-            numba.set_num_threads(old)
+        get_threads, set_threads = numba.get_num_threads, numba.set_num_threads
     else:
         import torch
 
-        old = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(old)
+        get_threads, set_threads = torch.get_num_threads, torch.set_num_threads
+    old = get_threads()
+    set_threads(threads)
+    try:
+        yield
+    finally:
+        set_threads(old)
 
 
 class HostEngine:
@@ -152,7 +148,7 @@ def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, th
     if version == "numba-cpu":
         from .numba_cpu import NumbaCPUGrad
 
-        return HostEngine(NumbaCPUGrad(X, y, shape.hidden, config.batch_size, dtype), theta0, config, len(X))
+        return HostEngine(NumbaCPUGrad(X, y, shape, config.batch_size, dtype), theta0, config, len(X))
     if version == "numba-cuda":
         from ..errors import DeviceError
 
@@ -160,7 +156,7 @@ def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, th
             from .numba_cuda import NumbaCUDAGrad
         except ImportError as exc:  # numba built without its CUDA target
             raise DeviceError(f"numba-cuda is unavailable: numba.cuda cannot be imported ({exc})") from None
-        return HostEngine(NumbaCUDAGrad(X, y, shape.hidden, config.batch_size, dtype), theta0, config, len(X))
+        return HostEngine(NumbaCUDAGrad(X, y, shape, config.batch_size, dtype), theta0, config, len(X))
     from .torch_lstm import TorchEngine
 
     return TorchEngine(version, shape, X, y, theta0, config.optimizer, config.lr, config.clip)
@@ -170,7 +166,6 @@ def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, th
 class FitResult:
     """What one training run of one version produced."""
 
-    version: str
     theta: np.ndarray
     compile_s: float
     epoch_s: list[float]
@@ -200,10 +195,8 @@ def fit(
     *,
     X_val: np.ndarray | None = None,
     y_val: np.ndarray | None = None,
-    theta0: np.ndarray | None = None,
-    max_steps: int | None = None,
 ) -> FitResult:
-    """Train ``version`` for ``config.epochs`` epochs (or ``max_steps`` steps) and time it.
+    """Train ``version`` for ``config.epochs`` epochs and time it.
 
     compile_s is the warm-up call (JIT compilation or cache load, CUDA context); epoch_s the wall
     time of each epoch's optimiser steps, with the device synchronised before each clock read.
@@ -213,8 +206,8 @@ def fit(
     check_batch(X_train, y_train, shape)
     if X_val is not None:
         check_batch(X_val, y_val, shape)
-    if theta0 is None:
-        theta0 = init_params(shape, config.seed, config.dtype)
+        X_val = np.asarray(X_val, dtype=np.float64)  # cast once: validation is evaluated in float64 each epoch
+    theta0 = init_params(shape, config.seed, config.dtype)
     with cpu_threads(version, config.threads):
         engine = make_engine(version, shape, X_train, y_train, theta0, config)
         t0 = time.perf_counter()
@@ -226,22 +219,16 @@ def fit(
         step_losses: list[float] = []
         train_losses: list[float] = []
         val_losses: list[float] = []
-        steps = 0
         for epoch_batches in batches(len(X_train), config.batch_size, config.epochs, config.seed, config.shuffle):
-            if max_steps is not None:
-                epoch_batches = epoch_batches[: max(0, max_steps - steps)]
             losses = []
             t0 = time.perf_counter()
             for idx in epoch_batches:
                 losses.append(engine.step(idx))
             engine.sync()
             epoch_s.append(time.perf_counter() - t0)
-            steps += len(losses)
             step_losses.extend(losses)
-            train_losses.append(float(np.mean(losses)) if losses else float("nan"))
+            train_losses.append(float(np.mean(losses)))
             if X_val is not None:
-                val_losses.append(mse(engine.params().astype(np.float64), X_val.astype(np.float64), y_val, shape))
-            if max_steps is not None and steps >= max_steps:
-                break
+                val_losses.append(mse(engine.params().astype(np.float64), X_val, y_val, shape))
         theta = engine.params()
-    return FitResult(version, theta, compile_s, epoch_s, step_losses, train_losses, val_losses)
+    return FitResult(theta, compile_s, epoch_s, step_losses, train_losses, val_losses)

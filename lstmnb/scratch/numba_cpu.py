@@ -22,6 +22,8 @@ import math
 import numpy as np
 from numba import get_num_threads, njit, prange
 
+from .lstm import LSTMShape
+
 
 def sample_loss_grad(x, y, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out, gb_out,
                      acts, cs, hs, tcs, work, scale):  # pragma: no cover - compiled
@@ -160,25 +162,24 @@ def batch_loss_grad(X, Y, idx, theta, H, scale, parts, acts, cs, hs, tcs, work):
 class NumbaCPUGrad:
     """Workspaces sized once for a batch size; ``__call__`` gives (mean loss, gradient) for a batch."""
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, hidden: int, batch_size: int, dtype: np.dtype):
+    def __init__(self, X: np.ndarray, y: np.ndarray, shape: LSTMShape, batch_size: int, dtype: np.dtype):
         self.X = np.ascontiguousarray(X, dtype=dtype)
         self.y = np.ascontiguousarray(y, dtype=dtype)
-        self.H = int(hidden)
+        H = self.H = int(shape.hidden)
         T = X.shape[1]
-        P = 4 * hidden * X.shape[2] + 4 * hidden * hidden + 4 * hidden + y.shape[1] * hidden + y.shape[1]
         self.n_parts = max(1, min(get_num_threads(), batch_size))
-        self.parts = np.zeros((self.n_parts, P), dtype=dtype)
-        self.acts = np.zeros((self.n_parts, T, 4 * hidden), dtype=dtype)
-        self.cs = np.zeros((self.n_parts, T + 1, hidden), dtype=dtype)
-        self.hs = np.zeros((self.n_parts, T + 1, hidden), dtype=dtype)
-        self.tcs = np.zeros((self.n_parts, T, hidden), dtype=dtype)
-        self.work = np.zeros((self.n_parts, 3, 4 * hidden), dtype=dtype)
+        self.parts = np.zeros((self.n_parts, shape.n_params), dtype=dtype)
+        self.acts = np.zeros((self.n_parts, T, 4 * H), dtype=dtype)
+        self.cs = np.zeros((self.n_parts, T + 1, H), dtype=dtype)
+        self.hs = np.zeros((self.n_parts, T + 1, H), dtype=dtype)
+        self.tcs = np.zeros((self.n_parts, T, H), dtype=dtype)
+        self.work = np.zeros((self.n_parts, 3, 4 * H), dtype=dtype)
 
     def __call__(self, theta: np.ndarray, idx: np.ndarray) -> tuple[float, np.ndarray]:
         n_out = self.y.shape[1]
         scale = 2.0 / (len(idx) * n_out)
         sse, grad = batch_loss_grad(
-            self.X, self.y, idx.astype(np.int64), theta, self.H, scale,
+            self.X, self.y, np.asarray(idx, np.int64), theta, self.H, scale,
             self.parts, self.acts, self.cs, self.hs, self.tcs, self.work,
         )
         return float(sse) / (len(idx) * n_out), grad

@@ -22,6 +22,7 @@ from numba import config as numba_config
 from numba import cuda
 
 from ..errors import DeviceError
+from .lstm import LSTMShape
 from .numba_cpu import sample_loss_grad
 
 THREADS_PER_BLOCK = 64
@@ -90,34 +91,22 @@ def reduce_kernel(parts, B, out):  # pragma: no cover - compiled
         out[p] = total
 
 
-def split_params(flat, F: int, H: int, O: int) -> tuple:
-    """Views of W_ih, W_hh, b, W_out, b_out inside a flat vector, or inside the rows of a
-    (P, ...) array whose trailing axes (here the batch) are kept."""
-    G4 = 4 * H
-    a = G4 * F
-    b = a + G4 * H
-    c = b + G4
-    d = c + O * H
+def split_params(flat, shape: LSTMShape) -> tuple:
+    """Views of W_ih, W_hh, b, W_out, b_out (the layout of ``LSTMShape.offsets``) inside a flat vector,
+    or inside the rows of a (P, ...) array whose trailing axes (here the batch) are kept."""
     rest = tuple(flat.shape[1:])
-    return (
-        flat[:a].reshape((G4, F) + rest),
-        flat[a:b].reshape((G4, H) + rest),
-        flat[b:c],
-        flat[c:d].reshape((O, H) + rest),
-        flat[d : d + O],
-    )
+    return tuple(flat[start : start + math.prod(shp)].reshape(shp + rest) for start, shp in shape.offsets().values())
 
 
 class NumbaCUDAGrad:
     """Device-resident data and workspaces; ``__call__`` gives (mean loss, gradient) for a batch."""
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, hidden: int, batch_size: int, dtype: np.dtype):
+    def __init__(self, X: np.ndarray, y: np.ndarray, shape: LSTMShape, batch_size: int, dtype: np.dtype):
         ok, reason = cuda_status()
         if not ok:
             raise DeviceError(reason)
-        self.F, self.H, self.O = X.shape[2], int(hidden), y.shape[1]
+        self.H, self.O, self.P = shape.hidden, shape.n_outputs, shape.n_params
         T = X.shape[1]
-        self.P = 4 * self.H * self.F + 4 * self.H * self.H + 4 * self.H + self.O * self.H + self.O
         B = self.batch_size = int(batch_size)
         # read-only data: copied once, resident for the whole training run
         self.d_X = cuda.to_device(np.ascontiguousarray(X, dtype=dtype))
@@ -131,8 +120,9 @@ class NumbaCUDAGrad:
         self.d_tcs = cuda.device_array((T, self.H, B), dtype=dtype)
         self.d_work = cuda.device_array((3, 4 * self.H, B), dtype=dtype)
         self.d_out = cuda.device_array(self.P + 1, dtype=dtype)
-        self.weights = split_params(self.d_theta, self.F, self.H, self.O)
-        self.grads = split_params(self.d_parts[: self.P], self.F, self.H, self.O)
+        self.d_idx = cuda.device_array(B, dtype=np.int64)  # the batch's sample indices, first len(idx) used
+        self.weights = split_params(self.d_theta, shape)
+        self.grads = split_params(self.d_parts[: self.P], shape)
         self.losses = self.d_parts[self.P]
 
     def __call__(self, theta: np.ndarray, idx: np.ndarray) -> tuple[float, np.ndarray]:
@@ -140,7 +130,8 @@ class NumbaCUDAGrad:
         if B > self.batch_size:
             raise DeviceError(f"batch of {B} samples is larger than the {self.batch_size} the buffers were sized for")
         self.d_theta.copy_to_device(np.ascontiguousarray(theta))  # weights: once per batch
-        d_idx = cuda.to_device(np.ascontiguousarray(idx, dtype=np.int64))
+        d_idx = self.d_idx[:B]
+        d_idx.copy_to_device(np.ascontiguousarray(idx, dtype=np.int64))
         scale = 2.0 / (B * self.O)
         per_sample_kernel[math.ceil(B / THREADS_PER_BLOCK), THREADS_PER_BLOCK](
             self.d_X, self.d_y, d_idx, *self.weights, *self.grads, self.losses,

@@ -79,6 +79,9 @@ def torch_device(version: str) -> str:
     raise ConfigError(f"{version!r} is not a torch version; choose 'torch' or 'torch-cuda'")
 
 
+TORCH_OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
+
+
 class TorchEngine:
     """Training state on the device: resident data, model, torch optimiser; one ``step`` per batch."""
 
@@ -87,16 +90,11 @@ class TorchEngine:
         self.device = torch_device(version)
         self.model = torch_model(theta0, shape, self.device)
         dtype = self.model.head.weight.dtype
-        # copied once (the arrays may be read-only views) and resident on the device
-        self.X = torch.tensor(np.array(X), dtype=dtype, device=self.device)
-        self.y = torch.tensor(np.array(y), dtype=dtype, device=self.device)
-        params = self.model.trainable()
-        if optimizer == "adam":
-            self.opt = torch.optim.Adam(params, lr=lr)
-        elif optimizer == "sgd":
-            self.opt = torch.optim.SGD(params, lr=lr)
-        else:
-            raise ConfigError(f"optimizer={optimizer!r} is not known; choose one of ('sgd', 'adam')")
+        # copied once (torch.tensor always copies; the arrays may be read-only views) and resident on the device
+        self.X = torch.tensor(X, dtype=dtype, device=self.device)
+        self.y = torch.tensor(y, dtype=dtype, device=self.device)
+        # the name is one of optim.OPTIMIZERS (ScratchConfig.validate checks it)
+        self.opt = TORCH_OPTIMIZERS[optimizer](self.model.trainable(), lr=lr)
         self.clip = clip
 
     def step(self, idx: np.ndarray) -> float:
