@@ -102,35 +102,50 @@ _TRAIN_HELP = {
 }
 
 
+def _str_list(text: str) -> tuple[str, ...]:
+    return tuple(text.split(","))
+
+
+def _option_type(name: str, hint):
+    """What argparse parses a TrainConfig field with, from its annotation: ``X | None`` as ``X``,
+    ``tuple[X, ...]`` as a comma-separated list of X; bool is returned as is (a --flag/--no-flag)."""
+    import types
+    import typing
+
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        (hint,) = (a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) is tuple:
+        items = set(typing.get_args(hint)) - {Ellipsis}
+        lists = {float: _float_list, int: _int_list, str: _str_list}
+        if len(items) == 1 and next(iter(items)) in lists:
+            return lists[items.pop()]
+    elif hint in (bool, int, float, str):
+        return hint
+    raise TypeError(f"TrainConfig.{name}: no command-line option type for {hint!r}; teach cli_commands._option_type")
+
+
 def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-    """One option per TrainConfig field, typed from its default (`--batch-size 256`, `--no-progress`).
+    """One option per TrainConfig field, typed from its annotation (`--batch-size 256`, `--no-progress`).
     None on a light parser (another sub-command runs: see cli.build_parser), sparing torch's import."""
     if getattr(p, "light", False):
         return
     import dataclasses
+    import typing
 
     from .train import TrainConfig
 
+    hints = typing.get_type_hints(TrainConfig)
     g = p.add_argument_group("training")
     for f in dataclasses.fields(TrainConfig):
         if f.name in skip:
             continue
         flag = "--" + f.name.replace("_", "-")
-        default = f.default
-        help_ = _TRAIN_HELP.get(f.name, "") + f" (default: {default})"
-        if isinstance(default, bool):
-            g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help_)
-        elif f.name in ("fractions",):
-            g.add_argument(flag, dest=f.name, type=_float_list, default=default, help=help_)
-        elif f.name == "split_dates":
-            g.add_argument(flag, dest=f.name, type=lambda s: tuple(s.split(",")), default=default, help=help_)
-        elif f.name in ("threads", "patience", "nproc"):
-            g.add_argument(flag, dest=f.name, type=int, default=default, help=help_)
-        elif f.name in ("target_rmse", "grad_clip"):
-            g.add_argument(flag, dest=f.name, type=float, default=default, help=help_)
+        kind = _option_type(f.name, hints[f.name])
+        help_ = _TRAIN_HELP.get(f.name, "") + f" (default: {f.default})"
+        if kind is bool:
+            g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default, help=help_)
         else:
-            g.add_argument(flag, dest=f.name, type=type(default) if default is not None else str,
-                           default=default, help=help_)
+            g.add_argument(flag, dest=f.name, type=kind, default=f.default, help=help_)
 
 
 def train_config_from_args(args: argparse.Namespace):
@@ -172,29 +187,29 @@ def _train(sub) -> None:
     )
     add_request_args(p)
     add_train_args(p)
-    p.add_argument("--results", default=None,
-                   help="results file or folder (default: results/runs.jsonl; env LSTMNB_RESULTS)")
-    p.add_argument("--no-record", action="store_true", help="do not append a record")
+    _results_arg(p)
     p.set_defaults(func=_run_train)
 
 
-def _run_train(args) -> int:
+def _train_and_print(request, cfg, results: str | None) -> None:
+    """``train.run`` (appending the record to ``results`` unless None), then the run as `print_run` shows
+    it and where the record went; under torchrun only rank 0 prints (and records)."""
+    from .parallel import is_rank_zero
+    from .records import runs_path
     from .train import run
 
-    cfg = train_config_from_args(args)
-    request = request_from_args(args)
     # --strategy ddp --nproc N outside torchrun: run() prepares the data once and train() starts N local
     # ranks (lstmnb.parallel); rank 0's record comes back here to be printed and appended
-    result = run(request, cfg, results=None if args.no_record else (args.results or "default"))
-    import os
-
-    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun: rank 0 prints and records
-        return 0
+    result = run(request, cfg, results=results)
+    if not is_rank_zero():
+        return
     print_run(result.record)
-    if not args.no_record:
-        from .records import runs_path
+    if results is not None:
+        print(f"record {result.record['run_id']} appended to {runs_path(results)}")
 
-        print(f"record {result.record['run_id']} appended to {runs_path(args.results)}")
+
+def _run_train(args) -> int:
+    _train_and_print(request_from_args(args), train_config_from_args(args), _results_path(args))
     return 0
 
 
@@ -202,24 +217,42 @@ def _run_train(args) -> int:
 def _results(sub) -> None:
     p = sub.add_parser("results", help="table of the recorded runs",
                        description="Show the runs recorded in one or more results files or folders.")
-    p.add_argument("paths", nargs="*", default=None, help="results files or folders (default: results/)")
-    p.add_argument("--experiment", help="only this experiment")
+    _records_args(p)
     p.add_argument("--last", type=int, default=20, help="show the last N runs (default 20; 0 for all)")
     p.set_defaults(func=_run_results)
 
 
-def _run_results(args) -> int:
+_EXPERIMENT_HELP = "only runs whose experiment name starts with this (scaling: scaling-strong and scaling-weak)"
+
+
+def _records_args(p: argparse.ArgumentParser) -> None:
+    """The records a reading command works on: results files or folders, and an experiment filter."""
+    p.add_argument("paths", nargs="*", default=None, help="results files or folders (default: results/)")
+    p.add_argument("--experiment", default=None, help=_EXPERIMENT_HELP)
+
+
+def _read_runs(args) -> list[dict]:
+    """The records in ``args.paths`` (default: the results folder) whose experiment starts with
+    ``args.experiment``; DataError when there are none."""
     from .errors import DataError
     from .paths import results_dir
-    from .records import load_records
-    from .report import format_table, runs_table
+    from .records import read_records
 
     paths = args.paths or [results_dir()]
-    df = load_records(paths)
-    if df.empty:
-        raise DataError(f"no run records in {', '.join(map(str, paths))}; run `lstmnb train` first")
-    if args.experiment:
-        df = df[df["experiment"] == args.experiment]
+    runs = [r for r in read_records(paths)
+            if not args.experiment or str(r.get("experiment") or "").startswith(args.experiment)]
+    if not runs:
+        which = f" of experiment {args.experiment}*" if args.experiment else ""
+        raise DataError(f"no run records{which} in {', '.join(map(str, paths))}; run `lstmnb train` first")
+    return runs
+
+
+def _run_results(args) -> int:
+    import pandas as pd
+
+    from .report import format_table, runs_table
+
+    df = pd.json_normalize(_read_runs(args), max_level=2)
     if args.last:
         df = df.tail(args.last)
     print(format_table(runs_table(df)))
@@ -271,10 +304,13 @@ def _run_data(args) -> int:
         if not rows:
             print("nothing cached yet; run `lstmnb data`")
             return 0
-        print(f"{'store':<40} {'variable':<18} {'target':<28} {'blocks':>6} {'hours':>8} {'MB':>8}")
-        for r in rows:
-            print(f"{r['store']:<40} {r['variable']:<18} {r['target']:<28} {r['blocks']:>6} "
-                  f"{r['hours']:>8} {r['bytes'] / 1e6:>8.2f}")
+        import pandas as pd
+
+        from .report import format_table
+
+        table = pd.DataFrame(rows).set_index("store")
+        table["MB"] = table["bytes"] / 1e6
+        print(format_table(table[["variable", "target", "blocks", "hours", "MB"]], floatfmt="{:,.2f}"))
         return 0
     request = request_from_args(args)
     options = {"token": args.credentials} if args.credentials else None
@@ -390,23 +426,17 @@ def _quickstart(sub) -> None:
     )
     p.add_argument("--profile", default="quick", help="profile for the notebook series (default: quick)")
     p.add_argument("--epochs", type=int, default=5, help="epochs of the default run (default 5)")
-    p.add_argument("--results", default=None, help="results folder (default: results/; env LSTMNB_RESULTS)")
+    _results_arg(p)
     p.add_argument("--runs-dir", default="runs", help="where the notebook run folder goes (default: ./runs)")
     p.add_argument("--no-notebooks", dest="notebooks", action="store_false", help="only the training run")
     p.set_defaults(func=_run_quickstart)
 
 
 def _run_quickstart(args) -> int:
-    from .paths import results_dir
-    from .train import TrainConfig, run
+    from .train import TrainConfig
 
-    results = args.results or str(results_dir())
     print(f"== 1/2  default run on the embedded sample, CPU, {args.epochs} epochs")
-    result = run(None, TrainConfig(device="cpu", epochs=args.epochs, experiment="quickstart"), results=results)
-    print_run(result.record)
-    from .records import runs_path
-
-    print(f"record {result.record['run_id']} appended to {runs_path(results)}")
+    _train_and_print(None, TrainConfig(device="cpu", epochs=args.epochs, experiment="quickstart"), _results_path(args))
     if not args.notebooks:
         return 0
     from .notebooks import run_series
@@ -507,8 +537,7 @@ def _scratch(sub) -> None:
     b.add_argument("--threads", type=int, default=None,
                    help="CPU threads for numba-cpu and torch (default: the libraries' own choice)")
     b.add_argument("--repeats", type=int, default=3, help="runs per version; median run time (default 3)")
-    b.add_argument("--results", default=None, help="results file or folder (default: results/runs.jsonl)")
-    b.add_argument("--no-record", action="store_true", help="do not append records")
+    _results_arg(b)
     b.add_argument("--plot", default=None, metavar="FILE", help="also save the plot (png/svg/pdf)")
     b.set_defaults(func=_run_scratch_bench)
     p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
@@ -521,15 +550,16 @@ def _run_scratch_bench(args) -> int:
     # before either loads (see benchmarks/scratch_versions.py)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from .scratch.bench import format_table, plot_versions, versions_table
+    from .scratch.data import default_window
     from .scratch.fit import VERSIONS, ScratchConfig
 
-    window = args.window or (24 if args.data == "era5" else 12)
+    window = args.window or default_window(args.data)
     config = ScratchConfig(data=args.data, window=window, hours=args.hours, hidden=args.hidden, epochs=args.epochs,
                            batch_size=args.batch_size, optimizer=args.optimizer, lr=args.lr,
                            clip=args.clip or None, dtype=args.dtype, seed=args.seed, threads=args.threads)
     versions = [v.strip() for v in args.versions.split(",")] if args.versions else list(VERSIONS)
-    table = versions_table(versions, config, repeats=args.repeats, record=not args.no_record,
-                           record_path=args.results)
+    path = _results_path(args)
+    table = versions_table(versions, config, repeats=args.repeats, record=path is not None, record_path=path)
     print(format_table(table))
     if args.plot:
         _save_plot(plot_versions(table), args.plot)
@@ -571,12 +601,13 @@ def _results_path(args):
 
 
 def _save_plot(fig, path: str | None) -> None:
-    """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf)."""
+    """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf; none: png)."""
     if path:
+        from pathlib import Path
+
         from .paths import atomic_path
 
-        suffix = "." + path.rsplit(".", 1)[-1] if "." in path else ".png"
-        with atomic_path(path, suffix=suffix) as tmp:
+        with atomic_path(path, suffix=Path(path).suffix or ".png") as tmp:
             fig.savefig(tmp, dpi=120)
         print(f"plot       {path}")
 
@@ -720,24 +751,20 @@ def _bench_cost(kinds) -> None:
         description="Cost of each recorded run: devices x wall hours x price per device-hour. The shipped "
                     "prices are examples; copy lstmnb/prices.yaml, set your own and pass --prices.",
     )
-    p.add_argument("paths", nargs="*", default=None, help="results files or folders (default: results/)")
+    _records_args(p)
     p.add_argument("--prices", default=None, help="your price table (YAML); default: the shipped examples")
-    p.add_argument("--experiment", default=None, help="only runs of this experiment (prefix match)")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="save the cost vs time plot here")
     p.set_defaults(func=_run_bench_cost)
 
 
 def _run_bench_cost(args) -> int:
     from .errors import DataError
-    from .paths import results_dir
-    from .records import read_records
     from .report import cost_table, format_table, load_prices, plot_cost
 
-    paths = args.paths or [results_dir()]
-    records = [r for r in read_records(paths) if not args.experiment or str(r.get("experiment", "")).startswith(args.experiment)]
-    table = cost_table(records, load_prices(args.prices))
+    runs = _read_runs(args)
+    table = cost_table(runs, load_prices(args.prices))
     if table.empty:
-        raise DataError(f"no finished runs with timing in {', '.join(map(str, paths))}")
+        raise DataError(f"none of the {len(runs)} run record(s) read is a finished run with timing")
     print(format_table(table))
     if (table["price source"] == "example").any():
         print("\nprices marked 'example' are illustrative defaults; pass --prices with your own rates")

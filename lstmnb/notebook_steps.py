@@ -184,8 +184,9 @@ def model_table(cfg, n_features: int, n_train: int | None = None) -> pd.DataFram
     return pd.DataFrame([row]).set_index("cell")
 
 
-def forecast_frame(result, point: int = 0, days: float = 7, start: str | None = None) -> pd.DataFrame:
-    """Truth, forecast and persistence (K) at one point over ``days`` of the test part (first target hour)."""
+def forecast_frame(result, point: int = 0, days: float = 7) -> pd.DataFrame:
+    """Truth, forecast and persistence (K) at one point over the first ``days`` of the test part (first
+    target hour)."""
     w = result.windows
     pick = w.point_index["test"] == point
     if not pick.any():
@@ -195,7 +196,7 @@ def forecast_frame(result, point: int = 0, days: float = 7, start: str | None = 
     truth = w.to_kelvin(w.y["test"][pick, 0])
     persistence = w.to_kelvin(w.x["test"][pick, -1, 0])
     frame = pd.DataFrame({"truth": truth, "forecast": forecast, "persistence": persistence}, index=times)
-    t0 = pd.Timestamp(start) if start else times[0]
+    t0 = times[0]
     frame = frame[(frame.index >= t0) & (frame.index < t0 + pd.Timedelta(days=days))]
     frame.index.name = "time"
     return frame
@@ -247,17 +248,16 @@ def epochs_experiment(windows, data_info: dict[str, Any], base_cfg, epochs_list:
 
 
 def runs_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per record: input path, epochs, training seconds, samples/s, test RMSE and baselines."""
-    rows = []
-    for r in records:
-        c, t, m = r.get("config") or {}, r.get("timing") or {}, r.get("metrics") or {}
-        rows.append({"input path": c.get("input_path"), "epochs": c.get("epochs"), "batch": c.get("batch_size"),
-                     "status": r.get("status"), "train s": t.get("train_s"), "warm-up epoch s": t.get("warmup_epoch_s"),
-                     "median epoch s": t.get("epoch_s_median"), "samples/s": t.get("samples_per_s"),
-                     "test RMSE (K)": m.get("test_rmse_k"), "persistence (K)": m.get("persistence_rmse_k"),
-                     "climatology (K)": m.get("climatology_rmse_k"), "reason": r.get("reason")})
-    df = pd.DataFrame(rows)
-    return df.dropna(axis=1, how="all") if not df.empty else df
+    """One row per record: ``report.runs_table``'s columns plus the warm-up and median epoch seconds,
+    leaving out columns that no record fills."""
+    from .report import runs_table
+
+    df = pd.json_normalize(records, max_level=2)
+    if df.empty:
+        return df
+    epoch_s = {"warm-up epoch s": "timing.warmup_epoch_s", "median epoch s": "timing.epoch_s_median"}
+    table = runs_table(df).assign(**{name: df[key] for name, key in epoch_s.items() if key in df})
+    return table.dropna(axis=1, how="all")
 
 
 def dataparallel_scaling(windows, data_info: dict[str, Any], base_cfg, world_sizes: Iterable[int], *,

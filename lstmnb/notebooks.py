@@ -235,8 +235,8 @@ def _describe_failure(exc: BaseException, notebook: Path) -> str:
         what = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}".rstrip(":. ")
     if index is None:
         return f"an unknown cell: {what}"
-    where = f"cell {index}" + (f" (In [{count}]" if count else " (") + (f", {first!r})" if first else ")")
-    return f"{where.replace('(, ', '(').replace(' ()', '')}: {what}"
+    detail = ", ".join(filter(None, (f"In [{count}]" if count else "", repr(first) if first else "")))
+    return f"cell {index}" + (f" ({detail})" if detail else "") + f": {what}"
 
 
 def run_series(
@@ -273,8 +273,8 @@ def run_series(
 
     run_dir = new_run_dir(runs_dir, prof.name)
     results = resolve_results(overrides.get("results", prof.parameters.get("results")), run_dir)
-    base = {**prof.parameters, "profile": prof.name, "label": prof.label, "output_dir": str(run_dir),
-            "results": str(results), "results_paths": [str(results)]}
+    runner = (prof.name, prof.label, str(run_dir), str(results), [str(results)])  # in the order of INJECTED
+    base = {**prof.parameters, **dict(zip(INJECTED, runner, strict=True))}
     if "results_paths" in overrides:  # one path or a list; '~' expanded here, where the user typed it
         paths = overrides["results_paths"]
         paths = [paths] if isinstance(paths, str) else list(paths or [])

@@ -99,8 +99,7 @@ def order_devices(labels) -> list[str]:
 def with_device_labels(df: pd.DataFrame) -> pd.DataFrame:
     """A copy of a records DataFrame with a ``device_label`` column (see ``device_label``)."""
     out = df.copy()
-    kinds = out["device.kind"] if "device.kind" in out else pd.Series(None, index=out.index)
-    names = out["device.name"] if "device.name" in out else pd.Series(None, index=out.index)
+    kinds, names = _column(out, "device.kind"), _column(out, "device.name")
     out["device_label"] = [device_label(k if isinstance(k, str) else None, n if isinstance(n, str) else None)
                            for k, n in zip(kinds, names)]
     return out
@@ -125,20 +124,21 @@ def ok_single_runs(df: pd.DataFrame, experiment: str | None = None, input_path: 
 
 # --- the published experiment's table: epochs x devices ------------------------------------------
 
-def epochs_device_table(df: pd.DataFrame, *, experiment: str | None = "epochs", input_path: str | None = None,
-                        value: str = "timing.train_s", statistic: str = "median") -> pd.DataFrame:
+def epochs_device_table(df: pd.DataFrame, *, experiment: str | None = "epochs",
+                        input_path: str | None = None) -> pd.DataFrame:
     """Training seconds in the published form: rows = epochs, columns = devices present (CPU, T4, ...).
 
-    Each cell is the ``statistic`` (median by default) of ``value`` over the ok single-device runs with
-    that many epochs on that device, so repeats and records merged from several machines combine.
+    Each cell is the median training seconds over the ok single-device runs with that many epochs on
+    that device, so repeats and records merged from several machines combine.
     """
+    value = "timing.train_s"
     runs = ok_single_runs(df, experiment, input_path)
     if runs.empty or value not in runs or "config.epochs" not in runs:
         return pd.DataFrame()
     runs = runs.dropna(subset=[value, "config.epochs"])
     if runs.empty:
         return pd.DataFrame()
-    table = runs.pivot_table(index="config.epochs", columns="device_label", values=value, aggfunc=statistic)
+    table = runs.pivot_table(index="config.epochs", columns="device_label", values=value, aggfunc="median")
     table = table[order_devices(table.columns)]
     table.index = table.index.astype(int)
     table.index.name = "epochs"
@@ -215,15 +215,11 @@ PUBLISHED = "published"
 MEASURED = "measured here"
 
 
-def load_published(path: str | os.PathLike | None = None) -> dict[str, Any]:
+def load_published() -> dict[str, Any]:
     """The published reference figures shipped as package data (a copy of ../shared/published_figures.yaml)."""
     import yaml
 
-    if path is None:
-        text = resources.files("lstmnb").joinpath("published_figures.yaml").read_text(encoding="utf-8")
-    else:
-        text = Path(path).read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return yaml.safe_load(resources.files("lstmnb").joinpath("published_figures.yaml").read_text(encoding="utf-8"))
 
 
 def published_epochs_table(published: dict[str, Any] | None = None) -> pd.DataFrame:
@@ -279,42 +275,37 @@ def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.Da
 
 # --- plots ---------------------------------------------------------------------------------------
 
-def plot_epochs_tables(ours: pd.DataFrame, published: pd.DataFrame | None = None):
-    """Grouped bars of training seconds by epochs and device: ours, and the published table beside it."""
+def _device_bars(ours: pd.DataFrame, published: pd.DataFrame | None, *, height: float, empty: str, title: str,
+                 ylabel: str, line: float | None = None):
+    """Bars by device, one per epochs value, of an epochs x devices table: ours, and the published one
+    beside it when given. ``title`` may use {source}; ``line`` draws a reference line at that value."""
     import matplotlib.pyplot as plt
 
     panels = [(MEASURED, ours)] + ([(PUBLISHED, published)] if published is not None and not published.empty else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), sharey=False, squeeze=False)
-    for ax, (title, table) in zip(axes[0], panels):
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), height), squeeze=False)
+    for ax, (source, table) in zip(axes[0], panels):
         if table.empty:
-            ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
         else:
             table.T.plot.bar(ax=ax, rot=0)
+            if line is not None:
+                ax.axhline(line, color="grey", lw=0.8)
             ax.legend(title="epochs")
-        ax.set_title(title)
-        ax.set_xlabel("device")
-        ax.set_ylabel("training seconds (total)")
+        ax.set(title=title.format(source=source), xlabel="device", ylabel=ylabel)
     fig.tight_layout()
     return fig
+
+
+def plot_epochs_tables(ours: pd.DataFrame, published: pd.DataFrame | None = None):
+    """Grouped bars of training seconds by epochs and device: ours, and the published table beside it."""
+    return _device_bars(ours, published, height=4, empty="no runs", title="{source}",
+                        ylabel="training seconds (total)")
 
 
 def plot_speedups(ours: pd.DataFrame, published: pd.DataFrame | None = None):
     """Speedup over CPU per device and epochs, ours beside the published one."""
-    import matplotlib.pyplot as plt
-
-    panels = [(MEASURED, ours)] + ([(PUBLISHED, published)] if published is not None and not published.empty else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.6), squeeze=False)
-    for ax, (title, table) in zip(axes[0], panels):
-        if table.empty:
-            ax.text(0.5, 0.5, "no CPU baseline", ha="center", va="center", transform=ax.transAxes)
-        else:
-            table.T.plot.bar(ax=ax, rot=0)
-            ax.axhline(1.0, color="grey", lw=0.8)
-            ax.legend(title="epochs")
-        ax.set_title(f"speedup vs CPU, {title}")
-        ax.set_ylabel("x faster than CPU")
-    fig.tight_layout()
-    return fig
+    return _device_bars(ours, published, height=3.6, empty="no CPU baseline", title="speedup vs CPU, {source}",
+                        ylabel="x faster than CPU", line=1.0)
 
 
 def plot_loss_curves(curves: pd.DataFrame):

@@ -60,6 +60,11 @@ def test_epochs_experiment_and_skipped_record(tmp_path):
     assert len(records.read_records(tmp_path)) == 4
     summary = steps.runs_summary(runs)
     assert list(summary["epochs"]) == [1, 2, 1, 2] and "reason" not in summary  # all-None columns dropped
+    assert list(summary["input"]) == ["fast", "fast", "dataloader", "dataloader"]
+    assert (summary["device"] == "cpu").all() and (summary["status"] == "ok").all()
+    assert (summary["median epoch s"] > 0).all() and (summary["warm-up epoch s"] > 0).all()
+    assert (summary["test RMSE K"] > 0).all() and (summary["persistence K"] > 0).all()
+    assert steps.runs_summary([]).empty
     with pytest.raises(ConfigError, match="epochs_list"):
         steps.epochs_experiment(windows, info, base, [], ["fast"], results=None)
 

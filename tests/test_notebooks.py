@@ -3,7 +3,6 @@ notebook executed with the `ci` profile on a real kernel (CPU only: 04 and 05 re
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import nbformat
@@ -289,4 +288,5 @@ def test_quickstart_trains_and_prints_the_results_table(tmp_path, capsys):
     assert "persistence" in out and "climatology" in out and "training" in out
     (rec,) = records.read_records(tmp_path / "results")
     assert rec["experiment"] == "quickstart" and rec["status"] == "ok" and rec["device"]["kind"] == "cpu"
-    assert json.dumps(rec)  # a plain JSON record
+    assert len(rec["epochs"]) == 1
+    assert f"record {rec['run_id']} appended to {tmp_path / 'results' / 'runs.jsonl'}" in out

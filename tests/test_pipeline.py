@@ -96,3 +96,65 @@ def test_every_training_knob_has_help():
     from lstmnb.train import TrainConfig
 
     assert [f.name for f in dataclasses.fields(TrainConfig) if f.name not in _TRAIN_HELP] == []
+
+
+def test_training_options_are_typed_from_the_config_annotations():
+    import dataclasses
+
+    from lstmnb.cli import build_parser
+    from lstmnb.cli_commands import _int_list, _option_type, train_config_from_args
+
+    parser = build_parser()
+    assert train_config_from_args(parser.parse_args(["train"])) == TrainConfig()  # every default kept
+    args = parser.parse_args(["train", "--patience", "3", "--nproc", "2", "--threads", "4", "--grad-clip", "0.5",
+                              "--target-rmse", "1.5", "--fractions", "0.6,0.2,0.2", "--split-dates",
+                              "2020-06-01,2020-09-01", "--bucket-cap-mb", "10", "--checkpoint", "c.pt",
+                              "--no-progress", "--residual"])
+    cfg = train_config_from_args(args)
+    assert (cfg.patience, cfg.nproc, cfg.threads) == (3, 2, 4) and type(cfg.patience) is int
+    assert (cfg.grad_clip, cfg.target_rmse, cfg.bucket_cap_mb) == (0.5, 1.5, 10.0) and type(cfg.grad_clip) is float
+    assert cfg.fractions == (0.6, 0.2, 0.2) and cfg.split_dates == ("2020-06-01", "2020-09-01")
+    assert cfg.checkpoint == "c.pt" and cfg.progress is False and cfg.residual is True
+    changed = {f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != f.default}
+    assert changed == {"patience", "nproc", "threads", "grad_clip", "target_rmse", "fractions", "split_dates",
+                       "bucket_cap_mb", "checkpoint", "progress", "residual"}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["train", "--patience", "1.5"])  # int | None parses as int, not str
+    assert _option_type("x", tuple[int, ...]) is _int_list and _option_type("x", bool | None) is bool
+    with pytest.raises(TypeError, match="TrainConfig.x: no command-line option type"):
+        _option_type("x", dict[str, int])
+
+
+def test_results_experiment_is_a_prefix(tmp_path, capsys):
+    from test_report import run_record, write_jsonl
+
+    recs = [run_record("cpu", "cpu", 1, "fast", 1.0, experiment=e)
+            for e in ("scaling-strong", "scaling-weak", "quickstart")]
+    for rec in recs:
+        rec["timing"]["wall_s"] = 10.0  # what `bench cost` prices
+    write_jsonl(tmp_path / "runs.jsonl", recs)
+    assert main(["results", str(tmp_path), "--experiment", "scaling"]) == 0
+    out = capsys.readouterr().out
+    assert "scaling-strong" in out and "scaling-weak" in out and "quickstart" not in out
+    assert main(["results", str(tmp_path), "--experiment", "fit"]) == 2
+    assert "no run records of experiment fit* in" in capsys.readouterr().err
+    assert main(["bench", "cost", str(tmp_path), "--experiment", "scaling-w"]) == 0
+    out = capsys.readouterr().out
+    assert "scaling-weak" in out and "scaling-strong" not in out
+
+
+def test_save_plot_takes_the_format_from_the_suffix(tmp_path, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lstmnb.cli_commands import _save_plot
+
+    fig, _ = plt.subplots()
+    _save_plot(fig, str(tmp_path / "out.d" / "plot"))  # no suffix: PNG
+    assert (tmp_path / "out.d" / "plot").read_bytes().startswith(b"\x89PNG")
+    _save_plot(fig, str(tmp_path / "plot.svg"))
+    assert b"<svg" in (tmp_path / "plot.svg").read_bytes()
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["out.d", "plot", "plot.svg"]  # no temporaries left
+    assert f"plot       {tmp_path / 'plot.svg'}" in capsys.readouterr().out
