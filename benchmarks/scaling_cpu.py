@@ -19,8 +19,10 @@ import sys
 import time
 from dataclasses import replace
 
-from lstmnb import bench, era5, parallel, report
-from lstmnb.train import TrainConfig, prepare_windows
+from lstmnb import era5, report
+from lstmnb import experiments as bench
+from lstmnb.device import cpu_cores
+from lstmnb.training import TrainConfig, prepare_windows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--uneven", action="store_true", help="also run the slow-rank even vs balanced shards demo")
     args = ap.parse_args(argv)
 
-    cores = parallel.cpu_cores()
+    cores = cpu_cores()
     print(f"machine: {cores} CPU cores available; torch gloo backend on 127.0.0.1; "
           f"python {sys.version.split()[0]}, pid {os.getpid()}")
     if cores < 2:
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
     step_s = next((r["parallel"]["comm_split"]["step_s"] for r in records
                    if r["world_size"] == 2 and r["scaling"]["mode"] == "weak"), None)
-    acfg = parallel.AllreduceConfig(world_size=2, device="cpu", min_bytes=1024, max_bytes=args.max_bytes)
+    acfg = bench.AllreduceConfig(world_size=2, device="cpu", min_bytes=1024, max_bytes=args.max_bytes)
     out = bench.allreduce(cfg, acfg, windows.n_features)
     print(f"\nall-reduce, 2 gloo ranks on loopback (GB/s = 1e9 bytes/s; busbw = algbw x 2(n-1)/n = algbw at n=2); "
           f"model gradient {out['gradient_bytes']:,} bytes per step; 'share of a step' uses the weak-scaling "

@@ -20,8 +20,8 @@ from dataclasses import replace
 import torch
 
 from lstmnb import era5
-from lstmnb.speed import contender_settings, format_report, matmul_rate, speed_benchmark
-from lstmnb.train import TrainConfig, prepare_windows, train
+from lstmnb.experiments.speed import contender_settings, format_report, matmul_rate, speed_benchmark
+from lstmnb.training import TrainConfig, prepare_windows, train
 
 
 def thread_check(windows, threads_list, epochs=3):

@@ -1,7 +1,7 @@
 """The run record: one JSON object per line in ``results/runs.jsonl``, appended atomically.
 
 Every experiment (training run, benchmark point, skipped GPU run) leaves one record, so results
-from many machines merge by concatenating files. See DESIGN.md, "The run record".
+from many machines merge by concatenating files. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import subprocess
 import uuid
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
 
 from . import __version__
+from .device import device_info
 from .paths import results_dir
 
 if TYPE_CHECKING:
@@ -30,20 +31,6 @@ if TYPE_CHECKING:
 SCHEMA = 1
 STATUSES = ("ok", "oom", "skipped", "failed")
 RUNS_FILE = "runs.jsonl"
-
-
-# fixed for the process: /proc/cpuinfo is read once, not twice per record
-@functools.lru_cache(maxsize=None)
-def cpu_model() -> str:
-    """The CPU's marketing name, or the platform's processor string."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 # once per process, not a git subprocess per record (the code this process runs was imported once anyway)
@@ -58,42 +45,6 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-def device_info(device: str | None = None) -> dict[str, Any]:
-    """Kind, name, count and memory of ``device`` ('cpu', 'cuda', 'cuda:1', 'mps'), plus the host CPU."""
-    import psutil
-    import torch
-
-    kind = (device or "cpu").split(":")[0]
-    info: dict[str, Any] = {
-        "kind": kind,
-        "name": cpu_model(),
-        "count": 1,
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "cpu_model": cpu_model(),
-        "cpu_cores": os.cpu_count(),
-        "cpu_physical_cores": psutil.cpu_count(logical=False),
-        "torch_threads": torch.get_num_threads(),
-        "hostname": platform.node(),
-        # runnable processes (1, 5, 15 min) when the record was made: on a shared machine a load above
-        # the core count means the timings of this run were taken under contention
-        "load_avg": [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None,
-    }
-    if kind == "cuda" and torch.cuda.is_available():
-        index = int(device.split(":")[1]) if device and ":" in device else torch.cuda.current_device()
-        props = torch.cuda.get_device_properties(index)
-        info.update(
-            name=props.name,
-            count=torch.cuda.device_count(),
-            memory_gb=round(props.total_memory / 2**30, 1),
-            capability=f"{props.major}.{props.minor}",
-        )
-    elif kind == "cuda":
-        info.update(name=None, count=0, memory_gb=None, note="no CUDA device visible")
-    elif kind == "mps":
-        info.update(name="Apple MPS")
-    return info
 
 
 def software_info() -> dict[str, Any]:
@@ -157,20 +108,37 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def runs_path(path: str | os.PathLike | None = None) -> Path:
+class _DefaultFile:
+    """The type of ``DEFAULT_FILE``: the results file a user has not named."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT_FILE"
+
+
+# Where records go, everywhere in lstmnb: ``results=None`` means do not record; ``DEFAULT_FILE`` means
+# results/runs.jsonl (or $LSTMNB_RESULTS); anything else is a .jsonl file or a folder holding runs.jsonl.
+DEFAULT_FILE = _DefaultFile()
+
+
+def runs_path(path: str | os.PathLike | _DefaultFile = DEFAULT_FILE) -> Path:
     """The JSON-lines file a record goes to: ``path`` if it ends in .jsonl, else ``path/runs.jsonl``
-    (default: the results folder)."""
-    path = Path(path) if path is not None else results_dir()
+    (``DEFAULT_FILE``: in the results folder)."""
+    if path is None:
+        raise TypeError("runs_path(None): None means 'do not record'; pass a path or records.DEFAULT_FILE")
+    path = results_dir() if isinstance(path, _DefaultFile) else Path(path)
     return path if path.suffix == ".jsonl" else path / RUNS_FILE
 
 
-def append_record(record: dict[str, Any], path: str | os.PathLike | None = None) -> Path:
-    """Append ``record`` as one line to ``path`` (default results/runs.jsonl) without ever rewriting it.
+def append_record(record: dict[str, Any], path: "str | os.PathLike | _DefaultFile | None") -> Path | None:
+    """Append ``record`` as one line to ``path`` (see ``DEFAULT_FILE``; None: do nothing, return None)
+    without ever rewriting the file.
 
     The line is written with one ``write`` on an ``O_APPEND`` descriptor under an exclusive lock, and
     flushed to disk: concurrent writers (several ranks or jobs) never interleave, and a crash can at
     worst leave a final partial line, which ``read_records`` skips with a warning.
     """
+    if path is None:
+        return None
     path = runs_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(_jsonable(record), allow_nan=False) + "\n").encode()
@@ -238,3 +206,21 @@ def load_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> "pd.
     if not records:
         return pd.DataFrame()
     return pd.json_normalize(records, max_level=2)
+
+
+class Recorder:
+    """An experiment's records as its runs finish: each is appended to ``results`` (None: not recorded),
+    handed to ``on_point`` (a notebook prints or plots it) and kept in ``records``."""
+
+    def __init__(self, results: "str | os.PathLike | _DefaultFile | None" = None,
+                 on_point: "Callable[[dict[str, Any]], None] | None" = None):
+        self.results, self.on_point = results, on_point
+        self.records: list[dict[str, Any]] = []
+
+    def add(self, record: dict[str, Any]) -> dict[str, Any]:
+        append_record(record, self.results)
+        if self.on_point is not None:
+            self.on_point(record)
+        self.records.append(record)
+        return record
+

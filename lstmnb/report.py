@@ -350,7 +350,7 @@ def input_paths(df: pd.DataFrame, experiment: str | None = "epochs") -> list[str
     return sorted(paths, key=lambda p: (p == "dataloader", p))
 
 
-# --- parallel training: scaling, convergence, all-reduce, batch sweep, cost (lstmnb.bench records) ---
+# --- parallel training: scaling, convergence, all-reduce, batch sweep, cost (lstmnb.experiments records) ---
 
 SCALING_DEFINITIONS = {
     "strong": "strong scaling: the global batch is fixed and split over N devices (each takes global/N). "

@@ -8,12 +8,13 @@ import pandas as pd
 import pytest
 import torch
 
-from lstmnb import bench, parallel, report
+from lstmnb import experiments as bench
+from lstmnb import report
 from lstmnb.cli import main
 from lstmnb.errors import ConfigError
 from lstmnb.models import Forecaster, count_parameters
 from lstmnb.records import append_record, new_record, read_records
-from lstmnb.train import TrainConfig
+from lstmnb.training import TrainConfig
 from lstmnb.windows import make_windows
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -69,18 +70,18 @@ def test_strong_scaling_one_and_two_gloo_ranks(tmp_path):
 # --- all-reduce -------------------------------------------------------------------------------------
 
 def test_size_ladder_and_bus_bandwidth_convention():
-    assert parallel.size_ladder(1024, 65536, 4) == [1024, 4096, 16384, 65536]
-    assert parallel.size_ladder(1024, 4096, 4, extra=(2050,)) == [1024, 2048, 4096]  # whole float32s
+    assert bench.size_ladder(1024, 65536, 4) == [1024, 4096, 16384, 65536]
+    assert bench.size_ladder(1024, 4096, 4, extra=(2050,)) == [1024, 2048, 4096]  # whole float32s
     with pytest.raises(ConfigError, match="factor >= 2"):
-        parallel.size_ladder(1024, 4096, 1)
+        bench.size_ladder(1024, 4096, 1)
     with pytest.raises(ConfigError, match="at least 2 ranks"):
-        parallel.allreduce_bandwidth(parallel.AllreduceConfig(world_size=1))
+        bench.allreduce_bandwidth(bench.AllreduceConfig(world_size=1))
 
 
 @pytest.mark.slow
 def test_allreduce_on_gloo_gives_sane_monotone_sizes_and_bandwidths():
     cfg = TrainConfig(hidden=32)
-    acfg = parallel.AllreduceConfig(world_size=2, device="cpu", min_bytes=1024, max_bytes=4 * 2**20, budget_s=0.05)
+    acfg = bench.AllreduceConfig(world_size=2, device="cpu", min_bytes=1024, max_bytes=4 * 2**20, budget_s=0.05)
     out = bench.allreduce(cfg, acfg)
     rows = out["rows"]
     sizes = [r["bytes"] for r in rows]

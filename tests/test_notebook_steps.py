@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from lstmnb import era5, records, train
-from lstmnb import notebook_steps as steps
+from lstmnb import experiments
+from lstmnb.notebooks import steps
 from lstmnb.errors import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -43,7 +44,7 @@ def test_gpu_check():
     reason = steps.gpu_check("cuda")
     assert (reason is None) == torch.cuda.is_available()
     if reason:
-        assert "no CUDA GPU visible" in reason
+        assert "no usable CUDA GPU" in reason
     assert "not a CUDA device" in steps.gpu_check("cpu")
 
 
@@ -54,7 +55,7 @@ def test_epochs_experiment_and_skipped_record(tmp_path):
     request = steps.make_request(end="2020-01-10")
     base = steps.make_config(device="cpu", window=6, hidden=4, num_workers=0, progress=False, profile="test")
     windows, info = train.prepare_windows(request, base, progress=False)
-    runs = steps.epochs_experiment(windows, info, base, [1, 2], ["fast", "dataloader"], results=tmp_path)
+    runs = experiments.epochs_experiment(windows, info, base, [1, 2], ["fast", "dataloader"], results=tmp_path)
     assert [(r["config"]["input_path"], r["config"]["epochs"]) for r in runs] == [
         ("fast", 1), ("fast", 2), ("dataloader", 1), ("dataloader", 2)]
     assert len(records.read_records(tmp_path)) == 4
@@ -66,7 +67,7 @@ def test_epochs_experiment_and_skipped_record(tmp_path):
     assert (summary["test RMSE K"] > 0).all() and (summary["persistence K"] > 0).all()
     assert steps.runs_summary([]).empty
     with pytest.raises(ConfigError, match="epochs_list"):
-        steps.epochs_experiment(windows, info, base, [], ["fast"], results=None)
+        experiments.epochs_experiment(windows, info, base, [], ["fast"], results=None)
 
     skipped = steps.record_skipped(train.with_overrides(base, device="cuda", experiment="epochs"), "no GPU", tmp_path)
     assert skipped["status"] == "skipped" and "timing" not in skipped and "metrics" not in skipped

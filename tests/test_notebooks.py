@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 from lstmnb import cli, notebooks, records
+from lstmnb.errors import NotebookError
+from lstmnb.profiles import load_profile, profile_names
 from lstmnb.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,28 +69,28 @@ def test_notebook_shape(name):
 
 
 def test_profiles_load_and_every_key_reaches_a_notebook():
-    names = notebooks.profile_names()
+    names = profile_names()
     assert {"cpu", "colab-t4", "carc-p100", "carc-v100", "carc-a40", "carc-a100", "ci"} <= set(names)
     declared = set().union(*(notebooks.notebook_parameters(p) for p in notebooks.find_notebooks(NOTEBOOKS)))
     for name in names:
-        prof = notebooks.load_profile(name)
+        prof = load_profile(name)
         assert prof.kernel and prof.cell_timeout_s > 0 and prof.label
         unknown = set(prof.parameters) - declared
         assert not unknown, f"profile {name}: {unknown} is no notebook's parameter"
         assert "recommended" in prof.parameters  # the place for the measured fast setting
-    ci = notebooks.load_profile("ci")
+    ci = load_profile("ci")
     assert ci.parameters["device"] == "cpu" and "{run_dir}" in ci.parameters["results"]
-    assert notebooks.load_profile("carc-a40").parameters["device"] == "cuda"
+    assert load_profile("carc-a40").parameters["device"] == "cuda"
 
 
 def test_profile_from_a_file(tmp_path):
     path = tmp_path / "site.yaml"
     path.write_text(yaml.safe_dump({"label": "my box", "kernel": "python3", "parameters": {"epochs_list": [1]}}))
-    prof = notebooks.load_profile(str(path))
+    prof = load_profile(str(path))
     assert prof.name == "site" and prof.parameters == {"epochs_list": [1]}
     path.write_text(yaml.safe_dump({"label": "x", "kernal": "python3"}))
-    with pytest.raises(notebooks.NotebookError, match="unknown key.*kernal"):
-        notebooks.load_profile(str(path))
+    with pytest.raises(NotebookError, match="unknown key.*kernal"):
+        load_profile(str(path))
 
 
 def test_select_notebooks():
@@ -127,7 +129,7 @@ def test_overrides_go_only_to_notebooks_that_declare_them():
 ])
 def test_bad_input_is_refused_before_running(tmp_path, kwargs, message):
     profile = kwargs.pop("profile")
-    with pytest.raises(notebooks.NotebookError, match=message):
+    with pytest.raises(NotebookError, match=message):
         notebooks.run_series(profile, runs_dir=tmp_path / "runs", echo=None, progress=False, **kwargs)
     assert not (tmp_path / "runs").exists()  # nothing was started
 
@@ -200,7 +202,7 @@ def test_ci_series_records(ci_series):
     gpu = skipped[skipped["experiment"].isin(["epochs", "batch-sweep", "scaling-weak"])]
     assert sorted(gpu["experiment"]) == ["batch-sweep", "epochs", "scaling-weak", "scaling-weak"]
     assert sorted(gpu[gpu["experiment"] == "scaling-weak"]["config.strategy"]) == ["dataparallel", "ddp"]
-    assert gpu["reason"].str.contains("no CUDA GPU").all()
+    assert gpu["reason"].str.contains("no usable CUDA GPU").all()
 
 
 @pytest.mark.slow
@@ -217,7 +219,7 @@ def test_ci_series_tables_and_figures(ci_series):
     assert images(run_dir / "04_single_gpu.ipynb") == 0  # nothing measured, nothing plotted
     for name in ("04_single_gpu", "05_multi_gpu"):
         text = output_text(run_dir / f"{name}.ipynb")
-        assert "**Skipped: no CUDA GPU visible" in text  # said in a visible cell
+        assert "**Skipped: no usable CUDA GPU" in text  # said in a visible cell
     analysis = output_text(run_dir / "06_analysis.ipynb")
     assert "published" in analysis and "measured here" in analysis
     assert "published" in (run_dir / "06_analysis.html").read_text()
@@ -270,7 +272,7 @@ def test_failing_notebook_stops_the_series_and_keeps_what_ran(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_cell_timeout_names_the_cell(tmp_path):
-    with pytest.raises(notebooks.NotebookError) as info:
+    with pytest.raises(NotebookError) as info:
         notebooks.run_series("ci", only="03", runs_dir=tmp_path, echo=None, progress=False, cell_timeout_s=1,
                              overrides={"end": "2020-06-30", "epochs_list": [20], "input_paths": ["fast"]})
     message = str(info.value)

@@ -15,10 +15,12 @@ import pandas as pd
 import pytest
 import torch
 
-from lstmnb import parallel
+from lstmnb.device import cpu_cores
+from lstmnb.training import parallel
+from lstmnb.training.parallel.groups import LAUNCH_ENV, free_port
 from lstmnb.errors import ConfigError, DeviceError
 from lstmnb.records import read_records
-from lstmnb.train import TrainConfig, train
+from lstmnb.training import TrainConfig, train
 from lstmnb.windows import make_windows
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -43,7 +45,7 @@ def _die_at_epoch_2(rank: int, entry: dict) -> None:
 
 
 def _env_without_launcher() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in parallel.LAUNCH_ENV + ("LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV + ("LOCAL_RANK", "LOCAL_WORLD_SIZE")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
@@ -67,9 +69,9 @@ def test_balanced_sizes_follow_throughput_and_keep_the_global_batch():
 def test_gpu_strategies_without_gpu_are_device_errors():
     cfg = TrainConfig(**TINY)
     windows = synthetic_windows(cfg, days=20)
-    with pytest.raises(DeviceError, match="strategy='dataparallel' needs CUDA GPUs.*use strategy='ddp'"):
+    with pytest.raises(DeviceError, match="strategy='dataparallel' asked for, but there is no usable CUDA GPU.*use strategy='ddp'"):
         train(windows, replace(cfg, strategy="dataparallel"))
-    with pytest.raises(DeviceError, match="device='cuda' needs CUDA GPUs.*--device cpu"):
+    with pytest.raises(DeviceError, match="device='cuda' asked for, but there is no usable CUDA GPU.*--device cpu"):
         train(windows, replace(cfg, strategy="ddp", device="cuda", nproc=2))
     with pytest.raises(DeviceError, match=r"world_size=2 ranks on this node, but only 0 CUDA GPU"):
         parallel.check_world_size("cuda", 2)
@@ -78,7 +80,7 @@ def test_gpu_strategies_without_gpu_are_device_errors():
 def test_bad_ddp_settings_fail_before_any_process_starts():
     cfg = TrainConfig(**TINY, strategy="ddp")
     windows = synthetic_windows(cfg, days=20)
-    too_many = parallel.cpu_cores() + 1
+    too_many = cpu_cores() + 1
     with pytest.raises(DeviceError, match=f"world_size={too_many} ranks on this node.*use --nproc"):
         train(windows, replace(cfg, nproc=too_many))
     with pytest.raises(ConfigError, match="uneven_shards=True needs strategy='ddp' and input_path='fast'"):
@@ -128,10 +130,10 @@ def test_two_gloo_ranks_match_one_process_on_the_combined_batch(tmp_path):
 def test_uneven_shards_beat_the_even_split_when_one_rank_is_slow():
     """Rank 1 sleeps 0.5 ms per training sample (a slower device). Even shards make every step wait for
     it; shards sized from the first epoch's measured throughput give it fewer samples per step."""
-    from lstmnb import bench
+    from lstmnb import experiments
 
     cfg = TrainConfig(**{**TINY, "epochs": 3}, batch_size=32)
-    out = bench.uneven_demo(synthetic_windows(cfg), cfg, slow_rank=1, seconds_per_sample=5e-4, deadline_s=150)
+    out = experiments.uneven_demo(synthetic_windows(cfg), cfg, slow_rank=1, seconds_per_sample=5e-4, deadline_s=150)
     even, balanced = out["even"]["epochs"], out["balanced"]["epochs"]
     first = balanced[0]
     assert first["shard_sizes"] == [32, 32]  # the first epoch measures with the even split
@@ -180,7 +182,7 @@ def test_a_killed_peer_makes_the_other_rank_exit_with_a_clear_error(tmp_path):
 
     era5.extract(era5.Request(start="2020-01-01", end="2020-02-29"), progress=False)  # cache once, no race
     results, ck = tmp_path / "runs.jsonl", tmp_path / "ck.pt"
-    port = parallel.free_port()
+    port = free_port()
     procs = []
     for rank in (0, 1):
         env = _env_without_launcher()

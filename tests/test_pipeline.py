@@ -9,7 +9,7 @@ import pytest
 from lstmnb import era5
 from lstmnb.cli import main
 from lstmnb.records import read_records
-from lstmnb.train import TrainConfig, run
+from lstmnb.training import TrainConfig, run
 
 
 @pytest.mark.slow
@@ -89,20 +89,24 @@ def test_commands_that_do_not_train_do_not_import_torch(tmp_path):
     assert args.hidden == 16
 
 
-def test_every_training_knob_has_help():
+def test_every_training_knob_has_its_help_once_and_the_cli_shows_it():
     import dataclasses
 
-    from lstmnb.cli_commands import _TRAIN_HELP
-    from lstmnb.train import TrainConfig
+    from lstmnb.cli import build_parser
 
-    assert [f.name for f in dataclasses.fields(TrainConfig) if f.name not in _TRAIN_HELP] == []
+    fields = dataclasses.fields(TrainConfig)
+    assert [f.name for f in fields if not f.metadata.get("help")] == []
+    train = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == "train")[1]
+    helps = {a.dest: a.help for a in train._actions}
+    for f in fields:  # the option's help is the field's, plus its default
+        assert helps[f.name] == f"{f.metadata['help']} (default: {f.default})"
 
 
 def test_training_options_are_typed_from_the_config_annotations():
     import dataclasses
 
     from lstmnb.cli import build_parser
-    from lstmnb.cli_commands import _int_list, _option_type, train_config_from_args
+    from lstmnb.cli.options import int_list, option_type, train_config_from_args
 
     parser = build_parser()
     assert train_config_from_args(parser.parse_args(["train"])) == TrainConfig()  # every default kept
@@ -120,9 +124,9 @@ def test_training_options_are_typed_from_the_config_annotations():
                        "bucket_cap_mb", "checkpoint", "progress", "residual"}
     with pytest.raises(SystemExit):
         parser.parse_args(["train", "--patience", "1.5"])  # int | None parses as int, not str
-    assert _option_type("x", tuple[int, ...]) is _int_list and _option_type("x", bool | None) is bool
+    assert option_type("x", tuple[int, ...]) is int_list and option_type("x", bool | None) is bool
     with pytest.raises(TypeError, match="TrainConfig.x: no command-line option type"):
-        _option_type("x", dict[str, int])
+        option_type("x", dict[str, int])
 
 
 def test_results_experiment_is_a_prefix(tmp_path, capsys):
@@ -149,12 +153,12 @@ def test_save_plot_takes_the_format_from_the_suffix(tmp_path, capsys):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from lstmnb.cli_commands import _save_plot
+    from lstmnb.cli.options import save_plot
 
     fig, _ = plt.subplots()
-    _save_plot(fig, str(tmp_path / "out.d" / "plot"))  # no suffix: PNG
+    save_plot(fig, str(tmp_path / "out.d" / "plot"))  # no suffix: PNG
     assert (tmp_path / "out.d" / "plot").read_bytes().startswith(b"\x89PNG")
-    _save_plot(fig, str(tmp_path / "plot.svg"))
+    save_plot(fig, str(tmp_path / "plot.svg"))
     assert b"<svg" in (tmp_path / "plot.svg").read_bytes()
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["out.d", "plot", "plot.svg"]  # no temporaries left
     assert f"plot       {tmp_path / 'plot.svg'}" in capsys.readouterr().out

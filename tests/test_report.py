@@ -19,7 +19,7 @@ SHARED_PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "published_f
 def run_record(device_kind: str, device_name: str, epochs: int, input_path: str, train_s: float, *,
                status: str = "ok", experiment: str = "epochs", strategy: str = "single", rmse: float = 0.8,
                host: str = "host") -> dict:
-    """A record as lstmnb.train writes it, with only the fields the report reads."""
+    """A record as lstmnb.training writes it, with only the fields the report reads."""
     rec = {
         "schema": records.SCHEMA, "run_id": f"{host}-{device_kind}-{input_path}-{epochs}-{train_s}",
         "started": "2026-01-01T00:00:00+00:00", "experiment": experiment, "status": status, "reason": None,

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from lstmnb.errors import ConfigError
-from lstmnb.speed import CONTENDERS, contender_settings, format_report, matmul_rate, speed_benchmark
-from lstmnb.train import TrainConfig
+from lstmnb.experiments.speed import CONTENDERS, contender_settings, format_report, matmul_rate, speed_benchmark
+from lstmnb.training import TrainConfig
 from lstmnb.windows import make_windows
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from lstmnb.errors import CheckpointError, ConfigError, DeviceError
-from lstmnb.train import TrainConfig, config_from_dict, predict, reset_peak_memory, resolve_device, time_to_target, train
+from lstmnb.device import reset_peak_memory, resolve_device
+from lstmnb.training import TrainConfig, config_from_dict, predict, time_to_target, train
 from lstmnb.windows import error_metrics, make_windows
 
 
@@ -30,7 +31,7 @@ def small_windows():
 
 
 def cfg(**kw):
-    base = dict(window=12, hidden=8, epochs=3, batch_size=32, progress=False)
+    base = dict(window=12, hidden=8, epochs=3, batch_size=32, progress=False, device="cpu")  # pinned: GPU machines too
     base.update(kw)
     return TrainConfig(**base)
 

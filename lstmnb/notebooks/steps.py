@@ -13,8 +13,10 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from .errors import ConfigError
-from .paths import atomic_path
+from ..device import no_cuda_reason
+from ..errors import ConfigError
+from ..paths import atomic_path
+from ..records import append_record
 
 # tqdm.auto warns once per kernel when ipywidgets is absent and falls back to a text bar, which is fine
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -26,7 +28,7 @@ def make_request(source: str = "sample", points: Sequence[Sequence[float]] | Non
                  start: str = "2020-01-01", end: str = "2021-06-30",
                  variables: Sequence[str] = ("2m_temperature",), box: Sequence[float] | None = None):
     """An ``era5.Request`` from notebook parameters (lists from papermill become tuples)."""
-    from . import era5
+    from .. import era5
 
     return era5.Request(
         source=source, variables=tuple(variables),
@@ -40,7 +42,7 @@ def make_config(**knobs: Any):
 
     (A profile's measured ``recommended`` setting is applied on top with ``train.with_overrides``.)
     """
-    from .train import config_from_dict
+    from ..training import config_from_dict
 
     values = {k: v for k, v in knobs.items() if v is not None}
     for key in ("fractions", "split_dates"):
@@ -144,7 +146,7 @@ def plot_cycles(series: pd.DataFrame):
 
 def save_subset(ds, output_dir: str | Path | None, name: str = "subset") -> Path | None:
     """Write the extracted series as a tidy CSV (time, point, latitude, longitude, variable, value)."""
-    from . import era5
+    from .. import era5
 
     folder = output_folder(output_dir)
     if folder is None:
@@ -172,7 +174,7 @@ def windows_table(windows) -> pd.DataFrame:
 
 def model_table(cfg, n_features: int, n_train: int | None = None) -> pd.DataFrame:
     """Parameters and FLOPs (per sample, and per epoch when ``n_train`` is given) of the forecaster."""
-    from .models import Forecaster, count_parameters, flops_per_sample
+    from ..models import Forecaster, count_parameters, flops_per_sample
 
     mc = cfg.model_config(n_features)
     flops = flops_per_sample(mc, cfg.window)
@@ -216,41 +218,13 @@ def plot_forecast(frame: pd.DataFrame, title: str = ""):
     return fig
 
 
-# --- 03/04: the epochs experiment ----------------------------------------------------------------
-
-
-def epochs_experiment(windows, data_info: dict[str, Any], base_cfg, epochs_list: Iterable[int],
-                      input_paths: Iterable[str] = ("fast", "dataloader"), *, results: str | Path | None,
-                      repeats: int = 1, experiment: str = "epochs") -> list[dict[str, Any]]:
-    """Train one run per (input path, epochs, repeat) as in the published table, appending each record.
-
-    Each epochs value is a run of its own, warm-up included, because that is what the published
-    table timed. Returns the records (also appended to ``results`` unless it is None).
-    """
-    from .records import append_record
-    from .train import train, with_overrides
-
-    epochs_list = [int(e) for e in epochs_list]
-    if not epochs_list or min(epochs_list) < 1:
-        raise ConfigError(f"epochs_list={epochs_list!r} must be a non-empty list of whole numbers >= 1")
-    if repeats < 1:
-        raise ConfigError(f"repeats={repeats!r} must be >= 1")
-    records = []
-    for path in input_paths:
-        for epochs in epochs_list:
-            for _ in range(repeats):
-                cfg = with_overrides(base_cfg, input_path=path, epochs=epochs, experiment=experiment)
-                record = train(windows, cfg, data_info=data_info).record
-                if results is not None:
-                    append_record(record, results)
-                records.append(record)
-    return records
+# --- 03: the runs of an experiment ----------------------------------------------------------------
 
 
 def runs_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per record: ``report.runs_table``'s columns plus the warm-up and median epoch seconds,
     leaving out columns that no record fills."""
-    from .report import runs_table
+    from ..report import runs_table
 
     df = pd.json_normalize(records, max_level=2)
     if df.empty:
@@ -258,32 +232,6 @@ def runs_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
     epoch_s = {"warm-up epoch s": "timing.warmup_epoch_s", "median epoch s": "timing.epoch_s_median"}
     table = runs_table(df).assign(**{name: df[key] for name, key in epoch_s.items() if key in df})
     return table.dropna(axis=1, how="all")
-
-
-def dataparallel_scaling(windows, data_info: dict[str, Any], base_cfg, world_sizes: Iterable[int], *,
-                         mode: str = "weak", results: str | Path | None) -> list[dict[str, Any]]:
-    """``nn.DataParallel`` runs over 1..N GPUs, batches sized as ``lstmnb.bench`` sizes DDP's.
-
-    weak: each GPU keeps ``batch_size`` (DataParallel's global batch is batch_size x N); strong: the
-    global batch stays ``batch_size``. Records carry ``world_size`` like the DDP scaling records.
-    """
-    from .records import append_record
-    from .train import train, with_overrides
-
-    if mode not in ("weak", "strong"):
-        raise ConfigError(f"mode={mode!r} is not one of weak, strong")
-    records = []
-    for n in world_sizes:
-        batch = base_cfg.batch_size * n if mode == "weak" else base_cfg.batch_size
-        cfg = with_overrides(base_cfg, strategy="dataparallel", nproc=int(n), batch_size=batch,
-                             experiment=f"scaling-{mode}", checkpoint=None, resume=False)
-        record = train(windows, cfg, data_info=data_info).record
-        record["scaling"] = {"mode": mode, "world_sizes": list(world_sizes), "per_device_batch": batch // n,
-                             "global_batch": batch}
-        if results is not None:
-            append_record(record, results)
-        records.append(record)
-    return records
 
 
 # --- 04/05: devices present, skipped runs --------------------------------------------------------
@@ -296,20 +244,17 @@ def gpu_check(device: str = "cuda", min_gpus: int = 1) -> str | None:
     if not str(device).startswith("cuda"):
         return f"device={device!r} is not a CUDA device; this notebook measures GPUs (set device='cuda')"
     if not torch.cuda.is_available():
-        build = torch.version.cuda or "none (CPU-only build)"
-        return f"no CUDA GPU visible on this machine (torch {torch.__version__}, CUDA build {build})"
+        return no_cuda_reason()
     count = torch.cuda.device_count()
     if count < min_gpus:
         return f"{count} CUDA GPU(s) visible; this experiment needs at least {min_gpus}"
     return None
 
 
-def record_skipped(cfg, reason: str, results: str | Path | None, **extra: Any) -> dict[str, Any]:
-    """Append a ``skipped`` record (a reason, never a number) and return it."""
-    from .records import append_record
-    from .train import skipped_record
+def record_skipped(cfg, reason: str, results, **extra: Any) -> dict[str, Any]:
+    """Append a ``skipped`` record (a reason, never a number) to ``results`` (None: do not) and return it."""
+    from ..training import skipped_record
 
     record = skipped_record(cfg, reason, **extra)
-    if results is not None:
-        append_record(record, results)
+    append_record(record, results)
     return record

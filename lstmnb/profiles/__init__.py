@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .errors import NotebookError
+from ..errors import NotebookError
 
 RUNNER_KEYS = ("label", "description", "kernel", "cell_timeout_s", "parameters")
 

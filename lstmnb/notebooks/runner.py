@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from .errors import ConfigError, NotebookError
-from .paths import atomic_path
-from .profile import Profile, load_profile, profile_names
+from ..errors import ConfigError, NotebookError
+from ..paths import atomic_path, results_dir
+from ..profiles import Profile, load_profile, profile_names
 
 NOTEBOOKS_ENV = "LSTMNB_NOTEBOOKS"
 # parameters the runner fills in itself (a notebook may declare them; a profile or -p may still set them)
@@ -39,7 +39,7 @@ def parse_value(text: str) -> Any:
 
 def notebooks_dir(folder: str | os.PathLike | None = None) -> Path:
     """The notebook folder: ``folder``, else $LSTMNB_NOTEBOOKS, else the checkout's ``notebooks/``, else ./notebooks."""
-    candidates = [folder, os.environ.get(NOTEBOOKS_ENV), Path(__file__).resolve().parent.parent / "notebooks",
+    candidates = [folder, os.environ.get(NOTEBOOKS_ENV), Path(__file__).resolve().parents[2] / "notebooks",
                   Path.cwd() / "notebooks"]
     for c in candidates:
         if c and Path(c).is_dir():
@@ -182,7 +182,6 @@ def new_run_dir(runs_dir: str | os.PathLike, profile: str) -> Path:
 
 def resolve_results(value: Any, run_dir: Path) -> Path:
     """The results folder from a profile/override value: None -> ./results, '{run_dir}' expanded, absolute."""
-    from .paths import results_dir
 
     if value in (None, ""):
         return results_dir().resolve()

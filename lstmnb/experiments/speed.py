@@ -8,15 +8,17 @@ of a shared machine hits all of them alike; medians are reported.
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
 import torch
 
-from .errors import ConfigError
-from .train import TrainConfig, resolve_device, synchronize
+from ..device import clock, resolve_device
+from ..errors import ConfigError
+from ..profiles import load_profile
+from ..records import Recorder
+from ..training import TrainConfig, prepare_windows, train
 
 # The setting the published experiments timed: window 24 h, hidden 64, batch 64, Adam 1e-3, and a
 # per-sample Dataset + DataLoader(num_workers=2) feeding the model (plain, unfused Adam).
@@ -37,15 +39,13 @@ def profile_for(device: torch.device) -> str:
     """The profile whose recommended setting applies on ``device``: cpu, or the GPU's own profile."""
     if device.type != "cuda":
         return "cpu"
-    from .report import device_label
+    from ..report import device_label
 
     return _GPU_PROFILES.get(device_label("cuda", torch.cuda.get_device_name(device)), "carc-a100")
 
 
 def recommended_setting(profile: str = "cpu") -> dict[str, Any]:
     """The measured recommended TrainConfig overrides of a profile (shipped name or .yaml path)."""
-    from .profile import load_profile
-
     rec = load_profile(profile).parameters.get("recommended") or {}
     if not rec:
         raise ConfigError(f"profile {profile!r} has no recommended setting; measure one with `lstmnb bench speed`")
@@ -73,11 +73,9 @@ def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: i
         a @ b
     times = []
     for _ in range(repeats):
-        synchronize(dev)
-        t0 = time.perf_counter()
+        t0 = clock(dev)
         a @ b
-        synchronize(dev)
-        times.append(time.perf_counter() - t0)
+        times.append(clock(dev) - t0)
     return 2 * size**3 / statistics.median(times)
 
 
@@ -104,7 +102,7 @@ def _time_to_target_text(row: pd.Series, max_epochs: int) -> str:
 
 def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max_epochs: int = 15,
                     target_rmse: float | None = None, target_fraction: float = 0.9,
-                    only: list[str] | None = None, results: str | None = None, windows=None,
+                    only: list[str] | None = None, results=None, windows=None,
                     base: TrainConfig | None = None, progress: bool = True) -> SpeedReport:
     """Train each contender ``repeats`` times (alternating), stopping at the target, and summarise.
 
@@ -112,9 +110,6 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
     that all contenders share (e.g. a smaller hidden size in tests).
     """
     from tqdm.auto import tqdm
-
-    from .records import append_record
-    from .train import prepare_windows, train
 
     if repeats < 1 or max_epochs < 1:
         raise ConfigError(f"repeats={repeats} and max_epochs={max_epochs} must be >= 1")
@@ -133,6 +128,7 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
     rates: list[float] = []  # the matmul rate, measured beside every run: drift hits it as it hits them
 
     rows = []
+    recorder = Recorder(results or None)
     bar = tqdm(total=repeats * len(names), desc="bench speed", unit="run", disable=not progress)
     for rep in range(repeats):
         order = names if rep % 2 == 0 else names[::-1]  # alternate so drift hits all contenders alike
@@ -142,8 +138,7 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
                           seed=base.seed + rep)
             rec = train(windows, cfg, data_info=info).record
             rec["contender"] = name
-            if results:
-                append_record(rec, results)
+            recorder.add(rec)
             t, m = rec["timing"], rec["metrics"]
             ttt = t["time_to_target"]
             rows.append({

@@ -1,0 +1,211 @@
+"""`lstmnb bench KIND`: experiments built from timed runs (speed, scaling, allreduce, batch-sweep, cost)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .options import (add_records_args, add_request_args, add_results_args, add_train_args, byte_size, int_list,
+                      read_runs, request_from_args, results_path, save_plot, train_config_from_args)
+
+def add_bench(sub, full: bool) -> None:
+    p = sub.add_parser("bench", help="speed experiments: speed (time to accuracy, MFU), scaling, allreduce, ...",
+                       description="Experiments built from timed runs. Each prints a table and appends run "
+                                   "records; see `lstmnb bench KIND --help`.")
+    kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
+    for add in (_bench_speed, _bench_scaling, _bench_allreduce, _bench_batch_sweep, _bench_cost):
+        add(kinds, full)
+    p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
+
+
+def _bench_speed(kinds, full: bool) -> None:
+    p = kinds.add_parser(
+        "speed", help="time to a target validation RMSE, samples/s and model FLOPs utilisation of three settings",
+        description="Trains the published setting (DataLoader, batch 64), the same model and batch on the fast "
+                    "path, and the recommended fast setting, alternating them over repeats, and prints medians: "
+                    "samples/s, seconds per epoch, seconds to a target validation RMSE (default 10%% below "
+                    "persistence), training FLOP/s as a fraction of this machine's measured float32 matmul rate, "
+                    "and ratios against the published setting.",
+    )
+    add_request_args(p)
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
+    p.add_argument("--repeats", type=int, default=3, help="runs per setting; medians are reported (default 3)")
+    p.add_argument("--max-epochs", type=int, default=15, help="epoch budget per run (default 15)")
+    p.add_argument("--target-rmse", type=float, default=None,
+                   help="validation RMSE target in K (default: --target-fraction x persistence's validation RMSE)")
+    p.add_argument("--target-fraction", type=float, default=0.9, help="default target as a fraction of "
+                   "persistence's validation RMSE (default 0.9, i.e. 10%% below)")
+    p.add_argument("--only", default=None, help="comma-separated contenders: published,fast,recommended")
+    p.add_argument("--results", default=None, help="append each run's record here (default: do not record)")
+    p.set_defaults(func=_run_bench_speed)
+
+
+def _run_bench_speed(args) -> int:
+    from ..experiments import speed
+
+    report = speed.speed_benchmark(
+        request_from_args(args), device=args.device, repeats=args.repeats, max_epochs=args.max_epochs,
+        target_rmse=args.target_rmse, target_fraction=args.target_fraction,
+        only=args.only.split(",") if args.only else None, results=args.results,
+    )
+    print(speed.format_report(report))
+    return 0
+
+
+
+def _bench_scaling(kinds, full: bool) -> None:
+    p = kinds.add_parser(
+        "scaling", help="strong/weak scaling of DDP over 1..N devices, with compute vs communication",
+        description="One DDP run per world size (local processes: one per GPU, or gloo ranks on CPU). Prints "
+                    "time per epoch, samples/s, speedup and efficiency with their definitions, the measured "
+                    "compute/communication split per step, and validation loss per epoch and wall time. "
+                    "--batch-size is the global batch in strong scaling and the per-device batch in weak.",
+        epilog="examples:\n"
+               "  lstmnb bench scaling --device cpu --world-sizes 1,2 --epochs 3\n"
+               "  lstmnb bench scaling --device cuda --world-sizes 1,2,4 --mode both --batch-size 256",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_request_args(p)
+    if full:
+        add_train_args(p, skip=("strategy", "nproc", "checkpoint", "resume"))
+    g = p.add_argument_group("scaling")
+    g.add_argument("--world-sizes", type=int_list, default=(1, 2), help="world sizes to run (default 1,2)")
+    g.add_argument("--mode", choices=("strong", "weak", "both"), default="strong", help="default strong")
+    g.add_argument("--comm-steps", type=int, default=20,
+                   help="steps timed with and without the all-reduce per world size (0: skip; default 20)")
+    g.add_argument("--plot", default=None, metavar="FILE.png", help="save the convergence plot here")
+    add_results_args(p)
+    p.set_defaults(func=_run_bench_scaling)
+
+
+def _run_bench_scaling(args) -> int:
+    from .. import experiments
+    from ..report import SCALING_DEFINITIONS, convergence_table, format_table, plot_convergence, scaling_table
+    from ..training import prepare_windows
+
+    cfg = train_config_from_args(args)
+    modes = ("strong", "weak") if args.mode == "both" else (args.mode,)
+    scs = [experiments.ScalingConfig(world_sizes=args.world_sizes, mode=m, comm_split_steps=args.comm_steps) for m in modes]
+    for sc in scs:  # every bad value before any data is read or any run starts
+        sc.validate(cfg)
+    windows, info = prepare_windows(request_from_args(args), cfg, progress=cfg.progress)
+    records = []
+    for sc in scs:
+        records += experiments.scaling(windows, cfg, sc, data_info=info, results=results_path(args),
+                                 on_point=lambda r: print(f"  world_size {r['world_size']}: "
+                                                          f"{r['timing']['epoch_s_median']:.3f} s/epoch"))
+    for m in modes:
+        print(f"\n{SCALING_DEFINITIONS[m]}")
+    print(SCALING_DEFINITIONS["comm"] + "\n")
+    print(format_table(scaling_table(records)))
+    print("\nconvergence (validation loss per epoch, cumulative wall seconds):")
+    print(format_table(convergence_table(records).set_index(["experiment", "world_size", "epoch"])))
+    if args.plot:
+        save_plot(plot_convergence(records), args.plot)
+    return 0
+
+
+def _bench_allreduce(kinds, full: bool) -> None:
+    p = kinds.add_parser(
+        "allreduce", help="all-reduce time, algorithm and bus bandwidth per buffer size (nccl-tests convention)",
+        description="Times torch.distributed.all_reduce on float32 buffers from --min-bytes to --max-bytes "
+                    "(x --factor) plus the model's gradient size, over --world-size local ranks (NCCL on GPUs, "
+                    "gloo on CPU). algbw = bytes / time; busbw = algbw x 2(n-1)/n, as nccl-tests define it. "
+                    "GB/s means 1e9 bytes per second.",
+    )
+    p.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
+    p.add_argument("--device", default="auto", help="auto, cpu (gloo) or cuda (NCCL) (default auto)")
+    p.add_argument("--min-bytes", type=byte_size, default=1024, help="smallest buffer (default 1K)")
+    p.add_argument("--max-bytes", type=byte_size, default=64 * 2**20, help="largest buffer (default 64M)")
+    p.add_argument("--factor", type=int, default=4, help="size step (default 4)")
+    p.add_argument("--budget-s", type=float, default=0.2, help="timed seconds per size (default 0.2)")
+    p.add_argument("--hidden", type=int, default=64, help="model hidden units, for the gradient size (default 64)")
+    p.add_argument("--layers", type=int, default=1, help="model layers, for the gradient size (default 1)")
+    p.add_argument("--cell", default="lstm", help="lstm or gru (default lstm)")
+    p.add_argument("--step-s", type=float, default=None,
+                   help="a measured training step in seconds: show the share of it one gradient all-reduce takes")
+    add_results_args(p)
+    p.set_defaults(func=_run_bench_allreduce)
+
+
+def _run_bench_allreduce(args) -> int:
+    from .. import experiments
+    from ..experiments import AllreduceConfig
+    from ..records import append_record
+    from ..report import allreduce_table, format_table
+    from ..training import TrainConfig
+
+    cfg = TrainConfig(hidden=args.hidden, layers=args.layers, cell=args.cell, experiment="allreduce")
+    cfg.validate()
+    acfg = AllreduceConfig(world_size=args.world_size, device=args.device, min_bytes=args.min_bytes,
+                           max_bytes=args.max_bytes, factor=args.factor, budget_s=args.budget_s)
+    out = experiments.allreduce(cfg, acfg)
+    print(format_table(allreduce_table(out["rows"], out["gradient_bytes"], args.step_s)))
+    print(f"\nmodel gradient per step: {out['gradient_bytes']:,} bytes (hidden {args.hidden}, layers {args.layers}, "
+          f"{args.cell}); busbw = algbw x 2(n-1)/n with n = {args.world_size}")
+    path = results_path(args)
+    if path:
+        print(f"record appended to {append_record(experiments.allreduce_record(out, acfg, cfg), path)}")
+    return 0
+
+
+def _bench_batch_sweep(kinds, full: bool) -> None:
+    p = kinds.add_parser(
+        "batch-sweep", help="batch size x4 from 32 until out of memory: time per epoch and validation RMSE",
+        description="Trains on one device at batch sizes --first-batch, x--factor, ... up to --max-batch (default: the "
+                    "training set), recording each point (ok, or oom where memory ran out; the sweep stops "
+                    "there). --memory-cap-mb limits memory per point (GPU: allocator fraction; CPU: the "
+                    "process's data-segment limit), so the out-of-memory path can be seen on any machine.",
+    )
+    add_request_args(p)
+    if full:
+        add_train_args(p, skip=("strategy", "nproc", "batch_size", "checkpoint", "resume"))
+    g = p.add_argument_group("sweep")
+    g.add_argument("--first-batch", type=int, default=32, help="first batch size (default 32)")
+    g.add_argument("--factor", type=int, default=4, help="growth per point (default 4)")
+    g.add_argument("--max-batch", type=int, default=None, help="largest batch size (default: the training set)")
+    g.add_argument("--memory-cap-mb", type=float, default=None, help="memory allowed per point, in MB")
+    add_results_args(p)
+    p.set_defaults(func=_run_bench_batch_sweep)
+
+
+def _run_bench_batch_sweep(args) -> int:
+    from .. import experiments
+    from ..report import batch_sweep_table, format_table
+    from ..training import prepare_windows
+
+    cfg = train_config_from_args(args)
+    sweep = experiments.SweepConfig(start=args.first_batch, factor=args.factor, max_batch=args.max_batch,
+                              memory_cap_mb=args.memory_cap_mb)
+    sweep.validate()
+    windows, info = prepare_windows(request_from_args(args), cfg, progress=cfg.progress)
+    records = experiments.batch_sweep(windows, cfg, sweep, data_info=info, results=results_path(args))
+    print(format_table(batch_sweep_table(records)))
+    return 0
+
+
+def _bench_cost(kinds, full: bool) -> None:
+    p = kinds.add_parser(
+        "cost", help="cost per run from a price table (per device-hour): table and optional plot",
+        description="Cost of each recorded run: devices x wall hours x price per device-hour. The shipped "
+                    "prices are examples; copy lstmnb/prices.yaml, set your own and pass --prices.",
+    )
+    add_records_args(p)
+    p.add_argument("--prices", default=None, help="your price table (YAML); default: the shipped examples")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="save the cost vs time plot here")
+    p.set_defaults(func=_run_bench_cost)
+
+
+def _run_bench_cost(args) -> int:
+    from ..errors import DataError
+    from ..report import cost_table, format_table, load_prices, plot_cost
+
+    runs = read_runs(args)
+    table = cost_table(runs, load_prices(args.prices))
+    if table.empty:
+        raise DataError(f"none of the {len(runs)} run record(s) read is a finished run with timing")
+    print(format_table(table))
+    if (table["price source"] == "example").any():
+        print("\nprices marked 'example' are illustrative defaults; pass --prices with your own rates")
+    if args.plot:
+        save_plot(plot_cost(table), args.plot)
+    return 0

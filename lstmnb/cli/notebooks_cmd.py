@@ -1,0 +1,89 @@
+"""`lstmnb notebooks run|list`: the notebook series through papermill with a device profile."""
+
+from __future__ import annotations
+
+import argparse
+
+def add_notebooks(sub, full: bool) -> None:
+    p = sub.add_parser(
+        "notebooks", help="run the notebook series with a device profile (papermill), or list notebooks and profiles",
+        description="Run the numbered notebooks through papermill with a device profile's parameters, write the "
+                    "executed notebooks and their HTML to runs/<profile>/<timestamp>/, and print a summary.",
+    )
+    nsub = p.add_subparsers(dest="notebooks_command", metavar="ACTION")
+    run = nsub.add_parser(
+        "run", help="execute the series (or some notebooks) with a profile",
+        description="Execute the notebooks with a profile's parameters; -p overrides win. A failing notebook "
+                    "stops the series; the notebooks executed so far are kept.",
+        epilog="examples:\n"
+               "  lstmnb notebooks run --profile cpu\n"
+               "  lstmnb notebooks run --profile ci --only 01,03\n"
+               "  lstmnb notebooks run --profile cpu -p epochs_list '[5]' -p input_paths '[dataloader]'\n"
+               "  lstmnb notebooks run --profile cpu --only 06 -p results_paths '[results, ~/carc-results]'\n"
+               "  lstmnb notebooks run --profile carc-v100 --kernel lstmnb",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("--profile", required=True, help="profile name (see `lstmnb notebooks list`) or a .yaml path")
+    run.add_argument("-p", "--parameter", dest="parameters", nargs=2, action="append", default=[],
+                     metavar=("KEY", "VALUE"), help="override a notebook parameter; VALUE is read as YAML "
+                                                    "(5, [5, 10], cuda, null); repeatable")
+    run.add_argument("--only", default=None, help="comma-separated notebooks by number or name, e.g. 01,03")
+    run.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the profile's)")
+    run.add_argument("--timeout", type=int, default=None, help="seconds allowed per cell (default: the profile's)")
+    run.add_argument("--runs-dir", default="runs", help="where run folders go (default: ./runs)")
+    run.add_argument("--notebooks", default=None, help="notebook folder (default: the checkout's notebooks/)")
+    run.add_argument("--no-html", dest="html", action="store_false", help="do not render HTML")
+    run.add_argument("--no-progress", dest="progress", action="store_false", help="no per-cell progress bar")
+    run.set_defaults(func=_run_notebooks)
+    lst = nsub.add_parser("list", help="show the notebooks (with their parameters) and the profiles")
+    lst.add_argument("--notebooks", default=None, help="notebook folder (default: the checkout's notebooks/)")
+    lst.set_defaults(func=_list_notebooks)
+    p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
+
+
+def _overrides(pairs) -> dict:
+    from ..notebooks import parse_value
+
+    return {key: parse_value(value) for key, value in pairs}
+
+
+def print_series(result) -> None:
+    from ..report import format_table
+
+    print()
+    print(format_table(result.table(), floatfmt="{:,.1f}"))
+    print(f"\nrun folder  {result.run_dir}")
+    print(f"records     {result.results}")
+    if result.report:
+        print(f"report      {result.report}")
+
+
+def _run_notebooks(args) -> int:
+    from ..errors import NotebookError
+    from ..notebooks import run_series
+
+    try:
+        result = run_series(args.profile, overrides=_overrides(args.parameters), only=args.only,
+                            runs_dir=args.runs_dir, notebooks=args.notebooks, kernel=args.kernel,
+                            cell_timeout_s=args.timeout, html=args.html, progress=args.progress)
+    except NotebookError as exc:
+        if getattr(exc, "series", None) is not None:
+            print_series(exc.series)
+        raise
+    print_series(result)
+    return 0
+
+
+def _list_notebooks(args) -> int:
+    from ..notebooks import listing
+
+    nbs, profiles = listing(args.notebooks)
+    print("notebooks:")
+    for name, heading, params in nbs:
+        print(f"  {name:<22} {heading}")
+        print(f"  {'':<22} parameters: {params}")
+    print("\nprofiles (lstmnb notebooks run --profile NAME):")
+    for name, label, device, kernel in profiles:
+        print(f"  {name:<10} {label:<14} device {device:<5} kernel {kernel}")
+    return 0
+

@@ -1,0 +1,185 @@
+"""Options shared by the sub-commands (argument parsing only): the data request, one option per
+TrainConfig field with its help from the field's metadata, results files, list and size types."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def float_pair(text: str) -> tuple[float, float]:
+    try:
+        lat, lon = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not LAT,LON (e.g. 40,280 or 40,-80)") from None
+    return lat, lon
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+
+
+def byte_size(text: str) -> int:
+    """'1024', '64K', '16M', '1G' (powers of 1024) -> bytes."""
+    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+    t = text.strip().upper().removesuffix("B")
+    num, unit = (t[:-1], t[-1]) if t and t[-1] in units else (t, "")
+    try:
+        return int(float(num) * units[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 1024, 64K, 16M or 1G") from None
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
+
+
+
+def str_list(text: str) -> tuple[str, ...]:
+    return tuple(text.split(","))
+
+
+
+def add_request_args(p: argparse.ArgumentParser) -> None:
+    """Options that say which ERA5 data to use (shared by `data`, `train` and friends)."""
+    g = p.add_argument_group("data (default: the published request on the embedded sample)")
+    g.add_argument("--source", default="sample",
+                   help="'sample' (offline, default), 'arco-v3' or 'arco-v2' (public ERA5 in the cloud), "
+                        "a gs:// URL or a local Zarr path")
+    g.add_argument("--variable", dest="variables", action="append", metavar="NAME",
+                   help="variable to extract, repeatable (default: 2m_temperature)")
+    g.add_argument("--point", dest="points", action="append", type=float_pair, metavar="LAT,LON",
+                   help="grid point, repeatable; longitude in -180..180 or 0..360 (default: 40,280 and 20,280)")
+    g.add_argument("--box", type=float_list, metavar="LAT_MIN,LAT_MAX,LON_MIN,LON_MAX",
+                   help="a lat/lon box instead of points")
+    g.add_argument("--start", default=None, help="first day, e.g. 2020-01-01 (default)")
+    g.add_argument("--end", default=None, help="last day, inclusive, e.g. 2021-06-30 (default)")
+
+
+def request_from_args(args: argparse.Namespace):
+    from .. import era5
+
+    kw = {"source": args.source}
+    if args.variables:
+        kw["variables"] = tuple(args.variables)
+    if getattr(args, "box", None):
+        if len(args.box) != 4:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"--box needs 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX; got {args.box}")
+        kw["box"], kw["points"] = tuple(args.box), None
+    elif args.points:
+        kw["points"] = tuple(args.points)
+    if args.start:
+        kw["start"] = args.start
+    if args.end:
+        kw["end"] = args.end
+    return era5.Request(**kw)
+
+
+def option_type(name: str, hint):
+    """What argparse parses a TrainConfig field with, from its annotation: ``X | None`` as ``X``,
+    ``tuple[X, ...]`` as a comma-separated list of X; bool is returned as is (a --flag/--no-flag)."""
+    import types
+    import typing
+
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        (hint,) = (a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) is tuple:
+        items = set(typing.get_args(hint)) - {Ellipsis}
+        lists = {float: float_list, int: int_list, str: str_list}
+        if len(items) == 1 and next(iter(items)) in lists:
+            return lists[items.pop()]
+    elif hint in (bool, int, float, str):
+        return hint
+    raise TypeError(f"TrainConfig.{name}: no command-line option type for {hint!r}; teach lstmnb.cli.options.option_type")
+
+
+def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """One option per TrainConfig field, typed from its annotation (`--batch-size 256`, `--no-progress`),
+    with the field's help text. Callers add them only to the sub-command that parses (building them
+    imports torch, about a second, which `lstmnb data` and `lstmnb --help` do not need)."""
+    import dataclasses
+    import typing
+
+    from ..training import TrainConfig
+
+    hints = typing.get_type_hints(TrainConfig)
+    g = p.add_argument_group("training")
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in skip:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kind = option_type(f.name, hints[f.name])
+        help_ = f.metadata.get("help", "") + f" (default: {f.default})"
+        if kind is bool:
+            g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default, help=help_)
+        else:
+            g.add_argument(flag, dest=f.name, type=kind, default=f.default, help=help_)
+
+
+def train_config_from_args(args: argparse.Namespace):
+    import dataclasses
+
+    from ..training import TrainConfig
+
+    return TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+                          if hasattr(args, f.name)})
+
+
+def add_results_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--results", default=None,
+                   help="results file or folder for the records (default: results/runs.jsonl; env LSTMNB_RESULTS)")
+    p.add_argument("--no-record", action="store_true", help="do not append records")
+
+
+def results_path(args):
+    if args.no_record:
+        return None
+    from ..paths import results_dir
+
+    return args.results or str(results_dir())
+
+
+def save_plot(fig, path: str | None) -> None:
+    """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf; none: png)."""
+    if path:
+        from pathlib import Path
+
+        from ..paths import atomic_path
+
+        with atomic_path(path, suffix=Path(path).suffix or ".png") as tmp:
+            fig.savefig(tmp, dpi=120)
+        print(f"plot       {path}")
+
+
+EXPERIMENT_HELP = "only runs whose experiment name starts with this (scaling: scaling-strong and scaling-weak)"
+
+
+def add_records_args(p: argparse.ArgumentParser) -> None:
+    """The records a reading command works on: results files or folders, and an experiment filter."""
+    p.add_argument("paths", nargs="*", default=None, help="results files or folders (default: results/)")
+    p.add_argument("--experiment", default=None, help=EXPERIMENT_HELP)
+
+
+def read_runs(args) -> list[dict]:
+    """The records in ``args.paths`` (default: the results folder) whose experiment starts with
+    ``args.experiment``; DataError when there are none."""
+    from ..errors import DataError
+    from ..paths import results_dir
+    from ..records import read_records
+
+    paths = args.paths or [results_dir()]
+    runs = [r for r in read_records(paths)
+            if not args.experiment or str(r.get("experiment") or "").startswith(args.experiment)]
+    if not runs:
+        which = f" of experiment {args.experiment}*" if args.experiment else ""
+        raise DataError(f"no run records{which} in {', '.join(map(str, paths))}; run `lstmnb train` first")
+    return runs
+
+

@@ -1,0 +1,118 @@
+"""`lstmnb train`, `lstmnb results` and `lstmnb quickstart`: one run (or the main job) and the records table."""
+
+from __future__ import annotations
+
+import argparse
+
+from .options import (add_records_args, add_request_args, add_results_args, add_train_args, read_runs,
+                      request_from_args, results_path, train_config_from_args)
+from .notebooks_cmd import print_series
+
+def print_run(record: dict) -> None:
+    """The epochs table and the final RMSEs beside the baselines, as `lstmnb train` prints them."""
+    from ..report import epochs_table, format_table, metrics_table
+
+    print(format_table(epochs_table(record)))
+    print()
+    print(format_table(metrics_table(record)))
+    t = record["timing"]
+    print(f"\ntraining {t['train_s']:.2f} s on {record['device']['kind']} ({record['device']['name']}); "
+          f"warm-up epoch {t['warmup_epoch_s']:.2f} s, median epoch {t['epoch_s_median']:.2f} s, "
+          f"{t['samples_per_s']:,.0f} samples/s")
+    ttt = t.get("time_to_target") or {}
+    if ttt.get("target_rmse_k") is not None:
+        print(f"time to validation RMSE <= {ttt['target_rmse_k']:.3f} K: "
+              + (f"{ttt['seconds']:.2f} s (epoch {ttt['epoch']})" if ttt["reached"] else ttt["note"]))
+
+
+
+def add_train(sub, full: bool) -> None:
+    p = sub.add_parser(
+        "train", help="train and evaluate one forecaster; prints epochs and RMSE vs baselines; appends a record",
+        description="Train one LSTM forecaster, evaluate it against persistence and climatology on the test "
+                    "part, print the epochs table, and append the run record to the results file. "
+                    "Defaults reproduce the published setting on the embedded sample "
+                    "(window 24 h, hidden 64, batch 64, Adam 1e-3, 5 epochs).",
+    )
+    add_request_args(p)
+    if full:
+        add_train_args(p)
+    add_results_args(p)
+    p.set_defaults(func=_run_train)
+
+
+def train_and_print(request, cfg, results) -> None:
+    """``train.run`` (appending the record to ``results`` unless None), then the run as `print_run` shows
+    it and where the record went; under torchrun only rank 0 prints (and records)."""
+    from ..training.parallel import is_rank_zero
+    from ..records import runs_path
+    from ..training import run
+
+    # --strategy ddp --nproc N outside torchrun: run() prepares the data once and train() starts N local
+    # ranks (lstmnb.training.parallel); rank 0's record comes back here to be printed and appended
+    result = run(request, cfg, results=results)
+    if not is_rank_zero():
+        return
+    print_run(result.record)
+    if results is not None:
+        print(f"record {result.record['run_id']} appended to {runs_path(results)}")
+
+
+def _run_train(args) -> int:
+    train_and_print(request_from_args(args), train_config_from_args(args), results_path(args))
+    return 0
+
+
+def add_results(sub, full: bool) -> None:
+    p = sub.add_parser("results", help="table of the recorded runs",
+                       description="Show the runs recorded in one or more results files or folders.")
+    add_records_args(p)
+    p.add_argument("--last", type=int, default=20, help="show the last N runs (default 20; 0 for all)")
+    p.set_defaults(func=_run_results)
+
+
+
+def _run_results(args) -> int:
+    import pandas as pd
+
+    from ..report import format_table, runs_table
+
+    df = pd.json_normalize(read_runs(args), max_level=2)
+    if args.last:
+        df = df.tail(args.last)
+    print(format_table(runs_table(df)))
+    return 0
+
+
+
+def add_quickstart(sub, full: bool) -> None:
+    p = sub.add_parser(
+        "quickstart", help="the main job: train + evaluate on the sample (CPU), then render the notebook series",
+        description="Train and evaluate the default forecaster on the embedded sample on CPU (the published "
+                    "setting: window 24 h, hidden 64, batch 64, 5 epochs), print the results table, then run "
+                    "the notebook series with a quick CPU profile and print where the HTML report is. "
+                    "A few minutes on 2 cores.",
+    )
+    p.add_argument("--profile", default="quick", help="profile for the notebook series (default: quick)")
+    p.add_argument("--epochs", type=int, default=5, help="epochs of the default run (default 5)")
+    add_results_args(p)
+    p.add_argument("--runs-dir", default="runs", help="where the notebook run folder goes (default: ./runs)")
+    p.add_argument("--no-notebooks", dest="notebooks", action="store_false", help="only the training run")
+    p.set_defaults(func=_run_quickstart)
+
+
+def _run_quickstart(args) -> int:
+    from ..training import TrainConfig
+
+    print(f"== 1/2  default run on the embedded sample, CPU, {args.epochs} epochs")
+    train_and_print(None, TrainConfig(device="cpu", epochs=args.epochs, experiment="quickstart"), results_path(args))
+    if not args.notebooks:
+        return 0
+    from ..notebooks import run_series
+
+    print(f"\n== 2/2  the notebook series, profile {args.profile}")
+    series = run_series(args.profile, runs_dir=args.runs_dir)
+    print_series(series)
+    print(f"\nopen the report: {series.report}")
+    return 0
+

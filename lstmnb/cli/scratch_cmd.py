@@ -1,0 +1,65 @@
+"""`lstmnb scratch bench`: the from-scratch LSTM's versions table."""
+
+from __future__ import annotations
+
+import argparse
+
+from .options import add_results_args, results_path, save_plot
+
+def add_scratch(sub, full: bool) -> None:
+    p = sub.add_parser("scratch", help="the from-scratch LSTM: versions table (loops, numpy, numba, CUDA, torch)",
+                       description="The LSTM written from its equations (NumPy, backprop through time) and its "
+                                   "parallel versions; see `lstmnb scratch bench --help`.")
+    ssub = p.add_subparsers(dest="scratch_command", metavar="ACTION")
+    b = ssub.add_parser(
+        "bench", help="train every version from the same weights and print the versions table",
+        description="Train each version for N epochs from the same initial weights on the same batches "
+                    "(versions alternated over repeats; medians quoted), print compile and run time, speedup "
+                    "against loops and numpy, final train/test loss and test RMSE beside the baselines, and "
+                    "append one record per version (experiment scratch_versions). GPU versions without a GPU "
+                    "are recorded as skipped.",
+    )
+    b.add_argument("--versions", default=None,
+                   help="comma-separated versions (default all: loops,numpy,numba-cpu,numba-cuda,torch,torch-cuda)")
+    b.add_argument("--data", default="airline", help="airline (default) or era5 (the embedded sample point series)")
+    b.add_argument("--window", type=int, default=None, help="input steps per sample (default 12 airline, 24 era5)")
+    b.add_argument("--hours", type=int, default=24 * 42, help="era5: hours of the series (default 1008)")
+    b.add_argument("--hidden", type=int, default=32, help="hidden units (default 32)")
+    b.add_argument("--epochs", type=int, default=30, help="epochs per run (default 30)")
+    b.add_argument("--batch-size", type=int, default=16, help="samples per optimiser step (default 16)")
+    b.add_argument("--optimizer", default="adam", help="adam (default) or sgd")
+    b.add_argument("--lr", type=float, default=0.01, help="learning rate (default 0.01)")
+    b.add_argument("--clip", type=float, default=1.0, help="max gradient norm; 0 turns clipping off (default 1)")
+    b.add_argument("--dtype", default="float64", help="float64 (default) or float32")
+    b.add_argument("--seed", type=int, default=0, help="seed of the initial weights and the shuffles (default 0)")
+    b.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for numba-cpu and torch (default: the libraries' own choice)")
+    b.add_argument("--repeats", type=int, default=3, help="runs per version; median run time (default 3)")
+    add_results_args(b)
+    b.add_argument("--plot", default=None, metavar="FILE", help="also save the plot (png/svg/pdf)")
+    b.set_defaults(func=_run_scratch_bench)
+    p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
+
+
+def _run_scratch_bench(args) -> int:
+    import os
+
+    # idle OpenMP threads of numba and torch busy-wait and starve each other on few cores; must be set
+    # before either loads (see benchmarks/scratch_versions.py)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from ..scratch.bench import format_table, plot_versions, versions_table
+    from ..scratch.data import default_window
+    from ..scratch.fit import VERSIONS, ScratchConfig
+
+    window = args.window or default_window(args.data)
+    config = ScratchConfig(data=args.data, window=window, hours=args.hours, hidden=args.hidden, epochs=args.epochs,
+                           batch_size=args.batch_size, optimizer=args.optimizer, lr=args.lr,
+                           clip=args.clip or None, dtype=args.dtype, seed=args.seed, threads=args.threads)
+    versions = [v.strip() for v in args.versions.split(",")] if args.versions else list(VERSIONS)
+    path = results_path(args)
+    table = versions_table(versions, config, repeats=args.repeats, record=path is not None, record_path=path)
+    print(format_table(table))
+    if args.plot:
+        save_plot(plot_versions(table), args.plot)
+    return 0
+

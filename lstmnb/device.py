@@ -1,0 +1,213 @@
+"""The device, in one place: resolving a name to a torch device, what it is (for records), synchronised
+clocks, peak memory, out-of-memory detection, and the messages for a GPU that is not there.
+
+Everything here is a leaf: it imports torch and the standard library, never other lstmnb modules
+except ``errors`` (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import time
+from typing import Any
+
+import torch
+
+from .errors import ConfigError, DeviceError
+
+DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps"
+
+
+def no_cuda_reason() -> str:
+    """Why a CUDA run cannot happen here, with the torch build that says so (a skipped record's reason)."""
+    return (f"no usable CUDA GPU on this machine (torch {torch.__version__}, "
+            f"CUDA build: {torch.version.cuda or 'none'})")
+
+
+def cuda_missing(asked: str, hint: str = "use --device cpu") -> str:
+    """The one error message for a CUDA device asked for on a machine without a usable one."""
+    return f"{asked} asked for, but there is {no_cuda_reason()}; {hint}"
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` picks CUDA, then MPS, then CPU; an explicit device that is not present is an error."""
+    name = (name or "auto").strip().lower()
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    kind, _, index = name.partition(":")
+    if kind not in ("cpu", "cuda", "mps") or (index and not index.isdigit()) or (index and kind != "cuda"):
+        raise ConfigError(f"device={name!r} is not one of {DEVICE_CHOICES}")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(cuda_missing(f"device={name!r}"))
+        count = torch.cuda.device_count()
+        if index and int(index) >= count:
+            raise DeviceError(f"device={name!r}: only {count} CUDA device(s) visible (cuda:0..cuda:{count - 1})")
+    if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise DeviceError(f"device={name!r} asked for, but MPS is not available here; use --device cpu")
+    return torch.device(name)
+
+
+def indexed(device: torch.device) -> torch.device:
+    """``cuda`` as ``cuda:N`` (the current device): some CUDA calls need the index."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued device work, so a clock read measures finished work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def clock(device: torch.device) -> float:
+    """``time.perf_counter()`` after the device's queued work has finished: the one way lstmnb reads a
+    clock around device work (DESIGN: synchronise before every clock read)."""
+    synchronize(device)
+    return time.perf_counter()
+
+
+def amp_dtype(mode: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for ``mode`` on ``device``; None means full float32."""
+    if mode == "off":
+        return None
+    if device.type != "cuda":
+        if mode == "auto":
+            return None
+        raise ConfigError(f"amp={mode!r} is for CUDA devices; this run is on {device.type} (use amp='off')")
+    if mode == "fp16":
+        return torch.float16
+    if mode == "bf16" and not torch.cuda.is_bf16_supported():
+        raise DeviceError("amp='bf16' asked for, but this GPU does not support bfloat16; use amp='fp16'")
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+# --- what the device is (the record's ``device`` section) -------------------------------------------
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on (affinity-aware, so SLURM and taskset limits count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+# fixed for the process: /proc/cpuinfo is read once, not twice per record
+@functools.lru_cache(maxsize=None)
+def cpu_model() -> str:
+    """The CPU's marketing name, or the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_info(device: str | None = None) -> dict[str, Any]:
+    """Kind, name, count and memory of ``device`` ('cpu', 'cuda', 'cuda:1', 'mps'), plus the host CPU."""
+    import psutil
+
+    kind = (device or "cpu").split(":")[0]
+    info: dict[str, Any] = {
+        "kind": kind,
+        "name": cpu_model(),
+        "count": 1,
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "cpu_model": cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "cpu_physical_cores": psutil.cpu_count(logical=False),
+        "torch_threads": torch.get_num_threads(),
+        "hostname": platform.node(),
+        # runnable processes (1, 5, 15 min) when the record was made: on a shared machine a load above
+        # the core count means the timings of this run were taken under contention
+        "load_avg": [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+    }
+    if kind == "cuda" and torch.cuda.is_available():
+        index = int(device.split(":")[1]) if device and ":" in device else torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        info.update(
+            name=props.name,
+            count=torch.cuda.device_count(),
+            memory_gb=round(props.total_memory / 2**30, 1),
+            capability=f"{props.major}.{props.minor}",
+        )
+    elif kind == "cuda":
+        info.update(name=None, count=0, memory_gb=None, note="no CUDA device visible")
+    elif kind == "mps":
+        info.update(name="Apple MPS")
+    return info
+
+
+# --- memory ----------------------------------------------------------------------------------------
+
+def proc_status_kb(field: str) -> int | None:
+    """One ``kB`` field of /proc/self/status (VmHWM, VmData, VmRSS, ...), or None where there is none."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def reset_peak_memory(device: torch.device) -> bool:
+    """Start a run's peak-memory window; True if the peak read at the end will be this run's own.
+
+    CUDA: the allocator's peak statistics. CPU (and MPS, whose figure is the process's resident set):
+    Linux keeps a resettable resident-set high-water mark (writing 5 to /proc/self/clear_refs sets
+    VmHWM to the current RSS). getrusage's max RSS cannot be reset: it is the process's all-time
+    peak, so a sweep would record its largest point for every point.
+    """
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return True
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:  # not Linux, or a kernel/sandbox that refuses it
+        return False
+    return proc_status_kb("VmHWM") is not None
+
+
+def peak_memory_mb(device: torch.device, since_reset: bool = True) -> dict[str, Any]:
+    """Peak memory of the run since ``reset_peak_memory``: CUDA allocator for GPUs, the process's
+    resident-set high-water mark otherwise. ``since_reset=False`` (the reset was not possible) gives
+    None for the CPU figure rather than a process-lifetime peak presented as the run's."""
+    if device.type == "cuda":
+        return {"kind": "cuda_max_allocated", "peak_mb": torch.cuda.max_memory_allocated(device) / 2**20}
+    hwm_kb = proc_status_kb("VmHWM") if since_reset else None
+    out: dict[str, Any] = {"kind": "process_peak_rss", "peak_mb": hwm_kb / 1024 if hwm_kb is not None else None}
+    if hwm_kb is None:
+        out["note"] = "no per-run peak here (needs Linux /proc/self/clear_refs and VmHWM)"
+    return out
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for an out-of-memory failure: CUDA's or the CPU allocator's (a failed malloc)."""
+    if isinstance(exc, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+def free_memory(device: torch.device) -> None:
+    """Give cached memory back between runs (Python's garbage and, on CUDA, the allocator's cache)."""
+    import gc
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

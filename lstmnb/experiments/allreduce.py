@@ -1,0 +1,113 @@
+"""All-reduce bandwidth: ``torch.distributed.all_reduce`` timed per buffer size over local ranks,
+with the model's gradient size among the points (algbw and busbw as nccl-tests define them)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..device import clock
+from ..errors import ConfigError
+from ..models import Forecaster, count_parameters
+from ..records import new_record
+from ..training.parallel import DistEnv, barrier, spawn
+
+
+def gradient_bytes(cfg, n_features: int = 1) -> int:
+    """Bytes of gradient DDP all-reduces per step for the model ``cfg`` describes (float32 gradients)."""
+
+    return 4 * count_parameters(Forecaster(cfg.model_config(n_features)))
+
+
+def size_ladder(min_bytes: int, max_bytes: int, factor: int = 4, extra: tuple[int, ...] = ()) -> list[int]:
+    """Buffer sizes from ``min_bytes`` to ``max_bytes`` by ``factor``, plus ``extra`` sizes; whole float32s."""
+    if min_bytes < 4 or max_bytes < min_bytes or factor < 2:
+        raise ConfigError(f"all-reduce sizes need 4 <= min_bytes ({min_bytes}) <= max_bytes ({max_bytes}) and "
+                          f"factor >= 2 ({factor})")
+    sizes, s = set(), min_bytes
+    while s <= max_bytes:
+        sizes.add(s // 4 * 4)
+        s *= factor
+    sizes.update(e // 4 * 4 for e in extra if e >= 4)
+    return sorted(sizes)
+
+
+def _allreduce_job(env: DistEnv, sizes: list[int], budget_s: float, min_iters: int, max_iters: int) -> list[dict]:
+    rows = []
+    for nbytes in sizes:
+        buf = torch.zeros(nbytes // 4, dtype=torch.float32, device=env.device)
+        for _ in range(2):
+            dist.all_reduce(buf)
+        t0 = clock(env.device)
+        dist.all_reduce(buf)
+        est = torch.tensor([clock(env.device) - t0], dtype=torch.float64, device=env.device)
+        dist.all_reduce(est, op=dist.ReduceOp.MAX)  # every rank agrees on the iteration count
+        iters = int(min(max_iters, max(min_iters, budget_s / max(est.item(), 1e-7))))
+        barrier(env)
+        t0 = clock(env.device)
+        for _ in range(iters):
+            dist.all_reduce(buf)
+        t = torch.tensor([(clock(env.device) - t0) / iters], dtype=torch.float64, device=env.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        sec = t.item()
+        n = env.world_size
+        algbw = nbytes / sec / 1e9
+        rows.append({"bytes": nbytes, "world_size": n, "backend": env.backend, "device": str(env.device),
+                     "iters": iters, "time_us": sec * 1e6, "algbw_gbps": algbw,
+                     "busbw_gbps": algbw * 2 * (n - 1) / n})
+    return rows
+
+
+@dataclass
+class AllreduceConfig:
+    """An all-reduce bandwidth sweep: float32 buffers from ``min_bytes`` to ``max_bytes`` by ``factor``."""
+
+    world_size: int = 2
+    device: str = "auto"
+    min_bytes: int = 1024
+    max_bytes: int = 64 * 2**20
+    factor: int = 4
+    budget_s: float = 0.2  # seconds of timed all-reduces per size (iterations follow from it)
+    min_iters: int = 5
+    max_iters: int = 1000
+    timeout_s: float = 120.0
+
+
+def allreduce_bandwidth(acfg: AllreduceConfig = AllreduceConfig(), grad_bytes: int | None = None) -> list[dict]:
+    """Time ``all_reduce`` per buffer size; algbw = bytes / time and busbw = algbw x 2(n-1)/n (nccl-tests).
+
+    ``grad_bytes`` (a model's gradient per step) is measured as its own size and flagged, so one can
+    read off what an all-reduce of one step's gradients costs on this link.
+    """
+    if acfg.world_size < 2:
+        raise ConfigError(f"world_size={acfg.world_size}: an all-reduce bandwidth needs at least 2 ranks")
+    sizes = size_ladder(acfg.min_bytes, acfg.max_bytes, acfg.factor, (grad_bytes,) if grad_bytes else ())
+    rows = spawn(_allreduce_job, acfg.world_size, device=acfg.device, timeout_s=acfg.timeout_s,
+                 kwargs={"sizes": sizes, "budget_s": acfg.budget_s, "min_iters": acfg.min_iters,
+                         "max_iters": acfg.max_iters})
+    for r in rows:
+        r["gradient_size"] = bool(grad_bytes) and r["bytes"] == grad_bytes // 4 * 4
+    return rows
+def allreduce(cfg, acfg=None, n_features: int = 1) -> dict[str, Any]:
+    """All-reduce bandwidth over ``acfg`` (an ``AllreduceConfig``) with the model's gradient size.
+
+    Returns {"rows": [...], "gradient_bytes": int}; the gradient size is one of the measured points.
+    """
+    acfg = acfg or AllreduceConfig()
+    grad = gradient_bytes(cfg, n_features)
+    return {"rows": allreduce_bandwidth(acfg, grad_bytes=grad), "gradient_bytes": grad}
+
+
+def allreduce_record(out: dict[str, Any], acfg, cfg) -> dict[str, Any]:
+    """The run record of an all-reduce sweep (``experiment='allreduce'``)."""
+    kind = out["rows"][0]["device"] if out["rows"] else acfg.device
+    return new_record("allreduce", device=kind.split(":")[0], profile=cfg.profile, world_size=acfg.world_size,
+                      allreduce={"rows": out["rows"], "gradient_bytes": out["gradient_bytes"],
+                                 "backend": out["rows"][0]["backend"] if out["rows"] else None,
+                                 "config": asdict(acfg)},
+                      config=asdict(cfg))
+
+

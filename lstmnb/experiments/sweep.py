@@ -1,0 +1,176 @@
+"""The batch-size sweep: batch x factor per point on one device until out of memory, each point a
+record (``ok``, or ``oom`` where memory ran out), optionally under a memory cap so the out-of-memory
+path can be seen on any machine."""
+
+from __future__ import annotations
+
+import resource
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable, Iterator
+
+import torch
+
+from ..device import free_memory, indexed, is_oom, proc_status_kb, resolve_device
+from ..errors import ConfigError
+from ..records import Recorder, new_record
+from ..training import Trainer, train
+
+
+@dataclass
+class SweepConfig:
+    """Batch sizes start, start x factor, ... up to ``max_batch`` (default: the training set), stopping at OOM.
+
+    ``memory_cap_mb`` limits memory during each point: on a GPU through the caching allocator's
+    per-process fraction, on CPU through the process's data-segment limit (RLIMIT_DATA) set to what
+    it uses now plus the cap. Either way an allocation past the cap really fails, so the sweep's OOM
+    handling is what a real device limit exercises. A capped point runs in a child process of its
+    own: the cap, and what it needs (small thread stacks), never touch the caller's process.
+    """
+
+    start: int = 32
+    factor: int = 4
+    max_batch: int | None = None
+    memory_cap_mb: float | None = None
+
+    def validate(self) -> None:
+        if self.start < 1 or self.factor < 2:
+            raise ConfigError(f"batch sweep needs start >= 1 ({self.start}) and factor >= 2 ({self.factor})")
+        if self.max_batch is not None and self.max_batch < self.start:
+            raise ConfigError(f"max_batch={self.max_batch} is below start={self.start}")
+        if self.memory_cap_mb is not None and not self.memory_cap_mb > 0:
+            raise ConfigError(f"memory_cap_mb={self.memory_cap_mb} must be a positive number of MB")
+
+
+
+@contextmanager
+def memory_cap(cap_mb: float | None, device: torch.device) -> Iterator[None]:
+    """Let the block allocate at most ``cap_mb`` more MB on ``device``; past it, allocations fail.
+
+    On CPU this caps the whole process (RLIMIT_DATA) and shrinks new threads' stacks, so
+    ``batch_sweep`` calls it only inside the child process that runs a capped point."""
+    if cap_mb is None:
+        yield
+        return
+    cap = int(cap_mb * 2**20)
+    device = indexed(device)  # the allocator's fraction is set per indexed device (cuda:N)
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(min(1.0, (torch.cuda.memory_allocated(device) + cap) / total),
+                                                   device)
+        try:
+            yield
+        finally:
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+        return
+    if device.type != "cpu":
+        raise ConfigError(f"memory_cap_mb works on cpu and cuda devices, not {device.type}")
+    # Thread stacks count against the data limit, and a Python thread that cannot get its stack hangs
+    # its starter: keep new threads' stacks small and tqdm's monitor thread off while capped.
+    import threading
+
+    from tqdm import tqdm
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    old_stack, old_monitor = threading.stack_size(), tqdm.monitor_interval
+    threading.stack_size(512 * 1024)
+    tqdm.monitor_interval = 0
+    limit = (proc_status_kb("VmData") or 0) * 1024 + cap
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+        threading.stack_size(old_stack)
+        tqdm.monitor_interval = old_monitor
+
+
+def _warm_up(windows, cfg, device: torch.device) -> None:
+    """One tiny step outside any cap, so torch's lazy imports and kernels load before memory is capped
+    (a capped import failing would read as the model running out of memory)."""
+    tr = Trainer(windows, replace(cfg, strategy="single", checkpoint=None, resume=False), device)
+    x = torch.from_numpy(windows.x["train"][:2]).to(device)
+    y = torch.from_numpy(windows.y["train"][:2]).to(device)
+    tr.step(x, y)
+    del tr
+    free_memory(device)
+
+
+def _oom_reason(exc: BaseException, batch: int, cap_mb: float | None) -> str | None:
+    """The ``oom`` record's reason when ``exc`` is a failed allocation, else None. Under a cap, oneDNN
+    reports a failed allocation as 'could not create a primitive'."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if not (is_oom(exc) or (cap_mb is not None and "could not create a primitive" in first)):
+        return None
+    first = first[first.find("DefaultCPUAllocator"):] if "DefaultCPUAllocator" in first else first
+    return (f"out of memory at batch_size={batch}" + (f" under a {cap_mb:g} MB cap" if cap_mb else "")
+            + f": {first[:300]}")
+
+
+def _point(windows, point, data_info, cap_mb: float | None) -> tuple[dict[str, Any] | None, str | None]:
+    """One sweep point: (record, None), or (None, the oom reason). Other failures propagate."""
+    device = resolve_device(point.device)
+    try:
+        if cap_mb is not None:
+            _warm_up(windows, point, device)
+        with memory_cap(cap_mb, device):
+            return train(windows, point, data_info=data_info).record, None
+    except Exception as exc:  # noqa: BLE001 - only out-of-memory is a result; anything else propagates
+        reason = _oom_reason(exc, point.batch_size, cap_mb)
+        if reason is None:
+            raise
+        return None, reason
+    finally:
+        free_memory(device)
+
+
+def _capped_point(windows, point, data_info, cap_mb: float) -> tuple[dict[str, Any] | None, str | None]:
+    """``_point`` in a child process (spawned: no threads or CUDA state inherited), so that the cap
+    cannot take down the caller; a child that dies instead of raising is an out-of-memory end too."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        try:
+            return pool.submit(_point, windows, replace(point, progress=False), data_info, cap_mb).result()
+        except BrokenProcessPool:
+            return None, (f"out of memory at batch_size={point.batch_size} under a {cap_mb:g} MB cap: "
+                          f"the point's process died")
+
+
+def batch_sweep(windows, cfg, sweep: SweepConfig = SweepConfig(), *, data_info: dict[str, Any] | None = None,
+                results=None,
+                on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Train at batch sizes start, start x factor, ... on one device until out of memory or ``max_batch``.
+
+    A point that runs out of memory is recorded with status ``oom`` and ends the sweep; memory is freed
+    between points. Each ok record has time per epoch and the final validation RMSE, so speed and
+    quality can be read side by side. Under ``memory_cap_mb`` each point runs in a child process.
+    """
+    sweep.validate()
+    device = resolve_device(cfg.device)
+    n_train = windows.x["train"].shape[0]
+    top = min(sweep.max_batch or n_train, n_train)
+    recorder = Recorder(results, on_point)
+    b = sweep.start
+    while b <= top:
+        point = replace(cfg, strategy="single", device=str(device), batch_size=b, checkpoint=None, resume=False,
+                        experiment="batch-sweep")
+        info = {"batch_size": b, "start": sweep.start, "factor": sweep.factor, "memory_cap_mb": sweep.memory_cap_mb}
+        if sweep.memory_cap_mb is None:
+            rec, oom = _point(windows, point, data_info, None)
+        else:
+            rec, oom = _capped_point(windows, point, data_info, sweep.memory_cap_mb)
+        if rec is None:
+            rec = new_record("batch-sweep", status="oom", device=str(device), profile=cfg.profile, reason=oom,
+                             config=asdict(point), data=data_info)
+        rec["sweep"] = info
+        recorder.add(rec)
+        if rec["status"] == "oom":
+            break
+        b *= sweep.factor
+    return recorder.records

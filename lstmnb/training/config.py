@@ -1,0 +1,177 @@
+"""Every knob of a training run, each with its help text written once (field metadata), and the
+checks that reject a bad value before any work starts. The CLI builds its options from these fields.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..models import ModelConfig
+from ..windows import WindowConfig
+
+INPUT_PATHS = ("fast", "dataloader")
+LR_SCHEDULES = ("constant", "onecycle", "cosine")
+AMP_MODES = ("off", "auto", "bf16", "fp16")
+STRATEGIES = ("single", "dataparallel", "ddp")
+
+# fields that do not change the trajectory of a run: a checkpoint may be resumed across them
+_RESUME_FREE = {"epochs", "resume", "checkpoint", "device", "num_workers", "pin_memory", "target_rmse",
+                "patience", "stop_at_target", "compile", "experiment", "threads", "eval_batch_size", "progress", "profile", "dist_timeout_s"}
+
+
+def knob(default: Any, help: str) -> Any:
+    """A TrainConfig field with its one help text (read by the CLI and the docs)."""
+    return field(default=default, metadata={"help": help})
+
+
+def help_text(name: str) -> str:
+    """The help text of TrainConfig field ``name``."""
+    return next(f.metadata.get("help", "") for f in fields(TrainConfig) if f.name == name)
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of one run. The record's ``config`` is this dataclass as a dict."""
+
+    # where and how
+    device: str = knob("auto", "auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps")
+    strategy: str = knob("single", (
+        "single device, dataparallel (nn.DataParallel) or ddp (DistributedDataParallel)"))
+    nproc: int | None = knob(None, (
+        "ddp outside torchrun: launch this many local processes (one per GPU, or gloo ranks on CPU); "
+        "dataparallel: GPUs to use (default all)"))
+    bucket_cap_mb: float = knob(25.0, (
+        "ddp: gradient bucket size in MB (all-reduce of a full bucket overlaps the backward)"))
+    grad_as_bucket_view: bool = knob(False, (
+        "ddp: let gradients be views into the all-reduce buckets (saves memory and a copy)"))
+    static_graph: bool = knob(False, (
+        "ddp: declare the graph identical every step (DDP skips per-step bookkeeping)"))
+    uneven_shards: bool = knob(False, (
+        "ddp, fast path: after the first epoch size each rank's batch from its measured throughput (mixed "
+        "or unequal devices)"))
+    dist_timeout_s: float = knob(300.0, (
+        "ddp: seconds a collective may wait for the other ranks before the run fails"))
+    input_path: str = knob("fast", (
+        "fast: whole training set as device tensors, shuffled index batches; dataloader: per-sample "
+        "Dataset + DataLoader (the published setting)"))
+    num_workers: int = knob(2, "DataLoader worker processes (dataloader path)")
+    pin_memory: bool = knob(True, "pinned host memory for DataLoader batches (CUDA only)")
+    amp: str = knob("off", "mixed precision on CUDA: off, auto (bf16 where supported, else fp16), bf16, fp16")
+    threads: int | None = knob(None, "torch intra-op threads on CPU (default: torch's choice, one per core)")
+    fused_adam: bool = knob(True, (
+        "Adam's update as one fused kernel (measured no slower on CPU; fewer launches on GPUs)"))
+    compile: bool = knob(False, (
+        "torch.compile the model (measured no faster on CPU: the LSTM is one library kernel)"))
+    cuda_graph: bool = knob(False, (
+        "CUDA only: capture the training step once and replay it (constant lr, fast path)"))
+    # optimisation
+    epochs: int = knob(5, "training epochs")
+    batch_size: int = knob(64, "samples per optimiser step")
+    lr: float = knob(1e-3, "Adam learning rate")
+    lr_schedule: str = knob("constant", "constant, onecycle or cosine")
+    weight_decay: float = knob(0.0, "Adam weight decay")
+    grad_clip: float | None = knob(None, "clip the gradient norm to this value")
+    seed: int = knob(0, "random seed (runs on CPU are repeatable)")
+    # samples
+    window: int = knob(24, "input window in hours")
+    lead_hours: int = knob(1, "hours from the last input to the first target")
+    horizon: int = knob(1, "target hours predicted at once")
+    calendar: bool = knob(False, "add hour-of-day and day-of-year inputs")
+    fractions: tuple[float, float, float] = knob((0.7, 0.15, 0.15), (
+        "train,val,test fractions of the time range (chronological)"))
+    split_dates: tuple[str, str] | None = knob(None, "VAL_START,TEST_START dates instead of fractions")
+    # model
+    hidden: int = knob(64, "hidden units per layer")
+    layers: int = knob(1, "stacked recurrent layers")
+    dropout: float = knob(0.0, "dropout between layers")
+    cell: str = knob("lstm", "lstm or gru")
+    residual: bool = knob(False, (
+        "forecast the change from the last observed value (starts at persistence; part of the recommended "
+        "setting)"))
+    # stopping, checkpoints, bookkeeping
+    target_rmse: float | None = knob(None, "validation RMSE (K) whose time-to-reach is reported")
+    stop_at_target: bool = knob(False, (
+        "end the run at the first epoch whose validation RMSE reaches --target-rmse"))
+    patience: int | None = knob(None, "stop after this many epochs without validation improvement")
+    checkpoint: str | None = knob(None, "checkpoint file, written atomically after each epoch")
+    resume: bool = knob(False, "continue the run in --checkpoint without repeating finished epochs")
+    eval_batch_size: int = knob(8192, "batch size for validation and test predictions")
+    experiment: str = knob("train", "experiment name stored in the record")
+    profile: str | None = knob(None, "profile name stored in the record")
+    progress: bool = knob(True, "show progress bars")
+
+    def window_config(self) -> WindowConfig:
+        return WindowConfig(
+            window=self.window, lead_hours=self.lead_hours, horizon=self.horizon,
+            fractions=tuple(self.fractions), split_dates=tuple(self.split_dates) if self.split_dates else None,
+            calendar=self.calendar,
+        )
+
+    def model_config(self, n_features: int) -> ModelConfig:
+        return ModelConfig(n_features=n_features, hidden=self.hidden, layers=self.layers,
+                           dropout=self.dropout, horizon=self.horizon, cell=self.cell,
+                           residual=self.residual)
+
+    def validate(self) -> None:
+        """Check every value before any work starts; errors name the value and what is allowed."""
+        for name in ("epochs", "batch_size", "window", "lead_hours", "horizon", "hidden", "layers",
+                     "eval_batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be a whole number >= 1")
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"lr={self.lr!r} must be a positive number")
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise ConfigError(f"num_workers={self.num_workers!r} must be a whole number >= 0")
+        for name, value, choices in (("input_path", self.input_path, INPUT_PATHS),
+                                     ("lr_schedule", self.lr_schedule, LR_SCHEDULES),
+                                     ("amp", self.amp, AMP_MODES), ("strategy", self.strategy, STRATEGIES)):
+            if value not in choices:
+                raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
+        if self.patience is not None and self.patience < 1:
+            raise ConfigError(f"patience={self.patience!r} must be >= 1 (or None for no early stopping)")
+        if self.target_rmse is not None and not self.target_rmse > 0:
+            raise ConfigError(f"target_rmse={self.target_rmse!r} must be a positive number of kelvin")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"threads={self.threads!r} must be >= 1")
+        if self.cuda_graph:
+            if self.input_path != "fast" or self.strategy != "single":
+                raise ConfigError("cuda_graph=True needs input_path='fast' and strategy='single'")
+            if self.lr_schedule != "constant" or self.amp == "fp16":
+                raise ConfigError("cuda_graph=True needs lr_schedule='constant' and amp other than 'fp16' "
+                                  "(a captured step cannot change its learning rate or loss scale)")
+        if self.resume and not self.checkpoint:
+            raise ConfigError("resume=True needs a checkpoint path to resume from")
+        if self.nproc is not None and (isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc < 1):
+            raise ConfigError(f"nproc={self.nproc!r} must be a whole number >= 1 (or None)")
+        for name in ("bucket_cap_mb", "dist_timeout_s"):
+            if not (isinstance(getattr(self, name), (int, float)) and getattr(self, name) > 0):
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive number")
+        if self.uneven_shards and (self.strategy != "ddp" or self.input_path != "fast"):
+            raise ConfigError("uneven_shards=True needs strategy='ddp' and input_path='fast' "
+                              f"(got strategy={self.strategy!r}, input_path={self.input_path!r})")
+        self.window_config().validate()
+        self.model_config(1).validate()
+
+    def trajectory_key(self) -> dict[str, Any]:
+        """The fields that determine the sequence of weights; a resumed checkpoint must match them."""
+        return {k: v for k, v in asdict(self).items() if k not in _RESUME_FREE}
+
+
+def config_from_dict(values: dict[str, Any]) -> TrainConfig:
+    """A TrainConfig from a mapping (profile, papermill parameters), rejecting unknown keys by name."""
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(f"unknown training parameter(s) {unknown}; known: {sorted(known)}")
+    return TrainConfig(**values)
+
+
+def with_overrides(cfg: TrainConfig, **overrides: Any) -> TrainConfig:
+    """A copy of ``cfg`` with the given fields replaced (unknown names are an error)."""
+    return config_from_dict({**asdict(cfg), **overrides})

@@ -1,0 +1,212 @@
+"""One DDP rank: the same ``Trainer`` epoch loop as a single-device run, with the model wrapped in
+DistributedDataParallel, each rank's share of every global batch, the epoch figures reduced across
+ranks, rank 0 deciding when to stop, and only rank 0 writing."""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ...device import clock
+from ...errors import ConfigError
+from ..trainer import RunResult, Trainer
+from .groups import DistEnv, barrier, comm_failure, is_comm_failure
+from .shards import ShareBalancer, SlowDown, balanced_sizes, share_batches, weighted_allreduce_hook
+
+
+@dataclass
+class RankOptions:
+    """What a benchmark or a test adds to a DDP run; not training parameters, so not in TrainConfig."""
+
+    comm_split_steps: int = 0  # after training, time this many steps with and without the all-reduce
+    slowdown_s_per_sample: dict[int, float] = field(default_factory=dict)  # rank -> extra s per sample
+    rank_callback: Callable[[int, dict[str, Any]], None] | None = None  # (rank, epoch entry) on every rank
+    shard_sizes: list[int] | None = None  # uneven_shards with known shares: per-rank batches, no measuring
+
+
+def wrap_ddp(core: nn.Module, cfg, env: DistEnv) -> nn.parallel.DistributedDataParallel:
+    """``core`` as DDP with the run's bucket size, bucket-view and static-graph settings."""
+    return nn.parallel.DistributedDataParallel(
+        core, device_ids=[env.device.index] if env.device.type == "cuda" else None,
+        bucket_cap_mb=cfg.bucket_cap_mb, gradient_as_bucket_view=cfg.grad_as_bucket_view,
+        static_graph=cfg.static_graph,
+    )
+
+
+def steps_per_epoch(n_train: int, cfg, world: int) -> int:
+    if cfg.uneven_shards:
+        steps = n_train // (cfg.batch_size * world)
+    elif cfg.input_path == "fast":
+        steps = math.ceil((n_train // world) / cfg.batch_size)
+    else:
+        steps = math.ceil(math.ceil(n_train / world) / cfg.batch_size)
+    if steps < 1:
+        raise ConfigError(f"batch_size={cfg.batch_size} per rank x world_size={world} = {cfg.batch_size * world} "
+                          f"is more than the {n_train} training samples; use a smaller batch_size")
+    return steps
+
+
+def comm_split(tr: Trainer, ddp: nn.parallel.DistributedDataParallel, env: DistEnv, x: torch.Tensor,
+               y: torch.Tensor, steps: int) -> dict[str, Any]:
+    """Time ``steps`` training steps with gradient all-reduce and the same steps under ``no_sync``.
+
+    The difference is the communication the backward pass could not hide, measured rather than
+    inferred. Model, optimiser and schedule are restored afterwards, so the run's results are unchanged.
+    """
+    saved = copy.deepcopy({"model": tr.core.state_dict(), "opt": tr.opt.state_dict(),
+                           "sched": tr.sched.state_dict() if tr.sched is not None else None})
+    b = tr.cfg.batch_size
+    idx = torch.arange(steps * b, device=x.device) % x.shape[0]
+    batches = [(x[idx[i * b:(i + 1) * b]], y[idx[i * b:(i + 1) * b]]) for i in range(steps)]
+
+    def timed(no_sync: bool) -> float:
+        barrier(env)
+        t0 = clock(env.device)
+        for xb, yb in batches:
+            if no_sync:
+                with ddp.no_sync():
+                    tr.step(xb, yb)
+            else:
+                tr.step(xb, yb)
+        t = torch.tensor([clock(env.device) - t0], dtype=torch.float64, device=env.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    tr.model.train()
+    timed(False)  # warm-up
+    synced, local = timed(False), timed(True)
+    tr.core.load_state_dict(saved["model"])
+    tr.opt.load_state_dict(saved["opt"])
+    if tr.sched is not None:
+        tr.sched.load_state_dict(saved["sched"])
+    comm = max(0.0, synced - local)
+    return {"steps": steps, "step_s": synced / steps, "compute_s": local / steps, "comm_s": comm / steps,
+            "comm_fraction": comm / synced if synced > 0 else None,
+            "method": "same steps timed with DDP gradient all-reduce and under no_sync(); max over ranks"}
+
+
+def _shard_sizes(cfg, world: int, options: RankOptions) -> list[int]:
+    if options.shard_sizes is None:
+        return [cfg.batch_size] * world
+    sizes = [int(v) for v in options.shard_sizes]
+    if not cfg.uneven_shards or len(sizes) != world or sum(sizes) != cfg.batch_size * world or min(sizes) < 1:
+        raise ConfigError(f"shard_sizes={options.shard_sizes} needs uneven_shards=True, one size >= 1 per rank "
+                          f"(world_size={world}) and a sum of batch_size x world_size = {cfg.batch_size * world}")
+    return sizes
+
+
+def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None = None,
+               on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
+               options: RankOptions | None = None) -> RunResult:
+    """Train as one DDP rank; returns the same ``RunResult`` as ``training.train`` (the record on rank 0;
+    None on the other ranks, which write nothing and so skip the test evaluation that makes it).
+
+    ``cfg.batch_size`` is per rank: the global batch is batch_size x world_size, and one epoch covers
+    the training set once across all ranks. Loss and sample counts are summed across ranks, epoch time
+    is the slowest rank's. Only rank 0 writes the checkpoint.
+    """
+    options = options or RankOptions()
+    world, rank = env.world_size, env.rank
+    n_train = windows.x["train"].shape[0]
+    tr = Trainer(windows, cfg, env.device, steps_per_epoch=steps_per_epoch(n_train, cfg, world),
+                 writer=env.is_writer)
+    tr.restore()
+    ddp = wrap_ddp(tr.core, cfg, env)
+    tr.model = torch.compile(ddp) if cfg.compile else ddp  # compile the DDP module, as PyTorch advises
+    if options.slowdown_s_per_sample.get(rank):
+        tr.core.register_forward_hook(SlowDown(options.slowdown_s_per_sample[rank]))
+    sizes = _shard_sizes(cfg, world, options)
+    balancer = None
+    if cfg.uneven_shards:
+        balancer = ShareBalancer(env, weight=sizes[rank] / (cfg.batch_size * world))
+        balancer.measuring = options.shard_sizes is None
+        ddp.register_comm_hook(balancer, weighted_allreduce_hook)
+        tr.core.register_forward_pre_hook(balancer.on_forward)
+
+    # the fast path batches from the training set on the device; the DataLoader path needs it there only
+    # for comm_split's timed steps, so it is copied then (not held through training for nothing)
+    x_train, y_train = tr.train_tensors() if cfg.input_path == "fast" else (None, None)
+    if cfg.input_path == "dataloader":
+        sampler = torch.utils.data.distributed.DistributedSampler(range(n_train), num_replicas=world, rank=rank,
+                                                                  shuffle=True, seed=cfg.seed)
+        loader = tr.make_loader(sampler)
+    where = ["training"]  # what the ranks were doing, for the error if a peer is lost
+
+    def batches(epoch: int):
+        if cfg.input_path == "dataloader":
+            sampler.set_epoch(epoch)
+            return tr.loader_batches(loader)
+        if cfg.uneven_shards:
+            return share_batches(tr, x_train, y_train, sizes, rank)
+        return tr.fast_batches(x_train, y_train, cfg.batch_size, shard=(rank, world))
+
+    def reduce(epoch: int, loss_sum: torch.Tensor, seen: int, train_s: float):
+        nonlocal sizes
+        where[0] = f"the reductions after epoch {epoch + 1}"
+        totals = torch.tensor([float(loss_sum.item()), float(seen)], dtype=torch.float64, device=env.device)
+        dist.all_reduce(totals)
+        slowest = torch.tensor([train_s], dtype=torch.float64, device=env.device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        extra: dict[str, Any] = {"world_size": world}
+        if cfg.uneven_shards:
+            extra["shard_sizes"] = list(sizes)
+        if balancer is not None and balancer.measuring:
+            thr = torch.zeros(world, dtype=torch.float64, device=env.device)
+            thr[rank] = balancer.throughput()
+            dist.all_reduce(thr)
+            sizes = balanced_sizes(cfg.batch_size * world, thr.tolist())
+            balancer.weight, balancer.measuring = sizes[rank] / (cfg.batch_size * world), False
+            extra.update(rank_samples_per_s=thr.tolist(), next_shard_sizes=list(sizes))
+        return totals[0].item() / totals[1].item(), int(totals[1].item()), slowest.item(), extra
+
+    def agree(stop: bool) -> bool:
+        flag = torch.tensor([1.0 if stop else 0.0], device=env.device)
+        dist.broadcast(flag, src=0)  # rank 0 decides, so every rank leaves the loop together
+        where[0] = "training"
+        return bool(flag.item())
+
+    def epoch_done(entry: dict[str, Any]) -> None:
+        if on_epoch_end is not None:
+            on_epoch_end(entry)
+        if options.rank_callback is not None:
+            options.rank_callback(rank, entry)
+
+    tr.start_peak_memory()
+    split = None
+    try:
+        tr.fit(f"ddp rank 0/{world} {env.device}", epoch_done, batches=batches, reduce=reduce, agree=agree,
+               show=env.is_writer)
+        if options.comm_split_steps:
+            where[0] = "the compute vs communication measurement"
+            if x_train is None:
+                x_train, y_train = tr.train_tensors()
+            split = comm_split(tr, ddp, env, x_train, y_train, options.comm_split_steps)
+    except Exception as exc:
+        if is_comm_failure(exc):
+            raise comm_failure(exc, env, cfg.dist_timeout_s, where[0]) from exc
+        raise
+    parallel_info = {
+        "strategy": "ddp", "backend": env.backend, "world_size": world, "local_world_size": env.local_world_size,
+        "nodes": max(1, world // max(1, env.local_world_size)), "per_rank_batch": cfg.batch_size,
+        "global_batch": cfg.batch_size * world, "bucket_cap_mb": cfg.bucket_cap_mb,
+        "grad_as_bucket_view": cfg.grad_as_bucket_view, "static_graph": cfg.static_graph,
+        "uneven_shards": cfg.uneven_shards, "shard_sizes": sizes if cfg.uneven_shards else None,
+        "threads_per_rank": torch.get_num_threads() if env.device.type == "cpu" else None,
+        "comm_split": split,
+    }
+    record = tr.finish(data_info, world_size=world, parallel=parallel_info)  # None on ranks that do not write
+    try:
+        # every rank waits for rank 0's record: a rank that tears its group down while rank 0 still
+        # works can abort (gloo: SIGABRT in the early rank), so the ranks leave together
+        barrier(env)
+    except Exception as exc:
+        if is_comm_failure(exc):
+            raise comm_failure(exc, env, cfg.dist_timeout_s, "the end of the run") from exc
+        raise
+    return RunResult(record=record, model=tr.core, windows=windows, device=env.device, history=tr.history)

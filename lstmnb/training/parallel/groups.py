@@ -1,0 +1,160 @@
+"""Process groups for DDP: where this process sits in the job (rank, world, device, backend), joining
+and leaving the group, and turning a lost peer into one clear error.
+
+NCCL on GPUs, gloo on CPU; ``init_distributed`` reads the launcher's environment (torchrun, or
+``launcher.spawn`` for local ranks).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from ...device import cpu_cores, cuda_missing
+from ...errors import ConfigError, DeviceError, LstmnbError
+
+LAUNCH_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+# a RuntimeError whose message contains one of these came from a collective, not from the model
+_COMM_FAILURE_HINTS = ("connection closed", "connection reset", "broken pipe", "timed out", "timeout",
+                       "gloo", "nccl", "processgroup", "socket", "peer")
+
+
+class DistributedError(LstmnbError):
+    """A rank failed, or lost contact with the others, during a distributed run."""
+
+
+# --- process groups ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits in the job: its rank, the world, its device and the backend."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    backend: str
+    device: torch.device
+    owns_group: bool  # True when this module created the process group (and so destroys it)
+
+    @property
+    def is_writer(self) -> bool:
+        return self.rank == 0
+
+
+def under_launcher() -> bool:
+    """True inside a process started by torchrun (or anything that sets RANK, WORLD_SIZE, MASTER_*)."""
+    return all(k in os.environ for k in LAUNCH_ENV)
+
+
+def is_rank_zero() -> bool:
+    """True in a single process and on rank 0 of a distributed job: the one that writes."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank() == 0
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def ddp_device_kind(device: str) -> str:
+    """'cuda' or 'cpu' for a DDP run asked for on ``device``; errors name what is allowed."""
+    name = (device or "auto").strip().lower()
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return "cpu"
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(cuda_missing("strategy='ddp' with device='cuda'", "use --device cpu (gloo ranks)"))
+        return "cuda"
+    raise ConfigError(f"device={device!r} with strategy='ddp': use auto, cpu (gloo ranks) or cuda "
+                      f"(NCCL, rank r of a node on cuda:LOCAL_RANK)")
+
+
+def visible_devices(kind: str) -> int:
+    """How many devices of ``kind`` one node offers to DDP ranks: GPUs, or CPU cores for gloo ranks."""
+    return torch.cuda.device_count() if kind == "cuda" else cpu_cores()
+
+
+def check_world_size(kind: str, local_world_size: int) -> None:
+    """Refuse more ranks on this node than it has devices (one GPU, or at least one core, per rank)."""
+    if local_world_size < 1:
+        raise ConfigError(f"world_size={local_world_size} must be >= 1")
+    have = visible_devices(kind)
+    if local_world_size > have:
+        what = (f"{have} CUDA GPU(s) visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+                if kind == "cuda" else f"{have} CPU core(s) available to this process, and each gloo rank needs one")
+        raise DeviceError(f"world_size={local_world_size} ranks on this node, but only {what}; "
+                          f"use --nproc {have} or fewer")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a local rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: int | None = None) -> DistEnv:
+    """Join the job described by the launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+
+    NCCL and ``cuda:LOCAL_RANK`` on GPUs, gloo on CPU. Collectives that wait longer than ``timeout_s``
+    fail instead of hanging. CPU ranks get ``threads`` intra-op threads (default: the node's cores
+    divided among its ranks, so ranks do not fight over cores).
+    """
+    kind = ddp_device_kind(device)
+    if dist.is_initialized():  # the caller (a notebook, a test) created the group
+        rank, world = dist.get_rank(), dist.get_world_size()
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        backend, owns = dist.get_backend(), False
+    else:
+        missing = [k for k in LAUNCH_ENV if k not in os.environ]
+        if missing:
+            raise ConfigError(f"strategy='ddp' needs a launcher: run under torchrun, or give nproc / --nproc N "
+                              f"to start local processes (missing environment: {', '.join(missing)})")
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        check_world_size(kind, local_world)
+        backend, owns = ("nccl" if kind == "cuda" else "gloo"), True
+        if kind == "cuda":
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s))
+    if kind == "cpu":
+        torch.set_num_threads(threads or max(1, cpu_cores() // local_world))
+    dev = torch.device("cuda", local_rank) if kind == "cuda" else torch.device("cpu")
+    return DistEnv(rank, world, local_rank, local_world, backend, dev, owns)
+
+
+def close_distributed(env: DistEnv) -> None:
+    """Destroy the process group if this module created it."""
+    if env.owns_group and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier(env: DistEnv) -> None:
+    if env.backend == "nccl":
+        dist.barrier(device_ids=[env.local_rank])
+    else:
+        dist.barrier()
+
+
+def is_comm_failure(exc: BaseException) -> bool:
+    if isinstance(exc, getattr(dist, "DistError", ())):
+        return True
+    return isinstance(exc, RuntimeError) and any(h in str(exc).lower() for h in _COMM_FAILURE_HINTS)
+
+
+def comm_failure(exc: BaseException, env: DistEnv, timeout_s: float, where: str) -> DistributedError:
+    first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    return DistributedError(
+        f"rank {env.rank}/{env.world_size} lost contact with the other ranks during {where} ({first}); "
+        f"another rank failed or waited longer than dist_timeout_s={timeout_s:g}; nothing more was written"
+    )
+
+
+# --- wrapping the model -----------------------------------------------------------------------------

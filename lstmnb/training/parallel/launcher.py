@@ -1,0 +1,175 @@
+"""Starting DDP ranks as local processes (outside torchrun): one per GPU, or gloo ranks on CPU. Rank 0's
+result comes back to the caller; a failing rank stops the others, and the clearest error is raised."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ... import errors
+from ...errors import LstmnbError
+from ...models import Forecaster
+from ...paths import atomic_path
+from ..trainer import RunResult
+from .ddp import RankOptions, train_rank
+from .groups import (DistEnv, DistributedError, check_world_size, close_distributed, ddp_device_kind, free_port,
+                     init_distributed)
+
+
+@dataclass
+class _Job:
+    """What each spawned rank runs: ``fn(env, **kwargs)``; rank 0's return value goes back to the caller."""
+
+    fn: Callable[..., Any]
+    kwargs: dict[str, Any]
+    world_size: int
+    port: int
+    device: str
+    timeout_s: float
+    threads: int | None
+    workdir: str
+    queue: Any = None
+
+
+def _rank_main(local_rank: int, job: _Job) -> None:
+    """Entry of one spawned rank: join the group, run the job, hand back rank 0's result or the error."""
+    os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(job.world_size),
+                      LOCAL_WORLD_SIZE=str(job.world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job.port))
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # ranks on one machine talk over loopback
+    env = None
+    try:
+        env = init_distributed(job.device, job.timeout_s, job.threads)
+        result = job.fn(env, **job.kwargs, **({"queue": job.queue} if job.queue is not None else {}))
+        if env.is_writer:
+            with atomic_path(Path(job.workdir) / "result.pt") as tmp:
+                torch.save(result, tmp)
+        close_distributed(env)
+    except BaseException as exc:  # noqa: BLE001 - report every failure to the launcher, then exit non-zero
+        Path(job.workdir, f"error-rank{local_rank}.json").write_text(json.dumps({
+            "rank": local_rank, "type": type(exc).__name__, "message": str(exc).strip().splitlines()[0][:500]
+            if str(exc).strip() else type(exc).__name__, "ours": isinstance(exc, LstmnbError)}))
+        if isinstance(exc, LstmnbError):
+            os._exit(2)  # our errors are one clear line, reported by the launcher; no traceback here
+        raise
+
+
+def _launch_error(workdir: Path, exc: BaseException, world: int, exitcodes: dict[int, int | None]) -> LstmnbError:
+    """The clearest single error for a failed job.
+
+    In order: a rank's own error (bad input, a bug), then a rank that died without a word (killed,
+    crashed), then a rank's report that it lost contact with the others.
+    """
+    reports = []
+    for f in sorted(workdir.glob("error-rank*.json")):
+        try:
+            reports.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            pass
+    own = [r for r in reports if r["type"] != "DistributedError"]
+    if own:
+        r = own[0]
+        cls = getattr(errors, r["type"], None) if r["ours"] else None
+        if not (isinstance(cls, type) and issubclass(cls, LstmnbError)):
+            cls = DistributedError
+        msg = r["message"] if r["ours"] else f"{r['type']}: {r['message']}"
+        return cls(f"rank {r['rank']} of {world}: {msg}")
+    reported = {r["rank"] for r in reports}
+    stopped = (-signal.SIGTERM, -signal.SIGKILL)  # how the launcher stops the bystanders
+    silent = [(i, c) for i, c in sorted(exitcodes.items()) if i not in reported and c not in (0, None) + stopped]
+    if not silent and isinstance(exc, torch.multiprocessing.ProcessExitedException) \
+            and exc.error_index not in reported:
+        silent = [(exc.error_index, exc.exit_code)]
+    if silent:
+        i, code = silent[0]
+        how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
+               else f"exited with status {code}")
+        return DistributedError(f"rank {i} of {world} {how} before finishing; the other ranks were stopped and "
+                                f"no record was written")
+    if reports:
+        return DistributedError(reports[0]["message"])
+    return DistributedError(f"a rank of {world} failed: {str(exc).strip().splitlines()[-1][:300]}")
+
+
+def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwargs: dict[str, Any] | None = None,
+          timeout_s: float = 300.0, threads: int | None = None, deadline_s: float | None = None,
+          on_message: Callable[[Any], None] | None = None) -> Any:
+    """Run ``fn(env, **kwargs)`` in ``world_size`` local processes (one per GPU, or gloo ranks on CPU).
+
+    Returns rank 0's return value. If any rank fails, the others are stopped and the clearest error is
+    raised here: the failing rank's own message, or which rank died and how. ``deadline_s`` bounds the
+    whole job. With ``on_message``, ``fn`` gets a ``queue`` whose items are passed to it as they arrive.
+    """
+    import torch.multiprocessing as mp
+
+    kind = ddp_device_kind(device)
+    check_world_size(kind, world_size)
+    workdir = Path(tempfile.mkdtemp(prefix="lstmnb-ranks-"))
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue() if on_message is not None else None
+    job = _Job(fn, kwargs or {}, world_size, free_port(), device, timeout_s, threads, str(workdir), queue)
+
+    def drain() -> None:
+        while queue is not None and not queue.empty():
+            on_message(queue.get())
+
+    start = time.monotonic()
+    try:
+        pc = mp.start_processes(_rank_main, args=(job,), nprocs=world_size, join=False, start_method="spawn")
+        try:
+            while not pc.join(timeout=0.2):
+                drain()
+                if deadline_s is not None and time.monotonic() - start > deadline_s:
+                    for p in pc.processes:
+                        if p.is_alive():
+                            p.kill()
+                    raise DistributedError(f"the {world_size} ranks did not finish within {deadline_s:g} s; "
+                                           f"they were stopped and no record was written")
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+            codes = {i: p.exitcode for i, p in enumerate(pc.processes)}
+            raise _launch_error(workdir, exc, world_size, codes) from None
+        drain()
+        result_file = workdir / "result.pt"
+        if not result_file.exists():
+            raise DistributedError(f"rank 0 of {world_size} finished without a result")
+        return torch.load(result_file, map_location="cpu", weights_only=False)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _train_job(env: DistEnv, windows, cfg, data_info, options: RankOptions, queue=None) -> dict[str, Any]:
+    """One spawned rank of ``launch_train``: train, and relay rank 0's epoch entries to the launcher."""
+    relay = (lambda entry: queue.put(entry)) if (queue is not None and env.is_writer) else None
+    result = train_rank(windows, cfg, env, data_info=data_info, on_epoch_end=relay, options=options)
+    if not env.is_writer:
+        return {}
+    return {"record": result.record, "state": {k: v.cpu() for k, v in result.model.state_dict().items()},
+            "history": result.history}
+
+
+def launch_train(windows, cfg, world_size: int | None = None, *, data_info: dict[str, Any] | None = None,
+                 on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
+                 options: RankOptions | None = None, deadline_s: float | None = None):
+    """A DDP run of ``world_size`` (default ``cfg.nproc``) local processes; returns rank 0's ``RunResult``.
+
+    ``on_epoch_end`` runs here, in the caller's process, with rank 0's epoch entries as they finish, so a
+    notebook can plot live. The returned model lives on the CPU.
+    """
+    world = world_size or cfg.nproc or 1
+    cfg = replace(cfg, strategy="ddp", nproc=world)
+    cfg.validate()
+    out = spawn(_train_job, world, device=cfg.device, timeout_s=cfg.dist_timeout_s, threads=cfg.threads,
+                kwargs={"windows": windows, "cfg": cfg, "data_info": data_info, "options": options or RankOptions()},
+                on_message=on_epoch_end, deadline_s=deadline_s)
+    model = Forecaster(cfg.model_config(windows.n_features))
+    model.load_state_dict(out["state"])
+    return RunResult(record=out["record"], model=model, windows=windows, device=torch.device("cpu"),
+                     history=out["history"])

@@ -1,0 +1,86 @@
+"""What a finished run reports: the timing summary (warm-up apart, medians), time to a target, and
+the run record with the test metrics beside the baselines."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict
+from typing import Any
+
+import torch
+
+from ..models import Forecaster, count_parameters, flops_per_sample
+from ..records import new_record
+from ..windows import Windows, error_metrics
+from .config import TrainConfig
+from .evaluate import predict
+
+
+def time_to_target(history: list[dict[str, Any]], target: float | None) -> dict[str, Any]:
+    """Seconds (cumulative, training + evaluation) to the first epoch whose validation RMSE <= target."""
+    if target is None:
+        return {"target_rmse_k": None}
+    best = min((h["val_rmse_k"] for h in history), default=math.inf)
+    for h in history:
+        if h["val_rmse_k"] <= target:
+            return {"target_rmse_k": target, "reached": True, "epoch": h["epoch"], "seconds": h["cumulative_s"],
+                    "best_val_rmse_k": best}
+    return {"target_rmse_k": target, "reached": False, "epoch": None, "seconds": None, "best_val_rmse_k": best,
+            "note": f"not reached in {len(history)} epochs (best {best:.3f} K)"}
+
+
+def summarize_timing(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Warm-up epoch apart from the steady ones; medians over the steady epochs."""
+    train_s = [h["train_s"] for h in history]
+    steady = train_s[1:] or train_s
+    sps = [h["samples_per_s"] for h in history[1:]] or [h["samples_per_s"] for h in history]
+    return {
+        "train_s": sum(train_s),
+        "eval_s": sum(h["eval_s"] for h in history),
+        "wall_s": history[-1]["cumulative_s"] if history else 0.0,
+        "warmup_epoch_s": train_s[0] if train_s else None,
+        "epoch_s_median": statistics.median(steady) if steady else None,
+        "samples_per_s": statistics.median(sps) if sps else None,
+        "cumulative_s": [h["cumulative_s"] for h in history],
+    }
+
+
+def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: torch.device,
+                   history: list[dict[str, Any]], stopped_early: bool, data_info: dict[str, Any] | None,
+                   memory: dict[str, Any], **extra: Any) -> dict[str, Any]:
+
+    pred = predict(core, windows.x["test"], device, cfg.eval_batch_size).cpu().numpy()
+    test = error_metrics(windows.to_kelvin(pred), windows.to_kelvin(windows.y["test"]))
+    base = windows.baselines["test"]
+    flops = flops_per_sample(core.config, cfg.window)
+    timing = summarize_timing(history)
+    timing["time_to_target"] = time_to_target(history, cfg.target_rmse)
+    if timing["samples_per_s"]:
+        timing["train_flops_per_s"] = timing["samples_per_s"] * flops["training"]
+    metrics = {
+        "test_rmse_k": test["rmse"], "test_mae_k": test["mae"],
+        "persistence_rmse_k": base["persistence"]["rmse"], "persistence_mae_k": base["persistence"]["mae"],
+        "climatology_rmse_k": base["climatology"]["rmse"], "climatology_mae_k": base["climatology"]["mae"],
+        "val_persistence_rmse_k": windows.baselines["val"]["persistence"]["rmse"],
+        "best_val_rmse_k": min((h["val_rmse_k"] for h in history), default=None),
+        "epochs_run": len(history), "stopped_early": stopped_early,
+    }
+    data = dict(data_info or {})
+    data.update(sizes=windows.sizes(), split_times=windows.split_times, features=windows.features,
+                cells=windows.points)
+    return new_record(
+        cfg.experiment, status="ok", device=str(device), profile=cfg.profile,
+        config=asdict(cfg), data=data, epochs=history, timing=timing, memory=memory,
+        metrics=metrics, model={"parameters": count_parameters(core), "flops_per_sample": flops},
+        **extra,
+    )
+
+
+
+def skipped_record(cfg: TrainConfig, reason: str, **extra: Any) -> dict[str, Any]:
+    """A record for a run that could not happen here (no GPU): a reason, never a number."""
+
+    return new_record(cfg.experiment, status="skipped", reason=reason, device=cfg.device, profile=cfg.profile,
+                      config=asdict(cfg), **extra)
+

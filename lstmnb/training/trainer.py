@@ -1,0 +1,338 @@
+"""The Trainer: the pieces of a run that every strategy shares (model, optimiser, schedule, RNG,
+the step, the epoch loop, validation, history and checkpoints).
+
+Timing follows docs/architecture.md: the device is synchronised before every clock read, the first
+(warm-up) epoch is reported apart from the steady epochs, and evaluation time is kept out of training time.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..device import amp_dtype, clock, peak_memory_mb, reset_peak_memory
+from ..models import Forecaster
+from ..windows import Windows
+from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
+from .config import TrainConfig
+from .evaluate import predict, rmse_kelvin
+from .summary import finish_record
+
+
+class WindowDataset(torch.utils.data.Dataset):
+    """Per-sample access to windows: the input path the published experiments timed."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray):
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.from_numpy(self.x[i]), torch.from_numpy(self.y[i])
+
+
+
+@dataclass
+class RunResult:
+    """What one run returns: the record (also appended to the results file) and the trained model.
+
+    ``record`` is None on DDP ranks other than 0 (they write nothing)."""
+
+    record: dict[str, Any] | None
+    model: nn.Module
+    windows: Windows
+    device: torch.device
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def forecast_kelvin(self, split: str = "test") -> np.ndarray:
+        out = predict(self.model, self.windows.x[split], self.device).cpu().numpy()
+        return self.windows.to_kelvin(out)
+
+
+def _make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int):
+    total = cfg.epochs * steps_per_epoch
+    if cfg.lr_schedule == "onecycle":
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total, pct_start=0.25)
+    if cfg.lr_schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
+    return None
+
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+    """Adam; fused into one kernel per step where torch supports it on the device, and capturable
+    (state on the device, no host sync) when the step is captured as a CUDA graph."""
+    kw: dict[str, Any] = {"lr": cfg.lr, "weight_decay": cfg.weight_decay}
+    if cfg.cuda_graph:
+        kw["capturable"] = True
+    elif cfg.fused_adam and device.type in ("cpu", "cuda", "mps"):
+        kw["fused"] = True
+    return torch.optim.Adam(model.parameters(), **kw)
+
+
+class Trainer:
+    """The pieces of a run that every strategy shares: model, optimiser, schedule, RNG, history, checkpoints.
+
+    ``training.train`` drives it on one device; ``training.parallel`` drives the same object per rank with a
+    wrapped model (``self.model``) and its own batches, so the step, timing and checkpoint logic
+    exist once.
+    """
+
+    def __init__(self, windows: Windows, cfg: TrainConfig, device: torch.device, *,
+                 steps_per_epoch: int | None = None, writer: bool = True):
+        self.windows, self.cfg, self.device = windows, cfg, device
+        self.writer = writer  # False on DDP ranks other than 0: they never write checkpoints
+        self.adtype = amp_dtype(cfg.amp, device)
+        torch.manual_seed(cfg.seed)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.core = Forecaster(cfg.model_config(windows.n_features)).to(device)
+        self.model: nn.Module = torch.compile(self.core) if cfg.compile else self.core  # strategies wrap it
+        self._graph: tuple | None = None  # (graph, static x, static y, static loss) once captured
+        self.opt = make_optimizer(self.core, cfg, device)
+        self.n_train = windows.x["train"].shape[0]
+        self.sched = _make_scheduler(self.opt, cfg, steps_per_epoch or math.ceil(self.n_train / cfg.batch_size))
+        self.scaler = torch.amp.GradScaler("cuda") if self.adtype == torch.float16 else None
+        self.target_std = float(windows.scaler.std[0])
+        self.history: list[dict[str, Any]] = []
+        self.best: dict[str, Any] = {"val_rmse_k": math.inf, "epoch": None, "state": None}
+        self.start_epoch = 0
+        self.stopped_early = False
+        self.peak_since_reset = False  # set by start_peak_memory: the memory figure is this run's own
+        self.x_val = torch.from_numpy(windows.x["val"]).to(device)
+        self.y_val = torch.from_numpy(windows.y["val"]).to(device)
+
+    # --- state ------------------------------------------------------------------------------------
+    def restore(self) -> bool:
+        """Load ``cfg.checkpoint`` when resuming; True if a checkpoint was found."""
+        state = load_checkpoint(self.cfg.checkpoint, self.cfg) if self.cfg.resume else None
+        if state is None:
+            return False
+        self.core.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        if self.sched is not None and state.get("scheduler"):
+            self.sched.load_state_dict(state["scheduler"])
+        self.gen.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        self.history, self.best, self.start_epoch = state["history"], state["best"], state["epoch"]
+        return True
+
+    def save(self) -> None:
+        """Write the checkpoint atomically (a crash mid-write leaves the previous one intact)."""
+        if not self.cfg.checkpoint or not self.writer:
+            return
+        save_checkpoint(self.cfg.checkpoint, {
+            "format": CHECKPOINT_FORMAT, "key": self.cfg.trajectory_key(), "epoch": len(self.history),
+            "model": self.core.state_dict(), "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict() if self.sched is not None else None,
+            "generator": self.gen.get_state(), "torch_rng": torch.get_rng_state(),
+            "history": self.history, "best": self.best,
+        })
+
+    def start_peak_memory(self) -> None:
+        """Reset the peak-memory statistics once the model and data are placed, before the first epoch."""
+        self.peak_since_reset = reset_peak_memory(self.device)
+
+    # --- batches ----------------------------------------------------------------------------------
+    def fast_batches(self, x: torch.Tensor, y: torch.Tensor, batch_size: int,
+                     shard: tuple[int, int] | None = None):
+        """Shuffled index batches over device tensors; ``shard=(rank, world)`` takes every world-th sample.
+
+        The permutation comes from the run's generator, so every rank draws the same one and takes
+        its own interleaved share of it.
+        """
+        perm = torch.randperm(self.n_train, generator=self.gen).to(x.device)
+        if shard is not None:
+            rank, world = shard
+            perm = perm[: (self.n_train // world) * world][rank::world]
+        for i in range(0, perm.numel(), batch_size):
+            idx = perm[i : i + batch_size]
+            yield x.index_select(0, idx), y.index_select(0, idx)
+
+    def loader_batches(self, loader):
+        for xb, yb in loader:
+            yield xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
+
+    # --- one step, one epoch ----------------------------------------------------------------------
+    def step(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """One optimiser step; returns the detached loss (no host sync)."""
+        with torch.autocast(device_type=self.device.type, dtype=self.adtype, enabled=self.adtype is not None):
+            loss = F.mse_loss(self.model(xb).float(), yb)
+        self.opt.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.opt)
+        else:
+            loss.backward()
+        if self.cfg.grad_clip:
+            nn.utils.clip_grad_norm_(self.core.parameters(), self.cfg.grad_clip)
+        if self.scaler is not None:
+            self.scaler.step(self.opt)
+            self.scaler.update()
+        else:
+            self.opt.step()
+        if self.sched is not None:
+            self.sched.step()
+        return loss.detach()
+
+    def graph_step(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """``step`` replayed from a captured CUDA graph (whole-network capture, as PyTorch's CUDA
+        semantics notes describe): the first full-size batches run eagerly on a side stream to warm
+        up, then one step is captured with static input tensors; later steps copy their batch into
+        those tensors and replay. A final smaller batch runs eagerly."""
+        if self._graph is None or xb.shape != self._graph[1].shape:
+            if self._graph is not None or xb.shape[0] != self.cfg.batch_size:
+                return self.step(xb, yb)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):  # warm-up steps are real training steps on this batch
+                    loss = self.step(xb, yb)
+            torch.cuda.current_stream().wait_stream(side)
+            sx, sy = xb.clone(), yb.clone()
+            graph = torch.cuda.CUDAGraph()
+            self.opt.zero_grad(set_to_none=True)
+            with torch.cuda.graph(graph):
+                with torch.autocast("cuda", dtype=self.adtype, enabled=self.adtype is not None):
+                    static_loss = F.mse_loss(self.model(sx).float(), sy)
+                static_loss.backward()
+                if self.cfg.grad_clip:
+                    nn.utils.clip_grad_norm_(self.core.parameters(), self.cfg.grad_clip)
+                self.opt.step()
+            self._graph = (graph, sx, sy, static_loss)
+            return loss
+        graph, sx, sy, static_loss = self._graph
+        sx.copy_(xb, non_blocking=True)
+        sy.copy_(yb, non_blocking=True)
+        graph.replay()
+        return static_loss.detach().clone()
+
+    def run_epoch(self, batches) -> tuple[torch.Tensor, int, float]:
+        """Train over ``batches``; returns (summed loss on the device, samples seen, seconds)."""
+        t0 = clock(self.device)
+        loss_sum = torch.zeros((), device=self.device)
+        seen = 0
+        self.model.train()
+        step = self.graph_step if self.cfg.cuda_graph else self.step
+        for xb, yb in batches:
+            loss_sum += step(xb, yb) * xb.shape[0]
+            seen += xb.shape[0]
+        return loss_sum, seen, clock(self.device) - t0
+
+    def end_epoch(self, train_loss: float, train_s: float, samples: int, **extra: Any) -> dict[str, Any]:
+        """Validate, append the epoch entry, track the best epoch, write the checkpoint."""
+        t1 = time.perf_counter()
+        val_mse, val_rmse = rmse_kelvin(self.core, self.x_val, self.y_val, self.target_std,
+                                        self.cfg.eval_batch_size)
+        eval_s = time.perf_counter() - t1  # rmse_kelvin's .item() already waited for the evaluation
+        cumulative = (self.history[-1]["cumulative_s"] if self.history else 0.0) + train_s + eval_s
+        epoch = len(self.history) + 1
+        entry = {
+            "epoch": epoch, "train_s": train_s, "eval_s": eval_s, "cumulative_s": cumulative,
+            "train_loss": train_loss, "val_loss": val_mse, "val_rmse_k": val_rmse,
+            "samples_per_s": samples / train_s if train_s > 0 else None, "lr": self.opt.param_groups[0]["lr"],
+            **extra,
+        }
+        self.history.append(entry)
+        if val_rmse < self.best["val_rmse_k"]:
+            self.best = {"val_rmse_k": val_rmse, "epoch": epoch,
+                         "state": copy.deepcopy(self.core.state_dict()) if self.cfg.patience else None}
+        self.save()
+        return entry
+
+    def train_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole training set on the device (the fast path's input)."""
+        w = self.windows
+        return torch.from_numpy(w.x["train"]).to(self.device), torch.from_numpy(w.y["train"]).to(self.device)
+
+    def make_loader(self, sampler: torch.utils.data.Sampler | None = None) -> torch.utils.data.DataLoader:
+        """The per-sample Dataset + DataLoader input path (the published one); shuffled by the run's
+        generator, or by ``sampler`` (DDP's DistributedSampler)."""
+        cfg, w = self.cfg, self.windows
+        return torch.utils.data.DataLoader(
+            WindowDataset(w.x["train"], w.y["train"]), batch_size=cfg.batch_size, shuffle=sampler is None,
+            sampler=sampler, generator=self.gen if sampler is None else None, num_workers=cfg.num_workers,
+            pin_memory=cfg.pin_memory and self.device.type == "cuda", persistent_workers=cfg.num_workers > 0,
+        )
+
+    def whole_set_batches(self) -> Callable[[int], Iterable]:
+        """A function giving each epoch's batches over the whole training set in this process: the
+        fast path (training set moved to the device once, shuffled index batches) or the DataLoader."""
+        if self.cfg.input_path == "fast":
+            x, y = self.train_tensors()
+            return lambda epoch: self.fast_batches(x, y, self.cfg.batch_size)
+        loader = self.make_loader()
+        return lambda epoch: self.loader_batches(loader)
+
+    def fit(self, desc: str, on_epoch_end: Callable[[dict[str, Any]], None] | None = None, *,
+            batches: Callable[[int], Iterable] | None = None,
+            reduce: Callable[[int, torch.Tensor, int, float], tuple[float, int, float, dict[str, Any]]] | None = None,
+            agree: Callable[[bool], bool] | None = None, show: bool = True, **extra: Any) -> None:
+        """The epoch loop of every strategy.
+
+        ``batches(epoch)`` gives an epoch's batches (default: the whole set in this process);
+        ``reduce(epoch, loss_sum, seen, seconds)`` combines the ranks' figures into (mean loss, samples,
+        seconds, extra entry fields); ``agree(stop)`` makes every rank take rank 0's stopping decision.
+        A single process passes none of them.
+        """
+        batches = batches or self.whole_set_batches()
+        bar = self.progress_bar(desc) if show else None
+        for epoch in range(self.start_epoch, self.cfg.epochs):
+            loss_sum, seen, train_s = self.run_epoch(batches(epoch))
+            if reduce is not None:
+                loss, seen, train_s, more = reduce(epoch, loss_sum, seen, train_s)
+            else:
+                loss, more = loss_sum.item() / seen, {}
+            entry = self.end_epoch(loss, train_s, seen, **extra, **more)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{entry['train_loss']:.4f}", val_rmse=f"{entry['val_rmse_k']:.3f}K")
+            if on_epoch_end is not None:
+                on_epoch_end(entry)
+            stop = self.should_stop()
+            self.stopped_early = agree(stop) if agree is not None else stop
+            if self.stopped_early:
+                break
+        if bar is not None:
+            bar.close()
+
+    def should_stop(self) -> bool:
+        """Early stopping: ``patience`` epochs without a new best validation RMSE, or the target reached
+        when ``stop_at_target`` is set."""
+        p = self.cfg.patience
+        if p and self.best["epoch"] is not None and len(self.history) - self.best["epoch"] >= p:
+            self.stopped_early = True
+        if self.cfg.stop_at_target and self.cfg.target_rmse is not None and self.history \
+                and self.history[-1]["val_rmse_k"] <= self.cfg.target_rmse:
+            self.stopped_early = True
+        return self.stopped_early
+
+    def finish(self, data_info: dict[str, Any] | None, **extra: Any) -> dict[str, Any] | None:
+        """Restore the best weights when early stopping, evaluate on test, build the record.
+
+        A DDP rank that does not write returns None: its record would be discarded, and building it
+        costs a test-set evaluation and a git subprocess. It still restores the best weights, so its
+        returned model is the writer's.
+        """
+        if self.cfg.patience and self.best.get("state") is not None:
+            self.core.load_state_dict(self.best["state"])
+        if not self.writer:
+            return None
+        return finish_record(self.core, self.windows, self.cfg, self.device, self.history,
+                              self.stopped_early, data_info,
+                              memory=peak_memory_mb(self.device, self.peak_since_reset), **extra)
+
+    def progress_bar(self, desc: str):
+        from tqdm.auto import tqdm
+
+        return tqdm(total=self.cfg.epochs, initial=self.start_epoch, desc=desc, unit="epoch",
+                    disable=not self.cfg.progress, leave=False)
+
