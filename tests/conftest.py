@@ -177,3 +177,19 @@ def cloud_store(gcs_emulator, tmp_path_factory):
     gcs_emulator.make_bucket("lstmnb-test")
     gcs_emulator.upload_dir(local, "lstmnb-test", "ar/era5.zarr")
     return "gs://lstmnb-test/ar/era5.zarr", local
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests run real CUDA where a GPU is; elsewhere they are skipped with the reason."""
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    from lstmnb.device import no_cuda_reason
+
+    skip = pytest.mark.skip(reason=f"gpu test: {no_cuda_reason()}")
+    for item in gpu_items:
+        item.add_marker(skip)

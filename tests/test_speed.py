@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lstmnb.errors import ConfigError
-from lstmnb.experiments.speed import CONTENDERS, contender_settings, format_report, matmul_rate, speed_benchmark
+from lstmnb.experiments.speed import CONTENDERS, contender_settings, format_report, matmul_rate, mfu_text, speed_benchmark
 from lstmnb.training import TrainConfig
 from lstmnb.windows import make_windows
 
@@ -60,3 +60,7 @@ def test_unreached_target_is_reported_as_not_reached(tiny):
 def test_unknown_contender():
     with pytest.raises(ConfigError, match="contender 'fastest' is not one of"):
         contender_settings("fastest", "cpu")
+
+
+def test_mfu_prints_with_the_digits_it_needs():
+    assert (mfu_text(0.005), mfu_text(0.0123), mfu_text(0.37), mfu_text(float("nan"))) == ("0.5%", "1.2%", "37%", "-")

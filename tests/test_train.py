@@ -200,9 +200,19 @@ def test_fused_and_plain_adam_agree(small_windows):
     assert all(torch.allclose(x, y, atol=1e-4) for x, y in zip(a, b))
 
 
-def test_cuda_graph_needs_cuda_and_a_constant_step(small_windows):
-    with pytest.raises(ConfigError, match="lr_schedule='constant'"):
-        train(small_windows, cfg(cuda_graph=True, lr_schedule="onecycle"))
-    if not torch.cuda.is_available():
-        with pytest.raises(DeviceError, match="cuda_graph=True captures the step on a CUDA GPU"):
-            train(small_windows, cfg(cuda_graph=True, device="cpu"))
+def test_cuda_graph_is_on_by_default_and_the_record_says_why_a_run_is_eager(small_windows):
+    """Graphs are the default; where one cannot apply, the run is eager and the record gives the reason."""
+    from lstmnb.training.trainer import graph_plan
+
+    assert TrainConfig().cuda_graph is True
+    rec = train(small_windows, cfg(epochs=1)).record  # pinned to the CPU
+    assert rec["cuda_graph"] == {"used": False, "reason": "runs on cpu; CUDA graphs need a CUDA GPU"}
+    gpu = torch.device("cuda", 0)  # the rule alone: no GPU is touched
+    assert graph_plan(cfg(device="cuda"), gpu, None)[0] is True
+    for kw, why in [({"cuda_graph": False}, "turned off"), ({"input_path": "dataloader"}, "input_path=dataloader"),
+                    ({"lr_schedule": "cosine"}, "lr_schedule=cosine"), ({"strategy": "ddp"}, "strategy=ddp"),
+                    ({"compile": True}, "compile=True")]:
+        used, reason = graph_plan(cfg(device="cuda", **kw), gpu, None)
+        assert not used and why in reason, (kw, reason)
+    assert graph_plan(cfg(device="cuda", amp="fp16"), gpu, torch.float16)[1].startswith("amp in float16")
+    assert graph_plan(cfg(device="cuda", amp="bf16"), gpu, torch.bfloat16)[0] is True

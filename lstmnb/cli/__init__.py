@@ -12,7 +12,7 @@ import sys
 from typing import Sequence
 
 from ..errors import LstmnbError
-from . import bench_cmds, data_cmd, notebooks_cmd, run_cmds, scratch_cmd
+from . import bench_cmds, data_cmd, doctor_cmd, notebooks_cmd, run_cmds, scratch_cmd
 
 # (name, adder) in the order `lstmnb --help` lists them; adder(subparsers, full) adds one sub-command
 COMMANDS = (
@@ -23,6 +23,7 @@ COMMANDS = (
     ("quickstart", run_cmds.add_quickstart),
     ("bench", bench_cmds.add_bench),
     ("scratch", scratch_cmd.add_scratch),
+    ("doctor", doctor_cmd.add_doctor),
 )
 
 

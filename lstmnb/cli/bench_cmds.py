@@ -12,7 +12,7 @@ def add_bench(sub, full: bool) -> None:
                        description="Experiments built from timed runs. Each prints a table and appends run "
                                    "records; see `lstmnb bench KIND --help`.")
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
-    for add in (_bench_speed, _bench_scaling, _bench_allreduce, _bench_batch_sweep, _bench_cost):
+    for add in (_bench_speed, _bench_size, _bench_scaling, _bench_allreduce, _bench_batch_sweep, _bench_cost):
         add(kinds, full)
     p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
 
@@ -209,3 +209,50 @@ def _run_bench_cost(args) -> int:
     if args.plot:
         save_plot(plot_cost(table), args.plot)
     return 0
+
+
+def _bench_size(kinds, full: bool) -> None:
+    p = kinds.add_parser(
+        "size", help="samples/s against the number of grid points: CPU vs GPU (eager and CUDA graph), crossover",
+        description="Trains the same setting on 2, 8, 32, ... grid points of the sample's box (the published two "
+                    "first), on the CPU and on a GPU eager and with a CUDA graph, and prints samples/s, seconds "
+                    "per epoch, the GPU's speedup over the CPU and the crossover: the fewest points at which the "
+                    "GPU is faster. Without a GPU the GPU rows are recorded as skipped. Defaults: 2 epochs "
+                    "(warm-up + one timed) on 2020-01-01..2020-03-31.",
+    )
+    add_request_args(p)
+    if full:
+        add_train_args(p, skip=("strategy", "nproc", "checkpoint", "resume", "input_path", "device", "cuda_graph"))
+    g = p.add_argument_group("size")
+    g.add_argument("--points", type=int_list, default=(2, 8, 32, 128, 512), help="grid-point counts (default 2,8,32,128,512)")
+    g.add_argument("--variants", default="cpu,cuda-eager,cuda-graph",
+                   help="device variants: cpu, cuda-eager, cuda-graph (default all three)")
+    g.add_argument("--plot", default=None, metavar="FILE.png", help="save the throughput and speedup plot here")
+    add_results_args(p)
+    p.set_defaults(func=_run_bench_size, epochs=2)
+
+
+def _run_bench_size(args) -> int:
+    from ..experiments import size
+    from ..report import format_table
+
+    if args.start is None and args.end is None:
+        args.start, args.end = "2020-01-01", "2020-03-31"
+    sc = size.SizeConfig(points=tuple(args.points), variants=tuple(v.strip() for v in args.variants.split(",")))
+    sc.validate()
+    records = size.size_experiment(
+        request_from_args(args), train_config_from_args(args), sc, results=results_path(args),
+        on_point=lambda r: print(f"  {r['size']['points']:>4} points {r['size']['variant']:<10} "
+                                 + (f"{r['timing']['samples_per_s']:,.0f} samples/s" if r["status"] == "ok"
+                                    else f"{r['status']}: {r['reason']}")))
+    table = size.size_table(records)
+    print()
+    print(format_table(size.format_size_table(table)) if not table.empty else "(no finished runs)")
+    if all(r["status"] == "skipped" for r in records if r["size"]["variant"] != "cpu"):
+        print("no GPU rows: they are recorded as skipped here; run `lstmnb bench size` on a GPU machine for the crossover")
+    for variant, n in size.crossover(table).items():
+        print(f"{variant}: " + (f"faster than the CPU from {n} points on" if n else "not faster than the CPU at these sizes"))
+    if args.plot and not table.empty:
+        save_plot(size.plot_size(table), args.plot)
+    return 0
+

@@ -19,6 +19,9 @@ def print_run(record: dict) -> None:
     print(f"\ntraining {t['train_s']:.2f} s on {record['device']['kind']} ({record['device']['name']}); "
           f"warm-up epoch {t['warmup_epoch_s']:.2f} s, median epoch {t['epoch_s_median']:.2f} s, "
           f"{t['samples_per_s']:,.0f} samples/s")
+    graph = record.get("cuda_graph") or {}
+    if record["device"]["kind"] == "cuda" and graph:
+        print(f"CUDA graph: {'used' if graph['used'] else 'not used'} ({graph['reason']})")
     ttt = t.get("time_to_target") or {}
     if ttt.get("target_rmse_k") is not None:
         print(f"time to validation RMSE <= {ttt['target_rmse_k']:.3f} K: "

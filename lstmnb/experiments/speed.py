@@ -94,6 +94,11 @@ class SpeedReport:
     notes: list[str] = field(default_factory=list)
 
 
+def mfu_text(mfu: float) -> str:
+    """MFU as a percentage with two significant digits, so 0.5% on a GPU does not print as 0%."""
+    return "-" if pd.isna(mfu) else f"{100 * mfu:.2g}%"
+
+
 def _time_to_target_text(row: pd.Series, max_epochs: int) -> str:
     if pd.notna(row["time_to_target_s"]):
         return f"{row['time_to_target_s']:.2f}"
@@ -186,7 +191,7 @@ def format_report(rep: SpeedReport) -> str:
     out["epochs"] = t["epochs_to_target"].map(lambda v: "-" if pd.isna(v) else f"{v:.0f}")
     out["test RMSE K"] = t["test_rmse_k"].map("{:.3f}".format)
     out["GFLOP/s"] = (t["train_flops_per_s"] / 1e9).map("{:.1f}".format)
-    out["MFU"] = t["mfu"].map("{:.0%}".format)
+    out["MFU"] = t["mfu"].map(mfu_text)
     if "samples_per_s_vs_published" in t:
         out["x samples/s"] = t["samples_per_s_vs_published"].map("{:.2f}".format)
         out["x time-to-target"] = t["time_to_target_speedup"].map(lambda v: "-" if pd.isna(v) else f"{v:.2f}")

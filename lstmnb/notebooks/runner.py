@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from ..doctor import installed_kernels, kernel_problem
 from ..errors import ConfigError, NotebookError
 from ..paths import atomic_path, results_dir
 from ..profiles import Profile, load_profile, profile_names
@@ -104,23 +105,12 @@ def plan_parameters(notebooks: Sequence[Path], base: Mapping[str, Any], override
     return {nb: {k: v for k, v in merged.items() if k in declared[nb]} for nb in notebooks}
 
 
-def installed_kernels() -> dict[str, str]:
-    """Jupyter kernels installed here: name -> display name."""
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    specs = KernelSpecManager().get_all_specs()
-    return {name: spec.get("spec", {}).get("display_name", name) for name, spec in specs.items()}
-
-
 def check_kernel(name: str) -> None:
-    """Fail before any work when kernel ``name`` is not installed, naming the ones that are."""
-    kernels = installed_kernels()
-    if name not in kernels:
-        have = ", ".join(sorted(kernels)) or "none"
-        raise NotebookError(
-            f"Jupyter kernel {name!r} is not installed (installed: {have}); install one for this Python with "
-            f"`python -m ipykernel install --user --name {name}`, or pass --kernel with an installed name"
-        )
+    """Fail before any work when kernel ``name`` is not installed, naming the ones that are (the same
+    check as `lstmnb doctor`)."""
+    problem = kernel_problem(name)
+    if problem:
+        raise NotebookError(problem)
 
 
 # --- running -------------------------------------------------------------------------------------

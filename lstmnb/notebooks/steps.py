@@ -13,7 +13,6 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from ..device import no_cuda_reason
 from ..errors import ConfigError
 from ..paths import atomic_path
 from ..records import append_record
@@ -238,17 +237,11 @@ def runs_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def gpu_check(device: str = "cuda", min_gpus: int = 1) -> str | None:
-    """None when ``min_gpus`` CUDA GPUs are usable for ``device``; otherwise the reason, in one line."""
-    import torch
+    """None when ``min_gpus`` CUDA GPUs are usable for ``device``; otherwise the reason, in one line
+    (the check `lstmnb doctor` makes)."""
+    from ..doctor import gpu_problem
 
-    if not str(device).startswith("cuda"):
-        return f"device={device!r} is not a CUDA device; this notebook measures GPUs (set device='cuda')"
-    if not torch.cuda.is_available():
-        return no_cuda_reason()
-    count = torch.cuda.device_count()
-    if count < min_gpus:
-        return f"{count} CUDA GPU(s) visible; this experiment needs at least {min_gpus}"
-    return None
+    return gpu_problem(device, min_gpus)
 
 
 def record_skipped(cfg, reason: str, results, **extra: Any) -> dict[str, Any]:

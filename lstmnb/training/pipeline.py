@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 
 from ..device import resolve_device
-from ..errors import ConfigError, DeviceError
+from ..errors import ConfigError
 from ..records import DEFAULT_FILE, append_record
 from ..windows import Windows, windows_from_dataset
 from . import parallel
@@ -40,9 +40,6 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
     if cfg.strategy != "single":
         return parallel.train_parallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end)
     device = resolve_device(cfg.device)
-    if cfg.cuda_graph and device.type != "cuda":
-        raise DeviceError(f"cuda_graph=True captures the step on a CUDA GPU; this run is on {device.type} "
-                          f"(use --no-cuda-graph)")
     tr = Trainer(windows, cfg, device)
     tr.restore()
     tr.start_peak_memory()

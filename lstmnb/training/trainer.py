@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
-import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -68,11 +68,40 @@ def _make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoc
 
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
+GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before the capture (PyTorch's whole-network recipe)
+# torch warns when a side-stream backward meets gradients made on the default stream; harmless here
+_STREAM_WARNING = ".*AccumulateGrad.*stream"
+
+
+def graph_plan(cfg: TrainConfig, device: torch.device, adtype: torch.dtype | None) -> tuple[bool, str]:
+    """Whether the training step is captured as a CUDA graph, and why or why not (for the record).
+
+    A graph replays fixed kernels on fixed memory: it needs one CUDA device, batches already on the
+    device (fast path) and a step that does not change between steps (constant lr, no fp16 loss scaler,
+    no torch.compile graphs of its own)."""
+    if not cfg.cuda_graph:
+        return False, "turned off (cuda_graph=False)"
+    if device.type != "cuda":
+        return False, f"runs on {device.type}; CUDA graphs need a CUDA GPU"
+    if cfg.strategy != "single":
+        return False, f"strategy={cfg.strategy}; a graph captures one device's step"
+    if cfg.input_path != "fast":
+        return False, "input_path=dataloader; batches come from host workers, not fixed device memory"
+    if cfg.lr_schedule != "constant":
+        return False, f"lr_schedule={cfg.lr_schedule}; a captured step cannot change its learning rate"
+    if adtype == torch.float16:
+        return False, "amp in float16; its loss scaler changes between steps"
+    if cfg.compile:
+        return False, "compile=True; torch.compile manages its own graphs"
+    return True, f"captured after {GRAPH_WARMUP_STEPS} eager warm-up steps, replayed for every full batch"
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device,
+                   capturable: bool = False) -> torch.optim.Optimizer:
     """Adam; fused into one kernel per step where torch supports it on the device, and capturable
     (state on the device, no host sync) when the step is captured as a CUDA graph."""
     kw: dict[str, Any] = {"lr": cfg.lr, "weight_decay": cfg.weight_decay}
-    if cfg.cuda_graph:
+    if capturable:
         kw["capturable"] = True
     elif cfg.fused_adam and device.type in ("cpu", "cuda", "mps"):
         kw["fused"] = True
@@ -96,8 +125,10 @@ class Trainer:
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.core = Forecaster(cfg.model_config(windows.n_features)).to(device)
         self.model: nn.Module = torch.compile(self.core) if cfg.compile else self.core  # strategies wrap it
+        self.use_graph, self.graph_reason = graph_plan(cfg, device, self.adtype)
         self._graph: tuple | None = None  # (graph, static x, static y, static loss) once captured
-        self.opt = make_optimizer(self.core, cfg, device)
+        self._warm_steps = 0
+        self.opt = make_optimizer(self.core, cfg, device, capturable=self.use_graph)
         self.n_train = windows.x["train"].shape[0]
         self.sched = _make_scheduler(self.opt, cfg, steps_per_epoch or math.ceil(self.n_train / cfg.batch_size))
         self.scaler = torch.amp.GradScaler("cuda") if self.adtype == torch.float16 else None
@@ -185,22 +216,27 @@ class Trainer:
 
     def graph_step(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         """``step`` replayed from a captured CUDA graph (whole-network capture, as PyTorch's CUDA
-        semantics notes describe): the first full-size batches run eagerly on a side stream to warm
-        up, then one step is captured with static input tensors; later steps copy their batch into
-        those tensors and replay. A final smaller batch runs eagerly."""
-        if self._graph is None or xb.shape != self._graph[1].shape:
-            if self._graph is not None or xb.shape[0] != self.cfg.batch_size:
-                return self.step(xb, yb)
+        semantics notes describe). The first full-size batches train eagerly on a side stream (warm-up);
+        the next one is captured with static input tensors and replayed, since capture alone runs
+        nothing; later batches are copied into those tensors and replayed. Every batch is trained once,
+        as in an eager run. A final smaller batch runs eagerly."""
+        if xb.shape[0] != self.cfg.batch_size:
+            return self.step(xb, yb)
+        if self._graph is None and self._warm_steps < GRAPH_WARMUP_STEPS:
+            self._warm_steps += 1
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):  # warm-up steps are real training steps on this batch
-                    loss = self.step(xb, yb)
+            with torch.cuda.stream(side), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_STREAM_WARNING)
+                loss = self.step(xb, yb)
             torch.cuda.current_stream().wait_stream(side)
+            return loss
+        if self._graph is None:
             sx, sy = xb.clone(), yb.clone()
             graph = torch.cuda.CUDAGraph()
             self.opt.zero_grad(set_to_none=True)
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_STREAM_WARNING)
                 with torch.autocast("cuda", dtype=self.adtype, enabled=self.adtype is not None):
                     static_loss = F.mse_loss(self.model(sx).float(), sy)
                 static_loss.backward()
@@ -208,7 +244,6 @@ class Trainer:
                     nn.utils.clip_grad_norm_(self.core.parameters(), self.cfg.grad_clip)
                 self.opt.step()
             self._graph = (graph, sx, sy, static_loss)
-            return loss
         graph, sx, sy, static_loss = self._graph
         sx.copy_(xb, non_blocking=True)
         sy.copy_(yb, non_blocking=True)
@@ -221,7 +256,7 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         seen = 0
         self.model.train()
-        step = self.graph_step if self.cfg.cuda_graph else self.step
+        step = self.graph_step if self.use_graph else self.step
         for xb, yb in batches:
             loss_sum += step(xb, yb) * xb.shape[0]
             seen += xb.shape[0]
@@ -229,10 +264,10 @@ class Trainer:
 
     def end_epoch(self, train_loss: float, train_s: float, samples: int, **extra: Any) -> dict[str, Any]:
         """Validate, append the epoch entry, track the best epoch, write the checkpoint."""
-        t1 = time.perf_counter()
+        t1 = clock(self.device)
         val_mse, val_rmse = rmse_kelvin(self.core, self.x_val, self.y_val, self.target_std,
                                         self.cfg.eval_batch_size)
-        eval_s = time.perf_counter() - t1  # rmse_kelvin's .item() already waited for the evaluation
+        eval_s = clock(self.device) - t1
         cumulative = (self.history[-1]["cumulative_s"] if self.history else 0.0) + train_s + eval_s
         epoch = len(self.history) + 1
         entry = {
@@ -328,7 +363,8 @@ class Trainer:
             return None
         return finish_record(self.core, self.windows, self.cfg, self.device, self.history,
                               self.stopped_early, data_info,
-                              memory=peak_memory_mb(self.device, self.peak_since_reset), **extra)
+                              memory=peak_memory_mb(self.device, self.peak_since_reset),
+                              cuda_graph={"used": self.use_graph, "reason": self.graph_reason}, **extra)
 
     def progress_bar(self, desc: str):
         from tqdm.auto import tqdm

@@ -98,12 +98,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: int | None = None) -> DistEnv:
+def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: int | None = None,
+                     backend: str | None = None) -> DistEnv:
     """Join the job described by the launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 
     NCCL and ``cuda:LOCAL_RANK`` on GPUs, gloo on CPU. Collectives that wait longer than ``timeout_s``
     fail instead of hanging. CPU ranks get ``threads`` intra-op threads (default: the node's cores
-    divided among its ranks, so ranks do not fight over cores).
+    divided among its ranks, so ranks do not fight over cores). ``backend='gloo'`` on CUDA lets several
+    ranks share a GPU (rank r on cuda:r mod GPUs): a correctness check of the multi-rank CUDA path on a
+    one-GPU machine, not a way to measure speed.
     """
     kind = ddp_device_kind(device)
     if dist.is_initialized():  # the caller (a notebook, a test) created the group
@@ -119,14 +122,16 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: in
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ.get("LOCAL_RANK", rank))
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        check_world_size(kind, local_world)
-        backend, owns = ("nccl" if kind == "cuda" else "gloo"), True
+        sharing = kind == "cuda" and backend == "gloo"
+        if not sharing:
+            check_world_size(kind, local_world)
+        backend, owns = backend or ("nccl" if kind == "cuda" else "gloo"), True
         if kind == "cuda":
-            torch.cuda.set_device(local_rank)
+            torch.cuda.set_device(local_rank % torch.cuda.device_count())
         dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s))
     if kind == "cpu":
         torch.set_num_threads(threads or max(1, cpu_cores() // local_world))
-    dev = torch.device("cuda", local_rank) if kind == "cuda" else torch.device("cpu")
+    dev = torch.device("cuda", local_rank % torch.cuda.device_count()) if kind == "cuda" else torch.device("cpu")
     return DistEnv(rank, world, local_rank, local_world, backend, dev, owns)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from ... import errors
-from ...errors import LstmnbError
+from ...errors import ConfigError, LstmnbError
 from ...models import Forecaster
 from ...paths import atomic_path
 from ..trainer import RunResult
@@ -38,6 +38,7 @@ class _Job:
     threads: int | None
     workdir: str
     queue: Any = None
+    backend: str | None = None  # None: NCCL on GPUs, gloo on CPU; 'gloo' on CUDA: ranks may share a GPU
 
 
 def _rank_main(local_rank: int, job: _Job) -> None:
@@ -47,7 +48,7 @@ def _rank_main(local_rank: int, job: _Job) -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # ranks on one machine talk over loopback
     env = None
     try:
-        env = init_distributed(job.device, job.timeout_s, job.threads)
+        env = init_distributed(job.device, job.timeout_s, job.threads, job.backend)
         result = job.fn(env, **job.kwargs, **({"queue": job.queue} if job.queue is not None else {}))
         if env.is_writer:
             with atomic_path(Path(job.workdir) / "result.pt") as tmp:
@@ -101,7 +102,7 @@ def _launch_error(workdir: Path, exc: BaseException, world: int, exitcodes: dict
 
 def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwargs: dict[str, Any] | None = None,
           timeout_s: float = 300.0, threads: int | None = None, deadline_s: float | None = None,
-          on_message: Callable[[Any], None] | None = None) -> Any:
+          on_message: Callable[[Any], None] | None = None, backend: str | None = None) -> Any:
     """Run ``fn(env, **kwargs)`` in ``world_size`` local processes (one per GPU, or gloo ranks on CPU).
 
     Returns rank 0's return value. If any rank fails, the others are stopped and the clearest error is
@@ -111,11 +112,14 @@ def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwar
     import torch.multiprocessing as mp
 
     kind = ddp_device_kind(device)
-    check_world_size(kind, world_size)
+    if backend not in (None, "nccl", "gloo"):
+        raise ConfigError(f"backend={backend!r} is not one of None (NCCL on GPUs, gloo on CPU), nccl, gloo")
+    if not (kind == "cuda" and backend == "gloo"):  # gloo ranks may share a GPU (a correctness check)
+        check_world_size(kind, world_size)
     workdir = Path(tempfile.mkdtemp(prefix="lstmnb-ranks-"))
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue() if on_message is not None else None
-    job = _Job(fn, kwargs or {}, world_size, free_port(), device, timeout_s, threads, str(workdir), queue)
+    job = _Job(fn, kwargs or {}, world_size, free_port(), device, timeout_s, threads, str(workdir), queue, backend)
 
     def drain() -> None:
         while queue is not None and not queue.empty():
@@ -157,8 +161,9 @@ def _train_job(env: DistEnv, windows, cfg, data_info, options: RankOptions, queu
 
 def launch_train(windows, cfg, world_size: int | None = None, *, data_info: dict[str, Any] | None = None,
                  on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
-                 options: RankOptions | None = None, deadline_s: float | None = None):
+                 options: RankOptions | None = None, deadline_s: float | None = None, backend: str | None = None):
     """A DDP run of ``world_size`` (default ``cfg.nproc``) local processes; returns rank 0's ``RunResult``.
+    ``backend='gloo'`` with a CUDA device lets the ranks share GPUs (see ``init_distributed``).
 
     ``on_epoch_end`` runs here, in the caller's process, with rank 0's epoch entries as they finish, so a
     notebook can plot live. The returned model lives on the CPU.
@@ -168,7 +173,7 @@ def launch_train(windows, cfg, world_size: int | None = None, *, data_info: dict
     cfg.validate()
     out = spawn(_train_job, world, device=cfg.device, timeout_s=cfg.dist_timeout_s, threads=cfg.threads,
                 kwargs={"windows": windows, "cfg": cfg, "data_info": data_info, "options": options or RankOptions()},
-                on_message=on_epoch_end, deadline_s=deadline_s)
+                on_message=on_epoch_end, deadline_s=deadline_s, backend=backend)
     model = Forecaster(cfg.model_config(windows.n_features))
     model.load_state_dict(out["state"])
     return RunResult(record=out["record"], model=model, windows=windows, device=torch.device("cpu"),

@@ -1,0 +1,34 @@
+"""`lstmnb doctor`: what this environment can do for lstmnb, and why not."""
+
+from __future__ import annotations
+
+
+def add_doctor(sub, full: bool) -> None:
+    p = sub.add_parser(
+        "doctor", help="what this environment can do: torch, CUDA, GPUs, NCCL, numba-cuda, kernels, profiles",
+        description="Check the torch build, CUDA and cuDNN, the GPUs (memory, capability), NCCL and gloo, numba "
+                    "and numba-cuda, gcsfs, the notebook runner and the Jupyter kernels the profiles name, and "
+                    "print one table. Exit status 1 when something the named profiles (default: cpu) or the "
+                    "notebook runner need is missing.",
+    )
+    p.add_argument("--profile", dest="profiles", action="append", metavar="NAME",
+                   help="a profile whose needs must be met (its kernel; its GPU for a GPU profile); repeatable")
+    p.set_defaults(func=_run_doctor)
+
+
+def _run_doctor(args) -> int:
+    import textwrap
+
+    from ..doctor import diagnose
+
+    rows, ready = diagnose(args.profiles)
+    width = max(len(r.name) for r in rows) + 2
+    print(f"{'check':<{width}}{'status':<9}detail")
+    for r in rows:
+        detail = textwrap.wrap(r.detail, 90) or [""]
+        print(f"{r.name:<{width}}{r.status:<9}{detail[0]}")
+        for line in detail[1:]:
+            print(" " * (width + 9) + line)
+    print("\nok: usable; absent: optional and not here (e.g. a GPU on a CPU machine); missing: needed and not here")
+    print("ready" if ready else "not ready: see the 'missing' lines")
+    return 0 if ready else 1

@@ -1,0 +1,140 @@
+"""What this environment can do, and why not: the torch build, CUDA and cuDNN, the GPUs, the
+distributed backends, numba and numba-cuda, the cloud reader, the notebook runner and the Jupyter
+kernels the profiles name. `lstmnb doctor` prints it; the notebook runner and the GPU notebooks use
+the same checks (``gpu_problem``, ``kernel_problem``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import platform
+from dataclasses import dataclass
+
+OK, MISSING, ABSENT = "ok", "missing", "absent"  # absent: optional here (a GPU on a CPU machine)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: what was checked, its status and the detail (a version or the reason)."""
+
+    name: str
+    status: str
+    detail: str
+
+
+def _version(module: str) -> tuple[bool, str]:
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - a broken install reports here as well as a missing one
+        return False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip()
+    return True, str(getattr(mod, "__version__", "installed"))
+
+
+def gpu_problem(device: str = "cuda", min_gpus: int = 1) -> str | None:
+    """None when ``min_gpus`` CUDA GPUs are usable for ``device``; otherwise the reason, in one line."""
+    import torch
+
+    from .device import no_cuda_reason
+
+    if not str(device).startswith("cuda"):
+        return f"device={device!r} is not a CUDA device; this notebook measures GPUs (set device='cuda')"
+    if not torch.cuda.is_available():
+        return no_cuda_reason()
+    count = torch.cuda.device_count()
+    if count < min_gpus:
+        return f"{count} CUDA GPU(s) visible; this experiment needs at least {min_gpus}"
+    return None
+
+
+def installed_kernels() -> dict[str, str]:
+    """Jupyter kernels installed here: name -> display name."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    specs = KernelSpecManager().get_all_specs()
+    return {name: spec.get("spec", {}).get("display_name", name) for name, spec in specs.items()}
+
+
+def kernel_problem(name: str, kernels: dict[str, str] | None = None) -> str | None:
+    """None when Jupyter kernel ``name`` is installed; otherwise what is installed and how to add it."""
+    kernels = installed_kernels() if kernels is None else kernels
+    if name in kernels:
+        return None
+    have = ", ".join(sorted(kernels)) or "none"
+    return (f"Jupyter kernel {name!r} is not installed (installed: {have}); install one for this Python with "
+            f"`python -m ipykernel install --user --name {name}`, or pass --kernel with an installed name")
+
+
+def torch_checks() -> list[Check]:
+    import torch
+    import torch.distributed as dist
+
+    rows = [Check("python", OK, platform.python_version()),
+            Check("torch", OK, f"{torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU'} build)")]
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            rows.append(Check(f"GPU cuda:{i}", OK, f"{p.name}, {p.total_memory / 2**30:.1f} GiB, "
+                                                    f"capability {p.major}.{p.minor}"))
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        rows.append(Check("cuDNN", OK if cudnn else MISSING, str(cudnn) if cudnn else "not available to torch"))
+        nccl = dist.is_available() and dist.is_nccl_available()
+        version = ".".join(map(str, torch.cuda.nccl.version())) if nccl else "not built into torch"
+        rows.append(Check("NCCL", OK if nccl else MISSING, version))
+    else:
+        from .device import no_cuda_reason
+
+        rows.append(Check("GPU", ABSENT, no_cuda_reason()))
+    gloo = dist.is_available() and dist.is_gloo_available()
+    rows.append(Check("gloo", OK if gloo else MISSING, "DDP on CPU" if gloo else "not built into torch"))
+    return rows
+
+
+def numba_checks() -> list[Check]:
+    ok, detail = _version("numba")
+    rows = [Check("numba", OK if ok else MISSING, detail)]
+    if not ok:
+        return rows
+    from .scratch.numba_cuda import cuda_status
+
+    usable, reason = cuda_status()
+    rows.append(Check("numba-cuda", OK if usable else ABSENT, "usable" if usable else reason or "not usable"))
+    return rows
+
+
+def package_checks() -> list[Check]:
+    rows = []
+    for module, what, status_if_missing in (("gcsfs", "reading ERA5 in the cloud (--source arco-v3)", ABSENT),
+                                            ("papermill", "running the notebook series", MISSING),
+                                            ("nbconvert", "rendering the notebooks as HTML", MISSING)):
+        ok, detail = _version(module)
+        rows.append(Check(module, OK if ok else status_if_missing, detail if ok else f"{detail}; needed for {what}"))
+    return rows
+
+
+def profile_checks(names: list[str] | None = None, strict: bool = False) -> list[Check]:
+    """One line per profile: ready, or what it needs that is missing here (its kernel, its GPU). A
+    missing GPU is ``absent`` (the GPU notebooks record skipped runs and the series goes on) unless
+    ``strict``: a profile asked for by name needs its GPU."""
+    from .profiles import load_profile, profile_names
+
+    kernels = installed_kernels()
+    rows = []
+    for name in names or profile_names():
+        prof = load_profile(name)
+        kernel = (f"Jupyter kernel {prof.kernel!r} is not installed (`python -m ipykernel install --user --name "
+                  f"{prof.kernel}`)") if kernel_problem(prof.kernel, kernels) else None
+        device = str(prof.parameters.get("device", "cpu"))
+        gpu = gpu_problem(device) if device.startswith("cuda") else None
+        problems = [p for p in (kernel, gpu and f"its GPU runs would be recorded as skipped: {gpu}") if p]
+        status = MISSING if kernel or (gpu and strict) else ABSENT if gpu else OK
+        rows.append(Check(f"profile {name}", status, "; ".join(problems) or f"ready (kernel {prof.kernel})"))
+    return rows
+
+
+def diagnose(profiles: list[str] | None = None) -> tuple[list[Check], bool]:
+    """Every check, in the order `lstmnb doctor` prints them, and whether all that is needed is here:
+    the notebook runner's packages and the named profiles (default: the ``cpu`` profile)."""
+    base = torch_checks() + numba_checks() + package_checks()
+    named = profile_checks(profiles, strict=True) if profiles else profile_checks(["cpu"])
+    others = [] if profiles else [c for c in profile_checks() if c.name != "profile cpu"]
+    return base + named + others, not any(c.status == MISSING for c in base + named)

@@ -1,0 +1,142 @@
+"""Problem size: samples/s and seconds per epoch against the number of grid points, on the CPU and on a
+GPU (eager and with the step captured as a CUDA graph). At the published two points a GPU is
+launch-bound; with more points each step carries more work and the GPU pulls ahead. The experiment
+finds where (the crossover) and by how much (the speedup). Each point is a run record; a device that
+is not here gives ``skipped`` records with the reason."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from ..device import no_cuda_reason
+from ..errors import ConfigError
+from ..records import Recorder, new_record
+from ..training import TrainConfig, prepare_windows, train
+
+VARIANTS = ("cpu", "cuda-eager", "cuda-graph")
+PUBLISHED_POINTS = ((40.0, 280.0), (20.0, 280.0))
+
+
+def grid_points(n: int, lat: tuple[float, float] = (19.0, 41.0), lon: tuple[float, float] = (279.0, 281.0),
+                step: float = 0.25) -> tuple[tuple[float, float], ...]:
+    """``n`` grid points of a lat/lon box: the published two first, then cells spread evenly over the box
+    (the embedded sample's box by default, 801 cells)."""
+    lats = np.arange(lat[1], lat[0] - step / 2, -step)
+    lons = np.arange(lon[0], lon[1] + step / 2, step)
+    cells = [(float(a), float(o)) for a in lats for o in lons]
+    if not 1 <= n <= len(cells):
+        raise ConfigError(f"points={n} must be between 1 and the box's {len(cells)} grid cells")
+    chosen = [p for p in PUBLISHED_POINTS if p in cells][:n]
+    rest = [c for c in cells if c not in chosen]
+    picks = np.linspace(0, len(rest) - 1, n - len(chosen)).round().astype(int) if n > len(chosen) else []
+    return tuple(chosen + [rest[i] for i in picks])
+
+
+@dataclass
+class SizeConfig:
+    """Grid-point counts to run and the device variants to run them on."""
+
+    points: tuple[int, ...] = (2, 8, 32, 128, 512)
+    variants: tuple[str, ...] = VARIANTS
+
+    def validate(self) -> None:
+        if not self.points or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.points):
+            raise ConfigError(f"points={self.points!r} must be whole numbers >= 1")
+        bad = [v for v in self.variants if v not in VARIANTS]
+        if bad or not self.variants:
+            raise ConfigError(f"variants {bad or self.variants!r}: choose from {', '.join(VARIANTS)}")
+
+
+def _variant_config(cfg: TrainConfig, variant: str) -> TrainConfig:
+    if variant == "cpu":
+        return replace(cfg, device="cpu")
+    return replace(cfg, device="cuda", cuda_graph=variant == "cuda-graph")
+
+
+def size_experiment(request, cfg: TrainConfig, sc: SizeConfig = SizeConfig(), *, results=None,
+                    on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """One run per (point count, variant) on the request's time range and ``cfg``'s setting (strategy
+    single, fast path). CUDA variants without a usable GPU are recorded as skipped, with the reason."""
+    import torch
+
+    sc.validate()
+    base = replace(cfg, strategy="single", input_path="fast", checkpoint=None, resume=False, experiment="size")
+    base.validate()
+    no_gpu = None if torch.cuda.is_available() else no_cuda_reason()
+    recorder = Recorder(results, on_point)
+    for n in sc.points:
+        windows, info = prepare_windows(replace(request, points=grid_points(n), box=None), base,
+                                        progress=cfg.progress)
+        for variant in sc.variants:
+            run_cfg = _variant_config(base, variant)
+            size = {"points": n, "variant": variant, "train_samples": int(windows.x["train"].shape[0])}
+            if variant != "cpu" and no_gpu:
+                rec = new_record("size", status="skipped", reason=no_gpu, device="cuda", profile=cfg.profile,
+                                 config=asdict(run_cfg), data=info, size=size)
+            else:
+                rec = train(windows, run_cfg, data_info=info).record
+                rec["size"] = size
+            recorder.add(rec)
+    return recorder.records
+
+
+def size_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """samples/s and s/epoch per point count (rows) and variant (columns), the GPU variants' speedup over
+    the CPU, and the crossover: the fewest points at which each GPU variant beats the CPU."""
+    rows = [{"points": r["size"]["points"], "variant": r["size"]["variant"],
+             "samples_per_s": r["timing"]["samples_per_s"], "epoch_s": r["timing"]["epoch_s_median"]}
+            for r in records if r.get("status") == "ok" and r.get("size")]
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows).groupby(["points", "variant"]).median()
+    sps = df["samples_per_s"].unstack("variant")
+    out = pd.concat({"samples/s": sps, "s/epoch": df["epoch_s"].unstack("variant")}, axis=1)
+    if "cpu" in sps:
+        for v in (c for c in sps.columns if c != "cpu"):
+            out[("speedup vs cpu", v)] = sps[v] / sps["cpu"]
+    return out
+
+
+def crossover(table: pd.DataFrame) -> dict[str, int | None]:
+    """Per GPU variant: the fewest points at which it trains more samples/s than the CPU (None: never)."""
+    if table.empty or "speedup vs cpu" not in table.columns.get_level_values(0):
+        return {}
+    speed = table["speedup vs cpu"]
+    return {v: next((int(n) for n, s in speed[v].items() if s > 1), None) for v in speed.columns}
+
+
+def plot_size(table: pd.DataFrame):
+    """samples/s against grid points (log-log) per variant, and the GPU variants' speedup over the CPU."""
+    import matplotlib.pyplot as plt
+
+    has_speedup = "speedup vs cpu" in table.columns.get_level_values(0)
+    fig, axes = plt.subplots(1, 2 if has_speedup else 1, figsize=(11 if has_speedup else 6, 3.8), squeeze=False)
+    ax = axes[0][0]
+    for v in table["samples/s"].columns:
+        ax.plot(table.index, table[("samples/s", v)], marker="o", label=v)
+    ax.set(xscale="log", yscale="log", xlabel="grid points", ylabel="training samples / s", title="throughput")
+    ax.legend()
+    if has_speedup:
+        ax = axes[0][1]
+        for v in table["speedup vs cpu"].columns:
+            ax.plot(table.index, table[("speedup vs cpu", v)], marker="o", label=v)
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set(xscale="log", xlabel="grid points", ylabel="x the CPU's samples/s", title="GPU over CPU")
+        ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def format_size_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as text cells: samples/s whole, seconds to 3 decimals, speedups to 2."""
+    fmt = {"samples/s": "{:,.0f}", "s/epoch": "{:.3f}", "speedup vs cpu": "{:.2f}x"}
+    out = table.copy().astype(object)
+    for col in table.columns:
+        out[col] = table[col].map(lambda v, f=fmt[col[0]]: "-" if pd.isna(v) else f.format(v))
+    out.columns = [f"{a} {b}" for a, b in table.columns]
+    return out
+

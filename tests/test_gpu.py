@@ -1,0 +1,113 @@
+"""Real CUDA: every GPU path of lstmnb on the GPU this machine has. Marked `gpu`: skipped with the reason
+where no CUDA GPU is usable (see conftest.py); `python -m pytest -m gpu` runs them on a GPU node.
+
+Tolerances: a CUDA graph replays the same kernels as the eager step, but Adam is capturable instead of
+fused there and cuDNN's reductions are not bitwise repeatable, so loss trajectories are compared to 1%.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from lstmnb import experiments
+from lstmnb.training import TrainConfig, parallel, train
+from lstmnb.windows import make_windows
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def windows():
+    t = pd.date_range("2020-01-01", periods=24 * 40, freq="h")
+    h = np.arange(len(t))
+    rng = np.random.default_rng(0)
+    v = np.stack([285 + 6 * np.sin(2 * np.pi * h / 24 + p) + rng.normal(0, 0.3, len(t)) for p in (0.0, 1.0)], 1)
+    return make_windows(v, t, TrainConfig(window=12).window_config())
+
+
+def cfg(**kw):
+    base = dict(window=12, hidden=16, epochs=3, batch_size=64, progress=False, device="cuda", seed=0)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def epoch_losses(record):
+    return [e["train_loss"] for e in record["epochs"]]
+
+
+def test_fast_and_dataloader_paths_train_on_the_gpu(windows):
+    fast = train(windows, cfg()).record
+    loader = train(windows, cfg(input_path="dataloader", num_workers=0)).record
+    for rec in (fast, loader):
+        assert rec["status"] == "ok" and rec["device"]["kind"] == "cuda" and rec["device"]["count"] >= 1
+        assert math.isfinite(rec["metrics"]["test_rmse_k"]) and rec["memory"]["kind"] == "cuda_max_allocated"
+    assert fast["cuda_graph"]["used"] is True
+    assert loader["cuda_graph"] == {"used": False, "reason": loader["cuda_graph"]["reason"]}
+    assert "dataloader" in loader["cuda_graph"]["reason"]
+
+
+def test_graph_and_eager_follow_the_same_loss_trajectory(windows):
+    graph = train(windows, cfg(epochs=4)).record
+    eager = train(windows, cfg(epochs=4, cuda_graph=False)).record
+    assert graph["cuda_graph"]["used"] and not eager["cuda_graph"]["used"]
+    np.testing.assert_allclose(epoch_losses(graph), epoch_losses(eager), rtol=1e-2)
+    assert graph["metrics"]["test_rmse_k"] == pytest.approx(eager["metrics"]["test_rmse_k"], rel=1e-2)
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and not torch.cuda.is_bf16_supported(), reason="no bf16 on this GPU")
+def test_mixed_precision_trains(windows):
+    rec = train(windows, cfg(amp="bf16")).record
+    assert rec["cuda_graph"]["used"] and math.isfinite(rec["metrics"]["test_rmse_k"])
+    fp16 = train(windows, cfg(amp="fp16")).record  # a loss scaler: eager, and the record says why
+    assert not fp16["cuda_graph"]["used"] and "float16" in fp16["cuda_graph"]["reason"]
+
+
+def test_dataparallel_and_ddp_over_nccl_with_one_rank(windows):
+    dp = train(windows, cfg(strategy="dataparallel", nproc=1)).record
+    assert dp["parallel"]["strategy"] == "dataparallel" and dp["world_size"] == 1
+    ddp = parallel.launch_train(windows, cfg(strategy="ddp"), 1).record
+    assert ddp["parallel"]["backend"] == "nccl" and ddp["device"]["kind"] == "cuda"
+    assert math.isfinite(ddp["metrics"]["test_rmse_k"])
+
+
+def test_two_ddp_ranks_sharing_the_gpu_match_two_cpu_ranks(windows):
+    """A correctness check of the multi-rank CUDA path on a one-GPU machine (gloo, no timing)."""
+    gpu = parallel.launch_train(windows, cfg(strategy="ddp", epochs=2), 2, backend="gloo").record
+    cpu = parallel.launch_train(windows, cfg(strategy="ddp", epochs=2, device="cpu"), 2).record
+    assert gpu["parallel"]["backend"] == "gloo" and gpu["device"]["kind"] == "cuda"
+    np.testing.assert_allclose(epoch_losses(gpu), epoch_losses(cpu), rtol=1e-2)
+
+
+def test_checkpoint_resume_on_the_gpu_equals_an_uninterrupted_run(windows, tmp_path):
+    ckpt = str(tmp_path / "ckpt.pt")
+    train(windows, cfg(epochs=2, checkpoint=ckpt))
+    resumed = train(windows, cfg(epochs=4, checkpoint=ckpt, resume=True))
+    whole = train(windows, cfg(epochs=4))
+    assert [e["epoch"] for e in resumed.history] == [1, 2, 3, 4]
+    for a, b in zip(resumed.model.parameters(), whole.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-3)
+
+
+def test_cuda_memory_cap_records_oom(windows):
+    recs = experiments.batch_sweep(windows, cfg(epochs=1, hidden=256),
+                                   experiments.SweepConfig(start=64, factor=8, memory_cap_mb=4))
+    assert recs[-1]["status"] == "oom" and "4 MB cap" in recs[-1]["reason"]
+
+
+@pytest.mark.slow
+def test_notebook_series_with_a_gpu_profile(tmp_path):
+    from lstmnb import notebooks, records
+
+    result = notebooks.run_series(
+        "carc-a100", only="02,04", runs_dir=tmp_path / "runs", kernel="python3", echo=None, progress=False,
+        overrides={"end": "2020-01-21", "window": 12, "hidden": 8, "epochs_list": [1], "fit_epochs": 1,
+                   "batch_sweep_max": 256, "num_workers": 0, "results": str(tmp_path / "results")})
+    assert [r.status for r in result.runs] == ["ok", "ok"]
+    recs = records.read_records(tmp_path / "results")
+    gpu = [r for r in recs if r["status"] == "ok" and r["device"]["kind"] == "cuda"]
+    assert gpu and all(math.isfinite(r["metrics"]["test_rmse_k"]) for r in gpu if "metrics" in r)
