@@ -5,15 +5,13 @@ layouts the raw path does not handle; ``make_reader`` picks the fastest that fit
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from ..errors import DataError
 from . import blosc_parts
 from .plan import Plan
 from .transport import ChunkError, ChunkSource
-from .zarr_meta import _array_meta, _array_meta_v3, _ArrayMeta
+from .zarr_meta import ArrayMeta, array_metas
 
 _HEAD_BYTES = 4096  # first range of a partial read: the header and a table of up to 1020 blocks
 _WHOLE_SHARE = 0.5  # when the needed blocks hold more of a chunk than this, read chunks whole
@@ -41,7 +39,7 @@ def _box(plan: Plan) -> tuple[int, int, int, int]:
     return int(rows.min()), int(rows.max()) + 1, int(cols.min()), int(cols.max()) + 1
 
 
-def _partial_ok(m: _ArrayMeta) -> bool:
+def _partial_ok(m: ArrayMeta) -> bool:
     """Whether chunks of this array can be read in parts (Blosc with a codec blosc_parts decodes)."""
     import numcodecs
 
@@ -62,7 +60,7 @@ class RawReader:
     extraction benchmark shows what reading only the blocks gains).
     """
 
-    def __init__(self, plan: Plan, source: ChunkSource, metas: dict[str, _ArrayMeta], partial_reads: bool = True):
+    def __init__(self, plan: Plan, source: ChunkSource, metas: dict[str, ArrayMeta], partial_reads: bool = True):
         self.r0, self.r1, self.c0, self.c1 = _box(plan)
         self.source = source
         self.metas = metas
@@ -96,7 +94,7 @@ class RawReader:
                     block[ya - jy * cy:yb - jy * cy, xa - jx * cx:xb - jx * cx]
         return out
 
-    def _cells_in(self, m: _ArrayMeta, jy: int, jx: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _cells_in(self, m: ArrayMeta, jy: int, jx: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Requested cells in chunk (jy, jx): rows and columns within it, and positions in its order."""
         cy, cx = m.chunks[1], m.chunks[2]
         key = (cy, cx, m.order, jy, jx)
@@ -107,7 +105,7 @@ class RawReader:
         return self._in_chunk[key]
 
     @staticmethod
-    def _decode(m: _ArrayMeta, raw: bytes | None, flat: np.ndarray | None = None) -> np.ndarray:
+    def _decode(m: ArrayMeta, raw: bytes | None, flat: np.ndarray | None = None) -> np.ndarray:
         """A whole chunk as a (rows, cols) array, or its values at positions ``flat`` (in the chunk's
         order); the fill value when the chunk does not exist."""
         cy, cx = m.chunks[1], m.chunks[2]
@@ -119,7 +117,7 @@ class RawReader:
         values = np.frombuffer(data, dtype=m.dtype)
         return values.reshape((cy, cx), order=m.order) if flat is None else values[flat]
 
-    async def _read_cells(self, variable: str, key: str, m: _ArrayMeta, flat: np.ndarray) -> np.ndarray:
+    async def _read_cells(self, variable: str, key: str, m: ArrayMeta, flat: np.ndarray) -> np.ndarray:
         """Values at chunk positions ``flat``, read through the Blosc blocks that hold them."""
         head_raw = await self.source.aget(key, byte_range=(0, _HEAD_BYTES))
         if head_raw is None:
@@ -159,7 +157,8 @@ class RawReader:
 
 
 class ZarrReader:
-    """Fallback for layouts the raw path does not handle (zarr v3, several hours per chunk): zarr reads."""
+    """Fallback for layouts the raw path does not handle (sharded zarr v3, several hours per chunk, other
+    codecs): zarr reads."""
 
     def __init__(self, plan: Plan):
         import zarr
@@ -187,28 +186,8 @@ def make_reader(plan: Plan, source: ChunkSource, zmetadata: dict | None = None, 
     metadata read.
     """
     try:
-        v3 = zmetadata is not None and zmetadata.get("zarr_format") == 3
-        raw = None if zmetadata is not None else source.get(".zmetadata")
-        metas = {}
-        if (zmetadata is not None and not v3) or raw is not None:
-            meta = zmetadata if zmetadata is not None else json.loads(raw)["metadata"]
-            for v in plan.variables:
-                m = _array_meta(meta.get(f"{v}/.zarray", {}))
-                if m is None:
-                    break
-                metas[v] = m
-        else:  # zarr v3: the root's consolidated metadata, else each array's zarr.json
-            root = zmetadata if v3 else json.loads(source.get("zarr.json") or b"{}")
-            arrays = ((root.get("consolidated_metadata") or {}).get("metadata")) or {}
-            missing = [v for v in plan.variables if v not in arrays]
-            for v, body in zip(missing, source.get_many([f"{v}/zarr.json" for v in missing])):
-                arrays[v] = json.loads(body or b"{}")
-            for v in plan.variables:
-                m = _array_meta_v3(arrays[v])
-                if m is None:
-                    break
-                metas[v] = m
-        if metas and len(metas) == len(plan.variables):
+        metas = array_metas(plan.variables, source, zmetadata)
+        if metas is not None:
             source.bytes_read = source.requests = 0  # from here on: chunk reads only
             return RawReader(plan, source, metas, partial_reads)
     except ChunkError as exc:
