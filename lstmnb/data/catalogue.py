@@ -198,21 +198,22 @@ def point_label(lat: float, lon: float) -> str:
     return f"{abs(lat):.2f}{'N' if lat >= 0 else 'S'} {lon % 360:.2f}E"
 
 
-def _check_lat(lat: float, what: str) -> float:
+def _check_degrees(value: float, what: str, axis: str, lo: float, hi: float, valid: str) -> float:
+    """``value`` as a float within ``lo..hi``; a ConfigError naming ``what``, ``axis`` and ``valid`` if not."""
     try:
-        lat = float(lat)
+        value = float(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{what} latitude {lat!r} is not a number") from None
-    if not -90.0 <= lat <= 90.0 or np.isnan(lat):
-        raise ConfigError(f"{what} latitude {lat} is outside -90..90")
-    return lat
+        raise ConfigError(f"{what} {axis} {value!r} is not a number") from None
+    if not lo <= value <= hi or np.isnan(value):
+        raise ConfigError(f"{what} {axis} {value} is outside {valid}")
+    return value
 
 
-def _check_lon(lon: float, what: str) -> float:
-    try:
-        lon = float(lon)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{what} longitude {lon!r} is not a number") from None
-    if not -180.0 <= lon <= 360.0 or np.isnan(lon):
-        raise ConfigError(f"{what} longitude {lon} is outside -180..180 (or 0..360)")
-    return lon
+def check_lat(lat: float, what: str) -> float:
+    """A latitude of a point or box (``what``), in -90..90."""
+    return _check_degrees(lat, what, "latitude", -90.0, 90.0, "-90..90")
+
+
+def check_lon(lon: float, what: str) -> float:
+    """A longitude of a point or box (``what``), in -180..180 or 0..360."""
+    return _check_degrees(lon, what, "longitude", -180.0, 360.0, "-180..180 (or 0..360)")

@@ -16,7 +16,7 @@ import pandas as pd
 import xarray as xr
 
 from ..errors import ConfigError, DataError
-from .catalogue import Request, StoreRef, _check_lat, _check_lon, parse_time
+from .catalogue import Request, StoreRef, check_lat, check_lon, parse_time
 from .zarr_meta import StoreMeta, as_meta
 
 
@@ -127,7 +127,7 @@ def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> 
         for pt in request.points:
             if len(pt) != 2:
                 raise ConfigError(f"point {pt!r} must be (lat, lon)")
-            plat, plon = _check_lat(pt[0], "point"), _check_lon(pt[1], "point")
+            plat, plon = check_lat(pt[0], "point"), check_lon(pt[1], "point")
             r = int(np.argmin(np.abs(lat - plat)))
             dist = np.abs((lon - plon % 360.0 + 180.0) % 360.0 - 180.0)
             c = int(np.argmin(dist))
@@ -143,8 +143,8 @@ def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> 
     else:
         if len(request.box) != 4:
             raise ConfigError(f"box {request.box!r} must be (lat_min, lat_max, lon_min, lon_max)")
-        la0, la1 = _check_lat(request.box[0], "box"), _check_lat(request.box[1], "box")
-        lo0, lo1 = _check_lon(request.box[2], "box"), _check_lon(request.box[3], "box")
+        la0, la1 = check_lat(request.box[0], "box"), check_lat(request.box[1], "box")
+        lo0, lo1 = check_lon(request.box[2], "box"), check_lon(request.box[3], "box")
         if la0 > la1:
             raise ConfigError(f"box lat_min {la0} is above lat_max {la1}")
         eps = 1e-6
