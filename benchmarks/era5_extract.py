@@ -9,7 +9,7 @@ points (40N and 20N at 280E) over the whole store with
 
   (a) the published approach: open_zarr(..., chunks={'time': 48}).sel(...).compute()  (dask)
   (b) plain open_zarr(chunks=None).sel(...).values                                 (zarr's async reads)
-  (c) lstmnb's extraction (`lstmnb data`, i.e. era5.extract) into an empty cache (default blocks):
+  (c) lstmnb's extraction (`lstmnb data`, i.e. lstmnb.data.extract) into an empty cache (default blocks):
       it fetches each chunk's Blosc header, then only the blocks that hold the points
   (cw) the same reading whole chunks (as (a) and (b) do), to show what block reads gain
   (c24) (c) with 24-hour cache blocks (at most a block of hours in flight: this shows their cost)
@@ -94,7 +94,7 @@ def served(url: str) -> dict:
 def measure_bandwidth(server: str, hours: int, concurrency: int) -> tuple[float, float]:
     """Fetch every chunk straight from the server (no delay, no decode), as many in flight as the
     extraction, through the same client: (bytes, seconds)."""
-    from lstmnb.era5_fetch import HttpClient, RetryPolicy
+    from lstmnb.data.transport import HttpClient, RetryPolicy
 
     client = HttpClient(concurrency, RetryPolicy())
     try:
@@ -120,7 +120,7 @@ def measure_decode(store: Path, hours: int) -> float:
 
 def measure_request_rate(server: str, hours: int, concurrency: int) -> float:
     """Small (4 KB) range requests per second the path answers, as many in flight as the extraction."""
-    from lstmnb.era5_fetch import HttpClient, RetryPolicy
+    from lstmnb.data.transport import HttpClient, RetryPolicy
 
     client = HttpClient(concurrency, RetryPolicy())
     keys = [f"{server}/2m_temperature/{t % hours}.0.0" for t in range(max(4 * hours, 1000))]
@@ -146,8 +146,8 @@ def blocks_plan(store: Path, hours: int) -> dict:
     Mirrors lstmnb's partial read: one 4 KB range for the header and block table, then one range per
     run of adjacent needed blocks beyond it.
     """
-    from lstmnb import blosc_parts
-    from lstmnb.era5_fetch import _HEAD_BYTES
+    from lstmnb.data import blosc_parts
+    from lstmnb.data.readers import _HEAD_BYTES
 
     total, requests, plan = 0, 0, []
     for t in range(hours):
@@ -164,7 +164,7 @@ def blocks_plan(store: Path, hours: int) -> dict:
 
 def measure_block_decode(part: dict) -> float:
     """Seconds to decode the needed blocks of every chunk and pick the points, one after another."""
-    from lstmnb import blosc_parts
+    from lstmnb.data import blosc_parts
 
     offsets = _point_offsets()
     t0 = time.perf_counter()
@@ -210,16 +210,11 @@ def plain(url: str, start: str, end: str) -> np.ndarray:
 
 def ours(url: str, start: str, end: str, cache: Path, concurrency: int,
          block_hours: int | None = None, whole: bool = False) -> tuple[np.ndarray, object]:
-    from lstmnb import era5_fetch
-    from lstmnb.era5 import Request, extract
+    from lstmnb.data import FetchStats, Request, extract
 
-    stats = era5_fetch.FetchStats()
-    era5_fetch.PARTIAL_READS = not whole
-    try:
-        ds = extract(Request(source=url, points=POINTS, start=start, end=end), cache_dir=cache, progress=False,
-                     concurrency=concurrency, block_hours=block_hours, stats=stats)
-    finally:
-        era5_fetch.PARTIAL_READS = True
+    stats = FetchStats()
+    ds = extract(Request(source=url, points=POINTS, start=start, end=end), cache_dir=cache, progress=False,
+                 concurrency=concurrency, block_hours=block_hours, stats=stats, partial_reads=not whole)
     return ds["2m_temperature"].values, stats
 
 
@@ -235,7 +230,7 @@ def chunk_requests(stats: dict) -> int:
 
 _CHILD = """
 import sys
-from lstmnb.era5 import Request, extract
+from lstmnb.data import Request, extract
 extract(Request(source=sys.argv[1], points=((40.0, 280.0), (20.0, 280.0)), start=sys.argv[2], end=sys.argv[3]),
         cache_dir=sys.argv[4], progress=False, concurrency=int(sys.argv[5]), block_hours=int(sys.argv[6]))
 """
@@ -244,9 +239,8 @@ extract(Request(source=sys.argv[1], points=((40.0, 280.0), (20.0, 280.0)), start
 def kill_and_resume(url: str, start: str, end: str, cache: Path, concurrency: int, block_hours: int,
                     hours: int, server: str) -> dict:
     """Run (c) in a subprocess, SIGKILL it when about half the blocks are cached, resume, count redone."""
-    from lstmnb.era5 import Request, extract
-    from lstmnb.era5_cache import status
-    from lstmnb.era5_fetch import FetchStats
+    from lstmnb.data import FetchStats, Request, extract
+    from lstmnb.data.cache import status
 
     n_blocks = -(-hours // block_hours)
     before = chunk_reads(served(server))
@@ -287,7 +281,7 @@ def main() -> int:
     ap.add_argument("--skip", default="", help="comma list of approaches to skip: a,b,c,c24,cached,resume")
     args = ap.parse_args()
     if args.concurrency is None:
-        from lstmnb.era5_fetch import DEFAULT_CONCURRENCY
+        from lstmnb.data import DEFAULT_CONCURRENCY
 
         args.concurrency = DEFAULT_CONCURRENCY
     skip = set(filter(None, args.skip.split(",")))
@@ -303,7 +297,7 @@ def main() -> int:
     print(f"store: {args.hours} chunks of 721 x 1440 float32, {size / args.hours / 1e6:.2f} MB each compressed "
           f"({721 * 1440 * 4 / 1e6:.2f} MB raw), {size / 1e9:.2f} GB total")
 
-    serve = subprocess.Popen([sys.executable, "-m", "lstmnb.era5_serve", str(store), "--delay", str(args.delay)],
+    serve = subprocess.Popen([sys.executable, "-m", "lstmnb.data.serve", str(store), "--delay", str(args.delay)],
                              stdout=subprocess.PIPE, text=True)
     server, direct = serve.stdout.readline().split()  # with the delay, and without it
     os.environ.setdefault("LSTMNB_CACHE", str(work / "cache"))

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import torch
 
-from lstmnb import era5
+from lstmnb.data import Request
 from lstmnb.experiments.speed import contender_settings, format_report, matmul_rate, speed_benchmark
 from lstmnb.training import TrainConfig, prepare_windows, train
 
@@ -49,7 +49,7 @@ def main() -> None:
     args = ap.parse_args()
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, {os.cpu_count()} cores\n")
-    rep = speed_benchmark(era5.Request(), device=args.device, repeats=args.repeats, max_epochs=args.max_epochs)
+    rep = speed_benchmark(Request(), device=args.device, repeats=args.repeats, max_epochs=args.max_epochs)
     print(format_report(rep))
     t = rep.table
     if {"published", "fast", "recommended"} <= set(t.index):
@@ -60,7 +60,7 @@ def main() -> None:
               f"{t.loc['published', 'test_rmse_k']:.3f} K")
         print(f"  recommended MFU: {t.loc['recommended', 'mfu']:.0%} (target >= 30%)")
     if not args.no_threads and rep.device == "cpu" and (os.cpu_count() or 1) > 1:
-        windows, _ = prepare_windows(era5.Request(), TrainConfig(), progress=False)
+        windows, _ = prepare_windows(Request(), TrainConfig(), progress=False)
         counts = sorted({1, max(1, (os.cpu_count() or 2) // 2), os.cpu_count() or 1})
         print("\nintra-op threads for the recommended setting (samples/s, matmul GFLOP/s):")
         for n, sps, rate in thread_check(windows, counts):

@@ -7,10 +7,11 @@ kept as aliases, resolved on first use so that `import lstmnb` stays light:
 
 __version__ = "0.1.0"
 
-_ALIASES = {"train": "lstmnb.training"}
+_ALIASES = {"era5": "lstmnb.data", "train": "lstmnb.training"}
 
 
 def __getattr__(name: str):
+    """The aliases above, imported only when asked for so that ``import lstmnb`` stays light (PEP 562)."""
     if name in _ALIASES:
         import importlib
 

@@ -8,7 +8,7 @@ import numcodecs
 import numpy as np
 import pytest
 
-from lstmnb import blosc_parts as bp
+from lstmnb.data import blosc_parts as bp
 
 
 def _field(shape, dtype, seed=0, noisy=False) -> np.ndarray:

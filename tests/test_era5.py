@@ -10,11 +10,10 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from lstmnb import era5
+from lstmnb import data
 from lstmnb.cli import main
-from lstmnb.era5 import Request, extract, open_store, to_frame
-from lstmnb.era5_cache import status
-from lstmnb.era5_fetch import FetchStats
+from lstmnb.data import FetchStats, Request, extract, open_store, to_frame
+from lstmnb.data.cache import status
 from lstmnb.errors import ConfigError, DataError
 from lstmnb.paths import STALE_TMP_SECONDS, temp_path
 
@@ -28,15 +27,15 @@ def req(store, **kw) -> Request:
 def test_catalogue_and_defaults(sample_store_path):
     """Catalogue names resolve to anonymous public buckets; the default request is a valid one on the
     sample: its variable and points are there, and it spans the sample's whole valid range."""
-    for name, url in era5.CATALOGUE.items():
-        ref = era5.resolve_source(name)
+    for name, url in data.CATALOGUE.items():
+        ref = data.resolve_source(name)
         assert (ref.url, ref.remote, ref.storage_options) == (url, True, {"token": "anon"})
         assert url.startswith("gs://gcp-public-data-arco-era5/") and url.endswith(name[-2:])  # arco-v3: zarr-v3
     ds = open_store("sample")
-    plan = era5.make_plan(ds, era5.resolve_source("sample"), Request())
-    assert plan.variables == (era5.DEFAULT_VARIABLE,) and plan.kind == "points"
-    assert plan.requested == list(era5.DEFAULT_POINTS), "every default point is its own grid cell"
-    assert era5.valid_range(ds) == (pd.Timestamp(plan.times[0]), pd.Timestamp(plan.times[-1]))
+    plan = data.make_plan(ds, data.resolve_source("sample"), Request())
+    assert plan.variables == (data.DEFAULT_VARIABLE,) and plan.kind == "points"
+    assert plan.requested == list(data.DEFAULT_POINTS), "every default point is its own grid cell"
+    assert data.valid_range(ds) == (pd.Timestamp(plan.times[0]), pd.Timestamp(plan.times[-1]))
 
 
 @pytest.mark.parametrize("lon", [280.0, -80.0, 280.1, -79.9, 279.88])
@@ -192,8 +191,8 @@ def test_cached_request_does_not_open_the_store(small_store, tmp_path, monkeypat
     def unreachable(ref, *args):
         raise DataError(f"cannot reach {ref.url}")
 
-    monkeypatch.setattr(era5, "open_meta", unreachable)
-    monkeypatch.setattr(era5, "open_ref", unreachable)
+    monkeypatch.setattr(data.extraction, "open_meta", unreachable)
+    monkeypatch.setattr(data.zarr_meta, "open_ref", unreachable)
     xr.testing.assert_identical(first, extract(req(small_store), cache_dir=tmp_path, progress=False))
     with pytest.raises(DataError, match=r"cannot reach .*\(0 of 2 blocks of this request are cached"):
         extract(req(small_store, start="2020-01-06", end="2020-01-07"), cache_dir=tmp_path, progress=False)
@@ -202,7 +201,7 @@ def test_cached_request_does_not_open_the_store(small_store, tmp_path, monkeypat
     metas[0].write_bytes(metas[0].read_bytes()[:-20] + b"x" * 20)
     again = extract(req(small_store), cache_dir=tmp_path, progress=False)
     xr.testing.assert_identical(first, again)
-    assert era5.cached_meta(era5.resolve_source(str(small_store)), tmp_path) is not None
+    assert data.cached_meta(data.resolve_source(str(small_store)), tmp_path) is not None
 
 
 def test_extraction_leaves_the_garbage_collector_as_it_found_it(small_store, tmp_path):
@@ -225,7 +224,7 @@ def test_extraction_leaves_the_garbage_collector_as_it_found_it(small_store, tmp
 def test_status_counts_what_reads_would_use(tmp_path):
     """Two parts of one slot (a later, narrower request wrote beside a wider part): reads use the widest,
     and the status counts it once, with its hours and bytes."""
-    from lstmnb.era5_cache import Block, BlockCache
+    from lstmnb.data.cache import Block, BlockCache
 
     cache = BlockCache(tmp_path, "store", "2m_temperature", "cell-r1-c1", 24)
     wide = cache.write(Block(slot=3, start=72, stop=90, data=np.arange(18, dtype=np.float32)))
@@ -241,7 +240,7 @@ def test_block_cache_looks_at_its_folder_once_and_keeps_what_it_saw_right(tmp_pa
     """A run asks about every slot, some twice: a BlockCache lists its folder once (listing it per
     question was quadratic in the number of blocks) and its own writes and removals keep that listing
     right; files another instance writes later are seen by a fresh one, not by one that already looked."""
-    from lstmnb.era5_cache import Block, BlockCache
+    from lstmnb.data.cache import Block, BlockCache
 
     def cache() -> BlockCache:
         return BlockCache(tmp_path, "store", "2m_temperature", "cell-r1-c1", 24)

@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from lstmnb.era5 import Request, extract, open_store
-from lstmnb.era5_cache import status
-from lstmnb.era5_fetch import FetchStats, RetryPolicy
-from lstmnb.era5_serve import Faults, Proxy, StaticServer
+from lstmnb.data import FetchStats, Request, RetryPolicy, extract, open_store
+from lstmnb.data.cache import status
+from lstmnb.data.serve import Faults, Proxy, StaticServer
 from lstmnb.errors import ConfigError, DataError
 
 FAST_RETRY = RetryPolicy(attempts=4, base_delay=0.02, max_delay=0.1, timeout=10)
@@ -117,10 +116,10 @@ def test_unreachable_and_absent_stores(cloud_store, gcs_emulator, emulator_via, 
 def test_probe_asks_for_one_byte(small_store, ranges):
     """Checking that a store exists fetches one byte of its metadata (ARCO's .zmetadata is megabytes),
     or all of it from a server that ignores Range."""
-    from lstmnb import era5
+    from lstmnb.data.catalogue import _probe, resolve_source
 
     with StaticServer(small_store, ranges=ranges) as server:
-        era5._probe(era5.resolve_source(server.url))
+        _probe(resolve_source(server.url))
         size = 1 if ranges else (small_store / ".zmetadata").stat().st_size
         assert (server.requests, server.bytes) == (1, size)
 
@@ -142,7 +141,7 @@ def slow_http_store(small_store):
 
 _CHILD = """
 import sys
-from lstmnb.era5 import Request, extract
+from lstmnb.data import Request, extract
 extract(Request(source=sys.argv[1], start="2020-01-01", end="2020-01-10"), cache_dir=sys.argv[2],
         progress=False, concurrency=int(sys.argv[3]), block_hours=24)
 """
@@ -192,7 +191,7 @@ def test_timeout_counts_a_stalled_request_not_its_wait_for_a_connection(small_st
     """One connection, requests that each take 0.2 s, a 0.5 s timeout: the fourth waits 0.6 s for the
     connection and still succeeds; a server that stalls for longer than the timeout is retried, then
     named in the error."""
-    from lstmnb.era5_fetch import ChunkError, HttpClient
+    from lstmnb.data.transport import ChunkError, HttpClient
 
     retry = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.01, timeout=0.5)
     with StaticServer(small_store, delay=0.2) as server:
@@ -225,16 +224,16 @@ def test_reads_stay_concurrent_under_the_one_block_bound(slow_http_store, tmp_pa
 def test_store_opens_in_one_round_trip_with_open_zarrs_metadata(slow_http_store, small_store, tmp_path):
     """Opening for an extraction asks for .zmetadata and the coordinate chunks together (one round trip,
     not about ten in a row), and what it learns equals what xr.open_zarr reads from the store."""
-    from lstmnb import era5
-    from lstmnb.era5_fetch import ChunkSource
+    from lstmnb.data import StoreMeta, open_meta, resolve_source
+    from lstmnb.data.transport import ChunkSource
 
     server, proxy = slow_http_store
-    ref = era5.resolve_source(proxy.url)
-    want = era5.StoreMeta.from_dataset(xr.open_zarr(str(small_store), chunks=None)).to_json()
+    ref = resolve_source(proxy.url)
+    want = StoreMeta.from_dataset(xr.open_zarr(str(small_store), chunks=None)).to_json()
     source = ChunkSource(ref.url, True, {}, 8, FAST_RETRY)
     try:
         before = server.requests
-        meta, zmetadata = era5.open_meta(ref, source)
+        meta, zmetadata = open_meta(ref, source)
     finally:
         source.close()
     assert zmetadata is not None and "2m_temperature/.zarray" in zmetadata
@@ -346,23 +345,21 @@ def _chunk_bytes(store) -> int:
 
 
 @pytest.mark.parametrize("how", ["local", "http", "http, Range ignored"])
-def test_points_read_only_their_blocks(wide_store, tmp_path, how, monkeypatch):
-    from lstmnb import era5_fetch
-
+def test_points_read_only_their_blocks(wide_store, tmp_path, how):
     truth = _wide_truth(wide_store)
 
-    def run(cache, server=None):
+    def run(cache, server=None, partial_reads=True):
         stats = FetchStats()
         src = str(wide_store) if server is None else server.url
-        ds = extract(Request(source=src, **WIDE), cache_dir=tmp_path / cache, progress=False, stats=stats)
+        ds = extract(Request(source=src, **WIDE), cache_dir=tmp_path / cache, progress=False, stats=stats,
+                     partial_reads=partial_reads)
         for v in TWO_VARS:
             np.testing.assert_array_equal(ds[v].values, truth[v])
         return stats
 
     if how == "local":
         parts = run("parts")
-        monkeypatch.setattr(era5_fetch, "PARTIAL_READS", False)
-        whole = run("whole")
+        whole = run("whole", partial_reads=False)
         assert whole.bytes == _chunk_bytes(wide_store)
         assert parts.bytes < 0.4 * whole.bytes, (parts.bytes, whole.bytes)
         assert parts.chunks == whole.chunks == 96
@@ -429,7 +426,7 @@ def test_emulator_block_reads_equal_local(gcs_emulator, wide_store, tmp_path):
 def test_client_narrows_for_servers_that_close_connections(gcs_emulator, wide_store):
     """The emulator answers HTTP/1.0 and closes each connection, accepting few at a time: the client
     notices and keeps few requests in flight (a burst of a hundred stalls for seconds in SYN retries)."""
-    from lstmnb.era5_fetch import HttpClient
+    from lstmnb.data.transport import HttpClient
 
     client = HttpClient(128, FAST_RETRY)
     try:

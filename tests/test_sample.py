@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from lstmnb.era5 import DEFAULT_POINTS
+from lstmnb.data import DEFAULT_POINTS
 from lstmnb.errors import ConfigError
-from lstmnb.sample import SAMPLE_NAME, is_complete, sample_store, write_sample
+from lstmnb.data.sample import SAMPLE_NAME, is_complete, sample_store, write_sample
 
 
 @pytest.fixture(scope="module")

@@ -219,7 +219,7 @@ def test_cli_scratch_bench(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_era5_point_series_trains_through_the_core_pipeline():
-    pytest.importorskip("lstmnb.era5")
+    pytest.importorskip("lstmnb.data")
     from lstmnb.scratch.data import load_era5
 
     data = load_era5(window=24, hours=24 * 14)

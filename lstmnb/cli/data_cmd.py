@@ -38,10 +38,10 @@ def add_data(sub, full: bool) -> None:
 
 
 def _run_data(args) -> int:
-    from .. import era5
+    from .. import data
 
     if args.status:
-        from ..era5_cache import extracts_root, status
+        from ..data.cache import extracts_root, status
 
         rows = status()
         print(f"cache: {extracts_root()}")
@@ -58,17 +58,17 @@ def _run_data(args) -> int:
         return 0
     request = request_from_args(args)
     options = {"token": args.credentials} if args.credentials else None
-    ds = era5.extract(request, progress=args.progress, refresh=args.refresh, storage_options=options,
+    ds = data.extract(request, progress=args.progress, refresh=args.refresh, storage_options=options,
                       concurrency=args.concurrency, block_hours=args.block_hours)
-    print(era5.summary(ds))
-    from ..era5_cache import extracts_root
+    print(data.summary(ds))
+    from ..data.cache import extracts_root
 
     print(f"cached     {extracts_root()}")
     if args.csv:
         from ..paths import atomic_path
 
         with atomic_path(args.csv) as tmp:
-            era5.to_frame(ds).to_csv(tmp, index=False)
+            data.to_frame(ds).to_csv(tmp, index=False)
         print(f"csv        {args.csv}")
     return 0
 

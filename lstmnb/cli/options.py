@@ -62,7 +62,7 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
 
 
 def request_from_args(args: argparse.Namespace):
-    from .. import era5
+    from .. import data
 
     kw = {"source": args.source}
     if args.variables:
@@ -79,7 +79,7 @@ def request_from_args(args: argparse.Namespace):
         kw["start"] = args.start
     if args.end:
         kw["end"] = args.end
-    return era5.Request(**kw)
+    return data.Request(**kw)
 
 
 def option_type(name: str, hint):

@@ -26,10 +26,10 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 def make_request(source: str = "sample", points: Sequence[Sequence[float]] | None = ((40, 280), (20, 280)),
                  start: str = "2020-01-01", end: str = "2021-06-30",
                  variables: Sequence[str] = ("2m_temperature",), box: Sequence[float] | None = None):
-    """An ``era5.Request`` from notebook parameters (lists from papermill become tuples)."""
-    from .. import era5
+    """A ``data.Request`` from notebook parameters (lists from papermill become tuples)."""
+    from .. import data
 
-    return era5.Request(
+    return data.Request(
         source=source, variables=tuple(variables),
         points=tuple(tuple(float(v) for v in p) for p in points) if points and box is None else None,
         box=tuple(float(v) for v in box) if box is not None else None, start=str(start), end=str(end),
@@ -145,14 +145,14 @@ def plot_cycles(series: pd.DataFrame):
 
 def save_subset(ds, output_dir: str | Path | None, name: str = "subset") -> Path | None:
     """Write the extracted series as a tidy CSV (time, point, latitude, longitude, variable, value)."""
-    from .. import era5
+    from .. import data
 
     folder = output_folder(output_dir)
     if folder is None:
         return None
     target = folder / f"{name}.csv"
     with atomic_path(target, suffix=".csv") as tmp:
-        era5.to_frame(ds).to_csv(tmp, index=False)
+        data.to_frame(ds).to_csv(tmp, index=False)
     return target
 
 

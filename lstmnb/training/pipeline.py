@@ -54,7 +54,7 @@ def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress:
 
     Returns (windows, data_info) where data_info is the record's ``data`` section.
     """
-    from .. import era5 as data
+    from .. import data
 
     request = request or data.Request()
     ds = data.extract(request, progress=progress)

@@ -23,8 +23,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .errors import ConfigError
-from .paths import atomic_path, cache_dir
+from ..errors import ConfigError
+from ..paths import atomic_path, cache_dir
 
 SAMPLE_NAME = "sample-era5-v1.zarr"
 GRID = 0.25  # degrees, as in ARCO-ERA5

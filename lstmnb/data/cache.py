@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .paths import cache_dir, sweep_stale_temps, write_atomic
+from ..paths import cache_dir, sweep_stale_temps, write_atomic
 
 DEFAULT_BLOCK_HOURS = 168  # a week of hourly chunks per cache file
 META_NAME = "store-meta.json"

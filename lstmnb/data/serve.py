@@ -6,7 +6,7 @@ per-request delay and injected failures; ``Proxy`` forwards GET/HEAD requests to
 requests with HTTP 503 to exercise retries. Both bind 127.0.0.1 only and run on aiohttp in a private
 event-loop thread: its HTTP parser costs a fraction of ``http.server``'s per request, so the servers
 stay far from being what a benchmark measures. Run
-``python -m lstmnb.era5_serve DIR --delay 0.03`` to serve a store from another process; it prints the
+``python -m lstmnb.data.serve DIR --delay 0.03`` to serve a store from another process; it prints the
 URL of a server that adds the delay and of one that does not (to measure the path's bandwidth).
 """
 
@@ -36,7 +36,7 @@ class _Base:
     def _start(self, app) -> None:
         from aiohttp import web
 
-        from .era5_fetch import LoopThread
+        from .transport import LoopThread
 
         self._loop = LoopThread(type(self).__name__)
         sock = socket.socket()

@@ -1,0 +1,219 @@
+"""What to extract and where from: the store catalogue, the request, resolving and opening a source,
+and the checks a request's times and coordinates pass before any store is asked.
+
+A source is the embedded sample, a catalogue key, a ``gs://`` or ``http(s)://`` URL, or a local Zarr
+path; ``resolve_source`` turns it into a ``StoreRef`` (location, credentials, a stable id for the
+block cache) and fails with one line naming what is wrong (unknown name, missing path, missing cloud
+packages or credentials). ``open_ref``/``open_store`` open it lazily with xarray, after a one-byte
+probe of a remote store so that an unreachable one fails fast.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ..errors import ConfigError, DataError
+from .sample import sample_store
+from .transport import PROBE_RETRY, ChunkError, ChunkSource
+
+CATALOGUE: dict[str, str] = {
+    "arco-v3": "gs://gcp-public-data-arco-era5/ar/full_37-1h-0p25deg-chunk-1.zarr-v3",
+    "arco-v2": "gs://gcp-public-data-arco-era5/ar/1959-2022-full_37-1h-0p25deg-chunk-1.zarr-v2",
+}
+SAMPLE = "sample"
+DEFAULT_VARIABLE = "2m_temperature"
+DEFAULT_POINTS: tuple[tuple[float, float], ...] = ((40.0, 280.0), (20.0, 280.0))
+DEFAULT_START = "2020-01-01"
+DEFAULT_END = "2021-06-30"  # inclusive: a date means through 23:00 of that day
+SOURCE_HINT = "use --source sample, a catalogue name (" + ", ".join(CATALOGUE) + "), a gs:// URL or a local Zarr path"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to extract. ``points`` are (lat, lon) with lon in -180..180 or 0..360;
+    ``box`` is (lat_min, lat_max, lon_min, lon_max); give one of the two."""
+
+    source: str = SAMPLE
+    variables: tuple[str, ...] = (DEFAULT_VARIABLE,)
+    points: tuple[tuple[float, float], ...] | None = DEFAULT_POINTS
+    box: tuple[float, float, float, float] | None = None
+    start: str = DEFAULT_START
+    end: str = DEFAULT_END
+
+
+@dataclass(frozen=True)
+class StoreRef:
+    """A resolved source: where it is, how to open it, and a stable id for the cache."""
+
+    source: str
+    url: str  # local absolute path or remote URL
+    remote: bool
+    storage_options: dict = field(default_factory=dict)
+
+    @property
+    def store_id(self) -> str:
+        """Cache key: a readable name plus a hash of the location (and, locally, of the metadata file)."""
+        name = self.url.rstrip("/").split("/")[-1] or "store"
+        name = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)[:60]
+        key = self.url
+        if not self.remote:
+            meta = Path(self.url) / ".zmetadata"
+            if meta.exists():  # a rewritten local store must not reuse the old store's blocks
+                st = meta.stat()
+                key += f"|{st.st_mtime_ns}|{st.st_size}"
+        return f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+
+
+def resolve_source(source: str = SAMPLE, storage_options: dict | None = None) -> StoreRef:
+    """Turn a source name into a ``StoreRef`` (building the sample store on first use)."""
+    if not isinstance(source, str) or not source.strip():
+        raise ConfigError(f"source {source!r} is empty; {SOURCE_HINT}")
+    source = source.strip()
+    if source == SAMPLE:
+        return StoreRef(source, str(sample_store()), False, {})
+    url = CATALOGUE.get(source, source)
+    if "://" in url:
+        _require_cloud_packages(url)
+        options = dict(storage_options or {})
+        if url.startswith(("gs://", "gcs://")):
+            options.setdefault("token", "anon")
+            _check_token(options["token"])
+        return StoreRef(source, url, True, options)
+    path = Path(url).expanduser()
+    if not path.exists():
+        close = difflib.get_close_matches(source, [SAMPLE, *CATALOGUE], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise DataError(f"source {source!r} is neither a known name nor an existing path{hint}; {SOURCE_HINT}")
+    if not any((path / name).exists() for name in (".zgroup", ".zmetadata", "zarr.json")):
+        raise DataError(f"{path} is not a Zarr store (no .zgroup, .zmetadata or zarr.json inside); {SOURCE_HINT}")
+    return StoreRef(source, str(path.resolve()), False, dict(storage_options or {}))
+
+
+def _require_cloud_packages(url: str) -> None:
+    """Remote stores need the `cloud` extra (gcsfs, aiohttp, google-auth); say how to get it."""
+    import importlib.util
+
+    needed = ["aiohttp"] + (["gcsfs"] if url.startswith(("gs://", "gcs://")) else [])
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"reading {url} needs {', '.join(missing)}: pip install 'lstmnb[cloud]' "
+                          f"(or use --source sample to work offline)")
+
+
+def _check_token(token: Any) -> None:
+    """Fail early and clearly when credentials are asked for but absent."""
+    if token in (None, "anon", "google_default", "cloud", "browser", "cache") or isinstance(token, dict):
+        if token == "google_default":
+            try:
+                import google.auth
+
+                google.auth.default()
+            except Exception as exc:  # google-auth raises its own DefaultCredentialsError
+                raise ConfigError(
+                    "credentials 'google_default' asked for but none found "
+                    f"({type(exc).__name__}); run `gcloud auth application-default login`, "
+                    "pass a service-account JSON file, or drop --credentials for anonymous access"
+                ) from None
+        return
+    if isinstance(token, (str, os.PathLike)) and not Path(token).expanduser().is_file():
+        raise ConfigError(
+            f"credentials file {str(token)!r} not found; pass a service-account JSON file, "
+            "'google_default', or nothing for anonymous access"
+        )
+
+
+def open_ref(ref: StoreRef) -> xr.Dataset:
+    """Open a resolved store lazily (no dask), with one clear error when it cannot be read."""
+    if ref.remote:
+        _probe(ref)
+    try:
+        if ref.remote:
+            ds = xr.open_zarr(ref.url, chunks=None, storage_options=ref.storage_options or None)
+        else:
+            ds = xr.open_zarr(ref.url, chunks=None)
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        if ref.remote:
+            raise DataError(
+                f"cannot open {ref.url}: {type(exc).__name__}: {reason}; check the network and the URL, "
+                "or use --source sample"
+            ) from None
+        raise DataError(f"{ref.url} is not a readable Zarr store ({type(exc).__name__}: {reason})") from None
+    missing = [c for c in ("time", "latitude", "longitude") if c not in ds.coords]
+    if missing:
+        raise DataError(f"{ref.url} lacks the ERA5 coordinates {missing}; expected time, latitude, longitude")
+    return ds
+
+
+def _probe(ref: StoreRef) -> None:
+    """Fail fast with one line when a remote store is unreachable or absent (a few quick retries)."""
+    src = ChunkSource(ref.url, True, ref.storage_options, 4, PROBE_RETRY)
+    try:
+        for key in (".zmetadata", ".zgroup", "zarr.json"):
+            # Whether it exists is all that counts: its first byte (ARCO's .zmetadata is megabytes)
+            if src.get(key, byte_range=(0, 1)) is not None:
+                return
+    except ChunkError as exc:
+        raise DataError(f"cannot reach {ref.url}: {exc}; check the network, or use --source sample") from None
+    finally:
+        src.close()
+    raise DataError(f"no Zarr store at {ref.url} (no .zmetadata, .zgroup or zarr.json); check the URL, or {SOURCE_HINT}")
+
+
+def open_store(source: str = SAMPLE, storage_options: dict | None = None) -> xr.Dataset:
+    """Open a source (sample, catalogue key, gs:// URL or local path) as a lazy ``xr.Dataset``."""
+    return open_ref(resolve_source(source, storage_options))
+
+
+# ----------------------------------------------------------------------------------------------- request checks
+
+def parse_time(value: str, *, end: bool = False) -> pd.Timestamp:
+    """An ISO time; a bare date as ``end`` means the last hour of that day."""
+    try:
+        ts = pd.Timestamp(value)
+    except (ValueError, TypeError):
+        raise ConfigError(f"time {value!r} is not an ISO date or time (e.g. 2020-01-01 or 2020-01-01T06)") from None
+    if ts is pd.NaT:
+        raise ConfigError(f"time {value!r} is not an ISO date or time (e.g. 2020-01-01 or 2020-01-01T06)")
+    if ts.tzinfo is not None:
+        ts = ts.tz_convert("UTC").tz_localize(None)
+    if end and len(str(value).strip()) <= 10:
+        ts = ts + pd.Timedelta(hours=23)
+    return ts
+
+
+def point_label(lat: float, lon: float) -> str:
+    """Readable cell name, e.g. ``40.00N 280.00E`` (longitude in 0..360)."""
+    return f"{abs(lat):.2f}{'N' if lat >= 0 else 'S'} {lon % 360:.2f}E"
+
+
+def _check_degrees(value: float, what: str, axis: str, lo: float, hi: float, valid: str) -> float:
+    """``value`` as a float within ``lo..hi``; a ConfigError naming ``what``, ``axis`` and ``valid`` if not."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} {axis} {value!r} is not a number") from None
+    if not lo <= value <= hi or np.isnan(value):
+        raise ConfigError(f"{what} {axis} {value} is outside {valid}")
+    return value
+
+
+def check_lat(lat: float, what: str) -> float:
+    """A latitude of a point or box (``what``), in -90..90."""
+    return _check_degrees(lat, what, "latitude", -90.0, 90.0, "-90..90")
+
+
+def check_lon(lon: float, what: str) -> float:
+    """A longitude of a point or box (``what``), in -180..180 or 0..360."""
+    return _check_degrees(lon, what, "longitude", -180.0, 360.0, "-180..180 (or 0..360)")

@@ -1,0 +1,182 @@
+"""The front door of data access: ``extract`` a request as float32 series, and show the result.
+
+``extract`` resolves the source, checks the request against the store (or, when every block is
+cached, against the store metadata kept in the cache, without reaching the store), fetches what the
+cache lacks (``fetch``) and assembles one Dataset: dims (time, point) for points, (time, latitude,
+longitude) for a box. ``to_frame`` makes it a tidy table, ``summary`` a few lines for people.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ..errors import DataError, LstmnbError
+from .cache import write_store_meta
+from .catalogue import Request, point_label, resolve_source
+from .fetch import CacheMiss, FetchStats, check_sizes, fetch_plan
+from .plan import Plan, make_plan
+from .transport import ChunkSource, RetryPolicy
+from .zarr_meta import StoreMeta, as_meta, cached_meta, open_meta
+
+
+def extract(
+    request: Request,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+    refresh: bool = False,
+    storage_options: dict | None = None,
+    concurrency: int | None = None,
+    block_hours: int | None = None,
+    stats: FetchStats | None = None,
+    retry: RetryPolicy | None = None,
+    partial_reads: bool = True,
+) -> xr.Dataset:
+    """Extract ``request`` as float32 series (points: dims time, point; box: time, latitude, longitude).
+
+    Finished time blocks are cached (see ``cache``); the same or an overlapping request later
+    reads them instead of the store, and an interrupted one fetches only the missing blocks.
+    ``refresh`` ignores and overwrites cached blocks. ``cache_dir`` is the root of the block cache
+    (default ``<user cache>/extracts``). Pass a ``FetchStats`` as ``stats`` to learn how
+    many chunks were read and blocks reused. ``partial_reads=False`` reads whole chunks even where
+    reading only the Blosc blocks that hold the cells would do (to measure what that saves).
+    """
+    ref = resolve_source(request.source, storage_options)
+    workers = check_sizes(block_hours, concurrency)[1]
+    fetch = dict(cache_dir=cache_dir, progress=progress, refresh=refresh, concurrency=concurrency,
+                 block_hours=block_hours, stats=stats)
+    meta = None if refresh else cached_meta(ref, cache_dir)
+    offline_error: LstmnbError | None = None
+    miss: CacheMiss | None = None
+    if meta is not None:
+        # Every block cached: check the request against the kept metadata and never touch the store.
+        try:
+            plan = make_plan(meta, ref, request)
+            return assemble(plan, meta, fetch_plan(plan, **{**fetch, "offline": True}))
+        except CacheMiss as exc:
+            miss = exc
+        except LstmnbError as exc:  # maybe the store has grown since; ask it
+            offline_error = exc
+    # One connection pool serves the metadata and then the chunk reads.
+    source = ChunkSource(ref.url, ref.remote, ref.storage_options, workers, retry or RetryPolicy())
+    try:
+        try:
+            meta, zmetadata = open_meta(ref, source)
+        except DataError as exc:
+            if offline_error is not None:
+                raise offline_error from None
+            if miss is not None:
+                raise DataError(f"{exc} ({miss.cached} of {miss.total} blocks of this request are cached; "
+                                "the rest need the store)") from None
+            raise
+        plan = make_plan(meta, ref, request)
+        try:
+            write_store_meta(cache_dir, ref.store_id, meta.to_json())
+        except OSError:
+            pass  # only an optimisation; a full disk shows up (with its message) when a block is written
+        return assemble(plan, meta, fetch_plan(plan, **fetch, source=source, zmetadata=zmetadata,
+                                               partial_reads=partial_reads))
+    finally:
+        source.close()
+
+
+def assemble(plan: Plan, ds: "xr.Dataset | StoreMeta", arrays: dict[tuple[str, str], np.ndarray]) -> xr.Dataset:
+    """Turn per-(variable, target) arrays into the result Dataset with coordinates and attrs."""
+    meta = as_meta(ds)
+    time = xr.DataArray(plan.times, dims="time", name="time")
+    data_vars = {}
+    if plan.kind == "points":
+        rows = [t.rows[0] for t in plan.targets]
+        cols = [t.cols[0] for t in plan.targets]
+        lat = plan.lat[rows].astype(np.float32)
+        lon = plan.lon[cols].astype(np.float32)
+        labels = [point_label(a, b) for a, b in zip(lat, lon)]
+        for v in plan.variables:
+            values = np.stack([arrays[(v, t.key)] for t in plan.targets], axis=1).astype(np.float32)
+            data_vars[v] = (("time", "point"), values, dict(meta.variables[v]["attrs"]))
+        coords = {
+            "time": time, "point": ("point", labels),
+            "latitude": ("point", lat), "longitude": ("point", lon),
+            "requested_latitude": ("point", np.array([p[0] for p in plan.requested], dtype=np.float32)),
+            "requested_longitude": ("point", np.array([p[1] for p in plan.requested], dtype=np.float32)),
+        }
+    else:
+        target = plan.targets[0]
+        lat = plan.lat[list(target.rows)].astype(np.float32)
+        lon = plan.lon[list(target.cols)].astype(np.float32)
+        for v in plan.variables:
+            data_vars[v] = (("time", "latitude", "longitude"), arrays[(v, target.key)].astype(np.float32),
+                           dict(meta.variables[v]["attrs"]))
+        coords = {"time": time, "latitude": lat, "longitude": lon}
+    out = xr.Dataset(data_vars, coords=coords)
+    req = asdict(plan.request)
+    out.attrs.update(
+        source=plan.ref.source,
+        source_url=plan.ref.url,
+        store_id=plan.ref.store_id,
+        variables=",".join(plan.variables),
+        start=str(pd.Timestamp(plan.times[0])),
+        end=str(pd.Timestamp(plan.times[-1])),
+        selection=plan.kind,
+        request=json.dumps(req),
+    )
+    return out
+
+
+def to_frame(ds: xr.Dataset) -> pd.DataFrame:
+    """A tidy table of an extraction: columns time, point, latitude, longitude, variable, value."""
+    variables = [v for v in ds.data_vars]
+    if "point" in ds.dims:
+        flat = ds
+    else:
+        flat = ds.stack(point=("latitude", "longitude"))
+        labels = [point_label(a, b) for a, b in zip(flat["latitude"].values, flat["longitude"].values)]
+        lat, lon = flat["latitude"].values, flat["longitude"].values
+        flat = flat.drop_vars(["point", "latitude", "longitude"]).assign_coords(
+            point=("point", labels), latitude=("point", lat), longitude=("point", lon))
+    frames = []
+    times = flat["time"].values
+    points = flat["point"].values
+    lat = flat["latitude"].values
+    lon = flat["longitude"].values
+    nt, npnt = len(times), len(points)
+    for v in variables:
+        values = flat[v].transpose("time", "point").values
+        frames.append(pd.DataFrame({
+            "time": np.repeat(times, npnt),
+            "point": np.tile(points.astype(str), nt),
+            "latitude": np.tile(lat, nt),
+            "longitude": np.tile(lon, nt),
+            "variable": v,
+            "value": values.reshape(-1),
+        }))
+    if not frames:
+        return pd.DataFrame(columns=["time", "point", "latitude", "longitude", "variable", "value"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def summary(ds: xr.Dataset) -> str:
+    """A few lines describing an extraction, for the CLI and notebooks."""
+    times = pd.DatetimeIndex(ds["time"].values)
+    if "point" in ds.dims:
+        cells = ", ".join(str(p) for p in ds["point"].values)
+        n_cells = ds.sizes["point"]
+    else:
+        n_cells = ds.sizes["latitude"] * ds.sizes["longitude"]
+        cells = (f"{ds.sizes['latitude']} x {ds.sizes['longitude']} box, latitude "
+                 f"{float(ds.latitude.min()):g}..{float(ds.latitude.max()):g}, longitude "
+                 f"{float(ds.longitude.min()):g}..{float(ds.longitude.max()):g}")
+    rows = len(times) * n_cells * len(ds.data_vars)
+    return "\n".join([
+        f"source     {ds.attrs.get('source')} ({ds.attrs.get('source_url')})",
+        f"variables  {', '.join(ds.data_vars)}",
+        f"time       {times[0]:%Y-%m-%dT%H:%M} .. {times[-1]:%Y-%m-%dT%H:%M} ({len(times)} hours)",
+        f"cells      {cells}",
+        f"rows       {rows} (tidy: time x cell x variable)",
+    ])

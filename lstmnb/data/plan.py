@@ -1,0 +1,168 @@
+"""A request checked against a store and resolved to store indices: the ``Plan`` the fetch follows.
+
+``make_plan`` checks the variables (known, single-level fields), the time range (within the store's
+valid range) and the points or box (inside the grid), and turns them into time indices and targets:
+one grid cell per point (two points in one cell share it) or one box of cells. A target is the unit
+of the block cache.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ..errors import ConfigError, DataError
+from .catalogue import Request, StoreRef, check_lat, check_lon, parse_time
+from .zarr_meta import StoreMeta, as_meta
+
+
+def valid_range(ds: "xr.Dataset | StoreMeta") -> tuple[pd.Timestamp, pd.Timestamp]:
+    """The store's valid times: its valid_time_start/stop attributes within its time axis."""
+    times = ds.times if isinstance(ds, StoreMeta) else ds["time"].values
+    lo, hi = pd.Timestamp(times[0]), pd.Timestamp(times[-1])
+    if "valid_time_start" in ds.attrs:
+        lo = max(lo, parse_time(str(ds.attrs["valid_time_start"])))
+    if "valid_time_stop" in ds.attrs:
+        hi = min(hi, parse_time(str(ds.attrs["valid_time_stop"]), end=True))
+    return lo, hi
+
+
+def _check_variables(meta: StoreMeta, variables: tuple[str, ...]) -> None:
+    if not variables:
+        raise ConfigError("no variables asked for; give at least one, e.g. 2m_temperature")
+    valid = sorted(meta.variables)
+    for name in variables:
+        if name not in meta.variables:
+            close = difflib.get_close_matches(name, valid, n=3)
+            listing = ", ".join(valid) if len(valid) <= 12 else f"{len(valid)} variables, e.g. {', '.join(valid[:6])}"
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise ConfigError(f"unknown variable {name!r}{hint} (this store has: {listing})")
+        dims = tuple(meta.variables[name]["dims"])
+        if dims[:1] != ("time",) or not {"latitude", "longitude"} <= set(dims):
+            raise ConfigError(f"variable {name!r} has dims {dims}; only (time, latitude, longitude) fields can be extracted")
+        if len(dims) != 3:
+            raise ConfigError(f"variable {name!r} has dims {dims}; only single-level (time, latitude, longitude) fields are supported")
+
+
+
+@dataclass(frozen=True)
+class Target:
+    """One unit of the cache: a single grid cell or a box of cells (store row/column indices)."""
+
+    key: str
+    rows: tuple[int, ...]
+    cols: tuple[int, ...]
+
+
+@dataclass
+class Plan:
+    """A request checked against a store: time indices, targets, and the store's grid."""
+
+    ref: StoreRef
+    request: Request
+    variables: tuple[str, ...]
+    i0: int  # first store time index
+    i1: int  # one past the last
+    times: np.ndarray
+    lat: np.ndarray
+    lon: np.ndarray
+    kind: str  # "points" or "box"
+    targets: list[Target]
+    requested: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def rows(self) -> np.ndarray:
+        return np.unique(np.concatenate([t.rows for t in self.targets]))
+
+    @property
+    def cols(self) -> np.ndarray:
+        return np.unique(np.concatenate([t.cols for t in self.targets]))
+
+
+def _coverage(lat: np.ndarray, lon: np.ndarray) -> str:
+    return f"latitude {lat.min():g}..{lat.max():g}, longitude {lon.min():g}..{lon.max():g} (0..360)"
+
+
+def _spacing(values: np.ndarray) -> float:
+    return float(np.median(np.abs(np.diff(values)))) if values.size > 1 else 0.25
+
+
+def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> Plan:
+    """Check ``request`` against the opened store (or its cached metadata) and resolve it to indices;
+    raise on bad input."""
+    meta = as_meta(ds)
+    variables = tuple(request.variables) if not isinstance(request.variables, str) else (request.variables,)
+    _check_variables(meta, variables)
+    if (request.points is None) == (request.box is None):
+        raise ConfigError("give either points or a box (not both, not neither)")
+
+    start, end = parse_time(request.start), parse_time(request.end, end=True)
+    if end < start:
+        raise ConfigError(f"end {request.end!r} is before start {request.start!r}")
+    lo, hi = valid_range(meta)
+    if start < lo or end > hi:
+        raise ConfigError(
+            f"time range {start:%Y-%m-%dT%H}..{end:%Y-%m-%dT%H} is outside this store's valid range "
+            f"{lo:%Y-%m-%dT%H}..{hi:%Y-%m-%dT%H}"
+        )
+    times = meta.times
+    i0 = int(np.searchsorted(times, np.datetime64(start), "left"))
+    i1 = int(np.searchsorted(times, np.datetime64(end), "right"))
+    if i1 <= i0:
+        raise DataError(f"no time steps between {start} and {end} in this store")
+
+    lat = meta.lat.astype(np.float64)
+    lon = meta.lon.astype(np.float64) % 360.0
+    dlat, dlon = _spacing(lat), _spacing(lon)
+    targets: list[Target] = []
+    requested: list[tuple[float, float]] = []
+    if request.points is not None:
+        if len(request.points) == 0:
+            raise ConfigError("points is empty; give at least one (lat, lon), e.g. 40,280")
+        seen = set()
+        for pt in request.points:
+            if len(pt) != 2:
+                raise ConfigError(f"point {pt!r} must be (lat, lon)")
+            plat, plon = check_lat(pt[0], "point"), check_lon(pt[1], "point")
+            r = int(np.argmin(np.abs(lat - plat)))
+            dist = np.abs((lon - plon % 360.0 + 180.0) % 360.0 - 180.0)
+            c = int(np.argmin(dist))
+            if abs(lat[r] - plat) > dlat / 2 + 1e-6 or dist[c] > dlon / 2 + 1e-6:
+                raise DataError(
+                    f"point ({plat:g}, {plon:g}) is outside this store's grid ({_coverage(lat, lon)})"
+                )
+            if (r, c) not in seen:
+                seen.add((r, c))
+                targets.append(Target(f"cell-r{r}-c{c}", (r,), (c,)))
+                requested.append((plat, plon))
+        kind = "points"
+    else:
+        if len(request.box) != 4:
+            raise ConfigError(f"box {request.box!r} must be (lat_min, lat_max, lon_min, lon_max)")
+        la0, la1 = check_lat(request.box[0], "box"), check_lat(request.box[1], "box")
+        lo0, lo1 = check_lon(request.box[2], "box"), check_lon(request.box[3], "box")
+        if la0 > la1:
+            raise ConfigError(f"box lat_min {la0} is above lat_max {la1}")
+        eps = 1e-6
+        rows = np.nonzero((lat >= la0 - eps) & (lat <= la1 + eps))[0]
+        a, b = lo0 % 360.0, lo1 % 360.0
+        if a == b and lo1 > lo0:  # e.g. -180..180 or 0..360: the whole circle
+            cols = np.argsort(lon)
+        elif a <= b:
+            cols = np.nonzero((lon >= a - eps) & (lon <= b + eps))[0]
+        else:  # from lon_min eastwards across the 0 meridian to lon_max
+            west = np.nonzero(lon >= a - eps)[0]
+            east = np.nonzero(lon <= b + eps)[0]
+            cols = np.concatenate([west[np.argsort(lon[west])], east[np.argsort(lon[east])]])
+        if rows.size == 0 or cols.size == 0:
+            raise DataError(
+                f"box {tuple(request.box)} selects no grid cells; this store covers {_coverage(lat, lon)}"
+            )
+        key = f"box-r{rows[0]}-{rows[-1]}-c{cols[0]}-{cols[-1]}-n{cols.size}"
+        targets.append(Target(key, tuple(int(r) for r in rows), tuple(int(c) for c in cols)))
+        kind = "box"
+    return Plan(ref, request, variables, i0, i1, times[i0:i1], lat, lon, kind, targets, requested)
