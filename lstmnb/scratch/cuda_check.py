@@ -89,7 +89,7 @@ def numba_cuda_reason() -> str | None:
 
         launch_probe_kernel(quiet_launches)
     except Exception as exc:  # anything: the point is that an optional engine never stops a run
-        reason = start_failure("numba-cuda", exc)
+        reason = start_failure("numba.cuda", exc)
         return f"{reason}; {NO_GPU_HINT}" if not gpu_visible_to_numba() else reason
     return None
 
