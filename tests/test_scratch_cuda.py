@@ -219,3 +219,22 @@ def test_versions_table_on_the_gpu_times_every_gpu_version(numba_gpu, tmp_path):
         ("numpy", "ok", "cpu"), ("numba-cuda", "ok", "cuda"), ("numba-cuda-block", "ok", "cuda"),
         ("torch-cuda", "ok", "cuda")]
     assert all(r["timing"]["run_s"] > 0 for r in recs)
+
+
+def test_block_kernel_has_one_barrier_per_time_step_forward_and_backward():
+    import ast
+    import inspect
+    import textwrap as tw
+
+    pytest.importorskip("numba.cuda")
+    from lstmnb.scratch import numba_cuda_block
+
+    tree = ast.parse(tw.dedent(inspect.getsource(numba_cuda_block.build_kernels)))
+
+    def barriers(node) -> int:
+        return sum(isinstance(n, ast.Call) and ast.unparse(n.func) == "cuda.syncthreads" for n in ast.walk(node))
+
+    time_loops = [n for n in ast.walk(tree) if isinstance(n, ast.For) and ast.unparse(n.target) == "t"
+                  and "cuda.syncthreads" in ast.unparse(n)]
+    assert [ast.unparse(loop.iter) for loop in time_loops] == ["range(T)", "range(T - 1, -1, -1)"]
+    assert [barriers(loop) for loop in time_loops] == [1, 1]
