@@ -136,16 +136,17 @@ def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, th
                 config: ScratchConfig):
     """The training engine of one version on the training data X (N, T, F), y (N, O).
 
-    Raises ConfigError for an unknown version and DeviceError when its device is absent
-    (``numba-cuda`` without CUDA or simulator, ``torch-cuda`` without a GPU).
+    Raises ConfigError for an unknown version and DeviceError when it cannot start here
+    (``numba-cuda*`` whose probe kernel fails: no GPU, no driver, a broken compiler; ``torch-cuda``
+    without a GPU).
     """
+    check_version(version)
     if version.startswith("numba-cuda"):
         from .cuda_check import numba_cuda_reason
 
         reason = numba_cuda_reason()  # before numba.cuda is imported: an import that fails is a reason too
         if reason is not None:
             raise DeviceError(reason)
-    check_version(version)
     dtype = resolve_dtype(config.dtype)
     X = np.ascontiguousarray(X, dtype=dtype)
     y = np.ascontiguousarray(y, dtype=dtype)
