@@ -3,13 +3,19 @@
     python benchmarks/scratch_versions.py                 # airline, 30 epochs, 5 alternated repeats
     python benchmarks/scratch_versions.py --data era5     # the ERA5 sample point series
     python benchmarks/scratch_versions.py --results results  # also append the run records
+    # the GPU setting of issue 13 (target: numba-cuda-block >= 5x numpy)
+    python benchmarks/scratch_versions.py --data era5 --hours 4368 --hidden 64 --batch-size 256 --epochs 5 \
+        --dtype float32 --versions numpy,numba-cpu,numba-cuda,numba-cuda-block,torch-cuda
 
 Part 1 is the versions table (`lstmnb scratch bench`): N epochs per version from the same weights, the
 versions alternated over repeats, median run time, compile time apart. Part 2 times one batch gradient
 (forward + BPTT) of numpy and of numba-cpu with 1 and with all threads, and torch with 1 and all threads,
 alternated, medians of many calls: it separates what compilation buys from what the threads buy. The
 load average is printed before and after: on a shared machine other processes take cores away, and
-multithreaded code suffers most (threads wait for each other at every barrier).
+multithreaded code suffers most (threads wait for each other at every barrier). Part 3, where a GPU
+version can start, times one optimiser step of each GPU version (synchronised), alternated, medians: what a
+thread per sample, a thread per hidden unit and cuDNN each cost per batch; a version that cannot start
+prints its reason instead.
 """
 
 from __future__ import annotations
@@ -88,10 +94,50 @@ def per_batch_times(data, config, rounds: int, calls: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def gpu_step_times(data, config, rounds: int, calls: int) -> dict[str, float | str]:
+    """Median milliseconds per optimiser step (device synchronised) of each GPU version that can start
+    here, or the reason it cannot."""
+    from lstmnb.scratch import LSTMShape, init_params
+    from lstmnb.scratch.bench import GPU_VERSIONS, skip_reason
+    from lstmnb.scratch.fit import engine_start, make_engine
+
+    X, y = data.X["train"], data.y["train"]
+    shape = LSTMShape(X.shape[2], config.hidden, y.shape[1])
+    theta = init_params(shape, config.seed, config.dtype)
+    idx = np.random.default_rng(0).permutation(len(X))[: config.batch_size]
+    engines: dict = {}
+    out: dict[str, float | str] = {}
+    for version in GPU_VERSIONS:
+        reason = skip_reason(version, config)
+        if reason is None:
+            try:
+                with engine_start(version):
+                    engines[version] = make_engine(version, shape, X, y, theta, config)
+                    for _ in range(3):  # compilation, cuDNN plans, caches
+                        engines[version].step(idx)
+                    engines[version].sync()
+            except Exception as exc:  # noqa: BLE001 - a benchmark reports what failed and goes on
+                reason = str(exc)
+        if reason is not None:
+            out[version] = reason
+    times: dict[str, list[float]] = {v: [] for v in engines}
+    for _ in range(rounds):
+        for version, engine in engines.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                engine.step(idx)
+            engine.sync()
+            times[version].append((time.perf_counter() - t0) / calls * 1e3)
+    out.update({v: statistics.median(t) for v, t in times.items()})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="airline")
     ap.add_argument("--window", type=int, default=None)
+    ap.add_argument("--hours", type=int, default=24 * 42, help="era5: hours of the series (default 1008)")
+    ap.add_argument("--dtype", default="float64", help="float64 (default) or float32")
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=30)
@@ -110,19 +156,19 @@ def main() -> None:
     from lstmnb.scratch.fit import VERSIONS, ScratchConfig
 
     window = args.window or default_window(args.data)
-    config = ScratchConfig(data=args.data, window=window, hidden=args.hidden, epochs=args.epochs,
-                           batch_size=args.batch_size)
+    config = ScratchConfig(data=args.data, window=window, hours=args.hours, hidden=args.hidden, epochs=args.epochs,
+                           batch_size=args.batch_size, dtype=args.dtype)
     data = load_data(config.data, config.window, config.hours)
     versions = args.versions.split(",") if args.versions else list(VERSIONS)
     print(f"{cpu_model()}, {os.cpu_count()} logical cores; numba threads {numba.config.NUMBA_NUM_THREADS}; "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; load average {os.getloadavg()[0]:.2f}")
     print(f"data {data.info['source']} {data.sizes()}, window {window}, hidden {config.hidden}, "
-          f"batch {config.batch_size}, {config.epochs} epochs, {args.repeats} repeats (median run_s)\n")
+          f"batch {config.batch_size}, {config.dtype}, {config.epochs} epochs, {args.repeats} repeats (median run_s)\n")
     table = versions_table(versions, config, repeats=args.repeats, data=data, record=args.results is not None,
                            record_path=args.results)
     print(format_table(table))
 
-    print(f"\none batch gradient (forward + BPTT), batch {config.batch_size}, median ms over {args.rounds} "
+    print(f"\none batch gradient (forward + BPTT, float64), batch {config.batch_size}, median ms over {args.rounds} "
           f"alternated rounds of {args.calls} calls:")
     t = per_batch_times(data, config, args.rounds, args.calls)
     for name, ms in t.items():
@@ -131,6 +177,11 @@ def main() -> None:
     one, many = t["numba-cpu, 1 thread"], t[f"numba-cpu, {n} threads"]
     print(f"numba-cpu: compiled code alone {t['numpy'] / one:.2f}x numpy; threads {one / many:.2f}x on {n} threads "
           f"(parallel efficiency {one / many / n:.0%}); together {t['numpy'] / many:.2f}x numpy")
+
+    print(f"\none optimiser step on the GPU ({config.dtype}), batch {config.batch_size}, median ms over "
+          f"{args.rounds} alternated rounds of {args.calls} steps:")
+    for name, ms in gpu_step_times(data, config, args.rounds, args.calls).items():
+        print(f"  {name:<17} {ms:8.3f} ms" if isinstance(ms, float) else f"  {name:<17} skipped: {ms}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -30,14 +30,18 @@ def test_notebook_runs_with_small_parameters(tmp_path):
     papermill.execute_notebook(
         str(NOTEBOOK), str(out), kernel_name="python3", progress_bar=False, cwd=str(tmp_path),
         parameters={"scratch_epochs": 2, "scratch_forecast_epochs": 3, "scratch_hidden": 8,
-                    "scratch_versions": ["loops", "numpy", "numba-cpu", "numba-cuda", "torch"],
+                    "scratch_versions": ["loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch"],
                     "output_dir": str(tmp_path), "results": str(results), "profile": "test"},
     )
     recs = read_records(results)
-    assert [r["version"] for r in recs] == ["loops", "numpy", "numba-cpu", "numba-cuda", "torch"]
+    assert [r["version"] for r in recs] == ["loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch"]
     assert all(r["profile"] == "test" and r["experiment"] == "scratch_versions" for r in recs)
     assert {p.name for p in (tmp_path / "figures").glob("*.png")} == {"07_data.png", "07_versions.png",
                                                                        "07_forecast.png"}
     text = "".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"
                    for o in c.outputs)
     assert "numpy" in text and "seasonal_naive" in text
+    by_version = {r["version"]: r for r in recs}
+    for v in ("numba-cuda", "numba-cuda-block"):  # without a GPU: skipped with the reason, and the notebook went on
+        if by_version[v]["status"] == "skipped":
+            assert "cannot start" in by_version[v]["reason"] and "numpy " in by_version[v]["reason"]

@@ -1,5 +1,5 @@
 """Every version of the from-scratch LSTM gives the numpy version's numbers; the CUDA kernel is
-checked under Numba's CUDA simulator; training beats a seasonal-naive forecast; the versions table
+checked under Numba's CUDA simulator (the block kernel in test_scratch_cuda.py); training beats a seasonal-naive forecast; the versions table
 records each version (GPU versions without a GPU as skipped)."""
 
 from __future__ import annotations
@@ -27,15 +27,6 @@ def toy(n: int = 23, steps: int = 7, seed: int = 0):
     X = rng.normal(size=(n, steps, SHAPE.n_features))
     y = np.tanh(X.sum(axis=1))[:, : SHAPE.n_outputs] + 0.1 * rng.normal(size=(n, SHAPE.n_outputs))
     return X, y
-
-
-def cuda_available() -> bool:
-    try:
-        from numba import cuda
-
-        return cuda.is_available()
-    except Exception:
-        return False
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
@@ -103,21 +94,32 @@ def test_cuda_kernel_under_the_simulator_matches_numpy():
     assert res["theta_err"] < 1e-10
 
 
-@pytest.mark.skipif(cuda_available(), reason="this machine has a CUDA GPU")
-def test_numba_cuda_without_gpu_or_simulator_is_a_clear_error_and_a_skipped_record(tmp_path):
+def test_gpu_versions_without_a_gpu_are_clear_errors_and_skipped_rows_while_the_rest_is_timed(tmp_path):
+    import numba
+
+    from lstmnb.scratch.cuda_check import numba_cuda_reason
+
+    if numba_cuda_reason() is None:
+        pytest.skip("numba.cuda runs kernels here (a GPU or the simulator)")
     X, y = toy()
     cfg = ScratchConfig(hidden=SHAPE.hidden, epochs=1, batch_size=8)
-    with pytest.raises(DeviceError, match="NUMBA_ENABLE_CUDASIM"):
-        fit("numba-cuda", SHAPE, X, y, cfg)
+    for version in ("numba-cuda", "numba-cuda-block"):
+        with pytest.raises(DeviceError, match="NUMBA_ENABLE_CUDASIM"):
+            fit(version, SHAPE, X, y, cfg)
     path = tmp_path / "runs.jsonl"
-    table = versions_table(["numpy", "numba-cuda", "torch-cuda"], ScratchConfig(epochs=2), repeats=1,
-                           record_path=path)
-    assert list(table["status"]) == ["ok", "skipped", "skipped"]
+    versions = ["numpy", "numba-cuda", "numba-cuda-block", "torch-cuda"]
+    table = versions_table(versions, ScratchConfig(epochs=2), repeats=1, record_path=path)
+    assert list(table["status"]) == ["ok", "skipped", "skipped", "skipped"]
+    assert table.loc["numpy", "run_s"] > 0 and np.isfinite(table.loc["numpy", "test_loss"])
     recs = {r["version"]: r for r in read_records(path)}
-    assert set(recs) == {"numpy", "numba-cuda", "torch-cuda"}
-    for v in ("numba-cuda", "torch-cuda"):
+    assert set(recs) == set(versions)
+    for v in versions[1:]:
         assert recs[v]["status"] == "skipped" and recs[v]["reason"]
         assert "timing" not in recs[v] and "metrics" not in recs[v]
+        assert f"numpy {np.__version__}" in recs[v]["reason"]  # the versions involved
+    for v in ("numba-cuda", "numba-cuda-block"):
+        assert recs[v]["reason"].startswith("numba.cuda cannot start: ")
+        assert f"numba {numba.__version__}" in recs[v]["reason"] and "numba-cuda " in recs[v]["reason"]
     ok = recs["numpy"]
     assert ok["experiment"] == "scratch_versions" and ok["status"] == "ok"
     assert ok["timing"]["epochs"] == 2 and ok["timing"]["run_s"] > 0 and ok["timing"]["compile_s"] >= 0
@@ -150,7 +152,7 @@ def test_bad_data_reaches_no_compiled_code():
     cfg = ScratchConfig(hidden=SHAPE.hidden)
     Xn = X.copy()
     Xn[4, 2, 0] = np.nan
-    for version in ("numba-cpu", "numba-cuda"):
+    for version in ("numba-cpu", "numba-cuda", "numba-cuda-block"):
         with pytest.raises(DataError, match="NaN"):
             fit(version, SHAPE, Xn, y, cfg)
         with pytest.raises(DataError, match="features per step"):

@@ -15,14 +15,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import DeviceError
+from ..errors import ConfigError, DeviceError
 from ..windows import SPLITS, error_metrics
 from .data import ScratchData, load_data
 from .fit import VERSIONS, FitResult, ScratchConfig, check_version, fit
 from .lstm import LSTMShape, predict
 
 EXPERIMENT = "scratch_versions"
-GPU_VERSIONS = ("numba-cuda", "torch-cuda")
+GPU_VERSIONS = ("numba-cuda", "numba-cuda-block", "torch-cuda")
 
 
 def evaluate(theta: np.ndarray, shape: LSTMShape, data: ScratchData) -> dict[str, Any]:
@@ -36,20 +36,27 @@ def evaluate(theta: np.ndarray, shape: LSTMShape, data: ScratchData) -> dict[str
     return out
 
 
-def skip_reason(version: str) -> str | None:
-    """Why ``version`` cannot be timed here (None when it can): no GPU, or only the CUDA simulator."""
-    if version == "numba-cuda":
-        try:
-            from .numba_cuda import cuda_status, simulator_enabled
-        except ImportError as exc:
-            return f"numba.cuda cannot be imported ({exc})"
-        if simulator_enabled():
-            return "NUMBA_ENABLE_CUDASIM=1: the CUDA simulator checks correctness only; its times mean nothing"
-        return cuda_status()[1]
-    if version == "torch-cuda":
-        import torch
+def skip_reason(version: str, config: ScratchConfig | None = None) -> str | None:
+    """Why ``version`` cannot be timed here (None when it can). GPU versions are asked by launching a
+    tiny kernel once (see ``cuda_check``): no GPU, no driver or a compiler that fails all give a reason
+    with the library versions; under Numba's CUDA simulator the kernels run but their times mean nothing.
+    With ``config``, a network too large for numba-cuda-block's thread blocks is a reason too."""
+    from .cuda_check import numba_cuda_reason, simulator_enabled, torch_cuda_reason
 
-        return None if torch.cuda.is_available() else "no CUDA GPU visible to PyTorch (torch.cuda.is_available() is False)"
+    if version.startswith("numba-cuda"):
+        reason = numba_cuda_reason()
+        if reason is None and simulator_enabled():
+            return "NUMBA_ENABLE_CUDASIM=1: the CUDA simulator checks correctness only; its times mean nothing"
+        if reason is None and version == "numba-cuda-block" and config is not None:
+            from .numba_cuda_block import check_block, default_samples_per_block
+
+            try:
+                check_block(config.hidden, default_samples_per_block(config.hidden, config.batch_size), config.dtype)
+            except ConfigError as exc:
+                return str(exc)
+        return reason
+    if version == "torch-cuda":
+        return torch_cuda_reason()
     return None
 
 
@@ -80,12 +87,10 @@ def versions_table(
     config.validate()
     versions = [check_version(v) for v in versions]
     if repeats < 1:
-        from ..errors import ConfigError
-
         raise ConfigError(f"repeats={repeats!r} must be at least 1")
     data = data or load_data(config.data, config.window, config.hours)
     shape = LSTMShape(n_features=data.X["train"].shape[2], hidden=config.hidden, n_outputs=data.y["train"].shape[1])
-    reasons = {v: skip_reason(v) for v in versions}
+    reasons = {v: skip_reason(v, config) for v in versions}
     runs: dict[str, list[FitResult]] = {v: [] for v in versions}
     for _ in range(repeats):
         for v in versions:
@@ -156,14 +161,15 @@ def versions_table(
 
 def format_table(table) -> str:
     """The versions table as aligned text (skipped rows say why)."""
-    lines = [f"{'version':<11} {'status':<8} {'compile_s':>9} {'run_s':>8} {'s/epoch':>8} "
+    w = max([len("version"), *(len(str(v)) for v in table.index)])
+    lines = [f"{'version':<{w}} {'status':<8} {'compile_s':>9} {'run_s':>8} {'s/epoch':>8} "
              f"{'vs loops':>8} {'vs numpy':>8} {'train_loss':>10} {'test_loss':>9} {'test_rmse':>9}"]
     for v, r in table.iterrows():
         if r["status"] != "ok":
-            lines.append(f"{v:<11} {r['status']:<8} {r['reason']}")
+            lines.append(f"{v:<{w}} {r['status']:<8} {r['reason']}")
             continue
         lines.append(
-            f"{v:<11} {r['status']:<8} {r['compile_s']:9.3f} {r['run_s']:8.3f} {r['s_per_epoch']:8.4f} "
+            f"{v:<{w}} {r['status']:<8} {r['compile_s']:9.3f} {r['run_s']:8.3f} {r['s_per_epoch']:8.4f} "
             f"{r['speedup_vs_loops']:8.1f} {r['speedup_vs_numpy']:8.2f} {r['train_loss']:10.4f} "
             f"{r['test_loss']:9.4f} {r['test_rmse']:9.2f}"
         )

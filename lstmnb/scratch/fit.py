@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DeviceError, LstmnbError
 from .data import DATASETS
 from .lstm import (
     LSTMShape,
@@ -27,7 +27,10 @@ from .lstm import (
 )
 from .optim import OPTIMIZERS, clip_grad_norm, make_optimizer
 
-VERSIONS = ("loops", "numpy", "numba-cpu", "numba-cuda", "torch", "torch-cuda")
+VERSIONS = ("loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch", "torch-cuda")
+# versions that need an optional compiler or device; one that cannot start raises DeviceError (never
+# another exception), so a versions table records it as skipped and goes on
+STARTABLE = ("numba-cpu", "numba-cuda", "numba-cuda-block", "torch-cuda")
 
 
 @dataclass
@@ -133,10 +136,17 @@ def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, th
                 config: ScratchConfig):
     """The training engine of one version on the training data X (N, T, F), y (N, O).
 
-    Raises ConfigError for an unknown version and DeviceError when its device is absent
-    (``numba-cuda`` without CUDA or simulator, ``torch-cuda`` without a GPU).
+    Raises ConfigError for an unknown version and DeviceError when it cannot start here
+    (``numba-cuda*`` whose probe kernel fails: no GPU, no driver, a broken compiler; ``torch-cuda``
+    without a GPU).
     """
     check_version(version)
+    if version.startswith("numba-cuda"):
+        from .cuda_check import numba_cuda_reason
+
+        reason = numba_cuda_reason()  # before numba.cuda is imported: an import that fails is a reason too
+        if reason is not None:
+            raise DeviceError(reason)
     dtype = resolve_dtype(config.dtype)
     X = np.ascontiguousarray(X, dtype=dtype)
     y = np.ascontiguousarray(y, dtype=dtype)
@@ -150,16 +160,34 @@ def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, th
 
         return HostEngine(NumbaCPUGrad(X, y, shape, config.batch_size, dtype), theta0, config, len(X))
     if version == "numba-cuda":
-        from ..errors import DeviceError
+        from .numba_cuda import NumbaCUDAGrad
 
-        try:
-            from .numba_cuda import NumbaCUDAGrad
-        except ImportError as exc:  # numba built without its CUDA target
-            raise DeviceError(f"numba-cuda is unavailable: numba.cuda cannot be imported ({exc})") from None
         return HostEngine(NumbaCUDAGrad(X, y, shape, config.batch_size, dtype), theta0, config, len(X))
+    if version == "numba-cuda-block":
+        from .numba_cuda_block import NumbaCUDABlockGrad
+
+        return HostEngine(NumbaCUDABlockGrad(X, y, shape, config.batch_size, dtype), theta0, config, len(X))
     from .torch_lstm import TorchEngine
 
     return TorchEngine(version, shape, X, y, theta0, config.optimizer, config.lr, config.clip)
+
+
+@contextmanager
+def engine_start(version: str):
+    """Building an engine and its first call (compilation, device start-up): for the versions in
+    STARTABLE any failure other than the project's own errors becomes a DeviceError naming the
+    exception and the library versions, e.g. numba-cuda whose compiler breaks under a newer NumPy."""
+    try:
+        yield
+    except LstmnbError:
+        raise
+    except Exception as exc:
+        if version not in STARTABLE:
+            raise
+        from .cuda_check import NUMBA_LIBS, TORCH_LIBS, start_failure
+
+        libs = TORCH_LIBS if version.startswith("torch") else NUMBA_LIBS if "cuda" in version else NUMBA_LIBS[:2]
+        raise DeviceError(start_failure(version, exc, libs)) from exc
 
 
 @dataclass
@@ -209,11 +237,12 @@ def fit(
         X_val = np.asarray(X_val, dtype=np.float64)  # cast once: validation is evaluated in float64 each epoch
     theta0 = init_params(shape, config.seed, config.dtype)
     with cpu_threads(version, config.threads):
-        engine = make_engine(version, shape, X_train, y_train, theta0, config)
-        t0 = time.perf_counter()
-        engine.warmup()
-        engine.sync()
-        compile_s = time.perf_counter() - t0
+        with engine_start(version):
+            engine = make_engine(version, shape, X_train, y_train, theta0, config)
+            t0 = time.perf_counter()
+            engine.warmup()
+            engine.sync()
+            compile_s = time.perf_counter() - t0
 
         epoch_s: list[float] = []
         step_losses: list[float] = []

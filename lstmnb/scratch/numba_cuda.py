@@ -18,35 +18,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import config as numba_config
 from numba import cuda
 
 from ..errors import DeviceError
+from .cuda_check import numba_cuda_reason, quiet_launches
 from .lstm import LSTMShape
 from .numba_cpu import sample_loss_grad
 
 THREADS_PER_BLOCK = 64
-
-
-def simulator_enabled() -> bool:
-    """True when Numba's CUDA simulator is on (it is read once, when numba is imported)."""
-    return bool(numba_config.ENABLE_CUDASIM)
-
-
-def cuda_status() -> tuple[bool, str | None]:
-    """(usable, reason if not): a real CUDA GPU, or the simulator."""
-    if simulator_enabled():
-        return True, None
-    try:
-        ok = cuda.is_available()
-    except Exception as exc:  # a broken driver install reports here, not deep inside a launch
-        return False, f"numba.cuda could not initialise CUDA: {exc}"
-    if not ok:
-        return False, (
-            "numba-cuda needs an NVIDIA GPU with a working CUDA driver (numba.cuda.is_available() is False); "
-            "for a correctness check without a GPU set NUMBA_ENABLE_CUDASIM=1 before Python starts"
-        )
-    return True, None
 
 
 sample_loss_grad_dev = cuda.jit(device=True)(sample_loss_grad)
@@ -102,8 +81,8 @@ class NumbaCUDAGrad:
     """Device-resident data and workspaces; ``__call__`` gives (mean loss, gradient) for a batch."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, shape: LSTMShape, batch_size: int, dtype: np.dtype):
-        ok, reason = cuda_status()
-        if not ok:
+        reason = numba_cuda_reason()
+        if reason is not None:
             raise DeviceError(reason)
         self.H, self.O, self.P = shape.hidden, shape.n_outputs, shape.n_params
         T = X.shape[1]
@@ -133,11 +112,12 @@ class NumbaCUDAGrad:
         d_idx = self.d_idx[:B]
         d_idx.copy_to_device(np.ascontiguousarray(idx, dtype=np.int64))
         scale = 2.0 / (B * self.O)
-        per_sample_kernel[math.ceil(B / THREADS_PER_BLOCK), THREADS_PER_BLOCK](
-            self.d_X, self.d_y, d_idx, *self.weights, *self.grads, self.losses,
-            self.d_acts, self.d_cs, self.d_hs, self.d_tcs, self.d_work, scale,
-        )
         n = self.P + 1
-        reduce_kernel[math.ceil(n / 128), 128](self.d_parts, B, self.d_out)
+        with quiet_launches():  # a small batch is a small grid: Numba warns of low occupancy, on purpose here
+            per_sample_kernel[math.ceil(B / THREADS_PER_BLOCK), THREADS_PER_BLOCK](
+                self.d_X, self.d_y, d_idx, *self.weights, *self.grads, self.losses,
+                self.d_acts, self.d_cs, self.d_hs, self.d_tcs, self.d_work, scale,
+            )
+            reduce_kernel[math.ceil(n / 128), 128](self.d_parts, B, self.d_out)
         out = self.d_out.copy_to_host()  # gradient and loss: P + 1 numbers back per batch
         return float(out[self.P]) / (B * self.O), out[: self.P].astype(theta.dtype, copy=False)

@@ -1,0 +1,123 @@
+"""Can a GPU engine start here? Each is asked by doing the real thing once: compile and launch a tiny
+kernel (numba-cuda) or run a tiny operation on the GPU (torch-cuda), catching whatever goes wrong.
+
+No version guessing: a numba-cuda that cannot compile under the installed NumPy (for example
+``AttributeError: module 'numpy' has no attribute 'row_stack'`` raised inside numba-cuda's compiler),
+a missing driver and an absent GPU all show up the same way, as an exception from the attempt. The
+answer is a reason (one line, with the library versions involved) or None, computed once per process.
+Nothing here imports numba or torch until a check is asked for.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import warnings
+from contextlib import contextmanager
+from importlib import metadata
+
+NO_GPU_HINT = ("without a GPU, NUMBA_ENABLE_CUDASIM=1 (set before Python starts) runs the kernels in Numba's "
+               "CUDA simulator, for correctness only")
+MAX_MESSAGE = 300  # characters of an exception's message kept in a reason
+
+
+def library_version(name: str) -> str:
+    """Installed version of the distribution ``name`` ('not installed' when absent)."""
+    for candidate in (name, name.replace("-", "_")):
+        try:
+            return metadata.version(candidate)
+        except metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def versions_note(names: tuple[str, ...]) -> str:
+    """'numpy 2.4.6, numba 0.61.0, numba-cuda not installed': what a reason should name."""
+    return ", ".join(f"{n} {library_version(n)}" for n in names)
+
+
+NUMBA_LIBS = ("numpy", "numba", "numba-cuda")
+TORCH_LIBS = ("numpy", "torch")
+
+
+def start_failure(engine: str, exc: BaseException, libs: tuple[str, ...] = NUMBA_LIBS) -> str:
+    """One line saying why ``engine`` could not start: the exception's type and message (whitespace
+    collapsed, shortened) and the versions of the libraries involved."""
+    message = re.sub(r"\s+", " ", str(exc)).strip()
+    if len(message) > MAX_MESSAGE:
+        message = message[: MAX_MESSAGE - 3] + "..."
+    what = type(exc).__name__ + (f": {message}" if message else "")
+    return f"{engine} cannot start: {what} ({versions_note(libs)})"
+
+
+def performance_warnings() -> tuple[type[Warning], ...]:
+    """Numba's NumbaPerformanceWarning class(es): numba's own and numba-cuda's where it has its own."""
+    found: list[type[Warning]] = []
+    for module in ("numba.core.errors", "numba.cuda.core.errors"):
+        try:
+            cls = getattr(__import__(module, fromlist=["NumbaPerformanceWarning"]), "NumbaPerformanceWarning")
+        except (ImportError, AttributeError):
+            continue
+        if cls not in found:
+            found.append(cls)
+    return tuple(found)
+
+
+@contextmanager
+def quiet_launches():
+    """Silence NumbaPerformanceWarning (low occupancy of a small grid, host arrays copied) for the
+    kernel launches inside the block: the engines choose their grids on purpose, and a user cannot act
+    on the warning. Other warnings pass through."""
+    with warnings.catch_warnings():
+        for cls in performance_warnings():
+            warnings.simplefilter("ignore", cls)
+        yield
+
+
+def simulator_enabled() -> bool:
+    """True when Numba's CUDA simulator is on (numba reads NUMBA_ENABLE_CUDASIM when it is imported)."""
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+@functools.cache
+def numba_cuda_reason() -> str | None:
+    """None when a numba.cuda kernel compiles and runs here (a GPU, or the simulator), else why not."""
+    try:
+        from .cuda_probe import launch_probe_kernel
+
+        launch_probe_kernel(quiet_launches)
+    except Exception as exc:  # anything: the point is that an optional engine never stops a run
+        reason = start_failure("numba.cuda", exc)
+        return f"{reason}; {NO_GPU_HINT}" if not gpu_visible_to_numba() else reason
+    return None
+
+
+def gpu_visible_to_numba() -> bool:
+    """True when numba.cuda sees a CUDA GPU (or runs its simulator); False where it cannot even ask."""
+    try:
+        from numba import cuda
+
+        return simulator_enabled() or bool(cuda.is_available())
+    except Exception:
+        return False
+
+
+@functools.cache
+def torch_cuda_reason() -> str | None:
+    """None when PyTorch can run an operation on a CUDA GPU here, else why not."""
+    try:
+        import torch
+    except Exception as exc:
+        return start_failure("torch-cuda", exc, TORCH_LIBS)
+    if not torch.cuda.is_available():
+        return (f"torch-cuda cannot start: no CUDA GPU visible to PyTorch (torch.cuda.is_available() is False; "
+                f"{versions_note(TORCH_LIBS)}, built with CUDA {torch.version.cuda})")
+    try:
+        value = float((torch.arange(4.0, device="cuda") ** 2).sum().item())
+        if value != 14.0:
+            raise RuntimeError(f"a sum of squares on the GPU gave {value} instead of 14")
+    except Exception as exc:
+        return start_failure("torch-cuda", exc, TORCH_LIBS)
+    return None

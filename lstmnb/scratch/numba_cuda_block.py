@@ -1,0 +1,288 @@
+"""The ``numba-cuda-block`` version: a thread block per sample (or a few), a thread per hidden unit.
+
+Parallel idea, beyond ``numba-cuda`` (one thread runs a whole sample serially): inside each sample the
+H hidden units are computed at once, and the samples of the batch are spread over the grid.
+
+* Block = S samples x H threads (``blockDim = (H, S)``). Thread k of a sample computes the four gate
+  pre-activations of unit k (four independent dot products: the gates run side by side in the
+  thread's pipeline), then c_t and h_t of unit k. c_t stays in the thread's register; h_t goes to
+  shared memory, double-buffered, so **one** ``cuda.syncthreads()`` per time step is enough: step t
+  reads buffer t % 2 and writes the other, and a thread can only overwrite a buffer after every thread
+  has passed the barrier of the step that read it.
+* Backward (BPTT) the same way: thread k forms the four gate gradients of unit k from dh and dc (dc in
+  its register), writes them to shared memory (double-buffered), one barrier, then dh_{t-1}[k] =
+  sum_r W_hh[r, k] da_t[r] over all 4H rows.
+* Then threads are spread over all parameters (every hidden unit and gate): each entry of the
+  gradient is summed over the block's samples and time steps into the block's row of a
+  (blocks x parameters) buffer, and a second kernel sums the rows (one thread per parameter).
+* Weights are read from global memory (cached), laid out so that neighbouring threads read
+  neighbouring addresses: W_ih^T and W_hh^T for the forward pass, W_hh for the backward pass.
+
+Why not one thread per gate row (4H threads per sample)? The four gates of a unit would then sit in
+four threads, and c_t needs all four: a second barrier per step, or warp shuffles, which Numba's CUDA
+simulator (the only way to test CUDA kernels without a GPU) cannot run.
+
+Numbers from the same equations as ``loss_and_grad_numpy``; tested under the simulator. Kernels are
+compiled once per (dtype, hidden, samples per block), at the first launch.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda, from_dtype
+
+from ..errors import ConfigError, DeviceError
+from .cuda_check import numba_cuda_reason, quiet_launches
+from .lstm import LSTMShape
+
+THREADS_TARGET = 128  # threads per block the default samples-per-block aims at
+MAX_THREADS = 1024  # CUDA's limit per block
+SHARED_BYTES = 48 * 1024  # static shared memory a block may use without opting in
+REDUCE_THREADS = 128
+
+
+def default_samples_per_block(hidden: int, batch_size: int) -> int:
+    """Samples per block: enough to give a block about THREADS_TARGET threads, at most the batch."""
+    return max(1, min(int(batch_size), THREADS_TARGET // int(hidden)))
+
+
+def check_block(hidden: int, samples: int, dtype: np.dtype) -> None:
+    """ConfigError when a block of ``samples`` x ``hidden`` threads, with its shared buffers, cannot launch."""
+    if not isinstance(samples, (int, np.integer)) or samples < 1:
+        raise ConfigError(f"samples_per_block={samples!r} must be a positive whole number")
+    if hidden * samples > MAX_THREADS:
+        raise ConfigError(f"numba-cuda-block runs hidden x samples_per_block = {hidden} x {samples} threads per "
+                          f"block; CUDA allows at most {MAX_THREADS} (hidden <= {MAX_THREADS})")
+    shared = 2 * samples * 5 * hidden * np.dtype(dtype).itemsize  # h (H) and gate gradients (4H), two buffers
+    if shared > SHARED_BYTES:
+        raise ConfigError(f"numba-cuda-block needs {shared} bytes of shared memory per block for hidden={hidden}, "
+                          f"samples_per_block={samples}, {np.dtype(dtype).name}; at most {SHARED_BYTES} "
+                          f"(use a smaller hidden size or float32)")
+
+
+@functools.cache
+def build_kernels(dtype_name: str, H: int, S: int):
+    """The forward+backward kernel and the reduction kernel for one dtype, hidden size and block shape.
+
+    H and S are compile-time constants (they size the shared buffers); constants typed in the working
+    dtype keep float32 arithmetic in float32.
+    """
+    nb_dtype = from_dtype(np.dtype(dtype_name))
+    scalar = np.dtype(dtype_name).type
+    ZERO, HALF, ONE = scalar(0.0), scalar(0.5), scalar(1.0)
+    G4 = 4 * H
+
+    @cuda.jit
+    def lstm_block_kernel(X, Y, idx, B, WxT, WhT, Wh, b, W_out, b_out, scale,
+                          acts, cs, tcs, hs, da, err, parts):  # pragma: no cover - compiled
+        """Block blk: forward, loss and BPTT of batch slots blk*S ... blk*S+S-1, then their gradient
+        (and, last, their summed squared error) into parts[blk]."""
+        k = cuda.threadIdx.x  # hidden unit
+        sl = cuda.threadIdx.y  # sample slot inside the block
+        blk = cuda.blockIdx.x
+        s = blk * S + sl  # slot in the batch; slots past the batch rerun the last sample and are not summed
+        n = idx[min(s, B - 1)]
+        T = X.shape[1]
+        F = X.shape[2]
+        O = Y.shape[1]
+        h_sh = cuda.shared.array((2, S, H), nb_dtype)
+        da_sh = cuda.shared.array((2, S, G4), nb_dtype)
+        h_sh[0, sl, k] = ZERO
+        hs[s, 0, k] = ZERO
+        cs[s, 0, k] = ZERO
+        c = ZERO
+        cur = 0
+        cuda.syncthreads()
+        for t in range(T):  # forward
+            a_i = b[k]
+            a_f = b[H + k]
+            a_g = b[2 * H + k]
+            a_o = b[3 * H + k]
+            for j in range(F):
+                xv = X[n, t, j]
+                a_i += WxT[j, k] * xv
+                a_f += WxT[j, H + k] * xv
+                a_g += WxT[j, 2 * H + k] * xv
+                a_o += WxT[j, 3 * H + k] * xv
+            for m in range(H):
+                hv = h_sh[cur, sl, m]
+                a_i += WhT[m, k] * hv
+                a_f += WhT[m, H + k] * hv
+                a_g += WhT[m, 2 * H + k] * hv
+                a_o += WhT[m, 3 * H + k] * hv
+            i = HALF + HALF * math.tanh(HALF * a_i)  # sigmoid, written as NumPy's version writes it
+            f = HALF + HALF * math.tanh(HALF * a_f)
+            g = math.tanh(a_g)
+            o = HALF + HALF * math.tanh(HALF * a_o)
+            c = f * c + i * g
+            tc = math.tanh(c)
+            h = o * tc
+            acts[s, t, k] = i
+            acts[s, t, H + k] = f
+            acts[s, t, 2 * H + k] = g
+            acts[s, t, 3 * H + k] = o
+            cs[s, t + 1, k] = c
+            tcs[s, t, k] = tc
+            hs[s, t + 1, k] = h
+            h_sh[1 - cur, sl, k] = h
+            cuda.syncthreads()  # the step's one barrier: all of h_t is in shared memory
+            cur = 1 - cur
+        for q in range(k, O, H):  # read-out: the units share the outputs
+            yh = b_out[q]
+            for m in range(H):
+                yh += W_out[q, m] * h_sh[cur, sl, m]
+            err[s, q] = yh - Y[n, q]
+        cuda.syncthreads()
+        dh = ZERO
+        for q in range(O):
+            dh += W_out[q, k] * err[s, q]
+        dh *= scale
+        dc = ZERO
+        cur = 0
+        for t in range(T - 1, -1, -1):  # backward through time
+            i = acts[s, t, k]
+            f = acts[s, t, H + k]
+            g = acts[s, t, 2 * H + k]
+            o = acts[s, t, 3 * H + k]
+            tc = tcs[s, t, k]
+            dc += dh * o * (ONE - tc * tc)
+            d_i = dc * g * i * (ONE - i)
+            d_f = dc * cs[s, t, k] * f * (ONE - f)
+            d_g = dc * i * (ONE - g * g)
+            d_o = dh * tc * o * (ONE - o)
+            dc *= f
+            da[s, t, k] = d_i
+            da[s, t, H + k] = d_f
+            da[s, t, 2 * H + k] = d_g
+            da[s, t, 3 * H + k] = d_o
+            da_sh[cur, sl, k] = d_i
+            da_sh[cur, sl, H + k] = d_f
+            da_sh[cur, sl, 2 * H + k] = d_g
+            da_sh[cur, sl, 3 * H + k] = d_o
+            cuda.syncthreads()  # the step's one barrier: all gate gradients of step t are in shared memory
+            dh = ZERO
+            for r in range(G4):
+                dh += Wh[r, k] * da_sh[cur, sl, r]
+            cur = 1 - cur
+        cuda.syncthreads()  # the block's da, hs and err (global memory) are now visible to all its threads
+        # the block's gradient: threads over all parameters, each summed over samples and time steps
+        n_valid = min(S, B - blk * S)
+        o_whh = G4 * F
+        o_b = o_whh + G4 * H
+        o_wout = o_b + G4
+        o_bout = o_wout + O * H
+        P = o_bout + O
+        for p in range(sl * H + k, P + 1, S * H):
+            acc = ZERO
+            for u in range(n_valid):
+                s2 = blk * S + u
+                if p < o_whh:
+                    r = p // F
+                    j = p - r * F
+                    n2 = idx[s2]
+                    for t in range(T):
+                        acc += da[s2, t, r] * X[n2, t, j]
+                elif p < o_b:
+                    r = (p - o_whh) // H
+                    m = p - o_whh - r * H
+                    for t in range(T):
+                        acc += da[s2, t, r] * hs[s2, t, m]
+                elif p < o_wout:
+                    for t in range(T):
+                        acc += da[s2, t, p - o_b]
+                elif p < o_bout:
+                    q = (p - o_wout) // H
+                    m = p - o_wout - q * H
+                    acc += scale * err[s2, q] * hs[s2, T, m]
+                elif p < P:
+                    acc += scale * err[s2, p - o_bout]
+                else:
+                    for q in range(O):
+                        acc += err[s2, q] * err[s2, q]
+            parts[blk, p] = acc
+
+    @cuda.jit
+    def reduce_kernel(parts, n_blocks, out):  # pragma: no cover - compiled
+        """Thread p: out[p] = sum of parts[:n_blocks, p] (gradient entries and, last, the squared error)."""
+        p = cuda.grid(1)
+        if p < out.shape[0]:
+            acc = ZERO
+            for blk in range(n_blocks):
+                acc += parts[blk, p]
+            out[p] = acc
+
+    return lstm_block_kernel, reduce_kernel
+
+
+class NumbaCUDABlockGrad:
+    """Device-resident data and workspaces; ``__call__`` gives (mean loss, gradient) for a batch."""
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, shape: LSTMShape, batch_size: int, dtype: np.dtype,
+                 samples_per_block: int | None = None):
+        reason = numba_cuda_reason()
+        if reason is not None:
+            raise DeviceError(reason)
+        dtype = np.dtype(dtype)
+        H, O, P = self.H, self.O, self.P = shape.hidden, shape.n_outputs, shape.n_params
+        F = shape.n_features
+        S = self.S = samples_per_block or default_samples_per_block(H, batch_size)
+        check_block(H, S, dtype)
+        self.kernel, self.reduce = build_kernels(dtype.name, H, S)
+        T = X.shape[1]
+        self.batch_size = int(batch_size)
+        slots = math.ceil(self.batch_size / S) * S  # every slot of every block has its workspace
+        self.d_X = cuda.to_device(np.ascontiguousarray(X, dtype=dtype))  # read-only data, resident
+        self.d_y = cuda.to_device(np.ascontiguousarray(y, dtype=dtype))
+        self.d_idx = cuda.device_array(self.batch_size, dtype=np.int64)
+        # weights as they travel each batch: theta, then W_ih^T and W_hh^T (coalesced forward reads)
+        self.d_w = cuda.device_array(P + 4 * H * F + 4 * H * H, dtype=dtype)
+        offsets = shape.offsets()
+        self.weights = {name: self.d_w[start : start + math.prod(shp)].reshape(shp)
+                        for name, (start, shp) in offsets.items()}
+        self.d_WxT = self.d_w[P : P + 4 * H * F].reshape((F, 4 * H))
+        self.d_WhT = self.d_w[P + 4 * H * F :].reshape((H, 4 * H))
+        self.offsets = offsets
+        self.host_w = np.empty(P + 4 * H * F + 4 * H * H, dtype=dtype)
+        self.d_acts = cuda.device_array((slots, T, 4 * H), dtype=dtype)
+        self.d_da = cuda.device_array((slots, T, 4 * H), dtype=dtype)
+        self.d_cs = cuda.device_array((slots, T + 1, H), dtype=dtype)
+        self.d_hs = cuda.device_array((slots, T + 1, H), dtype=dtype)
+        self.d_tcs = cuda.device_array((slots, T, H), dtype=dtype)
+        self.d_err = cuda.device_array((slots, O), dtype=dtype)
+        self.d_parts = cuda.device_array((slots // S, P + 1), dtype=dtype)
+        self.d_out = cuda.device_array(P + 1, dtype=dtype)
+        self.dtype = dtype
+
+    def upload_weights(self, theta: np.ndarray) -> None:
+        """theta and the transposed input and recurrent weights, in one copy to the device."""
+        P, H = self.P, self.H
+        F = self.d_WxT.shape[0]
+        w = self.host_w
+        w[:P] = theta
+        start, shp = self.offsets["W_ih"]
+        w[P : P + 4 * H * F] = theta[start : start + 4 * H * F].reshape(shp).T.ravel()
+        start, shp = self.offsets["W_hh"]
+        w[P + 4 * H * F :] = theta[start : start + 4 * H * H].reshape(shp).T.ravel()
+        self.d_w.copy_to_device(w)
+
+    def __call__(self, theta: np.ndarray, idx: np.ndarray) -> tuple[float, np.ndarray]:
+        B = len(idx)
+        if B > self.batch_size:
+            raise DeviceError(f"batch of {B} samples is larger than the {self.batch_size} the buffers were sized for")
+        self.upload_weights(theta)
+        d_idx = self.d_idx[:B]
+        d_idx.copy_to_device(np.ascontiguousarray(idx, dtype=np.int64))
+        n_blocks = math.ceil(B / self.S)
+        scale = self.dtype.type(2.0 / (B * self.O))
+        w = self.weights
+        with quiet_launches():
+            self.kernel[n_blocks, (self.H, self.S)](
+                self.d_X, self.d_y, d_idx, B, self.d_WxT, self.d_WhT, w["W_hh"], w["b"], w["W_out"], w["b_out"],
+                scale, self.d_acts, self.d_cs, self.d_tcs, self.d_hs, self.d_da, self.d_err, self.d_parts,
+            )
+            self.reduce[math.ceil((self.P + 1) / REDUCE_THREADS), REDUCE_THREADS](self.d_parts, n_blocks, self.d_out)
+        out = self.d_out.copy_to_host()  # gradient and squared error: P + 1 numbers back per batch
+        return float(out[self.P]) / (B * self.O), out[: self.P].astype(theta.dtype, copy=False)
