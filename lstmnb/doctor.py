@@ -90,14 +90,16 @@ def torch_checks() -> list[Check]:
 
 
 def numba_checks() -> list[Check]:
-    ok, detail = _version("numba")
-    rows = [Check("numba", OK if ok else MISSING, detail)]
-    if not ok:
-        return rows
-    from .scratch.numba_cuda import cuda_status
+    """numba, and numba-cuda by compiling and launching a tiny kernel (the from-scratch bench's probe)."""
+    from .scratch.cuda_check import library_version, numba_cuda_reason
 
-    usable, reason = cuda_status()
-    rows.append(Check("numba-cuda", OK if usable else ABSENT, "usable" if usable else reason or "not usable"))
+    version = library_version("numba")
+    rows = [Check("numba", OK if version != "not installed" else MISSING, version)]
+    if version == "not installed":
+        return rows
+    reason = numba_cuda_reason()
+    rows.append(Check("numba-cuda", OK if reason is None else ABSENT,
+                      f"usable ({library_version('numba-cuda')})" if reason is None else reason))
     return rows
 
 

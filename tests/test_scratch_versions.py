@@ -234,3 +234,10 @@ def test_era5_point_series_trains_through_the_core_pipeline():
     np.testing.assert_allclose(a.step_losses, b.step_losses, rtol=1e-9)
     m = evaluate(a.theta, shape, data)
     assert np.isfinite(m["test_rmse"]) and m["test_rmse"] < 10
+
+
+def test_cli_lists_every_version():
+    from lstmnb.cli.scratch_cmd import SCRATCH_VERSIONS
+    from lstmnb.scratch.fit import VERSIONS
+
+    assert SCRATCH_VERSIONS == VERSIONS

@@ -6,8 +6,12 @@ import argparse
 
 from .options import add_results_args, results_path, save_plot
 
+# the from-scratch versions, as lstmnb.scratch.fit.VERSIONS names them (kept here so that parsing does
+# not import numba; tests/test_scratch_versions.py checks the two agree)
+SCRATCH_VERSIONS = ("loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch", "torch-cuda")
+
 def add_scratch(sub, full: bool) -> None:
-    p = sub.add_parser("scratch", help="the from-scratch LSTM: versions table (loops, numpy, numba, CUDA, torch)",
+    p = sub.add_parser("scratch", help="the from-scratch LSTM: versions table (loops, numpy, numba, CUDA per sample and per block, torch)",
                        description="The LSTM written from its equations (NumPy, backprop through time) and its "
                                    "parallel versions; see `lstmnb scratch bench --help`.")
     ssub = p.add_subparsers(dest="scratch_command", metavar="ACTION")
@@ -20,7 +24,7 @@ def add_scratch(sub, full: bool) -> None:
                     "are recorded as skipped.",
     )
     b.add_argument("--versions", default=None,
-                   help="comma-separated versions (default all: loops,numpy,numba-cpu,numba-cuda,torch,torch-cuda)")
+                   help="comma-separated versions (default all: " + ",".join(SCRATCH_VERSIONS) + ")")
     b.add_argument("--data", default="airline", help="airline (default) or era5 (the embedded sample point series)")
     b.add_argument("--window", type=int, default=None, help="input steps per sample (default 12 airline, 24 era5)")
     b.add_argument("--hours", type=int, default=24 * 42, help="era5: hours of the series (default 1008)")
