@@ -19,8 +19,9 @@ def test_make_request_and_config():
     box = steps.make_request(box=[38, 42, 279, 281])
     assert box.points is None and box.box == (38.0, 42.0, 279.0, 281.0)
     cfg = steps.make_config(device="cpu", epochs=2, threads=None, batch_size=None, fractions=[0.6, 0.2, 0.2])
+    assert steps.make_config("published").batch_size == 64 and steps.make_config("published").preset == "published"
     assert cfg.epochs == 2 and cfg.threads is None and cfg.fractions == (0.6, 0.2, 0.2)
-    assert cfg.batch_size == 64  # None keeps the default
+    assert cfg.batch_size == 256 and cfg.preset == "recommended"  # None keeps the preset's value
     with pytest.raises(ConfigError, match="unknown training parameter.*epoch"):
         steps.make_config(epoch=2)
     with pytest.raises(ConfigError, match="batch_size=0"):

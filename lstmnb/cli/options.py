@@ -100,14 +100,24 @@ def option_type(name: str, hint):
     raise TypeError(f"TrainConfig.{name}: no command-line option type for {hint!r}; teach lstmnb.cli.options.option_type")
 
 
+def option_help(f) -> str:
+    """A training option's help: the field's text, its default, and what the published preset uses instead."""
+    from ..training import PRESETS
+
+    published = PRESETS["published"]
+    extra = f"; published: {published[f.name]}" if f.name in published else ""
+    return f.metadata.get("help", "") + f" (default: {f.default}{extra})"
+
+
 def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     """One option per TrainConfig field, typed from its annotation (`--batch-size 256`, `--no-progress`),
-    with the field's help text. Callers add them only to the sub-command that parses (building them
-    imports torch, about a second, which `lstmnb data` and `lstmnb --help` do not need)."""
+    with the field's help text. An option not given keeps the value of ``--preset`` (default: recommended).
+    Callers add them only to the sub-command that parses (building them imports torch, about a second,
+    which `lstmnb data` and `lstmnb --help` do not need)."""
     import dataclasses
     import typing
 
-    from ..training import TrainConfig
+    from ..training import PRESETS, TrainConfig
 
     hints = typing.get_type_hints(TrainConfig)
     g = p.add_argument_group("training")
@@ -116,20 +126,24 @@ def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
             continue
         flag = "--" + f.name.replace("_", "-")
         kind = option_type(f.name, hints[f.name])
-        help_ = f.metadata.get("help", "") + f" (default: {f.default})"
-        if kind is bool:
-            g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default, help=help_)
+        if f.name == "preset":
+            g.add_argument(flag, dest=f.name, choices=tuple(PRESETS), default=argparse.SUPPRESS, help=option_help(f))
+        elif kind is bool:
+            g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                           help=option_help(f))
         else:
-            g.add_argument(flag, dest=f.name, type=kind, default=f.default, help=help_)
+            g.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS, help=option_help(f))
 
 
-def train_config_from_args(args: argparse.Namespace):
+def train_config_from_args(args: argparse.Namespace, **fixed):
+    """The TrainConfig of ``--preset`` (default recommended) with the options given on top, then ``fixed``."""
     import dataclasses
 
-    from ..training import TrainConfig
+    from ..training import TrainConfig, preset_config
 
-    return TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
-                          if hasattr(args, f.name)})
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+             if f.name != "preset" and hasattr(args, f.name)}
+    return preset_config(getattr(args, "preset", "recommended"), **{**given, **fixed})
 
 
 def add_results_args(p: argparse.ArgumentParser) -> None:

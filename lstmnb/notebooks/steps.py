@@ -36,18 +36,19 @@ def make_request(source: str = "sample", points: Sequence[Sequence[float]] | Non
     )
 
 
-def make_config(**knobs: Any):
-    """A ``TrainConfig`` from notebook knobs; None values keep the default, unknown names are an error.
+def make_config(preset: str = "recommended", **knobs: Any):
+    """A ``TrainConfig`` from notebook knobs on top of ``preset`` (recommended, or published for the
+    epochs experiments); None values keep the preset's value, unknown names are an error.
 
     (A profile's measured ``recommended`` setting is applied on top with ``train.with_overrides``.)
     """
-    from ..training import config_from_dict
+    from ..training import preset_config
 
     values = {k: v for k, v in knobs.items() if v is not None}
     for key in ("fractions", "split_dates"):
         if key in values and isinstance(values[key], list):
             values[key] = tuple(values[key])
-    cfg = config_from_dict(values)
+    cfg = preset_config(preset, **values)
     cfg.validate()
     return cfg
 

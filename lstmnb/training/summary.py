@@ -48,6 +48,7 @@ def summarize_timing(history: list[dict[str, Any]]) -> dict[str, Any]:
 
 def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: torch.device,
                    history: list[dict[str, Any]], stopped_early: bool, data_info: dict[str, Any] | None,
+                   stop_reason: str,
                    memory: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
     pred = predict(core, windows.x["test"], device, cfg.eval_batch_size).cpu().numpy()
@@ -64,7 +65,7 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
         "climatology_rmse_k": base["climatology"]["rmse"], "climatology_mae_k": base["climatology"]["mae"],
         "val_persistence_rmse_k": windows.baselines["val"]["persistence"]["rmse"],
         "best_val_rmse_k": min((h["val_rmse_k"] for h in history), default=None),
-        "epochs_run": len(history), "stopped_early": stopped_early,
+        "epochs_run": len(history), "stopped_early": stopped_early, "stop_reason": stop_reason,
     }
     data = dict(data_info or {})
     data.update(sizes=windows.sizes(), split_times=windows.split_times, features=windows.features,

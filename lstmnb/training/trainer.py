@@ -137,6 +137,7 @@ class Trainer:
         self.best: dict[str, Any] = {"val_rmse_k": math.inf, "epoch": None, "state": None}
         self.start_epoch = 0
         self.stopped_early = False
+        self.stop_reason: str | None = None
         self.peak_since_reset = False  # set by start_peak_memory: the memory figure is this run's own
         self.x_val = torch.from_numpy(windows.x["val"]).to(device)
         self.y_val = torch.from_numpy(windows.y["val"]).to(device)
@@ -341,14 +342,27 @@ class Trainer:
 
     def should_stop(self) -> bool:
         """Early stopping: ``patience`` epochs without a new best validation RMSE, or the target reached
-        when ``stop_at_target`` is set."""
+        when ``stop_at_target`` is set. ``stop_reason`` says which."""
         p = self.cfg.patience
         if p and self.best["epoch"] is not None and len(self.history) - self.best["epoch"] >= p:
             self.stopped_early = True
+            self.stop_reason = (f"validation RMSE did not improve for {p} epochs; the best epoch's weights "
+                                f"(epoch {self.best['epoch']}, {self.best['val_rmse_k']:.3f} K) are kept")
         if self.cfg.stop_at_target and self.cfg.target_rmse is not None and self.history \
                 and self.history[-1]["val_rmse_k"] <= self.cfg.target_rmse:
             self.stopped_early = True
+            self.stop_reason = f"validation RMSE reached the target {self.cfg.target_rmse:.3f} K"
         return self.stopped_early
+
+    def final_stop_reason(self) -> str:
+        """Why the epoch loop ended, for the record and the printout."""
+        if self.stopped_early and self.stop_reason:
+            return self.stop_reason
+        cap = f"ran all {self.cfg.epochs} epochs"
+        if self.cfg.patience and self.best["epoch"] is not None:
+            return (f"{cap} (the cap; validation was still improving within the patience of {self.cfg.patience}); "
+                    f"the best epoch's weights (epoch {self.best['epoch']}) are kept")
+        return cap
 
     def finish(self, data_info: dict[str, Any] | None, **extra: Any) -> dict[str, Any] | None:
         """Restore the best weights when early stopping, evaluate on test, build the record.
@@ -362,7 +376,7 @@ class Trainer:
         if not self.writer:
             return None
         return finish_record(self.core, self.windows, self.cfg, self.device, self.history,
-                              self.stopped_early, data_info,
+                              self.stopped_early, data_info, stop_reason=self.final_stop_reason(),
                               memory=peak_memory_mb(self.device, self.peak_since_reset),
                               cuda_graph={"used": self.use_graph, "reason": self.graph_reason}, **extra)
 
