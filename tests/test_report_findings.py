@@ -150,7 +150,7 @@ def test_mixed_records_make_one_report(own_records, reference, published):
     assert real["problem"] == "window 12, hidden 8" and real["setting"] == "published setting · fast input"
 
     text, table = report.findings(own, published, reference)
-    assert "records measured here on 2 machine(s)" in text and "1 skipped (no CUDA GPU visible" in text
+    assert "records measured here on 2 machines" in text and "1 skipped (no CUDA GPU visible" in text
     assert "no GPU runs measured here (the GPU rows shown are lstmnb's reference records)" in text
     assert table.loc[here, "problem"] == "window 12, hidden 8" and table.loc[here, "x vs reference"] == "—"
     assert table.loc["CPU · laptop", "like for like s"] == pytest.approx(135.0)
@@ -201,6 +201,15 @@ def test_cpu_only_records_draw_no_degenerate_charts(tmp_path):
     text, table = report.findings(df)
     assert "no GPU runs measured here: run 04 on a GPU" in text and "no multi-GPU records" in text
     assert list(table.index) == ["CPU · laptop"] and table.loc["CPU · laptop", "fastest s"] == 15.0
+
+
+def test_no_records_of_ones_own_still_answer_from_the_published_figures(published):
+    text, table = report.findings(pd.DataFrame(), published)
+    assert "no run records of your own: run the series" in text
+    pub = published["era5_lstm_gpu_benchmark"]["epochs"][15]
+    assert f"A40 {pub['CPU'] / pub['A40']:.3g}x" in text  # GPU over CPU, as published
+    assert set(table["source"]) == {report.PUBLISHED} and table.loc["A40 · published", "fastest s"] == pub["A40"]
+    assert report.findings(None)[1].empty
 
 
 @pytest.mark.slow

@@ -206,6 +206,7 @@ def plot_speedup(sp: Speedups):
     ax.set_yticks([t for t, _ in ticks], [s.replace(" · ", "\n") for _, s in ticks], fontsize=8)
     ax.set_ylim(y - 0.5, -0.7)
     ax.set_xscale("log")
+    ax.set_xlim(min(0.7, data["speedup"].min() * 0.7), data["speedup"].max() * 2)  # room for the labels
     ax.axvline(1.0, color="0.3", lw=1, ls="--")
     ax.set_xlabel(f"x faster than the reference (log scale); reference = 1: {sp.reference}", fontsize=9)
     ax.set_title(f"speedup over one reference: {sp.reference_column}, {sp.reference_setting}, {sp.epochs} epochs",

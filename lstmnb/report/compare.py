@@ -132,6 +132,8 @@ def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFra
 
 
 ROW_KEYS = ["source", "column", "setting", "problem", "epochs"]
+ROW_VALUES = ["seconds", "samples_per_s", "test_rmse_k", "persistence_rmse_k", "climatology_rmse_k", "train_samples"]
+ROW_COLUMNS = ROW_KEYS + ROW_VALUES + ["device", "machine", "like_for_like", *KNOBS, "runs"]
 
 
 def comparison_rows(records: pd.DataFrame | None = None, reference: pd.DataFrame | None = None,
@@ -144,16 +146,15 @@ def comparison_rows(records: pd.DataFrame | None = None, reference: pd.DataFrame
         runs = compared_runs(df, source)
         if runs.empty:
             continue
-        num = ["seconds", "samples_per_s", "test_rmse_k", "persistence_rmse_k", "climatology_rmse_k", "train_samples"]
         groups = runs.groupby(ROW_KEYS, sort=False)
-        agg = groups[num].median()
+        agg = groups[ROW_VALUES].median()
         first = groups[["device", "machine", "like_for_like", *KNOBS]].first()
         parts.append(agg.join(first).assign(runs=groups.size()).reset_index())
     if published is not None:
         parts.append(published_rows(published))
     if not parts:
         return pd.DataFrame()
-    rows = pd.concat(parts, ignore_index=True)
+    rows = pd.concat(parts, ignore_index=True).reindex(columns=ROW_COLUMNS)  # the same columns from any source
     return sort_rows(rows)
 
 

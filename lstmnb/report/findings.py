@@ -35,6 +35,10 @@ def _rate(value: float) -> str:
     return f"{value:.3g}"
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _x(ratio: float) -> str:
     return f"{ratio:.3g}x"
 
@@ -51,7 +55,7 @@ def _found(records: pd.DataFrame | None, reference: pd.DataFrame | None, publish
         by_host = machines.groupby("machine", sort=False)["device"].apply(lambda d: ", ".join(d))
         where = "; ".join(f"`{host}` ({devices})" for host, devices in by_host.items())
         status = column(records, "status")
-        text = f"{len(records)} records measured here on {len(by_host)} machine(s): {where}"
+        text = f"{_n(len(records), 'record')} measured here on {_n(len(by_host), 'machine')}: {where}"
         skipped = records[status == "skipped"]
         if not skipped.empty:
             reasons = column(skipped, "reason").fillna("no reason").value_counts()
@@ -285,9 +289,10 @@ def _missing(records: pd.DataFrame | None, reference: pd.DataFrame | None, rows:
 
 
 def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None, sp) -> pd.DataFrame:
-    """One row per device column: its source and machine, the problem and epochs compared (``problem``
-    and ``epochs`` where the column has them, else its own most common ones), like-for-like and fastest
-    seconds, the fastest setting, x faster than the speedup reference, best samples/s, median test RMSE."""
+    """One row per device column, the user's first: its source and machine, the problem and epochs
+    compared (``problem`` and ``epochs`` where the column has them, else its own most common ones),
+    like-for-like and fastest seconds, the fastest setting and its input path, x faster than the
+    speedup reference, best samples/s, median test RMSE. '—' where a figure does not exist."""
     if rows.empty:
         return pd.DataFrame()
     out = []
@@ -300,17 +305,21 @@ def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None, s
         lfl = at[at["setting"] == LIKE_FOR_LIKE]["seconds"]
         comparable = sp is not None and sp.seconds and best["problem"] == problem and best["epochs"] == epochs
         rate = at["samples_per_s"].max() if "samples_per_s" in at else None
+        rmse = at["test_rmse_k"].median() if "test_rmse_k" in at else None
+        setting, _, path = best["setting"].rpartition(" · ")
         out.append({
             "device column": col, "source": best["source"], "machine": best["machine"] or "—",
             "problem": best["problem"], "epochs": int(best["epochs"]),
-            "like for like s": round(lfl.min(), 3) if len(lfl) else None, "fastest s": round(best["seconds"], 3),
-            "fastest setting": best["setting"],
-            "x vs reference": round(sp.seconds / best["seconds"], 2) if comparable else None,
-            "best samples/s": round(rate) if pd.notna(rate) else None,
-            "test RMSE K": round(at["test_rmse_k"].median(), 3) if "test_rmse_k" in at and at["test_rmse_k"].notna().any() else None,
+            "like for like s": round(float(lfl.min()), 3) if len(lfl) else "—",
+            "fastest s": round(float(best["seconds"]), 3), "fastest setting": setting, "input": path,
+            "x vs reference": round(sp.seconds / best["seconds"], 2) if comparable else "—",
+            "best samples/s": int(round(rate)) if pd.notna(rate) else "—",
+            "test RMSE K": round(float(rmse), 3) if pd.notna(rmse) else "—",
         })
-    table = pd.DataFrame(out).set_index("device column")
-    return table.astype(object).where(table.notna(), "—")
+    table = pd.DataFrame(out)
+    rank = {s: i for i, s in enumerate((MEASURED, REFERENCE, PUBLISHED))}
+    table = table.iloc[sorted(range(len(table)), key=lambda i: rank[table["source"].iloc[i]])]
+    return table.set_index("device column")
 
 
 def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = None,
