@@ -243,19 +243,22 @@ def _gpu_cpu_rate(rows: pd.DataFrame) -> float | None:
 
 
 def _skill_text(frames: list[tuple[pd.DataFrame, str]], main: str | None) -> str | None:
+    """Test RMSE against persistence and climatology per source, on ``main`` (or the source's own most
+    common problem where it has no run of ``main``)."""
     items = []
     for df, source in frames:
         runs = compared_runs(df, source)
-        if runs.empty:
+        if runs.empty or runs["test_rmse_k"].isna().all():
             continue
-        runs = runs[(runs["problem"] == main)].dropna(subset=["test_rmse_k"])
-        if runs.empty:
-            continue
+        runs = runs.dropna(subset=["test_rmse_k"])
+        problem = main if (runs["problem"] == main).any() else runs["problem"].mode().iloc[0]
+        runs = runs[runs["problem"] == problem]
         pers, clim = runs["persistence_rmse_k"].median(), runs["climatology_rmse_k"].median()
         both = int(((runs["test_rmse_k"] < runs["persistence_rmse_k"]) &
                     (runs["test_rmse_k"] < runs["climatology_rmse_k"])).sum())
-        items.append(f"{source}: test RMSE {runs['test_rmse_k'].min():.3g}-{runs['test_rmse_k'].max():.3g} K "
-                     f"(median {runs['test_rmse_k'].median():.3g} K) over {len(runs)} runs, against persistence "
+        where = "" if problem == main else f" [{problem}]"
+        items.append(f"{source}{where}: test RMSE {runs['test_rmse_k'].min():.3g}-{runs['test_rmse_k'].max():.3g} K "
+                     f"(median {runs['test_rmse_k'].median():.3g} K) over {_n(len(runs), 'run')}, against persistence "
                      f"{pers:.3g} K and climatology {clim:.3g} K on the same hours; {both} of {len(runs)} beat both "
                      f"(skill over persistence {1 - runs['test_rmse_k'].median() / pers:.2f})")
     return (f"**Skill** ({main}): " + "; ".join(items) + ".") if items else None
