@@ -1,0 +1,89 @@
+"""Cost per run from a price table (YAML, user-editable; the shipped prices are examples)."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .devices import device_label
+from .devices import get as _get
+
+def load_prices(path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The price table (YAML): the shipped examples, or a user's copy at ``path``; checked on load."""
+    import yaml
+
+    from ..errors import ConfigError
+
+    if path is None:
+        text = resources.files("lstmnb").joinpath("prices.yaml").read_text(encoding="utf-8")
+        where = "lstmnb/prices.yaml"
+    else:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"price table {path} cannot be read ({exc.strerror})") from None
+        where = str(path)
+    prices = yaml.safe_load(text) or {}
+    devices = prices.get("devices")
+    if not isinstance(devices, dict) or not devices:
+        raise ConfigError(f"price table {where} needs a 'devices' mapping of name -> price_per_device_hour")
+    for name, entry in devices.items():
+        price = entry.get("price_per_device_hour") if isinstance(entry, dict) else None
+        if not isinstance(price, (int, float)) or isinstance(price, bool) or price < 0:
+            raise ConfigError(f"price table {where}: devices.{name}.price_per_device_hour={price!r} must be a "
+                              f"number >= 0")
+    prices.setdefault("currency", "USD")
+    return prices
+
+
+def price_for(record: dict[str, Any], prices: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
+    """The price entry for a record: by profile name, then device name, then device kind; (None, None) if none."""
+    devices = prices["devices"]
+    profile = (record.get("profile") or "").lower()
+    name = (_get(record, "device.name") or "").lower()
+    kind = (_get(record, "device.kind") or "").lower()
+    if profile in devices:
+        return profile, devices[profile]
+    for key, entry in devices.items():
+        for m in entry.get("match") or []:
+            if m.lower() == profile and profile:
+                return key, entry
+    if kind != "cpu":
+        for key, entry in devices.items():
+            if any(m.lower() in name for m in entry.get("match") or [] if m.lower() != "cpu"):
+                return key, entry
+    if kind in devices:
+        return kind, devices[kind]
+    return None, None
+
+
+def cost_table(records: list[dict[str, Any]], prices: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Cost per run: devices x wall hours x price per device-hour, with the price's source marked.
+
+    Devices are the run's ``world_size`` (DDP ranks, DataParallel GPUs), else 1. Runs without timing
+    (skipped, oom) are left out; a device with no price shows an empty cost and says so.
+    """
+    prices = prices or load_prices()
+    cur = prices.get("currency", "USD")
+    rows = []
+    for r in records:
+        wall = _get(r, "timing.wall_s")
+        if r.get("status") != "ok" or wall is None:
+            continue
+        n = int(r.get("world_size") or 1)
+        key, entry = price_for(r, prices)
+        price = entry["price_per_device_hour"] if entry else None
+        hours = wall / 3600
+        rows.append({
+            "run_id": r.get("run_id"), "experiment": r.get("experiment"),
+            "device": device_label(_get(r, "device.kind"), _get(r, "device.name")), "profile": r.get("profile"),
+            "devices": n, "wall s": wall, "device-hours": n * hours, "price key": key,
+            f"{cur}/device-hour": price, f"cost {cur}": n * hours * price if price is not None else None,
+            "price source": ("example" if entry.get("example") else "user") if entry else "no price: add it",
+            "best val RMSE K": _get(r, "metrics.best_val_rmse_k"),
+        })
+    return pd.DataFrame(rows).set_index("run_id") if rows else pd.DataFrame()

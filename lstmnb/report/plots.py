@@ -1,0 +1,116 @@
+"""Plots of the per-source tables (epochs x devices, speedups), loss curves, convergence and cost.
+
+The cross-machine comparison on one shared axis lives in ``charts``.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .devices import order_devices
+from .published import MEASURED, PUBLISHED
+from .scaling import convergence_table
+
+
+def _device_bars(ours: pd.DataFrame, published: pd.DataFrame | None, *, height: float, empty: str, title: str,
+                 ylabel: str, line: float | None = None):
+    """Bars by device, one per epochs value, of an epochs x devices table: ours, and the published one
+    beside it when given. ``title`` may use {source}; ``line`` draws a reference line at that value."""
+    import matplotlib.pyplot as plt
+
+    panels = [(MEASURED, ours)] + ([(PUBLISHED, published)] if published is not None and not published.empty else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), height), squeeze=False)
+    for ax, (source, table) in zip(axes[0], panels):
+        if table.empty:
+            ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
+        else:
+            table.T.plot.bar(ax=ax, rot=0)
+            if line is not None:
+                ax.axhline(line, color="grey", lw=0.8)
+            ax.legend(title="epochs")
+        ax.set(title=title.format(source=source), xlabel="device", ylabel=ylabel)
+    fig.tight_layout()
+    return fig
+
+
+def plot_epochs_tables(ours: pd.DataFrame, published: pd.DataFrame | None = None):
+    """Grouped bars of training seconds by epochs and device: ours, and the published table beside it."""
+    return _device_bars(ours, published, height=4, empty="no runs", title="{source}",
+                        ylabel="training seconds (total)")
+
+
+def plot_speedups(ours: pd.DataFrame, published: pd.DataFrame | None = None):
+    """Speedup over CPU per device and epochs, ours beside the published one."""
+    return _device_bars(ours, published, height=3.6, empty="no CPU baseline", title="speedup vs CPU, {source}",
+                        ylabel="x faster than CPU", line=1.0)
+
+
+def plot_loss_curves(curves: pd.DataFrame):
+    """Training loss and validation RMSE per epoch, one line per run, coloured by device."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+    if curves.empty:
+        for ax in (ax1, ax2):
+            ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
+        return fig
+    colours = {d: f"C{i}" for i, d in enumerate(order_devices(curves["device"]))}
+    seen: set[str] = set()
+    for run_id, run in curves.groupby("run_id", sort=False):
+        device = run["device"].iloc[0]
+        label = device if device not in seen else None
+        seen.add(device)
+        style = "-" if run["input_path"].iloc[0] != "dataloader" else "--"
+        ax1.plot(run["epoch"], run["train_loss"], style, color=colours[device], label=label, alpha=0.8)
+        ax2.plot(run["epoch"], run["val_rmse_k"], style, color=colours[device], label=label, alpha=0.8)
+    pers = curves["val_persistence_rmse_k"].dropna() if "val_persistence_rmse_k" in curves else pd.Series()
+    if not pers.empty:  # the baseline every model result is shown beside
+        ax2.axhline(pers.median(), color="grey", lw=1, ls=":", label="persistence")
+        ax2.legend(loc="upper right")
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax1.set(xlabel="epoch", ylabel="training loss (MSE, scaled)", yscale="log", title="training loss")
+    ax2.set(xlabel="epoch", ylabel="validation RMSE (K)", title="validation RMSE (dashed: DataLoader path)")
+    ax1.legend(title="device")
+    fig.tight_layout()
+    return fig
+
+
+def plot_convergence(records: list[dict[str, Any]]):
+    """Validation loss against epoch and against wall time, one line per (experiment, world size)."""
+    import matplotlib.pyplot as plt
+
+    table = convergence_table(records)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for (exp, n), g in table.groupby(["experiment", "world_size"]):
+        label = f"{exp}, {n} device{'s' if n > 1 else ''}"
+        ax1.plot(g["epoch"], g["val_loss"], marker="o", label=label)
+        ax2.plot(g["cumulative_s"], g["val_loss"], marker="o", label=label)
+    ax1.set(xlabel="epoch", ylabel="validation loss (MSE, scaled)", title="convergence per epoch")
+    ax2.set(xlabel="wall seconds (training + validation)", ylabel="validation loss (MSE, scaled)",
+            title="convergence in wall time")
+    ax1.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def plot_cost(table: pd.DataFrame):
+    """Cost against wall time per run (log-log), labelled by device and device count."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    cost_col = next((c for c in table.columns if c.startswith("cost ")), None)
+    if table.empty or cost_col is None:
+        ax.set_title("no priced runs")
+        return fig
+    for _, row in table.dropna(subset=[cost_col]).iterrows():
+        ax.scatter(row["wall s"], row[cost_col])
+        ax.annotate(f"{row['device']} x{row['devices']}", (row["wall s"], row[cost_col]), fontsize="small",
+                    xytext=(3, 3), textcoords="offset points")
+    examples = (table["price source"] == "example").any()
+    ax.set(xscale="log", yscale="log", xlabel="wall seconds", ylabel=cost_col,
+           title="cost vs time" + (" (example prices)" if examples else ""))
+    fig.tight_layout()
+    return fig

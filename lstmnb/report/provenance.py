@@ -1,0 +1,134 @@
+"""Where each device column comes from: machine, dates, lstmnb commit, torch and CUDA, and its source
+(measured in the records, lstmnb's shipped reference records, or published).
+
+Also the reference records themselves: real runs measured by lstmnb on an H100, shipped with the package
+and loaded apart from a user's results, so they are shown beside them and never mixed into them.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import pandas as pd
+
+from .devices import column, order_devices, with_device_labels
+from .published import MEASURED, PUBLISHED, REFERENCE, SOURCES, published_provenance
+
+REFERENCE_PACKAGE = "reference_records"
+
+
+def column_label(source: str, device: str, machine: str | None = None, cpu_cores: Any = None) -> str:
+    """The label of one device column: device (with its cores for a CPU), machine, and the source when it
+    is not the user's own records: 'H100 · node7', 'CPU (16 cores) · vm · reference', 'A40 · published'."""
+    name = device
+    if device == "CPU" and _is_number(cpu_cores):
+        name = f"CPU ({int(cpu_cores)} cores)"
+    if source == PUBLISHED:
+        return f"{name} · {PUBLISHED}"
+    label = f"{name} · {machine or 'unknown host'}"
+    return label + (f" · {REFERENCE}" if source == REFERENCE else "")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def with_columns(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
+    """A copy of a records DataFrame with ``device_label``, ``machine``, ``source`` and ``column`` (the
+    device column each record belongs to, see ``column_label``)."""
+    if source not in SOURCES:
+        raise ValueError(f"source {source!r} is not one of {SOURCES}")
+    out = with_device_labels(df)
+    out["machine"] = column(out, "device.hostname").fillna("unknown host")
+    out["source"] = source
+    cores = column(out, "device.cpu_cores")
+    out["column"] = [column_label(source, d, m, c) for d, m, c in zip(out["device_label"], out["machine"], cores)]
+    return out
+
+
+def _joined(values: pd.Series, short: int | None = None) -> str | None:
+    seen = [str(v)[:short] if short else str(v) for v in values.dropna().unique() if str(v)]
+    return ", ".join(seen) if seen else None
+
+
+def _dates(started: pd.Series) -> str | None:
+    days = sorted({str(s)[:10] for s in started.dropna()})
+    if not days:
+        return None
+    return days[0] if len(days) == 1 else f"{days[0]}..{days[-1]}"
+
+
+def machines_table(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
+    """One row per device column (device on a machine) of a records DataFrame: the machine, device
+    name, CPU, the dates, lstmnb commit(s), torch and CUDA versions, and how many records are ok,
+    skipped or other (oom, failed). What ``lstmnb results --by machine`` prints."""
+    if df.empty:
+        return pd.DataFrame()
+    runs = with_columns(df, source)
+    status = column(runs, "status")
+    rows = []
+    for label, g in runs.groupby("column", sort=False):
+        commits = _joined(column(g, "software.git_commit"), short=7)
+        version = _joined(column(g, "software.lstmnb"))
+        st = status.loc[g.index]
+        rows.append({
+            "column": label, "device": g["device_label"].iloc[0], "source": source, "machine": g["machine"].iloc[0],
+            "device name": _joined(column(g, "device.name")), "CPU": _joined(column(g, "device.cpu_model")),
+            "cores": _joined(column(g, "device.cpu_cores").dropna().astype(int)), "dates": _dates(column(g, "started")),
+            "lstmnb": " @ ".join(v for v in (version, commits) if v) or None,
+            "torch": _joined(column(g, "software.torch")), "CUDA": _joined(column(g, "software.cuda")),
+            "records": str(len(g)), "ok": str(int((st == "ok").sum())), "skipped": str(int((st == "skipped").sum())),
+            "oom/failed": str(int(st.isin(["oom", "failed"]).sum())),
+        })
+    table = pd.DataFrame(rows).set_index("column")
+    rank = {d: i for i, d in enumerate(order_devices(table["device"]))}
+    order = sorted(table.index, key=lambda c: (table.at[c, "machine"], rank[table.at[c, "device"]]))
+    return table.loc[order]
+
+
+def provenance_table(records: pd.DataFrame | None = None, reference: pd.DataFrame | None = None,
+                     published: dict[str, Any] | None = None) -> pd.DataFrame:
+    """The provenance of every device column the report shows, as columns (the same labels as the
+    charts' and tables'): source, machine, dates, lstmnb commit, torch, CUDA. ``published`` is the
+    published figures (``load_published()``), or None to leave them out."""
+    parts = []
+    for df, source in ((records, MEASURED), (reference, REFERENCE)):
+        if df is not None and not df.empty:
+            parts.append(machines_table(df, source))
+    if published is not None:
+        pub = published_provenance(published)
+        pub.index = [column_label(PUBLISHED, d) for d in pub["device"]]
+        parts.append(pub)
+    if not parts:
+        return pd.DataFrame()
+    rows = ["source", "machine", "device name", "dates", "lstmnb", "torch", "CUDA", "records", "skipped"]
+    table = pd.concat(parts)
+    table = table[[r for r in rows if r in table]].T.astype(object)
+    return table.where(table.notna(), "—")  # not stated, or not applicable (CUDA of a CPU)
+
+
+# --- the reference records shipped with the package ------------------------------------------------
+
+def reference_files() -> list[str]:
+    """Names of the reference record files shipped in ``lstmnb/reference_records/``."""
+    folder = resources.files("lstmnb").joinpath(REFERENCE_PACKAGE)
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".jsonl"))
+
+
+def load_reference_records() -> pd.DataFrame:
+    """The reference run records shipped with lstmnb (measured by lstmnb on an NVIDIA H100; see the
+    README beside them), as ``records.load_records`` gives a user's own: keep them apart from those and
+    pass them to the report as ``reference``."""
+    from ..records import load_records
+
+    folder = resources.files("lstmnb").joinpath(REFERENCE_PACKAGE)
+    with resources.as_file(folder) as path:
+        return load_records(sorted(path.glob("*.jsonl")))
+
+
+def reference_note() -> str:
+    """The first paragraph of the reference records' README: what they are, where and when measured."""
+    text = resources.files("lstmnb").joinpath(REFERENCE_PACKAGE, "README.md").read_text(encoding="utf-8")
+    paragraphs = [p.strip() for p in text.split("\n\n") if p.strip() and not p.startswith("#")]
+    return " ".join(paragraphs[0].split()) if paragraphs else ""

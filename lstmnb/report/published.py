@@ -1,0 +1,92 @@
+"""The published reference figures (package data), always labelled as published, and the side-by-side
+form that puts them beside the figures measured in the records."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import pandas as pd
+
+from .devices import order_devices
+
+# the three sources a figure can come from, always shown with it
+PUBLISHED = "published"
+MEASURED = "measured here"
+REFERENCE = "reference"  # the run records shipped with lstmnb (lstmnb.report.load_reference_records)
+SOURCES = (MEASURED, REFERENCE, PUBLISHED)
+
+
+def load_published() -> dict[str, Any]:
+    """The published reference figures shipped as package data (a copy of ../shared/published_figures.yaml)."""
+    import yaml
+
+    return yaml.safe_load(resources.files("lstmnb").joinpath("published_figures.yaml").read_text(encoding="utf-8"))
+
+
+def published_epochs_table(published: dict[str, Any] | None = None) -> pd.DataFrame:
+    """The published epochs x devices table (seconds of training), in the same shape as ours."""
+    pub = (published or load_published())["era5_lstm_gpu_benchmark"]
+    table = pd.DataFrame.from_dict(pub["epochs"], orient="index")
+    table = table[[d for d in pub.get("devices", table.columns) if d in table]]
+    table.index = table.index.astype(int)
+    table.index.name, table.columns.name = "epochs", "device"
+    return table.sort_index()
+
+
+def side_by_side(ours: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
+    """Our table and the published one per device: columns (device, 'measured here' | 'published')."""
+    parts = {}
+    if not ours.empty:
+        parts[MEASURED] = ours
+    if not published.empty:
+        parts[PUBLISHED] = published
+    if not parts:
+        return pd.DataFrame()
+    both = pd.concat(parts, axis=1, names=["source", "device"])
+    both = both.swaplevel(axis=1)
+    devices = order_devices([d for d, _ in both.columns])
+    sources = [s for s in (MEASURED, PUBLISHED) if s in parts]
+    cols = [(d, s) for d in devices for s in sources if (d, s) in both.columns]
+    return both[cols]
+
+
+def published_provenance(published: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Where each published device column comes from: machine, torch, CUDA, input path, as the source states.
+
+    One row per published device, with the columns of ``provenance.machines_table`` that the source fills.
+    """
+    pub = (published or load_published())["era5_lstm_gpu_benchmark"]
+    prov = pub.get("provenance") or {}
+    machines = prov.get("machine") or {}
+    rows = []
+    for device in published_epochs_table(published).columns:
+        rows.append({"device": device, "source": PUBLISHED, "machine": machines.get(device, "not stated"),
+                     "dates": "not stated", "lstmnb": "not lstmnb", "torch": prov.get("torch", "not stated"),
+                     "CUDA": prov.get("cuda", "not stated") if device != "CPU" else None,
+                     "input": prov.get("input"), "records": None, "from": pub.get("source")})
+    return pd.DataFrame(rows)
+
+
+def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:
+    """The other published figures as tables, keyed by a title that says they are published."""
+    pub = published or load_published()
+    out: dict[str, pd.DataFrame] = {}
+    if "from_scratch_versions" in pub:
+        p = pub["from_scratch_versions"]
+        t = pd.DataFrame({"seconds (5 epochs)": p["versions"], "speedup vs sequential": p.get("speedup_vs_sequential", {})})
+        t.index.name = "version"
+        out[f"{PUBLISHED}: from-scratch LSTM versions ({p['task']})"] = t
+    if "dataparallel_resnet18" in pub:
+        p = pub["dataparallel_resnet18"]
+        t = pd.DataFrame.from_dict(p["dataparallel_per_gpu_batch"], orient="index")
+        t.index.name, t.columns.name = "per-GPU batch", "GPUs"
+        out[f"{PUBLISHED}: DataParallel ResNet-18, {p['unit']}"] = t
+    if "distributed_rnn_cost" in pub:
+        p = pub["distributed_rnn_cost"]
+        t = pd.DataFrame(p["runs"]).set_index("setup")
+        out[f"{PUBLISHED}: distributed RNN on AWS, {p['unit']}"] = t
+    if "multi_gpu_spatiotemporal" in pub:
+        p = pub["multi_gpu_spatiotemporal"]
+        out[f"{PUBLISHED}: multi-GPU spatio-temporal network, {p['unit']}"] = pd.DataFrame(p["rows"]).set_index("model")
+    return out

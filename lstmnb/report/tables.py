@@ -1,0 +1,158 @@
+"""Tables from run records: one run's epochs and metrics, many runs, the published epochs x devices form,
+speedups, throughput, accuracy per device, loss curves, status counts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from .devices import column as _column
+from .devices import ok_single_runs, order_devices, with_device_labels
+
+
+def epochs_table(record: dict[str, Any]) -> pd.DataFrame:
+    """One row per epoch: seconds, cumulative seconds, losses, validation RMSE (K), samples/s."""
+    df = pd.DataFrame(record.get("epochs") or [])
+    if df.empty:
+        return df
+    cols = ["epoch", "train_s", "cumulative_s", "train_loss", "val_loss", "val_rmse_k", "samples_per_s"]
+    return df[[c for c in cols if c in df]].set_index("epoch")
+
+
+def metrics_table(record: dict[str, Any]) -> pd.DataFrame:
+    """Test RMSE and MAE in kelvin of the model beside persistence and climatology."""
+    m = record.get("metrics") or {}
+    rows = []
+    for name, key in (("LSTM" if (record.get("config") or {}).get("cell", "lstm") == "lstm" else "GRU", "test"),
+                      ("persistence", "persistence"), ("climatology", "climatology")):
+        rmse, mae = m.get(f"{key}_rmse_k"), m.get(f"{key}_mae_k")
+        if rmse is not None:
+            rows.append({"model": name, "test RMSE (K)": rmse, "test MAE (K)": mae})
+    df = pd.DataFrame(rows).set_index("model") if rows else pd.DataFrame()
+    if len(df) > 1:
+        model_rmse = df["test RMSE (K)"].iloc[0]
+        skill = 1 - model_rmse / df["test RMSE (K)"]
+        skill.iloc[0] = float("nan")
+        df["model skill vs row"] = skill  # 1 - RMSE_model / RMSE_baseline: > 0 means the model is better
+    return df
+
+
+def runs_table(df: pd.DataFrame) -> pd.DataFrame:
+    """A compact view of many records (from ``load_records``): one row per run."""
+    if df.empty:
+        return df
+    cols = {
+        "started": "started", "experiment": "experiment", "status": "status", "device.kind": "device",
+        "device.name": "device name", "profile": "profile", "config.input_path": "input",
+        "config.batch_size": "batch", "config.epochs": "epochs", "timing.train_s": "train s",
+        "timing.samples_per_s": "samples/s", "metrics.test_rmse_k": "test RMSE K",
+        "metrics.persistence_rmse_k": "persistence K", "metrics.climatology_rmse_k": "climatology K",
+        "device.load_avg": "load (1/5/15 min)",
+        "reason": "reason",
+    }
+    present = {k: v for k, v in cols.items() if k in df}
+    return df[list(present)].rename(columns=present)
+
+
+def format_table(df: pd.DataFrame, floatfmt: str = "{:,.3f}") -> str:
+    """Plain-text rendering for the terminal."""
+    if df.empty:
+        return "(no rows)"
+    return df.to_string(float_format=lambda v: floatfmt.format(v))
+
+
+# --- the published experiment's table: epochs x devices ------------------------------------------
+
+def epochs_device_table(df: pd.DataFrame, *, experiment: str | None = "epochs",
+                        input_path: str | None = None) -> pd.DataFrame:
+    """Training seconds in the published form: rows = epochs, columns = devices present (CPU, T4, ...).
+
+    Each cell is the median training seconds over the ok single-device runs with that many epochs on
+    that device, so repeats and records merged from several machines combine.
+    """
+    value = "timing.train_s"
+    runs = ok_single_runs(df, experiment, input_path)
+    if runs.empty or value not in runs or "config.epochs" not in runs:
+        return pd.DataFrame()
+    runs = runs.dropna(subset=[value, "config.epochs"])
+    if runs.empty:
+        return pd.DataFrame()
+    table = runs.pivot_table(index="config.epochs", columns="device_label", values=value, aggfunc="median")
+    table = table[order_devices(table.columns)]
+    table.index = table.index.astype(int)
+    table.index.name = "epochs"
+    table.columns.name = "device"
+    return table
+
+
+def speedup_table(table: pd.DataFrame, baseline: str = "CPU") -> pd.DataFrame:
+    """Speedup of each device over ``baseline`` (baseline seconds / device seconds), per row."""
+    if table.empty or baseline not in table:
+        return pd.DataFrame()
+    return table.rdiv(table[baseline], axis=0)
+
+
+def throughput_table(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
+    """Median training samples per second by device (rows) and input path (columns)."""
+    runs = ok_single_runs(df, experiment)
+    if runs.empty or "timing.samples_per_s" not in runs:
+        return pd.DataFrame()
+    runs = runs.assign(input_path=_column(runs, "config.input_path", "fast").fillna("fast"))
+    table = runs.pivot_table(index="device_label", columns="input_path", values="timing.samples_per_s",
+                             aggfunc="median")
+    table = table.loc[order_devices(table.index)]
+    table.index.name, table.columns.name = "device", "samples/s by input path"
+    return table
+
+
+def rmse_by_device(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
+    """Test RMSE (K) of the model per device (median over runs) beside persistence and climatology."""
+    runs = ok_single_runs(df, experiment)
+    cols = {"metrics.test_rmse_k": "model RMSE (K)", "metrics.persistence_rmse_k": "persistence RMSE (K)",
+            "metrics.climatology_rmse_k": "climatology RMSE (K)"}
+    if runs.empty or "metrics.test_rmse_k" not in runs:
+        return pd.DataFrame()
+    present = [c for c in cols if c in runs]
+    table = runs.groupby("device_label")[present].median().rename(columns=cols)
+    table.insert(0, "runs", runs.groupby("device_label").size())
+    table = table.loc[order_devices(table.index)]
+    if "persistence RMSE (K)" in table:
+        table["beats persistence"] = table["model RMSE (K)"] < table["persistence RMSE (K)"]
+    if "climatology RMSE (K)" in table:
+        table["beats climatology"] = table["model RMSE (K)"] < table["climatology RMSE (K)"]
+    table.index.name = "device"
+    return table
+
+
+def loss_curves(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
+    """Per-epoch losses of every ok single-device run, long form (one row per run and epoch)."""
+    runs = ok_single_runs(df, experiment)
+    if runs.empty or "epochs" not in runs:
+        return pd.DataFrame()
+    rows = []
+    for _, run in runs.iterrows():
+        for entry in run["epochs"] if isinstance(run["epochs"], list) else []:
+            rows.append({"run_id": run.get("run_id"), "device": run["device_label"],
+                         "input_path": run.get("config.input_path"), "epochs": run.get("config.epochs"),
+                         "val_persistence_rmse_k": run.get("metrics.val_persistence_rmse_k"),
+                         **{k: entry.get(k) for k in ("epoch", "train_loss", "val_loss", "val_rmse_k")}})
+    return pd.DataFrame(rows)
+
+
+def status_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Count of records by experiment, device and status; skipped and failed runs keep their reason."""
+    if df.empty:
+        return df
+    out = with_device_labels(df).assign(reason=_column(df, "reason").fillna(""))
+    return (out.groupby(["experiment", "device_label", "status", "reason"]).size()
+            .rename("records").reset_index().rename(columns={"device_label": "device"}))
+
+
+def input_paths(df: pd.DataFrame, experiment: str | None = "epochs") -> list[str]:
+    """Input paths with finished runs of ``experiment``, the published one (dataloader) last."""
+    runs = ok_single_runs(df, experiment)
+    if runs.empty:
+        return []
+    paths = set(_column(runs, "config.input_path", "fast").fillna("fast"))
+    return sorted(paths, key=lambda p: (p == "dataloader", p))

@@ -1,0 +1,251 @@
+"""The report across machines, built from mixed records: a real CPU training run made here, CPU records of
+another machine, a skipped GPU run, lstmnb's reference records (real H100 runs) and the published figures.
+Checks the findings text and table, the data each chart draws (not pixels), provenance, and that the
+reference records stay apart from the user's own."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from lstmnb import records, report
+from test_report import run_record, write_jsonl
+
+SHARED_RECORDS = Path(__file__).resolve().parents[2] / "shared" / "records"
+REFERENCE_FILES = ["h100-cli-runs.jsonl", "h100-notebook-series.jsonl"]
+
+
+def raw_reference() -> list[dict]:
+    """The shipped reference records read as plain JSON, to compute expected figures independently."""
+    folder = Path(report.__file__).resolve().parent.parent / "reference_records"
+    return [json.loads(line) for name in REFERENCE_FILES for line in (folder / name).read_text().splitlines() if line]
+
+
+def seconds_of(recs, *, kind, epochs, input_path, batch=64, graph=False, points=2, residual=False):
+    """Training seconds of the finished single-device runs matching a setting (plain dict filtering)."""
+    return [r["timing"]["train_s"] for r in recs
+            if r["status"] == "ok" and r["config"]["strategy"] == "single" and r["device"]["kind"] == kind
+            and r["config"]["epochs"] == epochs and r["config"]["input_path"] == input_path
+            and r["config"]["batch_size"] == batch and r["config"]["cuda_graph"] == graph
+            and r["config"]["residual"] == residual and len(r["data"]["points"]) == points
+            and r["experiment"] not in ("batch-sweep", "speed")]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return report.load_reference_records()
+
+
+@pytest.fixture(scope="module")
+def published():
+    return report.load_published()
+
+
+@pytest.fixture(scope="module")
+def own_records(tmp_path_factory):
+    """The user's results: a real 2-epoch CPU run on a small synthetic series (written here, by lstmnb),
+    CPU runs of the published setting from a laptop, and a GPU run the laptop had to skip."""
+    from test_train import _series
+
+    from lstmnb.train import TrainConfig, train
+    from lstmnb.windows import make_windows
+
+    root = tmp_path_factory.mktemp("results")
+    values, times = _series()
+    windows = make_windows(values, times, TrainConfig(window=12).window_config())
+    real = train(windows, TrainConfig(window=12, hidden=8, epochs=2, batch_size=64, progress=False)).record
+    records.append_record(real, root / "here" / "runs.jsonl")
+    laptop = [run_record("cpu", "Intel(R) Core(TM) i7", e, "dataloader", 9.0 * e, host="laptop") for e in (5, 10, 15)]
+    laptop.append(run_record("cuda", None, 5, "fast", 0, status="skipped", host="laptop"))
+    write_jsonl(root / "laptop" / "runs.jsonl", laptop)
+    return root
+
+
+def test_reference_records_ship_with_the_package(reference):
+    assert report.reference_files() == REFERENCE_FILES
+    raw = raw_reference()
+    assert len(reference) == len(raw) == 46
+    assert set(reference["device.hostname"]) == {"vm"}
+    assert set(reference["software.git_commit"].str[:7]) == {"dc6aa31"}
+    assert {report.device_label(k, n) for k, n in zip(reference["device.kind"], reference["device.name"])} == {"CPU", "H100"}
+    note = report.reference_note()
+    assert "H100" in note and "dc6aa31" in note and "2026-11-22" in note
+    if SHARED_RECORDS.exists():  # the package copy is the shared measurement, unedited
+        for name in REFERENCE_FILES:
+            shipped = Path(report.__file__).resolve().parent.parent / "reference_records" / name
+            assert shipped.read_bytes() == (SHARED_RECORDS / name).read_bytes()
+
+
+@pytest.mark.parametrize("config, label", [
+    ({"batch_size": 64, "lr": 0.001, "input_path": "dataloader", "num_workers": 2}, report.LIKE_FOR_LIKE),
+    ({"input_path": "dataloader", "num_workers": 0}, "published setting · DataLoader (0 workers)"),
+    ({"input_path": "fast", "cuda_graph": True}, "published setting, CUDA graph · fast input"),
+    ({"batch_size": 256, "lr": 0.004, "residual": True, "amp": "auto", "input_path": "fast"},
+     "batch 256, lr 0.004, residual, AMP auto · fast input"),
+])
+def test_setting_labels(config, label):
+    assert report.setting_label(config) == label
+
+
+@pytest.mark.parametrize("problem, label", [
+    ({"points": 2, "start": "2020-01-01", "end": "2021-06-30", "window": 24, "hidden": 64}, report.PUBLISHED_PROBLEM_LABEL),
+    ({"points": 90, "start": "2020-01-01", "end": "2021-06-30", "window": 24, "hidden": 64}, "90 points"),
+    ({"points": 2, "start": "2020-01-01", "end": "2020-01-21", "window": 12, "hidden": 8},
+     "2020-01-01..2020-01-21, window 12, hidden 8"),
+])
+def test_problem_labels(problem, label):
+    assert report.problem_label(problem) == label
+
+
+def test_findings_from_the_h100_reference_records(reference, published):
+    raw = raw_reference()
+    text, table = report.findings(pd.DataFrame(), published, reference)
+    h100_lfl = statistics.median(seconds_of(raw, kind="cuda", epochs=15, input_path="dataloader"))
+    cpu_lfl = statistics.median(seconds_of(raw, kind="cpu", epochs=15, input_path="dataloader"))
+    pub = published["era5_lstm_gpu_benchmark"]["epochs"][15]
+    # like for like, every source on one line, with the published A40 beside the H100
+    assert f"H100 · vm · reference {h100_lfl:.3g} s" in text and f"A40 · published {pub['A40']:.3g} s" in text
+    # GPU over CPU per machine, and the CPUs' own difference said aloud
+    assert f"H100 {cpu_lfl / h100_lfl:.3g}x" in text and f"A40 {pub['CPU'] / pub['A40']:.3g}x" in text
+    assert f"({pub['CPU'] / cpu_lfl:.3g}x faster)" in text and "The CPUs differ" in text
+    # CUDA graphs: the published setting on the fast path without and with the graph
+    eager = statistics.median(seconds_of(raw, kind="cuda", epochs=15, input_path="fast"))
+    graph = min(seconds_of(raw, kind="cuda", epochs=15, input_path="fast", graph=True))
+    assert f"{eager / graph:.3g}x at published setting, fast input" in text
+    # batch size (the sweep) and problem size (90 points), then skill and what is missing
+    assert "**Batch size:**" in text and "beats persistence" in text
+    assert "**Problem size:** 90 points" in text
+    assert "25 of 25 beat both" in text
+    assert "no run records of your own" in text
+    assert "no multi-GPU records: run 05 on a node with 2+ GPUs" in text
+    assert "no CUDA graph pair" not in text  # the reference records have them
+
+    fastest = min(seconds_of(raw, kind="cuda", epochs=15, input_path="fast", batch=256, graph=True, residual=True))
+    h100 = table.loc["H100 · vm · reference"]
+    assert h100["fastest s"] == pytest.approx(fastest, abs=1e-3) and "CUDA graph" in h100["fastest setting"]
+    assert h100["x vs reference"] == pytest.approx(pub["CPU"] / fastest, abs=0.01)
+    assert table.loc["CPU · published", "x vs reference"] == 1.0
+    assert set(table["source"]) == {report.REFERENCE, report.PUBLISHED}
+
+
+@pytest.mark.slow
+def test_mixed_records_make_one_report(own_records, reference, published):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        own = records.load_records(own_records)
+    n_own = len(own)
+    rows = report.comparison_rows(own, reference, published)
+    assert len(own) == n_own and not own["_file"].str.contains("reference_records").any()  # never mixed in
+    assert set(rows["source"]) == {report.MEASURED, report.REFERENCE, report.PUBLISHED}
+    here = f"CPU ({own['device.cpu_cores'].dropna().iloc[0]:.0f} cores) · {platform.node()}"
+    assert here in set(rows["column"])
+    assert (rows[rows["source"] == report.REFERENCE]["column"].str.endswith("· reference")).all()
+    real = rows[rows["column"] == here].iloc[0]
+    assert real["problem"] == "window 12, hidden 8" and real["setting"] == "published setting · fast input"
+
+    text, table = report.findings(own, published, reference)
+    assert "records measured here on 2 machines" in text and "1 skipped (no CUDA GPU visible" in text
+    assert "no GPU runs measured here (the GPU rows shown are lstmnb's reference records)" in text
+    assert table.loc[here, "problem"] == "window 12, hidden 8" and table.loc[here, "x vs reference"] == "—"
+    assert table.loc["CPU · laptop", "like for like s"] == pytest.approx(135.0)
+
+    # the seconds chart: every source on one log axis, one point per row and epochs count
+    chart = report.seconds_chart(rows)
+    assert chart.ok and set(chart.data["source"]) == {report.MEASURED, report.REFERENCE, report.PUBLISHED}
+    laptop = chart.data[chart.data["column"] == "CPU · laptop"]
+    assert sorted(laptop["epochs"]) == [5, 10, 15] and sorted(laptop["seconds"]) == [45.0, 90.0, 135.0]
+    fig = report.plot_seconds(chart)
+    ax = fig.axes[0]
+    drawn = sorted(x for c in ax.collections for x, _ in c.get_offsets())
+    assert ax.get_xscale() == "log" and drawn == pytest.approx(sorted(chart.data["seconds"]))
+    assert {t.get_text() for t in ax.get_legend().get_texts()} >= {report.MEASURED, report.REFERENCE, report.PUBLISHED}
+
+    samples = report.samples_chart(rows)
+    assert samples.ok and report.PUBLISHED not in set(samples.data["source"])  # published gave seconds only
+
+    # speedup over one stated reference: the published CPU, like for like, 15 epochs
+    sp = report.speedups(rows)
+    pub = published["era5_lstm_gpu_benchmark"]["epochs"][15]
+    assert (sp.reference_column, sp.reference_setting, sp.epochs) == ("CPU · published", report.LIKE_FOR_LIKE, 15)
+    assert sp.table.index[0] == report.LIKE_FOR_LIKE  # the like-for-like row first
+    assert sp.table.loc[report.LIKE_FOR_LIKE, "CPU · laptop"] == pytest.approx(pub["CPU"] / 135.0)
+    assert here in sp.left_out  # another problem: not in the speedup chart
+    bars = report.speedup_chart(sp).data
+    fig = report.plot_speedup(sp)
+    widths = sorted(p.get_width() for p in fig.axes[0].patches)
+    assert widths == pytest.approx(sorted(bars["speedup"])) and fig.axes[0].get_xscale() == "log"
+
+    prov = report.provenance_table(own, reference, published)
+    assert prov.loc["source", here] == report.MEASURED and prov.loc["machine", here] == platform.node()
+    assert prov.loc["torch", here] == __import__("torch").__version__
+    assert prov.loc["lstmnb", "H100 · vm · reference"] == "0.1.0 @ dc6aa31"
+    assert prov.loc["CUDA", "A40 · published"] == "11.8" and prov.loc["dates", "A40 · published"] == "not stated"
+
+
+def test_cpu_only_records_draw_no_degenerate_charts(tmp_path):
+    recs = [run_record("cpu", "Intel(R) Core(TM) i7", 5, path, s, host="laptop")
+            for path, s in (("dataloader", 45.0), ("fast", 15.0))]
+    df = records.load_records(write_jsonl(tmp_path / "runs.jsonl", recs))
+    rows = report.comparison_rows(df)
+    chart = report.seconds_chart(rows)
+    assert not chart.ok and "only one device column (CPU · laptop)" in chart.why and "run 04" in chart.why
+    assert not report.samples_chart(rows).ok
+    sp = report.speedups(rows)
+    assert sp.table.empty and "needs a second device" in sp.why and "run 04" in sp.why
+    text, table = report.findings(df)
+    assert "no GPU runs measured here: run 04 on a GPU" in text and "no multi-GPU records" in text
+    assert list(table.index) == ["CPU · laptop"] and table.loc["CPU · laptop", "fastest s"] == 15.0
+
+
+def test_no_records_of_ones_own_still_answer_from_the_published_figures(published):
+    text, table = report.findings(pd.DataFrame(), published)
+    assert "no run records of your own: run the series" in text
+    pub = published["era5_lstm_gpu_benchmark"]["epochs"][15]
+    assert f"A40 {pub['CPU'] / pub['A40']:.3g}x" in text  # GPU over CPU, as published
+    assert set(table["source"]) == {report.PUBLISHED} and table.loc["A40 · published", "fastest s"] == pub["A40"]
+    assert report.findings(None)[1].empty
+
+
+@pytest.mark.slow
+def test_machines_table_lists_each_device_column(own_records):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        df = records.load_records(own_records)
+    table = report.machines_table(df)
+    assert set(table["machine"]) == {"laptop", platform.node()}
+    skipped = table.loc["CUDA · laptop"]
+    assert (skipped["ok"], skipped["skipped"]) == ("0", "1")
+    assert table.loc["CPU · laptop", "records"] == "3" and table.loc["CPU · laptop", "dates"] == "2026-01-01"
+    here = table[table["machine"] == platform.node()].iloc[0]
+    assert here["torch"] == __import__("torch").__version__ and here["source"] == report.MEASURED
+    assert report.machines_table(pd.DataFrame()).empty
+
+
+
+@pytest.mark.slow
+def test_notebook_06_opens_with_findings_and_shows_reference_records_apart(tmp_path):
+    from lstmnb import notebooks
+
+    laptop = [run_record("cpu", "Intel(R) Core(TM) i7", e, "dataloader", 9.0 * e, host="laptop") for e in (5, 10, 15)]
+    laptop.append(run_record("cuda", None, 5, "fast", 0, status="skipped", host="laptop"))
+    own = write_jsonl(tmp_path / "mine" / "runs.jsonl", laptop)
+    before = own.read_bytes()
+    result = notebooks.run_series("ci", only="06", runs_dir=tmp_path / "runs", echo=None, progress=False,
+                                  overrides={"results_paths": [str(own.parent)], "reference_records": True})
+    nb = json.loads((result.run_dir / "06_analysis.ipynb").read_text())
+    outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    first = "".join(outputs[0]["data"]["text/markdown"])
+    assert first.startswith("## Findings") and "CPU · laptop" in first and "H100 · vm · reference" in first
+    figures = {p.stem for p in (result.run_dir / "figures").glob("*.png")}
+    assert {"06_seconds", "06_samples_per_s", "06_speedup"} <= figures
+    findings = pd.read_csv(result.run_dir / "tables" / "06_findings.csv", index_col=0)
+    assert {"CPU · laptop", "H100 · vm · reference", "A40 · published"} <= set(findings.index)
+    assert own.read_bytes() == before  # the reference records were shown, never written into the user's results
+    own_records = records.load_records(own.parent)
+    assert len(own_records) == len(laptop) and set(own_records["device.hostname"]) == {"laptop"}
