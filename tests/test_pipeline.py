@@ -162,3 +162,20 @@ def test_save_plot_takes_the_format_from_the_suffix(tmp_path, capsys):
     assert b"<svg" in (tmp_path / "plot.svg").read_bytes()
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["out.d", "plot", "plot.svg"]  # no temporaries left
     assert f"plot       {tmp_path / 'plot.svg'}" in capsys.readouterr().out
+
+
+def test_results_by_machine_and_the_columns_that_tell_runs_apart(capsys):
+    """The shipped H100 reference records: one row per device column with its provenance; per run, the
+    lead, preset, lr, residual, source and the epochs actually run."""
+    from pathlib import Path
+
+    import lstmnb
+
+    paths = [str(Path(lstmnb.__file__).parent / "reference_records")]
+    assert main(["results", *paths, "--by", "machine"]) == 0
+    out = capsys.readouterr().out
+    assert "H100" in out and "dc6aa31" in out and "vm" in out
+    assert main(["results", *paths, "--last", "3"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    for column in ("source", "lead h", "lr", "residual", "epochs run"):
+        assert column in header, column

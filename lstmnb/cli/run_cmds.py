@@ -75,6 +75,9 @@ def add_results(sub, full: bool) -> None:
                        description="Show the runs recorded in one or more results files or folders.")
     add_records_args(p)
     p.add_argument("--last", type=int, default=20, help="show the last N runs (default 20; 0 for all)")
+    p.add_argument("--by", choices=("run", "machine"), default="run",
+                   help="one row per run (default), or per device column of each machine: machine, dates, "
+                        "lstmnb commit, torch, CUDA, record counts")
     p.set_defaults(func=_run_results)
 
 
@@ -82,9 +85,12 @@ def add_results(sub, full: bool) -> None:
 def _run_results(args) -> int:
     import pandas as pd
 
-    from ..report import format_table, runs_table
+    from ..report import format_table, machines_table, runs_table
 
     df = pd.json_normalize(read_runs(args), max_level=2)
+    if args.by == "machine":
+        print(format_table(machines_table(df)))
+        return 0
     if args.last:
         df = df.tail(args.last)
     print(format_table(runs_table(df)))
