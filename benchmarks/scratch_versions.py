@@ -151,7 +151,7 @@ def main() -> None:
     import numba
 
     from lstmnb.records import cpu_model
-    from lstmnb.scratch.bench import format_table, versions_table
+    from lstmnb.scratch.bench import format_versions, versions_table
     from lstmnb.scratch.data import default_window, load_data
     from lstmnb.scratch.fit import VERSIONS, ScratchConfig
 
@@ -166,7 +166,7 @@ def main() -> None:
           f"batch {config.batch_size}, {config.dtype}, {config.epochs} epochs, {args.repeats} repeats (median run_s)\n")
     table = versions_table(versions, config, repeats=args.repeats, data=data, record=args.results is not None,
                            record_path=args.results)
-    print(format_table(table))
+    print(format_versions(table))
 
     print(f"\none batch gradient (forward + BPTT, float64), batch {config.batch_size}, median ms over {args.rounds} "
           f"alternated rounds of {args.calls} calls:")

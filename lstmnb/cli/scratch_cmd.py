@@ -51,7 +51,7 @@ def _run_scratch_bench(args) -> int:
     # idle OpenMP threads of numba and torch busy-wait and starve each other on few cores; must be set
     # before either loads (see benchmarks/scratch_versions.py)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from ..scratch.bench import format_table, plot_versions, versions_table
+    from ..scratch.bench import format_versions, plot_versions, versions_table
     from ..scratch.data import default_window
     from ..scratch.fit import VERSIONS, ScratchConfig
 
@@ -62,7 +62,7 @@ def _run_scratch_bench(args) -> int:
     versions = [v.strip() for v in args.versions.split(",")] if args.versions else list(VERSIONS)
     path = results_path(args)
     table = versions_table(versions, config, repeats=args.repeats, record=path is not None, record_path=path)
-    print(format_table(table))
+    print(format_versions(table))
     if args.plot:
         save_plot(plot_versions(table), args.plot)
     return 0

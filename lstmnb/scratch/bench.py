@@ -159,7 +159,7 @@ def versions_table(
     return table.drop(columns=["_fit"], errors="ignore")
 
 
-def format_table(table) -> str:
+def format_versions(table) -> str:
     """The versions table as aligned text (skipped rows say why)."""
     w = max([len("version"), *(len(str(v)) for v in table.index)])
     lines = [f"{'version':<{w}} {'status':<8} {'compile_s':>9} {'run_s':>8} {'s/epoch':>8} "

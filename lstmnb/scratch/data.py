@@ -1,6 +1,6 @@
 """Data for the from-scratch LSTM: the airline passengers series and an ERA5 point series.
 
-Both follow the project's rules (DESIGN.md, "Training rules"): chronological train/val/test splits,
+Both follow the project's rules (docs/architecture.md; shared DESIGN "Training rules"): chronological train/val/test splits,
 no window crossing a split boundary, scaling statistics from the training part only.
 
 Airline passengers: monthly totals of international airline passengers (thousands), January 1949
@@ -143,17 +143,17 @@ def load_era5(window: int = 24, hours: int = 24 * 42, point: int = 0,
               fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)) -> ScratchData:
     """The first ``hours`` of 2 m temperature at one point of the default ERA5 request (kelvin).
 
-    Comes from the core pipeline (``lstmnb.era5.extract``; the embedded sample store when offline),
+    Comes from the core pipeline (``lstmnb.data.extract``; the embedded sample store when offline),
     asking only for the days needed. Baselines: persistence (last hour) and the same hour one day
     earlier; with a few weeks of data a climatology of the training part would be a copy of them.
     """
     try:
-        from .. import era5
+        from .. import data
     except ImportError as exc:
-        raise DataError(f"the ERA5 pipeline (lstmnb.era5) is not available here: {exc}") from None
-    start = pd.Timestamp(era5.Request().start)
+        raise DataError(f"the ERA5 pipeline (lstmnb.data) is not available here: {exc}") from None
+    start = pd.Timestamp(data.Request().start)
     end = start + pd.Timedelta(hours=hours)  # ask only for the days needed (the last one inclusive)
-    ds = era5.extract(era5.Request(end=end.strftime("%Y-%m-%d")), progress=False)
+    ds = data.extract(data.Request(end=end.strftime("%Y-%m-%d")), progress=False)
     da = ds["2m_temperature"]
     if "point" in da.dims:
         if not 0 <= point < da.sizes["point"]:
