@@ -1,6 +1,6 @@
 """Data for the from-scratch LSTM: the airline passengers series and an ERA5 point series.
 
-Both follow the project's rules (docs/architecture.md; shared DESIGN "Training rules"): chronological train/val/test splits,
+Both follow the project's rules (docs/architecture.md): chronological train/val/test splits,
 no window crossing a split boundary, scaling statistics from the training part only.
 
 Airline passengers: monthly totals of international airline passengers (thousands), January 1949
