@@ -17,6 +17,7 @@ from . import bench_cmds, data_cmd, doctor_cmd, notebooks_cmd, run_cmds, scratch
 # (name, adder) in the order `lstmnb --help` lists them; adder(subparsers, full) adds one sub-command
 COMMANDS = (
     ("train", run_cmds.add_train),
+    ("skill", run_cmds.add_skill),
     ("results", run_cmds.add_results),
     ("data", data_cmd.add_data),
     ("notebooks", notebooks_cmd.add_notebooks),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from .options import (add_records_args, add_request_args, add_results_args, add_train_args, read_runs,
-                      request_from_args, results_path, train_config_from_args)
+from .options import (add_records_args, add_request_args, add_results_args, add_train_args, int_list, read_runs,
+                      request_from_args, results_path, save_plot, train_config_from_args)
 from .notebooks_cmd import print_series
 
 def print_run(record: dict) -> None:
@@ -130,5 +130,41 @@ def _run_quickstart(args) -> int:
     series = run_series(args.profile, runs_dir=args.runs_dir)
     print_series(series)
     print(f"\nopen the report: {series.report}")
+    return 0
+
+
+def add_skill(sub, full: bool) -> None:
+    p = sub.add_parser(
+        "skill", help="one model per lead time: RMSE per point beside persistence and climatology, skill scores",
+        description="Train one forecaster per lead (default 1, 6 and 24 h) on the same data and print, per point "
+                    "and lead, the test RMSE of the model, persistence and climatology on the same target hours, "
+                    "and the skill score against each (1 - MSE / MSE of the baseline: above 0 beats it).",
+    )
+    add_request_args(p)
+    if full:
+        add_train_args(p, skip=("lead_hours", "strategy", "nproc", "checkpoint", "resume"))
+    p.add_argument("--leads", type=int_list, default=(1, 6, 24), help="lead times in hours (default 1,6,24)")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="save RMSE against lead per point here")
+    add_results_args(p)
+    p.set_defaults(func=_run_skill)
+
+
+def _run_skill(args) -> int:
+    import pandas as pd
+
+    from ..experiments import skill
+    from ..report import format_table
+
+    cfg = train_config_from_args(args)
+    cfg.validate()
+    records = skill.skill_experiment(request_from_args(args), cfg, args.leads, results=results_path(args),
+                                     on_point=lambda r: print(f"  lead {r['skill']['lead_hours']} h: "
+                                                              f"{r['metrics']['stop_reason']}"))
+    table = skill.skill_table(records)
+    with pd.option_context("display.width", 200):
+        print(format_table(table))
+    print("skill = 1 - MSE / MSE of the baseline (above 0: the model beats it); same target hours at every lead")
+    if args.plot:
+        save_plot(skill.plot_skill(table), args.plot)
     return 0
 
