@@ -104,12 +104,15 @@ def _step(x: np.ndarray) -> np.ndarray:
 
 def _regime_track(rng: np.random.Generator, t0: float, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The weather of one air-mass track at its reference point on ``n`` steps of ``_TRACK_DT`` hours
-    from hour ``t0``: temperature anomaly (unit variance), cloud cover (0..1), pressure troughs.
+    from hour ``t0``: temperature anomaly (unit variance), cloudiness (a unit-variance index; positive is
+    overcast), pressure troughs.
 
     Regimes last days (gamma distributed, mean 60 h) with independent temperature levels; a change to a
     colder one is a cold front (tanh width about 1 h: most of the drop within two hours), to a warmer one
     a warm front (width 3-8 h). Each regime has its own cloud cover, mostly clear or mostly overcast; the
     clouds arrive a few hours before the front, with a cloud band and a pressure trough at the front.
+    (Tracks are blended between latitudes; cloudiness is blended as an index, not as a cover fraction,
+    so that averaging two tracks does not turn clear and overcast days into half-cloudy ones.)
     """
     t = t0 + _TRACK_DT * np.arange(n)
     gaps = rng.gamma(2.5, 24.0, size=int(n * _TRACK_DT / 30) + 10)
@@ -117,7 +120,7 @@ def _regime_track(rng: np.random.Generator, t0: float, n: int) -> tuple[np.ndarr
     t_k = t_k[t_k < t[-1]]
     k = len(t_k)
     level = rng.standard_normal(k + 1)
-    cover = rng.beta(0.6, 0.6, size=k + 1)
+    cover = rng.standard_normal(k + 1)
     d_level, d_cover = np.diff(level), np.diff(cover)
     width = np.where(d_level < 0, rng.uniform(0.7, 1.5, k), rng.uniform(3.0, 8.0, k))
     anom, cloud = np.full(n, level[0]), np.full(n, cover[0])
@@ -133,7 +136,7 @@ def _regime_track(rng: np.random.Generator, t0: float, n: int) -> tuple[np.ndarr
         cloud[lo:hi] += d_cover[j] * _step((s + 4.0) / 3.0)
         band[lo:hi] += np.abs(d_level[j]) * np.exp(-0.5 * ((s + 2.0) / 4.0) ** 2)
         trough[lo:hi] -= np.abs(d_level[j]) * np.exp(-0.5 * (s / 14.0) ** 2)
-    return anom, np.clip(cloud + 0.6 * band, 0.0, 1.0), trough
+    return anom, cloud + band, trough
 
 
 def _showers(rng: np.random.Generator, hours: np.ndarray, lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
@@ -171,23 +174,23 @@ def _summer(hours: np.ndarray) -> np.ndarray:
 
 
 def _weather(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> dict[str, np.ndarray]:
-    """(time, cells) float32 weather: fronts, cloud cover, troughs, waves, mesoscale anomalies, showers."""
+    """(time, cells) float32 weather: fronts, cloudiness, troughs, waves, mesoscale anomalies, showers."""
     lat2, lon2 = np.meshgrid(lat.astype(np.float64), lon.astype(np.float64), indexing="ij")
     lat_f, lon_f = lat2.ravel(), lon2.ravel()
     nt, nc = hours.size, lat_f.size
     rng = np.random.default_rng([seed, 1])
     out = {k: np.zeros((nt, nc), np.float32) for k in ("front", "cloud", "trough")}
 
-    # air-mass tracks every 10 degrees of latitude, blended with Gaussian weights (6 degrees); each moves
-    # east-south-east to south-east at its own speed, and a cell reads it with its own delay
-    centres = np.arange(-85.0, 90.0, 10.0)
-    w = np.exp(-0.5 * ((lat_f[None, :] - centres[:, None]) / 6.0) ** 2)
-    w_temp = w / np.sqrt((w**2).sum(axis=0))  # unit variance
-    w_cloud = w / w.sum(axis=0)  # a weighted mean of cloud covers
+    # air-mass tracks every 10 degrees of latitude, blended with Gaussian weights (5 degrees) that keep
+    # unit variance; each moves east-south-east to south-east at its own speed, and a cell reads it with
+    # its own delay
+    centres = np.arange(-80.0, 81.0, 10.0)
+    w = np.exp(-0.5 * ((lat_f[None, :] - centres[:, None]) / 5.0) ** 2)
+    w /= np.sqrt((w**2).sum(axis=0))
     x_km = (lon_f - lon_f.mean()) * _KM_PER_DEG * np.cos(np.deg2rad(lat_f))
     per_hour = int(round(1 / _TRACK_DT))
     for j, centre in enumerate(centres):
-        near = np.flatnonzero(w_cloud[j] > 1e-3)  # cells run latitude by latitude, so these are contiguous
+        near = np.flatnonzero(w[j] > 1e-3)  # cells run latitude by latitude, so these are contiguous
         if near.size == 0:
             continue
         cells = slice(near[0], near[-1] + 1)
@@ -199,12 +202,12 @@ def _weather(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> 
         lag = shift.max() - shift  # steps from the track's start to what the cell sees at the first hour
         n = (nt - 1) * per_hour + int(lag.max()) + 1
         tracks = _regime_track(r, hours[0] - shift.max() * _TRACK_DT, n)
-        for name, track, weight in zip(("front", "cloud", "trough"), tracks, (w_temp, w_cloud, w_temp)):
+        for name, track in zip(("front", "cloud", "trough"), tracks):
             # hour t of a cell is the track's step t * per_hour + lag: a strided view, then one gather
             view = np.lib.stride_tricks.as_strided(
                 track.astype(np.float32), shape=(nt, int(lag.max()) + 1),
                 strides=(per_hour * 4, 4), writeable=False)
-            out[name][:, cells] += view[:, lag] * weight[j, cells].astype(np.float32)
+            out[name][:, cells] += view[:, lag] * w[j, cells].astype(np.float32)
 
     # travelling synoptic waves, periods 2-7 days, amplitudes waxing and waning over days
     n_waves = 8
@@ -250,11 +253,11 @@ def _fields(grid: _Grid, seed: int) -> dict[str, np.ndarray]:
     # climate that depends on latitude: warmer, less seasonal and calmer towards the tropics
     t_mean = 302.0 - 0.0112 * lat_f**2
     a_season = 0.6 + 0.0075 * lat_f**2
-    a_clear = 2.8 + 4.0 * mid  # diurnal amplitude under a clear sky
-    cloud = np.clip(wx["cloud"] + 0.3 * wx["meso_cloud"], 0.0, 1.0)
+    a_clear = 2.8 + 3.6 * mid  # diurnal amplitude under a clear sky
+    cloud = 1.0 / (1.0 + np.exp(-2.5 * (wx["cloud"] + 0.5 * wx["meso_cloud"])))  # cover, 0..1
     diurnal = np.cos(2 * np.pi / 24 * (solar - 15.0)) + 0.25 * np.cos(4 * np.pi / 24 * (solar - 13.0))
     t2m = a_clear * (1.0 + 0.2 * summer) * (1.0 - 0.8 * cloud) * diurnal  # overcast: a flat day
-    t2m += (1.0 - 0.2 * summer) * ((0.6 + 2.3 * mid) * wx["front"] + (0.4 + 1.2 * mid) * wx["waves"])
+    t2m += (1.0 - 0.2 * summer) * ((0.6 + 2.0 * mid) * wx["front"] + (0.4 + 1.2 * mid) * wx["waves"])
     t2m += (0.3 + 0.25 * mid) * wx["meso"] + wx["showers"]
     t2m += 0.05 * rng.standard_normal(t2m.shape, dtype=np.float32) + t_mean + a_season * summer
     sp = 101300.0 + 700.0 * np.exp(-(((lat_f - 32.0) / 9.0) ** 2)) + 90.0 * np.cos(4 * np.pi / 24 * (solar - 10.0))
