@@ -1,14 +1,21 @@
-"""Chronological splits, scaling fitted on train only, vectorised sliding windows, and baselines.
+"""Chronological splits by target time, scaling fitted on train only, vectorised windows, and baselines.
 
-Rules (DESIGN.md, "Training rules"): splits are train, then validation, then test in time; no window
-crosses a split boundary; scaling statistics come from the training part only; metrics are in kelvin;
-every model result is shown beside persistence and climatology.
+Rules (DESIGN.md, "Training rules"): splits are train, then validation, then test in time. A sample
+belongs to the split that holds its target hours: its first target hour and, with ``horizon > 1``, all
+the others lie in one split (samples whose targets would straddle a boundary are dropped). Its inputs
+may reach back into the previous split: they are observations known at forecast time, as in
+WeatherBench 2's protocol. So validation and test score the same target hours at every lead (their
+inputs come from the part before); the training part's first ``window + lead_hours - 1`` hours have no
+inputs, so its targets start there. Scaling statistics and the climatology come from the training part
+only; metrics are in kelvin; every model result is shown beside persistence and climatology, scored on
+the same targets.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -16,6 +23,11 @@ import pandas as pd
 from .errors import ConfigError, DataError
 
 SPLITS = ("train", "val", "test")
+CLIMATOLOGY_FALLBACK = "hour-of-day mean of the training part"
+
+
+class ClimatologyWarning(UserWarning):
+    """The climatology baseline rests on less than a year of training data (some targets fall back)."""
 
 
 @dataclass(frozen=True)
@@ -132,13 +144,8 @@ def calendar_features(times: pd.DatetimeIndex) -> np.ndarray:
     return np.stack([np.sin(h), np.cos(h), np.sin(d), np.cos(d)], axis=1)
 
 
-def climatology_table(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: int = 7) -> np.ndarray:
-    """Hour-of-day x day-of-year mean (366 x 24) of one series, averaged over +-``smooth_days`` days.
-
-    With one or two years of training data each (day, hour) cell holds one or two values; pooling a
-    window of neighbouring days (circular in the year) gives a climatology that is a mean, not a copy
-    of last year's weather. Cells with no data at all fall back to that hour's mean.
-    """
+def _pooled_sums(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sum and count of ``values`` per (day of year, hour) cell, pooled over +-``smooth_days`` days."""
     doy = times.day_of_year.to_numpy() - 1
     hour = times.hour.to_numpy()
     total = np.zeros((366, 24))
@@ -149,10 +156,29 @@ def climatology_table(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: 
         kernel_days = np.arange(-smooth_days, smooth_days + 1)
         total = sum(np.roll(total, k, axis=0) for k in kernel_days)
         count = sum(np.roll(count, k, axis=0) for k in kernel_days)
+    return total, count
+
+
+def climatology_coverage(times: pd.DatetimeIndex, smooth_days: int = 7) -> np.ndarray:
+    """(366, 24) booleans: which (day of year, hour) cells of ``climatology_table`` hold training data."""
+    times = pd.DatetimeIndex(times)
+    return _pooled_sums(np.zeros(len(times)), times, smooth_days)[1] > 0
+
+
+def climatology_table(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: int = 7) -> np.ndarray:
+    """Hour-of-day x day-of-year mean (366 x 24) of one series, averaged over +-``smooth_days`` days.
+
+    With one or two years of training data each (day, hour) cell holds one or two values; pooling a
+    window of neighbouring days (circular in the year) gives a climatology that is a mean, not a copy
+    of last year's weather. Cells with no data at all (less than a year of training data) fall back
+    to that hour's mean over all of ``values``; ``climatology_coverage`` says which cells those are.
+    """
+    times = pd.DatetimeIndex(times)
+    values = np.asarray(values, dtype=np.float64)
+    total, count = _pooled_sums(values, times, smooth_days)
+    hour = times.hour.to_numpy()
     hour_mean = np.bincount(hour, weights=values, minlength=24) / np.maximum(np.bincount(hour, minlength=24), 1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        table = np.where(count > 0, total / np.maximum(count, 1), hour_mean[None, :])
-    return table
+    return np.where(count > 0, total / np.maximum(count, 1), hour_mean[None, :])
 
 
 def error_metrics(pred: np.ndarray, truth: np.ndarray) -> dict[str, float]:
@@ -163,7 +189,13 @@ def error_metrics(pred: np.ndarray, truth: np.ndarray) -> dict[str, float]:
 
 @dataclass
 class Windows:
-    """Model-ready samples (scaled, float32) per split, plus what is needed to speak in kelvin."""
+    """Model-ready samples (scaled, float32) per split, plus what is needed to speak in kelvin.
+
+    ``scored[split]`` states what every model and baseline is scored on there: the first and last first
+    target hour (``first``, ``last``), how many target hours per point (``count``), the points and the
+    pooled ``samples``. ``notes`` are sentences a caller should show the user (e.g. a climatology that
+    rests on less than a year); this module never prints.
+    """
 
     config: WindowConfig
     x: dict[str, np.ndarray]  # split -> (N, window, F)
@@ -171,10 +203,12 @@ class Windows:
     target_times: dict[str, np.ndarray]  # split -> (N,) time of the first target hour
     point_index: dict[str, np.ndarray]  # split -> (N,) which point each sample comes from
     scaler: Scaler
-    baselines: dict[str, dict[str, dict[str, float]]]  # split -> {"persistence": {rmse, mae}, ...}
+    baselines: dict[str, dict[str, dict[str, Any]]]  # split -> {"persistence": {rmse, mae}, "climatology": ...}
     features: list[str]
     points: list[str]
-    split_times: dict[str, tuple[str, str]] = field(default_factory=dict)
+    split_times: dict[str, tuple[str, str]] = field(default_factory=dict)  # split -> (first hour, last hour)
+    scored: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def n_features(self) -> int:
@@ -187,6 +221,31 @@ class Windows:
         return self.scaler.inverse(y_scaled, feature=0)
 
 
+def scored_ranges(bounds: Sequence[slice], config: WindowConfig) -> list[tuple[int, int]]:
+    """Per split, the first-target hours ``[lo, hi)`` (indices into the series) under the target-time rule.
+
+    A sample with first target hour ``j`` has inputs ``j - lead - window + 1 .. j - lead`` and targets
+    ``j .. j + horizon - 1``; all its targets lie in the split of ``j``, its inputs may lie before it.
+    """
+    need = config.window + config.lead_hours - 1  # hours of inputs before the first possible target
+    out = []
+    for name, sl in zip(SPLITS, bounds):
+        lo, hi = max(sl.start, need), sl.stop - config.horizon + 1
+        if hi <= lo:
+            hours = sl.stop - sl.start
+            if name == "train":
+                raise ConfigError(
+                    f"window={config.window} h (+ lead {config.lead_hours} h, horizon {config.horizon} h) is longer "
+                    f"than the training part ({hours} hours); use a shorter window or a longer time range"
+                )
+            raise ConfigError(
+                f"the {name} part has {hours} hours, fewer than horizon={config.horizon}; "
+                f"use a shorter horizon or a longer time range"
+            )
+        out.append((lo, hi))
+    return out
+
+
 def make_windows(
     values: np.ndarray,
     times: pd.DatetimeIndex | Sequence,
@@ -195,7 +254,7 @@ def make_windows(
     features: Sequence[str] | None = None,
     points: Sequence[str] | None = None,
 ) -> Windows:
-    """Split, scale and window a (time,), (time, point) or (time, point, variable) array in kelvin.
+    """Split by target time, scale and window a (time,), (time, point) or (time, point, variable) array in kelvin.
 
     Feature 0 is the target. Each point is windowed on its own and the samples are pooled, so one
     model serves all points. Baselines are computed on exactly the same target samples.
@@ -222,74 +281,81 @@ def make_windows(
         bounds = split_by_dates(times, *config.split_dates)
     else:
         bounds = split_bounds(n_t, config.fractions)
-    train_part = v[bounds[0]]
-    span = config.window + config.lead_hours - 1 + config.horizon
-    if train_part.shape[0] < span:
-        raise ConfigError(
-            f"window={config.window} h (+ lead {config.lead_hours} h, horizon {config.horizon} h) is longer than "
-            f"the training part ({train_part.shape[0]} hours); use a shorter window or a longer time range"
-        )
+    ranges = scored_ranges(bounds, config)
+    train_part, train_times = v[bounds[0]], times[bounds[0]]
     scaler = Scaler.fit(train_part.reshape(-1, n_v))
-    scaled = scaler.transform(v)
+    inputs = scaler.transform(v)
     cal = calendar_features(times) if config.calendar else None
     if cal is not None:
         features = features + ["hour_sin", "hour_cos", "doy_sin", "doy_cos"]
         # calendar inputs are already in [-1, 1]; extend the scaler with identity entries
         scaler = Scaler(np.concatenate([scaler.mean, np.zeros(4)]), np.concatenate([scaler.std, np.ones(4)]))
 
-    clim = [climatology_table(train_part[:, p, 0], times[bounds[0]]) for p in range(n_p)]
+    clim = [climatology_table(train_part[:, p, 0], train_times) for p in range(n_p)]
+    covered = climatology_coverage(train_times)
 
-    xs: dict[str, np.ndarray] = {}
-    ys: dict[str, np.ndarray] = {}
-    tts: dict[str, np.ndarray] = {}
-    pidx: dict[str, np.ndarray] = {}
-    baselines: dict[str, dict[str, dict[str, float]]] = {}
-    split_times: dict[str, tuple[str, str]] = {}
-    first = config.window - 1 + config.lead_hours
-    for name, sl in zip(SPLITS, bounds):
-        t_part = times[sl]
-        if len(t_part) < span:
-            raise ConfigError(
-                f"the {name} part has {len(t_part)} hours, fewer than window + lead + horizon = {span}; "
-                f"use a shorter window or a longer time range"
-            )
-        split_times[name] = (str(t_part[0]), str(t_part[-1]))
-        # every point of a split shares its hours: the sample count, the target times and their
-        # climatology lookups (day of year, hour) are computed once per split, not per point
-        n = len(t_part) - span + 1  # samples per point, as sliding_windows makes them
-        ttimes = np.lib.stride_tricks.sliding_window_view(np.arange(first, first + n + config.horizon - 1),
-                                                          config.horizon)
-        tt = t_part[ttimes.reshape(-1)]
-        tt_doy, tt_hour = tt.day_of_year.to_numpy() - 1, tt.hour.to_numpy()
-        first_target_times = t_part[first : first + n].to_numpy()
-        px, py, ppers, pclim, ptimes, pid = [], [], [], [], [], []
+    W, L, H = config.window, config.lead_hours, config.horizon
+    xs, ys, tts, pidx, baselines, split_times, scored = {}, {}, {}, {}, {}, {}, {}
+    for name, sl, (lo, hi) in zip(SPLITS, bounds, ranges):
+        n = hi - lo  # samples per point; first target hours lo .. hi-1
+        split_times[name] = (str(times[sl.start]), str(times[sl.stop - 1]))
+        scored[name] = {"first": str(times[lo]), "last": str(times[hi - 1]), "count": n,
+                        "points": n_p, "samples": n * n_p}
+        # every point of a split shares its hours: the target times and their climatology cells
+        # (day of year, hour) are looked up once per split, not per point
+        tt = times[lo : hi - 1 + H]
+        cell = (tt.day_of_year.to_numpy() - 1, tt.hour.to_numpy())
+        cell_of = np.lib.stride_tricks.sliding_window_view(np.arange(len(tt)), H)  # (n, H) -> index into tt
+        doy_hits = int(covered[cell][cell_of].sum())
+        # one contiguous stretch of the series holds the inputs and targets of every sample of the split
+        span = slice(lo - L - W + 1, hi - 1 + H)
+        px, py, pers, clim_pred, truth = [], [], [], [], []
         for p in range(n_p):
-            part = scaled[sl, p, :]
-            if cal is not None:
-                part = np.concatenate([part, cal[sl]], axis=1)
-            x, y = sliding_windows(part, config.window, config.lead_hours, config.horizon)
-            raw = v[sl, p, 0]
-            target_k = np.lib.stride_tricks.sliding_window_view(raw[first : first + n + config.horizon - 1], config.horizon)
-            last_k = raw[config.window - 1 : config.window - 1 + n]
-            ppers.append((np.repeat(last_k[:, None], config.horizon, axis=1), target_k))
-            clim_pred = clim[p][tt_doy, tt_hour].reshape(n, config.horizon)
-            pclim.append((clim_pred, target_k))
+            part = inputs[span, p, :] if cal is None else np.concatenate([inputs[span, p, :], cal[span]], axis=1)
+            x, y = sliding_windows(part, W, L, H)
+            raw = v[:, p, 0]
+            truth.append(np.lib.stride_tricks.sliding_window_view(raw[lo : hi - 1 + H], H))
+            pers.append(np.repeat(raw[lo - L : hi - L, None], H, axis=1))
+            clim_pred.append(clim[p][cell][cell_of])
             px.append(x.astype(np.float32))
             py.append(y.astype(np.float32))
-            ptimes.append(first_target_times)
-            pid.append(np.full(n, p, dtype=np.int16))
-        xs[name] = np.concatenate(px)
-        ys[name] = np.concatenate(py)
-        tts[name] = np.concatenate(ptimes)
-        pidx[name] = np.concatenate(pid)
+        xs[name], ys[name] = np.concatenate(px), np.concatenate(py)
+        tts[name] = np.tile(times[lo:hi].to_numpy(), n_p)
+        pidx[name] = np.repeat(np.arange(n_p, dtype=np.int16), n)
+        truth_k = np.concatenate(truth)
         baselines[name] = {
-            "persistence": error_metrics(np.concatenate([a for a, _ in ppers]), np.concatenate([b for _, b in ppers])),
-            "climatology": error_metrics(np.concatenate([a for a, _ in pclim]), np.concatenate([b for _, b in pclim])),
+            "persistence": error_metrics(np.concatenate(pers), truth_k),
+            "climatology": {
+                **error_metrics(np.concatenate(clim_pred), truth_k),
+                "doy_targets": doy_hits * n_p, "fallback_targets": (n * H - doy_hits) * n_p,
+                "fallback": CLIMATOLOGY_FALLBACK,
+            },
         }
     return Windows(
         config=config, x=xs, y=ys, target_times=tts, point_index=pidx, scaler=scaler,
         baselines=baselines, features=features, points=points, split_times=split_times,
+        scored=scored, notes=_climatology_notes(train_times, baselines),
     )
+
+
+def _climatology_notes(train_times: pd.DatetimeIndex, baselines: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """What the user should know about the climatology baseline (each also raised as a ``ClimatologyWarning``)."""
+    days = (train_times[-1] - train_times[0]) / pd.Timedelta(days=1)
+    fell = {s: baselines[s]["climatology"] for s in ("val", "test") if baselines[s]["climatology"]["fallback_targets"]}
+    if days >= 365 and not fell:
+        return []
+    note = f"the training part covers {days:.1f} days ({train_times[0]} to {train_times[-1]})"
+    if days < 365:
+        note += ", less than a year, so the climatology baseline rests on few days"
+    if fell:
+        counts = ", ".join(f"{s} {c['fallback_targets']} of {c['fallback_targets'] + c['doy_targets']}"
+                           for s, c in fell.items())
+        note += (f"; targets whose day of year has no training day within a week use the {CLIMATOLOGY_FALLBACK} "
+                 f"instead ({counts} targets)")
+    else:
+        note += "; every validation and test target still has training days within a week of its day of year"
+    warnings.warn(note, ClimatologyWarning, stacklevel=3)
+    return [note]
 
 
 def windows_from_dataset(ds, config: WindowConfig = WindowConfig()) -> Windows:

@@ -1,12 +1,15 @@
 """Splits, scaling, windows and baselines on hand-checkable series."""
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from lstmnb.errors import ConfigError, DataError
 from lstmnb.windows import (
-    Scaler, WindowConfig, climatology_table, make_windows, sliding_windows, split_bounds, split_by_dates,
+    CLIMATOLOGY_FALLBACK, ClimatologyWarning, Scaler, WindowConfig, climatology_coverage, climatology_table,
+    make_windows, sliding_windows, split_bounds, split_by_dates,
 )
 
 
@@ -40,26 +43,86 @@ def test_split_by_dates():
         split_by_dates(t, "2020-01-03", "2020-01-02")
 
 
-def test_windows_never_cross_a_split_and_scaling_uses_train_only():
+@pytest.mark.parametrize("horizon", [1, 3])
+def test_targets_belong_to_one_split_inputs_may_cross_and_scaling_uses_train_only(horizon):
     n = 200
     t = hours(n)
     v = np.arange(n, dtype=float) + 250.0  # value encodes its own time index
-    cfg = WindowConfig(window=5, lead_hours=2, horizon=1, fractions=(0.6, 0.2, 0.2))
+    cfg = WindowConfig(window=5, lead_hours=2, horizon=horizon, fractions=(0.6, 0.2, 0.2))
     w = make_windows(v, t, cfg)
     bounds = split_bounds(n, cfg.fractions)
     # scaler statistics from the training part only
     train_vals = v[bounds[0]]
     assert w.scaler.mean[0] == pytest.approx(train_vals.mean())
     assert w.scaler.std[0] == pytest.approx(train_vals.std())
+    seen = []
     for name, sl in zip(("train", "val", "test"), bounds):
-        x_k = w.scaler.inverse(w.x[name][..., 0])
-        y_k = w.to_kelvin(w.y[name])
-        idx_in = x_k - 250.0
-        idx_out = y_k - 250.0
-        assert idx_in.min() >= sl.start - 1e-6 and idx_out.max() <= sl.stop - 1 + 1e-6
-        # every target is lead_hours after the last input of its window
-        np.testing.assert_allclose(idx_out[:, 0] - idx_in[:, -1], cfg.lead_hours, atol=1e-4)
-    assert w.sizes() == {"train": 120 - 6, "val": 40 - 6, "test": 40 - 6}
+        idx_in = np.rint(w.scaler.inverse(w.x[name][..., 0]) - 250.0)
+        idx_out = np.rint(w.to_kelvin(w.y[name]) - 250.0)
+        # every target hour of every sample lies in its split; the first is the sample's target time
+        assert idx_out.min() >= sl.start and idx_out.max() <= sl.stop - 1
+        np.testing.assert_array_equal(t[idx_out[:, 0].astype(int)], w.target_times[name])
+        # inputs end lead_hours before the first target and are consecutive hours
+        np.testing.assert_array_equal(idx_out[:, 0] - idx_in[:, -1], cfg.lead_hours)
+        np.testing.assert_array_equal(np.diff(idx_in, axis=1), 1)
+        if name != "train":  # the first samples of val and test take their inputs from the part before
+            assert idx_in.min() == sl.start - cfg.lead_hours - cfg.window + 1 < sl.start
+        seen.append(set(idx_out.ravel().astype(int)))
+        sc = w.scored[name]
+        assert sc["count"] == w.sizes()[name] and sc["first"] == str(t[int(idx_out[0, 0])])
+        assert sc["last"] == str(t[int(idx_out[-1, 0])])
+    assert not (seen[0] & seen[1] or seen[1] & seen[2] or seen[0] & seen[2]), "a target hour in two splits"
+    # train loses its first window + lead - 1 hours (no inputs); every split drops the horizon - 1
+    # hours at its end whose later targets would fall into the next split
+    assert w.sizes() == {"train": 120 - 6 - (horizon - 1), "val": 40 - (horizon - 1), "test": 40 - (horizon - 1)}
+    assert w.scored["test"]["last"] == str(t[n - horizon])
+
+
+def test_val_and_test_score_the_same_targets_at_every_lead():
+    t = hours(24 * 40)
+    rng = np.random.default_rng(0)
+    v = 280 + 5 * np.sin(2 * np.pi * t.hour.to_numpy() / 24) + np.cumsum(rng.normal(0, 0.3, len(t)))
+    ws = {lead: make_windows(v, t, WindowConfig(window=24, lead_hours=lead)) for lead in (1, 6, 24)}
+    for split in ("val", "test"):
+        for lead, w in ws.items():
+            np.testing.assert_array_equal(w.target_times[split], ws[1].target_times[split])
+            np.testing.assert_array_equal(w.y[split], ws[1].y[split])
+            assert w.scored[split] == ws[1].scored[split]
+            # the same targets give the same climatology score; persistence gets worse with the lead
+            assert w.baselines[split]["climatology"] == ws[1].baselines[split]["climatology"]
+        pers = [ws[lead].baselines[split]["persistence"]["rmse"] for lead in (1, 6, 24)]
+        assert pers[0] < pers[1]
+    # the training targets start where this lead's inputs exist
+    for lead, w in ws.items():
+        assert w.scored["train"]["first"] == str(t[24 + lead - 1])
+
+
+def test_climatology_falls_back_to_the_hour_of_day_mean_and_says_how_often():
+    # 90 days from 1 January, split in halves and quarters: training is 1 Jan - 14 Feb (45 days), so with
+    # +-7 days of pooling the day-of-year table has data from 25 Dec to 21 Feb and nothing later
+    t = hours(24 * 90)
+    rng = np.random.default_rng(1)
+    v = np.stack([280 + 4 * np.sin(2 * np.pi * t.hour.to_numpy() / 24) + rng.normal(0, 1, len(t)),
+                  290 + 0.05 * np.arange(len(t)) / 24], axis=1)
+    cfg = WindowConfig(window=24, lead_hours=3, fractions=(0.5, 0.25, 0.25))
+    with pytest.warns(ClimatologyWarning, match="less than a year"):
+        w = make_windows(v, t, cfg)
+    val, test = w.baselines["val"]["climatology"], w.baselines["test"]["climatology"]
+    assert w.split_times["val"][0] == "2020-02-15 00:00:00"
+    assert val["doy_targets"] == 2 * 7 * 24  # 15 - 21 February, two points
+    assert val["fallback_targets"] == 2 * (540 - 7 * 24)
+    assert (test["doy_targets"], test["fallback_targets"]) == (0, 2 * 540)
+    assert test["fallback"] == CLIMATOLOGY_FALLBACK and w.baselines["train"]["climatology"]["fallback_targets"] == 0
+    assert len(w.notes) == 1 and "45.0 days" in w.notes[0] and f"test {2 * 540} of {2 * 540}" in w.notes[0]
+    # the fallback is the hour-of-day mean of each point's training part
+    train = slice(0, 24 * 45)
+    truth = v[24 * 67 + 12:]  # the test part: its last 540 hours
+    by_hand = []
+    for p in range(2):
+        hour_mean = pd.Series(v[train, p]).groupby(t[train].hour).mean()
+        by_hand.append(hour_mean.loc[t[24 * 67 + 12:].hour].to_numpy() - truth[:, p])
+    assert test["rmse"] == pytest.approx(np.sqrt(np.mean(np.concatenate(by_hand) ** 2)))
+    assert (climatology_coverage(t[train]).sum(axis=1) > 0).sum() == 45 + 14
 
 
 def test_persistence_baseline_by_hand():
@@ -75,7 +138,11 @@ def test_climatology_baseline_by_hand():
     # two years of a pure diurnal cycle (no noise): climatology from year one predicts year two exactly
     t = hours(24 * 366 * 2)
     v = 280 + 5 * np.sin(2 * np.pi * t.hour.to_numpy() / 24)
-    w = make_windows(v, t, WindowConfig(window=6, fractions=(0.5, 0.25, 0.25)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ClimatologyWarning)  # a year of training data: no warning
+        w = make_windows(v, t, WindowConfig(window=6, fractions=(0.5, 0.25, 0.25)))
+    assert w.notes == [] and w.baselines["test"]["climatology"]["fallback_targets"] == 0
+    assert w.baselines["test"]["climatology"]["doy_targets"] == w.sizes()["test"]
     assert w.baselines["test"]["climatology"]["rmse"] == pytest.approx(0.0, abs=1e-9)
     assert w.baselines["test"]["persistence"]["rmse"] > 0.5
     # and the climatology table is the hour-of-day x day-of-year mean
@@ -90,6 +157,11 @@ def test_calendar_features_and_multi_point():
     assert w.n_features == 5 and w.features[1:] == ["hour_sin", "hour_cos", "doy_sin", "doy_cos"]
     assert set(np.unique(w.point_index["train"])) == {0, 1}
     assert np.abs(w.x["train"][..., 1:]).max() <= 1.0 + 1e-6
+    # the calendar inputs of the last input hour belong to that hour (lead 1: one hour before the target)
+    for split in ("train", "test"):
+        last_input = pd.DatetimeIndex(w.target_times[split]) - pd.Timedelta(hours=1)
+        np.testing.assert_allclose(w.x[split][:, -1, 1], np.sin(2 * np.pi * last_input.hour / 24), atol=1e-6)
+        np.testing.assert_array_equal(w.point_index[split][: w.scored[split]["count"]], 0)
 
 
 def test_scaler_roundtrip():
