@@ -209,6 +209,9 @@ class Windows:
     split_times: dict[str, tuple[str, str]] = field(default_factory=dict)  # split -> (first hour, last hour)
     scored: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # split -> {"persistence": (N, horizon), "climatology": (N, horizon)}: the baselines' forecasts in kelvin,
+    # sample by sample (per-point scores, skill across leads)
+    predictions: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
     @property
     def n_features(self) -> int:
@@ -295,7 +298,7 @@ def make_windows(
     covered = climatology_coverage(train_times)
 
     W, L, H = config.window, config.lead_hours, config.horizon
-    xs, ys, tts, pidx, baselines, split_times, scored = {}, {}, {}, {}, {}, {}, {}
+    xs, ys, tts, pidx, baselines, split_times, scored, predictions = {}, {}, {}, {}, {}, {}, {}, {}
     for name, sl, (lo, hi) in zip(SPLITS, bounds, ranges):
         n = hi - lo  # samples per point; first target hours lo .. hi-1
         split_times[name] = (str(times[sl.start]), str(times[sl.stop - 1]))
@@ -323,10 +326,11 @@ def make_windows(
         tts[name] = np.tile(times[lo:hi].to_numpy(), n_p)
         pidx[name] = np.repeat(np.arange(n_p, dtype=np.int16), n)
         truth_k = np.concatenate(truth)
+        predictions[name] = {"persistence": np.concatenate(pers), "climatology": np.concatenate(clim_pred)}
         baselines[name] = {
-            "persistence": error_metrics(np.concatenate(pers), truth_k),
+            "persistence": error_metrics(predictions[name]["persistence"], truth_k),
             "climatology": {
-                **error_metrics(np.concatenate(clim_pred), truth_k),
+                **error_metrics(predictions[name]["climatology"], truth_k),
                 "doy_targets": doy_hits * n_p, "fallback_targets": (n * H - doy_hits) * n_p,
                 "fallback": CLIMATOLOGY_FALLBACK,
             },
@@ -334,7 +338,7 @@ def make_windows(
     return Windows(
         config=config, x=xs, y=ys, target_times=tts, point_index=pidx, scaler=scaler,
         baselines=baselines, features=features, points=points, split_times=split_times,
-        scored=scored, notes=_climatology_notes(train_times, baselines),
+        scored=scored, notes=_climatology_notes(train_times, baselines), predictions=predictions,
     )
 
 

@@ -51,16 +51,22 @@ def add_train(sub, full: bool) -> None:
 def train_and_print(request, cfg, results) -> None:
     """``train.run`` (appending the record to ``results`` unless None), then the run as `print_run` shows
     it and where the record went; under torchrun only rank 0 prints (and records)."""
-    from ..training.parallel import is_rank_zero
+    import warnings
+
     from ..records import runs_path
     from ..training import run
+    from ..training.parallel import is_rank_zero
+    from ..windows import ClimatologyWarning
 
+    warnings.simplefilter("ignore", ClimatologyWarning)  # said once below, as a note, instead
     # --strategy ddp --nproc N outside torchrun: run() prepares the data once and train() starts N local
     # ranks (lstmnb.training.parallel); rank 0's record comes back here to be printed and appended
     result = run(request, cfg, results=results)
     if not is_rank_zero():
         return
     print_run(result.record)
+    for note in result.windows.notes:
+        print(f"note: {note}")
     if results is not None:
         print(f"record {result.record['run_id']} appended to {runs_path(results)}")
 

@@ -63,13 +63,15 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
         "test_rmse_k": test["rmse"], "test_mae_k": test["mae"],
         "persistence_rmse_k": base["persistence"]["rmse"], "persistence_mae_k": base["persistence"]["mae"],
         "climatology_rmse_k": base["climatology"]["rmse"], "climatology_mae_k": base["climatology"]["mae"],
+        "climatology_doy_targets": base["climatology"].get("doy_targets"),
+        "climatology_fallback_targets": base["climatology"].get("fallback_targets"),
         "val_persistence_rmse_k": windows.baselines["val"]["persistence"]["rmse"],
         "best_val_rmse_k": min((h["val_rmse_k"] for h in history), default=None),
         "epochs_run": len(history), "stopped_early": stopped_early, "stop_reason": stop_reason,
     }
     data = dict(data_info or {})
-    data.update(sizes=windows.sizes(), split_times=windows.split_times, features=windows.features,
-                cells=windows.points)
+    data.update(sizes=windows.sizes(), split_times=windows.split_times, scored=windows.scored,
+                features=windows.features, cells=windows.points, notes=windows.notes)
     return new_record(
         cfg.experiment, status="ok", device=str(device), profile=cfg.profile,
         config=asdict(cfg), data=data, epochs=history, timing=timing, memory=memory,
