@@ -19,6 +19,9 @@ def print_run(record: dict) -> None:
     print(f"\ntraining {t['train_s']:.2f} s on {record['device']['kind']} ({record['device']['name']}); "
           f"warm-up epoch {t['warmup_epoch_s']:.2f} s, median epoch {t['epoch_s_median']:.2f} s, "
           f"{t['samples_per_s']:,.0f} samples/s")
+    threads = record.get("threads") or {}
+    if threads:
+        print(f"threads: {threads['used']} ({threads['policy']}): {threads['reason']}")
     graph = record.get("cuda_graph") or {}
     if record["device"]["kind"] == "cuda" and graph:
         print(f"CUDA graph: {'used' if graph['used'] else 'not used'} ({graph['reason']})")
@@ -57,7 +60,10 @@ def train_and_print(request, cfg, results) -> None:
     if not is_rank_zero():
         return
     print_run(result.record)
-    if results is not None:
+    if result.recorded is not None:
+        print(f"run {result.record['run_id']} had finished and was recorded in {result.recorded}: "
+              f"nothing appended (use another --checkpoint for a new run)")
+    elif results is not None:
         print(f"record {result.record['run_id']} appended to {runs_path(results)}")
 
 

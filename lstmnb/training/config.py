@@ -153,6 +153,15 @@ class TrainConfig:
         self.window_config().validate()
         self.model_config(1).validate()
 
+    def stops_after(self, history: list[dict[str, Any]], best: dict[str, Any]) -> bool:
+        """Early stopping: ``patience`` epochs without a new best validation RMSE, or the target reached
+        when ``stop_at_target`` is set."""
+        p = self.patience
+        if p and best.get("epoch") is not None and len(history) - best["epoch"] >= p:
+            return True
+        return bool(self.stop_at_target and self.target_rmse is not None and history
+                    and history[-1]["val_rmse_k"] <= self.target_rmse)
+
     def trajectory_key(self) -> dict[str, Any]:
         """The fields that determine the sequence of weights; a resumed checkpoint must match them."""
         return {k: v for k, v in asdict(self).items() if k not in _RESUME_FREE}
