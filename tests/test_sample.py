@@ -198,7 +198,7 @@ def test_killed_first_build_is_swept_and_a_damaged_sample_rebuilt(tmp_path, monk
     assert main(["data", "--refresh", "--end", "2020-01-14", "--no-progress", "--csv", str(csv)]) == 0
     err = capsys.readouterr().err
     assert "1 file(s) missing (2m_temperature/100.0.0)" in err and "2m_temperature/200.0.0" in err
-    assert "rebuilding" in err
+    assert "rebuilding the sample store" in err
     table = pd.read_csv(csv)
     assert len(table) == 14 * 24 * 2 and table.notna().all().all()
     assert cut.read_bytes() == whole and store_problem(store) is None

@@ -258,8 +258,8 @@ def sample_store(rebuild: bool = False) -> Path:
         if problem is None and not rebuild:  # another process built it while this one waited
             return target
         if problem is not None and target.exists():
-            print(f"lstmnb: the sample store {target} is damaged or unfinished: {problem}; rebuilding it "
-                  f"(synthetic and deterministic: the same data; 10-30 s)", file=sys.stderr)
+            print(f"lstmnb: rebuilding the sample store {target} ({problem}); it is synthetic and "
+                  f"deterministic, so the data are the same (10-30 s)", file=sys.stderr)
         try:
             with atomic_path(target) as tmp:
                 write_sample(tmp)
