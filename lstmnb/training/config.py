@@ -62,7 +62,9 @@ class TrainConfig:
     num_workers: int = knob(2, "DataLoader worker processes (dataloader path)")
     pin_memory: bool = knob(True, "pinned host memory for DataLoader batches (CUDA only)")
     amp: str = knob("off", "mixed precision on CUDA: off, auto (bf16 where supported, else fp16), bf16, fp16")
-    threads: int | None = knob(None, "torch intra-op threads on CPU (default: torch's choice, one per core)")
+    threads: int | None = knob(None, (
+        "torch intra-op threads on CPU (default: one per core, fewer when other processes keep the cores busy; "
+        "the record's threads section says which and why)"))
     fused_adam: bool = knob(True, (
         "Adam's update as one fused kernel (measured no slower on CPU; fewer launches on GPUs)"))
     compile: bool = knob(False, (
