@@ -21,22 +21,20 @@ import torch
 
 from lstmnb.data import Request
 from lstmnb.experiments.speed import contender_settings, format_report, matmul_rate, speed_benchmark
-from lstmnb.training import TrainConfig, prepare_windows, train
+from lstmnb.training import TrainConfig, prepare_windows, thread_choice, train
 
 
 def thread_check(windows, threads_list, epochs=3):
     """Samples/s of the recommended setting for each intra-op thread count (median of steady epochs)."""
     rows = []
-    previous = torch.get_num_threads()
     cfg = replace(TrainConfig(), **contender_settings("recommended", "cpu"), epochs=epochs, progress=False,
                   device="cpu")
-    try:
-        for n in threads_list:
-            torch.set_num_threads(n)
-            rec = train(windows, cfg).record
-            rows.append((n, rec["timing"]["samples_per_s"], matmul_rate("cpu")))
-    finally:
-        torch.set_num_threads(previous)  # what the caller had, not a guess at it
+    for n in threads_list:  # an explicit thread count: the load policy does not change it
+        cfg_n = replace(cfg, threads=n)
+        rec = train(windows, cfg_n).record
+        with thread_choice(cfg_n, torch.device("cpu")):  # the GEMM rate on the same n threads
+            rate = matmul_rate("cpu")
+        rows.append((n, rec["timing"]["samples_per_s"], rate))
     return rows
 
 

@@ -58,7 +58,7 @@ def atomic_path(target: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     try:
         yield tmp
         if target.is_dir() and tmp.is_dir():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            old = temp_path(target, ".old")  # named like a temporary, so a sweep finds a killed swap's leftover
             os.replace(target, old)
             os.replace(tmp, target)
             _remove(old)
@@ -89,9 +89,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def sweep_stale_temps(directory: str | os.PathLike, *, now: float | None = None,
+def sweep_stale_temps(directory: str | os.PathLike, *, final: str | None = None, now: float | None = None,
                       max_age: float = STALE_TMP_SECONDS) -> int:
-    """Remove the temporaries of ``atomic_path`` that killed writers left in ``directory``.
+    """Remove the temporaries of ``atomic_path`` that killed writers left in ``directory`` (only those
+    of the file or folder named ``final`` when given).
 
     Stale: written on this host by a process that is gone, or older than ``max_age`` whoever wrote
     it. A live writer's files (here, or on another host sharing the folder) stay. Returns how many.
@@ -104,7 +105,7 @@ def sweep_stale_temps(directory: str | os.PathLike, *, now: float | None = None,
     removed = 0
     for entry in entries:
         m = _TMP.match(entry.name)
-        if m is None:
+        if m is None or (final is not None and m["final"] != final):
             continue
         try:
             age = now - entry.stat(follow_symlinks=False).st_mtime

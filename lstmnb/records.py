@@ -64,6 +64,12 @@ def software_info() -> dict[str, Any]:
     }
 
 
+def new_run_id() -> str:
+    """A fresh run id (12 hex digits). A checkpointed run keeps its id across resumes, so the results
+    file can tell whether its record is already there."""
+    return uuid.uuid4().hex[:12]
+
+
 def new_record(
     experiment: str,
     *,
@@ -71,14 +77,16 @@ def new_record(
     reason: str | None = None,
     device: str | None = "cpu",
     profile: str | None = None,
+    run_id: str | None = None,
     **fields: Any,
 ) -> dict[str, Any]:
-    """A record with the common fields filled in; ``fields`` adds config, data, epochs, metrics, ..."""
+    """A record with the common fields filled in; ``fields`` adds config, data, epochs, metrics, ...
+    ``run_id``: the run's id when it has one already (a checkpointed run); else a new one."""
     if status not in STATUSES:
         raise ValueError(f"status {status!r} is not one of {STATUSES}")
     record: dict[str, Any] = {
         "schema": SCHEMA,
-        "run_id": uuid.uuid4().hex[:12],
+        "run_id": run_id or new_run_id(),
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "experiment": experiment,
         "status": status,
@@ -137,27 +145,55 @@ def append_record(record: dict[str, Any], path: "str | os.PathLike | _DefaultFil
     flushed to disk: concurrent writers (several ranks or jobs) never interleave, and a crash can at
     worst leave a final partial line, which ``read_records`` skips with a warning.
     """
+    return _append(record, path, once=False)[0]
+
+
+def append_record_once(record: dict[str, Any], path: "str | os.PathLike | _DefaultFile | None"
+                       ) -> tuple[Path | None, bool]:
+    """``append_record``, unless a record with the same ``run_id`` is already in the file (a resumed
+    run that was recorded before it was killed). Returns (file, whether a line was written); the check
+    and the write happen under the same lock, so concurrent writers of one run id write it once."""
+    return _append(record, path, once=True)
+
+
+def _append(record: dict[str, Any], path, *, once: bool) -> tuple[Path | None, bool]:
     if path is None:
-        return None
+        return None, False
     path = runs_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(_jsonable(record), allow_nan=False) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        # a previous crash may have left a line without its newline: start ours on a fresh line
         size = os.fstat(fd).st_size
-        if size:
-            with open(path, "rb") as fh:
-                fh.seek(size - 1)
-                if fh.read(1) != b"\n":
-                    line = b"\n" + line
+        if once and size and _holds_run(fd, size, record.get("run_id")):
+            return path, False
+        # a previous crash may have left a line without its newline: start ours on a fresh line
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
         os.write(fd, line)
         os.fsync(fd)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
-    return path
+    return path, True
+
+
+def _holds_run(fd: int, size: int, run_id: str | None) -> bool:
+    """Whether a whole, valid record line of the open results file has this ``run_id``."""
+    if not run_id:
+        return False
+    needle = json.dumps(run_id).encode()
+    data = os.pread(fd, size, 0)
+    for raw in data.splitlines():
+        if needle in raw:
+            try:
+                rec = json.loads(raw)
+            except ValueError:  # a partial line a crash left: not a record
+                continue
+            if isinstance(rec, dict) and rec.get("run_id") == run_id:
+                return True
+    return False
 
 
 def _record_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]:

@@ -6,7 +6,7 @@ import multiprocessing as mp
 import pytest
 import torch
 
-from lstmnb.records import append_record, load_records, new_record, read_records
+from lstmnb.records import append_record, append_record_once, load_records, new_record, read_records
 
 
 def test_record_has_design_fields(tmp_path):
@@ -34,21 +34,51 @@ def test_skipped_cuda_record_names_no_device():
         assert rec["device"]["note"] == "no CUDA device visible"
 
 
+WRITERS, APPENDS = 8, 25
+
+
 def _writer(path, k):
-    for i in range(20):
+    for i in range(APPENDS):
         append_record({"experiment": "x", "writer": k, "i": i, "pad": "y" * 5000}, path)
 
 
-def test_concurrent_appends_never_interleave(tmp_path):
-    path = tmp_path / "runs.jsonl"
-    procs = [mp.get_context("fork").Process(target=_writer, args=(path, k)) for k in range(3)]
+def _run_all(target, args_list):
+    procs = [mp.get_context("fork").Process(target=target, args=args) for args in args_list]
     for p in procs:
         p.start()
     for p in procs:
         p.join()
+    assert [p.exitcode for p in procs] == [0] * len(procs)
+
+
+def test_concurrent_appends_never_interleave(tmp_path):
+    """8 processes x 25 appends of 5 KB lines at once: every record is there, whole, once."""
+    path = tmp_path / "runs.jsonl"
+    _run_all(_writer, [(path, k) for k in range(WRITERS)])
     recs = read_records(path)
-    assert len(recs) == 60
-    assert sorted((r["writer"], r["i"]) for r in recs) == sorted((k, i) for k in range(3) for i in range(20))
+    assert len(recs) == WRITERS * APPENDS
+    assert sorted((r["writer"], r["i"]) for r in recs) == sorted(
+        (k, i) for k in range(WRITERS) for i in range(APPENDS))
+
+
+def _once_writer(path, k):
+    for i in range(5):  # every process tries to record the same five runs
+        append_record_once({"run_id": f"run{i}", "writer": k}, path)
+
+
+def test_concurrent_appends_of_one_run_id_write_it_once(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    _run_all(_once_writer, [(path, k) for k in range(WRITERS)])
+    assert sorted(r["run_id"] for r in read_records(path)) == [f"run{i}" for i in range(5)]
+
+
+def test_append_once_ignores_a_partial_line_with_the_run_id(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    path.write_text('{"run_id": "abc", "experiment": "trai')  # a crash mid-line: not a record
+    assert append_record_once({"run_id": "abc", "experiment": "train"}, path) == (path, True)
+    assert append_record_once({"run_id": "abc", "experiment": "train"}, path) == (path, False)
+    with pytest.warns(UserWarning):
+        assert [r["run_id"] for r in read_records(path)] == ["abc"]
 
 
 def test_broken_line_skipped_with_warning_good_records_kept(tmp_path):

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -11,7 +16,9 @@ import xarray as xr
 
 from lstmnb.data import DEFAULT_POINTS
 from lstmnb.errors import ConfigError
-from lstmnb.data.sample import SAMPLE_NAME, is_complete, sample_store, write_sample
+from lstmnb.data import Request, extract
+from lstmnb.data.sample import SAMPLE_NAME, is_complete, sample_store, store_problem, write_sample
+from lstmnb.errors import DataError
 from lstmnb.windows import WindowConfig, make_windows
 
 
@@ -166,4 +173,76 @@ def test_build_is_atomic_and_cached(tmp_path, monkeypatch):
     assert size < 80e6, f"sample store is {size / 1e6:.0f} MB"
     mtime = (path / ".zmetadata").stat().st_mtime_ns
     assert sample_store() == path and (path / ".zmetadata").stat().st_mtime_ns == mtime  # reused
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary leftovers"
+    leftovers = [p for p in tmp_path.iterdir() if p.name.startswith(".") and p.name != f".{SAMPLE_NAME}.lock"]
+    assert not leftovers, "no temporary leftovers"
+
+
+# --- a damaged store, a killed build ------------------------------------------------------------
+
+def _tiny(path):
+    return write_sample(path, start="2020-01-01", end="2020-01-02T23", lat=(40, 39), lon=(280, 281))
+
+
+def test_store_problem_names_missing_and_cut_files(tmp_path):
+    path = _tiny(tmp_path / "s.zarr")
+    assert store_problem(path) is None and is_complete(path)
+    (path / "2m_temperature" / "7.0.0").unlink()
+    chunk = path / "surface_pressure" / "3.0.0"
+    chunk.write_bytes(chunk.read_bytes()[:10])
+    problem = store_problem(path)
+    assert "1 file(s) missing (2m_temperature/7.0.0)" in problem and "surface_pressure/3.0.0" in problem
+    assert not is_complete(path)
+    assert store_problem(tmp_path / "none.zarr") == "not built yet"
+    (path / ".lstmnb-sample-complete").write_text(json.dumps({"seed": 0}))  # an older lstmnb's marker
+    assert "older lstmnb" in store_problem(path)
+
+
+def test_a_chunk_that_does_not_decode_does_not_advise_running_again(tmp_path):
+    path = _tiny(tmp_path / "s.zarr")
+    chunk = path / "2m_temperature" / "5.0.0"
+    chunk.write_bytes(chunk.read_bytes()[:40])  # a Blosc header and a cut-off body
+    request = Request(source=str(path), points=((40.0, 280.0),), start="2020-01-01", end="2020-01-02")
+    with pytest.raises(DataError, match="damaged in the store, so running again will not help") as err:
+        extract(request, cache_dir=tmp_path / "cache", progress=False)
+    assert "run again to resume" not in str(err.value)
+
+
+CHILD_BUILD = "from lstmnb.data.sample import sample_store; sample_store()"
+
+
+@pytest.mark.slow
+def test_killed_first_build_is_swept_and_a_damaged_sample_rebuilt(tmp_path, monkeypatch, capsys):
+    """SIGKILL in the middle of the first sample build leaves a temporary folder: the next use removes it.
+    A chunk deleted and one cut from the sample are found before anything reads them, and `lstmnb data
+    --refresh` rebuilds the sample (synthetic, deterministic: the same bytes) instead of giving NaN rows."""
+    from lstmnb.cli import main
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LSTMNB_CACHE", str(cache))
+    child = subprocess.Popen([sys.executable, "-c", CHILD_BUILD], env=os.environ.copy())
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and child.poll() is None:  # kill once chunks are being written
+        temps = list(cache.glob(f".{SAMPLE_NAME}.*.tmp"))
+        if temps and (temps[0] / "2m_temperature").is_dir() and len(os.listdir(temps[0] / "2m_temperature")) > 300:
+            break
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    assert child.wait() == -signal.SIGKILL, "the build ended before it could be killed"
+    assert len(list(cache.glob(f".{SAMPLE_NAME}.*.tmp"))) == 1 and not (cache / SAMPLE_NAME).exists()
+    store = sample_store()
+    assert is_complete(store)
+    assert [p.name for p in cache.glob(f".{SAMPLE_NAME}.*")] == [f".{SAMPLE_NAME}.lock"], "the temporary was swept"
+
+    (store / "2m_temperature" / "100.0.0").unlink()
+    cut = store / "2m_temperature" / "200.0.0"
+    whole = cut.read_bytes()
+    cut.write_bytes(whole[: len(whole) // 2])
+    csv = tmp_path / "out.csv"
+    capsys.readouterr()
+    assert main(["data", "--refresh", "--end", "2020-01-14", "--no-progress", "--csv", str(csv)]) == 0
+    err = capsys.readouterr().err
+    assert "1 file(s) missing (2m_temperature/100.0.0)" in err and "2m_temperature/200.0.0" in err
+    assert "rebuilding the sample store" in err
+    table = pd.read_csv(csv)
+    assert len(table) == 14 * 24 * 2 and table.notna().all().all()
+    assert cut.read_bytes() == whole and store_problem(store) is None

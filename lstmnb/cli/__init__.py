@@ -14,6 +14,15 @@ from typing import Sequence
 from ..errors import LstmnbError
 from . import bench_cmds, data_cmd, doctor_cmd, notebooks_cmd, run_cmds, scratch_cmd
 
+# the environment variables lstmnb reads, as `lstmnb --help` lists them (README: Environment)
+ENVIRONMENT = """environment:
+  LSTMNB_CACHE     cache folder: the embedded sample store and extracted series
+                   (default $XDG_CACHE_HOME/lstmnb, else ~/.cache/lstmnb)
+  LSTMNB_RESULTS   default results folder for run records (default ./results; --results overrides)
+  OMP_NUM_THREADS  torch's CPU threads; unset, a CPU run uses one per core, fewer when other
+                   processes load the cores (--threads N overrides both)
+"""
+
 # (name, adder) in the order `lstmnb --help` lists them; adder(subparsers, full) adds one sub-command
 COMMANDS = (
     ("train", run_cmds.add_train),
@@ -39,6 +48,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "Train LSTM forecasters of ERA5 2 m temperature and measure how CPUs and GPUs speed up "
             "training. Start with `lstmnb quickstart`; every sub-command has its own --help."
         ),
+        epilog=ENVIRONMENT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"lstmnb {__version__}")

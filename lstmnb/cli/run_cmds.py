@@ -21,6 +21,9 @@ def print_run(record: dict) -> None:
           f"{t['samples_per_s']:,.0f} samples/s")
     if record["metrics"].get("stop_reason"):
         print(f"stopped after {record['metrics']['epochs_run']} epoch(s): {record['metrics']['stop_reason']}")
+    threads = record.get("threads") or {}
+    if threads:
+        print(f"threads: {threads['used']} ({threads['policy']}): {threads['reason']}")
     graph = record.get("cuda_graph") or {}
     if record["device"]["kind"] == "cuda" and graph:
         print(f"CUDA graph: {'used' if graph['used'] else 'not used'} ({graph['reason']})")
@@ -67,7 +70,10 @@ def train_and_print(request, cfg, results) -> None:
     print_run(result.record)
     for note in result.windows.notes:
         print(f"note: {note}")
-    if results is not None:
+    if result.recorded is not None:
+        print(f"run {result.record['run_id']} had finished and was recorded in {result.recorded}: "
+              f"nothing appended (use another --checkpoint for a new run)")
+    elif results is not None:
         print(f"record {result.record['run_id']} appended to {runs_path(results)}")
 
 

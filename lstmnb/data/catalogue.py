@@ -40,7 +40,8 @@ SOURCE_HINT = "use --source sample, a catalogue name (" + ", ".join(CATALOGUE) +
 @dataclass(frozen=True)
 class Request:
     """What to extract. ``points`` are (lat, lon) with lon in -180..180 or 0..360;
-    ``box`` is (lat_min, lat_max, lon_min, lon_max); give one of the two."""
+    ``box`` is (lat_min, lat_max, lon_min, lon_max); give one of the two. The default points (the
+    published ones) give way to a box: ``Request(box=...)`` is a box request."""
 
     source: str = SAMPLE
     variables: tuple[str, ...] = (DEFAULT_VARIABLE,)
@@ -48,6 +49,13 @@ class Request:
     box: tuple[float, float, float, float] | None = None
     start: str = DEFAULT_START
     end: str = DEFAULT_END
+
+    def __post_init__(self) -> None:
+        if self.box is not None and self.points is DEFAULT_POINTS:  # the default, not points given
+            object.__setattr__(self, "points", None)
+        elif self.box is not None and self.points is not None:
+            raise ConfigError(f"Request got both points={self.points!r} and box={self.box!r}; give one of the "
+                              f"two (a box alone needs no points=None)")
 
 
 @dataclass(frozen=True)

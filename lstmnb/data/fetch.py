@@ -217,8 +217,14 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats, so
         """One clear error naming the variable, the time and the store."""
         when = str(np.datetime64(plan.times[0] + (t - plan.i0) * np.timedelta64(1, "h"), "h"))
         what = str(exc) if isinstance(exc, ChunkError) else f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, (ChunkError, OSError, TimeoutError)):  # the connection or the disk: may pass
+            advice = "finished blocks are kept, run again to resume"
+        elif plan.ref.source == "sample":  # the chunk is there but does not decode: rereading will not help
+            advice = f"the chunk is damaged; delete {plan.ref.url} and run again (lstmnb rebuilds the sample)"
+        else:
+            advice = "the chunk is damaged in the store, so running again will not help; repair or re-copy the store"
         return DataError(f"reading {v} at {when} from {plan.ref.url} failed: {(what.splitlines() or [''])[0][:240]}; "
-                         "finished blocks are kept, run again to resume")
+                         + advice)
 
     async def read_async(vt: tuple[str, int]) -> np.ndarray:  # RawReader: a coroutine on the source's loop
         try:

@@ -111,6 +111,11 @@ class RawReader:
         cy, cx = m.chunks[1], m.chunks[2]
         if raw is None:
             return np.full((cy, cx) if flat is None else flat.size, m.fill, dtype=np.float32)
+        if getattr(m.compressor, "codec_id", None) == "blosc":
+            # c-blosc trusts the header's size and reads past a cut-off buffer: check it first
+            cbytes = int.from_bytes(raw[12:16], "little") if len(raw) >= blosc_parts.HEADER else None
+            if cbytes != len(raw):
+                raise ValueError(f"Blosc chunk of {len(raw)} bytes whose header says {cbytes}: cut short or damaged")
         data = m.compressor.decode(raw) if m.compressor is not None else raw
         for f in reversed(m.filters):
             data = f.decode(data)

@@ -25,17 +25,20 @@ chunk, Blosc-LZ4 with byte shuffle (zarr format 2), consolidated metadata; ``val
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 
-from ..errors import ConfigError
-from ..paths import atomic_path, cache_dir
+from ..errors import ConfigError, DataError
+from ..paths import CACHE_ENV, atomic_path, cache_dir, sweep_stale_temps
 
 SAMPLE_NAME = "sample-era5-v2.zarr"  # v2: weather with fronts, cloudy days and showers (issue 14)
 GRID = 0.25  # degrees, as in ARCO-ERA5
@@ -331,20 +334,103 @@ def write_sample(
         for t in range(nt):
             (var_dir / f"{t}.0.0").write_bytes(compressor.encode(data[t]))
     zarr.consolidate_metadata(path, zarr_format=2)
-    (path / _DONE).write_text(json.dumps({"seed": seed, "variables": list(variables)}))
+    # the completion marker, written last, lists every file with its size: a store that lost or cut a
+    # file since is found out before anything reads it (``store_problem``)
+    (path / _DONE).write_text(json.dumps({"seed": seed, "variables": list(variables), "files": _files(path)}))
     return path
 
 
-def is_complete(path: str | os.PathLike) -> bool:
-    """True when ``path`` holds a finished sample store (written to the end, metadata consolidated)."""
+def _files(path: Path) -> dict[str, int]:
+    """Every file of the store below ``path`` (but the marker) with its size in bytes."""
+    out: dict[str, int] = {}
+    for root, _, names in os.walk(path):
+        rel = os.path.relpath(root, path)
+        for name in names:
+            key = name if rel == "." else f"{rel}/{name}"
+            if key != _DONE:
+                out[key] = os.stat(os.path.join(root, name)).st_size
+    return out
+
+
+def store_problem(path: str | os.PathLike) -> str | None:
+    """What is wrong with the sample store at ``path`` (None: finished and intact): missing, unfinished,
+    or files missing or of another size than when it was written (checked against its marker)."""
     path = Path(path)
-    return (path / _DONE).is_file() and (path / ".zmetadata").is_file()
+    if not path.is_dir():
+        return "not built yet"
+    try:
+        marker = json.loads((path / _DONE).read_text())
+    except (OSError, ValueError):
+        return "unfinished (no completion marker)"
+    if not isinstance(marker, dict) or not isinstance(marker.get("files"), dict):
+        return "made by an older lstmnb (no file list to check it against)"
+    have = _files(path)
+    missing = sorted(k for k in marker["files"] if k not in have)
+    changed = sorted(k for k, size in marker["files"].items() if k in have and have[k] != size)
+    if not missing and not changed:
+        return None
+    parts = [f"{len(missing)} file(s) missing ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})"] \
+        if missing else []
+    if changed:
+        parts.append(f"{len(changed)} file(s) cut or changed ({', '.join(changed[:3])}"
+                     f"{', ...' if len(changed) > 3 else ''})")
+    return "; ".join(parts)
+
+
+def is_complete(path: str | os.PathLike) -> bool:
+    """True when ``path`` holds a finished, intact sample store (see ``store_problem``)."""
+    return store_problem(path) is None
 
 
 def sample_store(rebuild: bool = False) -> Path:
-    """Return the embedded sample store, building it once into the user cache (atomically)."""
-    target = cache_dir() / SAMPLE_NAME
-    if rebuild or not is_complete(target):
-        with atomic_path(target) as tmp:
-            write_sample(tmp)
+    """Return the embedded sample store, building it into the user cache (atomically) when it is not
+    there, unfinished or damaged; a damaged one is rebuilt with a note on stderr (it is synthetic and
+    deterministic, so the rebuilt store is the same). Temporaries of killed builds are removed."""
+    root = cache_dir()
+    sweep_stale_temps(root, final=SAMPLE_NAME)
+    target = root / SAMPLE_NAME
+    if not rebuild and _intact(target):
+        return target
+    with _build_lock(root):
+        problem = None if rebuild else store_problem(target)
+        if problem is None and not rebuild:  # another process built it while this one waited
+            return target
+        if problem is not None and target.exists():
+            print(f"lstmnb: rebuilding the sample store {target} ({problem}); it is synthetic and "
+                  f"deterministic, so the data are the same (10-30 s)", file=sys.stderr)
+        try:
+            with atomic_path(target) as tmp:
+                write_sample(tmp)
+        except OSError as exc:
+            raise DataError(f"cannot build the sample store in {root}: {exc.strerror or exc}; free some space "
+                            f"there or point {CACHE_ENV} at another folder") from None
     return target
+
+
+def _intact(target: Path) -> bool:
+    """``store_problem`` is None, checked once per process for a store whose folders are unchanged (a
+    deleted or added file changes its folder's mtime; the check reads ~26,000 file sizes)."""
+    try:
+        key = (str(target), tuple(os.stat(d).st_mtime_ns for d in (target, *(p for p in target.iterdir() if p.is_dir()))))
+    except OSError:
+        return False
+    if key not in _INTACT:
+        if store_problem(target) is not None:
+            return False
+        _INTACT.add(key)
+    return True
+
+
+_INTACT: set[tuple] = set()  # stores found intact in this process (a memo, not a switch)
+
+
+@contextmanager
+def _build_lock(root: Path) -> Iterator[None]:
+    """One builder at a time per cache folder (other processes wait, then find it built)."""
+    fd = os.open(root / f".{SAMPLE_NAME}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -1,5 +1,10 @@
 """Checkpoints of a run: written atomically after each epoch, and checked against the run's
-configuration before a resume (a checkpoint from other settings is refused by name)."""
+configuration before a resume (a checkpoint from other settings is refused by name).
+
+A checkpoint carries its run's ``run_id``; once the finished run's record is appended, the checkpoint
+is marked ``recorded`` (the record and where it went), so resuming a finished run again shows that
+record instead of appending a second one.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +15,21 @@ from typing import Any
 import torch
 
 from ..errors import CheckpointError
-from ..paths import atomic_path
+from ..paths import atomic_path, sweep_stale_temps
 from .config import TrainConfig
 
 CHECKPOINT_FORMAT = 1
 
 
 def save_checkpoint(path: str, state: dict[str, Any]) -> None:
+    # a writer killed mid-write left its temporary beside the checkpoint: remove it first
+    sweep_stale_temps(Path(path).parent, final=Path(path).name)
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
 
 
-def load_checkpoint(path: str, cfg: TrainConfig) -> dict[str, Any] | None:
+def read_checkpoint(path: str) -> dict[str, Any] | None:
+    """The checkpoint's state as saved (None when there is none); a damaged file is an error."""
     p = Path(path)
     if not p.exists():
         return None
@@ -34,11 +42,39 @@ def load_checkpoint(path: str, cfg: TrainConfig) -> dict[str, Any] | None:
             f"checkpoint {p} is corrupt or half-written ({type(exc).__name__}); delete it to start over, "
             f"or run without --resume"
         ) from None
+    return state
+
+
+def load_checkpoint(path: str, cfg: TrainConfig) -> dict[str, Any] | None:
+    """The checkpoint at ``path`` if it exists, after checking it was made with ``cfg``'s trajectory."""
+    state = read_checkpoint(path)
+    if state is None:
+        return None
     want, have = cfg.trajectory_key(), state.get("key", {})
     diff = sorted(k for k in set(want) | set(have) if json.dumps(want.get(k), default=str) != json.dumps(have.get(k), default=str))
     if diff:
         detail = ", ".join(f"{k}: checkpoint {have.get(k)!r} vs now {want.get(k)!r}" for k in diff[:4])
-        raise CheckpointError(f"checkpoint {p} is from a different configuration ({detail}); "
+        raise CheckpointError(f"checkpoint {path} is from a different configuration ({detail}); "
                               f"use the same settings to resume, or another --checkpoint path")
     return state
 
+
+def mark_recorded(path: str, record: dict[str, Any], results: str | Path) -> None:
+    """Note in the checkpoint that its finished run's ``record`` is in ``results`` (atomically: a kill
+    leaves the unmarked checkpoint, and the results file's run ids still prevent a second record)."""
+    state = read_checkpoint(path)
+    if state is None or state.get("run_id") != record.get("run_id"):
+        return  # not this run's checkpoint (it was moved or replaced meanwhile): nothing to mark
+    state["recorded"] = {"run_id": record["run_id"], "results": str(results), "epochs": len(state["history"]),
+                         "record": record}
+    save_checkpoint(path, state)
+
+
+def recorded_marker(state: dict[str, Any] | None, cfg: TrainConfig) -> dict[str, Any] | None:
+    """The checkpoint's ``recorded`` mark when its run is finished as ``cfg`` asks (all epochs, or
+    stopped early) and was recorded at that point; None otherwise (more epochs asked for: a new run)."""
+    if not state or not state.get("recorded"):
+        return None
+    history, mark = state["history"], state["recorded"]
+    finished = len(history) >= cfg.epochs or cfg.stops_after(history, state["best"])
+    return mark if finished and mark.get("epochs") == len(history) else None

@@ -73,7 +73,9 @@ class TrainConfig:
     num_workers: int = knob(2, "DataLoader worker processes (dataloader path)")
     pin_memory: bool = knob(True, "pinned host memory for DataLoader batches (CUDA only)")
     amp: str = knob("off", "mixed precision on CUDA: off, auto (bf16 where supported, else fp16), bf16, fp16")
-    threads: int | None = knob(None, "torch intra-op threads on CPU (default: torch's choice, one per core)")
+    threads: int | None = knob(None, (
+        "torch intra-op threads on CPU (default: one per core, fewer when other processes keep the cores busy; "
+        "the record's threads section says which and why)"))
     fused_adam: bool = knob(True, (
         "Adam's update as one fused kernel (measured no slower on CPU; fewer launches on GPUs)"))
     compile: bool = knob(False, (
@@ -169,6 +171,15 @@ class TrainConfig:
             raise ConfigError(f"preset={self.preset!r} is not one of {', '.join(PRESETS)}")
         self.window_config().validate()
         self.model_config(1).validate()
+
+    def stops_after(self, history: list[dict[str, Any]], best: dict[str, Any]) -> bool:
+        """Early stopping: ``patience`` epochs without a new best validation RMSE, or the target reached
+        when ``stop_at_target`` is set."""
+        p = self.patience
+        if p and best.get("epoch") is not None and len(history) - best["epoch"] >= p:
+            return True
+        return bool(self.stop_at_target and self.target_rmse is not None and history
+                    and history[-1]["val_rmse_k"] <= self.target_rmse)
 
     def trajectory_key(self) -> dict[str, Any]:
         """The fields that determine the sequence of weights; a resumed checkpoint must match them."""

@@ -1,17 +1,21 @@
 """The front door of training: prepare the data (extract, window), train on the device and strategy
-the config names, and record the run."""
+the config names, and record the run (once per finished run, however often it is resumed)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import torch
 
-from ..device import resolve_device
+from ..device import cpu_threads, resolve_device
 from ..errors import ConfigError
-from ..records import DEFAULT_FILE, append_record
+from ..models import Forecaster
+from ..records import DEFAULT_FILE, append_record, append_record_once
 from ..windows import Windows, windows_from_dataset
 from . import parallel
+from .checkpoints import load_checkpoint, mark_recorded, recorded_marker
 from .config import TrainConfig
 from .parallel.groups import is_rank_zero
 from .trainer import RunResult, Trainer
@@ -26,27 +30,62 @@ def check_windows(windows: Windows, cfg: TrainConfig) -> None:
         )
 
 
+@contextmanager
+def thread_choice(cfg: TrainConfig, device: torch.device | None) -> Iterator[dict[str, Any]]:
+    """Torch's intra-op threads for this run, chosen by ``device.thread_policy`` on a CPU (an explicit
+    ``cfg.threads`` wins anywhere), and put back as they were afterwards."""
+    before = torch.get_num_threads()
+    if device is not None and device.type == "cpu":
+        choice = cpu_threads(cfg.threads)
+    elif cfg.threads:
+        choice = {"used": cfg.threads, "policy": "explicit", "reason": "threads set by the caller (--threads)"}
+    else:
+        where = device.type if device is not None else f"strategy {cfg.strategy}"
+        choice = {"used": before, "policy": "default", "reason": f"runs on {where}; the load policy is for CPU runs"}
+    torch.set_num_threads(choice["used"])
+    try:
+        yield choice
+    finally:
+        torch.set_num_threads(before)
+
+
+def recorded_run(windows: Windows, cfg: TrainConfig, state: dict[str, Any] | None) -> RunResult | None:
+    """A finished run whose checkpoint says it was recorded: its record and best weights, no training."""
+    mark = recorded_marker(state, cfg)
+    if mark is None:
+        return None
+    core = Forecaster(cfg.model_config(windows.n_features))
+    best = state["best"].get("state")
+    core.load_state_dict(best if cfg.patience and best is not None else state["model"])
+    return RunResult(record=mark["record"], model=core, windows=windows, device=torch.device("cpu"),
+                     history=state["history"], recorded=mark["results"])
+
+
 def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict[str, Any] | None = None,
           on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Train a forecaster on ``windows`` as ``cfg`` says and return the record and the model.
 
     ``on_epoch_end`` is called with each epoch's entry after its checkpoint is written (a notebook
-    can plot live; a test can interrupt the run there).
+    can plot live; a test can interrupt the run there). Resuming a checkpoint whose run finished and
+    was recorded trains nothing and returns that record (``RunResult.recorded`` says where it is).
     """
     cfg.validate()
     check_windows(windows, cfg)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    state = load_checkpoint(cfg.checkpoint, cfg) if cfg.resume else None
+    done = recorded_run(windows, cfg, state)
+    if done is not None:
+        return done
     if cfg.strategy != "single":
-        return parallel.train_parallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end)
+        with thread_choice(cfg, None):  # ranks choose their own threads; an explicit cfg.threads applies here
+            return parallel.train_parallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end)
     device = resolve_device(cfg.device)
-    tr = Trainer(windows, cfg, device)
-    tr.restore()
-    tr.start_peak_memory()
-    tr.fit(f"train {device}", on_epoch_end)
-    record = tr.finish(data_info)
+    with thread_choice(cfg, device) as threads:
+        tr = Trainer(windows, cfg, device)
+        tr.restore(state)
+        tr.start_peak_memory()
+        tr.fit(f"train {device}", on_epoch_end)
+        record = tr.finish(data_info, threads=threads)
     return RunResult(record=record, model=tr.core, windows=windows, device=device, history=tr.history)
-
 
 
 def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress: bool = True):
@@ -65,13 +104,31 @@ def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress:
     return windows, info
 
 
+def record_run(result: RunResult, cfg: TrainConfig, results=DEFAULT_FILE) -> None:
+    """Append ``result``'s record to ``results`` once: a checkpointed run's record is appended unless
+    its run id is already in the file, and the checkpoint is then marked recorded. Sets
+    ``result.recorded`` when the record was already there."""
+    if results is None or result.record is None or result.recorded is not None:
+        return
+    if not cfg.checkpoint:
+        append_record(result.record, results)
+        return
+    path, written = append_record_once(result.record, results)
+    if not written:
+        result.recorded = str(path)
+    try:
+        mark_recorded(cfg.checkpoint, result.record, path)
+    except OSError as exc:  # the record is safe; a later resume finds it by its run id in the same file
+        print(f"lstmnb: could not mark {cfg.checkpoint} as recorded ({exc.strerror or exc}); "
+              f"the record is in {path}", file=sys.stderr)
+
+
 def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
         on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Prepare data, train, and append the record to ``results`` (a .jsonl file or folder;
-    ``records.DEFAULT_FILE``: results/runs.jsonl; None: do not record)."""
+    ``records.DEFAULT_FILE``: results/runs.jsonl; None: do not record), once per finished run."""
     windows, info = prepare_windows(request, cfg, progress=cfg.progress)
     result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end)
     if is_rank_zero():  # under torchrun only rank 0 writes
-        append_record(result.record, results)
+        record_run(result, cfg, results)
     return result
-

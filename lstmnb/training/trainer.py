@@ -20,8 +20,9 @@ from torch.nn import functional as F
 
 from ..device import amp_dtype, clock, peak_memory_mb, reset_peak_memory
 from ..models import Forecaster
+from ..records import new_run_id
 from ..windows import Windows
-from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, save_checkpoint
+from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, recorded_marker, save_checkpoint
 from .config import TrainConfig
 from .evaluate import predict, rmse_kelvin
 from .summary import finish_record
@@ -52,6 +53,9 @@ class RunResult:
     windows: Windows
     device: torch.device
     history: list[dict[str, Any]] = field(default_factory=list)
+    # where this run's record already was before this call (a finished, recorded run resumed again, or
+    # one killed between its record and the checkpoint's mark): nothing new was appended
+    recorded: str | None = None
 
     def forecast_kelvin(self, split: str = "test") -> np.ndarray:
         out = predict(self.model, self.windows.x[split], self.device).cpu().numpy()
@@ -138,14 +142,19 @@ class Trainer:
         self.start_epoch = 0
         self.stopped_early = False
         self.stop_reason: str | None = None
+        self.run_id = new_run_id()  # kept in the checkpoint: a resumed run records under the same id
+        self.recorded: dict[str, Any] | None = None  # the checkpoint's mark of a finished, recorded run
         self.peak_since_reset = False  # set by start_peak_memory: the memory figure is this run's own
         self.x_val = torch.from_numpy(windows.x["val"]).to(device)
         self.y_val = torch.from_numpy(windows.y["val"]).to(device)
 
     # --- state ------------------------------------------------------------------------------------
-    def restore(self) -> bool:
-        """Load ``cfg.checkpoint`` when resuming; True if a checkpoint was found."""
-        state = load_checkpoint(self.cfg.checkpoint, self.cfg) if self.cfg.resume else None
+    def restore(self, state: dict[str, Any] | None = None) -> bool:
+        """Load ``cfg.checkpoint`` (or ``state``, already loaded from it) when resuming; True if a
+        checkpoint was found. A run that had stopped early stays stopped; a run that was recorded and
+        is finished keeps the mark (``recorded``); one resumed for more epochs becomes a new run."""
+        if state is None and self.cfg.resume:
+            state = load_checkpoint(self.cfg.checkpoint, self.cfg)
         if state is None:
             return False
         self.core.load_state_dict(state["model"])
@@ -155,6 +164,11 @@ class Trainer:
         self.gen.set_state(state["generator"])
         torch.set_rng_state(state["torch_rng"])
         self.history, self.best, self.start_epoch = state["history"], state["best"], state["epoch"]
+        self.run_id = state.get("run_id") or self.run_id
+        self.stopped_early = bool(self.history) and self.cfg.stops_after(self.history, self.best)
+        self.recorded = recorded_marker(state, self.cfg)
+        if state.get("recorded") and self.recorded is None:
+            self.run_id = new_run_id()  # training on past a recorded run: its result is another run's
         return True
 
     def save(self) -> None:
@@ -163,6 +177,7 @@ class Trainer:
             return
         save_checkpoint(self.cfg.checkpoint, {
             "format": CHECKPOINT_FORMAT, "key": self.cfg.trajectory_key(), "epoch": len(self.history),
+            "run_id": self.run_id,
             "model": self.core.state_dict(), "optimizer": self.opt.state_dict(),
             "scheduler": self.sched.state_dict() if self.sched is not None else None,
             "generator": self.gen.get_state(), "torch_rng": torch.get_rng_state(),
@@ -319,6 +334,8 @@ class Trainer:
         seconds, extra entry fields); ``agree(stop)`` makes every rank take rank 0's stopping decision.
         A single process passes none of them.
         """
+        if self.stopped_early:  # resumed after the run had already stopped early: nothing to train
+            return
         batches = batches or self.whole_set_batches()
         bar = self.progress_bar(desc) if show else None
         for epoch in range(self.start_epoch, self.cfg.epochs):
@@ -341,17 +358,16 @@ class Trainer:
             bar.close()
 
     def should_stop(self) -> bool:
-        """Early stopping: ``patience`` epochs without a new best validation RMSE, or the target reached
-        when ``stop_at_target`` is set. ``stop_reason`` says which."""
-        p = self.cfg.patience
-        if p and self.best["epoch"] is not None and len(self.history) - self.best["epoch"] >= p:
+        """Early stopping as the config says (``TrainConfig.stops_after``); once stopped, it stays stopped,
+        and ``stop_reason`` says why."""
+        if not self.stopped_early and self.cfg.stops_after(self.history, self.best):
             self.stopped_early = True
-            self.stop_reason = (f"validation RMSE did not improve for {p} epochs; the best epoch's weights "
-                                f"(epoch {self.best['epoch']}, {self.best['val_rmse_k']:.3f} K) are kept")
-        if self.cfg.stop_at_target and self.cfg.target_rmse is not None and self.history \
-                and self.history[-1]["val_rmse_k"] <= self.cfg.target_rmse:
-            self.stopped_early = True
-            self.stop_reason = f"validation RMSE reached the target {self.cfg.target_rmse:.3f} K"
+            cfg = self.cfg
+            if cfg.stop_at_target and cfg.target_rmse is not None and self.history[-1]["val_rmse_k"] <= cfg.target_rmse:
+                self.stop_reason = f"validation RMSE reached the target {cfg.target_rmse:.3f} K"
+            else:
+                self.stop_reason = (f"validation RMSE did not improve for {cfg.patience} epochs; the best epoch's "
+                                    f"weights (epoch {self.best['epoch']}, {self.best['val_rmse_k']:.3f} K) are kept")
         return self.stopped_early
 
     def final_stop_reason(self) -> str:
@@ -364,6 +380,11 @@ class Trainer:
                     f"the best epoch's weights (epoch {self.best['epoch']}) are kept")
         return cap
 
+    def restore_best(self) -> None:
+        """The best epoch's weights when early stopping kept them (``patience``)."""
+        if self.cfg.patience and self.best.get("state") is not None:
+            self.core.load_state_dict(self.best["state"])
+
     def finish(self, data_info: dict[str, Any] | None, **extra: Any) -> dict[str, Any] | None:
         """Restore the best weights when early stopping, evaluate on test, build the record.
 
@@ -371,14 +392,14 @@ class Trainer:
         costs a test-set evaluation and a git subprocess. It still restores the best weights, so its
         returned model is the writer's.
         """
-        if self.cfg.patience and self.best.get("state") is not None:
-            self.core.load_state_dict(self.best["state"])
+        self.restore_best()
         if not self.writer:
             return None
         return finish_record(self.core, self.windows, self.cfg, self.device, self.history,
                               self.stopped_early, data_info, stop_reason=self.final_stop_reason(),
                               memory=peak_memory_mb(self.device, self.peak_since_reset),
-                              cuda_graph={"used": self.use_graph, "reason": self.graph_reason}, **extra)
+                              cuda_graph={"used": self.use_graph, "reason": self.graph_reason},
+                              run_id=self.run_id, **extra)
 
     def progress_bar(self, desc: str):
         from tqdm.auto import tqdm

@@ -1,0 +1,115 @@
+"""What a new user meets before the first run: the environment variables in `lstmnb --help` and the
+README, the `bench` extra for the benchmarks' imports, `Request(box=...)`, and the notebooks' Colab
+install cell (run as IPython runs it, with a stand-in for Colab)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from lstmnb.data import DEFAULT_POINTS, Request
+from lstmnb.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_help_and_readme_name_the_environment_variables():
+    out = subprocess.run([sys.executable, "-m", "lstmnb", "--help"], capture_output=True, text=True, check=True).stdout
+    readme = (ROOT / "README.md").read_text()
+    for name in ("LSTMNB_CACHE", "LSTMNB_RESULTS", "OMP_NUM_THREADS"):
+        assert name in out and name in readme
+    assert "## Environment" in readme
+
+
+def _top_modules(path: Path) -> set[str]:
+    """Top-level names of every module a script imports (module level or inside functions)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _requirement_names(reqs: list[str]) -> set[str]:
+    return {r.split(">")[0].split("=")[0].split("[")[0].split("<")[0].strip().lower() for r in reqs}
+
+
+def test_bench_extra_covers_every_benchmark_import():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    have = _requirement_names(meta["dependencies"]) | _requirement_names(meta["optional-dependencies"]["bench"])
+    used = set().union(*(_top_modules(p) for p in (ROOT / "benchmarks").glob("*.py")))
+    third_party = {m for m in used if m not in sys.stdlib_module_names and m not in ("lstmnb", "__future__")}
+    assert third_party - have == set()
+    assert "dask" in have  # era5_extract's published approach: open_zarr(chunks=...) is dask
+    assert '".[bench]"' in (ROOT / "README.md").read_text()  # README names the extra
+
+
+def test_a_box_alone_is_a_box_request():
+    r = Request(box=(38.0, 42.0, 279.0, 281.0))
+    assert r.points is None and r.box == (38.0, 42.0, 279.0, 281.0)
+    assert Request().points == DEFAULT_POINTS
+    with pytest.raises(ConfigError, match="both points=.* and box="):
+        Request(points=((40.0, 280.0),), box=(38.0, 42.0, 279.0, 281.0))
+
+
+# --- the Colab cell ------------------------------------------------------------------------------
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _colab_cell(path: Path) -> str:
+    return nbformat.read(path, as_version=4).cells[1].source
+
+
+def test_every_notebook_has_the_same_colab_cell():
+    assert NOTEBOOKS and len({_colab_cell(p) for p in NOTEBOOKS}) == 1
+    assert _colab_cell(NOTEBOOKS[0]).startswith('REPO_URL = "https://github.com/')
+
+
+def _run_cell(source: str, cwd: Path, monkeypatch, colab: bool = True) -> list[str]:
+    """The cell as IPython runs it (magics transformed), under a stand-in for Colab; returns the %pip lines."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    calls: list[str] = []
+
+    class Shell:
+        def run_line_magic(self, name, line, _stack_depth=1):
+            calls.append(f"%{name} {line}")
+
+        def var_expand(self, line, depth=0):
+            return line
+
+    code = TransformerManager().transform_cell(source)
+    monkeypatch.chdir(cwd)
+    if colab:
+        monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    namespace = {"get_ipython": lambda: Shell()}
+    exec(compile(code, "colab-cell", "exec"), namespace)
+    return [c.replace("{target}", namespace.get("target", "")) for c in calls]
+
+
+def test_colab_cell_installs_the_checkout_it_was_opened_from(monkeypatch):
+    calls = _run_cell(_colab_cell(NOTEBOOKS[0]), ROOT / "notebooks", monkeypatch)
+    assert calls == [f"%pip install --quiet -e {ROOT}"]
+
+
+def test_colab_cell_outside_a_checkout_says_which_line_to_change(monkeypatch, tmp_path):
+    source = _colab_cell(NOTEBOOKS[0])
+    with pytest.raises(SystemExit, match=r"set REPO_URL \(the first line of this cell\)"):
+        _run_cell(source, tmp_path, monkeypatch)
+    edited = source.replace("/OWNER/", "/someone/", 1)
+    assert _run_cell(edited, tmp_path, monkeypatch) == [
+        '%pip install --quiet "lstmnb @ git+https://github.com/someone/lstmnb"']
+
+
+def test_colab_cell_does_nothing_outside_colab(monkeypatch, tmp_path):
+    assert _run_cell(_colab_cell(NOTEBOOKS[0]), tmp_path, monkeypatch, colab=False) == []

@@ -1,0 +1,162 @@
+"""Records written once per finished run: a finished run resumed again, and runs killed (SIGKILL, in a
+subprocess) during training, during a checkpoint write, right after the final checkpoint and right after
+the record, then resumed: exactly one record each, with the results of an uninterrupted run."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lstmnb import era5
+from lstmnb.records import read_records
+from lstmnb.training import TrainConfig, record_run, run, train
+from lstmnb.training.checkpoints import read_checkpoint
+from lstmnb.windows import make_windows
+
+
+def _windows():
+    t = pd.date_range("2020-03-01", periods=24 * 40, freq="h")
+    rng = np.random.default_rng(1)
+    v = 285 + 4 * np.sin(2 * np.pi * t.hour.to_numpy() / 24)[:, None] + rng.normal(0, 0.5, (len(t), 2))
+    return make_windows(v, t, TrainConfig(window=12).window_config())
+
+
+def cfg(**kw):
+    base = dict(window=12, hidden=8, epochs=3, batch_size=32, progress=False, device="cpu", threads=1)
+    return TrainConfig(**{**base, **kw})
+
+
+def fit_and_record(windows, config, results):
+    result = train(windows, config)
+    record_run(result, config, results)
+    return result
+
+
+def test_resuming_a_finished_recorded_run_appends_nothing(tmp_path):
+    w, ckpt, results = _windows(), str(tmp_path / "c.pt"), tmp_path / "runs.jsonl"
+    first = fit_and_record(w, cfg(checkpoint=ckpt, resume=True), results)
+    assert first.recorded is None and read_checkpoint(ckpt)["recorded"]["run_id"] == first.record["run_id"]
+    seen = []
+    again = train(w, cfg(checkpoint=ckpt, resume=True), on_epoch_end=seen.append)
+    record_run(again, cfg(checkpoint=ckpt, resume=True), results)
+    assert seen == [] and again.recorded == str(results)  # nothing trained, nothing appended
+    assert again.record == first.record
+    assert [r["run_id"] for r in read_records(results)] == [first.record["run_id"]]
+    # the stored weights are the run's: same forecasts as the model that was trained
+    np.testing.assert_array_equal(again.forecast_kelvin(), first.forecast_kelvin())
+
+
+def test_more_epochs_after_a_recorded_run_make_a_new_run(tmp_path):
+    w, ckpt, results = _windows(), str(tmp_path / "c.pt"), tmp_path / "runs.jsonl"
+    first = fit_and_record(w, cfg(epochs=2, checkpoint=ckpt), results)
+    longer = fit_and_record(w, cfg(epochs=3, checkpoint=ckpt, resume=True), results)
+    assert [e["epoch"] for e in longer.record["epochs"]] == [1, 2, 3]
+    ids = [r["run_id"] for r in read_records(results)]
+    assert ids == [first.record["run_id"], longer.record["run_id"]] and ids[0] != ids[1]
+
+
+def test_a_run_that_stopped_early_stays_stopped_on_resume(tmp_path):
+    w, ckpt = _windows(), str(tmp_path / "c.pt")
+    stopped = train(w, cfg(epochs=30, lr=0.05, patience=1, checkpoint=ckpt))
+    assert stopped.record["metrics"]["stopped_early"]
+    seen = []
+    resumed = train(w, cfg(epochs=30, lr=0.05, patience=1, checkpoint=ckpt, resume=True), on_epoch_end=seen.append)
+    assert seen == [] and resumed.record["metrics"] == stopped.record["metrics"]
+    assert resumed.record["run_id"] == stopped.record["run_id"]
+
+
+def test_run_without_results_then_resumed_with_results_records_once(tmp_path):
+    w, ckpt, results = _windows(), str(tmp_path / "c.pt"), tmp_path / "runs.jsonl"
+    fit_and_record(w, cfg(checkpoint=ckpt), None)  # not recorded: the checkpoint is not marked
+    assert "recorded" not in read_checkpoint(ckpt)
+    for _ in range(2):
+        fit_and_record(w, cfg(checkpoint=ckpt, resume=True), results)
+    assert len(read_records(results)) == 1
+
+
+# --- SIGKILL in a subprocess, then resume --------------------------------------------------------
+
+REQUEST = dict(start="2020-01-01", end="2020-01-14")
+CHILD = r"""
+import os, signal, sys
+import torch
+from lstmnb import era5
+from lstmnb.training import TrainConfig, run
+from lstmnb.training import checkpoints, pipeline, trainer
+
+fault, ckpt, results = sys.argv[1:4]
+die = lambda: os.kill(os.getpid(), signal.SIGKILL)
+cfg = TrainConfig(epochs=3, hidden=8, batch_size=32, progress=False, device="cpu", threads=1,
+                  checkpoint=ckpt, resume=True)
+on_epoch_end = None
+if fault == "training":  # in the middle of epoch 2, after epoch 1's checkpoint
+    steps = {"n": 0}
+    step = trainer.Trainer.step
+    def counting_step(self, xb, yb):
+        if len(self.history) == 1:
+            steps["n"] += 1
+            if steps["n"] == 3:
+                die()
+        return step(self, xb, yb)
+    trainer.Trainer.step = counting_step
+elif fault == "checkpoint-write":  # epoch 2's checkpoint half written to its temporary
+    save, calls = torch.save, {"n": 0}
+    def half_save(obj, path):
+        calls["n"] += 1
+        save(obj, path)
+        if calls["n"] == 2:
+            with open(path, "r+b") as fh:
+                fh.truncate(os.path.getsize(path) // 2)
+            die()
+    checkpoints.torch.save = half_save
+elif fault == "after-final-checkpoint":
+    on_epoch_end = lambda entry: die() if entry["epoch"] == 3 else None
+elif fault == "after-record":  # the record is appended, the checkpoint not yet marked
+    pipeline.mark_recorded = lambda *a: die()
+run(era5.Request(start="2020-01-01", end="2020-01-14"), cfg, results=results, on_epoch_end=on_epoch_end)
+"""
+
+
+def _config(ckpt):
+    return TrainConfig(epochs=3, hidden=8, batch_size=32, progress=False, device="cpu", threads=1,
+                       checkpoint=ckpt, resume=True)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(sample_store_path, tmp_path_factory):
+    results = tmp_path_factory.mktemp("whole") / "runs.jsonl"
+    run(era5.Request(**REQUEST), TrainConfig(epochs=3, hidden=8, batch_size=32, progress=False, device="cpu",
+                                             threads=1), results=results)
+    return read_records(results)[0]
+
+
+def _same_results(a, b):
+    strip = ("train_s", "eval_s", "cumulative_s", "samples_per_s")
+    assert [{k: v for k, v in e.items() if k not in strip} for e in a["epochs"]] == \
+           [{k: v for k, v in e.items() if k not in strip} for e in b["epochs"]]
+    assert a["metrics"] == b["metrics"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["training", "checkpoint-write", "after-final-checkpoint", "after-record"])
+def test_killed_run_resumed_leaves_one_record_equal_to_an_uninterrupted_run(fault, uninterrupted, tmp_path):
+    ckpt, results = str(tmp_path / "c.pt"), tmp_path / "runs.jsonl"
+    proc = subprocess.run([sys.executable, "-c", CHILD, fault, ckpt, str(results)], capture_output=True,
+                          text=True, timeout=300, env=os.environ)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    before = read_records(results) if results.exists() else []
+    assert len(before) == (1 if fault == "after-record" else 0)
+    if fault == "checkpoint-write":  # the half-written temporary is beside the intact previous checkpoint
+        assert read_checkpoint(ckpt)["epoch"] == 1 and len(list(tmp_path.glob(".c.pt.*.tmp"))) == 1
+    resumed = run(era5.Request(**REQUEST), _config(ckpt), results=results)
+    assert (resumed.recorded is not None) == (fault == "after-record")
+    again = run(era5.Request(**REQUEST), _config(ckpt), results=results)  # the same command once more
+    assert again.recorded == str(results)
+    records = read_records(results)
+    assert len(records) == 1 and records[0]["run_id"] == resumed.record["run_id"] == again.record["run_id"]
+    _same_results(records[0], uninterrupted)
+    assert not list(tmp_path.glob(".*.tmp*"))  # no temporary left behind
