@@ -14,11 +14,9 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from lstmnb.data import DEFAULT_POINTS
-from lstmnb.errors import ConfigError
-from lstmnb.data import Request, extract
+from lstmnb.data import DEFAULT_POINTS, Request, extract
 from lstmnb.data.sample import SAMPLE_NAME, is_complete, sample_store, store_problem, write_sample
-from lstmnb.errors import DataError
+from lstmnb.errors import ConfigError, DataError
 from lstmnb.windows import WindowConfig, make_windows
 
 
