@@ -10,7 +10,7 @@ def float_pair(text: str) -> tuple[float, float]:
     try:
         lat, lon = (float(v) for v in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not LAT,LON (e.g. 40,280 or 40,-80)") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not LAT,LON (e.g. 40,280, 40,-80 or -33,151)") from None
     return lat, lon
 
 
@@ -27,9 +27,12 @@ def byte_size(text: str) -> int:
     t = text.strip().upper().removesuffix("B")
     num, unit = (t[:-1], t[-1]) if t and t[-1] in units else (t, "")
     try:
-        return int(float(num) * units[unit])
-    except ValueError:
+        size = int(float(num) * units[unit])
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"{text!r} is not a size like 1024, 64K, 16M or 1G") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size >= 1 byte (e.g. 1024, 64K, 16M or 1G)")
+    return size
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -62,24 +65,40 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
 
 
 def request_from_args(args: argparse.Namespace):
+    """The data request of ``args``, checked (everything that needs no store) before any work."""
     from .. import data
+    from ..errors import ConfigError
 
     kw = {"source": args.source}
     if args.variables:
         kw["variables"] = tuple(args.variables)
-    if getattr(args, "box", None):
-        if len(args.box) != 4:
-            from ..errors import ConfigError
-
-            raise ConfigError(f"--box needs 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX; got {args.box}")
-        kw["box"], kw["points"] = tuple(args.box), None
+    box = getattr(args, "box", None)
+    if box is not None and args.points:
+        raise ConfigError("--point and --box both given; give grid points or one box")
+    if box is not None:
+        if len(box) != 4:
+            raise ConfigError(f"--box needs 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX; got {','.join(map(str, box))}")
+        kw["box"], kw["points"] = tuple(box), None
     elif args.points:
         kw["points"] = tuple(args.points)
-    if args.start:
-        kw["start"] = args.start
-    if args.end:
-        kw["end"] = args.end
-    return data.Request(**kw)
+    for name in ("start", "end"):  # an empty value is an error, not the default
+        if getattr(args, name) is not None:
+            kw[name] = getattr(args, name)
+    return data.check_request(data.Request(**kw))
+
+
+def check_split_dates(cfg, request) -> None:
+    """--split-dates must fall inside the request's time range (in order; checked by TrainConfig)."""
+    if not cfg.split_dates or request is None:
+        return
+    from ..data import parse_time
+    from ..errors import ConfigError
+
+    start, end = parse_time(request.start), parse_time(request.end, end=True)
+    for d in cfg.split_dates:
+        if not start < parse_time(d) <= end:
+            raise ConfigError(f"split date {d!r} is outside the data's time range {request.start}..{request.end}; "
+                              "both VAL_START,TEST_START must fall after --start and by --end")
 
 
 def option_type(name: str, hint):
@@ -134,27 +153,74 @@ def train_config_from_args(args: argparse.Namespace):
 
 def add_results_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", default=None,
-                   help="results file or folder for the records (default: results/runs.jsonl; env LSTMNB_RESULTS)")
+                   help="results file (.jsonl) or folder for the records (default: results/runs.jsonl; env LSTMNB_RESULTS)")
     p.add_argument("--no-record", action="store_true", help="do not append records")
 
 
 def results_path(args):
-    if args.no_record:
+    if getattr(args, "no_record", False):
         return None
     from ..paths import results_dir
 
-    return args.results or str(results_dir())
+    return args.results if args.results is not None else str(results_dir())
 
 
-def save_plot(fig, path: str | None) -> None:
-    """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf; none: png)."""
+def check_results(path, option: str = "--results") -> None:
+    """Records can be appended at ``path`` (a .jsonl file, or a folder for runs.jsonl; None: not recording)."""
+    if path is None:
+        return
+    from pathlib import Path
+
+    from ..errors import OutputError
+    from ..paths import check_writable
+    from ..records import runs_path
+
+    if not str(path).strip():
+        raise OutputError(f"{option} is empty; give a .jsonl file or a folder (or --no-record)")
+    p = Path(path).expanduser()
+    if p.suffix != ".jsonl" and p.exists() and not p.is_dir():
+        raise OutputError(f"{option} {p} is a file without the .jsonl suffix; give a .jsonl file, or a folder "
+                          "for runs.jsonl")
+    check_writable(runs_path(p), "file", f"{option} file")
+
+
+def check_plot(path: str | None, option: str = "--plot") -> None:
+    """A plot can be written at ``path``, in a format matplotlib knows from its suffix (none: png)."""
+    if path is None:
+        return
+    from pathlib import Path
+
+    from ..errors import ConfigError
+    from ..paths import check_writable
+
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = sorted(FigureCanvasBase.get_supported_filetypes())
+        if suffix not in formats:
+            raise ConfigError(f"{option} {path}: matplotlib cannot write .{suffix} files; use one of "
+                              + ", ".join("." + f for f in formats))
+    check_writable(path, "file", option)
+
+
+def save_plot(fig, path: str | None, option: str = "--plot") -> None:
+    """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf; none: png);
+    a write that fails after the work is an OutputError with exit status 1."""
     if path:
         from pathlib import Path
 
-        from ..paths import atomic_path
+        from ..errors import OutputError
+        from ..paths import atomic_path, why_not_written
 
-        with atomic_path(path, suffix=Path(path).suffix or ".png") as tmp:
-            fig.savefig(tmp, dpi=120)
+        try:
+            with atomic_path(path, suffix=Path(path).suffix or ".png") as tmp:
+                fig.savefig(tmp, dpi=120)
+        except OSError as exc:
+            err = OutputError(f"{option} {path} could not be written: {why_not_written(exc)}; the table above "
+                              "is the result")
+            err.exit_status = 1
+            raise err from None
         print(f"plot       {path}")
 
 
@@ -165,6 +231,19 @@ def add_records_args(p: argparse.ArgumentParser) -> None:
     """The records a reading command works on: results files or folders, and an experiment filter."""
     p.add_argument("paths", nargs="*", default=None, help="results files or folders (default: results/)")
     p.add_argument("--experiment", default=None, help=EXPERIMENT_HELP)
+
+
+def check_records_args(args) -> None:
+    """Named results files or folders exist; the experiment filter is not empty."""
+    from pathlib import Path
+
+    from ..errors import ConfigError, DataError
+
+    for p in args.paths or ():
+        if not str(p).strip() or not Path(p).expanduser().exists():
+            raise DataError(f"results path {p!r} does not exist; give results files (.jsonl) or folders")
+    if args.experiment is not None and not args.experiment.strip():
+        raise ConfigError("--experiment is empty; give an experiment name or its start (e.g. scaling), or leave it out")
 
 
 def read_runs(args) -> list[dict]:

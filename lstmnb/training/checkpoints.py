@@ -9,16 +9,20 @@ from typing import Any
 
 import torch
 
-from ..errors import CheckpointError
-from ..paths import atomic_path
+from ..errors import CheckpointError, OutputError
+from ..paths import atomic_path, why_not_written
 from .config import TrainConfig
 
 CHECKPOINT_FORMAT = 1
 
 
 def save_checkpoint(path: str, state: dict[str, Any]) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    try:
+        with atomic_path(path) as tmp:
+            torch.save(state, tmp)
+    except OSError as exc:
+        raise OutputError(f"checkpoint {path} could not be written: {why_not_written(exc)}; the epochs "
+                          "checkpointed before are kept") from None
 
 
 def load_checkpoint(path: str, cfg: TrainConfig) -> dict[str, Any] | None:

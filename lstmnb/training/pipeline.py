@@ -8,8 +8,9 @@ from typing import Any, Callable
 import torch
 
 from ..device import resolve_device
-from ..errors import ConfigError
-from ..records import DEFAULT_FILE, append_record
+from ..errors import ConfigError, OutputError
+from ..paths import why_not_written
+from ..records import DEFAULT_FILE, append_record, runs_path
 from ..windows import Windows, windows_from_dataset
 from . import parallel
 from .config import TrainConfig
@@ -68,10 +69,17 @@ def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress:
 def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
         on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Prepare data, train, and append the record to ``results`` (a .jsonl file or folder;
-    ``records.DEFAULT_FILE``: results/runs.jsonl; None: do not record)."""
+    ``records.DEFAULT_FILE``: results/runs.jsonl; None: do not record). When the record cannot be
+    written, an ``OutputError`` carries the finished run as ``.result``."""
     windows, info = prepare_windows(request, cfg, progress=cfg.progress)
     result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end)
     if is_rank_zero():  # under torchrun only rank 0 writes
-        append_record(result.record, results)
+        try:
+            append_record(result.record, results)
+        except OSError as exc:  # the work is done: hand it back with the error instead of losing it
+            err = OutputError(f"the run finished, but its record could not be appended to {runs_path(results)}: "
+                              f"{why_not_written(exc)}")
+            err.exit_status, err.result = 1, result
+            raise err from None
     return result
 
