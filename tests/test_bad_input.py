@@ -197,7 +197,7 @@ CASES = [
     case("speed-results-read-only", ["bench", "speed", "--results", RO + "/s.jsonl"], "--results file", "read-only"),
     case("size-points-zero", ["bench", "size", "--points", "0"], "points=(0,)", ">= 1"),
     case("size-points-huge", ["bench", "size", "--points", "2,100000"], "points=100000", "801 grid cells"),
-    case("size-variants", ["bench", "size", "--variants", "gpu"], "('gpu',)", "cpu, cuda-eager, cuda-graph"),
+    case("size-variants", ["bench", "size", "--variants", "gpu"], "variants ['gpu']", "cpu, cuda-eager, cuda-graph"),
     case("size-plot-suffix", ["bench", "size", "--plot", "{tmp}/p.xyz"], "cannot write .xyz", ".png"),
     case("size-plot-read-only", ["bench", "size", "--plot", RO + "/p.png"], "--plot", "read-only"),
     case("scaling-world-size-zero", ["bench", "scaling", "--world-sizes", "0"], "world_sizes=(0,)", "whole numbers in 1.."),
