@@ -4,23 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from .options import (add_records_args, add_request_args, add_results_args, add_train_args, byte_size,
-                      check_plot, check_records_args, check_results, check_split_dates, int_list, read_runs,
-                      request_from_args, results_path, save_plot, train_config_from_args)
-
-
-def _positive(option: str, value, whole: bool = True, none_ok: bool = False) -> None:
-    """``value`` a whole number >= 1 (``whole``) or a positive finite number; else a ConfigError naming ``option``."""
-    import math
-
-    from ..errors import ConfigError
-
-    if value is None and none_ok:
-        return
-    if whole and not (isinstance(value, int) and value >= 1):
-        raise ConfigError(f"{option} {value} must be a whole number >= 1")
-    if not whole and not (value > 0 and math.isfinite(value)):
-        raise ConfigError(f"{option} {value} must be a positive number")
+from .checks import check_plot, check_prices_file, check_records_args, check_results, check_split_dates, positive
+from .options import (add_records_args, add_request_args, add_results_args, add_train_args, byte_size, int_list,
+                      read_runs, request_from_args, results_path, save_plot, train_config_from_args)
 
 
 def _check_training_bench(args, cfg=None, device: bool = True) -> None:
@@ -79,9 +65,9 @@ def _check_bench_speed(args) -> None:
     request_from_args(args)
     check_device_name(args.device, "--device")
     resolve_device(args.device)
-    _positive("--repeats", args.repeats)
-    _positive("--max-epochs", args.max_epochs)
-    _positive("--target-rmse", args.target_rmse, whole=False, none_ok=True)
+    positive("--repeats", args.repeats)
+    positive("--max-epochs", args.max_epochs)
+    positive("--target-rmse", args.target_rmse, whole=False, none_ok=True)
     if not 0 < args.target_fraction <= 1:
         raise ConfigError(f"--target-fraction {args.target_fraction} must be in (0, 1]: the target is that fraction of "
                           "persistence's validation RMSE (0.9: 10% below it)")
@@ -205,10 +191,13 @@ def _allreduce_configs(args):
 
 
 def _check_bench_allreduce(args) -> None:
+    from ..device import resolve_device
+
     cfg, acfg = _allreduce_configs(args)
     cfg.validate()
     acfg.validate()
-    _positive("--step-s", args.step_s, whole=False, none_ok=True)
+    resolve_device(acfg.device)
+    positive("--step-s", args.step_s, whole=False, none_ok=True)
     check_results(results_path(args))
 
 
@@ -258,7 +247,7 @@ def _sweep_config(args):
 def _check_bench_batch_sweep(args) -> None:
     _check_training_bench(args)
     _sweep_config(args).validate()
-    _positive("--memory-cap-mb", args.memory_cap_mb, whole=False, none_ok=True)
+    positive("--memory-cap-mb", args.memory_cap_mb, whole=False, none_ok=True)
 
 
 def _run_bench_batch_sweep(args) -> int:
@@ -284,34 +273,6 @@ def _bench_cost(kinds, full: bool) -> None:
     p.add_argument("--prices", default=None, help="your price table (YAML); default: the shipped examples")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="save the cost vs time plot here")
     p.set_defaults(func=_run_bench_cost, check=_check_bench_cost)
-
-
-def check_prices_file(path) -> None:
-    """A price table the report can load: readable text, valid YAML, a mapping (its entries are checked
-    by ``report.load_prices``)."""
-    if path is None:
-        return
-    from pathlib import Path
-
-    import yaml
-
-    from ..errors import ConfigError
-
-    p = Path(path).expanduser()
-    if not str(path).strip() or not p.is_file():
-        raise ConfigError(f"--prices {str(path)!r} is not a file; copy lstmnb/prices.yaml and pass its path")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--prices {p} cannot be read as text ({type(exc).__name__})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"--prices {p} is not valid YAML ({getattr(exc, 'problem', None) or type(exc).__name__}"
-                          f"{where}); see lstmnb/prices.yaml for the format") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"--prices {p} holds a {type(data).__name__}, not a mapping with 'devices' (name -> "
-                          "price_per_device_hour); see lstmnb/prices.yaml for the format")
 
 
 def _check_bench_cost(args) -> None:

@@ -87,20 +87,6 @@ def request_from_args(args: argparse.Namespace):
     return data.check_request(data.Request(**kw))
 
 
-def check_split_dates(cfg, request) -> None:
-    """--split-dates must fall inside the request's time range (in order; checked by TrainConfig)."""
-    if not cfg.split_dates or request is None:
-        return
-    from ..data import parse_time
-    from ..errors import ConfigError
-
-    start, end = parse_time(request.start), parse_time(request.end, end=True)
-    for d in cfg.split_dates:
-        if not start < parse_time(d) <= end:
-            raise ConfigError(f"split date {d!r} is outside the data's time range {request.start}..{request.end}; "
-                              "both VAL_START,TEST_START must fall after --start and by --end")
-
-
 def option_type(name: str, hint):
     """What argparse parses a TrainConfig field with, from its annotation: ``X | None`` as ``X``,
     ``tuple[X, ...]`` as a comma-separated list of X; bool is returned as is (a --flag/--no-flag)."""
@@ -165,45 +151,6 @@ def results_path(args):
     return args.results if args.results is not None else str(results_dir())
 
 
-def check_results(path, option: str = "--results") -> None:
-    """Records can be appended at ``path`` (a .jsonl file, or a folder for runs.jsonl; None: not recording)."""
-    if path is None:
-        return
-    from pathlib import Path
-
-    from ..errors import OutputError
-    from ..paths import check_writable
-    from ..records import runs_path
-
-    if not str(path).strip():
-        raise OutputError(f"{option} is empty; give a .jsonl file or a folder (or --no-record)")
-    p = Path(path).expanduser()
-    if p.suffix != ".jsonl" and p.exists() and not p.is_dir():
-        raise OutputError(f"{option} {p} is a file without the .jsonl suffix; give a .jsonl file, or a folder "
-                          "for runs.jsonl")
-    check_writable(runs_path(p), "file", f"{option} file")
-
-
-def check_plot(path: str | None, option: str = "--plot") -> None:
-    """A plot can be written at ``path``, in a format matplotlib knows from its suffix (none: png)."""
-    if path is None:
-        return
-    from pathlib import Path
-
-    from ..errors import ConfigError
-    from ..paths import check_writable
-
-    suffix = Path(path).suffix.lower().lstrip(".")
-    if suffix:
-        from matplotlib.backend_bases import FigureCanvasBase
-
-        formats = sorted(FigureCanvasBase.get_supported_filetypes())
-        if suffix not in formats:
-            raise ConfigError(f"{option} {path}: matplotlib cannot write .{suffix} files; use one of "
-                              + ", ".join("." + f for f in formats))
-    check_writable(path, "file", option)
-
-
 def save_plot(fig, path: str | None, option: str = "--plot") -> None:
     """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf; none: png);
     a write that fails after the work is an OutputError with exit status 1."""
@@ -231,19 +178,6 @@ def add_records_args(p: argparse.ArgumentParser) -> None:
     """The records a reading command works on: results files or folders, and an experiment filter."""
     p.add_argument("paths", nargs="*", default=None, help="results files or folders (default: results/)")
     p.add_argument("--experiment", default=None, help=EXPERIMENT_HELP)
-
-
-def check_records_args(args) -> None:
-    """Named results files or folders exist; the experiment filter is not empty."""
-    from pathlib import Path
-
-    from ..errors import ConfigError, DataError
-
-    for p in args.paths or ():
-        if not str(p).strip() or not Path(p).expanduser().exists():
-            raise DataError(f"results path {p!r} does not exist; give results files (.jsonl) or folders")
-    if args.experiment is not None and not args.experiment.strip():
-        raise ConfigError("--experiment is empty; give an experiment name or its start (e.g. scaling), or leave it out")
 
 
 def read_runs(args) -> list[dict]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from .options import (add_records_args, add_request_args, add_results_args, add_train_args, check_records_args,
-                      check_results, check_split_dates, read_runs, request_from_args, results_path,
-                      train_config_from_args)
+from .checks import check_records_args, check_results, check_split_dates
+from .options import (add_records_args, add_request_args, add_results_args, add_train_args, read_runs,
+                      request_from_args, results_path, train_config_from_args)
 from .notebooks_cmd import print_series
 
 def print_run(record: dict) -> None:

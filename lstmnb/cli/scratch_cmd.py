@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from .options import add_results_args, check_plot, check_results, results_path, save_plot
+from .checks import check_plot, check_results
+from .options import add_results_args, results_path, save_plot
 
 # the from-scratch versions, as lstmnb.scratch.fit.VERSIONS names them (kept here so that parsing does
 # not import numba; tests/test_scratch_versions.py checks the two agree)

@@ -98,6 +98,10 @@ def check_values(values: Mapping[str, Any], defaults: Mapping[str, Any] | None =
         v = values.get(key, [choices[0]])
         if not isinstance(v, list) or not v or any(x not in choices for x in v):
             raise _bad(key, v, f"must be a non-empty list of {', '.join(choices)}")
+    if "results_paths" in values:
+        rp = values["results_paths"]
+        if not (isinstance(rp, str) or (isinstance(rp, list) and all(isinstance(x, str) and x.strip() for x in rp))):
+            raise _bad("results_paths", rp, "must be a folder or a list of results files or folders, e.g. [results]")
     if "gpu" in values and not (isinstance(values["gpu"], str) and values["gpu"].startswith("cuda")):
         raise _bad("gpu", values["gpu"], "must be cuda or cuda:N")
     _check_request(values)

@@ -37,6 +37,9 @@ def notebooks_dir(folder: str | os.PathLike | None = None) -> Path:
         if not str(folder).strip() or not Path(folder).expanduser().is_dir():
             raise NotebookError(f"notebook folder {str(folder)!r} does not exist (or is not a folder)")
         return Path(folder).expanduser()
+    env = os.environ.get(NOTEBOOKS_ENV)
+    if env and not Path(env).expanduser().is_dir():
+        raise NotebookError(f"{NOTEBOOKS_ENV}={env!r} is not a folder; point it at the notebooks/ folder, or unset it")
     for c in candidates:
         if c and Path(c).is_dir():
             return Path(c)

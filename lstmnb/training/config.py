@@ -24,6 +24,7 @@ STRATEGIES = ("single", "dataparallel", "ddp")
 SEED_MAX = 2**64 - 1  # torch.manual_seed takes seeds up to this
 INT_MAX = 2**31 - 1  # larger counts are nonsense here, and overflow torch's C ints
 DEFAULT_FRACTIONS = (0.7, 0.15, 0.15)
+MAX_TIMEOUT_S = 7 * 86400.0  # longer waits overflow the timedelta a process group is given
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 # fields that do not change the trajectory of a run: a checkpoint may be resumed across them
@@ -130,15 +131,18 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "window", "lead_hours", "horizon", "hidden", "layers",
                      "eval_batch_size"):
             _whole(name, getattr(self, name), 1)
-        _whole("num_workers", self.num_workers, 0)
+        _whole("num_workers", self.num_workers, 0, local_rank_limit())
         _whole("seed", self.seed, 0, SEED_MAX)
-        for name in ("threads", "patience"):
-            if getattr(self, name) is not None:
-                _whole(name, getattr(self, name), 1, none_ok=True)
+        if self.patience is not None:
+            _whole("patience", self.patience, 1, none_ok=True)
+        if self.threads is not None:
+            _whole("threads", self.threads, 1, local_rank_limit(), none_ok=True)
         if self.nproc is not None:
             _whole("nproc", self.nproc, 1, local_rank_limit(), none_ok=True)
         for name in ("lr", "bucket_cap_mb", "dist_timeout_s"):
             _number(name, getattr(self, name), positive=True)
+        if self.dist_timeout_s > MAX_TIMEOUT_S:
+            raise ConfigError(f"dist_timeout_s={self.dist_timeout_s!r} must be at most {MAX_TIMEOUT_S:g} seconds (a week)")
         _number("weight_decay", self.weight_decay, positive=False)
         _number("dropout", self.dropout, positive=False)
         if self.grad_clip is not None:
