@@ -49,15 +49,16 @@ def check_cache() -> Path:
 
 
 def why_not_written(exc: OSError) -> str:
-    """A failed write's OSError in a few words: a read-only place or a full disk named as such."""
+    """A failed write's OSError in a few words, read-only places and full disks named as such:
+    'read-only (no permission to write there)', 'disk full (No space left on device)', ..."""
     if exc.errno in (errno.EACCES, errno.EPERM):
         return "read-only (no permission to write there)"
     if exc.errno == errno.EROFS:
         return "read-only (a read-only file system)"
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "full (no space left on the device)"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return f"disk full ({exc.strerror or 'no space left'})"
     if exc.errno == errno.ENOTDIR:
-        return "not a folder (a file stands where a folder is needed)"
+        return "a file stands where a folder is needed"
     return exc.strerror or str(exc)
 
 
@@ -90,7 +91,7 @@ def check_writable(path: str | os.PathLike, kind: str = "file", what: str = "out
     try:
         probe.touch(exist_ok=False)
     except OSError as exc:
-        raise OutputError(f"{what} {p} cannot be written: {here} is {why_not_written(exc)}") from None
+        raise OutputError(f"{what} {p} cannot be written in {here}: {why_not_written(exc)}") from None
     probe.unlink(missing_ok=True)
     return p
 

@@ -79,7 +79,7 @@ def test_training_prints_its_results_when_the_record_cannot_be_written(tmp_path,
     assert "epoch" in out and "persistence" in out and "climatology" in out  # the epochs and metrics tables
     kept = json.loads(out.strip().splitlines()[-1])  # the record, as the last line, ready to append by hand
     assert kept["status"] == "ok" and kept["config"]["hidden"] == 8
-    assert err.count("\n") == 1 and f"could not be appended to {full}: full (no space left" in err
+    assert err.count("\n") == 1 and f"could not be appended to {full}: disk full (No space left" in err
 
 
 def test_a_failed_plot_write_names_the_file_and_keeps_exit_status_one(tmp_path):
@@ -124,7 +124,7 @@ def test_check_writable_refuses_the_wrong_kind(tmp_path, make, kind, message):
 def test_cache_dir_on_a_file_is_one_clear_error(tmp_path, monkeypatch):
     (tmp_path / "f").write_text("x")
     monkeypatch.setenv("LSTMNB_CACHE", str(tmp_path / "f" / "cache"))
-    with pytest.raises(OutputError, match=r"cache folder .*f/cache cannot be created: not a folder"):
+    with pytest.raises(OutputError, match=r"cache folder .*f/cache cannot be created: a file stands where a folder is needed"):
         paths.cache_dir()
 
 

@@ -241,7 +241,7 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats, so
             p.cache.write(block)
         except OSError as exc:
             raise DataError(
-                f"cannot write a cache block under {p.cache.dir}: the cache is {why_not_written(exc)}; finished "
+                f"cannot write a cache block under {p.cache.dir}: {why_not_written(exc)}; finished "
                 f"blocks are kept and this one is redone next time (set {CACHE_ENV} to move the cache)"
             ) from None
 
