@@ -24,5 +24,14 @@ class CheckpointError(LstmnbError):
     """A checkpoint is corrupt, half-written or from a different run configuration."""
 
 
+class OutputError(LstmnbError):
+    """An output that cannot be written: a read-only place, a file where a folder is meant or the reverse.
+
+    ``exit_status`` is 2 when found before any work (nothing ran); a write that fails after the work
+    sets 1 (the work's results were printed first)."""
+
+    exit_status = 2
+
+
 class NotebookError(LstmnbError):
     """A notebook failed, or the series was asked for with a profile, notebook or parameter that does not exist."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import re
@@ -12,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from .errors import OutputError
+
 CACHE_ENV = "LSTMNB_CACHE"
 RESULTS_ENV = "LSTMNB_RESULTS"
 STALE_TMP_SECONDS = 600.0  # a temporary file this old is a leftover, whoever wrote it (writes take ms)
@@ -21,15 +24,76 @@ _TMP = re.compile(r"^\.(?P<final>.+)\.(?P<host>[A-Za-z0-9_-]+)\.(?P<pid>\d+)(?:-
 _serial = itertools.count()
 
 
-def cache_dir() -> Path:
-    """The user cache directory: $LSTMNB_CACHE, else $XDG_CACHE_HOME/lstmnb, else ~/.cache/lstmnb."""
+def cache_root() -> Path:
+    """Where the user cache is (not created): $LSTMNB_CACHE, else $XDG_CACHE_HOME/lstmnb, else ~/.cache/lstmnb."""
     if os.environ.get(CACHE_ENV):
-        root = Path(os.environ[CACHE_ENV]).expanduser()
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-        root = Path(base) / "lstmnb"
-    root.mkdir(parents=True, exist_ok=True)
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "lstmnb"
+
+
+def cache_dir() -> Path:
+    """The user cache directory (``cache_root``), created on first use; OutputError when it cannot be."""
+    root = cache_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cache folder {root} cannot be created: {why_not_written(exc)}; set {CACHE_ENV} to a "
+                          "writable folder") from None
     return root
+
+
+def check_cache() -> Path:
+    """``check_writable`` for the user cache, naming the variable that moves it."""
+    return check_writable(cache_root(), "folder", f"cache folder (${CACHE_ENV} or the default)")
+
+
+def why_not_written(exc: OSError) -> str:
+    """A failed write's OSError in a few words, read-only places and full disks named as such:
+    'read-only (no permission to write there)', 'disk full (No space left on device)', ..."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "read-only (no permission to write there)"
+    if exc.errno == errno.EROFS:
+        return "read-only (a read-only file system)"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return f"disk full ({exc.strerror or 'no space left'})"
+    if exc.errno == errno.ENOTDIR:
+        return "a file stands where a folder is needed"
+    return exc.strerror or str(exc)
+
+
+def check_writable(path: str | os.PathLike, kind: str = "file", what: str = "output") -> Path:
+    """Check, before any work, that ``path`` can be written as a ``kind`` ('file' or 'folder').
+
+    Rejects an empty name, a folder where a file is meant and the reverse, a file in the way of a
+    folder to be created, and a read-only place (found by creating and removing a probe file in the
+    nearest existing folder, so it holds for root and read-only mounts too). Creates nothing that
+    stays. Returns the path; raises ``OutputError`` naming ``what``, the path and why.
+    """
+    if kind not in ("file", "folder"):
+        raise ValueError(f"kind={kind!r} is not 'file' or 'folder'")
+    text = os.fspath(path) if path is not None else ""
+    if not str(text).strip():
+        raise OutputError(f"{what} path is empty; give a {kind} name")
+    p = Path(text).expanduser()
+    if kind == "file" and p.is_dir():
+        raise OutputError(f"{what} {p} is a folder; give a file path (e.g. {p / 'name'})")
+    if kind == "folder" and p.exists() and not p.is_dir():
+        raise OutputError(f"{what} {p} is a file, not a folder; give a folder path")
+    if kind == "file" and p.exists() and not os.access(p, os.W_OK):
+        raise OutputError(f"{what} {p} is read-only")
+    here = p.parent if kind == "file" else p
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    if not here.is_dir():
+        raise OutputError(f"{what} {p} cannot be written: {here} is a file, not a folder")
+    probe = temp_path(here / "write-probe")
+    try:
+        probe.touch(exist_ok=False)
+    except OSError as exc:
+        raise OutputError(f"{what} {p} cannot be written in {here}: {why_not_written(exc)}") from None
+    probe.unlink(missing_ok=True)
+    return p
 
 
 def results_dir() -> Path:

@@ -208,13 +208,19 @@ def _record_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> lis
     return files
 
 
+class BrokenRecordsWarning(UserWarning):
+    """A results file holds lines that are not records (one warning per file, with the count)."""
+
+
 def read_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[dict[str, Any]]:
     """Every record in the given files or folders (searched recursively for ``*.jsonl``).
 
-    A broken line is skipped with a warning naming the file and line; good records are never dropped.
+    Broken lines are skipped with one ``BrokenRecordsWarning`` per file (how many, and the first one's
+    line number and reason); good records are never dropped.
     """
     records: list[dict[str, Any]] = []
     for file in _record_files(paths):
+        broken: list[tuple[int, str]] = []
         with open(file, encoding="utf-8", errors="replace") as fh:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
@@ -224,10 +230,15 @@ def read_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list
                     if not isinstance(rec, dict):
                         raise ValueError("not a JSON object")
                 except ValueError as exc:
-                    warnings.warn(f"{file}:{lineno}: skipped a broken record line ({exc})", stacklevel=2)
+                    broken.append((lineno, str(exc).split(":")[0]))
                     continue
                 rec.setdefault("_file", str(file))
                 records.append(rec)
+        if broken:
+            (first, why), n = broken[0], len(broken)
+            warnings.warn(f"{file}:{first}: skipped {n} broken record line{'s' if n > 1 else ''}, the first at line "
+                          f"{first} ({why}); the file's good records were read",
+                          BrokenRecordsWarning, stacklevel=2)
     return records
 
 

@@ -144,7 +144,7 @@ def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
     code = cli.main(["notebooks", "run", "--profile", "ci", "--runs-dir", str(tmp_path), "-p", "nosuch", "1"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith("lstmnb notebooks: error: parameter(s) 'nosuch' not declared") and err.count("\n") == 1
+    assert err.startswith("lstmnb notebooks run: error: parameter(s) 'nosuch' not declared") and err.count("\n") == 1
 
 
 def test_cli_list(capsys):
@@ -239,7 +239,7 @@ def test_analysis_merges_records_of_two_machines(tmp_path):
     table = (result.run_dir / "tables" / "06_epochs_devices_dataloader.csv").read_text().splitlines()
     assert table == ["epochs,CPU,V100", "5,45.0,3.0", "10,90.0,6.0", "15,135.0,9.0"]
     text = output_text(result.run_dir / "06_analysis.ipynb")
-    assert "laptop.jsonl:2: skipped a broken record line" in text  # file and line named, good records kept
+    assert "laptop.jsonl:2: skipped 1 broken record line" in text  # file and line named, good records kept
     assert "6 record(s) from 2 file(s)" in text
     assert (result.run_dir / "figures" / "06_speedup.png").exists()
 

@@ -8,7 +8,9 @@ its slow options (``full``), so `lstmnb --help` and `lstmnb data` do not import 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+import warnings
 from typing import Sequence
 
 from ..errors import LstmnbError
@@ -37,12 +39,20 @@ COMMANDS = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: `lstmnb train: error: argument --epochs: invalid int value: 'x'`
+    and where to read more, instead of the whole usage block (sub-parsers inherit the class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser, or with ``command`` one whose other sub-commands keep their help line but skip
     options that are slow to build (training options import torch)."""
     from .. import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="lstmnb",
         description=(
             "Train LSTM forecasters of ERA5 2 m temperature and measure how CPUs and GPUs speed up "
@@ -58,23 +68,78 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+_NUMBER_LIKE = re.compile(r"^-\.?\d")
+
+
+def value_options(parser: argparse.ArgumentParser) -> set[str]:
+    """The long options, in ``parser`` and all its sub-parsers, that take exactly one value."""
+    found: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found |= value_options(child)
+        elif action.nargs is None and action.option_strings:
+            found.update(o for o in action.option_strings if o.startswith("--"))
+    return found
+
+
+def join_negative_values(argv: list[str], options: set[str]) -> list[str]:
+    """``--point -33,151`` as ``--point=-33,151``: argparse reads a value starting with '-' as an option
+    unless it is a plain negative number, so southern latitudes and western longitudes need the join."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            return out + argv[i:]
+        if a in options and i + 1 < len(argv) and _NUMBER_LIKE.match(argv[i + 1]):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as one line each (`lstmnb: warning: ...`), not Python's two with the source line."""
+    text = " ".join(str(message).split())
+    print(f"lstmnb: warning: {text}", file=sys.stderr if file is None else file)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # the top level has only flags (--help, --version), so the first other word names the sub-command
     parser = build_parser(next((a for a in argv if not a.startswith("-")), ""))
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(join_negative_values(argv, value_options(parser)))
+    except SystemExit as exc:  # --help, --version (0) and parse errors (2, one line printed): a status, not an exit
+        return exc.code if isinstance(exc.code, int) else 1
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
-    try:
-        result = args.func(args)
-    except LstmnbError as exc:
-        print(f"lstmnb {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"lstmnb {args.command}: interrupted; finished work (cache blocks, records, checkpoints) is kept",
-              file=sys.stderr)
-        return 130
+    where = " ".join(filter(None, (args.command, getattr(args, "notebooks_command", None),
+                                   getattr(args, "bench_kind", None), getattr(args, "scratch_command", None))))
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warning
+        try:
+            check = getattr(args, "check", None)
+            if check is not None:  # every option and output of the sub-command, before any work
+                check(args)
+            result = args.func(args)
+        except LstmnbError as exc:
+            print(f"lstmnb {where}: error: {exc}", file=sys.stderr)
+            return getattr(exc, "exit_status", 2)
+        except OSError as exc:  # e.g. a write that failed after the checks: disk full, a folder removed meanwhile
+            from ..paths import why_not_written
+
+            name = f"{exc.filename}: " if exc.filename else ""
+            print(f"lstmnb {where}: error: {name}{why_not_written(exc)}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print(f"lstmnb {where}: interrupted; finished work (cache blocks, records, checkpoints) is kept",
+                  file=sys.stderr)
+            return 130
     return int(result or 0)
 
 

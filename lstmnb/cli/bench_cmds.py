@@ -4,8 +4,24 @@ from __future__ import annotations
 
 import argparse
 
+from .checks import check_plot, check_prices_file, check_records_args, check_results, check_split_dates, positive
 from .options import (add_records_args, add_request_args, add_results_args, add_train_args, byte_size, int_list,
                       read_runs, request_from_args, results_path, save_plot, train_config_from_args)
+
+
+def _check_training_bench(args, cfg=None, device: bool = True) -> None:
+    """What every bench that trains needs: its TrainConfig (and its device, unless the bench picks the
+    devices), the request, the results file and the cache."""
+    from ..device import resolve_device
+    from ..paths import check_cache
+
+    cfg = cfg or train_config_from_args(args)
+    cfg.validate()
+    if device:
+        resolve_device(cfg.device)
+    check_split_dates(cfg, request_from_args(args))
+    check_results(results_path(args))
+    check_cache()
 
 def add_bench(sub, full: bool) -> None:
     p = sub.add_parser("bench", help="speed experiments: speed (time to accuracy, MFU), scaling, allreduce, ...",
@@ -36,7 +52,31 @@ def _bench_speed(kinds, full: bool) -> None:
                    "persistence's validation RMSE (default 0.9, i.e. 10%% below)")
     p.add_argument("--only", default=None, help="comma-separated contenders: published,fast,recommended")
     p.add_argument("--results", default=None, help="append each run's record here (default: do not record)")
-    p.set_defaults(func=_run_bench_speed)
+    p.set_defaults(func=_run_bench_speed, check=_check_bench_speed)
+
+
+def _check_bench_speed(args) -> None:
+    from ..device import resolve_device
+    from ..errors import ConfigError
+    from ..experiments.speed import CONTENDERS
+    from ..paths import check_cache
+    from ..training.config import check_device_name
+
+    request_from_args(args)
+    check_device_name(args.device, "--device")
+    resolve_device(args.device)
+    positive("--repeats", args.repeats)
+    positive("--max-epochs", args.max_epochs)
+    positive("--target-rmse", args.target_rmse, whole=False, none_ok=True)
+    if not 0 < args.target_fraction <= 1:
+        raise ConfigError(f"--target-fraction {args.target_fraction} must be in (0, 1]: the target is that fraction of "
+                          "persistence's validation RMSE (0.9: 10% below it)")
+    only = args.only.split(",") if args.only is not None else list(CONTENDERS)
+    bad = [n for n in only if n not in CONTENDERS]
+    if bad or not only:
+        raise ConfigError(f"--only {args.only!r}: {', '.join(map(repr, bad))} not known; choose from {','.join(CONTENDERS)}")
+    check_results(args.results)
+    check_cache()
 
 
 def _run_bench_speed(args) -> int:
@@ -74,7 +114,23 @@ def _bench_scaling(kinds, full: bool) -> None:
                    help="steps timed with and without the all-reduce per world size (0: skip; default 20)")
     g.add_argument("--plot", default=None, metavar="FILE.png", help="save the convergence plot here")
     add_results_args(p)
-    p.set_defaults(func=_run_bench_scaling)
+    p.set_defaults(func=_run_bench_scaling, check=_check_bench_scaling)
+
+
+def _scaling_configs(args, cfg):
+    from .. import experiments
+
+    modes = ("strong", "weak") if args.mode == "both" else (args.mode,)
+    return modes, [experiments.ScalingConfig(world_sizes=args.world_sizes, mode=m, comm_split_steps=args.comm_steps)
+                   for m in modes]
+
+
+def _check_bench_scaling(args) -> None:
+    cfg = train_config_from_args(args)
+    _check_training_bench(args, cfg)
+    for sc in _scaling_configs(args, cfg)[1]:
+        sc.validate(cfg)
+    check_plot(args.plot)
 
 
 def _run_bench_scaling(args) -> int:
@@ -83,10 +139,7 @@ def _run_bench_scaling(args) -> int:
     from ..training import prepare_windows
 
     cfg = train_config_from_args(args)
-    modes = ("strong", "weak") if args.mode == "both" else (args.mode,)
-    scs = [experiments.ScalingConfig(world_sizes=args.world_sizes, mode=m, comm_split_steps=args.comm_steps) for m in modes]
-    for sc in scs:  # every bad value before any data is read or any run starts
-        sc.validate(cfg)
+    modes, scs = _scaling_configs(args, cfg)
     windows, info = prepare_windows(request_from_args(args), cfg, progress=cfg.progress)
     records = []
     for sc in scs:
@@ -124,20 +177,36 @@ def _bench_allreduce(kinds, full: bool) -> None:
     p.add_argument("--step-s", type=float, default=None,
                    help="a measured training step in seconds: show the share of it one gradient all-reduce takes")
     add_results_args(p)
-    p.set_defaults(func=_run_bench_allreduce)
+    p.set_defaults(func=_run_bench_allreduce, check=_check_bench_allreduce)
+
+
+def _allreduce_configs(args):
+    from ..experiments import AllreduceConfig
+    from ..training import TrainConfig
+
+    cfg = TrainConfig(hidden=args.hidden, layers=args.layers, cell=args.cell, experiment="allreduce")
+    acfg = AllreduceConfig(world_size=args.world_size, device=args.device, min_bytes=args.min_bytes,
+                           max_bytes=args.max_bytes, factor=args.factor, budget_s=args.budget_s)
+    return cfg, acfg
+
+
+def _check_bench_allreduce(args) -> None:
+    from ..device import resolve_device
+
+    cfg, acfg = _allreduce_configs(args)
+    cfg.validate()
+    acfg.validate()
+    resolve_device(acfg.device)
+    positive("--step-s", args.step_s, whole=False, none_ok=True)
+    check_results(results_path(args))
 
 
 def _run_bench_allreduce(args) -> int:
     from .. import experiments
-    from ..experiments import AllreduceConfig
     from ..records import append_record
     from ..report import allreduce_table, format_table
-    from ..training import TrainConfig
 
-    cfg = TrainConfig(hidden=args.hidden, layers=args.layers, cell=args.cell, experiment="allreduce")
-    cfg.validate()
-    acfg = AllreduceConfig(world_size=args.world_size, device=args.device, min_bytes=args.min_bytes,
-                           max_bytes=args.max_bytes, factor=args.factor, budget_s=args.budget_s)
+    cfg, acfg = _allreduce_configs(args)
     out = experiments.allreduce(cfg, acfg)
     print(format_table(allreduce_table(out["rows"], out["gradient_bytes"], args.step_s)))
     print(f"\nmodel gradient per step: {out['gradient_bytes']:,} bytes (hidden {args.hidden}, layers {args.layers}, "
@@ -165,7 +234,20 @@ def _bench_batch_sweep(kinds, full: bool) -> None:
     g.add_argument("--max-batch", type=int, default=None, help="largest batch size (default: the training set)")
     g.add_argument("--memory-cap-mb", type=float, default=None, help="memory allowed per point, in MB")
     add_results_args(p)
-    p.set_defaults(func=_run_bench_batch_sweep)
+    p.set_defaults(func=_run_bench_batch_sweep, check=_check_bench_batch_sweep)
+
+
+def _sweep_config(args):
+    from .. import experiments
+
+    return experiments.SweepConfig(start=args.first_batch, factor=args.factor, max_batch=args.max_batch,
+                                   memory_cap_mb=args.memory_cap_mb)
+
+
+def _check_bench_batch_sweep(args) -> None:
+    _check_training_bench(args)
+    _sweep_config(args).validate()
+    positive("--memory-cap-mb", args.memory_cap_mb, whole=False, none_ok=True)
 
 
 def _run_bench_batch_sweep(args) -> int:
@@ -174,9 +256,7 @@ def _run_bench_batch_sweep(args) -> int:
     from ..training import prepare_windows
 
     cfg = train_config_from_args(args)
-    sweep = experiments.SweepConfig(start=args.first_batch, factor=args.factor, max_batch=args.max_batch,
-                              memory_cap_mb=args.memory_cap_mb)
-    sweep.validate()
+    sweep = _sweep_config(args)
     windows, info = prepare_windows(request_from_args(args), cfg, progress=cfg.progress)
     records = experiments.batch_sweep(windows, cfg, sweep, data_info=info, results=results_path(args))
     print(format_table(batch_sweep_table(records)))
@@ -192,7 +272,16 @@ def _bench_cost(kinds, full: bool) -> None:
     add_records_args(p)
     p.add_argument("--prices", default=None, help="your price table (YAML); default: the shipped examples")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="save the cost vs time plot here")
-    p.set_defaults(func=_run_bench_cost)
+    p.set_defaults(func=_run_bench_cost, check=_check_bench_cost)
+
+
+def _check_bench_cost(args) -> None:
+    from ..report import load_prices
+
+    check_records_args(args)
+    check_prices_file(args.prices)
+    load_prices(args.prices)
+    check_plot(args.plot)
 
 
 def _run_bench_cost(args) -> int:
@@ -224,22 +313,40 @@ def _bench_size(kinds, full: bool) -> None:
     if full:
         add_train_args(p, skip=("strategy", "nproc", "checkpoint", "resume", "input_path", "device", "cuda_graph"))
     g = p.add_argument_group("size")
-    g.add_argument("--points", type=int_list, default=(2, 8, 32, 128, 512), help="grid-point counts (default 2,8,32,128,512)")
+    g.add_argument("--points", dest="size_points", type=int_list, default=(2, 8, 32, 128, 512),
+                   help="grid-point counts (default 2,8,32,128,512)")
     g.add_argument("--variants", default="cpu,cuda-eager,cuda-graph",
                    help="device variants: cpu, cuda-eager, cuda-graph (default all three)")
     g.add_argument("--plot", default=None, metavar="FILE.png", help="save the throughput and speedup plot here")
     add_results_args(p)
-    p.set_defaults(func=_run_bench_size, epochs=2)
+    p.set_defaults(func=_run_bench_size, check=_check_bench_size, epochs=2)
+
+
+def _size_setup(args):
+    """The size experiment's config, with its default dates (a quarter) when neither is given."""
+    from ..experiments import size
+
+    if args.start is None and args.end is None:
+        args.start, args.end = "2020-01-01", "2020-03-31"
+    return size.SizeConfig(points=tuple(args.size_points), variants=tuple(v.strip() for v in args.variants.split(",")))
+
+
+def _check_bench_size(args) -> None:
+    from ..experiments.size import grid_points
+
+    sc = _size_setup(args)
+    sc.validate()
+    for n in sc.points:
+        grid_points(n)
+    _check_training_bench(args, device=False)
+    check_plot(args.plot)
 
 
 def _run_bench_size(args) -> int:
     from ..experiments import size
     from ..report import format_table
 
-    if args.start is None and args.end is None:
-        args.start, args.end = "2020-01-01", "2020-03-31"
-    sc = size.SizeConfig(points=tuple(args.points), variants=tuple(v.strip() for v in args.variants.split(",")))
-    sc.validate()
+    sc = _size_setup(args)
     records = size.size_experiment(
         request_from_args(args), train_config_from_args(args), sc, results=results_path(args),
         on_point=lambda r: print(f"  {r['size']['points']:>4} points {r['size']['variant']:<10} "

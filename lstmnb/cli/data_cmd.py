@@ -34,7 +34,24 @@ def add_data(sub, full: bool) -> None:
     g.add_argument("--csv", default=None, metavar="FILE", help="also write the tidy table to this CSV file")
     g.add_argument("--status", action="store_true", help="show what the cache holds and exit")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    p.set_defaults(func=_run_data)
+    p.set_defaults(func=_run_data, check=_check_data)
+
+
+def _check_data(args) -> None:
+    """The request, the extraction sizes, the credentials file (whatever the source), the CSV path and
+    the cache, before anything is read or written."""
+    from ..data import check_credentials
+    from ..data.fetch import check_sizes
+    from ..paths import check_cache, check_writable
+
+    if args.status:
+        return
+    check_credentials(args.credentials)
+    request_from_args(args)
+    check_sizes(args.block_hours, args.concurrency)
+    if args.csv is not None:
+        check_writable(args.csv, "file", "--csv")
+    check_cache()
 
 
 def _run_data(args) -> int:
@@ -65,10 +82,17 @@ def _run_data(args) -> int:
 
     print(f"cached     {extracts_root()}")
     if args.csv:
-        from ..paths import atomic_path
+        from ..errors import OutputError
+        from ..paths import atomic_path, why_not_written
 
-        with atomic_path(args.csv) as tmp:
-            data.to_frame(ds).to_csv(tmp, index=False)
+        try:
+            with atomic_path(args.csv) as tmp:
+                data.to_frame(ds).to_csv(tmp, index=False)
+        except OSError as exc:
+            err = OutputError(f"--csv {args.csv} could not be written: {why_not_written(exc)}; the series is in "
+                              "the cache (lstmnb data --status)")
+            err.exit_status = 1
+            raise err from None
         print(f"csv        {args.csv}")
     return 0
 

@@ -13,7 +13,14 @@ def add_doctor(sub, full: bool) -> None:
     )
     p.add_argument("--profile", dest="profiles", action="append", metavar="NAME",
                    help="a profile whose needs must be met (its kernel; its GPU for a GPU profile); repeatable")
-    p.set_defaults(func=_run_doctor)
+    p.set_defaults(func=_run_doctor, check=_check_doctor)
+
+
+def _check_doctor(args) -> None:
+    from ..profiles import load_profile
+
+    for name in args.profiles or ():
+        load_profile(name)
 
 
 def _run_doctor(args) -> int:

@@ -34,10 +34,10 @@ def add_notebooks(sub, full: bool) -> None:
     run.add_argument("--notebooks", default=None, help="notebook folder (default: the checkout's notebooks/)")
     run.add_argument("--no-html", dest="html", action="store_false", help="do not render HTML")
     run.add_argument("--no-progress", dest="progress", action="store_false", help="no per-cell progress bar")
-    run.set_defaults(func=_run_notebooks)
+    run.set_defaults(func=_run_notebooks, check=_check_notebooks_run)
     lst = nsub.add_parser("list", help="show the notebooks (with their parameters) and the profiles")
     lst.add_argument("--notebooks", default=None, help="notebook folder (default: the checkout's notebooks/)")
-    lst.set_defaults(func=_list_notebooks)
+    lst.set_defaults(func=_list_notebooks, check=lambda args: _notebooks_folder(args.notebooks))
     p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
 
 
@@ -45,6 +45,24 @@ def _overrides(pairs) -> dict:
     from ..notebooks import parse_value
 
     return {key: parse_value(value) for key, value in pairs}
+
+
+def _notebooks_folder(folder) -> None:
+    if folder is not None:
+        from ..notebooks import notebooks_dir
+
+        notebooks_dir(folder)
+
+
+def _check_notebooks_run(args) -> None:
+    """Profile, notebooks, parameter names and values, kernel, timeout, run folder and the cache, before
+    any kernel starts (run_series checks them again, for callers from Python)."""
+    from ..notebooks import check_series
+    from ..paths import check_cache
+
+    check_series(args.profile, overrides=_overrides(args.parameters), only=args.only, runs_dir=args.runs_dir,
+                 notebooks=args.notebooks, kernel=args.kernel, cell_timeout_s=args.timeout)
+    check_cache()
 
 
 def print_series(result) -> None:

@@ -10,7 +10,7 @@ def float_pair(text: str) -> tuple[float, float]:
     try:
         lat, lon = (float(v) for v in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not LAT,LON (e.g. 40,280 or 40,-80)") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not LAT,LON (e.g. 40,280, 40,-80 or -33,151)") from None
     return lat, lon
 
 
@@ -27,9 +27,12 @@ def byte_size(text: str) -> int:
     t = text.strip().upper().removesuffix("B")
     num, unit = (t[:-1], t[-1]) if t and t[-1] in units else (t, "")
     try:
-        return int(float(num) * units[unit])
-    except ValueError:
+        size = int(float(num) * units[unit])
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"{text!r} is not a size like 1024, 64K, 16M or 1G") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size >= 1 byte (e.g. 1024, 64K, 16M or 1G)")
+    return size
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -62,24 +65,26 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
 
 
 def request_from_args(args: argparse.Namespace):
+    """The data request of ``args``, checked (everything that needs no store) before any work."""
     from .. import data
+    from ..errors import ConfigError
 
     kw = {"source": args.source}
     if args.variables:
         kw["variables"] = tuple(args.variables)
-    if getattr(args, "box", None):
-        if len(args.box) != 4:
-            from ..errors import ConfigError
-
-            raise ConfigError(f"--box needs 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX; got {args.box}")
-        kw["box"], kw["points"] = tuple(args.box), None
+    box = getattr(args, "box", None)
+    if box is not None and args.points:
+        raise ConfigError("--point and --box both given; give grid points or one box")
+    if box is not None:
+        if len(box) != 4:
+            raise ConfigError(f"--box needs 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX; got {','.join(map(str, box))}")
+        kw["box"], kw["points"] = tuple(box), None
     elif args.points:
         kw["points"] = tuple(args.points)
-    if args.start:
-        kw["start"] = args.start
-    if args.end:
-        kw["end"] = args.end
-    return data.Request(**kw)
+    for name in ("start", "end"):  # an empty value is an error, not the default
+        if getattr(args, name) is not None:
+            kw[name] = getattr(args, name)
+    return data.check_request(data.Request(**kw))
 
 
 def option_type(name: str, hint):
@@ -148,27 +153,35 @@ def train_config_from_args(args: argparse.Namespace, **fixed):
 
 def add_results_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", default=None,
-                   help="results file or folder for the records (default: results/runs.jsonl; env LSTMNB_RESULTS)")
+                   help="results file (.jsonl) or folder for the records (default: results/runs.jsonl; env LSTMNB_RESULTS)")
     p.add_argument("--no-record", action="store_true", help="do not append records")
 
 
 def results_path(args):
-    if args.no_record:
+    if getattr(args, "no_record", False):
         return None
     from ..paths import results_dir
 
-    return args.results or str(results_dir())
+    return args.results if args.results is not None else str(results_dir())
 
 
-def save_plot(fig, path: str | None) -> None:
-    """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf; none: png)."""
+def save_plot(fig, path: str | None, option: str = "--plot") -> None:
+    """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf; none: png);
+    a write that fails after the work is an OutputError with exit status 1."""
     if path:
         from pathlib import Path
 
-        from ..paths import atomic_path
+        from ..errors import OutputError
+        from ..paths import atomic_path, why_not_written
 
-        with atomic_path(path, suffix=Path(path).suffix or ".png") as tmp:
-            fig.savefig(tmp, dpi=120)
+        try:
+            with atomic_path(path, suffix=Path(path).suffix or ".png") as tmp:
+                fig.savefig(tmp, dpi=120)
+        except OSError as exc:
+            err = OutputError(f"{option} {path} could not be written: {why_not_written(exc)}; the table above "
+                              "is the result")
+            err.exit_status = 1
+            raise err from None
         print(f"plot       {path}")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from .checks import check_records_args, check_results, check_split_dates
 from .options import (add_records_args, add_request_args, add_results_args, add_train_args, int_list, read_runs,
                       request_from_args, results_path, save_plot, train_config_from_args)
 from .notebooks_cmd import print_series
@@ -48,14 +49,42 @@ def add_train(sub, full: bool) -> None:
     if full:
         add_train_args(p)
     add_results_args(p)
-    p.set_defaults(func=_run_train)
+    p.set_defaults(func=_run_train, check=_check_train)
+
+
+def check_training(cfg, request, results) -> None:
+    """Everything a training run needs, before it starts: the config, the request, the device, the
+    checkpoint (writable; on --resume readable and from the same settings), the records and the cache."""
+    from pathlib import Path
+
+    from ..device import resolve_device
+    from ..paths import check_cache, check_writable
+
+    cfg.validate()
+    check_split_dates(cfg, request)
+    resolve_device(cfg.device)
+    if cfg.checkpoint:
+        check_writable(cfg.checkpoint, "file", "--checkpoint")
+        if cfg.resume and Path(cfg.checkpoint).exists():
+            from ..training.checkpoints import load_checkpoint
+
+            load_checkpoint(cfg.checkpoint, cfg)
+    check_results(results)
+    check_cache()
+
+
+def _check_train(args) -> None:
+    check_training(train_config_from_args(args), request_from_args(args), results_path(args))
 
 
 def train_and_print(request, cfg, results) -> None:
     """``train.run`` (appending the record to ``results`` unless None), then the run as `print_run` shows
-    it and where the record went; under torchrun only rank 0 prints (and records)."""
+    it and where the record went; under torchrun only rank 0 prints (and records). When the record
+    cannot be written, the run is printed (with the record as one JSON line to keep) before the error."""
+    import json
     import warnings
 
+    from ..errors import OutputError
     from ..records import runs_path
     from ..training import run
     from ..training.parallel import is_rank_zero
@@ -64,7 +93,15 @@ def train_and_print(request, cfg, results) -> None:
     warnings.simplefilter("ignore", ClimatologyWarning)  # said once below, as a note, instead
     # --strategy ddp --nproc N outside torchrun: run() prepares the data once and train() starts N local
     # ranks (lstmnb.training.parallel); rank 0's record comes back here to be printed and appended
-    result = run(request, cfg, results=results)
+    try:
+        result = run(request, cfg, results=results)
+    except OutputError as exc:
+        if getattr(exc, "result", None) is None:
+            raise
+        print_run(exc.result.record)
+        print("\nthe run's record, not appended (copy this line into a results .jsonl file to keep it):")
+        print(json.dumps(exc.result.record, default=str))
+        raise
     if not is_rank_zero():
         return
     print_run(result.record)
@@ -90,8 +127,15 @@ def add_results(sub, full: bool) -> None:
     p.add_argument("--by", choices=("run", "machine"), default="run",
                    help="one row per run (default), or per device column of each machine: machine, dates, "
                         "lstmnb commit, torch, CUDA, record counts")
-    p.set_defaults(func=_run_results)
+    p.set_defaults(func=_run_results, check=_check_results)
 
+
+def _check_results(args) -> None:
+    from ..errors import ConfigError
+
+    if args.last < 0:
+        raise ConfigError(f"--last {args.last} must be >= 0 (0 shows all runs)")
+    check_records_args(args)
 
 
 def _run_results(args) -> int:
@@ -109,7 +153,6 @@ def _run_results(args) -> int:
     return 0
 
 
-
 def add_quickstart(sub, full: bool) -> None:
     p = sub.add_parser(
         "quickstart", help="the main job: train + evaluate on the sample (CPU), then render the notebook series",
@@ -124,14 +167,28 @@ def add_quickstart(sub, full: bool) -> None:
     add_results_args(p)
     p.add_argument("--runs-dir", default="runs", help="where the notebook run folder goes (default: ./runs)")
     p.add_argument("--no-notebooks", dest="notebooks", action="store_false", help="only the training run")
-    p.set_defaults(func=_run_quickstart)
+    p.set_defaults(func=_run_quickstart, check=_check_quickstart)
+
+
+def _quickstart_config(args):
+    """The recommended preset on the CPU (its epoch cap unless --epochs is given)."""
+    from ..training import preset_config
+
+    return preset_config(device="cpu", experiment="quickstart", **({"epochs": args.epochs} if args.epochs else {}))
+
+
+def _check_quickstart(args) -> None:
+    """The training run's settings and outputs, and the notebook series' profile, notebooks, kernel and
+    run folder, all before the training starts."""
+    check_training(_quickstart_config(args), None, results_path(args))
+    if args.notebooks:
+        from ..notebooks.runner import check_series
+
+        check_series(args.profile, runs_dir=args.runs_dir)
 
 
 def _run_quickstart(args) -> int:
-    from ..training import preset_config
-
-    cfg = preset_config(device="cpu", experiment="quickstart", **({"epochs": args.epochs} if args.epochs else {}))
-    cfg.validate()
+    cfg = _quickstart_config(args)
     print(f"== 1/2  default run on the embedded sample, CPU, up to {cfg.epochs} epochs")
     train_and_print(None, cfg, results_path(args))
     if not args.notebooks:

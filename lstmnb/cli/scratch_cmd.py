@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from .checks import check_plot, check_results
 from .options import add_results_args, results_path, save_plot
 
 # the from-scratch versions, as lstmnb.scratch.fit.VERSIONS names them (kept here so that parsing does
@@ -41,8 +42,51 @@ def add_scratch(sub, full: bool) -> None:
     b.add_argument("--repeats", type=int, default=3, help="runs per version; median run time (default 3)")
     add_results_args(b)
     b.add_argument("--plot", default=None, metavar="FILE", help="also save the plot (png/svg/pdf)")
-    b.set_defaults(func=_run_scratch_bench)
+    b.set_defaults(func=_run_scratch_bench, check=_check_scratch_bench)
     p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
+
+
+def _versions(args) -> list[str]:
+    """The versions asked for, each a known one (the default: all)."""
+    from ..errors import ConfigError
+
+    if args.versions is None:
+        return list(SCRATCH_VERSIONS)
+    versions = [v.strip() for v in args.versions.split(",")]
+    bad = [v for v in versions if v not in SCRATCH_VERSIONS]
+    if bad or not versions:
+        raise ConfigError(f"--versions {args.versions!r}: {', '.join(map(repr, bad))} not known; choose from "
+                          f"{','.join(SCRATCH_VERSIONS)} (comma-separated; leave it out for all)")
+    return versions
+
+
+def _config(args):
+    from ..scratch.data import default_window
+    from ..scratch.fit import ScratchConfig
+
+    window = args.window if args.window is not None else default_window(args.data)
+    return ScratchConfig(data=args.data, window=window, hours=args.hours, hidden=args.hidden, epochs=args.epochs,
+                         batch_size=args.batch_size, optimizer=args.optimizer, lr=args.lr,
+                         clip=args.clip or None, dtype=args.dtype, seed=args.seed, threads=args.threads)
+
+
+def _check_scratch_bench(args) -> None:
+    """Every option, the plot and results paths (and the cache for ERA5 data) before any version trains."""
+    import os
+
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before numba or torch loads (see _run_scratch_bench)
+    from ..errors import ConfigError
+
+    _config(args).validate()
+    _versions(args)
+    if args.repeats < 1:
+        raise ConfigError(f"--repeats {args.repeats} must be >= 1")
+    check_plot(args.plot)
+    check_results(results_path(args))
+    if args.data == "era5":
+        from ..paths import check_cache
+
+        check_cache()
 
 
 def _run_scratch_bench(args) -> int:
@@ -52,18 +96,11 @@ def _run_scratch_bench(args) -> int:
     # before either loads (see benchmarks/scratch_versions.py)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from ..scratch.bench import format_versions, plot_versions, versions_table
-    from ..scratch.data import default_window
-    from ..scratch.fit import VERSIONS, ScratchConfig
 
-    window = args.window or default_window(args.data)
-    config = ScratchConfig(data=args.data, window=window, hours=args.hours, hidden=args.hidden, epochs=args.epochs,
-                           batch_size=args.batch_size, optimizer=args.optimizer, lr=args.lr,
-                           clip=args.clip or None, dtype=args.dtype, seed=args.seed, threads=args.threads)
-    versions = [v.strip() for v in args.versions.split(",")] if args.versions else list(VERSIONS)
     path = results_path(args)
-    table = versions_table(versions, config, repeats=args.repeats, record=path is not None, record_path=path)
+    table = versions_table(_versions(args), _config(args), repeats=args.repeats, record=path is not None,
+                           record_path=path)
     print(format_versions(table))
     if args.plot:
         save_plot(plot_versions(table), args.plot)
     return 0
-

@@ -31,6 +31,8 @@ from .catalogue import (
     SOURCE_HINT,
     Request,
     StoreRef,
+    check_credentials,
+    check_request,
     open_ref,
     open_store,
     parse_time,
@@ -46,7 +48,7 @@ from .zarr_meta import StoreMeta, cached_meta, open_meta
 __all__ = [
     "CATALOGUE", "DEFAULT_BLOCK_HOURS", "DEFAULT_CONCURRENCY", "DEFAULT_END", "DEFAULT_POINTS", "DEFAULT_START",
     "DEFAULT_VARIABLE", "SAMPLE", "SOURCE_HINT", "CacheMiss", "FetchStats", "Plan", "Request", "RetryPolicy",
-    "StoreMeta", "StoreRef", "Target", "assemble", "cached_meta", "extract", "fetch_plan", "make_plan",
+    "StoreMeta", "StoreRef", "Target", "assemble", "check_credentials", "check_request", "cached_meta", "extract", "fetch_plan", "make_plan",
     "open_meta", "open_ref", "open_store", "parse_time", "point_label", "resolve_source", "summary",
     "to_frame", "valid_range",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,11 +133,75 @@ def _check_token(token: Any) -> None:
                     "pass a service-account JSON file, or drop --credentials for anonymous access"
                 ) from None
         return
-    if isinstance(token, (str, os.PathLike)) and not Path(token).expanduser().is_file():
-        raise ConfigError(
-            f"credentials file {str(token)!r} not found; pass a service-account JSON file, "
-            "'google_default', or nothing for anonymous access"
-        )
+    check_credentials(token)
+
+
+TOKEN_WORDS = ("anon", "google_default", "cloud", "browser", "cache")
+# the keys google-auth needs in each kind of credentials file
+_CREDENTIAL_KEYS = {"service_account": ("client_email", "private_key", "token_uri"),
+                    "authorized_user": ("client_id", "client_secret", "refresh_token"),
+                    "external_account": ("audience", "subject_token_type", "credential_source")}
+_CREDENTIALS_HINT = "pass a Google service-account JSON key file, 'google_default', or nothing for anonymous access"
+
+
+def check_credentials(token: Any) -> None:
+    """A credentials file (``--credentials FILE``) must exist and be a Google credentials JSON with the
+    keys its ``type`` needs; the gcsfs words (anon, google_default, ...) and mappings pass as they are."""
+    if token is None or isinstance(token, dict) or token in TOKEN_WORDS:
+        return
+    if not isinstance(token, (str, os.PathLike)) or not str(token).strip():
+        raise ConfigError(f"credentials {token!r} is empty; {_CREDENTIALS_HINT}")
+    path = Path(token).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"credentials file {str(token)!r} not found; {_CREDENTIALS_HINT}")
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0].split(":")[0][:80]
+        raise ConfigError(f"credentials file {path} is not JSON ({reason}); {_CREDENTIALS_HINT}") from None
+    kind = info.get("type") if isinstance(info, dict) else None
+    if kind not in _CREDENTIAL_KEYS:
+        what = f"has type {kind!r}" if isinstance(info, dict) else "is not a JSON object"
+        raise ConfigError(f"credentials file {path} {what}; expected one of {', '.join(_CREDENTIAL_KEYS)}; "
+                          f"{_CREDENTIALS_HINT}")
+    missing = [k for k in _CREDENTIAL_KEYS[kind] if not info.get(k)]
+    if missing:
+        raise ConfigError(f"credentials file {path} ({kind}) lacks {', '.join(missing)}; {_CREDENTIALS_HINT}")
+
+
+def check_request(request: Request, storage_options: dict | None = None) -> Request:
+    """Every check of ``request`` that needs no store: source, variable names, points or box, times.
+
+    The store-dependent checks (variables present, times and cells inside the store) follow in
+    ``make_plan``. Builds nothing (the sample store is not made here)."""
+    source = request.source
+    if not isinstance(source, str) or not source.strip():
+        raise ConfigError(f"source {source!r} is empty; {SOURCE_HINT}")
+    if source.strip() != SAMPLE:
+        resolve_source(source, storage_options)
+    variables = (request.variables,) if isinstance(request.variables, str) else tuple(request.variables or ())
+    if not variables or any(not isinstance(v, str) or not v.strip() for v in variables):
+        raise ConfigError(f"variables {variables!r}: give one or more names, e.g. 2m_temperature")
+    if (request.points is None) == (request.box is None):
+        raise ConfigError("give either points or a box (not both, not neither)")
+    if request.points is not None:
+        if len(request.points) == 0:
+            raise ConfigError("points is empty; give at least one (lat, lon), e.g. 40,280")
+        for pt in request.points:
+            if len(pt) != 2:
+                raise ConfigError(f"point {tuple(pt)!r} must be LAT,LON (two numbers), e.g. 40,280 or -33,151")
+            check_lat(pt[0], "point"), check_lon(pt[1], "point")
+    else:
+        if len(request.box) != 4:
+            raise ConfigError(f"box {tuple(request.box)!r} must be 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
+        la0, la1 = check_lat(request.box[0], "box"), check_lat(request.box[1], "box")
+        check_lon(request.box[2], "box"), check_lon(request.box[3], "box")
+        if la0 > la1:
+            raise ConfigError(f"box lat_min {la0:g} is above lat_max {la1:g}; give LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
+    start, end = parse_time(request.start, what="start"), parse_time(request.end, end=True, what="end")
+    if end < start:
+        raise ConfigError(f"end {request.end!r} is before start {request.start!r}")
+    return request
 
 
 def open_ref(ref: StoreRef) -> xr.Dataset:
@@ -186,14 +251,14 @@ def open_store(source: str = SAMPLE, storage_options: dict | None = None) -> xr.
 
 # ----------------------------------------------------------------------------------------------- request checks
 
-def parse_time(value: str, *, end: bool = False) -> pd.Timestamp:
-    """An ISO time; a bare date as ``end`` means the last hour of that day."""
+def parse_time(value: str, *, end: bool = False, what: str = "time") -> pd.Timestamp:
+    """An ISO time; a bare date as ``end`` means the last hour of that day. ``what`` names it in errors."""
     try:
         ts = pd.Timestamp(value)
-    except (ValueError, TypeError):
-        raise ConfigError(f"time {value!r} is not an ISO date or time (e.g. 2020-01-01 or 2020-01-01T06)") from None
+    except (ValueError, TypeError, OverflowError):
+        ts = pd.NaT
     if ts is pd.NaT:
-        raise ConfigError(f"time {value!r} is not an ISO date or time (e.g. 2020-01-01 or 2020-01-01T06)")
+        raise ConfigError(f"{what} {value!r} is not an ISO date or time (e.g. 2020-01-01 or 2020-01-01T06)")
     if ts.tzinfo is not None:
         ts = ts.tz_convert("UTC").tz_localize(None)
     if end and len(str(value).strip()) <= 10:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ConfigError, DataError
+from ..paths import CACHE_ENV, why_not_written
 from .cache import DEFAULT_BLOCK_HOURS, Block, BlockCache, extracts_root
 from .plan import Plan
 from .readers import RawReader, make_reader
@@ -88,14 +89,17 @@ class CacheMiss(DataError):
         self.cached, self.total = cached, total
 
 
+MAX_BLOCK_HOURS = 24 * 366  # a cache file of more than a year of hours helps nothing
+MAX_CONCURRENCY = 4096  # threads or open requests; far past where more hides more round trips
+
+
 def check_sizes(block_hours: int | None, concurrency: int | None) -> tuple[int, int]:
     """(block hours, requests in flight) with their defaults; ConfigError when either is below 1."""
     hours = DEFAULT_BLOCK_HOURS if block_hours is None else int(block_hours)
     workers = DEFAULT_CONCURRENCY if concurrency is None else int(concurrency)
-    if hours < 1:
-        raise ConfigError(f"block_hours must be >= 1, got {hours}")
-    if workers < 1:
-        raise ConfigError(f"concurrency must be >= 1, got {workers}")
+    for name, value, top in (("block_hours", hours, MAX_BLOCK_HOURS), ("concurrency", workers, MAX_CONCURRENCY)):
+        if not 1 <= value <= top:
+            raise ConfigError(f"{name} must be {'>= 1' if value < 1 else f'<= {top}'}, got {value} (1..{top})")
     return hours, workers
 
 
@@ -243,8 +247,8 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats, so
             p.cache.write(block)
         except OSError as exc:
             raise DataError(
-                f"cannot write a cache block under {p.cache.dir}: {exc.strerror or exc} "
-                "(disk full?); finished blocks are kept and this one is redone next time"
+                f"cannot write a cache block under {p.cache.dir}: {why_not_written(exc)}; finished "
+                f"blocks are kept and this one is redone next time (set {CACHE_ENV} to move the cache)"
             ) from None
 
     step = max(1, hours // 4)  # a checkpoint keeps at least this many new hours

@@ -84,7 +84,21 @@ class Plan:
 
 
 def _coverage(lat: np.ndarray, lon: np.ndarray) -> str:
-    return f"latitude {lat.min():g}..{lat.max():g}, longitude {lon.min():g}..{lon.max():g} (0..360)"
+    return f"latitude {lat.min():g}..{lat.max():g}, longitude {lon_span(lon)}"
+
+
+def lon_span(lon: np.ndarray) -> str:
+    """The longitudes a grid covers as one eastward range in 0..360, e.g. ``350..2 (0..360, across 0)``:
+    the circle minus its largest gap, so a store that wraps the 0 meridian is described as it is."""
+    v = np.unique(np.round(np.asarray(lon, dtype=np.float64) % 360.0, 6))
+    if v.size < 2:
+        return f"{v[0]:g} (0..360)" if v.size else "none"
+    gaps = np.diff(np.concatenate([v, [v[0] + 360.0]]))
+    i = int(np.argmax(gaps))
+    if gaps[i] <= 1.5 * float(np.median(gaps)):  # no gap wider than the spacing: the whole circle
+        return f"{v[0]:g}..{v[-1]:g} (0..360, all longitudes)"
+    lo, hi = v[(i + 1) % v.size], v[i]
+    return f"{lo:g}..{hi:g} (0..360{', across 0' if lo > hi else ''})"
 
 
 def _spacing(values: np.ndarray) -> float:

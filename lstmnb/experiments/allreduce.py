@@ -75,6 +75,32 @@ class AllreduceConfig:
     max_iters: int = 1000
     timeout_s: float = 120.0
 
+    def validate(self) -> None:
+        """Every value before any rank starts; ConfigError naming the value and what is allowed."""
+        import math
+        import os
+
+        from ..training.config import check_device_name, local_rank_limit
+
+        top = local_rank_limit()
+        if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or not 2 <= self.world_size <= top:
+            raise ConfigError(f"world_size={self.world_size!r} must be a whole number in 2..{top}")
+        check_device_name(self.device)
+        size_ladder(self.min_bytes, self.max_bytes, self.factor)
+        try:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            memory = None
+        if memory and 2 * self.max_bytes * self.world_size > memory:
+            raise ConfigError(f"max_bytes={self.max_bytes:,} on {self.world_size} ranks needs more than this machine's "
+                              f"{memory / 2**30:,.0f} GiB of memory; give a smaller --max-bytes")
+        for name in ("budget_s", "timeout_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
+                raise ConfigError(f"{name}={v!r} must be a positive number of seconds")
+        if not 1 <= self.min_iters <= self.max_iters:
+            raise ConfigError(f"min_iters={self.min_iters} and max_iters={self.max_iters} need 1 <= min_iters <= max_iters")
+
 
 def allreduce_bandwidth(acfg: AllreduceConfig = AllreduceConfig(), grad_bytes: int | None = None) -> list[dict]:
     """Time ``all_reduce`` per buffer size; algbw = bytes / time and busbw = algbw x 2(n-1)/n (nccl-tests).
@@ -97,6 +123,7 @@ def allreduce(cfg, acfg=None, n_features: int = 1) -> dict[str, Any]:
     Returns {"rows": [...], "gradient_bytes": int}; the gradient size is one of the measured points.
     """
     acfg = acfg or AllreduceConfig()
+    acfg.validate()
     grad = gradient_bytes(cfg, n_features)
     return {"rows": allreduce_bandwidth(acfg, grad_bytes=grad), "gradient_bytes": grad}
 

@@ -37,9 +37,11 @@ class ScalingConfig:
     def validate(self, cfg) -> None:
         if self.mode not in SCALING_MODES:
             raise ConfigError(f"mode={self.mode!r} is not one of {', '.join(SCALING_MODES)}")
-        sizes = list(self.world_sizes)
-        if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes):
-            raise ConfigError(f"world_sizes={self.world_sizes!r} must be whole numbers >= 1")
+        from ..training.config import local_rank_limit
+
+        sizes, top = list(self.world_sizes), local_rank_limit()
+        if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= top for n in sizes):
+            raise ConfigError(f"world_sizes={self.world_sizes!r} must be whole numbers in 1..{top}")
         if self.comm_split_steps < 0:
             raise ConfigError(f"comm_split_steps={self.comm_split_steps} must be >= 0")
         if self.mode == "strong":

@@ -18,22 +18,13 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..doctor import installed_kernels, kernel_problem
 from ..errors import ConfigError, NotebookError
-from ..paths import atomic_path, results_dir
+from ..paths import atomic_path, check_writable, results_dir
 from ..profiles import Profile, load_profile, profile_names
+from .params import check_values, default_value, parse_value
 
 NOTEBOOKS_ENV = "LSTMNB_NOTEBOOKS"
 # parameters the runner fills in itself (a notebook may declare them; a profile or -p may still set them)
 INJECTED = ("profile", "label", "output_dir", "results", "results_paths")
-
-
-def parse_value(text: str) -> Any:
-    """A ``-p KEY VALUE`` value read as YAML: ``5`` -> 5, ``[5, 10]`` -> list, ``null`` -> None, ``cpu`` -> 'cpu'."""
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
 
 
 # --- notebooks -----------------------------------------------------------------------------------
@@ -42,11 +33,16 @@ def notebooks_dir(folder: str | os.PathLike | None = None) -> Path:
     """The notebook folder: ``folder``, else $LSTMNB_NOTEBOOKS, else the checkout's ``notebooks/``, else ./notebooks."""
     candidates = [folder, os.environ.get(NOTEBOOKS_ENV), Path(__file__).resolve().parents[2] / "notebooks",
                   Path.cwd() / "notebooks"]
+    if folder is not None:  # a folder asked for is that folder or an error, never the checkout's
+        if not str(folder).strip() or not Path(folder).expanduser().is_dir():
+            raise NotebookError(f"notebook folder {str(folder)!r} does not exist (or is not a folder)")
+        return Path(folder).expanduser()
+    env = os.environ.get(NOTEBOOKS_ENV)
+    if env and not Path(env).expanduser().is_dir():
+        raise NotebookError(f"{NOTEBOOKS_ENV}={env!r} is not a folder; point it at the notebooks/ folder, or unset it")
     for c in candidates:
         if c and Path(c).is_dir():
             return Path(c)
-    if folder:
-        raise NotebookError(f"notebook folder {folder} does not exist")
     raise NotebookError("no notebooks/ folder found; run from a checkout of lstmnb, or pass --notebooks DIR "
                         f"(or set {NOTEBOOKS_ENV})")
 
@@ -228,6 +224,40 @@ def _describe_failure(exc: BaseException, notebook: Path) -> str:
     return f"cell {index}" + (f" ({detail})" if detail else "") + f": {what}"
 
 
+def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None = None,
+                 only: Iterable[str] | str | None = None, runs_dir: str | os.PathLike = "runs",
+                 notebooks: str | os.PathLike | None = None, kernel: str | None = None,
+                 cell_timeout_s: int | None = None):
+    """Everything ``run_series`` checks before it creates anything: the profile, the notebooks, every
+    override's name and every parameter's value, the cell timeout, the kernel and the run folder.
+    Returns (profile, notebooks, their declared parameters, kernel name, timeout)."""
+    prof = profile if isinstance(profile, Profile) else load_profile(profile)
+    overrides = dict(overrides or {})
+    selected = select_notebooks(find_notebooks(notebooks), only)
+    declared = {nb: notebook_parameters(nb) for nb in selected}
+    timeout = prof.cell_timeout_s if cell_timeout_s is None else cell_timeout_s
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
+        raise ConfigError(f"cell timeout {timeout!r} must be >= 1 second (a whole number of seconds)")
+    kernel_name = prof.kernel if kernel is None else kernel
+    if not isinstance(kernel_name, str) or not kernel_name.strip():
+        raise ConfigError(f"kernel {kernel_name!r} is empty; give a Jupyter kernel name (see `lstmnb doctor`)")
+    plan_parameters(selected, {}, overrides, declared)  # names first: a typo is named as such
+    every = declared if only is None else {nb: notebook_parameters(nb) for nb in find_notebooks(notebooks)}
+    known = set(INJECTED).union(*(set(d) for d in every.values()))
+    stray = sorted(set(prof.parameters) - known)
+    if stray:
+        raise NotebookError(f"profile {prof.name!r}: parameter(s) {', '.join(map(repr, stray))} are declared by no "
+                            f"notebook; check the spelling (notebook parameters: {', '.join(sorted(known))})")
+    defaults = {k: default_value(v) for nb in selected for k, v in declared[nb].items()}
+    check_values({**prof.parameters, **overrides}, defaults)
+    check_kernel(kernel_name)
+    check_writable(runs_dir, "folder", "--runs-dir")
+    results = overrides.get("results", prof.parameters.get("results"))
+    if results not in (None, "") and "{run_dir}" not in str(results):
+        check_writable(Path(str(results)).expanduser(), "folder", "results folder (parameter results)")
+    return prof, selected, declared, kernel_name, timeout
+
+
 def run_series(
     profile: str | Profile,
     *,
@@ -248,17 +278,10 @@ def run_series(
     """
     import papermill
 
-    prof = profile if isinstance(profile, Profile) else load_profile(profile)
     overrides = dict(overrides or {})
-    selected = select_notebooks(find_notebooks(notebooks), only)
-    declared = {nb: notebook_parameters(nb) for nb in selected}
-    kernel_name = kernel or prof.kernel
-    timeout = int(prof.cell_timeout_s if cell_timeout_s is None else cell_timeout_s)
-    if timeout < 1:
-        raise ConfigError(f"cell timeout {timeout!r} must be >= 1 second")
-    # validate the overrides before creating anything
-    plan_parameters(selected, {}, overrides, declared)
-    check_kernel(kernel_name)
+    prof, selected, declared, kernel_name, timeout = check_series(
+        profile, overrides=overrides, only=only, runs_dir=runs_dir, notebooks=notebooks, kernel=kernel,
+        cell_timeout_s=cell_timeout_s)
 
     run_dir = new_run_dir(runs_dir, prof.name)
     results = resolve_results(overrides.get("results", prof.parameters.get("results")), run_dir)

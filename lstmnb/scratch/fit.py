@@ -27,6 +27,7 @@ from .lstm import (
 )
 from .optim import OPTIMIZERS, clip_grad_norm, make_optimizer
 
+ERA5_HOURS = 547 * 24  # the default ERA5 request, 2020-01-01..2021-06-30, in hours
 VERSIONS = ("loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch", "torch-cuda")
 # versions that need an optional compiler or device; one that cannot start raises DeviceError (never
 # another exception), so a versions table records it as skipped and goes on
@@ -60,9 +61,14 @@ class ScratchConfig:
                 raise ConfigError(f"{name}={value!r} must be a positive whole number")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer={self.optimizer!r} is not known; choose one of {OPTIMIZERS}")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
+        if self.data == "era5" and self.hours > ERA5_HOURS:
+            raise ConfigError(f"hours={self.hours} is more than the default ERA5 request has (2020-01-01..2021-06-30); "
+                              f"give 1..{ERA5_HOURS}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or not 0 <= self.seed < 2**64:
+            raise ConfigError(f"seed={self.seed!r} must be a whole number in 0..{2**64 - 1}")
+        if not (isinstance(self.lr, (int, float)) and 0 < self.lr < float("inf")):
             raise ConfigError(f"lr={self.lr!r} must be a positive number")
-        if self.clip is not None and not self.clip > 0:
+        if self.clip is not None and not 0 < self.clip < float("inf"):
             raise ConfigError(f"clip={self.clip!r} must be a positive number or None (no clipping)")
         resolve_dtype(self.dtype)
         if self.threads is not None and not (isinstance(self.threads, (int, np.integer)) and self.threads >= 1):

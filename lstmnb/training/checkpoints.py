@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from ..errors import CheckpointError
-from ..paths import atomic_path, sweep_stale_temps
+from ..errors import CheckpointError, OutputError
+from ..paths import atomic_path, sweep_stale_temps, why_not_written
 from .config import TrainConfig
 
 CHECKPOINT_FORMAT = 1
@@ -24,8 +24,12 @@ CHECKPOINT_FORMAT = 1
 def save_checkpoint(path: str, state: dict[str, Any]) -> None:
     # a writer killed mid-write left its temporary beside the checkpoint: remove it first
     sweep_stale_temps(Path(path).parent, final=Path(path).name)
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    try:
+        with atomic_path(path) as tmp:
+            torch.save(state, tmp)
+    except OSError as exc:
+        raise OutputError(f"checkpoint {path} could not be written: {why_not_written(exc)}; the epochs "
+                          "checkpointed before are kept") from None
 
 
 def read_checkpoint(path: str) -> dict[str, Any] | None:

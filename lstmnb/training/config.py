@@ -5,11 +5,14 @@ checks that reject a bad value before any work starts. The CLI builds its option
 from __future__ import annotations
 
 import math
+import os
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
+from ..device import DEVICE_CHOICES
 from ..errors import ConfigError
 from ..models import ModelConfig
 from ..windows import WindowConfig
@@ -18,6 +21,11 @@ INPUT_PATHS = ("fast", "dataloader")
 LR_SCHEDULES = ("constant", "onecycle", "cosine")
 AMP_MODES = ("off", "auto", "bf16", "fp16")
 STRATEGIES = ("single", "dataparallel", "ddp")
+SEED_MAX = 2**64 - 1  # torch.manual_seed takes seeds up to this
+INT_MAX = 2**31 - 1  # larger counts are nonsense here, and overflow torch's C ints
+DEFAULT_FRACTIONS = (0.7, 0.15, 0.15)
+MAX_TIMEOUT_S = 7 * 86400.0  # longer waits overflow the timedelta a process group is given
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 # fields that do not change the trajectory of a run: a checkpoint may be resumed across them
 _RESUME_FREE = {"epochs", "resume", "checkpoint", "device", "num_workers", "pin_memory", "target_rmse",
@@ -96,7 +104,7 @@ class TrainConfig:
     lead_hours: int = knob(1, "hours from the last input to the first target")
     horizon: int = knob(1, "target hours predicted at once")
     calendar: bool = knob(True, "add hour-of-day and day-of-year inputs (sin/cos)")
-    fractions: tuple[float, float, float] = knob((0.7, 0.15, 0.15), (
+    fractions: tuple[float, float, float] = knob(DEFAULT_FRACTIONS, (
         "train,val,test fractions of the time range (chronological)"))
     split_dates: tuple[str, str] | None = knob(None, "VAL_START,TEST_START dates instead of fractions")
     # model
@@ -139,38 +147,96 @@ class TrainConfig:
         """Check every value before any work starts; errors name the value and what is allowed."""
         for name in ("epochs", "batch_size", "window", "lead_hours", "horizon", "hidden", "layers",
                      "eval_batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ConfigError(f"{name}={value!r} must be a whole number >= 1")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0 and math.isfinite(self.lr)):
-            raise ConfigError(f"lr={self.lr!r} must be a positive number")
-        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
-            raise ConfigError(f"num_workers={self.num_workers!r} must be a whole number >= 0")
+            _whole(name, getattr(self, name), 1)
+        _whole("num_workers", self.num_workers, 0, local_rank_limit())
+        _whole("seed", self.seed, 0, SEED_MAX)
+        if self.patience is not None:
+            _whole("patience", self.patience, 1, none_ok=True)
+        if self.threads is not None:
+            _whole("threads", self.threads, 1, local_rank_limit(), none_ok=True)
+        if self.nproc is not None:
+            _whole("nproc", self.nproc, 1, local_rank_limit(), none_ok=True)
+        for name in ("lr", "bucket_cap_mb", "dist_timeout_s"):
+            _number(name, getattr(self, name), positive=True)
+        if self.dist_timeout_s > MAX_TIMEOUT_S:
+            raise ConfigError(f"dist_timeout_s={self.dist_timeout_s!r} must be at most {MAX_TIMEOUT_S:g} seconds (a week)")
+        _number("weight_decay", self.weight_decay, positive=False)
+        _number("dropout", self.dropout, positive=False)
+        if self.grad_clip is not None:
+            _number("grad_clip", self.grad_clip, positive=True, off="omit it for no clipping")
+        if self.target_rmse is not None:
+            _number("target_rmse", self.target_rmse, positive=True, unit=" of kelvin")
         for name, value, choices in (("input_path", self.input_path, INPUT_PATHS),
                                      ("lr_schedule", self.lr_schedule, LR_SCHEDULES),
                                      ("amp", self.amp, AMP_MODES), ("strategy", self.strategy, STRATEGIES)):
             if value not in choices:
                 raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
-        if self.patience is not None and self.patience < 1:
-            raise ConfigError(f"patience={self.patience!r} must be >= 1 (or None for no early stopping)")
-        if self.target_rmse is not None and not self.target_rmse > 0:
-            raise ConfigError(f"target_rmse={self.target_rmse!r} must be a positive number of kelvin")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"threads={self.threads!r} must be >= 1")
+        check_device_name(self.device)
+        for name in ("checkpoint", "experiment", "profile"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(f"{name}={value!r} is empty; give a name" + (" (or leave it out)" if name != "experiment" else ""))
         if self.resume and not self.checkpoint:
             raise ConfigError("resume=True needs a checkpoint path to resume from")
-        if self.nproc is not None and (isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc < 1):
-            raise ConfigError(f"nproc={self.nproc!r} must be a whole number >= 1 (or None)")
-        for name in ("bucket_cap_mb", "dist_timeout_s"):
-            if not (isinstance(getattr(self, name), (int, float)) and getattr(self, name) > 0):
-                raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive number")
+        if self.stop_at_target and self.target_rmse is None:
+            raise ConfigError("stop_at_target=True needs target_rmse (the validation RMSE in K to stop at)")
+        if self.dropout >= 1:
+            raise ConfigError(f"dropout={self.dropout!r} must be in [0, 1)")
+        if self.dropout > 0 and self.layers == 1:
+            raise ConfigError(f"dropout={self.dropout!r} acts between stacked layers, and layers=1 has none; "
+                              "use layers >= 2 or dropout 0")
         if self.uneven_shards and (self.strategy != "ddp" or self.input_path != "fast"):
             raise ConfigError("uneven_shards=True needs strategy='ddp' and input_path='fast' "
                               f"(got strategy={self.strategy!r}, input_path={self.input_path!r})")
         if self.preset not in PRESETS:
             raise ConfigError(f"preset={self.preset!r} is not one of {', '.join(PRESETS)}")
+        self._check_splits()
         self.window_config().validate()
         self.model_config(1).validate()
+        self._check_model_fits()
+
+    def _check_model_fits(self) -> None:
+        """Weights, gradients and Adam's two moments (4 float32 copies) must fit in this machine's memory."""
+        gates = 4 if self.cell == "lstm" else 3
+        h = self.hidden
+        params = gates * h * (1 + h + 2) + (self.layers - 1) * gates * h * (2 * h + 2) + (h + 1) * self.horizon
+        need = 16 * params
+        try:
+            have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return
+        if need > have:
+            raise ConfigError(f"hidden={h} with layers={self.layers} needs {need / 2**30:,.0f} GiB for the weights, "
+                              f"gradients and Adam state alone; this machine has {have / 2**30:,.0f} GiB")
+
+    def _check_splits(self) -> None:
+        fr = self.fractions
+        if (not isinstance(fr, (tuple, list)) or len(fr) != 3
+                or not all(isinstance(f, (int, float)) and math.isfinite(f) and f > 0 for f in fr)
+                or abs(sum(fr) - 1) > 1e-6):
+            raise ConfigError(f"fractions={tuple(fr) if isinstance(fr, list) else fr!r} must be three positive "
+                              "numbers (train, val, test) summing to 1, e.g. 0.7,0.15,0.15")
+        if self.split_dates is None:
+            return
+        if tuple(fr) != DEFAULT_FRACTIONS:
+            raise ConfigError(f"split_dates={self.split_dates!r} and fractions={tuple(fr)!r} both given; "
+                              "give one of them")
+        sd = self.split_dates
+        if isinstance(sd, str) or not isinstance(sd, (tuple, list)) or len(sd) != 2:
+            raise ConfigError(f"split_dates={sd!r} must be two dates VAL_START,TEST_START, e.g. 2021-01-01,2021-04-01")
+        import pandas as pd
+
+        stamps = []
+        for d in sd:
+            try:
+                ts = pd.Timestamp(str(d))
+            except (ValueError, TypeError, OverflowError):
+                ts = pd.NaT
+            if not isinstance(d, str) or ts is pd.NaT:
+                raise ConfigError(f"split date {d!r} is not a date like 2021-01-01 (split_dates=VAL_START,TEST_START)")
+            stamps.append(ts)
+        if not stamps[0] < stamps[1]:
+            raise ConfigError(f"split_dates={tuple(sd)!r}: the validation start must come before the test start")
 
     def stops_after(self, history: list[dict[str, Any]], best: dict[str, Any]) -> bool:
         """Early stopping: ``patience`` epochs without a new best validation RMSE, or the target reached
@@ -184,6 +250,32 @@ class TrainConfig:
     def trajectory_key(self) -> dict[str, Any]:
         """The fields that determine the sequence of weights; a resumed checkpoint must match them."""
         return {k: v for k, v in asdict(self).items() if k not in _RESUME_FREE}
+
+
+def check_device_name(name: Any, what: str = "device") -> None:
+    """A device name as lstmnb spells it (auto, cpu, cuda, cuda:N, mps), whether or not it is present here."""
+    if not isinstance(name, str) or not _DEVICE.match(name.strip().lower()):
+        raise ConfigError(f"{what}={name!r} is not one of {DEVICE_CHOICES}")
+
+
+def local_rank_limit() -> int:
+    """The most local processes a run may start (DDP ranks, all-reduce ranks): more only contend."""
+    return max(64, 4 * (os.cpu_count() or 1))
+
+
+def _whole(name: str, value: Any, lo: int, hi: int = INT_MAX, none_ok: bool = False) -> None:
+    """``value`` a whole number in lo..hi, else a ConfigError naming it and the range."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        top = f" and <= {hi}" if isinstance(value, (int, np.integer)) and value > hi else ""
+        raise ConfigError(f"{name}={value!r} must be a whole number >= {lo}{top}" + (" (or None)" if none_ok else ""))
+
+
+def _number(name: str, value: Any, *, positive: bool, off: str = "", unit: str = "") -> None:
+    """``value`` a finite number, > 0 (``positive``) or >= 0; else a ConfigError naming it."""
+    ok = isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or (value <= 0 if positive else value < 0):
+        kind = "a positive number" if positive else "a number >= 0"
+        raise ConfigError(f"{name}={value!r} must be {kind}{unit}" + (f" ({off})" if off else ""))
 
 
 def config_from_dict(values: dict[str, Any]) -> TrainConfig:

@@ -10,9 +10,10 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ..device import cpu_threads, resolve_device
-from ..errors import ConfigError
+from ..errors import ConfigError, OutputError
 from ..models import Forecaster
-from ..records import DEFAULT_FILE, append_record, append_record_once
+from ..paths import why_not_written
+from ..records import DEFAULT_FILE, append_record, append_record_once, runs_path
 from ..windows import Windows, windows_from_dataset
 from . import parallel
 from .checkpoints import load_checkpoint, mark_recorded, recorded_marker
@@ -126,9 +127,16 @@ def record_run(result: RunResult, cfg: TrainConfig, results=DEFAULT_FILE) -> Non
 def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
         on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Prepare data, train, and append the record to ``results`` (a .jsonl file or folder;
-    ``records.DEFAULT_FILE``: results/runs.jsonl; None: do not record), once per finished run."""
+    ``records.DEFAULT_FILE``: results/runs.jsonl; None: do not record), once per finished run. When the
+    record cannot be written, an ``OutputError`` carries the finished run as ``.result``."""
     windows, info = prepare_windows(request, cfg, progress=cfg.progress)
     result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end)
     if is_rank_zero():  # under torchrun only rank 0 writes
-        record_run(result, cfg, results)
+        try:
+            record_run(result, cfg, results)
+        except OSError as exc:  # the work is done: hand it back with the error instead of losing it
+            err = OutputError(f"the run finished, but its record could not be appended to {runs_path(results)}: "
+                              f"{why_not_written(exc)}")
+            err.exit_status, err.result = 1, result
+            raise err from None
     return result

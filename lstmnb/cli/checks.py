@@ -1,0 +1,114 @@
+"""The checks the sub-commands share, run before any work (each sub-command's ``check``): output paths
+(results, plots), the records a reading command is given, split dates against the request, price
+tables, and positive numbers. Each raises a ``lstmnb.errors`` type with one line naming the option,
+the value and what is valid; argument parsing itself stays in ``options``."""
+
+from __future__ import annotations
+
+
+def positive(option: str, value, whole: bool = True, none_ok: bool = False) -> None:
+    """``value`` a whole number >= 1 (``whole``) or a positive finite number; else a ConfigError naming ``option``."""
+    import math
+
+    from ..errors import ConfigError
+
+    if value is None and none_ok:
+        return
+    if whole and not (isinstance(value, int) and value >= 1):
+        raise ConfigError(f"{option} {value} must be a whole number >= 1")
+    if not whole and not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{option} {value} must be a positive number")
+
+
+def check_split_dates(cfg, request) -> None:
+    """--split-dates must fall inside the request's time range (in order; checked by TrainConfig)."""
+    if not cfg.split_dates or request is None:
+        return
+    from ..data import parse_time
+    from ..errors import ConfigError
+
+    start, end = parse_time(request.start), parse_time(request.end, end=True)
+    for d in cfg.split_dates:
+        if not start < parse_time(d) <= end:
+            raise ConfigError(f"split date {d!r} is outside the data's time range {request.start}..{request.end}; "
+                              "both VAL_START,TEST_START must fall after --start and by --end")
+
+
+def check_results(path, option: str = "--results") -> None:
+    """Records can be appended at ``path`` (a .jsonl file, or a folder for runs.jsonl; None: not recording)."""
+    if path is None:
+        return
+    from pathlib import Path
+
+    from ..errors import OutputError
+    from ..paths import check_writable
+    from ..records import runs_path
+
+    if not str(path).strip():
+        raise OutputError(f"{option} is empty; give a .jsonl file or a folder (or --no-record)")
+    p = Path(path).expanduser()
+    if p.suffix != ".jsonl" and p.exists() and not p.is_dir():
+        raise OutputError(f"{option} {p} is a file without the .jsonl suffix; give a .jsonl file, or a folder "
+                          "for runs.jsonl")
+    check_writable(runs_path(p), "file", f"{option} file")
+
+
+def check_plot(path: str | None, option: str = "--plot") -> None:
+    """A plot can be written at ``path``, in a format matplotlib knows from its suffix (none: png)."""
+    if path is None:
+        return
+    from pathlib import Path
+
+    from ..errors import ConfigError
+    from ..paths import check_writable
+
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = sorted(FigureCanvasBase.get_supported_filetypes())
+        if suffix not in formats:
+            raise ConfigError(f"{option} {path}: matplotlib cannot write .{suffix} files; use one of "
+                              + ", ".join("." + f for f in formats))
+    check_writable(path, "file", option)
+
+
+def check_records_args(args) -> None:
+    """Named results files or folders exist; the experiment filter is not empty."""
+    from pathlib import Path
+
+    from ..errors import ConfigError, DataError
+
+    for p in args.paths or ():
+        if not str(p).strip() or not Path(p).expanduser().exists():
+            raise DataError(f"results path {p!r} does not exist; give results files (.jsonl) or folders")
+    if args.experiment is not None and not args.experiment.strip():
+        raise ConfigError("--experiment is empty; give an experiment name or its start (e.g. scaling), or leave it out")
+
+
+def check_prices_file(path) -> None:
+    """A price table the report can load: readable text, valid YAML, a mapping (its entries are checked
+    by ``report.load_prices``)."""
+    if path is None:
+        return
+    from pathlib import Path
+
+    import yaml
+
+    from ..errors import ConfigError
+
+    p = Path(path).expanduser()
+    if not str(path).strip() or not p.is_file():
+        raise ConfigError(f"--prices {str(path)!r} is not a file; copy lstmnb/prices.yaml and pass its path")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--prices {p} cannot be read as text ({type(exc).__name__})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"--prices {p} is not valid YAML ({getattr(exc, 'problem', None) or type(exc).__name__}"
+                          f"{where}); see lstmnb/prices.yaml for the format") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--prices {p} holds a {type(data).__name__}, not a mapping with 'devices' (name -> "
+                          "price_per_device_hour); see lstmnb/prices.yaml for the format")

@@ -1,0 +1,364 @@
+"""Bad input through the `lstmnb` command (issue 15): every case below is refused before any work with
+exit status 2, one line on stderr that names the bad value and what is valid, no traceback, nothing on
+stdout, and every existing file unchanged (checksums of the whole temporary tree, results and cache
+folders included). The cases run in-process through ``lstmnb.cli.main``: validation comes before any
+work, so each takes milliseconds."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lstmnb import cli
+
+T = ["train", "--start", "2020-01-01", "--end", "2020-01-31", "--epochs", "1", "--hidden", "8", "--no-progress"]
+NB = ["notebooks", "run", "--profile", "ci"]
+SB = ["scratch", "bench", "--epochs", "1", "--repeats", "1"]
+RO = "{ro}"  # a read-only folder (see read_only_folder)
+
+
+def case(id_, argv, *fragments, env=None):
+    """One bad input: ``argv`` (with {tmp} and {ro} filled in) must fail with a line holding ``fragments``."""
+    return pytest.param(argv, fragments, env or {}, id=id_)
+
+
+CASES = [
+    # --- train: every option out of range, of the wrong type, empty or nonsense ------------------------------
+    case("weight-decay-negative", T + ["--weight-decay", "-1"], "weight_decay=-1.0", ">= 0"),
+    case("weight-decay-nan", T + ["--weight-decay", "nan"], "weight_decay=nan", ">= 0"),
+    case("split-dates-word", T + ["--split-dates", "abc"], "split_dates=('abc',)", "two dates VAL_START,TEST_START"),
+    case("split-dates-one-date", T + ["--split-dates", "2020-01-20"], "('2020-01-20',)", "two dates"),
+    case("split-dates-not-dates", T + ["--split-dates", "abc,def"], "split date 'abc'", "not a date like"),
+    case("split-dates-reversed", T + ["--split-dates", "2020-01-25,2020-01-20"], "split_dates=", "must come before"),
+    case("split-dates-outside-data", T + ["--split-dates", "2019-01-01,2019-02-01"], "'2019-01-01'",
+         "outside the data's time range 2020-01-01..2020-01-31"),
+    case("split-dates-and-fractions", T + ["--split-dates", "2020-01-20,2020-01-25", "--fractions", "0.5,0.25,0.25"],
+         "fractions=(0.5, 0.25, 0.25)", "give one of them"),
+    case("seed-huge", T + ["--seed", "1180591620717411303424"], "seed=1180591620717411303424", "<= 18446744073709551615"),
+    case("seed-negative", T + ["--seed", "-1"], "seed=-1", ">= 0"),
+    case("seed-word", T + ["--seed", "x"], "--seed", "invalid int value: 'x'"),
+    case("grad-clip-negative", T + ["--grad-clip", "-1"], "grad_clip=-1.0", "positive number"),
+    case("grad-clip-zero", T + ["--grad-clip", "0"], "grad_clip=0.0", "omit it for no clipping"),
+    case("grad-clip-nan", T + ["--grad-clip", "nan"], "grad_clip=nan", "positive number"),
+    case("device-empty", T + ["--device", ""], "device=''", "auto, cpu, cuda"),
+    case("device-word", T + ["--device", "gpu"], "device='gpu'", "auto, cpu, cuda"),
+    case("device-bad-index", T + ["--device", "cuda:x"], "device='cuda:x'", "cuda:N"),
+    case("start-empty", T + ["--start", ""], "start ''", "ISO date"),
+    case("end-empty", T + ["--end", ""], "end ''", "ISO date"),
+    case("start-no-such-date", T + ["--start", "2020-13-45"], "start '2020-13-45'", "ISO date"),
+    case("end-before-start", T + ["--end", "2019-12-01"], "end '2019-12-01'", "before start '2020-01-01'"),
+    case("checkpoint-empty", T + ["--checkpoint", ""], "checkpoint=''", "give a name"),
+    case("checkpoint-is-folder", T + ["--checkpoint", "{tmp}/adir"], "--checkpoint", "is a folder; give a file path"),
+    case("checkpoint-read-only", T + ["--checkpoint", RO + "/ck.pt"], "--checkpoint", "read-only"),
+    case("checkpoint-under-a-file", T + ["--checkpoint", "{tmp}/plain.txt/ck.pt"], "plain.txt", "is a file, not a folder"),
+    case("checkpoint-corrupt", T + ["--checkpoint", "{tmp}/corrupt.pt", "--resume"], "corrupt.pt", "corrupt or half-written"),
+    case("resume-without-checkpoint", T + ["--resume"], "resume=True", "needs a checkpoint"),
+    case("results-empty", T + ["--results", ""], "--results is empty", ".jsonl file or a folder"),
+    case("results-read-only", T + ["--results", RO + "/r.jsonl"], "--results file", "read-only"),
+    case("results-plain-file", T + ["--results", "{tmp}/plain.txt"], "plain.txt", "without the .jsonl suffix"),
+    case("results-jsonl-is-folder", T + ["--results", "{tmp}/dir.jsonl"], "dir.jsonl", "is a folder"),
+    case("stop-at-target-without-target", T + ["--stop-at-target"], "stop_at_target=True", "needs target_rmse"),
+    case("dropout-one-layer", T + ["--dropout", "0.5"], "dropout=0.5", "layers >= 2"),
+    case("dropout-one", T + ["--dropout", "1", "--layers", "2"], "dropout=1.0", "[0, 1)"),
+    case("dropout-negative", T + ["--dropout", "-0.1", "--layers", "2"], "dropout=-0.1", ">= 0"),
+    case("point-and-box", T + ["--point", "40,280", "--box", "30,50,270,290"], "--point and --box", "give grid points or one box"),
+    case("point-latitude", T + ["--point", "91,280"], "latitude 91.0", "-90..90"),
+    case("point-south-latitude", T + ["--point", "-91,151"], "latitude -91.0", "-90..90"),
+    case("point-longitude", T + ["--point", "40,400"], "longitude 400.0", "-180..180"),
+    case("point-one-number", T + ["--point", "40"], "'40' is not LAT,LON", "-33,151"),
+    case("point-empty", T + ["--point", ""], "'' is not LAT,LON", "40,280"),
+    case("point-nan", T + ["--point", "nan,280"], "latitude nan", "-90..90"),
+    case("box-three-numbers", T + ["--box", "1,2,3"], "--box needs 4 numbers", "got 1.0,2.0,3.0"),
+    case("box-latitudes-reversed", T + ["--box", "50,40,270,290"], "lat_min 50", "LAT_MIN,LAT_MAX"),
+    case("box-words", T + ["--box", "a,b,c,d"], "'a,b,c,d'", "comma-separated list of numbers"),
+    case("epochs-zero", T + ["--epochs", "0"], "epochs=0", ">= 1"),
+    case("epochs-fraction", T + ["--epochs", "1.5"], "--epochs", "invalid int value: '1.5'"),
+    case("epochs-huge", T + ["--epochs", "99999999999"], "epochs=99999999999", "<= 2147483647"),
+    case("batch-size-zero", T + ["--batch-size", "0"], "batch_size=0", ">= 1"),
+    case("lr-zero", T + ["--lr", "0"], "lr=0.0", "positive number"),
+    case("lr-negative", T + ["--lr", "-1e-3"], "lr=-0.001", "positive number"),
+    case("lr-inf", T + ["--lr", "inf"], "lr=inf", "positive number"),
+    case("lr-word", T + ["--lr", "fast"], "--lr", "invalid float value: 'fast'"),
+    case("lr-schedule", T + ["--lr-schedule", "linear"], "lr_schedule='linear'", "constant, onecycle, cosine"),
+    case("input-path", T + ["--input-path", "slow"], "input_path='slow'", "fast, dataloader"),
+    case("amp", T + ["--amp", "fp8"], "amp='fp8'", "off, auto, bf16, fp16"),
+    case("strategy", T + ["--strategy", "horovod"], "strategy='horovod'", "single, dataparallel, ddp"),
+    case("nproc-zero", T + ["--nproc", "0"], "nproc=0", ">= 1"),
+    case("nproc-huge", T + ["--nproc", "100000"], "nproc=100000", "<= "),
+    case("num-workers-negative", T + ["--num-workers", "-1"], "num_workers=-1", ">= 0"),
+    case("threads-zero", T + ["--threads", "0"], "threads=0", ">= 1"),
+    case("bucket-cap-zero", T + ["--bucket-cap-mb", "0"], "bucket_cap_mb=0.0", "positive number"),
+    case("dist-timeout-nan", T + ["--dist-timeout-s", "nan"], "dist_timeout_s=nan", "positive number"),
+    case("window-zero", T + ["--window", "0"], "window=0", ">= 1"),
+    case("lead-hours-zero", T + ["--lead-hours", "0"], "lead_hours=0", ">= 1"),
+    case("horizon-negative", T + ["--horizon", "-2"], "horizon=-2", ">= 1"),
+    case("hidden-zero", T + ["--hidden", "0"], "hidden=0", ">= 1"),
+    case("hidden-beyond-memory", T + ["--hidden", "1000000"], "hidden=1000000", "GiB"),
+    case("layers-zero", T + ["--layers", "0"], "layers=0", ">= 1"),
+    case("eval-batch-size-zero", T + ["--eval-batch-size", "0"], "eval_batch_size=0", ">= 1"),
+    case("cell", T + ["--cell", "rnn"], "cell='rnn'", "lstm"),
+    case("target-rmse-zero", T + ["--target-rmse", "0"], "target_rmse=0.0", "positive number of kelvin"),
+    case("target-rmse-nan", T + ["--target-rmse", "nan"], "target_rmse=nan", "positive number"),
+    case("patience-zero", T + ["--patience", "0"], "patience=0", ">= 1"),
+    case("fractions-two", T + ["--fractions", "0.5,0.5"], "fractions=(0.5, 0.5)", "three positive numbers"),
+    case("fractions-sum", T + ["--fractions", "0.5,0.5,0.5"], "fractions=(0.5, 0.5, 0.5)", "summing to 1"),
+    case("fractions-nan", T + ["--fractions", "nan,0.5,0.5"], "fractions=(nan, 0.5, 0.5)", "summing to 1"),
+    case("fractions-words", T + ["--fractions", "a,b,c"], "'a,b,c'", "comma-separated list of numbers"),
+    case("experiment-empty", T + ["--experiment", ""], "experiment=''", "give a name"),
+    case("profile-name-empty", T + ["--profile", ""], "profile=''", "give a name"),
+    case("source-empty", T + ["--source", ""], "source ''", "--source sample"),
+    case("source-missing-path", T + ["--source", "/nonexistent/store.zarr"], "'/nonexistent/store.zarr'",
+         "neither a known name nor an existing path"),
+    case("source-not-zarr", T + ["--source", "{tmp}/adir"], "adir", "is not a Zarr store"),
+    case("source-typo", T + ["--source", "sampel"], "'sampel'", "did you mean 'sample'"),
+    case("variable-empty", T + ["--variable", ""], "variables ('',)", "e.g. 2m_temperature"),
+    case("unknown-option", T + ["--epochz", "3"], "unrecognized arguments", "--epochz"),
+    case("option-without-value", ["train", "--epochs"], "--epochs", "expected one argument"),
+    case("cache-is-a-file", T, "cache folder", "is a file, not a folder", env={"LSTMNB_CACHE": "{tmp}/plain.txt"}),
+    case("cache-read-only", T, "cache folder", "read-only", env={"LSTMNB_CACHE": RO + "/cache"}),
+    case("results-env-read-only", T, "--results file", "read-only", env={"LSTMNB_RESULTS": RO}),
+    # --- results --------------------------------------------------------------------------------------------
+    case("results-last-negative", ["results", "--last", "-1"], "--last -1", "0 shows all runs"),
+    case("results-last-word", ["results", "--last", "all"], "--last", "invalid int value: 'all'"),
+    case("results-missing-path", ["results", "/nonexistent/runs.jsonl"], "'/nonexistent/runs.jsonl' does not exist",
+         ".jsonl"),
+    case("results-experiment-empty", ["results", "--experiment", ""], "--experiment is empty", "experiment name"),
+    # --- data -----------------------------------------------------------------------------------------------
+    case("data-concurrency-zero", ["data", "--concurrency", "0"], "concurrency must be >= 1, got 0", "1..4096"),
+    case("data-concurrency-huge", ["data", "--concurrency", "1000000"], "got 1000000", "1..4096"),
+    case("data-block-hours-zero", ["data", "--block-hours", "0"], "block_hours must be >= 1, got 0", "1..8784"),
+    case("data-credentials-missing", ["data", "--credentials", "/nonexistent/key.json"], "'/nonexistent/key.json' not found",
+         "service-account JSON"),
+    case("data-credentials-not-json", ["data", "--credentials", "{tmp}/plain.txt"], "plain.txt is not JSON",
+         "service-account JSON"),
+    case("data-credentials-json-list", ["data", "--credentials", "{tmp}/list.json"], "is not a JSON object",
+         "service_account, authorized_user"),
+    case("data-credentials-missing-keys", ["data", "--credentials", "{tmp}/sa_missing.json"],
+         "(service_account) lacks client_email, private_key", "service-account JSON"),
+    case("data-credentials-empty", ["data", "--credentials", ""], "credentials '' is empty", "anonymous access"),
+    case("data-csv-is-folder", ["data", "--csv", "{tmp}/adir"], "--csv", "is a folder"),
+    case("data-csv-read-only", ["data", "--csv", RO + "/x.csv"], "--csv", "read-only"),
+    case("data-csv-empty", ["data", "--csv", ""], "--csv path is empty", "file name"),
+    case("data-start-word", ["data", "--start", "yesterday-ish"], "start 'yesterday-ish'", "ISO date"),
+    case("data-point-south-one-number", ["data", "--point", "-33"], "'-33' is not LAT,LON", "-33,151"),
+    case("data-cache-is-a-file", ["data"], "cache folder", "is a file", env={"LSTMNB_CACHE": "{tmp}/plain.txt"}),
+    # --- notebooks ------------------------------------------------------------------------------------------
+    case("nb-profile-unknown", ["notebooks", "run", "--profile", "nope"], "unknown profile 'nope'", "choose from"),
+    case("nb-profile-empty", ["notebooks", "run", "--profile", ""], "profile name ''", "choose from"),
+    case("nb-profile-missing-file", ["notebooks", "run", "--profile", "{tmp}/missing.yaml"], "missing.yaml not found",
+         "existing .yaml file"),
+    case("nb-profile-invalid-yaml", ["notebooks", "run", "--profile", "{tmp}/bad_yaml.yaml"], "is not valid YAML",
+         "line"),
+    case("nb-profile-timeout-text", ["notebooks", "run", "--profile", "{tmp}/timeout_text.yaml"],
+         "cell_timeout_s='five minutes'", "whole number of seconds >= 1"),
+    case("nb-profile-unknown-key", ["notebooks", "run", "--profile", "{tmp}/unknown_key.yaml"], "['kernal']",
+         "allowed: label"),
+    case("nb-profile-unknown-parameter", ["notebooks", "run", "--profile", "{tmp}/unknown_param.yaml"], "'epocs'",
+         "declared by no notebook"),
+    case("nb-profile-a-list", ["notebooks", "run", "--profile", "{tmp}/list.yaml"], "must be a YAML mapping", "a list"),
+    case("nb-start-no-such-date", NB + ["-p", "start", "2021-13-45"], "start '2021-13-45'", "ISO date"),
+    case("nb-epochs-list-word", NB + ["-p", "epochs_list", "x"], "epochs_list='x'", "must be a list"),
+    case("nb-epochs-list-zero", NB + ["-p", "epochs_list", "[0]"], "epochs_list=[0]", "whole numbers >= 1"),
+    case("nb-window-zero", NB + ["-p", "window", "0"], "window=0", ">= 1"),
+    case("nb-points-latitude", NB + ["-p", "points", "[[91, 0]]"], "latitude 91.0", "-90..90"),
+    case("nb-device", NB + ["-p", "device", "gpu"], "device='gpu'", "auto, cpu"),
+    case("nb-input-paths", NB + ["-p", "input_paths", "[slow]"], "input_paths=['slow']", "fast, dataloader"),
+    case("nb-recommended", NB + ["-p", "recommended", "{batch_size: 0}"], "recommended: batch_size=0", ">= 1"),
+    case("nb-parameter-unknown", NB + ["-p", "epocs", "1"], "'epocs' not declared", "their parameters"),
+    case("nb-only-unknown", NB + ["--only", "99"], "unknown notebook '99'", "choose from 01_data_access"),
+    case("nb-timeout-zero", NB + ["--timeout", "0"], "cell timeout 0", ">= 1 second"),
+    case("nb-kernel-empty", NB + ["--kernel", ""], "kernel ''", "Jupyter kernel name"),
+    case("nb-runs-dir-a-file", NB + ["--runs-dir", "{tmp}/plain.txt"], "--runs-dir", "is a file, not a folder"),
+    case("nb-runs-dir-read-only", NB + ["--runs-dir", RO + "/runs"], "--runs-dir", "read-only"),
+    case("nb-notebooks-missing", NB + ["--notebooks", "/nonexistent"], "'/nonexistent' does not exist", "folder"),
+    case("nb-notebooks-empty", NB + ["--notebooks", ""], "notebook folder ''", "does not exist"),
+    case("nb-list-notebooks-missing", ["notebooks", "list", "--notebooks", "/nonexistent"], "'/nonexistent'", "does not exist"),
+    case("nb-no-profile", ["notebooks", "run"], "required", "--profile"),
+    # --- quickstart: checked whole before the training run ------------------------------------------------
+    case("qs-profile-unknown", ["quickstart", "--profile", "nope"], "unknown profile 'nope'", "choose from"),
+    case("qs-profile-bad-file", ["quickstart", "--profile", "{tmp}/timeout_text.yaml"], "cell_timeout_s=", ">= 1"),
+    case("qs-epochs-zero", ["quickstart", "--epochs", "0"], "epochs=0", ">= 1"),
+    case("qs-results-read-only", ["quickstart", "--results", RO + "/r.jsonl"], "--results file", "read-only"),
+    case("qs-runs-dir-a-file", ["quickstart", "--runs-dir", "{tmp}/plain.txt"], "--runs-dir", "is a file"),
+    # --- bench ----------------------------------------------------------------------------------------------
+    case("speed-target-fraction", ["bench", "speed", "--target-fraction", "5"], "--target-fraction 5.0", "(0, 1]"),
+    case("speed-target-fraction-zero", ["bench", "speed", "--target-fraction", "0"], "--target-fraction 0.0", "(0, 1]"),
+    case("speed-repeats-zero", ["bench", "speed", "--repeats", "0"], "--repeats 0", ">= 1"),
+    case("speed-max-epochs-zero", ["bench", "speed", "--max-epochs", "0"], "--max-epochs 0", ">= 1"),
+    case("speed-target-rmse-negative", ["bench", "speed", "--target-rmse", "-1"], "--target-rmse -1.0", "positive"),
+    case("speed-only-unknown", ["bench", "speed", "--only", "fastest"], "'fastest' not known", "published,fast,recommended"),
+    case("speed-device-empty", ["bench", "speed", "--device", ""], "--device=''", "auto, cpu"),
+    case("speed-results-empty", ["bench", "speed", "--results", ""], "--results is empty", ".jsonl"),
+    case("speed-results-read-only", ["bench", "speed", "--results", RO + "/s.jsonl"], "--results file", "read-only"),
+    case("size-points-zero", ["bench", "size", "--points", "0"], "points=(0,)", ">= 1"),
+    case("size-points-huge", ["bench", "size", "--points", "2,100000"], "points=100000", "801 grid cells"),
+    case("size-variants", ["bench", "size", "--variants", "gpu"], "variants ['gpu']", "cpu, cuda-eager, cuda-graph"),
+    case("size-plot-suffix", ["bench", "size", "--plot", "{tmp}/p.xyz"], "cannot write .xyz", ".png"),
+    case("size-plot-read-only", ["bench", "size", "--plot", RO + "/p.png"], "--plot", "read-only"),
+    case("scaling-world-size-zero", ["bench", "scaling", "--world-sizes", "0"], "world_sizes=(0,)", "whole numbers in 1.."),
+    case("scaling-not-divisible", ["bench", "scaling", "--world-sizes", "3"], "not divisible by world size(s) [3]",
+         "use a multiple of 3"),
+    case("scaling-comm-steps", ["bench", "scaling", "--comm-steps", "-1"], "comm_split_steps=-1", ">= 0"),
+    case("scaling-mode", ["bench", "scaling", "--mode", "diagonal"], "'diagonal'", "choose from 'strong', 'weak', 'both'"),
+    case("scaling-plot-folder", ["bench", "scaling", "--plot", "{tmp}/adir"], "--plot", "is a folder"),
+    case("allreduce-budget-negative", ["bench", "allreduce", "--budget-s", "-1"], "budget_s=-1.0", "positive number of seconds"),
+    case("allreduce-world-size-one", ["bench", "allreduce", "--world-size", "1"], "world_size=1", "2.."),
+    case("allreduce-world-size-huge", ["bench", "allreduce", "--world-size", "100000"], "world_size=100000", "2.."),
+    case("allreduce-min-bytes-zero", ["bench", "allreduce", "--min-bytes", "0"], "'0' is not a size >= 1 byte", "64K"),
+    case("allreduce-min-bytes-small", ["bench", "allreduce", "--min-bytes", "2"], "min_bytes (2)", "4 <= min_bytes"),
+    case("allreduce-max-below-min", ["bench", "allreduce", "--min-bytes", "4K", "--max-bytes", "1K"], "max_bytes (1024)",
+         "min_bytes (4096) <= max_bytes"),
+    case("allreduce-factor-one", ["bench", "allreduce", "--factor", "1"], "factor >= 2 (1)", "factor"),
+    case("allreduce-max-bytes-memory", ["bench", "allreduce", "--max-bytes", "100000G"], "max_bytes=", "GiB of memory"),
+    case("allreduce-min-bytes-inf", ["bench", "allreduce", "--min-bytes", "inf"], "'inf' is not a size", "64K"),
+    case("allreduce-device", ["bench", "allreduce", "--device", "tpu"], "device='tpu'", "auto, cpu"),
+    case("allreduce-hidden-zero", ["bench", "allreduce", "--hidden", "0"], "hidden=0", ">= 1"),
+    case("allreduce-cell", ["bench", "allreduce", "--cell", "rnn"], "cell='rnn'", "lstm"),
+    case("allreduce-step-zero", ["bench", "allreduce", "--step-s", "0"], "--step-s 0.0", "positive number"),
+    case("sweep-first-batch-zero", ["bench", "batch-sweep", "--first-batch", "0"], "start >= 1 (0)", "factor >= 2"),
+    case("sweep-factor-one", ["bench", "batch-sweep", "--factor", "1"], "factor >= 2 (1)", "start >= 1"),
+    case("sweep-max-below-first", ["bench", "batch-sweep", "--max-batch", "1"], "max_batch=1", "below start=32"),
+    case("sweep-memory-cap-negative", ["bench", "batch-sweep", "--memory-cap-mb", "-1"], "memory_cap_mb=-1.0", "positive"),
+    case("sweep-memory-cap-inf", ["bench", "batch-sweep", "--memory-cap-mb", "inf"], "--memory-cap-mb inf", "positive"),
+    case("cost-prices-text", ["bench", "cost", "--prices", "{tmp}/plain.txt"], "holds a str", "'devices'"),
+    case("cost-prices-list", ["bench", "cost", "--prices", "{tmp}/list.yaml"], "holds a list", "'devices'"),
+    case("cost-prices-invalid-yaml", ["bench", "cost", "--prices", "{tmp}/bad_yaml.yaml"], "is not valid YAML", "line"),
+    case("cost-prices-missing", ["bench", "cost", "--prices", "/nonexistent/prices.yaml"], "is not a file",
+         "lstmnb/prices.yaml"),
+    case("cost-prices-binary", ["bench", "cost", "--prices", "{tmp}/binary.bin"], "cannot be read as text",
+         "UnicodeDecodeError"),
+    case("cost-prices-negative", ["bench", "cost", "--prices", "{tmp}/neg_price.yaml"], "price_per_device_hour=-1",
+         "number >= 0"),
+    case("cost-plot-suffix", ["bench", "cost", "--plot", "{tmp}/c.xyz"], "cannot write .xyz", ".svg"),
+    case("cost-missing-path", ["bench", "cost", "/nonexistent"], "'/nonexistent' does not exist", ".jsonl"),
+    # --- scratch bench --------------------------------------------------------------------------------------
+    case("scratch-seed-negative", SB + ["--seed", "-1"], "seed=-1", "0..18446744073709551615"),
+    case("scratch-seed-huge", SB + ["--seed", str(2**70)], f"seed={2**70}", "0..18446744073709551615"),
+    case("scratch-era5-hours", SB + ["--data", "era5", "--hours", "1000000000"], "hours=1000000000", "1..13128"),
+    case("scratch-window-zero", SB + ["--window", "0"], "window=0", "positive whole number"),
+    case("scratch-versions-empty", SB + ["--versions", ""], "--versions ''", "loops,numpy"),
+    case("scratch-versions-unknown", SB + ["--versions", "numpy,fortran"], "'fortran' not known", "loops,numpy"),
+    case("scratch-data", SB + ["--data", "mnist"], "data='mnist'", "airline"),
+    case("scratch-hidden-zero", SB + ["--hidden", "0"], "hidden=0", "positive whole number"),
+    case("scratch-batch-zero", SB + ["--batch-size", "0"], "batch_size=0", "positive whole number"),
+    case("scratch-optimizer", SB + ["--optimizer", "lbfgs"], "optimizer='lbfgs'", "adam"),
+    case("scratch-lr-zero", SB + ["--lr", "0"], "lr=0.0", "positive number"),
+    case("scratch-clip-negative", SB + ["--clip", "-1"], "clip=-1.0", "positive number or None"),
+    case("scratch-dtype", SB + ["--dtype", "float16"], "float16", "float64"),
+    case("scratch-threads-zero", SB + ["--threads", "0"], "threads=0", "positive whole number"),
+    case("scratch-repeats-zero", ["scratch", "bench", "--repeats", "0"], "--repeats 0", ">= 1"),
+    case("scratch-plot-suffix", SB + ["--plot", "{tmp}/v.xyz"], "cannot write .xyz", ".pdf"),
+    case("scratch-results-read-only", SB + ["--results", RO + "/r.jsonl"], "--results file", "read-only"),
+    # --- doctor and the command itself ---------------------------------------------------------------------
+    case("doctor-profile-unknown", ["doctor", "--profile", "nope"], "unknown profile 'nope'", "choose from"),
+    case("command-unknown", ["trian"], "invalid choice: 'trian'", "choose from 'train'"),
+    case("bench-kind-unknown", ["bench", "sped"], "invalid choice: 'sped'", "'speed'"),
+]
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        probe = folder / f".probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def read_only_folder(tmp_path):
+    """A folder nobody here can write to: a chmod 555 folder, or (as root, who ignores permissions) a
+    read-only system folder; None when there is neither."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (ro / "kept.txt").write_text("kept")
+    ro.chmod(0o555)
+    try:
+        if not _writable(ro):
+            yield ro
+            return
+        yield next((p for p in (Path("/sys"), Path("/proc/sys")) if p.is_dir() and not _writable(p)), None)
+    finally:
+        ro.chmod(0o755)
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch, read_only_folder):
+    """A working folder, a cache and a results folder with content, and the malformed files the cases name."""
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "kept.bin").write_bytes(os.urandom(64))
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "runs.jsonl").write_text(json.dumps({"schema": 1, "run_id": "x", "experiment": "train",
+                                                                 "status": "ok"}) + "\n")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "dir.jsonl").mkdir()
+    (tmp_path / "plain.txt").write_text("just some text\n")
+    (tmp_path / "binary.bin").write_bytes(b"\xff\xfe\x00\x81" * 16)
+    (tmp_path / "corrupt.pt").write_bytes(b"not a checkpoint")
+    (tmp_path / "bad_yaml.yaml").write_text("label: [unclosed\nkernel: python3\n")
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "sa_missing.json").write_text(json.dumps({"type": "service_account", "project_id": "p"}))
+    (tmp_path / "neg_price.yaml").write_text(yaml.safe_dump({"devices": {"cpu": {"price_per_device_hour": -1}}}))
+    for name, body in (("timeout_text", {"label": "x", "cell_timeout_s": "five minutes"}),
+                       ("unknown_key", {"label": "x", "kernal": "python3"}),
+                       ("unknown_param", {"label": "x", "parameters": {"epocs": 5}})):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(body))
+    monkeypatch.setenv("LSTMNB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("LSTMNB_RESULTS", str(tmp_path / "results"))
+    monkeypatch.chdir(tmp_path / "work")
+    return tmp_path, read_only_folder
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file and folder under ``root`` with its content's hash (folders: 'dir')."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        out[str(p.relative_to(root))] = "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def fill(text: str, tmp: Path, ro: Path | None) -> str:
+    if "{ro}" in text and ro is None:
+        pytest.skip("no read-only folder on this machine (root without a read-only system folder)")
+    return text.replace("{tmp}", str(tmp)).replace("{ro}", str(ro))
+
+
+@pytest.mark.parametrize("argv, fragments, env", CASES)
+def test_bad_input_is_refused_in_one_line_before_any_work(world, monkeypatch, capsys, argv, fragments, env):
+    tmp, ro = world
+    for key, value in env.items():
+        monkeypatch.setenv(key, fill(value, tmp, ro))
+    argv = [fill(a, tmp, ro) for a in argv]
+    before = snapshot(tmp)
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, (code, err)
+    assert err.count("\n") == 1 and err.endswith("\n"), err  # one line
+    assert "Traceback" not in err and out == "", (out, err)  # no trace; nothing ran
+    for fragment in fragments:
+        assert fill(fragment, tmp, ro) in err, (fragment, err)
+    assert snapshot(tmp) == before  # no existing file changed, nothing created
+
+
+def test_every_sub_command_checks_its_input_before_it_runs():
+    """The one validation layer: each runnable sub-command has a ``check`` that main calls first."""
+    parser = cli.build_parser()
+
+    def leaves(p, path):
+        subs = [a for a in p._actions if a.__class__.__name__ == "_SubParsersAction"]
+        if not subs:
+            yield path, p
+        for action in subs:
+            for name, child in action.choices.items():
+                yield from leaves(child, path + [name])
+
+    missing = [" ".join(path) for path, p in leaves(parser, []) if p.get_default("check") is None]
+    assert missing == []

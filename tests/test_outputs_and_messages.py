@@ -1,0 +1,185 @@
+"""Outputs and messages (issue 15): a write that fails after the work prints the work first; southern
+latitudes and western longitudes need no `=`; errors describe what is there (a store's longitudes
+across 0, a read-only cache, a results file with broken lines in one line)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from lstmnb import cli, paths, records
+from lstmnb.data import Request, StoreRef, make_plan
+from lstmnb.data.plan import lon_span
+from lstmnb.errors import DataError, OutputError
+
+
+# --- negative numbers after --point and --box ------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, points, box", [
+    (["--point", "-33,151"], [(-33.0, 151.0)], None),
+    (["--point", "-33.9,-70.5", "--point", "40,280"], [(-33.9, -70.5), (40.0, 280.0)], None),
+    (["--point=-33,151"], [(-33.0, 151.0)], None),
+    (["--box", "-35,-30,150,152"], None, (-35.0, -30.0, 150.0, 152.0)),
+    (["--box", "-.5,.5,-1,1"], None, (-0.5, 0.5, -1.0, 1.0)),
+])
+def test_negative_coordinates_need_no_equals_sign(argv, points, box):
+    parser = cli.build_parser("data")
+    args = parser.parse_args(cli.join_negative_values(["data", *argv], cli.value_options(parser)))
+    assert args.points == points and args.box == box
+
+
+def test_a_southern_point_reaches_the_store_check(capsys, sample_store_path):
+    """`--point -33,151` is read as a point (not "expected one argument"): outside the sample's grid it is
+    refused by the store check, naming the point and what the store covers."""
+    assert cli.main(["data", "--point", "-33,151", "--start", "2020-01-01", "--end", "2020-01-02",
+                     "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "point (-33, 151) is outside this store's grid (latitude 19..41" in err
+
+
+def test_joining_leaves_other_arguments_alone():
+    opts = {"--point", "--lr"}
+    assert cli.join_negative_values(["train", "--lr", "-1", "--no-progress", "--", "--point", "-3,4"], opts) == \
+        ["train", "--lr=-1", "--no-progress", "--", "--point", "-3,4"]
+    assert cli.join_negative_values(["notebooks", "run", "-p", "lat", "-33"], opts) == \
+        ["notebooks", "run", "-p", "lat", "-33"]
+
+
+# --- argparse errors in one line ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["train", "--batch-size", "big"], ["bench", "scaling", "--mode", "x"],
+                                  ["notebooks", "run", "--only"], ["scratch", "bench", "--nope"], ["--nope"]])
+def test_parse_errors_are_one_line_not_the_usage_block(capsys, argv):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error: " in err and "usage:" not in err and "--help`" in err
+
+
+# --- a write that fails after the work ------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_training_prints_its_results_when_the_record_cannot_be_written(tmp_path, capsys, sample_store_path):
+    """The results file passes the check up front, but the disk is full when the record is appended
+    (/dev/full): the epochs table and metrics are printed, then the record as a line to keep, then one
+    error line naming the file; exit status 1 (the work ran; only its record is missing)."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this machine")
+    full = tmp_path / "full.jsonl"
+    full.symlink_to("/dev/full")
+    code = cli.main(["train", "--start", "2020-01-01", "--end", "2020-01-21", "--epochs", "1", "--hidden", "8",
+                     "--window", "12", "--no-progress", "--results", str(full)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "epoch" in out and "persistence" in out and "climatology" in out  # the epochs and metrics tables
+    kept = json.loads(out.strip().splitlines()[-1])  # the record, as the last line, ready to append by hand
+    assert kept["status"] == "ok" and kept["config"]["hidden"] == 8
+    assert err.count("\n") == 1 and f"could not be appended to {full}: disk full (No space left" in err
+
+
+def test_a_failed_plot_write_names_the_file_and_keeps_exit_status_one(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lstmnb.cli.options import save_plot
+
+    fig = plt.figure()
+    target = tmp_path / "gone" / "p.png"
+    (tmp_path / "gone").write_text("a file where the folder should be")  # appeared after the check
+    with pytest.raises(OutputError, match=r"--plot .*p.png could not be written") as info:
+        save_plot(fig, str(target))
+    plt.close(fig)
+    assert info.value.exit_status == 1
+
+
+# --- the checks themselves ------------------------------------------------------------------------------
+
+def test_check_writable_creates_nothing(tmp_path):
+    before = sorted(tmp_path.rglob("*"))
+    assert paths.check_writable(tmp_path / "a" / "b" / "r.jsonl", "file") == tmp_path / "a" / "b" / "r.jsonl"
+    paths.check_writable(tmp_path / "new-folder", "folder")
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("make, kind, message", [
+    (lambda t: t / "d", "file", "is a folder"),
+    (lambda t: t / "f", "folder", "is a file, not a folder"),
+    (lambda t: t / "f" / "x.jsonl", "file", "f is a file, not a folder"),
+    (lambda t: "", "file", "path is empty"),
+])
+def test_check_writable_refuses_the_wrong_kind(tmp_path, make, kind, message):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(OutputError, match=message):
+        paths.check_writable(make(tmp_path), kind)
+
+
+def test_cache_dir_on_a_file_is_one_clear_error(tmp_path, monkeypatch):
+    (tmp_path / "f").write_text("x")
+    monkeypatch.setenv("LSTMNB_CACHE", str(tmp_path / "f" / "cache"))
+    with pytest.raises(OutputError, match=r"cache folder .*f/cache cannot be created: a file stands where a folder is needed"):
+        paths.cache_dir()
+
+
+def test_a_read_only_place_is_reported_as_read_only(tmp_path):
+    """A real failed write (into a chmod 555 folder, or a read-only system folder as root) reads
+    'read-only', not '(disk full?)'."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        for folder in (ro, Path("/sys")):
+            try:
+                (folder / "x").write_text("x")
+            except OSError as exc:
+                assert paths.why_not_written(exc).startswith("read-only")
+                return
+            (folder / "x").unlink()
+        pytest.skip("no read-only folder here")
+    finally:
+        ro.chmod(0o755)
+
+
+# --- messages -------------------------------------------------------------------------------------------
+
+def _store(lon: np.ndarray) -> xr.Dataset:
+    lat = np.array([41.0, 40.75, 40.5])
+    time = pd.date_range("2020-01-01", periods=4, freq="h")
+    data = np.zeros((time.size, lat.size, lon.size), dtype=np.float32)
+    return xr.Dataset({"2m_temperature": (("time", "latitude", "longitude"), data)},
+                      coords={"time": time, "latitude": lat, "longitude": lon})
+
+
+def test_a_store_across_the_0_meridian_is_described_as_it_is():
+    lon = np.concatenate([np.arange(350.0, 360.0, 0.25), np.arange(0.0, 2.01, 0.25)])
+    assert lon_span(lon) == "350..2 (0..360, across 0)"
+    assert lon_span(np.arange(0.0, 360.0, 0.25)) == "0..359.75 (0..360, all longitudes)"
+    assert lon_span(np.arange(279.0, 281.01, 0.25)) == "279..281 (0..360)"
+    ref = StoreRef("test", "/nowhere", False)
+    with pytest.raises(DataError, match=r"longitude 350\.\.2 \(0\.\.360, across 0\)"):
+        make_plan(_store(lon), ref, Request(points=((40.5, 180.0),), start="2020-01-01T00", end="2020-01-01T03"))
+    plan = make_plan(_store(lon), ref, Request(points=((40.5, -5.0),), start="2020-01-01T00", end="2020-01-01T03"))
+    assert plan.targets  # inside the wrapped span: found
+
+
+def test_broken_lines_of_a_results_file_are_one_warning_line(tmp_path, capsys):
+    from test_report import run_record
+
+    good = json.dumps(run_record("cpu", "Intel", 5, "fast", 10.0))
+    garbage = [os.urandom(60).hex()[: 20 + i] for i in range(35)]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join([garbage[0], good, *garbage[1:]]) + "\n")
+    assert cli.main(["results", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1
+    assert err.startswith(f"lstmnb: warning: {path}:1: skipped 35 broken record lines, the first at line 1")
+    assert "UserWarning" not in err and "warnings.warn" not in err
+    assert "Intel" in out or "cpu" in out.lower()  # the good record is shown
+    assert records.BrokenRecordsWarning  # importable for callers that filter it
