@@ -13,9 +13,10 @@ The peak is the larger of the two, ``max(A + 3R, 6R)``. For the dense relation R
 bytes grows with the fourth power of a square area's side, and once 6R passes A + 3R the dense model's
 memory is its relation's. The sparse relation adds its (n, k) index and the gathered neighbour inputs
 kept for the backward pass to A; both O(n k). PyTorch's own runtime (threads, kernels' buffers) is a
-constant ``floor`` measured on a 2 x 2 area.
+constant ``floor`` measured on a 3 x 3 area.
 
-Measured on CPU, each case runs in a fresh Python process, and its peak is the kernel's high-water mark
+Measured on CPU, each case runs in a fresh Python process (glibc told to return freed blocks of 1 MiB
+and more at once, ``MALLOC_MMAP_THRESHOLD_``), and its peak is the kernel's high-water mark
 of resident memory (VmHWM, reset through ``/proc/self/clear_refs`` once the process has built its
 inputs) minus the resident memory at that moment: the step's own memory, whatever allocator PyTorch
 uses (tracemalloc does not see it). Where the kernel refuses the reset, the process's peak
@@ -264,6 +265,10 @@ def measure(case: MemoryCase, floor_bytes: int = 0, timeout_s: float = 600.0) ->
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])  # this copy of lstmnb, whatever the child's path says
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    # glibc serves blocks of 1 MiB and more by mmap and unmaps them when freed: resident memory then
+    # follows the live tensors, not what the heap kept of freed ones (its threshold otherwise grows to
+    # 32 MiB, and a relation of 20 MB per copy measured 100 MB more than one of 64 MB)
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 20))
     try:
         proc = subprocess.run([sys.executable, "-c", "from lstmnb.region.memory import _main; _main()"],
                               input=json.dumps(dataclasses.asdict(case)), capture_output=True, text=True,
@@ -282,8 +287,10 @@ def measure(case: MemoryCase, floor_bytes: int = 0, timeout_s: float = 600.0) ->
 
 
 def floor(base: MemoryCase = MemoryCase()) -> dict:
-    """The runtime's own memory: a step on a 2 x 2 area without a relation, measured as any case."""
-    return measure(dataclasses.replace(base, ny=2, nx=2, variant="none", steps=1))
+    """The runtime's own memory: a step of the sparse model on a 3 x 3 area, measured as any case (the
+    threads, the kernels' workspaces and caches that every larger case has too)."""
+    return measure(dataclasses.replace(base, ny=3, nx=3, variant="sparse", neighbours=min(base.neighbours, 8),
+                                       steps=1))
 
 
 def sweep(sides, variants=("sparse", "dense"), budget_bytes: float = 4 * 2**30, base: MemoryCase = MemoryCase(),
@@ -350,6 +357,7 @@ def plot_memory(df, budget_bytes: float | None = None):
         ax.set_yscale("log")
         ax.set_xlabel("cells in the area")
         ax.set_ylabel(what)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -155,7 +155,8 @@ def train_steps(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig, ran
     """This rank's part of ``cfg.steps`` training steps (the whole run when ``world`` is 1).
 
     Every rank draws the same batches. Returns the area's loss after each step (identical on all ranks),
-    the median seconds per step and the bytes this rank sent per step.
+    the median seconds per step (the first, warm-up step left out when there are more) and the bytes
+    this rank sent per step.
     """
     cfg.validate()
     full = region_model(model_cfg, data.grid, seed=cfg.seed)
@@ -205,7 +206,7 @@ def train_steps(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig, ran
         opt.step()
         losses.append(float(_global_sum(loss.detach().clone(), world)))
         times.append(time.perf_counter() - t0)
-    return {"losses": losses, "step_s": float(np.median(times)), "bytes_sent_per_step": int(sent),
+    return {"losses": losses, "step_s": float(np.median(times[1:] if len(times) > 1 else times)), "bytes_sent_per_step": int(sent),
             "cells": int(tile.cells.size) if tile is not None else data.n_cells}
 
 
@@ -267,7 +268,8 @@ def run_sharded(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig = Sh
 def scaling_table(data: RegionData, model_cfg: RegionConfig, world_sizes=(1, 2), modes=MODES,
                   cfg: ShardConfig = ShardConfig()):
     """Step time of tiles vs windows over ``world_sizes`` (1: one process, no launcher), as a DataFrame
-    with the speed-up over one process and the halo bytes each rank sends per step."""
+    with the speed-up over one process, the halo bytes each rank sends per step, and the largest
+    relative difference of the loss from the one-process loss over the steps."""
     import dataclasses
 
     import pandas as pd
@@ -280,5 +282,7 @@ def scaling_table(data: RegionData, model_cfg: RegionConfig, world_sizes=(1, 2),
             rows.append({"mode": mode, "world_size": w, "step_s": got["step_s"],
                          "speedup": one["step_s"] / got["step_s"] if got["step_s"] > 0 else math.nan,
                          "max_halo_bytes_per_step": max(np.atleast_1d(got["bytes_sent_per_step"])),
-                         "final_loss": got["losses"][-1]})
+                         "final_loss": got["losses"][-1],
+                         "loss_rel_diff": float(np.max(np.abs(np.subtract(got["losses"], one["losses"]))
+                                                       / np.abs(one["losses"])))})
     return pd.DataFrame(rows)

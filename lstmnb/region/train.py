@@ -11,6 +11,7 @@ import copy
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -74,8 +75,11 @@ def _epoch_ids(rng: np.random.Generator, n: int, steps: int, batch: int) -> np.n
     return ids.reshape(steps, batch)
 
 
-def fit(data: RegionData, model: RegionForecaster, cfg: RegionTrainConfig = RegionTrainConfig()) -> FitResult:
-    """Train ``model`` on ``data``'s training windows with Adam; keep the weights of the best validation RMSE."""
+def fit(data: RegionData, model: RegionForecaster, cfg: RegionTrainConfig = RegionTrainConfig(),
+        on_epoch: Callable[[dict], None] | None = None) -> FitResult:
+    """Train ``model`` on ``data``'s training windows with Adam; keep the weights of the best validation RMSE.
+
+    ``on_epoch`` is called with each epoch's history entry as it finishes (for progress lines)."""
     cfg.validate()
     dev = torch.device(cfg.device)
     model = model.to(dev)
@@ -104,6 +108,8 @@ def fit(data: RegionData, model: RegionForecaster, cfg: RegionTrainConfig = Regi
         val = _rmse(predict(data, model, "val", cfg), data.truth("val"))
         result.history.append({"epoch": epoch, "train_loss": total / steps, "val_rmse_k": val,
                                 "seconds": time.perf_counter() - t0})
+        if on_epoch is not None:
+            on_epoch(result.history[-1])
         if val < best:
             best, best_state, result.best_epoch = val, copy.deepcopy(model.state_dict()), epoch
     result.train_s = time.perf_counter() - start
@@ -169,8 +175,10 @@ def skill_table(maps: xr.Dataset, reference: str = "persistence") -> pd.DataFram
 
 
 def compare(data: RegionData, variants: dict[str, RegionConfig], cfg: RegionTrainConfig = RegionTrainConfig(),
-            split: str = "test") -> tuple[pd.DataFrame, xr.Dataset, dict[str, FitResult]]:
+            split: str = "test", on_epoch: Callable[[str, dict], None] | None = None
+            ) -> tuple[pd.DataFrame, xr.Dataset, dict[str, FitResult]]:
     """Train each named ``RegionConfig`` on ``data`` (same seed, same batches) and score them per cell.
+    ``on_epoch(name, entry)`` reports each finished epoch.
 
     Returns the table (``skill_table`` plus parameters, training seconds and best epoch per model), the
     maps (``skill_map``) and the fits.
@@ -179,7 +187,8 @@ def compare(data: RegionData, variants: dict[str, RegionConfig], cfg: RegionTrai
     for name, mcfg in variants.items():
         if name in BASELINES:
             raise ConfigError(f"model name {name!r} is taken by a baseline; choose another")
-        fits[name] = fit(data, region_model(mcfg, data.grid, seed=cfg.seed), cfg)
+        report = None if on_epoch is None else (lambda entry, name=name: on_epoch(name, entry))
+        fits[name] = fit(data, region_model(mcfg, data.grid, seed=cfg.seed), cfg, report)
         forecasts[name] = predict(data, fits[name].model, split, cfg)
     maps = skill_map(data, forecasts, split)
     table = skill_table(maps)
@@ -192,7 +201,8 @@ def compare(data: RegionData, variants: dict[str, RegionConfig], cfg: RegionTrai
 
 def plot_skill_map(maps: xr.Dataset, names: list[str] | None = None, reference: str | None = None):
     """One panel per forecast: its per-cell RMSE (shared colour scale), or with ``reference`` its skill
-    1 - RMSE / RMSE(reference) (positive: better than the reference). Returns the figure."""
+    1 - RMSE / RMSE(reference) (positive: better than the reference; the colour scale follows the
+    models, baselines beyond it are clipped). Returns the figure."""
     import matplotlib.pyplot as plt
 
     names = list(names or maps.data_vars)
@@ -202,7 +212,9 @@ def plot_skill_map(maps: xr.Dataset, names: list[str] | None = None, reference: 
     if reference is not None:
         names = [n for n in names if n != reference]
         panels = {n: 1.0 - maps[n] / maps[reference] for n in names}
-        lim = max(float(abs(p).max()) for p in panels.values()) or 1.0
+        # the colour scale follows the models (a baseline far off, such as climatology an hour ahead, is clipped)
+        scaled = [p for n, p in panels.items() if n not in BASELINES] or list(panels.values())
+        lim = max(float(abs(p).max()) for p in scaled) or 1.0
         style, label = dict(cmap="RdBu", vmin=-lim, vmax=lim), f"skill vs {reference}"
     else:
         panels = {n: maps[n] for n in names}
@@ -218,5 +230,5 @@ def plot_skill_map(maps: xr.Dataset, names: list[str] | None = None, reference: 
         ax.set_xticks(ticks, [f"{maps['longitude'].values[i] % 360:g}" for i in ticks])
         ax.set_xlabel("longitude (E)")
     axes[0][0].set_ylabel("latitude")
-    fig.colorbar(im, ax=axes[0].tolist(), label=label, shrink=0.9)
+    fig.colorbar(im, ax=axes[0].tolist(), label=label, shrink=0.9, extend="both" if reference else "neither")
     return fig
