@@ -63,6 +63,11 @@ def main() -> None:
     table, maps, fits = compare(data, variants, cfg, on_epoch=report)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.round(4))
+    if "none" in maps:
+        for name in variants:
+            if name != "none":
+                share = float((maps[name] < maps["none"]).mean())
+                print(f"{name}: lower RMSE than none in {share:.0%} of the cells")
     if args.plot:
         plot_skill_map(maps, reference="persistence").savefig(args.plot, dpi=120, bbox_inches="tight")
         print("skill map:", args.plot)
