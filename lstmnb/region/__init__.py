@@ -1,0 +1,18 @@
+"""Region mode: forecasting every cell of a lat/lon box, one device or many (issue 16).
+
+Modules, in the order data flows through them (imports point downward only):
+
+- ``grid``: a box Dataset (time, latitude, longitude) as per-cell series (time, point), so the point
+  pipeline trains one global model on all cells; the cells' grid; per-cell scores as a (lat, lon) map.
+- ``relation``: which cells mix with which (k nearest cells), and the mix itself: an index gather, a
+  torch sparse CSR product, or a dense n x n product, all computing the same thing.
+- ``model``: the region forecaster, a per-cell LSTM with shared weights whose input at each step
+  includes a learned mix of neighbouring cells' inputs (sparse, dense, or none as the control).
+- ``data``: splits, train-only scaling and windows over time for the whole region at once, with
+  persistence and climatology per cell.
+- ``train``: training and per-cell evaluation of the region model, the skill map and its plot.
+- ``memory``: memory and step time against the area's size, dense vs sparse; the memory model.
+- ``shard``: the region split into row bands over DDP ranks, halo rows exchanged each step.
+
+Nothing is imported here, so ``import lstmnb.region.grid`` does not pull in torch.
+"""

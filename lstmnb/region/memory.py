@@ -1,0 +1,363 @@
+"""Memory and step time of the region forecaster against the area's size: dense vs sparse relation.
+
+The memory model of one training step (forward, backward, Adam), in float32 copies of the relation's
+weights R (dense: ``channels * n^2`` weights; sparse: ``channels * n * k``) and the activations A that
+the per-cell LSTM keeps for its backward pass (O(n), ``activation_bytes``):
+
+- at the start of the backward pass the activations are all alive, beside the weights and Adam's two
+  moments (the previous gradient was freed by ``zero_grad``): A + 3R;
+- in Adam's step the activations are gone, and the weights, their gradient, the two moments and two
+  temporaries of the update (``sqrt(v) / c`` is built out of place) are alive: 6R.
+
+The peak is the larger of the two, ``max(A + 3R, 6R)``. For the dense relation R = 4 * channels * n^2
+bytes grows with the fourth power of a square area's side, and once 6R passes A + 3R the dense model's
+memory is its relation's. The sparse relation adds its (n, k) index and the gathered neighbour inputs
+kept for the backward pass to A; both O(n k). PyTorch's own runtime (threads, kernels' buffers) is a
+constant ``floor`` measured on a 3 x 3 area.
+
+Measured on CPU, each case runs in a fresh Python process (glibc told to return freed blocks of 1 MiB
+and more at once, ``MALLOC_MMAP_THRESHOLD_``), and its peak is the kernel's high-water mark
+of resident memory (VmHWM, reset through ``/proc/self/clear_refs`` once the process has built its
+inputs) minus the resident memory at that moment: the step's own memory, whatever allocator PyTorch
+uses (tracemalloc does not see it). Where the kernel refuses the reset, the process's peak
+(``ru_maxrss``) is used and the method says so. On a GPU, PyTorch's allocator statistics give the peak.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import resource
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError, DeviceError
+
+ADAM_COPIES = 6  # value, gradient, two moments, two temporaries of the update
+FLOAT = 4  # bytes of float32
+VARIANTS = ("none", "sparse", "dense")
+
+
+@dataclass(frozen=True)
+class MemoryCase:
+    """One measured training step: an ``ny`` x ``nx`` area, a model variant and a batch of windows."""
+
+    ny: int = 10
+    nx: int = 10
+    variant: str = "sparse"  # 'none', 'sparse' or 'dense'
+    kernel: str = "gather"
+    batch: int = 4  # windows per step
+    window: int = 24
+    n_features: int = 1
+    n_static: int = 2
+    hidden: int = 32
+    channels: int = 3
+    neighbours: int = 8
+    steps: int = 3  # timed steps after one warm-up step
+    device: str = "cpu"
+    threads: int | None = None  # CPU threads of the measuring process (None: torch's default)
+
+    @property
+    def n_cells(self) -> int:
+        return self.ny * self.nx
+
+    def validate(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ConfigError(f"variant={self.variant!r} is not one of {VARIANTS}")
+        for name in ("ny", "nx", "batch", "window", "steps", "hidden", "channels"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ConfigError(f"{name}={v!r} must be a whole number >= 1")
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"device={self.device!r} is not one of ('cpu', 'cuda')")
+        self.model_config().validate()
+
+    def model_config(self):
+        from .model import RegionConfig
+
+        return RegionConfig(n_features=self.n_features, n_static=self.n_static, hidden=self.hidden,
+                            neighbours=0 if self.variant == "none" else self.neighbours,
+                            relation="dense" if self.variant == "dense" else "sparse", kernel=self.kernel,
+                            channels=self.channels)
+
+
+def relation_bytes(case: MemoryCase) -> int:
+    """Bytes of one float32 copy of the relation's learned weights (0 without a relation)."""
+    n, k, c = case.n_cells, case.neighbours, case.channels
+    if case.variant == "none":
+        return 0
+    return FLOAT * c * n * (n if case.variant == "dense" else k)
+
+
+def activation_bytes(case: MemoryCase) -> int:
+    """Bytes kept for the backward pass, O(cells): the LSTM's and, for the sparse relation, its gather's.
+
+    Per sequence (one cell of one window) and step, PyTorch's LSTM keeps its input row
+    (``input_size``), the four gates, the cell state and its tanh, and the hidden state, and its
+    backward pass allocates gradient buffers of the same size: about 2 * (input_size + 8 * hidden)
+    floats. The sparse gather keeps the (n, k, batch * window * features) neighbour inputs and the
+    (n, k) int64 index.
+    """
+    mcfg = case.model_config()
+    sequences_steps = case.batch * case.n_cells * case.window
+    lstm = 2 * FLOAT * sequences_steps * (mcfg.input_size + 8 * case.hidden)
+    if case.variant != "sparse":
+        return lstm
+    n, k = case.n_cells, case.neighbours
+    return lstm + FLOAT * n * k * case.batch * case.window * case.n_features + 8 * n * k
+
+
+def predict_bytes(case: MemoryCase, floor_bytes: int = 0) -> dict[str, int]:
+    """The memory model (see the module's docstring): {'relation_weights', 'activations', 'total'} bytes,
+    ``total`` = floor + max(A + 3R, 6R)."""
+    case.validate()
+    rel, act = relation_bytes(case), activation_bytes(case)
+    return {"relation_weights": rel, "activations": act,
+            "total": int(floor_bytes) + max(act + 3 * rel, ADAM_COPIES * rel)}
+
+
+def largest_side(variant: str, budget_bytes: float, base: MemoryCase = MemoryCase(), floor_bytes: int = 0,
+                 limit: int = 100_000) -> int:
+    """The largest side s whose s x s area's predicted step fits ``budget_bytes`` (0 if none does)."""
+    def fits(s: int) -> bool:
+        case = dataclasses.replace(base, ny=s, nx=s, variant=variant)
+        return predict_bytes(case, floor_bytes)["total"] <= budget_bytes
+
+    if not fits(2):
+        return 0
+    lo, hi = 2, 2
+    while hi < limit and fits(hi):
+        lo, hi = hi, min(limit, hi * 2)
+    if fits(hi):
+        return hi
+    while hi - lo > 1:  # fits(lo), not fits(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+# --- measuring -------------------------------------------------------------------------------------
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _hwm_bytes() -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_hwm() -> bool:
+    """Reset the kernel's resident high-water mark of this process (Linux); False where refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    hwm = _hwm_bytes()
+    return hwm is not None and hwm <= _rss_bytes() * 1.05 + (1 << 20)
+
+
+def _maxrss_bytes() -> int:
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(r if sys.platform == "darwin" else r * 1024)
+
+
+def run_case(case: MemoryCase) -> dict:
+    """Build the model and synthetic inputs for ``case`` in this process, run warm-up + timed steps.
+
+    Returns peak bytes of the steps (see the module docstring for how), the median step seconds and
+    the method. On CPU call it in a fresh process (``measure``) for a clean peak.
+    """
+    import torch
+
+    from .grid import Grid
+    from .model import region_model
+
+    case.validate()
+    if case.device == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("device='cuda' needs a CUDA GPU and none is visible; use device='cpu'")
+    if case.threads:
+        torch.set_num_threads(case.threads)
+    dev = torch.device(case.device)
+    gen = torch.Generator().manual_seed(0)
+    grid = Grid.square(case.ny, case.nx)
+    x = torch.randn(case.batch, case.window, case.n_cells, case.n_features, generator=gen).to(dev)
+    y = torch.randn(case.batch, case.n_cells, 1, generator=gen).to(dev)
+    static = torch.randn(case.n_cells, case.n_static, generator=gen).to(dev)
+
+    def sync() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    # the peak counts from here: the model's weights, the optimizer's state and the steps
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+        base, method = torch.cuda.memory_allocated(dev), "torch.cuda.max_memory_allocated"
+    else:
+        base = _rss_bytes()
+        method = "VmHWM after clear_refs" if _reset_hwm() else "ru_maxrss (no reset possible)"
+    model = region_model(case.model_config(), grid, seed=0).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    times = []
+    for i in range(case.steps + 1):
+        sync()
+        t0 = time.perf_counter()
+        loss = torch.nn.functional.mse_loss(model(x, static), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sync()
+        if i:
+            times.append(time.perf_counter() - t0)
+    if dev.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(dev)
+    else:
+        peak = _hwm_bytes() if method.startswith("VmHWM") else None
+        peak = _maxrss_bytes() if peak is None else peak
+    return {"measured_bytes": int(max(0, peak - base)), "step_s": statistics.median(times), "method": method,
+            "loss": float(loss.detach())}
+
+
+def _main() -> None:
+    """Entry of the measuring process: a MemoryCase as JSON on stdin, the result as JSON on stdout."""
+    import json
+
+    case = MemoryCase(**json.loads(sys.stdin.read()))
+    try:
+        out = run_case(case)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent as a failed case
+        out = {"error": f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"}
+    print(json.dumps(out))
+
+
+def _row(case: MemoryCase, floor_bytes: int) -> dict:
+    return {"ny": case.ny, "nx": case.nx, "cells": case.n_cells, "variant": case.variant, "kernel": case.kernel,
+            "device": case.device, **{f"predicted_{k}": v for k, v in predict_bytes(case, floor_bytes).items()}}
+
+
+def measure(case: MemoryCase, floor_bytes: int = 0, timeout_s: float = 600.0) -> dict:
+    """``run_case`` in a fresh Python process (CPU) or in this one (CUDA), beside the prediction (with
+    ``floor_bytes`` for the runtime).
+
+    A case that fails, is killed (out of memory) or runs past ``timeout_s`` comes back with ``status``
+    'failed' and the reason.
+    """
+    import json
+    import subprocess
+    from pathlib import Path
+
+    case.validate()
+    row = _row(case, floor_bytes)
+    if case.device == "cuda":
+        return {**row, **run_case(case), "status": "ok"}
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])  # this copy of lstmnb, whatever the child's path says
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    # glibc serves blocks of 1 MiB and more by mmap and unmaps them when freed: resident memory then
+    # follows the live tensors, not what the heap kept of freed ones (its threshold otherwise grows to
+    # 32 MiB, and a relation of 20 MB per copy measured 100 MB more than one of 64 MB)
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 20))
+    try:
+        proc = subprocess.run([sys.executable, "-c", "from lstmnb.region.memory import _main; _main()"],
+                              input=json.dumps(dataclasses.asdict(case)), capture_output=True, text=True,
+                              env=env, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {**row, "status": "failed", "reason": f"no result within {timeout_s:g} s"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
+        tail = (proc.stderr.strip().splitlines() or [""])[-1][:300]
+        return {**row, "status": "failed", "reason": f"the measuring process ended ({how}) {tail}".strip()}
+    got = json.loads(lines[-1])
+    if "error" in got:
+        return {**row, "status": "failed", "reason": got["error"]}
+    return {**row, **got, "status": "ok"}
+
+
+def floor(base: MemoryCase = MemoryCase()) -> dict:
+    """The runtime's own memory: a step of the sparse model on a 3 x 3 area, measured as any case (the
+    threads, the kernels' workspaces and caches that every larger case has too)."""
+    return measure(dataclasses.replace(base, ny=3, nx=3, variant="sparse", neighbours=min(base.neighbours, 8),
+                                       steps=1))
+
+
+def sweep(sides, variants=("sparse", "dense"), budget_bytes: float = 4 * 2**30, base: MemoryCase = MemoryCase(),
+          floor_bytes: int | None = None, run: bool = True, echo=None):
+    """Square areas of each side in ``sides``, per variant, until the predicted step exceeds ``budget_bytes``.
+
+    A variant's first side over budget is listed with status 'over budget' and not run; larger sides
+    are skipped, as are those after a failed case. ``floor_bytes`` (default: measured by ``floor``, or
+    0 with ``run=False``) is added to every prediction. With ``run=False`` nothing is measured.
+    Returns a DataFrame, one row per (variant, side).
+    """
+    import pandas as pd
+
+    if floor_bytes is None:
+        floor_bytes = 0
+        if run:
+            got = floor(base)
+            if got["status"] != "ok":
+                raise DeviceError(f"cannot measure even a 2 x 2 area: {got['reason']}")
+            floor_bytes = got["measured_bytes"]
+    rows = []
+    for variant in variants:
+        for side in sorted(int(s) for s in sides):
+            case = dataclasses.replace(base, ny=side, nx=side, variant=variant)
+            row = _row(case, floor_bytes)
+            if row["predicted_total"] > budget_bytes:
+                rows.append({**row, "status": "over budget"})
+                break
+            row = measure(case, floor_bytes) if run else {**row, "status": "predicted"}
+            rows.append(row)
+            if echo:
+                echo(_describe(row))
+            if row["status"] == "failed":
+                break
+    out = pd.DataFrame(rows)
+    out.attrs.update(floor_bytes=int(floor_bytes), budget_bytes=float(budget_bytes))
+    return out
+
+
+def _describe(row: dict) -> str:
+    got = row.get("measured_bytes")
+    meas = (f"measured {got / 2**20:8.1f} MiB, step {row['step_s']:.3f} s" if got is not None
+            else f"{row['status']} {row.get('reason', '')}".strip())
+    return (f"{row['variant']:>6} {row['ny']:>4} x {row['nx']:<4} ({row['cells']:>6} cells): predicted "
+            f"{row['predicted_total'] / 2**20:8.1f} MiB, {meas}")
+
+
+def plot_memory(df, budget_bytes: float | None = None):
+    """Peak memory (predicted lines, measured points) and step time against cells, per variant."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax_m, ax_t) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, (variant, part) in enumerate(df.groupby("variant", sort=False)):
+        colour = f"C{i}"
+        ax_m.plot(part["cells"], part["predicted_total"] / 2**20, "-", color=colour, label=f"{variant} predicted")
+        ok = part[part["status"] == "ok"] if "status" in part else part
+        if len(ok) and "measured_bytes" in ok:
+            ax_m.plot(ok["cells"], ok["measured_bytes"] / 2**20, "o", color=colour, label=f"{variant} measured")
+            ax_t.plot(ok["cells"], ok["step_s"], "o-", color=colour, label=variant)
+    if budget_bytes:
+        ax_m.axhline(budget_bytes / 2**20, color="grey", ls="--", label="budget")
+    for ax, what in ((ax_m, "peak memory of a step (MiB)"), (ax_t, "seconds per training step")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("cells in the area")
+        ax.set_ylabel(what)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

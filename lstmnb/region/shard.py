@@ -1,0 +1,288 @@
+"""The region split over DDP ranks: row bands (tiles) with halo rows exchanged each step, or plain data
+parallelism over time windows; both give the one-process loss.
+
+``tiles``: rank r owns a band of grid rows: its cells' series, their rows of the relation, and the loss
+on them. A cell's neighbours may lie in another band; those cells are the band's halo. Every step each
+rank sends the other ranks the rows of its batch that their halos need (point-to-point, all posted at
+once) and stacks its own cells and the halo it received into the mix's source. The loss is the mean
+over every cell of the area, so each rank divides its squared-error sum by the global count; summing
+the shared weights' gradients (LSTM, head) over ranks then gives exactly the one-process gradient, and
+the relation's rows, each owned by one rank, need no reduction. Adam works weight by weight, so each
+rank's update is the one-process update of its weights. Memory per rank: its band, its halo, the
+shared weights. Only the sparse relation (or none) can be tiled: a dense row reaches every cell.
+
+``windows``: every rank holds the whole area and model and takes its share of each batch's windows;
+all gradients are summed over ranks (the loss is divided by the global count, as above).
+
+The mix acts on inputs, so a rank could read its halo from the store instead; the exchange keeps every
+rank's data strictly its own band, as a mix of neighbours' hidden states would require.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..errors import ConfigError, LstmnbError
+from .data import RegionData
+from .grid import Grid
+from .model import RegionConfig, RegionForecaster, region_model
+
+MODES = ("tiles", "windows")
+
+
+class ShardError(LstmnbError):
+    """A rank of a sharded run failed or lost contact with the others."""
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One rank's band: its cells, its mix's source cells (own first, then halo) and the halo traffic."""
+
+    rank: int
+    rows: tuple[int, int]  # grid rows row0 .. row1 - 1
+    cells: np.ndarray  # global ids of its cells
+    sources: np.ndarray  # global ids of the mix's source cells: cells, then halo grouped by owner rank
+    index: np.ndarray | None  # (cells, k) neighbour positions in ``sources``
+    recv: dict[int, np.ndarray] = field(default_factory=dict)  # owner rank -> halo cells it sends here
+    send: dict[int, np.ndarray] = field(default_factory=dict)  # rank -> own cells that rank needs
+
+
+def plan_tiles(grid: Grid, index: np.ndarray | None, world_size: int) -> list[Tile]:
+    """Split ``grid`` into ``world_size`` bands of rows (sizes differ by at most one) and work out each
+    band's halo from the global neighbour ``index`` (cells, k), or no halo when it is None."""
+    ny, nx = grid.shape
+    if not isinstance(world_size, (int, np.integer)) or not 1 <= world_size <= ny:
+        raise ConfigError(f"world_size={world_size!r} must be a whole number in 1..{ny} (one band of rows per rank)")
+    bands = np.array_split(np.arange(ny), world_size)
+    owner = np.repeat(np.arange(world_size), [b.size * nx for b in bands])
+    tiles = []
+    for rank, rows in enumerate(bands):
+        cells = grid.band(int(rows[0]), int(rows[-1]) + 1)
+        recv: dict[int, np.ndarray] = {}
+        if index is not None:
+            needed = np.unique(index[cells])
+            halo = needed[owner[needed] != rank]
+            recv = {int(r): halo[owner[halo] == r] for r in np.unique(owner[halo])}
+        sources = np.concatenate([cells, *recv.values()]) if recv else cells
+        local = None
+        if index is not None:
+            where = np.full(grid.n_cells, -1, dtype=np.int64)
+            where[sources] = np.arange(sources.size)
+            local = where[index[cells]]
+        tiles.append(Tile(rank, (int(rows[0]), int(rows[-1]) + 1), cells, sources, local, recv))
+    for t in tiles:  # what each rank sends is what the others receive from it
+        for other in tiles:
+            if t.rank in other.recv:
+                t.send[other.rank] = other.recv[t.rank]
+    return tiles
+
+
+def exchange_halo(x_own: torch.Tensor, tile: Tile) -> torch.Tensor:
+    """The mix's source (batch, window, sources, features): this rank's cells, then the halo rows
+    received from their owners; this rank's cells that others need are sent at the same time."""
+    if not tile.send and not tile.recv:
+        return x_own
+    pos = {int(c): i for i, c in enumerate(tile.cells)} if tile.send else {}
+    ops, bufs = [], []
+    for dst, cells in tile.send.items():
+        rows = x_own[:, :, [pos[int(c)] for c in cells]].contiguous()
+        ops.append(dist.P2POp(dist.isend, rows, dst))
+    for src, cells in tile.recv.items():
+        buf = x_own.new_empty(x_own.shape[0], x_own.shape[1], cells.size, x_own.shape[3])
+        bufs.append(buf)
+        ops.append(dist.P2POp(dist.irecv, buf, src))
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    return torch.cat([x_own, *bufs], dim=2)
+
+
+def local_model(full: RegionForecaster, tile: Tile) -> RegionForecaster:
+    """The part of ``full`` one band needs: the shared weights and its cells' rows of the relation."""
+    cfg = full.config
+    if cfg.neighbours and cfg.relation != "sparse":
+        raise ConfigError("tiles need relation='sparse' (or neighbours=0): a dense row reaches every cell")
+    part = RegionForecaster(cfg, tile.index, tile.sources.size if cfg.neighbours else None)
+    state = {k: v for k, v in full.state_dict().items() if not k.startswith("mix.")}
+    part.load_state_dict(state, strict=False)
+    if part.mix is not None:
+        with torch.no_grad():
+            part.mix.weight.copy_(full.mix.weight[:, torch.from_numpy(tile.cells)])
+    return part
+
+
+@dataclass(frozen=True)
+class ShardConfig:
+    """A sharded training run: ``steps`` Adam steps on batches of ``batch_size`` windows."""
+
+    mode: str = "tiles"
+    world_size: int = 2
+    steps: int = 3
+    batch_size: int = 8
+    lr: float = 4e-3
+    clip: float | None = 1.0
+    seed: int = 0
+    timeout_s: float = 120.0  # a collective waiting longer fails instead of hanging
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"mode={self.mode!r} is not one of {MODES}")
+        for name in ("world_size", "steps", "batch_size"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ConfigError(f"{name}={v!r} must be a whole number >= 1")
+        if self.mode == "windows" and self.batch_size < self.world_size:
+            raise ConfigError(f"batch_size={self.batch_size} gives some of world_size={self.world_size} ranks no window")
+
+
+def _global_sum(value: torch.Tensor, world: int) -> torch.Tensor:
+    if world > 1:
+        dist.all_reduce(value)
+    return value
+
+
+def train_steps(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig, rank: int = 0,
+                world: int = 1) -> dict:
+    """This rank's part of ``cfg.steps`` training steps (the whole run when ``world`` is 1).
+
+    Every rank draws the same batches. Returns the area's loss after each step (identical on all ranks),
+    the median seconds per step (the first, warm-up step left out when there are more) and the bytes
+    this rank sent per step.
+    """
+    cfg.validate()
+    full = region_model(model_cfg, data.grid, seed=cfg.seed)
+    tile = None
+    if cfg.mode == "tiles":
+        tile = plan_tiles(data.grid, full.mix.index.numpy() if full.mix is not None else None, world)[rank]
+        model = local_model(full, tile) if world > 1 else full
+        cells = torch.from_numpy(tile.cells)
+    else:
+        model, cells = full, slice(None)
+    static = torch.from_numpy(data.static)[cells]
+    local = model.local_parameters() if cfg.mode == "tiles" else []
+    shared = model.shared_parameters() if local else list(model.parameters())
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    rng = np.random.default_rng(cfg.seed)
+    n_train = data.sizes()["train"]
+    count = cfg.batch_size * data.n_cells * model_cfg.horizon  # the global number of squared errors
+    losses, times, sent = [], [], 0
+    for _ in range(cfg.steps):
+        ids = rng.choice(n_train, size=min(cfg.batch_size, n_train), replace=False)
+        t0 = time.perf_counter()
+        if cfg.mode == "windows":
+            x, y = data.batch("train", ids[rank::world])
+            pred = model(x, static)
+        else:
+            x, y = data.batch("train", ids, cells=tile.cells)
+            x_src = exchange_halo(x, tile) if world > 1 else None
+            sent = sum(c.size for c in tile.send.values()) * x.shape[0] * x.shape[1] * x.shape[3] * x.element_size()
+            pred = model(x, static, x_src)
+        loss = ((pred - y) ** 2).sum() / count
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if world > 1:
+            flat = torch.cat([p.grad.reshape(-1) for p in shared])
+            dist.all_reduce(flat)
+            offset = 0
+            for p in shared:
+                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+        if cfg.clip is not None:  # the global gradient norm, as clip_grad_norm_ on one process sees it
+            local_sq = sum(((p.grad ** 2).sum() for p in local), torch.zeros(()))
+            local_sq = _global_sum(local_sq, world) if local else local_sq
+            norm = torch.sqrt(local_sq + sum((p.grad ** 2).sum() for p in shared))
+            scale = torch.clamp(cfg.clip / (norm + 1e-6), max=1.0)
+            for p in model.parameters():
+                p.grad.mul_(scale)
+        opt.step()
+        losses.append(float(_global_sum(loss.detach().clone(), world)))
+        times.append(time.perf_counter() - t0)
+    return {"losses": losses, "step_s": float(np.median(times[1:] if len(times) > 1 else times)), "bytes_sent_per_step": int(sent),
+            "cells": int(tile.cells.size) if tile is not None else data.n_cells}
+
+
+# --- launching ranks -------------------------------------------------------------------------------
+
+def _rank_main(rank: int, world: int, workdir: str, data: RegionData, model_cfg: RegionConfig,
+               cfg: ShardConfig, threads: int) -> None:
+    import datetime
+
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # ranks on one machine talk over loopback
+    torch.set_num_threads(threads)
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{workdir}/rendezvous", rank=rank,
+                                world_size=world, timeout=datetime.timedelta(seconds=cfg.timeout_s))
+        out = train_steps(data, model_cfg, cfg, rank, world)
+        gathered = [None] * world
+        dist.all_gather_object(gathered, out)
+        if rank == 0:
+            torch.save(gathered, Path(workdir) / "result.pt")
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001 - the launcher reports it in one line
+        Path(workdir, f"error-rank{rank}.txt").write_text(f"{type(exc).__name__}: {str(exc).strip()[:400]}")
+        raise
+
+
+def run_sharded(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig = ShardConfig()) -> dict:
+    """Train ``cfg.steps`` steps on ``cfg.world_size`` local gloo ranks (spawned processes, CPU).
+
+    Returns rank 0's losses (the area's loss after each step), the slowest rank's median step seconds,
+    and every rank's cells and bytes sent per step. A failing rank stops all and raises ``ShardError``.
+    """
+    import torch.multiprocessing as mp
+
+    cfg.validate()
+    model_cfg.validate()
+    if cfg.mode == "tiles" and model_cfg.neighbours and model_cfg.relation != "sparse":
+        raise ConfigError("tiles need relation='sparse' (or neighbours=0): a dense row reaches every cell")
+    if cfg.mode == "tiles":
+        plan_tiles(data.grid, None, cfg.world_size)  # checks world_size against the rows before spawning
+    threads = max(1, (os.cpu_count() or 1) // cfg.world_size)
+    workdir = tempfile.mkdtemp(prefix="lstmnb-shard-")
+    try:
+        try:
+            mp.start_processes(_rank_main, args=(cfg.world_size, workdir, data, model_cfg, cfg, threads),
+                               nprocs=cfg.world_size, join=True, start_method="spawn")
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+            reports = sorted(Path(workdir).glob("error-rank*.txt"))
+            first = reports[0].read_text() if reports else str(exc).strip().splitlines()[-1]
+            raise ShardError(f"a rank of {cfg.world_size} failed ({cfg.mode}): {first}") from None
+        ranks = torch.load(Path(workdir) / "result.pt", weights_only=False)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return {"mode": cfg.mode, "world_size": cfg.world_size, "losses": ranks[0]["losses"],
+            "step_s": max(r["step_s"] for r in ranks), "cells": [r["cells"] for r in ranks],
+            "bytes_sent_per_step": [r["bytes_sent_per_step"] for r in ranks]}
+
+
+def scaling_table(data: RegionData, model_cfg: RegionConfig, world_sizes=(1, 2), modes=MODES,
+                  cfg: ShardConfig = ShardConfig()):
+    """Step time of tiles vs windows over ``world_sizes`` (1: one process, no launcher), as a DataFrame
+    with the speed-up over one process, the halo bytes each rank sends per step, and the largest
+    relative difference of the loss from the one-process loss over the steps."""
+    import dataclasses
+
+    import pandas as pd
+
+    rows = []
+    one = train_steps(data, model_cfg, dataclasses.replace(cfg, mode="windows"))
+    for mode in modes:
+        for w in world_sizes:
+            got = one if w == 1 else run_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w))
+            rows.append({"mode": mode, "world_size": w, "step_s": got["step_s"],
+                         "speedup": one["step_s"] / got["step_s"] if got["step_s"] > 0 else math.nan,
+                         "max_halo_bytes_per_step": max(np.atleast_1d(got["bytes_sent_per_step"])),
+                         "final_loss": got["losses"][-1],
+                         "loss_rel_diff": float(np.max(np.abs(np.subtract(got["losses"], one["losses"]))
+                                                       / np.abs(one["losses"])))})
+    return pd.DataFrame(rows)

@@ -1,0 +1,79 @@
+"""Region mode, memory: the memory model's laws, and its dense prediction against a measured step."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+
+from lstmnb.errors import ConfigError
+from lstmnb.region.memory import MemoryCase, largest_side, measure, plot_memory, predict_bytes, sweep
+
+MiB = 2**20
+
+
+def test_dense_grows_with_the_fourth_power_of_the_side_and_sparse_linearly():
+    base = MemoryCase(batch=1, window=8, hidden=8)
+
+    def rel(variant, side):
+        return predict_bytes(dataclasses.replace(base, ny=side, nx=side, variant=variant))["relation_weights"]
+
+    assert rel("dense", 40) == 16 * rel("dense", 20) == 4 * base.channels * 1600**2
+    assert rel("sparse", 40) == 4 * rel("sparse", 20)
+    assert rel("none", 40) == 0
+    # activations are O(cells) for every variant
+    act = [predict_bytes(dataclasses.replace(base, ny=s, nx=s))["activations"] for s in (10, 20)]
+    assert act[1] == pytest.approx(4 * act[0], rel=1e-9)
+    # peak: activations beside three copies of the weights, or Adam's six
+    big = dataclasses.replace(base, ny=60, nx=60, variant="dense")
+    p = predict_bytes(big, floor_bytes=100)
+    assert p["total"] == 100 + max(p["activations"] + 3 * p["relation_weights"], 6 * p["relation_weights"])
+
+
+def test_largest_side_fits_the_budget_and_the_next_does_not():
+    base = MemoryCase()
+    budget = 2 * 2**30
+    for variant in ("dense", "sparse"):
+        s = largest_side(variant, budget, base)
+        fits = [predict_bytes(dataclasses.replace(base, ny=n, nx=n, variant=variant))["total"] for n in (s, s + 1)]
+        assert fits[0] <= budget < fits[1]
+    assert largest_side("dense", budget, base) < largest_side("sparse", budget, base)
+    assert largest_side("dense", 2 * budget, base) > largest_side("dense", budget, base)
+    assert largest_side("dense", 1.0, base) == 0
+
+
+def test_sweep_stops_a_variant_at_the_budget():
+    base = MemoryCase(batch=1, window=8, hidden=8)
+    budget = predict_bytes(dataclasses.replace(base, ny=30, nx=30, variant="dense"))["total"] + 1
+    df = sweep([10, 20, 30, 40, 50], ("dense", "sparse"), budget, base, run=False)
+    dense = df[df["variant"] == "dense"]
+    assert list(dense["ny"]) == [10, 20, 30, 40] and list(dense["status"]) == ["predicted"] * 3 + ["over budget"]
+    assert list(df[df["variant"] == "sparse"]["status"]) == ["predicted"] * 5
+    fig = plot_memory(df, budget)
+    assert len(fig.axes) == 2
+
+
+def test_bad_cases_are_config_errors():
+    with pytest.raises(ConfigError, match=r"variant='full' is not one of \('none', 'sparse', 'dense'\)"):
+        predict_bytes(MemoryCase(variant="full"))
+    with pytest.raises(ConfigError, match="ny=0 must be a whole number >= 1"):
+        measure(MemoryCase(ny=0))
+
+
+@pytest.mark.slow
+def test_dense_memory_measured_as_predicted():
+    """Two dense steps in fresh processes: the growth of the measured peak from 48 x 48 to 64 x 64 cells
+    is the model's n^2 growth (runtime and fixed buffers cancel); memory, not time, so load cannot flip it."""
+    base = MemoryCase(batch=1, window=8, hidden=8, channels=1, steps=1, threads=1, variant="dense")
+    small, large = (measure(dataclasses.replace(base, ny=s, nx=s)) for s in (48, 64))
+    assert small["status"] == large["status"] == "ok", (small.get("reason"), large.get("reason"))
+    predicted = large["predicted_total"] - small["predicted_total"]  # about 262 MiB
+    measured = large["measured_bytes"] - small["measured_bytes"]
+    assert measured == pytest.approx(predicted, rel=0.15)
+    assert large["measured_bytes"] >= large["predicted_total"]  # the six copies are really there
+    assert large["method"] in ("VmHWM after clear_refs", "ru_maxrss (no reset possible)")
+    assert large["step_s"] > 0 and large["loss"] > 0

@@ -1,0 +1,124 @@
+"""Region mode, model side: neighbours, the sparse mix against a dense reference, the variants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lstmnb.errors import ConfigError
+from lstmnb.region.grid import Grid
+from lstmnb.region.model import RegionConfig, RegionForecaster, region_model
+from lstmnb.region.relation import csr_layout, dense_from, knn_index, mix_csr, mix_gather
+
+
+def test_knn_on_a_grid_is_the_stencil():
+    g = Grid.square(5, 6, lat0=41.0)
+    centre = 2 * 6 + 3
+    four = knn_index(g.cell_lat, g.cell_lon, 4)
+    assert set(four[centre]) == {centre - 1, centre + 1, centre - 6, centre + 6}
+    assert set(four[centre][:2]) == {centre - 1, centre + 1}  # east and west are nearer than north and south
+    eight = knn_index(g.cell_lat, g.cell_lon, 8)
+    assert set(eight[centre]) == {centre + dr * 6 + dc for dr in (-1, 0, 1) for dc in (-1, 0, 1)} - {centre}
+    assert (eight != np.arange(g.n_cells)[:, None]).all()  # never the cell itself
+    with pytest.raises(ConfigError, match=r"neighbours=30 must be a whole number in 1..29"):
+        knn_index(g.cell_lat, g.cell_lon, 30)
+
+
+def test_sparse_kernels_equal_the_dense_reference():
+    gen = torch.Generator().manual_seed(0)
+    g = Grid.square(4, 5)
+    index = knn_index(g.cell_lat, g.cell_lon, 6)
+    idx = torch.from_numpy(index)
+    weight = torch.randn(3, g.n_cells, 6, generator=gen, dtype=torch.float64)
+    x = torch.randn(g.n_cells, 7, generator=gen, dtype=torch.float64)
+    dense = dense_from(idx, weight, g.n_cells)
+    assert dense.shape == (3, 20, 20) and int((dense != 0).sum()) == 3 * 20 * 6
+    reference = torch.einsum("cij,jm->cim", dense, x)
+    # the dense matrix holds exactly the listed weights, at the listed columns
+    torch.testing.assert_close(dense.gather(2, idx.unsqueeze(0).expand(3, 20, 6)), weight, rtol=0, atol=0)
+    assert dense[2, 7, index[7, 4]] == weight[2, 7, 4]
+    torch.testing.assert_close(mix_gather(x, idx, weight), reference)
+    crow, col, order = csr_layout(index)
+    torch.testing.assert_close(mix_csr(x.float(), crow, col, order, weight.float()), reference.float(),
+                               rtol=1e-5, atol=1e-5)
+
+
+def _with_random_relation(model: RegionForecaster, seed: int = 1) -> RegionForecaster:
+    with torch.no_grad():
+        model.mix.weight.copy_(torch.randn(model.mix.weight.shape, generator=torch.Generator().manual_seed(seed)))
+    return model
+
+
+@pytest.mark.parametrize("kernel", ["gather", "csr"])
+def test_sparse_model_equals_dense_model_with_the_same_relation(kernel):
+    g = Grid.square(4, 4)
+    x = torch.randn(3, 5, 16, 2, generator=torch.Generator().manual_seed(2))
+    static = torch.randn(16, 2, generator=torch.Generator().manual_seed(3))
+    cfg = RegionConfig(n_features=2, n_static=2, hidden=8, neighbours=5, kernel=kernel)
+    sparse = _with_random_relation(region_model(cfg, g, seed=0))
+    dense = region_model(RegionConfig(**{**cfg.__dict__, "relation": "dense"}), g, seed=0)
+    with torch.no_grad():
+        dense.mix.weight.copy_(dense_from(sparse.mix.index, sparse.mix.weight, 16))
+    ys, yd = sparse(x, static), dense(x, static)
+    torch.testing.assert_close(ys, yd, rtol=1e-5, atol=1e-6)
+    ys.square().sum().backward()
+    yd.square().sum().backward()
+    # the sparse weights' gradient is the dense gradient at the listed positions
+    at_index = dense.mix.weight.grad.gather(2, sparse.mix.index.unsqueeze(0).expand(cfg.channels, 16, 5))
+    torch.testing.assert_close(sparse.mix.weight.grad, at_index, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(sparse.rnn.weight_ih_l0.grad, dense.rnn.weight_ih_l0.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_dense_starts_as_the_sparse_model():
+    g = Grid.square(3, 4)
+    x = torch.randn(2, 6, 12, 1, generator=torch.Generator().manual_seed(0))
+    outs = [region_model(RegionConfig(relation=r, neighbours=4), g, seed=5)(x) for r in ("sparse", "dense")]
+    torch.testing.assert_close(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("neighbours,relation", [(0, "sparse"), (4, "sparse"), (4, "dense")])
+def test_gradients_reach_every_weight(neighbours, relation):
+    g = Grid.square(3, 5)
+    cfg = RegionConfig(n_static=2, hidden=6, horizon=2, neighbours=neighbours, relation=relation, channels=2)
+    model = region_model(cfg, g, seed=0)
+    x = torch.randn(4, 8, 15, 1, generator=torch.Generator().manual_seed(1))
+    y = model(x, torch.randn(15, 2))
+    assert y.shape == (4, 15, 2)
+    torch.nn.functional.mse_loss(y, torch.randn(4, 15, 2)).backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+    assert (model.mix is None) == (neighbours == 0)
+    assert cfg.variant == ("none" if neighbours == 0 else relation)
+
+
+def test_residual_model_starts_near_persistence_and_neighbours_change_the_forecast():
+    g = Grid.square(3, 3)
+    x = torch.zeros(1, 4, 9, 1)
+    x[0, :, 4, 0] = 1.0  # only the centre cell is warm
+    none = region_model(RegionConfig(neighbours=0, hidden=4), g, seed=0)
+    mixed = region_model(RegionConfig(neighbours=8, hidden=4), g, seed=0)
+    y_none, y_mixed = none(x)[0, :, 0], mixed(x)[0, :, 0]
+    corners = [0, 2, 6, 8]  # cold cells beside the warm one: with the mix they see it
+    assert torch.allclose(y_none[corners], y_none[1].expand(4))  # without it, all cold cells are alike
+    assert not torch.allclose(y_mixed[corners], y_none[corners])
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(neighbours=-1), r"neighbours=-1 must be a whole number >= 0 \(0: no mix\)"),
+    (dict(relation="full"), r"relation='full' is not one of \('sparse', 'dense'\)"),
+    (dict(kernel="coo"), r"kernel='coo' is not one of \('gather', 'csr'\)"),
+    (dict(channels=0), r"channels=0 must be a whole number >= 1"),
+    (dict(hidden=0), r"hidden=0 must be a whole number >= 1"),
+])
+def test_bad_settings_are_config_errors(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        region_model(RegionConfig(**kwargs), Grid.square(3))
+
+
+def test_wrong_inputs_say_what_was_expected():
+    model = region_model(RegionConfig(n_static=2, neighbours=2), Grid.square(2, 2))
+    with pytest.raises(ConfigError, match=r"static inputs of shape \(4, 2\); got None"):
+        model(torch.zeros(1, 3, 4, 1))
+    with pytest.raises(ConfigError, match="neighbours=3 needs a neighbour index of shape"):
+        RegionForecaster(RegionConfig(neighbours=3))
