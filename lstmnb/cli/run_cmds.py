@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
-
 from .checks import check_records_args, check_results, check_split_dates
 from .options import (add_records_args, add_request_args, add_results_args, add_train_args, int_list, read_runs,
                       request_from_args, results_path, save_plot, train_config_from_args)
 from .notebooks_cmd import print_series
+
 
 def print_run(record: dict) -> None:
     """The epochs table and the final RMSEs beside the baselines, as `lstmnb train` prints them."""

@@ -5,6 +5,8 @@ The cross-machine comparison on one shared axis lives in ``charts``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from .devices import order_devices

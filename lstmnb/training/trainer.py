@@ -25,6 +25,7 @@ from ..windows import Windows
 from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, recorded_marker, save_checkpoint
 from .config import TrainConfig
 from .evaluate import predict, rmse_kelvin
+from .graphs import STREAM_WARNING, GRAPH_WARMUP_STEPS, graph_plan
 from .summary import finish_record
 
 
@@ -70,34 +71,6 @@ def _make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoc
         return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
     return None
 
-
-
-GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before the capture (PyTorch's whole-network recipe)
-# torch warns when a side-stream backward meets gradients made on the default stream; harmless here
-_STREAM_WARNING = ".*AccumulateGrad.*stream"
-
-
-def graph_plan(cfg: TrainConfig, device: torch.device, adtype: torch.dtype | None) -> tuple[bool, str]:
-    """Whether the training step is captured as a CUDA graph, and why or why not (for the record).
-
-    A graph replays fixed kernels on fixed memory: it needs one CUDA device, batches already on the
-    device (fast path) and a step that does not change between steps (constant lr, no fp16 loss scaler,
-    no torch.compile graphs of its own)."""
-    if not cfg.cuda_graph:
-        return False, "turned off (cuda_graph=False)"
-    if device.type != "cuda":
-        return False, f"runs on {device.type}; CUDA graphs need a CUDA GPU"
-    if cfg.strategy != "single":
-        return False, f"strategy={cfg.strategy}; a graph captures one device's step"
-    if cfg.input_path != "fast":
-        return False, "input_path=dataloader; batches come from host workers, not fixed device memory"
-    if cfg.lr_schedule != "constant":
-        return False, f"lr_schedule={cfg.lr_schedule}; a captured step cannot change its learning rate"
-    if adtype == torch.float16:
-        return False, "amp in float16; its loss scaler changes between steps"
-    if cfg.compile:
-        return False, "compile=True; torch.compile manages its own graphs"
-    return True, f"captured after {GRAPH_WARMUP_STEPS} eager warm-up steps, replayed for every full batch"
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device,
@@ -243,7 +216,7 @@ class Trainer:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side), warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=_STREAM_WARNING)
+                warnings.filterwarnings("ignore", message=STREAM_WARNING)
                 loss = self.step(xb, yb)
             torch.cuda.current_stream().wait_stream(side)
             return loss
@@ -252,7 +225,7 @@ class Trainer:
             graph = torch.cuda.CUDAGraph()
             self.opt.zero_grad(set_to_none=True)
             with torch.cuda.graph(graph), warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=_STREAM_WARNING)
+                warnings.filterwarnings("ignore", message=STREAM_WARNING)
                 with torch.autocast("cuda", dtype=self.adtype, enabled=self.adtype is not None):
                     static_loss = F.mse_loss(self.model(sx).float(), sy)
                 static_loss.backward()
