@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from .checks import check_plot, check_results
 from .options import add_results_args, results_path, save_plot
 

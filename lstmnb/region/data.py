@@ -140,7 +140,7 @@ def region_data(values: np.ndarray, times, grid: Grid, config: WindowConfig = Wi
 
 def region_data_from_box(ds: xr.Dataset, config: WindowConfig = WindowConfig(), *,
                          coords_as_inputs: bool = True) -> RegionData:
-    """``region_data`` for a box Dataset from ``lstmnb.era5.extract`` (dims time, latitude, longitude)."""
+    """``region_data`` for a box Dataset from ``lstmnb.data.extract`` (dims time, latitude, longitude)."""
     grid = grid_of(ds)
     if config.target not in ds.data_vars:
         raise ConfigError(f"target variable {config.target!r} is not in the data; it has {sorted(ds.data_vars)}")

@@ -1,6 +1,6 @@
 """A box of grid cells: its grid, and its data as one series per cell.
 
-``lstmnb.era5.extract`` returns a box as (time, latitude, longitude), and a box across the prime meridian
+``lstmnb.data.extract`` returns a box as (time, latitude, longitude), and a box across the prime meridian
 with its columns in west-to-east order (longitude 358 ... 359.75, 0 ... 2). ``box_to_points`` turns such
 a box into the point layout (time, point) that ``lstmnb.windows.windows_from_dataset`` windows, so the
 point model trains on all cells at once as one global model; with ``coords_as_inputs`` the cell's
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
-from ..era5 import point_label
+from ..data import point_label
 from ..errors import ConfigError, DataError
 
 
@@ -87,7 +87,7 @@ def _check_box(ds: xr.Dataset) -> None:
 
 
 def grid_of(ds: xr.Dataset) -> Grid:
-    """The grid of a box Dataset from ``lstmnb.era5.extract`` (dims time, latitude, longitude)."""
+    """The grid of a box Dataset from ``lstmnb.data.extract`` (dims time, latitude, longitude)."""
     _check_box(ds)
     return Grid(ds["latitude"].values.astype(np.float64), ds["longitude"].values.astype(np.float64))
 
@@ -95,7 +95,7 @@ def grid_of(ds: xr.Dataset) -> Grid:
 def box_to_points(ds: xr.Dataset, *, coords_as_inputs: bool = False) -> xr.Dataset:
     """A box (time, latitude, longitude) as one series per cell (time, point), cells in row-major order.
 
-    Coordinates per point: its label (as ``lstmnb.era5`` names points), latitude and longitude (as
+    Coordinates per point: its label (as ``lstmnb.data`` names points), latitude and longitude (as
     stored), and its grid ``row`` and ``col``. With ``coords_as_inputs``, data variables
     ``cell_latitude`` and ``cell_longitude`` (longitude unwrapped across the prime meridian) repeat
     each cell's coordinates at every hour, so windows carry them as inputs.

@@ -98,9 +98,14 @@ def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress:
 
     request = request or data.Request()
     ds = data.extract(request, progress=progress)
+    if "latitude" in ds.dims and "longitude" in ds.dims:  # a box: one series per cell, one global model
+        from ..region.grid import box_to_points
+
+        ds = box_to_points(ds)
     windows = windows_from_dataset(ds, cfg.window_config())
     info = {"source": request.source, "variables": list(request.variables),
             "points": [list(p) for p in request.points] if request.points else None,
+            "box": list(request.box) if request.box else None, "cells": int(ds.sizes["point"]),
             "start": str(request.start), "end": str(request.end), "hours": int(ds.sizes["time"])}
     return windows, info
 
