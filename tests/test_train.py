@@ -147,6 +147,26 @@ def test_early_stopping_restores_best(small_windows):
     got = error_metrics(small_windows.to_kelvin(pred), small_windows.to_kelvin(small_windows.y["val"]))["rmse"]
     assert got == pytest.approx(best, rel=1e-4)
     assert m["best_val_rmse_k"] == best
+    epoch = val.index(best) + 1
+    assert m["stop_reason"] == (f"validation RMSE did not improve for 1 epochs; the best epoch's weights "
+                                f"(epoch {epoch}, {best:.3f} K) are kept")
+    capped = train(small_windows, cfg(epochs=2, patience=None)).record["metrics"]
+    assert not capped["stopped_early"] and capped["stop_reason"] == "ran all 2 epochs"
+
+
+def test_presets_default_recommended_and_published_exactly():
+    from lstmnb.training import PRESETS, preset_config
+
+    rec = TrainConfig()
+    assert (rec.preset, rec.batch_size, rec.lr, rec.residual, rec.calendar, rec.epochs, rec.patience,
+            rec.input_path) == ("recommended", 256, 4e-3, True, True, 30, 5, "fast")
+    pub = preset_config("published")
+    assert (pub.preset, pub.epochs, pub.patience, pub.batch_size, pub.lr, pub.residual, pub.calendar,
+            pub.input_path, pub.num_workers, pub.fused_adam) == ("published", 5, None, 64, 1e-3, False, False,
+                                                                  "dataloader", 2, False)
+    assert preset_config("published", epochs=15).epochs == 15 and set(PRESETS) == {"recommended", "published"}
+    with pytest.raises(ConfigError, match="preset='fast' is not one of recommended, published"):
+        preset_config("fast")
 
 
 def test_time_to_target_not_reached_is_not_a_time():
