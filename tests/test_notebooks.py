@@ -120,7 +120,7 @@ def test_overrides_go_only_to_notebooks_that_declare_them():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"profile": "gpu-cluster"}, r"unknown profile 'gpu-cluster'; choose from .*ci.*cpu"),
-    ({"profile": "ci", "only": "08"}, r"unknown notebook '08'; choose from 01_data_access"),
+    ({"profile": "ci", "only": "09"}, r"unknown notebook '09'; choose from 01_data_access"),
     ({"profile": "ci", "only": "06", "overrides": {"epochs_list": [1]}},
      r"'epochs_list' not declared by 06_analysis; their parameters: .*results_paths"),
     ({"profile": "ci", "overrides": {"epochs": 5}}, r"'epochs' not declared by 01_data_access, .*epochs_list"),

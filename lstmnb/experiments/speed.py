@@ -18,7 +18,7 @@ from ..device import clock, resolve_device
 from ..errors import ConfigError
 from ..profiles import load_profile
 from ..records import Recorder
-from ..training import PRESETS, TrainConfig, prepare_windows, train
+from ..training import PRESETS, TrainConfig, prepare_windows, thread_choice, train
 
 # The setting the published experiments timed (the ``published`` preset: window 24 h, hidden 64, batch 64,
 # plain Adam 1e-3, a per-sample Dataset + DataLoader(num_workers=2)); the epoch budget is the benchmark's own.
@@ -136,7 +136,8 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
     for rep in range(repeats):
         order = names if rep % 2 == 0 else names[::-1]  # alternate so drift hits all contenders alike
         for name in order:
-            rates.append(matmul_rate(dev))
+            with thread_choice(base, dev):  # the threads the runs get (fewer under load)
+                rates.append(matmul_rate(dev))
             cfg = replace(base, **settings[name], target_rmse=target, stop_at_target=True,
                           seed=base.seed + rep)
             rec = train(windows, cfg, data_info=info).record
