@@ -138,7 +138,9 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"])
         self.history, self.best, self.start_epoch = state["history"], state["best"], state["epoch"]
         self.run_id = state.get("run_id") or self.run_id
-        self.stopped_early = bool(self.history) and self.cfg.stops_after(self.history, self.best)
+        self.stopped_early = False
+        if self.history:  # a run that had already stopped early stays stopped, and says why
+            self.should_stop()
         self.recorded = recorded_marker(state, self.cfg)
         if state.get("recorded") and self.recorded is None:
             self.run_id = new_run_id()  # training on past a recorded run: its result is another run's
