@@ -249,7 +249,7 @@ def test_analysis_of_an_empty_results_folder_says_so(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     result = notebooks.run_series("ci", only="06", runs_dir=tmp_path / "runs", echo=None, progress=False,
-                                  overrides={"results_paths": str(empty)})
+                                  overrides={"results_paths": [str(empty)]})
     nb = result.run_dir / "06_analysis.ipynb"
     assert "**No run records found in" in output_text(nb)
     assert images(nb) == 0 and not (result.run_dir / "figures").exists()

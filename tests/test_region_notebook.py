@@ -8,6 +8,7 @@ from pathlib import Path
 import nbformat
 
 from lstmnb import notebooks
+from lstmnb.profiles import load_profile
 
 NB = Path(__file__).resolve().parents[1] / "notebooks" / "08_region.ipynb"
 
@@ -31,7 +32,7 @@ def test_notebook_08_shape():
 def test_notebook_08_takes_the_shared_profile_parameters():
     params = notebooks.notebook_parameters(NB)
     assert {"profile", "label", "output_dir", "source", "start", "end", "window", "hidden", "device"} <= set(params)
-    ci = notebooks.load_profile("ci").parameters
+    ci = load_profile("ci").parameters
     # the ci profile's tiny sizes reach 08 through the names it shares with the other notebooks
     plan = notebooks.plan_parameters([NB], ci, {}, {NB: params})[NB]
     assert plan["window"] == ci["window"] and plan["end"] == ci["end"] and "points" not in plan

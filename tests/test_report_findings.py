@@ -53,13 +53,14 @@ def own_records(tmp_path_factory):
     CPU runs of the published setting from a laptop, and a GPU run the laptop had to skip."""
     from test_train import _series
 
-    from lstmnb.train import TrainConfig, train
+    from lstmnb.training import preset_config, train
     from lstmnb.windows import make_windows
 
     root = tmp_path_factory.mktemp("results")
     values, times = _series()
-    windows = make_windows(values, times, TrainConfig(window=12).window_config())
-    real = train(windows, TrainConfig(window=12, hidden=8, epochs=2, batch_size=64, progress=False)).record
+    cfg = preset_config("published", window=12, hidden=8, epochs=2, input_path="fast", progress=False, device="cpu")
+    windows = make_windows(values, times, cfg.window_config())
+    real = train(windows, cfg).record
     records.append_record(real, root / "here" / "runs.jsonl")
     laptop = [run_record("cpu", "Intel(R) Core(TM) i7", e, "dataloader", 9.0 * e, host="laptop") for e in (5, 10, 15)]
     laptop.append(run_record("cuda", None, 5, "fast", 0, status="skipped", host="laptop"))

@@ -9,7 +9,7 @@ import torch
 
 from lstmnb.errors import ConfigError
 from lstmnb.experiments.speed import CONTENDERS, contender_settings, format_report, matmul_rate, mfu_text, speed_benchmark
-from lstmnb.training import TrainConfig
+from lstmnb.training import TrainConfig, preset_config
 from lstmnb.windows import make_windows
 
 
@@ -18,7 +18,7 @@ def tiny():
     t = pd.date_range("2020-01-01", periods=24 * 40, freq="h")
     rng = np.random.default_rng(1)
     v = 280 + 5 * np.sin(2 * np.pi * t.hour.to_numpy() / 24) + np.cumsum(rng.normal(0, 0.2, len(t))) * 0.1
-    base = TrainConfig(window=12, hidden=8)
+    base = preset_config("published", window=12, hidden=8, device="cpu")  # the settings this test was written for
     return make_windows(v, t, base.window_config()), base
 
 

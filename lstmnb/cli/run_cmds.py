@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .checks import check_records_args, check_results, check_split_dates
+from .checks import check_plot, check_records_args, check_results, check_split_dates
 from .options import (add_records_args, add_request_args, add_results_args, add_train_args, int_list, read_runs,
                       request_from_args, results_path, save_plot, train_config_from_args)
 from .notebooks_cmd import print_series
@@ -173,7 +173,7 @@ def _quickstart_config(args):
     """The recommended preset on the CPU (its epoch cap unless --epochs is given)."""
     from ..training import preset_config
 
-    return preset_config(device="cpu", experiment="quickstart", **({"epochs": args.epochs} if args.epochs else {}))
+    return preset_config(device="cpu", experiment="quickstart", **({"epochs": args.epochs} if args.epochs is not None else {}))
 
 
 def _check_quickstart(args) -> None:
@@ -214,7 +214,19 @@ def add_skill(sub, full: bool) -> None:
     p.add_argument("--leads", type=int_list, default=(1, 6, 24), help="lead times in hours (default 1,6,24)")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="save RMSE against lead per point here")
     add_results_args(p)
-    p.set_defaults(func=_run_skill)
+    p.set_defaults(func=_run_skill, check=_check_skill)
+
+
+def _check_skill(args) -> None:
+    """The leads, the plot path and everything a training run needs, before the first model trains."""
+    from ..errors import ConfigError
+    from ..training import with_overrides
+
+    if not args.leads or min(args.leads) < 1:
+        raise ConfigError(f"--leads {','.join(map(str, args.leads))}: lead times must be whole hours >= 1, e.g. 1,6,24")
+    check_plot(args.plot)
+    cfg = train_config_from_args(args)
+    check_training(with_overrides(cfg, lead_hours=max(args.leads)), request_from_args(args), results_path(args))
 
 
 def _run_skill(args) -> int:

@@ -20,7 +20,7 @@ import torch
 import xarray as xr
 
 from ..errors import ConfigError, DataError
-from ..windows import SPLITS, Scaler, WindowConfig, climatology_table, split_bounds, split_by_dates
+from ..windows import SPLITS, Scaler, WindowConfig, climatology_table, scored_ranges, split_bounds, split_by_dates
 from .grid import Grid, grid_of
 
 
@@ -90,16 +90,10 @@ class RegionData:
 
 
 def _last_inputs(bounds: dict[str, slice], config: WindowConfig) -> dict[str, np.ndarray]:
-    span = config.window + config.lead_hours - 1 + config.horizon
-    out = {}
-    for name in SPLITS:
-        sl = bounds[name]
-        n = sl.stop - sl.start - span + 1
-        if n <= 0:
-            raise ConfigError(f"the {name} part has {sl.stop - sl.start} hours, fewer than window + lead + horizon = "
-                              f"{span}; use a shorter window or a longer time range")
-        out[name] = sl.start + config.window - 1 + np.arange(n)
-    return out
+    """The last input hour of every sample, per split, by the point pipeline's rule (a sample belongs to the
+    split holding its target hours; its inputs may reach into the part before: ``windows.scored_ranges``)."""
+    ranges = scored_ranges([bounds[name] for name in SPLITS], config)
+    return {name: np.arange(lo, hi) - config.lead_hours for name, (lo, hi) in zip(SPLITS, ranges)}
 
 
 def region_data(values: np.ndarray, times, grid: Grid, config: WindowConfig = WindowConfig(), *,

@@ -115,6 +115,8 @@ def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFra
     rows = []
     for _, r in runs.iterrows():
         config = {k: r.get(f"config.{k}") for k in KNOBS}
+        if _present(r.get("cuda_graph.used")):  # what the run did, where the record says (graphs are the default)
+            config["cuda_graph"] = bool(r.get("cuda_graph.used"))
         problem = {"points": _points(r), "start": r.get("data.start"), "end": r.get("data.end"),
                    **{k: r.get(f"config.{k}") for k in ("window", "hidden", "layers", "cell", "lead_hours", "horizon")}}
         label = problem_label(problem)
