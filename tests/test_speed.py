@@ -9,7 +9,7 @@ import torch
 
 from lstmnb.errors import ConfigError
 from lstmnb.experiments.speed import CONTENDERS, contender_settings, format_report, matmul_rate, mfu_text, speed_benchmark
-from lstmnb.training import TrainConfig, preset_config
+from lstmnb.training import preset_config
 from lstmnb.windows import make_windows
 
 
