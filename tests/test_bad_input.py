@@ -258,6 +258,9 @@ CASES = [
     case("doctor-profile-unknown", ["doctor", "--profile", "nope"], "unknown profile 'nope'", "choose from"),
     case("command-unknown", ["trian"], "invalid choice: 'trian'", "choose from 'train'"),
     case("bench-kind-unknown", ["bench", "sped"], "invalid choice: 'sped'", "'speed'"),
+    case("bench-kind-missing", ["bench"], "required: KIND", "lstmnb bench --help"),
+    case("notebooks-action-missing", ["notebooks"], "required: ACTION", "lstmnb notebooks --help"),
+    case("scratch-action-missing", ["scratch"], "required: ACTION", "lstmnb scratch --help"),
 ]
 
 

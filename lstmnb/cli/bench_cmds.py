@@ -27,10 +27,9 @@ def add_bench(sub, full: bool) -> None:
     p = sub.add_parser("bench", help="speed experiments: speed (time to accuracy, MFU), scaling, allreduce, ...",
                        description="Experiments built from timed runs. Each prints a table and appends run "
                                    "records; see `lstmnb bench KIND --help`.")
-    kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
+    kinds = p.add_subparsers(dest="bench_kind", metavar="KIND", required=True)
     for add in (_bench_speed, _bench_size, _bench_scaling, _bench_allreduce, _bench_batch_sweep, _bench_cost):
         add(kinds, full)
-    p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
 
 
 def _bench_speed(kinds, full: bool) -> None:

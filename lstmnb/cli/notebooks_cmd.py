@@ -10,7 +10,7 @@ def add_notebooks(sub, full: bool) -> None:
         description="Run the numbered notebooks through papermill with a device profile's parameters, write the "
                     "executed notebooks and their HTML to runs/<profile>/<timestamp>/, and print a summary.",
     )
-    nsub = p.add_subparsers(dest="notebooks_command", metavar="ACTION")
+    nsub = p.add_subparsers(dest="notebooks_command", metavar="ACTION", required=True)
     run = nsub.add_parser(
         "run", help="execute the series (or some notebooks) with a profile",
         description="Execute the notebooks with a profile's parameters; -p overrides win. A failing notebook "
@@ -38,7 +38,6 @@ def add_notebooks(sub, full: bool) -> None:
     lst = nsub.add_parser("list", help="show the notebooks (with their parameters) and the profiles")
     lst.add_argument("--notebooks", default=None, help="notebook folder (default: the checkout's notebooks/)")
     lst.set_defaults(func=_list_notebooks, check=lambda args: _notebooks_folder(args.notebooks))
-    p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
 
 
 def _overrides(pairs) -> dict:

@@ -13,7 +13,7 @@ def add_scratch(sub, full: bool) -> None:
     p = sub.add_parser("scratch", help="the from-scratch LSTM: versions table (loops, numpy, numba, CUDA per sample and per block, torch)",
                        description="The LSTM written from its equations (NumPy, backprop through time) and its "
                                    "parallel versions; see `lstmnb scratch bench --help`.")
-    ssub = p.add_subparsers(dest="scratch_command", metavar="ACTION")
+    ssub = p.add_subparsers(dest="scratch_command", metavar="ACTION", required=True)
     b = ssub.add_parser(
         "bench", help="train every version from the same weights and print the versions table",
         description="Train each version for N epochs from the same initial weights on the same batches "
@@ -41,7 +41,6 @@ def add_scratch(sub, full: bool) -> None:
     add_results_args(b)
     b.add_argument("--plot", default=None, metavar="FILE", help="also save the plot (png/svg/pdf)")
     b.set_defaults(func=_run_scratch_bench, check=_check_scratch_bench)
-    p.set_defaults(func=lambda args: (p.print_help(), 1)[1])
 
 
 def _versions(args) -> list[str]:

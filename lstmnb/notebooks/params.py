@@ -18,6 +18,7 @@ from ..errors import ConfigError
 # TrainConfig fields that notebooks declare under the same name
 TRAIN_KEYS = ("window", "lead_hours", "hidden", "layers", "batch_size", "lr", "seed", "num_workers", "threads",
               "device", "amp")
+ONE_OR_MANY = ("results_paths",)  # one folder or a list of them (checked below, not by its default's kind)
 REQUEST_KEYS = ("source", "points", "start", "end", "variables")
 POSITIVE_INTS = ("fit_epochs", "repeats", "scaling_epochs", "batch_sweep_start", "batch_sweep_max", "forecast_days",
                  "scratch_window", "scratch_hours", "scratch_hidden", "scratch_epochs", "scratch_batch_size",
@@ -76,7 +77,7 @@ def check_values(values: Mapping[str, Any], defaults: Mapping[str, Any] | None =
 
     ``defaults``: each parameter's default value (``default_value``), for the kind check."""
     for key, value in values.items():
-        default = (defaults or {}).get(key, ...)
+        default = ... if key in ONE_OR_MANY else (defaults or {}).get(key, ...)
         if not _kind_ok(value, default):
             raise _bad(key, value, f"must be a {type(default).__name__} like its default {default!r}")
     for key in POSITIVE_INTS + NON_NEGATIVE_INTS:

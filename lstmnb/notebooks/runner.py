@@ -31,8 +31,6 @@ INJECTED = ("profile", "label", "output_dir", "results", "results_paths")
 
 def notebooks_dir(folder: str | os.PathLike | None = None) -> Path:
     """The notebook folder: ``folder``, else $LSTMNB_NOTEBOOKS, else the checkout's ``notebooks/``, else ./notebooks."""
-    candidates = [folder, os.environ.get(NOTEBOOKS_ENV), Path(__file__).resolve().parents[2] / "notebooks",
-                  Path.cwd() / "notebooks"]
     if folder is not None:  # a folder asked for is that folder or an error, never the checkout's
         if not str(folder).strip() or not Path(folder).expanduser().is_dir():
             raise NotebookError(f"notebook folder {str(folder)!r} does not exist (or is not a folder)")
@@ -40,9 +38,9 @@ def notebooks_dir(folder: str | os.PathLike | None = None) -> Path:
     env = os.environ.get(NOTEBOOKS_ENV)
     if env and not Path(env).expanduser().is_dir():
         raise NotebookError(f"{NOTEBOOKS_ENV}={env!r} is not a folder; point it at the notebooks/ folder, or unset it")
-    for c in candidates:
-        if c and Path(c).is_dir():
-            return Path(c)
+    for c in (env, Path(__file__).resolve().parents[2] / "notebooks", Path.cwd() / "notebooks"):
+        if c and Path(c).expanduser().is_dir():
+            return Path(c).expanduser()
     raise NotebookError("no notebooks/ folder found; run from a checkout of lstmnb, or pass --notebooks DIR "
                         f"(or set {NOTEBOOKS_ENV})")
 
