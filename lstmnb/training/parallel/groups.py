@@ -136,8 +136,13 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: in
 
 
 def close_distributed(env: DistEnv) -> None:
-    """Destroy the process group if this module created it."""
+    """Destroy the process group if this module created it, once every rank has got here: a rank that
+    tears its group down while another still talks to it can abort (gloo: SIGABRT at exit)."""
     if env.owns_group and dist.is_initialized():
+        try:
+            barrier(env)
+        except Exception:  # noqa: BLE001 - a peer already gone: nothing left to wait for
+            pass
         dist.destroy_process_group()
 
 
