@@ -9,7 +9,9 @@ import xarray as xr
 
 from lstmnb import era5
 from lstmnb.errors import ConfigError, DataError
-from lstmnb.region.grid import Grid, box_to_points, grid_of, point_skill_map, to_map, unwrap_lon
+from lstmnb.cli import main
+from lstmnb.records import read_records
+from lstmnb.region.grid import Grid, box_to_points, grid_of, record_maps, to_map, unwrap_lon
 from lstmnb.region.relation import knn_index
 from lstmnb.windows import WindowConfig, windows_from_dataset
 
@@ -92,28 +94,38 @@ def test_bad_layouts_are_one_line_errors(small_box):
         box_to_points(pts)
     with pytest.raises(DataError, match=r"'rmse' has shape \(3,\); a map of this grid needs \(25,\)"):
         to_map({"rmse": np.zeros(3)}, grid_of(small_box))
-    with pytest.raises(DataError, match="no grid rows and columns"):
-        point_skill_map(pts.drop_vars(["row", "col"]), None, np.zeros(1))
+    with pytest.raises(DataError, match="holds no per-cell scores: only a box run"):
+        record_maps({"run_id": "x", "data": {"points": [[40.0, 280.0]]}})
 
 
-def test_point_skill_map_scores_each_cell_on_the_pipelines_targets(small_box):
-    pts = box_to_points(small_box)
-    w = windows_from_dataset(pts, WindowConfig(window=12))
-    # a forecast that is persistence itself scores as persistence, cell by cell
-    pers_scaled = w.x["test"][:, -1, :1]
-    maps = point_skill_map(pts, w, pers_scaled)
+def test_train_box_scores_every_cell_and_draws_the_map(small_store, tmp_path, capsys):
+    rc = main(["train", "--source", str(small_store), "--box", "39,40,279,280", "--start", "2020-01-01",
+               "--end", "2020-01-10", "--epochs", "2", "--hidden", "8", "--window", "12", "--device", "cpu",
+               "--results", str(tmp_path), "--map", str(tmp_path / "map.png"), "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rec = read_records(tmp_path)[0]
+    rows = rec["skill"]["per_point"]
+    assert [r["point"] for r in rows[:6]] == [era5.point_label(40.0, 279.0 + 0.25 * c) for c in range(5)] + \
+        [era5.point_label(39.75, 279.0)]  # one row per cell, row-major as the grid
+    assert rec["data"]["grid"] == {"latitude": [40.0, 39.75, 39.5, 39.25, 39.0],
+                                   "longitude": [279.0, 279.25, 279.5, 279.75, 280.0]}
+    maps = record_maps(rec)
     assert dict(maps.sizes) == {"latitude": 5, "longitude": 5}
-    np.testing.assert_allclose(maps["model"].values, maps["persistence"].values, rtol=1e-6)
-    # pooled over cells, the baselines are the pipeline's own
-    for name in ("persistence", "climatology"):
-        assert maps.attrs[f"pooled_rmse_{name}"] == pytest.approx(w.baselines["test"][name]["rmse"], rel=1e-6)
-    # one cell's score by hand
-    sel = w.point_index["test"] == 6
-    truth = w.to_kelvin(w.y["test"][sel])
-    pred = w.to_kelvin(w.y["test"][sel] + 0.1)
-    forecast = w.y["test"] + 0.1
-    got = point_skill_map(pts, w, forecast)["model"].values.reshape(-1)[6]
-    assert got == pytest.approx(np.sqrt(np.mean((pred - truth) ** 2)), rel=1e-6)
+    # the cells' scores pooled over their targets are the run's own test figures
+    m = rec["metrics"]
+    for name, key in (("model", "test_rmse_k"), ("persistence", "persistence_rmse_k"),
+                      ("climatology", "climatology_rmse_k")):
+        assert maps.attrs[f"pooled_rmse_{name}"] == pytest.approx(m[key], rel=1e-4)
+    assert "per cell (25 cells, test, 1 h ahead)" in out
+    assert (tmp_path / "map.png").stat().st_size > 10_000
+
+
+def test_a_map_needs_a_box(tmp_path, capsys):
+    assert main(["train", "--map", str(tmp_path / "m.png"), "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a map needs a box of cells; give --box" in err[0]
+    assert not (tmp_path / "runs.jsonl").exists()
 
 
 def test_square_grid_checks_its_size():

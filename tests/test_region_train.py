@@ -16,7 +16,8 @@ from lstmnb.errors import ConfigError, DataError
 from lstmnb.region.data import region_data, region_data_from_box
 from lstmnb.region.grid import Grid, box_to_points
 from lstmnb.region.model import RegionConfig
-from lstmnb.region.train import RegionTrainConfig, compare, plot_skill_map, predict, skill_map
+from lstmnb.region.grid import plot_skill_map
+from lstmnb.region.train import RegionTrainConfig, compare, predict, skill_map
 from lstmnb.windows import WindowConfig, windows_from_dataset
 
 

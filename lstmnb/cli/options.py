@@ -176,7 +176,7 @@ def save_plot(fig, path: str | None, option: str = "--plot") -> None:
 
         try:
             with atomic_path(path, suffix=Path(path).suffix or ".png") as tmp:
-                fig.savefig(tmp, dpi=120)
+                fig.savefig(tmp, dpi=120, bbox_inches="tight")  # suptitles above the axes stay in
         except OSError as exc:
             err = OutputError(f"{option} {path} could not be written: {why_not_written(exc)}; the table above "
                               "is the result")

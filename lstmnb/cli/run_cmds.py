@@ -47,6 +47,8 @@ def add_train(sub, full: bool) -> None:
     add_request_args(p)
     if full:
         add_train_args(p)
+    p.add_argument("--map", default=None, metavar="FILE.png",
+                   help="with --box: save each cell's skill against persistence (model and climatology) as a map")
     add_results_args(p)
     p.set_defaults(func=_run_train, check=_check_train)
 
@@ -73,10 +75,32 @@ def check_training(cfg, request, results) -> None:
 
 
 def _check_train(args) -> None:
-    check_training(train_config_from_args(args), request_from_args(args), results_path(args))
+    from ..errors import ConfigError
+
+    request = request_from_args(args)
+    if args.map is not None and request.box is None:
+        raise ConfigError(f"--map {args.map}: a map needs a box of cells; give --box LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
+    check_plot(args.map, "--map")
+    check_training(train_config_from_args(args), request, results_path(args))
 
 
-def train_and_print(request, cfg, results) -> None:
+def print_cells(record: dict, map_path: str | None = None) -> None:
+    """A box run's per-cell scores in one line (and the skill map saved to ``map_path``)."""
+    from ..region.grid import plot_skill_map, record_maps
+
+    maps = record_maps(record)
+    model, pers, clim = (maps[n].values for n in ("model", "persistence", "climatology"))
+    print(f"per cell ({model.size} cells, test, {maps.attrs['lead_hours']} h ahead): the model beats persistence "
+          f"in {(model < pers).mean():.0%} of them and climatology in {(model < clim).mean():.0%}; mean cell RMSE "
+          f"model {model.mean():.3f} K, persistence {pers.mean():.3f} K, climatology {clim.mean():.3f} K")
+    if map_path:
+        fig = plot_skill_map(maps, reference="persistence")
+        fig.suptitle(f"skill per cell against persistence, {maps.attrs['lead_hours']} h ahead: "
+                     "1 - RMSE / RMSE(persistence), above 0 is better", y=1.04)
+        save_plot(fig, map_path, "--map")
+
+
+def train_and_print(request, cfg, results, map_path: str | None = None) -> None:
     """``train.run`` (appending the record to ``results`` unless None), then the run as `print_run` shows
     it and where the record went; under torchrun only rank 0 prints (and records). When the record
     cannot be written, the run is printed (with the record as one JSON line to keep) before the error."""
@@ -104,6 +128,8 @@ def train_and_print(request, cfg, results) -> None:
     if not is_rank_zero():
         return
     print_run(result.record)
+    if result.record.get("data", {}).get("grid"):
+        print_cells(result.record, map_path)
     for note in result.windows.notes:
         print(f"note: {note}")
     if result.recorded is not None:
@@ -114,7 +140,7 @@ def train_and_print(request, cfg, results) -> None:
 
 
 def _run_train(args) -> int:
-    train_and_print(request_from_args(args), train_config_from_args(args), results_path(args))
+    train_and_print(request_from_args(args), train_config_from_args(args), results_path(args), args.map)
     return 0
 
 

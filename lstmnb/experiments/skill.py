@@ -6,30 +6,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
 from ..records import Recorder
 from ..training import prepare_windows, train, with_overrides
-
-
-def per_point_scores(result) -> list[dict[str, Any]]:
-    """Test RMSE of the model and both baselines per point (kelvin), and the skill scores."""
-    w = result.windows
-    truth = w.to_kelvin(w.y["test"])
-    pred = result.forecast_kelvin("test")
-    base = w.predictions["test"]
-    rows = []
-    for p, name in enumerate(w.points):
-        sel = w.point_index["test"] == p
-        mse = {k: float(np.mean((v[sel] - truth[sel]) ** 2))
-               for k, v in (("model", pred), ("persistence", base["persistence"]), ("climatology", base["climatology"]))}
-        rows.append({"point": name, "lead_hours": w.config.lead_hours, "targets": int(sel.sum()),
-                     **{f"{k}_rmse_k": float(np.sqrt(v)) for k, v in mse.items()},
-                     "skill_vs_persistence": 1 - mse["model"] / mse["persistence"] if mse["persistence"] else None,
-                     "skill_vs_climatology": 1 - mse["model"] / mse["climatology"] if mse["climatology"] else None})
-    return rows
+from ..training.evaluate import skill_section
 
 
 def skill_experiment(request, cfg, leads: Iterable[int] = (1, 6, 24), *, results=None,
@@ -45,7 +27,7 @@ def skill_experiment(request, cfg, leads: Iterable[int] = (1, 6, 24), *, results
         run_cfg.validate()
         windows, info = prepare_windows(request, run_cfg, progress=cfg.progress)
         result = train(windows, run_cfg, data_info=info)
-        result.record["skill"] = {"lead_hours": lead, "per_point": per_point_scores(result)}
+        result.record["skill"] = skill_section(result)
         recorder.add(result.record)
     return recorder.records
 

@@ -5,6 +5,9 @@ with its columns in west-to-east order (longitude 358 ... 359.75, 0 ... 2). ``bo
 a box into the point layout (time, point) that ``lstmnb.windows.windows_from_dataset`` windows, so the
 point model trains on all cells at once as one global model; with ``coords_as_inputs`` the cell's
 latitude and longitude become inputs too, so the shared model can tell the cells apart.
+
+Per-cell scores become (latitude, longitude) maps (``to_map``; ``record_maps`` from a box run's record)
+and ``plot_skill_map`` draws them.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import xarray as xr
 
 from ..data import point_label
 from ..errors import ConfigError, DataError
+
+BASELINES = ("persistence", "climatology")  # the names the per-cell maps give the baselines
 
 
 def unwrap_lon(lon: np.ndarray) -> np.ndarray:
@@ -157,40 +162,56 @@ def grid_of_points(points: xr.Dataset) -> Grid:
     return Grid(lat, lon)
 
 
-def point_skill_map(points: xr.Dataset, windows, pred_scaled: np.ndarray, split: str = "test") -> xr.Dataset:
-    """Per-cell RMSE (K) of a point-pipeline forecast for a box turned into points, as (lat, lon) maps.
-
-    ``windows`` is ``lstmnb.windows.windows_from_dataset(points, ...)`` and ``pred_scaled`` the model's
-    (samples, horizon) output for ``split`` in scaled units. Persistence (the last input value) and
-    climatology (each cell's hour-of-day x day-of-year mean of the training part) are scored on the
-    same target hours; ``attrs`` hold each one's RMSE pooled over all cells.
-    """
-    import pandas as pd
-
-    from ..windows import climatology_table
-
-    grid = grid_of_points(points)
-    cfg = windows.config
-    pidx = np.asarray(windows.point_index[split], dtype=np.int64)
-    truth = windows.to_kelvin(windows.y[split])
-    pred = windows.to_kelvin(np.asarray(pred_scaled).reshape(truth.shape))
-    persistence = np.repeat(windows.to_kelvin(windows.x[split][:, -1, 0])[:, None], cfg.horizon, axis=1)
-    raw = points[cfg.target].transpose("time", "point").values.astype(np.float64)
-    times = pd.DatetimeIndex(points["time"].values)
-    t0, t1 = (pd.Timestamp(t) for t in windows.split_times["train"])
-    train = (times >= t0) & (times <= t1)
-    target_times = pd.DatetimeIndex(windows.target_times[split])
-    climatology = np.empty_like(truth)
-    for p in range(grid.n_cells):
-        sel = np.nonzero(pidx == p)[0]
-        tt = pd.DatetimeIndex((target_times[sel].values[:, None]
-                               + np.arange(cfg.horizon) * np.timedelta64(1, "h")).reshape(-1))
-        table = climatology_table(raw[train, p], times[train])
-        climatology[sel] = table[tt.day_of_year.to_numpy() - 1, tt.hour.to_numpy()].reshape(sel.size, cfg.horizon)
-    counts = np.bincount(pidx, minlength=grid.n_cells) * cfg.horizon
+def record_maps(record: dict) -> xr.Dataset:
+    """Per-cell test RMSE (K) of the model, persistence and climatology of a box run's record, as
+    (lat, lon) maps: the record's ``skill`` rows (one per cell, row-major) on its ``data.grid``.
+    ``attrs`` hold each one's RMSE pooled over all cells (weighted by each cell's targets)."""
+    grid_info = (record.get("data") or {}).get("grid")
+    rows = (record.get("skill") or {}).get("per_point")
+    if not grid_info or not rows:
+        raise DataError(f"run {record.get('run_id')} holds no per-cell scores: only a box run "
+                        "(`lstmnb train --box ...`) has a map")
+    grid = Grid(np.asarray(grid_info["latitude"], dtype=np.float64), np.asarray(grid_info["longitude"], dtype=np.float64))
+    targets = np.array([r["targets"] for r in rows], dtype=np.float64)
     values, pooled = {}, {}
-    for name, p in (("model", pred), ("persistence", persistence), ("climatology", climatology)):
-        sq = ((p - truth) ** 2).sum(axis=1)
-        values[name] = np.sqrt(np.bincount(pidx, weights=sq, minlength=grid.n_cells) / np.maximum(counts, 1))
-        pooled[f"pooled_rmse_{name}"] = float(np.sqrt(sq.sum() / counts.sum()))
-    return to_map(values, grid, attrs={**pooled, "split": split, "lead_hours": cfg.lead_hours, "units": "K"})
+    for name in ("model", *BASELINES):
+        rmse = np.array([r[f"{name}_rmse_k"] for r in rows], dtype=np.float64)
+        values[name] = rmse
+        pooled[f"pooled_rmse_{name}"] = float(np.sqrt(np.sum(rmse ** 2 * targets) / targets.sum()))
+    return to_map(values, grid, attrs={**pooled, "split": "test", "units": "K",
+                                       "lead_hours": record["skill"].get("lead_hours")})
+
+
+def plot_skill_map(maps: xr.Dataset, names: list[str] | None = None, reference: str | None = None):
+    """One panel per forecast: its per-cell RMSE (shared colour scale), or with ``reference`` its skill
+    1 - RMSE / RMSE(reference) (positive: better than the reference; the colour scale follows the
+    models, baselines beyond it are clipped). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    names = list(names or maps.data_vars)
+    missing = [n for n in names + ([reference] if reference else []) if n not in maps.data_vars]
+    if missing:
+        raise ConfigError(f"no map named {missing[0]!r}; the maps are {list(maps.data_vars)}")
+    if reference is not None:
+        names = [n for n in names if n != reference]
+        panels = {n: 1.0 - maps[n] / maps[reference] for n in names}
+        # the colour scale follows the models (a baseline far off, such as climatology an hour ahead, is clipped)
+        scaled = [p for n, p in panels.items() if n not in BASELINES] or list(panels.values())
+        lim = max(float(abs(p).max()) for p in scaled) or 1.0
+        style, label = dict(cmap="RdBu", vmin=-lim, vmax=lim), f"skill vs {reference}"
+    else:
+        panels = {n: maps[n] for n in names}
+        style = dict(cmap="viridis", vmin=min(float(p.min()) for p in panels.values()),
+                     vmax=max(float(p.max()) for p in panels.values()))
+        label = "RMSE (K)"
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.6), squeeze=False, sharey=True)
+    extent_lon = np.arange(maps.sizes["longitude"])
+    for ax, (name, panel) in zip(axes[0], panels.items()):
+        im = ax.pcolormesh(extent_lon, maps["latitude"].values, panel.values, shading="nearest", **style)
+        ax.set_title(name)
+        ticks = extent_lon[:: -(-len(extent_lon) // 3)]  # at most three labels: they are wide
+        ax.set_xticks(ticks, [f"{maps['longitude'].values[i] % 360:g}" for i in ticks])
+        ax.set_xlabel("longitude (E)")
+    axes[0][0].set_ylabel("latitude")
+    fig.colorbar(im, ax=axes[0].tolist(), label=label, shrink=0.9, extend="both" if reference else "neither")
+    return fig

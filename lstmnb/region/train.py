@@ -1,4 +1,4 @@
-"""Training and per-cell evaluation of the region forecaster; the skill map and its plot.
+"""Training and per-cell evaluation of the region forecaster, and its skill map (``grid.plot_skill_map`` draws it).
 
 Every step takes a batch of time windows, each holding all cells, and minimises the mean squared error
 over windows, cells and lead hours (scaled units). The weights with the best validation RMSE are kept.
@@ -21,11 +21,8 @@ import xarray as xr
 from ..errors import ConfigError, DeviceError
 from ..models import count_parameters
 from .data import RegionData
-from .grid import to_map
+from .grid import BASELINES, to_map
 from .model import RegionConfig, RegionForecaster, region_model
-
-BASELINES = ("persistence", "climatology")
-
 
 @dataclass(frozen=True)
 class RegionTrainConfig:
@@ -197,38 +194,3 @@ def compare(data: RegionData, variants: dict[str, RegionConfig], cfg: RegionTrai
         table.loc[name, "train_s"] = round(f.train_s, 2)
         table.loc[name, "best_epoch"] = f.best_epoch
     return table, maps, fits
-
-
-def plot_skill_map(maps: xr.Dataset, names: list[str] | None = None, reference: str | None = None):
-    """One panel per forecast: its per-cell RMSE (shared colour scale), or with ``reference`` its skill
-    1 - RMSE / RMSE(reference) (positive: better than the reference; the colour scale follows the
-    models, baselines beyond it are clipped). Returns the figure."""
-    import matplotlib.pyplot as plt
-
-    names = list(names or maps.data_vars)
-    missing = [n for n in names + ([reference] if reference else []) if n not in maps.data_vars]
-    if missing:
-        raise ConfigError(f"no map named {missing[0]!r}; the maps are {list(maps.data_vars)}")
-    if reference is not None:
-        names = [n for n in names if n != reference]
-        panels = {n: 1.0 - maps[n] / maps[reference] for n in names}
-        # the colour scale follows the models (a baseline far off, such as climatology an hour ahead, is clipped)
-        scaled = [p for n, p in panels.items() if n not in BASELINES] or list(panels.values())
-        lim = max(float(abs(p).max()) for p in scaled) or 1.0
-        style, label = dict(cmap="RdBu", vmin=-lim, vmax=lim), f"skill vs {reference}"
-    else:
-        panels = {n: maps[n] for n in names}
-        style = dict(cmap="viridis", vmin=min(float(p.min()) for p in panels.values()),
-                     vmax=max(float(p.max()) for p in panels.values()))
-        label = "RMSE (K)"
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.6), squeeze=False, sharey=True)
-    extent_lon = np.arange(maps.sizes["longitude"])
-    for ax, (name, panel) in zip(axes[0], panels.items()):
-        im = ax.pcolormesh(extent_lon, maps["latitude"].values, panel.values, shading="nearest", **style)
-        ax.set_title(name)
-        ticks = extent_lon[:: max(1, len(extent_lon) // 4)]
-        ax.set_xticks(ticks, [f"{maps['longitude'].values[i] % 360:g}" for i in ticks])
-        ax.set_xlabel("longitude (E)")
-    axes[0][0].set_ylabel("latitude")
-    fig.colorbar(im, ax=axes[0].tolist(), label=label, shrink=0.9, extend="both" if reference else "neither")
-    return fig

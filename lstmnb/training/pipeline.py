@@ -18,6 +18,7 @@ from ..windows import Windows, windows_from_dataset
 from . import parallel
 from .checkpoints import load_checkpoint, mark_recorded, recorded_marker
 from .config import TrainConfig
+from .evaluate import skill_section
 from .parallel.groups import is_rank_zero
 from .trainer import RunResult, Trainer
 
@@ -101,12 +102,18 @@ def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress:
     if "latitude" in ds.dims and "longitude" in ds.dims:  # a box: one series per cell, one global model
         from ..region.grid import box_to_points
 
+        grid = {"latitude": [float(v) for v in ds["latitude"].values],
+                "longitude": [float(v) for v in ds["longitude"].values]}
         ds = box_to_points(ds)
+    else:
+        grid = None
     windows = windows_from_dataset(ds, cfg.window_config())
     info = {"source": request.source, "variables": list(request.variables),
             "points": [list(p) for p in request.points] if request.points else None,
             "box": list(request.box) if request.box else None, "cells": int(ds.sizes["point"]),
             "start": str(request.start), "end": str(request.end), "hours": int(ds.sizes["time"])}
+    if grid is not None:  # the cells' grid (row-major, as the points are), so records can draw maps
+        info["grid"] = grid
     return windows, info
 
 
@@ -136,6 +143,8 @@ def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
     record cannot be written, an ``OutputError`` carries the finished run as ``.result``."""
     windows, info = prepare_windows(request, cfg, progress=cfg.progress)
     result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end)
+    if info.get("grid") and result.record is not None and "skill" not in result.record:
+        result.record["skill"] = skill_section(result)  # a box: every cell's scores, for the map
     if is_rank_zero():  # under torchrun only rank 0 writes
         try:
             record_run(result, cfg, results)
