@@ -13,7 +13,8 @@ from lstmnb.region.data import region_data
 from lstmnb.region.grid import Grid
 from lstmnb.region.model import RegionConfig, region_model
 from lstmnb.region.relation import knn_index
-from lstmnb.region.shard import ShardConfig, local_model, plan_tiles, run_sharded, train_steps
+from lstmnb.experiments.region import run_sharded
+from lstmnb.region.shard import ShardConfig, local_model, plan_tiles, train_steps
 from lstmnb.windows import WindowConfig
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::UserWarning")]

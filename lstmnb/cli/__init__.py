@@ -14,7 +14,7 @@ import warnings
 from typing import Sequence
 
 from ..errors import LstmnbError
-from . import bench_cmds, data_cmd, doctor_cmd, notebooks_cmd, run_cmds, scratch_cmd
+from . import bench_cmds, data_cmd, doctor_cmd, notebooks_cmd, region_cmd, run_cmds, scratch_cmd
 
 # the environment variables lstmnb reads, as `lstmnb --help` lists them (README: Environment)
 ENVIRONMENT = """environment:
@@ -34,6 +34,7 @@ COMMANDS = (
     ("notebooks", notebooks_cmd.add_notebooks),
     ("quickstart", run_cmds.add_quickstart),
     ("bench", bench_cmds.add_bench),
+    ("region", region_cmd.add_region),
     ("scratch", scratch_cmd.add_scratch),
     ("doctor", doctor_cmd.add_doctor),
 )
@@ -119,7 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 1
     where = " ".join(filter(None, (args.command, getattr(args, "notebooks_command", None),
-                                   getattr(args, "bench_kind", None), getattr(args, "scratch_command", None))))
+                                   getattr(args, "bench_kind", None), getattr(args, "region_kind", None),
+                                   getattr(args, "scratch_command", None))))
     with warnings.catch_warnings():
         warnings.showwarning = _one_line_warning
         try:

@@ -16,32 +16,25 @@ all gradients are summed over ranks (the loss is divided by the global count, as
 
 The mix acts on inputs, so a rank could read its halo from the store instead; the exchange keeps every
 rank's data strictly its own band, as a mix of neighbours' hidden states would require.
+
+``lstmnb.experiments.region`` starts the ranks (``training.parallel.spawn``) and records the runs.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..errors import ConfigError, LstmnbError
+from ..errors import ConfigError
 from .data import RegionData
 from .grid import Grid
 from .model import RegionConfig, RegionForecaster, region_model
 
 MODES = ("tiles", "windows")
-
-
-class ShardError(LstmnbError):
-    """A rank of a sharded run failed or lost contact with the others."""
 
 
 @dataclass(frozen=True)
@@ -210,79 +203,12 @@ def train_steps(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig, ran
             "cells": int(tile.cells.size) if tile is not None else data.n_cells}
 
 
-# --- launching ranks -------------------------------------------------------------------------------
-
-def _rank_main(rank: int, world: int, workdir: str, data: RegionData, model_cfg: RegionConfig,
-               cfg: ShardConfig, threads: int) -> None:
-    import datetime
-
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # ranks on one machine talk over loopback
-    torch.set_num_threads(threads)
-    try:
-        dist.init_process_group("gloo", init_method=f"file://{workdir}/rendezvous", rank=rank,
-                                world_size=world, timeout=datetime.timedelta(seconds=cfg.timeout_s))
-        out = train_steps(data, model_cfg, cfg, rank, world)
-        gathered = [None] * world
-        dist.all_gather_object(gathered, out)
-        if rank == 0:
-            torch.save(gathered, Path(workdir) / "result.pt")
-        dist.barrier()
-        dist.destroy_process_group()
-    except BaseException as exc:  # noqa: BLE001 - the launcher reports it in one line
-        Path(workdir, f"error-rank{rank}.txt").write_text(f"{type(exc).__name__}: {str(exc).strip()[:400]}")
-        raise
-
-
-def run_sharded(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig = ShardConfig()) -> dict:
-    """Train ``cfg.steps`` steps on ``cfg.world_size`` local gloo ranks (spawned processes, CPU).
-
-    Returns rank 0's losses (the area's loss after each step), the slowest rank's median step seconds,
-    and every rank's cells and bytes sent per step. A failing rank stops all and raises ``ShardError``.
-    """
-    import torch.multiprocessing as mp
-
+def check_sharded(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig) -> None:
+    """What a sharded run needs, checked before any rank starts: the configs, and for tiles a sparse
+    relation (or none) and one band of rows per rank."""
     cfg.validate()
     model_cfg.validate()
     if cfg.mode == "tiles" and model_cfg.neighbours and model_cfg.relation != "sparse":
         raise ConfigError("tiles need relation='sparse' (or neighbours=0): a dense row reaches every cell")
     if cfg.mode == "tiles":
-        plan_tiles(data.grid, None, cfg.world_size)  # checks world_size against the rows before spawning
-    threads = max(1, (os.cpu_count() or 1) // cfg.world_size)
-    workdir = tempfile.mkdtemp(prefix="lstmnb-shard-")
-    try:
-        try:
-            mp.start_processes(_rank_main, args=(cfg.world_size, workdir, data, model_cfg, cfg, threads),
-                               nprocs=cfg.world_size, join=True, start_method="spawn")
-        except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
-            reports = sorted(Path(workdir).glob("error-rank*.txt"))
-            first = reports[0].read_text() if reports else str(exc).strip().splitlines()[-1]
-            raise ShardError(f"a rank of {cfg.world_size} failed ({cfg.mode}): {first}") from None
-        ranks = torch.load(Path(workdir) / "result.pt", weights_only=False)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return {"mode": cfg.mode, "world_size": cfg.world_size, "losses": ranks[0]["losses"],
-            "step_s": max(r["step_s"] for r in ranks), "cells": [r["cells"] for r in ranks],
-            "bytes_sent_per_step": [r["bytes_sent_per_step"] for r in ranks]}
-
-
-def scaling_table(data: RegionData, model_cfg: RegionConfig, world_sizes=(1, 2), modes=MODES,
-                  cfg: ShardConfig = ShardConfig()):
-    """Step time of tiles vs windows over ``world_sizes`` (1: one process, no launcher), as a DataFrame
-    with the speed-up over one process, the halo bytes each rank sends per step, and the largest
-    relative difference of the loss from the one-process loss over the steps."""
-    import dataclasses
-
-    import pandas as pd
-
-    rows = []
-    one = train_steps(data, model_cfg, dataclasses.replace(cfg, mode="windows"))
-    for mode in modes:
-        for w in world_sizes:
-            got = one if w == 1 else run_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w))
-            rows.append({"mode": mode, "world_size": w, "step_s": got["step_s"],
-                         "speedup": one["step_s"] / got["step_s"] if got["step_s"] > 0 else math.nan,
-                         "max_halo_bytes_per_step": max(np.atleast_1d(got["bytes_sent_per_step"])),
-                         "final_loss": got["losses"][-1],
-                         "loss_rel_diff": float(np.max(np.abs(np.subtract(got["losses"], one["losses"]))
-                                                       / np.abs(one["losses"])))})
-    return pd.DataFrame(rows)
+        plan_tiles(data.grid, None, cfg.world_size)

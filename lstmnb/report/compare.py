@@ -30,7 +30,7 @@ PUBLISHED_PROBLEM_LABEL = "published problem"
 LIKE_FOR_LIKE = "published setting · DataLoader"
 # experiments with tables of their own (and settings chosen for another question) are not compared here
 NOT_COMPARED = ("batch-sweep", "speed")
-NOT_COMPARED_PREFIXES = ("scaling-", "uneven-")
+NOT_COMPARED_PREFIXES = ("scaling-", "uneven-", "region-")
 KNOBS = tuple(PUBLISHED_SETTING) + ("input_path", "num_workers")
 
 

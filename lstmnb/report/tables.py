@@ -46,7 +46,7 @@ def runs_table(df: pd.DataFrame) -> pd.DataFrame:
         "started": "started", "experiment": "experiment", "status": "status", "device.kind": "device",
         "device.name": "device name", "profile": "profile", "data.source": "source", "config.preset": "preset",
         "config.lead_hours": "lead h", "config.input_path": "input", "config.batch_size": "batch", "config.lr": "lr",
-        "config.residual": "residual", "config.epochs": "epochs", "metrics.epochs_run": "epochs run",
+        "config.residual": "residual", "config.variant": "variant", "config.epochs": "epochs", "metrics.epochs_run": "epochs run",
         "timing.train_s": "train s",
         "timing.samples_per_s": "samples/s", "metrics.test_rmse_k": "test RMSE K",
         "metrics.persistence_rmse_k": "persistence K", "metrics.climatology_rmse_k": "climatology K",
