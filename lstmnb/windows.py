@@ -249,6 +249,33 @@ def scored_ranges(bounds: Sequence[slice], config: WindowConfig) -> list[tuple[i
     return out
 
 
+def series_array(values, times) -> tuple[np.ndarray, pd.DatetimeIndex]:
+    """A (time,), (time, point) or (time, point, variable) array as float64 (time, point, variable),
+    with its times, checked: one time per step, no missing (NaN) hour."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim == 1:
+        v = v[:, None, None]
+    elif v.ndim == 2:
+        v = v[:, :, None]
+    if v.ndim != 3:
+        raise DataError(f"values must be (time,), (time, point) or (time, point, variable); got {v.shape}")
+    times = pd.DatetimeIndex(times)
+    if len(times) != v.shape[0]:
+        raise DataError(f"{len(times)} times for {v.shape[0]} time steps")
+    if np.isnan(v).any():
+        bad = times[np.isnan(v).any(axis=(1, 2))]
+        raise DataError(f"the series has {len(bad)} missing (NaN) hours, first at {bad[0]}; pick a range with data")
+    return v, times
+
+
+def split_parts(times: pd.DatetimeIndex, config: WindowConfig) -> tuple[slice, slice, slice]:
+    """The training, validation and test parts of ``times``: at ``config.split_dates`` when given, else
+    by ``config.fractions``."""
+    if config.split_dates is not None:
+        return split_by_dates(times, *config.split_dates)
+    return split_bounds(len(times), config.fractions)
+
+
 def make_windows(
     values: np.ndarray,
     times: pd.DatetimeIndex | Sequence,
@@ -263,27 +290,12 @@ def make_windows(
     model serves all points. Baselines are computed on exactly the same target samples.
     """
     config.validate()
-    v = np.asarray(values, dtype=np.float64)
-    if v.ndim == 1:
-        v = v[:, None, None]
-    elif v.ndim == 2:
-        v = v[:, :, None]
-    if v.ndim != 3:
-        raise DataError(f"values must be (time,), (time, point) or (time, point, variable); got {v.shape}")
-    times = pd.DatetimeIndex(times)
-    if len(times) != v.shape[0]:
-        raise DataError(f"{len(times)} times for {v.shape[0]} time steps")
-    if np.isnan(v).any():
-        bad = times[np.isnan(v).any(axis=(1, 2))]
-        raise DataError(f"the series has {len(bad)} missing (NaN) hours, first at {bad[0]}; pick a range with data")
+    v, times = series_array(values, times)
     n_t, n_p, n_v = v.shape
     features = list(features) if features is not None else [config.target] + [f"var{i}" for i in range(1, n_v)]
     points = list(points) if points is not None else [f"point{i}" for i in range(n_p)]
 
-    if config.split_dates is not None:
-        bounds = split_by_dates(times, *config.split_dates)
-    else:
-        bounds = split_bounds(n_t, config.fractions)
+    bounds = split_parts(times, config)
     ranges = scored_ranges(bounds, config)
     train_part, train_times = v[bounds[0]], times[bounds[0]]
     scaler = Scaler.fit(train_part.reshape(-1, n_v))

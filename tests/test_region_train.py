@@ -114,7 +114,7 @@ def test_bad_input(small_box):
         region_data(np.zeros((10, 5)), pd.date_range("2020", periods=10, freq="h"), Grid.square(2))
     values = np.full((100, 4), 280.0)
     values[50, 1] = np.nan
-    with pytest.raises(DataError, match="1 hours with missing"):
+    with pytest.raises(DataError, match=r"1 missing \(NaN\) hours, first at"):
         region_data(values, pd.date_range("2020", periods=100, freq="h"), Grid.square(2))
     data = region_data(np.random.default_rng(0).normal(280, 1, (200, 4)), pd.date_range("2020", periods=200, freq="h"),
                        Grid.square(2), WindowConfig(window=4))

@@ -20,7 +20,7 @@ import torch
 import xarray as xr
 
 from ..errors import ConfigError, DataError
-from ..windows import SPLITS, Scaler, WindowConfig, climatology_table, scored_ranges, split_bounds, split_by_dates
+from ..windows import SPLITS, Scaler, WindowConfig, climatology_table, scored_ranges, series_array, split_parts
 from .grid import Grid, grid_of
 
 
@@ -104,21 +104,10 @@ def region_data(values: np.ndarray, times, grid: Grid, config: WindowConfig = Wi
     config.validate()
     if config.calendar:
         raise ConfigError("calendar inputs are not offered for regions yet; set calendar=False")
-    v = np.asarray(values, dtype=np.float64)
-    v = v[:, :, None] if v.ndim == 2 else v
-    if v.ndim != 3 or v.shape[1] != grid.n_cells:
+    if np.ndim(values) not in (2, 3) or np.shape(values)[1] != grid.n_cells:
         raise DataError(f"values must be (time, {grid.n_cells} cells[, variables]); got shape {np.shape(values)}")
-    times = pd.DatetimeIndex(times)
-    if len(times) != v.shape[0]:
-        raise DataError(f"{len(times)} times for {v.shape[0]} time steps")
-    if np.isnan(v).any():
-        bad = times[np.isnan(v).any(axis=(1, 2))]
-        raise DataError(f"the area has {len(bad)} hours with missing (NaN) values, first at {bad[0]}; pick a range with data")
-    if config.split_dates is not None:
-        parts = split_by_dates(times, *config.split_dates)
-    else:
-        parts = split_bounds(len(times), config.fractions)
-    bounds = dict(zip(SPLITS, parts))
+    v, times = series_array(values, times)
+    bounds = dict(zip(SPLITS, split_parts(times, config)))
     last = _last_inputs(bounds, config)
     scaler = Scaler.fit(v[bounds["train"]].reshape(-1, v.shape[2]))
     scaled = scaler.transform(v).astype(np.float32)
