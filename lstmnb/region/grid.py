@@ -148,20 +148,6 @@ def to_map(values: dict[str, np.ndarray], grid: Grid, *, attrs: dict | None = No
     return xr.Dataset(data_vars, coords={"latitude": grid.lat, "longitude": grid.lon}, attrs=dict(attrs or {}))
 
 
-def grid_of_points(points: xr.Dataset) -> Grid:
-    """The grid of a box turned into points by ``box_to_points`` (from its ``row``/``col`` coordinates)."""
-    if "row" not in points.coords or "col" not in points.coords:
-        raise DataError("these points carry no grid rows and columns; make them with box_to_points")
-    rows, cols = points["row"].values, points["col"].values
-    ny, nx = int(rows.max()) + 1, int(cols.max()) + 1
-    if rows.size != ny * nx:
-        raise DataError(f"{rows.size} points do not fill a {ny} x {nx} grid")
-    lat, lon = np.empty(ny), np.empty(nx)
-    lat[rows] = points["latitude"].values
-    lon[cols] = points["longitude"].values
-    return Grid(lat, lon)
-
-
 def record_maps(record: dict) -> xr.Dataset:
     """Per-cell test RMSE (K) of the model, persistence and climatology of a box run's record, as
     (lat, lon) maps: the record's ``skill`` rows (one per cell, row-major) on its ``data.grid``.
@@ -170,7 +156,7 @@ def record_maps(record: dict) -> xr.Dataset:
     rows = (record.get("skill") or {}).get("per_point")
     if not grid_info or not rows:
         raise DataError(f"run {record.get('run_id')} holds no per-cell scores: only a box run "
-                        "(`lstmnb train --box ...`) has a map")
+                        "(`lstmnb train --box ...`, `lstmnb region skill`) has a map")
     grid = Grid(np.asarray(grid_info["latitude"], dtype=np.float64), np.asarray(grid_info["longitude"], dtype=np.float64))
     targets = np.array([r["targets"] for r in rows], dtype=np.float64)
     values, pooled = {}, {}

@@ -52,4 +52,3 @@ def per_point_scores(result) -> list[dict[str, Any]]:
 def skill_section(result) -> dict[str, Any]:
     """A record's ``skill`` section: the lead and ``per_point_scores`` (the per-cell scores of a box run)."""
     return {"lead_hours": result.windows.config.lead_hours, "per_point": per_point_scores(result)}
-

@@ -99,14 +99,12 @@ def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress:
 
     request = request or data.Request()
     ds = data.extract(request, progress=progress)
+    grid = None
     if "latitude" in ds.dims and "longitude" in ds.dims:  # a box: one series per cell, one global model
         from ..region.grid import box_to_points
 
-        grid = {"latitude": [float(v) for v in ds["latitude"].values],
-                "longitude": [float(v) for v in ds["longitude"].values]}
+        grid = {"latitude": ds["latitude"].values.tolist(), "longitude": ds["longitude"].values.tolist()}
         ds = box_to_points(ds)
-    else:
-        grid = None
     windows = windows_from_dataset(ds, cfg.window_config())
     info = {"source": request.source, "variables": list(request.variables),
             "points": [list(p) for p in request.points] if request.points else None,
