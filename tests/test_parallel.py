@@ -38,6 +38,15 @@ def synthetic_windows(cfg: TrainConfig, days: int = 60, points: int = 2):
     return make_windows(values, pd.date_range("2020-01-01", periods=hours.size, freq="h"), cfg.window_config())
 
 
+def _abort_while_exiting(env, value: int) -> int:
+    """A spawn job whose rank 1 aborts as its interpreter exits, after the job (as gloo's teardown can)."""
+    if env.rank == 1:
+        import atexit
+
+        atexit.register(os.abort)
+    return value * 2
+
+
 def _die_at_epoch_2(rank: int, entry: dict) -> None:
     """Rank callback: rank 1 crashes hard (no cleanup, no error report) after its second epoch."""
     if rank == 1 and entry["epoch"] == 2:
@@ -160,6 +169,11 @@ def test_unequal_shards_still_compute_the_global_batch_gradient():
 
 
 # --- failures ---------------------------------------------------------------------------------------
+
+def test_a_rank_that_dies_while_exiting_after_its_work_loses_nothing():
+    with pytest.warns(RuntimeWarning, match="rank 1 of 2 ended by SIGABRT while exiting, after its work was done"):
+        assert parallel.spawn(_abort_while_exiting, 2, device="cpu", kwargs={"value": 21}) == 42
+
 
 @pytest.mark.slow
 def test_a_dying_rank_fails_the_run_fast_and_leaves_only_complete_files(tmp_path):

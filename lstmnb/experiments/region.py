@@ -53,7 +53,7 @@ def cell_rows(maps, name: str, targets: int) -> list[dict[str, Any]]:
 
 
 def region_skill(data, variants: dict, train_cfg, *, data_info: dict | None = None, results=None,
-                 on_epoch: Callable[[str, dict], None] | None = None,
+                 profile: str | None = None, on_epoch: Callable[[str, dict], None] | None = None,
                  on_point: Callable[[dict[str, Any]], None] | None = None):
     """Train each named ``RegionConfig`` of ``variants`` on ``data`` (a ``RegionData``; same seed, same
     batches) and score every cell against persistence and climatology on the same target hours.
@@ -61,7 +61,8 @@ def region_skill(data, variants: dict, train_cfg, *, data_info: dict | None = No
     Returns (table, maps, records): ``region.train.compare``'s table and maps, and one record per
     variant with its epochs, timing, pooled metrics and every cell's scores (``skill.per_point``, so
     ``region.grid.record_maps`` draws its map as it does a `train --box` run's). ``data_info``: the
-    records' ``data`` section (``region_info``; default: the area alone).
+    records' ``data`` section (``region_info``; default: the area alone). ``profile``: the device
+    profile the records name (a notebook run's), as in every experiment.
     """
     from ..region.train import compare
 
@@ -77,7 +78,7 @@ def region_skill(data, variants: dict, train_cfg, *, data_info: dict | None = No
         row = table.loc[name]
         seconds = [e["seconds"] for e in fit.history]
         recorder.add(new_record(
-            SKILL, device=train_cfg.device, config=config, data=info, epochs=fit.history,
+            SKILL, device=train_cfg.device, profile=profile, config=config, data=info, epochs=fit.history,
             timing={"train_s": fit.train_s, "epoch_s_median": float(np.median(seconds))},
             metrics={"test_rmse_k": maps.attrs[f"pooled_rmse_{name}"],
                      "persistence_rmse_k": maps.attrs["pooled_rmse_persistence"],
@@ -93,8 +94,8 @@ _MEMORY_STATUS = {"ok": "ok", "failed": "failed", "over budget": "skipped"}
 
 
 def region_memory(sides, variants=("sparse", "dense"), budget_bytes: float = 4 * 2**30, base=None, *,
-                  target: tuple[int, int] | None = None, results=None, echo: Callable[[str], None] | None = None,
-                  on_point: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
+                  target: tuple[int, int] | None = None, results=None, profile: str | None = None,
+                  echo: Callable[[str], None] | None = None, on_point: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
     """``region.memory.sweep`` (square areas per variant up to the budget, each measured in a fresh
     process beside the memory model's prediction), one record per case: the first area over the budget
     is recorded as skipped with its predicted size, a failed case as failed with its reason. ``target``
@@ -120,7 +121,7 @@ def region_memory(sides, variants=("sparse", "dense"), budget_bytes: float = 4 *
         case = dataclasses.replace(base, ny=int(row["ny"]), nx=int(row["nx"]), variant=row["variant"])
         measured = row.get("measured_bytes")
         recorder.add(new_record(
-            MEMORY, status=status, reason=reason, device=base.device, config=dataclasses.asdict(case),
+            MEMORY, status=status, reason=reason, device=base.device, profile=profile, config=dataclasses.asdict(case),
             memory={"predicted_bytes": int(row["predicted_total"]),
                     "measured_bytes": None if measured is None or pd.isna(measured) else int(measured),
                     "floor_bytes": df.attrs["floor_bytes"], "budget_bytes": budget_bytes, "method": row.get("method")},
@@ -162,7 +163,8 @@ def run_sharded(data, model_cfg, cfg) -> dict[str, Any]:
 
 
 def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *, data_info: dict | None = None,
-                   results=None, on_point: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
+                   results=None, profile: str | None = None,
+                   on_point: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
     """Step time of tiles vs windows over ``world_sizes`` against one process (world size 1, run once and
     recorded once), as a table with the speed-up, the halo bytes each rank sends per step, and the largest
     relative difference of the loss from the one-process loss over the steps; one record per run."""
@@ -181,7 +183,8 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
         diff = (float(np.max(np.abs(np.subtract(got["losses"], one["losses"])) / np.abs(one["losses"])))
                 if one is not None else 0.0)
         return recorder.add(new_record(
-            SCALING, device="cpu", world_size=world, config={**base, "mode": mode, "world_size": world}, data=info,
+            SCALING, device="cpu", profile=profile, world_size=world, data=info,
+            config={**base, "mode": mode, "world_size": world},
             timing={"step_s": got["step_s"]},
             metrics={"losses": got["losses"], "final_loss": got["losses"][-1], "loss_rel_diff_vs_one": diff},
             region={"mode": mode, "cells": np.atleast_1d(got["cells"]).tolist(),

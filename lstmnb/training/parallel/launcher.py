@@ -54,6 +54,7 @@ def _rank_main(local_rank: int, job: _Job) -> None:
             with atomic_path(Path(job.workdir) / "result.pt") as tmp:
                 torch.save(result, tmp)
         close_distributed(env)
+        Path(job.workdir, f"done-rank{local_rank}").touch()  # past here only the interpreter's own exit is left
     except BaseException as exc:  # noqa: BLE001 - report every failure to the launcher, then exit non-zero
         Path(job.workdir, f"error-rank{local_rank}.json").write_text(json.dumps({
             "rank": local_rank, "type": type(exc).__name__, "message": str(exc).strip().splitlines()[0][:500]
@@ -100,6 +101,23 @@ def _launch_error(workdir: Path, exc: BaseException, world: int, exitcodes: dict
     return DistributedError(f"a rank of {world} failed: {str(exc).strip().splitlines()[-1][:300]}")
 
 
+def _died_after_its_work(workdir: Path, exc: BaseException, world: int) -> bool:
+    """Whether a rank died only while its interpreter exited, after the job was done: rank 0's result is
+    written and the dead rank had closed its group (every rank met at the group's last barrier). gloo can
+    abort a process at exit (SIGABRT, 'terminate called without an active exception'); that loses nothing,
+    so it is a warning, not a failed job."""
+    import warnings
+
+    i = getattr(exc, "error_index", None)
+    if i is None or not (workdir / "result.pt").exists() or not (workdir / f"done-rank{i}").exists():
+        return False
+    code = getattr(exc, "exit_code", None)
+    how = f"by {signal.Signals(-code).name}" if isinstance(code, int) and code < 0 else f"with status {code}"
+    warnings.warn(f"rank {i} of {world} ended {how} while exiting, after its work was done and its result "
+                  f"handed back; nothing was lost", RuntimeWarning, stacklevel=3)
+    return True
+
+
 def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwargs: dict[str, Any] | None = None,
           timeout_s: float = 300.0, threads: int | None = None, deadline_s: float | None = None,
           on_message: Callable[[Any], None] | None = None, backend: str | None = None) -> Any:
@@ -138,8 +156,9 @@ def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwar
                     raise DistributedError(f"the {world_size} ranks did not finish within {deadline_s:g} s; "
                                            f"they were stopped and no record was written")
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
-            codes = {i: p.exitcode for i, p in enumerate(pc.processes)}
-            raise _launch_error(workdir, exc, world_size, codes) from None
+            if not _died_after_its_work(workdir, exc, world_size):
+                codes = {i: p.exitcode for i, p in enumerate(pc.processes)}
+                raise _launch_error(workdir, exc, world_size, codes) from None
         drain()
         result_file = workdir / "result.pt"
         if not result_file.exists():
