@@ -9,6 +9,7 @@ from .checks import check_plot, check_results, positive
 from .options import add_request_args, add_results_args, int_list, request_from_args, results_path, save_plot, str_list
 
 DEFAULT_BOX = "37,41,279,281"  # 17 x 9 cells of the embedded sample (around 39N 80W)
+SCALING_BOX = "39,41,279,281"  # 9 x 9 cells
 VARIANTS = ("sparse", "none", "dense")
 
 
@@ -96,7 +97,8 @@ def _add_skill(kinds) -> None:
                     "mean over cells of the per-cell test RMSE, the pooled RMSE, the share of cells better than "
                     "persistence, parameters and training seconds, beside persistence and climatology scored on "
                     "the same target hours. One record per variant, with every cell's scores.",
-        epilog="example:\n  lstmnb region skill --box 39,40,279,280 --end 2020-03-31 --epochs 3 --plot skill.png",
+        epilog=f"default area: --box {DEFAULT_BOX} (17 x 9 cells of the sample), 2020-01-01 .. 2021-06-30\n"
+               "example:\n  lstmnb region skill --box 39,40,279,280 --end 2020-03-31 --epochs 3 --plot skill.png",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_area_args(p, DEFAULT_BOX)
     g = p.add_argument_group("skill")
@@ -288,9 +290,10 @@ def _add_scaling(kinds) -> None:
                     "and windows (each rank the whole area, a share of each batch's windows). Prints seconds per "
                     "step, speed-up over one process, halo bytes per rank and step, and the largest relative "
                     "difference of the loss from the one-process loss (float rounding only).",
-        epilog="example:\n  lstmnb region scaling --box 39,41,279,281 --world-sizes 1,2 --steps 5",
+        epilog=f"default area: --box {SCALING_BOX} (9 x 9 cells of the sample), 2020-01-01 .. 2021-06-30\n"
+               "example:\n  lstmnb region scaling --box 39,40,279,280 --world-sizes 1,2 --steps 5",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_area_args(p, "39,41,279,281")
+    _add_area_args(p, SCALING_BOX)
     g = p.add_argument_group("scaling")
     g.add_argument("--world-sizes", type=int_list, default=(1, 2), help="ranks to run (default 1,2)")
     g.add_argument("--modes", type=str_list, default=("tiles", "windows"), help="tiles,windows (default both)")
