@@ -7,6 +7,11 @@ import os
 
 import pytest
 
+# gcsfs decides once, when it is first imported (doctor's checks and test_era5_cloud's importorskip import it
+# at collection), whether to use its experimental gRPC path, on by default since 2026; that path tries TLS
+# against the plain-HTTP GCS emulator and retries for minutes. The emulator tests need the HTTP path.
+os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_cache(tmp_path_factory):
@@ -149,9 +154,8 @@ def gcs_emulator():
                 proc.kill()
                 pytest.fail("gcp-storage-emulator did not start")
             time.sleep(0.1)
-    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
-    os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
-    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+    saved = {"STORAGE_EMULATOR_HOST": os.environ.get("STORAGE_EMULATOR_HOST")}
+    os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"  # GCSFS_EXPERIMENTAL_...: top of this file
     try:
         yield GcsEmulator(port, proc)
     finally:
