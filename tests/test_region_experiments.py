@@ -61,8 +61,9 @@ def test_region_scaling_records_one_process_once_and_ranks_that_match_it(small_s
     out = capsys.readouterr().out
     assert rc == 0, out
     one, two = read_records(tmp_path)
-    assert (one["region"]["mode"], one["world_size"], two["region"]["mode"], two["world_size"]) == \
+    assert (one["region"]["mode"], one["config"]["world_size"], two["region"]["mode"], two["config"]["world_size"]) == \
         ("one process", 1, "tiles", 2)
+    assert "world_size" not in two  # the report's multi-device findings are about DDP and DataParallel runs
     np.testing.assert_allclose(two["metrics"]["losses"], one["metrics"]["losses"], rtol=1e-5)
     assert two["metrics"]["loss_rel_diff_vs_one"] < 1e-5
     assert two["region"]["cells"] == [8, 4]  # three rows over two ranks: 2 and 1 rows of 4 cells

@@ -335,7 +335,7 @@ def _run_scaling(args) -> int:
         check_sharded(data, model_cfg, cfg)
     table = region_scaling(data, model_cfg, args.world_sizes, args.modes, _shard_configs(args)[0],
                            data_info=region_info(request, data), results=results_path(args),
-                           on_point=lambda r: print(f"  {r['region']['mode']}, {r['world_size']} rank(s): "
+                           on_point=lambda r: print(f"  {r['region']['mode']}, {r['config']['world_size']} rank(s): "
                                                     f"{r['timing']['step_s']:.4f} s per step", flush=True))
     ny, nx = data.grid.shape
     print(f"\n{ny} x {nx} cells, {args.steps} steps of {args.batch_size} windows, sparse k = {args.neighbours}, "

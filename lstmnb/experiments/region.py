@@ -183,7 +183,7 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
         diff = (float(np.max(np.abs(np.subtract(got["losses"], one["losses"])) / np.abs(one["losses"])))
                 if one is not None else 0.0)
         return recorder.add(new_record(
-            SCALING, device="cpu", profile=profile, world_size=world, data=info,
+            SCALING, device="cpu", profile=profile, data=info,  # no top-level world_size: the report reads that as DDP
             config={**base, "mode": mode, "world_size": world},
             timing={"step_s": got["step_s"]},
             metrics={"losses": got["losses"], "final_loss": got["losses"][-1], "loss_rel_diff_vs_one": diff},
