@@ -82,17 +82,10 @@ def _run_data(args) -> int:
 
     print(f"cached     {extracts_root()}")
     if args.csv:
-        from ..errors import OutputError
-        from ..paths import atomic_path, why_not_written
+        from .options import write_output
 
-        try:
-            with atomic_path(args.csv) as tmp:
-                data.to_frame(ds).to_csv(tmp, index=False)
-        except OSError as exc:
-            err = OutputError(f"--csv {args.csv} could not be written: {why_not_written(exc)}; the series is in "
-                              "the cache (lstmnb data --status)")
-            err.exit_status = 1
-            raise err from None
+        write_output(args.csv, "--csv", lambda tmp: data.to_frame(ds).to_csv(tmp, index=False),
+                     "the series is in the cache (lstmnb data --status)")
         print(f"csv        {args.csv}")
     return 0
 

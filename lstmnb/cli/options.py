@@ -165,23 +165,28 @@ def results_path(args):
     return args.results if args.results is not None else str(results_dir())
 
 
+def write_output(path: str, option: str, write, kept: str, suffix: str = "") -> None:
+    """``write(tmp)`` to a temporary beside ``path``, renamed onto it when complete; a write that fails
+    after the work is an OutputError (exit status 1) naming ``option`` and saying what is ``kept``."""
+    from ..errors import OutputError
+    from ..paths import atomic_path, why_not_written
+
+    try:
+        with atomic_path(path, suffix=suffix) as tmp:
+            write(tmp)
+    except OSError as exc:
+        err = OutputError(f"{option} {path} could not be written: {why_not_written(exc)}; {kept}")
+        err.exit_status = 1
+        raise err from None
+
+
 def save_plot(fig, path: str | None, option: str = "--plot") -> None:
-    """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf; none: png);
-    a write that fails after the work is an OutputError with exit status 1."""
+    """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf; none: png)."""
     if path:
         from pathlib import Path
 
-        from ..errors import OutputError
-        from ..paths import atomic_path, why_not_written
-
-        try:
-            with atomic_path(path, suffix=Path(path).suffix or ".png") as tmp:
-                fig.savefig(tmp, dpi=120, bbox_inches="tight")  # suptitles above the axes stay in
-        except OSError as exc:
-            err = OutputError(f"{option} {path} could not be written: {why_not_written(exc)}; the table above "
-                              "is the result")
-            err.exit_status = 1
-            raise err from None
+        write_output(path, option, lambda tmp: fig.savefig(tmp, dpi=120, bbox_inches="tight"),  # suptitles stay in
+                     "the table above is the result", suffix=Path(path).suffix or ".png")
         print(f"plot       {path}")
 
 
