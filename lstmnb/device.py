@@ -165,6 +165,13 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def host_memory_bytes() -> int:
+    """This machine's physical memory in bytes."""
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
 def device_info(device: str | None = None) -> dict[str, Any]:
     """Kind, name, count and memory of ``device`` ('cpu', 'cuda', 'cuda:1', 'mps'), plus the host CPU."""
     import psutil
@@ -174,7 +181,7 @@ def device_info(device: str | None = None) -> dict[str, Any]:
         "kind": kind,
         "name": cpu_model(),
         "count": 1,
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "memory_gb": round(host_memory_bytes() / 2**30, 1),
         "cpu_model": cpu_model(),
         "cpu_cores": os.cpu_count(),
         "cpu_physical_cores": psutil.cpu_count(logical=False),

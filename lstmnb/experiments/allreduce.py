@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..device import clock
+from ..device import clock, host_memory_bytes
 from ..errors import ConfigError
 from ..models import Forecaster, count_parameters
 from ..records import new_record
@@ -78,7 +78,6 @@ class AllreduceConfig:
     def validate(self) -> None:
         """Every value before any rank starts; ConfigError naming the value and what is allowed."""
         import math
-        import os
 
         from ..training.config import check_device_name, local_rank_limit
 
@@ -87,11 +86,8 @@ class AllreduceConfig:
             raise ConfigError(f"world_size={self.world_size!r} must be a whole number in 2..{top}")
         check_device_name(self.device)
         size_ladder(self.min_bytes, self.max_bytes, self.factor)
-        try:
-            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError, AttributeError):
-            memory = None
-        if memory and 2 * self.max_bytes * self.world_size > memory:
+        memory = host_memory_bytes()
+        if 2 * self.max_bytes * self.world_size > memory:
             raise ConfigError(f"max_bytes={self.max_bytes:,} on {self.world_size} ranks needs more than this machine's "
                               f"{memory / 2**30:,.0f} GiB of memory; give a smaller --max-bytes")
         for name in ("budget_s", "timeout_s"):

@@ -6,7 +6,7 @@ is not here gives ``skipped`` records with the reason."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -14,8 +14,8 @@ import pandas as pd
 
 from ..device import no_cuda_reason
 from ..errors import ConfigError
-from ..records import Recorder, new_record
-from ..training import TrainConfig, prepare_windows, train
+from ..records import Recorder
+from ..training import TrainConfig, prepare_windows, skipped_record, train
 
 VARIANTS = ("cpu", "cuda-eager", "cuda-graph")
 PUBLISHED_POINTS = ((40.0, 280.0), (20.0, 280.0))
@@ -75,8 +75,7 @@ def size_experiment(request, cfg: TrainConfig, sc: SizeConfig = SizeConfig(), *,
             run_cfg = _variant_config(base, variant)
             size = {"points": n, "variant": variant, "train_samples": int(windows.x["train"].shape[0])}
             if variant != "cpu" and no_gpu:
-                rec = new_record("size", status="skipped", reason=no_gpu, device="cuda", profile=cfg.profile,
-                                 config=asdict(run_cfg), data=info, size=size)
+                rec = skipped_record(run_cfg, no_gpu, data=info, size=size)
             else:
                 rec = train(windows, run_cfg, data_info=info).record
                 rec["size"] = size

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import resource
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
 import torch
 
 from ..device import free_memory, indexed, is_oom, proc_status_kb, resolve_device
 from ..errors import ConfigError
-from ..records import Recorder, new_record
-from ..training import Trainer, train
+from ..records import Recorder
+from ..training import Trainer, skipped_record, train
 
 
 @dataclass
@@ -166,8 +166,7 @@ def batch_sweep(windows, cfg, sweep: SweepConfig = SweepConfig(), *, data_info: 
         else:
             rec, oom = _capped_point(windows, point, data_info, sweep.memory_cap_mb)
         if rec is None:
-            rec = new_record("batch-sweep", status="oom", device=str(device), profile=cfg.profile, reason=oom,
-                             config=asdict(point), data=data_info)
+            rec = skipped_record(point, oom, status="oom", data=data_info)
         rec["sweep"] = info
         recorder.add(rec)
         if rec["status"] == "oom":

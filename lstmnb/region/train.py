@@ -24,6 +24,7 @@ from .data import RegionData
 from .grid import BASELINES, to_map
 from .model import RegionConfig, RegionForecaster, region_model
 
+
 @dataclass(frozen=True)
 class RegionTrainConfig:
     """How the region forecaster is trained."""

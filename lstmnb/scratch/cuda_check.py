@@ -50,8 +50,10 @@ def start_failure(engine: str, exc: BaseException, libs: tuple[str, ...] = NUMBA
     return f"{engine} cannot start: {what} ({versions_note(libs)})"
 
 
+@functools.cache
 def performance_warnings() -> tuple[type[Warning], ...]:
-    """Numba's NumbaPerformanceWarning class(es): numba's own and numba-cuda's where it has its own."""
+    """Numba's NumbaPerformanceWarning class(es): numba's own and numba-cuda's where it has its own (looked
+    up once: engines enter ``quiet_launches`` on every batch)."""
     found: list[type[Warning]] = []
     for module in ("numba.core.errors", "numba.cuda.core.errors"):
         try:

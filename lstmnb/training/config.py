@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..device import DEVICE_CHOICES
+from ..device import DEVICE_CHOICES, host_memory_bytes
 from ..errors import ConfigError
 from ..models import ModelConfig
 from ..windows import WindowConfig
@@ -44,13 +44,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def knob(default: Any, help: str) -> Any:
-    """A TrainConfig field with its one help text (read by the CLI and the docs)."""
+    """A TrainConfig field with its one help text (the CLI's option help reads it)."""
     return field(default=default, metadata={"help": help})
-
-
-def help_text(name: str) -> str:
-    """The help text of TrainConfig field ``name``."""
-    return next(f.metadata.get("help", "") for f in fields(TrainConfig) if f.name == name)
 
 
 @dataclass
@@ -201,10 +196,7 @@ class TrainConfig:
         h = self.hidden
         params = gates * h * (1 + h + 2) + (self.layers - 1) * gates * h * (2 * h + 2) + (h + 1) * self.horizon
         need = 16 * params
-        try:
-            have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError, AttributeError):
-            return
+        have = host_memory_bytes()
         if need > have:
             raise ConfigError(f"hidden={h} with layers={self.layers} needs {need / 2**30:,.0f} GiB for the weights, "
                               f"gradients and Adam state alone; this machine has {have / 2**30:,.0f} GiB")

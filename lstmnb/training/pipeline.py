@@ -79,7 +79,7 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
         return done
     if cfg.strategy != "single":
         with thread_choice(cfg, None):  # ranks choose their own threads; an explicit cfg.threads applies here
-            return parallel.train_parallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end)
+            return parallel.train_parallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, state=state)
     device = resolve_device(cfg.device)
     with thread_choice(cfg, device) as threads:
         tr = Trainer(windows, cfg, device)

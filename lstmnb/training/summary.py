@@ -80,10 +80,9 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
     )
 
 
-
-def skipped_record(cfg: TrainConfig, reason: str, **extra: Any) -> dict[str, Any]:
-    """A record for a run that could not happen here (no GPU): a reason, never a number."""
-
-    return new_record(cfg.experiment, status="skipped", reason=reason, device=cfg.device, profile=cfg.profile,
+def skipped_record(cfg: TrainConfig, reason: str, status: str = "skipped", **extra: Any) -> dict[str, Any]:
+    """A record for a run that gave no figures: it could not happen here (no GPU: ``skipped``) or ran out
+    of memory (``oom``); a reason, never a number."""
+    return new_record(cfg.experiment, status=status, reason=reason, device=cfg.device, profile=cfg.profile,
                       config=asdict(cfg), **extra)
 

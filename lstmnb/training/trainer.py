@@ -116,7 +116,6 @@ class Trainer:
         self.stopped_early = False
         self.stop_reason: str | None = None
         self.run_id = new_run_id()  # kept in the checkpoint: a resumed run records under the same id
-        self.recorded: dict[str, Any] | None = None  # the checkpoint's mark of a finished, recorded run
         self.peak_since_reset = False  # set by start_peak_memory: the memory figure is this run's own
         self.x_val = torch.from_numpy(windows.x["val"]).to(device)
         self.y_val = torch.from_numpy(windows.y["val"]).to(device)
@@ -125,7 +124,7 @@ class Trainer:
     def restore(self, state: dict[str, Any] | None = None) -> bool:
         """Load ``cfg.checkpoint`` (or ``state``, already loaded from it) when resuming; True if a
         checkpoint was found. A run that had stopped early stays stopped; a run that was recorded and
-        is finished keeps the mark (``recorded``); one resumed for more epochs becomes a new run."""
+        is finished keeps its mark; one resumed for more epochs becomes a new run."""
         if state is None and self.cfg.resume:
             state = load_checkpoint(self.cfg.checkpoint, self.cfg)
         if state is None:
@@ -141,8 +140,7 @@ class Trainer:
         self.stopped_early = False
         if self.history:  # a run that had already stopped early stays stopped, and says why
             self.should_stop()
-        self.recorded = recorded_marker(state, self.cfg)
-        if state.get("recorded") and self.recorded is None:
+        if state.get("recorded") and recorded_marker(state, self.cfg) is None:
             self.run_id = new_run_id()  # training on past a recorded run: its result is another run's
         return True
 

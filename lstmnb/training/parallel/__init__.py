@@ -26,14 +26,15 @@ from .shards import ShareBalancer, balanced_sizes, weighted_allreduce_hook
 
 def train_parallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
                    on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
-                   options: RankOptions | None = None):
+                   options: RankOptions | None = None, state: dict[str, Any] | None = None):
     """``train.train`` for strategies other than single: DataParallel here, DDP as a rank or by launching ranks.
 
     Under torchrun (or in a process group the caller made) this process is one rank; otherwise
-    ``cfg.nproc`` (default 1) local processes are started.
+    ``cfg.nproc`` (default 1) local processes are started (each reads the checkpoint itself). ``state``:
+    the checkpoint the caller already loaded for ``cfg.resume``.
     """
     if cfg.strategy == "dataparallel":
-        return train_dataparallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end)
+        return train_dataparallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, state=state)
     if cfg.strategy != "ddp":
         raise ConfigError(f"strategy={cfg.strategy!r} is not one of dataparallel, ddp")
     if dist.is_initialized() or under_launcher():
@@ -41,7 +42,8 @@ def train_parallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
             raise ConfigError(f"nproc={cfg.nproc} but the launcher started WORLD_SIZE={os.environ['WORLD_SIZE']} "
                               f"ranks; under torchrun leave --nproc out (torchrun's --nproc-per-node sets it)")
         env = init_distributed(cfg.device, cfg.dist_timeout_s, cfg.threads)
-        result = train_rank(windows, cfg, env, data_info=data_info, on_epoch_end=on_epoch_end, options=options)
+        result = train_rank(windows, cfg, env, data_info=data_info, on_epoch_end=on_epoch_end, options=options,
+                            state=state)
         close_distributed(env)
         return result
     return launch_train(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, options=options)

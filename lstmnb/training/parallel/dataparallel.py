@@ -36,7 +36,8 @@ def flatten_for_dataparallel(core: nn.Module) -> None:
 
 
 def train_dataparallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
-                       on_epoch_end: Callable[[dict[str, Any]], None] | None = None):
+                       on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
+                       state: dict[str, Any] | None = None):
     """``nn.DataParallel`` over ``cfg.nproc`` (default all) visible GPUs; batch_size is the global batch."""
     if not torch.cuda.is_available():
         raise DeviceError(cuda_missing("strategy='dataparallel'",
@@ -52,10 +53,11 @@ def train_dataparallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
         raise DeviceError(f"nproc={n} GPUs asked for DataParallel, but only {count} visible; use --nproc {count}")
     device = torch.device("cuda", 0)
     tr = Trainer(windows, cfg, device)
-    tr.restore()
+    tr.restore(state)
     flatten_for_dataparallel(tr.core)
     tr.model = nn.DataParallel(tr.core, device_ids=list(range(n)))
-    for i in range(n):
+    tr.start_peak_memory()  # cuda:0, as every strategy; the other GPUs' peaks below
+    for i in range(1, n):
         torch.cuda.reset_peak_memory_stats(i)
     tr.fit(f"dataparallel x{n}", on_epoch_end, world_size=n)
     info = {"strategy": "dataparallel", "world_size": n, "device_ids": list(range(n)),

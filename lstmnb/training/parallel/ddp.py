@@ -103,7 +103,7 @@ def _shard_sizes(cfg, world: int, options: RankOptions) -> list[int]:
 
 def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None = None,
                on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
-               options: RankOptions | None = None) -> RunResult:
+               options: RankOptions | None = None, state: dict[str, Any] | None = None) -> RunResult:
     """Train as one DDP rank; returns the same ``RunResult`` as ``training.train`` (the record on rank 0;
     None on the other ranks, which write nothing and so skip the test evaluation that makes it).
 
@@ -116,7 +116,7 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
     n_train = windows.x["train"].shape[0]
     tr = Trainer(windows, cfg, env.device, steps_per_epoch=steps_per_epoch(n_train, cfg, world),
                  writer=env.is_writer)
-    tr.restore()
+    tr.restore(state)
     ddp = wrap_ddp(tr.core, cfg, env)
     tr.model = torch.compile(ddp) if cfg.compile else ddp  # compile the DDP module, as PyTorch advises
     if options.slowdown_s_per_sample.get(rank):

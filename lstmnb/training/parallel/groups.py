@@ -165,6 +165,3 @@ def comm_failure(exc: BaseException, env: DistEnv, timeout_s: float, where: str)
         f"rank {env.rank}/{env.world_size} lost contact with the other ranks during {where} ({first}); "
         f"another rank failed or waited longer than dist_timeout_s={timeout_s:g}; nothing more was written"
     )
-
-
-# --- wrapping the model -----------------------------------------------------------------------------
