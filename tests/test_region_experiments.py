@@ -39,6 +39,15 @@ def test_region_skill_records_every_variant_with_each_cells_scores(small_store, 
     assert (tmp_path / "skill.png").stat().st_size > 10_000
 
 
+def test_region_skill_takes_every_variable_as_an_input(small_store, tmp_path, capsys):
+    rc = main(["region", "skill", *_area(small_store), "--variable", "2m_temperature", "--variable",
+               "surface_pressure", "--variants", "sparse", "--epochs", "1", "--steps", "2", "--batch-size", "4",
+               "--results", str(tmp_path)])
+    assert rc == 0, capsys.readouterr()
+    (rec,) = read_records(tmp_path)
+    assert rec["config"]["n_features"] == 2 and rec["config"]["n_static"] == 2
+
+
 @pytest.mark.slow
 def test_region_memory_records_each_case_and_skips_the_area_over_budget(tmp_path, capsys):
     rc = main(["region", "memory", "--sides", "4,300", "--variants", "sparse", "--budget-gb", "0.5", "--steps", "1",

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 
+from ..region import VARIANTS
 from .checks import check_plot, check_results, positive
 from .options import add_request_args, add_results_args, int_list, request_from_args, results_path, save_plot, str_list
 
 DEFAULT_BOX = "37,41,279,281"  # 17 x 9 cells of the embedded sample (around 39N 80W)
 SCALING_BOX = "39,41,279,281"  # 9 x 9 cells
-VARIANTS = ("sparse", "none", "dense")
 
 
 def add_region(sub, full: bool) -> None:
@@ -54,12 +54,13 @@ def _area_data(args, lead_hours: int = 1):
     return request, region_data_from_box(extract(request), WindowConfig(window=args.window, lead_hours=lead_hours))
 
 
-def _model_config(args, variant: str = "sparse"):
-    from ..region.model import RegionConfig
+def _model_config(args, variant: str = "sparse", data=None):
+    """The variant's RegionConfig from the options; with ``data``, sized to its inputs (one feature per
+    variable, the cells' coordinates as static inputs)."""
+    from ..region.model import variant_config
 
-    shape = {"sparse": dict(neighbours=args.neighbours), "none": dict(neighbours=0),
-             "dense": dict(neighbours=args.neighbours, relation="dense")}[variant]
-    cfg = RegionConfig(n_static=2, hidden=args.hidden, **shape)
+    sizes = {"n_features": data.n_features, "n_static": data.n_static} if data is not None else {}
+    cfg = variant_config(variant, hidden=args.hidden, neighbours=args.neighbours, **sizes)
     cfg.validate()
     return cfg
 
@@ -135,13 +136,13 @@ def _run_skill(args) -> int:
     from ..region.grid import plot_skill_map
     from ..report import format_table
 
-    variants = {v: _model_config(args, v) for v in _variants(args.variants)}
 
     def epoch(name: str, e: dict) -> None:
         print(f"  {name} epoch {e['epoch']}: train loss {e['train_loss']:.4f}, validation RMSE "
               f"{e['val_rmse_k']:.4f} K, {e['seconds']:.1f} s", flush=True)
 
     request, data = _area_data(args, args.lead_hours)
+    variants = {v: _model_config(args, v, data) for v in _variants(args.variants)}
     table, maps, records = region_skill(data, variants, _train_config(args), data_info=region_info(request, data),
                                         results=results_path(args), on_epoch=epoch)
     ny, nx = records[0]["data"]["shape"]
@@ -303,13 +304,11 @@ def _add_scaling(kinds) -> None:
     p.set_defaults(func=_run_scaling, check=_check_scaling)
 
 
-def _shard_configs(args):
-    import dataclasses
-
+def _shard_config(args, mode: str = "tiles", world_size: int = 1):
     from ..region.shard import ShardConfig
 
-    base = ShardConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
-    return [dataclasses.replace(base, mode=m, world_size=w) for m in args.modes for w in args.world_sizes]
+    return ShardConfig(mode=mode, world_size=world_size, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                       seed=args.seed)
 
 
 def _check_scaling(args) -> None:
@@ -320,20 +319,17 @@ def _check_scaling(args) -> None:
     top = local_rank_limit()
     if not args.world_sizes or any(not 1 <= w <= top for w in args.world_sizes):
         raise ConfigError(f"--world-sizes {','.join(map(str, args.world_sizes))}: ranks must be in 1..{top}")
-    for cfg in _shard_configs(args):
-        cfg.validate()
+    for mode in args.modes:
+        for w in args.world_sizes:
+            _shard_config(args, mode, w).validate()
 
 
 def _run_scaling(args) -> int:
     from ..experiments.region import region_info, region_scaling
-    from ..region.shard import check_sharded
     from ..report import format_table
 
-    model_cfg = _model_config(args)
     request, data = _area_data(args)
-    for cfg in _shard_configs(args):  # one band of rows per rank: checked against the area before any rank starts
-        check_sharded(data, model_cfg, cfg)
-    table = region_scaling(data, model_cfg, args.world_sizes, args.modes, _shard_configs(args)[0],
+    table = region_scaling(data, _model_config(args, data=data), args.world_sizes, args.modes, _shard_config(args),
                            data_info=region_info(request, data), results=results_path(args),
                            on_point=lambda r: print(f"  {r['region']['mode']}, {r['config']['world_size']} rank(s): "
                                                     f"{r['timing']['step_s']:.4f} s per step", flush=True))

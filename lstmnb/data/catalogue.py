@@ -58,6 +58,12 @@ class Request:
             raise ConfigError(f"Request got both points={self.points!r} and box={self.box!r}; give one of the "
                               f"two (a box alone needs no points=None)")
 
+    def as_record(self) -> dict:
+        """The request as a run record's ``data`` section states it (plain JSON values)."""
+        return {"source": self.source, "variables": list(self.variables),
+                "points": [list(p) for p in self.points] if self.points else None,
+                "box": list(self.box) if self.box else None, "start": str(self.start), "end": str(self.end)}
+
 
 @dataclass(frozen=True)
 class StoreRef:

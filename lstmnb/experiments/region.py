@@ -29,8 +29,7 @@ def _area(data) -> dict[str, Any]:
 
 def region_info(request, data) -> dict[str, Any]:
     """The records' ``data`` section: the request, and the area's grid, hours and samples per split."""
-    return {"source": request.source, "variables": list(request.variables), "box": list(request.box),
-            "start": str(request.start), "end": str(request.end), **_area(data)}
+    return {**request.as_record(), **_area(data)}
 
 
 def cell_rows(maps, name: str, targets: int) -> list[dict[str, Any]]:
@@ -168,13 +167,16 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
     """Step time of tiles vs windows over ``world_sizes`` against one process (world size 1, run once and
     recorded once), as a table with the speed-up, the halo bytes each rank sends per step, and the largest
     relative difference of the loss from the one-process loss over the steps; one record per run."""
-    from ..region.shard import MODES, ShardConfig, train_steps
+    from ..region.shard import MODES, ShardConfig, check_sharded, train_steps
 
     modes = tuple(modes or MODES)
     cfg = cfg or ShardConfig()
     sizes = sorted({int(w) for w in world_sizes})
     if not sizes or sizes[0] < 1:
         raise ConfigError(f"world_sizes={tuple(world_sizes)!r} must be whole numbers >= 1")
+    for mode in modes:  # every run's settings against the area, before the first one starts
+        for w in sizes:
+            check_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w))
     recorder = Recorder(results, on_point)
     info = data_info or _area(data)
     base = {**dataclasses.asdict(model_cfg), **dataclasses.asdict(cfg)}

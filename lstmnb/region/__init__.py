@@ -15,5 +15,9 @@ Modules, in the order data flows through them (imports point downward only):
 - ``memory``: memory and step time against the area's size, dense vs sparse; the memory model.
 - ``shard``: the region split into row bands over DDP ranks, halo rows exchanged each step.
 
-Nothing is imported here, so ``import lstmnb.region.grid`` does not pull in torch.
+Nothing is imported here (only the variants' names are defined), so ``import lstmnb.region.grid`` does not
+pull in torch.
 """
+
+# the region model's variants: k weights per cell, no mix (the per-cell control), a dense n x n relation
+VARIANTS = ("sparse", "none", "dense")

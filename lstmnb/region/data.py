@@ -47,6 +47,10 @@ class RegionData:
     def n_features(self) -> int:
         return int(self.values.shape[2])
 
+    @property
+    def n_static(self) -> int:
+        return int(self.static.shape[1])
+
     def sizes(self) -> dict[str, int]:
         return {s: int(self.last_input[s].size) for s in SPLITS}
 

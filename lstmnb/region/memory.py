@@ -35,11 +35,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..device import resolve_device, synchronize
 from ..errors import ConfigError, DeviceError
+from .model import VARIANTS, variant_config
 
 ADAM_COPIES = 6  # value, gradient, two moments, two temporaries of the update
 FLOAT = 4  # bytes of float32
-VARIANTS = ("none", "sparse", "dense")
 
 
 @dataclass(frozen=True)
@@ -77,12 +78,8 @@ class MemoryCase:
         self.model_config().validate()
 
     def model_config(self):
-        from .model import RegionConfig
-
-        return RegionConfig(n_features=self.n_features, n_static=self.n_static, hidden=self.hidden,
-                            neighbours=0 if self.variant == "none" else self.neighbours,
-                            relation="dense" if self.variant == "dense" else "sparse", kernel=self.kernel,
-                            channels=self.channels)
+        return variant_config(self.variant, n_features=self.n_features, n_static=self.n_static, hidden=self.hidden,
+                              neighbours=self.neighbours, kernel=self.kernel, channels=self.channels)
 
 
 def relation_bytes(case: MemoryCase) -> int:
@@ -186,20 +183,14 @@ def run_case(case: MemoryCase) -> dict:
     from .model import region_model
 
     case.validate()
-    if case.device == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("device='cuda' needs a CUDA GPU and none is visible; use device='cpu'")
+    dev = resolve_device(case.device)
     if case.threads:
         torch.set_num_threads(case.threads)
-    dev = torch.device(case.device)
     gen = torch.Generator().manual_seed(0)
     grid = Grid.square(case.ny, case.nx)
     x = torch.randn(case.batch, case.window, case.n_cells, case.n_features, generator=gen).to(dev)
     y = torch.randn(case.batch, case.n_cells, 1, generator=gen).to(dev)
     static = torch.randn(case.n_cells, case.n_static, generator=gen).to(dev)
-
-    def sync() -> None:
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
 
     # the peak counts from here: the model's weights, the optimizer's state and the steps
     if dev.type == "cuda":
@@ -212,13 +203,13 @@ def run_case(case: MemoryCase) -> dict:
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     times = []
     for i in range(case.steps + 1):
-        sync()
+        synchronize(dev)
         t0 = time.perf_counter()
         loss = torch.nn.functional.mse_loss(model(x, static), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        sync()
+        synchronize(dev)
         if i:
             times.append(time.perf_counter() - t0)
     if dev.type == "cuda":
@@ -309,7 +300,7 @@ def sweep(sides, variants=("sparse", "dense"), budget_bytes: float = 4 * 2**30, 
         if run:
             got = floor(base)
             if got["status"] != "ok":
-                raise DeviceError(f"cannot measure even a 2 x 2 area: {got['reason']}")
+                raise DeviceError(f"cannot measure even a 3 x 3 area: {got['reason']}")
             floor_bytes = got["measured_bytes"]
     rows = []
     for variant in variants:

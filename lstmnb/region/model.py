@@ -21,6 +21,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..models import ModelConfig
+from . import VARIANTS
 from .grid import Grid
 from .relation import KERNELS, KINDS, NeighbourMix, knn_index, stencil_weights
 
@@ -65,6 +66,16 @@ class RegionConfig:
         """Inputs per cell and step of the shared LSTM."""
         mixed = self.channels * self.n_features if self.neighbours else 0
         return self.n_features + mixed + self.n_static
+
+
+def variant_config(variant: str, **shape) -> RegionConfig:
+    """The ``RegionConfig`` of a named variant (``VARIANTS``), with ``shape`` (hidden, neighbours, n_features,
+    ...) for the rest: 'sparse' mixes k nearest cells, 'dense' all n, 'none' no cell (neighbours 0)."""
+    if variant not in VARIANTS:
+        raise ConfigError(f"variant {variant!r} is not one of {', '.join(VARIANTS)}")
+    if variant == "none":
+        shape["neighbours"] = 0
+    return RegionConfig(relation="dense" if variant == "dense" else "sparse", **shape)
 
 
 class RegionForecaster(nn.Module):

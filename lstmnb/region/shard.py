@@ -85,10 +85,9 @@ def exchange_halo(x_own: torch.Tensor, tile: Tile) -> torch.Tensor:
     received from their owners; this rank's cells that others need are sent at the same time."""
     if not tile.send and not tile.recv:
         return x_own
-    pos = {int(c): i for i, c in enumerate(tile.cells)} if tile.send else {}
     ops, bufs = [], []
-    for dst, cells in tile.send.items():
-        rows = x_own[:, :, [pos[int(c)] for c in cells]].contiguous()
+    for dst, cells in tile.send.items():  # a band's cells are a contiguous range of ids (Grid.band)
+        rows = x_own[:, :, torch.from_numpy(cells - tile.cells[0])].contiguous()
         ops.append(dist.P2POp(dist.isend, rows, dst))
     for src, cells in tile.recv.items():
         buf = x_own.new_empty(x_own.shape[0], x_own.shape[1], cells.size, x_own.shape[3])
@@ -165,11 +164,11 @@ def train_steps(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig, ran
     shared = model.shared_parameters() if local else list(model.parameters())
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     rng = np.random.default_rng(cfg.seed)
-    n_train = data.sizes()["train"]
-    count = cfg.batch_size * data.n_cells * model_cfg.horizon  # the global number of squared errors
+    batch = min(cfg.batch_size, data.sizes()["train"])
+    count = batch * data.n_cells * model_cfg.horizon  # the global number of squared errors
     losses, times, sent = [], [], 0
     for _ in range(cfg.steps):
-        ids = rng.choice(n_train, size=min(cfg.batch_size, n_train), replace=False)
+        ids = rng.choice(data.sizes()["train"], size=batch, replace=False)
         t0 = time.perf_counter()
         if cfg.mode == "windows":
             x, y = data.batch("train", ids[rank::world])
@@ -212,3 +211,6 @@ def check_sharded(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig) -
         raise ConfigError("tiles need relation='sparse' (or neighbours=0): a dense row reaches every cell")
     if cfg.mode == "tiles":
         plan_tiles(data.grid, None, cfg.world_size)
+    elif min(cfg.batch_size, data.sizes()["train"]) < cfg.world_size:
+        raise ConfigError(f"{data.sizes()['train']} training windows give some of world_size={cfg.world_size} "
+                          "ranks no window; use fewer ranks or more data")

@@ -18,7 +18,8 @@ import pandas as pd
 import torch
 import xarray as xr
 
-from ..errors import ConfigError, DeviceError
+from ..device import resolve_device
+from ..errors import ConfigError
 from ..models import count_parameters
 from .data import RegionData
 from .grid import BASELINES, to_map
@@ -52,8 +53,7 @@ class RegionTrainConfig:
             raise ConfigError(f"clip={self.clip!r} must be a positive number or None")
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"device={self.device!r} is not one of ('cpu', 'cuda')")
-        if self.device == "cuda" and not torch.cuda.is_available():
-            raise DeviceError("device='cuda' needs a CUDA GPU and none is visible; use device='cpu'")
+        resolve_device(self.device)  # cuda without a usable GPU: the project's one message
 
 
 @dataclass

@@ -106,10 +106,7 @@ def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress:
         grid = {"latitude": ds["latitude"].values.tolist(), "longitude": ds["longitude"].values.tolist()}
         ds = box_to_points(ds)
     windows = windows_from_dataset(ds, cfg.window_config())
-    info = {"source": request.source, "variables": list(request.variables),
-            "points": [list(p) for p in request.points] if request.points else None,
-            "box": list(request.box) if request.box else None, "cells": int(ds.sizes["point"]),
-            "start": str(request.start), "end": str(request.end), "hours": int(ds.sizes["time"])}
+    info = {**request.as_record(), "cells": int(ds.sizes["point"]), "hours": int(ds.sizes["time"])}
     if grid is not None:  # the cells' grid (row-major, as the points are), so records can draw maps
         info["grid"] = grid
     return windows, info
