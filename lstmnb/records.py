@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from . import __version__
-from .device import device_info
 from .paths import results_dir
 
 if TYPE_CHECKING:
@@ -82,6 +81,8 @@ def new_record(
 ) -> dict[str, Any]:
     """A record with the common fields filled in; ``fields`` adds config, data, epochs, metrics, ...
     ``run_id``: the run's id when it has one already (a checkpointed run); else a new one."""
+    from .device import device_info  # here, not at the top: reading records needs no torch
+
     if status not in STATUSES:
         raise ValueError(f"status {status!r} is not one of {STATUSES}")
     record: dict[str, Any] = {

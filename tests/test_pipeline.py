@@ -72,13 +72,17 @@ def test_help_is_readable():
 
 
 def test_commands_that_do_not_train_do_not_import_torch(tmp_path):
-    """`lstmnb --help` and `lstmnb data` skip building the training options (torch's import, about a
-    second); the command that trains, and the whole parser, still have them."""
+    """`lstmnb --help`, `lstmnb data` and `lstmnb results` skip torch's import (about a second): the training
+    options are built only for the command that trains, and records are read without it; the command
+    that trains, and the whole parser, still have them."""
     from lstmnb.cli import build_parser
 
     probe = ("import contextlib, sys\nfrom lstmnb.cli import main\nwith contextlib.suppress(SystemExit):\n"
              "    main(sys.argv[1:])\nprint('torch imported' if 'torch' in sys.modules else 'no torch')")
-    for args in (["--help"], ["data", "--status"], ["results", "--help"]):
+    from lstmnb.records import append_record, new_record
+
+    append_record(new_record("train", metrics={"test_rmse_k": 0.5}), tmp_path / "r")  # reading it needs no torch
+    for args in (["--help"], ["data", "--status"], ["results", "--help"], ["results", str(tmp_path / "r")]):
         proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=60,
                               env={**os.environ, "LSTMNB_CACHE": str(tmp_path)})
         assert proc.stdout.strip().endswith("no torch"), (args, proc.stdout[-300:], proc.stderr[-300:])
