@@ -185,9 +185,16 @@ def check_request(request: Request, storage_options: dict | None = None) -> Requ
         raise ConfigError(f"source {source!r} is empty; {SOURCE_HINT}")
     if source.strip() != SAMPLE:
         resolve_source(source, storage_options)
+    check_selection(request)
+    return request
+
+
+def check_selection(request: Request) -> tuple[pd.Timestamp, pd.Timestamp]:
+    """The request's variable names, points or box and times, each checked on its own (no store);
+    returns the (start, end) times. ``check_request`` and ``make_plan`` both rest on it."""
     variables = (request.variables,) if isinstance(request.variables, str) else tuple(request.variables or ())
     if not variables or any(not isinstance(v, str) or not v.strip() for v in variables):
-        raise ConfigError(f"variables {variables!r}: give one or more names, e.g. 2m_temperature")
+        raise ConfigError(f"variables {variables!r}: give at least one name, e.g. 2m_temperature")
     if (request.points is None) == (request.box is None):
         raise ConfigError("give either points or a box (not both, not neither)")
     if request.points is not None:
@@ -207,7 +214,7 @@ def check_request(request: Request, storage_options: dict | None = None) -> Requ
     start, end = parse_time(request.start, what="start"), parse_time(request.end, end=True, what="end")
     if end < start:
         raise ConfigError(f"end {request.end!r} is before start {request.start!r}")
-    return request
+    return start, end
 
 
 def open_ref(ref: StoreRef) -> xr.Dataset:

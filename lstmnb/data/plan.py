@@ -16,7 +16,7 @@ import pandas as pd
 import xarray as xr
 
 from ..errors import ConfigError, DataError
-from .catalogue import Request, StoreRef, check_lat, check_lon, parse_time
+from .catalogue import Request, StoreRef, check_selection, parse_time
 from .zarr_meta import StoreMeta, as_meta
 
 
@@ -32,8 +32,6 @@ def valid_range(ds: "xr.Dataset | StoreMeta") -> tuple[pd.Timestamp, pd.Timestam
 
 
 def _check_variables(meta: StoreMeta, variables: tuple[str, ...]) -> None:
-    if not variables:
-        raise ConfigError("no variables asked for; give at least one, e.g. 2m_temperature")
     valid = sorted(meta.variables)
     for name in variables:
         if name not in meta.variables:
@@ -109,14 +107,9 @@ def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> 
     """Check ``request`` against the opened store (or its cached metadata) and resolve it to indices;
     raise on bad input."""
     meta = as_meta(ds)
+    start, end = check_selection(request)
     variables = tuple(request.variables) if not isinstance(request.variables, str) else (request.variables,)
     _check_variables(meta, variables)
-    if (request.points is None) == (request.box is None):
-        raise ConfigError("give either points or a box (not both, not neither)")
-
-    start, end = parse_time(request.start), parse_time(request.end, end=True)
-    if end < start:
-        raise ConfigError(f"end {request.end!r} is before start {request.start!r}")
     lo, hi = valid_range(meta)
     if start < lo or end > hi:
         raise ConfigError(
@@ -135,13 +128,9 @@ def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> 
     targets: list[Target] = []
     requested: list[tuple[float, float]] = []
     if request.points is not None:
-        if len(request.points) == 0:
-            raise ConfigError("points is empty; give at least one (lat, lon), e.g. 40,280")
         seen = set()
         for pt in request.points:
-            if len(pt) != 2:
-                raise ConfigError(f"point {pt!r} must be (lat, lon)")
-            plat, plon = check_lat(pt[0], "point"), check_lon(pt[1], "point")
+            plat, plon = float(pt[0]), float(pt[1])
             r = int(np.argmin(np.abs(lat - plat)))
             dist = np.abs((lon - plon % 360.0 + 180.0) % 360.0 - 180.0)
             c = int(np.argmin(dist))
@@ -155,12 +144,7 @@ def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> 
                 requested.append((plat, plon))
         kind = "points"
     else:
-        if len(request.box) != 4:
-            raise ConfigError(f"box {request.box!r} must be (lat_min, lat_max, lon_min, lon_max)")
-        la0, la1 = check_lat(request.box[0], "box"), check_lat(request.box[1], "box")
-        lo0, lo1 = check_lon(request.box[2], "box"), check_lon(request.box[3], "box")
-        if la0 > la1:
-            raise ConfigError(f"box lat_min {la0} is above lat_max {la1}")
+        la0, la1, lo0, lo1 = (float(v) for v in request.box)
         eps = 1e-6
         rows = np.nonzero((lat >= la0 - eps) & (lat <= la1 + eps))[0]
         a, b = lo0 % 360.0, lo1 % 360.0
