@@ -237,7 +237,8 @@ def reset_peak_memory(device: torch.device) -> bool:
             fh.write("5")
     except OSError:  # not Linux, or a kernel/sandbox that refuses it
         return False
-    return proc_status_kb("VmHWM") is not None
+    hwm, rss = proc_status_kb("VmHWM"), proc_status_kb("VmRSS")  # the reset took: the mark is back at the RSS
+    return hwm is not None and rss is not None and hwm <= rss * 1.05 + 1024
 
 
 def peak_memory_mb(device: torch.device, since_reset: bool = True) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..device import resolve_device, synchronize
+from ..device import proc_status_kb, reset_peak_memory, resolve_device, synchronize
 from ..errors import ConfigError, DeviceError
 from .model import VARIANTS, variant_config
 
@@ -139,31 +139,9 @@ def largest_side(variant: str, budget_bytes: float, base: MemoryCase = MemoryCas
 
 # --- measuring -------------------------------------------------------------------------------------
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _hwm_bytes() -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def _reset_hwm() -> bool:
-    """Reset the kernel's resident high-water mark of this process (Linux); False where refused."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        return False
-    hwm = _hwm_bytes()
-    return hwm is not None and hwm <= _rss_bytes() * 1.05 + (1 << 20)
+def _kb_bytes(field: str) -> int | None:
+    kb = proc_status_kb(field)
+    return None if kb is None else kb * 1024
 
 
 def _maxrss_bytes() -> int:
@@ -193,12 +171,12 @@ def run_case(case: MemoryCase) -> dict:
     static = torch.randn(case.n_cells, case.n_static, generator=gen).to(dev)
 
     # the peak counts from here: the model's weights, the optimizer's state and the steps
+    reset = reset_peak_memory(dev)
     if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
         base, method = torch.cuda.memory_allocated(dev), "torch.cuda.max_memory_allocated"
     else:
-        base = _rss_bytes()
-        method = "VmHWM after clear_refs" if _reset_hwm() else "ru_maxrss (no reset possible)"
+        base = _kb_bytes("VmRSS") or 0
+        method = "VmHWM after clear_refs" if reset else "ru_maxrss (no reset possible)"
     model = region_model(case.model_config(), grid, seed=0).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     times = []
@@ -215,7 +193,7 @@ def run_case(case: MemoryCase) -> dict:
     if dev.type == "cuda":
         peak = torch.cuda.max_memory_allocated(dev)
     else:
-        peak = _hwm_bytes() if method.startswith("VmHWM") else None
+        peak = _kb_bytes("VmHWM") if method.startswith("VmHWM") else None
         peak = _maxrss_bytes() if peak is None else peak
     return {"measured_bytes": int(max(0, peak - base)), "step_s": statistics.median(times), "method": method,
             "loss": float(loss.detach())}
