@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .checks import check_plot, check_prices_file, check_records_args, check_results, check_split_dates, positive
+from .checks import check_plot, check_records_args, check_results, check_split_dates, positive
 from .options import (add_records_args, add_request_args, add_results_args, add_train_args, byte_size, int_list,
                       read_runs, request_from_args, results_path, save_plot, train_config_from_args)
 
@@ -278,8 +278,7 @@ def _check_bench_cost(args) -> None:
     from ..report import load_prices
 
     check_records_args(args)
-    check_prices_file(args.prices)
-    load_prices(args.prices)
+    load_prices(args.prices)  # the file, its YAML and every price
     check_plot(args.plot)
 
 

@@ -84,31 +84,3 @@ def check_records_args(args) -> None:
             raise DataError(f"results path {p!r} does not exist; give results files (.jsonl) or folders")
     if args.experiment is not None and not args.experiment.strip():
         raise ConfigError("--experiment is empty; give an experiment name or its start (e.g. scaling), or leave it out")
-
-
-def check_prices_file(path) -> None:
-    """A price table the report can load: readable text, valid YAML, a mapping (its entries are checked
-    by ``report.load_prices``)."""
-    if path is None:
-        return
-    from pathlib import Path
-
-    import yaml
-
-    from ..errors import ConfigError
-
-    p = Path(path).expanduser()
-    if not str(path).strip() or not p.is_file():
-        raise ConfigError(f"--prices {str(path)!r} is not a file; copy lstmnb/prices.yaml and pass its path")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--prices {p} cannot be read as text ({type(exc).__name__})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"--prices {p} is not valid YAML ({getattr(exc, 'problem', None) or type(exc).__name__}"
-                          f"{where}); see lstmnb/prices.yaml for the format") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"--prices {p} holds a {type(data).__name__}, not a mapping with 'devices' (name -> "
-                          "price_per_device_hour); see lstmnb/prices.yaml for the format")

@@ -22,12 +22,24 @@ def load_prices(path: str | os.PathLike | None = None) -> dict[str, Any]:
         text = resources.files("lstmnb").joinpath("prices.yaml").read_text(encoding="utf-8")
         where = "lstmnb/prices.yaml"
     else:
+        p = Path(path).expanduser()
+        if not str(path).strip() or not p.is_file():
+            raise ConfigError(f"price table {str(path)!r} is not a file; copy lstmnb/prices.yaml and pass its path")
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"price table {path} cannot be read ({exc.strerror})") from None
-        where = str(path)
-    prices = yaml.safe_load(text) or {}
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"price table {p} cannot be read as text ({type(exc).__name__})") from None
+        where = str(p)
+    try:
+        prices = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"price table {where} is not valid YAML ({getattr(exc, 'problem', None) or type(exc).__name__}"
+                          f"{line}); see lstmnb/prices.yaml for the format") from None
+    if not isinstance(prices, dict):
+        raise ConfigError(f"price table {where} holds a {type(prices).__name__}, not a mapping with 'devices' (name -> "
+                          "price_per_device_hour); see lstmnb/prices.yaml for the format")
     devices = prices.get("devices")
     if not isinstance(devices, dict) or not devices:
         raise ConfigError(f"price table {where} needs a 'devices' mapping of name -> price_per_device_hour")
