@@ -126,20 +126,18 @@ def _require_cloud_packages(url: str) -> None:
 
 def _check_token(token: Any) -> None:
     """Fail early and clearly when credentials are asked for but absent."""
-    if token in (None, "anon", "google_default", "cloud", "browser", "cache") or isinstance(token, dict):
-        if token == "google_default":
-            try:
-                import google.auth
+    if token == "google_default":
+        try:
+            import google.auth
 
-                google.auth.default()
-            except Exception as exc:  # google-auth raises its own DefaultCredentialsError
-                raise ConfigError(
-                    "credentials 'google_default' asked for but none found "
-                    f"({type(exc).__name__}); run `gcloud auth application-default login`, "
-                    "pass a service-account JSON file, or drop --credentials for anonymous access"
-                ) from None
-        return
-    check_credentials(token)
+            google.auth.default()
+        except Exception as exc:  # google-auth raises its own DefaultCredentialsError
+            raise ConfigError(
+                "credentials 'google_default' asked for but none found "
+                f"({type(exc).__name__}); run `gcloud auth application-default login`, "
+                "pass a service-account JSON file, or drop --credentials for anonymous access"
+            ) from None
+    check_credentials(token)  # a file: present, JSON, the keys its type needs; the other words pass
 
 
 TOKEN_WORDS = ("anon", "google_default", "cloud", "browser", "cache")
