@@ -33,22 +33,17 @@ def region_info(request, data) -> dict[str, Any]:
 
 
 def cell_rows(maps, name: str, targets: int) -> list[dict[str, Any]]:
-    """One row per cell (row-major) in the form of ``training.evaluate.per_point_scores``: the RMSE of
-    forecast ``name`` and of both baselines, and the skill scores (1 - MSE / MSE of the baseline)."""
+    """One row per cell (row-major), as ``training.evaluate.per_point_scores`` writes them: the RMSE of
+    forecast ``name`` and of both baselines, and the skill scores."""
     from ..data import point_label
+    from ..training.evaluate import score_row
 
     lat = np.repeat(maps["latitude"].values, maps.sizes["longitude"])
     lon = np.tile(maps["longitude"].values, maps.sizes["latitude"])
     got = {k: maps[v].values.reshape(-1) for k, v in (("model", name), ("persistence", "persistence"),
                                                         ("climatology", "climatology"))}
-    rows = []
-    for i in range(lat.size):
-        mse = {k: float(v[i]) ** 2 for k, v in got.items()}
-        rows.append({"point": point_label(lat[i], lon[i]), "lead_hours": maps.attrs["lead_hours"], "targets": targets,
-                     **{f"{k}_rmse_k": float(v[i]) for k, v in got.items()},
-                     **{f"skill_vs_{b}": 1 - mse["model"] / mse[b] if mse[b] else None
-                        for b in ("persistence", "climatology")}})
-    return rows
+    return [score_row(point_label(lat[i], lon[i]), maps.attrs["lead_hours"], targets,
+                      {k: float(v[i]) ** 2 for k, v in got.items()}) for i in range(lat.size)]
 
 
 def region_skill(data, variants: dict, train_cfg, *, data_info: dict | None = None, results=None,

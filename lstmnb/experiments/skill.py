@@ -11,13 +11,12 @@ import pandas as pd
 from ..errors import ConfigError
 from ..records import Recorder
 from ..training import prepare_windows, train, with_overrides
-from ..training.evaluate import skill_section
 
 
 def skill_experiment(request, cfg, leads: Iterable[int] = (1, 6, 24), *, results=None,
                      on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Train one model per lead (``cfg`` otherwise unchanged) and record its per-point scores under
-    ``record["skill"]``. Validation and test score the same target hours at every lead."""
+    """Train one model per lead (``cfg`` otherwise unchanged); each record's ``skill`` section holds its
+    per-point scores. Validation and test score the same target hours at every lead."""
     leads = [int(v) for v in leads]
     if not leads or min(leads) < 1:
         raise ConfigError(f"leads={leads!r} must be whole numbers of hours >= 1")
@@ -27,7 +26,6 @@ def skill_experiment(request, cfg, leads: Iterable[int] = (1, 6, 24), *, results
         run_cfg.validate()
         windows, info = prepare_windows(request, run_cfg, progress=cfg.progress)
         result = train(windows, run_cfg, data_info=info)
-        result.record["skill"] = skill_section(result)
         recorder.add(result.record)
     return recorder.records
 

@@ -31,24 +31,28 @@ def rmse_kelvin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target_std: 
     return mse, math.sqrt(mse) * target_std
 
 
-def per_point_scores(result) -> list[dict[str, Any]]:
-    """Test RMSE of the model and both baselines per point (kelvin), and the skill scores."""
-    w = result.windows
+def per_point_scores(w, pred) -> list[dict[str, Any]]:
+    """Test RMSE of the model (``pred``: its test forecasts in kelvin) and both baselines per point of
+    windows ``w`` (kelvin), and the skill scores."""
     truth = w.to_kelvin(w.y["test"])
-    pred = result.forecast_kelvin("test")
     base = w.predictions["test"]
     rows = []
     for p, name in enumerate(w.points):
         sel = w.point_index["test"] == p
         mse = {k: float(np.mean((v[sel] - truth[sel]) ** 2))
                for k, v in (("model", pred), ("persistence", base["persistence"]), ("climatology", base["climatology"]))}
-        rows.append({"point": name, "lead_hours": w.config.lead_hours, "targets": int(sel.sum()),
-                     **{f"{k}_rmse_k": float(np.sqrt(v)) for k, v in mse.items()},
-                     "skill_vs_persistence": 1 - mse["model"] / mse["persistence"] if mse["persistence"] else None,
-                     "skill_vs_climatology": 1 - mse["model"] / mse["climatology"] if mse["climatology"] else None})
+        rows.append(score_row(name, w.config.lead_hours, int(sel.sum()), mse))
     return rows
 
 
-def skill_section(result) -> dict[str, Any]:
-    """A record's ``skill`` section: the lead and ``per_point_scores`` (the per-cell scores of a box run)."""
-    return {"lead_hours": result.windows.config.lead_hours, "per_point": per_point_scores(result)}
+def score_row(point: str, lead_hours: int, targets: int, mse: dict[str, float]) -> dict[str, Any]:
+    """One point's scores: RMSE (kelvin) of the model and both baselines from their MSE, and the skill
+    score against each (1 - MSE / MSE of the baseline; None where the baseline is exact)."""
+    return {"point": point, "lead_hours": lead_hours, "targets": targets,
+            **{f"{k}_rmse_k": math.sqrt(v) for k, v in mse.items()},
+            **{f"skill_vs_{b}": 1 - mse["model"] / mse[b] if mse[b] else None for b in ("persistence", "climatology")}}
+
+
+def skill_section(w, pred) -> dict[str, Any]:
+    """A record's ``skill`` section: the lead and ``per_point_scores`` (a box run's: every cell's)."""
+    return {"lead_hours": w.config.lead_hours, "per_point": per_point_scores(w, pred)}

@@ -18,7 +18,6 @@ from ..windows import Windows, windows_from_dataset
 from . import parallel
 from .checkpoints import load_checkpoint, mark_recorded, recorded_marker
 from .config import TrainConfig
-from .evaluate import skill_section
 from .parallel.groups import is_rank_zero
 from .trainer import RunResult, Trainer
 
@@ -138,8 +137,6 @@ def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
     record cannot be written, an ``OutputError`` carries the finished run as ``.result``."""
     windows, info = prepare_windows(request, cfg, progress=cfg.progress)
     result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end)
-    if info.get("grid") and result.record is not None and "skill" not in result.record:
-        result.record["skill"] = skill_section(result)  # a box: every cell's scores, for the map
     if is_rank_zero():  # under torchrun only rank 0 writes
         try:
             record_run(result, cfg, results)

@@ -14,7 +14,7 @@ from ..models import Forecaster, count_parameters, flops_per_sample
 from ..records import new_record
 from ..windows import Windows, error_metrics
 from .config import TrainConfig
-from .evaluate import predict
+from .evaluate import predict, skill_section
 
 
 def time_to_target(history: list[dict[str, Any]], target: float | None) -> dict[str, Any]:
@@ -51,8 +51,8 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
                    stop_reason: str,
                    memory: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
-    pred = predict(core, windows.x["test"], device, cfg.eval_batch_size).cpu().numpy()
-    test = error_metrics(windows.to_kelvin(pred), windows.to_kelvin(windows.y["test"]))
+    pred = windows.to_kelvin(predict(core, windows.x["test"], device, cfg.eval_batch_size).cpu().numpy())
+    test = error_metrics(pred, windows.to_kelvin(windows.y["test"]))
     base = windows.baselines["test"]
     flops = flops_per_sample(core.config, cfg.window)
     timing = summarize_timing(history)
@@ -76,6 +76,7 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
         cfg.experiment, status="ok", device=str(device), profile=cfg.profile,
         config=asdict(cfg), data=data, epochs=history, timing=timing, memory=memory,
         metrics=metrics, model={"parameters": count_parameters(core), "flops_per_sample": flops},
+        skill=skill_section(windows, pred),  # per point (a box: per cell), beside both baselines
         **extra,
     )
 
