@@ -7,7 +7,10 @@ the same checks (``gpu_problem``, ``kernel_problem``).
 from __future__ import annotations
 
 import importlib
+import os
 import platform
+import subprocess
+import sys
 from dataclasses import dataclass
 
 OK, MISSING, ABSENT = "ok", "missing", "absent"  # absent: optional here (a GPU on a CPU machine)
@@ -55,13 +58,32 @@ def installed_kernels() -> dict[str, str]:
 
 
 def kernel_problem(name: str, kernels: dict[str, str] | None = None) -> str | None:
-    """None when Jupyter kernel ``name`` is installed; otherwise what is installed and how to add it."""
+    """None when Jupyter kernel ``name`` is installed and its Python can import lstmnb; otherwise what is
+    wrong and how to fix it (a user-level kernel of another Python shadows this environment's own)."""
     kernels = installed_kernels() if kernels is None else kernels
-    if name in kernels:
+    install = f"`{sys.executable} -m ipykernel install --user --name {name}`"
+    if name not in kernels:
+        have = ", ".join(sorted(kernels)) or "none"
+        return (f"Jupyter kernel {name!r} is not installed (installed: {have}); install one for this Python with "
+                f"{install}, or pass --kernel with an installed name")
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        python = KernelSpecManager().get_kernel_spec(name).argv[0]
+    except (NoSuchKernel, IndexError):
         return None
-    have = ", ".join(sorted(kernels)) or "none"
-    return (f"Jupyter kernel {name!r} is not installed (installed: {have}); install one for this Python with "
-            f"`python -m ipykernel install --user --name {name}`, or pass --kernel with an installed name")
+    # jupyter_client runs a bare "python" as the running interpreter; any other path is another Python
+    if python in ("python", "python3", sys.executable) or not os.path.isabs(python):
+        return None
+    try:
+        probe = subprocess.run([python, "-c", "import lstmnb"], capture_output=True, text=True, timeout=120)
+        why = None if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["failed"])[-1]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+    if why is None:
+        return None
+    return (f"Jupyter kernel {name!r} runs {python}, which cannot import lstmnb ({why}); register this Python's "
+            f"kernel with {install}, or pass --kernel with another name")
 
 
 def torch_checks() -> list[Check]:
@@ -109,8 +131,21 @@ def package_checks() -> list[Check]:
                                             ("papermill", "running the notebook series", MISSING),
                                             ("nbconvert", "rendering the notebooks as HTML", MISSING)):
         ok, detail = _version(module)
+        if ok and module == "gcsfs":
+            detail += f", {gcsfs_path()}"
         rows.append(Check(module, OK if ok else status_if_missing, detail if ok else f"{detail}; needed for {what}"))
     return rows
+
+
+def gcsfs_path() -> str:
+    """Which gcsfs filesystem opens gs:// stores in this process (its choice is made when first imported)."""
+    import gcsfs
+
+    from . import GCSFS_PATH_VARIABLE
+
+    if gcsfs.GCSFileSystem.__module__ == "gcsfs.core":
+        return "standard HTTP path"
+    return f"experimental zonal/HNS path ({GCSFS_PATH_VARIABLE}={os.environ.get(GCSFS_PATH_VARIABLE, '')!r})"
 
 
 def profile_checks(names: list[str] | None = None, strict: bool = False) -> list[Check]:

@@ -7,10 +7,9 @@ import os
 
 import pytest
 
-# gcsfs decides once, when it is first imported (doctor's checks and test_era5_cloud's importorskip import it
-# at collection), whether to use its experimental gRPC path, on by default since 2026; that path tries TLS
-# against the plain-HTTP GCS emulator and retries for minutes. The emulator tests need the HTTP path.
-os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+# lstmnb sets gcsfs's standard HTTP path as the default before anything imports gcsfs (doctor's checks and
+# test_era5_cloud's importorskip import it at collection); the emulator tests need that path.
+import lstmnb  # noqa: F401
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -155,7 +154,7 @@ def gcs_emulator():
                 pytest.fail("gcp-storage-emulator did not start")
             time.sleep(0.1)
     saved = {"STORAGE_EMULATOR_HOST": os.environ.get("STORAGE_EMULATOR_HOST")}
-    os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"  # GCSFS_EXPERIMENTAL_...: top of this file
+    os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
     try:
         yield GcsEmulator(port, proc)
     finally:

@@ -61,6 +61,66 @@ def test_a_box_alone_is_a_box_request():
         Request(points=((40.0, 280.0),), box=(38.0, 42.0, 279.0, 281.0))
 
 
+# --- environment.yml (conda, the cluster install) and pyproject.toml (pip) say the same ---------------
+
+# conda-forge's names for pip's
+CONDA_NAMES = {"pytorch": "torch", "matplotlib-base": "matplotlib", "jupyter_client": "jupyter-client"}
+ENVIRONMENT_ONLY = {"python", "pip", "jupyterlab"}  # the interpreter, the installer, the cluster's editor
+
+
+def _name_and_bound(spec: str, conda: bool) -> tuple[str, str | None]:
+    """('torch', '2.3') from 'torch>=2.3' (pip) or 'pytorch >=2.3 cuda*' (conda)."""
+    import re
+
+    name = re.split(r"[\s<>=!~\[;]", spec.strip(), maxsplit=1)[0]
+    bound = re.search(r">=\s*([0-9][0-9A-Za-z.]*)", spec)
+    name = name.lower().replace("_", "-") if not conda else CONDA_NAMES.get(name, name).lower().replace("_", "-")
+    return name, bound.group(1) if bound else None
+
+
+def _environment_yml(text: str) -> dict[str, str | None]:
+    import yaml
+
+    out = {}
+    for dep in yaml.safe_load(text)["dependencies"]:
+        for spec, conda in ([(dep, True)] if isinstance(dep, str) else [(s, False) for s in dep["pip"]]):
+            if not spec.startswith("-e"):
+                name, bound = _name_and_bound(spec, conda)
+                out[name] = bound
+    return out
+
+
+def _disagreements(pyproject: str, environment: str) -> dict[str, tuple]:
+    """Package -> (pyproject's lower bound, environment.yml's or 'absent') for every package of the
+    dependencies and the cloud and test extras that the two files do not agree on; and environment.yml's
+    packages that pyproject lacks (beyond the environment's own)."""
+    import tomllib
+
+    meta = tomllib.loads(pyproject)["project"]
+    extras = meta["optional-dependencies"]
+    wanted = dict(_name_and_bound(r, conda=False) for r in meta["dependencies"] + extras["cloud"] + extras["test"]
+                  if not r.startswith("lstmnb"))
+    have = _environment_yml(environment)
+    out = {n: (b, have.get(n, "absent")) for n, b in wanted.items() if have.get(n, "absent") != b}
+    out.update({n: ("absent", have[n]) for n in set(have) - set(wanted) - ENVIRONMENT_ONLY})
+    return out
+
+
+def test_environment_yml_agrees_with_pyproject():
+    pytest.importorskip("tomllib")  # Python 3.11+
+    assert _disagreements((ROOT / "pyproject.toml").read_text(), (ROOT / "environment.yml").read_text()) == {}
+
+
+def test_the_environment_check_finds_drift():
+    """The same check on drifted copies: a lower bound changed, a package left out, one added."""
+    pytest.importorskip("tomllib")
+    pyproject, env = (ROOT / "pyproject.toml").read_text(), (ROOT / "environment.yml").read_text()
+    drifted = env.replace("zarr >=3.0", "zarr >=2.16").replace("  - scipy >=1.10\n", "").replace(
+        "  - pip\n", "  - pip\n  - dask >=2024.1\n")
+    assert _disagreements(pyproject, drifted) == {"zarr": ("3.0", "2.16"), "scipy": ("1.10", "absent"),
+                                                  "dask": ("absent", "2024.1")}
+
+
 # --- the Colab cell ------------------------------------------------------------------------------
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -99,7 +159,7 @@ def _run_cell(source: str, cwd: Path, monkeypatch, colab: bool = True) -> list[s
 
 def test_colab_cell_installs_the_checkout_it_was_opened_from(monkeypatch):
     calls = _run_cell(_colab_cell(NOTEBOOKS[0]), ROOT / "notebooks", monkeypatch)
-    assert calls == [f"%pip install --quiet -e {ROOT}"]
+    assert calls == [f"%pip install --quiet {ROOT}"]
 
 
 def test_colab_cell_outside_a_checkout_says_which_line_to_change(monkeypatch, tmp_path):

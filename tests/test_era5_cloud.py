@@ -470,3 +470,35 @@ def test_zarr_v3_stores(wide_store, tmp_path, codecs):
         assert requests == {v: 48 for v in TWO_VARS}
     here = extract(Request(source=str(store), **WIDE), cache_dir=tmp_path / "l", progress=False)
     xr.testing.assert_equal(ds.drop_attrs(), here.drop_attrs())
+
+
+# --- gcsfs's path: standard HTTP unless the user chose otherwise -------------------------------------
+
+_OPEN_AND_SAY_PATH = """
+import sys, lstmnb, gcsfs
+from lstmnb.data import open_store
+from lstmnb.doctor import gcsfs_path
+ds = open_store(sys.argv[1], storage_options={"token": "anon", "retry_timeout": 1, "retry_initial": 0.1,
+                                               "retry_maximum": 0.2})
+print(gcsfs.GCSFileSystem.__module__, "|", gcsfs_path(), "|", ds.attrs["valid_time_stop"])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("user_setting, module", [(None, "gcsfs.core"), ("true", "gcsfs.extended_gcsfs")])
+def test_gcsfs_takes_the_standard_path_unless_the_user_set_it(cloud_store, user_setting, module):
+    """The variable is read once, when gcsfs is first imported, so each setting gets a fresh process. Unset,
+    lstmnb opens the emulator's bucket on gcsfs's standard HTTP path; set by the user, their choice stands
+    (the experimental path asks the Storage Control API for the bucket's layout, fails here within the
+    short retry given, and falls back to HTTP)."""
+    url, _ = cloud_store
+    env = {k: v for k, v in os.environ.items() if k != "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"}
+    if user_setting is not None:
+        env["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = user_setting
+    out = subprocess.run([sys.executable, "-c", _OPEN_AND_SAY_PATH, url], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got_module, path, stop = (part.strip() for part in out.stdout.strip().splitlines()[-1].split("|"))
+    assert got_module == module and stop == "2020-01-03"
+    assert path == ("standard HTTP path" if user_setting is None
+                    else "experimental zonal/HNS path (GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT='true')")

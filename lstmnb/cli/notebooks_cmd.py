@@ -1,4 +1,4 @@
-"""`lstmnb notebooks run|list`: the notebook series through papermill with a device profile."""
+"""`lstmnb notebooks run|list|copy`: the notebook series through papermill with a device profile."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 
 def add_notebooks(sub, full: bool) -> None:
     p = sub.add_parser(
-        "notebooks", help="run the notebook series with a device profile (papermill), or list notebooks and profiles",
+        "notebooks", help="run the notebook series with a device profile (papermill), list notebooks and profiles, or copy them to edit",
         description="Run the numbered notebooks through papermill with a device profile's parameters, write the "
                     "executed notebooks and their HTML to runs/<profile>/<timestamp>/, and print a summary.",
     )
@@ -31,13 +31,21 @@ def add_notebooks(sub, full: bool) -> None:
     run.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the profile's)")
     run.add_argument("--timeout", type=int, default=None, help="seconds allowed per cell (default: the profile's)")
     run.add_argument("--runs-dir", default="runs", help="where run folders go (default: ./runs)")
-    run.add_argument("--notebooks", default=None, help="notebook folder (default: the checkout's notebooks/)")
+    run.add_argument("--notebooks", default=None, help="notebook folder (default: the series lstmnb carries: "
+                                                              "a checkout's notebooks/, else the installed copy)")
     run.add_argument("--no-html", dest="html", action="store_false", help="do not render HTML")
     run.add_argument("--no-progress", dest="progress", action="store_false", help="no per-cell progress bar")
     run.set_defaults(func=_run_notebooks, check=_check_notebooks_run)
     lst = nsub.add_parser("list", help="show the notebooks (with their parameters) and the profiles")
-    lst.add_argument("--notebooks", default=None, help="notebook folder (default: the checkout's notebooks/)")
+    lst.add_argument("--notebooks", default=None, help="notebook folder (default: the series lstmnb carries: "
+                                                              "a checkout's notebooks/, else the installed copy)")
     lst.set_defaults(func=_list_notebooks, check=lambda args: _notebooks_folder(args.notebooks))
+    cp = nsub.add_parser("copy", help="copy the notebook series into a folder, to open and edit there",
+                         description="Copy the numbered notebooks this installation carries into DIR; then open "
+                                     "them in JupyterLab, or run your copies with `lstmnb notebooks run --notebooks DIR`.")
+    cp.add_argument("dir", metavar="DIR", help="folder to copy into (created if needed)")
+    cp.add_argument("--overwrite", action="store_true", help="replace notebooks already in DIR (default: refuse)")
+    cp.set_defaults(func=_copy_notebooks)
 
 
 def _overrides(pairs) -> dict:
@@ -104,3 +112,13 @@ def _list_notebooks(args) -> int:
         print(f"  {name:<10} {label:<14} device {device:<5} kernel {kernel}")
     return 0
 
+
+def _copy_notebooks(args) -> int:
+    from ..notebooks.series import copy_series
+
+    copies = copy_series(args.dir, overwrite=args.overwrite)
+    print(f"copied {len(copies)} notebooks into {copies[0].parent}:")
+    for path in copies:
+        print(f"  {path.name}")
+    print(f"run them with: lstmnb notebooks run --profile quick --notebooks {copies[0].parent}")
+    return 0

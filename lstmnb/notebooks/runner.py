@@ -21,6 +21,7 @@ from ..errors import ConfigError, NotebookError
 from ..paths import atomic_path, check_writable, results_dir
 from ..profiles import Profile, load_profile, profile_names
 from .params import check_values, default_value, parse_value
+from .series import shipped_folder
 
 NOTEBOOKS_ENV = "LSTMNB_NOTEBOOKS"
 # parameters the runner fills in itself (a notebook may declare them; a profile or -p may still set them)
@@ -30,19 +31,22 @@ INJECTED = ("profile", "label", "output_dir", "results", "results_paths")
 # --- notebooks -----------------------------------------------------------------------------------
 
 def notebooks_dir(folder: str | os.PathLike | None = None) -> Path:
-    """The notebook folder: ``folder``, else $LSTMNB_NOTEBOOKS, else the checkout's ``notebooks/``, else ./notebooks."""
-    if folder is not None:  # a folder asked for is that folder or an error, never the checkout's
+    """The notebook folder: ``folder``, else $LSTMNB_NOTEBOOKS, else the series this installation carries
+    (a checkout's ``notebooks/``, or the copy inside the installed package)."""
+    if folder is not None:  # a folder asked for is that folder or an error, never the shipped one
         if not str(folder).strip() or not Path(folder).expanduser().is_dir():
             raise NotebookError(f"notebook folder {str(folder)!r} does not exist (or is not a folder)")
         return Path(folder).expanduser()
     env = os.environ.get(NOTEBOOKS_ENV)
-    if env and not Path(env).expanduser().is_dir():
-        raise NotebookError(f"{NOTEBOOKS_ENV}={env!r} is not a folder; point it at the notebooks/ folder, or unset it")
-    for c in (env, Path(__file__).resolve().parents[2] / "notebooks", Path.cwd() / "notebooks"):
-        if c and Path(c).expanduser().is_dir():
-            return Path(c).expanduser()
-    raise NotebookError("no notebooks/ folder found; run from a checkout of lstmnb, or pass --notebooks DIR "
-                        f"(or set {NOTEBOOKS_ENV})")
+    if env:
+        if not Path(env).expanduser().is_dir():
+            raise NotebookError(f"{NOTEBOOKS_ENV}={env!r} is not a folder; point it at a notebook folder, or unset it")
+        return Path(env).expanduser()
+    shipped = shipped_folder()
+    if shipped is None:
+        raise NotebookError("this installation carries no notebooks; reinstall lstmnb, or pass --notebooks DIR "
+                            f"(or set {NOTEBOOKS_ENV})")
+    return shipped
 
 
 def find_notebooks(folder: str | os.PathLike | None = None) -> list[Path]:

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# "Installed is as good as checked out": build the sdist and the wheel, check that both carry the notebook
+# series, install the wheel in a fresh venv (no checkout on its path), and run the main job from an empty
+# folder. Any file the package forgets (profiles, reference records, sample recipe, notebooks) fails here.
+# Usage: bash .ci/wheel.sh WORKDIR   (from the checkout, with the test extra's `build` installed)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WORK=${1:?give a work folder}
+DIST="$WORK/dist"
+python -m build --outdir "$DIST" . > "$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
+ls -l "$DIST"
+python - "$DIST" <<'PY'
+import sys, tarfile, zipfile
+from pathlib import Path
+dist = Path(sys.argv[1])
+wheel = zipfile.ZipFile(next(dist.glob("*.whl"))).namelist()
+sdist = tarfile.open(next(dist.glob("*.tar.gz"))).getnames()
+notebooks = sorted(Path("notebooks").glob("[0-9][0-9]_*.ipynb"))
+missing = [f"wheel: lstmnb/series/{p.name}" for p in notebooks if f"lstmnb/series/{p.name}" not in wheel]
+missing += [f"sdist: notebooks/{p.name}" for p in notebooks if not any(n.endswith(f"/notebooks/{p.name}") for n in sdist)]
+for needed in ("lstmnb/profiles/quick.yaml", "lstmnb/published_figures.yaml"):
+    if needed not in wheel:
+        missing.append(f"wheel: {needed}")
+if missing:
+    sys.exit("missing from the distributions: " + ", ".join(missing))
+print(f"wheel: {len(wheel)} files, sdist: {len(sdist)} files; both carry the {len(notebooks)} notebooks")
+PY
+python3 -m venv "$WORK/wheel-venv"
+"$WORK/wheel-venv/bin/python" -m pip install --quiet "torch==2.13.0"
+"$WORK/wheel-venv/bin/python" -m pip install --quiet "$(ls "$DIST"/*.whl)"
+mkdir -p "$WORK/empty" && cd "$WORK/empty"
+# the installed package, not the checkout: no source folder on the path, and this folder is empty
+env -u PYTHONPATH "$WORK/wheel-venv/bin/python" -c "import lstmnb, sys; print('lstmnb from', lstmnb.__file__); sys.exit('site-packages' not in lstmnb.__file__)"
+env -u PYTHONPATH PATH="$WORK/wheel-venv/bin:$PATH" lstmnb quickstart --results "$WORK/empty/results"
+ls "$WORK/empty/runs"/*/*/index.html
+env -u PYTHONPATH PATH="$WORK/wheel-venv/bin:$PATH" lstmnb notebooks copy "$WORK/empty/my-notebooks"
