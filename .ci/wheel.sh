@@ -4,6 +4,8 @@
 # folder. Any file the package forgets (profiles, reference records, sample recipe, notebooks) fails here.
 # Usage: bash .ci/wheel.sh WORKDIR   (from the checkout, with the test extra's `build` installed)
 set -euo pipefail
+# pip, without the machine's notes on local index folders it skips
+pip_install() { local py=$1; shift; "$py" -m pip install --quiet "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
 cd "$(dirname "$0")/.."
 WORK=${1:?give a work folder}
 DIST="$WORK/dist"
@@ -26,8 +28,8 @@ if missing:
 print(f"wheel: {len(wheel)} files, sdist: {len(sdist)} files; both carry the {len(notebooks)} notebooks")
 PY
 python3 -m venv "$WORK/wheel-venv"
-"$WORK/wheel-venv/bin/python" -m pip install --quiet "torch==2.13.0"
-"$WORK/wheel-venv/bin/python" -m pip install --quiet "$(ls "$DIST"/*.whl)"
+pip_install "$WORK/wheel-venv/bin/python" "torch==2.13.0"
+pip_install "$WORK/wheel-venv/bin/python" "$(ls "$DIST"/*.whl)"
 mkdir -p "$WORK/empty" && cd "$WORK/empty"
 # the installed package, not the checkout: no source folder on the path, and this folder is empty
 env -u PYTHONPATH "$WORK/wheel-venv/bin/python" -c "import lstmnb, sys; print('lstmnb from', lstmnb.__file__); sys.exit('site-packages' not in lstmnb.__file__)"
