@@ -4,6 +4,7 @@ touch the user's cache and the embedded sample store is built at most once per s
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -137,7 +138,8 @@ def gcs_emulator():
     import subprocess
     import time
 
-    exe = shutil.which("gcp-storage-emulator")
+    # on PATH, or beside this Python (a venv's tools when its python is run without activating it)
+    exe = shutil.which("gcp-storage-emulator") or shutil.which("gcp-storage-emulator", path=os.path.dirname(sys.executable))
     if exe is None:
         pytest.skip("gcp-storage-emulator is not installed (pip install '.[test]')")
     port = _free_port()
