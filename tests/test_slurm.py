@@ -1,0 +1,193 @@
+"""The carc/ sbatch scripts under a real SLURM (slurmctld, slurmd, munged started by carc/local_slurm.sh):
+DDP over gloo on one node, the multi-node script's c10d rendezvous through srun (one node, then two
+nodes in their own network namespaces), and the notebook series with the `ci` profile. Each job's run
+record is checked, down to the SLURM job id it carries. Skipped, with the reason, where SLURM is not
+installed or cannot run (not root, no network namespaces): carc/ci_slurm.sh installs it on Debian.
+
+The jobs run this checkout (PYTHONPATH) in the Python environment running the tests (LSTMNB_ACTIVATE:
+its activate script), on CPU (LSTMNB_DEVICE=cpu), with tiny sizes so that all of it takes a minute or two.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from lstmnb.device import device_info
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCAL_SLURM = ROOT / "carc" / "local_slurm.sh"
+NOT_RUNNABLE = 3  # local_slurm.sh's exit status where SLURM cannot run here (missing, not root, ...)
+TINY = ["--window", "12", "--hidden", "8", "--epochs", "2"]
+DATA = ["--start", "2020-01-01", "--end", "2020-01-21"]
+JOB_LIMIT_S = 300
+
+
+def test_record_names_the_slurm_job(monkeypatch):
+    """Inside a SLURM job the record's device section says which job; outside it says nothing of SLURM."""
+    for var in [v for v in os.environ if v.startswith("SLURM_")]:
+        monkeypatch.delenv(var)
+    assert "slurm" not in device_info("cpu")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_JOB_NAME", "lstmnb-ddp")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    assert device_info("cpu")["slurm"] == {"job_id": 4242, "job_name": "lstmnb-ddp", "nodelist": "node[1-2]",
+                                           "nodes": 2}
+
+
+# --- the real cluster ----------------------------------------------------------------------------
+
+def _free_port_pair() -> int:
+    """A port p with p and p + 1 free a moment ago (slurmctld and slurmd)."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+        if port + 1 < 65536:
+            return port
+    raise RuntimeError("no two adjacent free ports")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _job_env(cluster_env: dict[str, str]) -> dict[str, str]:
+    """The environment sbatch passes on to the jobs: this checkout in this Python's environment, on CPU."""
+    env = dict(os.environ, **cluster_env)
+    activate = Path(sys.executable).parent / "activate"
+    if sys.prefix != sys.base_prefix and activate.is_file():
+        env["LSTMNB_ACTIVATE"] = str(activate)          # a virtual environment: activated by the job
+    else:
+        env["LSTMNB_ACTIVATE"] = "none"                 # e.g. conda's Python already on PATH
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env["LSTMNB_DEVICE"] = "cpu"
+    for var in [v for v in env if v.startswith(("SLURM_", "SBATCH_", "SRUN_"))]:
+        if var != "SLURM_CONF":
+            del env[var]                                # never inherit an outer job's settings
+    return env
+
+
+def _logs(state: Path) -> str:
+    """The last lines of the cluster's daemon logs (for a failure's message)."""
+    return "".join(f"--- {log.name}\n" + "".join(log.read_text().splitlines(keepends=True)[-15:])
+                   for log in sorted((state / "log").glob("*.log")))
+
+
+@pytest.fixture
+def cluster(request, tmp_path):
+    """A local SLURM cluster of ``request.param`` node(s), stopped afterwards; skips where none can run."""
+    nodes = request.param
+    # its own folder with a short path: munged's socket lives there (a socket path holds 107 bytes)
+    state = Path(tempfile.mkdtemp(prefix="lnb-slurm-"))
+    env = dict(os.environ, LSTMNB_SLURM_DIR=str(state), LSTMNB_SLURM_NODES=str(nodes),
+               LSTMNB_SLURM_PORT=str(_free_port_pair()))
+    started = subprocess.run(["bash", str(LOCAL_SLURM), "start"], env=env, capture_output=True, text=True,
+                             timeout=180)
+    try:
+        if started.returncode == NOT_RUNNABLE:
+            pytest.skip(f"no local SLURM here: {started.stderr.strip()}")
+        assert started.returncode == 0, f"local_slurm.sh start failed:\n{started.stdout}{started.stderr}{_logs(state)}"
+        yield {"env": _job_env({"SLURM_CONF": str(state / "slurm.conf")}), "out": tmp_path}
+    finally:
+        subprocess.run(["bash", str(LOCAL_SLURM), "stop"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _submit(cluster, name: str, script: str, sbatch_args: list[str], script_args: list[str],
+            **extra_env: str) -> subprocess.Popen:
+    """``sbatch --wait`` of a carc/ script from the repository root, CPU options on the command line; the
+    job log is ``<name>-<job id>.out`` in the test's folder."""
+    env = dict(cluster["env"], **extra_env)
+    log = cluster["out"] / f"{name}-%j.out"
+    cmd = ["sbatch", "--wait", "--partition=local", "--gres=none", "--mem=2G", f"--time={JOB_LIMIT_S // 60}",
+           f"--output={log}", *sbatch_args, f"carc/{script}", *script_args]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(cluster, name: str, proc: subprocess.Popen) -> int:
+    """The job id of a submitted job, once it ended with status 0 (its log in the message otherwise)."""
+    out, _ = proc.communicate(timeout=JOB_LIMIT_S + 120)
+    found = re.search(r"Submitted batch job (\d+)", out)
+    assert found, f"sbatch did not submit {name}: {out}"
+    job_id = int(found.group(1))
+    log = cluster["out"] / f"{name}-{job_id}.out"
+    text = log.read_text() if log.exists() else "(no job log)"
+    assert proc.returncode == 0, f"job {name} ({job_id}) ended with {proc.returncode}:\n{out}\n{text[-4000:]}"
+    return job_id
+
+
+def _records(folder: Path) -> list[dict]:
+    files = sorted(folder.rglob("runs.jsonl"))
+    return [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
+
+
+def _check_ddp_record(rec: dict, job_id: int, name: str, world_size: int, nodes: int) -> None:
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["world_size"] == world_size and rec["parallel"]["world_size"] == world_size
+    assert rec["parallel"]["backend"] == "gloo" and rec["parallel"]["nodes"] == nodes
+    assert rec["device"]["kind"] == "cpu"
+    slurm = rec["device"]["slurm"]
+    assert slurm["job_id"] == job_id and slurm["job_name"] == name and slurm["nodes"] == nodes
+    assert slurm["partition"] == "local" and slurm["cluster"] == "lstmnb-local"
+    assert rec["metrics"]["test_rmse_k"] > 0 and rec["metrics"]["epochs_run"] == len(rec["epochs"]) == 2
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize("cluster", [1], indirect=True, ids=["one-node"])
+def test_carc_scripts_run_under_slurm(cluster):
+    """The three carc/ scripts, submitted together to a one-node cluster with 2 CPUs (they run in turn)."""
+    out = cluster["out"]
+    single = _submit(cluster, "lstmnb-ddp", "ddp_single_node.sbatch", ["--cpus-per-task=2"],
+                     ["2", *DATA, *TINY], RESULTS=str(out / "single"))
+    multi = _submit(cluster, "lstmnb-ddp-mn", "ddp_multi_node.sbatch", ["--nodes=1", "--cpus-per-task=2"],
+                    TINY, RESULTS=str(out / "multi"), DATA_ARGS=" ".join(DATA), RDZV_PORT=str(_free_port()))
+    series = _submit(cluster, "lstmnb-series", "run_profile.sbatch", ["--cpus-per-task=2"],
+                     ["ci", "--only", "02", "--runs-dir", str(out / "runs"), "--no-html"])
+    single_id = _finish(cluster, "lstmnb-ddp", single)
+    multi_id = _finish(cluster, "lstmnb-ddp-mn", multi)
+    series_id = _finish(cluster, "lstmnb-series", series)
+
+    [rec] = _records(out / "single")
+    _check_ddp_record(rec, single_id, "lstmnb-ddp", world_size=2, nodes=1)
+    [rec] = _records(out / "multi")
+    _check_ddp_record(rec, multi_id, "lstmnb-ddp-mn", world_size=1, nodes=1)
+    recs = _records(out / "runs")
+    assert {r["experiment"] for r in recs} >= {"fit"}, [r["experiment"] for r in recs]
+    for rec in recs:
+        assert rec["status"] == "ok" and rec["profile"] == "ci" and rec["device"]["kind"] == "cpu"
+        assert rec["device"]["slurm"]["job_id"] == series_id
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize("cluster", [2], indirect=True, ids=["two-nodes"])
+def test_multi_node_job_spans_two_nodes(cluster):
+    """ddp_multi_node.sbatch on two nodes (two slurmd, each in its own network namespace with its own
+    hostname and address), one gloo rank each: srun starts a torchrun per node, they meet on node1."""
+    proc = _submit(cluster, "lstmnb-ddp-mn", "ddp_multi_node.sbatch", ["--nodes=2", "--cpus-per-task=1"], TINY,
+                   RESULTS=str(cluster["out"] / "multi2"), DATA_ARGS=" ".join(DATA))
+    job_id = _finish(cluster, "lstmnb-ddp-mn", proc)
+    [rec] = _records(cluster["out"] / "multi2")
+    _check_ddp_record(rec, job_id, "lstmnb-ddp-mn", world_size=2, nodes=2)
+    assert rec["device"]["hostname"] == "node1"             # rank 0 writes, on the first node
+    assert rec["device"]["slurm"]["nodelist"] == "node[1-2]"
