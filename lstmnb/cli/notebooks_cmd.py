@@ -45,7 +45,7 @@ def add_notebooks(sub, full: bool) -> None:
                                      "them in JupyterLab, or run your copies with `lstmnb notebooks run --notebooks DIR`.")
     cp.add_argument("dir", metavar="DIR", help="folder to copy into (created if needed)")
     cp.add_argument("--overwrite", action="store_true", help="replace notebooks already in DIR (default: refuse)")
-    cp.set_defaults(func=_copy_notebooks)
+    cp.set_defaults(func=_copy_notebooks, check=_check_copy)
 
 
 def _overrides(pairs) -> dict:
@@ -111,6 +111,12 @@ def _list_notebooks(args) -> int:
     for name, label, device, kernel in profiles:
         print(f"  {name:<10} {label:<14} device {device:<5} kernel {kernel}")
     return 0
+
+
+def _check_copy(args) -> None:
+    from ..notebooks.series import check_copy
+
+    check_copy(args.dir, overwrite=args.overwrite)
 
 
 def _copy_notebooks(args) -> int:

@@ -29,10 +29,9 @@ def shipped_folder() -> Path | None:
     return None
 
 
-def copy_series(dest: str | os.PathLike, *, overwrite: bool = False) -> list[Path]:
-    """Copy the shipped notebooks into ``dest`` (created if needed) and return the copies. Notebooks that
-    are already there are kept, and nothing is copied, unless ``overwrite``: a user's edits are never lost
-    by accident. Each file is written atomically."""
+def check_copy(dest: str | os.PathLike, *, overwrite: bool = False) -> tuple[Path, list[Path]]:
+    """(target folder, the notebooks to copy) for ``copy_series``, or one line on why not: no series here,
+    ``dest`` a file or the series itself, or notebooks already in ``dest`` (unless ``overwrite``)."""
     source = shipped_folder()
     if source is None:
         raise NotebookError("this installation carries no notebooks (neither a checkout's notebooks/ nor "
@@ -47,6 +46,14 @@ def copy_series(dest: str | os.PathLike, *, overwrite: bool = False) -> list[Pat
     if present and not overwrite:
         raise NotebookError(f"{target} already holds {', '.join(present)}; nothing was copied (pass --overwrite "
                             "to replace them, or choose an empty folder)")
+    return target, notebooks
+
+
+def copy_series(dest: str | os.PathLike, *, overwrite: bool = False) -> list[Path]:
+    """Copy the shipped notebooks into ``dest`` (created if needed) and return the copies. Notebooks that
+    are already there are kept, and nothing is copied, unless ``overwrite``: a user's edits are never lost
+    by accident. Each file is written atomically."""
+    target, notebooks = check_copy(dest, overwrite=overwrite)
     try:
         target.mkdir(parents=True, exist_ok=True)
         copies = []
