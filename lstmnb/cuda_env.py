@@ -117,7 +117,7 @@ def precision_flags() -> dict[str, Any]:
         "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
     }
-    rnn = getattr(torch.backends.cudnn, "rnn", None)  # torch >= 2.9 has per-operator precision settings
+    rnn = getattr(torch.backends.cudnn, "rnn", None)  # newer torch: per-operator precision settings
     if rnn is not None and hasattr(rnn, "fp32_precision"):
         flags["cudnn_rnn_fp32_precision"] = rnn.fp32_precision
     return flags
