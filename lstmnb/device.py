@@ -104,7 +104,8 @@ def amp_choice(mode: str, device_type: str, capability: tuple[int, int] | None =
 
 def amp_dtype(mode: str, device: torch.device) -> torch.dtype | None:
     """``amp_choice`` for ``device`` (its own capability: cuda:N, not the current device)."""
-    capability = tuple(torch.cuda.get_device_capability(indexed(device))) if device.type == "cuda" else None
+    native_question = device.type == "cuda" and mode in ("auto", "bf16")
+    capability = tuple(torch.cuda.get_device_capability(indexed(device))) if native_question else None
     return amp_choice(mode, device.type, capability)
 
 

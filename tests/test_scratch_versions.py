@@ -70,10 +70,14 @@ SIMULATOR_SCRIPT = textwrap.dedent("""
     grad_fn = NumbaCUDAGrad(X, y, shape, batch_size=8, dtype=np.float64)
     loss, grad = grad_fn(theta, idx)
     ref_loss, ref_grad = loss_and_grad_numpy(theta, X[idx], y[idx], shape)
+    X32, y32, th32 = X.astype(np.float32), y.astype(np.float32), theta.astype(np.float32)
+    l32, g32 = loss_and_grad_numpy(th32, X32[idx], y32[idx], shape)
+    loss32, grad32 = NumbaCUDAGrad(X32, y32, shape, batch_size=8, dtype=np.float32)(th32, idx)
     cfg = ScratchConfig(hidden=3, epochs=2, batch_size=4, lr=0.05)
     cu = fit("numba-cuda", shape, X, y, cfg)
     npy = fit("numpy", shape, X, y, cfg)
-    json.dump({"loss": [loss, ref_loss], "grad_err": float(np.abs(grad - ref_grad).max()),
+    json.dump({"f32": [loss32, float(l32), float(np.abs(grad32 - g32).max()), str(grad32.dtype)],
+               "loss": [loss, ref_loss], "grad_err": float(np.abs(grad - ref_grad).max()),
                "grad_max": float(np.abs(ref_grad).max()),
                "steps": [cu.step_losses, npy.step_losses],
                "theta_err": float(np.abs(cu.theta - npy.theta).max())}, sys.stdout)
@@ -92,6 +96,8 @@ def test_cuda_kernel_under_the_simulator_matches_numpy():
     np.testing.assert_allclose(res["steps"][0], res["steps"][1], rtol=1e-10)
     assert len(res["steps"][0]) == 6
     assert res["theta_err"] < 1e-10
+    loss32, ref32, err32, dtype = res["f32"]  # float32 data with float32 constants (the typed `one`)
+    assert dtype == "float32" and loss32 == pytest.approx(ref32, rel=1e-5) and err32 <= 1e-5 * max(1.0, res["grad_max"])
 
 
 def test_gpu_versions_without_a_gpu_are_clear_errors_and_skipped_rows_while_the_rest_is_timed(tmp_path):
