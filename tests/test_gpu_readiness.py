@@ -311,3 +311,18 @@ def test_block_kernel_registers_are_checked_against_the_gpus_limit_per_block():
         check_registers(512, 2, np.float64, 80, 65536)
     assert samples_that_fit(512, 2, 80, 65536) == 1 and samples_that_fit(64, 2, 64, 65536) == 2
     assert samples_that_fit(1024, 1, 80, 65536) == 0
+
+
+def test_an_error_raised_while_handling_an_oom_is_that_oom():
+    """Ending a CUDA graph capture that ran out of memory can raise its own error; the record is oom."""
+    from lstmnb.experiments.sweep import _oom_reason
+
+    try:
+        try:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB")
+        except torch.OutOfMemoryError:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+    except RuntimeError as exc:
+        why = _oom_reason(exc, 512, 4)
+    assert why.startswith("out of memory at batch_size=512 under a 4 MB cap: CUDA out of memory")
+    assert _oom_reason(RuntimeError("CUDA error: an illegal memory access"), 512, 4) is None

@@ -106,7 +106,10 @@ def _warm_up(windows, cfg, device: torch.device) -> None:
 
 def _oom_reason(exc: BaseException, batch: int, cap_mb: float | None) -> str | None:
     """The ``oom`` record's reason when ``exc`` is a failed allocation, else None. Under a cap, oneDNN
-    reports a failed allocation as 'could not create a primitive'."""
+    reports a failed allocation as 'could not create a primitive'. An error raised while an out-of-memory
+    error was being handled (e.g. ending a CUDA graph capture that ran out of memory) is that OOM."""
+    while not is_oom(exc) and exc.__context__ is not None and is_oom(exc.__context__):
+        exc = exc.__context__
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if not (is_oom(exc) or (cap_mb is not None and "could not create a primitive" in first)):
         return None
