@@ -2,7 +2,7 @@
 clocks, peak memory, out-of-memory detection, and the messages for a GPU that is not there.
 
 Everything here is a leaf: it imports torch and the standard library, never other lstmnb modules
-except ``errors`` (see docs/architecture.md).
+except ``errors`` and ``cuda_env`` (another leaf: what the CUDA stack can do; see docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def resolve_device(name: str = "auto") -> torch.device:
     name = (name or "auto").strip().lower()
     if name == "auto":
         if torch.cuda.is_available():
-            return torch.device("cuda")
+            return resolve_device("cuda")
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
@@ -50,6 +50,9 @@ def resolve_device(name: str = "auto") -> torch.device:
         count = torch.cuda.device_count()
         if index and int(index) >= count:
             raise DeviceError(f"device={name!r}: only {count} CUDA device(s) visible (cuda:0..cuda:{count - 1})")
+        from .cuda_env import prepare_cuda
+
+        prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
     if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise DeviceError(f"device={name!r} asked for, but MPS is not available here; use --device cpu")
     return torch.device(name)
@@ -77,19 +80,33 @@ def clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def amp_dtype(mode: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for ``mode`` on ``device``; None means full float32."""
+def amp_choice(mode: str, device_type: str, capability: tuple[int, int] | None = None) -> torch.dtype | None:
+    """The autocast dtype for ``mode`` on a device of ``device_type`` (a GPU's ``capability``); None means
+    full float32. Pure. bfloat16 only where the GPU computes it natively (``cuda_env.bf16_native``):
+    ``auto`` takes float16 elsewhere (with a loss scaler), and ``bf16`` on such a GPU is an error."""
+    from .cuda_env import bf16_native
+
     if mode == "off":
         return None
-    if device.type != "cuda":
+    if device_type != "cuda":
         if mode == "auto":
             return None
-        raise ConfigError(f"amp={mode!r} is for CUDA devices; this run is on {device.type} (use amp='off')")
+        raise ConfigError(f"amp={mode!r} is for CUDA devices; this run is on {device_type} (use amp='off')")
     if mode == "fp16":
         return torch.float16
-    if mode == "bf16" and not torch.cuda.is_bf16_supported():
-        raise DeviceError("amp='bf16' asked for, but this GPU does not support bfloat16; use amp='fp16'")
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    native = capability is not None and bf16_native(capability)
+    if mode == "bf16" and not native:
+        raise DeviceError(f"amp='bf16' asked for, but this GPU (SM {capability[0]}.{capability[1]}) has no native "
+                          f"bfloat16 (SM 8.0 and newer do); use amp='fp16'" if capability else
+                          "amp='bf16' asked for, but no CUDA GPU capability is known; use amp='fp16'")
+    return torch.bfloat16 if native else torch.float16
+
+
+def amp_dtype(mode: str, device: torch.device) -> torch.dtype | None:
+    """``amp_choice`` for ``device`` (its own capability: cuda:N, not the current device)."""
+    native_question = device.type == "cuda" and mode in ("auto", "bf16")
+    capability = tuple(torch.cuda.get_device_capability(indexed(device))) if native_question else None
+    return amp_choice(mode, device.type, capability)
 
 
 # --- what the device is (the record's ``device`` section) -------------------------------------------
@@ -272,12 +289,18 @@ def peak_memory_mb(device: torch.device, since_reset: bool = True) -> dict[str, 
     return out
 
 
+# how CUDA libraries word a failed allocation when it reaches Python as a RuntimeError
+OOM_MESSAGES = ("out of memory", "can't allocate memory", "cublas_status_alloc_failed", "cudnn_status_alloc_failed",
+                "cusolver_status_alloc_failed", "cufft_alloc_failed")
+
+
 def is_oom(exc: BaseException) -> bool:
-    """True for an out-of-memory failure: CUDA's or the CPU allocator's (a failed malloc)."""
+    """True for an out-of-memory failure: CUDA's allocator, a CUDA library's workspace (cuBLAS, cuDNN,
+    cuSOLVER, cuFFT report ``*_ALLOC_FAILED``) or the CPU allocator (a failed malloc)."""
     if isinstance(exc, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))):
         return True
     text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+    return isinstance(exc, RuntimeError) and any(m in text for m in OOM_MESSAGES)
 
 
 def free_memory(device: torch.device) -> None:

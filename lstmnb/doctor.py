@@ -93,12 +93,17 @@ def torch_checks() -> list[Check]:
     rows = [Check("python", OK, platform.python_version()),
             Check("torch", OK, f"{torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU'} build)")]
     if torch.cuda.is_available():
+        from .cuda_env import arch_supported
+
+        arch = torch.cuda.get_arch_list()
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            rows.append(Check(f"GPU cuda:{i}", OK, f"{p.name}, {p.total_memory / 2**30:.1f} GiB, "
-                                                    f"capability {p.major}.{p.minor}"))
-        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-        rows.append(Check("cuDNN", OK if cudnn else MISSING, str(cudnn) if cudnn else "not available to torch"))
+            fits = arch_supported((p.major, p.minor), arch)
+            rows.append(Check(f"GPU cuda:{i}", OK if fits else MISSING,
+                              f"{p.name}, {p.total_memory / 2**30:.1f} GiB, capability {p.major}.{p.minor}"
+                              + ("" if fits else f"; this torch build has no kernels for it (its arch list: "
+                                                 f"{' '.join(arch)})")))
+        rows.append(cudnn_check())
         nccl = dist.is_available() and dist.is_nccl_available()
         version = ".".join(map(str, torch.cuda.nccl.version())) if nccl else "not built into torch"
         rows.append(Check("NCCL", OK if nccl else MISSING, version))
@@ -109,6 +114,20 @@ def torch_checks() -> list[Check]:
     gloo = dist.is_available() and dist.is_gloo_available()
     rows.append(Check("gloo", OK if gloo else MISSING, "DDP on CPU" if gloo else "not built into torch"))
     return rows
+
+
+def cudnn_check() -> Check:
+    """cuDNN's version, read without torch's GPU check, and whether runs here use it; on a P100/V100 host
+    with a cuDNN that refuses them, the fallback and the torch builds that keep cuDNN for those GPUs."""
+    from .cuda_env import OLD_GPU_BUILDS, cudnn_state, version_text
+
+    state = cudnn_state()
+    if state["version"] is None:
+        return Check("cuDNN", MISSING, "not available to torch")
+    if state["usable"]:
+        return Check("cuDNN", OK, version_text(state["version"]))
+    return Check("cuDNN", ABSENT, f"{state['reason']}; the records say so. To keep cuDNN on these GPUs use "
+                                  f"{OLD_GPU_BUILDS}")
 
 
 def numba_checks() -> list[Check]:

@@ -47,15 +47,23 @@ def git_commit() -> str | None:
 
 
 def software_info() -> dict[str, Any]:
-    """Versions that change timings: Python, torch, CUDA, cuDNN, lstmnb and its git commit."""
+    """Versions that change timings: Python, torch, CUDA, cuDNN, lstmnb and its git commit. Safe on any
+    host and CUDA-free: the cuDNN version is read without torch's GPU check, which raises on P100/V100
+    hosts and starts the CUDA driver (a memory-capped sweep child must not). Gathered once per process."""
+    return dict(_software_facts())
+
+
+@functools.lru_cache(maxsize=None)
+def _software_facts() -> dict[str, Any]:
     import torch
 
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    from .cuda_env import cudnn_version
+
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "cudnn": cudnn,
+        "cudnn": cudnn_version(),
         "numpy": np.__version__,
         "lstmnb": __version__,
         "git_commit": git_commit(),

@@ -186,7 +186,9 @@ def cloud_store(gcs_emulator, tmp_path_factory):
 
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests run real CUDA where a GPU is; elsewhere they are skipped with the reason."""
-    gpu_items = [item for item in items if "gpu" in item.keywords]
+    # the marker, not the keyword: keywords hold every parent's name, so a checkout in a folder called
+    # "gpu" would make every test a gpu test
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
     import torch

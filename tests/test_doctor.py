@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lstmnb.cli import main
@@ -30,3 +31,42 @@ def test_a_profile_whose_needs_are_missing_exits_non_zero(capsys):
         assert not ready and row.status == MISSING
         assert main(["doctor", "--profile", "carc-a100"]) == 1
         assert capsys.readouterr().out.rstrip().endswith("not ready: see the 'missing' lines")
+
+
+# --- doctor --deep: real jobs ---------------------------------------------------------------------------
+
+@pytest.mark.slow  # a training run and two spawned gloo ranks (~15 s on 2 busy cores)
+def test_deep_check_runs_the_cpu_jobs_and_skips_the_gpu_ones_with_the_reason(capsys):
+    """One real run of `doctor --deep` for a CPU profile and a GPU profile: the CPU jobs pass here, so the
+    cpu profile is ready; without a GPU the carc-a100 profile's GPU jobs are unproven, so the exit is 1."""
+    status = main(["doctor", "--deep", "--profile", "cpu", "--profile", "carc-a100"])
+    out = capsys.readouterr().out
+    rows = {tuple(line.split()[:2]): line for line in out.split("deep check")[1].splitlines()[2:]
+            if line[:1].strip() and not line.startswith("profile")}
+    assert " ok " in rows[("cpu", "train")] and "test RMSE" in rows[("cpu", "train")]
+    assert " ok " in rows[("cpu", "ddp")] and "2 ranks over gloo" in rows[("cpu", "ddp")]
+    assert "profile cpu: its jobs passed" in out
+    if not torch.cuda.is_available():
+        for job in ("eager", "captured", "bf16", "memory", "nccl"):
+            assert "skipped" in rows[("cuda", job)] and "no usable CUDA GPU" in rows[("cuda", job)], job
+        assert "profile carc-a100: needs cuda eager steps (skipped)" in out and status == 1
+    for engine in ("numba-cuda", "numba-cuda-block"):
+        assert rows[("numba.cuda", engine)].split()[2] in ("ok", "skipped")
+
+
+def test_deep_readiness_follows_what_each_profile_needs():
+    from lstmnb.selfcheck import FAILED, OK, SKIPPED, Job, deep_ready
+
+    def job(device, name, status, unproven=False):
+        return Job(device, name, status, 1.0, "why", unproven)
+
+    cpu = [job("cpu", "train", OK), job("cpu", "ddp gloo x2", OK)]
+    gpu = [job("cuda:0", "eager steps", OK), job("cuda:0", "captured steps", OK), job("cuda:0", "memory cap", OK),
+           job("cuda:0", "bf16", SKIPPED), job("cuda", "nccl x2", SKIPPED), job("numba.cuda", "numba-cuda", FAILED)]
+    assert deep_ready(cpu + gpu, "cuda") == (True, [])  # one GPU: NCCL does not apply; numba is not a need
+    broken = job("cuda:0", "captured steps", FAILED)
+    assert deep_ready(cpu + [broken], "cuda") == (False, [broken]) and deep_ready(cpu + [broken], "cpu")[0]
+    no_gpu = job("cuda", "eager steps", SKIPPED, unproven=True)
+    assert deep_ready(cpu + [no_gpu], "cuda") == (False, [no_gpu]) and deep_ready(cpu + [no_gpu], "cpu")[0]
+    late = job("cpu", "ddp gloo x2", SKIPPED, unproven=True)  # the budget ran out before it
+    assert deep_ready([cpu[0], late], "cpu") == (False, [late])

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from lstmnb import experiments
+from lstmnb import cuda_env, experiments
 from lstmnb.training import TrainConfig, parallel, train
 from lstmnb.windows import make_windows
 
@@ -46,9 +46,12 @@ def test_fast_and_dataloader_paths_train_on_the_gpu(windows):
     for rec in (fast, loader):
         assert rec["status"] == "ok" and rec["device"]["kind"] == "cuda" and rec["device"]["count"] >= 1
         assert math.isfinite(rec["metrics"]["test_rmse_k"]) and rec["memory"]["kind"] == "cuda_max_allocated"
-    assert fast["cuda_graph"]["used"] is True
-    assert loader["cuda_graph"] == {"used": False, "reason": loader["cuda_graph"]["reason"]}
+    assert fast["cuda_graph"]["used"] is True and fast["cuda_graph"]["captured_steps"] > 0
+    assert loader["cuda_graph"]["planned"] is False and loader["cuda_graph"]["used"] is False
     assert "dataloader" in loader["cuda_graph"]["reason"]
+    backends = fast["backends"]  # cuDNN on or off and why, TF32 switches, the LSTM's math
+    assert backends["cudnn"]["enabled"] == (cuda_env.cudnn_state()["usable"] and torch.backends.cudnn.enabled)
+    assert set(backends["tf32"]) >= {"cudnn_allow_tf32", "matmul_allow_tf32"} and backends["lstm_math"] in ("tf32", "float32")
 
 
 def test_graph_and_eager_follow_the_same_loss_trajectory(windows):
@@ -59,12 +62,65 @@ def test_graph_and_eager_follow_the_same_loss_trajectory(windows):
     assert graph["metrics"]["test_rmse_k"] == pytest.approx(eager["metrics"]["test_rmse_k"], rel=1e-2)
 
 
-@pytest.mark.skipif(torch.cuda.is_available() and not torch.cuda.is_bf16_supported(), reason="no bf16 on this GPU")
+def test_each_captured_step_gives_the_eager_steps_loss(windows):
+    """Step by step on the same batches: 3 warm-up steps, the captured one and its replays equal eager
+    training's losses (the doctor --deep job)."""
+    from lstmnb.selfcheck import GRAPH_STEPS, LOSS_RTOL, step_losses
+
+    dev = torch.device("cuda", 0)
+    eager, _ = step_losses(windows, dev, graph=False)
+    graph, tr = step_losses(windows, dev, graph=True)
+    assert tr.graph.replays == GRAPH_STEPS - 3
+    np.testing.assert_allclose(graph, eager, rtol=LOSS_RTOL)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (a graph on cuda:1)")
+def test_a_graph_on_the_second_gpu_trains_there(windows):
+    """torch.cuda.graph's default capture stream is made on the device current at the first capture:
+    the capture runs inside cuda:1 with its own streams, and trains what eager training on cuda:1 trains."""
+    graph = train(windows, cfg(device="cuda:1", epochs=3)).record
+    eager = train(windows, cfg(device="cuda:1", epochs=3, cuda_graph=False)).record
+    assert graph["cuda_graph"]["captured_steps"] > 0 and "on cuda:1" in graph["cuda_graph"]["reason"]
+    np.testing.assert_allclose(epoch_losses(graph), epoch_losses(eager), rtol=1e-2)
+
+
+def test_a_cpu_checkpoint_resumes_into_a_captured_graph(windows, tmp_path):
+    """The saved optimizer is fused (CPU); the graph run's must stay capturable or the capture refuses."""
+    ckpt = str(tmp_path / "cpu.pt")
+    train(windows, cfg(device="cpu", epochs=2, checkpoint=ckpt))
+    resumed = train(windows, cfg(epochs=4, checkpoint=ckpt, resume=True))
+    assert [e["epoch"] for e in resumed.history] == [1, 2, 3, 4]
+    assert resumed.record["cuda_graph"]["captured_steps"] > 0 and math.isfinite(resumed.record["metrics"]["test_rmse_k"])
+
+
+NO_NATIVE_BF16 = torch.cuda.is_available() and not cuda_env.bf16_native(torch.cuda.get_device_capability())
+
+
+@pytest.mark.skipif(NO_NATIVE_BF16, reason="no native bfloat16 on this GPU (SM < 8.0; torch's check counts emulation)")
 def test_mixed_precision_trains(windows):
     rec = train(windows, cfg(amp="bf16")).record
     assert rec["cuda_graph"]["used"] and math.isfinite(rec["metrics"]["test_rmse_k"])
     fp16 = train(windows, cfg(amp="fp16")).record  # a loss scaler: eager, and the record says why
     assert not fp16["cuda_graph"]["used"] and "float16" in fp16["cuda_graph"]["reason"]
+
+
+@pytest.mark.skipif(NO_NATIVE_BF16, reason="no native bfloat16 on this GPU (SM < 8.0)")
+def test_the_lstm_runs_in_float32_under_bf16_autocast(windows):
+    """Finding 5: cuDNN's RNN autocast wrapper casts to float16 whatever autocast's dtype is; the Forecaster
+    keeps its recurrence in float32 under bf16 autocast. When this torch's cuDNN LSTM stops casting to
+    fp16, the first assertion fails and the guard in models.Forecaster.forward can go."""
+    from lstmnb.models import Forecaster, ModelConfig
+
+    model = Forecaster(ModelConfig(n_features=2, hidden=16)).cuda()
+    x = torch.randn(8, 12, 2, device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        raw = model.rnn(x)[0].dtype
+        seen = []
+        model.rnn.register_forward_hook(lambda m, i, out: seen.append(out[0].dtype))
+        model(x)
+    if torch.backends.cudnn.enabled:
+        assert raw == torch.float16, raw
+    assert seen == [torch.float32]
 
 
 def test_dataparallel_and_ddp_over_nccl_with_one_rank(windows):
@@ -111,3 +167,13 @@ def test_notebook_series_with_a_gpu_profile(tmp_path):
     recs = records.read_records(tmp_path / "results")
     gpu = [r for r in recs if r["status"] == "ok" and r["device"]["kind"] == "cuda"]
     assert gpu and all(math.isfinite(r["metrics"]["test_rmse_k"]) for r in gpu if "metrics" in r)
+
+
+@pytest.mark.slow
+def test_doctor_deep_passes_what_a_gpu_profile_needs():
+    from lstmnb.selfcheck import deep_check, deep_ready
+
+    jobs = deep_check()
+    ready, blocking = deep_ready(jobs, "cuda")
+    assert ready, [(j.device, j.name, j.status, j.detail) for j in blocking]
+    assert all(j.status == "ok" for j in jobs if j.device.startswith("cuda:") and j.name != "bf16")

@@ -101,14 +101,16 @@ def test_eager_vs_graph_times_both_and_says_why(tmp_path):
     import torch
 
     request = steps.make_request("sample", [[40, 280]], "2020-01-01", "2020-01-15")
+    # batch 32: two weeks give enough full batches for a capture (3 warm-up steps, then the captured one)
     base = steps.make_config(device="cuda" if torch.cuda.is_available() else "cpu", window=12, hidden=8,
-                             progress=False)
+                             batch_size=32, progress=False)
     windows, info = train.prepare_windows(request, base, progress=False)
     table, why = steps.eager_vs_graph(windows, info, base, 2, results=tmp_path)
     assert list(table.index) == ["eager", "CUDA graph"] and (table["samples/s"] > 0).all()
     recs = records.read_records(tmp_path)
     assert [r["experiment"] for r in recs] == ["graph-off", "graph-on"]
     if torch.cuda.is_available():
+        assert recs[1]["cuda_graph"]["captured_steps"] > 0
         assert table.loc["CUDA graph", "graph used"] and "x the samples/s" in why
     else:  # nothing to capture on a CPU: the sentence says so, from the record
         assert why == "No graph was captured: runs on cpu; CUDA graphs need a CUDA GPU."

@@ -70,10 +70,14 @@ SIMULATOR_SCRIPT = textwrap.dedent("""
     grad_fn = NumbaCUDAGrad(X, y, shape, batch_size=8, dtype=np.float64)
     loss, grad = grad_fn(theta, idx)
     ref_loss, ref_grad = loss_and_grad_numpy(theta, X[idx], y[idx], shape)
+    X32, y32, th32 = X.astype(np.float32), y.astype(np.float32), theta.astype(np.float32)
+    l32, g32 = loss_and_grad_numpy(th32, X32[idx], y32[idx], shape)
+    loss32, grad32 = NumbaCUDAGrad(X32, y32, shape, batch_size=8, dtype=np.float32)(th32, idx)
     cfg = ScratchConfig(hidden=3, epochs=2, batch_size=4, lr=0.05)
     cu = fit("numba-cuda", shape, X, y, cfg)
     npy = fit("numpy", shape, X, y, cfg)
-    json.dump({"loss": [loss, ref_loss], "grad_err": float(np.abs(grad - ref_grad).max()),
+    json.dump({"f32": [loss32, float(l32), float(np.abs(grad32 - g32).max()), str(grad32.dtype)],
+               "loss": [loss, ref_loss], "grad_err": float(np.abs(grad - ref_grad).max()),
                "grad_max": float(np.abs(ref_grad).max()),
                "steps": [cu.step_losses, npy.step_losses],
                "theta_err": float(np.abs(cu.theta - npy.theta).max())}, sys.stdout)
@@ -92,15 +96,19 @@ def test_cuda_kernel_under_the_simulator_matches_numpy():
     np.testing.assert_allclose(res["steps"][0], res["steps"][1], rtol=1e-10)
     assert len(res["steps"][0]) == 6
     assert res["theta_err"] < 1e-10
+    loss32, ref32, err32, dtype = res["f32"]  # float32 data with float32 constants (the typed `one`)
+    assert dtype == "float32" and loss32 == pytest.approx(ref32, rel=1e-5) and err32 <= 1e-5 * max(1.0, res["grad_max"])
 
 
 def test_gpu_versions_without_a_gpu_are_clear_errors_and_skipped_rows_while_the_rest_is_timed(tmp_path):
     import numba
 
-    from lstmnb.scratch.cuda_check import numba_cuda_reason
+    from lstmnb.scratch.cuda_check import numba_cuda_reason, torch_cuda_reason
 
     if numba_cuda_reason() is None:
         pytest.skip("numba.cuda runs kernels here (a GPU or the simulator)")
+    # numba.cuda and torch's CUDA start independently: a torch GPU box without libNVVM runs torch-cuda
+    torch_cuda = "skipped" if torch_cuda_reason() else "ok"
     X, y = toy()
     cfg = ScratchConfig(hidden=SHAPE.hidden, epochs=1, batch_size=8)
     for version in ("numba-cuda", "numba-cuda-block"):
@@ -109,11 +117,11 @@ def test_gpu_versions_without_a_gpu_are_clear_errors_and_skipped_rows_while_the_
     path = tmp_path / "runs.jsonl"
     versions = ["numpy", "numba-cuda", "numba-cuda-block", "torch-cuda"]
     table = versions_table(versions, ScratchConfig(epochs=2), repeats=1, record_path=path)
-    assert list(table["status"]) == ["ok", "skipped", "skipped", "skipped"]
+    assert list(table["status"]) == ["ok", "skipped", "skipped", torch_cuda]
     assert table.loc["numpy", "run_s"] > 0 and np.isfinite(table.loc["numpy", "test_loss"])
     recs = {r["version"]: r for r in read_records(path)}
     assert set(recs) == set(versions)
-    for v in versions[1:]:
+    for v in versions[1:3] + (versions[3:] if torch_cuda == "skipped" else []):
         assert recs[v]["status"] == "skipped" and recs[v]["reason"]
         assert "timing" not in recs[v] and "metrics" not in recs[v]
         assert f"numpy {np.__version__}" in recs[v]["reason"]  # the versions involved

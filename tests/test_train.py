@@ -226,7 +226,9 @@ def test_cuda_graph_is_on_by_default_and_the_record_says_why_a_run_is_eager(smal
 
     assert TrainConfig().cuda_graph is True
     rec = train(small_windows, cfg(epochs=1)).record  # pinned to the CPU
-    assert rec["cuda_graph"] == {"used": False, "reason": "runs on cpu; CUDA graphs need a CUDA GPU"}
+    assert rec["cuda_graph"] == {"planned": False, "used": False, "captured_steps": 0,
+                                 "reason": "runs on cpu; CUDA graphs need a CUDA GPU"}
+    assert rec["backends"] is None  # cuDNN and TF32 switches are recorded for CUDA runs
     gpu = torch.device("cuda", 0)  # the rule alone: no GPU is touched
     assert graph_plan(cfg(device="cuda"), gpu, None)[0] is True
     for kw, why in [({"cuda_graph": False}, "turned off"), ({"input_path": "dataloader"}, "input_path=dataloader"),

@@ -347,9 +347,11 @@ def _run_bench_size(args) -> int:
     sc = _size_setup(args)
     records = size.size_experiment(
         request_from_args(args), train_config_from_args(args), sc, results=results_path(args),
-        on_point=lambda r: print(f"  {r['size']['points']:>4} points {r['size']['variant']:<10} "
+        on_point=lambda r: print(f"  {r['size']['points']:>4} points {r['size'].get('ran', r['size']['variant']):<10} "
                                  + (f"{r['timing']['samples_per_s']:,.0f} samples/s" if r["status"] == "ok"
-                                    else f"{r['status']}: {r['reason']}")))
+                                    else f"{r['status']}: {r['reason']}")
+                                 + (f" ({r['cuda_graph']['reason']})" if "not used" in r["size"].get("ran", "")
+                                    else "")))
     table = size.size_table(records)
     print()
     print(format_table(size.format_size_table(table)) if not table.empty else "(no finished runs)")

@@ -13,6 +13,10 @@ def add_doctor(sub, full: bool) -> None:
     )
     p.add_argument("--profile", dest="profiles", action="append", metavar="NAME",
                    help="a profile whose needs must be met (its kernel; its GPU for a GPU profile); repeatable")
+    p.add_argument("--deep", action="store_true",
+                   help="also run short real jobs on every device (under 2 minutes): CPU training and DDP over "
+                        "gloo; per GPU eager and CUDA-graph steps, bf16, the memory cap; NCCL; Numba CUDA engines. "
+                        "Exit status 1 when a job the named profiles (default: cpu) need fails")
     p.set_defaults(func=_run_doctor, check=_check_doctor)
 
 
@@ -38,4 +42,33 @@ def _run_doctor(args) -> int:
             print(" " * (width + 9) + line)
     print("\nok: usable; absent: optional and not here (e.g. a GPU on a CPU machine); missing: needed and not here")
     print("ready" if ready else "not ready: see the 'missing' lines")
+    if args.deep:
+        ready = _run_deep(args.profiles or ["cpu"]) and ready
     return 0 if ready else 1
+
+
+def _run_deep(profiles: list[str]) -> bool:
+    """`doctor --deep`: the jobs' table as they finish, then whether the profiles' needs passed."""
+    import textwrap
+
+    from ..profiles import load_profile
+    from ..selfcheck import deep_check, deep_ready
+
+    print(f"\ndeep check (real jobs, under 2 minutes)\n{'device':<12}{'job':<18}{'status':<9}{'seconds':>8}  detail")
+
+    def show(job) -> None:
+        secs = f"{job.seconds:8.1f}" if job.seconds is not None else f"{'-':>8}"
+        lines = textwrap.wrap(job.detail, 80) or [""]
+        print(f"{job.device:<12}{job.name:<18}{job.status:<9}{secs}  {lines[0]}", flush=True)
+        for line in lines[1:]:
+            print(" " * 49 + line)
+
+    jobs = deep_check(on_job=show)
+    ok = True
+    for name in profiles:
+        device = str(load_profile(name).parameters.get("device", "cpu"))
+        ready, blocking = deep_ready(jobs, device)
+        ok = ok and ready
+        print(f"profile {name}: " + ("its jobs passed" if ready else "needs " + ", ".join(
+            f"{j.device} {j.name} ({j.status})" for j in blocking)))
+    return ok

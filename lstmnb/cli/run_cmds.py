@@ -26,7 +26,11 @@ def print_run(record: dict) -> None:
         print(f"threads: {threads['used']} ({threads['policy']}): {threads['reason']}")
     graph = record.get("cuda_graph") or {}
     if record["device"]["kind"] == "cuda" and graph:
-        print(f"CUDA graph: {'used' if graph['used'] else 'not used'} ({graph['reason']})")
+        replayed = f"; {graph['captured_steps']} of {graph['steps']} steps replayed" if graph.get("used") else ""
+        print(f"CUDA graph: {'used' if graph['used'] else 'not used'} ({graph['reason']}{replayed})")
+    cudnn = (record.get("backends") or {}).get("cudnn") or {}
+    if cudnn.get("enabled") is False:
+        print(f"cuDNN: off ({cudnn.get('reason')})")
     ttt = t.get("time_to_target") or {}
     if ttt.get("target_rmse_k") is not None:
         print(f"time to validation RMSE <= {ttt['target_rmse_k']:.3f} K: "

@@ -57,6 +57,15 @@ def _variant_config(cfg: TrainConfig, variant: str) -> TrainConfig:
     return replace(cfg, device="cuda", cuda_graph=variant == "cuda-graph")
 
 
+def ran_variant(variant: str, record: dict[str, Any]) -> str:
+    """The label of what a point measured. Pure: a ``cuda-graph`` point whose record says no graph was
+    captured and replayed (refused, or too few full batches) timed eager steps, and is labelled
+    ``cuda-graph (not used)`` so that it is never read as a graph's speed."""
+    if variant == "cuda-graph" and record.get("status") == "ok" and not (record.get("cuda_graph") or {}).get("used"):
+        return "cuda-graph (not used)"
+    return variant
+
+
 def size_experiment(request, cfg: TrainConfig, sc: SizeConfig = SizeConfig(), *, results=None,
                     on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """One run per (point count, variant) on the request's time range and ``cfg``'s setting (strategy
@@ -78,15 +87,16 @@ def size_experiment(request, cfg: TrainConfig, sc: SizeConfig = SizeConfig(), *,
                 rec = skipped_record(run_cfg, no_gpu, data=info, size=size)
             else:
                 rec = train(windows, run_cfg, data_info=info).record
-                rec["size"] = size
+                rec["size"] = {**size, "ran": ran_variant(variant, rec)}
             recorder.add(rec)
     return recorder.records
 
 
 def size_table(records: list[dict[str, Any]]) -> pd.DataFrame:
-    """samples/s and s/epoch per point count (rows) and variant (columns), the GPU variants' speedup over
-    the CPU, and the crossover: the fewest points at which each GPU variant beats the CPU."""
-    rows = [{"points": r["size"]["points"], "variant": r["size"]["variant"],
+    """samples/s and s/epoch per point count (rows) and variant (columns: what each point ran, see
+    ``ran_variant``), the GPU variants' speedup over the CPU, and the crossover: the fewest points at
+    which each GPU variant beats the CPU."""
+    rows = [{"points": r["size"]["points"], "variant": r["size"].get("ran", r["size"]["variant"]),
              "samples_per_s": r["timing"]["samples_per_s"], "epoch_s": r["timing"]["epoch_s_median"]}
             for r in records if r.get("status") == "ok" and r.get("size")]
     if not rows:

@@ -62,19 +62,38 @@ def contender_settings(name: str, profile: str = "cpu") -> dict[str, Any]:
 
 
 def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: int = 7,
-                dtype: torch.dtype = torch.float32) -> float:
-    """Measured dense GEMM rate in FLOP/s (median of ``repeats``) on the threads torch uses now."""
+                dtype: torch.dtype = torch.float32, precision: str = "float32") -> float:
+    """Measured dense GEMM rate in FLOP/s (median of ``repeats``) on the threads torch uses now.
+    ``precision='tf32'`` measures float32 GEMMs on TF32 tensor cores (``torch.set_float32_matmul_precision
+    ('high')`` for the measurement only), the math cuDNN's LSTM uses on Ampere and newer by default."""
     dev = torch.device(device) if not isinstance(device, torch.device) else device
-    a = torch.randn(size, size, device=dev, dtype=dtype)
-    b = torch.randn(size, size, device=dev, dtype=dtype)
-    for _ in range(2):
-        a @ b
-    times = []
-    for _ in range(repeats):
-        t0 = clock(dev)
-        a @ b
-        times.append(clock(dev) - t0)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
+    try:
+        a = torch.randn(size, size, device=dev, dtype=dtype)
+        b = torch.randn(size, size, device=dev, dtype=dtype)
+        for _ in range(2):
+            a @ b
+        times = []
+        for _ in range(repeats):
+            t0 = clock(dev)
+            a @ b
+            times.append(clock(dev) - t0)
+    finally:
+        torch.set_float32_matmul_precision(before)
     return 2 * size**3 / statistics.median(times)
+
+
+MATH_LABELS = {"tf32": "on TF32 tensor cores, as cuDNN runs the LSTM here", "float32": "IEEE float32, as the LSTM runs here"}
+
+
+def mfu_precision(device: torch.device) -> str:
+    """The float32 math the LSTM runs at on ``device`` ('tf32' or 'float32'): MFU's denominator is a GEMM
+    rate in the same math (``cuda_env.lstm_math``), so a TF32 LSTM is not divided by a plain-FP32 rate."""
+    from ..cuda_env import backends_record
+
+    backends = backends_record(device)
+    return backends["lstm_math"] if backends else "float32"
 
 
 @dataclass
@@ -87,6 +106,7 @@ class SpeedReport:
     val_persistence_rmse_k: float
     matmul_flops: float
     device: str
+    matmul_precision: str
     max_epochs: int
     repeats: int
     notes: list[str] = field(default_factory=list)
@@ -129,6 +149,7 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
     val_pers = windows.baselines["val"]["persistence"]["rmse"]
     target = target_rmse if target_rmse is not None else target_fraction * val_pers
     rates: list[float] = []  # the matmul rate, measured beside every run: drift hits it as it hits them
+    precision = mfu_precision(dev)
 
     rows = []
     recorder = Recorder(results or None)
@@ -137,11 +158,12 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
         order = names if rep % 2 == 0 else names[::-1]  # alternate so drift hits all contenders alike
         for name in order:
             with thread_choice(base, dev):  # the threads the runs get (fewer under load)
-                rates.append(matmul_rate(dev))
+                rates.append(matmul_rate(dev, precision=precision))
             cfg = replace(base, **settings[name], target_rmse=target, stop_at_target=True,
                           seed=base.seed + rep)
             rec = train(windows, cfg, data_info=info).record
             rec["contender"] = name
+            rec["mfu_reference"] = {"matmul_flops_per_s": rates[-1], "precision": precision}
             recorder.add(rec)
             t, m = rec["timing"], rec["metrics"]
             ttt = t["time_to_target"]
@@ -174,8 +196,8 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
             notes.append(f"{name}: target {target:.3f} K " + _time_to_target_text(row, max_epochs)
                          + " in at least one repeat")
     return SpeedReport(runs=runs, table=med, target_rmse_k=target, val_persistence_rmse_k=val_pers,
-                       matmul_flops=flops_rate, device=str(dev), max_epochs=max_epochs, repeats=repeats,
-                       notes=notes)
+                       matmul_flops=flops_rate, device=str(dev), matmul_precision=precision, max_epochs=max_epochs,
+                       repeats=repeats, notes=notes)
 
 
 def format_report(rep: SpeedReport) -> str:
@@ -198,7 +220,7 @@ def format_report(rep: SpeedReport) -> str:
         f"device {rep.device}; medians of {rep.repeats} alternating repeats; epoch budget {rep.max_epochs}",
         f"target: validation RMSE <= {rep.target_rmse_k:.3f} K (persistence on validation: "
         f"{rep.val_persistence_rmse_k:.3f} K)",
-        f"measured float32 matmul rate: {rep.matmul_flops / 1e9:.1f} GFLOP/s "
+        f"measured float32 matmul rate ({MATH_LABELS[rep.matmul_precision]}): {rep.matmul_flops / 1e9:.1f} GFLOP/s "
         f"(MFU = training FLOP/s / this rate; training FLOPs = 3 x forward per sample)",
         "",
         out.to_string(),

@@ -5,6 +5,7 @@ path can be seen on any machine."""
 from __future__ import annotations
 
 import resource
+import signal
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
@@ -13,7 +14,7 @@ import torch
 
 from ..device import free_memory, indexed, is_oom, proc_status_kb, resolve_device
 from ..errors import ConfigError
-from ..records import Recorder
+from ..records import Recorder, software_info
 from ..training import Trainer, skipped_record, train
 
 
@@ -90,7 +91,11 @@ def memory_cap(cap_mb: float | None, device: torch.device) -> Iterator[None]:
 
 def _warm_up(windows, cfg, device: torch.device) -> None:
     """One tiny step outside any cap, so torch's lazy imports and kernels load before memory is capped
-    (a capped import failing would read as the model running out of memory)."""
+    (a capped import failing would read as the model running out of memory). The record's software
+    facts and CUDA's device count are read here too: on a GPU host either can start the CUDA driver,
+    whose address-space reservations a capped process cannot make (it would die, and read as oom)."""
+    software_info()
+    torch.cuda.is_available()  # cached by torch after the first call
     tr = Trainer(windows, replace(cfg, strategy="single", checkpoint=None, resume=False), device)
     x = torch.from_numpy(windows.x["train"][:2]).to(device)
     y = torch.from_numpy(windows.y["train"][:2]).to(device)
@@ -101,7 +106,10 @@ def _warm_up(windows, cfg, device: torch.device) -> None:
 
 def _oom_reason(exc: BaseException, batch: int, cap_mb: float | None) -> str | None:
     """The ``oom`` record's reason when ``exc`` is a failed allocation, else None. Under a cap, oneDNN
-    reports a failed allocation as 'could not create a primitive'."""
+    reports a failed allocation as 'could not create a primitive'. An error raised while an out-of-memory
+    error was being handled (e.g. ending a CUDA graph capture that ran out of memory) is that OOM."""
+    while not is_oom(exc) and exc.__context__ is not None and is_oom(exc.__context__):
+        exc = exc.__context__
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if not (is_oom(exc) or (cap_mb is not None and "could not create a primitive" in first)):
         return None
@@ -110,13 +118,17 @@ def _oom_reason(exc: BaseException, batch: int, cap_mb: float | None) -> str | N
             + f": {first[:300]}")
 
 
-def _point(windows, point, data_info, cap_mb: float | None) -> tuple[dict[str, Any] | None, str | None]:
-    """One sweep point: (record, None), or (None, the oom reason). Other failures propagate."""
+def _point(windows, point, data_info, cap_mb: float | None,
+           on_capped: Callable[[], None] | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """One sweep point: (record, None), or (None, the oom reason). Other failures propagate.
+    ``on_capped`` is called once the cap is in force (the child tells its parent)."""
     device = resolve_device(point.device)
     try:
         if cap_mb is not None:
             _warm_up(windows, point, device)
         with memory_cap(cap_mb, device):
+            if on_capped is not None:
+                on_capped()
             return train(windows, point, data_info=data_info).record, None
     except Exception as exc:  # noqa: BLE001 - only out-of-memory is a result; anything else propagates
         reason = _oom_reason(exc, point.batch_size, cap_mb)
@@ -127,19 +139,65 @@ def _point(windows, point, data_info, cap_mb: float | None) -> tuple[dict[str, A
         free_memory(device)
 
 
-def _capped_point(windows, point, data_info, cap_mb: float) -> tuple[dict[str, Any] | None, str | None]:
-    """``_point`` in a child process (spawned: no threads or CUDA state inherited), so that the cap
-    cannot take down the caller; a child that dies instead of raising is an out-of-memory end too."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
+def death_status(exitcode: int | None, capped: bool, batch: int, cap_mb: float) -> tuple[str, str]:
+    """(status, reason) for a capped point whose process ended without a result. Pure. Under the cap, an
+    allocation that fails outside Python (a thread's stack, a library's buffer) ends the process by a
+    signal (SIGABRT, SIGSEGV, SIGBUS, or the kernel's SIGKILL): ``oom``. Anything else, or a death before
+    the cap was set, is ``failed``: it says nothing about memory."""
+    how = (f"was killed by {signal.Signals(-exitcode).name}" if isinstance(exitcode, int) and exitcode < 0
+           else f"exited with status {exitcode}")
+    memory_signals = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGKILL)
+    if capped and isinstance(exitcode, int) and exitcode < 0 and -exitcode in memory_signals:
+        return "oom", (f"out of memory at batch_size={batch} under a {cap_mb:g} MB cap: the point's process {how} "
+                       f"while capped (an allocation outside Python failed)")
+    when = "while capped" if capped else "before its memory cap was set"
+    return "failed", f"the point's process at batch_size={batch} {how} {when}; not an out-of-memory end"
 
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        try:
-            return pool.submit(_point, windows, replace(point, progress=False), data_info, cap_mb).result()
-        except BrokenProcessPool:
-            return None, (f"out of memory at batch_size={point.batch_size} under a {cap_mb:g} MB cap: "
-                          f"the point's process died")
+
+def _child(conn, windows, point, data_info, cap_mb: float) -> None:
+    """A capped point's process: tells the parent when the cap is set, then sends the result or the error."""
+    try:
+        out = _point(windows, point, data_info, cap_mb, on_capped=lambda: conn.send(("capped", None)))
+        conn.send(("result", out))
+    except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it there
+        conn.send(("error", exc))
+    finally:
+        conn.close()
+
+
+def _capped_point(windows, point, data_info, cap_mb: float) -> tuple[dict[str, Any] | None, str | None, str]:
+    """``_point`` in a child process (spawned: no threads or CUDA state inherited), so that the cap cannot
+    take down the caller. Returns (record, reason, status): status ``oom`` or ``failed`` when there is no
+    record; a child that dies instead of answering is judged by ``death_status``."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(child, windows, replace(point, progress=False), data_info, cap_mb))
+    proc.start()
+    child.close()
+    capped, answer = False, None
+    try:
+        while answer is None:
+            try:
+                kind, value = parent.recv()
+            except EOFError:  # the child died without a word
+                break
+            if kind == "capped":
+                capped = True
+            else:
+                answer = (kind, value)
+    finally:
+        proc.join()
+        parent.close()
+    if answer is None:
+        status, reason = death_status(proc.exitcode, capped, point.batch_size, cap_mb)
+        return None, reason, status
+    kind, value = answer
+    if kind == "error":
+        raise value
+    rec, oom = value
+    return rec, oom, "oom"
 
 
 def batch_sweep(windows, cfg, sweep: SweepConfig = SweepConfig(), *, data_info: dict[str, Any] | None = None,
@@ -147,7 +205,8 @@ def batch_sweep(windows, cfg, sweep: SweepConfig = SweepConfig(), *, data_info: 
                 on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Train at batch sizes start, start x factor, ... on one device until out of memory or ``max_batch``.
 
-    A point that runs out of memory is recorded with status ``oom`` and ends the sweep; memory is freed
+    A point that runs out of memory is recorded with status ``oom`` and ends the sweep (a capped point
+    whose process dies for another reason: ``failed``, with the reason); memory is freed
     between points. Each ok record has time per epoch and the final validation RMSE, so speed and
     quality can be read side by side. Under ``memory_cap_mb`` each point runs in a child process.
     """
@@ -162,14 +221,14 @@ def batch_sweep(windows, cfg, sweep: SweepConfig = SweepConfig(), *, data_info: 
                         experiment="batch-sweep")
         info = {"batch_size": b, "start": sweep.start, "factor": sweep.factor, "memory_cap_mb": sweep.memory_cap_mb}
         if sweep.memory_cap_mb is None:
-            rec, oom = _point(windows, point, data_info, None)
+            (rec, why), status = _point(windows, point, data_info, None), "oom"
         else:
-            rec, oom = _capped_point(windows, point, data_info, sweep.memory_cap_mb)
+            rec, why, status = _capped_point(windows, point, data_info, sweep.memory_cap_mb)
         if rec is None:
-            rec = skipped_record(point, oom, status="oom", data=data_info)
+            rec = skipped_record(point, why, status=status, data=data_info)
         rec["sweep"] = info
         recorder.add(rec)
-        if rec["status"] == "oom":
+        if rec["status"] in ("oom", "failed"):
             break
         b *= sweep.factor
     return recorder.records

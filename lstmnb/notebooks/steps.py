@@ -253,13 +253,18 @@ def eager_vs_graph(windows, data_info: dict[str, Any], base_cfg, epochs: int, *,
         name: {"s/epoch (median)": r["timing"]["epoch_s_median"], "samples/s": r["timing"]["samples_per_s"],
                "test RMSE K": r["metrics"]["test_rmse_k"], "graph used": r["cuda_graph"]["used"]}
         for name, r in (("eager", eager), ("CUDA graph", graph))}).T
+    return table, graph_sentence(graph, eager, base_cfg.batch_size)
+
+
+def graph_sentence(graph: dict[str, Any], eager: dict[str, Any], batch_size: int) -> str:
+    """Why the graph run and the eager run differ, from their records: a speedup only where the record
+    says a graph was captured and replayed (``cuda_graph.used``), else why none was."""
     if not graph["cuda_graph"]["used"]:
-        return table, f"No graph was captured: {graph['cuda_graph']['reason']}."
+        return f"No graph was captured: {graph['cuda_graph']['reason']}."
     ratio = graph["timing"]["samples_per_s"] / eager["timing"]["samples_per_s"]
-    return table, (f"At batch {base_cfg.batch_size} each step does little arithmetic, so eager training spends "
-                   f"most of its time launching the step's many small kernels one by one from Python; a CUDA "
-                   f"graph launches the whole captured step at once, which here gives {ratio:.1f}x the samples/s "
-                   f"at the same accuracy.")
+    return (f"At batch {batch_size} each step does little arithmetic, so eager training spends most of its time "
+            f"launching the step's many small kernels one by one from Python; a CUDA graph launches the whole "
+            f"captured step at once, which here gives {ratio:.1f}x the samples/s at the same accuracy.")
 
 
 def gpu_check(device: str = "cuda", min_gpus: int = 1) -> str | None:

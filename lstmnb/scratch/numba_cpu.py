@@ -26,7 +26,7 @@ from .lstm import LSTMShape
 
 
 def sample_loss_grad(x, y, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out, gb_out,
-                     acts, cs, hs, tcs, work, scale):  # pragma: no cover - compiled
+                     acts, cs, hs, tcs, work, scale, one):  # pragma: no cover - compiled
     """Squared error of one sample (summed over outputs); adds ``scale`` x its gradient into the g* arrays.
 
     x (T, F) inputs; y (O,) targets; weights as in ``LSTMShape.offsets`` and gradient arrays of the
@@ -34,41 +34,47 @@ def sample_loss_grad(x, y, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out
     for dh, dc and the gate gradients. ``scale`` is 2 / (batch x outputs), the derivative of the mean
     squared error. tanh and sigmoid are written with ``exp``: a compiled scalar ``exp`` costs a
     quarter of a scalar ``tanh``, and each step needs 5H of them.
+
+    ``one`` is 1 in the working dtype, and every constant is made from it: an untyped literal such as
+    ``0.0`` is a float64, and Numba would carry the whole computation in float64 from it (on a T4, float64
+    runs at 1/32 of the float32 rate). The caller passes ``scale`` in the working dtype too.
     """
+    zero = one - one
+    two = one + one
     T = x.shape[0]
     F = x.shape[1]
     O = y.shape[0]
     H = W_hh.shape[1]
     G4 = 4 * H
     for k in range(H):
-        hs[0, k] = 0.0
-        cs[0, k] = 0.0
+        hs[0, k] = zero
+        cs[0, k] = zero
     # forward: gate pre-activations (one dot product per row of the weights), then c_t and h_t
     for t in range(T):
         for r in range(G4):
-            s = 0.0  # a fresh accumulator lets the compiler vectorise the sum
+            s = zero  # a fresh accumulator lets the compiler vectorise the sum
             for k in range(H):
                 s += W_hh[r, k] * hs[t, k]
             for j in range(F):
                 s += W_ih[r, j] * x[t, j]
             s += b[r]
             if 2 * H <= r < 3 * H:
-                acts[t, r] = 2.0 / (1.0 + math.exp(-2.0 * s)) - 1.0  # tanh(s)
+                acts[t, r] = two / (one + math.exp(-two * s)) - one  # tanh(s)
             else:
-                acts[t, r] = 1.0 / (1.0 + math.exp(-s))  # sigmoid(s)
+                acts[t, r] = one / (one + math.exp(-s))  # sigmoid(s)
         for k in range(H):
             c = acts[t, H + k] * cs[t, k] + acts[t, k] * acts[t, 2 * H + k]
             cs[t + 1, k] = c
-            tc = 2.0 / (1.0 + math.exp(-2.0 * c)) - 1.0  # tanh(c), kept for the backward pass
+            tc = two / (one + math.exp(-two * c)) - one  # tanh(c), kept for the backward pass
             tcs[t, k] = tc
             hs[t + 1, k] = acts[t, 3 * H + k] * tc
     # read-out and loss; dh = W_out^T dy starts the backward pass
     for k in range(H):
-        work[0, k] = 0.0  # dh
-        work[1, k] = 0.0  # dc
-    loss = 0.0
+        work[0, k] = zero  # dh
+        work[1, k] = zero  # dc
+    loss = zero
     for q in range(O):
-        s = 0.0
+        s = zero
         for k in range(H):
             s += W_out[q, k] * hs[T, k]
         e = s + b_out[q] - y[q]
@@ -87,13 +93,13 @@ def sample_loss_grad(x, y, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out
             o = acts[t, 3 * H + k]
             tc = tcs[t, k]
             dh = work[0, k]
-            dc = work[1, k] + dh * o * (1.0 - tc * tc)
-            work[2, k] = dc * gg * i * (1.0 - i)
-            work[2, H + k] = dc * cs[t, k] * f * (1.0 - f)
-            work[2, 2 * H + k] = dc * i * (1.0 - gg * gg)
-            work[2, 3 * H + k] = dh * tc * o * (1.0 - o)
+            dc = work[1, k] + dh * o * (one - tc * tc)
+            work[2, k] = dc * gg * i * (one - i)
+            work[2, H + k] = dc * cs[t, k] * f * (one - f)
+            work[2, 2 * H + k] = dc * i * (one - gg * gg)
+            work[2, 3 * H + k] = dh * tc * o * (one - o)
             work[1, k] = dc * f
-            work[0, k] = 0.0
+            work[0, k] = zero
         for r in range(G4):
             a = work[2, r]
             gb[r] += a
@@ -127,7 +133,7 @@ def unpack_nb(v, F, H, O):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
-def batch_loss_grad(X, Y, idx, theta, H, scale, parts, acts, cs, hs, tcs, work):  # pragma: no cover - compiled
+def batch_loss_grad(X, Y, idx, theta, H, scale, one, parts, acts, cs, hs, tcs, work):  # pragma: no cover - compiled
     """Sum of squared errors over the samples ``idx`` and the gradient of the mean, both reduced.
 
     parts (n_parts, P) are the threads' private gradients; acts, cs, hs, tcs, work hold one
@@ -148,7 +154,7 @@ def batch_loss_grad(X, Y, idx, theta, H, scale, parts, acts, cs, hs, tcs, work):
             n = idx[s]
             losses[c] += sample_loss_grad_nb(
                 X[n], Y[n], W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out, gb_out,
-                acts[c], cs[c], hs[c], tcs[c], work[c], scale,
+                acts[c], cs[c], hs[c], tcs[c], work[c], scale, one,
             )
     grad = np.empty(P, dtype=theta.dtype)
     for p in prange(P):  # the reduction over threads
@@ -177,9 +183,9 @@ class NumbaCPUGrad:
 
     def __call__(self, theta: np.ndarray, idx: np.ndarray) -> tuple[float, np.ndarray]:
         n_out = self.y.shape[1]
-        scale = 2.0 / (len(idx) * n_out)
+        kind = self.X.dtype.type  # constants in the working dtype (see sample_loss_grad)
         sse, grad = batch_loss_grad(
-            self.X, self.y, np.asarray(idx, np.int64), theta, self.H, scale,
+            self.X, self.y, np.asarray(idx, np.int64), theta, self.H, kind(2.0 / (len(idx) * n_out)), kind(1.0),
             self.parts, self.acts, self.cs, self.hs, self.tcs, self.work,
         )
         return float(sse) / (len(idx) * n_out), grad

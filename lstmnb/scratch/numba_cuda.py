@@ -33,9 +33,11 @@ sample_loss_grad_dev = cuda.jit(device=True)(sample_loss_grad)
 
 @cuda.jit
 def per_sample_kernel(X, Y, idx, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out, gb_out, losses,
-                      acts, cs, hs, tcs, work, scale):  # pragma: no cover - compiled
-    """Thread s: forward + BPTT of sample idx[s]; its gradient goes to column s of each g* array."""
+                      acts, cs, hs, tcs, work, scale, one):  # pragma: no cover - compiled
+    """Thread s: forward + BPTT of sample idx[s]; its gradient goes to column s of each g* array.
+    ``scale`` and ``one`` come in the working dtype, so float32 data is computed in float32."""
     s = cuda.grid(1)
+    zero = one - one
     if s < idx.shape[0]:
         gW_ih_s = gW_ih[:, :, s]
         gW_hh_s = gW_hh[:, :, s]
@@ -43,28 +45,29 @@ def per_sample_kernel(X, Y, idx, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, 
         gW_out_s = gW_out[:, :, s]
         gb_out_s = gb_out[:, s]
         for r in range(gW_hh_s.shape[0]):
-            gb_s[r] = 0.0
+            gb_s[r] = zero
             for j in range(gW_ih_s.shape[1]):
-                gW_ih_s[r, j] = 0.0
+                gW_ih_s[r, j] = zero
             for k in range(gW_hh_s.shape[1]):
-                gW_hh_s[r, k] = 0.0
+                gW_hh_s[r, k] = zero
         for q in range(gb_out_s.shape[0]):
-            gb_out_s[q] = 0.0
+            gb_out_s[q] = zero
             for k in range(gW_out_s.shape[1]):
-                gW_out_s[q, k] = 0.0
+                gW_out_s[q, k] = zero
         n = idx[s]
         losses[s] = sample_loss_grad_dev(
             X[n], Y[n], W_ih, W_hh, b, W_out, b_out, gW_ih_s, gW_hh_s, gb_s, gW_out_s, gb_out_s,
-            acts[:, :, s], cs[:, :, s], hs[:, :, s], tcs[:, :, s], work[:, :, s], scale,
+            acts[:, :, s], cs[:, :, s], hs[:, :, s], tcs[:, :, s], work[:, :, s], scale, one,
         )
 
 
 @cuda.jit
-def reduce_kernel(parts, B, out):  # pragma: no cover - compiled
-    """Thread p: out[p] = sum over the batch of parts[p, :B] (gradient entries and, last, the loss)."""
+def reduce_kernel(parts, B, out, zero):  # pragma: no cover - compiled
+    """Thread p: out[p] = sum over the batch of parts[p, :B] (gradient entries and, last, the loss), summed in
+    the working dtype (``zero`` is its 0)."""
     p = cuda.grid(1)
     if p < out.shape[0]:
-        total = 0.0
+        total = zero
         for s in range(B):
             total += parts[p, s]
         out[p] = total
@@ -111,13 +114,14 @@ class NumbaCUDAGrad:
         self.d_theta.copy_to_device(np.ascontiguousarray(theta))  # weights: once per batch
         d_idx = self.d_idx[:B]
         d_idx.copy_to_device(np.ascontiguousarray(idx, dtype=np.int64))
-        scale = 2.0 / (B * self.O)
+        kind = self.d_theta.dtype.type  # constants in the working dtype (see numba_cpu.sample_loss_grad)
+        scale, one = kind(2.0 / (B * self.O)), kind(1.0)
         n = self.P + 1
         with quiet_launches():  # a small batch is a small grid: Numba warns of low occupancy, on purpose here
             per_sample_kernel[math.ceil(B / THREADS_PER_BLOCK), THREADS_PER_BLOCK](
                 self.d_X, self.d_y, d_idx, *self.weights, *self.grads, self.losses,
-                self.d_acts, self.d_cs, self.d_hs, self.d_tcs, self.d_work, scale,
+                self.d_acts, self.d_cs, self.d_hs, self.d_tcs, self.d_work, scale, one,
             )
-            reduce_kernel[math.ceil(n / 128), 128](self.d_parts, B, self.d_out)
+            reduce_kernel[math.ceil(n / 128), 128](self.d_parts, B, self.d_out, kind(0.0))
         out = self.d_out.copy_to_host()  # gradient and loss: P + 1 numbers back per batch
         return float(out[self.P]) / (B * self.O), out[: self.P].astype(theta.dtype, copy=False)

@@ -35,13 +35,17 @@ import numpy as np
 from numba import cuda, from_dtype
 
 from ..errors import ConfigError, DeviceError
-from .cuda_check import numba_cuda_reason, quiet_launches
+from .cuda_check import numba_cuda_reason, quiet_launches, simulator_enabled
 from .lstm import LSTMShape
 
 THREADS_TARGET = 128  # threads per block the default samples-per-block aims at
 MAX_THREADS = 1024  # CUDA's limit per block
 SHARED_BYTES = 48 * 1024  # static shared memory a block may use without opting in
 REDUCE_THREADS = 128
+WARP = 32
+# Registers are given to a block per warp, in units of 256 (CUDA C Programming Guide, "Compute
+# Capabilities" table, and NVIDIA's occupancy calculator: allocation unit 256, warp granularity, SM 5.0-9.0).
+REGISTER_UNIT = 256
 
 
 def default_samples_per_block(hidden: int, batch_size: int) -> int:
@@ -61,6 +65,34 @@ def check_block(hidden: int, samples: int, dtype: np.dtype) -> None:
         raise ConfigError(f"numba-cuda-block needs {shared} bytes of shared memory per block for hidden={hidden}, "
                           f"samples_per_block={samples}, {np.dtype(dtype).name}; at most {SHARED_BYTES} "
                           f"(use a smaller hidden size or float32)")
+
+
+def registers_per_block(threads: int, regs_per_thread: int) -> int:
+    """Registers a block of ``threads`` threads takes when each uses ``regs_per_thread``. Pure."""
+    warps = math.ceil(threads / WARP)
+    return warps * math.ceil(regs_per_thread * WARP / REGISTER_UNIT) * REGISTER_UNIT
+
+
+def check_registers(hidden: int, samples: int, dtype: np.dtype, regs_per_thread: int, regs_per_block: int) -> None:
+    """ConfigError when the block's threads need more registers than the GPU gives one block (the launch
+    would fail with 'too many resources requested'). ``regs_per_thread`` is the compiled kernel's own
+    count (it grows with the dtype: a float64 value takes two registers); ``regs_per_block`` the GPU's
+    limit (``MAX_REGISTERS_PER_BLOCK``, 65536 on SM 5.0 and newer). Pure."""
+    need = registers_per_block(hidden * samples, regs_per_thread)
+    if need > regs_per_block:
+        raise ConfigError(f"numba-cuda-block: a block of hidden x samples_per_block = {hidden} x {samples} threads "
+                          f"using {regs_per_thread} registers each ({np.dtype(dtype).name}) needs {need} registers; "
+                          f"this GPU gives a block at most {regs_per_block} (use fewer samples per block, a smaller "
+                          f"hidden size or float32)")
+
+
+def samples_that_fit(hidden: int, samples: int, regs_per_thread: int, regs_per_block: int) -> int:
+    """The most samples per block, at most ``samples``, whose threads' registers fit in a block; 0 when
+    not even one sample does. Pure."""
+    for s in range(int(samples), 0, -1):
+        if registers_per_block(hidden * s, regs_per_thread) <= regs_per_block:
+            return s
+    return 0
 
 
 @functools.cache
@@ -233,7 +265,7 @@ class NumbaCUDABlockGrad:
         self.kernel, self.reduce = build_kernels(dtype.name, H, S)
         T = X.shape[1]
         self.batch_size = int(batch_size)
-        slots = math.ceil(self.batch_size / S) * S  # every slot of every block has its workspace
+        self.dtype, self.T = dtype, T
         self.d_X = cuda.to_device(np.ascontiguousarray(X, dtype=dtype))  # read-only data, resident
         self.d_y = cuda.to_device(np.ascontiguousarray(y, dtype=dtype))
         self.d_idx = cuda.device_array(self.batch_size, dtype=np.int64)
@@ -246,6 +278,15 @@ class NumbaCUDABlockGrad:
         self.d_WhT = self.d_w[P + 4 * H * F :].reshape((H, 4 * H))
         self.offsets = offsets
         self.host_w = np.empty(P + 4 * H * F + 4 * H * H, dtype=dtype)
+        self.d_out = cuda.device_array(P + 1, dtype=dtype)
+        self.allocate_workspaces()
+        if not simulator_enabled():  # the simulator has no registers to count
+            self.fit_registers(explicit=samples_per_block is not None)
+
+    def allocate_workspaces(self) -> None:
+        """Per-slot workspaces for blocks of ``self.S`` samples (every slot of every block has its own)."""
+        H, O, P, T, S, dtype = self.H, self.O, self.P, self.T, self.S, self.dtype
+        slots = math.ceil(self.batch_size / S) * S
         self.d_acts = cuda.device_array((slots, T, 4 * H), dtype=dtype)
         self.d_da = cuda.device_array((slots, T, 4 * H), dtype=dtype)
         self.d_cs = cuda.device_array((slots, T + 1, H), dtype=dtype)
@@ -253,8 +294,29 @@ class NumbaCUDABlockGrad:
         self.d_tcs = cuda.device_array((slots, T, H), dtype=dtype)
         self.d_err = cuda.device_array((slots, O), dtype=dtype)
         self.d_parts = cuda.device_array((slots // S, P + 1), dtype=dtype)
-        self.d_out = cuda.device_array(P + 1, dtype=dtype)
-        self.dtype = dtype
+
+    def _kernel_args(self) -> tuple:
+        w = self.weights
+        return (self.d_X, self.d_y, self.d_idx, self.batch_size, self.d_WxT, self.d_WhT, w["W_hh"], w["b"],
+                w["W_out"], w["b_out"], self.dtype.type(1.0), self.d_acts, self.d_cs, self.d_tcs, self.d_hs,
+                self.d_da, self.d_err, self.d_parts)
+
+    def fit_registers(self, explicit: bool) -> None:
+        """Compile the kernel for this run's arguments and check its registers against the GPU's limit per
+        block: an explicit ``samples_per_block`` that does not fit is a ConfigError; the default one is
+        lowered until it fits (kernels and workspaces made again for the smaller blocks)."""
+        limit = cuda.get_current_device().MAX_REGISTERS_PER_BLOCK
+        while True:
+            argtypes = tuple(self.kernel.typeof_pyval(a) for a in self._kernel_args())
+            regs = self.kernel.compile(argtypes).regs_per_thread  # the overload later launches use
+            fit = samples_that_fit(self.H, self.S, regs, limit)
+            if fit == self.S:
+                return
+            if explicit or fit == 0:
+                check_registers(self.H, self.S if explicit else 1, self.dtype, regs, limit)
+            self.S = fit
+            self.kernel, self.reduce = build_kernels(self.dtype.name, self.H, self.S)
+            self.allocate_workspaces()
 
     def upload_weights(self, theta: np.ndarray) -> None:
         """theta and the transposed input and recurrent weights, in one copy to the device."""

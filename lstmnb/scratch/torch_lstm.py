@@ -75,6 +75,9 @@ def torch_device(version: str) -> str:
     if version == "torch-cuda":
         if not torch.cuda.is_available():
             raise DeviceError("torch-cuda needs a CUDA GPU visible to PyTorch (torch.cuda.is_available() is False)")
+        from ..cuda_env import prepare_cuda
+
+        prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
         return "cuda"
     raise ConfigError(f"{version!r} is not a torch version; choose 'torch' or 'torch-cuda'")
 

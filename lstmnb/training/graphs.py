@@ -1,23 +1,42 @@
-"""When a training step can be captured as a CUDA graph, and why not: the rule the Trainer applies and the
-record reports (lstmnb's GPU default; see docs/architecture.md)."""
+"""The training step as a CUDA graph: whether a run captures it and why not (``graph_plan``), the capture
+and its replays (``GraphStep``), and what the record says happened (``graph_record``).
+
+The recipe is PyTorch's whole-network capture (CUDA semantics notes, "Whole-network capture"): eager
+warm-up steps on a side stream, gradients set to None before the capture so the graph's backward
+allocates them from its private pool, static inputs refilled before every replay. docs/gpu.md gives the
+sources. lstmnb's GPU default; see docs/architecture.md.
+"""
 
 from __future__ import annotations
 
-import torch
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable
 
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..device import indexed
 from .config import TrainConfig
 
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
 GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before the capture (PyTorch's whole-network recipe)
+STEPS_TO_CAPTURE = GRAPH_WARMUP_STEPS + 1  # full batches a run needs before a graph replays anything
 # torch warns when a side-stream backward meets gradients made on the default stream; harmless here
 STREAM_WARNING = ".*AccumulateGrad.*stream"
 
 
-def graph_plan(cfg: TrainConfig, device: torch.device, adtype: torch.dtype | None) -> tuple[bool, str]:
-    """Whether the training step is captured as a CUDA graph, and why or why not (for the record).
+def graph_plan(cfg: TrainConfig, device: torch.device, adtype: torch.dtype | None,
+               full_batches: int | None = None) -> tuple[bool, str]:
+    """Whether the training step is to be captured as a CUDA graph, and why or why not (for the record).
 
     A graph replays fixed kernels on fixed memory: it needs one CUDA device, batches already on the
-    device (fast path) and a step that does not change between steps (constant lr, no fp16 loss scaler,
-    no torch.compile graphs of its own)."""
+    device (fast path), a step that does not change between steps (constant lr, no fp16 loss scaler,
+    no torch.compile graphs of its own), and at least ``STEPS_TO_CAPTURE`` full batches in the run
+    (``full_batches``: full batches per epoch x epochs; None when not known)."""
     if not cfg.cuda_graph:
         return False, "turned off (cuda_graph=False)"
     if device.type != "cuda":
@@ -32,4 +51,119 @@ def graph_plan(cfg: TrainConfig, device: torch.device, adtype: torch.dtype | Non
         return False, "amp in float16; its loss scaler changes between steps"
     if cfg.compile:
         return False, "compile=True; torch.compile manages its own graphs"
-    return True, f"captured after {GRAPH_WARMUP_STEPS} eager warm-up steps, replayed for every full batch"
+    if full_batches is not None and full_batches < STEPS_TO_CAPTURE:
+        return False, (f"the run has {full_batches} full batch(es) of {cfg.batch_size}; a capture needs "
+                       f"{STEPS_TO_CAPTURE} ({GRAPH_WARMUP_STEPS} eager warm-up steps, then the captured one)")
+    where = f" on {device}" if device.index is not None else ""
+    return True, (f"captured{where} after {GRAPH_WARMUP_STEPS} eager warm-up steps, replayed for every full "
+                  f"batch (the batch gather and the loss sum inside the graph)")
+
+
+def graph_record(planned: bool, reason: str, *, replays: int = 0, full_batches: int = 0,
+                 steps: int = 0, batch_size: int | None = None) -> dict[str, Any]:
+    """The record's ``cuda_graph``: ``planned`` (the plan), ``used`` (a graph was captured and replayed),
+    ``captured_steps`` (steps replayed from it) and, for a planned run, ``steps`` (all its optimiser
+    steps). Pure."""
+    out: dict[str, Any] = {"planned": planned, "used": planned and replays > 0, "reason": reason,
+                           "captured_steps": replays}
+    if not planned:
+        return out
+    out["steps"] = steps
+    if replays == 0:
+        out["reason"] = (f"planned, but nothing was captured: the run reached {full_batches} full batch(es) of "
+                         f"{batch_size}; a capture needs {STEPS_TO_CAPTURE} ({GRAPH_WARMUP_STEPS} eager warm-up "
+                         f"steps, then the captured one)")
+    return out
+
+
+@dataclass
+class IndexBatches:
+    """One epoch of the fast path as index batches into the training set on the device: a graph gathers
+    its batch itself, so a replay needs one copy of indices instead of a gather and two copies."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    indices: Iterable[torch.Tensor]
+
+
+class GraphStep:
+    """The Trainer's step, captured once and replayed (see the module's docstring).
+
+    Every batch is trained once, as in an eager run: the first full batches train eagerly on a side
+    stream (warm-up), the next one is captured and then replayed (capture alone runs nothing), later
+    ones refill the static indices and replay. A final smaller batch runs eagerly. Everything happens
+    inside ``torch.cuda.device(cuda:N)`` with streams made on that device: ``torch.cuda.graph``'s default
+    capture stream is made once per process on whatever device is current then."""
+
+    def __init__(self, trainer: Trainer):
+        self.tr = trainer
+        self.device = indexed(trainer.device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: dict[str, torch.Tensor] = {}
+        self.warm = self.replays = self.full_batches = self.steps = 0
+
+    def _eager(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, side: bool) -> torch.Tensor:
+        xb, yb = x.index_select(0, idx), y.index_select(0, idx)
+        if not side:
+            return self.tr.step(xb, yb)
+        stream = torch.cuda.Stream(device=self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=STREAM_WARNING)
+            loss = self.tr.step(xb, yb)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        return loss
+
+    def _capture(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> None:
+        tr = self.tr
+        s = self.static = {"x": x, "y": y, "idx": idx.clone(), "acc": torch.zeros((), device=self.device)}
+        graph = torch.cuda.CUDAGraph()
+        tr.opt.zero_grad(set_to_none=True)
+        n = idx.numel()
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream(device=self.device)), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=STREAM_WARNING)
+            xb, yb = s["x"].index_select(0, s["idx"]), s["y"].index_select(0, s["idx"])
+            with torch.autocast("cuda", dtype=tr.adtype, enabled=tr.adtype is not None):
+                loss = F.mse_loss(tr.model(xb).float(), yb)
+            loss.backward()
+            if tr.cfg.grad_clip:
+                nn.utils.clip_grad_norm_(tr.core.parameters(), tr.cfg.grad_clip)
+            tr.opt.step()
+            s["acc"].add_(loss.detach(), alpha=n)  # the epoch's loss sum, accumulated by the replays
+        # only detached buffers are kept: a captured loss that kept its autograd graph would make later
+        # eager steps warn that an AccumulateGrad node's stream does not match
+        self.graph = graph
+
+    def epoch(self, batches: IndexBatches) -> tuple[torch.Tensor, int]:
+        """Train one epoch; returns (summed loss on the device, samples seen)."""
+        size = self.tr.cfg.batch_size
+        with torch.cuda.device(self.device):
+            if self.graph is not None and not (batches.x is self.static["x"] and batches.y is self.static["y"]):
+                self.graph, self.static = None, {}  # new training tensors: capture again (no new warm-up)
+            if self.graph is not None:
+                self.static["acc"].zero_()
+            eager = torch.zeros((), device=self.device)
+            seen = 0
+            for idx in batches.indices:
+                n = idx.numel()
+                seen += n
+                self.steps += 1
+                if n != size:  # the final smaller batch
+                    eager += self._eager(batches.x, batches.y, idx, side=False) * n
+                    continue
+                self.full_batches += 1
+                if self.graph is None and self.warm < GRAPH_WARMUP_STEPS:
+                    self.warm += 1
+                    eager += self._eager(batches.x, batches.y, idx, side=True) * n
+                    continue
+                if self.graph is None:
+                    self._capture(batches.x, batches.y, idx)
+                else:
+                    self.static["idx"].copy_(idx, non_blocking=True)
+                self.graph.replay()
+                self.replays += 1
+            return (eager + self.static["acc"]) if self.graph is not None else eager, seen
+
+    def record(self, reason: str) -> dict[str, Any]:
+        return graph_record(True, reason, replays=self.replays, full_batches=self.full_batches, steps=self.steps,
+                            batch_size=self.tr.cfg.batch_size)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -18,6 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..cuda_env import backends_record, prepare_cuda
 from ..device import amp_dtype, clock, peak_memory_mb, reset_peak_memory
 from ..models import Forecaster
 from ..records import new_run_id
@@ -25,7 +25,8 @@ from ..windows import Windows
 from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, recorded_marker, save_checkpoint
 from .config import TrainConfig
 from .evaluate import predict, rmse_kelvin
-from .graphs import STREAM_WARNING, GRAPH_WARMUP_STEPS, graph_plan
+from .graphs import GraphStep, IndexBatches, graph_plan, graph_record
+from .optim import make_optimizer, restore_optimizer
 from .summary import finish_record
 
 
@@ -73,18 +74,6 @@ def _make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoc
 
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device,
-                   capturable: bool = False) -> torch.optim.Optimizer:
-    """Adam; fused into one kernel per step where torch supports it on the device, and capturable
-    (state on the device, no host sync) when the step is captured as a CUDA graph."""
-    kw: dict[str, Any] = {"lr": cfg.lr, "weight_decay": cfg.weight_decay}
-    if capturable:
-        kw["capturable"] = True
-    elif cfg.fused_adam and device.type in ("cpu", "cuda", "mps"):
-        kw["fused"] = True
-    return torch.optim.Adam(model.parameters(), **kw)
-
-
 class Trainer:
     """The pieces of a run that every strategy shares: model, optimiser, schedule, RNG, history, checkpoints.
 
@@ -97,16 +86,18 @@ class Trainer:
                  steps_per_epoch: int | None = None, writer: bool = True):
         self.windows, self.cfg, self.device = windows, cfg, device
         self.writer = writer  # False on DDP ranks other than 0: they never write checkpoints
+        if device.type == "cuda":
+            prepare_cuda()  # before the model reaches the GPU: cuDNN off where torch's cuDNN refuses it
         self.adtype = amp_dtype(cfg.amp, device)
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.core = Forecaster(cfg.model_config(windows.n_features)).to(device)
         self.model: nn.Module = torch.compile(self.core) if cfg.compile else self.core  # strategies wrap it
-        self.use_graph, self.graph_reason = graph_plan(cfg, device, self.adtype)
-        self._graph: tuple | None = None  # (graph, static x, static y, static loss) once captured
-        self._warm_steps = 0
-        self.opt = make_optimizer(self.core, cfg, device, capturable=self.use_graph)
         self.n_train = windows.x["train"].shape[0]
+        self.use_graph, self.graph_reason = graph_plan(cfg, device, self.adtype,
+                                                       (self.n_train // cfg.batch_size) * cfg.epochs)
+        self.graph = GraphStep(self) if self.use_graph else None
+        self.opt = make_optimizer(self.core, cfg, device, capturable=self.use_graph)
         self.sched = _make_scheduler(self.opt, cfg, steps_per_epoch or math.ceil(self.n_train / cfg.batch_size))
         self.scaler = torch.amp.GradScaler("cuda") if self.adtype == torch.float16 else None
         self.target_std = float(windows.scaler.std[0])
@@ -130,7 +121,7 @@ class Trainer:
         if state is None:
             return False
         self.core.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["optimizer"])
+        restore_optimizer(self.opt, state["optimizer"])  # this run's step flags, whatever device saved it
         if self.sched is not None and state.get("scheduler"):
             self.sched.load_state_dict(state["scheduler"])
         self.gen.set_state(state["generator"])
@@ -162,19 +153,23 @@ class Trainer:
         self.peak_since_reset = reset_peak_memory(self.device)
 
     # --- batches ----------------------------------------------------------------------------------
-    def fast_batches(self, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-                     shard: tuple[int, int] | None = None):
-        """Shuffled index batches over device tensors; ``shard=(rank, world)`` takes every world-th sample.
+    def batch_indices(self, device: torch.device, batch_size: int, shard: tuple[int, int] | None = None):
+        """Shuffled index batches on ``device``; ``shard=(rank, world)`` takes every world-th sample.
 
         The permutation comes from the run's generator, so every rank draws the same one and takes
         its own interleaved share of it.
         """
-        perm = torch.randperm(self.n_train, generator=self.gen).to(x.device)
+        perm = torch.randperm(self.n_train, generator=self.gen).to(device)
         if shard is not None:
             rank, world = shard
             perm = perm[: (self.n_train // world) * world][rank::world]
         for i in range(0, perm.numel(), batch_size):
-            idx = perm[i : i + batch_size]
+            yield perm[i : i + batch_size]
+
+    def fast_batches(self, x: torch.Tensor, y: torch.Tensor, batch_size: int,
+                     shard: tuple[int, int] | None = None):
+        """``batch_indices`` gathered from device tensors ``x`` and ``y``."""
+        for idx in self.batch_indices(x.device, batch_size, shard):
             yield x.index_select(0, idx), y.index_select(0, idx)
 
     def loader_batches(self, loader):
@@ -203,51 +198,18 @@ class Trainer:
             self.sched.step()
         return loss.detach()
 
-    def graph_step(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        """``step`` replayed from a captured CUDA graph (whole-network capture, as PyTorch's CUDA
-        semantics notes describe). The first full-size batches train eagerly on a side stream (warm-up);
-        the next one is captured with static input tensors and replayed, since capture alone runs
-        nothing; later batches are copied into those tensors and replayed. Every batch is trained once,
-        as in an eager run. A final smaller batch runs eagerly."""
-        if xb.shape[0] != self.cfg.batch_size:
-            return self.step(xb, yb)
-        if self._graph is None and self._warm_steps < GRAPH_WARMUP_STEPS:
-            self._warm_steps += 1
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side), warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=STREAM_WARNING)
-                loss = self.step(xb, yb)
-            torch.cuda.current_stream().wait_stream(side)
-            return loss
-        if self._graph is None:
-            sx, sy = xb.clone(), yb.clone()
-            graph = torch.cuda.CUDAGraph()
-            self.opt.zero_grad(set_to_none=True)
-            with torch.cuda.graph(graph), warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=STREAM_WARNING)
-                with torch.autocast("cuda", dtype=self.adtype, enabled=self.adtype is not None):
-                    static_loss = F.mse_loss(self.model(sx).float(), sy)
-                static_loss.backward()
-                if self.cfg.grad_clip:
-                    nn.utils.clip_grad_norm_(self.core.parameters(), self.cfg.grad_clip)
-                self.opt.step()
-            self._graph = (graph, sx, sy, static_loss)
-        graph, sx, sy, static_loss = self._graph
-        sx.copy_(xb, non_blocking=True)
-        sy.copy_(yb, non_blocking=True)
-        graph.replay()
-        return static_loss.detach().clone()
-
     def run_epoch(self, batches) -> tuple[torch.Tensor, int, float]:
-        """Train over ``batches``; returns (summed loss on the device, samples seen, seconds)."""
+        """Train over ``batches`` ((x, y) pairs, or ``IndexBatches`` for a graph); returns (summed loss on
+        the device, samples seen, seconds)."""
         t0 = clock(self.device)
+        self.model.train()
+        if isinstance(batches, IndexBatches):
+            loss_sum, seen = self.graph.epoch(batches)
+            return loss_sum, seen, clock(self.device) - t0
         loss_sum = torch.zeros((), device=self.device)
         seen = 0
-        self.model.train()
-        step = self.graph_step if self.use_graph else self.step
         for xb, yb in batches:
-            loss_sum += step(xb, yb) * xb.shape[0]
+            loss_sum += self.step(xb, yb) * xb.shape[0]
             seen += xb.shape[0]
         return loss_sum, seen, clock(self.device) - t0
 
@@ -292,6 +254,8 @@ class Trainer:
         fast path (training set moved to the device once, shuffled index batches) or the DataLoader."""
         if self.cfg.input_path == "fast":
             x, y = self.train_tensors()
+            if self.graph is not None:
+                return lambda epoch: IndexBatches(x, y, self.batch_indices(x.device, self.cfg.batch_size))
             return lambda epoch: self.fast_batches(x, y, self.cfg.batch_size)
         loader = self.make_loader()
         return lambda epoch: self.loader_batches(loader)
@@ -371,7 +335,8 @@ class Trainer:
         return finish_record(self.core, self.windows, self.cfg, self.device, self.history,
                               self.stopped_early, data_info, stop_reason=self.final_stop_reason(),
                               memory=peak_memory_mb(self.device, self.peak_since_reset),
-                              cuda_graph={"used": self.use_graph, "reason": self.graph_reason},
+                              cuda_graph=self.graph.record(self.graph_reason) if self.graph is not None
+                              else graph_record(False, self.graph_reason), backends=backends_record(self.device, self.adtype),
                               run_id=self.run_id, **extra)
 
     def progress_bar(self, desc: str):

@@ -109,11 +109,17 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: in
     one-GPU machine, not a way to measure speed.
     """
     kind = ddp_device_kind(device)
+    if kind == "cuda":
+        from ...cuda_env import prepare_cuda
+
+        prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
     if dist.is_initialized():  # the caller (a notebook, a test) created the group
         rank, world = dist.get_rank(), dist.get_world_size()
         local_rank = int(os.environ.get("LOCAL_RANK", rank))
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         backend, owns = dist.get_backend(), False
+        if kind == "cuda":  # as for a group made here: collectives and streams on this rank's own GPU
+            torch.cuda.set_device(local_rank % torch.cuda.device_count())
     else:
         missing = [k for k in LAUNCH_ENV if k not in os.environ]
         if missing:

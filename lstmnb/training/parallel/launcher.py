@@ -64,11 +64,13 @@ def _rank_main(local_rank: int, job: _Job) -> None:
         raise
 
 
-def _launch_error(workdir: Path, exc: BaseException, world: int, exitcodes: dict[int, int | None]) -> LstmnbError:
+def _launch_error(workdir: Path, exc: BaseException, world: int, exitcodes: dict[int, int | None],
+                  backend: str = "gloo", timeout_s: float | None = None) -> LstmnbError:
     """The clearest single error for a failed job.
 
     In order: a rank's own error (bad input, a bug), then a rank that died without a word (killed,
-    crashed), then a rank's report that it lost contact with the others.
+    crashed; under NCCL a SIGABRT is NCCL's watchdog ending a rank whose collective timed out or whose
+    peer failed, before Python could report it), then a rank's report that it lost contact with the others.
     """
     reports = []
     for f in sorted(workdir.glob("error-rank*.json")):
@@ -94,6 +96,11 @@ def _launch_error(workdir: Path, exc: BaseException, world: int, exitcodes: dict
         i, code = silent[0]
         how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
                else f"exited with status {code}")
+        if backend == "nccl" and code == -signal.SIGABRT:
+            limit = f"dist_timeout_s={timeout_s:g}" if timeout_s is not None else "the collective timeout"
+            return DistributedError(f"rank {i} of {world} lost contact with the other ranks: NCCL's watchdog aborted "
+                                    f"it (SIGABRT) when a collective waited longer than {limit} or a peer failed; "
+                                    f"the other ranks were stopped and no record was written")
         return DistributedError(f"rank {i} of {world} {how} before finishing; the other ranks were stopped and "
                                 f"no record was written")
     if reports:
@@ -158,7 +165,8 @@ def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwar
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
             if not _died_after_its_work(workdir, exc, world_size):
                 codes = {i: p.exitcode for i, p in enumerate(pc.processes)}
-                raise _launch_error(workdir, exc, world_size, codes) from None
+                backend_used = backend or ("nccl" if kind == "cuda" else "gloo")
+                raise _launch_error(workdir, exc, world_size, codes, backend_used, timeout_s) from None
         drain()
         result_file = workdir / "result.pt"
         if not result_file.exists():

@@ -1,0 +1,157 @@
+"""What this process's CUDA stack can do, decided from facts before anything fails: cuDNN against the
+GPUs' compute capabilities, native bfloat16, the TF32 math modes, and whether the torch build carries
+kernels for a GPU. docs/gpu.md says which source or document each rule follows.
+
+A leaf like ``device``: it imports torch and ``errors`` only. Nothing here initialises CUDA unless a
+CUDA device is in use (``cuda_capabilities`` does; ``cudnn_version`` does not), so a CPU run, a record's
+software section and a memory-capped child never start the CUDA driver through this module.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+# torch/backends/cudnn/__init__.py, _init(): "cuDNN version {v} is not compatible with devices with SM < 7.5"
+# when the cuDNN version int is >= 91100 and the smallest capability of all visible GPUs is below (7, 5)
+# (cuDNN 9.11.0 dropped Maxwell, Pascal and Volta; pytorch/pytorch#162574).
+CUDNN_WITHOUT_OLD_GPUS = 91100
+CUDNN_MIN_CAPABILITY = (7, 5)
+BF16_MIN_CAPABILITY = (8, 0)  # torch.cuda.is_bf16_supported(including_emulation=False): major >= 8
+TF32_MIN_CAPABILITY = (8, 0)  # TensorFloat-32 tensor cores: Ampere and newer
+
+# Which torch builds keep cuDNN on a P100 (SM 6.0) or V100 (SM 7.0): doctor prints this.
+OLD_GPU_BUILDS = ("a torch whose bundled cuDNN is 9.10 or older (torch.backends.cudnn.version() < 91100) and whose "
+                  "arch list has sm_60/sm_70: conda-forge `pytorch cuda*` with `cudnn <9.11` and `cuda-version <13` "
+                  "(environment.yml pins these), or PyTorch's CUDA 12.6 / 11.8 wheels of a release that bundles "
+                  "cuDNN <= 9.10; CUDA 13 builds have no kernels for SM < 7.5 at all")
+
+
+def cudnn_version() -> int | None:
+    """The cuDNN version torch is linked with (e.g. 91002), or None without cuDNN. Read straight from
+    ``torch._C._cudnn.getVersionInt``: ``torch.backends.cudnn.version()`` runs the SM check that raises on a
+    P100/V100 host and initialises CUDA to make it."""
+    lib = getattr(torch._C, "_cudnn", None)
+    if lib is None or not torch.backends.cudnn.is_available():
+        return None
+    return int(lib.getVersionInt())
+
+
+def version_text(version: int | None) -> str:
+    """91002 -> '9.10.2' (cuDNN 9 encodes major*10000 + minor*100 + patch)."""
+    if version is None:
+        return "none"
+    major, rest = divmod(version, 10000) if version >= 10000 else divmod(version, 1000)
+    minor, patch = divmod(rest, 100)
+    return f"{major}.{minor}.{patch}"
+
+
+def cudnn_problem(version: int | None, capabilities: list[tuple[int, int]]) -> str | None:
+    """Why cuDNN cannot be used with these GPUs (torch would raise), or None. Pure: the rule of torch's
+    ``torch.backends.cudnn._init``, which looks at the smallest capability of every visible GPU."""
+    if version is None or not capabilities or version < CUDNN_WITHOUT_OLD_GPUS:
+        return None
+    low = min(capabilities)
+    if low >= CUDNN_MIN_CAPABILITY:
+        return None
+    return (f"cuDNN {version_text(version)} has no kernels for SM < 7.5 and a visible GPU is SM {low[0]}.{low[1]}; "
+            f"the LSTM runs on PyTorch's own CUDA kernels (cuDNN off for this process)")
+
+
+def cuda_capabilities() -> list[tuple[int, int]]:
+    """(major, minor) of every visible CUDA GPU; [] without one. Initialises CUDA when there is a GPU."""
+    if not torch.cuda.is_available():
+        return []
+    return [tuple(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())]
+
+
+@functools.cache
+def cudnn_state() -> dict[str, Any]:
+    """cuDNN in this process: its version, whether lstmnb lets runs use it, and why not. Decided once:
+    the GPUs and the linked cuDNN do not change while the process lives."""
+    version = cudnn_version()
+    reason = cudnn_problem(version, cuda_capabilities())
+    return {"version": version, "usable": reason is None, "reason": reason}
+
+
+def prepare_cuda() -> dict[str, Any]:
+    """Call before a model touches a CUDA device. Where torch's cuDNN refuses the visible GPUs, cuDNN is
+    turned off for the rest of the process, so the LSTM runs on PyTorch's native CUDA kernels instead of
+    raising in ``Module.to('cuda')``.
+
+    Process-wide on purpose (docs/gpu.md): torch's check looks at every visible GPU, so no device of this
+    process can use cuDNN, and a run's model outlives the run (``RunResult.model``, a notebook's forecast
+    cell): a switch scoped to the run would let the next forward pass raise. It is set only when the
+    facts require it and never turned back on."""
+    state = cudnn_state()
+    if not state["usable"] and torch.backends.cudnn.enabled:
+        torch.backends.cudnn.enabled = False
+    return state
+
+
+def bf16_native(capability: tuple[int, int]) -> bool:
+    """Whether a GPU of this capability computes bfloat16 natively (Ampere, SM 8.0, and newer). Pure.
+    ``torch.cuda.is_bf16_supported()`` also counts emulation, which is slow on SM < 8.0."""
+    return tuple(capability) >= BF16_MIN_CAPABILITY
+
+
+def lstm_math(device_type: str, cudnn_on: bool, cudnn_allow_tf32: bool, capability: tuple[int, int] | None,
+              amp: torch.dtype | None = None) -> str:
+    """The math the LSTM's matrix products use: 'float16' under fp16 autocast on a GPU; 'tf32' when cuDNN
+    runs it with TF32 allowed on a GPU with TF32 tensor cores; else 'float32' (bf16 autocast included:
+    ``models.Forecaster`` keeps the recurrence in float32 there). Pure. PyTorch's native CUDA LSTM goes
+    through cuBLAS, whose TF32 switch (``torch.backends.cuda.matmul.allow_tf32``) is off by default."""
+    if device_type == "cuda" and amp == torch.float16:
+        return "float16"
+    if device_type != "cuda" or capability is None or tuple(capability) < TF32_MIN_CAPABILITY:
+        return "float32"
+    return "tf32" if cudnn_on and cudnn_allow_tf32 else "float32"
+
+
+def precision_flags() -> dict[str, Any]:
+    """torch's float32 math switches as they are now (the record's ``backends.tf32``)."""
+    flags: dict[str, Any] = {
+        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+    rnn = getattr(torch.backends.cudnn, "rnn", None)  # newer torch: per-operator precision settings
+    if rnn is not None and hasattr(rnn, "fp32_precision"):
+        flags["cudnn_rnn_fp32_precision"] = rnn.fp32_precision
+    return flags
+
+
+def backends_record(device: torch.device, amp: torch.dtype | None = None) -> dict[str, Any] | None:
+    """The record's ``backends`` section for a CUDA run (autocast dtype ``amp``): cuDNN (version, on or off
+    and why), the TF32 switches and the LSTM's math; None for other devices."""
+    if device.type != "cuda":
+        return None
+    state = cudnn_state()
+    flags = precision_flags()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    on = state["usable"] and bool(torch.backends.cudnn.enabled)
+    return {"cudnn": {"version": state["version"], "enabled": on,
+                      "reason": state["reason"] or (None if on else "turned off by the caller")},
+            "tf32": flags,
+            "lstm_math": lstm_math("cuda", on, flags["cudnn_allow_tf32"], torch.cuda.get_device_capability(index),
+                                   amp)}
+
+
+def arch_supported(capability: tuple[int, int], arch_list: list[str]) -> bool:
+    """Whether a torch build whose ``torch.cuda.get_arch_list()`` is ``arch_list`` has kernels for a GPU of
+    ``capability``. Pure. SASS for sm_XY runs on the same major version with minor >= Y; PTX for
+    compute_XY is compiled at load time for any GPU >= X.Y (CUDA C Programming Guide, "Binary
+    Compatibility" and "PTX Compatibility")."""
+    major, minor = capability
+    for arch in arch_list:
+        kind, _, digits = arch.partition("_")
+        if not digits[:-1].isdigit() or not digits[-1].isdigit():
+            continue
+        a_major, a_minor = int(digits[:-1]), int(digits[-1])
+        if kind == "sm" and a_major == major and a_minor <= minor:
+            return True
+        if kind == "compute" and (a_major, a_minor) <= (major, minor):
+            return True
+    return False

@@ -1,0 +1,273 @@
+"""`lstmnb doctor --deep`: short real jobs on every device present, each ``ok``, ``failed`` (one line why)
+or ``skipped`` (why), with its time, in under two minutes. The first command to run on a new node.
+
+CPU: a training run and a 2-rank DDP run over gloo (a real process group). Each CUDA GPU: eager steps,
+the same steps captured as a CUDA graph (losses equal to the eager ones), bfloat16 where the GPU has it
+natively, the CUDA memory cap with a batch past it recorded as ``oom``; NCCL with 2 ranks where there
+are 2 GPUs; each Numba CUDA engine against NumPy's gradient. ``deep_ready`` says whether what a
+profile needs passed. ``doctor`` (the quick, import-level report) stays separate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+OK, FAILED, SKIPPED = "ok", "failed", "skipped"
+BUDGET_S = 110.0  # the whole deep check; jobs that would start after it are skipped, and say so
+CPU_NEEDS = ("train", "ddp gloo x2")
+CUDA_NEEDS = ("eager steps", "captured steps", "memory cap", "nccl x2")
+GRAPH_STEPS = 6  # 3 warm-up steps, the captured one, 2 replays
+LOSS_RTOL = 1e-3  # capturable vs fused Adam and cuDNN's reductions differ in the last bits, not more
+
+
+@dataclass(frozen=True)
+class Job:
+    """One row: where it ran, what, how it ended, its seconds and why. ``unproven``: a skip that leaves the
+    check undone here (its device is missing, the time budget ran out), as opposed to one that does not
+    apply (one GPU for a 2-rank NCCL job, no native bf16)."""
+
+    device: str
+    name: str
+    status: str
+    seconds: float | None
+    detail: str
+    unproven: bool = False
+
+
+class Skip(Exception):
+    """A job that cannot run here; ``unproven`` as in ``Job``."""
+
+    def __init__(self, reason: str, unproven: bool = False):
+        super().__init__(reason)
+        self.unproven = unproven
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:240]}" if text else type(exc).__name__
+
+
+def tiny_windows():
+    """40 days of two synthetic diurnal series, windowed (no data store needed)."""
+    import warnings
+
+    import pandas as pd
+
+    from .training import TrainConfig
+    from .windows import make_windows
+
+    t = pd.date_range("2020-01-01", periods=24 * 40, freq="h")
+    h = np.arange(len(t))
+    rng = np.random.default_rng(0)
+    v = np.stack([285 + 6 * np.sin(2 * np.pi * h / 24 + p) + rng.normal(0, 0.3, len(t)) for p in (0.0, 1.0)], 1)
+    with warnings.catch_warnings():  # a short series' climatology note: about skill, not about this check
+        warnings.simplefilter("ignore")
+        return make_windows(v, t, TrainConfig(window=12).window_config())
+
+
+def tiny_config(**kw: Any):
+    from .training import TrainConfig
+
+    base = dict(window=12, hidden=16, epochs=1, batch_size=64, progress=False, seed=0, patience=None,
+                checkpoint=None, experiment="doctor-deep")
+    return TrainConfig(**{**base, **kw})
+
+
+# --- the jobs ------------------------------------------------------------------------------------
+
+def cpu_train(windows) -> str:
+    from .training import train
+
+    rec = train(windows, tiny_config(device="cpu")).record
+    if not math.isfinite(rec["metrics"]["test_rmse_k"]):
+        raise RuntimeError(f"test RMSE is {rec['metrics']['test_rmse_k']}")
+    return f"1 epoch, train loss {rec['epochs'][0]['train_loss']:.4f}, test RMSE {rec['metrics']['test_rmse_k']:.2f} K"
+
+
+def ddp(windows, device: str) -> str:
+    from .training import parallel
+
+    rec = parallel.launch_train(windows, tiny_config(strategy="ddp", device=device), 2, deadline_s=90).record
+    p = rec["parallel"]
+    if p["world_size"] != 2 or not math.isfinite(rec["metrics"]["test_rmse_k"]):
+        raise RuntimeError(f"world_size {p['world_size']}, test RMSE {rec['metrics']['test_rmse_k']}")
+    return f"2 ranks over {p['backend']}, train loss {rec['epochs'][0]['train_loss']:.4f}"
+
+
+def step_losses(windows, device, graph: bool) -> tuple[list[float], Any]:
+    """GRAPH_STEPS steps on the same fixed batches, eager or through the Trainer's CUDA graph."""
+    import torch
+
+    from .training import Trainer
+    from .training.graphs import IndexBatches
+
+    tr = Trainer(windows, tiny_config(device=str(device), cuda_graph=graph), device)
+    x, y = tr.train_tensors()
+    size = tr.cfg.batch_size
+    batches = [torch.arange(k * size, (k + 1) * size, device=device) for k in range(GRAPH_STEPS)]
+    if len(batches[-1]) < size or batches[-1][-1] >= x.shape[0]:
+        raise RuntimeError(f"the check's windows hold fewer than {GRAPH_STEPS} batches of {size}")
+    if not graph:
+        return [float(tr.step(x[i], y[i])) for i in batches], tr
+    if tr.graph is None:
+        raise RuntimeError(f"the graph was not planned: {tr.graph_reason}")
+    return [float(tr.graph.epoch(IndexBatches(x, y, [i]))[0]) / size for i in batches], tr
+
+
+def eager_steps(windows, device) -> str:
+    losses, _ = step_losses(windows, device, graph=False)
+    if not all(math.isfinite(v) for v in losses):
+        raise RuntimeError(f"non-finite losses {losses}")
+    return f"{len(losses)} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}"
+
+
+def captured_steps(windows, device) -> str:
+    eager, _ = step_losses(windows, device, graph=False)
+    graph, tr = step_losses(windows, device, graph=True)
+    if tr.graph.replays != GRAPH_STEPS - 3:
+        raise RuntimeError(f"{tr.graph.replays} steps replayed from the graph, expected {GRAPH_STEPS - 3}")
+    worst = max(abs(g - e) / max(abs(e), 1e-12) for g, e in zip(graph, eager))
+    if worst > LOSS_RTOL:
+        raise RuntimeError(f"graph losses {['%.6f' % v for v in graph]} differ from eager "
+                           f"{['%.6f' % v for v in eager]} (worst {worst:.1e} relative)")
+    return f"{tr.graph.replays} of {GRAPH_STEPS} steps replayed; losses equal eager's to {worst:.1e} (relative)"
+
+
+def bf16(windows, device) -> str:
+    import torch
+
+    from .cuda_env import bf16_native
+    from .training import Trainer
+
+    cap = torch.cuda.get_device_capability(device)
+    if not bf16_native(cap):
+        raise Skip(f"SM {cap[0]}.{cap[1]} has no native bfloat16 (SM 8.0 and newer); amp='auto' uses fp16 here")
+    tr = Trainer(windows, tiny_config(device=str(device), amp="bf16"), device)
+    seen: list[torch.dtype] = []
+    tr.core.rnn.register_forward_hook(lambda m, i, out: seen.append(out[0].dtype))
+    x, y = tr.train_tensors()
+    loss = float(tr.step(x[:64], y[:64]))
+    if not math.isfinite(loss) or seen != [torch.float32]:
+        raise RuntimeError(f"loss {loss}, recurrent layer output {seen} (float32 expected under bf16)")
+    return f"a bf16 autocast step, loss {loss:.4f}; the LSTM ran in float32 (cuDNN's RNN autocast would cast to fp16)"
+
+
+def memory_cap(windows, device) -> str:
+    from .experiments import SweepConfig, batch_sweep
+
+    recs = batch_sweep(windows, tiny_config(device=str(device), hidden=256),
+                       SweepConfig(start=64, factor=8, memory_cap_mb=4))
+    last = recs[-1]
+    if last["status"] != "oom":
+        raise RuntimeError(f"the sweep ended {last['status']} at batch {last['sweep']['batch_size']} under a 4 MB cap")
+    return f"batch {last['sweep']['batch_size']} past a 4 MB cap recorded as oom"
+
+
+def numba_engine(version: str) -> Callable[[], str]:
+    def job() -> str:
+        from .scratch import LSTMShape, ScratchConfig, init_params, loss_and_grad_numpy
+        from .scratch.cuda_check import numba_cuda_reason, simulator_enabled
+        from .scratch.fit import make_engine
+
+        reason = numba_cuda_reason()
+        if reason is not None:
+            raise Skip(reason)
+        shape = LSTMShape(n_features=1, hidden=16, n_outputs=1)
+        rng = np.random.default_rng(0)
+        X, y = rng.normal(size=(96, 12, 1)), rng.normal(size=(96, 1))
+        theta = init_params(shape, seed=1)
+        engine = make_engine(version, shape, X, y, theta, ScratchConfig(hidden=16, batch_size=64))
+        idx = rng.permutation(96)[:64]
+        loss, grad = engine.grad_fn(theta, idx)
+        ref_loss, ref_grad = loss_and_grad_numpy(theta, X[idx], y[idx], shape)
+        err = float(np.abs(grad - ref_grad).max() / np.abs(ref_grad).max())
+        if not (abs(loss - ref_loss) <= 1e-9 * abs(ref_loss) and err <= 1e-9):
+            raise RuntimeError(f"loss {loss} vs NumPy {ref_loss}, gradient error {err:.1e}")
+        where = " in Numba's CUDA simulator" if simulator_enabled() else ""
+        return f"loss and gradient equal NumPy's{where} (float64, relative error {err:.0e})"
+    return job
+
+
+# --- running them ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Planned:
+    """A job to run (``run(windows)``), or a row skipped before running (``skip`` says why)."""
+
+    device: str
+    name: str
+    run: Callable[[Any], str] | None = None
+    skip: str | None = None
+    unproven: bool = False
+
+
+def plan() -> list[Planned]:
+    """This machine's jobs: CPU, per GPU (or one skipped row per job without a GPU), NCCL, Numba engines."""
+    import torch
+
+    from .device import no_cuda_reason
+
+    rows = [Planned("cpu", "train", cpu_train), Planned("cpu", "ddp gloo x2", lambda w: ddp(w, "cpu"))]
+    gpu_jobs = (("eager steps", eager_steps), ("captured steps", captured_steps), ("bf16", bf16),
+                ("memory cap", memory_cap))
+    if not torch.cuda.is_available():
+        rows += [Planned("cuda", name, skip=no_cuda_reason(), unproven=True)
+                 for name in [n for n, _ in gpu_jobs] + ["nccl x2"]]
+    else:
+        for i in range(torch.cuda.device_count()):
+            dev = torch.device("cuda", i)
+            rows += [Planned(str(dev), name, lambda w, f=fn, d=dev: f(w, d)) for name, fn in gpu_jobs]
+        rows.append(Planned("cuda", "nccl x2", lambda w: ddp(w, "cuda")) if torch.cuda.device_count() >= 2 else
+                    Planned("cuda", "nccl x2", skip="1 CUDA GPU visible; NCCL with 2 ranks needs 2"))
+    rows += [Planned("numba.cuda", v, lambda w, j=numba_engine(v): j()) for v in ("numba-cuda", "numba-cuda-block")]
+    return rows
+
+
+def deep_check(budget_s: float = BUDGET_S, on_job: Callable[[Job], None] | None = None) -> list[Job]:
+    """Run every job of ``plan()`` in order within ``budget_s`` seconds; each becomes a ``Job`` row."""
+    import torch
+
+    start = time.perf_counter()
+    windows = tiny_windows()
+    jobs = []
+    for p in plan():
+        device, name = p.device, p.name
+        if p.run is None:
+            job = Job(device, name, SKIPPED, None, p.skip or "", p.unproven)
+        elif time.perf_counter() - start > budget_s:
+            job = Job(device, name, SKIPPED, None, f"the deep check's {budget_s:g} s budget was spent", True)
+        else:
+            t0 = time.perf_counter()
+            try:
+                detail, status, unproven = p.run(windows), OK, False
+            except Skip as exc:
+                detail, status, unproven = str(exc), SKIPPED, exc.unproven
+            except Exception as exc:  # noqa: BLE001 - every failure is a row, never a traceback
+                detail, status, unproven = one_line(exc), FAILED, False
+            if device.startswith("cuda") and torch.cuda.is_available():
+                torch.cuda.synchronize()
+            job = Job(device, name, status, time.perf_counter() - t0, detail, unproven)
+        jobs.append(job)
+        if on_job is not None:
+            on_job(job)
+    return jobs
+
+
+def needed(job: Job, profile_device: str) -> bool:
+    """Whether a profile whose notebooks run on ``profile_device`` ('cpu' or 'cuda') needs this job."""
+    if job.device == "cpu":
+        return job.name in CPU_NEEDS
+    return profile_device.startswith("cuda") and job.device.startswith("cuda") and job.name in CUDA_NEEDS
+
+
+def deep_ready(jobs: list[Job], profile_device: str) -> tuple[bool, list[Job]]:
+    """(ready, the jobs that block it): a needed job that failed, or was skipped leaving it unproven
+    (its device missing here, or the budget spent). Pure."""
+    blocking = [j for j in jobs if needed(j, profile_device)
+                and (j.status == FAILED or (j.status == SKIPPED and j.unproven))]
+    return not blocking, blocking
