@@ -65,7 +65,8 @@ def test_a_box_alone_is_a_box_request():
 
 # conda-forge's names for pip's
 CONDA_NAMES = {"pytorch": "torch", "matplotlib-base": "matplotlib", "jupyter_client": "jupyter-client"}
-ENVIRONMENT_ONLY = {"python", "pip", "jupyterlab"}  # the interpreter, the installer, the cluster's editor
+ENVIRONMENT_ONLY = {"python", "pip", "jupyterlab",  # the interpreter, the installer, the cluster's editor
+                    "cudnn", "cuda-version"}  # conda's CUDA stack, pinned for P100/V100 (pip wheels bundle theirs)
 
 
 def _name_and_bound(spec: str, conda: bool) -> tuple[str, str | None]:
