@@ -51,13 +51,19 @@ def images(nb_path: Path) -> int:
 
 @pytest.mark.parametrize("name", SERIES)
 def test_notebook_shape(name):
-    """Opening markdown, Colab-only install cell, one parameters cell, and no stored outputs."""
+    """Opening markdown, Colab-only install cell, one parameters cell, and no stored outputs. What it shows,
+    needs and takes opens the notebook, or directly follows an answer that opens it (06: a title and one
+    cell whose code the HTML hides, after the cells the HTML leaves out)."""
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     nbformat.validate(nb)
     cells = nb.cells
     assert cells[0].cell_type == "markdown"
+    intro = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and "What it shows" in c.source)
     for words in ("What it shows", "What it needs", "How long it takes"):
-        assert words in cells[0].source
+        assert words in cells[intro].source
+    if intro:
+        tags = [set(c.get("metadata", {}).get("tags", [])) for c in cells[1:intro]]
+        assert all("remove-cell" in t for t in tags[:-1]) and tags[-1] == {"remove-input"}, name
     assert cells[1].cell_type == "code" and '"google.colab" in sys.modules' in cells[1].source
     assert "REPO_URL = " in cells[1].source
     tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
