@@ -13,7 +13,7 @@ import pytest
 
 from lstmnb.errors import NotebookError
 from lstmnb.notebooks import notebooks_dir
-from lstmnb.notebooks.series import copy_series, shipped_folder
+from lstmnb.notebooks.folder import copy_series, shipped_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 SERIES = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

@@ -1,7 +1,7 @@
 """The report across machines, built from mixed records: a real CPU training run made here, CPU records of
 another machine, a skipped GPU run, lstmnb's reference records (real H100 runs) and the published figures.
 Checks the findings text and table, the data each chart draws (not pixels), provenance, and that the
-reference records stay apart from the user's own."""
+reference records stay apart from the user's own (the first screen: test_report_headline.py)."""
 
 from __future__ import annotations
 
@@ -110,28 +110,30 @@ def test_findings_from_the_h100_reference_records(reference, published):
     h100_lfl = statistics.median(seconds_of(raw, kind="cuda", epochs=15, input_path="dataloader"))
     cpu_lfl = statistics.median(seconds_of(raw, kind="cpu", epochs=15, input_path="dataloader"))
     pub = published["era5_lstm_gpu_benchmark"]["epochs"][15]
-    # like for like, every source on one line, with the published A40 beside the H100
-    assert f"H100 · vm · reference {h100_lfl:.3g} s" in text and f"A40 · published {pub['A40']:.3g} s" in text
-    # GPU over CPU per machine, and the CPUs' own difference said aloud
-    assert f"H100 {cpu_lfl / h100_lfl:.3g}x" in text and f"A40 {pub['CPU'] / pub['A40']:.3g}x" in text
-    assert f"({pub['CPU'] / cpu_lfl:.3g}x faster)" in text and "The CPUs differ" in text
+    assert "lstmnb's reference records: 46 records from 1 machine (vm: Intel Xeon, 16 cores, NVIDIA H100 80GB HBM3; " \
+           "2026-11-22): H100 measured" in text
     # CUDA graphs: the published setting on the fast path without and with the graph
     eager = statistics.median(seconds_of(raw, kind="cuda", epochs=15, input_path="fast"))
     graph = min(seconds_of(raw, kind="cuda", epochs=15, input_path="fast", graph=True))
     assert f"{eager / graph:.3g}x at published setting, fast input" in text
+    # why the H100 is not faster like for like than the published A40: launch-bound, with its graph pair
+    assert (f"H100 (reference records) takes {h100_lfl:.3g} s like for like, slower than P100 (published) "
+            f"{pub['P100']:.3g} s, A40 (published) {pub['A40']:.3g} s: at batch 64") in text
+    assert f"takes {graph:.3g} s instead of {eager:.3g} s" in text and "launch-bound" in text
     # batch size (the sweep) and problem size (90 points), then skill and what is missing
     assert "**Batch size:**" in text and "beats persistence" in text
-    assert "**Problem size:** 90 points" in text
-    assert "25 of 25 beat both" in text
+    assert "**Problem size:** 90 points" in text and "GPU over the same machine's CPU" in text
+    assert "25 of 25 beat both" in text and "median RMSE ratio to persistence" in text
     assert "no run records of your own" in text
     assert "no multi-GPU records: run 05 on a node with 2+ GPUs" in text
     assert "no CUDA graph pair" not in text  # the reference records have them
 
     fastest = min(seconds_of(raw, kind="cuda", epochs=15, input_path="fast", batch=256, graph=True, residual=True))
     h100 = table.loc["H100 · vm · reference"]
-    assert h100["fastest s"] == pytest.approx(fastest, abs=1e-3) and "CUDA graph" in h100["fastest setting"]
-    assert h100["x vs reference"] == pytest.approx(pub["CPU"] / fastest, abs=0.01)
-    assert table.loc["CPU · published", "x vs reference"] == 1.0
+    assert h100["fastest s"] == float(f"{fastest:.3g}") and "CUDA graph" in h100["fastest setting"]
+    assert h100["x own machine's CPU, like for like"] == float(f"{cpu_lfl / h100_lfl:.3g}")
+    assert table.loc["A40 · published", "x own machine's CPU, like for like"] == float(f"{pub['CPU'] / pub['A40']:.3g}")
+    assert "x vs reference" not in table.columns
     assert set(table["source"]) == {report.REFERENCE, report.PUBLISHED}
 
 
@@ -151,36 +153,41 @@ def test_mixed_records_make_one_report(own_records, reference, published):
     assert real["problem"] == "window 12, hidden 8" and real["setting"] == "published setting · fast input"
 
     text, table = report.findings(own, published, reference)
-    assert "records measured here on 2 machines" in text and "1 skipped (no CUDA GPU visible" in text
+    assert "measured here: 5 records from 2 machines" in text
+    assert "CUDA on laptop skipped, not measured (1 record: no CUDA GPU visible" in text
     assert "no GPU runs measured here (the GPU rows shown are lstmnb's reference records)" in text
-    assert table.loc[here, "problem"] == "window 12, hidden 8" and table.loc[here, "x vs reference"] == "—"
+    assert table.loc[here, "problem"] == "window 12, hidden 8"
+    assert table.loc[here, "x own machine's CPU, like for like"] == "—"
     assert table.loc["CPU · laptop", "like for like s"] == pytest.approx(135.0)
 
-    # the seconds chart: every source on one log axis, one point per row and epochs count
-    chart = report.seconds_chart(rows)
+    # the seconds chart: every source on one log axis, one point per row and epochs count, grouped by problem
+    chart = report.seconds_chart(rows, published)
     assert chart.ok and set(chart.data["source"]) == {report.MEASURED, report.REFERENCE, report.PUBLISHED}
+    assert set(chart.data["group"]) == {"published problem", "problem: window 12, hidden 8", "problem: 90 points"}
     laptop = chart.data[chart.data["column"] == "CPU · laptop"]
     assert sorted(laptop["epochs"]) == [5, 10, 15] and sorted(laptop["seconds"]) == [45.0, 90.0, 135.0]
     fig = report.plot_seconds(chart)
     ax = fig.axes[0]
     drawn = sorted(x for c in ax.collections for x, _ in c.get_offsets())
     assert ax.get_xscale() == "log" and drawn == pytest.approx(sorted(chart.data["seconds"]))
-    assert {t.get_text() for t in ax.get_legend().get_texts()} >= {report.MEASURED, report.REFERENCE, report.PUBLISHED}
+    assert {t.get_text() for t in ax.get_legend().get_texts()} >= {"measured here", "published (the study)"}
+    headers = {t.get_text() for t in ax.texts if t.get_fontweight() == "bold"}
+    assert headers == set(chart.data["group"])  # every problem group labelled on the chart
 
     samples = report.samples_chart(rows)
     assert samples.ok and report.PUBLISHED not in set(samples.data["source"])  # published gave seconds only
+    assert "published problem" in set(samples.data["group"]) and len(set(samples.data["group"])) == 3
 
-    # speedup over one stated reference: the published CPU, like for like, 15 epochs
-    sp = report.speedups(rows)
+    # speedups: each GPU over its own machine's CPU, bars from 1 on a linear axis
+    sp = report.speedup_chart(rows, published)
     pub = published["era5_lstm_gpu_benchmark"]["epochs"][15]
-    assert (sp.reference_column, sp.reference_setting, sp.epochs) == ("CPU · published", report.LIKE_FOR_LIKE, 15)
-    assert sp.table.index[0] == report.LIKE_FOR_LIKE  # the like-for-like row first
-    assert sp.table.loc[report.LIKE_FOR_LIKE, "CPU · laptop"] == pytest.approx(pub["CPU"] / 135.0)
-    assert here in sp.left_out  # another problem: not in the speedup chart
-    bars = report.speedup_chart(sp).data
+    a40 = sp.data[(sp.data["column"] == "A40 · published") & (sp.data["setting"] == report.LIKE_FOR_LIKE)]
+    assert a40["x_own_cpu"].tolist() == pytest.approx([pub["CPU"] / pub["A40"]])
+    assert "CPU · laptop" not in set(sp.data["cpu_column"])  # the laptop has no GPU run: its CPU divides nothing
     fig = report.plot_speedup(sp)
-    widths = sorted(p.get_width() for p in fig.axes[0].patches)
-    assert widths == pytest.approx(sorted(bars["speedup"])) and fig.axes[0].get_xscale() == "log"
+    bars = [p for p in fig.axes[0].patches if p.get_height() < 1]
+    assert sorted(round(p.get_x() + p.get_width(), 6) for p in bars) == pytest.approx(sorted(sp.data["x_own_cpu"]))
+    assert all(p.get_x() == 1 for p in bars) and fig.axes[0].get_xscale() == "linear"
 
     prov = report.provenance_table(own, reference, published)
     assert prov.loc["source", here] == report.MEASURED and prov.loc["machine", here] == platform.node()
@@ -197,20 +204,25 @@ def test_cpu_only_records_draw_no_degenerate_charts(tmp_path):
     chart = report.seconds_chart(rows)
     assert not chart.ok and "only one device column (CPU · laptop)" in chart.why and "run 04" in chart.why
     assert not report.samples_chart(rows).ok
-    sp = report.speedups(rows)
-    assert sp.table.empty and "needs a second device" in sp.why and "run 04" in sp.why
+    sp = report.speedup_chart(rows)
+    assert not sp.ok and "no GPU and CPU runs of one machine" in sp.why and "--only 03,04" in sp.why
     text, table = report.findings(df)
     assert "no GPU runs measured here: run 04 on a GPU" in text and "no multi-GPU records" in text
     assert list(table.index) == ["CPU · laptop"] and table.loc["CPU · laptop", "fastest s"] == 15.0
+    h = report.headline(df)
+    assert h.ok and h.epochs == 5 and "no GPU has a CPU run of its own machine" in h.sentence
 
 
 def test_no_records_of_ones_own_still_answer_from_the_published_figures(published):
     text, table = report.findings(pd.DataFrame(), published)
     assert "no run records of your own: run the series" in text
     pub = published["era5_lstm_gpu_benchmark"]["epochs"][15]
-    assert f"A40 {pub['CPU'] / pub['A40']:.3g}x" in text  # GPU over CPU, as published
     assert set(table["source"]) == {report.PUBLISHED} and table.loc["A40 · published", "fastest s"] == pub["A40"]
+    h = report.headline(pd.DataFrame(), published)
+    assert h.ok and f"A40 {pub['CPU'] / pub['A40']:.3g}x" in h.sentence  # GPU over CPU, as published
+    assert set(h.entries["source"]) == {report.PUBLISHED} and "Your own records" not in h.sentence
     assert report.findings(None)[1].empty
+    assert not report.headline(None).ok and "No like-for-like figure" in report.headline(None).sentence
 
 
 @pytest.mark.slow
@@ -230,7 +242,7 @@ def test_machines_table_lists_each_device_column(own_records):
 
 
 @pytest.mark.slow
-def test_notebook_06_opens_with_findings_and_shows_reference_records_apart(tmp_path):
+def test_notebook_06_opens_with_the_answer_and_shows_reference_records_apart(tmp_path):
     from lstmnb import notebooks
 
     laptop = [run_record("cpu", "Intel(R) Core(TM) i7", e, "dataloader", 9.0 * e, host="laptop") for e in (5, 10, 15)]
@@ -242,9 +254,16 @@ def test_notebook_06_opens_with_findings_and_shows_reference_records_apart(tmp_p
     nb = json.loads((result.run_dir / "06_analysis.ipynb").read_text())
     outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
     first = "".join(outputs[0]["data"]["text/markdown"])
-    assert first.startswith("## Findings") and "CPU · laptop" in first and "H100 · vm · reference" in first
+    assert first.startswith("**Like for like** (15 epochs at the [published setting](#published-setting)")
+    assert "H100 1.52x (reference records, vm)" in first
+    assert "image/png" in outputs[1]["data"]  # the figure right under the sentence
+    assert "".join(outputs[2]["data"]["text/markdown"]).startswith('<a id="published-setting"></a>')
+    page = (result.run_dir / "06_analysis.html").read_text()
+    answer = page.index("Like for like")
+    assert "google.colab" not in page and "results_paths = " not in page.split("This page")[0]  # hidden cells
+    assert page.index('id="published-setting"') > answer and "report.headline(" not in page  # its input hidden
     figures = {p.stem for p in (result.run_dir / "figures").glob("*.png")}
-    assert {"06_seconds", "06_samples_per_s", "06_speedup"} <= figures
+    assert {"06_headline", "06_seconds", "06_samples_per_s", "06_speedup"} <= figures
     findings = pd.read_csv(result.run_dir / "tables" / "06_findings.csv", index_col=0)
     assert {"CPU · laptop", "H100 · vm · reference", "A40 · published"} <= set(findings.index)
     assert own.read_bytes() == before  # the reference records were shown, never written into the user's results

@@ -114,13 +114,13 @@ def _list_notebooks(args) -> int:
 
 
 def _check_copy(args) -> None:
-    from ..notebooks.series import check_copy
+    from ..notebooks.folder import check_copy
 
     check_copy(args.dir, overwrite=args.overwrite)
 
 
 def _copy_notebooks(args) -> int:
-    from ..notebooks.series import copy_series
+    from ..notebooks.folder import copy_series
 
     copies = copy_series(args.dir, overwrite=args.overwrite)
     print(f"copied {len(copies)} notebooks into {copies[0].parent}:")

@@ -1,10 +1,12 @@
 """The notebook series: ``runner`` executes the numbered notebooks through papermill with a device
-profile (``lstmnb.profiles``) and renders HTML; ``steps`` holds what the notebooks call, tested here
-so the notebooks stay thin. See docs/architecture.md."""
+profile (``lstmnb.profiles``), ``render`` turns each into HTML (without the cells its tags hide),
+``series`` says what happened to each notebook and writes the index; ``steps`` holds what the notebooks
+call, tested here so the notebooks stay thin. See docs/architecture.md."""
 
-from .runner import (INJECTED, NOTEBOOKS_ENV, NotebookRun, SeriesResult, check_kernel, check_series, find_notebooks,
-                     installed_kernels, listing, notebook_parameters, notebooks_dir, parse_value, plan_parameters,
-                     render_html, run_series, select_notebooks)
+from .render import render_html
+from .runner import (INJECTED, NOTEBOOKS_ENV, check_kernel, check_series, find_notebooks, installed_kernels, listing,
+                     notebook_parameters, notebooks_dir, parse_value, plan_parameters, run_series, select_notebooks)
+from .series import NotebookRun, SeriesResult
 
 __all__ = [
     "INJECTED", "NOTEBOOKS_ENV", "NotebookRun", "SeriesResult", "check_kernel", "check_series", "find_notebooks",

@@ -9,19 +9,19 @@ failing notebook with a message naming the notebook and the cell, keeping what r
 from __future__ import annotations
 
 import datetime as _dt
-import html
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..doctor import installed_kernels, kernel_problem
 from ..errors import ConfigError, NotebookError
-from ..paths import atomic_path, check_writable, results_dir
+from ..paths import check_writable, results_dir
 from ..profiles import Profile, load_profile, profile_names
 from .params import check_values, default_value, parse_value
-from .series import shipped_folder
+from .folder import shipped_folder
+from .render import render_html
+from .series import NotebookRun, SeriesResult, records_outcome, run_ids, write_index
 
 NOTEBOOKS_ENV = "LSTMNB_NOTEBOOKS"
 # parameters the runner fills in itself (a notebook may declare them; a profile or -p may still set them)
@@ -113,46 +113,6 @@ def check_kernel(name: str) -> None:
 
 # --- running -------------------------------------------------------------------------------------
 
-@dataclass
-class NotebookRun:
-    """What happened to one notebook of the series."""
-
-    name: str
-    status: str = "not run"  # ok | failed | not run
-    seconds: float | None = None
-    notebook: Path | None = None
-    html: Path | None = None
-    error: str | None = None
-
-
-@dataclass
-class SeriesResult:
-    """The outcome of ``run_series``: where things are and one entry per selected notebook."""
-
-    profile: str
-    run_dir: Path
-    results: Path
-    runs: list[NotebookRun]
-
-    @property
-    def ok(self) -> bool:
-        return all(r.status == "ok" for r in self.runs)
-
-    @property
-    def report(self) -> Path | None:
-        """The HTML of the analysis notebook (06), else the last HTML written."""
-        htmls = [r.html for r in self.runs if r.html]
-        analysis = [h for h in htmls if h.stem.startswith("06")]
-        return (analysis or htmls or [None])[-1]
-
-    def table(self):
-        import pandas as pd
-
-        return pd.DataFrame([{"notebook": r.name, "status": r.status,
-                              "seconds": round(r.seconds, 1) if r.seconds is not None else None,
-                              "html": str(r.html) if r.html else ""} for r in self.runs]).set_index("notebook")
-
-
 def new_run_dir(runs_dir: str | os.PathLike, profile: str) -> Path:
     """A fresh ``<runs_dir>/<profile>/<timestamp>`` folder (a suffix keeps two runs in one second apart)."""
     base = Path(runs_dir) / profile
@@ -174,19 +134,6 @@ def resolve_results(value: Any, run_dir: Path) -> Path:
     if value in (None, ""):
         return results_dir().resolve()
     return Path(str(value).format(run_dir=run_dir)).expanduser().resolve()
-
-
-def render_html(notebook: Path) -> Path:
-    """Render an executed notebook to ``<name>.html`` beside it (nbconvert), atomically."""
-    import nbformat
-    from nbconvert import HTMLExporter
-
-    nb = nbformat.read(notebook, as_version=4)
-    body, _ = HTMLExporter().from_notebook_node(nb)
-    target = notebook.with_suffix(".html")
-    with atomic_path(target, suffix=".html") as tmp:
-        tmp.write_text(body, encoding="utf-8")
-    return target
 
 
 def _failing_cell(notebook: Path) -> tuple[int | None, int | None, str]:
@@ -305,6 +252,7 @@ def run_series(
         out = run_dir / nb.name
         partial = run_dir / f".{nb.stem}.running.ipynb"
         say(f"[{i}/{len(selected)}] {nb.stem} ...")
+        before = run_ids(results)
         t0 = time.perf_counter()
         failure: BaseException | None = None
         try:
@@ -330,7 +278,7 @@ def run_series(
             entry.status = "failed"
             entry.error = _describe_failure(failure, out)
             say(f"    failed after {entry.seconds:.1f} s")
-            _write_index(result)
+            write_index(result)
             kept = [r.name for r in runs if r.notebook is not None]
             err = NotebookError(
                 f"notebook {nb.stem} failed in {entry.error}; the series stopped. Executed notebook: "
@@ -338,9 +286,9 @@ def run_series(
             )
             err.series = result  # the summary so far, for the caller to show
             raise err from None
-        entry.status = "ok"
-        say(f"    ok in {entry.seconds:.1f} s")
-    _write_index(result)
+        entry.status, entry.reason = records_outcome(results, before)
+        say(f"    {entry.summary} in {entry.seconds:.1f} s")
+    write_index(result)
     return result
 
 
@@ -348,26 +296,6 @@ def _keep(partial: Path, out: Path) -> None:
     """Move papermill's progressively written copy onto its final name (one rename: never half a file)."""
     if partial.exists():
         os.replace(partial, out)
-
-
-def _write_index(result: SeriesResult) -> Path:
-    """``index.html`` in the run folder: a table linking each notebook's HTML."""
-    rows = "".join(
-        f"<tr><td>{html.escape(r.name)}</td><td>{r.status}</td>"
-        f"<td>{'' if r.seconds is None else f'{r.seconds:.1f}'}</td>"
-        f"<td>{f'<a href={html.escape(r.html.name)!r}>{html.escape(r.html.name)}</a>' if r.html else ''}</td>"
-        f"<td>{html.escape(r.error or '')}</td></tr>"
-        for r in result.runs
-    )
-    page = (f"<!doctype html><meta charset='utf-8'><title>lstmnb {result.profile}</title>"
-            f"<h1>lstmnb notebook series, profile {html.escape(result.profile)}</h1>"
-            f"<p>results: {html.escape(str(result.results))}</p>"
-            f"<table border=1 cellpadding=4><tr><th>notebook</th><th>status</th><th>seconds</th><th>HTML</th>"
-            f"<th>error</th></tr>{rows}</table>")
-    target = result.run_dir / "index.html"
-    with atomic_path(target, suffix=".html") as tmp:
-        tmp.write_text(page, encoding="utf-8")
-    return target
 
 
 def listing(notebooks: str | os.PathLike | None = None) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str, str]]]:

@@ -1,66 +1,107 @@
-"""Where the notebook series lives, and a copy of it for users who want to edit it.
+"""What happened to each notebook of a series run, and the run folder's ``index.html``.
 
-In a checkout the series is ``notebooks/`` beside the package; a wheel carries the same files as
-``lstmnb/series/`` (setup.py maps the folder into the package), so a plain ``pip install`` runs the series
-from any folder.
+A notebook that ran to the end is ``ok``, unless every run record it wrote was skipped (04 and 05 on a
+machine without a GPU): then it is ``skipped`` with the records' reasons, so the index never lists a
+notebook as ``ok`` that measured nothing.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
+import html
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import NotebookError
 from ..paths import atomic_path
 
-_PACKAGE = Path(__file__).resolve().parents[1]
-PATTERN = "[0-9][0-9]_*.ipynb"
+
+@dataclass
+class NotebookRun:
+    """What happened to one notebook of the series."""
+
+    name: str
+    status: str = "not run"  # ok | skipped | failed | interrupted | not run
+    seconds: float | None = None
+    notebook: Path | None = None
+    html: Path | None = None
+    error: str | None = None
+    reason: str | None = None  # why a skipped notebook measured nothing (its records' reasons)
+
+    @property
+    def summary(self) -> str:
+        """The status as the index shows it: 'skipped (no usable CUDA GPU ...)'."""
+        return f"{self.status} ({self.reason})" if self.status == "skipped" and self.reason else self.status
 
 
-def shipped_folder() -> Path | None:
-    """The series this installation carries: the checkout's ``notebooks/`` (an editable install or a
-    clone on the path), else the copy inside the installed package; None when neither holds notebooks."""
-    checkout = _PACKAGE.parent
-    for folder in ((checkout / "notebooks") if (checkout / "pyproject.toml").is_file() else None,
-                   _PACKAGE / "series"):
-        if folder is not None and any(folder.glob(PATTERN)):
-            return folder
-    return None
+@dataclass
+class SeriesResult:
+    """The outcome of ``run_series``: where things are and one entry per selected notebook."""
+
+    profile: str
+    run_dir: Path
+    results: Path
+    runs: list[NotebookRun]
+
+    @property
+    def ok(self) -> bool:
+        """Every notebook ran to its end (a notebook whose runs were all skipped did)."""
+        return all(r.status in ("ok", "skipped") for r in self.runs)
+
+    @property
+    def report(self) -> Path | None:
+        """The HTML of the analysis notebook (06), else the last HTML written."""
+        htmls = [r.html for r in self.runs if r.html]
+        analysis = [h for h in htmls if h.stem.startswith("06")]
+        return (analysis or htmls or [None])[-1]
+
+    def table(self):
+        import pandas as pd
+
+        return pd.DataFrame([{"notebook": r.name, "status": r.summary,
+                              "seconds": round(r.seconds, 1) if r.seconds is not None else None,
+                              "html": str(r.html) if r.html else ""} for r in self.runs]).set_index("notebook")
 
 
-def check_copy(dest: str | os.PathLike, *, overwrite: bool = False) -> tuple[Path, list[Path]]:
-    """(target folder, the notebooks to copy) for ``copy_series``, or one line on why not: no series here,
-    ``dest`` a file or the series itself, or notebooks already in ``dest`` (unless ``overwrite``)."""
-    source = shipped_folder()
-    if source is None:
-        raise NotebookError("this installation carries no notebooks (neither a checkout's notebooks/ nor "
-                            "lstmnb/series/); reinstall lstmnb")
-    target = Path(dest).expanduser()
-    if target.exists() and not target.is_dir():
-        raise NotebookError(f"{str(dest)!r} is a file, not a folder; give a folder to copy the notebooks into")
-    if target.resolve() == source.resolve():
-        raise NotebookError(f"{target} is the series itself; give another folder")
-    notebooks = sorted(source.glob(PATTERN))
-    present = [p.name for p in notebooks if (target / p.name).exists()]
-    if present and not overwrite:
-        raise NotebookError(f"{target} already holds {', '.join(present)}; nothing was copied (pass --overwrite "
-                            "to replace them, or choose an empty folder)")
-    return target, notebooks
+def _read(results: Path) -> list[dict]:
+    from ..records import read_records
+
+    if not Path(results).exists():
+        return []
+    with warnings.catch_warnings():  # a broken line is the report's to name, not the runner's
+        warnings.simplefilter("ignore")
+        return read_records(results)
 
 
-def copy_series(dest: str | os.PathLike, *, overwrite: bool = False) -> list[Path]:
-    """Copy the shipped notebooks into ``dest`` (created if needed) and return the copies. Notebooks that
-    are already there are kept, and nothing is copied, unless ``overwrite``: a user's edits are never lost
-    by accident. Each file is written atomically."""
-    target, notebooks = check_copy(dest, overwrite=overwrite)
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        copies = []
-        for nb in notebooks:
-            with atomic_path(target / nb.name, suffix=".ipynb") as tmp:
-                shutil.copyfile(nb, tmp)
-            copies.append(target / nb.name)
-    except OSError as exc:
-        raise NotebookError(f"cannot copy the notebooks into {target}: {exc.strerror or exc}") from None
-    return copies
+def run_ids(results: Path) -> set[str]:
+    """The run ids of the records in ``results`` now (taken before a notebook runs)."""
+    return {str(r.get("run_id")) for r in _read(results)}
+
+
+def records_outcome(results: Path, before: set[str]) -> tuple[str, str | None]:
+    """('skipped', their reasons) when every record written to ``results`` since ``before`` was skipped,
+    else ('ok', None) (also when the notebook wrote no record: 01, 02's data steps, 06)."""
+    new = [r for r in _read(results) if str(r.get("run_id")) not in before]
+    if not new or any(r.get("status") != "skipped" for r in new):
+        return "ok", None
+    reasons = list(dict.fromkeys(str(r.get("reason") or "no reason given") for r in new))
+    return "skipped", "; ".join(reasons)
+
+
+def write_index(result: SeriesResult) -> Path:
+    """``index.html`` in the run folder: a table linking each notebook's HTML, with its status."""
+    rows = "".join(
+        f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(r.summary)}</td>"
+        f"<td>{'' if r.seconds is None else f'{r.seconds:.1f}'}</td>"
+        f"<td>{f'<a href={html.escape(r.html.name)!r}>{html.escape(r.html.name)}</a>' if r.html else ''}</td>"
+        f"<td>{html.escape(r.error or '')}</td></tr>"
+        for r in result.runs
+    )
+    page = (f"<!doctype html><meta charset='utf-8'><title>lstmnb {result.profile}</title>"
+            f"<h1>lstmnb notebook series, profile {html.escape(result.profile)}</h1>"
+            f"<p>results: {html.escape(str(result.results))}</p>"
+            f"<table border=1 cellpadding=4><tr><th>notebook</th><th>status</th><th>seconds</th><th>HTML</th>"
+            f"<th>error</th></tr>{rows}</table>")
+    target = result.run_dir / "index.html"
+    with atomic_path(target, suffix=".html") as tmp:
+        tmp.write_text(page, encoding="utf-8")
+    return target

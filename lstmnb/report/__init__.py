@@ -4,35 +4,32 @@ A leaf package: it reads records (dicts or the DataFrame from ``records.load_rec
 or extracts anything. Its modules, one job each:
 
 - ``devices``: device labels and the selection of finished single-device runs
-- ``tables``: one run's tables, many runs, the published epochs x devices form, throughput, accuracy
-- ``published``: the published figures, labelled as such; the three sources (measured, reference, published)
-- ``provenance``: machine, dates, commit and versions of every device column; the shipped reference records
-- ``compare``: every source's runs as comparison rows; speedup against a stated reference; knob effects
-- ``findings``: the paragraph and small table that open the report
-- ``charts``: the comparison on shared log axes (seconds, samples/s, speedup)
-- ``plots``: per-source plots, loss curves, convergence, cost
+- ``settings``: the published setting and problem, defined once; how a run's setting and problem are named
+- ``published``: the published figures, labelled as such, and the notes shown beside a device's figures
+- ``provenance``: machines (told apart beyond their host names), dates, commit and versions of every
+  device column; the shipped reference records
+- ``compare``: every source's runs as comparison rows (one median rule); each device over its own
+  machine's CPU; knob effects
+- ``headline`` and ``headline_plot``: the first screen, one sentence and one figure
+- ``findings``: the bullets and small table under it
+- ``style``: what every chart shares (one marker per source, labelled row groups, plain log ticks)
+- ``charts``: seconds and samples/s on shared log axes, speedups over the same machine's CPU
+- ``tables``, ``plots``: per-source tables and plots, loss curves, convergence, cost
 - ``scaling``, ``cost``: parallel-training and cost tables
 """
 
 from .charts import ChartData, plot_samples_per_s, plot_seconds, plot_speedup, samples_chart, seconds_chart, speedup_chart
-from .compare import (
-    LIKE_FOR_LIKE,
-    PUBLISHED_PROBLEM_LABEL,
-    Speedups,
-    comparison_epochs,
-    comparison_rows,
-    knob_effects,
-    problem_label,
-    setting_label,
-    speedups,
-)
+from .compare import FASTEST, MEDIAN_RULE, comparison_epochs, comparison_rows, knob_effects, own_cpu_speedups
 from .cost import cost_table, load_prices, price_for
 from .devices import DEVICE_ORDER, device_label, ok_single_runs, order_devices, with_device_labels
 from .findings import findings
+from .headline import Headline, headline
+from .headline_plot import plot_headline
 from .plots import plot_convergence, plot_cost, plot_epochs_tables, plot_loss_curves, plot_speedups
 from .provenance import (
     column_label,
     load_reference_records,
+    machine_descriptions,
     machines_table,
     provenance_table,
     reference_files,
@@ -40,8 +37,10 @@ from .provenance import (
 )
 from .published import (
     MEASURED,
+    NOTE_MARK,
     PUBLISHED,
     REFERENCE,
+    device_notes,
     load_published,
     published_epochs_table,
     published_provenance,
@@ -49,29 +48,37 @@ from .published import (
     side_by_side,
 )
 from .scaling import SCALING_DEFINITIONS, allreduce_table, batch_sweep_table, convergence_table, scaling_table
+from .settings import (
+    LIKE_FOR_LIKE,
+    PUBLISHED_PROBLEM_LABEL,
+    problem_label,
+    published_setting_definition,
+    setting_label,
+)
 from .tables import (
     epochs_device_table,
     epochs_table,
+    epochs_tables,
     format_table,
-    input_paths,
     loss_curves,
     metrics_table,
     rmse_by_device,
     runs_table,
     speedup_table,
     status_table,
-    throughput_table,
 )
 
 __all__ = [
-    "ChartData", "DEVICE_ORDER", "LIKE_FOR_LIKE", "MEASURED", "PUBLISHED", "PUBLISHED_PROBLEM_LABEL", "REFERENCE",
-    "SCALING_DEFINITIONS", "Speedups", "allreduce_table", "batch_sweep_table", "column_label", "comparison_epochs",
-    "comparison_rows", "convergence_table", "cost_table", "device_label", "epochs_device_table", "epochs_table",
-    "findings", "format_table", "input_paths", "knob_effects", "load_prices", "load_published",
-    "load_reference_records", "loss_curves", "machines_table", "metrics_table", "ok_single_runs", "order_devices",
-    "plot_convergence", "plot_cost", "plot_epochs_tables", "plot_loss_curves", "plot_samples_per_s", "plot_seconds",
-    "plot_speedup", "plot_speedups", "price_for", "problem_label", "provenance_table", "published_epochs_table",
-    "published_provenance", "published_tables", "reference_files", "reference_note", "rmse_by_device", "runs_table",
-    "samples_chart", "scaling_table", "seconds_chart", "speedup_chart", "setting_label", "side_by_side", "speedup_table", "speedups", "status_table",
-    "throughput_table", "with_device_labels",
+    "ChartData", "DEVICE_ORDER", "FASTEST", "Headline", "LIKE_FOR_LIKE", "MEASURED", "MEDIAN_RULE", "NOTE_MARK",
+    "PUBLISHED", "PUBLISHED_PROBLEM_LABEL", "REFERENCE", "SCALING_DEFINITIONS", "allreduce_table",
+    "batch_sweep_table", "column_label", "comparison_epochs", "comparison_rows", "convergence_table", "cost_table",
+    "device_label", "device_notes", "epochs_device_table", "epochs_table", "epochs_tables", "findings",
+    "format_table", "headline", "knob_effects", "load_prices", "load_published", "load_reference_records",
+    "loss_curves", "machine_descriptions", "machines_table", "metrics_table", "ok_single_runs", "order_devices",
+    "own_cpu_speedups", "plot_convergence", "plot_cost", "plot_epochs_tables", "plot_headline", "plot_loss_curves",
+    "plot_samples_per_s", "plot_seconds", "plot_speedup", "plot_speedups", "price_for", "problem_label",
+    "provenance_table", "published_epochs_table", "published_provenance", "published_setting_definition",
+    "published_tables", "reference_files", "reference_note", "rmse_by_device", "runs_table", "samples_chart",
+    "scaling_table", "seconds_chart", "setting_label", "side_by_side", "speedup_chart", "speedup_table",
+    "status_table", "with_device_labels",
 ]

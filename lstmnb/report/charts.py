@@ -1,219 +1,198 @@
-"""The comparison across machines in pictures, each on one shared log axis for every device: training
-seconds and samples/s (measured, reference and published together, the source shown by style and
-legend), and the speedup over one stated reference.
+"""The comparison across machines in pictures: training seconds and samples/s of every device column and
+setting on one shared log axis (rows grouped and labelled by problem; the source shown by the report's
+one marker per source), and each device's speedup over its own machine's CPU (bars from 1 on a linear
+axis, grouped by machine).
 
-Each chart has a data function (``seconds_chart``, ``samples_chart``; ``compare.speedups``) that says
+Each chart has a data function (``seconds_chart``, ``samples_chart``, ``speedup_chart``) that says
 whether there is anything to compare; a chart is drawn only from data that compares something, and
-otherwise the data's ``why`` says what to run.
+otherwise the data's ``why`` says what to run. ``notes`` are the notes of the devices the chart shows
+(the published T4's), to print under it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .compare import PUBLISHED_PROBLEM_LABEL, Speedups
-from .devices import order_devices
-from .published import MEASURED, PUBLISHED, REFERENCE
-
-# source by style: filled for the records (the user's blue, lstmnb's reference green), hollow for published
-SOURCE_STYLE = {
-    MEASURED: {"color": "C0", "filled": True, "hatch": None},
-    REFERENCE: {"color": "C2", "filled": True, "hatch": "..."},
-    PUBLISHED: {"color": "C1", "filled": False, "hatch": "//"},
-}
-EPOCH_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+from .compare import FASTEST, comparison_epochs, own_cpu_speedups
+from .published import NOTE_MARK, PUBLISHED, SOURCE_WORDS, device_notes
+from .settings import PUBLISHED_PROBLEM_LABEL
+from .style import (draw_groups, legend_above, marker_kwargs, plain_log_x, row_positions, source_handles,
+                    value_span)
 
 
 @dataclass
 class ChartData:
-    """The data a chart draws (one row per point), or empty with ``why`` saying what is missing."""
+    """The data a chart draws (one row per point or bar), or empty with ``why`` saying what is missing;
+    ``notes`` go under the chart."""
 
     data: pd.DataFrame
     why: str = ""
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.data.empty
 
 
-def row_label(column: str, setting: str, problem: str) -> str:
-    """The two-line label of one chart row: device column, then setting (and problem unless published)."""
-    extra = "" if problem == PUBLISHED_PROBLEM_LABEL else f" [{problem}]"
-    return f"{column}\n{setting}{extra}"
+def _notes(data: pd.DataFrame, published: dict | None) -> list[str]:
+    shown = set(data.loc[data["source"] == PUBLISHED, "device"]) if "device" in data else set()
+    return list(device_notes(published, shown).values()) if shown and published is not None else []
 
 
-def _labelled(rows: pd.DataFrame) -> pd.DataFrame:
-    out = rows.copy()
-    out["label"] = [row_label(c, s, p) for c, s, p in zip(out["column"], out["setting"], out["problem"])]
-    return out
+def _marked(device: str, column: str, notes: list[str]) -> str:
+    return column + (NOTE_MARK if any(n.startswith(f"{NOTE_MARK} {device} ") for n in notes) else "")
 
 
-def seconds_chart(rows: pd.DataFrame) -> ChartData:
-    """Training seconds of every comparison row (``compare.comparison_rows``), one point per epochs count.
+def _problem_group(problem: str) -> str:
+    return "published problem" if problem == PUBLISHED_PROBLEM_LABEL else f"problem: {problem}"
 
-    Needs two device columns (from any source); rows keep the reading order of ``comparison_rows``.
-    """
+
+def seconds_chart(rows: pd.DataFrame, published: dict | None = None) -> ChartData:
+    """Training seconds of every comparison row (``compare.comparison_rows``), one point per epochs count,
+    rows grouped by problem. Needs two device columns (from any source)."""
     if rows.empty:
         return ChartData(pd.DataFrame(), "no finished training runs to compare: run 03 "
                                           "(`lstmnb notebooks run --profile cpu`)")
     if rows["column"].nunique() < 2:
         return ChartData(pd.DataFrame(), f"only one device column ({rows['column'].iloc[0]}): run 04 on a GPU "
                                           "(e.g. `--profile colab-t4`), or show the published figures, to compare")
-    data = _labelled(rows)[["label", "column", "setting", "problem", "source", "epochs", "seconds"]]
-    return ChartData(data.reset_index(drop=True))
+    data = rows[["column", "device", "setting", "problem", "source", "epochs", "seconds"]].copy()
+    data["group"] = data["problem"].map(_problem_group)
+    notes = _notes(data, published)
+    data["label"] = [f"{_marked(d, c, notes)}\n{s}" for d, c, s in zip(data["device"], data["column"], data["setting"])]
+    return ChartData(data.reset_index(drop=True), notes=notes)
 
 
 def samples_chart(rows: pd.DataFrame) -> ChartData:
-    """Training samples/s per comparison row (median over its epochs counts), records only: the
-    published sources give total seconds, not samples/s. Needs two device columns."""
+    """Training samples/s per device column, setting and problem, from the rows with the most epochs
+    (the same figure as that row's everywhere), records only: the published figures give total seconds,
+    not samples/s. Rows grouped by problem; needs two device columns."""
     have = rows[rows["source"] != PUBLISHED].dropna(subset=["samples_per_s"]) if not rows.empty else rows
     if have.empty or have["column"].nunique() < 2:
         found = f" (only {have['column'].iloc[0]})" if not have.empty else ""
         return ChartData(pd.DataFrame(), f"samples/s needs runs on two devices in the records{found}; the published "
                                           "figures give total seconds only: run 03 and 04, or add the reference "
                                           "records (`-p reference_records true`)")
-    labelled = _labelled(have)
-    data = (labelled.groupby("label", sort=False)
-            .agg(column=("column", "first"), setting=("setting", "first"), problem=("problem", "first"),
-                 source=("source", "first"), samples_per_s=("samples_per_s", "median"))
-            .reset_index())
-    return ChartData(data)
+    longest = have.loc[have.groupby(["column", "setting", "problem"], sort=False)["epochs"].idxmax()]
+    data = longest[["column", "device", "setting", "problem", "source", "epochs", "samples_per_s"]].copy()
+    data["group"] = data["problem"].map(_problem_group)
+    data["label"] = [f"{c}\n{s}" for c, s in zip(data["column"], data["setting"])]
+    return ChartData(data.reset_index(drop=True))
 
 
-def _source_legend(ax, sources, extra=()):
-    from matplotlib.lines import Line2D
+def speedup_chart(rows: pd.DataFrame, published: dict | None = None) -> ChartData:
+    """Each GPU over its own machine's CPU (``compare.own_cpu_speedups``) at the same problem and
+    epochs, per setting both ran and fastest against fastest: the published problem at its
+    comparison epochs, other problems at theirs. A published GPU over the study's CPU on another
+    machine says so in its label."""
+    if rows.empty:
+        return ChartData(pd.DataFrame(), "no finished training runs: run 03 (`lstmnb notebooks run --profile cpu`)")
+    parts = [own_cpu_speedups(rows, p, comparison_epochs(rows, p)) for p in dict.fromkeys(rows["problem"])]
+    data = pd.concat([p for p in parts if not p.empty], ignore_index=True) if any(not p.empty for p in parts) else None
+    if data is None:
+        return ChartData(pd.DataFrame(), "no GPU and CPU runs of one machine at the same problem and epochs: run 03 "
+                                          "and 04 on the same machine (e.g. `lstmnb notebooks run --profile colab-t4 "
+                                          "--only 03,04`)")
+    notes = _notes(data, published)
+    problem = data["problem"].map(lambda p: "" if p == PUBLISHED_PROBLEM_LABEL else f", {p}")
+    data["group"] = [f"{SOURCE_WORDS[s]} · {m}{p}, {e} epochs" for s, m, p, e in
+                     zip(data["source"], data["machine"], problem, data["epochs"])]
+    labels = []
+    for _, r in data.iterrows():
+        who = _marked(r["device"], r["device"], notes)
+        what = (f"fastest of each: {r['fastest_setting']}\nCPU: {r['cpu_setting']}" if r["setting"] == FASTEST
+                else r["setting"])
+        over = "" if r["same_machine"] else f"\nover the study's CPU on {r['cpu_machine']}"
+        labels.append(f"{who}: {what}{over}")
+    data["label"] = labels
+    return ChartData(data, notes=notes)
 
-    handles = [Line2D([], [], ls="", marker="o", markersize=8, color=SOURCE_STYLE[s]["color"],
-                      markerfacecolor=SOURCE_STYLE[s]["color"] if SOURCE_STYLE[s]["filled"] else "none",
-                      label=s) for s in sources]
-    return handles + list(extra)
 
-
-def _rows_axes(n_rows: int, title: str):
+def _row_axes(n_rows: float, title: str, width: float = 10.5):
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.42 * n_rows))
-    ax.set_title(title, loc="left", fontsize=11)
-    ax.grid(axis="x", which="both", color="0.9", lw=0.6)
+    fig, ax = plt.subplots(figsize=(width, 1.0 + 0.34 * n_rows))
+    ax.set_title(title, loc="left", fontsize=10.5, pad=18)
+    ax.grid(axis="x", which="major", color="0.88", lw=0.6)
     ax.set_axisbelow(True)
     return fig, ax
 
 
-def plot_seconds(chart: ChartData):
-    """Training seconds (log axis) of every device column and setting: marker = epochs, colour and fill =
-    source (measured here, reference, published)."""
-    from matplotlib.lines import Line2D
+def _rows(data: pd.DataFrame) -> tuple[list[str], pd.Series, list, float]:
+    """(tick labels, y of each data row, group headers, height): one chart row per label within a
+    group (the same device column and setting of two problems are two rows)."""
+    key = data["group"] + "\n" + data["label"]
+    keys = list(dict.fromkeys(key))
+    first = data.assign(key=key).drop_duplicates("key").set_index("key")
+    ys, headers, total = row_positions([first.at[k, "group"] for k in keys])
+    return [first.at[k, "label"] for k in keys], key.map(dict(zip(keys, ys))), headers, total
 
+
+def plot_seconds(chart: ChartData):
+    """Training seconds (log axis, plain ticks) of every device column and setting, grouped by problem:
+    one marker per source, the epochs count written beside each point."""
     data = chart.data
-    labels = list(dict.fromkeys(data["label"]))
-    fig, ax = _rows_axes(len(labels), "training seconds (total, warm-up epoch included), every device on one axis")
-    epochs = sorted(data["epochs"].unique())
-    marker = {e: EPOCH_MARKERS[i % len(EPOCH_MARKERS)] for i, e in enumerate(epochs)}
-    y = {label: i for i, label in enumerate(labels)}
-    for label, g in data.groupby("label", sort=False):
-        ax.plot(sorted(g["seconds"]), [y[label]] * len(g), color="0.8", lw=1, zorder=1)
-    for (source, e), g in data.groupby(["source", "epochs"], sort=False):
-        style = SOURCE_STYLE[source]
-        ax.scatter(g["seconds"], g["label"].map(y), marker=marker[e], s=46, zorder=2, linewidths=1.3,
-                   edgecolors=style["color"], facecolors=style["color"] if style["filled"] else "none")
-    problems = data.drop_duplicates("label")["problem"].tolist()
-    for i in range(1, len(problems)):
-        if problems[i] != problems[i - 1]:  # a line between the problems
-            ax.axhline(i - 0.5, color="0.5", lw=0.8, ls=":")
-    ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.set_ylim(len(labels) - 0.5, -0.5)
-    ax.set_xscale("log")
+    labels, y, headers, total = _rows(data)
+    fig, ax = _row_axes(total, "training seconds (total, warm-up epoch included); the small numbers are epochs")
+    for _, g in data.groupby(y, sort=False):
+        ax.plot(sorted(g["seconds"]), y[g.index], color="0.75", lw=1, zorder=2)
+    for source, g in data.groupby("source", sort=False):
+        ax.scatter(g["seconds"], y[g.index], **marker_kwargs(source))
+    for i, r in data.iterrows():
+        ax.annotate(str(int(r["epochs"])), (r["seconds"], y[i]), xytext=(0, 5), textcoords="offset points",
+                    ha="center", va="bottom", fontsize=6.5, color="0.35")
+    draw_groups(ax, headers, total)
+    ax.set_yticks(sorted(set(y)), labels, fontsize=7.5)
+    plain_log_x(ax, *value_span(data["seconds"]))
     ax.set_xlabel("training seconds (log scale)")
-    epoch_handles = [Line2D([], [], ls="", marker=marker[e], color="0.3", markerfacecolor="none",
-                            label=f"{e} epoch{'s' if e != 1 else ''}") for e in epochs]
-    sources = [s for s in (MEASURED, REFERENCE, PUBLISHED) if s in set(data["source"])]
-    ax.legend(handles=_source_legend(ax, sources, epoch_handles), loc="upper left", bbox_to_anchor=(1.01, 1),
-              fontsize=8, frameon=False)
+    legend_above(ax, source_handles(data["source"]))
     fig.tight_layout()
     return fig
 
 
 def plot_samples_per_s(chart: ChartData):
-    """Training samples/s (log axis) per device column and setting, coloured by source."""
+    """Training samples/s (log axis, plain ticks) per device column and setting, grouped by problem."""
     data = chart.data
-    labels = list(data["label"])
-    fig, ax = _rows_axes(len(labels), "training samples/s (steady epochs, median over runs); published: seconds only")
-    left = data["samples_per_s"].min() / 2
+    labels, y, headers, total = _rows(data)
+    fig, ax = _row_axes(total, "training samples/s (steady epochs; the runs with the most epochs of each setting)")
     for source, g in data.groupby("source", sort=False):
-        style = SOURCE_STYLE[source]
-        ax.hlines(g.index, left, g["samples_per_s"], color=style["color"], lw=1, alpha=0.5)
-        ax.scatter(g["samples_per_s"], g.index, s=46, color=style["color"], zorder=2)
-    ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.set_ylim(len(labels) - 0.5, -0.5)
-    ax.set_xscale("log")
-    ax.set_xlim(left=left)
+        ax.scatter(g["samples_per_s"], y[g.index], **marker_kwargs(source))
+    for i, r in data.iterrows():
+        ax.annotate(f"{r['samples_per_s']:,.0f}", (r["samples_per_s"], y[i]), xytext=(6, 0),
+                    textcoords="offset points", va="center", fontsize=7)
+    draw_groups(ax, headers, total)
+    ax.set_yticks(sorted(set(y)), labels, fontsize=7.5)
+    plain_log_x(ax, *value_span(data["samples_per_s"]))
     ax.set_xlabel("samples per second (log scale)")
-    sources = [s for s in (MEASURED, REFERENCE) if s in set(data["source"])]
-    ax.legend(handles=_source_legend(ax, sources), loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8,
-              frameon=False)
+    legend_above(ax, source_handles(data["source"]))
     fig.tight_layout()
     return fig
 
 
-def speedup_chart(sp: Speedups) -> ChartData:
-    """The bars of the speedup chart: one per (setting, device column) with a value, in drawing order."""
-    if sp.table.empty:
-        return ChartData(pd.DataFrame(), sp.why)
-    data = sp.table.rename_axis(index="setting", columns="column").stack().dropna().rename("speedup")
-    return ChartData(data.reset_index())
+def plot_speedup(chart: ChartData):
+    """Horizontal bars from 1 on a linear axis: each GPU's x faster than its own machine's CPU, per
+    setting and fastest against fastest, grouped by machine; the value and both times beside each bar."""
+    from .style import SOURCE_STYLE
 
-
-def _column_source(column: str) -> str:
-    if column.endswith(f" · {PUBLISHED}"):
-        return PUBLISHED
-    return REFERENCE if column.endswith(f" · {REFERENCE}") else MEASURED
-
-
-def _bar_style(colour: str, source: str) -> dict:
-    """Bars by source: measured solid, reference dotted over a lighter fill, published hollow and hatched."""
-    if source == PUBLISHED:
-        return {"facecolor": "white", "edgecolor": colour, "hatch": "//", "lw": 1.2}
-    if source == REFERENCE:
-        return {"facecolor": colour, "edgecolor": "white", "hatch": "...", "lw": 0.0, "alpha": 0.75}
-    return {"facecolor": colour, "edgecolor": colour, "lw": 1.2}
-
-
-def plot_speedup(sp: Speedups):
-    """Horizontal bars, x faster than the stated reference (log axis): the like-for-like setting first,
-    then the faster settings; colour = device, style = source (hatched: published, dotted: reference)."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
-
-    data = speedup_chart(sp).data
-    columns = list(sp.table.columns)
-    colour = {d: f"C{i}" for i, d in enumerate(order_devices(sp.devices[c] for c in columns))}
-    col_colour = {c: colour[sp.devices[c]] for c in columns}
-    settings = list(sp.table.index)
-    fig, ax = plt.subplots(figsize=(11, 1.4 + 0.24 * len(data) + 0.3 * len(settings)))
-    y, ticks = 0.0, []
-    for setting in settings:
-        bars = data[data["setting"] == setting]
-        start = y
-        for _, bar in bars.iterrows():
-            source = _column_source(bar["column"])
-            ax.barh(y, bar["speedup"], height=0.8, **_bar_style(col_colour[bar["column"]], source))
-            ax.text(bar["speedup"] * 1.04, y, f"{bar['speedup']:.3g}x", va="center", fontsize=7)
-            y += 1
-        ticks.append(((start + y - 1) / 2, setting))
-        y += 0.8
-    ax.set_yticks([t for t, _ in ticks], [s.replace(" · ", "\n") for _, s in ticks], fontsize=8)
-    ax.set_ylim(y - 0.5, -0.7)
-    ax.set_xscale("log")
-    ax.set_xlim(min(0.7, data["speedup"].min() * 0.7), data["speedup"].max() * 2)  # room for the labels
-    ax.axvline(1.0, color="0.3", lw=1, ls="--")
-    ax.set_xlabel(f"x faster than the reference (log scale); reference = 1: {sp.reference}", fontsize=9)
-    ax.set_title(f"speedup over one reference: {sp.reference_column}, {sp.reference_setting}, {sp.epochs} epochs",
-                 loc="left", fontsize=11)
-    handles = [Patch(**_bar_style(col_colour[c], _column_source(c)), label=c) for c in columns]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
-    ax.grid(axis="x", which="both", color="0.9", lw=0.6)
-    ax.set_axisbelow(True)
+    data = chart.data
+    labels, y, headers, total = _rows(data)
+    fig, ax = _row_axes(total, "x faster than its own machine's CPU (CPU seconds / GPU seconds, same problem "
+                               "and epochs)")
+    high = max(2.0, float(data["x_own_cpu"].max()))
+    for i, r in data.iterrows():
+        style = SOURCE_STYLE[r["source"]]
+        ax.barh(y[i], r["x_own_cpu"] - 1, left=1, height=0.62, color=style["color"] if style["filled"]
+                else "white", edgecolor=style["color"], lw=1.2, hatch=None if style["filled"] else "//")
+        ax.text(max(r["x_own_cpu"], 1) + high * 0.01, y[i],
+                f"{r['x_own_cpu']:.3g}x  ({r['seconds']:.3g} s vs CPU {r['cpu_seconds']:.3g} s)",
+                va="center", fontsize=7)
+    ax.axvline(1, color="0.3", lw=1)
+    draw_groups(ax, headers, total)
+    ax.set_yticks(sorted(set(y)), labels, fontsize=7.5)
+    ax.set_xlim(min(0.0, float(data["x_own_cpu"].min()) - 0.1), high * 1.35)
+    ax.set_xlabel("x faster than the same machine's CPU (1 = as fast; linear scale)")
+    legend_above(ax, source_handles(data["source"]))
     fig.tight_layout()
     return fig

@@ -1,94 +1,34 @@
 """The comparison across machines: every finished single-device training run of every source (the
 user's records, lstmnb's reference records, the published table) as one long table of rows, one per
-device column x setting x problem x epochs; the speedup against one stated reference; and what one knob
-(CUDA graphs) changes where runs differ in it alone.
+device column x setting x problem x epochs; each device's speedup over its own machine's CPU; and what
+one knob (CUDA graphs) changes where runs differ in it alone.
 
-A setting is named by how it differs from the published one (batch 64, Adam 1e-3, no residual, fp32,
-DataLoader with 2 workers); a problem by how it differs from the published one (2 points,
-2020-01-01..2021-06-30, window 24 h, hidden 64, 1 layer). Only runs of the same problem and epochs are
-compared in seconds.
+One rule for every figure (``MEDIAN_RULE``): a row's seconds, samples/s and RMSE are the medians over
+the runs in it. Settings and problems are named by how they differ from the published ones
+(``settings``); only runs of the same problem and epochs are compared in seconds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 
 from .devices import column, order_devices
 from .provenance import column_label, with_columns
 from .published import MEASURED, PUBLISHED, REFERENCE, SOURCES, load_published, published_epochs_table
+from .settings import (LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL, PUBLISHED_SETTING, PUBLISHED_WORKERS,
+                       problem_label, setting_label)
+from .settings import present as _present
 
-# the published experiment (published_figures.yaml, era5_lstm_gpu_benchmark.task)
-PUBLISHED_SETTING = {"batch_size": 64, "lr": 0.001, "residual": False, "lr_schedule": "constant", "amp": "off",
-                     "compile": False, "cuda_graph": False, "threads": None}
-PUBLISHED_WORKERS = 2
-PUBLISHED_PROBLEM = {"points": 2, "start": "2020-01-01", "end": "2021-06-30", "window": 24, "hidden": 64,
-                     "layers": 1, "cell": "lstm", "lead_hours": 1, "horizon": 1}
-PUBLISHED_PROBLEM_LABEL = "published problem"
-LIKE_FOR_LIKE = "published setting · DataLoader"
 # experiments with tables of their own (and settings chosen for another question) are not compared here
 NOT_COMPARED = ("batch-sweep", "speed")
 NOT_COMPARED_PREFIXES = ("scaling-", "uneven-", "region-")
 KNOBS = tuple(PUBLISHED_SETTING) + ("input_path", "num_workers")
-
-
-def setting_label(config: Mapping[str, Any]) -> str:
-    """A run's speed settings as they differ from the published ones, then its input path:
-    'published setting · DataLoader', 'batch 256, lr 0.004, residual, AMP auto · fast input'."""
-    config = {k: v for k, v in config.items() if _present(v)}  # missing knobs take the published value
-    c = {**PUBLISHED_SETTING, **config}
-    diffs = []
-    if c["batch_size"] != PUBLISHED_SETTING["batch_size"]:
-        diffs.append(f"batch {int(c['batch_size'])}")
-    if c["lr"] != PUBLISHED_SETTING["lr"]:
-        diffs.append(f"lr {c['lr']:g}")
-    if c["residual"]:
-        diffs.append("residual")
-    if c["lr_schedule"] != "constant":
-        diffs.append(f"{c['lr_schedule']} lr")
-    if c["amp"] not in ("off", None):
-        diffs.append(f"AMP {c['amp']}")
-    if c["compile"]:
-        diffs.append("torch.compile")
-    if c["cuda_graph"]:
-        diffs.append("CUDA graph")
-    if _present(c.get("threads")):
-        diffs.append(f"{int(c['threads'])} threads")
-    optimiser = ("batch_size", "lr", "residual", "lr_schedule")
-    if all(c[k] == PUBLISHED_SETTING[k] for k in optimiser):
-        diffs.insert(0, "published setting")  # the same optimisation, only run differently
-    base = ", ".join(diffs)
-    if config.get("input_path") == "dataloader":
-        workers = config.get("num_workers", PUBLISHED_WORKERS)
-        path = "DataLoader" if workers == PUBLISHED_WORKERS else f"DataLoader ({int(workers)} workers)"
-    else:
-        path = "fast input"
-    return f"{base} · {path}"
-
-
-def problem_label(problem: Mapping[str, Any]) -> str:
-    """The problem as it differs from the published one ('90 points'), or 'published problem'."""
-    p, ref = {k: v for k, v in problem.items() if _present(v)}, PUBLISHED_PROBLEM  # missing: as published
-    diffs = []
-    if _present(p.get("points")) and p["points"] != ref["points"]:
-        diffs.append(f"{int(p['points'])} points")
-    if (p.get("start"), p.get("end")) != (ref["start"], ref["end"]) and p.get("start"):
-        diffs.append(f"{p['start']}..{p['end']}")
-    for key in ("window", "hidden", "layers"):
-        if _present(p.get(key)) and p[key] != ref[key]:
-            diffs.append(f"{key} {int(p[key])}")
-    if p.get("cell") and p["cell"] != ref["cell"]:
-        diffs.append(str(p["cell"]).upper())
-    for key in ("lead_hours", "horizon"):
-        if _present(p.get(key)) and p[key] != ref[key]:
-            diffs.append(f"{key.replace('_', ' ')} {int(p[key])}")
-    return ", ".join(diffs) or PUBLISHED_PROBLEM_LABEL
-
-
-def _present(value: Any) -> bool:
-    return value is not None and not (isinstance(value, float) and value != value)
+MEDIAN_RULE = ("Every time, samples/s and RMSE shown for a device is the median over all its finished single-device "
+               "runs with the same setting, problem and epochs count, from notebooks and `lstmnb train` alike "
+               "(batch-sweep, time-to-accuracy and multi-GPU runs have sections of their own), so the same "
+               "figure reads the same everywhere on this page.")
 
 
 def _points(row: pd.Series) -> int | None:
@@ -164,12 +104,14 @@ def published_rows(published: dict[str, Any] | None = None) -> pd.DataFrame:
     """The published epochs x devices table as comparison rows (like for like; seconds only)."""
     published = published or load_published()
     table = published_epochs_table(published)
+    machines = ((published["era5_lstm_gpu_benchmark"].get("provenance") or {}).get("machine")) or {}
     rows = []
     for device in table.columns:
         for epochs, seconds in table[device].dropna().items():
             rows.append({"source": PUBLISHED, "column": column_label(PUBLISHED, device), "setting": LIKE_FOR_LIKE,
                          "problem": PUBLISHED_PROBLEM_LABEL, "epochs": int(epochs), "seconds": float(seconds),
-                         "device": device, "machine": None, "like_for_like": True, "input_path": "dataloader",
+                         "device": device, "machine": machines.get(device, "not stated"), "like_for_like": True,
+                         "input_path": "dataloader",
                          "num_workers": PUBLISHED_WORKERS, **PUBLISHED_SETTING})
     return pd.DataFrame(rows)
 
@@ -207,78 +149,57 @@ def main_problem(rows: pd.DataFrame) -> str | None:
     return str(counts.idxmax())
 
 
-# --- speedup against one stated reference -----------------------------------------------------------
+# --- each device over its own machine's CPU -------------------------------------------------------
 
-@dataclass
-class Speedups:
-    """x faster than one reference run (its seconds / each row's seconds), settings x device columns,
-    all at one problem and one epochs count. ``table`` is empty where there is nothing to compare, and
-    ``why`` then says what to run."""
-
-    table: pd.DataFrame
-    reference: str = ""  # the reference in words, with its seconds
-    reference_column: str | None = None
-    reference_setting: str | None = None
-    problem: str | None = None
-    epochs: int | None = None
-    seconds: float | None = None
-    why: str = ""
-    left_out: list[str] = field(default_factory=list)  # device columns with runs of other problems or epochs
-    devices: dict[str, str] = field(default_factory=dict)  # device column -> device label
+SPEEDUP_COLUMNS = ["source", "machine", "column", "device", "problem", "epochs", "setting", "fastest_setting", "seconds",
+                   "cpu_column", "cpu_machine", "cpu_setting", "cpu_seconds", "x_own_cpu", "same_machine"]
+FASTEST = "fastest of each"  # the setting of a speedup row that puts each side's fastest setting against the other's
 
 
-def pick_reference(rows: pd.DataFrame, problem: str, epochs: int) -> pd.Series | None:
-    """The reference row: a CPU at the published setting on the DataLoader path (the published CPU
-    first, then the user's, then the reference records'), else a CPU on the DataLoader path, else any CPU."""
-    cand = rows[(rows["problem"] == problem) & (rows["epochs"] == epochs) & (rows["device"] == "CPU")]
-    if cand.empty:
-        return None
-    source_rank = cand["source"].map({PUBLISHED: 0, MEASURED: 1, REFERENCE: 2})
-    key = pd.DataFrame({"lfl": ~cand["like_for_like"].astype(bool), "dl": cand["input_path"] != "dataloader",
-                        "src": source_rank, "slow": -cand["seconds"]})
-    return cand.loc[key.sort_values(list(key.columns)).index[0]]
+def own_cpu_speedups(rows: pd.DataFrame, problem: str | None = None, epochs: int | None = None) -> pd.DataFrame:
+    """Each non-CPU device column over the CPU of its own machine (one source, one machine), at the
+    same problem and epochs: per setting both have run (``x_own_cpu`` = CPU seconds / device seconds),
+    then one row with setting ``FASTEST``: the device's fastest setting against the CPU's fastest.
 
-
-def speedups(rows: pd.DataFrame, reference: tuple[str, str] | None = None, epochs: int | None = None) -> Speedups:
-    """Speedup of every row of the reference's problem and epochs over the reference row.
-
-    ``reference`` is (column, setting) of the reference row; by default ``pick_reference`` chooses one.
-    A speedup needs two device columns: with fewer, the table is empty and ``why`` says what to run.
-    """
+    The published table's GPUs ran on two machines (CARC cluster, Google Colab) and the study timed
+    its CPU on one: a published GPU with no CPU on its machine is put over the study's CPU with
+    ``same_machine`` False, and whatever shows it names both machines. ``problem`` and ``epochs``
+    restrict the rows (default: all)."""
     if rows.empty:
-        return Speedups(pd.DataFrame(), why="no finished training runs: run 03 (`lstmnb notebooks run --profile cpu`)")
-    problem = main_problem(rows)
-    if reference is not None:
-        hit = rows[(rows["column"] == reference[0]) & (rows["setting"] == reference[1])]
-        if hit.empty:
-            raise ValueError(f"no comparison row for reference {reference!r}")
-        problem = hit["problem"].iloc[0]
-        epochs = epochs or comparison_epochs(hit, problem)
-        ref = hit[hit["epochs"] == epochs]
-        ref = ref.iloc[0] if not ref.empty else None
-    else:
-        epochs = epochs or comparison_epochs(rows, problem)
-        ref = pick_reference(rows, problem, epochs)
-    if ref is None:
-        return Speedups(pd.DataFrame(), problem=problem, epochs=epochs,
-                        why=f"no CPU run of the {problem} at {epochs} epochs to measure speedups against: "
-                            "run 03 (`lstmnb notebooks run --profile cpu`) on the same problem")
-    same = rows[(rows["problem"] == problem) & (rows["epochs"] == epochs)]
-    table = same.pivot_table(index="setting", columns="column", values="seconds", aggfunc="median", sort=False)
-    table = float(ref["seconds"]) / table
-    settings = sorted(table.index, key=lambda s: (s != LIKE_FOR_LIKE, s != "published setting · fast input",
-                                                  -table.loc[s].max()))
-    table = table.loc[settings, list(dict.fromkeys(same["column"]))]
-    left_out = sorted(set(rows["column"]) - set(table.columns))
-    words = (f"{ref['column']}, {ref['setting']}, {epochs} epochs of the {problem} "
-             f"({float(ref['seconds']):.3g} s)")
-    result = Speedups(table, words, ref["column"], ref["setting"], problem, epochs, float(ref["seconds"]),
-                      left_out=left_out, devices=dict(zip(same["column"], same["device"])))
-    if same["device"].nunique() < 2:
-        result.table = pd.DataFrame()
-        result.why = (f"only {same['device'].iloc[0]} runs of the {problem} at {epochs} epochs: a speedup needs a "
-                      "second device (run 04 on a GPU, e.g. `lstmnb notebooks run --profile colab-t4`)")
-    return result
+        return pd.DataFrame(columns=SPEEDUP_COLUMNS)
+    at = rows.dropna(subset=["seconds"])
+    if problem is not None:
+        at = at[at["problem"] == problem]
+    if epochs is not None:
+        at = at[at["epochs"] == epochs]
+    out = []
+    for (problem_, epochs_), same in at.groupby(["problem", "epochs"], sort=False):
+        study_cpu = same[(same["source"] == PUBLISHED) & (same["device"] == "CPU")]
+        for (source, machine), g in same.groupby(["source", "machine"], sort=False, dropna=False):
+            cpu = g[g["device"] == "CPU"]
+            same_machine = not cpu.empty
+            if cpu.empty and source == PUBLISHED:
+                cpu = study_cpu
+            if cpu.empty:
+                continue
+            for col, dev in g[g["device"] != "CPU"].groupby("column", sort=False):
+                base = {"source": source, "machine": machine, "column": col, "device": dev["device"].iloc[0],
+                        "problem": problem_, "epochs": epochs_, "cpu_column": cpu["column"].iloc[0],
+                        "cpu_machine": cpu["machine"].iloc[0], "same_machine": same_machine}
+                for _, r in dev.iterrows():
+                    match = cpu[cpu["setting"] == r["setting"]]
+                    if not match.empty:
+                        out.append({**base, "setting": r["setting"], "seconds": r["seconds"],
+                                    "cpu_setting": r["setting"], "cpu_seconds": match["seconds"].iloc[0]})
+                quick, cpu_quick = dev.loc[dev["seconds"].idxmin()], cpu.loc[cpu["seconds"].idxmin()]
+                if len(dev) > 1 or len(cpu) > 1:
+                    out.append({**base, "setting": FASTEST, "seconds": quick["seconds"], "fastest_setting": quick["setting"],
+                                "cpu_setting": cpu_quick["setting"], "cpu_seconds": cpu_quick["seconds"]})
+    table = pd.DataFrame(out)
+    if table.empty:
+        return pd.DataFrame(columns=SPEEDUP_COLUMNS)
+    table["x_own_cpu"] = table["cpu_seconds"] / table["seconds"]
+    return table.reindex(columns=SPEEDUP_COLUMNS)
 
 
 def knob_effects(rows: pd.DataFrame, knob: str = "cuda_graph", ignore: tuple[str, ...] = ("amp",)) -> pd.DataFrame:

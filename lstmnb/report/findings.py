@@ -1,7 +1,8 @@
-"""The answer up front: a short paragraph (Markdown bullets) and a small table, built from the records,
-that open 06_analysis. Every number in them comes from the comparison rows (``compare``), the
-records, or the published figures, and names its source; what the records cannot answer is listed
-with what to run."""
+"""The findings under the first screen (``headline``): what was found (machines told apart, skipped
+devices counted as skipped), what CUDA graphs, batch size and problem size change, the model's skill
+against the baselines, what is missing with the command that fills it; and a small table, one row per
+device column. Every number comes from the comparison rows (``compare``: one median rule), the records,
+or the published figures, and names its source."""
 
 from __future__ import annotations
 
@@ -9,19 +10,12 @@ from typing import Any
 
 import pandas as pd
 
-from .compare import (
-    LIKE_FOR_LIKE,
-    PUBLISHED_PROBLEM_LABEL,
-    comparison_epochs,
-    comparison_rows,
-    compared_runs,
-    knob_effects,
-    main_problem,
-    speedups,
-)
+from .compare import FASTEST, comparison_epochs, comparison_rows, compared_runs, knob_effects, main_problem, own_cpu_speedups
 from .devices import column
-from .provenance import machines_table, with_columns
-from .published import MEASURED, PUBLISHED, REFERENCE
+from .headline import record_states
+from .provenance import machine_descriptions, machines_table, with_columns
+from .published import MEASURED, NOTE_MARK, PUBLISHED, REFERENCE, SOURCE_WORDS, device_notes
+from .settings import LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL, link
 
 
 def _s(seconds: float) -> str:
@@ -43,124 +37,49 @@ def _x(ratio: float) -> str:
     return f"{ratio:.3g}x"
 
 
+def _sig(value: float) -> float:
+    """Three significant figures, as the sentences and charts write a figure (146.41 -> 146.0)."""
+    return float(f"{value:.3g}")
+
+
 def _group(row: pd.Series) -> str:
-    """Runs compared as 'the same machine': a machine of one source; the published table as one group."""
-    return PUBLISHED if row["source"] == PUBLISHED else f"{row['machine']} ({row['source']})"
+    """Runs compared as 'the same machine': one machine of one source."""
+    return f"{row['machine']} ({SOURCE_WORDS[row['source']]})"
+
+
+def _found_source(df: pd.DataFrame, source: str) -> str:
+    """'10 records from 1 machine (vm: AMD EPYC, 2 cores; 2026-11-24): CPU (2 cores) measured (6 finished
+    runs); CUDA skipped (4 records: no usable CUDA GPU ...)'."""
+    states = record_states(df, source)
+    machines = machine_descriptions(df, source)
+    parts = []
+    for _, st in states.iterrows():
+        name = st["column"].split(" · ")[0] + (f" on {st['machine']}" if len(machines) > 1 else "")
+        if st["ok"]:
+            parts.append(f"{name} measured ({_n(st['ok'], 'finished run')})")
+        elif st["skipped"]:
+            parts.append(f"{name} skipped, not measured ({_n(st['skipped'], 'record')}: {'; '.join(st['skip_reasons'])})")
+        else:
+            parts.append(f"{name} not measured ({'; '.join(st['failed'])})")
+    where = "; ".join(machines.values())
+    return f"{_n(len(df), 'record')} from {_n(len(machines), 'machine')} ({where}): " + "; ".join(parts)
 
 
 def _found(records: pd.DataFrame | None, reference: pd.DataFrame | None, published: dict | None) -> str:
     parts = []
     if records is not None and not records.empty:
-        machines = machines_table(records)
-        by_host = machines.groupby("machine", sort=False)["device"].apply(lambda d: ", ".join(d))
-        where = "; ".join(f"`{host}` ({devices})" for host, devices in by_host.items())
-        status = column(records, "status")
-        text = f"{_n(len(records), 'record')} measured here on {_n(len(by_host), 'machine')}: {where}"
-        skipped = records[status == "skipped"]
-        if not skipped.empty:
-            reasons = column(skipped, "reason").fillna("no reason").value_counts()
-            text += f"; {len(skipped)} skipped ({'; '.join(f'{r} x{n}' for r, n in reasons.head(2).items())})"
-        parts.append(text)
+        parts.append("measured here: " + _found_source(records, MEASURED))
     else:
         parts.append("no run records of your own")
     if reference is not None and not reference.empty:
         ref = machines_table(reference, REFERENCE)
-        parts.append(f"shown beside them: lstmnb's reference records ({', '.join(ref['device'])} on "
-                     f"`{ref['machine'].iloc[0]}`, {ref['dates'].iloc[0]}, lstmnb {ref['lstmnb'].iloc[0]})")
+        parts.append(f"beside them, lstmnb's reference records: " + _found_source(reference, REFERENCE)
+                     + f" (lstmnb {ref['lstmnb'].iloc[0]})")
     if published is not None:
-        devices = list(published["era5_lstm_gpu_benchmark"]["epochs"][5])
-        parts.append(f"the published figures ({', '.join(devices)})")
+        notes = device_notes(published)
+        devices = [d + (NOTE_MARK if d in notes else "") for d in published["era5_lstm_gpu_benchmark"]["epochs"][5]]
+        parts.append(f"the published figures of the study ({', '.join(devices)}; see the {link()})")
     return "**Found:** " + "; ".join(parts) + "."
-
-
-def _like_for_like(rows: pd.DataFrame, epochs: int | None) -> str | None:
-    lfl = rows[rows["like_for_like"].astype(bool) & (rows["epochs"] == epochs)].sort_values("seconds")
-    if lfl.empty:
-        return None
-    items = ", ".join(f"{c} {_s(s)}" for c, s in zip(lfl["column"], lfl["seconds"]))
-    return f"**Like for like** ({LIKE_FOR_LIKE}, {epochs} epochs of the published problem): {items}."
-
-
-def fastest(rows: pd.DataFrame, problem: str | None, epochs: int | None) -> pd.DataFrame:
-    """The fastest row per device column at ``problem`` and ``epochs``."""
-    at = rows[(rows["problem"] == problem) & (rows["epochs"] == epochs)]
-    if at.empty:
-        return at
-    return at.loc[at.groupby("column", sort=False)["seconds"].idxmin()]
-
-
-def _fastest_text(best: pd.DataFrame, epochs: int | None) -> str | None:
-    best = best[best["source"] != PUBLISHED]
-    if best.empty:
-        return None
-    items = "; ".join(f"{r['column']}: {_s(r['seconds'])} with {r['setting']}" for _, r in best.iterrows())
-    return f"**Fastest setting per device** ({epochs} epochs): {items}."
-
-
-def gpu_over_cpu(rows: pd.DataFrame, problem: str | None, epochs: int | None) -> pd.DataFrame:
-    """Per machine (the published table counting as one), each GPU column over that machine's CPU:
-    at the published setting on the DataLoader path, and fastest setting against fastest setting."""
-    at = rows[(rows["problem"] == problem) & (rows["epochs"] == epochs)].copy()
-    if at.empty:
-        return pd.DataFrame()
-    at["group"] = at.apply(_group, axis=1)
-    out = []
-    for group, g in at.groupby("group", sort=False):
-        cpu = g[g["device"] == "CPU"]
-        if cpu.empty:
-            continue
-        cpu_lfl = cpu[cpu["setting"] == LIKE_FOR_LIKE]["seconds"]
-        for col, gpu in g[g["device"] != "CPU"].groupby("column", sort=False):
-            gpu_lfl = gpu[gpu["setting"] == LIKE_FOR_LIKE]["seconds"]
-            fast_gpu, fast_cpu = gpu.loc[gpu["seconds"].idxmin()], cpu.loc[cpu["seconds"].idxmin()]
-            out.append({"group": group, "column": col, "cpu column": cpu["column"].iloc[0],
-                        "published setting": cpu_lfl.min() / gpu_lfl.min() if len(cpu_lfl) and len(gpu_lfl) else None,
-                        "fastest vs fastest": fast_cpu["seconds"] / fast_gpu["seconds"],
-                        "gpu setting": fast_gpu["setting"], "cpu setting": fast_cpu["setting"]})
-    return pd.DataFrame(out)
-
-
-def _gpu_text(ratios: pd.DataFrame, rows: pd.DataFrame, epochs: int | None) -> str | None:
-    if ratios.empty:
-        return None
-    device = rows.drop_duplicates("column").set_index("column")["device"]
-    items = []
-    for group, g in ratios.groupby("group", sort=False):
-        parts = []
-        for _, r in g.iterrows():
-            lfl = _x(r["published setting"]) if pd.notna(r["published setting"]) else "no pair"
-            fast = "" if group == PUBLISHED else f" (fastest against fastest: {_x(r['fastest vs fastest'])})"
-            parts.append(f"{device[r['column']]} {lfl}{fast}")
-        where = "published" if group == PUBLISHED else f"`{group}`"
-        items.append(f"{where}: {', '.join(parts)}")
-    text = (f"**GPU over the same machine's CPU** at the published setting (DataLoader, {epochs} epochs): "
-            + "; ".join(items) + ".")
-    cpus = rows[rows["like_for_like"].astype(bool) & (rows["epochs"] == epochs) & (rows["device"] == "CPU")]
-    if cpus["column"].nunique() > 1:  # the baselines differ: say by how much
-        slow, quick = cpus.loc[cpus["seconds"].idxmax()], cpus.loc[cpus["seconds"].idxmin()]
-        text += (f" The CPUs differ: at that setting {slow['column']} took {_s(slow['seconds'])} and "
-                 f"{quick['column']} {_s(quick['seconds'])} ({_x(slow['seconds'] / quick['seconds'])} faster), "
-                 "so speedups over each machine's own CPU do not compare across machines; the speedup chart "
-                 "puts every device over one reference.")
-    return text
-
-
-def _in_short(rows: pd.DataFrame, best: pd.DataFrame, sp, epochs: int | None) -> str | None:
-    """The headline: the fastest run of all against the reference, and like for like beside the best other."""
-    if best.empty:
-        return None
-    top = best.loc[best["seconds"].idxmin()]
-    text = f"**In short:** fastest run: {top['column']}, {_s(top['seconds'])} for {epochs} epochs with {top['setting']}"
-    if sp is not None and sp.seconds and top["column"] != sp.reference_column:
-        text += (f", {_x(sp.seconds / top['seconds'])} faster than the speedup reference ({sp.reference_column}, "
-                 f"{sp.reference_setting}: {_s(sp.seconds)}; the table's `x vs reference`)")
-    lfl = rows[rows["like_for_like"].astype(bool) & (rows["epochs"] == epochs)]
-    mine, others = lfl[lfl["column"] == top["column"]], lfl[lfl["column"] != top["column"]]
-    if not mine.empty and not others.empty:
-        rival = others.loc[others["seconds"].idxmin()]
-        text += (f". Like for like ({LIKE_FOR_LIKE}) it takes {_s(mine['seconds'].min())}, "
-                 f"against {_s(rival['seconds'])} for {rival['column']}, the fastest other device there")
-    return text + "."
 
 
 def _graph_text(rows: pd.DataFrame) -> str | None:
@@ -176,6 +95,31 @@ def _graph_text(rows: pd.DataFrame) -> str | None:
                  for _, r in g.sort_values("problem", key=lambda p: p != PUBLISHED_PROBLEM_LABEL).iterrows()]
         items.append(f"{col}: " + "; ".join(parts))
     return "**CUDA graphs** (the same run without and with `--cuda-graph`): " + "; ".join(items) + "."
+
+
+def _launch_bound_text(rows: pd.DataFrame, epochs: int | None) -> str | None:
+    """Why a GPU of the records is not faster like for like than an older GPU: at batch 64 the eager
+    step is launch-bound, which its CUDA graph pair at the published setting shows."""
+    lfl = rows[rows["like_for_like"].astype(bool) & (rows["epochs"] == epochs) & (rows["device"] != "CPU")]
+    effects = knob_effects(rows, "cuda_graph")
+    if lfl.empty or effects.empty:
+        return None
+    items = []
+    for _, r in lfl[lfl["source"] != PUBLISHED].iterrows():
+        quicker = lfl[(lfl["seconds"] < r["seconds"]) & (lfl["device"] != r["device"])]
+        pair = effects[(effects["column"] == r["column"]) & (effects["problem"] == PUBLISHED_PROBLEM_LABEL)
+                       & effects["without"].str.startswith("published setting")]
+        if quicker.empty or pair.empty:
+            continue
+        p = pair.iloc[0]
+        items.append(f"{r['device']} ({SOURCE_WORDS[r['source']]}) takes {_s(r['seconds'])} like for like, slower than "
+                     + ", ".join(f"{q['device']} ({SOURCE_WORDS[q['source']]}) {_s(q['seconds'])}"
+                                 for _, q in quicker.iterrows())
+                     + f": at batch 64 a training step is a few small kernels, so the eager step waits on the CPU "
+                     f"launching them (launch-bound) and a faster GPU barely helps; captured as a CUDA graph the same "
+                     f"setting takes {_s(p['seconds with'])} instead of {_s(p['seconds without'])} "
+                     f"({p['without'].split(' · ')[-1]}, {p['epochs']} epochs)")
+    return ("**Why a new GPU is not faster like for like:** " + "; ".join(items) + ".") if items else None
 
 
 def _batch_text(frames: list[tuple[pd.DataFrame, str]]) -> str | None:
@@ -224,10 +168,10 @@ def _problem_text(rows: pd.DataFrame, main: str | None) -> str | None:
             scale = (f" ({int(size.iloc[0]):,} training samples, {size.iloc[0] / base_size.iloc[0]:.3g}x the "
                      f"{main}'s)" if len(size) and len(base_size) else "")
             best = here.groupby("column", sort=False)["samples_per_s"].max()
-            text = f"{problem}{scale} on `{group}`: " + ", ".join(f"{c} {_rate(v)} samples/s" for c, v in best.items())
+            text = f"{problem}{scale} on {group}: " + ", ".join(f"{c} {_rate(v)} samples/s" for c, v in best.items())
             ratio = _gpu_cpu_rate(here)
             if ratio is not None:
-                text += f"; GPU over CPU {_x(ratio)} in samples/s (fastest of each)"
+                text += f"; GPU over the same machine's CPU {_x(ratio)} in samples/s (fastest setting of each)"
                 base_ratio = _gpu_cpu_rate(base)
                 if base_ratio is not None:
                     text += f" against {_x(base_ratio)} on the {main}"
@@ -257,10 +201,10 @@ def _skill_text(frames: list[tuple[pd.DataFrame, str]], main: str | None) -> str
         both = int(((runs["test_rmse_k"] < runs["persistence_rmse_k"]) &
                     (runs["test_rmse_k"] < runs["climatology_rmse_k"])).sum())
         where = "" if problem == main else f" [{problem}]"
-        items.append(f"{source}{where}: test RMSE {runs['test_rmse_k'].min():.3g}-{runs['test_rmse_k'].max():.3g} K "
+        items.append(f"{SOURCE_WORDS[source]}{where}: test RMSE {runs['test_rmse_k'].min():.3g}-{runs['test_rmse_k'].max():.3g} K "
                      f"(median {runs['test_rmse_k'].median():.3g} K) over {_n(len(runs), 'run')}, against persistence "
                      f"{pers:.3g} K and climatology {clim:.3g} K on the same hours; {both} of {len(runs)} beat both "
-                     f"(skill over persistence {1 - runs['test_rmse_k'].median() / pers:.2f})")
+                     f"(median RMSE ratio to persistence {runs['test_rmse_k'].median() / pers:.2f}; below 1 is better)")
     return (f"**Skill** ({main}): " + "; ".join(items) + ".") if items else None
 
 
@@ -291,13 +235,17 @@ def _missing(records: pd.DataFrame | None, reference: pd.DataFrame | None, rows:
     return out
 
 
-def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None, sp) -> pd.DataFrame:
+def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
+                  notes: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per device column, the user's first: its source and machine, the problem and epochs
     compared (``problem`` and ``epochs`` where the column has them, else its own most common ones),
-    like-for-like and fastest seconds, the fastest setting and its input path, x faster than the
-    speedup reference, best samples/s, median test RMSE. '—' where a figure does not exist."""
+    like-for-like and fastest seconds with each one's speedup over the same machine's CPU, the fastest
+    setting and its input path, best samples/s, median test RMSE. '—' where a figure does not exist;
+    a published device with a note (``notes``, by device) carries its mark."""
     if rows.empty:
         return pd.DataFrame()
+    notes = notes or {}
+    speed = own_cpu_speedups(rows, problem, epochs)
     out = []
     for col, g in rows.groupby("column", sort=False):
         at = g[(g["problem"] == problem) & (g["epochs"] == epochs)]
@@ -306,19 +254,28 @@ def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None, s
             at = g[(g["problem"] == own) & (g["epochs"] == comparison_epochs(g, own))]
         best = at.loc[at["seconds"].idxmin()]
         lfl = at[at["setting"] == LIKE_FOR_LIKE]["seconds"]
-        comparable = sp is not None and sp.seconds and best["problem"] == problem and best["epochs"] == epochs
+        mine = speed[speed["column"] == col]
+        x_lfl = mine[mine["setting"] == LIKE_FOR_LIKE]["x_own_cpu"]
+        x_fast = mine[mine["setting"] == FASTEST]["x_own_cpu"]
+        if x_fast.empty:  # one setting each side: fastest against fastest is that setting
+            x_fast = x_lfl if len(at) == 1 else x_fast
+        cross = not mine.empty and not bool(mine["same_machine"].iloc[0])
         rate = at["samples_per_s"].max() if "samples_per_s" in at else None
         rmse = at["test_rmse_k"].median() if "test_rmse_k" in at else None
         setting, _, path = best["setting"].rpartition(" · ")
+        mark = NOTE_MARK if best["source"] == PUBLISHED and best["device"] in notes else ""
         out.append({
-            "device column": col, "source": best["source"], "machine": best["machine"] or "—",
+            "device column": col + mark, "source": best["source"], "machine": best["machine"] or "—",
             "problem": best["problem"], "epochs": int(best["epochs"]),
-            "like for like s": round(float(lfl.min()), 3) if len(lfl) else "—",
-            "fastest s": round(float(best["seconds"]), 3), "fastest setting": setting, "input": path,
-            "x vs reference": round(sp.seconds / best["seconds"], 2) if comparable else "—",
+            "like for like s": _sig(lfl.min()) if len(lfl) else "—",
+            "x own machine's CPU, like for like": _sig(x_lfl.iloc[0]) if len(x_lfl) else "—",
+            "fastest s": _sig(best["seconds"]), "fastest setting": setting, "input": path,
+            "x own machine's CPU, fastest of each": _sig(x_fast.iloc[0]) if len(x_fast) else "—",
             "best samples/s": int(round(rate)) if pd.notna(rate) else "—",
             "test RMSE K": round(float(rmse), 3) if pd.notna(rmse) else "—",
         })
+        if cross:  # a published GPU over the study's CPU on another machine: say which
+            out[-1]["machine"] = f"{best['machine']} (its ratio: over the CPU on {mine['cpu_machine'].iloc[0]})"
     table = pd.DataFrame(out)
     rank = {s: i for i, s in enumerate((MEASURED, REFERENCE, PUBLISHED))}
     table = table.iloc[sorted(range(len(table)), key=lambda i: rank[table["source"].iloc[i]])]
@@ -327,31 +284,29 @@ def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None, s
 
 def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = None,
              reference: pd.DataFrame | None = None) -> tuple[str, pd.DataFrame]:
-    """The report's answer: (Markdown paragraph, small table) from the user's ``records``, the published
-    figures (``load_published()``, or None to leave them out) and lstmnb's ``reference`` records (or None).
+    """The findings under the first screen: (Markdown bullets, small table) from the user's ``records``,
+    the published figures (``load_published()``, or None to leave them out) and lstmnb's ``reference``
+    records (or None).
 
-    The paragraph says which devices and machines were found, like-for-like seconds, the fastest setting
-    per device, GPU over CPU at the published and the fastest setting, what CUDA graphs, batch size and
-    problem size change (where records have them), the model's skill against the baselines, and what is
-    missing with the command that fills it. The table has one row per device column.
+    The bullets say which devices and machines were found (skipped ones as skipped), why a new GPU may
+    not be faster like for like, what CUDA graphs, batch size and problem size change (where records have
+    them), the model's skill against the baselines, what is missing with the command that fills it, and
+    the notes of the published devices shown (the T4's). The table has one row per device column.
     """
     rows = comparison_rows(records, reference, published)
     frames = [(records, MEASURED), (reference, REFERENCE)]
     lines = [_found(records, reference, published)]
     problem = main_problem(rows)
     epochs = comparison_epochs(rows, problem) if problem else None
-    sp = speedups(rows) if not rows.empty else None
     if not rows.empty:
-        best = fastest(rows, problem, epochs)
-        lines.insert(0, _in_short(rows, best, sp, epochs))
-        lines += [_like_for_like(rows, epochs) if problem == PUBLISHED_PROBLEM_LABEL else None,
-                  _fastest_text(best, epochs),
-                  _gpu_text(gpu_over_cpu(rows, problem, epochs), rows, epochs)]
-        lines += [_graph_text(rows), _problem_text(rows, problem)]
+        lines += [_launch_bound_text(rows, epochs), _graph_text(rows), _problem_text(rows, problem)]
     lines += [_batch_text(frames), _skill_text(frames, problem)]
     missing = _missing(records, reference, rows)
     if missing:
         lines.append("**Missing:** " + "; ".join(missing) + ".")
+    shown = set(rows.loc[rows["source"] == PUBLISHED, "device"]) if not rows.empty else set()
+    notes = device_notes(published, shown) if published is not None and shown else {}
+    lines += [f"*{note}*" for note in notes.values()]
     paragraph = "\n".join(f"- {line}" for line in lines if line)
-    table = summary_table(rows, problem, epochs, sp) if sp is not None else pd.DataFrame()
+    table = summary_table(rows, problem, epochs, notes)
     return paragraph, table

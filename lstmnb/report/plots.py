@@ -9,7 +9,6 @@ from typing import Any
 
 import pandas as pd
 
-from .devices import order_devices
 from .published import MEASURED, PUBLISHED
 from .scaling import convergence_table
 
@@ -48,35 +47,42 @@ def plot_speedups(ours: pd.DataFrame, published: pd.DataFrame | None = None):
 
 
 def plot_loss_curves(curves: pd.DataFrame):
-    """Training loss and validation RMSE per epoch, one line per run, coloured by device."""
+    """Training loss and validation RMSE per epoch, one line per run, coloured by device column (solid:
+    fast input, dashed: DataLoader); the legend below both panels, clear of the curves."""
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+    from .style import plain_log_y
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
     if curves.empty:
         for ax in (ax1, ax2):
             ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
         return fig
-    colours = {d: f"C{i}" for i, d in enumerate(order_devices(curves["device"]))}
-    seen: set[str] = set()
-    for run_id, run in curves.groupby("run_id", sort=False):
+    colours = {d: f"C{i}" for i, d in enumerate(dict.fromkeys(curves["device"]))}
+    for _, run in curves.groupby("run_id", sort=False):
         device = run["device"].iloc[0]
-        label = device if device not in seen else None
-        seen.add(device)
         style = "-" if run["input_path"].iloc[0] != "dataloader" else "--"
-        ax1.plot(run["epoch"], run["train_loss"], style, color=colours[device], label=label, alpha=0.8)
-        ax2.plot(run["epoch"], run["val_rmse_k"], style, color=colours[device], label=label, alpha=0.8)
+        ax1.plot(run["epoch"], run["train_loss"], style, color=colours[device], alpha=0.8)
+        ax2.plot(run["epoch"], run["val_rmse_k"], style, color=colours[device], alpha=0.8)
+    handles = [Line2D([], [], color=c, label=d) for d, c in colours.items()]
+    handles += [Line2D([], [], color="0.3", ls="-", label="fast input"),
+                Line2D([], [], color="0.3", ls="--", label="DataLoader")]
     pers = curves["val_persistence_rmse_k"].dropna() if "val_persistence_rmse_k" in curves else pd.Series()
     if not pers.empty:  # the baseline every model result is shown beside
-        ax2.axhline(pers.median(), color="grey", lw=1, ls=":", label="persistence")
-        ax2.legend(loc="upper right")
-    from matplotlib.ticker import MaxNLocator
-
+        ax2.axhline(pers.median(), color="grey", lw=1, ls=":")
+        handles.append(Line2D([], [], color="grey", lw=1, ls=":", label="persistence (validation)"))
     for ax in (ax1, ax2):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax1.set(xlabel="epoch", ylabel="training loss (MSE, scaled)", yscale="log", title="training loss")
-    ax2.set(xlabel="epoch", ylabel="validation RMSE (K)", title="validation RMSE (dashed: DataLoader path)")
-    ax1.legend(title="device")
-    fig.tight_layout()
+    loss = curves["train_loss"].dropna()
+    if len(loss) and loss.min() > 0 and loss.max() / loss.min() > 10:  # a log axis only where it spans decades
+        ax1.set_yscale("log")
+        plain_log_y(ax1)
+    ax1.set(xlabel="epoch", ylabel="training loss (MSE, scaled)", title="training loss")
+    ax2.set(xlabel="epoch", ylabel="validation RMSE (K)", title="validation RMSE")
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 * (1 + (len(handles) - 1) // 5), 1, 1))
     return fig
 
 

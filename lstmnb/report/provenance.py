@@ -7,6 +7,7 @@ and loaded apart from a user's results, so they are shown beside them and never 
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from typing import Any
 
@@ -40,10 +41,44 @@ def with_columns(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
     if source not in SOURCES:
         raise ValueError(f"source {source!r} is not one of {SOURCES}")
     out = with_device_labels(df)
-    out["machine"] = column(out, "device.hostname").fillna("unknown host")
+    out["machine"] = machine_names(out)
     out["source"] = source
     cores = column(out, "device.cpu_cores")
     out["column"] = [column_label(source, d, m, c) for d, m, c in zip(out["device_label"], out["machine"], cores)]
+    return out
+
+
+def machine_names(df: pd.DataFrame) -> pd.Series:
+    """The machine of each record: its host name, with the CPU model added where records of one host
+    name come from different CPUs (two cloud machines both called 'vm' stay two machines)."""
+    hosts = column(df, "device.hostname").map(lambda v: str(v) if isinstance(v, str) and v else "unknown host")
+    cpus = column(df, "device.cpu_model").map(lambda v: v if isinstance(v, str) else "")
+    several = cpus.groupby(hosts).transform("nunique") > 1
+    return hosts.where(~several, hosts + " (" + cpus.where(cpus != "", "CPU not stated") + ")")
+
+
+def short_cpu(model: str) -> str:
+    """A CPU model without trademarks and clock: 'Intel(R) Xeon(R) Processor' -> 'Intel Xeon'."""
+    text = re.sub(r"\((R|TM|tm|r)\)|\bCPU\b|\bProcessor\b|@.*$", " ", str(model))
+    return " ".join(text.split()) or str(model)
+
+
+def machine_descriptions(df: pd.DataFrame | None, source: str = MEASURED) -> dict[str, str]:
+    """Per machine of a records DataFrame (``machine_names``): host, CPU model and cores, the GPUs its
+    finished runs used, and the dates, e.g. 'vm: Intel Xeon, 16 cores, NVIDIA H100 80GB HBM3; 2026-11-22'. What tells two machines apart beyond their host names."""
+    if df is None or df.empty:
+        return {}
+    runs = with_columns(df, source)
+    out = {}
+    for machine, g in runs.groupby("machine", sort=False):
+        host = str(column(g, "device.hostname").fillna("unknown host").iloc[0])
+        cpu = _joined(column(g, "device.cpu_model").dropna().map(short_cpu)) or "CPU not stated"
+        cores = column(g, "device.cpu_cores").dropna()
+        ok_gpu = g[(column(g, "status") == "ok") & (column(g, "device.kind") == "cuda")]
+        gpus = _joined(column(ok_gpu, "device.name"))
+        parts = [cpu + (f", {int(cores.iloc[0])} cores" if len(cores) else "")] + ([gpus] if gpus else [])
+        dates = _dates(column(g, "started"))
+        out[machine] = f"{host}: {', '.join(parts)}" + (f"; {dates}" if dates else "")
     return out
 
 

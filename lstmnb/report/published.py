@@ -1,5 +1,5 @@
-"""The published reference figures (package data), always labelled as published, and the side-by-side
-form that puts them beside the figures measured in the records."""
+"""The published figures (package data), always labelled as published; the notes that go wherever a
+device's published figures are shown; and the side-by-side form that notebooks 03 and 04 use."""
 
 from __future__ import annotations
 
@@ -15,10 +15,13 @@ PUBLISHED = "published"
 MEASURED = "measured here"
 REFERENCE = "reference"  # the run records shipped with lstmnb (lstmnb.report.load_reference_records)
 SOURCES = (MEASURED, REFERENCE, PUBLISHED)
+# how a sentence or a chart's group header names each source
+SOURCE_WORDS = {MEASURED: "measured here", REFERENCE: "reference records", PUBLISHED: "published"}
 
 
 def load_published() -> dict[str, Any]:
-    """The published reference figures shipped as package data (a copy of ../shared/published_figures.yaml)."""
+    """The published figures shipped as package data: the shared ``published_figures.yaml``, unchanged, plus a
+    ``provenance`` block of lstmnb's own (where each column ran, versions, notes per device)."""
     import yaml
 
     return yaml.safe_load(resources.files("lstmnb").joinpath("published_figures.yaml").read_text(encoding="utf-8"))
@@ -32,6 +35,24 @@ def published_epochs_table(published: dict[str, Any] | None = None) -> pd.DataFr
     table.index = table.index.astype(int)
     table.index.name, table.columns.name = "epochs", "device"
     return table.sort_index()
+
+
+def device_notes(published: dict[str, Any] | None = None, devices=None) -> dict[str, str]:
+    """The notes a reader must see beside a published device's figures (the T4's), keyed by device,
+    each a sentence that names the device and its published seconds; only ``devices`` when given."""
+    pub = (published or load_published())["era5_lstm_gpu_benchmark"]
+    notes = ((pub.get("provenance") or {}).get("notes")) or {}
+    table = published_epochs_table(published or {"era5_lstm_gpu_benchmark": pub})
+    out = {}
+    for device, note in notes.items():
+        if device not in table or (devices is not None and device not in set(devices)):
+            continue
+        seconds = ", ".join(f"{s:g} s for {e}" for e, s in table[device].dropna().items())
+        out[device] = f"{NOTE_MARK} {device} ({PUBLISHED}: {seconds} epochs): {note}."
+    return out
+
+
+NOTE_MARK = "†"  # put after a device's name wherever a note of ``device_notes`` applies to its figures
 
 
 def side_by_side(ours: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:

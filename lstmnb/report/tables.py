@@ -1,5 +1,6 @@
-"""Tables from run records: one run's epochs and metrics, many runs, the published epochs x devices form,
-speedups, throughput, accuracy per device, loss curves, status counts."""
+"""Tables from run records: one run's epochs and metrics, many runs, the published epochs x devices form
+(per device for notebooks 03 and 04; per device column and input path from the comparison rows for 06),
+speedups, accuracy per device column, loss curves, status counts."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import pandas as pd
 
 from .devices import column as _column
 from .devices import ok_single_runs, order_devices, with_device_labels
+from .provenance import with_columns
+from .published import NOTE_MARK, PUBLISHED, SOURCES
+from .settings import LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL
 
 
 def epochs_table(record: dict[str, Any]) -> pd.DataFrame:
@@ -95,47 +99,40 @@ def speedup_table(table: pd.DataFrame, baseline: str = "CPU") -> pd.DataFrame:
     return table.rdiv(table[baseline], axis=0)
 
 
-def throughput_table(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
-    """Median training samples per second by device (rows) and input path (columns)."""
-    runs = ok_single_runs(df, experiment)
-    if runs.empty or "timing.samples_per_s" not in runs:
-        return pd.DataFrame()
-    runs = runs.assign(input_path=_column(runs, "config.input_path", "fast").fillna("fast"))
-    table = runs.pivot_table(index="device_label", columns="input_path", values="timing.samples_per_s",
-                             aggfunc="median")
-    table = table.loc[order_devices(table.index)]
-    table.index.name, table.columns.name = "device", "samples/s by input path"
-    return table
-
-
 def rmse_by_device(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
-    """Test RMSE (K) of the model per device (median over runs) beside persistence and climatology."""
+    """Test RMSE (K) of the model per device column (device on a machine; median over its runs) beside
+    persistence and climatology."""
     runs = ok_single_runs(df, experiment)
     cols = {"metrics.test_rmse_k": "model RMSE (K)", "metrics.persistence_rmse_k": "persistence RMSE (K)",
             "metrics.climatology_rmse_k": "climatology RMSE (K)"}
     if runs.empty or "metrics.test_rmse_k" not in runs:
         return pd.DataFrame()
+    runs = with_columns(runs)
     present = [c for c in cols if c in runs]
-    table = runs.groupby("device_label")[present].median().rename(columns=cols)
-    table.insert(0, "runs", runs.groupby("device_label").size())
-    table = table.loc[order_devices(table.index)]
+    table = runs.groupby("column", sort=False)[present].median().rename(columns=cols)
+    table.insert(0, "runs", runs.groupby("column", sort=False).size())
+    device = runs.drop_duplicates("column").set_index("column")["device_label"]
+    rank = {d: i for i, d in enumerate(order_devices(device))}
+    table = table.loc[sorted(table.index, key=lambda c: (rank[device[c]], c))]
     if "persistence RMSE (K)" in table:
         table["beats persistence"] = table["model RMSE (K)"] < table["persistence RMSE (K)"]
     if "climatology RMSE (K)" in table:
         table["beats climatology"] = table["model RMSE (K)"] < table["climatology RMSE (K)"]
-    table.index.name = "device"
+    table.index.name = "device column"
     return table
 
 
 def loss_curves(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
-    """Per-epoch losses of every ok single-device run, long form (one row per run and epoch)."""
+    """Per-epoch losses of every ok single-device run, long form (one row per run and epoch); ``device``
+    is the device column (device on a machine)."""
     runs = ok_single_runs(df, experiment)
     if runs.empty or "epochs" not in runs:
         return pd.DataFrame()
+    runs = with_columns(runs)
     rows = []
     for _, run in runs.iterrows():
         for entry in run["epochs"] if isinstance(run["epochs"], list) else []:
-            rows.append({"run_id": run.get("run_id"), "device": run["device_label"],
+            rows.append({"run_id": run.get("run_id"), "device": run["column"],
                          "input_path": run.get("config.input_path"), "epochs": run.get("config.epochs"),
                          "val_persistence_rmse_k": run.get("metrics.val_persistence_rmse_k"),
                          **{k: entry.get(k) for k in ("epoch", "train_loss", "val_loss", "val_rmse_k")}})
@@ -151,10 +148,34 @@ def status_table(df: pd.DataFrame) -> pd.DataFrame:
             .rename("records").reset_index().rename(columns={"device_label": "device"}))
 
 
-def input_paths(df: pd.DataFrame, experiment: str | None = "epochs") -> list[str]:
-    """Input paths with finished runs of ``experiment``, the published one (dataloader) last."""
-    runs = ok_single_runs(df, experiment)
-    if runs.empty:
+def epochs_tables(rows: pd.DataFrame, notes: dict[str, str] | None = None) -> list[tuple[str, pd.DataFrame, list[str]]]:
+    """The published form from comparison rows (``compare.comparison_rows``, so each cell is the same
+    median as everywhere else): seconds, rows = epochs, columns = device columns, one table per problem
+    and input path at the published setting. The published columns stand only beside the published
+    problem on the DataLoader path (what the study timed); a device with a note (``notes``, by device)
+    carries its mark, and the table comes with those notes: (title, table, notes). Cells are text: '—'
+    where a device has no run."""
+    if rows.empty:
         return []
-    paths = set(_column(runs, "config.input_path", "fast").fillna("fast"))
-    return sorted(paths, key=lambda p: (p == "dataloader", p))
+    notes = notes or {}
+    base = rows[rows["setting"].str.startswith("published setting · ")]
+    out = []
+    for (problem, setting), g in base.groupby(["problem", "setting"], sort=False):
+        if setting != LIKE_FOR_LIKE or problem != PUBLISHED_PROBLEM_LABEL:
+            g = g[g["source"] != PUBLISHED]
+        if g.empty:
+            continue
+        noted = {d for s, d in zip(g["source"], g["device"]) if s == PUBLISHED and d in notes}
+        label = {c: c + (NOTE_MARK if s == PUBLISHED and d in noted else "")
+                 for c, s, d in zip(g["column"], g["source"], g["device"])}
+        table = g.pivot_table(index="epochs", columns="column", values="seconds", aggfunc="first", sort=False)
+        rank = {d: i for i, d in enumerate(order_devices(g["device"]))}
+        order = g.drop_duplicates("column").sort_values(
+            "device", key=lambda d: d.map(rank)).sort_values("source", key=lambda s: s.map(SOURCES.index), kind="stable")
+        table = table[list(order["column"])].rename(columns=label).sort_index()
+        table = table.map(lambda v: "—" if v != v else f"{v:.3g}")  # as the charts and sentences write seconds
+        table.index.name, table.columns.name = "epochs", None
+        path = setting.split(" · ", 1)[1]
+        out.append((f"{problem}, published setting, {path} path: training seconds", table,
+                    [notes[d] for d in notes if d in noted]))
+    return out

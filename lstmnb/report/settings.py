@@ -1,0 +1,101 @@
+"""The published setting and problem, defined once, and how a run's setting and problem are named by
+how they differ from them ('published setting · DataLoader', 'batch 256, lr 0.004 · fast input';
+'published problem', 'window 12, hidden 8').
+
+The published figures come from one study (``published_figures.yaml``, ``era5_lstm_gpu_benchmark``);
+``published_setting_definition`` says what it was, in the words every "published setting" links to.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+# the published experiment (published_figures.yaml, era5_lstm_gpu_benchmark.task)
+PUBLISHED_SETTING = {"batch_size": 64, "lr": 0.001, "residual": False, "lr_schedule": "constant", "amp": "off",
+                     "compile": False, "cuda_graph": False, "threads": None}
+PUBLISHED_WORKERS = 2
+PUBLISHED_PROBLEM = {"points": 2, "start": "2020-01-01", "end": "2021-06-30", "window": 24, "hidden": 64,
+                     "layers": 1, "cell": "lstm", "lead_hours": 1, "horizon": 1}
+PUBLISHED_PROBLEM_LABEL = "published problem"
+LIKE_FOR_LIKE = "published setting · DataLoader"
+PUBLISHED_EPOCHS = 15  # the longest run of the published table: the headline compares at it
+ANCHOR = "published-setting"  # the HTML anchor of the definition, where every "published setting" links
+
+
+def link(text: str = "published setting") -> str:
+    """Markdown link to the definition of the published setting (on the same page)."""
+    return f"[{text}](#{ANCHOR})"
+
+
+def published_setting_definition(published: Mapping[str, Any] | None = None) -> str:
+    """The study and its setting in one Markdown paragraph that opens with the anchor every ``link()``
+    points to; ``published`` (``load_published()``) adds the versions the study states."""
+    prov = ((published or {}).get("era5_lstm_gpu_benchmark") or {}).get("provenance") or {}
+    versions = (f", timed with PyTorch {prov['torch']} and CUDA {prov['cuda']}"
+                if prov.get("torch") and prov.get("cuda") else "")
+    p = PUBLISHED_PROBLEM
+    return (f'<a id="{ANCHOR}"></a>**The published setting** is the one timed by the study the published figures '
+            f"come from, a USC CSCI-596 course project (its results table{versions}): ERA5 2 m temperature at lat 40 "
+            f"and 20, lon 280, {p['start']}..{p['end']}, hourly; an LSTM with a {p['window']} h window and "
+            f"{p['hidden']} hidden units, batch {PUBLISHED_SETTING['batch_size']}, Adam at learning rate "
+            f"{PUBLISHED_SETTING['lr']:g}, fp32, samples fed by a PyTorch DataLoader with {PUBLISHED_WORKERS} "
+            "workers. *Like for like* means that setting on that problem (the *published problem*), on the "
+            "DataLoader path.")
+
+
+def setting_label(config: Mapping[str, Any]) -> str:
+    """A run's speed settings as they differ from the published ones, then its input path:
+    'published setting · DataLoader', 'batch 256, lr 0.004, residual, AMP auto · fast input'."""
+    config = {k: v for k, v in config.items() if present(v)}  # missing knobs take the published value
+    c = {**PUBLISHED_SETTING, **config}
+    diffs = []
+    if c["batch_size"] != PUBLISHED_SETTING["batch_size"]:
+        diffs.append(f"batch {int(c['batch_size'])}")
+    if c["lr"] != PUBLISHED_SETTING["lr"]:
+        diffs.append(f"lr {c['lr']:g}")
+    if c["residual"]:
+        diffs.append("residual")
+    if c["lr_schedule"] != "constant":
+        diffs.append(f"{c['lr_schedule']} lr")
+    if c["amp"] not in ("off", None):
+        diffs.append(f"AMP {c['amp']}")
+    if c["compile"]:
+        diffs.append("torch.compile")
+    if c["cuda_graph"]:
+        diffs.append("CUDA graph")
+    if present(c.get("threads")):
+        diffs.append(f"{int(c['threads'])} threads")
+    optimiser = ("batch_size", "lr", "residual", "lr_schedule")
+    if all(c[k] == PUBLISHED_SETTING[k] for k in optimiser):
+        diffs.insert(0, "published setting")  # the same optimisation, only run differently
+    base = ", ".join(diffs)
+    if config.get("input_path") == "dataloader":
+        workers = config.get("num_workers", PUBLISHED_WORKERS)
+        path = "DataLoader" if workers == PUBLISHED_WORKERS else f"DataLoader ({int(workers)} workers)"
+    else:
+        path = "fast input"
+    return f"{base} · {path}"
+
+
+def problem_label(problem: Mapping[str, Any]) -> str:
+    """The problem as it differs from the published one ('90 points'), or 'published problem'."""
+    p, ref = {k: v for k, v in problem.items() if present(v)}, PUBLISHED_PROBLEM  # missing: as published
+    diffs = []
+    if present(p.get("points")) and p["points"] != ref["points"]:
+        diffs.append(f"{int(p['points'])} points")
+    if (p.get("start"), p.get("end")) != (ref["start"], ref["end"]) and p.get("start"):
+        diffs.append(f"{p['start']}..{p['end']}")
+    for key in ("window", "hidden", "layers"):
+        if present(p.get(key)) and p[key] != ref[key]:
+            diffs.append(f"{key} {int(p[key])}")
+    if p.get("cell") and p["cell"] != ref["cell"]:
+        diffs.append(str(p["cell"]).upper())
+    for key in ("lead_hours", "horizon"):
+        if present(p.get(key)) and p[key] != ref[key]:
+            diffs.append(f"{key.replace('_', ' ')} {int(p[key])}")
+    return ", ".join(diffs) or PUBLISHED_PROBLEM_LABEL
+
+
+def present(value: Any) -> bool:
+    """A value the record states (not None, not NaN)."""
+    return value is not None and not (isinstance(value, float) and value != value)
