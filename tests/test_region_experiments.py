@@ -103,6 +103,9 @@ def test_region_scaling_compares_equal_total_threads(small_store, tmp_path, caps
     assert tiles["region"]["rank_cells"] == [8, 4]  # three rows over two ranks: 2 and 1 rows of 4 cells
     assert min(tiles["region"]["bytes_sent_per_step"]) > 0  # the halo rows cross between the bands
     assert "N gloo ranks of one thread against one process of N threads" in out and "threads: " in out
+    assert main(["results", str(tmp_path)]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert all(w in header for w in ("box", "region mode", "cells", "step s", "speedup"))
 
 
 @pytest.mark.parametrize("args, message", [
