@@ -200,7 +200,7 @@ def _add_memory(kinds) -> None:
     p.add_argument("--budget-gb", type=float, default=2.0, help="GiB one step may use; larger areas are not run (default 2)")
     p.add_argument("--batch", type=int, default=4, help="time windows per step (default 4)")
     p.add_argument("--window", type=int, default=24, help="input hours (default 24)")
-    p.add_argument("--hidden", type=int, default=64, help="LSTM hidden units (default 64, as the point model)")
+    p.add_argument("--hidden", type=int, default=32, help="LSTM hidden units (default 32)")
     p.add_argument("--neighbours", type=int, default=8, help="k nearest cells (default 8)")
     p.add_argument("--steps", type=int, default=2, help="timed steps per case, after one warm-up step (default 2)")
     p.add_argument("--target", default=None, metavar="ROWSxCOLS",
@@ -319,7 +319,7 @@ def _add_scaling(kinds) -> None:
     p.set_defaults(box=tuple(float(v) for v in SCALING_BOX.split(",")))
     g = p.add_argument_group("scaling")
     g.add_argument("--window", type=int, default=24, help="input hours (default 24)")
-    g.add_argument("--hidden", type=int, default=64, help="LSTM hidden units, shared by all cells (default 64)")
+    g.add_argument("--hidden", type=int, default=32, help="LSTM hidden units, shared by all cells (default 32)")
     g.add_argument("--neighbours", type=int, default=8, help="k nearest cells mixed into each cell's input (default 8)")
     g.add_argument("--lr", type=float, default=4e-3, help="Adam learning rate (default 0.004)")
     g.add_argument("--seed", type=int, default=0, help="weights and batches (default 0)")
