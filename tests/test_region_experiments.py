@@ -136,3 +136,21 @@ def test_bad_region_input_is_one_line(small_store, tmp_path, capsys, args, messa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not (tmp_path / "runs.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_a_target_measured_over_the_budget_is_marked_so(tmp_path, capsys):
+    """The memory model leaves out the runtime's own memory until it is measured: a target it puts just under
+    the budget can measure over it, and is then said to be over, not 'ok'."""
+    from lstmnb.region.memory import MemoryCase, predict_bytes
+
+    case = MemoryCase(ny=5, nx=6, window=6, hidden=8, steps=1)
+    budget_gb = (predict_bytes(case)["total"] + 1) / 2**30  # the step alone fits; with the runtime it does not
+    rc = main(["region", "memory", "--sides", "4", "--variants", "sparse", "--budget-gb", repr(budget_gb), "--steps",
+               "1", "--window", "6", "--hidden", "8", "--target", "5x6", "--results", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    target = read_records(tmp_path)[-1]
+    assert target["region"]["target"] and target["memory"]["within_budget"] is False
+    assert target["memory"]["measured_bytes"] > target["memory"]["budget_bytes"]
+    assert "over budget" in out and "OVER the" in out
