@@ -65,11 +65,11 @@ def variant_model(variant: str, data, cfg, k: int, channels: int = 3):
     point model, seeded as the Trainer seeds it (so ``none`` starts with the point model's weights)."""
     from ..region.model import KeyedForecaster, region_model, variant_config
 
+    if cfg.dropout:
+        raise ConfigError(f"dropout={cfg.dropout} is not offered by the region model; leave it at 0")
     mcfg = variant_config(variant, n_features=data.n_features, n_mixed=data.n_mixed, hidden=cfg.hidden,
                           layers=cfg.layers, horizon=cfg.horizon, cell=cfg.cell, residual=cfg.residual,
                           neighbours=k, channels=channels)
-    if cfg.dropout:
-        raise ConfigError(f"dropout={cfg.dropout} is not offered by the region model; leave it at 0")
     return KeyedForecaster(region_model(mcfg, data.grid, seed=cfg.seed), data.windows.series, cfg.window), mcfg
 
 
