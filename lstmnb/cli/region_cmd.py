@@ -391,7 +391,7 @@ def _run_scaling(args) -> int:
     ny, nx = data.grid.shape
     print(f"\n{ny} x {nx} cells, {args.steps} steps of {args.batch_size} windows, sparse k = {args.neighbours}; "
           f"N gloo ranks of one thread against one process of N threads (medians of {args.repeats}):")
-    print(format_table(table.set_index(["mode", "world_size"]), "{:,.6g}"))
+    print(format_table(table.set_index(["mode", "threads"]), "{:,.6g}"))
     _say_threads(table.attrs["threads"])
     for r in table.attrs["records"]:
         if r["threads"].get("note"):

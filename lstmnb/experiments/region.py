@@ -224,7 +224,7 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
             region={"mode": mode, "cells": int(data.n_cells), "rank_cells": np.atleast_1d(got[0]["cells"]).tolist(),
                     "bytes_sent_per_step": np.atleast_1d(got[0]["bytes_sent_per_step"]).tolist(),
                     "step_s": step, "speedup": speedup, "total_threads": w}))
-        rows.append({"mode": mode, "world_size": ranks, "threads": w, "step_s": step, "one_process_step_s": one_step,
+        rows.append({"mode": mode, "threads": w, "ranks": ranks, "step_s": step, "one_process_step_s": one_step,
                      "speedup": speedup, "max_halo_bytes_per_step": max(rec["region"]["bytes_sent_per_step"]),
                      "final_loss": losses[-1], "loss_rel_diff": diff})
     out = pd.DataFrame(rows)
