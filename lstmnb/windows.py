@@ -213,9 +213,7 @@ class Windows:
     # split -> {"persistence": (N, horizon), "climatology": (N, horizon)}: the baselines' forecasts in kelvin,
     # sample by sample (per-point scores, skill across leads)
     predictions: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
-    # keyed windows (``make_windows(keys=True)``): the scaled inputs (time, point, features) float32 that
-    # ``x``'s (point, last input hour) keys point into; None when ``x`` holds the windows themselves
-    series: np.ndarray | None = None
+    series: np.ndarray | None = None  # keyed windows only: the (time, point, features) inputs x's keys index
 
     @property
     def n_features(self) -> int:
@@ -294,9 +292,8 @@ def make_windows(
     Feature 0 is the target. Each point is windowed on its own and the samples are pooled, so one
     model serves all points. Baselines are computed on exactly the same target samples.
 
-    With ``keys``, ``x[split]`` holds each sample's (point, last input hour) as (N, 2) int64 instead of
-    its window, and ``series`` the scaled inputs those keys index: the same samples in the same order,
-    for a model that gathers its windows itself (region mode reads the neighbouring points' too).
+    With ``keys``, ``x[split]`` holds each sample's (point, last input hour) as (N, 2) int64 and ``series``
+    the scaled inputs they index: the same samples, for a model that gathers windows itself (region mode).
     """
     config.validate()
     v, times = series_array(values, times)
@@ -364,8 +361,8 @@ def make_windows(
         config=config, x=xs, y=ys, target_times=tts, point_index=pidx, scaler=scaler,
         baselines=baselines, features=features, points=points, split_times=split_times,
         scored=scored, notes=_climatology_notes(train_times, baselines), predictions=predictions,
-        series=(np.concatenate([inputs, np.broadcast_to(cal[:, None, :], (n_t, n_p, 4))], axis=2) if cal is not None
-                else inputs).astype(np.float32) if keys else None,
+        series=np.concatenate([inputs, *([np.broadcast_to(cal[:, None], (n_t, n_p, 4))] if cal is not None else [])],
+                              axis=2).astype(np.float32) if keys else None,
     )
 
 

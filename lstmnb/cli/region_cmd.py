@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import ConfigError
 from ..region import VARIANTS
 from .checks import check_plot, check_results, positive
 from .options import (add_request_args, add_results_args, add_train_args, int_list, results_path, save_plot,
@@ -92,7 +93,7 @@ def _check_skill(args) -> None:
     _variants(args.variants)
     if "sparse" in args.variants or "dense" in args.variants:
         if not args.neighbours or min(args.neighbours) < 1:
-            raise _config_error(f"--neighbours {','.join(map(str, args.neighbours))}: each k must be a whole number >= 1")
+            raise ConfigError(f"--neighbours {','.join(map(str, args.neighbours))}: each k must be a whole number >= 1")
     positive("--channels", args.channels)
     check_training(_skill_config(args), request, results_path(args))
     check_plot(args.plot)
@@ -160,15 +161,9 @@ def _area_request(args):
     from .options import request_from_args
 
     if args.points:
-        raise _config_error("region mode works on a box of cells, not on points; give --box "
+        raise ConfigError("region mode works on a box of cells, not on points; give --box "
                             "LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
     return request_from_args(args)
-
-
-def _config_error(message: str):
-    from ..errors import ConfigError
-
-    return ConfigError(message)
 
 
 def _variants(given: tuple[str, ...]) -> tuple[str, ...]:
@@ -176,7 +171,7 @@ def _variants(given: tuple[str, ...]) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(given))
     bad = [v for v in names if v not in VARIANTS]
     if bad or not names:
-        raise _config_error(f"--variants {','.join(given)}: {', '.join(map(repr, bad)) or 'none given'} not known; "
+        raise ConfigError(f"--variants {','.join(given)}: {', '.join(map(repr, bad)) or 'none given'} not known; "
                             f"choose from {','.join(VARIANTS)}")
     return names
 
@@ -230,9 +225,9 @@ def _target(args) -> tuple[int, int] | None:
     try:
         ny, nx = (int(v) for v in args.target.lower().split("x"))
     except ValueError:
-        raise _config_error(f"--target {args.target!r} is not ROWSxCOLS, e.g. 60x168") from None
+        raise ConfigError(f"--target {args.target!r} is not ROWSxCOLS, e.g. 60x168") from None
     if ny < 1 or nx < 1:
-        raise _config_error(f"--target {args.target}: rows and columns must be >= 1")
+        raise ConfigError(f"--target {args.target}: rows and columns must be >= 1")
     return ny, nx
 
 
@@ -243,7 +238,7 @@ def _check_memory(args) -> None:
     case = _memory_case(args)
     _variants(args.variants)
     if not args.sides or min(args.sides) < 2:
-        raise _config_error(f"--sides {','.join(map(str, args.sides))}: sides must be whole numbers >= 2")
+        raise ConfigError(f"--sides {','.join(map(str, args.sides))}: sides must be whole numbers >= 2")
     positive("--budget-gb", args.budget_gb, whole=False)
     positive("--threads", args.threads, none_ok=True)
     target = _target(args)

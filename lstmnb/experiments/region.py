@@ -29,18 +29,11 @@ MEMORY, SCALING = "region-memory", "region-scaling"
 MiB = 2**20
 
 
-def region_info(request, data) -> dict[str, Any]:
-    """The records' ``data`` section: the request, and the area's grid, hours and samples per split."""
-    ny, nx = data.grid.shape
-    return {**request.as_record(), "cells": data.n_cells, "shape": [ny, nx], "hours": data.hours,
-            "samples": data.sizes(), "grid": {"latitude": data.grid.lat.tolist(), "longitude": data.grid.lon.tolist()}}
-
-
-def thread_section(threads: int | None = None, **extra: Any) -> dict[str, Any]:
-    """A record's ``threads`` section: the CPU thread policy's choice now (``device.cpu_threads``), and ``extra``."""
+def thread_section(threads: int | None = None) -> dict[str, Any]:
+    """A record's ``threads`` section: the CPU thread policy's choice now (``device.cpu_threads``)."""
     from ..device import cpu_threads
 
-    return {**cpu_threads(threads), **extra}
+    return cpu_threads(threads)
 
 
 _MEMORY_STATUS = {"ok": "ok", "over budget": "ok", "failed": "failed", "not run": "skipped"}

@@ -56,10 +56,6 @@ class RegionData:
         fixed = set(CALENDAR_FEATURES) | set(COORD_FEATURES)
         return next((i for i, f in enumerate(self.windows.features) if f in fixed), len(self.windows.features))
 
-    @property
-    def hours(self) -> int:
-        return int(self.windows.series.shape[0])
-
     def sizes(self) -> dict[str, int]:
         """Samples per split and cell: every cell has the same hours."""
         return {s: n // self.n_cells for s, n in self.windows.sizes().items()}
