@@ -14,8 +14,8 @@ import pytest
 
 from lstmnb import era5
 from lstmnb.errors import ConfigError
-from lstmnb.experiments.region_skill import (check_neighbours, comparison_panels, flow_table, mse_skill_maps, region_skill, skill_table,
-                                             variant_maps)
+from lstmnb.experiments.region_skill import (check_neighbours, comparison_panels, flow_table, mse_skill_maps,
+                                             region_skill, skill_table, variant_maps, variant_model)
 from lstmnb.region.data import region_data, region_data_from_box
 from lstmnb.region.grid import Grid, box_to_points, flow_halves, flow_position, to_map
 from lstmnb.region.maps import Panel, plot_panels
@@ -183,3 +183,6 @@ def test_bad_region_skill_input(small_box):
                                           r"--variants none \(the point model alone\)"):
         check_neighbours(("sparse", "none"), (8,), 1)
     check_neighbours(("none",), (8,), 1)  # the point model alone needs no neighbour
+    model, _ = variant_model("none", data, _cfg(calendar=False), 0)
+    with pytest.raises(ConfigError, match="a model of the caller's trains on one device without a checkpoint"):
+        train(data.windows, _cfg(calendar=False, strategy="ddp", nproc=2), model=model)
