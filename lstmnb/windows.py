@@ -23,6 +23,7 @@ import pandas as pd
 from .errors import ConfigError, DataError
 
 SPLITS = ("train", "val", "test")
+CALENDAR_FEATURES = ("hour_sin", "hour_cos", "doy_sin", "doy_cos")  # the calendar inputs, after the variables
 CLIMATOLOGY_FALLBACK = "hour-of-day mean of the training part"
 
 
@@ -212,10 +213,11 @@ class Windows:
     # split -> {"persistence": (N, horizon), "climatology": (N, horizon)}: the baselines' forecasts in kelvin,
     # sample by sample (per-point scores, skill across leads)
     predictions: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    series: np.ndarray | None = None  # keyed windows only: the (time, point, features) inputs x's keys index
 
     @property
     def n_features(self) -> int:
-        return self.x["train"].shape[-1]
+        return int(self.series.shape[-1] if self.series is not None else self.x["train"].shape[-1])
 
     def sizes(self) -> dict[str, int]:
         return {s: int(self.x[s].shape[0]) for s in SPLITS}
@@ -283,11 +285,15 @@ def make_windows(
     *,
     features: Sequence[str] | None = None,
     points: Sequence[str] | None = None,
+    keys: bool = False,
 ) -> Windows:
     """Split by target time, scale and window a (time,), (time, point) or (time, point, variable) array in kelvin.
 
     Feature 0 is the target. Each point is windowed on its own and the samples are pooled, so one
     model serves all points. Baselines are computed on exactly the same target samples.
+
+    With ``keys``, ``x[split]`` holds each sample's (point, last input hour) as (N, 2) int64 and ``series``
+    the scaled inputs they index: the same samples, for a model that gathers windows itself (region mode).
     """
     config.validate()
     v, times = series_array(values, times)
@@ -302,7 +308,7 @@ def make_windows(
     inputs = scaler.transform(v)
     cal = calendar_features(times) if config.calendar else None
     if cal is not None:
-        features = features + ["hour_sin", "hour_cos", "doy_sin", "doy_cos"]
+        features = features + list(CALENDAR_FEATURES)
         # calendar inputs are already in [-1, 1]; extend the scaler with identity entries
         scaler = Scaler(np.concatenate([scaler.mean, np.zeros(4)]), np.concatenate([scaler.std, np.ones(4)]))
 
@@ -326,13 +332,17 @@ def make_windows(
         span = slice(lo - L - W + 1, hi - 1 + H)
         px, py, pers, clim_pred, truth = [], [], [], [], []
         for p in range(n_p):
-            part = inputs[span, p, :] if cal is None else np.concatenate([inputs[span, p, :], cal[span]], axis=1)
-            x, y = sliding_windows(part, W, L, H)
+            if keys:  # the window ending at hour lo - L + i, and its targets from hour lo + i on
+                x = np.stack([np.full(n, p), np.arange(lo - L, hi - L)], axis=1)
+                y = np.lib.stride_tricks.sliding_window_view(inputs[lo : hi - 1 + H, p, 0], H)
+            else:
+                part = inputs[span, p, :] if cal is None else np.concatenate([inputs[span, p, :], cal[span]], axis=1)
+                x, y = sliding_windows(part, W, L, H)
             raw = v[:, p, 0]
             truth.append(np.lib.stride_tricks.sliding_window_view(raw[lo : hi - 1 + H], H))
             pers.append(np.repeat(raw[lo - L : hi - L, None], H, axis=1))
             clim_pred.append(clim[p][cell][cell_of])
-            px.append(x.astype(np.float32))
+            px.append(x if keys else x.astype(np.float32))
             py.append(y.astype(np.float32))
         xs[name], ys[name] = np.concatenate(px), np.concatenate(py)
         tts[name] = np.tile(times[lo:hi].to_numpy(), n_p)
@@ -351,6 +361,8 @@ def make_windows(
         config=config, x=xs, y=ys, target_times=tts, point_index=pidx, scaler=scaler,
         baselines=baselines, features=features, points=points, split_times=split_times,
         scored=scored, notes=_climatology_notes(train_times, baselines), predictions=predictions,
+        series=np.concatenate([inputs, *([np.broadcast_to(cal[:, None], (n_t, n_p, 4))] if cal is not None else [])],
+                              axis=2).astype(np.float32) if keys else None,
     )
 
 
@@ -374,7 +386,7 @@ def _climatology_notes(train_times: pd.DatetimeIndex, baselines: dict[str, dict[
     return [note]
 
 
-def windows_from_dataset(ds, config: WindowConfig = WindowConfig()) -> Windows:
+def windows_from_dataset(ds, config: WindowConfig = WindowConfig(), *, keys: bool = False) -> Windows:
     """``make_windows`` for a point Dataset from ``lstmnb.era5.extract`` (dims time, point)."""
     if config.target not in ds.data_vars:
         raise ConfigError(
@@ -387,5 +399,5 @@ def windows_from_dataset(ds, config: WindowConfig = WindowConfig()) -> Windows:
     if arr.shape[0] == 0:
         raise DataError("the selection is empty: no hours in the requested time range")
     return make_windows(
-        arr, ds["time"].values, config, features=names, points=[str(p) for p in ds["point"].values]
+        arr, ds["time"].values, config, features=names, points=[str(p) for p in ds["point"].values], keys=keys
     )

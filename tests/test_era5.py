@@ -173,7 +173,12 @@ def test_cli_data(small_store, capsys):
     out = capsys.readouterr().out
     assert rc == 0 and "40.00N 280.00E" in out and "24 hours" in out and "cached" in out
     assert main(["data", "--status"]) == 0
-    assert "cell-r4-c4" in capsys.readouterr().out
+    assert "cell 40.00N 280.00E" in capsys.readouterr().out  # the cached series named by its place, not its folder
+    assert main(["data", "--source", str(small_store), "--end", "2020-01-02", "--box", "38,40,279,280",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["data", "--status"]) == 0
+    assert "box 38.00N..40.00N, 279.00E..280.00E (9 x 5 cells)" in capsys.readouterr().out
     rc = main(["data", "--source", str(small_store), "--variable", "temp2m", "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and "unknown variable 'temp2m'" in err and "Traceback" not in err

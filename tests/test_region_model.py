@@ -8,7 +8,9 @@ import torch
 
 from lstmnb.errors import ConfigError
 from lstmnb.region.grid import Grid
-from lstmnb.region.model import RegionConfig, RegionForecaster, region_model
+from lstmnb.models import Forecaster, ModelConfig
+from lstmnb.region.model import (KeyedForecaster, RegionConfig, RegionForecaster, mix_source, region_model,
+                                 variant_config)
 from lstmnb.region.relation import csr_layout, dense_from, knn_index, mix_csr, mix_gather
 
 
@@ -53,21 +55,51 @@ def _with_random_relation(model: RegionForecaster, seed: int = 1) -> RegionForec
 @pytest.mark.parametrize("kernel", ["gather", "csr"])
 def test_sparse_model_equals_dense_model_with_the_same_relation(kernel):
     g = Grid.square(4, 4)
-    x = torch.randn(3, 5, 16, 2, generator=torch.Generator().manual_seed(2))
-    static = torch.randn(16, 2, generator=torch.Generator().manual_seed(3))
-    cfg = RegionConfig(n_features=2, n_static=2, hidden=8, neighbours=5, kernel=kernel)
+    x = torch.randn(3, 5, 16, 3, generator=torch.Generator().manual_seed(2))
+    cfg = RegionConfig(n_features=3, n_mixed=2, hidden=8, neighbours=5, kernel=kernel)
     sparse = _with_random_relation(region_model(cfg, g, seed=0))
     dense = region_model(RegionConfig(**{**cfg.__dict__, "relation": "dense"}), g, seed=0)
     with torch.no_grad():
         dense.mix.weight.copy_(dense_from(sparse.mix.index, sparse.mix.weight, 16))
-    ys, yd = sparse(x, static), dense(x, static)
+    ys, yd = sparse(x), dense(x)
     torch.testing.assert_close(ys, yd, rtol=1e-5, atol=1e-6)
     ys.square().sum().backward()
     yd.square().sum().backward()
     # the sparse weights' gradient is the dense gradient at the listed positions
     at_index = dense.mix.weight.grad.gather(2, sparse.mix.index.unsqueeze(0).expand(cfg.channels, 16, 5))
     torch.testing.assert_close(sparse.mix.weight.grad, at_index, rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(sparse.rnn.weight_ih_l0.grad, dense.rnn.weight_ih_l0.grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(sparse.core.rnn.weight_ih_l0.grad, dense.core.rnn.weight_ih_l0.grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("variant", ["none", "sparse", "dense"])
+def test_keyed_samples_give_the_area_batchs_forecasts(variant):
+    """The Trainer's layout (one cell and hour per sample, windows gathered from the series) and the area
+    layout (every cell at the same hours) are one model: the same forecasts, cell by cell."""
+    g = Grid.square(3, 4)
+    series = torch.randn(40, 12, 3, generator=torch.Generator().manual_seed(0))
+    cfg = variant_config(variant, n_features=3, n_mixed=2, hidden=8, neighbours=5, horizon=2)
+    area = _with_random_relation(region_model(cfg, g, seed=0)) if variant != "none" else region_model(cfg, g, seed=0)
+    keyed = KeyedForecaster(area, series, window=6)
+    last = torch.tensor([5, 17, 39])  # each sample's last input hour
+    x = series[last[:, None] + torch.arange(-5, 1)]  # (3 windows, 6 hours, 12 cells, 3 features)
+    keys = torch.stack([torch.arange(12).repeat_interleave(3), last.repeat(12)], dim=1)
+    with torch.no_grad():
+        by_area = area(x)  # (3, 12, 2)
+        by_key = keyed(keys).view(12, 3, 2).transpose(0, 1)
+    torch.testing.assert_close(by_key, by_area, rtol=1e-5, atol=1e-6)
+
+
+def test_without_neighbours_the_region_model_is_the_point_forecaster():
+    """Variant none, seeded as the Trainer seeds the point model: the same weights, the same forecasts."""
+    cfg = variant_config("none", n_features=5, hidden=8)
+    region = region_model(cfg, Grid.square(2, 3), seed=3)
+    torch.manual_seed(3)
+    point = Forecaster(ModelConfig(n_features=5, hidden=8, residual=True))
+    for (name, a), (_, b) in zip(region.core.state_dict().items(), point.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    x = torch.randn(4, 7, 6, 5, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(region(x), point(x.permute(0, 2, 1, 3).reshape(24, 7, 5)).view(4, 6, 1))
+    assert cfg.input_size == 5 and region.mix is None
 
 
 def test_dense_starts_as_the_sparse_model():
@@ -80,19 +112,20 @@ def test_dense_starts_as_the_sparse_model():
 @pytest.mark.parametrize("neighbours,relation", [(0, "sparse"), (4, "sparse"), (4, "dense")])
 def test_gradients_reach_every_weight(neighbours, relation):
     g = Grid.square(3, 5)
-    cfg = RegionConfig(n_static=2, hidden=6, horizon=2, neighbours=neighbours, relation=relation, channels=2)
+    cfg = RegionConfig(n_features=3, hidden=6, horizon=2, neighbours=neighbours, relation=relation, channels=2)
     model = region_model(cfg, g, seed=0)
-    x = torch.randn(4, 8, 15, 1, generator=torch.Generator().manual_seed(1))
-    y = model(x, torch.randn(15, 2))
+    x = torch.randn(4, 8, 15, 3, generator=torch.Generator().manual_seed(1))
+    y = model(x)
     assert y.shape == (4, 15, 2)
     torch.nn.functional.mse_loss(y, torch.randn(4, 15, 2)).backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
     assert (model.mix is None) == (neighbours == 0)
     assert cfg.variant == ("none" if neighbours == 0 else relation)
+    assert cfg.input_size == 3 + (2 * 2 * 1 if neighbours else 0)  # own inputs, then values and changes per channel
 
 
-def test_residual_model_starts_near_persistence_and_neighbours_change_the_forecast():
+def test_the_mix_reads_neighbours_values_and_recent_changes():
     g = Grid.square(3, 3)
     x = torch.zeros(1, 4, 9, 1)
     x[0, :, 4, 0] = 1.0  # only the centre cell is warm
@@ -102,10 +135,16 @@ def test_residual_model_starts_near_persistence_and_neighbours_change_the_foreca
     corners = [0, 2, 6, 8]  # cold cells beside the warm one: with the mix they see it
     assert torch.allclose(y_none[corners], y_none[1].expand(4))  # without it, all cold cells are alike
     assert not torch.allclose(y_mixed[corners], y_none[corners])
+    # the centre warmed only in the last hour: a recent change, which the mix's change inputs carry
+    late = torch.zeros(1, 4, 9, 1)
+    late[0, -1, 4, 0] = 1.0
+    src = mix_source(late, 1)
+    assert src.shape == (1, 4, 9, 2) and src[0, -1, 4, 1] == 1.0 and src[0, :-1, 4, 1].abs().sum() == 0
 
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(neighbours=-1), r"neighbours=-1 must be a whole number >= 0 \(0: no mix\)"),
+    (dict(n_mixed=2), r"n_mixed=2 must be a whole number in 1..1 \(n_features\)"),
     (dict(relation="full"), r"relation='full' is not one of \('sparse', 'dense'\)"),
     (dict(kernel="coo"), r"kernel='coo' is not one of \('gather', 'csr'\)"),
     (dict(channels=0), r"channels=0 must be a whole number >= 1"),
@@ -117,8 +156,7 @@ def test_bad_settings_are_config_errors(kwargs, message):
 
 
 def test_wrong_inputs_say_what_was_expected():
-    model = region_model(RegionConfig(n_static=2, neighbours=2), Grid.square(2, 2))
-    with pytest.raises(ConfigError, match=r"static inputs of shape \(4, 2\); got None"):
-        model(torch.zeros(1, 3, 4, 1))
     with pytest.raises(ConfigError, match="neighbours=3 needs a neighbour index of shape"):
         RegionForecaster(RegionConfig(neighbours=3))
+    with pytest.raises(ConfigError, match="variant 'full' is not one of sparse, none, dense"):
+        variant_config("full")

@@ -49,16 +49,15 @@ def test_bands_and_halos():
 
 def test_a_bands_model_computes_the_whole_models_forecast_for_its_cells():
     grid = Grid.square(6, 4)
-    full = region_model(RegionConfig(n_static=2, hidden=8, neighbours=8), grid, seed=0)
+    full = region_model(RegionConfig(hidden=8, neighbours=8), grid, seed=0)
     with torch.no_grad():
         full.mix.weight.normal_(generator=torch.Generator().manual_seed(1))
     x = torch.randn(3, 5, 24, 1, generator=torch.Generator().manual_seed(2))
-    static = torch.randn(24, 2, generator=torch.Generator().manual_seed(3))
-    y_full = full(x, static)
+    y_full = full(x)
     for tile in plan_tiles(grid, full.mix.index.numpy(), 3):
         part = local_model(full, tile)
         cells, sources = torch.from_numpy(tile.cells), torch.from_numpy(tile.sources)
-        y = part(x[:, :, cells], static[cells], x[:, :, sources])
+        y = part(x[:, :, cells], x[:, :, sources])
         torch.testing.assert_close(y, y_full[:, cells])
         assert part.mix.weight.shape == (3, tile.cells.size, 8)  # a band keeps only its rows
 
@@ -73,7 +72,7 @@ def test_dense_relations_cannot_be_tiled():
 
 def test_one_process_steps_learn():
     data = _data()
-    got = train_steps(data, RegionConfig(n_static=2, hidden=8, neighbours=8), ShardConfig(steps=6, lr=1e-2))
+    got = train_steps(data, RegionConfig(hidden=8, neighbours=8), ShardConfig(steps=6, lr=1e-2))
     assert len(got["losses"]) == 6 and got["losses"][-1] < got["losses"][0]
     assert got["bytes_sent_per_step"] == 0 and got["cells"] == 24
 
@@ -83,7 +82,7 @@ def test_one_process_steps_learn():
 def test_sharded_equals_unsharded(mode):
     """Two gloo ranks (spawned, loopback) against one process: the same loss after every step."""
     data = _data()
-    model_cfg = RegionConfig(n_static=2, hidden=8, neighbours=8)
+    model_cfg = RegionConfig(hidden=8, neighbours=8)
     cfg = ShardConfig(mode=mode, world_size=2, steps=4, batch_size=6, lr=1e-2)
     one = train_steps(data, model_cfg, cfg)
     two = run_sharded(data, model_cfg, cfg)

@@ -26,7 +26,7 @@ def test_one_model_per_lead_scored_per_point_on_the_same_targets(tmp_path):
     assert (table.xs(6, level="lead_hours")["persistence_rmse_k"].values
             > table.xs(1, level="lead_hours")["persistence_rmse_k"].values).all()
     expected = 1 - table["model_rmse_k"] ** 2 / table["persistence_rmse_k"] ** 2
-    np.testing.assert_allclose(table["skill_vs_persistence"], expected)
+    np.testing.assert_allclose(table["mse_skill_vs_persistence"], expected)
     # pooled over points, the per-point persistence matches the run's own baseline figure
     first = recs[0]
     pooled = np.sqrt((table.xs(1, level="lead_hours")["persistence_rmse_k"] ** 2).mean())

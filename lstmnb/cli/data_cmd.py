@@ -71,7 +71,7 @@ def _run_data(args) -> int:
 
         table = pd.DataFrame(rows).set_index("store")
         table["MB"] = table["bytes"] / 1e6
-        print(format_table(table[["variable", "target", "blocks", "hours", "MB"]], floatfmt="{:,.2f}"))
+        print(format_table(table[["variable", "area", "blocks", "hours", "MB"]], floatfmt="{:,.2f}"))
         return 0
     request = request_from_args(args)
     options = {"token": args.credentials} if args.credentials else None

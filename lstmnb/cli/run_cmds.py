@@ -90,7 +90,7 @@ def _check_train(args) -> None:
 
 def print_cells(record: dict, map_path: str | None = None) -> None:
     """A box run's per-cell scores in one line (and the skill map saved to ``map_path``)."""
-    from ..region.grid import plot_skill_map, record_maps
+    from ..region.grid import record_maps
 
     maps = record_maps(record)
     model, pers, clim = (maps[n].values for n in ("model", "persistence", "climatology"))
@@ -98,10 +98,14 @@ def print_cells(record: dict, map_path: str | None = None) -> None:
           f"in {(model < pers).mean():.0%} of them and climatology in {(model < clim).mean():.0%}; mean cell RMSE "
           f"model {model.mean():.3f} K, persistence {pers.mean():.3f} K, climatology {clim.mean():.3f} K")
     if map_path:
-        fig = plot_skill_map(maps, reference="persistence")
-        fig.suptitle(f"skill per cell against persistence, {maps.attrs['lead_hours']} h ahead: "
-                     "1 - RMSE / RMSE(persistence), above 0 is better", y=1.04)
-        save_plot(fig, map_path, "--map")
+        from ..experiments.region_skill import mse_skill_maps
+        from ..region.maps import Panel, map_title, plot_panels
+
+        skill = mse_skill_maps(maps, "persistence")
+        panels = [Panel(n, skill[n], "MSE skill score vs persistence", "skill") for n in ("model", "climatology")]
+        title = map_title("MSE skill score per cell against persistence (1 - MSE / MSE of persistence; above 0 "
+                          "is better)", maps)
+        save_plot(plot_panels(panels, title), map_path, "--map")
 
 
 def train_and_print(request, cfg, results, map_path: str | None = None) -> None:

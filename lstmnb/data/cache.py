@@ -185,9 +185,13 @@ def read_store_meta(root: str | os.PathLike | None, store_id: str) -> dict | Non
 
 
 def status(root: str | os.PathLike | None = None) -> list[dict]:
-    """One row per cached series: store, variable, target, block size, files, hours and bytes cached."""
+    """One row per cached series: store, variable, target (its folder) and ``area`` (the same in words,
+    from the store's cached grid), block size, files, hours and bytes cached."""
+    from .plan import describe_target
+
     base = extracts_root(root)
     rows = []
+    grids: dict[str, tuple | None] = {}
     if not base.is_dir():
         return rows
     for bdir in sorted(base.glob("*/*/*/b*")):
@@ -208,8 +212,13 @@ def status(root: str | os.PathLike | None = None) -> list[dict]:
         if not widest:
             continue
         store_id, variable, target = bdir.parts[-4], bdir.parts[-3], bdir.parts[-2]
+        if store_id not in grids:
+            meta = read_store_meta(root, store_id)
+            grids[store_id] = (np.asarray(meta["latitude"]), np.asarray(meta["longitude"])) if meta else None
+        grid = grids[store_id]
         rows.append({
-            "store": store_id, "variable": variable, "target": target, "block_hours": int(bdir.name[1:]),
+            "store": store_id, "variable": variable, "target": target,
+            "area": describe_target(target, *grid) if grid else target, "block_hours": int(bdir.name[1:]),
             "blocks": len(widest), "hours": sum(h for h, _ in widest.values()),
             "bytes": sum(b for _, b in widest.values()),
         })

@@ -9,6 +9,9 @@ import pandas as pd
 
 _KM_PER_DEG = 111.2
 _TRACK_DT = 0.25  # hours: time step of the air-mass tracks, which each cell reads with its own delay
+# where the fronts go, in degrees counter-clockwise from east: each track draws its heading from this range,
+# east-south-east to south-east (region mode splits cells by it: those the weather reaches first or last)
+FRONT_HEADINGS_DEG = (-45.0, -15.0)
 
 
 def _smooth_noise(rng: np.random.Generator, n_time: int, shape: tuple[int, ...], tau_hours: float,
@@ -125,7 +128,7 @@ def _weather(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> 
             continue
         cells = slice(near[0], near[-1] + 1)
         r = np.random.default_rng([seed, 2, j])
-        heading = np.deg2rad(r.uniform(-45.0, -15.0))
+        heading = np.deg2rad(r.uniform(*FRONT_HEADINGS_DEG))
         speed = r.uniform(25.0, 45.0)  # km/h
         delay = (x_km[cells] * np.cos(heading) + (lat_f[cells] - centre) * _KM_PER_DEG * np.sin(heading)) / speed
         shift = np.rint(delay / _TRACK_DT).astype(np.int64)

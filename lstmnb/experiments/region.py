@@ -1,15 +1,22 @@
-"""Region experiments, each case a run record (``records.Recorder``; ``results=None``: not recorded): the
-region forecaster's variants scored per cell, memory and step time against the area's size, and the
-area sharded over local gloo ranks (row bands with halo exchange, or time windows) against one process.
+"""Region mode's cost experiments, each case a run record (``records.Recorder``; ``results=None``: not
+recorded): memory and step time against the area's size, and the area sharded over local gloo ranks
+(row bands with halo exchange, or time windows) against one process. ``region_skill`` (do neighbours
+help?) has its own module.
 
-The models, the memory model and the rank logic live in ``lstmnb.region``; this module runs them and
-writes the records. Sharded ranks are started by ``training.parallel.spawn``, as DDP ranks are.
+Timings follow the CPU thread policy (``device.cpu_threads``: fewer threads while other processes keep
+the cores busy), and every record says what it chose in its ``threads`` section. Sharding is compared at
+equal total threads: N ranks of one thread each against one process with N threads, alternating, with
+medians over repeats, so neither side has cores the other lacks.
+
+The models, the memory model and the rank logic live in ``lstmnb.region``; sharded ranks are started by
+``training.parallel.spawn``, as DDP ranks are.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from typing import Any, Callable
 
 import numpy as np
@@ -18,111 +25,86 @@ import pandas as pd
 from ..errors import ConfigError
 from ..records import Recorder, new_record
 
-SKILL, MEMORY, SCALING = "region-skill", "region-memory", "region-scaling"
+MEMORY, SCALING = "region-memory", "region-scaling"
+MiB = 2**20
 
 
-def _area(data) -> dict[str, Any]:
-    ny, nx = data.grid.shape
-    return {"cells": data.n_cells, "shape": [ny, nx], "hours": len(data.times), "samples": data.sizes(),
-            "grid": {"latitude": data.grid.lat.tolist(), "longitude": data.grid.lon.tolist()}}
+def thread_section(threads: int | None = None) -> dict[str, Any]:
+    """A record's ``threads`` section: the CPU thread policy's choice now (``device.cpu_threads``)."""
+    from ..device import cpu_threads
+
+    return cpu_threads(threads)
 
 
-def region_info(request, data) -> dict[str, Any]:
-    """The records' ``data`` section: the request, and the area's grid, hours and samples per split."""
-    return {**request.as_record(), **_area(data)}
-
-
-def cell_rows(maps, name: str, targets: int) -> list[dict[str, Any]]:
-    """One row per cell (row-major), as ``training.evaluate.per_point_scores`` writes them: the RMSE of
-    forecast ``name`` and of both baselines, and the skill scores."""
-    from ..data import point_label
-    from ..training.evaluate import score_row
-
-    lat = np.repeat(maps["latitude"].values, maps.sizes["longitude"])
-    lon = np.tile(maps["longitude"].values, maps.sizes["latitude"])
-    got = {k: maps[v].values.reshape(-1) for k, v in (("model", name), ("persistence", "persistence"),
-                                                        ("climatology", "climatology"))}
-    return [score_row(point_label(lat[i], lon[i]), maps.attrs["lead_hours"], targets,
-                      {k: float(v[i]) ** 2 for k, v in got.items()}) for i in range(lat.size)]
-
-
-def region_skill(data, variants: dict, train_cfg, *, data_info: dict | None = None, results=None,
-                 profile: str | None = None, on_epoch: Callable[[str, dict], None] | None = None,
-                 on_point: Callable[[dict[str, Any]], None] | None = None):
-    """Train each named ``RegionConfig`` of ``variants`` on ``data`` (a ``RegionData``; same seed, same
-    batches) and score every cell against persistence and climatology on the same target hours.
-
-    Returns (table, maps, records): ``region.train.compare``'s table and maps, and one record per
-    variant with its epochs, timing, pooled metrics and every cell's scores (``skill.per_point``, so
-    ``region.grid.record_maps`` draws its map as it does a `train --box` run's). ``data_info``: the
-    records' ``data`` section (``region_info``; default: the area alone). ``profile``: the device
-    profile the records name (a notebook run's), as in every experiment.
-    """
-    from ..region.train import compare
-
-    table, maps, fits = compare(data, variants, train_cfg, on_epoch=on_epoch)
-    info = data_info or _area(data)
-    window_cfg = data.config
-    targets = data.sizes()["test"] * window_cfg.horizon
-    recorder = Recorder(results, on_point)
-    for name, fit in fits.items():
-        mcfg = variants[name]
-        config = {**dataclasses.asdict(mcfg), **dataclasses.asdict(train_cfg), "variant": name,
-                  "window": window_cfg.window, "lead_hours": window_cfg.lead_hours, "fractions": window_cfg.fractions}
-        row = table.loc[name]
-        seconds = [e["seconds"] for e in fit.history]
-        recorder.add(new_record(
-            SKILL, device=train_cfg.device, profile=profile, config=config, data=info, epochs=fit.history,
-            timing={"train_s": fit.train_s, "epoch_s_median": float(np.median(seconds))},
-            metrics={"test_rmse_k": maps.attrs[f"pooled_rmse_{name}"],
-                     "persistence_rmse_k": maps.attrs["pooled_rmse_persistence"],
-                     "climatology_rmse_k": maps.attrs["pooled_rmse_climatology"],
-                     "mean_cell_rmse_k": float(row["mean_cell_rmse_k"]),
-                     "cells_better_than_persistence": float(row["cells_better_than_persistence"]),
-                     "best_epoch": fit.best_epoch, "epochs_run": len(fit.history), "parameters": int(row["parameters"])},
-            skill={"lead_hours": window_cfg.lead_hours, "per_point": cell_rows(maps, name, targets)}))
-    return table, maps, recorder.records
-
-
-_MEMORY_STATUS = {"ok": "ok", "failed": "failed", "over budget": "skipped"}
+_MEMORY_STATUS = {"ok": "ok", "over budget": "ok", "failed": "failed", "not run": "skipped"}
 
 
 def region_memory(sides, variants=("sparse", "dense"), budget_bytes: float = 4 * 2**30, base=None, *,
-                  target: tuple[int, int] | None = None, results=None, profile: str | None = None,
-                  echo: Callable[[str], None] | None = None, on_point: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
+                  target: tuple[int, int] | None = None, threads: int | None = None, results=None,
+                  profile: str | None = None, echo: Callable[[str], None] | None = None,
+                  on_point: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
     """``region.memory.sweep`` (square areas per variant up to the budget, each measured in a fresh
-    process beside the memory model's prediction), one record per case: the first area over the budget
-    is recorded as skipped with its predicted size, a failed case as failed with its reason. ``target``
-    (rows, columns): an area the sparse model must train, measured and recorded too (the last row,
-    ``attrs['target']``), whatever the budget."""
+    process beside the memory model's prediction), one record per case: the first area the model puts
+    over the budget is recorded as skipped with its predicted size, a failed case as failed with its
+    reason. ``target`` (rows, columns): an area the sparse model must train within the budget (refused
+    when predicted over it), measured and recorded too (the last row, ``attrs['target']``); a measured
+    peak over the budget is marked 'over budget'. Each process runs the threads the CPU policy chooses
+    (``threads``: that many instead)."""
     from ..region.memory import MemoryCase, measure, sweep
 
     base = base or MemoryCase()
+    if target is not None:
+        check_target(target, budget_bytes, base)
+    choice = thread_section(threads) if base.device == "cpu" else {"used": None, "policy": "default",
+                                                                   "reason": "runs on cuda"}
+    base = dataclasses.replace(base, threads=choice["used"])
     df = sweep(sides, variants, budget_bytes, base, echo=echo)
+    df["status"] = df["status"].replace({"over budget": "not run"})
     if target is not None:
         row = measure(dataclasses.replace(base, ny=int(target[0]), nx=int(target[1]), variant="sparse"),
                       df.attrs["floor_bytes"])
         attrs = dict(df.attrs)  # concat keeps no attrs
         df = pd.concat([df.assign(target=False), pd.DataFrame([{**row, "target": True}])], ignore_index=True)
-        df.attrs.update(attrs, target=row)
+        df.attrs.update(attrs)
+    if "measured_bytes" in df:  # measured, and over the budget after all
+        df.loc[(df["status"] == "ok") & (df["measured_bytes"].fillna(0) > budget_bytes), "status"] = "over budget"
+    if target is not None:
+        df.attrs["target"] = df.iloc[-1].to_dict()
     recorder = Recorder(results, on_point)
     for row in df.to_dict("records"):
         status = _MEMORY_STATUS[row["status"]]
         reason = row.get("reason") if status == "failed" else None
-        if row["status"] == "over budget":
+        if row["status"] == "not run":
             reason = (f"predicted {row['predicted_total'] / 2**30:.2f} GiB, over the {budget_bytes / 2**30:g} GiB "
                       "budget: not run")
         case = dataclasses.replace(base, ny=int(row["ny"]), nx=int(row["nx"]), variant=row["variant"])
         measured = row.get("measured_bytes")
+        measured = None if measured is None or pd.isna(measured) else int(measured)
+        step = row.get("step_s")
+        step = None if step is None or pd.isna(step) else float(step)
         recorder.add(new_record(
             MEMORY, status=status, reason=reason, device=base.device, profile=profile, config=dataclasses.asdict(case),
-            memory={"predicted_bytes": int(row["predicted_total"]),
-                    "measured_bytes": None if measured is None or pd.isna(measured) else int(measured),
-                    "floor_bytes": df.attrs["floor_bytes"], "budget_bytes": budget_bytes, "method": row.get("method")},
-            timing={"step_s": row.get("step_s")},
-            region={"variant": row["variant"], "cells": int(row["cells"]), "target": bool(row.get("target", False))}))
+            data={"source": "synthetic", "shape": [case.ny, case.nx]}, threads=choice,
+            memory={"predicted_bytes": int(row["predicted_total"]), "measured_bytes": measured,
+                    "floor_bytes": df.attrs["floor_bytes"], "budget_bytes": budget_bytes, "method": row.get("method"),
+                    "within_budget": None if measured is None else measured <= budget_bytes},
+            timing={"step_s": step},
+            region={"variant": row["variant"], "cells": int(row["cells"]), "target": bool(row.get("target", False)),
+                    "peak_mib": None if measured is None else measured / MiB, "step_s": step}))
     df.attrs["records"] = recorder.records
+    df.attrs["threads"] = choice
     return df
+
+
+def check_target(target: tuple[int, int], budget_bytes: float, base) -> None:
+    """Refuse a memory target whose step the memory model already puts over the budget."""
+    from ..region.memory import predict_bytes
+
+    ny, nx = target
+    need = predict_bytes(dataclasses.replace(base, ny=int(ny), nx=int(nx), variant="sparse"))["total"]
+    if need > budget_bytes:
+        raise ConfigError(f"--target {ny}x{nx}: the sparse step needs {need / MiB:,.0f} MiB by the memory model, "
+                          f"over the --budget-gb {budget_bytes / 2**30:g} budget; raise the budget or shrink the target")
 
 
 def _sharded_rank(env, data, model_cfg, cfg) -> list[dict[str, Any]]:
@@ -138,8 +120,9 @@ def _sharded_rank(env, data, model_cfg, cfg) -> list[dict[str, Any]]:
     return gathered
 
 
-def run_sharded(data, model_cfg, cfg) -> dict[str, Any]:
-    """``cfg.steps`` training steps on ``cfg.world_size`` local gloo ranks (CPU).
+def run_sharded(data, model_cfg, cfg, threads: int | None = 1) -> dict[str, Any]:
+    """``cfg.steps`` training steps on ``cfg.world_size`` local gloo ranks (CPU) of ``threads`` threads
+    each (None: the cores divided among the ranks).
 
     Returns rank 0's losses (the area's loss after each step), the slowest rank's median step seconds,
     and every rank's cells and bytes sent per step. A failing rank stops all; the error says which.
@@ -148,58 +131,95 @@ def run_sharded(data, model_cfg, cfg) -> dict[str, Any]:
     from ..training.parallel import spawn
 
     check_sharded(data, model_cfg, cfg)
-    # spawn divides the cores among the ranks and raises the clearest error of a failed rank
     ranks = spawn(_sharded_rank, cfg.world_size, device="cpu", kwargs=dict(data=data, model_cfg=model_cfg, cfg=cfg),
-                  timeout_s=cfg.timeout_s)
+                  timeout_s=cfg.timeout_s, threads=threads)
     return {"mode": cfg.mode, "world_size": cfg.world_size, "losses": ranks[0]["losses"],
             "step_s": max(r["step_s"] for r in ranks), "cells": [r["cells"] for r in ranks],
             "bytes_sent_per_step": [r["bytes_sent_per_step"] for r in ranks]}
 
 
-def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *, data_info: dict | None = None,
-                   results=None, profile: str | None = None,
-                   on_point: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
-    """Step time of tiles vs windows over ``world_sizes`` against one process (world size 1, run once and
-    recorded once), as a table with the speed-up, the halo bytes each rank sends per step, and the largest
-    relative difference of the loss from the one-process loss over the steps; one record per run."""
-    from ..region.shard import MODES, ShardConfig, check_sharded, train_steps
+def one_process(data, model_cfg, cfg, threads: int) -> dict[str, Any]:
+    """The unsharded steps in this process on ``threads`` intra-op threads (put back afterwards)."""
+    import torch
+
+    from ..region.shard import train_steps
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return train_steps(data, model_cfg, dataclasses.replace(cfg, mode="windows", world_size=1))
+    finally:
+        torch.set_num_threads(before)
+
+
+def check_world_sizes(world_sizes) -> list[int]:
+    """The world sizes, sorted, each a whole number of ranks in 1..cores (one core per one-thread rank)."""
+    from ..device import cpu_cores
+
+    sizes = sorted({int(w) for w in world_sizes})
+    top = cpu_cores()
+    if not sizes or sizes[0] < 1 or sizes[-1] > top:
+        raise ConfigError(f"--world-sizes {','.join(map(str, world_sizes))}: ranks must be in 1..{top} "
+                          f"(this machine's cores: each rank runs one thread)")
+    return sizes
+
+
+def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *, repeats: int = 1,
+                   threads: int | None = None, data_info: dict | None = None, results=None,
+                   profile: str | None = None, on_point: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
+    """Step time of tiles vs windows on N ranks of one thread against one process with N threads, for each
+    N of ``world_sizes`` (N = 1: the one-thread process alone), alternating ``repeats`` times; medians.
+
+    Returns a table with the speed-up at equal total threads, the halo bytes each rank sends per step
+    and the largest relative difference of the loss from the one-process loss; one record per (mode, N),
+    and one per one-process N, each with a ``threads`` section (the policy's choice now, and the threads
+    the comparison ran). ``threads`` caps nothing: it is recorded as the policy's input."""
+    from ..region.shard import MODES, ShardConfig, check_sharded
 
     modes = tuple(modes or MODES)
     cfg = cfg or ShardConfig()
-    sizes = sorted({int(w) for w in world_sizes})
-    if not sizes or sizes[0] < 1:
-        raise ConfigError(f"world_sizes={tuple(world_sizes)!r} must be whole numbers >= 1")
+    sizes = check_world_sizes(world_sizes)
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"repeats={repeats!r} must be a whole number >= 1")
     for mode in modes:  # every run's settings against the area, before the first one starts
         for w in sizes:
             check_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w))
+    policy = thread_section(threads)
+    runs: dict[tuple[str, int], list[dict]] = {}
+    for w in sizes:
+        for _ in range(repeats):  # alternating: a change in the machine's load hits both sides alike
+            runs.setdefault(("one process", w), []).append(one_process(data, model_cfg, cfg, w))
+            for mode in (modes if w > 1 else ()):
+                runs.setdefault((mode, w), []).append(
+                    run_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w)))
+    reference = runs[("one process", sizes[0])][0]["losses"]
     recorder = Recorder(results, on_point)
-    info = data_info or _area(data)
+    info = data_info or {"cells": data.n_cells, "shape": list(data.grid.shape)}
     base = {**dataclasses.asdict(model_cfg), **dataclasses.asdict(cfg)}
-
-    def record(got: dict, mode: str, world: int, one: dict | None) -> dict:
-        diff = (float(np.max(np.abs(np.subtract(got["losses"], one["losses"])) / np.abs(one["losses"])))
-                if one is not None else 0.0)
-        return recorder.add(new_record(
-            SCALING, device="cpu", profile=profile, data=info,  # no top-level world_size: the report reads that as DDP
-            config={**base, "mode": mode, "world_size": world},
-            timing={"step_s": got["step_s"]},
-            metrics={"losses": got["losses"], "final_loss": got["losses"][-1], "loss_rel_diff_vs_one": diff},
-            region={"mode": mode, "cells": np.atleast_1d(got["cells"]).tolist(),
-                    "bytes_sent_per_step": np.atleast_1d(got["bytes_sent_per_step"]).tolist()}))
-
-    one = train_steps(data, model_cfg, dataclasses.replace(cfg, mode="windows", world_size=1))
-    one_rec = record(one, "one process", 1, None)
     rows = []
-    for mode in modes:
-        for w in sizes:
-            rec = one_rec if w == 1 else record(
-                run_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w)), mode, w, one)
-            step = rec["timing"]["step_s"]
-            rows.append({"mode": mode, "world_size": w, "step_s": step,
-                         "speedup": one["step_s"] / step if step > 0 else math.nan,
-                         "max_halo_bytes_per_step": max(rec["region"]["bytes_sent_per_step"]),
-                         "final_loss": rec["metrics"]["final_loss"],
-                         "loss_rel_diff": rec["metrics"]["loss_rel_diff_vs_one"]})
+    for (mode, w), got in runs.items():
+        step = statistics.median(g["step_s"] for g in got)
+        one_step = statistics.median(g["step_s"] for g in runs[("one process", w)])
+        speedup = one_step / step if step > 0 else math.nan
+        losses = got[0]["losses"]
+        diff = float(np.max(np.abs(np.subtract(losses, reference)) / np.abs(reference)))
+        ranks = 1 if mode == "one process" else w
+        note = (f"{w} thread(s) in all, but the policy finds {policy['used']} core(s) free now: both sides share "
+                "cores with other processes") if w > policy["used"] else None
+        rec = recorder.add(new_record(
+            SCALING, device="cpu", profile=profile, data=info,  # no top-level world_size: the report reads that as DDP
+            config={**base, "mode": mode, "world_size": ranks, "repeats": repeats},
+            threads={**policy, "total": w, "per_rank": w // ranks, "ranks": ranks,
+                     "comparison": "equal total threads: N ranks of one thread against one process of N threads",
+                     **({"note": note} if note else {})},
+            timing={"step_s": step, "step_s_runs": [g["step_s"] for g in got], "one_process_step_s": one_step},
+            metrics={"losses": losses, "final_loss": losses[-1], "loss_rel_diff_vs_one": diff},
+            region={"mode": mode, "cells": int(data.n_cells), "rank_cells": np.atleast_1d(got[0]["cells"]).tolist(),
+                    "bytes_sent_per_step": np.atleast_1d(got[0]["bytes_sent_per_step"]).tolist(),
+                    "step_s": step, "speedup": speedup, "total_threads": w}))
+        rows.append({"mode": mode, "threads": w, "ranks": ranks, "step_s": step, "one_process_step_s": one_step,
+                     "speedup": speedup, "max_halo_bytes_per_step": max(rec["region"]["bytes_sent_per_step"]),
+                     "final_loss": losses[-1], "loss_rel_diff": diff})
     out = pd.DataFrame(rows)
-    out.attrs["records"] = recorder.records
+    out.attrs.update(records=recorder.records, threads=policy)
     return out

@@ -1,13 +1,14 @@
-"""A region's series as model-ready windows over time: every sample holds all cells at once.
+"""A box's data as the point pipeline makes it, keyed, plus whole-area batches.
 
-The rules are the point pipeline's (``lstmnb.windows``): chronological train / validation / test parts,
-each windowed on its own (a sample belongs to the part of its target hours, and no window crosses a
-part boundary), scaling statistics from the training part only (pooled over cells, one mean and std
-per variable), metrics in kelvin, persistence and climatology (the training part's hour-of-day x
-day-of-year mean, per cell) scored on exactly the same target hours as the model.
+The samples are the point pipeline's (``windows.make_windows`` on one series per cell, with
+``keys=True``): the same splits, scaling, calendar inputs, targets and baselines as `lstmnb train --box`,
+in the same order, but each sample is a (cell, last input hour) key into the scaled series instead of a
+copy of its window. So the point Trainer trains the region model on exactly the point model's batches
+(``model.KeyedForecaster`` gathers the windows, its neighbours' too), and a 10,080-cell area costs its
+series once, not once per window.
 
-Windows are never materialised: a batch gathers its hours from the (time, cells, features) array, so a
-10,080-cell area costs its series once, not once per window.
+The sharding and memory studies step whole areas instead: ``RegionData.batch`` gives windows that hold
+every cell (or a band of cells) at the same hours.
 """
 
 from __future__ import annotations
@@ -15,126 +16,81 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import torch
 import xarray as xr
 
+from ..data import point_label
 from ..errors import ConfigError, DataError
-from ..windows import SPLITS, Scaler, WindowConfig, climatology_table, scored_ranges, series_array, split_parts
-from .grid import Grid, grid_of
+from ..windows import CALENDAR_FEATURES, WindowConfig, Windows, make_windows, windows_from_dataset
+from .grid import COORD_FEATURES, Grid, box_to_points, grid_of
 
 
 @dataclass
 class RegionData:
-    """Scaled inputs of every cell and hour, the samples of each split, and the per-cell baselines."""
+    """A box's keyed windows (one series per cell, row-major) and its grid."""
 
-    config: WindowConfig
+    windows: Windows
     grid: Grid
-    times: pd.DatetimeIndex
-    values: np.ndarray  # (time, cells, features) float32, scaled
-    target_k: np.ndarray  # (time, cells) float64, the target in kelvin
-    scaler: Scaler
-    bounds: dict[str, slice]
-    last_input: dict[str, np.ndarray]  # split -> (samples,) time index of each sample's last input hour
-    static: np.ndarray  # (cells, n_static) float32, scaled cell coordinates (or (cells, 0))
-    features: list[str]
+
+    def __post_init__(self) -> None:
+        if self.windows.series is None:
+            raise ConfigError("region data needs keyed windows (make_windows(..., keys=True))")
+        if len(self.windows.points) != self.grid.n_cells:
+            raise DataError(f"{len(self.windows.points)} series for a grid of {self.grid.n_cells} cells")
+
+    @property
+    def config(self) -> WindowConfig:
+        return self.windows.config
 
     @property
     def n_cells(self) -> int:
-        return int(self.values.shape[1])
+        return self.grid.n_cells
 
     @property
     def n_features(self) -> int:
-        return int(self.values.shape[2])
+        return self.windows.n_features
 
     @property
-    def n_static(self) -> int:
-        return int(self.static.shape[1])
+    def n_mixed(self) -> int:
+        """The leading inputs that are weather (not calendar or coordinate inputs): what neighbours mix."""
+        fixed = set(CALENDAR_FEATURES) | set(COORD_FEATURES)
+        return next((i for i, f in enumerate(self.windows.features) if f in fixed), len(self.windows.features))
 
     def sizes(self) -> dict[str, int]:
-        return {s: int(self.last_input[s].size) for s in SPLITS}
+        """Samples per split and cell: every cell has the same hours."""
+        return {s: n // self.n_cells for s, n in self.windows.sizes().items()}
 
-    def target_index(self, split: str) -> np.ndarray:
-        """(samples, horizon) time index of each sample's target hours."""
-        c = self.config
-        return self.last_input[split][:, None] + c.lead_hours + np.arange(c.horizon)[None, :]
+    def last_input(self, split: str) -> np.ndarray:
+        """The last input hour of each of ``split``'s samples (cell 0's keys; every cell has the same)."""
+        return self.windows.x[split][: self.sizes()[split], 1]
 
     def batch(self, split: str, ids: np.ndarray | None = None, cells: np.ndarray | slice = slice(None)
               ) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs (batch, window, cells, features) and scaled targets (batch, cells, horizon) of samples
         ``ids`` of ``split`` (all when None), for ``cells`` (all by default)."""
-        last = self.last_input[split] if ids is None else self.last_input[split][np.asarray(ids)]
-        hours = last[:, None] + np.arange(1 - self.config.window, 1)[None, :]
-        x = self.values[hours][:, :, cells]  # (b, window, cells, f)
-        y = self.values[last[:, None] + self.config.lead_hours + np.arange(self.config.horizon)][:, :, cells, 0]
+        c = self.config
+        last = self.last_input(split) if ids is None else self.last_input(split)[np.asarray(ids)]
+        series = self.windows.series
+        x = series[last[:, None] + np.arange(1 - c.window, 1)[None, :]][:, :, cells]  # (b, window, cells, f)
+        y = series[last[:, None] + c.lead_hours + np.arange(c.horizon)[None, :]][:, :, cells, 0]
         return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y.transpose(0, 2, 1)))
-
-    def to_kelvin(self, y_scaled: np.ndarray) -> np.ndarray:
-        return self.scaler.inverse(y_scaled, feature=0)
-
-    def truth(self, split: str) -> np.ndarray:
-        """(samples, cells, horizon) target in kelvin."""
-        return self.target_k[self.target_index(split)].transpose(0, 2, 1)
-
-    def persistence(self, split: str) -> np.ndarray:
-        """(samples, cells, horizon): the last observed value, for every lead."""
-        last = self.target_k[self.last_input[split]]  # (samples, cells)
-        return np.repeat(last[:, :, None], self.config.horizon, axis=2)
-
-    def climatology(self, split: str) -> np.ndarray:
-        """(samples, cells, horizon): each cell's hour-of-day x day-of-year mean of the training part."""
-        train = self.bounds["train"]
-        t_train = self.times[train]
-        tt = self.times[self.target_index(split).reshape(-1)]
-        doy, hour = tt.day_of_year.to_numpy() - 1, tt.hour.to_numpy()
-        out = np.empty((doy.size, self.n_cells))
-        for cell in range(self.n_cells):
-            out[:, cell] = climatology_table(self.target_k[train, cell], t_train)[doy, hour]
-        return out.reshape(-1, self.config.horizon, self.n_cells).transpose(0, 2, 1)
-
-
-def _last_inputs(bounds: dict[str, slice], config: WindowConfig) -> dict[str, np.ndarray]:
-    """The last input hour of every sample, per split, by the point pipeline's rule (a sample belongs to the
-    split holding its target hours; its inputs may reach into the part before: ``windows.scored_ranges``)."""
-    ranges = scored_ranges([bounds[name] for name in SPLITS], config)
-    return {name: np.arange(lo, hi) - config.lead_hours for name, (lo, hi) in zip(SPLITS, ranges)}
 
 
 def region_data(values: np.ndarray, times, grid: Grid, config: WindowConfig = WindowConfig(), *,
-                features: list[str] | None = None, coords_as_inputs: bool = True) -> RegionData:
-    """Split, scale and index a (time, cells) or (time, cells, variables) array in kelvin (variable 0 is
-    the target). With ``coords_as_inputs`` each cell's latitude and longitude (scaled over the area) are
-    static inputs."""
-    config.validate()
-    if config.calendar:
-        raise ConfigError("calendar inputs are not offered for regions yet; set calendar=False")
+                features: list[str] | None = None) -> RegionData:
+    """``RegionData`` of a (time, cells) or (time, cells, variables) array in kelvin (variable 0 is the
+    target), cells row-major on ``grid``."""
     if np.ndim(values) not in (2, 3) or np.shape(values)[1] != grid.n_cells:
         raise DataError(f"values must be (time, {grid.n_cells} cells[, variables]); got shape {np.shape(values)}")
-    v, times = series_array(values, times)
-    bounds = dict(zip(SPLITS, split_parts(times, config)))
-    last = _last_inputs(bounds, config)
-    scaler = Scaler.fit(v[bounds["train"]].reshape(-1, v.shape[2]))
-    scaled = scaler.transform(v).astype(np.float32)
-    if coords_as_inputs:
-        coords = np.stack([grid.cell_lat, grid.cell_lon], axis=1)
-        spread = coords.std(axis=0)
-        static = ((coords - coords.mean(axis=0)) / np.where(spread > 0, spread, 1.0)).astype(np.float32)
-    else:
-        static = np.zeros((grid.n_cells, 0), dtype=np.float32)
-    names = list(features) if features is not None else [config.target] + [f"var{i}" for i in range(1, v.shape[2])]
-    return RegionData(config, grid, times, scaled, v[:, :, 0], scaler, bounds, last, static, names)
+    labels = [point_label(a, b) for a, b in zip(grid.cell_lat, grid.cell_lon)]
+    return RegionData(make_windows(values, times, config, features=features, points=labels, keys=True), grid)
 
 
 def region_data_from_box(ds: xr.Dataset, config: WindowConfig = WindowConfig(), *,
-                         coords_as_inputs: bool = True) -> RegionData:
-    """``region_data`` for a box Dataset from ``lstmnb.data.extract`` (dims time, latitude, longitude)."""
+                         coords_as_inputs: bool = False) -> RegionData:
+    """``RegionData`` of a box Dataset from ``lstmnb.data.extract`` (dims time, latitude, longitude), as
+    `lstmnb train --box` windows it (``coords_as_inputs``: the cells' coordinates as inputs too)."""
     grid = grid_of(ds)
-    if config.target not in ds.data_vars:
-        raise ConfigError(f"target variable {config.target!r} is not in the data; it has {sorted(ds.data_vars)}")
-    names = [config.target] + [v for v in ds.data_vars if v != config.target]
-    nt = ds.sizes["time"]
-    if nt == 0:
-        raise DataError("the selection is empty: no hours in the requested time range")
-    arr = np.stack([ds[n].transpose("time", "latitude", "longitude").values.reshape(nt, grid.n_cells)
-                    for n in names], axis=-1)
-    return region_data(arr, ds["time"].values, grid, config, features=names, coords_as_inputs=coords_as_inputs)
+    points = box_to_points(ds, coords_as_inputs=coords_as_inputs)
+    return RegionData(windows_from_dataset(points, config, keys=True), grid)
+

@@ -6,8 +6,8 @@ a box into the point layout (time, point) that ``lstmnb.windows.windows_from_dat
 point model trains on all cells at once as one global model; with ``coords_as_inputs`` the cell's
 latitude and longitude become inputs too, so the shared model can tell the cells apart.
 
-Per-cell scores become (latitude, longitude) maps (``to_map``; ``record_maps`` from a box run's record)
-and ``plot_skill_map`` draws them.
+Per-cell scores become (latitude, longitude) maps (``to_map``; ``record_maps`` from a box run's record;
+``maps`` draws them), and cells are placed along the direction the weather moves (``flow_halves``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import xarray as xr
 from ..data import point_label
 from ..errors import ConfigError, DataError
 
+KM_PER_DEG = 111.2  # km per degree of latitude
 BASELINES = ("persistence", "climatology")  # the names the per-cell maps give the baselines
+COORD_FEATURES = ("cell_latitude", "cell_longitude")  # the inputs box_to_points adds with coords_as_inputs
 
 
 def unwrap_lon(lon: np.ndarray) -> np.ndarray:
@@ -116,7 +118,7 @@ def box_to_points(ds: xr.Dataset, *, coords_as_inputs: bool = False) -> xr.Datas
         data_vars[name] = (("time", "point"), values, dict(var.attrs))
     if coords_as_inputs:
         nt = ds.sizes["time"]
-        for name, v in (("cell_latitude", grid.cell_lat), ("cell_longitude", grid.cell_lon)):
+        for name, v in zip(COORD_FEATURES, (grid.cell_lat, grid.cell_lon)):
             if name in data_vars:
                 raise DataError(f"the box already holds a variable named {name!r}")
             data_vars[name] = (("time", "point"), np.broadcast_to(v.astype(np.float32), (nt, v.size)).copy(),
@@ -151,7 +153,8 @@ def to_map(values: dict[str, np.ndarray], grid: Grid, *, attrs: dict | None = No
 def record_maps(record: dict) -> xr.Dataset:
     """Per-cell test RMSE (K) of the model, persistence and climatology of a box run's record, as
     (lat, lon) maps: the record's ``skill`` rows (one per cell, row-major) on its ``data.grid``.
-    ``attrs`` hold each one's RMSE pooled over all cells (weighted by each cell's targets)."""
+    ``attrs`` hold each one's RMSE pooled over all cells (weighted by each cell's targets), the lead and
+    the test period (first .. last target day)."""
     grid_info = (record.get("data") or {}).get("grid")
     rows = (record.get("skill") or {}).get("per_point")
     if not grid_info or not rows:
@@ -164,40 +167,27 @@ def record_maps(record: dict) -> xr.Dataset:
         rmse = np.array([r[f"{name}_rmse_k"] for r in rows], dtype=np.float64)
         values[name] = rmse
         pooled[f"pooled_rmse_{name}"] = float(np.sqrt(np.sum(rmse ** 2 * targets) / targets.sum()))
-    return to_map(values, grid, attrs={**pooled, "split": "test", "units": "K",
+    scored = ((record.get("data") or {}).get("scored") or {}).get("test") or {}
+    period = f"{str(scored['first'])[:10]} .. {str(scored['last'])[:10]}" if scored.get("first") else "test part"
+    return to_map(values, grid, attrs={**pooled, "split": "test", "units": "K", "period": period,
                                        "lead_hours": record["skill"].get("lead_hours")})
 
 
-def plot_skill_map(maps: xr.Dataset, names: list[str] | None = None, reference: str | None = None):
-    """One panel per forecast: its per-cell RMSE (shared colour scale), or with ``reference`` its skill
-    1 - RMSE / RMSE(reference) (positive: better than the reference; the colour scale follows the
-    models, baselines beyond it are clipped). Returns the figure."""
-    import matplotlib.pyplot as plt
+def flow_position(grid: Grid, heading_deg: float) -> np.ndarray:
+    """Each cell's distance (km, row-major) along the direction the weather moves (``heading_deg``,
+    counter-clockwise from east), from the box's centre: low where the weather arrives first."""
+    lat, lon = grid.cell_lat, grid.cell_lon
+    east = (lon - lon.mean()) * KM_PER_DEG * np.cos(np.radians(lat))
+    north = (lat - lat.mean()) * KM_PER_DEG
+    h = np.radians(heading_deg)
+    return east * np.cos(h) + north * np.sin(h)
 
-    names = list(names or maps.data_vars)
-    missing = [n for n in names + ([reference] if reference else []) if n not in maps.data_vars]
-    if missing:
-        raise ConfigError(f"no map named {missing[0]!r}; the maps are {list(maps.data_vars)}")
-    if reference is not None:
-        names = [n for n in names if n != reference]
-        panels = {n: 1.0 - maps[n] / maps[reference] for n in names}
-        # the colour scale follows the models (a baseline far off, such as climatology an hour ahead, is clipped)
-        scaled = [p for n, p in panels.items() if n not in BASELINES] or list(panels.values())
-        lim = max(float(abs(p).max()) for p in scaled) or 1.0
-        style, label = dict(cmap="RdBu", vmin=-lim, vmax=lim), f"skill vs {reference}"
-    else:
-        panels = {n: maps[n] for n in names}
-        style = dict(cmap="viridis", vmin=min(float(p.min()) for p in panels.values()),
-                     vmax=max(float(p.max()) for p in panels.values()))
-        label = "RMSE (K)"
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.6), squeeze=False, sharey=True)
-    extent_lon = np.arange(maps.sizes["longitude"])
-    for ax, (name, panel) in zip(axes[0], panels.items()):
-        im = ax.pcolormesh(extent_lon, maps["latitude"].values, panel.values, shading="nearest", **style)
-        ax.set_title(name)
-        ticks = extent_lon[:: -(-len(extent_lon) // 3)]  # at most three labels: they are wide
-        ax.set_xticks(ticks, [f"{maps['longitude'].values[i] % 360:g}" for i in ticks])
-        ax.set_xlabel("longitude (E)")
-    axes[0][0].set_ylabel("latitude")
-    fig.colorbar(im, ax=axes[0].tolist(), label=label, shrink=0.9, extend="both" if reference else "neither")
-    return fig
+
+def flow_halves(grid: Grid, heading_deg: float) -> np.ndarray:
+    """'upstream' for the half of the cells the weather reaches first, 'downstream' for the half it reaches
+    last (row-major; with an odd count the middle cell goes downstream). Upstream cells have few neighbours
+    upwind inside the box: what their neighbours show has mostly passed them already."""
+    order = np.argsort(flow_position(grid, heading_deg), kind="stable")
+    out = np.full(grid.n_cells, "downstream", dtype=object)
+    out[order[: grid.n_cells // 2]] = "upstream"
+    return out

@@ -53,8 +53,8 @@ class MemoryCase:
     kernel: str = "gather"
     batch: int = 4  # windows per step
     window: int = 24
-    n_features: int = 1
-    n_static: int = 2
+    n_features: int = 5  # the target and the four calendar inputs, as `lstmnb train` reads them
+    n_mixed: int = 1  # the weather inputs the neighbours mix
     hidden: int = 32
     channels: int = 3
     neighbours: int = 8
@@ -78,7 +78,7 @@ class MemoryCase:
         self.model_config().validate()
 
     def model_config(self):
-        return variant_config(self.variant, n_features=self.n_features, n_static=self.n_static, hidden=self.hidden,
+        return variant_config(self.variant, n_features=self.n_features, n_mixed=self.n_mixed, hidden=self.hidden,
                               neighbours=self.neighbours, kernel=self.kernel, channels=self.channels)
 
 
@@ -96,7 +96,7 @@ def activation_bytes(case: MemoryCase) -> int:
     Per sequence (one cell of one window) and step, PyTorch's LSTM keeps its input row
     (``input_size``), the four gates, the cell state and its tanh, and the hidden state, and its
     backward pass allocates gradient buffers of the same size: about 2 * (input_size + 8 * hidden)
-    floats. The sparse gather keeps the (n, k, batch * window * features) neighbour inputs and the
+    floats. The sparse gather keeps the (n, k, batch * window * 2 n_mixed) neighbour values and changes and the
     (n, k) int64 index.
     """
     mcfg = case.model_config()
@@ -105,7 +105,7 @@ def activation_bytes(case: MemoryCase) -> int:
     if case.variant != "sparse":
         return lstm
     n, k = case.n_cells, case.neighbours
-    return lstm + FLOAT * n * k * case.batch * case.window * case.n_features + 8 * n * k
+    return lstm + FLOAT * n * k * case.batch * case.window * 2 * case.n_mixed + 8 * n * k
 
 
 def predict_bytes(case: MemoryCase, floor_bytes: int = 0) -> dict[str, int]:
@@ -168,7 +168,6 @@ def run_case(case: MemoryCase) -> dict:
     grid = Grid.square(case.ny, case.nx)
     x = torch.randn(case.batch, case.window, case.n_cells, case.n_features, generator=gen).to(dev)
     y = torch.randn(case.batch, case.n_cells, 1, generator=gen).to(dev)
-    static = torch.randn(case.n_cells, case.n_static, generator=gen).to(dev)
 
     # the peak counts from here: the model's weights, the optimizer's state and the steps
     reset = reset_peak_memory(dev)
@@ -183,7 +182,7 @@ def run_case(case: MemoryCase) -> dict:
     for i in range(case.steps + 1):
         synchronize(dev)
         t0 = time.perf_counter()
-        loss = torch.nn.functional.mse_loss(model(x, static), y)
+        loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

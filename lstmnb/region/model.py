@@ -1,14 +1,20 @@
-"""The region forecaster: one LSTM shared by every cell, fed at each step with its own inputs and a
-learned mix of its neighbours' inputs (their differences from its own, see ``relation``).
+"""The region forecaster: the point model (``models.Forecaster``), shared by every cell, fed at each hour
+with the cell's own inputs and a learned mix of its neighbours' weather (``relation``).
 
-Input (batch, window, cells, features) -> forecast (batch, cells, horizon). The mix is linear in the
-inputs, so it is computed for every hour of the window in one product (no loop over time), and the
-LSTM then runs once over batch x cells sequences (one cuDNN / oneDNN call). Variants:
+What the mix reads, per neighbour and hour: its weather variables and their change over the past hour,
+each as a difference from the cell's own (``mix_source``). Fronts and waves move: a neighbour upwind
+that has just cooled says what reaches this cell next, and its recent change says it most directly.
+The mix is linear, so it is computed for every hour of the window in one product (no loop over time);
+the shared LSTM then runs once over all sequences. Variants:
 
 - ``relation='sparse'``: k learned weights per cell and channel on its k nearest cells (O(n k));
 - ``relation='dense'``: a learned n x n matrix per channel (O(n^2)), starting from the sparse weights;
-- ``neighbours=0``: no mix at all, each cell from its own past: the control, and the same model as the
-  point LSTM trained on all cells of the box.
+- ``neighbours=0`` (variant ``none``): no mix; the model is then exactly the point Forecaster of
+  ``lstmnb train --box`` (same inputs, same residual head), which is why the comparison is fair.
+
+Two input layouts, one model: an area batch (batch, window, cells, features) -> (batch, cells, horizon),
+which the memory and sharding studies step, and keyed samples (``KeyedForecaster``: one cell and hour per
+sample, as the point pipeline's windows), which the point Trainer trains.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
-from ..models import ModelConfig
+from ..models import Forecaster, ModelConfig
 from . import VARIANTS
 from .grid import Grid
 from .relation import KERNELS, KINDS, NeighbourMix, knn_index, stencil_weights
@@ -28,25 +34,25 @@ from .relation import KERNELS, KINDS, NeighbourMix, knn_index, stencil_weights
 
 @dataclass(frozen=True)
 class RegionConfig:
-    """The region forecaster's shape. Feature 0 of the inputs is the target."""
+    """The region forecaster's shape. Input 0 is the target; the first ``n_mixed`` inputs are the weather
+    variables the mix reads (calendar and coordinate inputs come after them and are not mixed)."""
 
     n_features: int = 1  # inputs per cell and hour
-    n_static: int = 0  # inputs per cell that do not change with time (e.g. scaled latitude, longitude)
-    hidden: int = 32
+    n_mixed: int = 1  # the leading inputs that neighbours contribute (weather variables)
+    hidden: int = 64
     layers: int = 1
     horizon: int = 1
-    neighbours: int = 8  # k nearest cells mixed into each cell's input; 0: no mix (the per-cell control)
+    neighbours: int = 8  # k nearest cells mixed into each cell's input; 0: no mix (the point model)
     relation: str = "sparse"  # 'sparse' (k weights per cell) or 'dense' (n weights per cell)
-    kernel: str = "gather"  # how the sparse mix is computed: 'gather' or 'csr' (see relation.py)
+    kernel: str = "gather"  # how the sparse mix of an area batch is computed: 'gather' or 'csr' (relation.py)
     channels: int = 3  # independent mixes, each its own relation matrix (see relation.stencil_weights)
     residual: bool = True  # forecast the change from the last observed target value
     cell: str = "lstm"
 
     def validate(self) -> None:
-        ModelConfig(n_features=self.n_features, hidden=self.hidden, layers=self.layers, horizon=self.horizon,
-                    cell=self.cell, residual=self.residual).validate()
-        if not isinstance(self.n_static, (int, np.integer)) or self.n_static < 0:
-            raise ConfigError(f"n_static={self.n_static!r} must be a whole number >= 0")
+        self.core_config().validate()
+        if not isinstance(self.n_mixed, (int, np.integer)) or not 1 <= self.n_mixed <= self.n_features:
+            raise ConfigError(f"n_mixed={self.n_mixed!r} must be a whole number in 1..{self.n_features} (n_features)")
         if not isinstance(self.neighbours, (int, np.integer)) or self.neighbours < 0:
             raise ConfigError(f"neighbours={self.neighbours!r} must be a whole number >= 0 (0: no mix)")
         if self.relation not in KINDS:
@@ -63,9 +69,13 @@ class RegionConfig:
 
     @property
     def input_size(self) -> int:
-        """Inputs per cell and step of the shared LSTM."""
-        mixed = self.channels * self.n_features if self.neighbours else 0
-        return self.n_features + mixed + self.n_static
+        """Inputs per cell and step of the shared LSTM: its own, then per channel the mixed values and changes."""
+        return self.n_features + (self.channels * 2 * self.n_mixed if self.neighbours else 0)
+
+    def core_config(self) -> ModelConfig:
+        """The point model that every cell runs on its inputs (and the mix)."""
+        return ModelConfig(n_features=int(self.input_size), hidden=self.hidden, layers=self.layers,
+                           horizon=self.horizon, cell=self.cell, residual=self.residual)
 
 
 def variant_config(variant: str, **shape) -> RegionConfig:
@@ -78,8 +88,16 @@ def variant_config(variant: str, **shape) -> RegionConfig:
     return RegionConfig(relation="dense" if variant == "dense" else "sparse", **shape)
 
 
+def mix_source(x: torch.Tensor, n_mixed: int) -> torch.Tensor:
+    """What the mix reads from (..., window, sources, features) inputs: the first ``n_mixed`` features and
+    their change since the hour before (0 at the window's first hour), (..., window, sources, 2 n_mixed)."""
+    m = x[..., :n_mixed]
+    change = torch.cat([torch.zeros_like(m[:, :1]), m[:, 1:] - m[:, :-1]], dim=1)
+    return torch.cat([m, change], dim=-1)
+
+
 class RegionForecaster(nn.Module):
-    """Per-cell LSTM with shared weights and a learned neighbour mix (see the module's docstring).
+    """The point model per cell with a learned neighbour mix (see the module's docstring), on area batches.
 
     ``index`` (cells, neighbours) lists each cell's neighbours among ``n_src`` source cells (default:
     the cells themselves; a shard's source is its own rows plus halo rows), and ``weight`` (channels,
@@ -98,33 +116,24 @@ class RegionForecaster(nn.Module):
                                   f"{config.neighbours}); got {None if index is None else np.shape(index)}")
             n_src = np.shape(index)[0] if n_src is None else n_src
             self.mix = NeighbourMix(index, n_src, config.channels, config.relation, config.kernel, weight)
-        rnn = nn.LSTM if config.cell == "lstm" else nn.GRU
-        self.rnn = rnn(input_size=config.input_size, hidden_size=config.hidden, num_layers=config.layers,
-                       batch_first=True)
-        self.head = nn.Linear(config.hidden, config.horizon)
+        # built after the mix, whose weights draw nothing from the random state: with the same seed the
+        # core starts with the weights the point Trainer gives its Forecaster
+        self.core = Forecaster(config.core_config())
 
-    def forward(self, x: torch.Tensor, static: torch.Tensor | None = None,
-                x_src: torch.Tensor | None = None) -> torch.Tensor:
-        """x (batch, window, cells, features), static (cells, n_static), x_src (batch, window, sources,
-        features) -> (batch, cells, horizon)."""
+    def forward(self, x: torch.Tensor, x_src: torch.Tensor | None = None) -> torch.Tensor:
+        """x (batch, window, cells, features), x_src (batch, window, sources, features), the mix's source
+        cells (default ``x``) -> (batch, cells, horizon)."""
         b, t, n, f = x.shape
         parts = [x.permute(0, 2, 1, 3)]  # (b, n, t, f)
         if self.mix is not None:
-            src = x if x_src is None else x_src
-            flat = src.permute(2, 0, 1, 3).reshape(src.shape[2], b * t * f)  # one column per (b, t, f)
-            mixed = self.mix(flat)  # (c, n, b*t*f)
+            src = mix_source(x if x_src is None else x_src, self.config.n_mixed)
+            m = src.shape[3]
+            flat = src.permute(2, 0, 1, 3).reshape(src.shape[2], b * t * m)  # one column per (b, t, m)
+            mixed = self.mix(flat)  # (c, n, b*t*m)
             c = mixed.shape[0]
-            parts.append(mixed.view(c, n, b, t, f).permute(2, 1, 3, 0, 4).reshape(b, n, t, c * f))
-        if self.config.n_static:
-            if static is None or tuple(static.shape) != (n, self.config.n_static):
-                raise ConfigError(f"the model expects static inputs of shape ({n}, {self.config.n_static}); got "
-                                  f"{None if static is None else tuple(static.shape)}")
-            parts.append(static[None, :, None, :].expand(b, n, t, self.config.n_static))
-        out, _ = self.rnn(torch.cat(parts, dim=-1).reshape(b * n, t, self.config.input_size))
-        y = self.head(out[:, -1]).view(b, n, self.config.horizon)
-        if self.config.residual:
-            y = y + x[:, -1, :, :1]
-        return y
+            parts.append(mixed.view(c, n, b, t, m).permute(2, 1, 3, 0, 4).reshape(b, n, t, c * m))
+        y = self.core(torch.cat(parts, dim=-1).reshape(b * n, t, self.config.input_size))
+        return y.view(b, n, self.config.horizon)
 
     def local_parameters(self) -> list[nn.Parameter]:
         """Parameters that belong to single cells (the relation's rows): a shard keeps its own rows."""
@@ -134,6 +143,38 @@ class RegionForecaster(nn.Module):
         """Parameters every cell uses (LSTM and head): the ones whose gradients ranks all-reduce."""
         local = {id(p) for p in self.local_parameters()}
         return [p for p in self.parameters() if id(p) not in local]
+
+
+class KeyedForecaster(nn.Module):
+    """The region model on keyed windows (``windows.make_windows(keys=True)``): (batch, 2) keys, each a
+    sample's (cell, last input hour), -> (batch, horizon). Each sample's window and its neighbours' are
+    gathered from ``series`` (time, cells, features). The point Trainer trains it on the point pipeline's
+    samples, batches and loss; without a mix it is the point Forecaster on the cell's own window."""
+
+    def __init__(self, region: RegionForecaster, series: np.ndarray | torch.Tensor, window: int):
+        super().__init__()
+        self.region = region
+        self.register_buffer("series", torch.as_tensor(series), persistent=False)
+        self.register_buffer("offsets", torch.arange(1 - window, 1), persistent=False)
+
+    @property
+    def config(self) -> ModelConfig:
+        """The shared LSTM's config (the record's FLOPs count it; the mix adds a few per neighbour)."""
+        return self.region.core.config
+
+    def forward(self, keys: torch.Tensor) -> torch.Tensor:
+        cells, hours = keys[:, 0], keys[:, 1:2] + self.offsets  # (B,), (B, window)
+        own = self.series[hours, cells[:, None]]  # (B, window, features)
+        mix = self.region.mix
+        if mix is None:
+            return self.region.core(own)
+        m = self.region.config.n_mixed
+        if mix.kind == "dense":
+            src = self.series[hours, :, :m]  # (B, window, cells, m)
+        else:
+            src = self.series[hours[:, :, None], mix.index[cells][:, None, :], :m]  # (B, window, k, m)
+        mixed = mix.for_samples(mix_source(src, m), mix_source(own[:, :, None, :m], m)[:, :, 0], cells)
+        return self.region.core(torch.cat([own, mixed], dim=-1))
 
 
 def region_model(config: RegionConfig, grid: Grid, seed: int | None = 0) -> RegionForecaster:

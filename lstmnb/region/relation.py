@@ -1,7 +1,8 @@
 """Which cells mix with which, and the learned mix itself.
 
 The relation is a matrix A (cells x source cells) per mixing channel, applied to differences from the
-cell's own input: cell i sees sum_j A[i, j] (x_j - x_i), zero where the field is flat, so the mix speaks
+cell's own input (its weather and that weather's change over the past hour, ``model.mix_source``):
+cell i sees sum_j A[i, j] (x_j - x_i), zero where the field is flat, so the mix speaks
 of gradients and fronts rather than repeating the cell's level. Each channel starts as a discrete
 operator on the neighbours' positions: the mean difference, then the east and north gradients (least
 squares over the neighbours), then zero; training moves each weight on its own. Sparse, each cell has
@@ -180,6 +181,14 @@ class NeighbourMix(nn.Module):
     def forward(self, x_src: torch.Tensor) -> torch.Tensor:
         n = self.weight.shape[1]
         return self.product(x_src) - self.weight.sum(dim=2, keepdim=True) * x_src[:n]
+
+    def for_samples(self, src: torch.Tensor, own: torch.Tensor, cells: torch.Tensor) -> torch.Tensor:
+        """The same mix for samples of single cells: ``src`` (batch, window, S, M) each sample's sources (its
+        k neighbours, or every cell for the dense relation), ``own`` (batch, window, M) its own values,
+        ``cells`` (batch,) its cell -> (batch, window, channels * M), channel-major as in an area batch."""
+        w = self.weight[:, cells]  # (channels, batch, S): the sample's row of the relation
+        mixed = torch.einsum("bwsm,cbs->bwcm", src, w) - w.sum(dim=2).T[:, None, :, None] * own[:, :, None, :]
+        return mixed.reshape(*mixed.shape[:2], -1)
 
     def extra_repr(self) -> str:
         c, n = self.weight.shape[:2]

@@ -156,10 +156,8 @@ def train_steps(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig, ran
     if cfg.mode == "tiles":
         tile = plan_tiles(data.grid, full.mix.index.numpy() if full.mix is not None else None, world)[rank]
         model = local_model(full, tile) if world > 1 else full
-        cells = torch.from_numpy(tile.cells)
     else:
-        model, cells = full, slice(None)
-    static = torch.from_numpy(data.static)[cells]
+        model = full
     local = model.local_parameters() if cfg.mode == "tiles" else []
     shared = model.shared_parameters() if local else list(model.parameters())
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -172,12 +170,13 @@ def train_steps(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig, ran
         t0 = time.perf_counter()
         if cfg.mode == "windows":
             x, y = data.batch("train", ids[rank::world])
-            pred = model(x, static)
+            pred = model(x)
         else:
             x, y = data.batch("train", ids, cells=tile.cells)
-            x_src = exchange_halo(x, tile) if world > 1 else None
-            sent = sum(c.size for c in tile.send.values()) * x.shape[0] * x.shape[1] * x.shape[3] * x.element_size()
-            pred = model(x, static, x_src)
+            weather = x[..., :model_cfg.n_mixed]  # all the mix reads: halos carry no calendar inputs
+            x_src = exchange_halo(weather.contiguous(), tile) if world > 1 else None
+            sent = sum(c.size for c in tile.send.values()) * weather[:, :, :1].numel() * x.element_size()
+            pred = model(x, x_src)
         loss = ((pred - y) ** 2).sum() / count
         opt.zero_grad(set_to_none=True)
         loss.backward()

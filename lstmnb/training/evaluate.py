@@ -45,12 +45,17 @@ def per_point_scores(w, pred) -> list[dict[str, Any]]:
     return rows
 
 
+def mse_skill_score(mse_model: float, mse_base: float) -> float | None:
+    """The MSE skill score 1 - MSE_model / MSE_baseline (above 0: better than the baseline); None where mse_base is 0."""
+    return 1 - mse_model / mse_base if mse_base else None
+
+
 def score_row(point: str, lead_hours: int, targets: int, mse: dict[str, float]) -> dict[str, Any]:
-    """One point's scores: RMSE (kelvin) of the model and both baselines from their MSE, and the skill
-    score against each (1 - MSE / MSE of the baseline; None where the baseline is exact)."""
+    """One point's scores: RMSE (kelvin) of the model and both baselines from their MSE, and the MSE skill
+    score against each (``mse_skill_score``; None where the baseline is exact)."""
     return {"point": point, "lead_hours": lead_hours, "targets": targets,
             **{f"{k}_rmse_k": math.sqrt(v) for k, v in mse.items()},
-            **{f"skill_vs_{b}": 1 - mse["model"] / mse[b] if mse[b] else None for b in ("persistence", "climatology")}}
+            **{f"mse_skill_vs_{b}": mse_skill_score(mse["model"], mse[b]) for b in ("persistence", "climatology")}}
 
 
 def skill_section(w, pred) -> dict[str, Any]:

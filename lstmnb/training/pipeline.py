@@ -63,15 +63,20 @@ def recorded_run(windows: Windows, cfg: TrainConfig, state: dict[str, Any] | Non
 
 
 def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict[str, Any] | None = None,
-          on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+          on_epoch_end: Callable[[dict[str, Any]], None] | None = None, model: torch.nn.Module | None = None) -> RunResult:
     """Train a forecaster on ``windows`` as ``cfg`` says and return the record and the model.
 
     ``on_epoch_end`` is called with each epoch's entry after its checkpoint is written (a notebook
     can plot live; a test can interrupt the run there). Resuming a checkpoint whose run finished and
     was recorded trains nothing and returns that record (``RunResult.recorded`` says where it is).
+    ``model``: a network of the caller's to train instead of the point Forecaster (one device, no
+    checkpoint; region mode's neighbour models).
     """
     cfg.validate()
     check_windows(windows, cfg)
+    if model is not None and (cfg.strategy != "single" or cfg.checkpoint):
+        raise ConfigError("a model of the caller's trains on one device without a checkpoint "
+                          f"(got strategy={cfg.strategy!r}, checkpoint={cfg.checkpoint!r})")
     state = load_checkpoint(cfg.checkpoint, cfg) if cfg.resume else None
     done = recorded_run(windows, cfg, state)
     if done is not None:
@@ -81,7 +86,7 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
             return parallel.train_parallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, state=state)
     device = resolve_device(cfg.device)
     with thread_choice(cfg, device) as threads:
-        tr = Trainer(windows, cfg, device)
+        tr = Trainer(windows, cfg, device, model=model)
         tr.restore(state)
         tr.start_peak_memory()
         tr.fit(f"train {device}", on_epoch_end)
@@ -89,8 +94,9 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
     return RunResult(record=record, model=tr.core, windows=windows, device=device, history=tr.history)
 
 
-def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress: bool = True):
-    """Extract (or read from cache) the request's series and window it as ``cfg`` says.
+def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress: bool = True, keys: bool = False):
+    """Extract (or read from cache) the request's series and window it as ``cfg`` says (``keys``: as keyed
+    windows, see ``windows.make_windows``).
 
     Returns (windows, data_info) where data_info is the record's ``data`` section.
     """
@@ -104,7 +110,7 @@ def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress:
 
         grid = {"latitude": ds["latitude"].values.tolist(), "longitude": ds["longitude"].values.tolist()}
         ds = box_to_points(ds)
-    windows = windows_from_dataset(ds, cfg.window_config())
+    windows = windows_from_dataset(ds, cfg.window_config(), keys=keys)
     info = {**request.as_record(), "cells": int(ds.sizes["point"]), "hours": int(ds.sizes["time"])}
     if grid is not None:  # the cells' grid (row-major, as the points are), so records can draw maps
         info["grid"] = grid

@@ -83,7 +83,7 @@ class Trainer:
     """
 
     def __init__(self, windows: Windows, cfg: TrainConfig, device: torch.device, *,
-                 steps_per_epoch: int | None = None, writer: bool = True):
+                 steps_per_epoch: int | None = None, writer: bool = True, model: nn.Module | None = None):
         self.windows, self.cfg, self.device = windows, cfg, device
         self.writer = writer  # False on DDP ranks other than 0: they never write checkpoints
         if device.type == "cuda":
@@ -91,7 +91,9 @@ class Trainer:
         self.adtype = amp_dtype(cfg.amp, device)
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
-        self.core = Forecaster(cfg.model_config(windows.n_features)).to(device)
+        # the point Forecaster the config describes, unless the caller brings its own network (region mode's
+        # reads keyed windows); its ``config`` is the ModelConfig its FLOPs are counted from
+        self.core = (model if model is not None else Forecaster(cfg.model_config(windows.n_features))).to(device)
         self.model: nn.Module = torch.compile(self.core) if cfg.compile else self.core  # strategies wrap it
         self.n_train = windows.x["train"].shape[0]
         self.use_graph, self.graph_reason = graph_plan(cfg, device, self.adtype,

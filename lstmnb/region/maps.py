@@ -1,0 +1,73 @@
+"""Per-cell maps as figures: every panel with its own colour scale and colour bar, and differences or
+skill scores on a diverging scale centred on 0.
+
+One shared scale hid the result: beside climatology (several kelvin) every model panel took the same
+dark colour. So a level panel (an RMSE) is scaled to its own range, and what a comparison is about, a
+difference between two forecasts or a skill score, gets a symmetric scale around 0 (blue: better).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One map: ``data`` (latitude, longitude), its ``title`` and colour-bar ``label``. ``kind``: 'level'
+    (own scale), 'difference' (centred on 0, lower is better: an RMSE difference) or 'skill' (centred on 0,
+    higher is better: a skill score)."""
+
+    title: str
+    data: xr.DataArray
+    label: str
+    kind: str = "level"
+
+
+KINDS = {"level": "viridis", "difference": "RdBu_r", "skill": "RdBu"}
+
+
+def plot_panels(panels: list[Panel], title: str):
+    """The panels side by side, each with its own colour bar, under ``title``. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    if not panels:
+        raise ConfigError("no maps to draw")
+    for p in panels:
+        if p.kind not in KINDS:
+            raise ConfigError(f"panel kind {p.kind!r} is not one of {', '.join(KINDS)}")
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.8), squeeze=False, sharey=True)
+    for ax, p in zip(axes[0], panels):
+        values = np.asarray(p.data.values, dtype=np.float64)
+        cols = np.arange(p.data.sizes["longitude"])  # columns in order: a box across 0E stays in one piece
+        style = {"cmap": KINDS[p.kind]}
+        if p.kind != "level":
+            lim = float(np.nanmax(np.abs(values))) or 1.0
+            style.update(vmin=-lim, vmax=lim)
+        im = ax.pcolormesh(cols, p.data["latitude"].values, values, shading="nearest", **style)
+        ax.set_title(p.title, fontsize=10)
+        ticks = cols[:: -(-len(cols) // 3)]  # at most three labels: they are wide
+        ax.set_xticks(ticks, [f"{p.data['longitude'].values[i] % 360:g}" for i in ticks])
+        ax.set_xlabel("longitude (E)")
+        fig.colorbar(im, ax=ax, label=p.label, shrink=0.85, orientation="horizontal", pad=0.2)
+    axes[0][0].set_ylabel("latitude")
+    fig.suptitle(title, y=1.02)
+    return fig
+
+
+def rmse_panels(maps: xr.Dataset, names: list[str]) -> list[Panel]:
+    """A level panel of the per-cell RMSE of each of ``names`` (variables of ``maps``)."""
+    missing = [n for n in names if n not in maps.data_vars]
+    if missing:
+        raise ConfigError(f"no map named {missing[0]!r}; the maps are {list(maps.data_vars)}")
+    return [Panel(f"{n}: RMSE", maps[n], "test RMSE (K)") for n in names]
+
+
+def map_title(what: str, maps: xr.Dataset) -> str:
+    """A figure title naming ``what``, the lead and the test period of ``maps`` (from its attrs)."""
+    lead = maps.attrs.get("lead_hours")
+    return f"{what}, {lead} h ahead, test period {maps.attrs.get('period', 'test part')}"
