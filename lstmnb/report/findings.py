@@ -60,6 +60,9 @@ def _found(records: pd.DataFrame | None, reference: pd.DataFrame | None, publish
         if not skipped.empty:
             reasons = column(skipped, "reason").fillna("no reason").value_counts()
             text += f"; {len(skipped)} skipped ({'; '.join(f'{r} x{n}' for r, n in reasons.head(2).items())})"
+        diverged = records[status == "diverged"]
+        if not diverged.empty:  # a run whose loss or forecast went non-finite: an outcome, never a figure
+            text += f"; {len(diverged)} diverged (their reason says at which epoch and step, and what to try)"
         parts.append(text)
     else:
         parts.append("no run records of your own")
