@@ -107,7 +107,7 @@ def train_and_print(request, cfg, results, map_path: str | None = None) -> None:
     import json
     import warnings
 
-    from ..errors import OutputError
+    from ..errors import DivergedError, OutputError
     from ..records import runs_path
     from ..training import run
     from ..training.parallel import is_rank_zero
@@ -124,6 +124,14 @@ def train_and_print(request, cfg, results, map_path: str | None = None) -> None:
         print_run(exc.result.record)
         print("\nthe run's record, not appended (copy this line into a results .jsonl file to keep it):")
         print(json.dumps(exc.result.record, default=str))
+        raise
+    except DivergedError as exc:  # the epochs before it, where its record went, then the one-line error
+        from ..report import epochs_table, format_table
+
+        if exc.result.record.get("epochs"):
+            print(format_table(epochs_table(exc.result.record)))
+        if results is not None:
+            print(f"record {exc.result.record['run_id']} (status diverged) appended to {runs_path(results)}")
         raise
     if not is_rank_zero():
         return

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ..device import cpu_threads, resolve_device
-from ..errors import ConfigError, OutputError
+from ..errors import ConfigError, DivergedError, OutputError
 from ..models import Forecaster
 from ..paths import why_not_written
 from ..records import DEFAULT_FILE, append_record, append_record_once, runs_path
@@ -134,7 +134,8 @@ def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
         on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Prepare data, train, and append the record to ``results`` (a .jsonl file or folder;
     ``records.DEFAULT_FILE``: results/runs.jsonl; None: do not record), once per finished run. When the
-    record cannot be written, an ``OutputError`` carries the finished run as ``.result``."""
+    record cannot be written, an ``OutputError`` carries the finished run as ``.result``; a run that
+    diverged is recorded, then raised as a ``DivergedError`` carrying it (``train`` returns it instead)."""
     windows, info = prepare_windows(request, cfg, progress=cfg.progress)
     result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end)
     if is_rank_zero():  # under torchrun only rank 0 writes
@@ -145,4 +146,8 @@ def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
                               f"{why_not_written(exc)}")
             err.exit_status, err.result = 1, result
             raise err from None
+    if result.record is not None and result.record["status"] == "diverged":  # recorded, and not a success
+        err = DivergedError(result.record["reason"])
+        err.result = result
+        raise err
     return result

@@ -26,6 +26,7 @@ from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, recorded_marker, sa
 from .config import TrainConfig
 from .evaluate import predict, rmse_kelvin
 from .graphs import STREAM_WARNING, GRAPH_WARMUP_STEPS, graph_plan
+from .guards import DivergenceGuard, stops_on_divergence
 from .summary import finish_record
 
 
@@ -109,6 +110,7 @@ class Trainer:
         self.n_train = windows.x["train"].shape[0]
         self.sched = _make_scheduler(self.opt, cfg, steps_per_epoch or math.ceil(self.n_train / cfg.batch_size))
         self.scaler = torch.amp.GradScaler("cuda") if self.adtype == torch.float16 else None
+        self.guard = DivergenceGuard(device, scaled=self.scaler is not None)  # non-finite figures end the run
         self.target_std = float(windows.scaler.std[0])
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] = {"val_rmse_k": math.inf, "epoch": None, "state": None}
@@ -193,7 +195,7 @@ class Trainer:
         else:
             loss.backward()
         if self.cfg.grad_clip:
-            nn.utils.clip_grad_norm_(self.core.parameters(), self.cfg.grad_clip)
+            self.guard.norm(nn.utils.clip_grad_norm_(self.core.parameters(), self.cfg.grad_clip))
         if self.scaler is not None:
             self.scaler.step(self.opt)
             self.scaler.update()
@@ -230,7 +232,7 @@ class Trainer:
                     static_loss = F.mse_loss(self.model(sx).float(), sy)
                 static_loss.backward()
                 if self.cfg.grad_clip:
-                    nn.utils.clip_grad_norm_(self.core.parameters(), self.cfg.grad_clip)
+                    self.guard.norm(nn.utils.clip_grad_norm_(self.core.parameters(), self.cfg.grad_clip))
                 self.opt.step()
             self._graph = (graph, sx, sy, static_loss)
         graph, sx, sy, static_loss = self._graph
@@ -246,9 +248,11 @@ class Trainer:
         seen = 0
         self.model.train()
         step = self.graph_step if self.use_graph else self.step
+        self.guard.start_epoch(len(self.history) + 1)
         for xb, yb in batches:
-            loss_sum += step(xb, yb) * xb.shape[0]
+            loss_sum += self.guard.see(step(xb, yb)) * xb.shape[0]
             seen += xb.shape[0]
+        self.guard.end_epoch()
         return loss_sum, seen, clock(self.device) - t0
 
     def end_epoch(self, train_loss: float, train_s: float, samples: int, **extra: Any) -> dict[str, Any]:
@@ -257,6 +261,7 @@ class Trainer:
         val_mse, val_rmse = rmse_kelvin(self.core, self.x_val, self.y_val, self.target_std,
                                         self.cfg.eval_batch_size)
         eval_s = clock(self.device) - t1
+        self.guard.check_epoch(train_loss, val_rmse)  # a non-finite figure ends the run before it is kept
         cumulative = (self.history[-1]["cumulative_s"] if self.history else 0.0) + train_s + eval_s
         epoch = len(self.history) + 1
         entry = {
@@ -296,6 +301,7 @@ class Trainer:
         loader = self.make_loader()
         return lambda epoch: self.loader_batches(loader)
 
+    @stops_on_divergence  # the loop ends at a non-finite loss, gradient norm or forecast (guard.found)
     def fit(self, desc: str, on_epoch_end: Callable[[dict[str, Any]], None] | None = None, *,
             batches: Callable[[int], Iterable] | None = None,
             reduce: Callable[[int, torch.Tensor, int, float], tuple[float, int, float, dict[str, Any]]] | None = None,
@@ -372,7 +378,8 @@ class Trainer:
                               self.stopped_early, data_info, stop_reason=self.final_stop_reason(),
                               memory=peak_memory_mb(self.device, self.peak_since_reset),
                               cuda_graph={"used": self.use_graph, "reason": self.graph_reason},
-                              run_id=self.run_id, **extra)
+                              run_id=self.run_id, divergence=self.guard.outcome(
+                                  self.cfg, resumed=self.start_epoch > 0, history=self.history, best=self.best), **extra)
 
     def progress_bar(self, desc: str):
         from tqdm.auto import tqdm
