@@ -88,6 +88,18 @@ def test_a_nan_input_stops_the_run_at_its_step_and_run_says_so(tmp_path):
     assert "timing" not in result.record  # no epoch finished: no figure at all
 
 
+def test_a_study_that_needs_every_runs_figures_records_the_diverged_run_and_stops(tmp_path):
+    from lstmnb.errors import DivergedError
+    from lstmnb.training.guards import stop_if_diverged
+
+    w = _windows()
+    w.x["train"][5, 0, 0] = np.inf
+    record = train(w, cfg(experiment="speed")).record
+    with pytest.raises(DivergedError, match="^speed: the run diverged at epoch 1, step"):
+        stop_if_diverged(record, tmp_path)
+    assert [r["status"] for r in read_records(tmp_path)] == ["diverged"]
+
+
 def test_the_guard_finds_the_first_bad_step_when_it_checks_late():
     guard = DivergenceGuard(torch.device("cpu"), every=4)  # as on a GPU: a check every few steps
     guard.start_epoch(3)

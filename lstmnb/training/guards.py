@@ -181,3 +181,15 @@ class DivergenceGuard:
                            + (f"; {' and '.join(kept)}" if kept else "; no earlier epoch was kept"))
         info["value"] = None if value is None else str(value)  # 'nan' / 'inf': JSON has no such numbers
         return info
+
+
+def stop_if_diverged(record: dict[str, Any] | None, results=None) -> None:
+    """For a study that needs every run's figures: a run that diverged is appended to ``results`` (None:
+    not recorded) and the study stops there with its one-line reason (``DivergedError``)."""
+    if record is None or record.get("status") != "diverged":
+        return
+    from ..errors import DivergedError
+    from ..records import append_record
+
+    append_record(record, results)
+    raise DivergedError(f"{record['experiment']}: {record['reason']}")
