@@ -4,11 +4,18 @@ configuration before a resume (a checkpoint from other settings is refused by na
 A checkpoint carries its run's ``run_id``; once the finished run's record is appended, the checkpoint
 is marked ``recorded`` (the record and where it went), so resuming a finished run again shows that
 record instead of appending a second one.
+
+The file is one header line, ``lstmnb-checkpoint sha256 <hex>``, then ``torch.save``'s bytes: the
+SHA-256 of those bytes is checked on every read, so a changed bit anywhere (weights, optimiser or RNG
+state, history) refuses the file instead of resuming from it. Read checkpoints with ``read_checkpoint``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +26,19 @@ from ..paths import atomic_path, sweep_stale_temps, why_not_written
 from .config import TrainConfig
 
 CHECKPOINT_FORMAT = 1
+_HEADER = b"lstmnb-checkpoint sha256 "  # then 64 hex digits and a newline, then torch.save's bytes
 
 
 def save_checkpoint(path: str, state: dict[str, Any]) -> None:
     # a writer killed mid-write left its temporary beside the checkpoint: remove it first
     sweep_stale_temps(Path(path).parent, final=Path(path).name)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    payload = buf.getbuffer()
     try:
-        with atomic_path(path) as tmp:
-            torch.save(state, tmp)
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            fh.write(_HEADER + hashlib.sha256(payload).hexdigest().encode() + b"\n")
+            fh.write(payload)
     except OSError as exc:
         raise OutputError(f"checkpoint {path} could not be written: {why_not_written(exc)}; the epochs "
                           "checkpointed before are kept") from None
@@ -37,8 +49,10 @@ def read_checkpoint(path: str) -> dict[str, Any] | None:
     p = Path(path)
     if not p.exists():
         return None
+    data = p.read_bytes()
+    payload = _verified_payload(p, data)
     try:
-        state = torch.load(p, map_location="cpu", weights_only=False)
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise ValueError("not an lstmnb checkpoint")
     except Exception as exc:  # torch raises many kinds for truncated or foreign files
@@ -47,6 +61,27 @@ def read_checkpoint(path: str) -> dict[str, Any] | None:
             f"or run without --resume"
         ) from None
     return state
+
+
+def _verified_payload(path: Path, data: bytes) -> memoryview:
+    """``torch.save``'s bytes of a checkpoint file, after checking them against the SHA-256 in its header
+    (CheckpointError on a mismatch; the file is left as it is). A file without the header was written by
+    an older lstmnb: read unverified, with a warning."""
+    view = memoryview(data)
+    if not data.startswith(_HEADER):
+        if data[:2] == b"PK":  # torch.save's zip, as lstmnb wrote it before checkpoints had checksums
+            warnings.warn(f"checkpoint {path} was written by an older lstmnb, without a checksum: it is read "
+                          "unverified; the next epoch's checkpoint has one", stacklevel=3)
+        return view
+    start = len(_HEADER) + 65
+    want, payload = data[len(_HEADER):start - 1].decode("ascii", "replace"), view[start:]
+    have = hashlib.sha256(payload).hexdigest()
+    if have != want:
+        raise CheckpointError(f"checkpoint {path} is damaged: its content no longer matches the SHA-256 written "
+                              f"with it ({want[:12]}... vs {have[:12]}... now), so it was changed after it was "
+                              "written (a disk or copy fault); it was left as it is: restore a good copy, or "
+                              "delete it to start over")
+    return payload
 
 
 def load_checkpoint(path: str, cfg: TrainConfig) -> dict[str, Any] | None:
