@@ -4,6 +4,7 @@ the config names, and record the run (once per finished run, however often it is
 from __future__ import annotations
 
 import sys
+import warnings
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -29,6 +30,12 @@ def check_windows(windows: Windows, cfg: TrainConfig) -> None:
             f"windows were built with window/lead/horizon {wc.window}/{wc.lead_hours}/{wc.horizon} but the "
             f"training config says {cfg.window}/{cfg.lead_hours}/{cfg.horizon}; rebuild them with cfg.window_config()"
         )
+    # a batch larger than the training part would be recorded as a batch no step had (DDP ranks check their
+    # per-rank batch times the world size themselves)
+    n_train = windows.x["train"].shape[0]
+    if cfg.batch_size > n_train and cfg.strategy != "ddp":
+        raise ConfigError(f"batch_size={cfg.batch_size} is more than the {n_train} training samples of this data; "
+                          f"use at most {n_train} (one step per epoch), or a longer time range")
 
 
 @contextmanager
@@ -73,6 +80,9 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
     cfg.validate()
     check_windows(windows, cfg)
     state = load_checkpoint(cfg.checkpoint, cfg) if cfg.resume else None
+    if cfg.resume and state is None and is_rank_zero():  # the same command starts and resumes a run
+        warnings.warn(f"--resume: no checkpoint at {cfg.checkpoint} yet, so this is a new run (checkpointed there)",
+                      stacklevel=2)
     done = recorded_run(windows, cfg, state)
     if done is not None:
         return done
