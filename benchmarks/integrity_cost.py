@@ -1,9 +1,9 @@
 """What the integrity checks cost: a checkpoint's SHA-256 (written with it, checked on every read) and the
 sample store's CRC32 file list (checked the first time a process uses the store).
 
-Checkpoints: the same state written and read with plain ``torch.save``/``torch.load`` and with lstmnb's
-``save_checkpoint``/``read_checkpoint``, alternated, medians of the repeats, for the default model and a
-larger one. Sample store: the sizes of all its files against their sizes and CRC32s, alternated. Run it
+Checkpoints: the same state written and read as lstmnb did before checksums (``torch.save`` to a
+temporary renamed into place, ``torch.load``) and with ``save_checkpoint``/``read_checkpoint`` (the
+same, with the SHA-256 header), alternated, medians of the repeats, for the default model and a larger one. Sample store: the sizes of all its files against their sizes and CRC32s, alternated. Run it
 where the sample store is built (it is built first if not):
 
     python benchmarks/integrity_cost.py [--repeats 7] [--hidden 64,512]
@@ -46,10 +46,15 @@ def checkpoint_state(hidden: int, layers: int) -> dict:
 
 
 def bench_checkpoints(hiddens: list[int], repeats: int) -> None:
+    from lstmnb.paths import atomic_path
     from lstmnb.training.checkpoints import read_checkpoint, save_checkpoint
 
-    print(f"{'model':>18} {'MB':>8} {'plain write s':>13} {'lstmnb write s':>14} {'plain read s':>12} "
-          f"{'lstmnb read s':>13} {'sha256 s':>9}")
+    def save_unchecked(path: Path, state: dict) -> None:  # save_checkpoint before checksums
+        with atomic_path(path) as tmp:
+            torch.save(state, tmp)
+
+    print(f"{'model':>22} {'MB':>6} {'write s, before':>15} {'with sha256':>11} {'read s, before':>14} "
+          f"{'with sha256':>11} {'sha256 alone s':>14}")
     with tempfile.TemporaryDirectory() as tmp:
         plain, ours = Path(tmp) / "plain.pt", Path(tmp) / "ours.pt"
         for hidden in hiddens:
@@ -59,7 +64,7 @@ def bench_checkpoints(hiddens: list[int], repeats: int) -> None:
             for rep in range(repeats):  # alternated, so the machine's load hits both alike
                 for name in (("plain", "ours") if rep % 2 == 0 else ("ours", "plain")):
                     if name == "plain":
-                        w[name].append(_median_s(lambda: torch.save(state, plain), 1))
+                        w[name].append(_median_s(lambda: save_unchecked(plain, state), 1))
                         r[name].append(_median_s(lambda: torch.load(plain, weights_only=False), 1))
                     else:
                         w[name].append(_median_s(lambda: save_checkpoint(str(ours), state), 1))
@@ -67,9 +72,9 @@ def bench_checkpoints(hiddens: list[int], repeats: int) -> None:
             data = ours.read_bytes()
             sha = _median_s(lambda: hashlib.sha256(data).hexdigest(), repeats)
             label = f"hidden {hidden}, {2 if hidden > 64 else 1} layer(s)"
-            print(f"{label:>18} {len(data) / 1e6:8.2f} {statistics.median(w['plain']):13.4f} "
-                  f"{statistics.median(w['ours']):14.4f} {statistics.median(r['plain']):12.4f} "
-                  f"{statistics.median(r['ours']):13.4f} {sha:9.4f}")
+            print(f"{label:>22} {len(data) / 1e6:6.2f} {statistics.median(w['plain']):15.4f} "
+                  f"{statistics.median(w['ours']):11.4f} {statistics.median(r['plain']):14.4f} "
+                  f"{statistics.median(r['ours']):11.4f} {sha:14.4f}")
 
 
 def bench_sample(repeats: int) -> None:

@@ -49,12 +49,14 @@ def read_checkpoint(path: str) -> dict[str, Any] | None:
     p = Path(path)
     if not p.exists():
         return None
-    data = p.read_bytes()
-    payload = _verified_payload(p, data)
     try:
-        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+        with open(p, "rb") as fh:
+            _verify(p, fh)  # leaves fh at the start of torch.save's bytes
+            state = torch.load(fh, map_location="cpu", weights_only=False)
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise ValueError("not an lstmnb checkpoint")
+    except CheckpointError:
+        raise
     except Exception as exc:  # torch raises many kinds for truncated or foreign files
         raise CheckpointError(
             f"checkpoint {p} is corrupt or half-written ({type(exc).__name__}); delete it to start over, "
@@ -63,25 +65,28 @@ def read_checkpoint(path: str) -> dict[str, Any] | None:
     return state
 
 
-def _verified_payload(path: Path, data: bytes) -> memoryview:
-    """``torch.save``'s bytes of a checkpoint file, after checking them against the SHA-256 in its header
-    (CheckpointError on a mismatch; the file is left as it is). A file without the header was written by
-    an older lstmnb: read unverified, with a warning."""
-    view = memoryview(data)
-    if not data.startswith(_HEADER):
-        if data[:2] == b"PK":  # torch.save's zip, as lstmnb wrote it before checkpoints had checksums
+def _verify(path: Path, fh) -> None:
+    """Check the bytes after the header line of the open checkpoint ``fh`` against the SHA-256 in it
+    (CheckpointError on a mismatch; the file is left as it is) and leave ``fh`` at their start (torch.load
+    reads an archive from where its file stands). A file without the header was written by an older
+    lstmnb: read unverified from its start, with a warning."""
+    header = fh.read(len(_HEADER) + 65)
+    if not header.startswith(_HEADER):
+        if header[:2] == b"PK":  # torch.save's zip, as lstmnb wrote it before checkpoints had checksums
             warnings.warn(f"checkpoint {path} was written by an older lstmnb, without a checksum: it is read "
-                          "unverified; the next epoch's checkpoint has one", stacklevel=3)
-        return view
-    start = len(_HEADER) + 65
-    want, payload = data[len(_HEADER):start - 1].decode("ascii", "replace"), view[start:]
-    have = hashlib.sha256(payload).hexdigest()
+                          "unverified; the next epoch's checkpoint has one", stacklevel=4)
+        fh.seek(0)
+        return
+    digest = hashlib.sha256()
+    while chunk := fh.read(1 << 20):
+        digest.update(chunk)
+    want, have = header[len(_HEADER):-1].decode("ascii", "replace"), digest.hexdigest()
     if have != want:
         raise CheckpointError(f"checkpoint {path} is damaged: its content no longer matches the SHA-256 written "
                               f"with it ({want[:12]}... vs {have[:12]}... now), so it was changed after it was "
                               "written (a disk or copy fault); it was left as it is: restore a good copy, or "
                               "delete it to start over")
-    return payload
+    fh.seek(len(header))
 
 
 def load_checkpoint(path: str, cfg: TrainConfig) -> dict[str, Any] | None:
