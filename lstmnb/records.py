@@ -228,6 +228,7 @@ class RecordsRead:
     lines: int = 0  # non-blank lines read
     broken: int = 0  # lines that are not JSON objects
     invalid: int = 0  # JSON objects that fail the record schema
+    faults: list[tuple[Path, str, list[tuple[int, str]]]] = field(default_factory=list)  # (file, what, [(line, why)])
 
     def why_none(self) -> str:
         """Why no record was read, as the end of a sentence: missing, empty or corrupt."""
@@ -237,21 +238,22 @@ class RecordsRead:
         where = ", ".join(map(str, self.files))
         if not self.lines:
             return f"{where} {'is' if len(self.files) == 1 else 'are'} empty: no run records yet"
+        file, line, why = min(((f, *found[0]) for f, _, found in self.faults),  # the first fault by file and line
+                              key=lambda fault: (self.files.index(fault[0]), fault[1]))
         return (f"{where} {'holds' if len(self.files) == 1 else 'hold'} no valid run record: all {self.lines} "
-                f"line(s) are corrupt ({self.broken} not JSON, {self.invalid} failing the record schema; see the "
-                f"warning above)")
+                f"line(s) are corrupt ({self.broken} not JSON, {self.invalid} failing the record schema; the first: "
+                f"{file}:{line}, {why})")
 
-
-def _warn_skipped(file: Path, faults: list[tuple[int, str]], one: str, many: str) -> None:
-    if not faults:
-        return
-    n = len(faults)
-    first_line, first_why = faults[0]
-    more = (f"; lines {', '.join(str(line) for line, _ in faults[:5])}" + (f" and {n - 5} more" if n > 5 else "")
-            if n > 1 else "")
-    warnings.warn(f"{file}:{first_line}: skipped {n} {many if n > 1 else one}, the first at line {first_line} "
-                  f"({first_why}){more}; the file's good records were read",
-                  BrokenRecordsWarning, stacklevel=3)
+    def warn(self) -> None:
+        """One ``BrokenRecordsWarning`` per file and fault: how many lines, which, and the first one's reason."""
+        for file, what, found in self.faults:
+            one, many = {"broken": ("broken record line", "broken record lines"),
+                         "invalid": ("record that fails the record schema", "records that fail the record schema")}[what]
+            n, (first_line, first_why) = len(found), found[0]
+            more = (f"; lines {', '.join(str(line) for line, _ in found[:5])}" + (f" and {n - 5} more" if n > 5 else "")
+                    if n > 1 else "")
+            warnings.warn(f"{file}:{first_line}: skipped {n} {many if n > 1 else one}, the first at line {first_line} "
+                          f"({first_why}){more}; the file's good records were read", BrokenRecordsWarning, stacklevel=3)
 
 
 def scan_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> RecordsRead:
@@ -259,9 +261,9 @@ def scan_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> Reco
     checked against the record schema (``record_schema``): what ``read_records`` and the messages of
     the commands that read records use.
 
-    Lines that are not JSON objects, and records that fail the schema, are skipped with one
-    ``BrokenRecordsWarning`` per file and fault: how many, their line numbers and the first one's reason
-    (for a failing record: the field and why). Good records are never dropped.
+    Lines that are not JSON objects, and records that fail the schema, are skipped and listed in
+    ``faults`` (``RecordsRead.warn`` says them: per file and fault, how many, their line numbers and the
+    first one's reason; for a failing record, the field and why). Good records are never dropped.
     """
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     found = RecordsRead(paths=[Path(p) for p in paths])
@@ -289,15 +291,16 @@ def scan_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> Reco
                 found.records.append(rec)
         found.broken += len(broken)
         found.invalid += len(invalid)
-        _warn_skipped(file, broken, "broken record line", "broken record lines")
-        _warn_skipped(file, invalid, "record that fails the record schema", "records that fail the record schema")
+        found.faults += [(file, what, lines) for what, lines in (("broken", broken), ("invalid", invalid)) if lines]
     return found
 
 
 def read_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[dict[str, Any]]:
-    """Every valid record in the given files or folders (see ``scan_records``, which also says why there
-    are none)."""
-    return scan_records(paths).records
+    """Every valid record in the given files or folders; lines skipped are warned about (see
+    ``scan_records``, which also says why there are none)."""
+    found = scan_records(paths)
+    found.warn()
+    return found.records
 
 
 def load_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> "pd.DataFrame":

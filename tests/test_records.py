@@ -153,22 +153,23 @@ def _write(path, lines):
 
 @pytest.mark.parametrize("command", [["results"], ["results", "--by", "machine"], ["bench", "cost"]])
 def test_readers_tell_corrupt_from_empty_from_missing(tmp_path, capsys, command):
+    """One line each: the issue's reader printed a warning, then 'run `lstmnb train` first' for a corrupt file."""
     from lstmnb import cli
 
     bad = _write(tmp_path / "bad.jsonl", [json.dumps(rec(status=5, started=12345)), "not json at all"])
     empty = _write(tmp_path / "empty.jsonl", [])
     (tmp_path / "nothing").mkdir()
-    expected = {str(bad): "holds no valid run record: all 2 line(s) are corrupt (1 not JSON, 1 failing the record schema",
-                str(empty): "is empty: no run records yet; run `lstmnb train` first",
-                str(tmp_path / "nothing"): "holds no results file (.jsonl); run `lstmnb train` first"}
+    expected = {bad: "holds no valid run record: all 2 line(s) are corrupt (1 not JSON, 1 failing the record schema; "
+                     f"the first: {bad}:1, field status: 5 is not one of ok, oom, skipped, failed, diverged)",
+                empty: "is empty: no run records yet; run `lstmnb train` first",
+                tmp_path / "nothing": "holds no results file (.jsonl); run `lstmnb train` first"}
+    where = " ".join(command[:2]) if command[0] == "bench" else "results"
     for target, message in expected.items():
-        assert cli.main(command + [target]) == 2
-        err = capsys.readouterr().err.splitlines()
-        assert message in err[-1] and err[-1].startswith(f"lstmnb {' '.join(command[:2]) if command[0] == 'bench' else 'results'}")
-        if target == str(bad):  # the two warnings name the file, the lines and the failing field
-            assert err[0] == (f"lstmnb: warning: {bad}:2: skipped 1 broken record line, the first at line 2 "
-                              "(Expecting value); the file's good records were read")
-            assert f"{bad}:1: skipped 1 record that fails the record schema, the first at line 1 (field" in err[1]
+        assert cli.main(command + [str(target)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"lstmnb {where}: error: no run records: {target} ")
+        assert err.rstrip().endswith(message)
+    assert "run `lstmnb train` first" not in expected[bad]  # corrupt is not 'nothing recorded yet'
 
 
 def test_wrong_types_never_reach_the_tables(tmp_path, capsys):

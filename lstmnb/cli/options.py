@@ -210,11 +210,11 @@ def read_runs(args) -> list[dict]:
     paths = args.paths or [results_dir()]
     found = scan_records(paths)
     runs = [r for r in found.records if not args.experiment or r["experiment"].startswith(args.experiment)]
+    if not found.records:  # one line: missing, empty, or corrupt with its first fault (no warnings before it)
+        raise DataError(f"no run records: {found.why_none()}" + ("" if found.faults else "; run `lstmnb train` first"))
+    found.warn()
     if runs:
         return runs
-    if not found.records:
-        raise DataError(f"no run records: {found.why_none()}; run `lstmnb train` first" if found.broken + found.invalid == 0
-                        else f"no run records: {found.why_none()}")
     others = sorted({r["experiment"] for r in found.records})
     raise DataError(f"no run records of experiment {args.experiment}* in {', '.join(map(str, paths))}; the "
                     f"{len(found.records)} record(s) there are of {', '.join(others[:8])}{', ...' if len(others) > 8 else ''}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .checks import check_plot, check_records_args, check_results, check_split_dates
+from .checks import check_plot, check_profile_name, check_records_args, check_results, check_split_dates
 from .options import (add_records_args, add_request_args, add_results_args, add_train_args, int_list, read_runs,
                       request_from_args, results_path, save_plot, train_config_from_args)
 from .notebooks_cmd import print_series
@@ -64,6 +64,11 @@ def check_training(cfg, request, results) -> None:
     cfg.validate()
     check_split_dates(cfg, request)
     resolve_device(cfg.device)
+    check_profile_name(cfg.profile)
+    if cfg.strategy == "ddp" and cfg.nproc:  # before the data is read, not once the ranks start
+        from ..training.parallel import check_world_size, ddp_device_kind
+
+        check_world_size(ddp_device_kind(cfg.device), cfg.nproc)
     if cfg.checkpoint:
         check_writable(cfg.checkpoint, "file", "--checkpoint")
         if cfg.resume and Path(cfg.checkpoint).exists():
