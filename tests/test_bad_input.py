@@ -423,13 +423,14 @@ def test_every_sub_command_checks_its_input_before_it_runs():
 
 
 # --- inputs that need the data to be judged, and inputs that run with a note ------------------------------
-# These read the sample (the session cache): each ends in one line on stderr, an error with exit status 2
-# before any training (nothing written but cache blocks), or a note on a run that goes ahead.
+# These read the sample (the session cache): each gives one line on stderr, a note on a run that goes ahead
+# (an error, exit status 2, would leave nothing written but cache blocks).
 TD = ["train", "--start", "2020-01-01", "--end", "2020-01-31", "--epochs", "1", "--hidden", "8", "--no-progress",
       "--threads", "1", "--device", "cpu", "--results", "{tmp}/r.jsonl"]
 DATA_CASES = [
-    pytest.param(TD + ["--batch-size", "1000000000"], 2, ("lstmnb train: error: batch_size=1000000000 is more than the",
-                                                          "training samples of this data; use at most"), id="batch-size-beyond-data"),
+    pytest.param(TD + ["--batch-size", "1000000000"], 0, ("lstmnb: warning: batch_size=1000000000 is more than the",
+                                                          "training samples of this data: each epoch is one step of all"),
+                 id="batch-size-beyond-data"),
     pytest.param(TD + ["--checkpoint", "{tmp}/missing.pt", "--resume"], 0,
                  ("lstmnb: warning: --resume: no checkpoint at {tmp}/missing.pt yet, so this is a new run",),
                  id="resume-without-a-checkpoint-yet"),
@@ -446,4 +447,4 @@ def test_inputs_judged_with_the_data_give_one_line(sample_store_path, tmp_path, 
     for fragment in fragments:
         assert fragment.replace("{tmp}", str(tmp_path)) in err, (fragment, err)
     recorded = (tmp_path / "r.jsonl").exists()
-    assert recorded == (status == 0)  # a refused run records nothing; the noted one ran and recorded
+    assert recorded == (status == 0)  # a noted run ran and recorded; a refused one records nothing

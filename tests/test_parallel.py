@@ -90,7 +90,7 @@ def test_bad_ddp_settings_fail_before_any_process_starts():
     cfg = TrainConfig(**TINY, strategy="ddp")
     windows = synthetic_windows(cfg, days=20)
     too_many = cpu_cores() + 1
-    with pytest.raises(DeviceError, match=f"world_size={too_many} ranks on this node.*use --nproc"):
+    with pytest.raises(DeviceError, match=f"world_size={too_many} ranks on this node.*give --nproc at most {too_many - 1}"):
         train(windows, replace(cfg, nproc=too_many))
     with pytest.raises(ConfigError, match="uneven_shards=True needs strategy='ddp' and input_path='fast'"):
         train(windows, replace(cfg, uneven_shards=True, input_path="dataloader"))

@@ -30,12 +30,12 @@ def check_windows(windows: Windows, cfg: TrainConfig) -> None:
             f"windows were built with window/lead/horizon {wc.window}/{wc.lead_hours}/{wc.horizon} but the "
             f"training config says {cfg.window}/{cfg.lead_hours}/{cfg.horizon}; rebuild them with cfg.window_config()"
         )
-    # a batch larger than the training part would be recorded as a batch no step had (DDP ranks check their
-    # per-rank batch times the world size themselves)
+    # a batch larger than the training part works (one full-batch step per epoch) but is not what the number
+    # says: a note (DDP ranks refuse a per-rank batch times the world size beyond the data themselves)
     n_train = windows.x["train"].shape[0]
     if cfg.batch_size > n_train and cfg.strategy != "ddp":
-        raise ConfigError(f"batch_size={cfg.batch_size} is more than the {n_train} training samples of this data; "
-                          f"use at most {n_train} (one step per epoch), or a longer time range")
+        warnings.warn(f"batch_size={cfg.batch_size} is more than the {n_train} training samples of this data: each "
+                      f"epoch is one step of all {n_train} (the record's data.sizes.train)", stacklevel=3)
 
 
 @contextmanager
