@@ -104,15 +104,18 @@ if fault == "training":  # in the middle of epoch 2, after epoch 1's checkpoint
         return step(self, xb, yb)
     trainer.Trainer.step = counting_step
 elif fault == "checkpoint-write":  # epoch 2's checkpoint half written to its temporary
-    save, calls = torch.save, {"n": 0}
-    def half_save(obj, path):
+    from contextlib import contextmanager
+    real, calls = checkpoints.atomic_path, {"n": 0}
+    @contextmanager
+    def half_written(path, **kw):
         calls["n"] += 1
-        save(obj, path)
-        if calls["n"] == 2:
-            with open(path, "r+b") as fh:
-                fh.truncate(os.path.getsize(path) // 2)
-            die()
-    checkpoints.torch.save = half_save
+        with real(path, **kw) as tmp:
+            yield tmp
+            if calls["n"] == 2:  # killed before the rename, with half the bytes on disk
+                with open(tmp, "r+b") as fh:
+                    fh.truncate(os.path.getsize(tmp) // 2)
+                die()
+    checkpoints.atomic_path = half_written
 elif fault == "after-final-checkpoint":
     on_epoch_end = lambda entry: die() if entry["epoch"] == 3 else None
 elif fault == "after-record":  # the record is appended, the checkpoint not yet marked
