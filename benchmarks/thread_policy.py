@@ -1,69 +1,115 @@
-"""Epoch time under load: torch's default intra-op threads (one per core) against the load policy
-(``lstmnb.device.thread_policy``), on the embedded sample at the published model size.
+"""The CPU thread policy sees the present (``lstmnb.device.cpu_threads``): a run started just after another
+job ended uses every core, and a run beside a busy process still backs off.
 
-The two settings alternate (default, policy, default, ...) so that a change in the machine's load hits
-both alike; each run's steady epochs (warm-up apart) give its median epoch time, and the medians over the
-repeats are compared. The load average at each run's start is printed beside it. Run it while the machine
-is busy (other jobs, or `python benchmarks/thread_policy.py --burn 2` to add two busy processes):
+Two scenarios, each repeated, on the embedded sample at the published model size:
 
-    python benchmarks/thread_policy.py [--repeats 5] [--epochs 4] [--end 2020-03-31] [--burn N]
+- after a job: a job keeps every core busy for ``--job-s`` seconds (one spinning process per core) and
+  ends; a CPU run starts at once with the policy's threads, and one with every core (``--threads``)
+  follows, in alternating order over the repeats;
+- beside a busy process: one spinning process keeps one core busy while a run with the policy's threads
+  and one with every core alternate.
+
+For each run it prints what the policy measured (other processes' busy cores over its 0.2 s window), the
+threads it chose, the 1-minute load average at that moment and the threads the load-average rule lstmnb
+used before would have chosen, and the run's median steady-epoch samples/s; then the medians per setting.
+On a machine that other jobs keep busy the policy backs off in both scenarios, as it should: say how
+loaded the machine was when quoting the figures.
+
+    python benchmarks/thread_policy.py [--repeats 3] [--epochs 3] [--end 2020-02-29] [--job-s 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing as mp
 import os
 import statistics
+import time
+import warnings
 from dataclasses import replace
 
+import psutil
 import torch
 
 from lstmnb.data import Request
-from lstmnb.device import cpu_cores
+from lstmnb.device import busy_cores, cpu_cores
 from lstmnb.training import TrainConfig, prepare_windows, train
 
 
-def _spin(_: int) -> None:  # a busy process: what shares the cores on a loaded machine
-    while True:
+def _spin(seconds: float) -> None:  # a busy process: what shares the cores on a loaded machine
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
         pass
+
+
+def _start(n: int, seconds: float) -> list:
+    procs = [mp.get_context("fork").Process(target=_spin, args=(seconds,), daemon=True) for _ in range(n)]
+    for proc in procs:
+        proc.start()
+    return procs
+
+
+def _stop(procs: list) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join()
+
+
+def load_average_rule(cores: int, default: int) -> int:
+    """The threads lstmnb chose before: the 1-minute load average less this process's own share."""
+    proc = psutil.Process()
+    own = sum(proc.cpu_times()[:2]) / max(time.time() - proc.create_time(), 60.0)
+    others = max(0.0, os.getloadavg()[0] - own)
+    return max(1, min(default, math.floor(cores - others + 0.5)))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=5, help="runs of each setting, alternated")
-    ap.add_argument("--epochs", type=int, default=4, help="epochs per run (the first is warm-up)")
-    ap.add_argument("--end", default="2020-03-31", help="last day of the sample series (from 2020-01-01)")
-    ap.add_argument("--burn", type=int, default=0, help="start this many busy processes for the measurement")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each setting per scenario, alternated")
+    ap.add_argument("--epochs", type=int, default=3, help="epochs per run (the first is warm-up)")
+    ap.add_argument("--end", default="2020-02-29", help="last day of the sample series (from 2020-01-01)")
+    ap.add_argument("--job-s", type=float, default=20.0, help="seconds the job before each 'after a job' pair runs")
     args = ap.parse_args()
 
-    burners = [mp.Process(target=_spin, args=(i,), daemon=True) for i in range(args.burn)]
-    for p in burners:
-        p.start()
-    try:
-        cfg = TrainConfig(device="cpu", epochs=args.epochs, progress=False)
+    cores, default = cpu_cores(), torch.get_num_threads()
+    cfg = TrainConfig(device="cpu", epochs=args.epochs, patience=None, batch_size=64, lr=1e-3, residual=False,
+                      calendar=False, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the sample's short climatology note
         windows, _ = prepare_windows(Request(end=args.end), cfg, progress=False)
-        default = torch.get_num_threads()
-        print(f"torch {torch.__version__}: {default} intra-op threads by default, {cpu_cores()} cores usable, "
-              f"{args.burn} busy process(es) added; {windows.sizes()['train']} training samples, "
-              f"{args.epochs} epochs per run\n")
-        print(f"{'run':>4} {'setting':>8} {'load':>6} {'threads':>7} {'median epoch s':>15}  policy")
-        epoch_s: dict[str, list[float]] = {"default": [], "policy": []}
+    print(f"torch {torch.__version__}: {default} intra-op threads by default, {cores} cores usable; "
+          f"{windows.sizes()['train']} training samples, {args.epochs} epochs per run; load average at the start "
+          f"{', '.join(f'{v:.2f}' for v in os.getloadavg())}\n")
+    print(f"{'scenario':>14} {'setting':>9} {'busy':>5} {'threads':>7} {'load 1m':>7} {'old rule':>8} "
+          f"{'samples/s':>10}  policy")
+    rates: dict[tuple[str, str], list[float]] = {}
+    for scenario in ("after a job", "beside a busy"):
         for rep in range(args.repeats):
-            for name in (("default", "policy") if rep % 2 == 0 else ("policy", "default")):
-                run_cfg = replace(cfg, threads=default if name == "default" else None)
-                load = os.getloadavg()[0]
-                rec = train(windows, run_cfg).record
-                s = rec["timing"]["epoch_s_median"]
-                epoch_s[name].append(s)
-                print(f"{rep + 1:>4} {name:>8} {load:>6.2f} {rec['threads']['used']:>7} {s:>15.3f}  "
-                      f"{rec['threads']['policy']}")
-        d, p = statistics.median(epoch_s["default"]), statistics.median(epoch_s["policy"])
-        print(f"\nmedian epoch: default threads {d:.3f} s, policy {p:.3f} s; the policy is {d / p:.2f}x "
-              f"{'faster' if p < d else 'slower'}")
-    finally:
-        for proc in burners:
-            proc.terminate()
+            if scenario == "after a job" and args.job_s > 0:
+                background = busy_cores()["others"]
+                for proc in _start(cores, args.job_s):
+                    proc.join()  # the job runs its course and ends; the runs start at once
+                print(f"{'':>14} (before the {args.job_s:g} s job, other processes kept {background:.2f} cores busy)")
+            busy = _start(1, 3600) if scenario == "beside a busy" else []
+            try:
+                for name in (("policy", "all cores") if rep % 2 == 0 else ("all cores", "policy")):
+                    old = load_average_rule(cores, default)
+                    load = os.getloadavg()[0]
+                    rec = train(windows, replace(cfg, threads=None if name == "policy" else default)).record
+                    th, sps = rec["threads"], rec["timing"]["samples_per_s"]
+                    rates.setdefault((scenario, name), []).append(sps)
+                    print(f"{scenario:>14} {name:>9} {th['busy_cores'] if th['busy_cores'] is not None else '-':>5} "
+                          f"{th['used']:>7} {load:>7.2f} {old:>8} {sps:>10,.0f}  {th['policy']}")
+            finally:
+                _stop(busy)
+    print()
+    for scenario in ("after a job", "beside a busy"):
+        pol, full = (statistics.median(rates[(scenario, n)]) for n in ("policy", "all cores"))
+        print(f"{scenario}: median samples/s with the policy's threads {pol:,.0f}, with all {default} threads "
+              f"{full:,.0f} (policy / all = {pol / full:.2f})")
+    print(f"load average at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -119,53 +119,87 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def thread_policy(cores: int, load: float | None, default: int, *, own_load: float = 0.0,
-                  requested: int | None = None, env_threads: int | None = None) -> dict[str, Any]:
+BUSY_WINDOW_S = 0.2  # how long ``cpu_threads`` watches the cores before a CPU run
+
+
+def thread_policy(cores: int, busy: float | None, default: int, *, own: float = 0.0, window_s: float | None = None,
+                  load_1min: float | None = None, requested: int | None = None,
+                  env_threads: int | None = None) -> dict[str, Any]:
     """How many intra-op threads a CPU run uses, and why (the record's ``threads`` section). Pure.
 
     ``requested`` (``--threads``) always wins, then an ``OMP_NUM_THREADS`` the user set
     (``env_threads``). Otherwise torch's ``default`` (one per core) is cut when other processes keep
-    the cores busy: OpenMP threads spin while they wait for each other, so a thread that shares its core
-    with another busy process stalls the whole step (measured: an epoch 2.3x slower beside one busy
-    process on 2 cores). Other processes' load is the 1-minute ``load`` less this process's own share
-    (``own_load``); the run takes the cores they leave, rounded, at least one.
+    the cores busy now: OpenMP threads spin while they wait for each other, so a thread that shares its
+    core with another busy process stalls the whole step (measured: an epoch 2.3x slower beside one busy
+    process on 2 cores). ``busy`` is how many of the ``cores`` other processes kept busy over the last
+    ``window_s`` seconds (``busy_cores``; this process's own ``own`` is already left out); the run takes the
+    cores they leave, rounded, at least one. ``load_1min`` is only recorded, for comparison: the load
+    average keeps a finished job's load for a minute, so it is not what the choice reads.
     """
     base: dict[str, Any] = {"cores": cores, "default": default,
-                            "load": None if load is None else round(load, 2), "own_load": round(own_load, 2)}
+                            "busy_cores": None if busy is None else round(busy, 2), "own_busy": round(own, 2),
+                            "window_s": None if window_s is None else round(window_s, 3),
+                            "load_1min": None if load_1min is None else round(load_1min, 2)}
     if requested is not None:
         return {**base, "used": requested, "policy": "explicit", "reason": "threads set by the caller (--threads)"}
     if env_threads is not None:
         return {**base, "used": env_threads, "policy": "environment", "reason": "OMP_NUM_THREADS is set"}
-    if load is None:
-        return {**base, "used": default, "policy": "default", "reason": "no load average on this system"}
-    others = max(0.0, load - own_load)
-    free = cores - others
-    used = max(1, min(default, math.floor(free + 0.5)))
+    if busy is None:
+        return {**base, "used": default, "policy": "default", "reason": "no CPU time counters on this system"}
+    used = max(1, min(default, math.floor(cores - busy + 0.5)))
+    seen = f"other processes kept {busy:.1f} of {cores} core(s) busy over the last {window_s or 0:.1f} s"
     if used >= default:
-        return {**base, "used": default, "policy": "default",
-                "reason": f"load {others:.1f} from other processes leaves the {cores} core(s) free enough"}
+        return {**base, "used": default, "policy": "default", "reason": f"{seen}: enough left for {default} thread(s)"}
     return {**base, "used": used, "policy": "reduced for load",
-            "reason": f"other processes keep {others:.1f} of {cores} core(s) busy, and threads that share a "
-                      f"core spin; --threads N chooses"}
+            "reason": f"{seen}, and threads that share a core spin; --threads N chooses"}
 
 
-def own_cpu_load() -> float:
-    """This process's share of the 1-minute load average, estimated from its CPU time: all of it for a
-    process younger than a minute, else its average rate over its life."""
-    import psutil
+def _ticks(cpus: set[int]) -> tuple[int, int] | None:
+    """(busy, all) clock ticks since boot of ``cpus`` (Linux /proc/stat), or None where there is none.
+    Busy is user, nice, system, irq, softirq and steal (a hypervisor's other guests): all but idle and iowait."""
+    try:
+        with open("/proc/stat") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    busy = total = 0
+    for line in lines:
+        name, _, rest = line.partition(" ")
+        if not (name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus):
+            continue
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in rest.split()[:8])
+        working = user + nice + system + irq + softirq + steal
+        busy += working
+        total += working + idle + iowait
+    return busy, total
 
-    proc = psutil.Process()
-    cpu = sum(proc.cpu_times()[:2])
-    age = max(time.time() - proc.create_time(), 1e-3)
-    return cpu / max(age, 60.0)
+
+def busy_cores(window_s: float = BUSY_WINDOW_S, cpus: set[int] | None = None) -> dict[str, float] | None:
+    """How many of ``cpus`` (default: the cores this process may run on) were busy over the next
+    ``window_s`` seconds: ``others`` (every process but this one) and ``own`` (this process's CPU time);
+    None without /proc/stat. What the machine is doing now, not in the last minute."""
+    cpus = set(os.sched_getaffinity(0)) if cpus is None else set(cpus)
+    before, own0, t0 = _ticks(cpus), os.times(), time.perf_counter()
+    if before is None:
+        return None
+    time.sleep(window_s)
+    after, own1, elapsed = _ticks(cpus), os.times(), time.perf_counter() - t0
+    ticks = max(after[1] - before[1], 1)
+    busy = (after[0] - before[0]) / ticks * len(cpus)  # busy share of the ticks, in cores
+    own = ((own1.user - own0.user) + (own1.system - own0.system)) / elapsed
+    return {"others": max(0.0, busy - own), "own": own, "window_s": elapsed}
 
 
 def cpu_threads(requested: int | None = None) -> dict[str, Any]:
-    """``thread_policy`` with this machine's cores, load and torch's default thread count."""
+    """``thread_policy`` with this machine's cores, the cores other processes keep busy now (measured over
+    ``BUSY_WINDOW_S``, only when neither ``requested`` nor ``OMP_NUM_THREADS`` decides) and torch's default."""
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    env_threads = torch.get_num_threads() if env.isdigit() and int(env) > 0 else None
+    seen = busy_cores() if requested is None and env_threads is None else None
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return thread_policy(cpu_cores(), load, torch.get_num_threads(), own_load=own_cpu_load(), requested=requested,
-                         env_threads=torch.get_num_threads() if env.isdigit() and int(env) > 0 else None)
+    return thread_policy(cpu_cores(), None if seen is None else seen["others"], torch.get_num_threads(),
+                         own=seen["own"] if seen else 0.0, window_s=seen["window_s"] if seen else None,
+                         load_1min=load, requested=requested, env_threads=env_threads)
 
 
 # fixed for the process: /proc/cpuinfo is read once, not twice per record

@@ -33,5 +33,12 @@ class OutputError(LstmnbError):
     exit_status = 2
 
 
+class DivergedError(LstmnbError):
+    """A run's loss, gradient norm or forecast stopped being finite: it ended there and was recorded as
+    ``diverged`` (``.result`` is the run). Exit status 1: the run happened, and failed."""
+
+    exit_status = 1
+
+
 class NotebookError(LstmnbError):
     """A notebook failed, or the series was asked for with a profile, notebook or parameter that does not exist."""

@@ -16,6 +16,7 @@ import platform
 import subprocess
 import uuid
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -23,12 +24,12 @@ import numpy as np
 
 from . import __version__
 from .paths import results_dir
+from .record_schema import STATUSES, record_problem
 
 if TYPE_CHECKING:
     import pandas as pd
 
 SCHEMA = 1
-STATUSES = ("ok", "oom", "skipped", "failed")
 RUNS_FILE = "runs.jsonl"
 
 
@@ -205,35 +206,84 @@ def _holds_run(fd: int, size: int, run_id: str | None) -> bool:
     return False
 
 
-def _record_files(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[Path]:
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
+def _record_files(paths: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(the .jsonl files in ``paths``, folders searched recursively; the paths that do not exist)."""
     files: list[Path] = []
-    for p in map(Path, paths):
+    missing: list[Path] = []
+    for p in paths:
         if p.is_dir():
             files.extend(sorted(p.rglob("*.jsonl")))
         elif p.exists():
             files.append(p)
-    return files
+        else:
+            missing.append(p)
+    return files, missing
 
 
 class BrokenRecordsWarning(UserWarning):
-    """A results file holds lines that are not records (one warning per file, with the count)."""
+    """A results file holds lines that are not records, or records that fail the record schema (one
+    warning per file and fault, with the count, the first lines and the first failing field)."""
 
 
-def read_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[dict[str, Any]]:
-    """Every record in the given files or folders (searched recursively for ``*.jsonl``).
+@dataclass
+class RecordsRead:
+    """What reading results files found: the valid records, and what was not one (for the messages)."""
 
-    Broken lines are skipped with one ``BrokenRecordsWarning`` per file (how many, and the first one's
-    line number and reason); good records are never dropped.
+    paths: list[Path] = field(default_factory=list)  # the files and folders asked for
+    records: list[dict[str, Any]] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)  # the results files found there
+    missing: list[Path] = field(default_factory=list)  # the paths that do not exist
+    lines: int = 0  # non-blank lines read
+    broken: int = 0  # lines that are not JSON objects
+    invalid: int = 0  # JSON objects that fail the record schema
+    faults: list[tuple[Path, str, list[tuple[int, str]]]] = field(default_factory=list)  # (file, what, [(line, why)])
+
+    def why_none(self) -> str:
+        """Why no record was read, as the end of a sentence: missing, empty or corrupt."""
+        if not self.files:
+            return "; ".join(f"{p} is missing" if p in self.missing else f"{p} holds no results file (.jsonl)"
+                             for p in self.paths) or "no results path given"
+        where = ", ".join(map(str, self.files))
+        if not self.lines:
+            return f"{where} {'is' if len(self.files) == 1 else 'are'} empty: no run records yet"
+        file, line, why = min(((f, *found[0]) for f, _, found in self.faults),  # the first fault by file and line
+                              key=lambda fault: (self.files.index(fault[0]), fault[1]))
+        return (f"{where} {'holds' if len(self.files) == 1 else 'hold'} no valid run record: all {self.lines} "
+                f"line(s) are corrupt ({self.broken} not JSON, {self.invalid} failing the record schema; the first: "
+                f"{file}:{line}, {why})")
+
+    def warn(self) -> None:
+        """One ``BrokenRecordsWarning`` per file and fault: how many lines, which, and the first one's reason."""
+        for file, what, found in self.faults:
+            one, many = {"broken": ("broken record line", "broken record lines"),
+                         "invalid": ("record that fails the record schema", "records that fail the record schema")}[what]
+            n, (first_line, first_why) = len(found), found[0]
+            more = (f"; lines {', '.join(str(line) for line, _ in found[:5])}" + (f" and {n - 5} more" if n > 5 else "")
+                    if n > 1 else "")
+            warnings.warn(f"{file}:{first_line}: skipped {n} {many if n > 1 else one}, the first at line {first_line} "
+                          f"({first_why}){more}; the file's good records were read", BrokenRecordsWarning, stacklevel=3)
+
+
+def scan_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> RecordsRead:
+    """Read every record in the given files or folders (searched recursively for ``*.jsonl``), each
+    checked against the record schema (``record_schema``): what ``read_records`` and the messages of
+    the commands that read records use.
+
+    Lines that are not JSON objects, and records that fail the schema, are skipped and listed in
+    ``faults`` (``RecordsRead.warn`` says them: per file and fault, how many, their line numbers and the
+    first one's reason; for a failing record, the field and why). Good records are never dropped.
     """
-    records: list[dict[str, Any]] = []
-    for file in _record_files(paths):
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    found = RecordsRead(paths=[Path(p) for p in paths])
+    found.files, found.missing = _record_files(found.paths)
+    for file in found.files:
         broken: list[tuple[int, str]] = []
+        invalid: list[tuple[int, str]] = []
         with open(file, encoding="utf-8", errors="replace") as fh:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
+                found.lines += 1
                 try:
                     rec = json.loads(line)
                     if not isinstance(rec, dict):
@@ -241,14 +291,24 @@ def read_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list
                 except ValueError as exc:
                     broken.append((lineno, str(exc).split(":")[0]))
                     continue
+                problem = record_problem(rec)
+                if problem is not None:
+                    invalid.append((lineno, f"field {problem}"))
+                    continue
                 rec.setdefault("_file", str(file))
-                records.append(rec)
-        if broken:
-            (first, why), n = broken[0], len(broken)
-            warnings.warn(f"{file}:{first}: skipped {n} broken record line{'s' if n > 1 else ''}, the first at line "
-                          f"{first} ({why}); the file's good records were read",
-                          BrokenRecordsWarning, stacklevel=2)
-    return records
+                found.records.append(rec)
+        found.broken += len(broken)
+        found.invalid += len(invalid)
+        found.faults += [(file, what, lines) for what, lines in (("broken", broken), ("invalid", invalid)) if lines]
+    return found
+
+
+def read_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list[dict[str, Any]]:
+    """Every valid record in the given files or folders; lines skipped are warned about (see
+    ``scan_records``, which also says why there are none)."""
+    found = scan_records(paths)
+    found.warn()
+    return found.records
 
 
 def load_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> "pd.DataFrame":

@@ -15,11 +15,13 @@ import pytest
 import yaml
 
 from lstmnb import cli
+from lstmnb.device import cpu_cores
 
 T = ["train", "--start", "2020-01-01", "--end", "2020-01-31", "--epochs", "1", "--hidden", "8", "--no-progress"]
 NB = ["notebooks", "run", "--profile", "ci"]
 SB = ["scratch", "bench", "--epochs", "1", "--repeats", "1"]
 RO = "{ro}"  # a read-only folder (see read_only_folder)
+BEYOND = str(cpu_cores() + 1)  # more local ranks than this machine has cores (each gloo rank needs one)
 
 
 def case(id_, argv, *fragments, env=None):
@@ -57,6 +59,14 @@ CASES = [
     case("checkpoint-read-only", T + ["--checkpoint", RO + "/ck.pt"], "--checkpoint", "read-only"),
     case("checkpoint-under-a-file", T + ["--checkpoint", "{tmp}/plain.txt/ck.pt"], "plain.txt", "is a file, not a folder"),
     case("checkpoint-corrupt", T + ["--checkpoint", "{tmp}/corrupt.pt", "--resume"], "corrupt.pt", "corrupt or half-written"),
+    case("checkpoint-flipped-bit", T + ["--checkpoint", "{tmp}/flipped.pt", "--resume"], "flipped.pt is damaged",
+         "no longer matches the SHA-256 written with it"),
+    case("profile-unknown", T + ["--profile", "nope"], "unknown profile 'nope'", "choose from"),
+    case("ddp-nproc-beyond-cores", T + ["--strategy", "ddp", "--device", "cpu", "--nproc", BEYOND],
+         f"world_size={BEYOND} ranks on this node", "give --nproc at most"),
+    case("omp-num-threads-word", T, "OMP_NUM_THREADS='abc'", "whole number >= 1", env={"OMP_NUM_THREADS": "abc"}),
+    case("omp-num-threads-zero", ["results"], "lstmnb results: error: OMP_NUM_THREADS='0'", "whole number >= 1",
+         env={"OMP_NUM_THREADS": "0"}),
     case("resume-without-checkpoint", T + ["--resume"], "resume=True", "needs a checkpoint"),
     case("results-empty", T + ["--results", ""], "--results is empty", ".jsonl file or a folder"),
     case("results-read-only", T + ["--results", RO + "/r.jsonl"], "--results file", "read-only"),
@@ -128,6 +138,13 @@ CASES = [
     case("results-missing-path", ["results", "/nonexistent/runs.jsonl"], "'/nonexistent/runs.jsonl' does not exist",
          ".jsonl"),
     case("results-experiment-empty", ["results", "--experiment", ""], "--experiment is empty", "experiment name"),
+    case("results-corrupt-file", ["results", "{tmp}/corrupt.jsonl"], "corrupt.jsonl holds no valid run record",
+         "all 2 line(s) are corrupt (1 not JSON, 1 failing the record schema; the first: {tmp}/corrupt.jsonl:1, field status"),
+    case("results-empty-file", ["results", "{tmp}/empty.jsonl"], "empty.jsonl is empty", "run `lstmnb train` first"),
+    case("results-folder-without-records", ["results", "{tmp}/adir"], "adir holds no results file (.jsonl)",
+         "run `lstmnb train` first"),
+    case("cost-corrupt-file", ["bench", "cost", "{tmp}/corrupt.jsonl"], "lstmnb bench cost: error: no run records",
+         "all 2 line(s) are corrupt"),
     # --- data -----------------------------------------------------------------------------------------------
     case("data-concurrency-zero", ["data", "--concurrency", "0"], "concurrency must be >= 1, got 0", "1..4096"),
     case("data-concurrency-huge", ["data", "--concurrency", "1000000"], "got 1000000", "1..4096"),
@@ -147,6 +164,12 @@ CASES = [
     case("data-start-word", ["data", "--start", "yesterday-ish"], "start 'yesterday-ish'", "ISO date"),
     case("data-point-south-one-number", ["data", "--point", "-33"], "'-33' is not LAT,LON", "-33,151"),
     case("data-cache-is-a-file", ["data"], "cache folder", "is a file", env={"LSTMNB_CACHE": "{tmp}/plain.txt"}),
+    case("data-status-with-source", ["data", "--status", "--source", "/nonexistent"], "--status lists the whole cache",
+         "leave out --source"),
+    case("data-status-with-point", ["data", "--status", "--point", "95,0"], "--status lists the whole cache",
+         "leave out --point"),
+    case("data-status-with-csv", ["data", "--status", "--csv", "{tmp}/x.csv", "--refresh"], "leave out --refresh, --csv",
+         "drop --status to extract"),
     # --- notebooks ------------------------------------------------------------------------------------------
     case("nb-profile-unknown", ["notebooks", "run", "--profile", "nope"], "unknown profile 'nope'", "choose from"),
     case("nb-profile-empty", ["notebooks", "run", "--profile", ""], "profile name ''", "choose from"),
@@ -206,9 +229,14 @@ CASES = [
     case("scaling-comm-steps", ["bench", "scaling", "--comm-steps", "-1"], "comm_split_steps=-1", ">= 0"),
     case("scaling-mode", ["bench", "scaling", "--mode", "diagonal"], "'diagonal'", "choose from 'strong', 'weak', 'both'"),
     case("scaling-plot-folder", ["bench", "scaling", "--plot", "{tmp}/adir"], "--plot", "is a folder"),
+    case("scaling-world-sizes-beyond-cores", ["bench", "scaling", "--device", "cpu", "--mode", "weak", "--world-sizes",
+                                              "1," + BEYOND], f"world_size={BEYOND} ranks", "give --world-sizes at most"),
+    case("scaling-profile-unknown", ["bench", "scaling", "--profile", "nope"], "unknown profile 'nope'", "choose from"),
     case("allreduce-budget-negative", ["bench", "allreduce", "--budget-s", "-1"], "budget_s=-1.0", "positive number of seconds"),
     case("allreduce-world-size-one", ["bench", "allreduce", "--world-size", "1"], "world_size=1", "2.."),
     case("allreduce-world-size-huge", ["bench", "allreduce", "--world-size", "100000"], "world_size=100000", "2.."),
+    case("allreduce-world-size-beyond-cores", ["bench", "allreduce", "--device", "cpu", "--world-size", BEYOND],
+         f"world_size={BEYOND} ranks on this node", "give --world-size at most"),
     case("allreduce-min-bytes-zero", ["bench", "allreduce", "--min-bytes", "0"], "'0' is not a size >= 1 byte", "64K"),
     case("allreduce-min-bytes-small", ["bench", "allreduce", "--min-bytes", "2"], "min_bytes (2)", "4 <= min_bytes"),
     case("allreduce-max-below-min", ["bench", "allreduce", "--min-bytes", "4K", "--max-bytes", "1K"], "max_bytes (1024)",
@@ -240,6 +268,8 @@ CASES = [
     case("scratch-seed-negative", SB + ["--seed", "-1"], "seed=-1", "0..18446744073709551615"),
     case("scratch-seed-huge", SB + ["--seed", str(2**70)], f"seed={2**70}", "0..18446744073709551615"),
     case("scratch-era5-hours", SB + ["--data", "era5", "--hours", "1000000000"], "hours=1000000000", "1..13128"),
+    case("scratch-airline-hours", SB + ["--data", "airline", "--hours", "5"], "--hours 5 is for --data era5",
+         "leave --hours out"),
     case("scratch-window-zero", SB + ["--window", "0"], "window=0", "positive whole number"),
     case("scratch-versions-empty", SB + ["--versions", ""], "--versions ''", "loops,numpy"),
     case("scratch-versions-unknown", SB + ["--versions", "numpy,fortran"], "'fortran' not known", "loops,numpy"),
@@ -256,6 +286,8 @@ CASES = [
     case("scratch-results-read-only", SB + ["--results", RO + "/r.jsonl"], "--results file", "read-only"),
     # --- doctor and the command itself ---------------------------------------------------------------------
     case("doctor-profile-unknown", ["doctor", "--profile", "nope"], "unknown profile 'nope'", "choose from"),
+    case("doctor-cache-is-a-file", ["doctor"], "cache folder", "is a file, not a folder",
+         env={"LSTMNB_CACHE": "{tmp}/plain.txt"}),
     case("command-unknown", ["trian"], "invalid choice: 'trian'", "choose from 'train'"),
     case("bench-kind-unknown", ["bench", "sped"], "invalid choice: 'sped'", "'speed'"),
     case("bench-kind-missing", ["bench"], "required: KIND", "lstmnb bench --help"),
@@ -291,20 +323,43 @@ def read_only_folder(tmp_path):
         ro.chmod(0o755)
 
 
+@pytest.fixture(scope="module")
+def real_checkpoint(tmp_path_factory) -> bytes:
+    """The bytes of a real checkpoint: one epoch of a tiny run."""
+    import numpy as np
+    import pandas as pd
+
+    from lstmnb.training import TrainConfig, train
+    from lstmnb.windows import make_windows
+
+    t = pd.date_range("2020-03-01", periods=24 * 20, freq="h")
+    w = make_windows(285 + np.sin(np.arange(len(t)))[:, None], t, TrainConfig(window=12).window_config())
+    path = tmp_path_factory.mktemp("ckpt") / "c.pt"
+    train(w, TrainConfig(window=12, hidden=4, epochs=1, progress=False, device="cpu", threads=1, checkpoint=str(path)))
+    return path.read_bytes()
+
+
 @pytest.fixture
-def world(tmp_path, monkeypatch, read_only_folder):
+def world(tmp_path, monkeypatch, read_only_folder, real_checkpoint):
     """A working folder, a cache and a results folder with content, and the malformed files the cases name."""
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "kept.bin").write_bytes(os.urandom(64))
     (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "runs.jsonl").write_text(json.dumps({"schema": 1, "run_id": "x", "experiment": "train",
-                                                                 "status": "ok"}) + "\n")
+    (tmp_path / "results" / "runs.jsonl").write_text(json.dumps({
+        "schema": 1, "run_id": "x", "started": "2024-05-01T12:00:00+00:00", "experiment": "train", "status": "ok",
+        "device": {"kind": "cpu"}}) + "\n")
     (tmp_path / "work").mkdir()
     (tmp_path / "adir").mkdir()
     (tmp_path / "dir.jsonl").mkdir()
     (tmp_path / "plain.txt").write_text("just some text\n")
     (tmp_path / "binary.bin").write_bytes(b"\xff\xfe\x00\x81" * 16)
     (tmp_path / "corrupt.pt").write_bytes(b"not a checkpoint")
+    flipped = bytearray(real_checkpoint)
+    flipped[len(flipped) // 2] ^= 0x08  # one bit in the middle of torch.save's bytes
+    (tmp_path / "flipped.pt").write_bytes(bytes(flipped))
+    (tmp_path / "corrupt.jsonl").write_text(json.dumps({"schema": 1, "run_id": "c", "started": 12345, "experiment": ["a"],
+                                                        "status": 5, "device": {"kind": "cpu"}}) + "\nnot json\n")
+    (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "bad_yaml.yaml").write_text("label: [unclosed\nkernel: python3\n")
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
     (tmp_path / "list.json").write_text("[1, 2]")
@@ -365,3 +420,31 @@ def test_every_sub_command_checks_its_input_before_it_runs():
 
     missing = [" ".join(path) for path, p in leaves(parser, []) if p.get_default("check") is None]
     assert missing == []
+
+
+# --- inputs that need the data to be judged, and inputs that run with a note ------------------------------
+# These read the sample (the session cache): each gives one line on stderr, a note on a run that goes ahead
+# (an error, exit status 2, would leave nothing written but cache blocks).
+TD = ["train", "--start", "2020-01-01", "--end", "2020-01-31", "--epochs", "1", "--hidden", "8", "--no-progress",
+      "--threads", "1", "--device", "cpu", "--results", "{tmp}/r.jsonl"]
+DATA_CASES = [
+    pytest.param(TD + ["--batch-size", "1000000000"], 0, ("lstmnb: warning: batch_size=1000000000 is more than the",
+                                                          "training samples of this data: each epoch is one step of all"),
+                 id="batch-size-beyond-data"),
+    pytest.param(TD + ["--checkpoint", "{tmp}/missing.pt", "--resume"], 0,
+                 ("lstmnb: warning: --resume: no checkpoint at {tmp}/missing.pt yet, so this is a new run",),
+                 id="resume-without-a-checkpoint-yet"),
+]
+
+
+@pytest.mark.parametrize("argv, status, fragments", DATA_CASES)
+def test_inputs_judged_with_the_data_give_one_line(sample_store_path, tmp_path, monkeypatch, capsys, argv, status,
+                                                   fragments):
+    monkeypatch.chdir(tmp_path)
+    code = cli.main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    out, err = capsys.readouterr()
+    assert code == status and err.count("\n") == 1 and "Traceback" not in err, (code, err)
+    for fragment in fragments:
+        assert fragment.replace("{tmp}", str(tmp_path)) in err, (fragment, err)
+    recorded = (tmp_path / "r.jsonl").exists()
+    assert recorded == (status == 0)  # a noted run ran and recorded; a refused one records nothing

@@ -93,7 +93,7 @@ def test_second_call_reads_the_cache(small_store, tmp_path):
     assert {r["target"] for r in status(tmp_path)} == {"cell-r4-c4", "cell-r84-c4"}
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncate", "empty"])
+@pytest.mark.parametrize("damage", ["garbage", "truncate", "empty", "flipped-bit"])
 def test_corrupt_cache_is_detected_and_rebuilt(small_store, tmp_path, damage):
     good = extract(req(small_store), cache_dir=tmp_path, progress=False)
     files = sorted(tmp_path.rglob("*.npy"))
@@ -102,6 +102,8 @@ def test_corrupt_cache_is_detected_and_rebuilt(small_store, tmp_path, damage):
     payload = victim.read_bytes()
     if damage == "garbage":
         victim.write_bytes(payload[:-8] + b"\x00garbage")
+    elif damage == "flipped-bit":  # same size: only the CRC32 in the file's name tells
+        victim.write_bytes(payload[:200] + bytes([payload[200] ^ 0x01]) + payload[201:])
     elif damage == "truncate":
         victim.write_bytes(payload[: len(payload) // 2])
     else:

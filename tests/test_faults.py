@@ -104,15 +104,18 @@ if fault == "training":  # in the middle of epoch 2, after epoch 1's checkpoint
         return step(self, xb, yb)
     trainer.Trainer.step = counting_step
 elif fault == "checkpoint-write":  # epoch 2's checkpoint half written to its temporary
-    save, calls = torch.save, {"n": 0}
-    def half_save(obj, path):
+    from contextlib import contextmanager
+    real, calls = checkpoints.atomic_path, {"n": 0}
+    @contextmanager
+    def half_written(path, **kw):
         calls["n"] += 1
-        save(obj, path)
-        if calls["n"] == 2:
-            with open(path, "r+b") as fh:
-                fh.truncate(os.path.getsize(path) // 2)
-            die()
-    checkpoints.torch.save = half_save
+        with real(path, **kw) as tmp:
+            yield tmp
+            if calls["n"] == 2:  # killed before the rename, with half the bytes on disk
+                with open(tmp, "r+b") as fh:
+                    fh.truncate(os.path.getsize(tmp) // 2)
+                die()
+    checkpoints.atomic_path = half_written
 elif fault == "after-final-checkpoint":
     on_epoch_end = lambda entry: die() if entry["epoch"] == 3 else None
 elif fault == "after-record":  # the record is appended, the checkpoint not yet marked
@@ -160,3 +163,45 @@ def test_killed_run_resumed_leaves_one_record_equal_to_an_uninterrupted_run(faul
     assert len(records) == 1 and records[0]["run_id"] == resumed.record["run_id"] == again.record["run_id"]
     _same_results(records[0], uninterrupted)
     assert not list(tmp_path.glob(".*.tmp*"))  # no temporary left behind
+
+
+# --- checkpoints carry a checksum of their content (issue 23) ---------------------------------------------
+
+def _flip(path, offset):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["rng-state", "weights", "last-byte"])
+def test_a_flipped_bit_in_a_checkpoint_is_refused_and_the_file_left_as_it_is(tmp_path, where):
+    import hashlib
+
+    from lstmnb.errors import CheckpointError
+
+    w, ckpt = _windows(), tmp_path / "c.pt"
+    train(w, cfg(epochs=2, checkpoint=str(ckpt)))
+    state, data = read_checkpoint(str(ckpt)), ckpt.read_bytes()
+    found = {"rng-state": data.find(state["torch_rng"].numpy().tobytes()[1000:1064]) + 10,  # the issue's bit
+             "weights": data.find(state["model"]["head.weight"].numpy().tobytes()) + 1,
+             "last-byte": len(data) - 1}
+    assert min(found.values()) > 64  # each lies in torch.save's bytes, past the header
+    _flip(ckpt, found[where])
+    damaged = hashlib.sha256(ckpt.read_bytes()).hexdigest()
+    with pytest.raises(CheckpointError, match=r"c.pt is damaged: its content no longer matches the SHA-256"):
+        read_checkpoint(str(ckpt))
+    with pytest.raises(CheckpointError, match="is damaged"):  # --resume refuses, before any epoch
+        train(w, cfg(epochs=3, checkpoint=str(ckpt), resume=True))
+    assert hashlib.sha256(ckpt.read_bytes()).hexdigest() == damaged  # left as it was found
+
+
+def test_a_checkpoint_from_before_checksums_is_read_with_a_warning(tmp_path):
+    import torch
+
+    w, ckpt = _windows(), tmp_path / "c.pt"
+    train(w, cfg(epochs=1, checkpoint=str(ckpt)))
+    torch.save(read_checkpoint(str(ckpt)), ckpt)  # the plain torch.save file older lstmnb wrote
+    with pytest.warns(UserWarning, match="written by an older lstmnb, without a checksum"):
+        resumed = train(w, cfg(epochs=2, checkpoint=str(ckpt), resume=True))
+    assert [e["epoch"] for e in resumed.record["epochs"]] == [1, 2]
+    assert ckpt.read_bytes().startswith(b"lstmnb-checkpoint sha256 ")  # rewritten with one

@@ -21,6 +21,7 @@ from lstmnb.training.parallel.groups import LAUNCH_ENV, free_port
 from lstmnb.errors import ConfigError, DeviceError
 from lstmnb.records import read_records
 from lstmnb.training import TrainConfig, train
+from lstmnb.training.checkpoints import read_checkpoint
 from lstmnb.windows import make_windows
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -90,7 +91,7 @@ def test_bad_ddp_settings_fail_before_any_process_starts():
     cfg = TrainConfig(**TINY, strategy="ddp")
     windows = synthetic_windows(cfg, days=20)
     too_many = cpu_cores() + 1
-    with pytest.raises(DeviceError, match=f"world_size={too_many} ranks on this node.*use --nproc"):
+    with pytest.raises(DeviceError, match=f"world_size={too_many} ranks on this node.*give --nproc at most {too_many - 1}"):
         train(windows, replace(cfg, nproc=too_many))
     with pytest.raises(ConfigError, match="uneven_shards=True needs strategy='ddp' and input_path='fast'"):
         train(windows, replace(cfg, uneven_shards=True, input_path="dataloader"))
@@ -129,7 +130,7 @@ def test_two_gloo_ranks_match_one_process_on_the_combined_batch(tmp_path):
     assert ddp.record["world_size"] == 2 and par["backend"] == "gloo" and par["global_batch"] == 32
     assert ddp.record["epochs"][0]["world_size"] == 2
     assert ddp.record["epochs"][0]["samples_per_s"] > 0
-    state = torch.load(tmp_path / "ck.pt", weights_only=False)  # rank 0's checkpoint, complete
+    state = read_checkpoint(str(tmp_path / "ck.pt"))  # rank 0's checkpoint, complete (its checksum holds)
     assert state["epoch"] == 1 and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
@@ -184,7 +185,7 @@ def test_a_dying_rank_fails_the_run_fast_and_leaves_only_complete_files(tmp_path
     with pytest.raises(parallel.DistributedError, match="rank 1 of 2 exited with status 3 before finishing"):
         parallel.launch_train(windows, cfg, options=parallel.RankOptions(rank_callback=_die_at_epoch_2))
     assert time.monotonic() - t0 < 45
-    state = torch.load(tmp_path / "ck.pt", weights_only=False)  # the last complete checkpoint
+    state = read_checkpoint(str(tmp_path / "ck.pt"))  # the last complete checkpoint (its checksum holds)
     assert state["epoch"] in (1, 2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.pt"]  # no half-written temporary
 
@@ -222,7 +223,7 @@ def test_a_killed_peer_makes_the_other_rank_exit_with_a_clear_error(tmp_path):
     assert "lstmnb train: error: rank 0/2 lost contact with the other ranks" in err
     assert "Traceback" not in err
     assert not results.exists()  # no record from a failed run
-    assert torch.load(ck, weights_only=False)["epoch"] >= 1
+    assert read_checkpoint(str(ck))["epoch"] >= 1
 
 
 # --- launchers --------------------------------------------------------------------------------------

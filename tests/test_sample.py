@@ -195,6 +195,18 @@ def test_store_problem_names_missing_and_cut_files(tmp_path):
     assert "older lstmnb" in store_problem(path)
 
 
+def test_a_flipped_bit_in_a_chunk_is_found_by_its_checksum(tmp_path):
+    """Same size, same modification time (as bit rot on a disk leaves it): only the content tells."""
+    path = _tiny(tmp_path / "s.zarr")
+    chunk = path / "2m_temperature" / "11.0.0"
+    st, data = chunk.stat(), bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    chunk.write_bytes(bytes(data))
+    os.utime(chunk, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert chunk.stat().st_size == st.st_size and chunk.stat().st_mtime_ns == st.st_mtime_ns
+    assert store_problem(path) == "1 file(s) cut or changed, by size or checksum (2m_temperature/11.0.0)"
+
+
 def test_a_chunk_that_does_not_decode_does_not_advise_running_again(tmp_path):
     path = _tiny(tmp_path / "s.zarr")
     chunk = path / "2m_temperature" / "5.0.0"
@@ -235,12 +247,16 @@ def test_killed_first_build_is_swept_and_a_damaged_sample_rebuilt(tmp_path, monk
     cut = store / "2m_temperature" / "200.0.0"
     whole = cut.read_bytes()
     cut.write_bytes(whole[: len(whole) // 2])
+    flipped = store / "2m_temperature" / "250.0.0"
+    intact = flipped.read_bytes()
+    flipped.write_bytes(intact[:100] + bytes([intact[100] ^ 0x04]) + intact[101:])  # one bit, same size
     csv = tmp_path / "out.csv"
     capsys.readouterr()
     assert main(["data", "--refresh", "--end", "2020-01-14", "--no-progress", "--csv", str(csv)]) == 0
     err = capsys.readouterr().err
-    assert "1 file(s) missing (2m_temperature/100.0.0)" in err and "2m_temperature/200.0.0" in err
+    assert "1 file(s) missing (2m_temperature/100.0.0)" in err
+    assert "2 file(s) cut or changed, by size or checksum (2m_temperature/200.0.0, 2m_temperature/250.0.0)" in err
     assert "rebuilding the sample store" in err
     table = pd.read_csv(csv)
     assert len(table) == 14 * 24 * 2 and table.notna().all().all()
-    assert cut.read_bytes() == whole and store_problem(store) is None
+    assert cut.read_bytes() == whole and flipped.read_bytes() == intact and store_problem(store) is None

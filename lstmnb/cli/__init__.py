@@ -8,6 +8,7 @@ its slow options (``full``), so `lstmnb --help` and `lstmnb data` do not import 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import warnings
@@ -15,6 +16,7 @@ from typing import Sequence
 
 from ..errors import LstmnbError
 from . import bench_cmds, data_cmd, doctor_cmd, notebooks_cmd, region_cmd, run_cmds, scratch_cmd
+from .checks import check_omp_num_threads
 
 # the environment variables lstmnb reads, as `lstmnb --help` lists them (README: Environment)
 ENVIRONMENT = """environment:
@@ -111,7 +113,13 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # the top level has only flags (--help, --version), so the first other word names the sub-command
-    parser = build_parser(next((a for a in argv if not a.startswith("-")), ""))
+    command = next((a for a in argv if not a.startswith("-")), "")
+    try:
+        check_omp_num_threads(os.environ)  # before torch loads: libgomp would print its own message first
+    except LstmnbError as exc:
+        print(f"lstmnb{' ' + command if command else ''}: error: {exc}", file=sys.stderr)
+        return 2
+    parser = build_parser(command)
     try:
         args = parser.parse_args(join_negative_values(argv, value_options(parser)))
     except SystemExit as exc:  # --help, --version (0) and parse errors (2, one line printed): a status, not an exit

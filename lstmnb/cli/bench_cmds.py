@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .checks import check_plot, check_records_args, check_results, check_split_dates, positive
+from .checks import check_plot, check_profile_name, check_records_args, check_results, check_split_dates, positive
 from .options import (add_records_args, add_request_args, add_results_args, add_train_args, byte_size, int_list,
                       read_runs, request_from_args, results_path, save_plot, train_config_from_args)
 
@@ -17,6 +17,7 @@ def _check_training_bench(args, cfg=None, device: bool = True) -> None:
 
     cfg = cfg or train_config_from_args(args)
     cfg.validate()
+    check_profile_name(cfg.profile)
     if device:
         resolve_device(cfg.device)
     check_split_dates(cfg, request_from_args(args))
@@ -125,10 +126,13 @@ def _scaling_configs(args, cfg):
 
 
 def _check_bench_scaling(args) -> None:
+    from ..training.parallel import check_world_size, ddp_device_kind
+
     cfg = train_config_from_args(args)
     _check_training_bench(args, cfg)
     for sc in _scaling_configs(args, cfg)[1]:
         sc.validate(cfg)
+    check_world_size(ddp_device_kind(cfg.device), max(args.world_sizes), "--world-sizes")  # before the data
     check_plot(args.plot)
 
 
@@ -192,10 +196,13 @@ def _allreduce_configs(args):
 def _check_bench_allreduce(args) -> None:
     from ..device import resolve_device
 
+    from ..training.parallel import check_world_size, ddp_device_kind
+
     cfg, acfg = _allreduce_configs(args)
     cfg.validate()
     acfg.validate()
     resolve_device(acfg.device)
+    check_world_size(ddp_device_kind(acfg.device), acfg.world_size, "--world-size")
     positive("--step-s", args.step_s, whole=False, none_ok=True)
     check_results(results_path(args))
 

@@ -84,3 +84,27 @@ def check_records_args(args) -> None:
             raise DataError(f"results path {p!r} does not exist; give results files (.jsonl) or folders")
     if args.experiment is not None and not args.experiment.strip():
         raise ConfigError("--experiment is empty; give an experiment name or its start (e.g. scaling), or leave it out")
+
+
+def check_profile_name(name: str | None) -> None:
+    """A training run's ``--profile`` names a profile that exists (shipped, or a .yaml file): the record
+    stores it, and the notebooks and `lstmnb doctor` refuse a name that is neither."""
+    if name is not None:
+        from ..profiles import load_profile
+
+        load_profile(name)
+
+
+def check_omp_num_threads(environ) -> None:
+    """``OMP_NUM_THREADS``, when set, is what OpenMP accepts: whole numbers >= 1 (a list like 4,2 for nested
+    levels). Checked before torch loads, so libgomp's own message does not come first."""
+    import re
+
+    from ..errors import ConfigError
+
+    value = environ.get("OMP_NUM_THREADS")
+    if value is None or not value.strip():
+        return
+    if not re.fullmatch(r"\s*[1-9]\d*(\s*,\s*[1-9]\d*)*\s*", value):
+        raise ConfigError(f"OMP_NUM_THREADS={value!r} must be a whole number >= 1 (or a list like 4,2); unset it "
+                          "to let lstmnb choose, or use --threads N")

@@ -45,6 +45,7 @@ def _check_data(args) -> None:
     from ..paths import check_cache, check_writable
 
     if args.status:
+        _check_status_alone(args)
         return
     check_credentials(args.credentials)
     request_from_args(args)
@@ -52,6 +53,24 @@ def _check_data(args) -> None:
     if args.csv is not None:
         check_writable(args.csv, "file", "--csv")
     check_cache()
+
+
+# what `lstmnb data` asks for or extracts, with the value that means "not given": --status lists the whole
+# cache and uses none of them
+_REQUEST_OPTIONS = (("--source", "source", "sample"), ("--variable", "variables", None), ("--point", "points", None),
+                    ("--box", "box", None), ("--start", "start", None), ("--end", "end", None),
+                    ("--refresh", "refresh", False), ("--concurrency", "concurrency", None),
+                    ("--block-hours", "block_hours", None), ("--credentials", "credentials", None), ("--csv", "csv", None))
+
+
+def _check_status_alone(args) -> None:
+    """--status with a request or extraction option would show the whole cache as if the option applied."""
+    from ..errors import ConfigError
+
+    given = [option for option, dest, unset in _REQUEST_OPTIONS if getattr(args, dest) != unset]
+    if given:
+        raise ConfigError(f"--status lists the whole cache and takes no request or extraction options; leave out "
+                          f"{', '.join(given)} (or drop --status to extract)")
 
 
 def _run_data(args) -> int:

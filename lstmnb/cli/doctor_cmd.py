@@ -21,10 +21,14 @@ def add_doctor(sub, full: bool) -> None:
 
 
 def _check_doctor(args) -> None:
+    """The named profiles exist, and the cache folder (where every command keeps the sample and the
+    extracted series) can be written: a cache on a file is not 'ready'."""
+    from ..paths import check_cache
     from ..profiles import load_profile
 
     for name in args.profiles or ():
         load_profile(name)
+    check_cache()
 
 
 def _run_doctor(args) -> int:

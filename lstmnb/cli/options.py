@@ -200,18 +200,21 @@ def add_records_args(p: argparse.ArgumentParser) -> None:
 
 
 def read_runs(args) -> list[dict]:
-    """The records in ``args.paths`` (default: the results folder) whose experiment starts with
-    ``args.experiment``; DataError when there are none."""
+    """The valid records in ``args.paths`` (default: the results folder) whose experiment starts with
+    ``args.experiment``; a DataError saying why there are none: nothing there (missing), empty files,
+    only corrupt lines, or only other experiments."""
     from ..errors import DataError
     from ..paths import results_dir
-    from ..records import read_records
+    from ..records import scan_records
 
     paths = args.paths or [results_dir()]
-    runs = [r for r in read_records(paths)
-            if not args.experiment or str(r.get("experiment") or "").startswith(args.experiment)]
-    if not runs:
-        which = f" of experiment {args.experiment}*" if args.experiment else ""
-        raise DataError(f"no run records{which} in {', '.join(map(str, paths))}; run `lstmnb train` first")
-    return runs
-
-
+    found = scan_records(paths)
+    runs = [r for r in found.records if not args.experiment or r["experiment"].startswith(args.experiment)]
+    if not found.records:  # one line: missing, empty, or corrupt with its first fault (no warnings before it)
+        raise DataError(f"no run records: {found.why_none()}" + ("" if found.faults else "; run `lstmnb train` first"))
+    found.warn()
+    if runs:
+        return runs
+    others = sorted({r["experiment"] for r in found.records})
+    raise DataError(f"no run records of experiment {args.experiment}* in {', '.join(map(str, paths))}; the "
+                    f"{len(found.records)} record(s) there are of {', '.join(others[:8])}{', ...' if len(others) > 8 else ''}")

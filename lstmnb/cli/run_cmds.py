@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .checks import check_plot, check_records_args, check_results, check_split_dates
+from .checks import check_plot, check_profile_name, check_records_args, check_results, check_split_dates
 from .options import (add_records_args, add_request_args, add_results_args, add_train_args, int_list, read_runs,
                       request_from_args, results_path, save_plot, train_config_from_args)
 from .notebooks_cmd import print_series
@@ -68,6 +68,11 @@ def check_training(cfg, request, results) -> None:
     cfg.validate()
     check_split_dates(cfg, request)
     resolve_device(cfg.device)
+    check_profile_name(cfg.profile)
+    if cfg.strategy == "ddp" and cfg.nproc:  # before the data is read, not once the ranks start
+        from ..training.parallel import check_world_size, ddp_device_kind
+
+        check_world_size(ddp_device_kind(cfg.device), cfg.nproc)
     if cfg.checkpoint:
         check_writable(cfg.checkpoint, "file", "--checkpoint")
         if cfg.resume and Path(cfg.checkpoint).exists():
@@ -115,7 +120,7 @@ def train_and_print(request, cfg, results, map_path: str | None = None) -> None:
     import json
     import warnings
 
-    from ..errors import OutputError
+    from ..errors import DivergedError, OutputError
     from ..records import runs_path
     from ..training import run
     from ..training.parallel import is_rank_zero
@@ -132,6 +137,14 @@ def train_and_print(request, cfg, results, map_path: str | None = None) -> None:
         print_run(exc.result.record)
         print("\nthe run's record, not appended (copy this line into a results .jsonl file to keep it):")
         print(json.dumps(exc.result.record, default=str))
+        raise
+    except DivergedError as exc:  # the epochs before it, where its record went, then the one-line error
+        from ..report import epochs_table, format_table
+
+        if exc.result.record.get("epochs"):
+            print(format_table(epochs_table(exc.result.record)))
+        if results is not None:
+            print(f"record {exc.result.record['run_id']} (status diverged) appended to {runs_path(results)}")
         raise
     if not is_rank_zero():
         return

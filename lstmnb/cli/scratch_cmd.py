@@ -26,7 +26,7 @@ def add_scratch(sub, full: bool) -> None:
                    help="comma-separated versions (default all: " + ",".join(SCRATCH_VERSIONS) + ")")
     b.add_argument("--data", default="airline", help="airline (default) or era5 (the embedded sample point series)")
     b.add_argument("--window", type=int, default=None, help="input steps per sample (default 12 airline, 24 era5)")
-    b.add_argument("--hours", type=int, default=24 * 42, help="era5: hours of the series (default 1008)")
+    b.add_argument("--hours", type=int, default=None, help="era5: hours of the series (default 1008)")
     b.add_argument("--hidden", type=int, default=32, help="hidden units (default 32)")
     b.add_argument("--epochs", type=int, default=30, help="epochs per run (default 30)")
     b.add_argument("--batch-size", type=int, default=16, help="samples per optimiser step (default 16)")
@@ -62,7 +62,8 @@ def _config(args):
     from ..scratch.fit import ScratchConfig
 
     window = args.window if args.window is not None else default_window(args.data)
-    return ScratchConfig(data=args.data, window=window, hours=args.hours, hidden=args.hidden, epochs=args.epochs,
+    hours = {"hours": args.hours} if args.hours is not None else {}  # not given: ScratchConfig's default
+    return ScratchConfig(data=args.data, window=window, **hours, hidden=args.hidden, epochs=args.epochs,
                          batch_size=args.batch_size, optimizer=args.optimizer, lr=args.lr,
                          clip=args.clip or None, dtype=args.dtype, seed=args.seed, threads=args.threads)
 
@@ -74,6 +75,9 @@ def _check_scratch_bench(args) -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before numba or torch loads (see _run_scratch_bench)
     from ..errors import ConfigError
 
+    if args.hours is not None and args.data != "era5":
+        raise ConfigError(f"--hours {args.hours} is for --data era5 (hours of the ERA5 point series); --data "
+                          f"{args.data} is a fixed series: leave --hours out")
     _config(args).validate()
     _versions(args)
     if args.repeats < 1:

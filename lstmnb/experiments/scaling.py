@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable
 from ..errors import ConfigError
 from ..records import Recorder
 from ..training import parallel, train, with_overrides
+from ..training.guards import stop_if_diverged
 
 SCALING_MODES = ("strong", "weak")
 
@@ -74,6 +75,7 @@ def scaling(windows, cfg, sc: ScalingConfig = ScalingConfig(), *, data_info: dic
         rec = result.record
         rec["scaling"] = {"mode": sc.mode, "world_sizes": list(sc.world_sizes), "per_device_batch": per,
                           "global_batch": per * n}
+        stop_if_diverged(rec, results)
         recorder.add(rec)
     return recorder.records
 
@@ -98,6 +100,7 @@ def dataparallel_scaling(windows, data_info: dict[str, Any], base_cfg, world_siz
         record = train(windows, cfg, data_info=data_info).record
         record["scaling"] = {"mode": mode, "world_sizes": world_sizes, "per_device_batch": per,
                              "global_batch": per * n}
+        stop_if_diverged(record, results)
         recorder.add(record)
     return recorder.records
 

@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..profiles import load_profile
 from ..records import Recorder
 from ..training import PRESETS, TrainConfig, prepare_windows, thread_choice, train
+from ..training.guards import stop_if_diverged
 
 # The setting the published experiments timed (the ``published`` preset: window 24 h, hidden 64, batch 64,
 # plain Adam 1e-3, a per-sample Dataset + DataLoader(num_workers=2)); the epoch budget is the benchmark's own.
@@ -164,6 +165,7 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
             rec = train(windows, cfg, data_info=info).record
             rec["contender"] = name
             rec["mfu_reference"] = {"matmul_flops_per_s": rates[-1], "precision": precision}
+            stop_if_diverged(rec, recorder.results)  # its figures would not be comparable
             recorder.add(rec)
             t, m = rec["timing"], rec["metrics"]
             ttt = t["time_to_target"]

@@ -242,12 +242,15 @@ def eager_vs_graph(windows, data_info: dict[str, Any], base_cfg, epochs: int, *,
     saying why they differ (or why no graph was used). Both records are appended to ``results``."""
     from ..records import Recorder
     from ..training import train, with_overrides
+    from ..training.guards import stop_if_diverged
 
     recorder = Recorder(results)
     for name, on in (("eager", False), ("CUDA graph", True)):
         cfg = with_overrides(base_cfg, input_path="fast", cuda_graph=on, epochs=int(epochs),
                              experiment=f"graph-{'on' if on else 'off'}")
-        recorder.add(train(windows, cfg, data_info=data_info).record)
+        record = train(windows, cfg, data_info=data_info).record
+        stop_if_diverged(record, results)
+        recorder.add(record)
     eager, graph = recorder.records
     table = pd.DataFrame({
         name: {"s/epoch (median)": r["timing"]["epoch_s_median"], "samples/s": r["timing"]["samples_per_s"],

@@ -68,7 +68,11 @@ def _found_source(df: pd.DataFrame, source: str) -> str:
 def _found(records: pd.DataFrame | None, reference: pd.DataFrame | None, published: dict | None) -> str:
     parts = []
     if records is not None and not records.empty:
-        parts.append("measured here: " + _found_source(records, MEASURED))
+        text = "measured here: " + _found_source(records, MEASURED)
+        diverged = int((column(records, "status") == "diverged").sum())
+        if diverged:  # a run whose loss or forecast went non-finite: an outcome, never a figure
+            text += f"; {diverged} diverged (their reason says at which epoch and step, and what to try)"
+        parts.append(text)
     else:
         parts.append("no run records of your own")
     if reference is not None and not reference.empty:

@@ -97,7 +97,7 @@ def _dates(started: pd.Series) -> str | None:
 def machines_table(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
     """One row per device column (device on a machine) of a records DataFrame: the machine, device
     name, CPU, the dates, lstmnb commit(s), torch and CUDA versions, and how many records are ok,
-    skipped or other (oom, failed). What ``lstmnb results --by machine`` prints."""
+    skipped or other (oom, failed, diverged). What ``lstmnb results --by machine`` prints."""
     if df.empty:
         return pd.DataFrame()
     runs = with_columns(df, source)
@@ -114,7 +114,7 @@ def machines_table(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
             "lstmnb": " @ ".join(v for v in (version, commits) if v) or None,
             "torch": _joined(column(g, "software.torch")), "CUDA": _joined(column(g, "software.cuda")),
             "records": str(len(g)), "ok": str(int((st == "ok").sum())), "skipped": str(int((st == "skipped").sum())),
-            "oom/failed": str(int(st.isin(["oom", "failed"]).sum())),
+            "oom/failed/diverged": str(int(st.isin(["oom", "failed", "diverged"]).sum())),
         })
     table = pd.DataFrame(rows).set_index("column")
     rank = {d: i for i, d in enumerate(order_devices(table["device"]))}

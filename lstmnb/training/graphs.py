@@ -105,14 +105,14 @@ class GraphStep:
     def _eager(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, side: bool) -> torch.Tensor:
         xb, yb = x.index_select(0, idx), y.index_select(0, idx)
         if not side:
-            return self.tr.step(xb, yb)
+            return self.tr.guard.see(self.tr.step(xb, yb))
         stream = torch.cuda.Stream(device=self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=STREAM_WARNING)
             loss = self.tr.step(xb, yb)
         torch.cuda.current_stream(self.device).wait_stream(stream)
-        return loss
+        return self.tr.guard.see(loss)
 
     def _capture(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> None:
         tr = self.tr
@@ -126,10 +126,11 @@ class GraphStep:
             with torch.autocast("cuda", dtype=tr.adtype, enabled=tr.adtype is not None):
                 loss = F.mse_loss(tr.model(xb).float(), yb)
             loss.backward()
-            if tr.cfg.grad_clip:
-                nn.utils.clip_grad_norm_(tr.core.parameters(), tr.cfg.grad_clip)
+            if tr.cfg.grad_clip:  # the guard keeps the captured norm and reads it after each replay
+                tr.guard.norm(nn.utils.clip_grad_norm_(tr.core.parameters(), tr.cfg.grad_clip))
             tr.opt.step()
             s["acc"].add_(loss.detach(), alpha=n)  # the epoch's loss sum, accumulated by the replays
+            s["loss"] = loss.detach()  # this replay's loss, for the divergence guard
         # only detached buffers are kept: a captured loss that kept its autograd graph would make later
         # eager steps warn that an AccumulateGrad node's stream does not match
         self.graph = graph
@@ -162,6 +163,8 @@ class GraphStep:
                     self.static["idx"].copy_(idx, non_blocking=True)
                 self.graph.replay()
                 self.replays += 1
+                # a copy of this replay's loss (one small kernel): the guard names the first bad step
+                self.tr.guard.see(self.static["loss"].clone())
             return (eager + self.static["acc"]) if self.graph is not None else eager, seen
 
     def record(self, reason: str) -> dict[str, Any]:

@@ -4,13 +4,14 @@ the config names, and record the run (once per finished run, however often it is
 from __future__ import annotations
 
 import sys
+import warnings
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import torch
 
 from ..device import cpu_threads, resolve_device
-from ..errors import ConfigError, OutputError
+from ..errors import ConfigError, DivergedError, OutputError
 from ..models import Forecaster
 from ..paths import why_not_written
 from ..records import DEFAULT_FILE, append_record, append_record_once, runs_path
@@ -29,6 +30,12 @@ def check_windows(windows: Windows, cfg: TrainConfig) -> None:
             f"windows were built with window/lead/horizon {wc.window}/{wc.lead_hours}/{wc.horizon} but the "
             f"training config says {cfg.window}/{cfg.lead_hours}/{cfg.horizon}; rebuild them with cfg.window_config()"
         )
+    # a batch larger than the training part works (one full-batch step per epoch) but is not what the number
+    # says: a note (DDP ranks refuse a per-rank batch times the world size beyond the data themselves)
+    n_train = windows.x["train"].shape[0]
+    if cfg.batch_size > n_train and cfg.strategy != "ddp":
+        warnings.warn(f"batch_size={cfg.batch_size} is more than the {n_train} training samples of this data: each "
+                      f"epoch is one step of all {n_train} (the record's data.sizes.train)", stacklevel=3)
 
 
 @contextmanager
@@ -78,6 +85,9 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
         raise ConfigError("a model of the caller's trains on one device without a checkpoint "
                           f"(got strategy={cfg.strategy!r}, checkpoint={cfg.checkpoint!r})")
     state = load_checkpoint(cfg.checkpoint, cfg) if cfg.resume else None
+    if cfg.resume and state is None and is_rank_zero():  # the same command starts and resumes a run
+        warnings.warn(f"--resume: no checkpoint at {cfg.checkpoint} yet, so this is a new run (checkpointed there)",
+                      stacklevel=2)
     done = recorded_run(windows, cfg, state)
     if done is not None:
         return done
@@ -140,7 +150,8 @@ def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
         on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
     """Prepare data, train, and append the record to ``results`` (a .jsonl file or folder;
     ``records.DEFAULT_FILE``: results/runs.jsonl; None: do not record), once per finished run. When the
-    record cannot be written, an ``OutputError`` carries the finished run as ``.result``."""
+    record cannot be written, an ``OutputError`` carries the finished run as ``.result``; a run that
+    diverged is recorded, then raised as a ``DivergedError`` carrying it (``train`` returns it instead)."""
     windows, info = prepare_windows(request, cfg, progress=cfg.progress)
     result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end)
     if is_rank_zero():  # under torchrun only rank 0 writes
@@ -151,4 +162,8 @@ def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
                               f"{why_not_written(exc)}")
             err.exit_status, err.result = 1, result
             raise err from None
+    if result.record is not None and result.record["status"] == "diverged":  # recorded, and not a success
+        err = DivergedError(result.record["reason"])
+        err.result = result
+        raise err
     return result

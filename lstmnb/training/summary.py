@@ -48,13 +48,24 @@ def summarize_timing(history: list[dict[str, Any]]) -> dict[str, Any]:
 
 def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: torch.device,
                    history: list[dict[str, Any]], stopped_early: bool, data_info: dict[str, Any] | None,
-                   stop_reason: str,
-                   memory: dict[str, Any], **extra: Any) -> dict[str, Any]:
-
+                   stop_reason: str, memory: dict[str, Any], divergence: dict[str, Any] | None = None,
+                   **extra: Any) -> dict[str, Any]:
+    """The run record: timing, the test forecast's metrics beside the baselines, per-point skill. A run
+    that diverged (``divergence``: where, and its one-line message) is recorded as ``diverged`` with the
+    epochs it finished before, and no figure from its non-finite weights: no test forecast, no metrics."""
+    data = dict(data_info or {})
+    data.update(sizes=windows.sizes(), split_times=windows.split_times, scored=windows.scored,
+                features=windows.features, cells=windows.points, notes=windows.notes)
+    model = {"parameters": count_parameters(core), "flops_per_sample": flops_per_sample(core.config, cfg.window)}
+    if divergence is not None:
+        finished = {"timing": summarize_timing(history)} if history else {}
+        return new_record(cfg.experiment, status="diverged", reason=divergence["message"], device=str(device),
+                          profile=cfg.profile, config=asdict(cfg), data=data, epochs=history, memory=memory,
+                          model=model, divergence=divergence, **finished, **extra)
     pred = windows.to_kelvin(predict(core, windows.x["test"], device, cfg.eval_batch_size).cpu().numpy())
     test = error_metrics(pred, windows.to_kelvin(windows.y["test"]))
     base = windows.baselines["test"]
-    flops = flops_per_sample(core.config, cfg.window)
+    flops = model["flops_per_sample"]
     timing = summarize_timing(history)
     timing["time_to_target"] = time_to_target(history, cfg.target_rmse)
     if timing["samples_per_s"]:
@@ -69,13 +80,10 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
         "best_val_rmse_k": min((h["val_rmse_k"] for h in history), default=None),
         "epochs_run": len(history), "stopped_early": stopped_early, "stop_reason": stop_reason,
     }
-    data = dict(data_info or {})
-    data.update(sizes=windows.sizes(), split_times=windows.split_times, scored=windows.scored,
-                features=windows.features, cells=windows.points, notes=windows.notes)
     return new_record(
         cfg.experiment, status="ok", device=str(device), profile=cfg.profile,
         config=asdict(cfg), data=data, epochs=history, timing=timing, memory=memory,
-        metrics=metrics, model={"parameters": count_parameters(core), "flops_per_sample": flops},
+        metrics=metrics, model=model,
         skill=skill_section(windows, pred),  # per point (a box: per cell), beside both baselines
         **extra,
     )

@@ -27,6 +27,7 @@ from .config import TrainConfig
 from .evaluate import predict, rmse_kelvin
 from .graphs import GraphStep, IndexBatches, graph_plan, graph_record
 from .optim import make_optimizer, restore_optimizer
+from .guards import DivergenceGuard, stops_on_divergence
 from .summary import finish_record
 
 
@@ -102,6 +103,7 @@ class Trainer:
         self.opt = make_optimizer(self.core, cfg, device, capturable=self.use_graph)
         self.sched = _make_scheduler(self.opt, cfg, steps_per_epoch or math.ceil(self.n_train / cfg.batch_size))
         self.scaler = torch.amp.GradScaler("cuda") if self.adtype == torch.float16 else None
+        self.guard = DivergenceGuard(device, scaled=self.scaler is not None)  # non-finite figures end the run
         self.target_std = float(windows.scaler.std[0])
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] = {"val_rmse_k": math.inf, "epoch": None, "state": None}
@@ -190,7 +192,7 @@ class Trainer:
         else:
             loss.backward()
         if self.cfg.grad_clip:
-            nn.utils.clip_grad_norm_(self.core.parameters(), self.cfg.grad_clip)
+            self.guard.norm(nn.utils.clip_grad_norm_(self.core.parameters(), self.cfg.grad_clip))
         if self.scaler is not None:
             self.scaler.step(self.opt)
             self.scaler.update()
@@ -205,14 +207,17 @@ class Trainer:
         the device, samples seen, seconds)."""
         t0 = clock(self.device)
         self.model.train()
+        self.guard.start_epoch(len(self.history) + 1)
         if isinstance(batches, IndexBatches):
-            loss_sum, seen = self.graph.epoch(batches)
+            loss_sum, seen = self.graph.epoch(batches)  # each step's loss goes through self.guard too
+            self.guard.end_epoch()
             return loss_sum, seen, clock(self.device) - t0
         loss_sum = torch.zeros((), device=self.device)
         seen = 0
         for xb, yb in batches:
-            loss_sum += self.step(xb, yb) * xb.shape[0]
+            loss_sum += self.guard.see(self.step(xb, yb)) * xb.shape[0]
             seen += xb.shape[0]
+        self.guard.end_epoch()
         return loss_sum, seen, clock(self.device) - t0
 
     def end_epoch(self, train_loss: float, train_s: float, samples: int, **extra: Any) -> dict[str, Any]:
@@ -221,6 +226,7 @@ class Trainer:
         val_mse, val_rmse = rmse_kelvin(self.core, self.x_val, self.y_val, self.target_std,
                                         self.cfg.eval_batch_size)
         eval_s = clock(self.device) - t1
+        self.guard.check_epoch(train_loss, val_rmse)  # a non-finite figure ends the run before it is kept
         cumulative = (self.history[-1]["cumulative_s"] if self.history else 0.0) + train_s + eval_s
         epoch = len(self.history) + 1
         entry = {
@@ -262,6 +268,7 @@ class Trainer:
         loader = self.make_loader()
         return lambda epoch: self.loader_batches(loader)
 
+    @stops_on_divergence  # the loop ends at a non-finite loss, gradient norm or forecast (guard.found)
     def fit(self, desc: str, on_epoch_end: Callable[[dict[str, Any]], None] | None = None, *,
             batches: Callable[[int], Iterable] | None = None,
             reduce: Callable[[int, torch.Tensor, int, float], tuple[float, int, float, dict[str, Any]]] | None = None,
@@ -339,7 +346,8 @@ class Trainer:
                               memory=peak_memory_mb(self.device, self.peak_since_reset),
                               cuda_graph=self.graph.record(self.graph_reason) if self.graph is not None
                               else graph_record(False, self.graph_reason), backends=backends_record(self.device, self.adtype),
-                              run_id=self.run_id, **extra)
+                              run_id=self.run_id, divergence=self.guard.outcome(
+                                  self.cfg, resumed=self.start_epoch > 0, history=self.history, best=self.best), **extra)
 
     def progress_bar(self, desc: str):
         from tqdm.auto import tqdm

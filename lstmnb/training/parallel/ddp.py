@@ -15,6 +15,7 @@ from torch import nn
 
 from ...device import clock
 from ...errors import ConfigError
+from ..guards import min_over_ranks
 from ..trainer import RunResult, Trainer
 from .groups import DistEnv, barrier, comm_failure, is_comm_failure
 from .shards import ShareBalancer, SlowDown, balanced_sizes, share_batches, weighted_allreduce_hook
@@ -117,6 +118,7 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
     tr = Trainer(windows, cfg, env.device, steps_per_epoch=steps_per_epoch(n_train, cfg, world),
                  writer=env.is_writer)
     tr.restore(state)
+    tr.guard.combine = min_over_ranks  # every rank stops at the first non-finite figure of any rank
     ddp = wrap_ddp(tr.core, cfg, env)
     tr.model = torch.compile(ddp) if cfg.compile else ddp  # compile the DDP module, as PyTorch advises
     if options.slowdown_s_per_sample.get(rank):
@@ -182,7 +184,7 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
     try:
         tr.fit(f"ddp rank 0/{world} {env.device}", epoch_done, batches=batches, reduce=reduce, agree=agree,
                show=env.is_writer)
-        if options.comm_split_steps:
+        if options.comm_split_steps and tr.guard.found is None:
             where[0] = "the compute vs communication measurement"
             if x_train is None:
                 x_train, y_train = tr.train_tensors()

@@ -79,8 +79,9 @@ def visible_devices(kind: str) -> int:
     return torch.cuda.device_count() if kind == "cuda" else cpu_cores()
 
 
-def check_world_size(kind: str, local_world_size: int) -> None:
-    """Refuse more ranks on this node than it has devices (one GPU, or at least one core, per rank)."""
+def check_world_size(kind: str, local_world_size: int, option: str = "--nproc") -> None:
+    """Refuse more ranks on this node than it has devices (one GPU, or at least one core, per rank);
+    ``option`` is the option that asked for them (the message says what to give it)."""
     if local_world_size < 1:
         raise ConfigError(f"world_size={local_world_size} must be >= 1")
     have = visible_devices(kind)
@@ -88,7 +89,7 @@ def check_world_size(kind: str, local_world_size: int) -> None:
         what = (f"{have} CUDA GPU(s) visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
                 if kind == "cuda" else f"{have} CPU core(s) available to this process, and each gloo rank needs one")
         raise DeviceError(f"world_size={local_world_size} ranks on this node, but only {what}; "
-                          f"use --nproc {have} or fewer")
+                          f"give {option} at most {have}")
 
 
 def free_port() -> int:

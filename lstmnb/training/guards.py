@@ -1,0 +1,195 @@
+"""Divergence as an outcome: a run whose training loss, gradient norm or validation forecast stops being
+finite ends at that step, keeps its earlier epochs, checkpoint and best weights, and is recorded as
+``diverged`` with one line saying where, the likely causes and what to try.
+
+How it stays cheap: each step's loss (and the clipped gradient norm, where ``grad_clip`` computes one)
+stays on the device in a short list; nothing is computed per step. On a CPU there is no queue to drain,
+so the list is checked after every step (a few microseconds). On a GPU the host runs ahead of the
+device, and reading a value every step would stall it (and a CUDA graph's replays): the list is checked
+every ``GPU_CHECK_EVERY`` steps and at the end of the epoch, with one transfer. The first non-finite
+value in the list is still found exactly, so the record names the first bad step; the steps after it
+(at most ``GPU_CHECK_EVERY - 1``) ran on bad weights that are thrown away with the epoch, never saved.
+
+DDP ranks check at the end of each epoch only, together: every rank's first bad step is reduced to
+the smallest across ranks, so all ranks stop at the same point and no rank is left waiting in a
+collective. A non-finite gradient where no norm is computed shows one step later, as the loss of the
+weights it produced. With float16 autocast the GradScaler skips steps whose gradients overflow (that is
+its job), so gradient norms are not checked there.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable
+
+import torch
+
+GPU_CHECK_EVERY = 100  # steps between two checks on a GPU (one transfer of that many values)
+_NONE = 2**62  # "no bad step" in the reduction over ranks
+
+
+class Diverged(Exception):
+    """Raised inside the epoch loop at the first non-finite figure; ``stops_on_divergence`` ends the
+    loop there. ``info`` is the record's ``divergence`` section (without its message)."""
+
+    def __init__(self, info: dict[str, Any]):
+        super().__init__(info["what"])
+        self.info = info
+
+
+def stops_on_divergence(fit: Callable) -> Callable:
+    """Wrap the Trainer's epoch loop: a ``Diverged`` ends it (``trainer.guard.found`` says where)."""
+
+    @functools.wraps(fit)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return fit(self, *args, **kwargs)
+        except Diverged:
+            return None
+
+    return wrapper
+
+
+def min_over_ranks(key: torch.Tensor) -> torch.Tensor:
+    """The smallest ``key`` over the DDP ranks (every rank gets it): the first bad step of any rank."""
+    import torch.distributed as dist
+
+    dist.all_reduce(key, op=dist.ReduceOp.MIN)
+    return key
+
+
+class DivergenceGuard:
+    """Watches one Trainer's figures; ``found`` is the record's ``divergence`` section once one went bad.
+
+    ``scaled``: float16 autocast with a GradScaler (gradient norms of skipped steps are expected to
+    overflow). ``combine``: set by DDP to ``min_over_ranks``; then checks happen at epoch ends only."""
+
+    def __init__(self, device: torch.device, *, scaled: bool = False, every: int | None = None):
+        self.device, self.scaled = device, scaled
+        self.every = every or (1 if device.type == "cpu" else GPU_CHECK_EVERY)
+        self.combine: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self.found: dict[str, Any] | None = None
+        self.epoch, self.steps, self.checked = 0, 0, 0
+        self._losses: list[torch.Tensor] = []
+        self._norms: list[torch.Tensor | None] = []
+        self._norm: torch.Tensor | None = None  # this step's gradient norm (eager)
+        self._static_norm: torch.Tensor | None = None  # the captured CUDA graph's output, read after each replay
+
+    # --- per step ---------------------------------------------------------------------------------
+    def norm(self, total_norm: torch.Tensor) -> None:
+        """The step's gradient norm, as ``clip_grad_norm_`` returned it (inside a CUDA graph capture:
+        the graph's output tensor, which each replay overwrites)."""
+        if self.scaled:
+            return
+        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            self._static_norm = total_norm
+        else:
+            self._norm = total_norm.detach()
+
+    def start_epoch(self, epoch: int) -> None:
+        self.epoch, self.steps, self.checked = epoch, 0, 0
+        self._losses, self._norms, self._norm = [], [], None
+
+    def see(self, loss: torch.Tensor) -> torch.Tensor:
+        """One step's detached loss; kept on the device, checked every ``every`` steps. Returns ``loss``."""
+        self.steps += 1
+        norm, self._norm = self._norm, None
+        if norm is None and self._static_norm is not None and not self.scaled:
+            norm = self._static_norm.detach().clone()  # a replay: the graph's norm of this step
+        self._losses.append(loss)
+        self._norms.append(norm)
+        if self.combine is None and len(self._losses) >= self.every:
+            self._check()
+        return loss
+
+    def end_epoch(self) -> None:
+        """The check at the end of an epoch's steps (across ranks under DDP)."""
+        self._check()
+
+    def check_epoch(self, train_loss: float, val_rmse: float) -> None:
+        """The epoch's mean training loss and its validation forecast's RMSE, before they are kept."""
+        for what, value in (("mean training loss", train_loss), ("validation forecast (RMSE)", val_rmse)):
+            if not math.isfinite(value):
+                self._stop({"epoch": self.epoch, "step": None, "what": what, "value": value})
+
+    # --- checking ---------------------------------------------------------------------------------
+    def _first_bad(self) -> tuple[int, str, float] | None:
+        """(step, what, value) of the first non-finite loss or norm in the list, or None."""
+        if not self._losses:
+            return None
+        given = [i for i, n in enumerate(self._norms) if n is not None]
+        values = torch.stack([*self._losses, *(self._norms[i] for i in given)]).tolist()  # one transfer
+        losses, norms = values[:len(self._losses)], dict(zip(given, values[len(self._losses):]))
+        for i, loss in enumerate(losses):
+            if not math.isfinite(loss):
+                return self.checked + i + 1, "training loss", loss
+            if i in norms and not math.isfinite(norms[i]):
+                return self.checked + i + 1, "gradient norm", norms[i]
+        return None
+
+    def _check(self) -> None:
+        bad = self._first_bad()
+        self.checked += len(self._losses)
+        self._losses, self._norms = [], []
+        if self.combine is not None:  # every rank takes part, whether or not its own figures went bad
+            key = torch.tensor([_NONE if bad is None else bad[0] * 2 + (bad[1] == "gradient norm")],
+                               dtype=torch.int64, device=self.device)
+            first = int(self.combine(key).item())
+            if first == _NONE:
+                return
+            step, what = first // 2, "gradient norm" if first % 2 else "training loss"
+            mine = bad is not None and (bad[0], bad[1]) == (step, what)
+            bad = (step, what if mine else f"{what} (on another rank)", bad[2] if mine else None)
+        if bad is not None:
+            self._stop({"epoch": self.epoch, "step": bad[0], "what": bad[1], "value": bad[2]})
+
+    def _stop(self, info: dict[str, Any]) -> None:
+        info["steps_per_check"] = None if self.combine is not None else self.every
+        self.found = info
+        raise Diverged(info)
+
+    # --- the outcome ------------------------------------------------------------------------------
+    def outcome(self, cfg, *, resumed: bool, history: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, Any] | None:
+        """The record's ``divergence`` section with its one-line ``message``; None when the run stayed finite."""
+        if self.found is None:
+            return None
+        info = dict(self.found)
+        value = info.get("value")
+        where = f"epoch {info['epoch']}" + (f", step {info['step']}" if info.get("step") else "")
+        causes = [f"a learning rate too high for this model and batch (lr {cfg.lr:g}, batch {cfg.batch_size}"
+                  + (f", {cfg.lr_schedule} schedule" if cfg.lr_schedule != "constant" else "") + ")"]
+        tries = [f"a lower --lr (e.g. {cfg.lr / 4:g})"]
+        if not cfg.grad_clip:
+            tries.append("--grad-clip 1.0")
+        if cfg.amp in ("fp16", "bf16", "auto") and self.device.type == "cuda":
+            causes.append(f"overflow in reduced precision (--amp {cfg.amp})")
+            tries.append("--amp off")
+        if resumed:
+            causes.insert(0, "weights already damaged in the checkpoint it resumed from")
+            tries.append("an earlier copy of the checkpoint, or a new run without --resume")
+        if info["epoch"] == 1 and info.get("step") == 1:
+            causes.append("non-finite values in the inputs")
+        kept = []
+        if history and cfg.checkpoint:
+            kept.append(f"{cfg.checkpoint} keeps epoch {len(history)}")
+        if cfg.patience and best.get("epoch") is not None:
+            kept.append(f"the best epoch's weights (epoch {best['epoch']}, {best['val_rmse_k']:.3f} K) are kept")
+        info["message"] = (f"the run diverged at {where}: the {info['what']} is "
+                           f"{'not finite' if value is None else value} (likely: {'; '.join(causes)}); try "
+                           f"{', '.join(tries)}; recorded as diverged"
+                           + (f"; {' and '.join(kept)}" if kept else "; no earlier epoch was kept"))
+        info["value"] = None if value is None else str(value)  # 'nan' / 'inf': JSON has no such numbers
+        return info
+
+
+def stop_if_diverged(record: dict[str, Any] | None, results=None) -> None:
+    """For a study that needs every run's figures: a run that diverged is appended to ``results`` (None:
+    not recorded) and the study stops there with its one-line reason (``DivergedError``)."""
+    if record is None or record.get("status") != "diverged":
+        return
+    from ..errors import DivergedError
+    from ..records import append_record
+
+    append_record(record, results)
+    raise DivergedError(f"{record['experiment']}: {record['reason']}")
