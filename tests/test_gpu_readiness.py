@@ -23,6 +23,7 @@ from lstmnb import cuda_env
 from lstmnb.device import amp_choice, is_oom
 from lstmnb.errors import ConfigError, DeviceError
 from lstmnb.training import TrainConfig, make_optimizer, restore_optimizer, train
+from lstmnb.training.checkpoints import read_checkpoint, save_checkpoint
 from lstmnb.training.graphs import STEPS_TO_CAPTURE, graph_plan, graph_record
 from lstmnb.windows import make_windows
 
@@ -150,7 +151,7 @@ def test_a_graph_runs_checkpoint_resumes_on_the_cpu(windows, tmp_path):
     ``step`` assert "If capturable=True, params and state_steps must be on supported devices"."""
     ckpt = str(tmp_path / "ckpt.pt")
     train(windows, cfg(epochs=1, checkpoint=ckpt))
-    state = torch.load(ckpt, weights_only=False)
+    state = read_checkpoint(ckpt)
     from lstmnb.models import Forecaster
 
     as_graph = make_optimizer(Forecaster(cfg().model_config(windows.n_features)), cfg(), torch.device("cuda"),
@@ -158,7 +159,7 @@ def test_a_graph_runs_checkpoint_resumes_on_the_cpu(windows, tmp_path):
     for saved, graph in zip(state["optimizer"]["param_groups"], as_graph.param_groups):
         saved.update({k: graph[k] for k in ("capturable", "fused", "foreach")})
     assert state["optimizer"]["param_groups"][0]["capturable"] is True
-    torch.save(state, ckpt)
+    save_checkpoint(ckpt, state)
     resumed = train(windows, cfg(epochs=2, checkpoint=ckpt, resume=True))
     assert [e["epoch"] for e in resumed.history] == [1, 2] and math.isfinite(resumed.history[-1]["train_loss"])
 
