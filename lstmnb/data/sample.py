@@ -54,6 +54,7 @@ VARIABLES = ("2m_temperature", "surface_pressure")
 DEFAULT_LAT = (41.0, 19.0)   # north, south: a box around 40N and 20N
 DEFAULT_LON = (279.0, 281.75)  # west, east: land around 280E, sea from 281.25E (weather.COAST_LON)
 SEA_POINT = (35.0, 281.75)  # an ocean-like point of the default store (small, smooth hourly changes)
+TIMES = ("2020-01-01T00", "2021-06-30T23")  # the default store's first and last hour (its valid range)
 _ATTRS = {
     "2m_temperature": {"long_name": "2 metre temperature", "short_name": "t2m", "units": "K"},
     "surface_pressure": {"long_name": "Surface pressure", "short_name": "sp", "units": "Pa"},
@@ -94,8 +95,8 @@ def _grid(start: str, end: str, lat: Sequence[float], lon: Sequence[float]) -> _
 def write_sample(
     path: str | os.PathLike,
     *,
-    start: str = "2020-01-01T00",
-    end: str = "2021-06-30T23",
+    start: str = TIMES[0],
+    end: str = TIMES[1],
     lat: Sequence[float] = DEFAULT_LAT,
     lon: Sequence[float] = DEFAULT_LON,
     variables: Sequence[str] | None = None,
