@@ -68,3 +68,18 @@ def test_the_blend_never_loses_to_persistence_on_validation_at_any_point():
         assert row["val_reported_rmse_k"] <= min(row["val_persistence_rmse_k"], row["val_network_rmse_k"]) + 1e-9
     with pytest.raises(ConfigError, match="blend='mean' is not one of off, persistence, baselines"):
         fit_blend(w, network["val"], "mean")
+
+
+def test_a_box_run_blends_every_cell_on_its_own(small_store, tmp_path):
+    from lstmnb.data import Request
+    from lstmnb.training import preset_config, run
+
+    request = Request(source=str(small_store), box=(39.5, 40.0, 279.5, 280.0), start="2020-01-01", end="2020-01-10")
+    cfg = preset_config(device="cpu", window=12, hidden=8, epochs=2, progress=False)
+    record = run(request, cfg, results=None).record
+    rows = record["skill"]["blend"]["per_point"]
+    assert [r["point"] for r in rows] == record["data"]["cells"] and len(rows) == 9
+    for row in rows:  # every cell: never above persistence on validation
+        assert row["val_reported_rmse_k"] <= row["val_persistence_rmse_k"] + 1e-9
+        assert sum(row["weights"].values()) == pytest.approx(1.0)
+    assert len({tuple(r["weights"].values()) for r in rows}) > 1  # cells get their own weights

@@ -103,7 +103,10 @@ def test_a_local_store_without_dates_uses_its_valid_range_and_clips_an_end_past_
     out = capsys.readouterr().out
     assert "note: end 2021-12-31 is past this store's last valid hour; clipped to 2021-06-30T23" in out
     assert "2021-06-30T00:00 .. 2021-06-30T23:00 (24 hours)" in out
-    # a start before the store stays an error, naming the store's range
+    # a start after the store's end, or before its start, is an error naming the store's range
+    assert main(["data", "--source", str(march_store), "--point", "40,280", "--start", "2019-04-02"]) == 2
+    assert "start 2019-04-02 is after this store's last valid hour; its valid range is 2019-03-01T00..2019-03-31T23" \
+        in capsys.readouterr().err
     assert main(["data", "--source", str(march_store), "--point", "40,280", "--start", "2019-02-01"]) == 2
     assert "outside this store's valid range 2019-03-01T00..2019-03-31T23" in capsys.readouterr().err
 

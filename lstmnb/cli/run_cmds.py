@@ -40,7 +40,9 @@ def add_train(sub, full: bool) -> None:
         description="Train one LSTM forecaster, evaluate it against persistence and climatology on the test "
                     "part, print the epochs table, and append the run record to the results file. "
                     "Defaults: the recommended setting on the embedded sample (window 24 h, hidden 64, residual "
-                    "head, batch 256, Adam 4e-3, up to 30 epochs with early stopping on validation); "
+                    "head, each point's fitted cycles as an input, loss weighted by each point's persistence error, "
+                    "batch 256, Adam 4e-3, up to 30 epochs with early stopping on validation; the reported forecast "
+                    "is per point the blend with persistence and climatology fitted on validation); "
                     "--preset published gives the published setting exactly (5 epochs, batch 64, Adam 1e-3, "
                     "DataLoader).",
     )

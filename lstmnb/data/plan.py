@@ -45,6 +45,8 @@ def fit_times(request: Request, *, start_given: bool, end_given: bool,
         meta = cached_meta(ref)
         lo, hi = valid_range(meta if meta is not None else open_ref(ref))
     first, last = f"{lo:%Y-%m-%dT%H}", f"{hi:%Y-%m-%dT%H}"
+    if start_given and parse_time(request.start, what="start") > hi:
+        raise ConfigError(f"start {request.start} is after this store's last valid hour; its valid range is {first}..{last}")
     notes = []
     if not start_given and not end_given:
         return replace(request, start=first, end=last), [

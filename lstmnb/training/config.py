@@ -36,8 +36,10 @@ _RESUME_FREE = {"epochs", "resume", "checkpoint", "device", "num_workers", "pin_
 
 # Named settings. TrainConfig's defaults are the recommended one; a preset lists what it changes.
 PRESETS: dict[str, dict[str, Any]] = {
-    # measured on the embedded sample and real ERA5 (README, "Skill"): residual head, calendar inputs,
-    # batch 256, Adam 4e-3 on the fast path, up to 30 epochs with early stopping on validation
+    # measured on the embedded sample and real ERA5 (README, "Skill at every point"): residual head, calendar
+    # inputs, batch 256, Adam 4e-3 on the fast path, up to 30 epochs with early stopping on validation; each
+    # point's fitted cycles as an input, the loss weighted by each point's persistence error, and the reported
+    # forecast blended per point with persistence and climatology on validation
     "recommended": {},
     # the published experiments, exactly: 5 fixed epochs, batch 64, Adam 1e-3 (plain), DataLoader with 2 workers
     "published": dict(epochs=5, patience=None, batch_size=64, lr=1e-3, lr_schedule="constant", residual=False,
