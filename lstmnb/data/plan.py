@@ -34,7 +34,8 @@ def valid_range(ds: "xr.Dataset | StoreMeta") -> tuple[pd.Timestamp, pd.Timestam
 
 def fit_times(request: Request, *, start_given: bool, end_given: bool,
               storage_options: dict | None = None) -> tuple[Request, list[str]]:
-    """``request`` with its times fitted to its store's valid range, and one line per change for the user:
+    """``request`` with its times fitted to its store's valid range, and one line per change for the user
+    (the CLI asks this for a local store, and wherever --end is given):
     a time not given (``start_given``/``end_given`` False) becomes the store's first or last valid hour, and
     an end past the store's last valid hour is clipped to it. The store's metadata come from the cache
     where kept, else from the store; the sample's range is known without building it."""
