@@ -8,27 +8,24 @@ WeatherBench 2's protocol. So validation and test score the same target hours at
 inputs come from the part before); the training part's first ``window + lead_hours - 1`` hours have no
 inputs, so its targets start there. Scaling statistics and the climatology come from the training part
 only; metrics are in kelvin; every model result is shown beside persistence and climatology, scored on
-the same targets.
+the same targets. The climatology is the standard one (``climatology_kind``): the hour-of-day x
+day-of-year mean of the training part, smoothed over days, where the training part covers a year;
+otherwise the hour-of-day mean of the training part. ``Windows.climatology`` says which.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 
+from .climate import climatology_statement, climatology_table, cycle_fit, cycle_values
 from .errors import ConfigError, DataError
 
 SPLITS = ("train", "val", "test")
 CALENDAR_FEATURES = ("hour_sin", "hour_cos", "doy_sin", "doy_cos")  # the calendar inputs, after the variables
-CLIMATOLOGY_FALLBACK = "hour-of-day mean of the training part"
-
-
-class ClimatologyWarning(UserWarning):
-    """The climatology baseline rests on less than a year of training data (some targets fall back)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +38,7 @@ class WindowConfig:
     fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)
     split_dates: tuple[str, str] | None = None  # (validation start, test start); overrides fractions
     calendar: bool = False  # add hour-of-day and day-of-year as sin/cos inputs
+    cycles: bool = False  # add the fitted seasonal and diurnal cycles at each input hour + lead (climate.cycle_fit)
     target: str = "2m_temperature"
 
     def validate(self) -> None:
@@ -145,43 +143,6 @@ def calendar_features(times: pd.DatetimeIndex) -> np.ndarray:
     return np.stack([np.sin(h), np.cos(h), np.sin(d), np.cos(d)], axis=1)
 
 
-def _pooled_sums(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sum and count of ``values`` per (day of year, hour) cell, pooled over +-``smooth_days`` days."""
-    doy = times.day_of_year.to_numpy() - 1
-    hour = times.hour.to_numpy()
-    total = np.zeros((366, 24))
-    count = np.zeros((366, 24))
-    np.add.at(total, (doy, hour), values)
-    np.add.at(count, (doy, hour), 1)
-    if smooth_days > 0:
-        kernel_days = np.arange(-smooth_days, smooth_days + 1)
-        total = sum(np.roll(total, k, axis=0) for k in kernel_days)
-        count = sum(np.roll(count, k, axis=0) for k in kernel_days)
-    return total, count
-
-
-def climatology_coverage(times: pd.DatetimeIndex, smooth_days: int = 7) -> np.ndarray:
-    """(366, 24) booleans: which (day of year, hour) cells of ``climatology_table`` hold training data."""
-    times = pd.DatetimeIndex(times)
-    return _pooled_sums(np.zeros(len(times)), times, smooth_days)[1] > 0
-
-
-def climatology_table(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: int = 7) -> np.ndarray:
-    """Hour-of-day x day-of-year mean (366 x 24) of one series, averaged over +-``smooth_days`` days.
-
-    With one or two years of training data each (day, hour) cell holds one or two values; pooling a
-    window of neighbouring days (circular in the year) gives a climatology that is a mean, not a copy
-    of last year's weather. Cells with no data at all (less than a year of training data) fall back
-    to that hour's mean over all of ``values``; ``climatology_coverage`` says which cells those are.
-    """
-    times = pd.DatetimeIndex(times)
-    values = np.asarray(values, dtype=np.float64)
-    total, count = _pooled_sums(values, times, smooth_days)
-    hour = times.hour.to_numpy()
-    hour_mean = np.bincount(hour, weights=values, minlength=24) / np.maximum(np.bincount(hour, minlength=24), 1)
-    return np.where(count > 0, total / np.maximum(count, 1), hour_mean[None, :])
-
-
 def error_metrics(pred: np.ndarray, truth: np.ndarray) -> dict[str, float]:
     """RMSE and MAE (same units as the inputs) over all samples and horizon steps."""
     err = np.asarray(pred, dtype=np.float64) - np.asarray(truth, dtype=np.float64)
@@ -194,8 +155,8 @@ class Windows:
 
     ``scored[split]`` states what every model and baseline is scored on there: the first and last first
     target hour (``first``, ``last``), how many target hours per point (``count``), the points and the
-    pooled ``samples``. ``notes`` are sentences a caller should show the user (e.g. a climatology that
-    rests on less than a year); this module never prints.
+    pooled ``samples``. ``climatology`` says which climatology the baseline is (``climatology_statement``;
+    its ``line`` is what a command prints once); this module never prints.
     """
 
     config: WindowConfig
@@ -209,7 +170,8 @@ class Windows:
     points: list[str]
     split_times: dict[str, tuple[str, str]] = field(default_factory=dict)  # split -> (first hour, last hour)
     scored: dict[str, dict[str, Any]] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    climatology: dict[str, Any] = field(default_factory=dict)
+    requested: list[str] | None = None  # each point as the user gave it ("40,-80"), where points were asked for
     # split -> {"persistence": (N, horizon), "climatology": (N, horizon)}: the baselines' forecasts in kelvin,
     # sample by sample (per-point scores, skill across leads)
     predictions: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
@@ -312,10 +274,15 @@ def make_windows(
         # calendar inputs are already in [-1, 1]; extend the scaler with identity entries
         scaler = Scaler(np.concatenate([scaler.mean, np.zeros(4)]), np.concatenate([scaler.std, np.ones(4)]))
 
-    clim = [climatology_table(train_part[:, p, 0], train_times) for p in range(n_p)]
-    covered = climatology_coverage(train_times)
-
     W, L, H = config.window, config.lead_hours, config.horizon
+    cycle = None
+    if config.cycles:  # each hour's fitted cycle L hours later (at the last input hour: the target's), scaled as the target
+        cycle = (cycle_values(cycle_fit(train_part[:, :, 0], train_times), times + pd.Timedelta(hours=L))
+                 - scaler.mean[0]) / scaler.std[0]
+        features = features + ["cycle"]
+        scaler = Scaler(np.concatenate([scaler.mean, [0.0]]), np.concatenate([scaler.std, [1.0]]))
+    clim = [climatology_table(train_part[:, p, 0], train_times) for p in range(n_p)]
+
     xs, ys, tts, pidx, baselines, split_times, scored, predictions = {}, {}, {}, {}, {}, {}, {}, {}
     for name, sl, (lo, hi) in zip(SPLITS, bounds, ranges):
         n = hi - lo  # samples per point; first target hours lo .. hi-1
@@ -327,7 +294,6 @@ def make_windows(
         tt = times[lo : hi - 1 + H]
         cell = (tt.day_of_year.to_numpy() - 1, tt.hour.to_numpy())
         cell_of = np.lib.stride_tricks.sliding_window_view(np.arange(len(tt)), H)  # (n, H) -> index into tt
-        doy_hits = int(covered[cell][cell_of].sum())
         # one contiguous stretch of the series holds the inputs and targets of every sample of the split
         span = slice(lo - L - W + 1, hi - 1 + H)
         px, py, pers, clim_pred, truth = [], [], [], [], []
@@ -336,7 +302,8 @@ def make_windows(
                 x = np.stack([np.full(n, p), np.arange(lo - L, hi - L)], axis=1)
                 y = np.lib.stride_tricks.sliding_window_view(inputs[lo : hi - 1 + H, p, 0], H)
             else:
-                part = inputs[span, p, :] if cal is None else np.concatenate([inputs[span, p, :], cal[span]], axis=1)
+                part = np.concatenate([inputs[span, p, :], *([cal[span]] if cal is not None else []),
+                                       *([cycle[span, p, None]] if cycle is not None else [])], axis=1)
                 x, y = sliding_windows(part, W, L, H)
             raw = v[:, p, 0]
             truth.append(np.lib.stride_tricks.sliding_window_view(raw[lo : hi - 1 + H], H))
@@ -351,39 +318,16 @@ def make_windows(
         predictions[name] = {"persistence": np.concatenate(pers), "climatology": np.concatenate(clim_pred)}
         baselines[name] = {
             "persistence": error_metrics(predictions[name]["persistence"], truth_k),
-            "climatology": {
-                **error_metrics(predictions[name]["climatology"], truth_k),
-                "doy_targets": doy_hits * n_p, "fallback_targets": (n * H - doy_hits) * n_p,
-                "fallback": CLIMATOLOGY_FALLBACK,
-            },
+            "climatology": error_metrics(predictions[name]["climatology"], truth_k),
         }
     return Windows(
         config=config, x=xs, y=ys, target_times=tts, point_index=pidx, scaler=scaler,
         baselines=baselines, features=features, points=points, split_times=split_times,
-        scored=scored, notes=_climatology_notes(train_times, baselines), predictions=predictions,
-        series=np.concatenate([inputs, *([np.broadcast_to(cal[:, None], (n_t, n_p, 4))] if cal is not None else [])],
-                              axis=2).astype(np.float32) if keys else None,
+        scored=scored, climatology=climatology_statement(train_times), predictions=predictions,
+        series=np.concatenate([inputs, *([np.broadcast_to(cal[:, None], (n_t, n_p, 4))] if cal is not None else []),
+                               *([cycle[:, :, None]] if cycle is not None else [])], axis=2).astype(np.float32)
+        if keys else None,
     )
-
-
-def _climatology_notes(train_times: pd.DatetimeIndex, baselines: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
-    """What the user should know about the climatology baseline (each also raised as a ``ClimatologyWarning``)."""
-    days = (train_times[-1] - train_times[0]) / pd.Timedelta(days=1)
-    fell = {s: baselines[s]["climatology"] for s in ("val", "test") if baselines[s]["climatology"]["fallback_targets"]}
-    if days >= 365 and not fell:
-        return []
-    note = f"the training part covers {days:.1f} days ({train_times[0]} to {train_times[-1]})"
-    if days < 365:
-        note += ", less than a year, so the climatology baseline rests on few days"
-    if fell:
-        counts = ", ".join(f"{s} {c['fallback_targets']} of {c['fallback_targets'] + c['doy_targets']}"
-                           for s, c in fell.items())
-        note += (f"; targets whose day of year has no training day within a week use the {CLIMATOLOGY_FALLBACK} "
-                 f"instead ({counts} targets)")
-    else:
-        note += "; every validation and test target still has training days within a week of its day of year"
-    warnings.warn(note, ClimatologyWarning, stacklevel=3)
-    return [note]
 
 
 def windows_from_dataset(ds, config: WindowConfig = WindowConfig(), *, keys: bool = False) -> Windows:
@@ -398,6 +342,9 @@ def windows_from_dataset(ds, config: WindowConfig = WindowConfig(), *, keys: boo
     arr = np.stack([ds[n].transpose("time", "point").values for n in names], axis=-1)
     if arr.shape[0] == 0:
         raise DataError("the selection is empty: no hours in the requested time range")
-    return make_windows(
-        arr, ds["time"].values, config, features=names, points=[str(p) for p in ds["point"].values], keys=keys
-    )
+    w = make_windows(arr, ds["time"].values, config, features=names, points=[str(p) for p in ds["point"].values],
+                     keys=keys)
+    if "requested_latitude" in ds.coords:  # points (not a box's cells): as the user gave them
+        w.requested = [f"{float(a):g},{float(b):g}" for a, b in
+                       zip(ds["requested_latitude"].values, ds["requested_longitude"].values)]
+    return w

@@ -32,6 +32,8 @@ def case(id_, argv, *fragments, env=None):
 CASES = [
     # --- train: every option out of range, of the wrong type, empty or nonsense ------------------------------
     case("weight-decay-negative", T + ["--weight-decay", "-1"], "weight_decay=-1.0", ">= 0"),
+    case("blend-unknown", T + ["--blend", "mean"], "blend='mean' is not one of off, persistence, baselines"),
+    case("point-weights-unknown", T + ["--point-weights", "size"], "point_weights='size' is not one of none, persistence"),
     case("weight-decay-nan", T + ["--weight-decay", "nan"], "weight_decay=nan", ">= 0"),
     case("split-dates-word", T + ["--split-dates", "abc"], "split_dates=('abc',)", "two dates VAL_START,TEST_START"),
     case("split-dates-one-date", T + ["--split-dates", "2020-01-20"], "('2020-01-20',)", "two dates"),

@@ -15,7 +15,7 @@ import pytest
 import xarray as xr
 
 from lstmnb.data import DEFAULT_POINTS, Request, extract
-from lstmnb.data.sample import SAMPLE_NAME, is_complete, sample_store, store_problem, write_sample
+from lstmnb.data.sample import SAMPLE_NAME, SEA_POINT, is_complete, sample_store, store_problem, write_sample
 from lstmnb.errors import ConfigError, DataError
 from lstmnb.windows import WindowConfig, make_windows
 
@@ -108,6 +108,34 @@ def test_as_hard_for_persistence_as_real_data(column):
     assert 1.9 < test[24]["persistence"]["rmse"] < 2.8
     assert 2.0 < test[1]["climatology"]["rmse"] < 2.9
     assert test[1]["climatology"] == test[24]["climatology"]  # the same targets at both leads
+
+
+def test_the_sea_has_small_smooth_hourly_changes(sample, column):
+    # issue 24, a real ocean point (50N 10W): 1 h persistence 0.10 K, 6 h 0.40 K, 24 h 0.90 K, where land
+    # points are near 1 and 2-3 K
+    lat, lon = SEA_POINT
+    assert lon in sample["longitude"].values and lat in sample["latitude"].values
+    sea = sample["2m_temperature"].sel(latitude=lat, longitude=lon).values.astype(np.float64)
+    land = column.sel(latitude=40.0).values.astype(np.float64)
+    times = pd.DatetimeIndex(sample["time"].values)
+    sea_1h = np.sqrt(np.mean(np.diff(sea) ** 2))
+    assert 0.05 < sea_1h < 0.15 and sea_1h < np.sqrt(np.mean(np.diff(land) ** 2)) / 5
+    assert np.abs(np.diff(sea, 2)).mean() < 0.5 * np.abs(np.diff(sea)).mean(), "smooth: changes change slowly"
+    assert 0.3 < np.sqrt(np.mean((sea[6:] - sea[:-6]) ** 2)) < 0.7
+    assert 0.6 < np.sqrt(np.mean((sea[24:] - sea[:-24]) ** 2)) < 1.3
+    # the air over the sea follows the water: a small diurnal cycle, a damped seasonal one
+    s = pd.Series(sea, index=times)
+    hourly = s.groupby(s.index.hour).mean()
+    assert hourly.max() - hourly.min() < 1.0
+    assert 0 < s[s.index.month == 8].mean() - s[s.index.month == 2].mean() < 12
+
+
+def test_land_cells_are_the_same_whether_a_store_reaches_the_sea(tmp_path):
+    kw = dict(start="2020-03-01T00", end="2020-03-02T23", lat=(40.5, 39.5))
+    land = xr.open_zarr(write_sample(tmp_path / "land.zarr", lon=(279.5, 281.0), **kw), chunks=None).load()
+    both = xr.open_zarr(write_sample(tmp_path / "both.zarr", lon=(279.5, 281.75), **kw), chunks=None).load()
+    xr.testing.assert_identical(both.sel(longitude=land["longitude"]).drop_attrs(), land.drop_attrs())
+    assert both.sizes["longitude"] == land.sizes["longitude"] + 3
 
 
 def test_cold_fronts_are_sharp_and_travel_south_east(column):

@@ -1,15 +1,13 @@
 """Splits, scaling, windows and baselines on hand-checkable series."""
 
-import warnings
-
 import numpy as np
 import pandas as pd
 import pytest
 
 from lstmnb.errors import ConfigError, DataError
+from lstmnb.climate import CLIMATOLOGIES, climatology_kind
 from lstmnb.windows import (
-    CLIMATOLOGY_FALLBACK, ClimatologyWarning, Scaler, WindowConfig, climatology_coverage, climatology_table,
-    make_windows, sliding_windows, split_bounds, split_by_dates,
+    Scaler, WindowConfig, climatology_table, make_windows, sliding_windows, split_bounds, split_by_dates,
 )
 
 
@@ -97,32 +95,34 @@ def test_val_and_test_score_the_same_targets_at_every_lead():
         assert w.scored["train"]["first"] == str(t[24 + lead - 1])
 
 
-def test_climatology_falls_back_to_the_hour_of_day_mean_and_says_how_often():
-    # 90 days from 1 January, split in halves and quarters: training is 1 Jan - 14 Feb (45 days), so with
-    # +-7 days of pooling the day-of-year table has data from 25 Dec to 21 Feb and nothing later
+def test_under_a_year_of_training_the_climatology_is_the_hour_of_day_mean_stated_once():
+    # 90 days from 1 January, split in halves and quarters: training is 1 Jan - 14 Feb (45 days), too short
+    # for a day-of-year table (most days of the year would have no training day near them), so the standard
+    # climatology is the hour-of-day mean of the training part, for every target
     t = hours(24 * 90)
     rng = np.random.default_rng(1)
     v = np.stack([280 + 4 * np.sin(2 * np.pi * t.hour.to_numpy() / 24) + rng.normal(0, 1, len(t)),
                   290 + 0.05 * np.arange(len(t)) / 24], axis=1)
-    cfg = WindowConfig(window=24, lead_hours=3, fractions=(0.5, 0.25, 0.25))
-    with pytest.warns(ClimatologyWarning, match="less than a year"):
-        w = make_windows(v, t, cfg)
-    val, test = w.baselines["val"]["climatology"], w.baselines["test"]["climatology"]
-    assert w.split_times["val"][0] == "2020-02-15 00:00:00"
-    assert val["doy_targets"] == 2 * 7 * 24  # 15 - 21 February, two points
-    assert val["fallback_targets"] == 2 * (540 - 7 * 24)
-    assert (test["doy_targets"], test["fallback_targets"]) == (0, 2 * 540)
-    assert test["fallback"] == CLIMATOLOGY_FALLBACK and w.baselines["train"]["climatology"]["fallback_targets"] == 0
-    assert len(w.notes) == 1 and "45.0 days" in w.notes[0] and f"test {2 * 540} of {2 * 540}" in w.notes[0]
-    # the fallback is the hour-of-day mean of each point's training part
+    w = make_windows(v, t, WindowConfig(window=24, lead_hours=3, fractions=(0.5, 0.25, 0.25)))
+    assert w.climatology["kind"] == "hour-of-day" and w.climatology["training_days"] == 45.0
+    assert w.climatology["description"] == CLIMATOLOGIES["hour-of-day"]
+    assert "hour-of-day mean of the training part" in w.climatology["line"] and "45.0 days" in w.climatology["line"]
     train = slice(0, 24 * 45)
     truth = v[24 * 67 + 12:]  # the test part: its last 540 hours
     by_hand = []
     for p in range(2):
         hour_mean = pd.Series(v[train, p]).groupby(t[train].hour).mean()
         by_hand.append(hour_mean.loc[t[24 * 67 + 12:].hour].to_numpy() - truth[:, p])
-    assert test["rmse"] == pytest.approx(np.sqrt(np.mean(np.concatenate(by_hand) ** 2)))
-    assert (climatology_coverage(t[train]).sum(axis=1) > 0).sum() == 45 + 14
+    assert w.baselines["test"]["climatology"]["rmse"] == pytest.approx(np.sqrt(np.mean(np.concatenate(by_hand) ** 2)))
+    # the table is that mean on every day of the year
+    table = climatology_table(v[train, 0], t[train])
+    np.testing.assert_allclose(table, np.tile(pd.Series(v[train, 0]).groupby(t[train].hour).mean().to_numpy(), (366, 1)))
+
+
+def test_climatology_kind_needs_a_year_of_training():
+    assert climatology_kind(hours(24 * 364)) == "hour-of-day"
+    assert climatology_kind(hours(24 * 365)) == "day-of-year"
+    assert climatology_kind(hours(24 * 366, start="2020-01-01")) == "day-of-year"
 
 
 def test_persistence_baseline_by_hand():
@@ -135,19 +135,18 @@ def test_persistence_baseline_by_hand():
 
 
 def test_climatology_baseline_by_hand():
-    # two years of a pure diurnal cycle (no noise): climatology from year one predicts year two exactly
+    # two years of a pure diurnal cycle plus a seasonal one (no noise): the day-of-year climatology from year
+    # one predicts year two to within the +-7 days of smoothing
     t = hours(24 * 366 * 2)
-    v = 280 + 5 * np.sin(2 * np.pi * t.hour.to_numpy() / 24)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ClimatologyWarning)  # a year of training data: no warning
-        w = make_windows(v, t, WindowConfig(window=6, fractions=(0.5, 0.25, 0.25)))
-    assert w.notes == [] and w.baselines["test"]["climatology"]["fallback_targets"] == 0
-    assert w.baselines["test"]["climatology"]["doy_targets"] == w.sizes()["test"]
-    assert w.baselines["test"]["climatology"]["rmse"] == pytest.approx(0.0, abs=1e-9)
+    doy = t.day_of_year.to_numpy()
+    v = 280 + 5 * np.sin(2 * np.pi * t.hour.to_numpy() / 24) + 10 * np.sin(2 * np.pi * doy / 366)
+    w = make_windows(v, t, WindowConfig(window=6, fractions=(0.5, 0.25, 0.25)))
+    assert w.climatology["kind"] == "day-of-year" and w.climatology["description"] == CLIMATOLOGIES["day-of-year"]
+    assert w.baselines["test"]["climatology"]["rmse"] < 0.1
     assert w.baselines["test"]["persistence"]["rmse"] > 0.5
     # and the climatology table is the hour-of-day x day-of-year mean
     table = climatology_table(v[: 24 * 366], t[: 24 * 366], smooth_days=0)
-    np.testing.assert_allclose(table[10], 280 + 5 * np.sin(2 * np.pi * np.arange(24) / 24))
+    np.testing.assert_allclose(table[10], 280 + 5 * np.sin(2 * np.pi * np.arange(24) / 24) + 10 * np.sin(2 * np.pi * 11 / 366))
 
 
 def test_calendar_features_and_multi_point():

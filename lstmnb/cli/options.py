@@ -60,12 +60,21 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
                    help="grid point, repeatable; longitude in -180..180 or 0..360 (default: 40,280 and 20,280)")
     g.add_argument("--box", type=float_list, metavar="LAT_MIN,LAT_MAX,LON_MIN,LON_MAX",
                    help="a lat/lon box instead of points")
-    g.add_argument("--start", default=None, help="first day, e.g. 2020-01-01 (default)")
-    g.add_argument("--end", default=None, help="last day, inclusive, e.g. 2021-06-30 (default)")
+    g.add_argument("--start", default=None, help="first day, e.g. 2020-01-01 (default: the published 2020-01-01; "
+                                                  "a local store's first valid hour)")
+    g.add_argument("--end", default=None, help="last day, inclusive, e.g. 2021-06-30 (default: the published "
+                                                "2021-06-30; a local store's last valid hour); an end past the "
+                                                "store's last valid hour is clipped to it, with a note")
 
 
 def request_from_args(args: argparse.Namespace):
-    """The data request of ``args``, checked (everything that needs no store) before any work."""
+    """The data request of ``args``, checked before any work: everything that needs no store, and its times
+    fitted to the store's valid range (``data.fit_times``: a local store without --start/--end uses its
+    whole range, where the sample and the cloud stores keep the published dates; an --end past the store is
+    clipped), each change said in one line.
+    Worked out once per command (a sub-command's check and its run share it)."""
+    if getattr(args, "_request", None) is not None:
+        return args._request
     from .. import data
     from ..errors import ConfigError
 
@@ -84,7 +93,18 @@ def request_from_args(args: argparse.Namespace):
     for name in ("start", "end"):  # an empty value is an error, not the default
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)
-    return data.check_request(data.Request(**kw))
+    request, notes = data.Request(**kw), []
+    source = request.source.strip() if isinstance(request.source, str) else ""
+    local = source != data.SAMPLE and source not in data.CATALOGUE and "://" not in source
+    # the published dates stay the default of the sample (its whole range) and of the cloud stores (decades long)
+    start_given, end_given = args.start is not None or not local, args.end is not None or not local
+    if args.end is not None or local:
+        request, notes = data.fit_times(request, start_given=start_given, end_given=end_given)
+    request = data.check_request(request)
+    for note in notes:
+        print(f"note: {note}")
+    args._request = request
+    return request
 
 
 def option_type(name: str, hint):

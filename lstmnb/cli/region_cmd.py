@@ -100,14 +100,11 @@ def _check_skill(args) -> None:
 
 
 def _run_skill(args) -> int:
-    import warnings
-
     import pandas as pd
 
     from ..experiments.region_skill import (comparison_panels, comparison_title, region_skill, region_windows)
     from ..region.maps import plot_panels
     from ..report import format_table
-    from ..windows import ClimatologyWarning
 
     def epoch(name: str, e: dict) -> None:
         print(f"  {name} epoch {e['epoch']}: train loss {e['train_loss']:.5f}, validation RMSE "
@@ -120,7 +117,6 @@ def _run_skill(args) -> int:
               flush=True)
 
     cfg = _skill_config(args)
-    warnings.simplefilter("ignore", ClimatologyWarning)  # said once below, as a note
     data, info = region_windows(_area_request(args), cfg, progress=cfg.progress)
     got = region_skill(data, cfg, _variants(args.variants), args.neighbours, args.channels, data_info=info,
                        results=results_path(args), on_epoch=epoch, on_point=finished)
@@ -137,8 +133,7 @@ def _run_skill(args) -> int:
             print(format_table(got.flow, "{:,.4f}"))
             _say_verdict(got.flow)
     _say_threads(next(iter(got.records.values()))["threads"])
-    for note in data.windows.notes:
-        print(f"note: {note}")
+    print(data.windows.climatology["line"])  # which climatology the baseline is, once
     if args.plot:
         save_plot(plot_panels(comparison_panels(maps), comparison_title(maps)), args.plot)
     _say_recorded(got.runs, args)
@@ -369,14 +364,10 @@ def _check_scaling(args) -> None:
 
 
 def _run_scaling(args) -> int:
-    import warnings
-
     from ..experiments.region import region_scaling
     from ..experiments.region_skill import region_windows
     from ..report import format_table
-    from ..windows import ClimatologyWarning
 
-    warnings.simplefilter("ignore", ClimatologyWarning)  # no forecast is scored here
     data, info = region_windows(_area_request(args), _scaling_train_config(args), progress=False)
     table = region_scaling(data, _scaling_model(args, data), args.world_sizes, args.modes, _shard_config(args),
                            repeats=args.repeats, threads=args.threads, data_info=info, results=results_path(args),

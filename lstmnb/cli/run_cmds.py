@@ -44,7 +44,9 @@ def add_train(sub, full: bool) -> None:
         description="Train one LSTM forecaster, evaluate it against persistence and climatology on the test "
                     "part, print the epochs table, and append the run record to the results file. "
                     "Defaults: the recommended setting on the embedded sample (window 24 h, hidden 64, residual "
-                    "head, batch 256, Adam 4e-3, up to 30 epochs with early stopping on validation); "
+                    "head, each point's fitted cycles as an input, loss weighted by each point's persistence error, "
+                    "batch 256, Adam 4e-3, up to 30 epochs with early stopping on validation; the reported forecast "
+                    "is per point the blend with persistence and climatology fitted on validation); "
                     "--preset published gives the published setting exactly (5 epochs, batch 64, Adam 1e-3, "
                     "DataLoader).",
     )
@@ -52,7 +54,7 @@ def add_train(sub, full: bool) -> None:
     if full:
         add_train_args(p)
     p.add_argument("--map", default=None, metavar="FILE.png",
-                   help="with --box: save each cell's skill against persistence (model and climatology) as a map")
+                   help="with --box: save each cell's score against persistence (model and climatology) as a map")
     add_results_args(p)
     p.set_defaults(func=_run_train, check=_check_train)
 
@@ -113,20 +115,28 @@ def print_cells(record: dict, map_path: str | None = None) -> None:
         save_plot(plot_panels(panels, title), map_path, "--map")
 
 
+def print_forecast_notes(record: dict) -> None:
+    """Once per command: which climatology the baseline is, and what the reported forecast is."""
+    clim = (record.get("data") or {}).get("climatology") or {}
+    if clim.get("line"):
+        print(clim["line"])
+    blend = (record.get("skill") or {}).get("blend") or {}
+    if blend and blend.get("blend") != "off":
+        print(f"reported forecast: {blend['description']} (--blend {blend['blend']}; never worse than persistence "
+              "on validation at any point; the record keeps the weights)")
+
+
 def train_and_print(request, cfg, results, map_path: str | None = None) -> None:
     """``train.run`` (appending the record to ``results`` unless None), then the run as `print_run` shows
     it and where the record went; under torchrun only rank 0 prints (and records). When the record
     cannot be written, the run is printed (with the record as one JSON line to keep) before the error."""
     import json
-    import warnings
 
     from ..errors import DivergedError, OutputError
     from ..records import runs_path
     from ..training import run
     from ..training.parallel import is_rank_zero
-    from ..windows import ClimatologyWarning
 
-    warnings.simplefilter("ignore", ClimatologyWarning)  # said once below, as a note, instead
     # --strategy ddp --nproc N outside torchrun: run() prepares the data once and train() starts N local
     # ranks (lstmnb.training.parallel); rank 0's record comes back here to be printed and appended
     try:
@@ -151,8 +161,7 @@ def train_and_print(request, cfg, results, map_path: str | None = None) -> None:
     print_run(result.record)
     if result.record.get("data", {}).get("grid"):
         print_cells(result.record, map_path)
-    for note in result.windows.notes:
-        print(f"note: {note}")
+    print_forecast_notes(result.record)
     if result.recorded is not None:
         print(f"run {result.record['run_id']} had finished and was recorded in {result.recorded}: "
               f"nothing appended (use another --checkpoint for a new run)")
@@ -251,26 +260,28 @@ def _run_quickstart(args) -> int:
 def add_skill(sub, full: bool) -> None:
     p = sub.add_parser(
         "skill", help="one model per lead time: RMSE per point beside persistence and climatology, skill scores",
-        description="Train one forecaster per lead (default 1, 6 and 24 h) on the same data and print, per point "
-                    "and lead, the test RMSE of the model, persistence and climatology on the same target hours, "
-                    "and the skill score against each (1 - MSE / MSE of the baseline: above 0 beats it).",
+        description="Train one forecaster per lead (default 1, 6 and 24 h, in the order given, each once) on the "
+                    "same data and print, per point (as given, with the grid cell used, in the order given) and "
+                    "lead, and pooled over the points, the test RMSE of the reported forecast, the network alone, "
+                    "persistence and climatology on the same target hours, and the MSE skill score against each "
+                    "baseline (1 - MSE / MSE of the baseline: above 0 beats it).",
     )
     add_request_args(p)
     if full:
         add_train_args(p, skip=("lead_hours", "strategy", "nproc", "checkpoint", "resume"))
-    p.add_argument("--leads", type=int_list, default=(1, 6, 24), help="lead times in hours (default 1,6,24)")
-    p.add_argument("--plot", default=None, metavar="FILE.png", help="save RMSE against lead per point here")
+    p.add_argument("--leads", type=int_list, default=(1, 6, 24), help="lead times in hours, each once (default 1,6,24)")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="save RMSE and MSE skill score against lead per point here")
     add_results_args(p)
     p.set_defaults(func=_run_skill, check=_check_skill)
 
 
 def _check_skill(args) -> None:
     """The leads, the plot path and everything a training run needs, before the first model trains."""
-    from ..errors import ConfigError
+    from ..experiments.skill import check_leads
     from ..training import with_overrides
 
-    if not args.leads or min(args.leads) < 1:
-        raise ConfigError(f"--leads {','.join(map(str, args.leads))}: lead times must be whole hours >= 1, e.g. 1,6,24")
+    check_leads(args.leads, "--leads")
     check_plot(args.plot)
     cfg = train_config_from_args(args)
     check_training(with_overrides(cfg, lead_hours=max(args.leads)), request_from_args(args), results_path(args))
@@ -288,9 +299,12 @@ def _run_skill(args) -> int:
                                      on_point=lambda r: print(f"  lead {r['skill']['lead_hours']} h: "
                                                               f"{r['metrics']['stop_reason']}"))
     table = skill.skill_table(records)
-    with pd.option_context("display.width", 200):
+    with pd.option_context("display.width", 250):
         print(format_table(table))
-    print("skill = 1 - MSE / MSE of the baseline (above 0: the model beats it); same target hours at every lead")
+    print("mse_skill_vs_* = the MSE skill score, 1 - MSE_model / MSE_baseline (above 0: the model beats the baseline); "
+          "same target hours at every lead")
+    if records:
+        print_forecast_notes(records[0])
     if args.plot:
         save_plot(skill.plot_skill(table), args.plot)
     return 0

@@ -41,14 +41,14 @@ from .catalogue import (
 )
 from .extraction import assemble, extract, summary, to_frame
 from .fetch import DEFAULT_CONCURRENCY, CacheMiss, FetchStats, fetch_plan
-from .plan import Plan, Target, make_plan, valid_range
+from .plan import Plan, Target, fit_times, make_plan, valid_range
 from .transport import RetryPolicy
 from .zarr_meta import StoreMeta, cached_meta, open_meta
 
 __all__ = [
     "CATALOGUE", "DEFAULT_BLOCK_HOURS", "DEFAULT_CONCURRENCY", "DEFAULT_END", "DEFAULT_POINTS", "DEFAULT_START",
     "DEFAULT_VARIABLE", "SAMPLE", "SOURCE_HINT", "CacheMiss", "FetchStats", "Plan", "Request", "RetryPolicy",
-    "StoreMeta", "StoreRef", "Target", "assemble", "check_credentials", "check_request", "cached_meta", "extract", "fetch_plan", "make_plan",
+    "StoreMeta", "StoreRef", "Target", "assemble", "check_credentials", "check_request", "cached_meta", "extract", "fetch_plan", "fit_times", "make_plan",
     "open_meta", "open_ref", "open_store", "parse_time", "point_label", "resolve_source", "summary",
     "to_frame", "valid_range",
 ]

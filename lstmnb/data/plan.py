@@ -9,15 +9,16 @@ of the block cache.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
 from ..errors import ConfigError, DataError
-from .catalogue import Request, StoreRef, check_selection, parse_time
-from .zarr_meta import StoreMeta, as_meta
+from .catalogue import SAMPLE, Request, StoreRef, check_selection, open_ref, parse_time, resolve_source
+from .sample import TIMES as SAMPLE_TIMES
+from .zarr_meta import StoreMeta, as_meta, cached_meta
 
 
 def valid_range(ds: "xr.Dataset | StoreMeta") -> tuple[pd.Timestamp, pd.Timestamp]:
@@ -29,6 +30,38 @@ def valid_range(ds: "xr.Dataset | StoreMeta") -> tuple[pd.Timestamp, pd.Timestam
     if "valid_time_stop" in ds.attrs:
         hi = min(hi, parse_time(str(ds.attrs["valid_time_stop"]), end=True))
     return lo, hi
+
+
+def fit_times(request: Request, *, start_given: bool, end_given: bool,
+              storage_options: dict | None = None) -> tuple[Request, list[str]]:
+    """``request`` with its times fitted to its store's valid range, and one line per change for the user
+    (the CLI asks this for a local store, and wherever --end is given):
+    a time not given (``start_given``/``end_given`` False) becomes the store's first or last valid hour, and
+    an end past the store's last valid hour is clipped to it. The store's metadata come from the cache
+    where kept, else from the store; the sample's range is known without building it."""
+    if request.source.strip() == SAMPLE:
+        lo, hi = (pd.Timestamp(t) for t in SAMPLE_TIMES)
+    else:
+        ref = resolve_source(request.source, storage_options)
+        meta = cached_meta(ref)
+        lo, hi = valid_range(meta if meta is not None else open_ref(ref))
+    first, last = f"{lo:%Y-%m-%dT%H}", f"{hi:%Y-%m-%dT%H}"
+    if start_given and parse_time(request.start, what="start") > hi:
+        raise ConfigError(f"start {request.start} is after this store's last valid hour; its valid range is {first}..{last}")
+    notes = []
+    if not start_given and not end_given:
+        return replace(request, start=first, end=last), [
+            f"time range {first}..{last}: this store's valid range (no --start/--end given)"]
+    if not start_given:
+        request = replace(request, start=first)
+        notes.append(f"start {first}: this store's first valid hour (no --start given)")
+    if not end_given:
+        request = replace(request, end=last)
+        notes.append(f"end {last}: this store's last valid hour (no --end given)")
+    elif parse_time(request.end, end=True, what="end") > hi:
+        notes.append(f"end {request.end} is past this store's last valid hour; clipped to {last}")
+        request = replace(request, end=last)
+    return request, notes
 
 
 def _check_variables(meta: StoreMeta, variables: tuple[str, ...]) -> None:

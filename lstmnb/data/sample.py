@@ -13,8 +13,15 @@ and local solar time, the weather has
   the full one;
 - travelling synoptic waves with periods of 2-7 days, whose amplitudes wax and wane;
 - mesoscale weather, coherent over about a degree: smooth local anomalies, passing cloud, and showers
-  in the afternoon (frequent in the tropics, in mid-latitudes mostly in summer) that cool within the hour.
+  in the afternoon (frequent in the tropics, in mid-latitudes mostly in summer) that cool within the hour;
+- a sea east of 281.125E (``weather.COAST_LON``; the default store's three easternmost columns), where
+  the air follows the water: a small diurnal cycle, a damped and late seasonal cycle, and air masses that
+  arrive slowly and weakened, so hourly changes are small and smooth (issue 24: at a real ocean point,
+  1 h persistence was 0.10 K, 6 h 0.40 K, 24 h 0.90 K; at 35N 281.75E here 0.08, 0.43 and 0.79 K). The
+  column next to the coast is half land, half sea. It is where a model trained on all points at once can
+  lose to persistence while winning on the pooled figures.
 Mid-latitude weather is stronger and more frequent than tropical; all of it is deterministic for a seed.
+The land cells are the same whether or not a store reaches the sea.
 
 Layout copied from the public store: variables named ``2m_temperature`` (K) and ``surface_pressure``
 (Pa) with dims (time, latitude, longitude); latitude descending and longitude in 0..360 on the
@@ -42,11 +49,13 @@ from ..errors import ConfigError, DataError
 from ..paths import CACHE_ENV, atomic_path, cache_dir, sweep_stale_temps
 from . import weather
 
-SAMPLE_NAME = "sample-era5-v2.zarr"  # v2: weather with fronts, cloudy days and showers (issue 14)
+SAMPLE_NAME = "sample-era5-v3.zarr"  # v2: fronts, cloudy days and showers (issue 14); v3: a strip of sea (issue 24)
 GRID = 0.25  # degrees, as in ARCO-ERA5
 VARIABLES = ("2m_temperature", "surface_pressure")
 DEFAULT_LAT = (41.0, 19.0)   # north, south: a box around 40N and 20N
-DEFAULT_LON = (279.0, 281.0)  # west, east, around 280E
+DEFAULT_LON = (279.0, 281.75)  # west, east: land around 280E, sea from 281.25E (weather.COAST_LON)
+SEA_POINT = (35.0, 281.75)  # an ocean-like point of the default store (small, smooth hourly changes)
+TIMES = ("2020-01-01T00", "2021-06-30T23")  # the default store's first and last hour (its valid range)
 _ATTRS = {
     "2m_temperature": {"long_name": "2 metre temperature", "short_name": "t2m", "units": "K"},
     "surface_pressure": {"long_name": "Surface pressure", "short_name": "sp", "units": "Pa"},
@@ -87,8 +96,8 @@ def _grid(start: str, end: str, lat: Sequence[float], lon: Sequence[float]) -> _
 def write_sample(
     path: str | os.PathLike,
     *,
-    start: str = "2020-01-01T00",
-    end: str = "2021-06-30T23",
+    start: str = TIMES[0],
+    end: str = TIMES[1],
     lat: Sequence[float] = DEFAULT_LAT,
     lon: Sequence[float] = DEFAULT_LON,
     variables: Sequence[str] | None = None,

@@ -12,6 +12,10 @@ _TRACK_DT = 0.25  # hours: time step of the air-mass tracks, which each cell rea
 # where the fronts go, in degrees counter-clockwise from east: each track draws its heading from this range,
 # east-south-east to south-east (region mode splits cells by it: those the weather reaches first or last)
 FRONT_HEADINGS_DEG = (-45.0, -15.0)
+COAST_LON = 281.125  # degrees east: the sample's coast; east of it is sea
+COAST_WIDTH = 0.2  # degrees: how far out from the coast the land still shows in the air over the sea
+SEA_LAG_DAYS = 35.0  # the water's seasonal cycle lags the land's
+SEA_SMOOTH_HOURS = 12.0  # air-mass changes over the sea are smoothed over about half a day
 
 
 def _smooth_noise(rng: np.random.Generator, n_time: int, shape: tuple[int, ...], tau_hours: float,
@@ -172,13 +176,34 @@ def _weather(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> 
     return out
 
 
-def fields(grid, seed: int) -> dict[str, np.ndarray]:
-    """Synthesize (time, lat, lon) float32 fields (``grid`` has ``times``, ``lat`` and ``lon``) of 2 m temperature (K) and surface pressure (Pa)."""
-    hours = np.asarray((grid.times - pd.Timestamp("2000-01-01")) / pd.Timedelta(hours=1), dtype=np.float64)
-    lat2, lon2 = np.meshgrid(grid.lat.astype(np.float64), grid.lon.astype(np.float64), indexing="ij")
+def _lowpass(x: np.ndarray, tau_hours: float) -> np.ndarray:
+    """``x`` (time, ...) through a first-order low-pass filter with time constant ``tau_hours``."""
+    psi = np.exp(-1.0 / tau_hours)
+    out = np.empty_like(x)
+    y = x[0].copy()
+    for t in range(x.shape[0]):
+        y = psi * y + (1.0 - psi) * x[t]
+        out[t] = y
+    return out
+
+
+def _node_noise(rng: np.random.Generator, nt: int, lat: np.ndarray, lon: np.ndarray, tau_hours: float,
+                smooth_hours: float) -> np.ndarray:
+    """(time, cells) smooth red noise on 1-degree nodes, interpolated to the cells and back to unit variance
+    (coherent over about a degree)."""
+    lat_n = np.arange(np.floor(lat.min()) - 1, np.ceil(lat.max()) + 2, 1.0)
+    lon_n = np.arange(np.floor(lon.min()) - 1, np.ceil(lon.max()) + 2, 1.0)
+    nodes = _smooth_noise(rng, nt, (lat_n.size, lon_n.size), tau_hours, smooth_hours)
+    my, mx = _interp_matrix(lat_n, lat.astype(np.float64)), _interp_matrix(lon_n, lon.astype(np.float64))
+    cells = np.einsum("tij,ai,bj->tab", nodes, my, mx).reshape(nt, -1)
+    return cells / (cells.std(axis=0) + 1e-12)
+
+
+def _surface(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, wx: dict[str, np.ndarray],
+             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(time, cells) 2 m temperature (K) and surface pressure (Pa) over land from the weather ``wx``."""
+    lat2, lon2 = np.meshgrid(lat.astype(np.float64), lon.astype(np.float64), indexing="ij")
     lat_f, lon_f = lat2.ravel().astype(np.float32), lon2.ravel().astype(np.float32)
-    wx = _weather(hours, grid.lat, grid.lon, seed)
-    rng = np.random.default_rng([seed, 3])
     mid = np.clip((lat_f - 19.0) / 21.0, 0.0, 1.0)  # 0 in the tropics, 1 at 40N and beyond
     summer = _summer(hours).astype(np.float32)[:, None]
     solar = ((hours[:, None] % 24.0 + lon_f[None, :] / 15.0) % 24.0).astype(np.float32)  # local solar time
@@ -195,10 +220,56 @@ def fields(grid, seed: int) -> dict[str, np.ndarray]:
     t2m += 0.05 * rng.standard_normal(t2m.shape, dtype=np.float32) + t_mean + a_season * summer
     sp = 101300.0 + 700.0 * np.exp(-(((lat_f - 32.0) / 9.0) ** 2)) + 90.0 * np.cos(4 * np.pi / 24 * (solar - 10.0))
     sp -= (300.0 + 600.0 * mid) * wx["trough"] + (150.0 + 300.0 * mid) * wx["waves"] - 40.0 * wx["meso"]
+    return t2m, sp
 
+
+def _land(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(time, cells) 2 m temperature and surface pressure of land cells."""
+    wx = _weather(hours, lat, lon, seed)
+    return _surface(hours, lat, lon, wx, np.random.default_rng([seed, 3]))
+
+
+def _sea(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(time, cells) 2 m temperature and surface pressure of sea cells: the air over water follows the
+    water, so its diurnal cycle is small and its seasonal cycle half as large and a month late; the
+    land's air masses reach it slowly and weakened, so hour-to-hour changes are small and smooth (as at
+    a real ocean point: 1 h persistence about 0.1 K). Cells next to the coast blend towards the land."""
+    coast = np.array([COAST_LON - 0.125], dtype=np.float32)  # the last land column
+    wx = _weather(hours, lat, coast, seed)
+    land_t2m, land_sp = _surface(hours, lat, coast, wx, np.random.default_rng([seed, 4]))
+    rng = np.random.default_rng([seed, 5])
+    lat2, lon2 = np.meshgrid(lat.astype(np.float64), lon.astype(np.float64), indexing="ij")
+    lat_f, lon_f = lat2.ravel().astype(np.float32), lon2.ravel().astype(np.float32)
+    row = np.repeat(np.arange(lat.size), lon.size)  # each cell's latitude row (cells run latitude by latitude)
+    mid = np.clip((lat_f - 19.0) / 21.0, 0.0, 1.0)
+    solar = ((hours[:, None] % 24.0 + lon_f[None, :] / 15.0) % 24.0).astype(np.float32)
+    lagged = _summer(hours - SEA_LAG_DAYS * 24.0).astype(np.float32)[:, None]
+
+    t_mean = 302.0 - 0.0112 * lat_f**2
+    a_season = 0.5 * (0.6 + 0.0075 * lat_f**2)
+    # the air masses that crossed the coast, slowed down (a day) and smoothed, and the water's own slow anomalies
+    arrived = _lowpass((wx["front"] + wx["waves"]).astype(np.float64), SEA_SMOOTH_HOURS)[:, row]
+    arrived /= arrived.std(axis=0) + 1e-12
+    own = _node_noise(rng, hours.size, lat, lon, 120.0, SEA_SMOOTH_HOURS)
+    weather_sea = (0.5 + 0.9 * mid) * (0.6 * arrived + 0.8 * own)
+    diurnal = 0.2 * np.cos(2 * np.pi / 24 * (solar - 14.0))
+    sea = t_mean + a_season * lagged + diurnal + weather_sea + 0.01 * rng.standard_normal(weather_sea.shape)
+    near = np.exp(-(lon_f - COAST_LON) / COAST_WIDTH)  # 1 at the coast, falling off over a few tenths of a degree
+    t2m = near * land_t2m[:, row] + (1.0 - near) * sea
+    return t2m.astype(np.float32), land_sp[:, row]
+
+
+def fields(grid, seed: int) -> dict[str, np.ndarray]:
+    """Synthesize (time, lat, lon) float32 fields (``grid`` has ``times``, ``lat`` and ``lon``) of 2 m
+    temperature (K) and surface pressure (Pa): land west of ``COAST_LON``, sea east of it."""
+    hours = np.asarray((grid.times - pd.Timestamp("2000-01-01")) / pd.Timedelta(hours=1), dtype=np.float64)
+    sea = (grid.lon % 360.0) > COAST_LON  # longitudes ascend, so the land columns come first
     shape = (len(grid.times), len(grid.lat), len(grid.lon))
+    parts = [make(hours, grid.lat, grid.lon[cols], seed) for make, cols in ((_land, ~sea), (_sea, sea)) if cols.any()]
+    t2m = np.concatenate([p[0].reshape(shape[0], shape[1], -1) for p in parts], axis=2)
+    sp = np.concatenate([p[1].reshape(shape[0], shape[1], -1) for p in parts], axis=2)
     # ERA5 values come from 16-bit GRIB packing; quantising likewise keeps the chunks compressible.
     return {
-        "2m_temperature": (np.round(t2m * 512.0) / 512.0).astype(np.float32).reshape(shape),
-        "surface_pressure": (np.round(sp * 8.0) / 8.0).astype(np.float32).reshape(shape),
+        "2m_temperature": (np.round(t2m * 512.0) / 512.0).astype(np.float32),
+        "surface_pressure": (np.round(sp * 8.0) / 8.0).astype(np.float32),
     }

@@ -98,7 +98,7 @@ def _warm_up(windows, cfg, device: torch.device) -> None:
     torch.cuda.is_available()  # cached by torch after the first call
     tr = Trainer(windows, replace(cfg, strategy="single", checkpoint=None, resume=False), device)
     x = torch.from_numpy(windows.x["train"][:2]).to(device)
-    y = torch.from_numpy(windows.y["train"][:2]).to(device)
+    y = torch.from_numpy(tr.y_train[:2]).to(device)  # the targets as the step takes them (with point weights)
     tr.step(x, y)
     del tr
     free_memory(device)

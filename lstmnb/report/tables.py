@@ -24,21 +24,27 @@ def epochs_table(record: dict[str, Any]) -> pd.DataFrame:
     return df[[c for c in cols if c in df]].set_index("epoch")
 
 
+SKILL_COLUMN = "model's MSE skill score vs row"  # 1 - MSE_model / MSE_row (training.evaluate.mse_skill_score)
+
+
 def metrics_table(record: dict[str, Any]) -> pd.DataFrame:
-    """Test RMSE and MAE in kelvin of the model beside persistence and climatology."""
+    """Test RMSE and MAE in kelvin of the reported forecast (and of the network alone, where the reported one
+    is a blend) beside persistence and climatology, with the model's MSE skill score against each baseline
+    (as the record holds it: ``metrics.mse_skill_vs_*``)."""
     m = record.get("metrics") or {}
+    cell = "LSTM" if (record.get("config") or {}).get("cell", "lstm") == "lstm" else "GRU"
+    blended = (record.get("config") or {}).get("blend", "off") != "off" and m.get("network_test_rmse_k") is not None
     rows = []
-    for name, key in (("LSTM" if (record.get("config") or {}).get("cell", "lstm") == "lstm" else "GRU", "test"),
+    for name, key in ((f"{cell} (reported: blend)" if blended else cell, "test"),
+                      *(((f"{cell} network alone", "network_test"),) if blended else ()),
                       ("persistence", "persistence"), ("climatology", "climatology")):
         rmse, mae = m.get(f"{key}_rmse_k"), m.get(f"{key}_mae_k")
         if rmse is not None:
-            rows.append({"model": name, "test RMSE (K)": rmse, "test MAE (K)": mae})
+            rows.append({"model": name, "test RMSE (K)": rmse, "test MAE (K)": mae,
+                         SKILL_COLUMN: m.get(f"mse_skill_vs_{key}", float("nan"))})
     df = pd.DataFrame(rows).set_index("model") if rows else pd.DataFrame()
-    if len(df) > 1:
-        model_rmse = df["test RMSE (K)"].iloc[0]
-        skill = 1 - model_rmse / df["test RMSE (K)"]
-        skill.iloc[0] = float("nan")
-        df["model skill vs row"] = skill  # 1 - RMSE_model / RMSE_baseline: > 0 means the model is better
+    if not df.empty and df[SKILL_COLUMN].isna().all():
+        df = df.drop(columns=SKILL_COLUMN)  # a record from before the MSE skill score was recorded
     return df
 
 
@@ -49,8 +55,8 @@ def runs_table(df: pd.DataFrame) -> pd.DataFrame:
     cols = {
         "started": "started", "experiment": "experiment", "status": "status", "device.kind": "device",
         "device.name": "device name", "profile": "profile", "data.source": "source", "data.box": "box",
-        "data.variables": "variables", "config.preset": "preset",
-        "config.lead_hours": "lead h", "config.input_path": "input", "config.batch_size": "batch", "config.lr": "lr",
+        "data.variables": "variables", "config.preset": "preset", "config.lead_hours": "lead h",
+        "config.seed": "seed", "config.input_path": "input", "config.batch_size": "batch", "config.lr": "lr",
         "config.residual": "residual", "config.variant": "variant", "config.epochs": "epochs", "metrics.epochs_run": "epochs run",
         "timing.train_s": "train s",
         "timing.samples_per_s": "samples/s", "metrics.test_rmse_k": "test RMSE K",

@@ -16,6 +16,8 @@ from ..device import DEVICE_CHOICES, host_memory_bytes
 from ..errors import ConfigError
 from ..models import ModelConfig
 from ..windows import WindowConfig
+from .blend import BLENDS
+from .weighting import POINT_WEIGHTS
 
 INPUT_PATHS = ("fast", "dataloader")
 LR_SCHEDULES = ("constant", "onecycle", "cosine")
@@ -29,17 +31,20 @@ _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 # fields that do not change the trajectory of a run: a checkpoint may be resumed across them
 _RESUME_FREE = {"epochs", "resume", "checkpoint", "device", "num_workers", "pin_memory", "target_rmse",
-                "patience", "stop_at_target", "compile", "experiment", "threads", "eval_batch_size", "progress", "profile", "dist_timeout_s", "preset"}
+                "patience", "stop_at_target", "compile", "experiment", "blend", "threads", "eval_batch_size", "progress", "profile", "dist_timeout_s", "preset"}
 
 
 # Named settings. TrainConfig's defaults are the recommended one; a preset lists what it changes.
 PRESETS: dict[str, dict[str, Any]] = {
-    # measured on the embedded sample and real ERA5 (README, "Skill"): residual head, calendar inputs,
-    # batch 256, Adam 4e-3 on the fast path, up to 30 epochs with early stopping on validation
+    # measured on the embedded sample and real ERA5 (README, "Skill at every point"): residual head, calendar
+    # inputs, batch 256, Adam 4e-3 on the fast path, up to 30 epochs with early stopping on validation; each
+    # point's fitted cycles as an input, the loss weighted by each point's persistence error, and the reported
+    # forecast blended per point with persistence and climatology on validation
     "recommended": {},
     # the published experiments, exactly: 5 fixed epochs, batch 64, Adam 1e-3 (plain), DataLoader with 2 workers
     "published": dict(epochs=5, patience=None, batch_size=64, lr=1e-3, lr_schedule="constant", residual=False,
-                      calendar=False, input_path="dataloader", num_workers=2, fused_adam=False),
+                      calendar=False, cycles=False, input_path="dataloader", num_workers=2, fused_adam=False,
+                      point_weights="none", blend="off"),
 }
 
 
@@ -99,6 +104,9 @@ class TrainConfig:
     lead_hours: int = knob(1, "hours from the last input to the first target")
     horizon: int = knob(1, "target hours predicted at once")
     calendar: bool = knob(True, "add hour-of-day and day-of-year inputs (sin/cos)")
+    cycles: bool = knob(True, (
+        "add each point's seasonal and diurnal cycles, fitted to the training part, at each input hour plus the "
+        "lead as an input (the last one is the fitted cycle at the target hour)"))
     fractions: tuple[float, float, float] = knob(DEFAULT_FRACTIONS, (
         "train,val,test fractions of the time range (chronological)"))
     split_dates: tuple[str, str] | None = knob(None, "VAL_START,TEST_START dates instead of fractions")
@@ -110,6 +118,13 @@ class TrainConfig:
     residual: bool = knob(True, (
         "forecast the change from the last observed value (starts at persistence; part of the recommended "
         "setting)"))
+    point_weights: str = knob("persistence", (
+        "loss weight of each point's samples: none (plain MSE) or persistence (1 / the point's persistence MSE on "
+        "the training part: a smooth ocean point counts as much as a stormy land point)"))
+    blend: str = knob("baselines", (
+        "the reported forecast: off (the network's), persistence or baselines (per point, the convex blend of the "
+        "network with persistence, or with persistence and climatology, fitted on validation: never worse than "
+        "persistence there)"))
     # stopping, checkpoints, bookkeeping
     target_rmse: float | None = knob(None, "validation RMSE (K) whose time-to-reach is reported")
     stop_at_target: bool = knob(False, (
@@ -130,7 +145,7 @@ class TrainConfig:
         return WindowConfig(
             window=self.window, lead_hours=self.lead_hours, horizon=self.horizon,
             fractions=tuple(self.fractions), split_dates=tuple(self.split_dates) if self.split_dates else None,
-            calendar=self.calendar,
+            calendar=self.calendar, cycles=self.cycles,
         )
 
     def model_config(self, n_features: int) -> ModelConfig:
@@ -161,7 +176,8 @@ class TrainConfig:
             _number("grad_clip", self.grad_clip, positive=True, off="omit it for no clipping")
         if self.target_rmse is not None:
             _number("target_rmse", self.target_rmse, positive=True, unit=" of kelvin")
-        for name, value, choices in (("input_path", self.input_path, INPUT_PATHS),
+        for name, value, choices in (("input_path", self.input_path, INPUT_PATHS), ("blend", self.blend, BLENDS),
+                                     ("point_weights", self.point_weights, POINT_WEIGHTS),
                                      ("lr_schedule", self.lr_schedule, LR_SCHEDULES),
                                      ("amp", self.amp, AMP_MODES), ("strategy", self.strategy, STRATEGIES)):
             if value not in choices:

@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+SKILL_SCORE = "MSE skill score: 1 - MSE_model / MSE_baseline (above 0: the model beats the baseline)"
+
 
 @torch.inference_mode()
 def predict(model: nn.Module, x: np.ndarray | torch.Tensor, device: torch.device,
@@ -31,17 +33,28 @@ def rmse_kelvin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target_std: 
     return mse, math.sqrt(mse) * target_std
 
 
-def per_point_scores(w, pred) -> list[dict[str, Any]]:
-    """Test RMSE of the model (``pred``: its test forecasts in kelvin) and both baselines per point of
-    windows ``w`` (kelvin), and the skill scores."""
+def mse_skill_score(mse_model: float, mse_base: float) -> float | None:
+    """The MSE skill score 1 - MSE_model / MSE_baseline (1 perfect, 0 no better than the baseline; None where the baseline MSE is 0)."""
+    return 1.0 - mse_model / mse_base if mse_base else None
+
+
+def per_point_scores(w, pred, network=None) -> list[dict[str, Any]]:
+    """Test RMSE of the reported forecast (``pred``: test forecasts in kelvin), of the network alone
+    (``network``, where the reported forecast is a blend) and of both baselines per point of windows ``w``
+    (kelvin), and the MSE skill scores."""
     truth = w.to_kelvin(w.y["test"])
     base = w.predictions["test"]
+    forecasts = {"model": pred, "persistence": base["persistence"], "climatology": base["climatology"]}
+    if network is not None:
+        forecasts["network"] = network
     rows = []
     for p, name in enumerate(w.points):
         sel = w.point_index["test"] == p
-        mse = {k: float(np.mean((v[sel] - truth[sel]) ** 2))
-               for k, v in (("model", pred), ("persistence", base["persistence"]), ("climatology", base["climatology"]))}
-        rows.append(score_row(name, w.config.lead_hours, int(sel.sum()), mse))
+        mse = {k: float(np.mean((v[sel] - truth[sel]) ** 2)) for k, v in forecasts.items()}
+        row = score_row(name, w.config.lead_hours, int(sel.sum()), mse)
+        if w.requested:  # the point as the user gave it (the row's point is its grid cell)
+            row["requested"] = w.requested[p]
+        rows.append(row)
     return rows
 
 
@@ -51,13 +64,17 @@ def mse_skill_score(mse_model: float, mse_base: float) -> float | None:
 
 
 def score_row(point: str, lead_hours: int, targets: int, mse: dict[str, float]) -> dict[str, Any]:
-    """One point's scores: RMSE (kelvin) of the model and both baselines from their MSE, and the MSE skill
-    score against each (``mse_skill_score``; None where the baseline is exact)."""
+    """One point's scores: RMSE (kelvin) of the model (and any other forecast in ``mse``) and both baselines
+    from their MSE, and the model's MSE skill score against each (``mse_skill_score``)."""
     return {"point": point, "lead_hours": lead_hours, "targets": targets,
             **{f"{k}_rmse_k": math.sqrt(v) for k, v in mse.items()},
             **{f"mse_skill_vs_{b}": mse_skill_score(mse["model"], mse[b]) for b in ("persistence", "climatology")}}
 
 
-def skill_section(w, pred) -> dict[str, Any]:
-    """A record's ``skill`` section: the lead and ``per_point_scores`` (a box run's: every cell's)."""
-    return {"lead_hours": w.config.lead_hours, "per_point": per_point_scores(w, pred)}
+def skill_section(w, pred, network=None, blend: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A record's ``skill`` section: the lead, ``per_point_scores`` (a box run's: every cell's) and the blend
+    that made the reported forecast (``training.blend``)."""
+    out = {"lead_hours": w.config.lead_hours, "score": SKILL_SCORE, "per_point": per_point_scores(w, pred, network)}
+    if blend is not None:
+        out["blend"] = blend
+    return out

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from ..device import indexed
 from .config import TrainConfig
@@ -124,7 +123,7 @@ class GraphStep:
             warnings.filterwarnings("ignore", message=STREAM_WARNING)
             xb, yb = s["x"].index_select(0, s["idx"]), s["y"].index_select(0, s["idx"])
             with torch.autocast("cuda", dtype=tr.adtype, enabled=tr.adtype is not None):
-                loss = F.mse_loss(tr.model(xb).float(), yb)
+                loss = tr.loss(tr.model(xb).float(), yb)
             loss.backward()
             if tr.cfg.grad_clip:  # the guard keeps the captured norm and reads it after each replay
                 tr.guard.norm(nn.utils.clip_grad_norm_(tr.core.parameters(), tr.cfg.grad_clip))

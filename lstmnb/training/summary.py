@@ -14,7 +14,8 @@ from ..models import Forecaster, count_parameters, flops_per_sample
 from ..records import new_record
 from ..windows import Windows, error_metrics
 from .config import TrainConfig
-from .evaluate import predict, skill_section
+from .blend import apply_blend, blend_section, fit_blend
+from .evaluate import mse_skill_score, predict, skill_section
 
 
 def time_to_target(history: list[dict[str, Any]], target: float | None) -> dict[str, Any]:
@@ -55,15 +56,20 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
     epochs it finished before, and no figure from its non-finite weights: no test forecast, no metrics."""
     data = dict(data_info or {})
     data.update(sizes=windows.sizes(), split_times=windows.split_times, scored=windows.scored,
-                features=windows.features, cells=windows.points, notes=windows.notes)
+                features=windows.features, cells=windows.points, climatology=windows.climatology)
     model = {"parameters": count_parameters(core), "flops_per_sample": flops_per_sample(core.config, cfg.window)}
     if divergence is not None:
         finished = {"timing": summarize_timing(history)} if history else {}
         return new_record(cfg.experiment, status="diverged", reason=divergence["message"], device=str(device),
                           profile=cfg.profile, config=asdict(cfg), data=data, epochs=history, memory=memory,
                           model=model, divergence=divergence, **finished, **extra)
-    pred = windows.to_kelvin(predict(core, windows.x["test"], device, cfg.eval_batch_size).cpu().numpy())
-    test = error_metrics(pred, windows.to_kelvin(windows.y["test"]))
+    network = windows.to_kelvin(predict(core, windows.x["test"], device, cfg.eval_batch_size).cpu().numpy())
+    # the reported forecast: per point, the blend of the network and the baselines fitted on validation
+    network_val = windows.to_kelvin(predict(core, windows.x["val"], device, cfg.eval_batch_size).cpu().numpy())
+    weights = fit_blend(windows, network_val, cfg.blend)
+    pred = apply_blend(windows, "test", network, weights)
+    truth = windows.to_kelvin(windows.y["test"])
+    test, alone = error_metrics(pred, truth), error_metrics(network, truth)
     base = windows.baselines["test"]
     flops = model["flops_per_sample"]
     timing = summarize_timing(history)
@@ -74,8 +80,9 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
         "test_rmse_k": test["rmse"], "test_mae_k": test["mae"],
         "persistence_rmse_k": base["persistence"]["rmse"], "persistence_mae_k": base["persistence"]["mae"],
         "climatology_rmse_k": base["climatology"]["rmse"], "climatology_mae_k": base["climatology"]["mae"],
-        "climatology_doy_targets": base["climatology"].get("doy_targets"),
-        "climatology_fallback_targets": base["climatology"].get("fallback_targets"),
+        "network_test_rmse_k": alone["rmse"], "network_test_mae_k": alone["mae"],
+        **{f"mse_skill_vs_{b}": mse_skill_score(test["rmse"] ** 2, base[b]["rmse"] ** 2)
+           for b in ("persistence", "climatology")},
         "val_persistence_rmse_k": windows.baselines["val"]["persistence"]["rmse"],
         "best_val_rmse_k": min((h["val_rmse_k"] for h in history), default=None),
         "epochs_run": len(history), "stopped_early": stopped_early, "stop_reason": stop_reason,
@@ -84,7 +91,9 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
         cfg.experiment, status="ok", device=str(device), profile=cfg.profile,
         config=asdict(cfg), data=data, epochs=history, timing=timing, memory=memory,
         metrics=metrics, model=model,
-        skill=skill_section(windows, pred),  # per point (a box: per cell), beside both baselines
+        # per point (a box: per cell), beside both baselines, with the blend that made the reported forecast
+        skill=skill_section(windows, pred, network if cfg.blend != "off" else None,
+                            blend_section(windows, cfg.blend, network_val, weights)),
         **extra,
     )
 

@@ -22,6 +22,7 @@ from ..device import amp_dtype, clock, peak_memory_mb, reset_peak_memory
 from ..models import Forecaster
 from ..records import new_run_id
 from ..windows import Windows
+from .blend import apply_blend, blend_weights
 from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, recorded_marker, save_checkpoint
 from .config import TrainConfig
 from .evaluate import predict, rmse_kelvin
@@ -29,6 +30,7 @@ from .graphs import GraphStep, IndexBatches, graph_plan, graph_record
 from .optim import make_optimizer, restore_optimizer
 from .guards import DivergenceGuard, stops_on_divergence
 from .summary import finish_record
+from .weighting import sample_weights
 
 
 class WindowDataset(torch.utils.data.Dataset):
@@ -61,8 +63,10 @@ class RunResult:
     recorded: str | None = None
 
     def forecast_kelvin(self, split: str = "test") -> np.ndarray:
-        out = predict(self.model, self.windows.x[split], self.device).cpu().numpy()
-        return self.windows.to_kelvin(out)
+        """The reported forecast of ``split`` in kelvin: the network's, blended per point as the record says."""
+        out = self.windows.to_kelvin(predict(self.model, self.windows.x[split], self.device).cpu().numpy())
+        blend = ((self.record or {}).get("skill") or {}).get("blend")
+        return apply_blend(self.windows, split, out, blend_weights(blend)) if blend else out
 
 
 def _make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int):
@@ -101,6 +105,10 @@ class Trainer:
                                                        (self.n_train // cfg.batch_size) * cfg.epochs)
         self.graph = GraphStep(self) if self.use_graph else None
         self.opt = make_optimizer(self.core, cfg, device, capturable=self.use_graph)
+        # the training targets; with point weights each row carries its sample's loss weight as a last column
+        weights = sample_weights(windows, cfg.point_weights)
+        self.weighted = weights is not None
+        self.y_train = windows.y["train"] if weights is None else np.concatenate([windows.y["train"], weights[:, None]], 1)
         self.sched = _make_scheduler(self.opt, cfg, steps_per_epoch or math.ceil(self.n_train / cfg.batch_size))
         self.scaler = torch.amp.GradScaler("cuda") if self.adtype == torch.float16 else None
         self.guard = DivergenceGuard(device, scaled=self.scaler is not None)  # non-finite figures end the run
@@ -184,7 +192,7 @@ class Trainer:
     def step(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         """One optimiser step; returns the detached loss (no host sync)."""
         with torch.autocast(device_type=self.device.type, dtype=self.adtype, enabled=self.adtype is not None):
-            loss = F.mse_loss(self.model(xb).float(), yb)
+            loss = self.loss(self.model(xb).float(), yb)
         self.opt.zero_grad(set_to_none=True)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
@@ -201,6 +209,12 @@ class Trainer:
         if self.sched is not None:
             self.sched.step()
         return loss.detach()
+
+    def loss(self, pred: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """The training loss: MSE, weighted per sample by the last column of ``yb`` with point weights."""
+        if not self.weighted:
+            return F.mse_loss(pred, yb)
+        return torch.mean(yb[:, -1:] * (pred - yb[:, :-1]) ** 2)
 
     def run_epoch(self, batches) -> tuple[torch.Tensor, int, float]:
         """Train over ``batches`` ((x, y) pairs, or ``IndexBatches`` for a graph); returns (summed loss on
@@ -245,14 +259,14 @@ class Trainer:
     def train_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The whole training set on the device (the fast path's input)."""
         w = self.windows
-        return torch.from_numpy(w.x["train"]).to(self.device), torch.from_numpy(w.y["train"]).to(self.device)
+        return torch.from_numpy(w.x["train"]).to(self.device), torch.from_numpy(self.y_train).to(self.device)
 
     def make_loader(self, sampler: torch.utils.data.Sampler | None = None) -> torch.utils.data.DataLoader:
         """The per-sample Dataset + DataLoader input path (the published one); shuffled by the run's
         generator, or by ``sampler`` (DDP's DistributedSampler)."""
         cfg, w = self.cfg, self.windows
         return torch.utils.data.DataLoader(
-            WindowDataset(w.x["train"], w.y["train"]), batch_size=cfg.batch_size, shuffle=sampler is None,
+            WindowDataset(w.x["train"], self.y_train), batch_size=cfg.batch_size, shuffle=sampler is None,
             sampler=sampler, generator=self.gen if sampler is None else None, num_workers=cfg.num_workers,
             pin_memory=cfg.pin_memory and self.device.type == "cuda", persistent_workers=cfg.num_workers > 0,
         )

@@ -1,0 +1,104 @@
+"""What the weather of a place is expected to be at a time of day and year, from the training part only:
+the climatology baseline (``climatology_table``, of the kind ``climatology_kind`` says) and the fitted
+cycles that the forecaster may take as an input (``cycle_fit``/``cycle_values``).
+
+The climatology is the standard one: the hour-of-day x day-of-year mean of the training part, smoothed over
++-7 days, where the training part covers a year; otherwise the hour-of-day mean of the training part (a
+day-of-year table from less than a year leaves most days to a fallback and ends weaker than the plain
+hour-of-day mean). The fitted cycles are a few harmonics of the year and the day (and their product: a
+diurnal cycle that changes with the season), fitted by least squares. Unlike the day-of-year table, which
+with one year of training holds that year's weather smoothed over two weeks, the fit has too few degrees of
+freedom to carry the training part's weather, so a network that learns from it on the training part learns
+what it will also find at forecast time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+SMOOTH_DAYS = 7  # the day-of-year climatology pools +-7 days around each day
+CLIMATOLOGIES = {  # what each kind of climatology is, as records and outputs state it
+    "day-of-year": f"hour-of-day x day-of-year mean of the training part, smoothed over +-{SMOOTH_DAYS} days",
+    "hour-of-day": "hour-of-day mean of the training part",
+}
+CYCLES = ("annual and semi-annual harmonics, diurnal and semi-diurnal harmonics, and the diurnal harmonic times "
+          "the annual one, fitted to the training part by least squares")
+
+
+def _pooled_sums(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sum and count of ``values`` per (day of year, hour) cell, pooled over +-``smooth_days`` days."""
+    doy = times.day_of_year.to_numpy() - 1
+    hour = times.hour.to_numpy()
+    total = np.zeros((366, 24))
+    count = np.zeros((366, 24))
+    np.add.at(total, (doy, hour), values)
+    np.add.at(count, (doy, hour), 1)
+    if smooth_days > 0:
+        kernel_days = np.arange(-smooth_days, smooth_days + 1)
+        total = sum(np.roll(total, k, axis=0) for k in kernel_days)
+        count = sum(np.roll(count, k, axis=0) for k in kernel_days)
+    return total, count
+
+
+def training_days(times: pd.DatetimeIndex) -> float:
+    """Days from the first to the last hour of ``times``, plus that last hour."""
+    times = pd.DatetimeIndex(times)
+    return float((times[-1] - times[0] + pd.Timedelta(hours=1)) / pd.Timedelta(days=1)) if len(times) else 0.0
+
+
+def climatology_kind(train_times: pd.DatetimeIndex) -> str:
+    """The standard climatology for a training part: ``day-of-year`` (hour-of-day x day-of-year mean,
+    smoothed over days) where it covers a year, else ``hour-of-day`` (a day-of-year table from less than a
+    year leaves most days of the year to a fallback, and ends weaker than the plain hour-of-day mean)."""
+    return "day-of-year" if training_days(train_times) >= 365 else "hour-of-day"
+
+
+def climatology_table(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: int = SMOOTH_DAYS) -> np.ndarray:
+    """The climatology (366 days x 24 hours) of one series' training part, of the kind ``climatology_kind``
+    gives: with a year of data the hour-of-day x day-of-year mean averaged over +-``smooth_days`` days
+    (circular in the year; pooling neighbouring days makes it a mean, not a copy of last year's weather),
+    otherwise the hour-of-day mean on every day."""
+    times = pd.DatetimeIndex(times)
+    values = np.asarray(values, dtype=np.float64)
+    hour = times.hour.to_numpy()
+    hour_mean = np.bincount(hour, weights=values, minlength=24) / np.maximum(np.bincount(hour, minlength=24), 1)
+    if climatology_kind(times) == "hour-of-day":
+        return np.broadcast_to(hour_mean, (366, 24)).copy()
+    total, count = _pooled_sums(values, times, smooth_days)
+    return np.where(count > 0, total / np.maximum(count, 1), hour_mean[None, :])  # a year leaves no cell empty
+
+
+def climatology_statement(train_times: pd.DatetimeIndex) -> dict[str, Any]:
+    """Which climatology a run's baseline is, for the record and the one line a command prints."""
+    kind, days = climatology_kind(train_times), training_days(train_times)
+    why = "a year or more of training data" if kind == "day-of-year" else "less than a year of training data"
+    return {"kind": kind, "description": CLIMATOLOGIES[kind], "training_days": round(days, 2),
+            "line": f"climatology: {CLIMATOLOGIES[kind]} (the training part covers {days:.1f} days: {why})"}
+
+
+def _harmonics(times: pd.DatetimeIndex) -> np.ndarray:
+    """(T, 13) regressors of the fitted cycles at ``times``: a constant, two harmonics of the year, two of
+    the day, and the day's first harmonic times the year's (a diurnal cycle whose size follows the season)."""
+    times = pd.DatetimeIndex(times)
+    hour = times.hour.to_numpy() + times.minute.to_numpy() / 60.0
+    year = 2 * np.pi * (times.day_of_year.to_numpy() - 1 + hour / 24.0) / 365.25
+    day = 2 * np.pi * hour / 24.0
+    cols = [np.ones(len(times))]
+    for k in (1, 2):
+        cols += [np.cos(k * year), np.sin(k * year), np.cos(k * day), np.sin(k * day)]
+    cols += [a * b for a in (np.cos(day), np.sin(day)) for b in (np.cos(year), np.sin(year))]
+    return np.stack(cols, axis=1)
+
+
+def cycle_fit(values: np.ndarray, times: pd.DatetimeIndex) -> np.ndarray:
+    """Coefficients (13, points) of the fitted cycles of ``values`` (time,) or (time, points) at ``times``."""
+    v = np.asarray(values, dtype=np.float64)
+    return np.linalg.lstsq(_harmonics(times), v.reshape(len(v), -1), rcond=None)[0]
+
+
+def cycle_values(coef: np.ndarray, times: pd.DatetimeIndex) -> np.ndarray:
+    """The fitted cycles (time, points) with coefficients ``coef`` (``cycle_fit``) at ``times``."""
+    return _harmonics(times) @ coef
