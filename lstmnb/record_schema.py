@@ -48,9 +48,10 @@ SCHEMA: dict[str, Any] = {
         },
         "software": {"type": "object", "properties": {"torch": _STR, "cuda": _STR, "lstmnb": _STR,
                                                       "git_commit": _STR, "python": _STR}},
-        "config": {"type": "object"},
-        "data": {"type": "object"},
-        "model": {"type": "object"},
+        # sections a run without figures may leave empty (a sweep's oom point made without data_info: null)
+        "config": _OBJ,
+        "data": _OBJ,
+        "model": _OBJ,
         "memory": _OBJ,
         "epochs": {
             "type": "array",

@@ -16,6 +16,7 @@ from ..device import free_memory, indexed, is_oom, proc_status_kb, resolve_devic
 from ..errors import ConfigError
 from ..records import Recorder, software_info
 from ..training import Trainer, skipped_record, train
+from ..training.blend import fit_blend
 
 
 @dataclass
@@ -101,6 +102,9 @@ def _warm_up(windows, cfg, device: torch.device) -> None:
     y = torch.from_numpy(tr.y_train[:2]).to(device)  # the targets as the step takes them (with point weights)
     tr.step(x, y)
     del tr
+    # the record's blend fit runs numpy's LAPACK, whose OpenBLAS allocates its work buffers on first use (a
+    # capped process cannot: "OpenBLAS error: Memory allocation still failed"); the first fit runs here
+    fit_blend(windows, windows.to_kelvin(windows.y["val"]), cfg.blend)
     free_memory(device)
 
 
