@@ -24,8 +24,6 @@ CLIMATOLOGIES = {  # what each kind of climatology is, as records and outputs st
     "day-of-year": f"hour-of-day x day-of-year mean of the training part, smoothed over +-{SMOOTH_DAYS} days",
     "hour-of-day": "hour-of-day mean of the training part",
 }
-CYCLES = ("annual and semi-annual harmonics, diurnal and semi-diurnal harmonics, and the diurnal harmonic times "
-          "the annual one, fitted to the training part by least squares")
 
 
 def _pooled_sums(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: int) -> tuple[np.ndarray, np.ndarray]:
@@ -79,26 +77,31 @@ def climatology_statement(train_times: pd.DatetimeIndex) -> dict[str, Any]:
             "line": f"climatology: {CLIMATOLOGIES[kind]} (the training part covers {days:.1f} days: {why})"}
 
 
-def _harmonics(times: pd.DatetimeIndex) -> np.ndarray:
-    """(T, 13) regressors of the fitted cycles at ``times``: a constant, two harmonics of the year, two of
-    the day, and the day's first harmonic times the year's (a diurnal cycle whose size follows the season)."""
+def _harmonics(times: pd.DatetimeIndex, annual: bool = True) -> np.ndarray:
+    """Regressors of the fitted cycles at ``times``: a constant and two harmonics of the day (5 columns);
+    with ``annual`` also two harmonics of the year and the day's first harmonic times the year's (a diurnal
+    cycle whose size follows the season; 13 columns)."""
     times = pd.DatetimeIndex(times)
     hour = times.hour.to_numpy() + times.minute.to_numpy() / 60.0
     year = 2 * np.pi * (times.day_of_year.to_numpy() - 1 + hour / 24.0) / 365.25
     day = 2 * np.pi * hour / 24.0
     cols = [np.ones(len(times))]
     for k in (1, 2):
-        cols += [np.cos(k * year), np.sin(k * year), np.cos(k * day), np.sin(k * day)]
-    cols += [a * b for a in (np.cos(day), np.sin(day)) for b in (np.cos(year), np.sin(year))]
+        cols += [np.cos(k * day), np.sin(k * day)] + ([np.cos(k * year), np.sin(k * year)] if annual else [])
+    if annual:
+        cols += [a * b for a in (np.cos(day), np.sin(day)) for b in (np.cos(year), np.sin(year))]
     return np.stack(cols, axis=1)
 
 
 def cycle_fit(values: np.ndarray, times: pd.DatetimeIndex) -> np.ndarray:
-    """Coefficients (13, points) of the fitted cycles of ``values`` (time,) or (time, points) at ``times``."""
+    """Coefficients (13 or 5, points) of the fitted cycles of ``values`` (time,) or (time, points) at
+    ``times``. The year's harmonics only where ``times`` cover a year: fitted to a few weeks they follow
+    those weeks' weather and, carried months ahead, leave any range the network was trained on."""
     v = np.asarray(values, dtype=np.float64)
-    return np.linalg.lstsq(_harmonics(times), v.reshape(len(v), -1), rcond=None)[0]
+    annual = training_days(times) >= 365
+    return np.linalg.lstsq(_harmonics(times, annual), v.reshape(len(v), -1), rcond=None)[0]
 
 
 def cycle_values(coef: np.ndarray, times: pd.DatetimeIndex) -> np.ndarray:
     """The fitted cycles (time, points) with coefficients ``coef`` (``cycle_fit``) at ``times``."""
-    return _harmonics(times) @ coef
+    return _harmonics(times, annual=coef.shape[0] > 5) @ coef

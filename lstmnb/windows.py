@@ -26,6 +26,7 @@ from .errors import ConfigError, DataError
 
 SPLITS = ("train", "val", "test")
 CALENDAR_FEATURES = ("hour_sin", "hour_cos", "doy_sin", "doy_cos")  # the calendar inputs, after the variables
+CYCLE_FEATURE = "cycle"  # the fitted seasonal and diurnal cycle at the target hour (``cycles``), last
 
 
 @dataclass(frozen=True)
@@ -279,7 +280,7 @@ def make_windows(
     if config.cycles:  # each hour's fitted cycle L hours later (at the last input hour: the target's), scaled as the target
         cycle = (cycle_values(cycle_fit(train_part[:, :, 0], train_times), times + pd.Timedelta(hours=L))
                  - scaler.mean[0]) / scaler.std[0]
-        features = features + ["cycle"]
+        features = features + [CYCLE_FEATURE]
         scaler = Scaler(np.concatenate([scaler.mean, [0.0]]), np.concatenate([scaler.std, [1.0]]))
     clim = [climatology_table(train_part[:, p, 0], train_times) for p in range(n_p)]
 

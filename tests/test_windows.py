@@ -187,3 +187,20 @@ def test_nan_in_series_is_named():
     v[42] = np.nan
     with pytest.raises(DataError, match="2020-01-02 18:00"):
         make_windows(v, hours(100), WindowConfig(window=3))
+
+
+def test_fitted_cycles_from_weeks_keep_to_the_day_and_stay_in_range():
+    """Fitted to a few weeks, the year's harmonics would follow those weeks' weather and run out of range
+    months later (a random walk fitted on 30 days gave -62,000 K three months on): under a year of
+    training only the day's harmonics are fitted, and the cycles carried ahead stay within the training values."""
+    from lstmnb.climate import cycle_fit, cycle_values
+
+    rng = np.random.default_rng(0)
+    times = pd.date_range("2020-01-01", periods=24 * 30, freq="h")
+    walk = 280 + np.cumsum(rng.normal(0, 1.0, len(times)))
+    coef = cycle_fit(walk, times)
+    assert coef.shape == (5, 1)  # a constant and two harmonics of the day
+    later = cycle_values(coef, pd.date_range("2020-04-01", periods=24 * 30, freq="h"))[:, 0]
+    assert walk.min() <= later.min() and later.max() <= walk.max()
+    year = pd.date_range("2019-01-01", periods=24 * 400, freq="h")
+    assert cycle_fit(280 + np.sin(np.arange(len(year)) / 500.0), year).shape == (13, 1)  # a year: annual terms too

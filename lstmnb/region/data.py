@@ -21,7 +21,7 @@ import xarray as xr
 
 from ..data import point_label
 from ..errors import ConfigError, DataError
-from ..windows import CALENDAR_FEATURES, WindowConfig, Windows, make_windows, windows_from_dataset
+from ..windows import CALENDAR_FEATURES, CYCLE_FEATURE, WindowConfig, Windows, make_windows, windows_from_dataset
 from .grid import COORD_FEATURES, Grid, box_to_points, grid_of
 
 
@@ -52,8 +52,8 @@ class RegionData:
 
     @property
     def n_mixed(self) -> int:
-        """The leading inputs that are weather (not calendar or coordinate inputs): what neighbours mix."""
-        fixed = set(CALENDAR_FEATURES) | set(COORD_FEATURES)
+        """The leading inputs that are weather (not calendar, cycle or coordinate inputs): what neighbours mix."""
+        fixed = {*CALENDAR_FEATURES, CYCLE_FEATURE, *COORD_FEATURES}
         return next((i for i, f in enumerate(self.windows.features) if f in fixed), len(self.windows.features))
 
     def sizes(self) -> dict[str, int]:
