@@ -158,8 +158,13 @@ def test_presets_default_recommended_and_published_exactly():
     from lstmnb.training import PRESETS, preset_config
 
     rec = TrainConfig()
-    assert (rec.preset, rec.batch_size, rec.lr, rec.residual, rec.calendar, rec.epochs, rec.patience,
+    assert (rec.preset, rec.batch_size, rec.learning_rate, rec.residual, rec.calendar, rec.epochs, rec.patience,
             rec.input_path) == ("recommended", 256, 4e-3, True, True, 30, 5, "fast")
+    # the learning rate by lead: 4e-3 to 6 h, 5e-4 from 24 h, log-linear between; an explicit lr wins
+    assert [TrainConfig(lead_hours=h).learning_rate for h in (1, 6, 24, 48)] == [4e-3, 4e-3, 5e-4, 5e-4]
+    assert TrainConfig(lead_hours=12).learning_rate == pytest.approx((4e-3 * 5e-4) ** 0.5)
+    assert TrainConfig(lead_hours=24, lr=2e-3).learning_rate == 2e-3
+    assert TrainConfig(lead_hours=24).as_record()["lr"] == 5e-4 and TrainConfig().as_record()["lr_by_lead"]
     pub = preset_config("published")
     assert (pub.preset, pub.epochs, pub.patience, pub.batch_size, pub.lr, pub.residual, pub.calendar,
             pub.input_path, pub.num_workers, pub.fused_adam) == ("published", 5, None, 64, 1e-3, False, False,

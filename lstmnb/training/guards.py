@@ -157,9 +157,9 @@ class DivergenceGuard:
         info = dict(self.found)
         value = info.get("value")
         where = f"epoch {info['epoch']}" + (f", step {info['step']}" if info.get("step") else "")
-        causes = [f"a learning rate too high for this model and batch (lr {cfg.lr:g}, batch {cfg.batch_size}"
+        causes = [f"a learning rate too high for this model and batch (lr {cfg.learning_rate:g}, batch {cfg.batch_size}"
                   + (f", {cfg.lr_schedule} schedule" if cfg.lr_schedule != "constant" else "") + ")"]
-        tries = [f"a lower --lr (e.g. {cfg.lr / 4:g})"]
+        tries = [f"a lower --lr (e.g. {cfg.learning_rate / 4:g})"]
         if not cfg.grad_clip:
             tries.append("--grad-clip 1.0")
         if cfg.amp in ("fp16", "bf16", "auto") and self.device.type == "cuda":

@@ -18,7 +18,7 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device,
                    capturable: bool = False) -> torch.optim.Optimizer:
     """Adam; fused into one kernel per step where torch supports it on the device, and capturable
     (state on the device, no host sync) when the step is captured as a CUDA graph."""
-    kw: dict[str, Any] = {"lr": cfg.lr, "weight_decay": cfg.weight_decay}
+    kw: dict[str, Any] = {"lr": cfg.learning_rate, "weight_decay": cfg.weight_decay}
     if capturable:
         kw["capturable"] = True
     elif cfg.fused_adam and device.type in ("cpu", "cuda", "mps"):

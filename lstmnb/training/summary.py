@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -61,7 +60,7 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
     if divergence is not None:
         finished = {"timing": summarize_timing(history)} if history else {}
         return new_record(cfg.experiment, status="diverged", reason=divergence["message"], device=str(device),
-                          profile=cfg.profile, config=asdict(cfg), data=data, epochs=history, memory=memory,
+                          profile=cfg.profile, config=cfg.as_record(), data=data, epochs=history, memory=memory,
                           model=model, divergence=divergence, **finished, **extra)
     network = windows.to_kelvin(predict(core, windows.x["test"], device, cfg.eval_batch_size).cpu().numpy())
     # the reported forecast: per point, the blend of the network and the baselines fitted on validation
@@ -89,7 +88,7 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
     }
     return new_record(
         cfg.experiment, status="ok", device=str(device), profile=cfg.profile,
-        config=asdict(cfg), data=data, epochs=history, timing=timing, memory=memory,
+        config=cfg.as_record(), data=data, epochs=history, timing=timing, memory=memory,
         metrics=metrics, model=model,
         # per point (a box: per cell), beside both baselines, with the blend that made the reported forecast
         skill=skill_section(windows, pred, network if cfg.blend != "off" else None,
@@ -102,5 +101,5 @@ def skipped_record(cfg: TrainConfig, reason: str, status: str = "skipped", **ext
     """A record for a run that gave no figures: it could not happen here (no GPU: ``skipped``) or ran out
     of memory (``oom``); a reason, never a number."""
     return new_record(cfg.experiment, status=status, reason=reason, device=cfg.device, profile=cfg.profile,
-                      config=asdict(cfg), **extra)
+                      config=cfg.as_record(), **extra)
 

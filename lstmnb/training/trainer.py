@@ -72,11 +72,10 @@ class RunResult:
 def _make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int):
     total = cfg.epochs * steps_per_epoch
     if cfg.lr_schedule == "onecycle":
-        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total, pct_start=0.25)
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.learning_rate, total_steps=total, pct_start=0.25)
     if cfg.lr_schedule == "cosine":
         return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
     return None
-
 
 
 class Trainer:
