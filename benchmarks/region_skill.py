@@ -1,6 +1,6 @@
 """Do neighbours beat the point model? `lstmnb region skill` at the sizes the project quotes: the 45 cells
 of 38..40N, 279..280E on the embedded sample (2020-01-01 .. 2021-06-30, 1 h ahead), the recommended point
-model (`lstmnb train --box` on the same box reached 0.441 K), k = 8 and 24 tried for the sparse mix.
+model (`lstmnb train --box` on the same box reached 0.443 K), k = 8 and 24 tried for the sparse mix.
 
     python benchmarks/region_skill.py
     python benchmarks/region_skill.py --variants none,sparse --plot skill.png
@@ -8,7 +8,7 @@ model (`lstmnb train --box` on the same box reached 0.441 K), k = 8 and 24 tried
 Prints per variant the mean and pooled test RMSE and the MSE skill score against persistence and against
 none (the point model), then the same against none in the cells the weather reaches first (upstream)
 and last (downstream), and one sentence per variant saying whether it beats the point model; any option
-of `lstmnb region skill` may be added and overrides these. About an hour on a loaded 2-core machine.
+of `lstmnb region skill` may be added and overrides these. About 20 minutes on 2 idle cores, an hour on a loaded 2-core machine.
 """
 
 from __future__ import annotations
