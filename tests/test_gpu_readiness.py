@@ -198,17 +198,17 @@ ORDER_SCRIPT = textwrap.dedent("""
         warnings.simplefilter("ignore")
         w = make_windows(v, pd.date_range("2020-01-01", periods=h.size, freq="h"), cfg.window_config())
     free = resource.getrlimit(resource.RLIMIT_DATA)[0]
-    calls = set()
-    def profile(frame, event, arg):  # calls into torch.cuda / torch.backends.cudnn made while capped
+    calls, before = set(), set()
+    def profile(frame, event, arg):  # calls into torch.cuda / torch.backends.cudnn, before and while capped
         name = frame.f_code.co_filename.replace("\\\\", "/")
-        if event == "call" and ("/torch/cuda/" in name or "/torch/backends/cudnn/" in name) \\
-                and resource.getrlimit(resource.RLIMIT_DATA)[0] != free:
-            calls.add(name.split("/torch/")[-1] + ":" + frame.f_code.co_name)
+        if event == "call" and ("/torch/cuda/" in name or "/torch/backends/cudnn/" in name):
+            capped = resource.getrlimit(resource.RLIMIT_DATA)[0] != free
+            (calls if capped else before).add(name.split("/torch/")[-1] + ":" + frame.f_code.co_name)
     sys.setprofile(profile)
     rec, oom = sweep._point(w, cfg, None, 512.0)
     sys.setprofile(None)
     print(json.dumps({"status": rec["status"], "free": free == resource.getrlimit(resource.RLIMIT_DATA)[0],
-                      "calls": sorted(calls)}))
+                      "calls": sorted(calls), "before": sorted(before)}))
 """)
 # what can start the CUDA driver (cuInit) or runs torch's cuDNN check; manual_seed_all only queues a lazy call
 DRIVER_CALLS = ("cuda/__init__.py:is_available", "cuda/__init__.py:device_count", "cuda/__init__.py:_lazy_init",
@@ -225,7 +225,11 @@ def test_the_capped_sweep_child_reaches_no_cuda_or_cudnn_call_after_its_cap():
     assert out.returncode == 0, out.stderr[-2000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["status"] == "ok" and res["free"]  # it ran, and the cap was lifted afterwards
-    bad = [c for c in res["calls"] if c.startswith("backends/cudnn/") or c in DRIVER_CALLS]
+    # On a CUDA build torch's own Adam.step asks torch.cuda.is_available() at every step
+    # (optimizer.py, _accelerator_graph_capture_health_check); the device count behind it is cached in C++
+    # after its first query, which the warm-up makes before the cap: then it starts nothing
+    cached = {"cuda/__init__.py:is_available"} & set(res["before"])
+    bad = [c for c in res["calls"] if (c.startswith("backends/cudnn/") or c in DRIVER_CALLS) and c not in cached]
     assert not bad, res["calls"]
 
 
