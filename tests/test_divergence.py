@@ -145,6 +145,22 @@ def test_lstmnb_train_resumed_from_a_damaged_weight_exits_1_with_one_line(tmp_pa
     assert "diverged" in capsys.readouterr().out  # `lstmnb results` shows it
 
 
+
+@pytest.mark.parametrize("argv", [
+    ["skill", "--leads", "1,6"],
+    ["region", "skill", "--box", "38,38.5,279,279.75", "--variants", "none,sparse", "--neighbours", "3"],
+])
+def test_studies_of_many_runs_stop_at_a_diverged_run_in_one_line(argv, tmp_path, capsys, sample_store_path):
+    """A study that compares runs (a model per lead; region variants) records the run that diverged and stops
+    there with its reason, exit 1: it read the missing metrics and ended in a KeyError traceback before."""
+    results = tmp_path / "runs.jsonl"
+    rc = cli.main(argv + ["--start", "2020-01-01", "--end", "2020-01-31", "--hidden", "8", "--epochs", "2",
+                          "--lr", "1e30", "--no-progress", "--threads", "1", "--results", str(results)])
+    out, err = capsys.readouterr()
+    assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "the run diverged at epoch 1" in err and "recorded as diverged" in err
+    assert [r["status"] for r in read_records(results)] == ["diverged"]
+
 @pytest.mark.slow
 def test_ddp_ranks_agree_to_stop_at_the_first_bad_step_of_any_rank():
     """Two gloo ranks; a NaN in one input window that rank 1 trains on: both ranks stop at its step (no

@@ -318,7 +318,6 @@ def _add_scaling(kinds) -> None:
     g.add_argument("--steps", type=int, default=5, help="training steps per run (default 5)")
     g.add_argument("--batch-size", type=int, default=8, help="time windows per step (default 8)")
     g.add_argument("--repeats", type=int, default=3, help="alternating runs of each side; medians (default 3)")
-    _add_threads(g)
     add_results_args(p)
     p.set_defaults(func=_run_scaling, check=_check_scaling)
 
@@ -355,7 +354,6 @@ def _check_scaling(args) -> None:
     _scaling_model(args)
     check_world_sizes(args.world_sizes)
     positive("--repeats", args.repeats)
-    positive("--threads", args.threads, none_ok=True)
     for mode in args.modes:
         for w in args.world_sizes:
             _shard_config(args, mode, w).validate()
@@ -370,7 +368,7 @@ def _run_scaling(args) -> int:
 
     data, info = region_windows(_area_request(args), _scaling_train_config(args), progress=False)
     table = region_scaling(data, _scaling_model(args, data), args.world_sizes, args.modes, _shard_config(args),
-                           repeats=args.repeats, threads=args.threads, data_info=info, results=results_path(args),
+                           repeats=args.repeats, data_info=info, results=results_path(args),
                            on_point=lambda r: print(f"  {r['region']['mode']}, {r['threads']['total']} thread(s) "
                                                     f"in {r['threads']['ranks']} process(es): "
                                                     f"{r['timing']['step_s']:.4f} s per step", flush=True))
@@ -378,7 +376,8 @@ def _run_scaling(args) -> int:
     print(f"\n{ny} x {nx} cells, {args.steps} steps of {args.batch_size} windows, sparse k = {args.neighbours}; "
           f"N gloo ranks of one thread against one process of N threads (medians of {args.repeats}):")
     print(format_table(table.set_index(["mode", "threads"]), "{:,.6g}"))
-    _say_threads(table.attrs["threads"])
+    free = table.attrs["threads"]
+    print(f"cores free now: {free['used']} ({free['reason']})")
     for r in table.attrs["records"]:
         if r["threads"].get("note"):
             print(f"note: {r['threads']['note']}")

@@ -29,13 +29,6 @@ MEMORY, SCALING = "region-memory", "region-scaling"
 MiB = 2**20
 
 
-def thread_section(threads: int | None = None) -> dict[str, Any]:
-    """A record's ``threads`` section: the CPU thread policy's choice now (``device.cpu_threads``)."""
-    from ..device import cpu_threads
-
-    return cpu_threads(threads)
-
-
 _MEMORY_STATUS = {"ok": "ok", "over budget": "ok", "failed": "failed", "not run": "skipped"}
 
 
@@ -55,9 +48,16 @@ def region_memory(sides, variants=("sparse", "dense"), budget_bytes: float = 4 *
     base = base or MemoryCase()
     if target is not None:
         check_target(target, budget_bytes, base)
-    choice = thread_section(threads) if base.device == "cpu" else {"used": None, "policy": "default",
-                                                                   "reason": "runs on cuda"}
-    base = dataclasses.replace(base, threads=choice["used"])
+    from ..device import cpu_threads
+
+    if base.device == "cpu":
+        choice = cpu_threads(threads)
+        base = dataclasses.replace(base, threads=choice["used"])
+    else:  # the step runs on the GPU: torch's own CPU threads, recorded as they are
+        import torch
+
+        choice = {"used": torch.get_num_threads(), "policy": "default",
+                  "reason": f"the step runs on {base.device}; the CPU threads are torch's default"}
     df = sweep(sides, variants, budget_bytes, base, echo=echo)
     df["status"] = df["status"].replace({"over budget": "not run"})
     if target is not None:
@@ -165,15 +165,16 @@ def check_world_sizes(world_sizes) -> list[int]:
 
 
 def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *, repeats: int = 1,
-                   threads: int | None = None, data_info: dict | None = None, results=None,
+                   data_info: dict | None = None, results=None,
                    profile: str | None = None, on_point: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
     """Step time of tiles vs windows on N ranks of one thread against one process with N threads, for each
     N of ``world_sizes`` (N = 1: the one-thread process alone), alternating ``repeats`` times; medians.
 
     Returns a table with the speed-up at equal total threads, the halo bytes each rank sends per step
     and the largest relative difference of the loss from the one-process loss; one record per (mode, N),
-    and one per one-process N, each with a ``threads`` section (the policy's choice now, and the threads
-    the comparison ran). ``threads`` caps nothing: it is recorded as the policy's input."""
+    and one per one-process N, each with a ``threads`` section: the threads each process ran (``used``),
+    and the cores the CPU policy finds free now (``free_now``, with its reason), which says whether both
+    sides had their cores to themselves."""
     from ..region.shard import MODES, ShardConfig, check_sharded
 
     modes = tuple(modes or MODES)
@@ -184,7 +185,9 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
     for mode in modes:  # every run's settings against the area, before the first one starts
         for w in sizes:
             check_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w))
-    policy = thread_section(threads)
+    from ..device import cpu_threads
+
+    policy = cpu_threads()
     runs: dict[tuple[str, int], list[dict]] = {}
     for w in sizes:
         for _ in range(repeats):  # alternating: a change in the machine's load hits both sides alike
@@ -209,7 +212,10 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
         rec = recorder.add(new_record(
             SCALING, device="cpu", profile=profile, data=info,  # no top-level world_size: the report reads that as DDP
             config={**base, "mode": mode, "world_size": ranks, "repeats": repeats},
-            threads={**policy, "total": w, "per_rank": w // ranks, "ranks": ranks,
+            threads={"used": w // ranks, "policy": "equal total threads",
+                     "reason": f"{ranks} process(es) of {w // ranks} thread(s) against one process of {w}",
+                     "free_now": policy["used"], "free_now_reason": policy["reason"],
+                     "total": w, "per_rank": w // ranks, "ranks": ranks,
                      "comparison": "equal total threads: N ranks of one thread against one process of N threads",
                      **({"note": note} if note else {})},
             timing={"step_s": step, "step_s_runs": [g["step_s"] for g in got], "one_process_step_s": one_step},

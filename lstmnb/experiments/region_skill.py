@@ -27,6 +27,7 @@ from ..region import VARIANTS
 from ..region.grid import BASELINES, Grid, flow_halves, record_maps
 from ..region.maps import Panel, map_title, rmse_panels
 from ..training.evaluate import mse_skill_score
+from ..training.guards import stop_if_diverged
 
 SKILL = "region-skill"
 REFERENCE = "none"  # the point model: what the neighbours must beat
@@ -104,6 +105,7 @@ def region_skill(data, cfg, variants=VARIANTS, neighbours=(8,), channels: int = 
             rec = train(data.windows, run_cfg, data_info=info, model=model, on_epoch_end=report).record
             rec["region"] = {"variant": variant, "neighbours": k, "relation": mcfg.relation, "channels": mcfg.channels,
                              "n_mixed": mcfg.n_mixed, "cells": data.n_cells, "tried_neighbours": list(tries)}
+            stop_if_diverged(rec, recorder.results)  # no per-cell comparison with a run that has no forecast
             runs.append(rec)
         best = min(runs, key=lambda r: r["metrics"]["best_val_rmse_k"])
         for rec in runs:

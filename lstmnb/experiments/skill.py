@@ -15,6 +15,7 @@ from ..errors import ConfigError
 from ..records import Recorder
 from ..training import prepare_windows, train, with_overrides
 from ..training.evaluate import mse_skill_score
+from ..training.guards import stop_if_diverged
 
 POOLED = "all points (pooled)"
 FORECASTS = ("model", "network", "persistence", "climatology")
@@ -44,6 +45,7 @@ def skill_experiment(request, cfg, leads: Iterable[int] = (1, 6, 24), *, results
         run_cfg.validate()
         windows, info = prepare_windows(request, run_cfg, progress=cfg.progress)
         result = train(windows, run_cfg, data_info=info)
+        stop_if_diverged(result.record, recorder.results)  # a lead whose run diverged ends the study, recorded
         recorder.add(result.record)
     return recorder.records
 
