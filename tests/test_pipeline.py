@@ -183,3 +183,20 @@ def test_results_by_machine_and_the_columns_that_tell_runs_apart(capsys):
     header = capsys.readouterr().out.splitlines()[0]
     for column in ("source", "lead h", "lr", "residual", "epochs run"):
         assert column in header, column
+
+
+def test_windows_and_config_must_agree_on_the_inputs():
+    """A model sized from the windows' features would train on inputs the record's config does not name."""
+    import numpy as np
+    import pandas as pd
+
+    from lstmnb.errors import ConfigError
+    from lstmnb.training import TrainConfig
+    from lstmnb.training.pipeline import check_windows
+    from lstmnb.windows import make_windows
+
+    t = pd.date_range("2020-01-01", periods=24 * 20, freq="h")
+    w = make_windows(280 + np.sin(np.arange(len(t)) / 5.0), t, TrainConfig(window=6).window_config())
+    check_windows(w, TrainConfig(window=6))
+    with pytest.raises(ConfigError, match=r"built with calendar True \(config False\), cycles True \(config False\)"):
+        check_windows(w, TrainConfig(window=6, calendar=False, cycles=False))

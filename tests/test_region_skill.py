@@ -185,4 +185,4 @@ def test_bad_region_skill_input(small_box):
     check_neighbours(("none",), (8,), 1)  # the point model alone needs no neighbour
     model, _ = variant_model("none", data, _cfg(calendar=False), 0)
     with pytest.raises(ConfigError, match="a model of the caller's trains on one device without a checkpoint"):
-        train(data.windows, _cfg(calendar=False, strategy="ddp", nproc=2), model=model)
+        train(data.windows, _cfg(calendar=False, cycles=False, strategy="ddp", nproc=2), model=model)

@@ -165,6 +165,8 @@ def test_presets_default_recommended_and_published_exactly():
     assert TrainConfig(lead_hours=12).learning_rate == pytest.approx((4e-3 * 5e-4) ** 0.5)
     assert TrainConfig(lead_hours=24, lr=2e-3).learning_rate == 2e-3
     assert TrainConfig(lead_hours=24).as_record()["lr"] == 5e-4 and TrainConfig().as_record()["lr_by_lead"]
+    # a checkpoint of a run at the rate by lead resumes under the same rate given explicitly
+    assert TrainConfig().trajectory_key() == TrainConfig(lr=4e-3).trajectory_key()
     pub = preset_config("published")
     assert (pub.preset, pub.epochs, pub.patience, pub.batch_size, pub.lr, pub.residual, pub.calendar,
             pub.input_path, pub.num_workers, pub.fused_adam) == ("published", 5, None, 64, 1e-3, False, False,

@@ -99,7 +99,9 @@ def request_from_args(args: argparse.Namespace):
     # the published dates stay the default of the sample (its whole range) and of the cloud stores (decades long)
     start_given, end_given = args.start is not None or not local, args.end is not None or not local
     if args.end is not None or local:
-        request, notes = data.fit_times(request, start_given=start_given, end_given=end_given)
+        token = getattr(args, "credentials", None)  # `lstmnb data --credentials`: the store is opened with them
+        request, notes = data.fit_times(request, start_given=start_given, end_given=end_given,
+                                        storage_options={"token": token} if token else None)
     request = data.check_request(request)
     for note in notes:
         print(f"note: {note}")

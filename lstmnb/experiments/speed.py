@@ -145,8 +145,8 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
     base = replace(base or TrainConfig(), device=str(dev), epochs=max_epochs, patience=None, progress=False,
                    experiment="speed")
     info: dict[str, Any] = {}
-    if windows is None:
-        windows, info = prepare_windows(request, base, progress=progress)
+    if windows is None:  # the contenders' inputs (all three: the published ones, no calendar or cycles)
+        windows, info = prepare_windows(request, replace(base, **settings[names[0]]), progress=progress)
     val_pers = windows.baselines["val"]["persistence"]["rmse"]
     target = target_rmse if target_rmse is not None else target_fraction * val_pers
     rates: list[float] = []  # the matmul rate, measured beside every run: drift hits it as it hits them

@@ -287,7 +287,9 @@ class TrainConfig:
 
     def trajectory_key(self) -> dict[str, Any]:
         """The fields that determine the sequence of weights; a resumed checkpoint must match them."""
-        return {k: v for k, v in asdict(self).items() if k not in _RESUME_FREE}
+        key = {k: v for k, v in asdict(self).items() if k not in _RESUME_FREE}
+        key["lr"] = self.learning_rate  # the rate used, whether given or chosen by lead
+        return key
 
 
 def check_device_name(name: Any, what: str = "device") -> None:

@@ -34,7 +34,8 @@ def rmse_kelvin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target_std: 
 
 
 def mse_skill_score(mse_model: float, mse_base: float) -> float | None:
-    """The MSE skill score 1 - MSE_model / MSE_baseline (1 perfect, 0 no better than the baseline; None where the baseline MSE is 0)."""
+    """The MSE skill score 1 - MSE_model / MSE_baseline (1 perfect, above 0 better than the baseline; None
+    where the baseline's MSE is 0)."""
     return 1.0 - mse_model / mse_base if mse_base else None
 
 
@@ -56,11 +57,6 @@ def per_point_scores(w, pred, network=None) -> list[dict[str, Any]]:
             row["requested"] = w.requested[p]
         rows.append(row)
     return rows
-
-
-def mse_skill_score(mse_model: float, mse_base: float) -> float | None:
-    """The MSE skill score 1 - MSE_model / MSE_baseline (above 0: better than the baseline); None where mse_base is 0."""
-    return 1 - mse_model / mse_base if mse_base else None
 
 
 def score_row(point: str, lead_hours: int, targets: int, mse: dict[str, float]) -> dict[str, Any]:

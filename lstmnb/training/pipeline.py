@@ -24,12 +24,12 @@ from .trainer import RunResult, Trainer
 
 
 def check_windows(windows: Windows, cfg: TrainConfig) -> None:
-    wc = windows.config
-    if (wc.window, wc.lead_hours, wc.horizon) != (cfg.window, cfg.lead_hours, cfg.horizon):
-        raise ConfigError(
-            f"windows were built with window/lead/horizon {wc.window}/{wc.lead_hours}/{wc.horizon} but the "
-            f"training config says {cfg.window}/{cfg.lead_hours}/{cfg.horizon}; rebuild them with cfg.window_config()"
-        )
+    """The windows hold the samples ``cfg`` describes: its window, lead, horizon and inputs (calendar, cycles)."""
+    names = ("window", "lead_hours", "horizon", "calendar", "cycles")
+    built, wanted = ([getattr(c, n) for n in names] for c in (windows.config, cfg))
+    if built != wanted:
+        differ = ", ".join(f"{n} {b} (config {w})" for n, b, w in zip(names, built, wanted) if b != w)
+        raise ConfigError(f"the windows were built with {differ}; rebuild them with cfg.window_config()")
     # a batch larger than the training part works (one full-batch step per epoch) but is not what the number
     # says: a note (DDP ranks refuse a per-rank batch times the world size beyond the data themselves)
     n_train = windows.x["train"].shape[0]
