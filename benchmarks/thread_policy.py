@@ -26,7 +26,6 @@ import multiprocessing as mp
 import os
 import statistics
 import time
-import warnings
 from dataclasses import replace
 
 import psutil
@@ -76,9 +75,7 @@ def main() -> None:
     cores, default = cpu_cores(), torch.get_num_threads()
     cfg = TrainConfig(device="cpu", epochs=args.epochs, patience=None, batch_size=64, lr=1e-3, residual=False,
                       calendar=False, progress=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the sample's short climatology note
-        windows, _ = prepare_windows(Request(end=args.end), cfg, progress=False)
+    windows, _ = prepare_windows(Request(end=args.end), cfg, progress=False)
     print(f"torch {torch.__version__}: {default} intra-op threads by default, {cores} cores usable; "
           f"{windows.sizes()['train']} training samples, {args.epochs} epochs per run; load average at the start "
           f"{', '.join(f'{v:.2f}' for v in os.getloadavg())}\n")

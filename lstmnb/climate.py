@@ -47,11 +47,16 @@ def training_days(times: pd.DatetimeIndex) -> float:
     return float((times[-1] - times[0] + pd.Timedelta(hours=1)) / pd.Timedelta(days=1)) if len(times) else 0.0
 
 
+def covers_a_year(times: pd.DatetimeIndex) -> bool:
+    """Whether a training part spans a year: the day-of-year climatology and the year's fitted harmonics need it."""
+    return training_days(times) >= 365
+
+
 def climatology_kind(train_times: pd.DatetimeIndex) -> str:
     """The standard climatology for a training part: ``day-of-year`` (hour-of-day x day-of-year mean,
     smoothed over days) where it covers a year, else ``hour-of-day`` (a day-of-year table from less than a
     year leaves most days of the year to a fallback, and ends weaker than the plain hour-of-day mean)."""
-    return "day-of-year" if training_days(train_times) >= 365 else "hour-of-day"
+    return "day-of-year" if covers_a_year(train_times) else "hour-of-day"
 
 
 def climatology_table(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: int = SMOOTH_DAYS) -> np.ndarray:
@@ -98,7 +103,7 @@ def cycle_fit(values: np.ndarray, times: pd.DatetimeIndex) -> np.ndarray:
     ``times``. The year's harmonics only where ``times`` cover a year: fitted to a few weeks they follow
     those weeks' weather and, carried months ahead, leave any range the network was trained on."""
     v = np.asarray(values, dtype=np.float64)
-    annual = training_days(times) >= 365
+    annual = covers_a_year(times)
     return np.linalg.lstsq(_harmonics(times, annual), v.reshape(len(v), -1), rcond=None)[0]
 
 

@@ -186,7 +186,7 @@ def test_restored_optimizer_keeps_its_own_step_flags_and_moves_its_step_counts()
 # --- 8, 13: the sweep's capped child, out-of-memory messages, NCCL's watchdog ------------------------------
 
 ORDER_SCRIPT = textwrap.dedent("""
-    import json, resource, sys, warnings
+    import json, resource, sys
     import numpy as np, pandas as pd
     from lstmnb.training import TrainConfig
     from lstmnb.windows import make_windows
@@ -194,9 +194,7 @@ ORDER_SCRIPT = textwrap.dedent("""
     cfg = TrainConfig(device="cpu", window=12, hidden=8, epochs=1, batch_size=32, progress=False)
     h = np.arange(24 * 30)
     v = 280 + 8 * np.sin(2 * np.pi * h / 24)[:, None] + np.random.default_rng(0).normal(0, 1, (h.size, 1))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        w = make_windows(v, pd.date_range("2020-01-01", periods=h.size, freq="h"), cfg.window_config())
+    w = make_windows(v, pd.date_range("2020-01-01", periods=h.size, freq="h"), cfg.window_config())
     free = resource.getrlimit(resource.RLIMIT_DATA)[0]
     calls, before = set(), set()
     def profile(frame, event, arg):  # calls into torch.cuda / torch.backends.cudnn, before and while capped

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from lstmnb.cli import main
-from lstmnb.device import cpu_cores
 from lstmnb.records import read_records
 from lstmnb.region.grid import record_maps
 

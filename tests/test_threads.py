@@ -46,6 +46,24 @@ def test_cpu_threads_reads_this_machine():
     assert cpu_threads(1)["window_s"] is None  # an explicit count is not measured for
 
 
+def _windows():
+    t = pd.date_range("2020-03-01", periods=24 * 20, freq="h")
+    v = 285 + np.sin(2 * np.pi * t.hour.to_numpy() / 24)[:, None] + np.random.default_rng(0).normal(0, .3, (len(t), 1))
+    return make_windows(v, t, TrainConfig(window=12).window_config())
+
+
+def test_a_cpu_run_records_its_threads_and_leaves_torch_as_it_was():
+    w, before = _windows(), torch.get_num_threads()
+    cfg = dict(window=12, hidden=4, epochs=1, batch_size=64, progress=False, device="cpu")
+    chosen = train(w, TrainConfig(**cfg)).record["threads"]
+    assert chosen["policy"] in ("default", "reduced for load") and 1 <= chosen["used"] <= before
+    assert chosen["busy_cores"] is not None and chosen["cores"] >= 1
+    explicit = train(w, TrainConfig(**cfg, threads=1)).record
+    assert explicit["threads"]["used"] == 1 and explicit["threads"]["policy"] == "explicit"
+    assert explicit["device"]["torch_threads"] == 1  # the run itself ran with the chosen count
+    assert torch.get_num_threads() == before
+
+
 # --- the policy sees the present: real busy processes, measured over the window ------------------------------
 
 def _spin(seconds: float) -> None:

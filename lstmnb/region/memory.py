@@ -53,7 +53,7 @@ class MemoryCase:
     kernel: str = "gather"
     batch: int = 4  # windows per step
     window: int = 24
-    n_features: int = 5  # the target and the four calendar inputs, as `lstmnb train` reads them
+    n_features: int = 6  # the target, the four calendar inputs and the fitted cycle, as `lstmnb train` reads them
     n_mixed: int = 1  # the weather inputs the neighbours mix
     hidden: int = 32
     channels: int = 3

@@ -208,7 +208,8 @@ def _skill_text(frames: list[tuple[pd.DataFrame, str]], main: str | None) -> str
         items.append(f"{SOURCE_WORDS[source]}{where}: test RMSE {runs['test_rmse_k'].min():.3g}-{runs['test_rmse_k'].max():.3g} K "
                      f"(median {runs['test_rmse_k'].median():.3g} K) over {_n(len(runs), 'run')}, against persistence "
                      f"{pers:.3g} K and climatology {clim:.3g} K on the same hours; {both} of {len(runs)} beat both "
-                     f"(median RMSE ratio to persistence {runs['test_rmse_k'].median() / pers:.2f}; below 1 is better)")
+                     f"(median MSE skill score against persistence "
+                     f"{(1 - runs['test_rmse_k'] ** 2 / runs['persistence_rmse_k'] ** 2).median():.2f}; above 0 is better)")
     return (f"**Skill** ({main}): " + "; ".join(items) + ".") if items else None
 
 
@@ -226,7 +227,7 @@ def _missing(records: pd.DataFrame | None, reference: pd.DataFrame | None, rows:
             out.append(f"no GPU runs measured here{note}: run 04 on a GPU (`--profile colab-t4` or `carc-a100`)")
         if own.empty or not own["like_for_like"].astype(bool).any():
             out.append("no run of the published setting on the DataLoader path for the published problem here: the "
-                       "`cpu` profile's 03 times it (one run: `lstmnb train --input-path dataloader --epochs 15`)")
+                       "`cpu` profile's 03 times it (one run: `lstmnb train --preset published --epochs 15`)")
     multi = False
     for df in (records, reference):
         if df is not None and not df.empty and "world_size" in df:

@@ -12,7 +12,9 @@ from typing import Any, Mapping
 
 # the published experiment (published_figures.yaml, era5_lstm_gpu_benchmark.task)
 PUBLISHED_SETTING = {"batch_size": 64, "lr": 0.001, "residual": False, "lr_schedule": "constant", "amp": "off",
-                     "compile": False, "cuda_graph": False, "threads": None}
+                     "compile": False, "cuda_graph": False, "threads": None,
+                     # the inputs and the reported forecast (records written before these knobs had them so)
+                     "calendar": False, "cycles": False, "point_weights": "none", "blend": "off"}
 PUBLISHED_WORKERS = 2
 PUBLISHED_PROBLEM = {"points": 2, "start": "2020-01-01", "end": "2021-06-30", "window": 24, "hidden": 64,
                      "layers": 1, "cell": "lstm", "lead_hours": 1, "horizon": 1}
@@ -65,7 +67,14 @@ def setting_label(config: Mapping[str, Any]) -> str:
         diffs.append("CUDA graph")
     if present(c.get("threads")):
         diffs.append(f"{int(c['threads'])} threads")
-    optimiser = ("batch_size", "lr", "residual", "lr_schedule")
+    for knob, word in (("calendar", "calendar inputs"), ("cycles", "cycles input")):
+        if c[knob]:
+            diffs.append(word)
+    if c["point_weights"] != "none":
+        diffs.append(f"{c['point_weights']} point weights")
+    if c["blend"] != "off":
+        diffs.append(f"{c['blend']} blend")
+    optimiser = ("batch_size", "lr", "residual", "lr_schedule", "calendar", "cycles", "point_weights", "blend")
     if all(c[k] == PUBLISHED_SETTING[k] for k in optimiser):
         diffs.insert(0, "published setting")  # the same optimisation, only run differently
     base = ", ".join(diffs)

@@ -297,24 +297,26 @@ class Trainer:
             return
         batches = batches or self.whole_set_batches()
         bar = self.progress_bar(desc) if show else None
-        for epoch in range(self.start_epoch, self.cfg.epochs):
-            loss_sum, seen, train_s = self.run_epoch(batches(epoch))
-            if reduce is not None:
-                loss, seen, train_s, more = reduce(epoch, loss_sum, seen, train_s)
-            else:
-                loss, more = loss_sum.item() / seen, {}
-            entry = self.end_epoch(loss, train_s, seen, **extra, **more)
+        try:  # the bar is closed also when the run ends diverged (the guard raises out of the loop)
+            for epoch in range(self.start_epoch, self.cfg.epochs):
+                loss_sum, seen, train_s = self.run_epoch(batches(epoch))
+                if reduce is not None:
+                    loss, seen, train_s, more = reduce(epoch, loss_sum, seen, train_s)
+                else:
+                    loss, more = loss_sum.item() / seen, {}
+                entry = self.end_epoch(loss, train_s, seen, **extra, **more)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{entry['train_loss']:.4f}", val_rmse=f"{entry['val_rmse_k']:.3f}K")
+                if on_epoch_end is not None:
+                    on_epoch_end(entry)
+                stop = self.should_stop()
+                self.stopped_early = agree(stop) if agree is not None else stop
+                if self.stopped_early:
+                    break
+        finally:
             if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{entry['train_loss']:.4f}", val_rmse=f"{entry['val_rmse_k']:.3f}K")
-            if on_epoch_end is not None:
-                on_epoch_end(entry)
-            stop = self.should_stop()
-            self.stopped_early = agree(stop) if agree is not None else stop
-            if self.stopped_early:
-                break
-        if bar is not None:
-            bar.close()
+                bar.close()
 
     def should_stop(self) -> bool:
         """Early stopping as the config says (``TrainConfig.stops_after``); once stopped, it stays stopped,
