@@ -10,24 +10,19 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 
 from lstmnb import cuda_env, experiments
+from lstmnb.selfcheck import tiny_windows
 from lstmnb.training import TrainConfig, parallel, train
-from lstmnb.windows import make_windows
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def windows():
-    t = pd.date_range("2020-01-01", periods=24 * 40, freq="h")
-    h = np.arange(len(t))
-    rng = np.random.default_rng(0)
-    v = np.stack([285 + 6 * np.sin(2 * np.pi * h / 24 + p) + rng.normal(0, 0.3, len(t)) for p in (0.0, 1.0)], 1)
-    return make_windows(v, t, TrainConfig(window=12).window_config())
+    return tiny_windows()  # the deep self-check's input: 40 days of two diurnal series
 
 
 def cfg(**kw):

@@ -3,9 +3,11 @@ profile (``lstmnb.profiles``), ``render`` turns each into HTML (without the cell
 ``series`` says what happened to each notebook and writes the index; ``steps`` holds what the notebooks
 call, tested here so the notebooks stay thin. See docs/architecture.md."""
 
+from ..doctor import installed_kernels
+from .params import parse_value
 from .render import render_html
-from .runner import (INJECTED, NOTEBOOKS_ENV, check_kernel, check_series, find_notebooks, installed_kernels, listing,
-                     notebook_parameters, notebooks_dir, parse_value, plan_parameters, run_series, select_notebooks)
+from .runner import (INJECTED, NOTEBOOKS_ENV, check_kernel, check_series, find_notebooks, listing,
+                     notebook_parameters, notebooks_dir, plan_parameters, run_series, select_notebooks)
 from .series import NotebookRun, SeriesResult
 
 __all__ = [

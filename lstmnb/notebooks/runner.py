@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..doctor import installed_kernels, kernel_problem
+from ..doctor import kernel_problem
 from ..errors import ConfigError, NotebookError
 from ..paths import check_writable, results_dir
 from ..profiles import Profile, load_profile, profile_names
-from .params import check_values, default_value, parse_value
+from .params import check_values, default_value
 from .folder import shipped_folder
 from .render import render_html
 from .series import NotebookRun, SeriesResult, records_outcome, run_ids, write_index

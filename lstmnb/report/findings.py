@@ -77,7 +77,7 @@ def _found(records: pd.DataFrame | None, reference: pd.DataFrame | None, publish
         parts.append("no run records of your own")
     if reference is not None and not reference.empty:
         ref = machines_table(reference, REFERENCE)
-        parts.append(f"beside them, lstmnb's reference records: " + _found_source(reference, REFERENCE)
+        parts.append("beside them, lstmnb's reference records: " + _found_source(reference, REFERENCE)
                      + f" (lstmnb {ref['lstmnb'].iloc[0]})")
     if published is not None:
         notes = device_notes(published)
