@@ -280,3 +280,47 @@ def test_machines_with_one_host_name_stay_apart(tmp_path):
     described = report.machine_descriptions(df)
     assert described == {"vm (Intel(R) Core(TM) i7)": "vm: Intel Core i7; 2026-01-01",
                          "vm (AMD EPYC)": "vm: AMD EPYC; 2026-01-01"}
+
+
+LONG_REASON = ("numba.cuda cannot start: CudaSupportError: Error at driver init: CUDA driver library cannot be "
+               "found. If you are sure that a CUDA driver is installed, try setting NUMBA_CUDA_DRIVER")
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory, published, reference):
+    """A machine whose 15-epoch CPU run is not at the published setting (a long setting label) and whose
+    CUDA rows were skipped for several long reasons (as when notebook 07's engines were skipped too)."""
+    root = tmp_path_factory.mktemp("crowded")
+    recs = [run_record("cpu", "AMD EPYC", e, "fast", 8.0 * e, host="box") for e in (5, 15)]
+    for i, reason in enumerate((LONG_REASON, "torch-cuda cannot start: " + LONG_REASON, "no CUDA GPU visible")):
+        skipped = run_record("cuda", None, 15, "dataloader", i, status="skipped", host="box")
+        recs.append({**skipped, "reason": reason})
+    write_jsonl(root / "runs.jsonl", recs)
+    own = records.load_records(root)
+    return report.headline(own, published, reference)
+
+
+@pytest.mark.parametrize("which", ["page", "crowded"])
+def test_every_text_inside_a_headline_panel_stays_there_and_overlaps_no_other(which, request):
+    """Long settings and several skip reasons once ran over the speedup column and over the next rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    h = request.getfixturevalue("page")["headline"] if which == "page" else request.getfixturevalue("crowded")
+    assert which == "page" or (h.entries["state"] == "skipped").any()
+    fig = report.plot_headline(h)
+    renderer = fig.canvas.get_renderer()
+    inside = 0
+    for ax in fig.axes:
+        box = ax.get_window_extent(renderer)
+        extents = [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts]
+        extents = [(t, e) for t, e in extents if e.x0 < box.x1]  # the speedup column stands right of the panel
+        for i, (text, extent) in enumerate(extents):
+            assert box.x0 <= extent.x0 and extent.x1 <= box.x1, text
+            assert box.y0 <= extent.y0 and extent.y1 <= box.y1, text
+            assert not any(extent.overlaps(other) for _, other in extents[i + 1:]), text
+            inside += 1
+    plt.close(fig)
+    assert inside >= len(h.entries)  # every row's value or reason, and the group headers

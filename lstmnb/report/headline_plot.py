@@ -4,6 +4,7 @@ each device's speedup over its own machine's CPU printed in a column beside the 
 
 from __future__ import annotations
 
+import math
 import textwrap
 
 import pandas as pd
@@ -62,12 +63,17 @@ def plot_headline(h: Headline):
         for y, (_, r) in zip(ys, e.iterrows()):
             if r["state"] == "measured":
                 ax.scatter([r["seconds"]], [y], **marker_kwargs(r["source"], 52))
-                setting = f"  ({r['setting'].replace(' · ', ', ')})" if r["panel"] == FAST else ""
-                ax.annotate(f"{r['seconds']:.3g} s{setting}", (r["seconds"], y), xytext=(7, 0), textcoords="offset points",
-                            va="center", fontsize=8)
+                text = f"{r['seconds']:.3g} s"
+                if r["panel"] == FAST:  # the setting can be long: wrapped, on the side of the point with more room
+                    text = textwrap.fill(f"{text} ({r['setting'].replace(' · ', ', ')})", 75)
+                right_half = math.log(r["seconds"] / low) > 0.5 * math.log(high / low)
+                ax.annotate(text, (r["seconds"], y), xytext=(-7 if right_half else 7, 0), textcoords="offset points",
+                            va="center", ha="right" if right_half else "left", fontsize=8, linespacing=1.0)
             else:
-                ax.text(0.01, y, textwrap.fill(r["why"], 95), transform=ax.get_yaxis_transform(), va="center",
-                        fontsize=7.5, color="0.35", style="italic", linespacing=1.0)
+                # one line per row: several engines' skip reasons run to many lines; the findings list them all
+                why = textwrap.shorten(r["why"], 125, placeholder=" … (every reason: Findings, below)")
+                ax.text(0.01, y, why, transform=ax.get_yaxis_transform(), va="center", fontsize=7.5, color="0.35",
+                        style="italic")
             ax.text(1.01, y, _speedup_text(r), transform=ax.get_yaxis_transform(), va="center", fontsize=8.5,
                     fontweight="bold" if r["state"] == "measured" and r["device"] != "CPU" else "normal")
         ax.set_yticks(ys, [_label(r) for _, r in e.iterrows()], fontsize=8)
