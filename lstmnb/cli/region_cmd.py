@@ -157,7 +157,7 @@ def _area_request(args):
 
     if args.points:
         raise ConfigError("region mode works on a box of cells, not on points; give --box "
-                            "LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
+                          "LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
     return request_from_args(args)
 
 
@@ -167,7 +167,7 @@ def _variants(given: tuple[str, ...]) -> tuple[str, ...]:
     bad = [v for v in names if v not in VARIANTS]
     if bad or not names:
         raise ConfigError(f"--variants {','.join(given)}: {', '.join(map(repr, bad)) or 'none given'} not known; "
-                            f"choose from {','.join(VARIANTS)}")
+                          f"choose from {','.join(VARIANTS)}")
     return names
 
 

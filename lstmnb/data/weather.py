@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-_KM_PER_DEG = 111.2
+KM_PER_DEG = 111.2  # km per degree of latitude
 _TRACK_DT = 0.25  # hours: time step of the air-mass tracks, which each cell reads with its own delay
 # where the fronts go, in degrees counter-clockwise from east: each track draws its heading from this range,
 # east-south-east to south-east (region mode splits cells by it: those the weather reaches first or last)
@@ -124,7 +124,7 @@ def _weather(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> 
     centres = np.arange(-80.0, 81.0, 10.0)
     w = np.exp(-0.5 * ((lat_f[None, :] - centres[:, None]) / 5.0) ** 2)
     w /= np.sqrt((w**2).sum(axis=0))
-    x_km = (lon_f - lon_f.mean()) * _KM_PER_DEG * np.cos(np.deg2rad(lat_f))
+    x_km = (lon_f - lon_f.mean()) * KM_PER_DEG * np.cos(np.deg2rad(lat_f))
     per_hour = int(round(1 / _TRACK_DT))
     for j, centre in enumerate(centres):
         near = np.flatnonzero(w[j] > 1e-3)  # cells run latitude by latitude, so these are contiguous
@@ -134,7 +134,7 @@ def _weather(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> 
         r = np.random.default_rng([seed, 2, j])
         heading = np.deg2rad(r.uniform(*FRONT_HEADINGS_DEG))
         speed = r.uniform(25.0, 45.0)  # km/h
-        delay = (x_km[cells] * np.cos(heading) + (lat_f[cells] - centre) * _KM_PER_DEG * np.sin(heading)) / speed
+        delay = (x_km[cells] * np.cos(heading) + (lat_f[cells] - centre) * KM_PER_DEG * np.sin(heading)) / speed
         shift = np.rint(delay / _TRACK_DT).astype(np.int64)
         lag = shift.max() - shift  # steps from the track's start to what the cell sees at the first hour
         n = (nt - 1) * per_hour + int(lag.max()) + 1
@@ -151,7 +151,7 @@ def _weather(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> 
     period = rng.uniform(48.0, 168.0, n_waves)
     wavenumber = 2 * np.pi / rng.uniform(2500.0, 6000.0, n_waves)  # per km
     heading = np.deg2rad(rng.uniform(-30.0, 30.0, n_waves))
-    x, y = lon_f * _KM_PER_DEG * np.cos(np.deg2rad(lat_f)), lat_f * _KM_PER_DEG
+    x, y = lon_f * KM_PER_DEG * np.cos(np.deg2rad(lat_f)), lat_f * KM_PER_DEG
     theta = wavenumber[:, None] * (np.cos(heading)[:, None] * x + np.sin(heading)[:, None] * y)
     theta += rng.uniform(0, 2 * np.pi, n_waves)[:, None]
     omega_t = 2 * np.pi * hours[:, None] / period[None, :]

@@ -217,12 +217,10 @@ def comparison_title(maps: xr.Dataset) -> str:
     return map_title("per-cell test RMSE and the neighbours' difference from the point model (none)", maps)
 
 
-
 def region_windows(request, cfg, *, progress: bool = True):
     """The request's box as ``RegionData`` (keyed windows as ``cfg`` makes them, `lstmnb train --box`'s) and
     the records' ``data`` section."""
     from ..region.data import RegionData
-    from ..region.grid import Grid
     from ..training import prepare_windows
 
     if request.box is None:

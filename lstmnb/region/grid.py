@@ -18,9 +18,9 @@ import numpy as np
 import xarray as xr
 
 from ..data import point_label
+from ..data.weather import KM_PER_DEG
 from ..errors import ConfigError, DataError
 
-KM_PER_DEG = 111.2  # km per degree of latitude
 BASELINES = ("persistence", "climatology")  # the names the per-cell maps give the baselines
 COORD_FEATURES = ("cell_latitude", "cell_longitude")  # the inputs box_to_points adds with coords_as_inputs
 
