@@ -37,7 +37,7 @@ class WindowConfig:
     lead_hours: int = 1
     horizon: int = 1
     fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)
-    split_dates: tuple[str, str] | None = None  # (validation start, test start); overrides fractions
+    split_dates: tuple[str, str] | None = None  # (validation start, test start), overrides fractions; equal: no validation
     calendar: bool = False  # add hour-of-day and day-of-year as sin/cos inputs
     cycles: bool = False  # add the fitted seasonal and diurnal cycles at each input hour + lead (climate.cycle_fit)
     target: str = "2m_temperature"
@@ -66,14 +66,16 @@ def split_bounds(n: int, fractions: Sequence[float] = (0.7, 0.15, 0.15)) -> tupl
 
 
 def split_by_dates(times: pd.DatetimeIndex, val_start: str, test_start: str) -> tuple[slice, slice, slice]:
-    """Chronological slices with validation from ``val_start`` and test from ``test_start`` on."""
+    """Chronological slices with validation from ``val_start`` and test from ``test_start`` on; the same date
+    twice gives no validation part (an empty slice), as the published setting has none."""
     try:
         v, t = pd.Timestamp(val_start), pd.Timestamp(test_start)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"split dates {val_start!r}, {test_start!r} are not dates: {exc}") from None
-    if not times[0] < v < t <= times[-1]:
+    if not times[0] < v <= t <= times[-1]:
         raise ConfigError(
-            f"split dates must satisfy {times[0]} < validation start ({v}) < test start ({t}) <= {times[-1]}"
+            f"split dates must satisfy {times[0]} < validation start ({v}) <= test start ({t}) <= {times[-1]} "
+            "(the same date twice: no validation part)"
         )
     a = int(times.searchsorted(v))
     b = int(times.searchsorted(t))
@@ -198,6 +200,9 @@ def scored_ranges(bounds: Sequence[slice], config: WindowConfig) -> list[tuple[i
     need = config.window + config.lead_hours - 1  # hours of inputs before the first possible target
     out = []
     for name, sl in zip(SPLITS, bounds):
+        if name == "val" and sl.stop == sl.start:  # no validation part (split dates equal): no samples
+            out.append((sl.start, sl.start))
+            continue
         lo, hi = max(sl.start, need), sl.stop - config.horizon + 1
         if hi <= lo:
             hours = sl.stop - sl.start
@@ -286,6 +291,15 @@ def make_windows(
 
     xs, ys, tts, pidx, baselines, split_times, scored, predictions = {}, {}, {}, {}, {}, {}, {}, {}
     for name, sl, (lo, hi) in zip(SPLITS, bounds, ranges):
+        if hi == lo:  # an empty part (no validation part): no samples, no baseline figures
+            n_f = (2 if keys else n_v + (4 if cal is not None else 0) + (cycle is not None))
+            xs[name] = np.zeros((0, *(() if keys else (W,)), n_f), np.int64 if keys else np.float32)
+            ys[name], tts[name] = np.zeros((0, H), np.float32), np.zeros(0, "datetime64[ns]")
+            pidx[name] = np.zeros(0, np.int16)
+            split_times[name], scored[name] = None, {"first": None, "last": None, "count": 0, "points": n_p, "samples": 0}
+            predictions[name] = {"persistence": np.zeros((0, H)), "climatology": np.zeros((0, H))}
+            baselines[name] = {b: {"rmse": None, "mae": None} for b in ("persistence", "climatology")}
+            continue
         n = hi - lo  # samples per point; first target hours lo .. hi-1
         split_times[name] = (str(times[sl.start]), str(times[sl.stop - 1]))
         scored[name] = {"first": str(times[lo]), "last": str(times[hi - 1]), "count": n,

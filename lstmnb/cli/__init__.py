@@ -15,7 +15,7 @@ import warnings
 from typing import Sequence
 
 from ..errors import LstmnbError
-from . import bench_cmds, data_cmd, doctor_cmd, notebooks_cmd, region_cmd, run_cmds, scratch_cmd
+from . import bench_cmds, data_cmd, doctor_cmd, notebooks_cmd, region_cmd, replicate_cmd, run_cmds, scratch_cmd
 from .checks import check_omp_num_threads
 
 # the environment variables lstmnb reads, as `lstmnb --help` lists them (README: Environment)
@@ -31,6 +31,7 @@ ENVIRONMENT = """environment:
 COMMANDS = (
     ("train", run_cmds.add_train),
     ("skill", run_cmds.add_skill),
+    ("replicate", replicate_cmd.add_replicate),
     ("results", run_cmds.add_results),
     ("data", data_cmd.add_data),
     ("notebooks", notebooks_cmd.add_notebooks),

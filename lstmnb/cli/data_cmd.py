@@ -57,7 +57,7 @@ def _check_data(args) -> None:
 
 # what `lstmnb data` asks for or extracts, with the value that means "not given": --status lists the whole
 # cache and uses none of them
-_REQUEST_OPTIONS = (("--source", "source", "sample"), ("--variable", "variables", None), ("--point", "points", None),
+_REQUEST_OPTIONS = (("--source", "source", None), ("--variable", "variables", None), ("--point", "points", None),
                     ("--box", "box", None), ("--start", "start", None), ("--end", "end", None),
                     ("--refresh", "refresh", False), ("--concurrency", "concurrency", None),
                     ("--block-hours", "block_hours", None), ("--credentials", "credentials", None), ("--csv", "csv", None))

@@ -50,10 +50,11 @@ def str_list(text: str) -> tuple[str, ...]:
 
 def add_request_args(p: argparse.ArgumentParser) -> None:
     """Options that say which ERA5 data to use (shared by `data`, `train` and friends)."""
-    g = p.add_argument_group("data (default: the published request on the embedded sample)")
-    g.add_argument("--source", default="sample",
-                   help="'sample' (offline, default), 'arco-v3' or 'arco-v2' (public ERA5 in the cloud), "
-                        "a gs:// URL or a local Zarr path")
+    g = p.add_argument_group("data (default: the study's real ERA5 at its two points, shipped with lstmnb)")
+    g.add_argument("--source", default=None,
+                   help="'study' (real ERA5 at 40,280 and 20,280, 2020-01..2021-06, offline; the default for points), "
+                        "'sample' (synthetic, offline; the default for --box), 'arco-v3' or 'arco-v2' (public ERA5 "
+                        "in the cloud), a gs:// URL or a local Zarr path")
     g.add_argument("--variable", dest="variables", action="append", metavar="NAME",
                    help="variable to extract, repeatable (default: 2m_temperature)")
     g.add_argument("--point", dest="points", action="append", type=float_pair, metavar="LAT,LON",
@@ -95,8 +96,9 @@ def request_from_args(args: argparse.Namespace):
             kw[name] = getattr(args, name)
     request, notes = data.Request(**kw), []
     source = request.source.strip() if isinstance(request.source, str) else ""
-    local = source != data.SAMPLE and source not in data.CATALOGUE and "://" not in source
-    # the published dates stay the default of the sample (its whole range) and of the cloud stores (decades long)
+    local = source not in (data.SAMPLE, data.STUDY) and source not in data.CATALOGUE and "://" not in source
+    # the published dates stay the default of the study's data and the sample (their whole range) and of the cloud
+    # stores (decades long)
     start_given, end_given = args.start is not None or not local, args.end is not None or not local
     if args.end is not None or local:
         token = getattr(args, "credentials", None)  # `lstmnb data --credentials`: the store is opened with them

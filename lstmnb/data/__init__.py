@@ -1,4 +1,4 @@
-"""ERA5 data access: from a store (the embedded sample, Google's ARCO-ERA5 bucket, any Zarr store) to
+"""ERA5 data access: from a store (the study's real ERA5 shipped with lstmnb, the synthetic sample, Google's ARCO-ERA5 bucket, any Zarr store) to
 checked, cached float32 series of points or boxes.
 
 The modules follow the flow, each importing only those above it in this list (docs/architecture.md):
@@ -6,7 +6,9 @@ The modules follow the flow, each importing only those above it in this list (do
 =================  ===================================================================================
 ``blosc_parts``    reading a few values out of a Blosc chunk without fetching or decoding all of it
 ``cache``          the resumable block cache of extracted series, and the store metadata kept beside it
-``sample``         the embedded synthetic store in the ARCO-ERA5 layout
+``arco_layout``    writing, checking and building into the cache a store in the ARCO-ERA5 layout
+``sample``         the embedded synthetic store (an area: boxes, region mode)
+``study``          the study's real ERA5 at its two points, shipped with lstmnb (the default source)
 ``transport``      raw bytes of store keys: local files, or HTTP(S)/GCS with pooled connections, retries
 ``catalogue``      the request, the catalogue, resolving and opening a source, time and coordinate checks
 ``zarr_meta``      Zarr metadata (v2 and v3) read once: the store's axes and each array's chunk layout
@@ -28,11 +30,13 @@ from .catalogue import (
     DEFAULT_START,
     DEFAULT_VARIABLE,
     SAMPLE,
+    STUDY,
     SOURCE_HINT,
     Request,
     StoreRef,
     check_credentials,
     check_request,
+    data_kind,
     open_ref,
     open_store,
     parse_time,
@@ -47,8 +51,8 @@ from .zarr_meta import StoreMeta, cached_meta, open_meta
 
 __all__ = [
     "CATALOGUE", "DEFAULT_BLOCK_HOURS", "DEFAULT_CONCURRENCY", "DEFAULT_END", "DEFAULT_POINTS", "DEFAULT_START",
-    "DEFAULT_VARIABLE", "SAMPLE", "SOURCE_HINT", "CacheMiss", "FetchStats", "Plan", "Request", "RetryPolicy",
-    "StoreMeta", "StoreRef", "Target", "assemble", "check_credentials", "check_request", "cached_meta", "extract", "fetch_plan", "fit_times", "make_plan",
+    "DEFAULT_VARIABLE", "SAMPLE", "STUDY", "SOURCE_HINT", "CacheMiss", "FetchStats", "Plan", "Request", "RetryPolicy",
+    "StoreMeta", "StoreRef", "Target", "assemble", "check_credentials", "check_request", "cached_meta", "data_kind", "extract", "fetch_plan", "fit_times", "make_plan",
     "open_meta", "open_ref", "open_store", "parse_time", "point_label", "resolve_source", "summary",
     "to_frame", "valid_range",
 ]

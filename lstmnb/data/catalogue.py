@@ -1,7 +1,8 @@
 """What to extract and where from: the store catalogue, the request, resolving and opening a source,
 and the checks a request's times and coordinates pass before any store is asked.
 
-A source is the embedded sample, a catalogue key, a ``gs://`` or ``http(s)://`` URL, or a local Zarr
+A source is the study's real ERA5 at its two points (``study``, the default for points), the synthetic
+sample (``sample``, the default for a box), a catalogue key, a ``gs://`` or ``http(s)://`` URL, or a local Zarr
 path; ``resolve_source`` turns it into a ``StoreRef`` (location, credentials, a stable id for the
 block cache) and fails with one line naming what is wrong (unknown name, missing path, missing cloud
 packages or credentials). ``open_ref``/``open_store`` open it lazily with xarray, after a one-byte
@@ -24,6 +25,7 @@ import xarray as xr
 
 from ..errors import ConfigError, DataError
 from .sample import sample_store
+from .study import STUDY, check_study_request, study_store
 from .transport import PROBE_RETRY, ChunkError, ChunkSource
 
 CATALOGUE: dict[str, str] = {
@@ -35,16 +37,17 @@ DEFAULT_VARIABLE = "2m_temperature"
 DEFAULT_POINTS: tuple[tuple[float, float], ...] = ((40.0, 280.0), (20.0, 280.0))
 DEFAULT_START = "2020-01-01"
 DEFAULT_END = "2021-06-30"  # inclusive: a date means through 23:00 of that day
-SOURCE_HINT = "use --source sample, a catalogue name (" + ", ".join(CATALOGUE) + "), a gs:// URL or a local Zarr path"
+SOURCE_HINT = "use --source study (real ERA5 at the study's two points), sample (synthetic), a catalogue name (" + ", ".join(CATALOGUE) + "), a gs:// URL or a local Zarr path"
 
 
 @dataclass(frozen=True)
 class Request:
     """What to extract. ``points`` are (lat, lon) with lon in -180..180 or 0..360;
     ``box`` is (lat_min, lat_max, lon_min, lon_max); give one of the two. The default points (the
-    published ones) give way to a box: ``Request(box=...)`` is a box request."""
+    published ones) give way to a box: ``Request(box=...)`` is a box request. ``source`` defaults to the
+    study's real ERA5 for points and to the synthetic sample for a box (the study's data has no area)."""
 
-    source: str = SAMPLE
+    source: str | None = None
     variables: tuple[str, ...] = (DEFAULT_VARIABLE,)
     points: tuple[tuple[float, float], ...] | None = DEFAULT_POINTS
     box: tuple[float, float, float, float] | None = None
@@ -52,6 +55,8 @@ class Request:
     end: str = DEFAULT_END
 
     def __post_init__(self) -> None:
+        if self.source is None:
+            object.__setattr__(self, "source", SAMPLE if self.box is not None else STUDY)
         if self.box is not None and self.points is DEFAULT_POINTS:  # the default, not points given
             object.__setattr__(self, "points", None)
         elif self.box is not None and self.points is not None:
@@ -59,8 +64,9 @@ class Request:
                               f"two (a box alone needs no points=None)")
 
     def as_record(self) -> dict:
-        """The request as a run record's ``data`` section states it (plain JSON values)."""
-        return {"source": self.source, "variables": list(self.variables),
+        """The request as a run record's ``data`` section states it (plain JSON values), with ``kind``:
+        whether its values are real or synthetic."""
+        return {"source": self.source, "kind": data_kind(self.source), "variables": list(self.variables),
                 "points": [list(p) for p in self.points] if self.points else None,
                 "box": list(self.box) if self.box else None, "start": str(self.start), "end": str(self.end)}
 
@@ -88,13 +94,20 @@ class StoreRef:
         return f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
 
-def resolve_source(source: str = SAMPLE, storage_options: dict | None = None) -> StoreRef:
-    """Turn a source name into a ``StoreRef`` (building the sample store on first use)."""
+def data_kind(source: str) -> str:
+    """``synthetic`` for the sample store, ``real`` for every other source (ERA5 itself or a user's store)."""
+    return "synthetic" if isinstance(source, str) and source.strip() == SAMPLE else "real"
+
+
+def resolve_source(source: str = STUDY, storage_options: dict | None = None) -> StoreRef:
+    """Turn a source name into a ``StoreRef`` (building the study's or the sample store on first use)."""
     if not isinstance(source, str) or not source.strip():
         raise ConfigError(f"source {source!r} is empty; {SOURCE_HINT}")
     source = source.strip()
     if source == SAMPLE:
         return StoreRef(source, str(sample_store()), False, {})
+    if source == STUDY:
+        return StoreRef(source, str(study_store()), False, {})
     url = CATALOGUE.get(source, source)
     if "://" in url:
         _require_cloud_packages(url)
@@ -105,7 +118,7 @@ def resolve_source(source: str = SAMPLE, storage_options: dict | None = None) ->
         return StoreRef(source, url, True, options)
     path = Path(url).expanduser()
     if not path.exists():
-        close = difflib.get_close_matches(source, [SAMPLE, *CATALOGUE], n=1)
+        close = difflib.get_close_matches(source, [STUDY, SAMPLE, *CATALOGUE], n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise DataError(f"source {source!r} is neither a known name nor an existing path{hint}; {SOURCE_HINT}")
     if not any((path / name).exists() for name in (".zgroup", ".zmetadata", "zarr.json")):
@@ -177,11 +190,11 @@ def check_request(request: Request, storage_options: dict | None = None) -> Requ
     """Every check of ``request`` that needs no store: source, variable names, points or box, times.
 
     The store-dependent checks (variables present, times and cells inside the store) follow in
-    ``make_plan``. Builds nothing (the sample store is not made here)."""
+    ``make_plan``. Builds nothing (neither the study's nor the sample store is made here)."""
     source = request.source
     if not isinstance(source, str) or not source.strip():
         raise ConfigError(f"source {source!r} is empty; {SOURCE_HINT}")
-    if source.strip() != SAMPLE:
+    if source.strip() not in (SAMPLE, STUDY):
         resolve_source(source, storage_options)
     check_selection(request)
     return request
@@ -212,6 +225,8 @@ def check_selection(request: Request) -> tuple[pd.Timestamp, pd.Timestamp]:
     start, end = parse_time(request.start, what="start"), parse_time(request.end, end=True, what="end")
     if end < start:
         raise ConfigError(f"end {request.end!r} is before start {request.start!r}")
+    if isinstance(request.source, str) and request.source.strip() == STUDY:  # what the shipped data can serve
+        check_study_request(request.points, request.box, start, end, variables)
     return start, end
 
 
@@ -255,7 +270,7 @@ def _probe(ref: StoreRef) -> None:
     raise DataError(f"no Zarr store at {ref.url} (no .zmetadata, .zgroup or zarr.json); check the URL, or {SOURCE_HINT}")
 
 
-def open_store(source: str = SAMPLE, storage_options: dict | None = None) -> xr.Dataset:
+def open_store(source: str = STUDY, storage_options: dict | None = None) -> xr.Dataset:
     """Open a source (sample, catalogue key, gs:// URL or local path) as a lazy ``xr.Dataset``."""
     return open_ref(resolve_source(source, storage_options))
 

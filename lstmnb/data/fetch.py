@@ -223,7 +223,7 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats, so
         what = str(exc) if isinstance(exc, ChunkError) else f"{type(exc).__name__}: {exc}"
         if isinstance(exc, (ChunkError, OSError, TimeoutError)):  # the connection or the disk: may pass
             advice = "finished blocks are kept, run again to resume"
-        elif plan.ref.source == "sample":  # the chunk is there but does not decode: rereading will not help
+        elif plan.ref.source in ("sample", "study"):  # built by lstmnb, deterministic  # the chunk is there but does not decode: rereading will not help
             advice = f"the chunk is damaged; delete {plan.ref.url} and run again (lstmnb rebuilds the sample)"
         else:
             advice = "the chunk is damaged in the store, so running again will not help; repair or re-copy the store"

@@ -18,6 +18,7 @@ import xarray as xr
 from ..errors import ConfigError, DataError
 from .catalogue import SAMPLE, Request, StoreRef, check_selection, open_ref, parse_time, resolve_source
 from .sample import TIMES as SAMPLE_TIMES
+from .study import STUDY, STUDY_TIMES
 from .zarr_meta import StoreMeta, as_meta, cached_meta
 
 
@@ -38,9 +39,9 @@ def fit_times(request: Request, *, start_given: bool, end_given: bool,
     (the CLI asks this for a local store, and wherever --end is given):
     a time not given (``start_given``/``end_given`` False) becomes the store's first or last valid hour, and
     an end past the store's last valid hour is clipped to it. The store's metadata come from the cache
-    where kept, else from the store; the sample's range is known without building it."""
-    if request.source.strip() == SAMPLE:
-        lo, hi = (pd.Timestamp(t) for t in SAMPLE_TIMES)
+    where kept, else from the store; the sample's and the study's ranges are known without building them."""
+    if request.source.strip() in (SAMPLE, STUDY):
+        lo, hi = (pd.Timestamp(t) for t in (SAMPLE_TIMES if request.source.strip() == SAMPLE else STUDY_TIMES))
     else:
         ref = resolve_source(request.source, storage_options)
         meta = cached_meta(ref)

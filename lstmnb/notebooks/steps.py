@@ -23,10 +23,11 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 # --- parameters -> request and config ------------------------------------------------------------
 
 
-def make_request(source: str = "sample", points: Sequence[Sequence[float]] | None = ((40, 280), (20, 280)),
+def make_request(source: str | None = None, points: Sequence[Sequence[float]] | None = ((40, 280), (20, 280)),
                  start: str = "2020-01-01", end: str = "2021-06-30",
                  variables: Sequence[str] = ("2m_temperature",), box: Sequence[float] | None = None):
-    """A ``data.Request`` from notebook parameters (lists from papermill become tuples)."""
+    """A ``data.Request`` from notebook parameters (lists from papermill become tuples); ``source`` None: the
+    study's real ERA5 for points, the synthetic sample for a box."""
     from .. import data
 
     return data.Request(

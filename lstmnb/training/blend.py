@@ -91,7 +91,8 @@ def blend_section(windows, blend: str, network_val: np.ndarray, weights: np.ndar
     for p, name in enumerate(windows.points):
         sel = windows.point_index["val"] == p
         points.append({"point": name, "weights": dict(zip(SOURCES, map(float, weights[p]))),
-                       **{f"val_{k}_rmse_k": float(np.sqrt(np.mean((f[sel] - truth[sel]) ** 2))) for k, f in forecasts.items()}})
+                       **{f"val_{k}_rmse_k": float(np.sqrt(np.mean((f[sel] - truth[sel]) ** 2))) if sel.any() else None
+                          for k, f in forecasts.items()}})
     return {"blend": blend, "description": DESCRIPTIONS[blend], "fitted_on": "val", "sources": list(SOURCES),
             "per_point": points}
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..device import DEVICE_CHOICES, host_memory_bytes
+from ..data.study import STUDY_TEST_START
 from ..errors import ConfigError
 from ..models import ModelConfig
 from ..windows import WindowConfig
@@ -42,10 +43,33 @@ PRESETS: dict[str, dict[str, Any]] = {
     # forecast blended per point with persistence and climatology on validation
     # (the learning rate by lead: see LR_BY_LEAD)
     "recommended": {},
-    # the published experiments, exactly: 5 fixed epochs, batch 64, Adam 1e-3 (plain), DataLoader with 2 workers
-    "published": dict(epochs=5, patience=None, batch_size=64, lr=1e-3, lr_schedule="constant", residual=False,
-                      calendar=False, cycles=False, input_path="dataloader", num_workers=2, fused_adam=False,
-                      point_weights="none", blend="off"),
+    # the study's setting as its notebooks ran it (PRESET_SOURCES; ../shared/DESIGN.md): nn.LSTM(1, 64,
+    # num_layers=2) + Linear on the last step, windows of 24 h -> the next hour, batch 128 from a shuffled
+    # per-sample Dataset + DataLoader with 2 workers, Adam 1e-3 (plain), MSE, 5 fixed epochs, trained on the
+    # hours before 2021-01-01 and tested from then on, no validation part
+    "published": dict(epochs=5, patience=None, batch_size=128, hidden=64, layers=2, window=24, lead_hours=1,
+                      horizon=1, lr=1e-3, lr_schedule="constant", weight_decay=0.0, residual=False, calendar=False,
+                      cycles=False, input_path="dataloader", num_workers=2, fused_adam=False, point_weights="none",
+                      blend="off", split_dates=(STUDY_TEST_START, STUDY_TEST_START)),
+}
+
+# Where a preset's setting comes from, and where lstmnb keeps one of its own rules instead of the source's
+# (stated once in the record's config and in the report).
+PRESET_SOURCES: dict[str, dict[str, Any]] = {
+    "recommended": {"source": "measured by lstmnb (README, 'Skill at every point'; benchmarks/train_speed.py)",
+                    "differences": []},
+    "published": {
+        "source": "the study's notebook Parallel_LSTM_Model_run_CARC.ipynb (github.com/yxie7333/cs596final; the "
+                  "Colab run gpu_run.ipynb uses 4 DataLoader workers)",
+        "differences": [
+            "scaling: one mean and std over both points, fitted on the training part (the study fitted them over "
+            "the whole file, test hours included)",
+            "windows stay within a point: 17,520 training samples per epoch (the study joined the two series end "
+            "to end, so 24 of its 17,544 windows span both points)",
+            "test windows may take inputs from the last hours of 2020 (the study windowed the test part alone): "
+            "every model and baseline is scored on every hour of 2021-01..06",
+        ],
+    },
 }
 
 
@@ -128,7 +152,9 @@ class TrainConfig:
         "lead as an input (the last one is the fitted cycle at the target hour)"))
     fractions: tuple[float, float, float] = knob(DEFAULT_FRACTIONS, (
         "train,val,test fractions of the time range (chronological)"))
-    split_dates: tuple[str, str] | None = knob(None, "VAL_START,TEST_START dates instead of fractions")
+    split_dates: tuple[str, str] | None = knob(None, (
+        "VAL_START,TEST_START dates instead of fractions (the same date twice: no validation part, as the published "
+        "setting)"))
     # model
     hidden: int = knob(64, "hidden units per layer")
     layers: int = knob(1, "stacked recurrent layers")
@@ -173,8 +199,10 @@ class TrainConfig:
         return self.lr if self.lr is not None else lead_learning_rate(self.lead_hours)
 
     def as_record(self) -> dict[str, Any]:
-        """The record's ``config``: every knob, with the learning rate used (``lr_by_lead``: chosen by lead)."""
-        return {**asdict(self), "lr": self.learning_rate, "lr_by_lead": self.lr is None}
+        """The record's ``config``: every knob, with the learning rate used (``lr_by_lead``: chosen by lead) and
+        where the preset comes from (``preset_source``: its source and lstmnb's differences from it)."""
+        return {**asdict(self), "lr": self.learning_rate, "lr_by_lead": self.lr is None,
+                "preset_source": PRESET_SOURCES.get(self.preset)}
 
     def model_config(self, n_features: int) -> ModelConfig:
         return ModelConfig(n_features=n_features, hidden=self.hidden, layers=self.layers,
@@ -273,8 +301,29 @@ class TrainConfig:
             if not isinstance(d, str) or ts is pd.NaT:
                 raise ConfigError(f"split date {d!r} is not a date like 2021-01-01 (split_dates=VAL_START,TEST_START)")
             stamps.append(ts)
-        if not stamps[0] < stamps[1]:
-            raise ConfigError(f"split_dates={tuple(sd)!r}: the validation start must come before the test start")
+        if not stamps[0] <= stamps[1]:
+            raise ConfigError(f"split_dates={tuple(sd)!r}: the validation start must not come after the test start")
+        if not self.has_validation:  # what needs a validation part
+            needs = [f"{name}={value!r}" for name, value, off in (
+                ("patience", self.patience, None), ("blend", self.blend, "off"), ("target_rmse", self.target_rmse, None))
+                if value != off]
+            if needs:
+                raise ConfigError(f"split_dates={tuple(sd)!r} leaves no validation part, which {', '.join(needs)} "
+                                  "need; give an earlier validation start, or patience none, blend off and no "
+                                  "target_rmse")
+
+    @property
+    def has_validation(self) -> bool:
+        """False when ``split_dates`` gives the same date twice: no validation part (the published setting)."""
+        sd = self.split_dates
+        if sd is None or isinstance(sd, str) or len(sd) != 2:
+            return True
+        import pandas as pd
+
+        try:
+            return pd.Timestamp(str(sd[0])) != pd.Timestamp(str(sd[1]))
+        except (ValueError, TypeError):
+            return True
 
     def stops_after(self, history: list[dict[str, Any]], best: dict[str, Any]) -> bool:
         """Early stopping: ``patience`` epochs without a new best validation RMSE, or the target reached

@@ -107,10 +107,11 @@ class DivergenceGuard:
         """The check at the end of an epoch's steps (across ranks under DDP)."""
         self._check()
 
-    def check_epoch(self, train_loss: float, val_rmse: float) -> None:
-        """The epoch's mean training loss and its validation forecast's RMSE, before they are kept."""
+    def check_epoch(self, train_loss: float, val_rmse: float | None) -> None:
+        """The epoch's mean training loss and its validation forecast's RMSE (None: no validation part), before
+        they are kept."""
         for what, value in (("mean training loss", train_loss), ("validation forecast (RMSE)", val_rmse)):
-            if not math.isfinite(value):
+            if value is not None and not math.isfinite(value):
                 self._stop({"epoch": self.epoch, "step": None, "what": what, "value": value})
 
     # --- checking ---------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import math
 import statistics
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..models import Forecaster, count_parameters, flops_per_sample
@@ -21,9 +22,9 @@ def time_to_target(history: list[dict[str, Any]], target: float | None) -> dict[
     """Seconds (cumulative, training + evaluation) to the first epoch whose validation RMSE <= target."""
     if target is None:
         return {"target_rmse_k": None}
-    best = min((h["val_rmse_k"] for h in history), default=math.inf)
+    best = min((h["val_rmse_k"] for h in history if h["val_rmse_k"] is not None), default=math.inf)
     for h in history:
-        if h["val_rmse_k"] <= target:
+        if h["val_rmse_k"] is not None and h["val_rmse_k"] <= target:
             return {"target_rmse_k": target, "reached": True, "epoch": h["epoch"], "seconds": h["cumulative_s"],
                     "best_val_rmse_k": best}
     return {"target_rmse_k": target, "reached": False, "epoch": None, "seconds": None, "best_val_rmse_k": best,
@@ -64,7 +65,8 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
                           model=model, divergence=divergence, **finished, **extra)
     network = windows.to_kelvin(predict(core, windows.x["test"], device, cfg.eval_batch_size).cpu().numpy())
     # the reported forecast: per point, the blend of the network and the baselines fitted on validation
-    network_val = windows.to_kelvin(predict(core, windows.x["val"], device, cfg.eval_batch_size).cpu().numpy())
+    network_val = (windows.to_kelvin(predict(core, windows.x["val"], device, cfg.eval_batch_size).cpu().numpy())
+                   if windows.x["val"].shape[0] else np.zeros((0, cfg.horizon)))  # no validation part: nothing
     weights = fit_blend(windows, network_val, cfg.blend)
     pred = apply_blend(windows, "test", network, weights)
     truth = windows.to_kelvin(windows.y["test"])
@@ -83,7 +85,7 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
         **{f"mse_skill_vs_{b}": mse_skill_score(test["rmse"] ** 2, base[b]["rmse"] ** 2)
            for b in ("persistence", "climatology")},
         "val_persistence_rmse_k": windows.baselines["val"]["persistence"]["rmse"],
-        "best_val_rmse_k": min((h["val_rmse_k"] for h in history), default=None),
+        "best_val_rmse_k": min((h["val_rmse_k"] for h in history if h["val_rmse_k"] is not None), default=None),
         "epochs_run": len(history), "stopped_early": stopped_early, "stop_reason": stop_reason,
     }
     return new_record(

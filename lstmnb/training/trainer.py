@@ -236,8 +236,10 @@ class Trainer:
     def end_epoch(self, train_loss: float, train_s: float, samples: int, **extra: Any) -> dict[str, Any]:
         """Validate, append the epoch entry, track the best epoch, write the checkpoint."""
         t1 = clock(self.device)
-        val_mse, val_rmse = rmse_kelvin(self.core, self.x_val, self.y_val, self.target_std,
-                                        self.cfg.eval_batch_size)
+        val_mse = val_rmse = None  # no validation part (the published setting): nothing to evaluate
+        if self.x_val.shape[0]:
+            val_mse, val_rmse = rmse_kelvin(self.core, self.x_val, self.y_val, self.target_std,
+                                            self.cfg.eval_batch_size)
         eval_s = clock(self.device) - t1
         self.guard.check_epoch(train_loss, val_rmse)  # a non-finite figure ends the run before it is kept
         cumulative = (self.history[-1]["cumulative_s"] if self.history else 0.0) + train_s + eval_s
@@ -249,7 +251,7 @@ class Trainer:
             **extra,
         }
         self.history.append(entry)
-        if val_rmse < self.best["val_rmse_k"]:
+        if val_rmse is not None and val_rmse < self.best["val_rmse_k"]:
             self.best = {"val_rmse_k": val_rmse, "epoch": epoch,
                          "state": copy.deepcopy(self.core.state_dict()) if self.cfg.patience else None}
         self.save()
@@ -307,7 +309,8 @@ class Trainer:
                 entry = self.end_epoch(loss, train_s, seen, **extra, **more)
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(loss=f"{entry['train_loss']:.4f}", val_rmse=f"{entry['val_rmse_k']:.3f}K")
+                    val = entry["val_rmse_k"]
+                    bar.set_postfix(loss=f"{entry['train_loss']:.4f}", **({} if val is None else {"val_rmse": f"{val:.3f}K"}))
                 if on_epoch_end is not None:
                     on_epoch_end(entry)
                 stop = self.should_stop()

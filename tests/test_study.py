@@ -1,0 +1,104 @@
+"""The study's real ERA5 (shipped, the default source) and its setting (``--preset published``) replicated:
+the same samples per epoch and the study's printed training losses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from lstmnb.cli import main
+from lstmnb.data import SAMPLE, STUDY, Request, check_request, extract
+from lstmnb.data.arco_layout import store_problem
+from lstmnb.data.study import ATTRIBUTION, STUDY_POINTS, study_store, study_values
+from lstmnb.errors import ConfigError
+from lstmnb.experiments import replication
+from lstmnb.training import preset_config
+
+SHARED_CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "era5_t2m_published_points_2020-01_2021-06.csv"
+
+
+def test_the_default_request_reads_the_real_data_through_the_arco_layout():
+    request = Request()
+    assert request.source == STUDY and request.as_record()["kind"] == "real"
+    store = study_store()
+    assert store_problem(store) is None
+    ds = xr.open_zarr(store, chunks=None)
+    assert ds["2m_temperature"].dims == ("time", "latitude", "longitude") and ds["2m_temperature"].attrs["units"] == "K"
+    assert list(ds["latitude"].values) == [40.0, 20.0] and list(ds["longitude"].values) == [280.0]
+    assert ds.attrs["attribution"] == ATTRIBUTION and "Copernicus" in ATTRIBUTION
+    got = extract(request, progress=False)
+    times, _, _, values = study_values()
+    assert got.sizes == {"time": 13128, "point": 2}
+    np.testing.assert_array_equal(got["2m_temperature"].values, values)
+    assert pd.Timestamp(got["time"].values[0]) == times[0] and pd.Timestamp(got["time"].values[-1]) == times[-1]
+    # the real sea point is smooth and the land point is not (std 1.5 K against 9.7 K: shared/data/README.md)
+    assert 1.0 < values[:, 1].std() < 2.0 and 8.5 < values[:, 0].std() < 11.0
+
+
+@pytest.mark.skipif(not SHARED_CSV.exists(), reason="../shared/data is not beside this checkout")
+def test_the_shipped_values_are_the_studys_file():
+    table = pd.read_csv(SHARED_CSV)
+    _, lat, lon, values = study_values()
+    for p, (la, lo) in enumerate(STUDY_POINTS):
+        rows = table[(table.latitude == la) & (table.longitude == lo)]
+        np.testing.assert_array_equal(rows["2m_temperature"].to_numpy(np.float32), values[:, p])
+
+
+@pytest.mark.parametrize("request_, named", [
+    (Request(points=((35.0, 281.75),)), "point 35,281.75 is not in the study's data"),
+    (Request(source=STUDY, box=(38, 40, 279, 280)), "a box needs an area"),
+    (Request(end="2021-12-31"), "time range 2020-01-01T00..2021-12-31T23 is outside the study's data"),
+    (Request(variables=("surface_pressure",)), "variable 'surface_pressure' is not in the study's data"),
+])
+def test_what_the_real_data_cannot_serve_is_one_line_naming_what_it_holds(request_, named):
+    with pytest.raises(ConfigError) as err:
+        check_request(request_)
+    text = str(err.value)
+    assert named in text and "\n" not in text
+    assert "40N 280E" in text and "2020-01-01..2021-06-30" in text and "--source arco-v3" in text and "--source sample" in text
+
+
+def test_a_box_uses_the_synthetic_sample_and_western_longitudes_name_the_same_points():
+    assert Request(box=(38, 40, 279, 280)).source == SAMPLE
+    assert Request(box=(38, 40, 279, 280)).as_record()["kind"] == "synthetic"
+    check_request(Request(points=((40, -80), (20, -80))))  # 280E given as -80
+
+
+def test_the_published_preset_is_the_studys_setting():
+    cfg = preset_config("published")
+    assert (cfg.layers, cfg.hidden, cfg.window, cfg.lead_hours, cfg.batch_size) == (2, 64, 24, 1, 128)
+    assert (cfg.input_path, cfg.num_workers, cfg.lr, cfg.fused_adam, cfg.epochs, cfg.patience) == \
+        ("dataloader", 2, 1e-3, False, 5, None)
+    assert (cfg.residual, cfg.calendar, cfg.cycles, cfg.point_weights, cfg.blend) == (False, False, False, "none", "off")
+    assert not cfg.has_validation and cfg.split_dates == ("2021-01-01", "2021-01-01")
+    source = cfg.as_record()["preset_source"]
+    assert "Parallel_LSTM_Model_run_CARC.ipynb" in source["source"] and len(source["differences"]) == 3
+    with pytest.raises(ConfigError, match="leaves no validation part, which patience=5 need"):
+        preset_config("published", patience=5).validate()
+
+
+@pytest.mark.slow
+def test_the_published_preset_reproduces_the_studys_printed_losses(tmp_path, capsys):
+    """5 epochs of the study's setting on its data: the mean training loss of epochs 3-5 within 35% of the
+    study's printed 0.0072, 0.0055, 0.0048 (measured: 0.0074, 0.0057, 0.0047), 17,520 samples per epoch."""
+    results = tmp_path / "runs.jsonl"
+    assert main(["replicate", "--epochs", "5", "--no-progress", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    record = json.loads(results.read_text().splitlines()[-1])
+    assert record["status"] == "ok" and record["data"]["kind"] == "real" and record["data"]["source"] == STUDY
+    assert record["data"]["sizes"] == {"train": 17520, "val": 0, "test": 8688}
+    assert all(e["samples_per_s"] and e["val_rmse_k"] is None for e in record["epochs"])
+    losses = [e["train_loss"] for e in record["epochs"]]
+    for got, printed in zip(losses[2:5], (0.0072, 0.0055, 0.0048)):
+        assert abs(got - printed) / printed <= 0.35, (losses, printed)
+    assert record["config"]["layers"] == 2 and record["config"]["batch_size"] == 128
+    assert record["model"]["parameters"] == 4 * 64 * (1 + 64 + 2) + 4 * 64 * (2 * 64 + 2) + 65  # two LSTM layers + head
+    assert replication.closeness(record)["reproduced"]
+    assert "lstmnb reproduces the study's training loss" in out and "17,520 samples per epoch" in out
+    table = replication.loss_table(record)
+    assert list(table["study (CARC)"]) == [0.1655, 0.0168, 0.0072, 0.0055, 0.0048]
