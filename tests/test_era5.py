@@ -120,7 +120,7 @@ def test_corrupt_cache_is_detected_and_rebuilt(small_store, tmp_path, damage):
 
 
 def test_default_request_on_the_sample(sample_store_path):
-    ds = extract(Request(end="2020-01-07"), progress=False)
+    ds = extract(Request(source="sample", end="2020-01-07"), progress=False)
     assert ds.attrs["source"] == "sample" and ds.sizes == {"time": 168, "point": 2}
     t = ds["2m_temperature"]
     assert float(t.sel(point="20.00N 280.00E").mean()) > float(t.sel(point="40.00N 280.00E").mean())

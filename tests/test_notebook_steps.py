@@ -16,10 +16,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def test_make_request_and_config():
     req = steps.make_request("sample", [[40, -80], [20, 280]], "2020-01-01", "2020-01-31")
     assert req.points == ((40.0, -80.0), (20.0, 280.0)) and req.box is None and req.variables == ("2m_temperature",)
+    assert steps.make_request().source == "study"  # points: the study's real ERA5
     box = steps.make_request(box=[38, 42, 279, 281])
-    assert box.points is None and box.box == (38.0, 42.0, 279.0, 281.0)
+    assert box.source == "sample" and box.points is None and box.box == (38.0, 42.0, 279.0, 281.0)
     cfg = steps.make_config(device="cpu", epochs=2, threads=None, batch_size=None, fractions=[0.6, 0.2, 0.2])
-    assert steps.make_config("published").batch_size == 64 and steps.make_config("published").preset == "published"
+    assert steps.make_config("published").batch_size == 128 and steps.make_config("published").preset == "published"
     assert cfg.epochs == 2 and cfg.threads is None and cfg.fractions == (0.6, 0.2, 0.2)
     assert cfg.batch_size == 256 and cfg.preset == "recommended"  # None keeps the preset's value
     with pytest.raises(ConfigError, match="unknown training parameter.*epoch"):

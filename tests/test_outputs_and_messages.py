@@ -37,7 +37,7 @@ def test_negative_coordinates_need_no_equals_sign(argv, points, box):
 def test_a_southern_point_reaches_the_store_check(capsys, sample_store_path):
     """`--point -33,151` is read as a point (not "expected one argument"): outside the sample's grid it is
     refused by the store check, naming the point and what the store covers."""
-    assert cli.main(["data", "--point", "-33,151", "--start", "2020-01-01", "--end", "2020-01-02",
+    assert cli.main(["data", "--source", "sample", "--point", "-33,151", "--start", "2020-01-01", "--end", "2020-01-02",
                      "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "point (-33, 151) is outside this store's grid (latitude 19..41" in err
@@ -164,8 +164,8 @@ def test_a_store_across_the_0_meridian_is_described_as_it_is():
     assert lon_span(np.arange(279.0, 281.01, 0.25)) == "279..281 (0..360)"
     ref = StoreRef("test", "/nowhere", False)
     with pytest.raises(DataError, match=r"longitude 350\.\.2 \(0\.\.360, across 0\)"):
-        make_plan(_store(lon), ref, Request(points=((40.5, 180.0),), start="2020-01-01T00", end="2020-01-01T03"))
-    plan = make_plan(_store(lon), ref, Request(points=((40.5, -5.0),), start="2020-01-01T00", end="2020-01-01T03"))
+        make_plan(_store(lon), ref, Request(source="sample", points=((40.5, 180.0),), start="2020-01-01T00", end="2020-01-01T03"))
+    plan = make_plan(_store(lon), ref, Request(source="sample", points=((40.5, -5.0),), start="2020-01-01T00", end="2020-01-01T03"))
     assert plan.targets  # inside the wrapped span: found
 
 

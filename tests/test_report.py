@@ -24,7 +24,7 @@ def run_record(device_kind: str, device_name: str, epochs: int, input_path: str,
         "schema": records.SCHEMA, "run_id": f"{host}-{device_kind}-{input_path}-{epochs}-{train_s}",
         "started": "2026-01-01T00:00:00+00:00", "experiment": experiment, "status": status, "reason": None,
         "device": {"kind": device_kind, "name": device_name, "count": 1, "hostname": host},
-        "profile": host, "config": {"epochs": epochs, "input_path": input_path, "strategy": strategy, "batch_size": 64},
+        "profile": host, "config": {"epochs": epochs, "input_path": input_path, "strategy": strategy, "batch_size": 128},
     }
     if status == "ok":
         rec.update(
@@ -142,11 +142,13 @@ def test_only_skipped_records_give_no_timing_table(tmp_path):
 
 
 def test_published_figures_are_the_shared_file():
-    """The package copy holds every figure of the shared file unchanged; it only adds the provenance block."""
+    """The package copy holds every figure of the shared file unchanged; it only adds the provenance block and the
+    study's printed training losses."""
     if not SHARED_PUBLISHED.exists():
         pytest.skip(f"{SHARED_PUBLISHED} is not in this checkout; the package copy cannot be compared")
     ours, shared = report.load_published(), yaml.safe_load(SHARED_PUBLISHED.read_text())
     assert set(ours["era5_lstm_gpu_benchmark"].pop("provenance")["machine"]) == set(shared["era5_lstm_gpu_benchmark"]["devices"])
+    assert ours["era5_lstm_gpu_benchmark"].pop("training_loss")["carc_15_epochs"][5] == 0.0048
     assert ours == shared
 
 

@@ -58,7 +58,8 @@ def own_records(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("results")
     values, times = _series()
-    cfg = preset_config("published", window=12, hidden=8, epochs=2, input_path="fast", progress=False, device="cpu")
+    cfg = preset_config("published", window=12, hidden=8, epochs=2, input_path="fast", progress=False, device="cpu",
+                        split_dates=None)  # 30 days: the split by fractions, not at 2021-01-01
     windows = make_windows(values, times, cfg.window_config())
     real = train(windows, cfg).record
     records.append_record(real, root / "here" / "runs.jsonl")
@@ -84,13 +85,14 @@ def test_reference_records_ship_with_the_package(reference):
 
 
 @pytest.mark.parametrize("config, label", [
-    ({"batch_size": 64, "lr": 0.001, "input_path": "dataloader", "num_workers": 2}, report.LIKE_FOR_LIKE),
+    ({"batch_size": 128, "lr": 0.001, "input_path": "dataloader", "num_workers": 2}, report.LIKE_FOR_LIKE),
+    ({"batch_size": 64, "lr": 0.001, "input_path": "dataloader", "num_workers": 2}, "batch 64 · DataLoader"),
     ({"input_path": "dataloader", "num_workers": 0}, "published setting · DataLoader (0 workers)"),
     ({"input_path": "fast", "cuda_graph": True}, "published setting, CUDA graph · fast input"),
     ({"batch_size": 256, "lr": 0.004, "residual": True, "amp": "auto", "input_path": "fast"},
      "batch 256, lr 0.004, residual, AMP auto · fast input"),
     # the published optimisation with the recommended inputs and a blended forecast is not the published setting
-    ({"batch_size": 64, "lr": 0.001, "calendar": True, "cycles": True, "point_weights": "persistence",
+    ({"batch_size": 128, "lr": 0.001, "calendar": True, "cycles": True, "point_weights": "persistence",
       "blend": "baselines", "input_path": "dataloader", "num_workers": 2},
      "calendar inputs, cycles input, persistence point weights, baselines blend · DataLoader"),
 ])
@@ -112,18 +114,16 @@ def test_findings_from_the_h100_reference_records(reference, published):
     raw = raw_reference()
     text, table = report.findings(pd.DataFrame(), published, reference)
     h100_lfl = statistics.median(seconds_of(raw, kind="cuda", epochs=15, input_path="dataloader"))
-    cpu_lfl = statistics.median(seconds_of(raw, kind="cpu", epochs=15, input_path="dataloader"))
     pub = published["era5_lstm_gpu_benchmark"]["epochs"][15]
     assert "lstmnb's reference records: 46 records from 1 machine (vm: Intel Xeon, 16 cores, NVIDIA H100 80GB HBM3; " \
            "2026-11-22): H100 measured" in text
     # CUDA graphs: the published setting on the fast path without and with the graph
     eager = statistics.median(seconds_of(raw, kind="cuda", epochs=15, input_path="fast"))
     graph = min(seconds_of(raw, kind="cuda", epochs=15, input_path="fast", graph=True))
-    assert f"{eager / graph:.3g}x at published setting, fast input" in text
-    # why the H100 is not faster like for like than the published A40: launch-bound, with its graph pair
-    assert (f"H100 (reference records) takes {h100_lfl:.3g} s like for like, slower than P100 (published) "
-            f"{pub['P100']:.3g} s, A40 (published) {pub['A40']:.3g} s: at batch 64") in text
-    assert f"takes {graph:.3g} s instead of {eager:.3g} s" in text and "launch-bound" in text
+    # the reference records ran the one-layer, batch-64 setting on the synthetic sample: their own labels, never
+    # like for like with the study (its two layers, batch 128, real data)
+    assert f"{eager / graph:.3g}x at batch 64, fast input [layers 1, synthetic data, split 70/15/15]" in text
+    assert f"H100 (reference records) takes {h100_lfl:.3g} s like for like" not in text
     # batch size (the sweep) and problem size (90 points), then skill and what is missing
     assert "**Batch size:**" in text and "beats persistence" in text
     assert "**Problem size:** 90 points" in text and "GPU over the same machine's CPU" in text
@@ -132,10 +132,10 @@ def test_findings_from_the_h100_reference_records(reference, published):
     assert "no multi-GPU records: run 05 on a node with 2+ GPUs" in text
     assert "no CUDA graph pair" not in text  # the reference records have them
 
-    fastest = min(seconds_of(raw, kind="cuda", epochs=15, input_path="fast", batch=256, graph=True, residual=True))
     h100 = table.loc["H100 · vm · reference"]
-    assert h100["fastest s"] == float(f"{fastest:.3g}") and "CUDA graph" in h100["fastest setting"]
-    assert h100["x own machine's CPU, like for like"] == float(f"{cpu_lfl / h100_lfl:.3g}")
+    assert h100["fastest s"] > 0 and "CUDA graph" in h100["fastest setting"]
+    assert h100["like for like s"] == "—" and h100["x own machine's CPU, like for like"] == "—"
+    assert "layers 1, synthetic data" in h100["problem"]
     assert table.loc["A40 · published", "x own machine's CPU, like for like"] == float(f"{pub['CPU'] / pub['A40']:.3g}")
     assert "x vs reference" not in table.columns
     assert set(table["source"]) == {report.REFERENCE, report.PUBLISHED}

@@ -28,6 +28,7 @@ def test_size_experiment_records_every_point_and_variant(tmp_path):
         (n, v) for n in (2, 4) for v in size.VARIANTS]
     cpu = [r for r in recs if r["size"]["variant"] == "cpu"]
     assert all(r["status"] == "ok" and r["device"]["kind"] == "cpu" for r in cpu)
+    assert all(r["data"]["source"] == "sample" and r["data"]["kind"] == "synthetic" for r in cpu)  # sizes need an area
     assert cpu[1]["size"]["train_samples"] == 2 * cpu[0]["size"]["train_samples"]  # twice the points, twice the samples
     gpu = [r for r in recs if r["size"]["variant"] != "cpu"]
     if not torch.cuda.is_available():

@@ -24,7 +24,8 @@ def test_mse_skill_score():
 
 def test_one_model_per_lead_scored_per_point_on_the_same_targets(tmp_path):
     # points as a user types them, west longitude and not sorted: rows keep them, in this order
-    request = Request(points=((40.0, -80.0), (35.0, 281.75), (20.0, 280.0)), start="2020-01-01", end="2020-02-15")
+    request = Request(source="sample", points=((40.0, -80.0), (35.0, 281.75), (20.0, 280.0)), start="2020-01-01",
+                      end="2020-02-15")
     cfg = preset_config(device="cpu", window=12, hidden=8, epochs=2, progress=False)
     recs = skill.skill_experiment(request, cfg, (6, 1), results=tmp_path)
     assert [r["config"]["lead_hours"] for r in recs] == [6, 1] and all(r["experiment"] == "skill" for r in recs)

@@ -16,7 +16,7 @@ from lstmnb.report.tables import SKILL_COLUMN
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_model.ipynb"
 SMALL = ["--end", "2020-01-31", "--window", "12", "--hidden", "8", "--epochs", "2", "--device", "cpu", "--no-progress"]
-POINTS = ["--point", "40,-80", "--point", "35,281.75"]
+POINTS = ["--source", "sample", "--point", "40,-80", "--point", "35,281.75"]
 
 
 def mse_skill(model_rmse: float, base_rmse: float) -> float:

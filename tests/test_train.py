@@ -168,8 +168,8 @@ def test_presets_default_recommended_and_published_exactly():
     # a checkpoint of a run at the rate by lead resumes under the same rate given explicitly
     assert TrainConfig().trajectory_key() == TrainConfig(lr=4e-3).trajectory_key()
     pub = preset_config("published")
-    assert (pub.preset, pub.epochs, pub.patience, pub.batch_size, pub.lr, pub.residual, pub.calendar,
-            pub.input_path, pub.num_workers, pub.fused_adam) == ("published", 5, None, 64, 1e-3, False, False,
+    assert (pub.preset, pub.epochs, pub.patience, pub.batch_size, pub.layers, pub.lr, pub.residual, pub.calendar,
+            pub.input_path, pub.num_workers, pub.fused_adam) == ("published", 5, None, 128, 2, 1e-3, False, False,
                                                                   "dataloader", 2, False)
     assert preset_config("published", epochs=15).epochs == 15 and set(PRESETS) == {"recommended", "published"}
     with pytest.raises(ConfigError, match="preset='fast' is not one of recommended, published"):

@@ -69,8 +69,12 @@ def ran_variant(variant: str, record: dict[str, Any]) -> str:
 def size_experiment(request, cfg: TrainConfig, sc: SizeConfig = SizeConfig(), *, results=None,
                     on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """One run per (point count, variant) on the request's time range and ``cfg``'s setting (strategy
-    single, fast path). CUDA variants without a usable GPU are recorded as skipped, with the reason."""
+    single, fast path). CUDA variants without a usable GPU are recorded as skipped, with the reason. The study's
+    data holds two points, so sizes beyond them come from the synthetic sample (every size, to compare alike; the
+    records' ``data.kind`` says synthetic)."""
     import torch
+
+    from ..data import SAMPLE, STUDY
 
     sc.validate()
     base = replace(cfg, strategy="single", input_path="fast", checkpoint=None, resume=False, experiment="size")
@@ -78,7 +82,8 @@ def size_experiment(request, cfg: TrainConfig, sc: SizeConfig = SizeConfig(), *,
     no_gpu = None if torch.cuda.is_available() else no_cuda_reason()
     recorder = Recorder(results, on_point)
     for n in sc.points:
-        windows, info = prepare_windows(replace(request, points=grid_points(n), box=None), base,
+        source = SAMPLE if request.source == STUDY else request.source
+        windows, info = prepare_windows(replace(request, source=source, points=grid_points(n), box=None), base,
                                         progress=cfg.progress)
         for variant in sc.variants:
             run_cfg = _variant_config(base, variant)

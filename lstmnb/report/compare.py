@@ -18,7 +18,7 @@ from .devices import column, order_devices
 from .provenance import column_label, with_columns
 from .published import MEASURED, PUBLISHED, REFERENCE, SOURCES, load_published, published_epochs_table
 from .settings import (LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL, PUBLISHED_SETTING, PUBLISHED_WORKERS,
-                       problem_label, setting_label)
+                       problem_label, record_problem_data, setting_label)
 from .settings import present as _present
 
 # experiments with tables of their own (and settings chosen for another question) are not compared here
@@ -58,7 +58,9 @@ def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFra
         if _present(r.get("cuda_graph.used")):  # what the run did, where the record says (graphs are the default)
             config["cuda_graph"] = bool(r.get("cuda_graph.used"))
         problem = {"points": _points(r), "start": r.get("data.start"), "end": r.get("data.end"),
-                   **{k: r.get(f"config.{k}") for k in ("window", "hidden", "layers", "cell", "lead_hours", "horizon")}}
+                   **{k: r.get(f"config.{k}") for k in ("window", "hidden", "layers", "cell", "lead_hours", "horizon")},
+                   **record_problem_data({"kind": r.get("data.kind"), "source": r.get("data.source")},
+                                         {"split_dates": r.get("config.split_dates"), "fractions": r.get("config.fractions")})}
         label = problem_label(problem)
         setting = setting_label(config)
         rows.append({

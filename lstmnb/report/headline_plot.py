@@ -71,7 +71,7 @@ def plot_headline(h: Headline):
                             va="center", ha="right" if right_half else "left", fontsize=8, linespacing=1.0)
             else:
                 # one line per row: several engines' skip reasons run to many lines; the findings list them all
-                why = textwrap.shorten(r["why"], 125, placeholder=" … (every reason: Findings, below)")
+                why = textwrap.shorten(r["why"], 105, placeholder=" … (every reason: Findings, below)")
                 ax.text(0.01, y, why, transform=ax.get_yaxis_transform(), va="center", fontsize=7.5, color="0.35",
                         style="italic")
             ax.text(1.01, y, _speedup_text(r), transform=ax.get_yaxis_transform(), va="center", fontsize=8.5,
