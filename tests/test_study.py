@@ -102,3 +102,33 @@ def test_the_published_preset_reproduces_the_studys_printed_losses(tmp_path, cap
     assert "lstmnb reproduces the study's training loss" in out and "17,520 samples per epoch" in out
     table = replication.loss_table(record)
     assert list(table["study (CARC)"]) == [0.1655, 0.0168, 0.0072, 0.0055, 0.0048]
+
+
+@pytest.mark.slow
+def test_skill_on_the_study_data_per_point_puts_both_models_on_the_same_hours(tmp_path):
+    """The report's per-point table: the study's model and the recommended forecaster, trained here on the
+    study's data (small, 1 epoch), scored on the same 2021-01..06 hours; a run on the synthetic sample stays out."""
+    from lstmnb import records, report
+    from lstmnb.training import run
+
+    small = dict(epochs=1, hidden=8, progress=False, device="cpu")
+    run(Request(), preset_config("published", num_workers=0, **small), results=tmp_path)
+    run(Request(), preset_config("recommended", split_dates=("2020-10-01", "2021-01-01"), **small), results=tmp_path)
+    run(Request(source="sample", end="2020-03-31"), preset_config("recommended", **small), results=tmp_path)
+    table = report.study_skill_table(records.load_records([tmp_path]))
+    assert list(table["forecast"].unique()) == ["the study's model, 1 epochs", "recommended (lstmnb)"]
+    assert list(table["point"].unique()) == ["40,280", "20,280"] and set(table["lead h"]) == {1}
+    for _, g in table.groupby("point"):  # the same target hours: the same persistence for both forecasts
+        assert np.ptp(g["persistence RMSE K"]) < 1e-9
+        assert np.allclose(1 - (g["model RMSE K"] / g["persistence RMSE K"]) ** 2, g["MSE skill vs persistence"])
+    sea = table[table["point"] == "20,280"]["persistence RMSE K"].iloc[0]
+    assert 0.15 < sea < 0.25  # the real sea point's 1 h persistence on 2021-01..06 (0.194 K measured)
+    summary = report.study_skill_summary(table)
+    assert summary.startswith("On the study's test part (2021-01..06): at 40,280,") and "of 2 forecasts" in summary
+
+
+def test_a_run_on_other_data_is_not_called_a_replication():
+    record = {"data": {"source": "sample", "kind": "synthetic"}, "config": {"preset": "published",
+                                                                           "split_dates": ["2021-01-01"] * 2}}
+    assert replication.verdict(record).startswith("This run is not the study's setting on the study's data "
+                                                  "(synthetic data from 'sample')")

@@ -16,7 +16,7 @@ import pandas as pd
 from ..records import DEFAULT_FILE
 from ..report.published import load_published
 
-CLOSE_EPOCHS = (3, 4, 5)  # after the first steep epochs, where two seeds already agree closely
+CLOSE_EPOCHS = (3, 4, 5, 10, 15)  # after the first steep epochs (where two seeds already agree closely) that the study printed
 TOLERANCE = 0.35  # relative difference from the study's printed loss that still counts as reproduced
 
 
@@ -67,8 +67,22 @@ def closeness(record: dict[str, Any], published: dict[str, Any] | None = None) -
             "study_samples_per_epoch": study["samples_per_epoch"]}
 
 
+def longest_run(records: list[dict[str, Any]], input_path: str = "dataloader") -> dict[str, Any] | None:
+    """The finished run with the most epochs, on ``input_path`` where there is one (the study's DataLoader)."""
+    ok = [r for r in records if r.get("status") == "ok" and r.get("epochs")]
+    preferred = [r for r in ok if (r.get("config") or {}).get("input_path") == input_path] or ok
+    return max(preferred, key=lambda r: len(r["epochs"]), default=None)
+
+
 def verdict(record: dict[str, Any], published: dict[str, Any] | None = None) -> str:
-    """One or two sentences a reader can quote: how close the losses came, and the samples per epoch."""
+    """One or two sentences a reader can quote: how close the losses came, and the samples per epoch (and,
+    for a run on other data or another setting, that the comparison is not the replication)."""
+    data, config = record.get("data") or {}, record.get("config") or {}
+    if data.get("source") != "study" or config.get("preset") != "published" or config.get("split_dates") is None:
+        other = f"{data.get('kind', 'other')} data from {data.get('source')!r}" if data.get("source") != "study" \
+            else "another split or setting"
+        return (f"This run is not the study's setting on the study's data ({other}), so its losses are not a "
+                "replication; run the published preset on `--source study` (`lstmnb replicate`) for that.")
     c = closeness(record, published)
     samples = (f"{c['samples_per_epoch']:,} samples per epoch against the study's {c['study_samples_per_epoch']:,} "
                "(its windows ran across the join of the two points' series; lstmnb's stay within a point)")

@@ -12,6 +12,7 @@ or extracts anything. Its modules, one job each:
   machine's CPU; knob effects
 - ``headline`` and ``headline_plot``: the first screen, one sentence and one figure
 - ``findings``: the bullets and small table under it
+- ``study_skill``: skill on the study's real data, per point: the study's model beside lstmnb's forecaster
 - ``style``: what every chart shares (one marker per source, labelled row groups, plain log ticks)
 - ``charts``: seconds and samples/s on shared log axes, speedups over the same machine's CPU
 - ``tables``, ``plots``: per-source tables and plots, loss curves, convergence, cost
@@ -55,6 +56,7 @@ from .settings import (
     published_setting_definition,
     setting_label,
 )
+from .study_skill import study_skill_summary, study_skill_table
 from .tables import (
     epochs_device_table,
     epochs_table,
@@ -80,5 +82,5 @@ __all__ = [
     "provenance_table", "published_epochs_table", "published_provenance", "published_setting_definition",
     "published_tables", "reference_files", "reference_note", "rmse_by_device", "runs_table", "samples_chart",
     "scaling_table", "seconds_chart", "setting_label", "side_by_side", "speedup_chart", "speedup_table",
-    "status_table", "with_device_labels",
+    "status_table", "study_skill_summary", "study_skill_table", "with_device_labels",
 ]

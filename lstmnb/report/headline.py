@@ -19,7 +19,7 @@ from .compare import FASTEST, ROW_COLUMNS, comparison_rows, own_cpu_speedups
 from .devices import column as _column
 from .devices import order_devices
 from .provenance import machine_descriptions, with_columns
-from .published import MEASURED, NOTE_MARK, PUBLISHED, REFERENCE, SOURCE_WORDS, device_notes
+from .published import MEASURED, NOTE_MARK, PUBLISHED, REFERENCE, SOURCE_WORDS, device_notes, published_epochs_table
 from .settings import LIKE_FOR_LIKE, PUBLISHED_EPOCHS, PUBLISHED_PROBLEM_LABEL, link
 
 LIKE = "like for like"
@@ -203,7 +203,32 @@ def headline(records: pd.DataFrame | None, published: dict[str, Any] | None = No
     shown = set(table.loc[table["source"] == PUBLISHED, "device"]) if not table.empty else set()
     notes = {d: n for d, n in notes.items() if d in shown}
     table["note"] = table["device"].map(lambda d: NOTE_MARK if d in notes else None).where(table["source"] == PUBLISHED)
-    return Headline(table, headline_sentence(table, epochs), epochs, notes, machines)
+    sentence = " ".join(filter(None, (headline_sentence(table, epochs), study_cpu_sentence(rows, published))))
+    return Headline(table, sentence, epochs, notes, machines)
+
+
+def study_cpu_sentence(rows: pd.DataFrame, published: dict[str, Any] | None) -> str:
+    """Each CPU measured here at the study's setting on its data against the study's CPU run: the same workload
+    on two machines (at the most epochs both have; the study's CPU platform is not stated, so it is named so)."""
+    if published is None or rows.empty:
+        return ""
+    study = published_epochs_table(published).get("CPU", pd.Series(dtype=float)).dropna()
+    mine = rows[(rows["source"] == MEASURED) & (rows["device"] == "CPU") & rows["like_for_like"].astype(bool)
+                & rows["epochs"].isin(study.index)]
+    parts = []
+    for column, g in mine.groupby("column", sort=False):
+        r = g.loc[g["epochs"].idxmax()]
+        ratio = study[r["epochs"]] / r["seconds"]
+        if 0.5 < ratio < 2:  # near 1 a percentage reads better than a ratio
+            how = f"{abs(1 - 1 / ratio):.0%} {'less' if ratio >= 1 else 'more'} time here"
+        else:
+            how = f"{_x(ratio)} faster here" if ratio >= 1 else f"{_x(1 / ratio)} slower here"
+        parts.append(f"{column} took {_s(r['seconds'])} for {int(r['epochs'])} epochs, the study's CPU run (platform "
+                     f"not stated) {_s(study[r['epochs']])}: {how}")
+    if not parts:
+        return ""
+    return (f"**Your CPU against the study's CPU**, the same workload on two machines (the {link()} on the study's "
+            "data): " + "; ".join(parts) + ".")
 
 
 # --- the sentence --------------------------------------------------------------------------------

@@ -1,0 +1,75 @@
+"""Skill on the study's real data, per point: the study's model (``--preset published``) beside lstmnb's
+recommended forecaster, persistence and climatology, on the study's test part (2021-01-01 on).
+
+Read from run records (their ``skill.per_point`` rows), so a table shows what was measured: only finished
+runs on the study's data (``data.source`` ``study``) whose test part starts on 2021-01-01, every model and
+baseline scored on the same target hours. Medians over the runs of one forecaster, epochs and lead.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .devices import column
+
+STUDY_TEST_START = "2021-01-01"
+COLUMNS = ["point", "lead h", "forecast", "runs", "model RMSE K", "persistence RMSE K", "climatology RMSE K",
+           "MSE skill vs persistence", "MSE skill vs climatology"]
+
+
+def _forecast(preset: str, epochs_run) -> str:
+    if preset == "published":
+        return f"the study's model, {int(epochs_run)} epochs"
+    return f"{preset} (lstmnb)"
+
+
+def study_skill_table(df: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per point, lead and forecast (medians over runs; ``runs`` counts them), the study's model
+    first by epochs, then lstmnb's; empty without such records."""
+    if df is None or df.empty or "skill.per_point" not in df:
+        return pd.DataFrame(columns=COLUMNS)
+    keep = (column(df, "status") == "ok") & (column(df, "data.source") == "study")
+    first = (column(df, "data.scored.test.first") if "data.scored.test.first" in df else
+             column(df, "data.scored.test").map(lambda s: s.get("first") if isinstance(s, dict) else None))
+    keep &= first.fillna("").astype(str).str.startswith(STUDY_TEST_START)
+    keep &= column(df, "data.box").isna()
+    rows = []
+    for _, r in df[keep].iterrows():
+        per_point = r.get("skill.per_point")
+        if not isinstance(per_point, list):
+            continue
+        forecast = _forecast(str(r.get("config.preset")), r.get("metrics.epochs_run"))
+        for p in per_point:
+            rows.append({"point": p.get("requested") or p["point"], "lead h": int(p["lead_hours"]), "forecast": forecast,
+                         "model RMSE K": p["model_rmse_k"], "persistence RMSE K": p["persistence_rmse_k"],
+                         "climatology RMSE K": p["climatology_rmse_k"],
+                         "MSE skill vs persistence": p["mse_skill_vs_persistence"],
+                         "MSE skill vs climatology": p["mse_skill_vs_climatology"]})
+    if not rows:
+        return pd.DataFrame(columns=COLUMNS)
+    long = pd.DataFrame(rows)
+    keys = ["point", "lead h", "forecast"]
+    table = long.groupby(keys, sort=False).median(numeric_only=True)
+    table.insert(0, "runs", long.groupby(keys, sort=False).size())
+    table = table.reset_index()
+    study_first = table["forecast"].str.startswith("the study's model").map({True: 0, False: 1})
+    epochs = table["forecast"].str.extract(r"(\d+) epochs")[0].astype(float).fillna(0)
+    order = pd.DataFrame({"point": table["point"].map({p: i for i, p in enumerate(dict.fromkeys(long["point"]))}),
+                          "lead": table["lead h"], "study": study_first, "epochs": epochs})
+    return table.loc[order.sort_values(list(order.columns), kind="stable").index, COLUMNS].reset_index(drop=True)
+
+
+def study_skill_summary(table: pd.DataFrame) -> str:
+    """One sentence per point: which forecasts beat persistence there, from the table's own figures."""
+    if table.empty:
+        return ("No run on the study's data tested on 2021-01..06 in these records: run 02 and 03 (or "
+                "`lstmnb replicate` and `lstmnb skill --split-dates 2020-10-01,2021-01-01`).")
+    out = []
+    for point, g in table.groupby("point", sort=False):
+        lose = g[g["MSE skill vs persistence"] <= 0]
+        text = f"at {point}, {len(g) - len(lose)} of {len(g)} forecasts beat persistence"
+        if not lose.empty:
+            text += " (not " + ", ".join(f"{r['forecast']} at {r['lead h']} h, MSE skill "
+                                         f"{r['MSE skill vs persistence']:.2f}" for _, r in lose.iterrows()) + ")"
+        out.append(text)
+    return "On the study's test part (2021-01..06): " + "; ".join(out) + "."
