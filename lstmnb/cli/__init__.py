@@ -20,7 +20,7 @@ from .checks import check_omp_num_threads
 
 # the environment variables lstmnb reads, as `lstmnb --help` lists them (README: Environment)
 ENVIRONMENT = """environment:
-  LSTMNB_CACHE     cache folder: the embedded sample store and extracted series
+  LSTMNB_CACHE     cache folder: the study's and the sample store, extracted series
                    (default $XDG_CACHE_HOME/lstmnb, else ~/.cache/lstmnb)
   LSTMNB_RESULTS   default results folder for run records (default ./results; --results overrides)
   OMP_NUM_THREADS  torch's CPU threads; unset, a CPU run uses one per core, fewer when other

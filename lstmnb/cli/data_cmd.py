@@ -12,11 +12,12 @@ def add_data(sub, full: bool) -> None:
         description="Extract ERA5 series for points or a lat/lon box and keep them in the local cache, so "
                     "training and notebooks read them instantly afterwards. With no options it extracts the "
                     "published request (2 m temperature at 40N and 20N, 280E, 2020-01-01..2021-06-30) from "
-                    "the embedded sample, offline. Use --source arco-v3 for the real data in the cloud "
+                    "the study's real ERA5 shipped with lstmnb, offline; a --box comes from the synthetic sample "
+                    "(--source sample). Use --source arco-v3 for any point, box or date of ERA5 in the cloud "
                     "(anonymous access). An interrupted extraction resumes where it stopped: finished "
                     "blocks stay in the cache.",
         epilog="examples:\n"
-               "  lstmnb data                                   # the default request, sample store\n"
+               "  lstmnb data                                   # the default request, the study's real data\n"
                "  lstmnb data --source arco-v3 --point 40,-80 --start 2020-01-01 --end 2020-12-31\n"
                "  lstmnb data --box 38,42,279,281 --variable 2m_temperature --variable surface_pressure\n"
                "  lstmnb data --status                          # what is cached, and where",

@@ -12,6 +12,9 @@ def print_run(record: dict) -> None:
     """The epochs table and the final RMSEs beside the baselines, as `lstmnb train` prints them."""
     from ..report import epochs_table, format_table, metrics_table
 
+    data = record.get("data") or {}
+    if data.get("source"):
+        print(f"data: {data['source']} ({data.get('kind', 'real')} data), {data.get('start')} .. {data.get('end')}")
     print(format_table(epochs_table(record)))
     print()
     print(format_table(metrics_table(record)))
@@ -43,12 +46,12 @@ def add_train(sub, full: bool) -> None:
         "train", help="train and evaluate one forecaster; prints epochs and RMSE vs baselines; appends a record",
         description="Train one LSTM forecaster, evaluate it against persistence and climatology on the test "
                     "part, print the epochs table, and append the run record to the results file. "
-                    "Defaults: the recommended setting on the embedded sample (window 24 h, hidden 64, residual "
+                    "Defaults: the recommended setting on the study's real ERA5 (window 24 h, hidden 64, residual "
                     "head, each point's fitted cycles as an input, loss weighted by each point's persistence error, "
                     "batch 256, Adam 4e-3, up to 30 epochs with early stopping on validation; the reported forecast "
                     "is per point the blend with persistence and climatology fitted on validation); "
-                    "--preset published gives the published setting exactly (5 epochs, batch 64, Adam 1e-3, "
-                    "DataLoader).",
+                    "--preset published gives the study's setting exactly (2-layer LSTM, batch 128, Adam 1e-3, "
+                    "DataLoader with 2 workers, 5 epochs, trained on 2020, tested on 2021-01..06).",
     )
     add_request_args(p)
     if full:
@@ -210,8 +213,8 @@ def _run_results(args) -> int:
 
 def add_quickstart(sub, full: bool) -> None:
     p = sub.add_parser(
-        "quickstart", help="the main job: train + evaluate on the sample (CPU), then render the notebook series",
-        description="Train and evaluate the default forecaster on the embedded sample on CPU (the recommended "
+        "quickstart", help="the main job: train + evaluate on the study's real data (CPU), then render the notebook series",
+        description="Train and evaluate the default forecaster on the study's real ERA5 on CPU (the recommended "
                     "setting: residual LSTM, batch 256, Adam 4e-3, early stopping on validation), print the "
                     "results beside persistence and climatology, then run the notebook series with a quick CPU "
                     "profile and print where the HTML report is. A few minutes on 2 cores.",
@@ -244,7 +247,7 @@ def _check_quickstart(args) -> None:
 
 def _run_quickstart(args) -> int:
     cfg = _quickstart_config(args)
-    print(f"== 1/2  default run on the embedded sample, CPU, up to {cfg.epochs} epochs")
+    print(f"== 1/2  default run on the study's real ERA5 (40N and 20N, 280E), CPU, up to {cfg.epochs} epochs")
     train_and_print(None, cfg, results_path(args))
     if not args.notebooks:
         return 0

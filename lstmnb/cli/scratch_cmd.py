@@ -24,7 +24,7 @@ def add_scratch(sub, full: bool) -> None:
     )
     b.add_argument("--versions", default=None,
                    help="comma-separated versions (default all: " + ",".join(SCRATCH_VERSIONS) + ")")
-    b.add_argument("--data", default="airline", help="airline (default) or era5 (the embedded sample point series)")
+    b.add_argument("--data", default="airline", help="airline (default) or era5 (the study's real ERA5 at 40N 280E)")
     b.add_argument("--window", type=int, default=None, help="input steps per sample (default 12 airline, 24 era5)")
     b.add_argument("--hours", type=int, default=None, help="era5: hours of the series (default 1008)")
     b.add_argument("--hidden", type=int, default=32, help="hidden units (default 32)")

@@ -18,7 +18,7 @@ import xarray as xr
 
 from ..errors import DataError, LstmnbError
 from .cache import write_store_meta
-from .catalogue import Request, point_label, resolve_source
+from .catalogue import Request, data_kind, point_label, resolve_source
 from .fetch import CacheMiss, FetchStats, check_sizes, fetch_plan
 from .plan import Plan, make_plan
 from .transport import ChunkSource, RetryPolicy
@@ -174,7 +174,7 @@ def summary(ds: xr.Dataset) -> str:
                  f"{float(ds.longitude.min()):g}..{float(ds.longitude.max()):g}")
     rows = len(times) * n_cells * len(ds.data_vars)
     return "\n".join([
-        f"source     {ds.attrs.get('source')} ({ds.attrs.get('source_url')})",
+        f"source     {ds.attrs.get('source')}, {data_kind(ds.attrs.get('source'))} data ({ds.attrs.get('source_url')})",
         f"variables  {', '.join(ds.data_vars)}",
         f"time       {times[0]:%Y-%m-%dT%H:%M} .. {times[-1]:%Y-%m-%dT%H:%M} ({len(times)} hours)",
         f"cells      {cells}",

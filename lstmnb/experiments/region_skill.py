@@ -31,7 +31,7 @@ from ..training.guards import stop_if_diverged
 
 SKILL = "region-skill"
 REFERENCE = "none"  # the point model: what the neighbours must beat
-SAMPLE_HEADING_DEG = float(np.mean(FRONT_HEADINGS_DEG))  # the embedded sample's fronts: east-south-east
+SAMPLE_HEADING_DEG = float(np.mean(FRONT_HEADINGS_DEG))  # the synthetic sample's fronts: east-south-east
 
 
 @dataclass

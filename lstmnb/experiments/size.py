@@ -24,7 +24,7 @@ PUBLISHED_POINTS = ((40.0, 280.0), (20.0, 280.0))
 def grid_points(n: int, lat: tuple[float, float] = (19.0, 41.0), lon: tuple[float, float] = (279.0, 281.0),
                 step: float = 0.25) -> tuple[tuple[float, float], ...]:
     """``n`` grid points of a lat/lon box: the published two first, then cells spread evenly over the box
-    (the embedded sample's box by default, 801 cells)."""
+    (the synthetic sample's box by default, 801 cells)."""
     lats = np.arange(lat[1], lat[0] - step / 2, -step)
     lons = np.arange(lon[0], lon[1] + step / 2, step)
     cells = [(float(a), float(o)) for a in lats for o in lons]

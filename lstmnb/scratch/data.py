@@ -143,7 +143,7 @@ def load_era5(window: int = 24, hours: int = 24 * 42, point: int = 0,
               fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)) -> ScratchData:
     """The first ``hours`` of 2 m temperature at one point of the default ERA5 request (kelvin).
 
-    Comes from the core pipeline (``lstmnb.data.extract``; the embedded sample store when offline),
+    Comes from the core pipeline (``lstmnb.data.extract``: the study's real ERA5 shipped with lstmnb),
     asking only for the days needed. Baselines: persistence (last hour) and the same hour one day
     earlier; with a few weeks of data a climatology of the training part would be a copy of them.
     """

@@ -37,7 +37,7 @@ _RESUME_FREE = {"epochs", "resume", "checkpoint", "device", "num_workers", "pin_
 
 # Named settings. TrainConfig's defaults are the recommended one; a preset lists what it changes.
 PRESETS: dict[str, dict[str, Any]] = {
-    # measured on the embedded sample and real ERA5 (README, "Skill at every point"): residual head, calendar
+    # measured on the synthetic sample and the study's real ERA5 (README, "Skill at every point"): residual head, calendar
     # inputs, batch 256, Adam 4e-3 on the fast path, up to 30 epochs with early stopping on validation; each
     # point's fitted cycles as an input, the loss weighted by each point's persistence error, and the reported
     # forecast blended per point with persistence and climatology on validation
@@ -73,7 +73,7 @@ PRESET_SOURCES: dict[str, dict[str, Any]] = {
 }
 
 
-# The recommended learning rate by lead (measured on the sample, README "Skill at every point"): 4e-3 up to
+# The recommended learning rate by lead (measured on the synthetic sample, README "Skill at every point"): 4e-3 up to
 # 6 h ahead; 5e-4 from 24 h ahead, where 4e-3 stops improving validation after the first epoch (5e-4: best
 # epoch 6, the same test RMSE); log-linear between.
 LR_BY_LEAD = ((6, 4e-3), (24, 5e-4))
