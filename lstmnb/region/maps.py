@@ -68,6 +68,8 @@ def rmse_panels(maps: xr.Dataset, names: list[str]) -> list[Panel]:
 
 
 def map_title(what: str, maps: xr.Dataset) -> str:
-    """A figure title naming ``what``, the lead and the test period of ``maps`` (from its attrs)."""
+    """A figure title naming ``what``, the lead, the test period and, where the maps say so, that their data are
+    synthetic (from its attrs)."""
     lead = maps.attrs.get("lead_hours")
-    return f"{what}, {lead} h ahead, test period {maps.attrs.get('period', 'test part')}"
+    synthetic = " (synthetic data)" if maps.attrs.get("data_kind") == "synthetic" else ""
+    return f"{what}, {lead} h ahead, test period {maps.attrs.get('period', 'test part')}{synthetic}"
