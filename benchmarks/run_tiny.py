@@ -106,7 +106,13 @@ def main(argv: list[str] | None = None) -> int:
     failed, total = [], time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lstmnb-bench-tiny-") as cwd:
         for path in every:
-            if not tiny_usage(path):
+            try:
+                advertised = tiny_usage(path)
+            except SyntaxError as exc:
+                failed.append(path.name)
+                print(f"FAIL  {path.name:<22}    -    does not parse: {exc}", flush=True)
+                continue
+            if not advertised:
                 failed.append(path.name)
                 print(f"FAIL  {path.name:<22}    -    no tiny mode: its docstring shows no "
                       f"`python benchmarks/{path.name} --tiny` (every benchmark needs one; not run, since it would "
