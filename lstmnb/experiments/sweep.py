@@ -4,7 +4,6 @@ path can be seen on any machine."""
 
 from __future__ import annotations
 
-import resource
 import signal
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -73,6 +72,12 @@ def memory_cap(cap_mb: float | None, device: torch.device) -> Iterator[None]:
     import threading
 
     from tqdm import tqdm
+
+    try:
+        import resource  # POSIX only: Windows has no data-size limit to set
+    except ImportError:
+        raise ConfigError("memory_cap_mb on cpu needs a POSIX system (Linux or macOS); use a CUDA device "
+                          "or no memory_cap_mb here") from None
 
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     old_stack, old_monitor = threading.stack_size(), tqdm.monitor_interval
