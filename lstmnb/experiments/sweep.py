@@ -155,7 +155,9 @@ def death_status(exitcode: int | None, capped: bool, batch: int, cap_mb: float) 
     the cap was set, is ``failed``: it says nothing about memory."""
     how = (f"was killed by {signal.Signals(-exitcode).name}" if isinstance(exitcode, int) and exitcode < 0
            else f"exited with status {exitcode}")
-    memory_signals = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGKILL)
+    # SIGBUS and SIGKILL exist on POSIX only
+    memory_signals = tuple(getattr(signal, n) for n in ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGKILL")
+                           if hasattr(signal, n))
     if capped and isinstance(exitcode, int) and exitcode < 0 and -exitcode in memory_signals:
         return "oom", (f"out of memory at batch_size={batch} under a {cap_mb:g} MB cap: the point's process {how} "
                        f"while capped (an allocation outside Python failed)")
