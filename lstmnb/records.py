@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
-from filelock import FileLock
 
 from . import __version__
-from .paths import results_dir
+from .paths import locked, results_dir
 from .record_schema import STATUSES, record_problem
 
 if TYPE_CHECKING:
@@ -172,11 +171,9 @@ def _append(record: dict[str, Any], path, *, once: bool) -> tuple[Path | None, b
     path = runs_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(_jsonable(record), allow_nan=False) + "\n").encode()
-    # one writer at a time per results file, on Linux, macOS and Windows alike (filelock: fcntl or msvcrt
-    # on a hidden lock file beside it, which scans skip since it is not a .jsonl)
-    with FileLock(path.with_name(f".{path.name}.lock")):
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
-        try:
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
+    try:
+        with locked(fd):  # one writer at a time per results file, on Linux, macOS and Windows alike
             size = os.fstat(fd).st_size
             if once and size and _holds_run(fd, size, record.get("run_id")):
                 return path, False
@@ -185,8 +182,8 @@ def _append(record: dict[str, Any], path, *, once: bool) -> tuple[Path | None, b
                 line = b"\n" + line
             os.write(fd, line)
             os.fsync(fd)
-        finally:
-            os.close(fd)
+    finally:
+        os.close(fd)
     return path, True
 
 

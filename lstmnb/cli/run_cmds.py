@@ -80,9 +80,10 @@ def check_training(cfg, request, results) -> None:
         check_world_size(ddp_device_kind(cfg.device), cfg.nproc)
     if cfg.checkpoint:
         check_writable(cfg.checkpoint, "file", "--checkpoint")
-        if cfg.resume and Path(cfg.checkpoint).exists():
-            from ..training.checkpoints import load_checkpoint
+        from ..training.checkpoints import load_checkpoint, refuse_replacing
 
+        refuse_replacing(cfg)  # a new run given a path that holds a checkpoint: one line, before any work
+        if cfg.resume and Path(cfg.checkpoint).exists():
             load_checkpoint(cfg.checkpoint, cfg)
     check_results(results)
     check_cache()
