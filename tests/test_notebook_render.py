@@ -61,6 +61,24 @@ def test_a_notebook_whose_runs_were_all_skipped_is_skipped(tmp_path):
     assert "<td>03_cpu_baseline</td><td>ok</td>" in page
 
 
+def test_the_printed_summary_is_readable_at_100_columns(tmp_path, capsys):
+    """A long skip reason goes beneath the table, wrapped; the table's rows stay short."""
+    from lstmnb.cli.notebooks_cmd import print_series
+
+    reason = ("no usable CUDA GPU on this machine (torch 2.13.0+cpu, CUDA build: none); the GPU notebooks ran "
+              "their cells and recorded every GPU run as skipped with this reason, so the report shows them "
+              "as skipped, never as a number")
+    runs = [NotebookRun("03_cpu_baseline", "ok", 9.0, html=tmp_path / "03_cpu_baseline.html"),
+            NotebookRun("04_single_gpu", "skipped", 4.0, html=tmp_path / "04_single_gpu.html", reason=reason)]
+    print_series(SeriesResult("ci", tmp_path / "a-long-run-folder-name" / "20260101-000000", tmp_path, runs))
+    out = capsys.readouterr().out
+    table = out.split("\nrun folder")[0]
+    assert max(len(line) for line in table.splitlines()) <= 100, table
+    assert "04_single_gpu skipped: no usable CUDA GPU" in out
+    assert " ".join(reason.split()) in " ".join(table.split())  # every word of it, wrapped
+    assert "04_single_gpu.html" in table and str(tmp_path) not in table  # the HTML by name; the folder below
+
+
 @pytest.mark.slow
 def test_series_index_lists_a_skipped_gpu_notebook_as_skipped(tmp_path):
     import torch
@@ -73,3 +91,18 @@ def test_series_index_lists_a_skipped_gpu_notebook_as_skipped(tmp_path):
     (run,) = result.runs
     assert run.status == "skipped" and "no usable CUDA GPU" in run.reason and result.ok
     assert f"<td>04_single_gpu</td><td>skipped ({run.reason}" in (result.run_dir / "index.html").read_text()
+
+
+def test_the_kernels_transport_is_encrypted_where_jupyter_can():
+    """The runner asks jupyter_client for CurveZMQ keys (so ipykernel logs no "running over TCP without
+    encryption" line) exactly where both sides can; elsewhere it leaves the default."""
+    import zmq
+    from jupyter_client.manager import KernelManager
+
+    from lstmnb.notebooks.runner import kernel_config
+
+    config = kernel_config()
+    can = "transport_encryption" in KernelManager.class_traits() and zmq.has("curve")
+    assert (config.KernelManager.get("transport_encryption") == "auto") == can
+    if can:
+        assert KernelManager(config=config).transport_encryption == "auto"

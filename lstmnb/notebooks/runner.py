@@ -207,6 +207,27 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
     return prof, selected, declared, kernel_name, timeout
 
 
+def kernel_config():
+    """The notebook client's configuration: the kernel's sockets encrypted where it can be done.
+
+    ipykernel (7.x: kernelapp.py, ``init_sockets``) logs "Kernel is running over TCP without encryption"
+    at start-up whenever its TCP sockets have no CurveZMQ keys, and that line reached every run's output.
+    jupyter_client (8.10+: ``KernelManager.transport_encryption``) provisions the keys itself with
+    ``auto`` when pyzmq has Curve and the kernelspec declares ``supported_encryption: curve`` (ipykernel's
+    own spec does): so the transport is configured, not the message filtered. Older jupyter_client has no
+    such option, and ``auto`` is refused where pyzmq lacks Curve: both keep the default (unencrypted
+    loopback TCP, as before).
+    """
+    import zmq
+    from jupyter_client.manager import KernelManager
+    from traitlets.config import Config
+
+    config = Config()
+    if "transport_encryption" in KernelManager.class_traits() and zmq.has("curve"):
+        config.KernelManager.transport_encryption = "auto"
+    return config
+
+
 def run_series(
     profile: str | Profile,
     *,
@@ -258,7 +279,7 @@ def run_series(
         try:
             papermill.execute_notebook(
                 str(nb), str(partial), parameters=plans[nb], kernel_name=kernel_name, progress_bar=progress,
-                execution_timeout=timeout, cwd=None, log_output=False,
+                execution_timeout=timeout, cwd=None, log_output=False, config=kernel_config(),
             )
         except KeyboardInterrupt:
             _keep(partial, out)
