@@ -106,3 +106,47 @@ def test_the_kernels_transport_is_encrypted_where_jupyter_can():
     assert (config.KernelManager.get("transport_encryption") == "auto") == can
     if can:
         assert KernelManager(config=config).transport_encryption == "auto"
+
+
+# --- the run folder as a site (issue 32) -----------------------------------------------------------------
+
+def test_the_site_puts_the_report_first_marks_skipped_notebooks_and_has_search(tmp_path):
+    """A site built from real executed notebooks (tiny ones written here, run by nbclient on the kernel):
+    the report first in the table of contents, every notebook a page, a skipped one marked with its reason,
+    the hidden parameters hidden, search, and links relative so that file:// works."""
+    pytest.importorskip("sphinx")
+    pytest.importorskip("myst_nb")
+    pytest.importorskip("sphinx_book_theme")
+    import nbformat
+    from nbclient import NotebookClient
+
+    from lstmnb.notebooks.site import build_site
+
+    runs = []
+    for name, text, status, reason in (
+            ("03_cpu_baseline", "print('cpu epochs done')", "ok", None),
+            ("04_single_gpu", "print('gpu runs recorded as skipped')", "skipped", "no CUDA GPU visible here"),
+            ("06_analysis", "print('the headline: cpu only')", "ok", None)):
+        nb = nbformat.v4.new_notebook()
+        hidden = nbformat.v4.new_code_cell("secret_setting = 1")
+        hidden.metadata["tags"] = ["parameters", "remove-cell"]
+        nb.cells = [nbformat.v4.new_markdown_cell(f"# {name}"), hidden, nbformat.v4.new_code_cell(text)]
+        NotebookClient(nb, kernel_name="python3", timeout=60).execute()
+        path = tmp_path / f"{name}.ipynb"
+        nbformat.write(nb, path)
+        runs.append(NotebookRun(name, status, 1.0, notebook=path, reason=reason))
+    index = build_site(SeriesResult("ci", tmp_path, tmp_path / "results", runs))
+    site = index.parent
+    assert index == tmp_path / "site" / "index.html"
+    page = index.read_text()
+    first = page.index('href="06_analysis.html"')
+    assert first < page.index('href="03_cpu_baseline.html"') < page.index('href="04_single_gpu.html"')
+    assert "04 single gpu (skipped)" in page and "no CUDA GPU visible here" in page
+    for name, text in (("03_cpu_baseline", "cpu epochs done"), ("06_analysis", "the headline: cpu only")):
+        assert text in (site / f"{name}.html").read_text()  # the stored output, not re-executed
+    gpu = (site / "04_single_gpu.html").read_text()
+    assert "This notebook was <strong>skipped</strong>: no CUDA GPU visible here" in gpu
+    assert "secret_setting" not in gpu  # the hidden parameters cell stays hidden
+    assert (site / "search.html").exists() and "06_analysis" in (site / "searchindex.js").read_text()
+    assert 'src="/' not in page and 'href="/' not in page  # relative links: opens from file://
+    assert not list(tmp_path.glob(".site-src-*"))  # the sources were temporary

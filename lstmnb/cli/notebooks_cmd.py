@@ -94,6 +94,10 @@ def print_series(result, width: int = 100) -> None:
     print(f"records     {result.results}")
     if result.report:
         print(f"report      {result.report}")
+    if result.site:
+        print(f"site        {result.site}  (the report first, every notebook a page, search)")
+    elif result.site_note:
+        print(f"site        {result.site_note}")
 
 
 def _run_notebooks(args) -> int:

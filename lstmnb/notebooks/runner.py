@@ -299,7 +299,7 @@ def run_series(
             entry.status = "failed"
             entry.error = _describe_failure(failure, out)
             say(f"    failed after {entry.seconds:.1f} s")
-            write_index(result)
+            finish(result, html, say)
             kept = [r.name for r in runs if r.notebook is not None]
             err = NotebookError(
                 f"notebook {nb.stem} failed in {entry.error}; the series stopped. Executed notebook: "
@@ -309,8 +309,26 @@ def run_series(
             raise err from None
         entry.status, entry.reason = records_outcome(results, before)
         say(f"    {entry.summary} in {entry.seconds:.1f} s")
-    write_index(result)
+    finish(result, html, say)
     return result
+
+
+def finish(result: SeriesResult, html: bool, say: Callable[[str], None]) -> None:
+    """The run folder's ``index.html`` and, with HTML and the ``site`` extra, its site (``site/``); a site
+    that cannot be built is said in one line and recorded in ``result.site_note``, never a failed series."""
+    write_index(result)
+    if not html:
+        return
+    from .site import build_site, site_missing
+
+    result.site_note = site_missing()
+    if result.site_note is None:
+        try:
+            result.site = build_site(result)
+        except Exception as exc:  # Sphinx and its extensions raise many kinds: the notebooks ran all the same
+            result.site_note = f"no site: its build failed ({type(exc).__name__}: {exc})"
+    if result.site_note:
+        say(f"    ({result.site_note})")
 
 
 def _keep(partial: Path, out: Path) -> None:
