@@ -110,6 +110,7 @@ def test_the_kernels_transport_is_encrypted_where_jupyter_can():
 
 # --- the run folder as a site (issue 32) -----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_site_puts_the_report_first_marks_skipped_notebooks_and_has_search(tmp_path):
     """A site built from real executed notebooks (tiny ones written here, run by nbclient on the kernel):
     the report first in the table of contents, every notebook a page, a skipped one marked with its reason,
