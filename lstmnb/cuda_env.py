@@ -25,7 +25,7 @@ TF32_MIN_CAPABILITY = (8, 0)  # TensorFloat-32 tensor cores: Ampere and newer
 # Which torch builds keep cuDNN on a P100 (SM 6.0) or V100 (SM 7.0): doctor prints this.
 OLD_GPU_BUILDS = ("a torch whose bundled cuDNN is 9.10 or older (torch.backends.cudnn.version() < 91100) and whose "
                   "arch list has sm_60/sm_70: conda-forge `pytorch cuda*` with `cudnn <9.11` and `cuda-version <13` "
-                  "(environment.yml pins these), or PyTorch's CUDA 12.6 / 11.8 wheels of a release that bundles "
+                  "(carc/environment.yml pins these), or PyTorch's CUDA 12.6 / 11.8 wheels of a release that bundles "
                   "cuDNN <= 9.10; CUDA 13 builds have no kernels for SM < 7.5 at all")
 
 

@@ -41,6 +41,8 @@ class SeriesResult:
     run_dir: Path
     results: Path
     runs: list[NotebookRun]
+    site: Path | None = None  # the site's index.html (lstmnb.notebooks.site), when one was built
+    site_note: str | None = None  # why there is no site
 
     @property
     def ok(self) -> bool:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import resource
 import statistics
 import sys
 import time
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..device import proc_status_kb, reset_peak_memory, resolve_device, synchronize
+from ..device import process_peak_mb, proc_status_kb, reset_peak_memory, resolve_device, synchronize
 from ..errors import ConfigError, DeviceError
 from .model import VARIANTS, variant_config
 
@@ -145,8 +144,7 @@ def _kb_bytes(field: str) -> int | None:
 
 
 def _maxrss_bytes() -> int:
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(r if sys.platform == "darwin" else r * 1024)
+    return int((process_peak_mb() or 0) * 2**20)  # the process's all-time peak, on every system
 
 
 def run_case(case: MemoryCase) -> dict:
