@@ -50,8 +50,12 @@ def resolve_device(name: str = "auto") -> torch.device:
         count = torch.cuda.device_count()
         if index and int(index) >= count:
             raise DeviceError(f"device={name!r}: only {count} CUDA device(s) visible (cuda:0..cuda:{count - 1})")
-        from .cuda_env import prepare_cuda
+        from .cuda_env import device_arch_problem, prepare_cuda
 
+        for i in [int(index)] if index else range(count):  # 'cuda' may be any of them (CUDA_VISIBLE_DEVICES)
+            problem = device_arch_problem(i)
+            if problem is not None:  # training would die at the first kernel: "no kernel image is available"
+                raise DeviceError(f"device={name!r}: {problem}")
         prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
     if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise DeviceError(f"device={name!r} asked for, but MPS is not available here; use --device cpu")
