@@ -11,6 +11,8 @@ or extracts anything. Its modules, one job each:
 - ``compare``: every source's runs as comparison rows (one median rule); each device over its own
   machine's CPU; knob effects
 - ``headline`` and ``headline_plot``: the first screen, one sentence and one figure
+- ``answer``: what that answer rests on (the study's one CPU run, flagged rows, ties within noise) and the
+  measured eager against CUDA-graph lesson
 - ``findings``: the bullets and small table under it
 - ``study_skill``: skill on the study's real data, per point: the study's model beside lstmnb's forecaster
 - ``style``: what every chart shares (one marker per source, labelled row groups, plain log ticks)
@@ -19,6 +21,7 @@ or extracts anything. Its modules, one job each:
 - ``scaling``, ``cost``: parallel-training and cost tables
 """
 
+from .answer import TIED_WITHIN, answer_context, graph_lesson, published_basis, tied_with_fastest
 from .charts import ChartData, plot_samples_per_s, plot_seconds, plot_speedup, samples_chart, seconds_chart, speedup_chart
 from .compare import FASTEST, MEDIAN_RULE, comparison_epochs, comparison_rows, knob_effects, own_cpu_speedups
 from .cost import cost_table, load_prices, price_for
@@ -72,15 +75,15 @@ from .tables import (
 
 __all__ = [
     "ChartData", "DEVICE_ORDER", "FASTEST", "Headline", "LIKE_FOR_LIKE", "MEASURED", "MEDIAN_RULE", "NOTE_MARK",
-    "PUBLISHED", "PUBLISHED_PROBLEM_LABEL", "REFERENCE", "SCALING_DEFINITIONS", "allreduce_table",
+    "PUBLISHED", "PUBLISHED_PROBLEM_LABEL", "REFERENCE", "SCALING_DEFINITIONS", "TIED_WITHIN", "allreduce_table", "answer_context",
     "batch_sweep_table", "column_label", "comparison_epochs", "comparison_rows", "convergence_table", "cost_table",
     "device_label", "device_notes", "epochs_device_table", "epochs_table", "epochs_tables", "findings",
-    "format_table", "headline", "knob_effects", "load_prices", "load_published", "load_reference_records",
+    "format_table", "graph_lesson", "headline", "knob_effects", "load_prices", "load_published", "load_reference_records",
     "loss_curves", "machine_descriptions", "machines_table", "metrics_table", "ok_single_runs", "order_devices",
     "own_cpu_speedups", "plot_convergence", "plot_cost", "plot_epochs_tables", "plot_headline", "plot_loss_curves",
     "plot_samples_per_s", "plot_seconds", "plot_speedup", "plot_speedups", "price_for", "problem_label",
-    "provenance_table", "published_epochs_table", "published_provenance", "published_setting_definition",
+    "provenance_table", "published_basis", "published_epochs_table", "published_provenance", "published_setting_definition",
     "published_tables", "reference_files", "reference_note", "rmse_by_device", "runs_table", "samples_chart",
     "scaling_table", "seconds_chart", "setting_label", "side_by_side", "speedup_chart", "speedup_table",
-    "status_table", "study_skill_summary", "study_skill_table", "with_device_labels",
+    "status_table", "study_skill_summary", "study_skill_table", "tied_with_fastest", "with_device_labels",
 ]
