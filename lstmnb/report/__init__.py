@@ -19,6 +19,8 @@ or extracts anything. Its modules, one job each:
 - ``charts``: seconds and samples/s on shared log axes, speedups over the same machine's CPU
 - ``tables``, ``plots``: per-source tables and plots, loss curves, convergence, cost
 - ``scaling``, ``cost``: parallel-training and cost tables
+- ``timing_quality``: repeated runs as one row (their median), marked where repeats disagree or other
+  processes kept the cores busy
 """
 
 from .answer import TIED_WITHIN, answer_context, graph_lesson, published_basis, tied_with_fastest
@@ -72,10 +74,11 @@ from .tables import (
     speedup_table,
     status_table,
 )
+from .timing_quality import REPEATS_DISAGREE, timing_note, timing_rows
 
 __all__ = [
     "ChartData", "DEVICE_ORDER", "FASTEST", "Headline", "LIKE_FOR_LIKE", "MEASURED", "MEDIAN_RULE", "NOTE_MARK",
-    "PUBLISHED", "PUBLISHED_PROBLEM_LABEL", "REFERENCE", "SCALING_DEFINITIONS", "TIED_WITHIN", "allreduce_table", "answer_context",
+    "PUBLISHED", "PUBLISHED_PROBLEM_LABEL", "REFERENCE", "REPEATS_DISAGREE", "SCALING_DEFINITIONS", "TIED_WITHIN", "allreduce_table", "answer_context",
     "batch_sweep_table", "column_label", "comparison_epochs", "comparison_rows", "convergence_table", "cost_table",
     "device_label", "device_notes", "epochs_device_table", "epochs_table", "epochs_tables", "findings",
     "format_table", "graph_lesson", "headline", "knob_effects", "load_prices", "load_published", "load_reference_records",
@@ -85,5 +88,5 @@ __all__ = [
     "provenance_table", "published_basis", "published_epochs_table", "published_provenance", "published_setting_definition",
     "published_tables", "reference_files", "reference_note", "rmse_by_device", "runs_table", "samples_chart",
     "scaling_table", "seconds_chart", "setting_label", "side_by_side", "speedup_chart", "speedup_table",
-    "status_table", "study_skill_summary", "study_skill_table", "tied_with_fastest", "with_device_labels",
+    "status_table", "study_skill_summary", "study_skill_table", "tied_with_fastest", "timing_note", "timing_rows", "with_device_labels",
 ]
