@@ -68,3 +68,16 @@ def test_recommended_runs_are_not_called_published(runs):
         r["experiment"] = "epochs-recommended"
     assert set(report.timing_rows(rec)["setting"]) == {"recommended (profile)"}
     assert report.timing_rows([{"status": "skipped", "reason": "no GPU"}]).empty
+
+
+def test_run_tables_print_no_nan_and_rounded_rates(runs):
+    """02's tables from a real record: the model's own rows leave the skill column blank (no NaN), the
+    baselines' rows carry the record's score; samples/s are whole tens."""
+    record = runs[0]
+    table = report.metrics_table(record)
+    skill = report.tables.SKILL_COLUMN
+    model_rows = [i for i in table.index if i not in ("persistence", "climatology")]
+    assert model_rows and all(table.loc[i, skill] == "" for i in model_rows)
+    assert table.loc["persistence", skill] == f"{record['metrics']['mse_skill_vs_persistence']:.3f}"
+    rates = report.epochs_table(record)["samples_per_s"]
+    assert all(int(v) % 10 == 0 for v in rates) and not rates.isna().any()
