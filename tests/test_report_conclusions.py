@@ -64,7 +64,7 @@ def test_analysis_conclusion_names_what_the_page_found():
     answer = report.headline(None, published, None)
     context = report.answer_context(None, published, report.load_reference_records())
     text = report.analysis_conclusion(answer, context, None)
-    assert "A40" in text and "(published)" in text and "no like-for-like run yet" in text
+    assert "A40" in text and "(published)" in text and "no like-for-like run at 15 epochs yet" in text
     assert "tied within noise" in text and "launch-bound" in text and "0 record(s)" in text
 
 

@@ -126,7 +126,8 @@ def analysis_conclusion(answer, paragraphs: list[str], records: pd.DataFrame | N
         lines.append("Like-for-like times were found for " + "; ".join(f"{d} ({s})" for s, d in sources.items()) + ".")
         mine = measured[measured["source"] == "measured here"]
         if mine.empty:
-            lines.append("Your own records hold no like-for-like run yet: run 03 with `--profile cpu` (or 04 on a GPU).")
+            lines.append(f"Your own records hold no like-for-like run at {answer.epochs} epochs yet (the length the "
+                         "answer compares): run 03 with `--profile cpu` (or 04 on a GPU).")
     if any("Tied, not ranked" in p for p in paragraphs):
         lines.append("The published GPUs cannot be ranked by one run each: the fastest are tied within noise, and "
                      "every published speedup rests on one CPU run of unstated platform.")
