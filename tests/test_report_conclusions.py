@@ -74,7 +74,12 @@ def test_scratch_and_region_conclusions_read_their_tables():
                          index=["loops", "numpy", "numba-cuda"])
     text = report.scratch_conclusion(table)
     assert "`numpy`, 2.00 s, 4x the Python loops" in text and "gave 4.0x" in text and "`numba-cuda`" in text
-    skill = pd.DataFrame({"MSE skill score vs none": [0.0, 0.12, -0.3]}, index=["none", "sparse", "dense"])
-    text = report.region_conclusion(skill)
+    skill = pd.DataFrame({"MSE skill score vs none": [0.0, 0.12, -0.3, -4.0]},
+                         index=["none", "sparse", "dense", "persistence"])
+    scaling = pd.DataFrame({"mode": ["one process", "tiles", "windows"], "threads": [2, 2, 2], "ranks": [1, 2, 2],
+                            "speedup": [1.0, 1.6, float("nan")], "note": ["", "", "no speed-up: one process of 2 threads"]})
+    text = report.region_conclusion(skill, None, scaling)
     assert "`sparse` against the point model: MSE skill score 0.12 (better" in text
-    assert "`dense` against the point model: MSE skill score -0.30 (not better" in text and "`none`" not in text
+    assert "`dense` against the point model: MSE skill score -0.30 (not better" in text
+    assert "`none`" not in text and "`persistence`" not in text
+    assert "`tiles` on 2 ranks: 1.60x" in text and "1 sharding case(s) print no speed-up (one process of 2 threads)" in text

@@ -167,7 +167,7 @@ def region_conclusion(skill: pd.DataFrame, memory: pd.DataFrame | None = None,
     lines = []
     col = "MSE skill score vs none"
     if not skill.empty and col in skill:
-        for variant, row in skill.drop(index="none", errors="ignore").iterrows():
+        for variant, row in skill.drop(index=["none", "persistence", "climatology"], errors="ignore").iterrows():
             score = row[col]
             lines.append(f"`{variant}` against the point model: MSE skill score {score:.2f} "
                          f"({'better' if score > 0 else 'not better'} on this area and period).")
@@ -178,6 +178,13 @@ def region_conclusion(skill: pd.DataFrame, memory: pd.DataFrame | None = None,
             lines.append(f"Largest memory case measured: `{big['variant']}` on {int(big['cells'])} cells, "
                          f"{big['measured_bytes'] / 2**20:.0f} MiB.")
     if scaling is not None and not scaling.empty:
-        lines.append(f"The sharding cell ran {len(scaling)} case(s); its table compares each with one process at "
-                     "equal total threads.")
+        shared = scaling[scaling["mode"] != "one process"]
+        withheld = shared[shared["note"].astype(bool)] if "note" in shared else shared.iloc[:0]
+        shown = shared.drop(withheld.index).dropna(subset=["speedup"])
+        for _, r in shown.iterrows():
+            lines.append(f"`{r['mode']}` on {int(r['ranks'])} ranks: {r['speedup']:.2f}x one process of "
+                         f"{int(r['threads'])} threads (equal total threads).")
+        if len(withheld):
+            lines.append(f"{len(withheld)} sharding case(s) print no speed-up ("
+                         + withheld["note"].iloc[0].removeprefix("no speed-up: ") + ").")
     return _heading(lines, "08")
