@@ -197,14 +197,14 @@ def test_ci_series_records(ci_series):
     assert ci_series.results == ci_series.run_dir / "results"
     assert set(df["profile"]) == {"ci"}
     ok = df[(df["status"] == "ok") & (df["experiment"] == "epochs")]
-    # 03: epochs [1, 2] x input paths [fast, dataloader], each its own CPU run
-    assert sorted(zip(ok["config.input_path"], ok["config.epochs"])) == [
-        ("dataloader", 1), ("dataloader", 2), ("fast", 1), ("fast", 2)]
+    # 03: epochs [1, 2] x input paths [fast, dataloader], each its own CPU run, 3 repeats (the ci profile's)
+    assert sorted(zip(ok["config.input_path"], ok["config.epochs"])) == sorted(
+        [("dataloader", 1), ("dataloader", 2), ("fast", 1), ("fast", 2)] * 3)
     assert set(ok["device.kind"]) == {"cpu"} and (ok["timing.train_s"] > 0).all()
     assert len(df[(df["experiment"] == "fit") & (df["status"] == "ok")]) == 1  # 02's short fit
     # 03 also times the profile's recommended fast setting on the fast path
     rec = df[(df["status"] == "ok") & (df["experiment"] == "epochs-recommended")]
-    assert sorted(rec["config.epochs"]) == [1, 2]
+    assert sorted(rec["config.epochs"]) == [1, 1, 1, 2, 2, 2]
     assert (rec["config.batch_size"] == 128).all() and rec["config.residual"].all()
     skipped = df[df["status"] == "skipped"]
     assert skipped["reason"].str.len().gt(0).all()  # every skipped record (07's too) says why
