@@ -137,6 +137,7 @@ def test_every_notebook_has_the_same_colab_cell():
     assert NOTEBOOKS and len({c.source for c in cells}) == 1
     assert len(cells[0].source.splitlines()) == 1 and "github.com" not in cells[0].source
     assert all("remove-cell" in c.metadata.get("tags", []) for c in cells)
+    assert cells[0].source.split("  #")[0].endswith(";")  # IPython prints no 'False' under it outside Colab
 
 
 def _run_cell(source: str, cwd: Path, monkeypatch, colab: bool = True) -> list[str]:
