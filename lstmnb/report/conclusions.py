@@ -87,7 +87,7 @@ def cpu_baseline_conclusion(timings: pd.DataFrame, published_cpu: pd.Series | No
         if len(s) > 1:
             per = (s.iloc[-1] - s.iloc[0]) / (s.index[-1] - s.index[0])
             lines.append(f"{path} path: {s.iloc[0]:.1f} s for {_epochs(s.index[0])} to {s.iloc[-1]:.1f} s for "
-                         f"{_epochs(s.index[-1])}, about {per:.2f} s per extra epoch (medians of the repeats)"
+                         f"{_epochs(s.index[-1])}, about {per:.2f} s per extra epoch"
                          + rough((path, s.index[0]), (path, s.index[-1])) + ".")
     if "fast" in by_path and "dataloader" in by_path:
         both = pd.concat([by_path["fast"], by_path["dataloader"]], axis=1, keys=["fast", "dataloader"]).dropna()
