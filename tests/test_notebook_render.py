@@ -59,6 +59,9 @@ def test_a_notebook_whose_runs_were_all_skipped_is_skipped(tmp_path):
     page = write_index(result).read_text()
     assert "<td>04_single_gpu</td><td>skipped (no CUDA GPU visible on this machine)</td>" in page
     assert "<td>03_cpu_baseline</td><td>ok</td>" in page
+    # the reading order: every notebook in series order with its question
+    order = page.split("<ol>")[1].split("</ol>")[0]
+    assert order.index("03_cpu_baseline") < order.index("04_single_gpu") and "training time on your CPU" in order
 
 
 def test_the_printed_summary_is_readable_at_100_columns(tmp_path, capsys):

@@ -163,13 +163,17 @@ def versions_table(
 
 
 def format_versions(table) -> str:
-    """The versions table as aligned text (skipped rows say why)."""
+    """The versions table as aligned text (skipped rows say why; a reason shared by several rows is printed
+    once, the later rows name the row that says it)."""
     w = max([len("version"), *(len(str(v)) for v in table.index)])
     lines = [f"{'version':<{w}} {'status':<8} {'math':<7} {'compile_s':>9} {'run_s':>8} {'s/epoch':>8} "
              f"{'vs loops':>8} {'vs numpy':>8} {'train_loss':>10} {'test_loss':>9} {'test_rmse':>9}"]
+    said: dict[str, str] = {}  # a reason already printed, and the version it was printed for: each error once
     for v, r in table.iterrows():
         if r["status"] != "ok":
-            lines.append(f"{v:<{w}} {r['status']:<8} {r['reason']}")
+            reason = str(r["reason"])
+            lines.append(f"{v:<{w}} {r['status']:<8} " + (f"the same reason as {said[reason]}" if reason in said else reason))
+            said.setdefault(reason, str(v))
             continue
         lines.append(
             f"{v:<{w}} {r['status']:<8} {MATH_LABELS.get(r.get('math'), '-'):<7} {r['compile_s']:9.3f} {r['run_s']:8.3f} {r['s_per_epoch']:8.4f} "
