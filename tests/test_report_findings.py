@@ -167,7 +167,7 @@ def test_mixed_records_make_one_report(own_records, reference, published):
     # the seconds chart: every source on one log axis, one point per row and epochs count, grouped by problem
     chart = report.seconds_chart(rows, published)
     assert chart.ok and set(chart.data["source"]) == {report.MEASURED, report.REFERENCE, report.PUBLISHED}
-    # the reference records ran the former one-layer setting on synthetic data: problems of their own
+    # the reference records ran the former one-layer reading on synthetic data: under their own problem labels
     assert set(chart.data["group"]) == {"published problem", "problem: window 12, hidden 8, split 70/15/15",
                                         "problem: layers 1, synthetic data, split 70/15/15",
                                         "problem: 90 points, layers 1, synthetic data, split 70/15/15"}

@@ -218,7 +218,8 @@ def add_quickstart(sub, full: bool) -> None:
         description="Train and evaluate the default forecaster on the study's real ERA5 on CPU (the recommended "
                     "setting: residual LSTM, batch 256, Adam 4e-3, early stopping on validation), print the "
                     "results beside persistence and climatology, then run the notebook series with a quick CPU "
-                    "profile and print where the HTML report is. A few minutes on 2 cores.",
+                    "profile and print where the HTML report is. About 11 minutes on a 2-core CPU that other "
+                    "jobs keep busy (README: the quick profile, per notebook), less on an idle one.",
     )
     p.add_argument("--profile", default="quick", help="profile for the notebook series (default: quick)")
     p.add_argument("--epochs", type=int, default=None, help="epoch cap of the default run (default: the preset's, 30; "

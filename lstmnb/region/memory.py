@@ -319,7 +319,8 @@ def plot_memory(df, budget_bytes: float | None = None):
         ok = part[part["status"] == "ok"] if "status" in part else part
         measured = ok[ok["measured_bytes"].notna()] if "measured_bytes" in ok else ok.iloc[:0]
         if len(measured):
-            ax_m.plot(measured["cells"], measured["measured_bytes"] / 2**20, "o", color=colour, label=f"{variant} measured")
+            ax_m.plot(measured["cells"], measured["measured_bytes"] / 2**20, "o", color=colour,
+                      label=f"{variant} measured")
         timed = ok[ok["step_s"].notna()] if "step_s" in ok else ok.iloc[:0]
         if len(timed):
             ax_t.plot(timed["cells"], timed["step_s"], "o-", color=colour, label=variant)
