@@ -16,7 +16,7 @@ or extracts anything. Its modules, one job each:
 - ``style``: what every chart shares (one marker per source, labelled row groups, plain log ticks)
 - ``charts``: seconds and samples/s on shared log axes, speedups over the same machine's CPU
 - ``tables``, ``plots``: per-source tables and plots, loss curves, convergence, cost
-- ``scaling``, ``cost``: parallel-training and cost tables
+- ``scaling``, ``cost``: parallel-training and cost tables; ``repeats``: medians of alternated repeats and their flags
 """
 
 from .charts import ChartData, plot_samples_per_s, plot_seconds, plot_speedup, samples_chart, seconds_chart, speedup_chart
@@ -48,7 +48,8 @@ from .published import (
     published_tables,
     side_by_side,
 )
-from .scaling import SCALING_DEFINITIONS, allreduce_table, batch_sweep_table, convergence_table, scaling_table
+from .scaling import (SCALING_DEFINITIONS, allreduce_repeat_table, allreduce_table, batch_sweep_table, convergence_table,
+                      scaling_repeat_table, scaling_table)
 from .settings import (
     LIKE_FOR_LIKE,
     PUBLISHED_PROBLEM_LABEL,
@@ -72,7 +73,7 @@ from .tables import (
 
 __all__ = [
     "ChartData", "DEVICE_ORDER", "FASTEST", "Headline", "LIKE_FOR_LIKE", "MEASURED", "MEDIAN_RULE", "NOTE_MARK",
-    "PUBLISHED", "PUBLISHED_PROBLEM_LABEL", "REFERENCE", "SCALING_DEFINITIONS", "allreduce_table",
+    "PUBLISHED", "PUBLISHED_PROBLEM_LABEL", "REFERENCE", "SCALING_DEFINITIONS", "allreduce_repeat_table", "allreduce_table",
     "batch_sweep_table", "column_label", "comparison_epochs", "comparison_rows", "convergence_table", "cost_table",
     "device_label", "device_notes", "epochs_device_table", "epochs_table", "epochs_tables", "findings",
     "format_table", "headline", "knob_effects", "load_prices", "load_published", "load_reference_records",
@@ -81,6 +82,6 @@ __all__ = [
     "plot_samples_per_s", "plot_seconds", "plot_speedup", "plot_speedups", "price_for", "problem_label",
     "provenance_table", "published_epochs_table", "published_provenance", "published_setting_definition",
     "published_tables", "reference_files", "reference_note", "rmse_by_device", "runs_table", "samples_chart",
-    "scaling_table", "seconds_chart", "setting_label", "side_by_side", "speedup_chart", "speedup_table",
+    "scaling_repeat_table", "scaling_table", "seconds_chart", "setting_label", "side_by_side", "speedup_chart", "speedup_table",
     "status_table", "study_skill_summary", "study_skill_table", "with_device_labels",
 ]
