@@ -24,8 +24,8 @@ def test_spread_and_flags():
     assert spread([2.0, 2.0, 2.0]) == 0.0
     assert np.isnan(spread([]))
     assert flag_text(3, 0.1, 0.2) == ""
-    assert flag_text(3, 0.25, None) == "repeats differ by 25%"
-    assert flag_text(2, 0.0, 1.4) == "only 2 repeat(s); other processes kept 1.4 core(s) busy"
+    assert flag_text(3, 0.25, None) == "repeats differ 25%"
+    assert flag_text(2, 0.0, 1.4) == "only 2 repeat(s); 1.4 cores busy elsewhere"
 
 
 def test_median_of_repeats_takes_medians_and_flags_per_row():
@@ -36,7 +36,7 @@ def test_median_of_repeats_takes_medians_and_flags_per_row():
     assert table.loc[16, "step ms"] == pytest.approx(1.0) and table.loc[64, "step ms"] == pytest.approx(2.1)
     assert table.loc[16, "repeats"] == 3 and table.loc[16, "flag"] == ""
     assert table.loc[64, "spread %"] == pytest.approx(100 * 1.0 / 2.1)
-    assert "repeats differ by 48%" in table.loc[64, "flag"] and "0.9 core(s) busy" in table.loc[64, "flag"]
+    assert table.loc[64, "flag"] == "repeats differ 48%; 0.9 cores busy elsewhere"
 
 
 def test_no_speedup_over_a_baseline_slower_than_the_same_work_on_fewer_threads():
@@ -149,3 +149,13 @@ def test_step_sentence_follows_the_numbers():
     assert fit["per_sample_us"] == pytest.approx(10.0) and fit["fixed_ms"] == pytest.approx(0.99)
     text = lessons.step_sentence(table, fit)
     assert "about 0.99 ms whatever its batch" in text and "equal near batch 99" in text
+
+
+def test_flag_lines_name_each_flagged_row():
+    from lstmnb.report.repeats import flag_lines
+
+    table = pd.DataFrame({"flag": ["", "repeats differ 30%"], "note": ["", "rough: the baseline is flagged"]},
+                         index=pd.MultiIndex.from_tuples([("strong", 1), ("strong", 2)]))
+    assert flag_lines(table, "mode, ranks") == ("- mode, ranks strong, 2: repeats differ 30%; rough: the baseline "
+                                                "is flagged")
+    assert flag_lines(table.iloc[:1]) == ""

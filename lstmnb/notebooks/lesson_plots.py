@@ -80,7 +80,7 @@ def plot_allreduce(table: pd.DataFrame):
             ax.plot(grad["bytes"], grad[col], "*", color="C3", ms=14, label="one step's gradients")
         ax.set(xscale="log", yscale="log", xlabel="message size (bytes)")
         ax.legend(fontsize=8)
-    ax1.set(ylabel="µs per all-reduce", title="time: a floor, then growing with size")
-    ax2.set(ylabel="GB/s", title="bus bandwidth: small messages waste the link")
+    ax1.set(ylabel="µs per all-reduce", title="time per all-reduce")
+    ax2.set(ylabel="GB/s", title="bus bandwidth")
     fig.tight_layout()
     return fig

@@ -76,7 +76,7 @@ def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int 
         for r in range(repeats):
             for b in (int(v) for v in batches):
                 sec, busy = busy_while(timed, b)
-                rows.append({"repeat": r + 1, "batch": b, "input path": "fast (tensors on the device)",
+                rows.append({"repeat": r + 1, "batch": b, "input path": "fast",
                              "device": str(dev), "threads": threads["used"] if threads else None,
                              "step ms": 1e3 * sec, "ms per sample": 1e3 * sec / b,
                              "GFLOP/s": flops * b / sec / 1e9, "busy cores": busy})
@@ -256,11 +256,12 @@ def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: 
         f"{_fmt(steps_table.loc[small, 'step ms'])} ms at batch {small} and {_fmt(steps_table.loc[big, 'step ms'])} ms "
         f"at batch {big}: {big // small}x the samples for "
         f"{_fmt(steps_table.loc[big, 'step ms'] / steps_table.loc[small, 'step ms'], 1)}x the time.",
-        f"- A line through the step times puts a fixed {_fmt(fit['fixed_ms'])} ms on every step, whatever its "
+        f"- Every step paid about {_fmt(fit['fixed_ms'])} ms whatever its "
         f"batch ({_fmt(100 * fit['fixed_share_smallest'], 0)}% of the smallest batch's step), and "
-        f"{_fmt(fit['per_sample_us'])} µs per sample on top: the FLOP rate climbs from "
-        f"{_fmt(steps_table.loc[small, 'GFLOP/s'], 1)} to {_fmt(steps_table.loc[big, 'GFLOP/s'], 1)} GFLOP/s "
-        f"as the batch grows.",
+        f"{_fmt(fit['per_sample_us'])} µs per sample on top. The useful FLOP rate was "
+        f"{_fmt(steps_table.loc[small, 'GFLOP/s'], 1)} GFLOP/s at batch {small}, "
+        f"{_fmt(steps_table.loc[big, 'GFLOP/s'], 1)} at batch {big} and at best "
+        f"{_fmt(steps_table['GFLOP/s'].max(), 1)} (batch {steps_table['GFLOP/s'].idxmax()}).",
     ]
     flagged = int((steps_table["flag"] != "").sum())
     if flagged:
@@ -310,8 +311,9 @@ def what_05_showed(scaling_table: pd.DataFrame, allreduce_table: pd.DataFrame) -
             g = grad.iloc[0]
             lines.append(f"- One step's gradients ({grad.index[0]}) took {_fmt(g['time us'], 0)} µs to all-reduce "
                          f"({_fmt(g['busbw GB/s'], 3)} GB/s bus bandwidth); the smallest message "
-                         f"({allreduce_table.index[allreduce_table['bytes'].argmin()]}) still took "
-                         f"{_fmt(small['time us'], 0)} µs and the largest reached {_fmt(big['busbw GB/s'], 3)} GB/s: "
-                         f"small messages pay a fixed latency, large ones approach the link's bandwidth.")
+                         f"({allreduce_table.index[allreduce_table['bytes'].argmin()]}) took "
+                         f"{_fmt(small['time us'], 0)} µs at {_fmt(small['busbw GB/s'], 4)} GB/s and the largest "
+                         f"({allreduce_table.index[allreduce_table['bytes'].argmax()]}) {_fmt(big['time us'], 0)} µs "
+                         f"at {_fmt(big['busbw GB/s'], 3)} GB/s.")
     lines.append("- Next: `06_analysis` puts every run of the series beside the study's published table.")
     return "\n".join(lines)

@@ -33,14 +33,15 @@ def spread(values: Sequence[float]) -> float:
 
 
 def flag_text(n: int, spread_value: float, busy: float | None) -> str:
-    """What makes a median untrustworthy, in words; '' when nothing does."""
+    """What makes a median untrustworthy, in few words (a table column); '' when nothing does. 'cores busy
+    elsewhere': the cores other processes kept busy while it ran."""
     parts = []
     if n < MIN_REPEATS:
         parts.append(f"only {n} repeat(s)")
     if np.isfinite(spread_value) and spread_value > SPREAD_LIMIT:
-        parts.append(f"repeats differ by {spread_value:.0%}")
+        parts.append(f"repeats differ {spread_value:.0%}")
     if busy is not None and np.isfinite(busy) and busy >= BUSY_LIMIT:
-        parts.append(f"other processes kept {busy:.1f} core(s) busy")
+        parts.append(f"{busy:.1f} cores busy elsewhere")
     return "; ".join(parts)
 
 
@@ -81,3 +82,15 @@ def speedup_note(baseline: pd.Series, others: pd.DataFrame, *, rate_col: str = "
     if baseline.get("flag"):
         return True, f"rough: the baseline is flagged ({baseline['flag']})"
     return True, ""
+
+
+def flag_lines(table: pd.DataFrame, what: str = "row") -> str:
+    """The flags and notes of a table's rows as Markdown bullets (so the table itself stays narrow); '' when
+    no row has either."""
+    lines = []
+    for key, row in table.iterrows():
+        name = ", ".join(str(k) for k in key) if isinstance(key, tuple) else str(key)
+        said = [str(row[c]) for c in ("flag", "note") if c in row and isinstance(row[c], str) and row[c]]
+        if said:
+            lines.append(f"- {what} {name}: " + "; ".join(said))
+    return "\n".join(lines)
