@@ -156,8 +156,8 @@ def test_flag_lines_name_each_flagged_row():
 
     table = pd.DataFrame({"flag": ["", "repeats differ 30%"], "note": ["", "rough: the baseline is flagged"]},
                          index=pd.MultiIndex.from_tuples([("strong", 1), ("strong", 2)]))
-    assert flag_lines(table, "mode, ranks") == ("- mode, ranks strong, 2: repeats differ 30%; rough: the baseline "
-                                                "is flagged")
+    assert flag_lines(table, "{0}, {1} rank(s)") == ("- strong, 2 rank(s): repeats differ 30%; rough: the baseline "
+                                                     "is flagged")
     assert flag_lines(table.iloc[:1]) == ""
 
 

@@ -84,13 +84,13 @@ def speedup_note(baseline: pd.Series, others: pd.DataFrame, *, rate_col: str = "
     return True, ""
 
 
-def flag_lines(table: pd.DataFrame, what: str = "row") -> str:
-    """The flags and notes of a table's rows as Markdown bullets (so the table itself stays narrow); '' when
-    no row has either."""
+def flag_lines(table: pd.DataFrame, label: str = "{0}") -> str:
+    """The flags and notes of a table's rows as Markdown bullets (so the table itself stays narrow), each
+    row named by ``label`` formatted with its index values ('{0}, {1} rank(s)'); '' when no row has either."""
     lines = []
     for key, row in table.iterrows():
-        name = ", ".join(str(k) for k in key) if isinstance(key, tuple) else str(key)
+        name = label.format(*(key if isinstance(key, tuple) else (key,)))
         said = [str(row[c]) for c in ("flag", "note") if c in row and isinstance(row[c], str) and row[c]]
         if said:
-            lines.append(f"- {what} {name}: " + "; ".join(said))
+            lines.append(f"- {name}: " + "; ".join(said))
     return "\n".join(lines)

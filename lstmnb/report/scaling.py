@@ -166,7 +166,7 @@ def scaling_repeat_table(records: list[dict[str, Any]]) -> pd.DataFrame:
             continue
         base = one.iloc[0]
         ok, why = speedup_note(base, g)
-        table.loc[g.index, "note"] = why
+        table.loc[g.index[g["ranks"] > 1], "note"] = why  # said once per mode, on the rows it concerns
         if not ok:
             continue
         if mode == "strong":
@@ -175,6 +175,7 @@ def scaling_repeat_table(records: list[dict[str, Any]]) -> pd.DataFrame:
             speed = g["samples/s"] / base["samples/s"]
         table.loc[g.index, "speedup"] = speed
         table.loc[g.index, "efficiency"] = speed / g["ranks"]
+    table["threads"] = table["threads"].round().astype("Int64")
     cols = keys + ["threads", "repeats", "epoch s", "samples/s", "speedup", "efficiency", "step ms", "compute ms",
                    "comm ms", "comm %", "spread %", "busy cores", "flag", "note"]
     return table[cols].set_index(["mode", "ranks"]).sort_index()
