@@ -117,8 +117,8 @@ def step_sentence(table: pd.DataFrame, fit: dict[str, float]) -> str:
     return (f"**What you see, and why.** Every step pays about {fit['fixed_ms']:.2f} ms whatever its batch "
             f"(Python, operator dispatch; on a GPU the kernel launches), and about {fit['per_sample_us']:.1f} µs "
             f"per sample of arithmetic on top. The two are equal near batch {cross:,.0f}: below it a step is "
-            f"overhead-bound (time nearly flat, few useful FLOP/s), above it arithmetic-bound (time in proportion "
-            f"to the batch, the FLOP rate near this device's best). A device with far more arithmetic per second, "
+            f"overhead-bound (time nearly flat, few useful FLOP/s), above it arithmetic-bound (time grows in "
+            f"proportion to the batch). A device with far more arithmetic per second, "
             f"a GPU, shrinks the per-sample part but not the fixed one, so for a small model it moves that "
             f"crossing to batches of thousands: the reference H100 below is overhead-bound up to about 4096.")
 
