@@ -27,6 +27,7 @@ Finally it kills (c24) at about half-way in a subprocess and resumes it, countin
 redone (hours read before the kill that were not kept).
 
     python benchmarks/era5_extract.py --hours 168 --delay 0.03
+    python benchmarks/era5_extract.py --tiny      # CI: 6 hours, one run each, no resume test (the script runs)
 """
 
 from __future__ import annotations
@@ -279,7 +280,11 @@ def main() -> int:
     ap.add_argument("--workdir", default=None, help="where to build the store (default: a temp folder)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per approach; the median is shown (default 3)")
     ap.add_argument("--skip", default="", help="comma list of approaches to skip: a,b,c,c24,cached,resume")
+    ap.add_argument("--tiny", action="store_true", help="6 hours, one run each, no resume test (CI: the script runs)")
     args = ap.parse_args()
+    if args.tiny:
+        args.hours, args.repeat, args.block_hours = 6, 1, 2
+        args.skip = ",".join(filter(None, [args.skip, "resume"]))
     if args.concurrency is None:
         from lstmnb.data import DEFAULT_CONCURRENCY
 
@@ -389,6 +394,9 @@ def main() -> int:
     finally:
         serve.terminate()
         serve.wait()
+    from _tiny import DONE
+
+    print(DONE)
     return 0
 
 

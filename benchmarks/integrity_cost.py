@@ -3,10 +3,12 @@ sample store's CRC32 file list (checked the first time a process uses the store)
 
 Checkpoints: the same state written and read as lstmnb did before checksums (``torch.save`` to a
 temporary renamed into place, ``torch.load``) and with ``save_checkpoint``/``read_checkpoint`` (the
-same, with the SHA-256 header), alternated, medians of the repeats, for the default model and a larger one. Sample store: the sizes of all its files against their sizes and CRC32s, alternated. Run it
-where the sample store is built (it is built first if not):
+same, with the SHA-256 header), alternated, medians of the repeats, for the default model and a larger one.
+Sample store (the synthetic one: the biggest store lstmnb builds): the sizes of all its files against their
+sizes and CRC32s, alternated. Run it where the sample store is built (it is built first if not):
 
     python benchmarks/integrity_cost.py [--repeats 7] [--hidden 64,512]
+    python benchmarks/integrity_cost.py --tiny      # CI: one pass, the default model only; checks the script runs
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from _tiny import DONE  # benchmarks/_tiny.py, beside this script
 
 
 def _median_s(fn, repeats: int) -> float:
@@ -91,7 +95,7 @@ def bench_sample(repeats: int) -> None:
         for name in (("sizes", "sizes+crc32") if rep % 2 == 0 else ("sizes+crc32", "sizes")):
             t[name].append(_median_s(sizes if name == "sizes" else (lambda: _files(store)), 1))
     n = len(_files(store))
-    print(f"\nsample store {store}: {n:,} files")
+    print(f"\nsample store (synthetic data) {store}: {n:,} files")
     for name, values in t.items():
         print(f"  {name:>12}: median {statistics.median(values):.3f} s over {repeats} passes (page cache warm)")
     print(f"  ratio: {statistics.median(t['sizes+crc32']) / statistics.median(t['sizes']):.2f}x")
@@ -101,12 +105,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--hidden", default="64,512", help="hidden sizes of the checkpointed models")
+    ap.add_argument("--tiny", action="store_true", help="one pass, hidden 64 only (CI: the script runs and prints "
+                                                        "its tables)")
     args = ap.parse_args()
+    if args.tiny:
+        args.repeats, args.hidden = 1, "64"
     print(f"load average at the start: {', '.join(f'{v:.2f}' for v in os.getloadavg())} "
           f"on {os.cpu_count()} logical CPU(s)\n")
     bench_checkpoints([int(h) for h in args.hidden.split(",")], args.repeats)
     bench_sample(args.repeats)
     print(f"\nload average at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(DONE)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ sizes the project quotes: `lstmnb region memory` with a 4 GiB budget, sides up t
 
     python benchmarks/region_memory.py
     python benchmarks/region_memory.py --budget-gb 8 --plot region_memory.png
+    python benchmarks/region_memory.py --tiny      # CI: one small side, one step, no records
 
 Prints, per variant and side, predicted and measured peak MiB and seconds per step, the largest square
 area each variant fits in the budget, and the target area's measurement beside the dense model's
@@ -19,8 +20,10 @@ import sys
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads must not spin on a shared machine
 
 SETTINGS = ["--sides", "10,20,30,40,50,60,70,80,90,100,120,140", "--budget-gb", "4", "--target", "60x168"]
+TINY = ["--sides", "6", "--budget-gb", "1", "--steps", "1", "--no-record"]
 
 if __name__ == "__main__":
-    from lstmnb.cli import main
+    from _tiny import region
 
-    sys.exit(main(["region", "memory", *SETTINGS, *sys.argv[1:]]))
+    sys.exit(region("memory", SETTINGS, TINY, sys.argv[1:],
+                    data="synthetic inputs (random values: memory and speed do not depend on them)"))

@@ -1,11 +1,12 @@
 """Print the from-scratch LSTM versions table on this machine, and where numba-cpu's gain comes from.
 
     python benchmarks/scratch_versions.py                 # airline, 30 epochs, 5 alternated repeats
-    python benchmarks/scratch_versions.py --data era5     # the ERA5 sample point series
+    python benchmarks/scratch_versions.py --data era5     # the study's real ERA5 at 40N 280E (shipped with lstmnb)
     python benchmarks/scratch_versions.py --results results  # also append the run records
     # the GPU setting of issue 13 (target: numba-cuda-block >= 5x numpy)
     python benchmarks/scratch_versions.py --data era5 --hours 4368 --hidden 64 --batch-size 256 --epochs 5 \
         --dtype float32 --versions numpy,numba-cpu,numba-cuda,numba-cuda-block,torch-cuda
+    python benchmarks/scratch_versions.py --tiny          # CI: airline, hidden 8, 1 epoch, 1 repeat, a few calls
 
 Part 1 is the versions table (`lstmnb scratch bench`): N epochs per version from the same weights, the
 versions alternated over repeats, median run time, compile time apart. Part 2 times one batch gradient
@@ -32,6 +33,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
+from _tiny import DONE  # noqa: E402  (benchmarks/_tiny.py, beside this script)
 
 
 def per_batch_times(data, config, rounds: int, calls: int) -> dict[str, float]:
@@ -146,7 +148,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15, help="part 2: alternated rounds (default 15)")
     ap.add_argument("--calls", type=int, default=40, help="part 2: batch gradients per round (default 40)")
     ap.add_argument("--results", default=None, help="append the versions' run records here (default: none)")
+    ap.add_argument("--tiny", action="store_true", help="hidden 8, 1 epoch, 1 repeat, 1 round of 2 calls (CI: the "
+                                                        "script runs and prints its tables)")
     args = ap.parse_args()
+    if args.tiny:
+        args.hidden, args.epochs, args.repeats, args.rounds, args.calls = 8, 1, 1, 1, 2
 
     import numba
 
@@ -183,6 +189,7 @@ def main() -> None:
     for name, ms in gpu_step_times(data, config, args.rounds, args.calls).items():
         print(f"  {name:<17} {ms:8.3f} ms" if isinstance(ms, float) else f"  {name:<17} skipped: {ms}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print(DONE)
 
 
 if __name__ == "__main__":

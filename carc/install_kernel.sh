@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Create (or update) the conda env from environment.yml and register it as a Jupyter kernel, so that
+# Create (or update) the conda env from carc/environment.yml and register it as a Jupyter kernel, so that
 # OnDemand JupyterLab sessions and `lstmnb notebooks run --profile carc-*` (kernel "lstmnb") find it.
 #
 #   bash carc/install_kernel.sh              # env "lstmnb", kernel "lstmnb"
 #   ENV_NAME=lstmnb-dev KERNEL_NAME=lstmnb-dev bash carc/install_kernel.sh
 #
-# Run it once on a login node (it takes ~10 minutes); re-run after environment.yml changes.
+# Run it once on a login node (it takes ~10 minutes); re-run after carc/environment.yml changes.
 set -eo pipefail  # no -u: conda and module scripts read unset variables
 cd "$(dirname "$0")/.."
 
@@ -25,11 +25,11 @@ SOLVER=conda
 command -v mamba >/dev/null 2>&1 && SOLVER=mamba
 
 if conda env list | awk '{print $1}' | grep -qx "$ENV_NAME"; then
-  echo "updating conda env $ENV_NAME from environment.yml"
-  "$SOLVER" env update -n "$ENV_NAME" -f environment.yml --prune
+  echo "updating conda env $ENV_NAME from carc/environment.yml"
+  "$SOLVER" env update -n "$ENV_NAME" -f carc/environment.yml --prune
 else
-  echo "creating conda env $ENV_NAME from environment.yml"
-  "$SOLVER" env create -n "$ENV_NAME" -f environment.yml
+  echo "creating conda env $ENV_NAME from carc/environment.yml"
+  "$SOLVER" env create -n "$ENV_NAME" -f carc/environment.yml
 fi
 
 conda run -n "$ENV_NAME" python -m ipykernel install --user --name "$KERNEL_NAME" \

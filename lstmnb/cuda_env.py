@@ -25,7 +25,7 @@ TF32_MIN_CAPABILITY = (8, 0)  # TensorFloat-32 tensor cores: Ampere and newer
 # Which torch builds keep cuDNN on a P100 (SM 6.0) or V100 (SM 7.0): doctor prints this.
 OLD_GPU_BUILDS = ("a torch whose bundled cuDNN is 9.10 or older (torch.backends.cudnn.version() < 91100) and whose "
                   "arch list has sm_60/sm_70: conda-forge `pytorch cuda*` with `cudnn <9.11` and `cuda-version <13` "
-                  "(environment.yml pins these), or PyTorch's CUDA 12.6 / 11.8 wheels of a release that bundles "
+                  "(carc/environment.yml pins these), or PyTorch's CUDA 12.6 / 11.8 wheels of a release that bundles "
                   "cuDNN <= 9.10; CUDA 13 builds have no kernels for SM < 7.5 at all")
 
 
@@ -155,3 +155,27 @@ def arch_supported(capability: tuple[int, int], arch_list: list[str]) -> bool:
         if kind == "compute" and (a_major, a_minor) <= (major, minor):
             return True
     return False
+
+
+def arch_problem(name: str, capability: tuple[int, int], arch_list: list[str]) -> str | None:
+    """None when a torch build whose arch list is ``arch_list`` has kernels for GPU ``name`` of
+    ``capability`` (``arch_supported``); otherwise the refusal, in one line naming the GPU, the build's
+    architectures and the fix. Pure: ``device.resolve_device`` asks it before a run starts, so a P100 or
+    V100 under a CUDA >= 12.8 wheel stops there instead of at the first kernel ("no kernel image is
+    available")."""
+    if arch_supported(capability, arch_list):
+        return None
+    major, minor = capability
+    have = " ".join(arch_list) or "none"
+    return (f"{name} (SM {major}.{minor}, sm_{major}{minor}) has no kernels in this torch build (its architectures: "
+            f"{have}); install {OLD_GPU_BUILDS}, or use --device cpu")
+
+
+def device_arch_problem(index: int) -> str | None:
+    """``arch_problem`` for visible CUDA GPU ``index`` with this torch build's arch list. An empty arch list
+    (a build that does not report one) is not refused."""
+    arch = torch.cuda.get_arch_list()
+    if not arch:
+        return None
+    cap = tuple(torch.cuda.get_device_capability(index))
+    return arch_problem(f"cuda:{index} {torch.cuda.get_device_name(index)}", cap, arch)

@@ -50,8 +50,12 @@ def resolve_device(name: str = "auto") -> torch.device:
         count = torch.cuda.device_count()
         if index and int(index) >= count:
             raise DeviceError(f"device={name!r}: only {count} CUDA device(s) visible (cuda:0..cuda:{count - 1})")
-        from .cuda_env import prepare_cuda
+        from .cuda_env import device_arch_problem, prepare_cuda
 
+        for i in [int(index)] if index else range(count):  # 'cuda' may be any of them (CUDA_VISIBLE_DEVICES)
+            problem = device_arch_problem(i)
+            if problem is not None:  # training would die at the first kernel: "no kernel image is available"
+                raise DeviceError(f"device={name!r}: {problem}")
         prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
     if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise DeviceError(f"device={name!r} asked for, but MPS is not available here; use --device cpu")
@@ -111,12 +115,21 @@ def amp_dtype(mode: str, device: torch.device) -> torch.dtype | None:
 
 # --- what the device is (the record's ``device`` section) -------------------------------------------
 
-def cpu_cores() -> int:
-    """CPU cores this process may run on (affinity-aware, so SLURM and taskset limits count)."""
+def _affinity() -> list[int] | None:
+    """The CPUs this process may run on where the system says (Linux and Windows, through psutil; SLURM
+    and taskset limits count), else None (macOS has no affinity)."""
+    import psutil
+
     try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+        return sorted(psutil.Process().cpu_affinity())
+    except (AttributeError, NotImplementedError, OSError, psutil.Error):
+        return None
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on: its affinity where the system has one, else every logical core."""
+    cpus = _affinity()
+    return len(cpus) if cpus else (os.cpu_count() or 1)
 
 
 BUSY_WINDOW_S = 0.2  # how long ``cpu_threads`` watches the cores before a CPU run
@@ -154,38 +167,46 @@ def thread_policy(cores: int, busy: float | None, default: int, *, own: float = 
             "reason": f"{seen}, and threads that share a core spin; --threads N chooses"}
 
 
-def _ticks(cpus: set[int]) -> tuple[int, int] | None:
-    """(busy, all) clock ticks since boot of ``cpus`` (Linux /proc/stat), or None where there is none.
-    Busy is user, nice, system, irq, softirq and steal (a hypervisor's other guests): all but idle and iowait."""
+def _ticks(cpus: set[int] | None) -> tuple[int, int] | None:
+    """(busy, all) CPU seconds since boot of ``cpus`` (None: every core), from psutil's per-core times
+    (Linux, macOS, Windows), or None where the system gives none. Busy is all but idle and iowait
+    (user, nice, system, irq, softirq and steal: a hypervisor's other guests count as busy)."""
+    import psutil
+
     try:
-        with open("/proc/stat") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
+        per_core = psutil.cpu_times(percpu=True)
+    except (OSError, psutil.Error, NotImplementedError):
         return None
-    busy = total = 0
-    for line in lines:
-        name, _, rest = line.partition(" ")
-        if not (name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus):
+    busy = total = 0.0
+    for i, t in enumerate(per_core):
+        if cpus is not None and i not in cpus:
             continue
-        user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in rest.split()[:8])
-        working = user + nice + system + irq + softirq + steal
-        busy += working
-        total += working + idle + iowait
-    return busy, total
+        idle = t.idle + getattr(t, "iowait", 0.0)
+        all_ = sum(t)  # every field of the system's tuple (guest time is already inside user on Linux)
+        all_ -= getattr(t, "guest", 0.0) + getattr(t, "guest_nice", 0.0)
+        busy += all_ - idle
+        total += all_
+    return (busy, total) if total > 0 else None
 
 
 def busy_cores(window_s: float = BUSY_WINDOW_S, cpus: set[int] | None = None) -> dict[str, float] | None:
-    """How many of ``cpus`` (default: the cores this process may run on) were busy over the next
-    ``window_s`` seconds: ``others`` (every process but this one) and ``own`` (this process's CPU time);
-    None without /proc/stat. What the machine is doing now, not in the last minute."""
-    cpus = set(os.sched_getaffinity(0)) if cpus is None else set(cpus)
+    """How many of ``cpus`` (default: the cores this process may run on; every core where the system
+    has no affinity, as on macOS) were busy over the next ``window_s`` seconds: ``others`` (every process
+    but this one) and ``own`` (this process's CPU time); None where the system gives no per-core CPU
+    times. What the machine is doing now, not in the last minute."""
+    if cpus is None:
+        allowed = _affinity()
+        cpus = set(allowed) if allowed else set(range(os.cpu_count() or 1))
+    cpus = set(cpus)
     before, own0, t0 = _ticks(cpus), os.times(), time.perf_counter()
     if before is None:
         return None
     time.sleep(window_s)
     after, own1, elapsed = _ticks(cpus), os.times(), time.perf_counter() - t0
-    ticks = max(after[1] - before[1], 1)
-    busy = (after[0] - before[0]) / ticks * len(cpus)  # busy share of the ticks, in cores
+    if after is None:
+        return None
+    spent = max(after[1] - before[1], 1e-9)
+    busy = (after[0] - before[0]) / spent * len(cpus)  # busy share of the CPU time, in cores
     own = ((own1.user - own0.user) + (own1.system - own0.system)) / elapsed
     return {"others": max(0.0, busy - own), "own": own, "window_s": elapsed}
 
@@ -330,7 +351,7 @@ def reset_peak_memory(device: torch.device) -> bool:
     try:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")
-    except OSError:  # not Linux, or a kernel/sandbox that refuses it
+    except OSError:  # not Linux (no /proc), or a kernel/sandbox that refuses it
         return False
     hwm, rss = proc_status_kb("VmHWM"), proc_status_kb("VmRSS")  # the reset took: the mark is back at the RSS
     return hwm is not None and rss is not None and hwm <= rss * 1.05 + 1024
@@ -345,8 +366,28 @@ def peak_memory_mb(device: torch.device, since_reset: bool = True) -> dict[str, 
     hwm_kb = proc_status_kb("VmHWM") if since_reset else None
     out: dict[str, Any] = {"kind": "process_peak_rss", "peak_mb": hwm_kb / 1024 if hwm_kb is not None else None}
     if hwm_kb is None:
-        out["note"] = "no per-run peak here (needs Linux /proc/self/clear_refs and VmHWM)"
+        # macOS and Windows keep only the process's all-time peak (getrusage's max RSS, Windows' peak
+        # working set), which cannot be reset per run: recorded apart, under its own name, with the reason
+        out["note"] = (f"no per-run peak on {platform.system() or 'this system'} (needs Linux's resettable "
+                       "VmHWM through /proc/self/clear_refs); process_peak_mb is the process's all-time peak")
+        out["process_peak_mb"] = process_peak_mb()
     return out
+
+
+def process_peak_mb() -> float | None:
+    """The process's all-time peak resident set in MiB (Windows: the peak working set; elsewhere getrusage's
+    max RSS, bytes on macOS and KiB on Linux), or None where the system gives neither."""
+    import psutil
+
+    peak = getattr(psutil.Process().memory_info(), "peak_wset", None)
+    if peak is not None:
+        return peak / 2**20
+    try:
+        import resource
+    except ImportError:
+        return None
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return maxrss / 2**20 if platform.system() == "Darwin" else maxrss / 1024
 
 
 # how CUDA libraries word a failed allocation when it reaches Python as a RuntimeError

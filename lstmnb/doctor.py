@@ -46,6 +46,13 @@ def gpu_problem(device: str = "cuda", min_gpus: int = 1) -> str | None:
     count = torch.cuda.device_count()
     if count < min_gpus:
         return f"{count} CUDA GPU(s) visible; this experiment needs at least {min_gpus}"
+    from .device import resolve_device
+    from .errors import LstmnbError
+
+    try:  # the run's own refusal: a GPU whose architecture this torch build lacks (cuda_env.arch_problem)
+        resolve_device(device)
+    except LstmnbError as exc:
+        return str(exc)
     return None
 
 

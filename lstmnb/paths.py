@@ -144,13 +144,10 @@ def write_atomic(target: str | os.PathLike, payload: bytes) -> Path:
 
 
 def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists but is someone else's
-    return True
+    # psutil, not os.kill(pid, 0): on Windows signal 0 is CTRL_C_EVENT, sent to the process, not a probe
+    import psutil
+
+    return psutil.pid_exists(pid)
 
 
 def sweep_stale_temps(directory: str | os.PathLike, *, final: str | None = None, now: float | None = None,
@@ -191,3 +188,35 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+@contextmanager
+def locked(fd: int) -> Iterator[None]:
+    """Hold an exclusive lock on the open file ``fd`` itself (waiting for other processes' locks): flock on
+    POSIX, msvcrt's lock of its first byte on Windows. Hand-written rather than filelock's, which locks a
+    second file beside the target: a results folder keeps only its records."""
+    if os.name == "nt":
+        import msvcrt
+
+        here = os.lseek(fd, 0, os.SEEK_CUR)
+        os.lseek(fd, 0, os.SEEK_SET)
+        while True:  # LK_LOCK gives up after 10 tries a second apart; a writer may hold it longer
+            try:
+                msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+                break
+            except OSError:
+                continue
+        os.lseek(fd, here, os.SEEK_SET)
+        try:
+            yield
+        finally:
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)

@@ -7,7 +7,6 @@ from many machines merge by concatenating files. See docs/architecture.md.
 from __future__ import annotations
 
 import datetime as _dt
-import fcntl
 import functools
 import json
 import math
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from . import __version__
-from .paths import results_dir
+from .paths import locked, results_dir
 from .record_schema import STATUSES, record_problem
 
 if TYPE_CHECKING:
@@ -172,21 +171,30 @@ def _append(record: dict[str, Any], path, *, once: bool) -> tuple[Path | None, b
     path = runs_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(_jsonable(record), allow_nan=False) + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
-        if once and size and _holds_run(fd, size, record.get("run_id")):
-            return path, False
-        # a previous crash may have left a line without its newline: start ours on a fresh line
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            line = b"\n" + line
-        os.write(fd, line)
-        os.fsync(fd)
+        with locked(fd):  # one writer at a time per results file, on Linux, macOS and Windows alike
+            size = os.fstat(fd).st_size
+            if once and size and _holds_run(fd, size, record.get("run_id")):
+                return path, False
+            # a previous crash may have left a line without its newline: start ours on a fresh line
+            if size and _read_at(fd, 1, size - 1) != b"\n":
+                line = b"\n" + line
+            os.write(fd, line)
+            os.fsync(fd)
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
     return path, True
+
+
+def _read_at(fd: int, n: int, offset: int) -> bytes:
+    """``n`` bytes at ``offset`` (os.pread is POSIX only; appends go to the end whatever the position)."""
+    os.lseek(fd, offset, os.SEEK_SET)
+    parts = []
+    while n > 0 and (part := os.read(fd, n)):
+        parts.append(part)
+        n -= len(part)
+    return b"".join(parts)
 
 
 def _holds_run(fd: int, size: int, run_id: str | None) -> bool:
@@ -194,7 +202,7 @@ def _holds_run(fd: int, size: int, run_id: str | None) -> bool:
     if not run_id:
         return False
     needle = json.dumps(run_id).encode()
-    data = os.pread(fd, size, 0)
+    data = _read_at(fd, size, 0)
     for raw in data.splitlines():
         if needle in raw:
             try:

@@ -1,11 +1,14 @@
 """`lstmnb doctor --deep`: short real jobs on every device present, each ``ok``, ``failed`` (one line why)
-or ``skipped`` (why), with its time, in under two minutes. The first command to run on a new node.
+or ``skipped`` (why), with its time, within a budget that grows with the GPUs (``deep_budget``: about
+two minutes on one). The first command to run on a new node.
 
-CPU: a training run and a 2-rank DDP run over gloo (a real process group). Each CUDA GPU: eager steps,
-the same steps captured as a CUDA graph (losses equal to the eager ones), bfloat16 where the GPU has it
-natively, the CUDA memory cap with a batch past it recorded as ``oom``; NCCL with 2 ranks where there
-are 2 GPUs; each Numba CUDA engine against NumPy's gradient. ``deep_ready`` says whether what a
-profile needs passed. ``doctor`` (the quick, import-level report) stays separate.
+CPU: a training run and a 2-rank DDP run over gloo (a real process group). The first CUDA GPU: eager
+steps, the same steps captured as a CUDA graph (losses equal to the eager ones), bfloat16 where the GPU
+has it natively, the CUDA memory cap with a batch past it recorded as ``oom``; each other GPU: a short
+smoke job (a few eager steps); NCCL with 2 ranks where there are 2 GPUs; each Numba CUDA engine against
+NumPy's gradient. Every failure, a sticky CUDA error met by the closing synchronisation included, is a
+``failed`` row (``run_job``), never a traceback. ``deep_ready`` says whether what a profile needs passed.
+``doctor`` (the quick, import-level report) stays separate.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from typing import Any, Callable
 import numpy as np
 
 OK, FAILED, SKIPPED = "ok", "failed", "skipped"
-BUDGET_S = 110.0  # the whole deep check; jobs that would start after it are skipped, and say so
+BUDGET_S = 110.0  # the whole deep check on a node with one GPU; jobs that would start after it are skipped, and say so
+SMOKE_S = 10.0  # added to the budget per further GPU: its smoke job (model to the GPU, SMOKE_STEPS steps) plus margin
+SMOKE_STEPS = 2
 CPU_NEEDS = ("train", "ddp gloo x2")
-CUDA_NEEDS = ("eager steps", "captured steps", "memory cap", "nccl x2")
+CUDA_NEEDS = ("eager steps", "captured steps", "memory cap", "smoke steps", "nccl x2")
 GRAPH_STEPS = 6  # 3 warm-up steps, the captured one, 2 replays
 LOSS_RTOL = 1e-3  # capturable vs fused Adam and cuDNN's reductions differ in the last bits, not more
 
@@ -122,6 +127,19 @@ def eager_steps(windows, device) -> str:
     return f"{len(losses)} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}"
 
 
+def smoke_steps(windows, device) -> str:
+    """A GPU past the first: the model placed on it and ``SMOKE_STEPS`` eager steps (its kernels load and run)."""
+    from .training import Trainer
+
+    tr = Trainer(windows, tiny_config(device=str(device), cuda_graph=False), device)
+    x, y = tr.train_tensors()
+    size = tr.cfg.batch_size
+    losses = [float(tr.step(x[k * size:(k + 1) * size], y[k * size:(k + 1) * size])) for k in range(SMOKE_STEPS)]
+    if not all(math.isfinite(v) for v in losses):
+        raise RuntimeError(f"non-finite losses {losses}")
+    return f"{len(losses)} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}"
+
+
 def captured_steps(windows, device) -> str:
     eager, _ = step_losses(windows, device, graph=False)
     graph, tr = step_losses(windows, device, graph=True)
@@ -202,52 +220,95 @@ class Planned:
     unproven: bool = False
 
 
+FULL_GPU_JOBS = (("eager steps", eager_steps), ("captured steps", captured_steps), ("bf16", bf16),
+                 ("memory cap", memory_cap))
+
+
+def deep_budget(gpus: int) -> float:
+    """The deep check's seconds on a node with ``gpus`` visible GPUs: ``BUDGET_S`` for the CPU jobs, the
+    full checks on the first GPU, NCCL and the Numba engines, plus ``SMOKE_S`` per further GPU (its smoke
+    job), so an 8-GPU node does not spend the budget before its last GPUs and NCCL. Pure."""
+    return BUDGET_S + SMOKE_S * max(0, gpus - 1)
+
+
+def gpu_rows(count: int) -> list[Planned]:
+    """The GPU rows for ``count`` visible GPUs: the full checks on cuda:0, a smoke job on each other one,
+    NCCL with 2 ranks where there are 2. Pure (the jobs run later)."""
+    import torch
+
+    rows: list[Planned] = []
+    for i in range(count):
+        dev = torch.device("cuda", i)
+        jobs = FULL_GPU_JOBS if i == 0 else (("smoke steps", smoke_steps),)
+        rows += [Planned(str(dev), name, lambda w, f=fn, d=dev: f(w, d)) for name, fn in jobs]
+    rows.append(Planned("cuda", "nccl x2", lambda w: ddp(w, "cuda")) if count >= 2 else
+                Planned("cuda", "nccl x2", skip="1 CUDA GPU visible; NCCL with 2 ranks needs 2"))
+    return rows
+
+
 def plan() -> list[Planned]:
-    """This machine's jobs: CPU, per GPU (or one skipped row per job without a GPU), NCCL, Numba engines."""
+    """This machine's jobs: CPU, the GPUs' (or one skipped row per job without a GPU), Numba engines."""
     import torch
 
     from .device import no_cuda_reason
 
     rows = [Planned("cpu", "train", cpu_train), Planned("cpu", "ddp gloo x2", lambda w: ddp(w, "cpu"))]
-    gpu_jobs = (("eager steps", eager_steps), ("captured steps", captured_steps), ("bf16", bf16),
-                ("memory cap", memory_cap))
     if not torch.cuda.is_available():
         rows += [Planned("cuda", name, skip=no_cuda_reason(), unproven=True)
-                 for name in [n for n, _ in gpu_jobs] + ["nccl x2"]]
+                 for name in [n for n, _ in FULL_GPU_JOBS] + ["nccl x2"]]
     else:
-        for i in range(torch.cuda.device_count()):
-            dev = torch.device("cuda", i)
-            rows += [Planned(str(dev), name, lambda w, f=fn, d=dev: f(w, d)) for name, fn in gpu_jobs]
-        rows.append(Planned("cuda", "nccl x2", lambda w: ddp(w, "cuda")) if torch.cuda.device_count() >= 2 else
-                    Planned("cuda", "nccl x2", skip="1 CUDA GPU visible; NCCL with 2 ranks needs 2"))
+        rows += gpu_rows(torch.cuda.device_count())
     rows += [Planned("numba.cuda", v, lambda w, j=numba_engine(v): j()) for v in ("numba-cuda", "numba-cuda-block")]
     return rows
 
 
-def deep_check(budget_s: float = BUDGET_S, on_job: Callable[[Job], None] | None = None) -> list[Job]:
-    """Run every job of ``plan()`` in order within ``budget_s`` seconds; each becomes a ``Job`` row."""
+def _settle(device: str) -> None:
+    """Wait for a CUDA job's queued work, where an asynchronous error (a sticky one included) surfaces."""
+    if device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():  # cuda:N: that GPU; "cuda" (a job over all of them): the current one
+            torch.cuda.synchronize(torch.device(device) if ":" in device else None)
+
+
+def run_job(p: Planned, windows: Any, over_budget: str | None = None) -> Job:
+    """One planned job as a row: ``ok``, ``skipped`` (``Skip``, a skip planned, or ``over_budget``: why it
+    did not start) or ``failed`` with the one-line reason. Any exception, the closing synchronisation's
+    included, becomes a ``failed`` row, never a traceback."""
+    if p.run is None:
+        return Job(p.device, p.name, SKIPPED, None, p.skip or "", p.unproven)
+    if over_budget is not None:
+        return Job(p.device, p.name, SKIPPED, None, over_budget, True)
+    t0 = time.perf_counter()
+    try:
+        detail, status, unproven = p.run(windows), OK, False
+        _settle(p.device)
+    except Skip as exc:
+        detail, status, unproven = str(exc), SKIPPED, exc.unproven
+    except Exception as exc:  # noqa: BLE001 - every failure is a row, never a traceback
+        detail, status, unproven = one_line(exc), FAILED, False
+    if status != OK:
+        try:  # work a failed job left queued; a sticky error here is that job's, already a failed row
+            _settle(p.device)
+        except Exception as exc:  # noqa: BLE001
+            if status == SKIPPED:
+                detail, status, unproven = one_line(exc), FAILED, False
+    return Job(p.device, p.name, status, time.perf_counter() - t0, detail, unproven)
+
+
+def deep_check(budget_s: float | None = None, on_job: Callable[[Job], None] | None = None) -> list[Job]:
+    """Run every job of ``plan()`` in order within ``budget_s`` seconds (default ``deep_budget`` of the
+    visible GPUs); each becomes a ``Job`` row."""
     import torch
 
     start = time.perf_counter()
+    if budget_s is None:
+        budget_s = deep_budget(torch.cuda.device_count() if torch.cuda.is_available() else 0)
     windows = tiny_windows()
     jobs = []
     for p in plan():
-        device, name = p.device, p.name
-        if p.run is None:
-            job = Job(device, name, SKIPPED, None, p.skip or "", p.unproven)
-        elif time.perf_counter() - start > budget_s:
-            job = Job(device, name, SKIPPED, None, f"the deep check's {budget_s:g} s budget was spent", True)
-        else:
-            t0 = time.perf_counter()
-            try:
-                detail, status, unproven = p.run(windows), OK, False
-            except Skip as exc:
-                detail, status, unproven = str(exc), SKIPPED, exc.unproven
-            except Exception as exc:  # noqa: BLE001 - every failure is a row, never a traceback
-                detail, status, unproven = one_line(exc), FAILED, False
-            if device.startswith("cuda") and torch.cuda.is_available():
-                torch.cuda.synchronize()
-            job = Job(device, name, status, time.perf_counter() - t0, detail, unproven)
+        spent = time.perf_counter() - start > budget_s
+        job = run_job(p, windows, f"the deep check's {budget_s:g} s budget was spent" if spent else None)
         jobs.append(job)
         if on_job is not None:
             on_job(job)

@@ -359,6 +359,7 @@ def world(tmp_path, monkeypatch, read_only_folder, real_checkpoint):
     flipped = bytearray(real_checkpoint)
     flipped[len(flipped) // 2] ^= 0x08  # one bit in the middle of torch.save's bytes
     (tmp_path / "flipped.pt").write_bytes(bytes(flipped))
+    (tmp_path / "flipped.pt.sha256").write_text(f"{hashlib.sha256(real_checkpoint).hexdigest()}  flipped.pt\n")
     (tmp_path / "corrupt.jsonl").write_text(json.dumps({"schema": 1, "run_id": "c", "started": 12345, "experiment": ["a"],
                                                         "status": 5, "device": {"kind": "cpu"}}) + "\nnot json\n")
     (tmp_path / "empty.jsonl").write_text("")

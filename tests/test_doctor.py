@@ -70,3 +70,39 @@ def test_deep_readiness_follows_what_each_profile_needs():
     assert deep_ready(cpu + [no_gpu], "cuda") == (False, [no_gpu]) and deep_ready(cpu + [no_gpu], "cpu")[0]
     late = job("cpu", "ddp gloo x2", SKIPPED, unproven=True)  # the budget ran out before it
     assert deep_ready([cpu[0], late], "cpu") == (False, [late])
+
+
+def test_deep_budget_grows_with_the_gpus_and_only_cuda0_gets_the_full_checks():
+    from lstmnb.selfcheck import BUDGET_S, FULL_GPU_JOBS, SMOKE_S, deep_budget, gpu_rows
+
+    assert deep_budget(0) == deep_budget(1) == BUDGET_S
+    assert deep_budget(8) == BUDGET_S + 7 * SMOKE_S
+    rows = gpu_rows(8)
+    full = [r.name for r in rows if r.device == "cuda:0"]
+    assert full == [name for name, _ in FULL_GPU_JOBS]
+    others = [(r.device, r.name) for r in rows if r.device.startswith("cuda:") and r.device != "cuda:0"]
+    assert others == [(f"cuda:{i}", "smoke steps") for i in range(1, 8)]
+    assert rows[-1].name == "nccl x2" and rows[-1].run is not None
+    one = gpu_rows(1)
+    assert one[-1].name == "nccl x2" and one[-1].run is None and "needs 2" in one[-1].skip
+
+
+def test_an_exception_inside_a_job_is_a_failed_row_not_a_traceback():
+    import torch
+
+    from lstmnb.selfcheck import FAILED, OK, SKIPPED, Planned, Skip, run_job
+
+    def bad_shapes(windows) -> str:  # a real torch error raised inside the job
+        return str(torch.zeros(2, 3) @ torch.zeros(2, 3))
+
+    def missing(windows) -> str:
+        raise Skip("not here", unproven=True)
+
+    job = run_job(Planned("cpu", "matmul", bad_shapes), None)
+    assert job.status == FAILED and job.detail.startswith("RuntimeError:") and "\n" not in job.detail
+    assert job.seconds is not None
+    skipped = run_job(Planned("cpu", "skip", missing), None)
+    assert (skipped.status, skipped.detail, skipped.unproven) == (SKIPPED, "not here", True)
+    assert run_job(Planned("cpu", "ok", lambda w: f"{len(w)} windows"), [1, 2]).status == OK
+    late = run_job(Planned("cpu", "late", bad_shapes), None, over_budget="budget spent")
+    assert late.status == SKIPPED and late.unproven and late.seconds is None

@@ -46,8 +46,10 @@ def test_bench_extra_covers_every_benchmark_import():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     have = _requirement_names(meta["dependencies"]) | _requirement_names(meta["optional-dependencies"]["bench"])
-    used = set().union(*(_top_modules(p) for p in (ROOT / "benchmarks").glob("*.py")))
-    third_party = {m for m in used if m not in sys.stdlib_module_names and m not in ("lstmnb", "__future__")}
+    scripts = list((ROOT / "benchmarks").glob("*.py"))
+    used = set().union(*(_top_modules(p) for p in scripts))
+    own = {p.stem for p in scripts}  # the benchmarks' helper beside them (_tiny)
+    third_party = {m for m in used if m not in sys.stdlib_module_names and m not in ("lstmnb", "__future__", *own)}
     assert third_party - have == set()
     assert "dask" in have  # era5_extract's published approach: open_zarr(chunks=...) is dask
     assert '".[bench]"' in (ROOT / "README.md").read_text()  # README names the extra
@@ -61,7 +63,7 @@ def test_a_box_alone_is_a_box_request():
         Request(points=((40.0, 280.0),), box=(38.0, 42.0, 279.0, 281.0))
 
 
-# --- environment.yml (conda, the cluster install) and pyproject.toml (pip) say the same ---------------
+# --- environment.yml (conda on a laptop), carc/environment.yml (the cluster) and pyproject.toml (pip) agree ---------------
 
 # conda-forge's names for pip's
 CONDA_NAMES = {"pytorch": "torch", "matplotlib-base": "matplotlib", "jupyter_client": "jupyter-client"}
@@ -107,15 +109,36 @@ def _disagreements(pyproject: str, environment: str) -> dict[str, tuple]:
     return out
 
 
-def test_environment_yml_agrees_with_pyproject():
+@pytest.mark.parametrize("env_file", ["environment.yml", "carc/environment.yml"])
+def test_environment_yml_agrees_with_pyproject(env_file):
     pytest.importorskip("tomllib")  # Python 3.11+
-    assert _disagreements((ROOT / "pyproject.toml").read_text(), (ROOT / "environment.yml").read_text()) == {}
+    assert _disagreements((ROOT / "pyproject.toml").read_text(), (ROOT / env_file).read_text()) == {}
+
+
+def test_the_cpu_environment_solves_anywhere_and_the_cluster_one_installs_the_checkout():
+    """The root file is for laptops on Linux, macOS and Windows: a CPU torch and no CUDA pins; the cluster's
+    keeps its CUDA pins. Both install this checkout: conda runs pip in the environment file's folder."""
+    import yaml
+
+    def parts(path):
+        deps = yaml.safe_load((ROOT / path).read_text())["dependencies"]
+        conda = [d for d in deps if isinstance(d, str)]
+        pip = next(d["pip"] for d in deps if isinstance(d, dict))
+        return conda, pip
+
+    conda, pip = parts("environment.yml")
+    assert "pytorch >=2.3 cpu*" in conda and not any(d.startswith(("cudnn", "cuda-version")) for d in conda)
+    assert "-e ." in pip and (ROOT / "pyproject.toml").exists()
+    conda, pip = parts("carc/environment.yml")
+    assert "pytorch >=2.3 cuda*" in conda and any(d.startswith("cudnn") for d in conda)
+    assert "-e .." in pip and (ROOT / "carc" / ".." / "pyproject.toml").exists()
+    assert "-f carc/environment.yml" in (ROOT / "carc" / "install_kernel.sh").read_text()
 
 
 def test_the_environment_check_finds_drift():
     """The same check on drifted copies: a lower bound changed, a package left out, one added."""
     pytest.importorskip("tomllib")
-    pyproject, env = (ROOT / "pyproject.toml").read_text(), (ROOT / "environment.yml").read_text()
+    pyproject, env = (ROOT / "pyproject.toml").read_text(), (ROOT / "carc" / "environment.yml").read_text()
     drifted = env.replace("zarr >=3.0", "zarr >=2.16").replace("  - scipy >=1.10\n", "").replace(
         "  - pip\n", "  - pip\n  - dask >=2024.1\n")
     assert _disagreements(pyproject, drifted) == {"zarr": ("3.0", "2.16"), "scipy": ("1.10", "absent"),
@@ -132,8 +155,12 @@ def _colab_cell(path: Path) -> str:
 
 
 def test_every_notebook_has_the_same_colab_cell():
-    assert NOTEBOOKS and len({_colab_cell(p) for p in NOTEBOOKS}) == 1
-    assert _colab_cell(NOTEBOOKS[0]).startswith('REPO_URL = "https://github.com/')
+    """One line, the same in every notebook, hidden from the rendered report, with no address to edit."""
+    cells = [nbformat.read(p, as_version=4).cells[1] for p in NOTEBOOKS]
+    assert NOTEBOOKS and len({c.source for c in cells}) == 1
+    assert len(cells[0].source.splitlines()) == 1 and "github.com" not in cells[0].source
+    assert all("remove-cell" in c.metadata.get("tags", []) for c in cells)
+    assert cells[0].source.split("  #")[0].endswith(";")  # IPython prints no 'False' under it outside Colab
 
 
 def _run_cell(source: str, cwd: Path, monkeypatch, colab: bool = True) -> list[str]:
@@ -146,31 +173,45 @@ def _run_cell(source: str, cwd: Path, monkeypatch, colab: bool = True) -> list[s
         def run_line_magic(self, name, line, _stack_depth=1):
             calls.append(f"%{name} {line}")
 
-        def var_expand(self, line, depth=0):
-            return line
-
     code = TransformerManager().transform_cell(source)
     monkeypatch.chdir(cwd)
     if colab:
         monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
-    namespace = {"get_ipython": lambda: Shell()}
-    exec(compile(code, "colab-cell", "exec"), namespace)
-    return [c.replace("{target}", namespace.get("target", "")) for c in calls]
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    exec(compile(code, "colab-cell", "exec"), {"get_ipython": lambda: Shell()})
+    return calls
 
 
 def test_colab_cell_installs_the_checkout_it_was_opened_from(monkeypatch):
     calls = _run_cell(_colab_cell(NOTEBOOKS[0]), ROOT / "notebooks", monkeypatch)
-    assert calls == [f"%pip install --quiet {ROOT}"]
+    assert calls == ["%pip install -q .."]
+    assert (ROOT / "notebooks" / "..").resolve() == ROOT
 
 
-def test_colab_cell_outside_a_checkout_says_which_line_to_change(monkeypatch, tmp_path):
-    source = _colab_cell(NOTEBOOKS[0])
-    with pytest.raises(SystemExit, match=r"set REPO_URL \(the first line of this cell\)"):
-        _run_cell(source, tmp_path, monkeypatch)
-    edited = source.replace("/OWNER/", "/someone/", 1)
-    assert _run_cell(edited, tmp_path, monkeypatch) == [
-        '%pip install --quiet "lstmnb @ git+https://github.com/someone/lstmnb"']
+def test_colab_cell_elsewhere_installs_the_clone_in_content(monkeypatch, tmp_path):
+    """Colab's kernel starts in /content whatever notebook it opened: the README's clone goes to
+    /content/lstmnb, and that is what the cell installs (pip names the folder if it is missing)."""
+    assert _run_cell(_colab_cell(NOTEBOOKS[0]), tmp_path, monkeypatch) == ["%pip install -q /content/lstmnb"]
 
 
 def test_colab_cell_does_nothing_outside_colab(monkeypatch, tmp_path):
-    assert _run_cell(_colab_cell(NOTEBOOKS[0]), tmp_path, monkeypatch, colab=False) == []
+    assert _run_cell(_colab_cell(NOTEBOOKS[0]), ROOT / "notebooks", monkeypatch, colab=False) == []
+
+
+# --- the licence and the citation ------------------------------------------------------------------
+
+def test_licence_and_citation_agree_with_pyproject():
+    import yaml
+
+    tomllib = pytest.importorskip("tomllib")
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    licence = (ROOT / "LICENSE").read_text()
+    assert meta["license"] == {"text": "MIT"} and licence.startswith("MIT License")
+    assert "the lstmnb developers" in licence.splitlines()[2]
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert {"cff-version", "message", "title", "authors"} <= set(cff)  # the format's required keys
+    assert cff["cff-version"] == "1.2.0" and cff["license"] == "MIT" and cff["type"] == "software"
+    assert cff["authors"] == [{"name": "the lstmnb developers"}] == [{"name": a["name"]} for a in meta["authors"]]
+    assert "version" not in cff  # one place for the version: lstmnb/__init__.py
+    assert any(r.get("doi") == "10.1002/qj.3803" for r in cff["references"])  # ERA5, the data

@@ -54,6 +54,25 @@ def test_copy_refuses_in_one_line(tmp_path, make, message):
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
+def test_pyproject_lists_every_package_and_holds_the_one_version():
+    """pyproject.toml is the only build file: its package list is every folder of lstmnb with an __init__.py
+    (plus the mapped series), and the version lives in lstmnb/__init__.py alone."""
+    tomllib = pytest.importorskip("tomllib")
+    from setuptools import find_packages
+
+    import lstmnb
+
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    listed = conf["tool"]["setuptools"]["packages"]
+    assert sorted(listed) == sorted(find_packages(str(ROOT), include=["lstmnb", "lstmnb.*"]) + ["lstmnb.series"])
+    assert "version" not in conf["project"] and conf["project"]["dynamic"] == ["version"]
+    assert conf["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "lstmnb.__version__"}
+    assert not (ROOT / "setup.py").exists() and lstmnb.__version__
+    from importlib.metadata import version
+
+    assert version("lstmnb") == lstmnb.__version__  # what pip installed says the same
+
+
 @pytest.mark.slow
 def test_the_wheel_carries_the_series_and_runs_it_from_any_folder(tmp_path):
     """Build the wheel (no network: this Python's setuptools), unpack it as an installation would, and from an
@@ -68,6 +87,11 @@ def test_the_wheel_carries_the_series_and_runs_it_from_any_folder(tmp_path):
     for needed in ("lstmnb/profiles/quick.yaml", "lstmnb/published_figures.yaml", "lstmnb/prices.yaml",
                    "lstmnb/reference_records/h100-cli-runs.jsonl"):
         assert needed in names
+    import lstmnb
+
+    assert f"lstmnb-{lstmnb.__version__}.dist-info/METADATA" in names
+    licence = next(n for n in names if n.endswith("LICENSE"))
+    assert "MIT License" in zipfile.ZipFile(wheel).read(licence).decode()
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     empty = tmp_path / "empty"

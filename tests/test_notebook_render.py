@@ -59,6 +59,27 @@ def test_a_notebook_whose_runs_were_all_skipped_is_skipped(tmp_path):
     page = write_index(result).read_text()
     assert "<td>04_single_gpu</td><td>skipped (no CUDA GPU visible on this machine)</td>" in page
     assert "<td>03_cpu_baseline</td><td>ok</td>" in page
+    # the reading order: every notebook in series order with its question
+    order = page.split("<ol>")[1].split("</ol>")[0]
+    assert order.index("03_cpu_baseline") < order.index("04_single_gpu") and "training time on your CPU" in order
+
+
+def test_the_printed_summary_is_readable_at_100_columns(tmp_path, capsys):
+    """A long skip reason goes beneath the table, wrapped; the table's rows stay short."""
+    from lstmnb.cli.notebooks_cmd import print_series
+
+    reason = ("no usable CUDA GPU on this machine (torch 2.13.0+cpu, CUDA build: none); the GPU notebooks ran "
+              "their cells and recorded every GPU run as skipped with this reason, so the report shows them "
+              "as skipped, never as a number")
+    runs = [NotebookRun("03_cpu_baseline", "ok", 9.0, html=tmp_path / "03_cpu_baseline.html"),
+            NotebookRun("04_single_gpu", "skipped", 4.0, html=tmp_path / "04_single_gpu.html", reason=reason)]
+    print_series(SeriesResult("ci", tmp_path / "a-long-run-folder-name" / "20260101-000000", tmp_path, runs))
+    out = capsys.readouterr().out
+    table = out.split("\nrun folder")[0]
+    assert max(len(line) for line in table.splitlines()) <= 100, table
+    assert "04_single_gpu skipped: no usable CUDA GPU" in out
+    assert " ".join(reason.split()) in " ".join(table.split())  # every word of it, wrapped
+    assert "04_single_gpu.html" in table and str(tmp_path) not in table  # the HTML by name; the folder below
 
 
 @pytest.mark.slow
@@ -73,3 +94,63 @@ def test_series_index_lists_a_skipped_gpu_notebook_as_skipped(tmp_path):
     (run,) = result.runs
     assert run.status == "skipped" and "no usable CUDA GPU" in run.reason and result.ok
     assert f"<td>04_single_gpu</td><td>skipped ({run.reason}" in (result.run_dir / "index.html").read_text()
+
+
+def test_the_kernels_transport_is_encrypted_where_jupyter_can():
+    """The runner asks jupyter_client for CurveZMQ keys (so ipykernel logs no "running over TCP without
+    encryption" line) exactly where both sides can; elsewhere it leaves the default."""
+    import zmq
+    from jupyter_client.manager import KernelManager
+
+    from lstmnb.notebooks.runner import kernel_config
+
+    config = kernel_config()
+    can = "transport_encryption" in KernelManager.class_traits() and zmq.has("curve")
+    assert (config.KernelManager.get("transport_encryption") == "auto") == can
+    if can:
+        assert KernelManager(config=config).transport_encryption == "auto"
+
+
+# --- the run folder as a site (issue 32) -----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_the_site_puts_the_report_first_marks_skipped_notebooks_and_has_search(tmp_path):
+    """A site built from real executed notebooks (tiny ones written here, run by nbclient on the kernel):
+    the report first in the table of contents, every notebook a page, a skipped one marked with its reason,
+    the hidden parameters hidden, search, and links relative so that file:// works."""
+    pytest.importorskip("sphinx")
+    pytest.importorskip("myst_nb")
+    pytest.importorskip("sphinx_book_theme")
+    import nbformat
+    from nbclient import NotebookClient
+
+    from lstmnb.notebooks.site import build_site
+
+    runs = []
+    for name, text, status, reason in (
+            ("03_cpu_baseline", "print('cpu epochs done')", "ok", None),
+            ("04_single_gpu", "print('gpu runs recorded as skipped')", "skipped", "no CUDA GPU visible here"),
+            ("06_analysis", "print('the headline: cpu only')", "ok", None)):
+        nb = nbformat.v4.new_notebook()
+        hidden = nbformat.v4.new_code_cell("secret_setting = 1")
+        hidden.metadata["tags"] = ["parameters", "remove-cell"]
+        nb.cells = [nbformat.v4.new_markdown_cell(f"# {name}"), hidden, nbformat.v4.new_code_cell(text)]
+        NotebookClient(nb, kernel_name="python3", timeout=60).execute()
+        path = tmp_path / f"{name}.ipynb"
+        nbformat.write(nb, path)
+        runs.append(NotebookRun(name, status, 1.0, notebook=path, reason=reason))
+    index = build_site(SeriesResult("ci", tmp_path, tmp_path / "results", runs))
+    site = index.parent
+    assert index == tmp_path / "site" / "index.html"
+    page = index.read_text()
+    first = page.index('href="06_analysis.html"')
+    assert first < page.index('href="03_cpu_baseline.html"') < page.index('href="04_single_gpu.html"')
+    assert "04 single gpu (skipped)" in page and "no CUDA GPU visible here" in page
+    for name, text in (("03_cpu_baseline", "cpu epochs done"), ("06_analysis", "the headline: cpu only")):
+        assert text in (site / f"{name}.html").read_text()  # the stored output, not re-executed
+    gpu = (site / "04_single_gpu.html").read_text()
+    assert "This notebook was <strong>skipped</strong>: no CUDA GPU visible here" in gpu
+    assert "secret_setting" not in gpu  # the hidden parameters cell stays hidden
+    assert (site / "search.html").exists() and "06_analysis" in (site / "searchindex.js").read_text()
+    assert 'src="/' not in page and 'href="/' not in page  # relative links: opens from file://
+    assert not list(tmp_path.glob(".site-src-*"))  # the sources were temporary

@@ -187,7 +187,7 @@ def test_a_dying_rank_fails_the_run_fast_and_leaves_only_complete_files(tmp_path
     assert time.monotonic() - t0 < 45
     state = read_checkpoint(str(tmp_path / "ck.pt"))  # the last complete checkpoint (its checksum holds)
     assert state["epoch"] in (1, 2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.pt"]  # no half-written temporary
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.pt", "ck.pt.sha256"]  # no half-written temporary
 
 
 @pytest.mark.slow

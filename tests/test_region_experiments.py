@@ -96,7 +96,10 @@ def test_region_scaling_compares_equal_total_threads(small_store, tmp_path, caps
                and r["threads"]["used"] == r["threads"]["per_rank"] for r in (one1, one2, tiles))
     assert "world_size" not in tiles  # the report's multi-device findings are about DDP and DataParallel runs
     assert tiles["timing"]["one_process_step_s"] == one2["timing"]["step_s"]
-    assert tiles["region"]["speedup"] == pytest.approx(one2["timing"]["step_s"] / tiles["timing"]["step_s"])
+    if one2["timing"]["step_s"] > one1["timing"]["step_s"]:  # the 2-thread baseline was slowed by busy cores
+        assert tiles["region"]["speedup"] is None and "ran slower than one of 1" in tiles["region"]["speedup_withheld"]
+    else:
+        assert tiles["region"]["speedup"] == pytest.approx(one2["timing"]["step_s"] / tiles["timing"]["step_s"])
     np.testing.assert_allclose(tiles["metrics"]["losses"], one1["metrics"]["losses"], rtol=1e-5)
     np.testing.assert_allclose(one2["metrics"]["losses"], one1["metrics"]["losses"], rtol=1e-5)
     assert tiles["region"]["rank_cells"] == [8, 4]  # three rows over two ranks: 2 and 1 rows of 4 cells

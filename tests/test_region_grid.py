@@ -112,6 +112,7 @@ def test_train_box_scores_every_cell_and_draws_the_map(small_store, tmp_path, ca
                                    "longitude": [279.0, 279.25, 279.5, 279.75, 280.0]}
     maps = record_maps(rec)
     assert dict(maps.sizes) == {"latitude": 5, "longitude": 5}
+    assert rec["data"]["kind"] == "synthetic" and maps.attrs["data_kind"] == "synthetic"  # a copy of the sample
     # the cells' scores pooled over their targets are the run's own test figures
     m = rec["metrics"]
     for name, key in (("model", "test_rmse_k"), ("persistence", "persistence_rmse_k"),

@@ -55,6 +55,10 @@ def test_sweep_stops_a_variant_at_the_budget():
     assert list(df[df["variant"] == "sparse"]["status"]) == ["predicted"] * 5
     fig = plot_memory(df, budget)
     assert len(fig.axes) == 2
+    # predicted only (run=False): the legend names the predicted lines and the budget, nothing that was not drawn
+    memory_axis, time_axis = fig.axes
+    assert memory_axis.get_legend_handles_labels()[1] == ["dense predicted", "sparse predicted", "budget"]
+    assert time_axis.get_legend() is None
 
 
 def test_bad_cases_are_config_errors():

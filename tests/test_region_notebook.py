@@ -20,7 +20,7 @@ def test_notebook_08_shape():
     assert cells[0].cell_type == "markdown" and cells[0].source.startswith("# 08 ")
     for words in ("What it shows", "What it needs", "How long it takes"):
         assert words in cells[0].source
-    assert '"google.colab" in sys.modules' in cells[1].source and "REPO_URL = " in cells[1].source
+    assert '"google.colab" in sys.modules' in cells[1].source and "remove-cell" in cells[1].metadata.get("tags", [])
     tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1 and cells.index(tagged[0]) == 2
     for c in cells:

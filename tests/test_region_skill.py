@@ -170,6 +170,12 @@ def test_maps_give_every_panel_its_own_scale_and_difference_panels_a_scale_centr
     assert fig._suptitle.get_text() == "title naming what, lead and period"
     with pytest.raises(ConfigError, match="panel kind 'ratio' is not one of level, difference, skill"):
         plot_panels([Panel("a", maps["a"], "K", "ratio")], "t")
+    # skill scores share the scale -1..1 (their best is 1), so a panel is not saturated by its own largest value;
+    # values below -1 are clipped and the colour bar says so
+    skill = to_map({"s": np.linspace(0.2, 0.3, 6), "t": np.linspace(-2.0, 0.5, 6)}, grid)
+    fig = plot_panels([Panel("s", skill["s"], "skill", "skill"), Panel("t", skill["t"], "skill", "skill")], "t")
+    assert [ax.collections[0].get_clim() for ax in fig.axes[:2]] == [(-1.0, 1.0), (-1.0, 1.0)]
+    assert [cb.extend for cb in (ax.collections[0].colorbar for ax in fig.axes[:2])] == ["neither", "min"]
 
 
 def test_bad_region_skill_input(small_box):

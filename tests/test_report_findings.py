@@ -154,20 +154,23 @@ def test_mixed_records_make_one_report(own_records, reference, published):
     assert here in set(rows["column"])
     assert (rows[rows["source"] == report.REFERENCE]["column"].str.endswith("· reference")).all()
     real = rows[rows["column"] == here].iloc[0]
-    assert real["problem"] == "window 12, hidden 8" and real["setting"] == "published setting · fast input"
+    assert real["problem"] == "window 12, hidden 8, split 70/15/15" and real["setting"] == "published setting · fast input"
 
     text, table = report.findings(own, published, reference)
     assert "measured here: 5 records from 2 machines" in text
     assert "CUDA on laptop skipped, not measured (1 record: no CUDA GPU visible" in text
     assert "no GPU runs measured here (the GPU rows shown are lstmnb's reference records)" in text
-    assert table.loc[here, "problem"] == "window 12, hidden 8"
+    assert table.loc[here, "problem"] == "window 12, hidden 8, split 70/15/15"
     assert table.loc[here, "x own machine's CPU, like for like"] == "—"
     assert table.loc["CPU · laptop", "like for like s"] == pytest.approx(135.0)
 
     # the seconds chart: every source on one log axis, one point per row and epochs count, grouped by problem
     chart = report.seconds_chart(rows, published)
     assert chart.ok and set(chart.data["source"]) == {report.MEASURED, report.REFERENCE, report.PUBLISHED}
-    assert set(chart.data["group"]) == {"published problem", "problem: window 12, hidden 8", "problem: 90 points"}
+    # the reference records ran the former one-layer setting on synthetic data: problems of their own
+    assert set(chart.data["group"]) == {"published problem", "problem: window 12, hidden 8, split 70/15/15",
+                                        "problem: layers 1, synthetic data, split 70/15/15",
+                                        "problem: 90 points, layers 1, synthetic data, split 70/15/15"}
     laptop = chart.data[chart.data["column"] == "CPU · laptop"]
     assert sorted(laptop["epochs"]) == [5, 10, 15] and sorted(laptop["seconds"]) == [45.0, 90.0, 135.0]
     fig = report.plot_seconds(chart)
@@ -180,7 +183,7 @@ def test_mixed_records_make_one_report(own_records, reference, published):
 
     samples = report.samples_chart(rows)
     assert samples.ok and report.PUBLISHED not in set(samples.data["source"])  # published gave seconds only
-    assert "published problem" in set(samples.data["group"]) and len(set(samples.data["group"])) == 3
+    assert "published problem" in set(samples.data["group"]) and len(set(samples.data["group"])) == 4
 
     # speedups: each GPU over its own machine's CPU, bars from 1 on a linear axis
     sp = report.speedup_chart(rows, published)
@@ -259,9 +262,16 @@ def test_notebook_06_opens_with_the_answer_and_shows_reference_records_apart(tmp
     outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
     first = "".join(outputs[0]["data"]["text/markdown"])
     assert first.startswith("**Like for like** (15 epochs at the [published setting](#published-setting)")
-    assert "H100 1.52x (reference records, vm)" in first
-    assert "image/png" in outputs[1]["data"]  # the figure right under the sentence
-    assert "".join(outputs[2]["data"]["text/markdown"]).startswith('<a id="published-setting"></a>')
+    # the reference H100 ran the former one-layer setting: not like for like, so its lesson stands beside the
+    # answer (below), labelled as another machine's, and never in the like-for-like sentence
+    assert "H100" not in first
+    # right under it, what the answer rests on and the measured eager-vs-graph lesson, then the figure
+    context = "".join(outputs[1]["data"]["text/markdown"])
+    assert context.startswith("**What the published ratio rests on.**") and "Tied, not ranked" in context
+    assert "**Eager against a CUDA graph, measured** (reference records: lstmnb on an H100 (vm)" in context
+    assert "the eager H100 is 1.52x its own CPU on the DataLoader path" in context
+    assert "image/png" in outputs[2]["data"]
+    assert "".join(outputs[3]["data"]["text/markdown"]).startswith('<a id="published-setting"></a>')
     page = (result.run_dir / "06_analysis.html").read_text()
     answer = page.index("Like for like")
     assert "google.colab" not in page and "results_paths = " not in page.split("This page")[0]  # hidden cells

@@ -280,7 +280,7 @@ def test_killed_first_build_is_swept_and_a_damaged_sample_rebuilt(tmp_path, monk
     flipped.write_bytes(intact[:100] + bytes([intact[100] ^ 0x04]) + intact[101:])  # one bit, same size
     csv = tmp_path / "out.csv"
     capsys.readouterr()
-    assert main(["data", "--refresh", "--end", "2020-01-14", "--no-progress", "--csv", str(csv)]) == 0
+    assert main(["data", "--source", "sample", "--refresh", "--end", "2020-01-14", "--no-progress", "--csv", str(csv)]) == 0
     err = capsys.readouterr().err
     assert "1 file(s) missing (2m_temperature/100.0.0)" in err
     assert "2 file(s) cut or changed, by size or checksum (2m_temperature/200.0.0, 2m_temperature/250.0.0)" in err

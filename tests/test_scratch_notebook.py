@@ -13,7 +13,7 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "07_from_scratch_
 def test_notebook_is_committed_clean_with_a_parameters_cell():
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert nb.cells[0].cell_type == "markdown" and "How long it takes" in nb.cells[0].source
-    assert "google.colab" in nb.cells[1].source and "REPO_URL = " in nb.cells[1].source
+    assert "google.colab" in nb.cells[1].source and "remove-cell" in nb.cells[1].metadata.get("tags", [])
     assert "parameters" in nb.cells[2].metadata.get("tags", [])
     for cell in nb.cells:
         if cell.cell_type == "code":

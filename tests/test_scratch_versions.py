@@ -15,7 +15,7 @@ import pytest
 
 from lstmnb.errors import ConfigError, DataError, DeviceError
 from lstmnb.scratch import LSTMShape, ScratchConfig, fit, mse
-from lstmnb.scratch.bench import evaluate, versions_table
+from lstmnb.scratch.bench import evaluate, format_versions, versions_table
 from lstmnb.scratch.data import DATASETS, airline_passengers, default_window, load_airline, load_data, prepare_series
 from lstmnb.records import read_records
 
@@ -128,6 +128,9 @@ def test_gpu_versions_without_a_gpu_are_clear_errors_and_skipped_rows_while_the_
     for v in ("numba-cuda", "numba-cuda-block"):
         assert recs[v]["reason"].startswith("numba.cuda cannot start: ")
         assert f"numba {numba.__version__}" in recs[v]["reason"] and "numba-cuda " in recs[v]["reason"]
+    # the printed table says one reason once: numba-cuda-block's row points at numba-cuda's
+    printed = format_versions(table)
+    assert printed.count(recs["numba-cuda"]["reason"]) == 1 and "the same reason as numba-cuda" in printed
     ok = recs["numpy"]
     assert ok["experiment"] == "scratch_versions" and ok["status"] == "ok"
     assert ok["timing"]["epochs"] == 2 and ok["timing"]["run_s"] > 0 and ok["timing"]["compile_s"] >= 0
@@ -135,6 +138,8 @@ def test_gpu_versions_without_a_gpu_are_clear_errors_and_skipped_rows_while_the_
     assert ok["config"]["hidden"] == 32 and ok["data"]["source"] == "airline_passengers"
     assert ok["data"]["sizes"] == {"train": 88, "val": 10, "test": 9}
     assert len(ok["epochs"]) == 2
+    assert ok["backends"] == {"math": "float64"}  # what its matrix products ran in (ScratchConfig's dtype)
+    assert table.loc["numpy", "math"] == "float64"
 
 
 def test_unknown_version_and_bad_config_name_the_choices():
@@ -249,3 +254,39 @@ def test_cli_lists_every_version():
     from lstmnb.scratch.fit import VERSIONS
 
     assert SCRATCH_VERSIONS == VERSIONS
+
+
+def test_records_and_the_table_say_which_math_each_version_ran_in(tmp_path):
+    from lstmnb.scratch.bench import format_versions
+
+    path = tmp_path / "runs.jsonl"
+    table = versions_table(["numpy", "torch"], ScratchConfig(epochs=1, dtype="float32"), repeats=1, record_path=path)
+    recs = {r["version"]: r for r in read_records(path)}
+    for v in ("numpy", "torch"):
+        assert recs[v]["status"] == "ok" and recs[v]["backends"] == {"math": "float32"}
+    text = format_versions(table)
+    assert "math" in text.splitlines()[0] and all(" float32 " in line for line in text.splitlines()[1:3])
+
+
+@pytest.mark.gpu
+def test_torch_cuda_runs_ieee_float32_and_its_record_says_so(tmp_path):
+    """The versions table's float32 comparison: torch-cuda with cuDNN's TF32 off follows NumPy's float32
+    trajectory as closely as the CPU float32 versions do, and its record's backends say float32."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    X, y = toy()
+    cfg = ScratchConfig(hidden=SHAPE.hidden, epochs=2, batch_size=8, dtype="float32")
+    ref = fit("numpy", SHAPE, X, y, cfg)
+    before = torch.backends.cudnn.allow_tf32
+    got = fit("torch-cuda", SHAPE, X, y, cfg)
+    assert torch.backends.cudnn.allow_tf32 == before  # restored after the run
+    assert got.backends["math"] == "float32" and got.backends["tf32"]["cudnn_allow_tf32"] is False
+    assert got.backends["lstm_math"] == "float32" and "cudnn" in got.backends
+    np.testing.assert_allclose(got.step_losses, ref.step_losses, rtol=1e-4)
+    path = tmp_path / "runs.jsonl"
+    versions_table(["numpy", "torch-cuda"], ScratchConfig(epochs=1, dtype="float32"), repeats=1, record_path=path)
+    rec = {r["version"]: r for r in read_records(path)}["torch-cuda"]
+    assert rec["status"] == "ok" and rec["backends"]["math"] == "float32"
+    assert rec["backends"]["tf32"]["cudnn_allow_tf32"] is False

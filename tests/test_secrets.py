@@ -46,7 +46,7 @@ def test_train_and_doctor_leak_no_secret(secret_env, tmp_path):
     assert train.returncode == 0, train.stderr[-2000:]
     doctor = subprocess.run([sys.executable, "-m", "lstmnb", "doctor"], env=env, capture_output=True, timeout=300)
     written = _written(out)
-    assert {Path(p).name for p in written} == {"runs.jsonl", "c.pt"}
+    assert {Path(p).name for p in written} == {"runs.jsonl", "c.pt", "c.pt.sha256"}
     logs = {"train stdout": train.stdout, "train stderr": train.stderr, "doctor": doctor.stdout + doctor.stderr}
     assert _leaks({**written, **logs}, canaries) == []
 

@@ -85,7 +85,8 @@ def test_skill_table_records_and_notebook_02_share_one_definition(tmp_path, caps
     nb_dir = tmp_path / "nb"
     papermill.execute_notebook(
         str(NOTEBOOK), str(tmp_path / "02.ipynb"), kernel_name="python3", progress_bar=False, cwd=str(tmp_path),
-        parameters={"points": [[40, -80], [35, 281.75]], "end": "2020-01-31", "window": 12, "hidden": 8, "fit_epochs": 2,
+        parameters={"source": "sample", "points": [[40, -80], [35, 281.75]], "end": "2020-01-31", "window": 12,
+                    "hidden": 8, "fit_epochs": 2, "fit_split_dates": None,
                     "skill_leads": [1, 3], "device": "cpu", "results": str(nb_dir / "results"), "output_dir": str(nb_dir)},
     )
     figure = pd.read_csv(nb_dir / "tables" / "02_skill.csv")

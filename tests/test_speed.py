@@ -64,3 +64,49 @@ def test_unknown_contender():
 
 def test_mfu_prints_with_the_digits_it_needs():
     assert (mfu_text(0.005), mfu_text(0.0123), mfu_text(0.37), mfu_text(float("nan"))) == ("0.5%", "1.2%", "37%", "-")
+
+
+def test_gemm_rate_counts_two_size_cubed_flops_per_gemm():
+    from lstmnb.experiments.speed import gemm_rate
+
+    assert gemm_rate(1000, 1, 0.5) == pytest.approx(4e9)
+    assert gemm_rate(2048, 30, 30 * 1e-4) == pytest.approx(2 * 2048**3 / 1e-4)
+
+
+def test_matmul_rate_refuses_an_empty_sample():
+    from lstmnb.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="gemms=0"):
+        matmul_rate("cpu", size=8, gemms=0)
+
+
+@pytest.mark.gpu
+def test_reference_rate_matches_back_to_back_gemms_timed_with_cuda_events():
+    """The MFU denominator against 40 GEMMs queued back to back between two CUDA events (one sync):
+    ratio ~1, where one GEMM between two full synchronisations reads low on fast GPUs."""
+    import statistics
+
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from lstmnb.experiments.speed import gemm_rate
+
+    dev, size, n = torch.device("cuda", 0), 2048, 40
+    rate = matmul_rate(dev, size=size, precision="tf32")
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        a, b = torch.randn(size, size, device=dev), torch.randn(size, size, device=dev)
+        rates = []
+        for _ in range(5):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(n):
+                a @ b
+            end.record()
+            end.synchronize()
+            rates.append(gemm_rate(size, n, start.elapsed_time(end) / 1e3))
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert 0.85 <= rate / statistics.median(rates) <= 1.15

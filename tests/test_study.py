@@ -111,12 +111,14 @@ def test_skill_on_the_study_data_per_point_puts_both_models_on_the_same_hours(tm
     from lstmnb import records, report
     from lstmnb.training import run
 
-    small = dict(epochs=1, hidden=8, progress=False, device="cpu")
-    run(Request(), preset_config("published", num_workers=0, **small), results=tmp_path)
-    run(Request(), preset_config("recommended", split_dates=("2020-10-01", "2021-01-01"), **small), results=tmp_path)
-    run(Request(source="sample", end="2020-03-31"), preset_config("recommended", **small), results=tmp_path)
+    small = dict(epochs=1, progress=False, device="cpu")
+    run(Request(), preset_config("published", num_workers=0, **small), results=tmp_path)  # the study's model
+    run(Request(), preset_config("published", batch_size=256, **small), results=tmp_path)  # another setting: left out
+    run(Request(), preset_config("recommended", split_dates=("2020-10-01", "2021-01-01"), hidden=8, **small),
+        results=tmp_path)
+    run(Request(source="sample", end="2020-03-31"), preset_config("recommended", hidden=8, **small), results=tmp_path)
     table = report.study_skill_table(records.load_records([tmp_path]))
-    assert list(table["forecast"].unique()) == ["the study's model, 1 epochs", "recommended (lstmnb)"]
+    assert list(table["forecast"].unique()) == ["the study's model, 1 epoch", "recommended (lstmnb)"]
     assert list(table["point"].unique()) == ["40,280", "20,280"] and set(table["lead h"]) == {1}
     for _, g in table.groupby("point"):  # the same target hours: the same persistence for both forecasts
         assert np.ptp(g["persistence RMSE K"]) < 1e-9

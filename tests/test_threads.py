@@ -94,6 +94,7 @@ def _stop(procs) -> None:
         proc.join()
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins busy child processes to cores: Linux only")
 def test_beside_busy_processes_the_run_backs_off():
     """Every core but one kept busy by a spinning child: whatever else runs here, those cores are busy for
     the whole window, so the policy leaves them and takes one thread."""
@@ -109,6 +110,7 @@ def test_beside_busy_processes_the_run_backs_off():
     assert (choice["used"], choice["policy"]) == (1, "reduced for load")
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins busy child processes to cores: Linux only")
 def test_after_a_job_ends_the_run_takes_the_cores_it_left():
     """A job that kept every core busy has just ended: the policy's choice is one the machine gets without
     it (other processes' load measured just before the job, give or take 0.3 of a core for their own

@@ -36,7 +36,7 @@ def add_bench(sub, full: bool) -> None:
 def _bench_speed(kinds, full: bool) -> None:
     p = kinds.add_parser(
         "speed", help="time to a target validation RMSE, samples/s and model FLOPs utilisation of three settings",
-        description="Trains the published setting (DataLoader, batch 64), the same model and batch on the fast "
+        description="Trains the published setting (DataLoader, batch 128, two layers), the same model and batch on the fast "
                     "path, and the recommended fast setting, alternating them over repeats, and prints medians: "
                     "samples/s, seconds per epoch, seconds to a target validation RMSE (default 10%% below "
                     "persistence), training FLOP/s as a fraction of this machine's measured float32 matmul rate, "

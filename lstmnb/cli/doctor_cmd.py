@@ -58,7 +58,7 @@ def _run_deep(profiles: list[str]) -> bool:
     from ..profiles import load_profile
     from ..selfcheck import deep_check, deep_ready
 
-    print(f"\ndeep check (real jobs, under 2 minutes)\n{'device':<12}{'job':<18}{'status':<9}{'seconds':>8}  detail")
+    print(f"\ndeep check (real jobs, about 2 minutes plus a few seconds per further GPU)\n{'device':<12}{'job':<18}{'status':<9}{'seconds':>8}  detail")
 
     def show(job) -> None:
         secs = f"{job.seconds:8.1f}" if job.seconds is not None else f"{'-':>8}"

@@ -72,15 +72,32 @@ def _check_notebooks_run(args) -> None:
     check_cache()
 
 
-def print_series(result) -> None:
+def print_series(result, width: int = 100) -> None:
+    """The series' outcome, readable at ``width`` columns: one short row per notebook (its HTML by name:
+    the run folder is printed below), then each skipped or failed notebook's reason wrapped beneath."""
+    import textwrap
+
+    import pandas as pd
+
     from ..report import format_table
 
+    table = pd.DataFrame([{"notebook": r.name, "status": r.status,
+                           "seconds": round(r.seconds, 1) if r.seconds is not None else None,
+                           "html": r.html.name if r.html else ""} for r in result.runs]).set_index("notebook")
     print()
-    print(format_table(result.table(), floatfmt="{:,.1f}"))
+    print(format_table(table, floatfmt="{:,.1f}"))
+    for r in result.runs:
+        why = r.reason if r.status == "skipped" else r.error if r.status == "failed" else None
+        if why:
+            print(textwrap.fill(f"{r.name} {r.status}: {why}", width, subsequent_indent="    "))
     print(f"\nrun folder  {result.run_dir}")
     print(f"records     {result.results}")
     if result.report:
         print(f"report      {result.report}")
+    if result.site:
+        print(f"site        {result.site}  (the report first, every notebook a page, search)")
+    elif result.site_note:
+        print(f"site        {result.site_note}")
 
 
 def _run_notebooks(args) -> int:

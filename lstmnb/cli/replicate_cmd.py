@@ -47,10 +47,8 @@ def _run_replicate(args) -> int:
 
     record = replication.replicate(args.epochs, device=args.device, results=results_path(args), progress=args.progress)
     table = replication.loss_table(record)
-    shown = table.assign(**{"difference vs CARC": table["difference vs CARC"].map(
-        lambda v: "" if pd.isna(v) else f"{v:+.0%}")}).set_index("epoch")
     with pd.option_context("display.width", 100):
-        print(format_table(shown, floatfmt="{:.4f}").replace("NaN", "   "))
+        print(format_table(replication.shown_table(table)))
     print()
     print(replication.verdict(record))
     m, t = record["metrics"], record["timing"]

@@ -80,9 +80,10 @@ def check_training(cfg, request, results) -> None:
         check_world_size(ddp_device_kind(cfg.device), cfg.nproc)
     if cfg.checkpoint:
         check_writable(cfg.checkpoint, "file", "--checkpoint")
-        if cfg.resume and Path(cfg.checkpoint).exists():
-            from ..training.checkpoints import load_checkpoint
+        from ..training.checkpoints import load_checkpoint, refuse_replacing
 
+        refuse_replacing(cfg)  # a new run given a path that holds a checkpoint: one line, before any work
+        if cfg.resume and Path(cfg.checkpoint).exists():
             load_checkpoint(cfg.checkpoint, cfg)
     check_results(results)
     check_cache()
@@ -256,7 +257,7 @@ def _run_quickstart(args) -> int:
     print(f"\n== 2/2  the notebook series, profile {args.profile}")
     series = run_series(args.profile, runs_dir=args.runs_dir)
     print_series(series)
-    print(f"\nopen the report: {series.report}")
+    print(f"\nopen the report: {series.site or series.report}")
     return 0
 
 

@@ -95,8 +95,21 @@ class StoreRef:
 
 
 def data_kind(source: str) -> str:
-    """``synthetic`` for the sample store, ``real`` for every other source (ERA5 itself or a user's store)."""
-    return "synthetic" if isinstance(source, str) and source.strip() == SAMPLE else "real"
+    """``synthetic`` for the sample store and for a local copy of it (a store whose attributes carry the
+    sample's seed, as ``write_sample`` writes them), ``real`` for every other source."""
+    if not isinstance(source, str):
+        return "real"
+    if source.strip() == SAMPLE:
+        return "synthetic"
+    path = Path(source).expanduser()
+    for name, pick in ((".zattrs", lambda d: d), ("zarr.json", lambda d: d.get("attributes") or {})):
+        try:
+            attrs = pick(json.loads((path / name).read_text(encoding="utf-8")))
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(attrs, dict) and "lstmnb_sample_seed" in attrs:
+            return "synthetic"
+    return "real"
 
 
 def resolve_source(source: str = STUDY, storage_options: dict | None = None) -> StoreRef:

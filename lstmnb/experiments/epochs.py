@@ -13,7 +13,8 @@ from ..training import train, with_overrides
 def epochs_experiment(windows, data_info: dict[str, Any], base_cfg, epochs_list: Iterable[int],
                       input_paths: Iterable[str] = ("fast", "dataloader"), *, results,
                       repeats: int = 1, experiment: str = "epochs") -> list[dict[str, Any]]:
-    """Train one run per (input path, epochs, repeat) as in the published table, appending each record.
+    """Train one run per (input path, epochs, repeat) as in the published table, appending each record;
+    the repeats alternate (all rows once, then all again).
 
     Each epochs value is a run of its own, warm-up included, because that is what the published
     table timed. Returns the records (also appended to ``results`` unless it is None).
@@ -24,9 +25,11 @@ def epochs_experiment(windows, data_info: dict[str, Any], base_cfg, epochs_list:
     if repeats < 1:
         raise ConfigError(f"repeats={repeats!r} must be >= 1")
     recorder = Recorder(results)
-    for path in input_paths:
-        for epochs in epochs_list:
-            for _ in range(repeats):
+    # repeats alternate: every (input path, epochs) once before any twice, so that a minute in which other
+    # processes keep the cores busy slows one repeat of several rows, not every repeat of one row
+    for _ in range(repeats):
+        for path in input_paths:
+            for epochs in epochs_list:
                 cfg = with_overrides(base_cfg, input_path=path, epochs=epochs, experiment=experiment)
                 recorder.add(train(windows, cfg, data_info=data_info).record)
     return recorder.records

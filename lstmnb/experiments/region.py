@@ -204,6 +204,14 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
         step = statistics.median(g["step_s"] for g in got)
         one_step = statistics.median(g["step_s"] for g in runs[("one process", w)])
         speedup = one_step / step if step > 0 else math.nan
+        # no speed-up from a baseline that ran slower than the same work on fewer threads: its threads shared
+        # cores with other processes (they spin), so the ratio would measure the load, not the sharding
+        fewest = statistics.median(g["step_s"] for g in runs[("one process", sizes[0])])
+        withheld = None
+        if mode != "one process" and w > sizes[0] and one_step > fewest:
+            withheld = (f"no speed-up: one process of {w} threads ({one_step:.3g} s a step) ran slower than one of "
+                        f"{sizes[0]} ({fewest:.3g} s), so its cores were busy with other work")
+            speedup = math.nan
         losses = got[0]["losses"]
         diff = float(np.max(np.abs(np.subtract(losses, reference)) / np.abs(reference)))
         ranks = 1 if mode == "one process" else w
@@ -222,10 +230,11 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
             metrics={"losses": losses, "final_loss": losses[-1], "loss_rel_diff_vs_one": diff},
             region={"mode": mode, "cells": int(data.n_cells), "rank_cells": np.atleast_1d(got[0]["cells"]).tolist(),
                     "bytes_sent_per_step": np.atleast_1d(got[0]["bytes_sent_per_step"]).tolist(),
-                    "step_s": step, "speedup": speedup, "total_threads": w}))
+                    "step_s": step, "speedup": None if math.isnan(speedup) else speedup, "total_threads": w,
+                    **({"speedup_withheld": withheld} if withheld else {})}))
         rows.append({"mode": mode, "threads": w, "ranks": ranks, "step_s": step, "one_process_step_s": one_step,
                      "speedup": speedup, "max_halo_bytes_per_step": max(rec["region"]["bytes_sent_per_step"]),
-                     "final_loss": losses[-1], "loss_rel_diff": diff})
+                     "final_loss": losses[-1], "loss_rel_diff": diff, "note": withheld or ""})
     out = pd.DataFrame(rows)
     out.attrs.update(records=recorder.records, threads=policy)
     return out

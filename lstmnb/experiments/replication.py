@@ -54,6 +54,16 @@ def loss_table(record: dict[str, Any], published: dict[str, Any] | None = None) 
     return pd.DataFrame(rows, columns=["epoch", "lstmnb", "study (CARC)", "study (Colab)", "difference vs CARC"])
 
 
+def shown_table(table: pd.DataFrame) -> pd.DataFrame:
+    """``loss_table`` as people read it: epochs as the index, losses to 4 decimals, the difference in percent,
+    blank where the study printed nothing."""
+    out = pd.DataFrame(index=pd.Index(table["epoch"], name="epoch"))
+    for col in ("lstmnb", "study (CARC)", "study (Colab)"):
+        out[col] = [f"{v:.4f}" if pd.notna(v) else "" for v in table[col]]
+    out["difference vs CARC"] = [f"{v:+.0%}" if pd.notna(v) else "" for v in table["difference vs CARC"]]
+    return out
+
+
 def closeness(record: dict[str, Any], published: dict[str, Any] | None = None) -> dict[str, Any]:
     """How close the run came to the study: the largest relative difference over ``CLOSE_EPOCHS`` (those the
     run reached), whether it is within ``TOLERANCE``, and the samples per epoch of both."""

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ..device import clock, resolve_device
+from ..device import clock, indexed, resolve_device, synchronize
 from ..errors import ConfigError
 from ..profiles import load_profile
 from ..records import Recorder
@@ -68,27 +68,62 @@ def contender_settings(name: str, profile: str = "cpu") -> dict[str, Any]:
     raise ConfigError(f"contender {name!r} is not one of {', '.join(CONTENDERS)}")
 
 
+GEMMS_PER_SAMPLE = 30  # a GPU sample: back-to-back GEMMs between two CUDA events, one synchronisation
+
+
+def gemm_rate(size: int, gemms: int, seconds: float) -> float:
+    """FLOP/s of ``gemms`` square GEMMs of ``size`` done in ``seconds`` (2 size^3 FLOPs each). Pure."""
+    return 2 * size**3 * gemms / seconds
+
+
+def _gpu_sample_s(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, gemms: int) -> float:
+    """Seconds per GEMM of ``gemms`` back-to-back GEMMs timed on the GPU by CUDA events (one host sync, after
+    the last): no launch or synchronisation gap between two GEMMs is counted as GEMM time."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(gemms):
+        torch.mm(a, b, out=out)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / gemms  # elapsed_time is in milliseconds
+
+
 def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: int = 7,
-                dtype: torch.dtype = torch.float32, precision: str = "float32") -> float:
-    """Measured dense GEMM rate in FLOP/s (median of ``repeats``) on the threads torch uses now.
+                dtype: torch.dtype = torch.float32, precision: str = "float32",
+                gemms: int = GEMMS_PER_SAMPLE) -> float:
+    """Measured dense GEMM rate in FLOP/s (median of ``repeats`` samples) on the threads torch uses now.
     ``precision='tf32'`` measures float32 GEMMs on TF32 tensor cores (``torch.set_float32_matmul_precision
-    ('high')`` for the measurement only), the math cuDNN's LSTM uses on Ampere and newer by default."""
+    ('high')`` for the measurement only), the math cuDNN's LSTM uses on Ampere and newer by default.
+
+    On a GPU each sample is ``gemms`` GEMMs queued back to back and timed with CUDA events: a GEMM timed
+    alone between two full synchronisations also pays a launch and a device sync (10-20 us against a
+    50-110 us TF32 GEMM on an H100), which would lower the rate and raise MFU. On the CPU a call returns
+    when its GEMM is done, so each sample is one GEMM between two clock reads (microseconds of Python
+    against tens of milliseconds of arithmetic)."""
     dev = torch.device(device) if not isinstance(device, torch.device) else device
+    if gemms < 1 or repeats < 1:
+        raise ConfigError(f"gemms={gemms} and repeats={repeats} must be >= 1")
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
     try:
         a = torch.randn(size, size, device=dev, dtype=dtype)
         b = torch.randn(size, size, device=dev, dtype=dtype)
+        out = torch.empty(size, size, device=dev, dtype=dtype)
         for _ in range(2):
-            a @ b
+            torch.mm(a, b, out=out)
         times = []
-        for _ in range(repeats):
-            t0 = clock(dev)
-            a @ b
-            times.append(clock(dev) - t0)
+        if dev.type == "cuda":
+            with torch.cuda.device(indexed(dev)):
+                synchronize(dev)
+                times = [_gpu_sample_s(a, b, out, gemms) for _ in range(repeats)]
+        else:
+            for _ in range(repeats):
+                t0 = clock(dev)
+                torch.mm(a, b, out=out)
+                times.append(clock(dev) - t0)
     finally:
         torch.set_float32_matmul_precision(before)
-    return 2 * size**3 / statistics.median(times)
+    return gemm_rate(size, 1, statistics.median(times))
 
 
 MATH_LABELS = {"tf32": "on TF32 tensor cores, as cuDNN runs the LSTM here", "float32": "IEEE float32, as the LSTM runs here"}
@@ -170,7 +205,8 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
                           seed=base.seed + rep)
             rec = train(windows, cfg, data_info=info).record
             rec["contender"] = name
-            rec["mfu_reference"] = {"matmul_flops_per_s": rates[-1], "precision": precision}
+            rec["mfu_reference"] = {"matmul_flops_per_s": rates[-1], "precision": precision,
+                                    "gemms_per_sample": GEMMS_PER_SAMPLE if dev.type == "cuda" else 1}
             stop_if_diverged(rec, recorder.results)  # its figures would not be comparable
             recorder.add(rec)
             t, m = rec["timing"], rec["metrics"]

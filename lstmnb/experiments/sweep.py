@@ -4,7 +4,6 @@ path can be seen on any machine."""
 
 from __future__ import annotations
 
-import resource
 import signal
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -73,6 +72,12 @@ def memory_cap(cap_mb: float | None, device: torch.device) -> Iterator[None]:
     import threading
 
     from tqdm import tqdm
+
+    try:
+        import resource  # POSIX only: Windows has no data-size limit to set
+    except ImportError:
+        raise ConfigError("memory_cap_mb on cpu needs a POSIX system (Linux or macOS); use a CUDA device "
+                          "or no memory_cap_mb here") from None
 
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     old_stack, old_monitor = threading.stack_size(), tqdm.monitor_interval
@@ -150,7 +155,9 @@ def death_status(exitcode: int | None, capped: bool, batch: int, cap_mb: float) 
     the cap was set, is ``failed``: it says nothing about memory."""
     how = (f"was killed by {signal.Signals(-exitcode).name}" if isinstance(exitcode, int) and exitcode < 0
            else f"exited with status {exitcode}")
-    memory_signals = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGKILL)
+    # SIGBUS and SIGKILL exist on POSIX only
+    memory_signals = tuple(getattr(signal, n) for n in ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGKILL")
+                           if hasattr(signal, n))
     if capped and isinstance(exitcode, int) and exitcode < 0 and -exitcode in memory_signals:
         return "oom", (f"out of memory at batch_size={batch} under a {cap_mb:g} MB cap: the point's process {how} "
                        f"while capped (an allocation outside Python failed)")

@@ -1,7 +1,7 @@
 """Where the notebook series lives (its folder), and a copy of it for users who want to edit it.
 
 In a checkout the series is ``notebooks/`` beside the package; a wheel carries the same files as
-``lstmnb/series/`` (setup.py maps the folder into the package), so a plain ``pip install`` runs the series
+``lstmnb/series/`` (pyproject.toml maps the folder into the package), so a plain ``pip install`` runs the series
 from any folder.
 """
 

@@ -207,6 +207,27 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
     return prof, selected, declared, kernel_name, timeout
 
 
+def kernel_config():
+    """The notebook client's configuration: the kernel's sockets encrypted where it can be done.
+
+    ipykernel (7.x: kernelapp.py, ``init_sockets``) logs "Kernel is running over TCP without encryption"
+    at start-up whenever its TCP sockets have no CurveZMQ keys, and that line reached every run's output.
+    jupyter_client (8.10+: ``KernelManager.transport_encryption``) provisions the keys itself with
+    ``auto`` when pyzmq has Curve and the kernelspec declares ``supported_encryption: curve`` (ipykernel's
+    own spec does): so the transport is configured, not the message filtered. Older jupyter_client has no
+    such option, and ``auto`` is refused where pyzmq lacks Curve: both keep the default (unencrypted
+    loopback TCP, as before).
+    """
+    import zmq
+    from jupyter_client.manager import KernelManager
+    from traitlets.config import Config
+
+    config = Config()
+    if "transport_encryption" in KernelManager.class_traits() and zmq.has("curve"):
+        config.KernelManager.transport_encryption = "auto"
+    return config
+
+
 def run_series(
     profile: str | Profile,
     *,
@@ -258,7 +279,7 @@ def run_series(
         try:
             papermill.execute_notebook(
                 str(nb), str(partial), parameters=plans[nb], kernel_name=kernel_name, progress_bar=progress,
-                execution_timeout=timeout, cwd=None, log_output=False,
+                execution_timeout=timeout, cwd=None, log_output=False, config=kernel_config(),
             )
         except KeyboardInterrupt:
             _keep(partial, out)
@@ -278,7 +299,7 @@ def run_series(
             entry.status = "failed"
             entry.error = _describe_failure(failure, out)
             say(f"    failed after {entry.seconds:.1f} s")
-            write_index(result)
+            finish(result, html, say)
             kept = [r.name for r in runs if r.notebook is not None]
             err = NotebookError(
                 f"notebook {nb.stem} failed in {entry.error}; the series stopped. Executed notebook: "
@@ -288,8 +309,26 @@ def run_series(
             raise err from None
         entry.status, entry.reason = records_outcome(results, before)
         say(f"    {entry.summary} in {entry.seconds:.1f} s")
-    write_index(result)
+    finish(result, html, say)
     return result
+
+
+def finish(result: SeriesResult, html: bool, say: Callable[[str], None]) -> None:
+    """The run folder's ``index.html`` and, with HTML and the ``site`` extra, its site (``site/``); a site
+    that cannot be built is said in one line and recorded in ``result.site_note``, never a failed series."""
+    write_index(result)
+    if not html:
+        return
+    from .site import build_site, site_missing
+
+    result.site_note = site_missing()
+    if result.site_note is None:
+        try:
+            result.site = build_site(result)
+        except Exception as exc:  # Sphinx and its extensions raise many kinds: the notebooks ran all the same
+            result.site_note = f"no site: its build failed ({type(exc).__name__}: {exc})"
+    if result.site_note:
+        say(f"    ({result.site_note})")
 
 
 def _keep(partial: Path, out: Path) -> None:

@@ -41,6 +41,8 @@ class SeriesResult:
     run_dir: Path
     results: Path
     runs: list[NotebookRun]
+    site: Path | None = None  # the site's index.html (lstmnb.notebooks.site), when one was built
+    site_note: str | None = None  # why there is no site
 
     @property
     def ok(self) -> bool:
@@ -87,8 +89,34 @@ def records_outcome(results: Path, before: set[str]) -> tuple[str, str | None]:
     return "skipped", "; ".join(reasons)
 
 
+# the reading order the index gives: each notebook's question, by its number
+READING = {
+    "01": "the data: the study's ERA5 at its two points",
+    "02": "the model and its training, against persistence and climatology",
+    "03": "training time on your CPU with the study's setting, beside the study's CPU (and its losses)",
+    "04": "one GPU: the same training, eager and as a CUDA graph, batch and problem size",
+    "05": "data parallelism run for real (on your CPU or GPUs): DDP, scaling, the all-reduce",
+    "06": "the answer: how much faster a GPU is, what that rests on, every device side by side",
+    "07": "the LSTM from its equations, and where parallel speed comes from",
+    "08": "a whole area: neighbours, memory, sharding over ranks",
+}
+
+
+def _reading_order(result: SeriesResult) -> str:
+    """An ordered list: every notebook of the run with its question and link; 06 marked as the answer."""
+    items = []
+    for r in result.runs:
+        what = READING.get(r.name[:2])
+        name = (f"<a href={html.escape(r.html.name)!r}>{html.escape(r.name)}</a>" if r.html else html.escape(r.name))
+        items.append(f"<li>{name}{': ' + html.escape(what) if what else ''}"
+                     f"{' <b>(the answer: start here for the result)</b>' if r.name.startswith('06') else ''}</li>")
+    return ("<h2>Reading order</h2><p>Read the notebooks in this order; each ends with what it showed and "
+            f"points to the next.</p><ol>{''.join(items)}</ol>") if items else ""
+
+
 def write_index(result: SeriesResult) -> Path:
-    """``index.html`` in the run folder: a table linking each notebook's HTML, with its status."""
+    """``index.html`` in the run folder: the reading order (each notebook's question, linked), then a table
+    with each notebook's status, seconds and HTML."""
     rows = "".join(
         f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(r.summary)}</td>"
         f"<td>{'' if r.seconds is None else f'{r.seconds:.1f}'}</td>"
@@ -98,7 +126,7 @@ def write_index(result: SeriesResult) -> Path:
     )
     page = (f"<!doctype html><meta charset='utf-8'><title>lstmnb {result.profile}</title>"
             f"<h1>lstmnb notebook series, profile {html.escape(result.profile)}</h1>"
-            f"<p>results: {html.escape(str(result.results))}</p>"
+            f"<p>results: {html.escape(str(result.results))}</p>{_reading_order(result)}<h2>Runs</h2>"
             f"<table border=1 cellpadding=4><tr><th>notebook</th><th>status</th><th>seconds</th><th>HTML</th>"
             f"<th>error</th></tr>{rows}</table>")
     target = result.run_dir / "index.html"

@@ -169,8 +169,10 @@ def record_maps(record: dict) -> xr.Dataset:
         pooled[f"pooled_rmse_{name}"] = float(np.sqrt(np.sum(rmse ** 2 * targets) / targets.sum()))
     scored = ((record.get("data") or {}).get("scored") or {}).get("test") or {}
     period = f"{str(scored['first'])[:10]} .. {str(scored['last'])[:10]}" if scored.get("first") else "test part"
+    data = record.get("data") or {}
+    kind = data.get("kind") or ("synthetic" if data.get("source") == "sample" else None)
     return to_map(values, grid, attrs={**pooled, "split": "test", "units": "K", "period": period,
-                                       "lead_hours": record["skill"].get("lead_hours")})
+                                       "lead_hours": record["skill"].get("lead_hours"), "data_kind": kind})
 
 
 def flow_position(grid: Grid, heading_deg: float) -> np.ndarray:

@@ -2,8 +2,10 @@
 skill scores on a diverging scale centred on 0.
 
 One shared scale hid the result: beside climatology (several kelvin) every model panel took the same
-dark colour. So a level panel (an RMSE) is scaled to its own range, and what a comparison is about, a
-difference between two forecasts or a skill score, gets a symmetric scale around 0 (blue: better).
+dark colour. So a level panel (an RMSE) is scaled to its own range, a difference between two forecasts
+gets a symmetric scale around 0, and a skill score the fixed scale -1..1 (its best is 1; a scale set by its
+own largest value put every cell at the colour limit), lower values clipped and the colour bar saying so
+(blue: better).
 """
 
 from __future__ import annotations
@@ -45,7 +47,11 @@ def plot_panels(panels: list[Panel], title: str):
         values = np.asarray(p.data.values, dtype=np.float64)
         cols = np.arange(p.data.sizes["longitude"])  # columns in order: a box across 0E stays in one piece
         style = {"cmap": KINDS[p.kind]}
-        if p.kind != "level":
+        extend = "neither"
+        if p.kind == "skill":  # a skill score is at most 1: one scale -1..1 for every panel, lower values clipped
+            style.update(vmin=-1.0, vmax=1.0)
+            extend = "min" if np.nanmin(values) < -1 else "neither"
+        elif p.kind != "level":
             lim = float(np.nanmax(np.abs(values))) or 1.0
             style.update(vmin=-lim, vmax=lim)
         im = ax.pcolormesh(cols, p.data["latitude"].values, values, shading="nearest", **style)
@@ -53,7 +59,7 @@ def plot_panels(panels: list[Panel], title: str):
         ticks = cols[:: -(-len(cols) // 3)]  # at most three labels: they are wide
         ax.set_xticks(ticks, [f"{p.data['longitude'].values[i] % 360:g}" for i in ticks])
         ax.set_xlabel("longitude (E)")
-        fig.colorbar(im, ax=ax, label=p.label, shrink=0.85, orientation="horizontal", pad=0.2)
+        fig.colorbar(im, ax=ax, label=p.label, shrink=0.85, orientation="horizontal", pad=0.2, extend=extend)
     axes[0][0].set_ylabel("latitude")
     fig.suptitle(title, y=1.02)
     return fig
@@ -68,6 +74,8 @@ def rmse_panels(maps: xr.Dataset, names: list[str]) -> list[Panel]:
 
 
 def map_title(what: str, maps: xr.Dataset) -> str:
-    """A figure title naming ``what``, the lead and the test period of ``maps`` (from its attrs)."""
+    """A figure title naming ``what``, the lead, the test period and, where the maps say so, that their data are
+    synthetic (from its attrs)."""
     lead = maps.attrs.get("lead_hours")
-    return f"{what}, {lead} h ahead, test period {maps.attrs.get('period', 'test part')}"
+    synthetic = " (synthetic data)" if maps.attrs.get("data_kind") == "synthetic" else ""
+    return f"{what}, {lead} h ahead, test period {maps.attrs.get('period', 'test part')}{synthetic}"

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import resource
 import statistics
 import sys
 import time
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..device import proc_status_kb, reset_peak_memory, resolve_device, synchronize
+from ..device import process_peak_mb, proc_status_kb, reset_peak_memory, resolve_device, synchronize
 from ..errors import ConfigError, DeviceError
 from .model import VARIANTS, variant_config
 
@@ -145,8 +144,7 @@ def _kb_bytes(field: str) -> int | None:
 
 
 def _maxrss_bytes() -> int:
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(r if sys.platform == "darwin" else r * 1024)
+    return int((process_peak_mb() or 0) * 2**20)  # the process's all-time peak, on every system
 
 
 def run_case(case: MemoryCase) -> dict:
@@ -313,11 +311,18 @@ def plot_memory(df, budget_bytes: float | None = None):
     fig, (ax_m, ax_t) = plt.subplots(1, 2, figsize=(10, 3.8))
     for i, (variant, part) in enumerate(df.groupby("variant", sort=False)):
         colour = f"C{i}"
-        ax_m.plot(part["cells"], part["predicted_total"] / 2**20, "-", color=colour, label=f"{variant} predicted")
+        # a legend entry only for what is drawn: no finite value, no line (one point gets a marker, not a line)
+        pred = part[part["predicted_total"].notna()]
+        if len(pred):
+            ax_m.plot(pred["cells"], pred["predicted_total"] / 2**20, "-" if len(pred) > 1 else "_", ms=12,
+                      color=colour, label=f"{variant} predicted")
         ok = part[part["status"] == "ok"] if "status" in part else part
-        if len(ok) and "measured_bytes" in ok:
-            ax_m.plot(ok["cells"], ok["measured_bytes"] / 2**20, "o", color=colour, label=f"{variant} measured")
-            ax_t.plot(ok["cells"], ok["step_s"], "o-", color=colour, label=variant)
+        measured = ok[ok["measured_bytes"].notna()] if "measured_bytes" in ok else ok.iloc[:0]
+        if len(measured):
+            ax_m.plot(measured["cells"], measured["measured_bytes"] / 2**20, "o", color=colour, label=f"{variant} measured")
+        timed = ok[ok["step_s"].notna()] if "step_s" in ok else ok.iloc[:0]
+        if len(timed):
+            ax_t.plot(timed["cells"], timed["step_s"], "o-", color=colour, label=variant)
     if budget_bytes:
         ax_m.axhline(budget_bytes / 2**20, color="grey", ls="--", label="budget")
     for ax, what in ((ax_m, "peak memory of a step (MiB)"), (ax_t, "seconds per training step")):

@@ -11,19 +11,35 @@ or extracts anything. Its modules, one job each:
 - ``compare``: every source's runs as comparison rows (one median rule); each device over its own
   machine's CPU; knob effects
 - ``headline`` and ``headline_plot``: the first screen, one sentence and one figure
+- ``answer``: what that answer rests on (the study's one CPU run, flagged rows, ties within noise) and the
+  measured eager against CUDA-graph lesson
 - ``findings``: the bullets and small table under it
 - ``study_skill``: skill on the study's real data, per point: the study's model beside lstmnb's forecaster
 - ``style``: what every chart shares (one marker per source, labelled row groups, plain log ticks)
 - ``charts``: seconds and samples/s on shared log axes, speedups over the same machine's CPU
 - ``tables``, ``plots``: per-source tables and plots, loss curves, convergence, cost
-- ``scaling``, ``cost``: parallel-training and cost tables; ``repeats``: medians of alternated repeats and their flags
+- ``scaling``, ``cost``: parallel-training and cost tables
+- ``conclusions``: each notebook's closing "What this showed", written from its own results
+- ``glossary``: every word the report uses, defined once (06's end, README)
+- ``repeats``: medians of alternated repeats for 04/05 (steps, DDP runs, all-reduce sweeps) and their flags
+- ``timing_quality``: repeated runs as one row (their median), marked where repeats disagree or other
+  processes kept the cores busy
 """
 
+from .answer import TIED_WITHIN, answer_context, graph_lesson, published_basis, tied_with_fastest
 from .charts import ChartData, plot_samples_per_s, plot_seconds, plot_speedup, samples_chart, seconds_chart, speedup_chart
 from .compare import FASTEST, MEDIAN_RULE, comparison_epochs, comparison_rows, knob_effects, own_cpu_speedups
 from .cost import cost_table, load_prices, price_for
 from .devices import DEVICE_ORDER, device_label, ok_single_runs, order_devices, with_device_labels
+from .conclusions import (
+    analysis_conclusion,
+    cpu_baseline_conclusion,
+    model_conclusion,
+    region_conclusion,
+    scratch_conclusion,
+)
 from .findings import findings
+from .glossary import GLOSSARY, glossary_markdown
 from .headline import Headline, headline
 from .headline_plot import plot_headline
 from .plots import plot_convergence, plot_cost, plot_epochs_tables, plot_loss_curves, plot_speedups
@@ -70,18 +86,19 @@ from .tables import (
     speedup_table,
     status_table,
 )
+from .timing_quality import REPEATS_DISAGREE, timing_note, timing_rows
 
 __all__ = [
-    "ChartData", "DEVICE_ORDER", "FASTEST", "Headline", "LIKE_FOR_LIKE", "MEASURED", "MEDIAN_RULE", "NOTE_MARK",
-    "PUBLISHED", "PUBLISHED_PROBLEM_LABEL", "REFERENCE", "SCALING_DEFINITIONS", "allreduce_repeat_table", "allreduce_table",
-    "batch_sweep_table", "column_label", "comparison_epochs", "comparison_rows", "convergence_table", "cost_table",
+    "ChartData", "DEVICE_ORDER", "FASTEST", "GLOSSARY", "Headline", "LIKE_FOR_LIKE", "MEASURED", "MEDIAN_RULE", "NOTE_MARK",
+    "PUBLISHED", "PUBLISHED_PROBLEM_LABEL", "REFERENCE", "REPEATS_DISAGREE", "SCALING_DEFINITIONS", "TIED_WITHIN", "allreduce_repeat_table", "allreduce_table", "analysis_conclusion", "answer_context",
+    "batch_sweep_table", "column_label", "comparison_epochs", "comparison_rows", "convergence_table", "cost_table", "cpu_baseline_conclusion",
     "device_label", "device_notes", "epochs_device_table", "epochs_table", "epochs_tables", "findings",
-    "format_table", "headline", "knob_effects", "load_prices", "load_published", "load_reference_records",
-    "loss_curves", "machine_descriptions", "machines_table", "metrics_table", "ok_single_runs", "order_devices",
+    "format_table", "glossary_markdown", "graph_lesson", "headline", "knob_effects", "load_prices", "load_published", "load_reference_records",
+    "loss_curves", "machine_descriptions", "machines_table", "metrics_table", "model_conclusion", "ok_single_runs", "order_devices",
     "own_cpu_speedups", "plot_convergence", "plot_cost", "plot_epochs_tables", "plot_headline", "plot_loss_curves",
     "plot_samples_per_s", "plot_seconds", "plot_speedup", "plot_speedups", "price_for", "problem_label",
-    "provenance_table", "published_epochs_table", "published_provenance", "published_setting_definition",
-    "published_tables", "reference_files", "reference_note", "rmse_by_device", "runs_table", "samples_chart",
-    "scaling_repeat_table", "scaling_table", "seconds_chart", "setting_label", "side_by_side", "speedup_chart", "speedup_table",
-    "status_table", "study_skill_summary", "study_skill_table", "with_device_labels",
+    "provenance_table", "published_basis", "published_epochs_table", "published_provenance", "published_setting_definition",
+    "published_tables", "region_conclusion", "reference_files", "reference_note", "rmse_by_device", "runs_table", "samples_chart",
+    "scaling_repeat_table", "scaling_table", "scratch_conclusion", "seconds_chart", "setting_label", "side_by_side", "speedup_chart", "speedup_table",
+    "status_table", "study_skill_summary", "study_skill_table", "tied_with_fastest", "timing_note", "timing_rows", "with_device_labels",
 ]

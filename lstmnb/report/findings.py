@@ -15,7 +15,7 @@ from .devices import column
 from .headline import record_states
 from .provenance import machine_descriptions, machines_table, with_columns
 from .published import MEASURED, NOTE_MARK, PUBLISHED, REFERENCE, SOURCE_WORDS, device_notes
-from .settings import LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL, link
+from .settings import LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL, PUBLISHED_SETTING, link
 
 
 def _s(seconds: float) -> str:
@@ -102,7 +102,7 @@ def _graph_text(rows: pd.DataFrame) -> str | None:
 
 
 def _launch_bound_text(rows: pd.DataFrame, epochs: int | None) -> str | None:
-    """Why a GPU of the records is not faster like for like than an older GPU: at batch 64 the eager
+    """Why a GPU of the records is not faster like for like than an older GPU: at the study's small batch the eager
     step is launch-bound, which its CUDA graph pair at the published setting shows."""
     lfl = rows[rows["like_for_like"].astype(bool) & (rows["epochs"] == epochs) & (rows["device"] != "CPU")]
     effects = knob_effects(rows, "cuda_graph")
@@ -119,7 +119,7 @@ def _launch_bound_text(rows: pd.DataFrame, epochs: int | None) -> str | None:
         items.append(f"{r['device']} ({SOURCE_WORDS[r['source']]}) takes {_s(r['seconds'])} like for like, slower than "
                      + ", ".join(f"{q['device']} ({SOURCE_WORDS[q['source']]}) {_s(q['seconds'])}"
                                  for _, q in quicker.iterrows())
-                     + f": at batch 64 a training step is a few small kernels, so the eager step waits on the CPU "
+                     + f": at batch {PUBLISHED_SETTING['batch_size']} a training step is a few small kernels, so the eager step waits on the CPU "
                      f"launching them (launch-bound) and a faster GPU barely helps; captured as a CUDA graph the same "
                      f"setting takes {_s(p['seconds with'])} instead of {_s(p['seconds without'])} "
                      f"({p['without'].split(' · ')[-1]}, {p['epochs']} epochs)")

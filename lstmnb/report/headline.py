@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from .answer import TIED_WITHIN, tied_with_fastest
 from .compare import FASTEST, ROW_COLUMNS, comparison_rows, own_cpu_speedups
 from .devices import column as _column
 from .devices import order_devices
@@ -239,18 +240,21 @@ def _who(r: pd.Series) -> str:
 
 
 def _like_text(gpus: pd.DataFrame) -> str:
-    """'H100 1.52x (reference records, vm); A40 15.3x, ... (published, CARC cluster)'; a ratio across
-    machines names both."""
+    """'H100 1.52x (reference records, vm); T4† 1.17x, P100† 14.6x (published: GPUs on Google Colab, CARC
+    cluster; all over one CPU run: the study's CPU run, platform not stated)'; a ratio across machines
+    names both."""
     parts = []
     for (source, machine), g in gpus.groupby(["source", "machine"], sort=False):
         same = g[g["same_machine"].astype(bool)]
-        other = g[~g["same_machine"].astype(bool)]
         if not same.empty:
             items = ", ".join(f"{_who(r)} {_x(r['x_own_cpu'])}" for _, r in same.iterrows())
             parts.append(f"{items} ({SOURCE_WORDS[source]}, {machine})")
-        for _, r in other.iterrows():
-            parts.append(f"{_who(r)} {_x(r['x_own_cpu'])}, over a CPU on another machine ({SOURCE_WORDS[source]}: "
-                         f"{r['device']} on {machine}, CPU on {r['cpu_machine']})")
+    other = gpus[~gpus["same_machine"].astype(bool)]
+    for (source, cpu_machine), g in other.groupby(["source", "cpu_machine"], sort=False):
+        items = ", ".join(f"{_who(r)} {_x(r['x_own_cpu'])}" for _, r in g.iterrows())
+        where = ", ".join(dict.fromkeys(g["machine"]))
+        over = "all over one CPU on another machine" if len(g) > 1 else "over a CPU on another machine"
+        parts.append(f"{items} ({SOURCE_WORDS[source]}: GPUs on {where}, {over}: {cpu_machine})")
     return "; ".join(parts)
 
 
@@ -269,8 +273,13 @@ def headline_sentence(entries: pd.DataFrame, epochs: int | None) -> str:
         text += "a GPU is this much faster than its own machine's CPU: " + _like_text(gpus)
     any_gpu = like[like["device"] != "CPU"]
     if not any_gpu.empty:
-        top = any_gpu.loc[any_gpu["seconds"].idxmin()]
-        text += f". The fastest like for like is the {_who(top)} ({SOURCE_WORDS[top['source']]}, {_s(top['seconds'])})"
+        tied = tied_with_fastest(any_gpu["seconds"])
+        if len(tied) > 1:
+            text += ". Fastest like for like, tied within run-to-run noise (under " + f"{TIED_WITHIN:.0%}): " + ", ".join(
+                f"{_who(r)} ({SOURCE_WORDS[r['source']]}, {_s(r['seconds'])})" for _, r in any_gpu.loc[tied.index].iterrows())
+        else:
+            top = any_gpu.loc[any_gpu["seconds"].idxmin()]
+            text += f". The fastest like for like is the {_who(top)} ({SOURCE_WORDS[top['source']]}, {_s(top['seconds'])})"
     fast = entries[(entries["panel"] == FAST) & (entries["device"] != "CPU")]
     if not fast.empty:
         top = fast.loc[fast["seconds"].idxmin()]

@@ -97,6 +97,7 @@ def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.Da
         p = pub["from_scratch_versions"]
         t = pd.DataFrame({"seconds (5 epochs)": p["versions"], "speedup vs sequential": p.get("speedup_vs_sequential", {})})
         t.index.name = "version"
+        t = t.astype(object).where(t.notna(), "")  # the sequential row is the reference: no speedup of its own
         out[f"{PUBLISHED}: from-scratch LSTM versions ({p['task']})"] = t
     if "dataparallel_resnet18" in pub:
         p = pub["dataparallel_resnet18"]

@@ -13,23 +13,23 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-SPREAD_LIMIT = 0.20  # repeats whose (max - min) / median exceeds this disagree
-BUSY_LIMIT = 0.5  # cores other processes kept busy (device.busy_cores) from which a timing is flagged
+from .timing_quality import BUSY_CORES as BUSY_LIMIT  # cores others kept busy from which a timing is flagged
+from .timing_quality import REPEATS_DISAGREE as SPREAD_LIMIT  # slowest repeat this much above the fastest: flagged
 MIN_REPEATS = 3
 
 RULE = (f"Each row is the median of its repeats, run alternated with the other rows (setting A, B, ..., then "
-        f"A, B, ... again). A flag marks a row whose repeats differ by more than {SPREAD_LIMIT:.0%} of their "
-        f"median, that has fewer than {MIN_REPEATS} repeats, or that ran while other processes kept "
+        f"A, B, ... again). A flag marks a row whose slowest repeat took more than {SPREAD_LIMIT:.0%} longer than its "
+        f"fastest, that has fewer than {MIN_REPEATS} repeats, or that ran while other processes kept "
         f"{BUSY_LIMIT} core(s) or more busy; such a row is a rough figure, not a result.")
 
 
 def spread(values: Sequence[float]) -> float:
-    """(max - min) / median of ``values`` (NaN left out): 0 when they agree; NaN without a positive median."""
+    """(max - min) / min of ``values`` (NaN left out): how much longer the slowest repeat took than the
+    fastest (``report.timing_quality``'s rule); 0 when they agree, NaN without a positive minimum."""
     v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
-    if v.size == 0:
+    if v.size == 0 or v.min() <= 0:
         return float("nan")
-    med = float(np.median(v))
-    return float((v.max() - v.min()) / med) if med > 0 else float("nan")
+    return float((v.max() - v.min()) / v.min())
 
 
 def flag_text(n: int, spread_value: float, busy: float | None) -> str:

@@ -11,16 +11,28 @@ from __future__ import annotations
 import pandas as pd
 
 from .devices import column
+from .settings import PUBLISHED_PROBLEM, PUBLISHED_SETTING
 
 STUDY_TEST_START = "2021-01-01"
 COLUMNS = ["point", "lead h", "forecast", "runs", "model RMSE K", "persistence RMSE K", "climatology RMSE K",
            "MSE skill vs persistence", "MSE skill vs climatology"]
 
 
-def _forecast(preset: str, epochs_run) -> str:
-    if preset == "published":
-        return f"the study's model, {int(epochs_run)} epochs"
-    return f"{preset} (lstmnb)"
+# what makes a run the study's model: the published setting's optimisation and the published problem's model
+STUDY_MODEL = {**{k: PUBLISHED_SETTING[k] for k in ("batch_size", "lr", "residual", "calendar", "cycles",
+                                                     "point_weights", "blend")},
+               **{k: PUBLISHED_PROBLEM[k] for k in ("window", "hidden", "layers", "lead_hours", "horizon")}}
+
+
+def _forecast(row: pd.Series) -> str | None:
+    """'the study's model, N epochs' for a run of the study's setting, 'recommended (lstmnb)' for the
+    recommended preset, None for any other setting (left out)."""
+    if all(row.get(f"config.{k}") == v for k, v in STUDY_MODEL.items()):
+        n = int(row.get("metrics.epochs_run"))
+        return f"the study's model, {n} epoch{'s' if n != 1 else ''}"
+    if row.get("config.preset") == "recommended":
+        return "recommended (lstmnb)"
+    return None
 
 
 def study_skill_table(df: pd.DataFrame | None) -> pd.DataFrame:
@@ -38,7 +50,9 @@ def study_skill_table(df: pd.DataFrame | None) -> pd.DataFrame:
         per_point = r.get("skill.per_point")
         if not isinstance(per_point, list):
             continue
-        forecast = _forecast(str(r.get("config.preset")), r.get("metrics.epochs_run"))
+        forecast = _forecast(r)
+        if forecast is None:
+            continue
         for p in per_point:
             rows.append({"point": p.get("requested") or p["point"], "lead h": int(p["lead_hours"]), "forecast": forecast,
                          "model RMSE K": p["model_rmse_k"], "persistence RMSE K": p["persistence_rmse_k"],
@@ -53,7 +67,7 @@ def study_skill_table(df: pd.DataFrame | None) -> pd.DataFrame:
     table.insert(0, "runs", long.groupby(keys, sort=False).size())
     table = table.reset_index()
     study_first = table["forecast"].str.startswith("the study's model").map({True: 0, False: 1})
-    epochs = table["forecast"].str.extract(r"(\d+) epochs")[0].astype(float).fillna(0)
+    epochs = table["forecast"].str.extract(r"(\d+) epoch")[0].astype(float).fillna(0)
     order = pd.DataFrame({"point": table["point"].map({p: i for i, p in enumerate(dict.fromkeys(long["point"]))}),
                           "lead": table["lead h"], "study": study_first, "epochs": epochs})
     return table.loc[order.sort_values(list(order.columns), kind="stable").index, COLUMNS].reset_index(drop=True)

@@ -21,7 +21,10 @@ def epochs_table(record: dict[str, Any]) -> pd.DataFrame:
     if df.empty:
         return df
     cols = ["epoch", "train_s", "cumulative_s", "train_loss", "val_loss", "val_rmse_k", "samples_per_s"]
-    return df[[c for c in cols if c in df]].set_index("epoch")
+    df = df[[c for c in cols if c in df]].set_index("epoch")
+    if "samples_per_s" in df:  # a rate to three or four figures, not 9733.0427
+        df["samples_per_s"] = df["samples_per_s"].round(-1).astype("Int64")
+    return df
 
 
 SKILL_COLUMN = "model's MSE skill score vs row"  # 1 - MSE_model / MSE_row (training.evaluate.mse_skill_score)
@@ -45,6 +48,8 @@ def metrics_table(record: dict[str, Any]) -> pd.DataFrame:
     df = pd.DataFrame(rows).set_index("model") if rows else pd.DataFrame()
     if not df.empty and df[SKILL_COLUMN].isna().all():
         df = df.drop(columns=SKILL_COLUMN)  # a record from before the MSE skill score was recorded
+    elif not df.empty:  # a score only on the baselines' rows: the model's own rows stay blank, not NaN
+        df[SKILL_COLUMN] = df[SKILL_COLUMN].map(lambda v: "" if pd.isna(v) else f"{v:.3f}")
     return df
 
 

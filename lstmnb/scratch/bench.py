@@ -20,6 +20,7 @@ from ..windows import SPLITS, error_metrics
 from .data import ScratchData, load_data
 from .fit import VERSIONS, FitResult, ScratchConfig, check_version, fit
 from .lstm import LSTMShape, predict
+from .precision import MATH_LABELS
 
 EXPERIMENT = "scratch_versions"
 GPU_VERSIONS = ("numba-cuda", "numba-cuda-block", "torch-cuda")
@@ -113,6 +114,7 @@ def versions_table(
         metrics = evaluate(res[0].theta, shape, data)
         rows.append({
             "version": v, "status": "ok", "reason": None,
+            "math": (res[0].backends or {}).get("math"),  # what its matrix products ran in (TF32 shown as such)
             "compile_s": res[0].compile_s,  # the first warm-up; later repeats reuse the compiled code
             "run_s": median_s,
             "s_per_epoch": median_s / config.epochs,
@@ -139,6 +141,7 @@ def versions_table(
             }
             if row["status"] == "ok":
                 res: FitResult = row["_fit"]
+                fields["backends"] = res.backends
                 fields["timing"] = {
                     "compile_s": row["compile_s"], "run_s": row["run_s"], "epochs": config.epochs,
                     "run_s_repeats": row["run_s_repeats"], "s_per_epoch": row["s_per_epoch"],
@@ -160,16 +163,20 @@ def versions_table(
 
 
 def format_versions(table) -> str:
-    """The versions table as aligned text (skipped rows say why)."""
+    """The versions table as aligned text (skipped rows say why; a reason shared by several rows is printed
+    once, the later rows name the row that says it)."""
     w = max([len("version"), *(len(str(v)) for v in table.index)])
-    lines = [f"{'version':<{w}} {'status':<8} {'compile_s':>9} {'run_s':>8} {'s/epoch':>8} "
+    lines = [f"{'version':<{w}} {'status':<8} {'math':<7} {'compile_s':>9} {'run_s':>8} {'s/epoch':>8} "
              f"{'vs loops':>8} {'vs numpy':>8} {'train_loss':>10} {'test_loss':>9} {'test_rmse':>9}"]
+    said: dict[str, str] = {}  # a reason already printed, and the version it was printed for: each error once
     for v, r in table.iterrows():
         if r["status"] != "ok":
-            lines.append(f"{v:<{w}} {r['status']:<8} {r['reason']}")
+            reason = str(r["reason"])
+            lines.append(f"{v:<{w}} {r['status']:<8} " + (f"the same reason as {said[reason]}" if reason in said else reason))
+            said.setdefault(reason, str(v))
             continue
         lines.append(
-            f"{v:<{w}} {r['status']:<8} {r['compile_s']:9.3f} {r['run_s']:8.3f} {r['s_per_epoch']:8.4f} "
+            f"{v:<{w}} {r['status']:<8} {MATH_LABELS.get(r.get('math'), '-'):<7} {r['compile_s']:9.3f} {r['run_s']:8.3f} {r['s_per_epoch']:8.4f} "
             f"{r['speedup_vs_loops']:8.1f} {r['speedup_vs_numpy']:8.2f} {r['train_loss']:10.4f} "
             f"{r['test_loss']:9.4f} {r['test_rmse']:9.2f}"
         )

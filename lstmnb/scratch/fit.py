@@ -26,6 +26,7 @@ from .lstm import (
     resolve_dtype,
 )
 from .optim import OPTIMIZERS, clip_grad_norm, make_optimizer
+from .precision import engine_backends, engine_math
 
 ERA5_HOURS = 547 * 24  # the default ERA5 request, 2020-01-01..2021-06-30, in hours
 VERSIONS = ("loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch", "torch-cuda")
@@ -206,6 +207,7 @@ class FitResult:
     step_losses: list[float]
     train_losses: list[float]  # mean batch loss per epoch (weights changing during the epoch)
     val_losses: list[float]  # validation MSE after each epoch (never used for updates)
+    backends: dict[str, Any] | None = None  # the math it ran in (precision.engine_backends)
 
     @property
     def run_s(self) -> float:
@@ -242,7 +244,7 @@ def fit(
         check_batch(X_val, y_val, shape)
         X_val = np.asarray(X_val, dtype=np.float64)  # cast once: validation is evaluated in float64 each epoch
     theta0 = init_params(shape, config.seed, config.dtype)
-    with cpu_threads(version, config.threads):
+    with cpu_threads(version, config.threads), engine_math(version):  # torch-cuda: IEEE float32, as the others
         with engine_start(version):
             engine = make_engine(version, shape, X_train, y_train, theta0, config)
             t0 = time.perf_counter()
@@ -266,4 +268,5 @@ def fit(
             if X_val is not None:
                 val_losses.append(mse(engine.params().astype(np.float64), X_val, y_val, shape))
         theta = engine.params()
-    return FitResult(theta, compile_s, epoch_s, step_losses, train_losses, val_losses)
+        backends = engine_backends(version, theta0.dtype)
+    return FitResult(theta, compile_s, epoch_s, step_losses, train_losses, val_losses, backends)

@@ -1,13 +1,19 @@
-"""Checkpoints of a run: written atomically after each epoch, and checked against the run's
-configuration before a resume (a checkpoint from other settings is refused by name).
+"""Checkpoints of a run: written atomically after each epoch, checked against the run's configuration
+before a resume (a checkpoint from other settings is refused by name), and never replaced by a new run
+unless it is told to (``refuse_replacing``: ``--resume`` continues it, ``--overwrite-checkpoint``
+replaces it).
 
 A checkpoint carries its run's ``run_id``; once the finished run's record is appended, the checkpoint
 is marked ``recorded`` (the record and where it went), so resuming a finished run again shows that
 record instead of appending a second one.
 
-The file is one header line, ``lstmnb-checkpoint sha256 <hex>``, then ``torch.save``'s bytes: the
-SHA-256 of those bytes is checked on every read, so a changed bit anywhere (weights, optimiser or RNG
-state, history) refuses the file instead of resuming from it. Read checkpoints with ``read_checkpoint``.
+The file is exactly what ``torch.save`` writes, so ``torch.load(path)`` opens it (every value in it is
+one that torch's ``weights_only`` loader accepts). Its SHA-256 lies beside it in ``<path>.sha256``, in
+``sha256sum``'s format, and is checked on every read: a changed bit anywhere (weights, optimiser or RNG
+state, history) refuses the file instead of resuming from it. While a new checkpoint replaces the old
+one, the checksum file lists both digests, so a kill at any moment leaves a file its checksum accepts.
+Files of lstmnb's first format (a header line ``lstmnb-checkpoint sha256 <hex>`` before torch.save's
+bytes) are still read and verified, with a one-line note. Read checkpoints with ``read_checkpoint``.
 """
 
 from __future__ import annotations
@@ -25,20 +31,45 @@ from ..errors import CheckpointError, OutputError
 from ..paths import atomic_path, sweep_stale_temps, why_not_written
 from .config import TrainConfig
 
-CHECKPOINT_FORMAT = 1
-_HEADER = b"lstmnb-checkpoint sha256 "  # then 64 hex digits and a newline, then torch.save's bytes
+CHECKPOINT_FORMAT = 1  # the layout of the saved dict (unchanged by where its checksum lives)
+_HEADER = b"lstmnb-checkpoint sha256 "  # the first file format: this, 64 hex digits, a newline, torch.save's bytes
+
+
+def checksum_path(path: str | Path) -> Path:
+    """Where the checkpoint's SHA-256 lies: ``<path>.sha256``."""
+    return Path(f"{path}.sha256")
+
+
+def _digests(path: Path) -> list[str]:
+    """The digests the checksum file beside ``path`` accepts (empty when there is none)."""
+    try:
+        lines = checksum_path(path).read_text(encoding="ascii").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [line.split()[0].lower() for line in lines if line.strip()]
+
+
+def _write_digests(path: Path, digests: list[str]) -> None:
+    target = checksum_path(path)
+    sweep_stale_temps(target.parent, final=target.name)
+    with atomic_path(target) as tmp:
+        tmp.write_text("".join(f"{d}  {path.name}\n" for d in digests), encoding="ascii")
 
 
 def save_checkpoint(path: str, state: dict[str, Any]) -> None:
+    p = Path(path)
     # a writer killed mid-write left its temporary beside the checkpoint: remove it first
-    sweep_stale_temps(Path(path).parent, final=Path(path).name)
+    sweep_stale_temps(p.parent, final=p.name)
     buf = io.BytesIO()
     torch.save(state, buf)
     payload = buf.getbuffer()
+    digest = hashlib.sha256(payload).hexdigest()
     try:
-        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-            fh.write(_HEADER + hashlib.sha256(payload).hexdigest().encode() + b"\n")
+        old = [d for d in _digests(p) if d != digest][:1] if p.exists() else []
+        _write_digests(p, [digest] + old)  # both accepted while the file is replaced
+        with atomic_path(p) as tmp, open(tmp, "wb") as fh:
             fh.write(payload)
+        _write_digests(p, [digest])
     except OSError as exc:
         raise OutputError(f"checkpoint {path} could not be written: {why_not_written(exc)}; the epochs "
                           "checkpointed before are kept") from None
@@ -50,9 +81,9 @@ def read_checkpoint(path: str) -> dict[str, Any] | None:
     if not p.exists():
         return None
     try:
-        with open(p, "rb") as fh:
-            _verify(p, fh)  # leaves fh at the start of torch.save's bytes
-            state = torch.load(fh, map_location="cpu", weights_only=False)
+        data = p.read_bytes()
+        payload = _verified(p, data)
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise ValueError("not an lstmnb checkpoint")
     except CheckpointError:
@@ -65,28 +96,59 @@ def read_checkpoint(path: str) -> dict[str, Any] | None:
     return state
 
 
-def _verify(path: Path, fh) -> None:
-    """Check the bytes after the header line of the open checkpoint ``fh`` against the SHA-256 in it
-    (CheckpointError on a mismatch; the file is left as it is) and leave ``fh`` at their start (torch.load
-    reads an archive from where its file stands). A file without the header was written by an older
-    lstmnb: read unverified from its start, with a warning."""
-    header = fh.read(len(_HEADER) + 65)
-    if not header.startswith(_HEADER):
-        if header[:2] == b"PK":  # torch.save's zip, as lstmnb wrote it before checkpoints had checksums
-            warnings.warn(f"checkpoint {path} was written by an older lstmnb, without a checksum: it is read "
-                          "unverified; the next epoch's checkpoint has one", stacklevel=4)
-        fh.seek(0)
+def _damaged(path: Path, want: str, have: str) -> CheckpointError:
+    return CheckpointError(f"checkpoint {path} is damaged: its content no longer matches the SHA-256 written "
+                           f"with it ({want[:12]}... vs {have[:12]}... now), so it was changed after it was "
+                           "written (a disk or copy fault); it was left as it is: restore a good copy, or "
+                           "delete it to start over")
+
+
+def _verified(path: Path, data: bytes) -> bytes:
+    """torch.save's bytes of the checkpoint file's ``data``, checked against its SHA-256 (CheckpointError on
+    a mismatch; the file is left as it is). The first format carries the digest in a header line (read with
+    a note); a file with no digest anywhere (lstmnb before checksums, or a copy without its .sha256) is read
+    unverified, with a warning."""
+    if data.startswith(_HEADER):
+        line, _, payload = data.partition(b"\n")
+        want, have = line[len(_HEADER):].decode("ascii", "replace"), hashlib.sha256(payload).hexdigest()
+        if have != want:
+            raise _damaged(path, want, have)
+        warnings.warn(f"checkpoint {path} is in lstmnb's older format (a header line before torch.save's bytes, "
+                      "which torch.load cannot open): read and verified; its next save is a plain torch file "
+                      f"with {checksum_path(path).name} beside it", stacklevel=4)
+        return payload
+    accepted, have = _digests(path), hashlib.sha256(data).hexdigest()
+    if not accepted and data[:2] == b"PK":  # torch.save's zip: worth reading; anything else fails to load
+        warnings.warn(f"checkpoint {path} has no checksum beside it ({checksum_path(path).name}): it is read "
+                      "unverified; the next epoch's checkpoint has one", stacklevel=4)
+    elif have not in accepted:
+        raise _damaged(path, accepted[0], have)
+    return data
+
+
+def refuse_replacing(cfg: TrainConfig) -> None:
+    """A new run (neither ``resume`` nor ``overwrite_checkpoint``) whose ``checkpoint`` path already holds a
+    file is refused in one line naming what is there and this run, before any work."""
+    if not cfg.checkpoint or cfg.resume or cfg.overwrite_checkpoint or not Path(cfg.checkpoint).exists():
         return
-    digest = hashlib.sha256()
-    while chunk := fh.read(1 << 20):
-        digest.update(chunk)
-    want, have = header[len(_HEADER):-1].decode("ascii", "replace"), digest.hexdigest()
-    if have != want:
-        raise CheckpointError(f"checkpoint {path} is damaged: its content no longer matches the SHA-256 written "
-                              f"with it ({want[:12]}... vs {have[:12]}... now), so it was changed after it was "
-                              "written (a disk or copy fault); it was left as it is: restore a good copy, or "
-                              "delete it to start over")
-    fh.seek(len(header))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an old format's note is not news here
+            state = read_checkpoint(cfg.checkpoint)
+    except CheckpointError:
+        state = None
+    if state is None:
+        held = "a file that is not a readable checkpoint"
+    else:
+        have, want = state.get("key", {}), cfg.trajectory_key()
+        diff = [k for k in sorted(set(want) | set(have)) if json.dumps(want.get(k), default=str)
+                != json.dumps(have.get(k), default=str)]
+        setting = (", ".join(f"{k} {have.get(k)!r} there, {want.get(k)!r} here" for k in diff[:3])
+                   if diff else "the same settings as this one")
+        held = f"run {state.get('run_id')} ({len(state.get('history', []))} epoch(s); {setting})"
+    raise CheckpointError(f"--checkpoint {cfg.checkpoint} already holds {held}; this new run would replace it: "
+                          "--resume continues that run, --overwrite-checkpoint replaces it, or give another "
+                          "--checkpoint path")
 
 
 def load_checkpoint(path: str, cfg: TrainConfig) -> dict[str, Any] | None:

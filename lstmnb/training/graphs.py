@@ -9,18 +9,17 @@ sources. lstmnb's GPU default; see docs/architecture.md.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 import torch
 from torch import nn
 
 from ..device import indexed
 from .config import TrainConfig
-
-if TYPE_CHECKING:
-    from .trainer import Trainer
+from .step import StepParts, optimizer_step
 
 GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before the capture (PyTorch's whole-network recipe)
 STEPS_TO_CAPTURE = GRAPH_WARMUP_STEPS + 1  # full batches a run needs before a graph replays anything
@@ -56,6 +55,17 @@ def graph_plan(cfg: TrainConfig, device: torch.device, adtype: torch.dtype | Non
     where = f" on {device}" if device.index is not None else ""
     return True, (f"captured{where} after {GRAPH_WARMUP_STEPS} eager warm-up steps, replayed for every full "
                   f"batch (the batch gather and the loss sum inside the graph)")
+
+
+def capture_epoch(planned: bool, full_batches_per_epoch: int) -> int:
+    """The epoch (1-based) whose training time includes the eager warm-up and the capture: 1 for an eager
+    run, or for a graph run with at least ``STEPS_TO_CAPTURE`` full batches an epoch; later when each epoch
+    has fewer (with 2 full batches per epoch the capture comes in epoch 2). Epochs up to it are warm-up;
+    the steady median (``summary.summarize_timing``) is taken over the epochs after it, so it never mixes
+    eager, capture and replay epochs. Pure."""
+    if not planned or full_batches_per_epoch < 1:
+        return 1
+    return max(1, math.ceil(STEPS_TO_CAPTURE / full_batches_per_epoch))
 
 
 def graph_record(planned: bool, reason: str, *, replays: int = 0, full_batches: int = 0,
@@ -94,40 +104,44 @@ class GraphStep:
     inside ``torch.cuda.device(cuda:N)`` with streams made on that device: ``torch.cuda.graph``'s default
     capture stream is made once per process on whatever device is current then."""
 
-    def __init__(self, trainer: Trainer):
-        self.tr = trainer
-        self.device = indexed(trainer.device)
+    def __init__(self, parts: StepParts, device: torch.device):
+        # the step's pieces, not the Trainer: a Trainer that kept a GraphStep that kept the Trainer would
+        # be a reference cycle, holding the device's training set, Adam's state and the graph's memory
+        # pool until Python's cyclic collector ran (torch does not collect when a capture starts)
+        self.parts = parts
+        self.device = indexed(device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: dict[str, torch.Tensor] = {}
         self.warm = self.replays = self.full_batches = self.steps = 0
 
     def _eager(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, side: bool) -> torch.Tensor:
         xb, yb = x.index_select(0, idx), y.index_select(0, idx)
+        guard = self.parts.guard
         if not side:
-            return self.tr.guard.see(self.tr.step(xb, yb))
+            return guard.see(optimizer_step(self.parts, xb, yb))
         stream = torch.cuda.Stream(device=self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=STREAM_WARNING)
-            loss = self.tr.step(xb, yb)
+            loss = optimizer_step(self.parts, xb, yb)
         torch.cuda.current_stream(self.device).wait_stream(stream)
-        return self.tr.guard.see(loss)
+        return guard.see(loss)
 
     def _capture(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> None:
-        tr = self.tr
+        p = self.parts
         s = self.static = {"x": x, "y": y, "idx": idx.clone(), "acc": torch.zeros((), device=self.device)}
         graph = torch.cuda.CUDAGraph()
-        tr.opt.zero_grad(set_to_none=True)
+        p.opt.zero_grad(set_to_none=True)
         n = idx.numel()
         with torch.cuda.graph(graph, stream=torch.cuda.Stream(device=self.device)), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=STREAM_WARNING)
             xb, yb = s["x"].index_select(0, s["idx"]), s["y"].index_select(0, s["idx"])
-            with torch.autocast("cuda", dtype=tr.adtype, enabled=tr.adtype is not None):
-                loss = tr.loss(tr.model(xb).float(), yb)
+            with torch.autocast("cuda", dtype=p.adtype, enabled=p.adtype is not None):
+                loss = p.loss(p.model(xb).float(), yb)
             loss.backward()
-            if tr.cfg.grad_clip:  # the guard keeps the captured norm and reads it after each replay
-                tr.guard.norm(nn.utils.clip_grad_norm_(tr.core.parameters(), tr.cfg.grad_clip))
-            tr.opt.step()
+            if p.grad_clip:  # the guard keeps the captured norm and reads it after each replay
+                p.guard.norm(nn.utils.clip_grad_norm_(p.core.parameters(), p.grad_clip))
+            p.opt.step()
             s["acc"].add_(loss.detach(), alpha=n)  # the epoch's loss sum, accumulated by the replays
             s["loss"] = loss.detach()  # this replay's loss, for the divergence guard
         # only detached buffers are kept: a captured loss that kept its autograd graph would make later
@@ -136,7 +150,7 @@ class GraphStep:
 
     def epoch(self, batches: IndexBatches) -> tuple[torch.Tensor, int]:
         """Train one epoch; returns (summed loss on the device, samples seen)."""
-        size = self.tr.cfg.batch_size
+        size = self.parts.batch_size
         with torch.cuda.device(self.device):
             if self.graph is not None and not (batches.x is self.static["x"] and batches.y is self.static["y"]):
                 self.graph, self.static = None, {}  # new training tensors: capture again (no new warm-up)
@@ -163,9 +177,9 @@ class GraphStep:
                 self.graph.replay()
                 self.replays += 1
                 # a copy of this replay's loss (one small kernel): the guard names the first bad step
-                self.tr.guard.see(self.static["loss"].clone())
+                self.parts.guard.see(self.static["loss"].clone())
             return (eager + self.static["acc"]) if self.graph is not None else eager, seen
 
     def record(self, reason: str) -> dict[str, Any]:
         return graph_record(True, reason, replays=self.replays, full_batches=self.full_batches, steps=self.steps,
-                            batch_size=self.tr.cfg.batch_size)
+                            batch_size=self.parts.batch_size)

@@ -3,6 +3,9 @@ and its state restored from a checkpoint that another device kind or step kind m
 
 from __future__ import annotations
 
+import functools
+import importlib
+import threading
 from typing import Any
 
 import torch
@@ -14,10 +17,22 @@ from .config import TrainConfig
 STEP_FLAGS = ("capturable", "fused", "foreach", "differentiable")
 
 
+@functools.cache
+def _import_dynamo_off_stack() -> None:
+    """torch.optim's constructors import ``torch._dynamo`` on their first call (``torch/_compile.py``,
+    ``inner``), and that import leaves reference cycles that hold the frames which called it: the first
+    run of a process (its Trainer, the device's training set) stayed alive until Python's cyclic collector
+    ran. Imported once from a thread of its own, whose stack holds no run; the cost is the same import."""
+    worker = threading.Thread(target=importlib.import_module, args=("torch._dynamo",), daemon=True)
+    worker.start()
+    worker.join()
+
+
 def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device,
                    capturable: bool = False) -> torch.optim.Optimizer:
     """Adam; fused into one kernel per step where torch supports it on the device, and capturable
     (state on the device, no host sync) when the step is captured as a CUDA graph."""
+    _import_dynamo_off_stack()
     kw: dict[str, Any] = {"lr": cfg.learning_rate, "weight_decay": cfg.weight_decay}
     if capturable:
         kw["capturable"] = True

@@ -17,7 +17,7 @@ from ..paths import why_not_written
 from ..records import DEFAULT_FILE, append_record, append_record_once, runs_path
 from ..windows import Windows, windows_from_dataset
 from . import parallel
-from .checkpoints import load_checkpoint, mark_recorded, recorded_marker
+from .checkpoints import load_checkpoint, mark_recorded, recorded_marker, refuse_replacing
 from .config import TrainConfig
 from .parallel.groups import is_rank_zero
 from .trainer import RunResult, Trainer
@@ -84,6 +84,7 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
     if model is not None and (cfg.strategy != "single" or cfg.checkpoint):
         raise ConfigError("a model of the caller's trains on one device without a checkpoint "
                           f"(got strategy={cfg.strategy!r}, checkpoint={cfg.checkpoint!r})")
+    refuse_replacing(cfg)  # a new run never replaces a checkpoint it was not told to
     state = load_checkpoint(cfg.checkpoint, cfg) if cfg.resume else None
     if cfg.resume and state is None and is_rank_zero():  # the same command starts and resumes a run
         warnings.warn(f"--resume: no checkpoint at {cfg.checkpoint} yet, so this is a new run (checkpointed there)",

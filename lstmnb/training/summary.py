@@ -31,12 +31,17 @@ def time_to_target(history: list[dict[str, Any]], target: float | None) -> dict[
             "note": f"not reached in {len(history)} epochs (best {best:.3f} K)"}
 
 
-def summarize_timing(history: list[dict[str, Any]]) -> dict[str, Any]:
-    """Warm-up epoch apart from the steady ones; medians over the steady epochs."""
+def summarize_timing(history: list[dict[str, Any]], warmup_epochs: int = 1) -> dict[str, Any]:
+    """Warm-up epochs apart from the steady ones; medians over the steady epochs. ``warmup_epochs``: the
+    first epoch, or every epoch up to a late CUDA graph capture (``graphs.capture_epoch``); with no epoch
+    after them the medians fall back to all epochs, and ``steady_epochs`` says 0."""
     train_s = [h["train_s"] for h in history]
-    steady = train_s[1:] or train_s
-    sps = [h["samples_per_s"] for h in history[1:]] or [h["samples_per_s"] for h in history]
+    w = max(1, warmup_epochs)
+    steady = train_s[w:] or train_s
+    sps = [h["samples_per_s"] for h in history[w:]] or [h["samples_per_s"] for h in history]
     return {
+        "warmup_epochs": w,
+        "steady_epochs": max(0, len(train_s) - w),
         "train_s": sum(train_s),
         "eval_s": sum(h["eval_s"] for h in history),
         "wall_s": history[-1]["cumulative_s"] if history else 0.0,
@@ -50,7 +55,7 @@ def summarize_timing(history: list[dict[str, Any]]) -> dict[str, Any]:
 def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: torch.device,
                    history: list[dict[str, Any]], stopped_early: bool, data_info: dict[str, Any] | None,
                    stop_reason: str, memory: dict[str, Any], divergence: dict[str, Any] | None = None,
-                   **extra: Any) -> dict[str, Any]:
+                   warmup_epochs: int = 1, **extra: Any) -> dict[str, Any]:
     """The run record: timing, the test forecast's metrics beside the baselines, per-point skill. A run
     that diverged (``divergence``: where, and its one-line message) is recorded as ``diverged`` with the
     epochs it finished before, and no figure from its non-finite weights: no test forecast, no metrics."""
@@ -59,7 +64,7 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
                 features=windows.features, cells=windows.points, climatology=windows.climatology)
     model = {"parameters": count_parameters(core), "flops_per_sample": flops_per_sample(core.config, cfg.window)}
     if divergence is not None:
-        finished = {"timing": summarize_timing(history)} if history else {}
+        finished = {"timing": summarize_timing(history, warmup_epochs)} if history else {}
         return new_record(cfg.experiment, status="diverged", reason=divergence["message"], device=str(device),
                           profile=cfg.profile, config=cfg.as_record(), data=data, epochs=history, memory=memory,
                           model=model, divergence=divergence, **finished, **extra)
@@ -73,7 +78,7 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
     test, alone = error_metrics(pred, truth), error_metrics(network, truth)
     base = windows.baselines["test"]
     flops = model["flops_per_sample"]
-    timing = summarize_timing(history)
+    timing = summarize_timing(history, warmup_epochs)
     timing["time_to_target"] = time_to_target(history, cfg.target_rmse)
     if timing["samples_per_s"]:
         timing["train_flops_per_s"] = timing["samples_per_s"] * flops["training"]

@@ -15,7 +15,6 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from ..cuda_env import backends_record, prepare_cuda
 from ..device import amp_dtype, clock, peak_memory_mb, reset_peak_memory
@@ -26,9 +25,10 @@ from .blend import apply_blend, blend_weights
 from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, recorded_marker, save_checkpoint
 from .config import TrainConfig
 from .evaluate import predict, rmse_kelvin
-from .graphs import GraphStep, IndexBatches, graph_plan, graph_record
+from .graphs import GraphStep, IndexBatches, capture_epoch, graph_plan, graph_record
 from .optim import make_optimizer, restore_optimizer
 from .guards import DivergenceGuard, stops_on_divergence
+from .step import StepParts, make_loss, optimizer_step
 from .summary import finish_record
 from .weighting import sample_weights
 
@@ -102,15 +102,17 @@ class Trainer:
         self.n_train = windows.x["train"].shape[0]
         self.use_graph, self.graph_reason = graph_plan(cfg, device, self.adtype,
                                                        (self.n_train // cfg.batch_size) * cfg.epochs)
-        self.graph = GraphStep(self) if self.use_graph else None
         self.opt = make_optimizer(self.core, cfg, device, capturable=self.use_graph)
         # the training targets; with point weights each row carries its sample's loss weight as a last column
         weights = sample_weights(windows, cfg.point_weights)
         self.weighted = weights is not None
+        self.loss = make_loss(self.weighted)  # a plain function: nothing that uses it holds the Trainer
         self.y_train = windows.y["train"] if weights is None else np.concatenate([windows.y["train"], weights[:, None]], 1)
         self.sched = _make_scheduler(self.opt, cfg, steps_per_epoch or math.ceil(self.n_train / cfg.batch_size))
         self.scaler = torch.amp.GradScaler("cuda") if self.adtype == torch.float16 else None
         self.guard = DivergenceGuard(device, scaled=self.scaler is not None)  # non-finite figures end the run
+        # the graph gets the step's pieces, not the Trainer (no reference cycle: a finished run frees its memory)
+        self.graph = GraphStep(self.step_parts(), device) if self.use_graph else None
         self.target_std = float(windows.scaler.std[0])
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] = {"val_rmse_k": math.inf, "epoch": None, "state": None}
@@ -188,32 +190,15 @@ class Trainer:
             yield xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
 
     # --- one step, one epoch ----------------------------------------------------------------------
-    def step(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        """One optimiser step; returns the detached loss (no host sync)."""
-        with torch.autocast(device_type=self.device.type, dtype=self.adtype, enabled=self.adtype is not None):
-            loss = self.loss(self.model(xb).float(), yb)
-        self.opt.zero_grad(set_to_none=True)
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.unscale_(self.opt)
-        else:
-            loss.backward()
-        if self.cfg.grad_clip:
-            self.guard.norm(nn.utils.clip_grad_norm_(self.core.parameters(), self.cfg.grad_clip))
-        if self.scaler is not None:
-            self.scaler.step(self.opt)
-            self.scaler.update()
-        else:
-            self.opt.step()
-        if self.sched is not None:
-            self.sched.step()
-        return loss.detach()
+    def step_parts(self) -> StepParts:
+        """What a step touches now (``self.model`` as a strategy may have wrapped it), without the Trainer."""
+        return StepParts(model=self.model, core=self.core, opt=self.opt, loss=self.loss, guard=self.guard,
+                         adtype=self.adtype, grad_clip=self.cfg.grad_clip, batch_size=self.cfg.batch_size)
 
-    def loss(self, pred: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        """The training loss: MSE, weighted per sample by the last column of ``yb`` with point weights."""
-        if not self.weighted:
-            return F.mse_loss(pred, yb)
-        return torch.mean(yb[:, -1:] * (pred - yb[:, :-1]) ** 2)
+    def step(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """One optimiser step; returns the detached loss (no host sync). The loss is ``self.loss``:
+        MSE, weighted per sample by the last column of ``yb`` with point weights (``step.make_loss``)."""
+        return optimizer_step(self.step_parts(), xb, yb, scaler=self.scaler, sched=self.sched)
 
     def run_epoch(self, batches) -> tuple[torch.Tensor, int, float]:
         """Train over ``batches`` ((x, y) pairs, or ``IndexBatches`` for a graph); returns (summed loss on
@@ -364,8 +349,14 @@ class Trainer:
                               memory=peak_memory_mb(self.device, self.peak_since_reset),
                               cuda_graph=self.graph.record(self.graph_reason) if self.graph is not None
                               else graph_record(False, self.graph_reason), backends=backends_record(self.device, self.adtype),
-                              run_id=self.run_id, divergence=self.guard.outcome(
+                              run_id=self.run_id, warmup_epochs=self.warmup_epochs(), divergence=self.guard.outcome(
                                   self.cfg, resumed=self.start_epoch > 0, history=self.history, best=self.best), **extra)
+
+    def warmup_epochs(self) -> int:
+        """Epochs kept out of the steady timing: the first one, or, for a graph run with fewer than
+        ``STEPS_TO_CAPTURE`` full batches an epoch, every epoch up to the one with the capture
+        (``graphs.capture_epoch``), counted from the run's first epoch as the history is."""
+        return capture_epoch(self.use_graph, self.n_train // self.cfg.batch_size)
 
     def progress_bar(self, desc: str):
         from tqdm.auto import tqdm

@@ -87,7 +87,8 @@ def _launch_error(workdir: Path, exc: BaseException, world: int, exitcodes: dict
         msg = r["message"] if r["ours"] else f"{r['type']}: {r['message']}"
         return cls(f"rank {r['rank']} of {world}: {msg}")
     reported = {r["rank"] for r in reports}
-    stopped = (-signal.SIGTERM, -signal.SIGKILL)  # how the launcher stops the bystanders
+    # how the launcher stops the bystanders (Windows has no SIGKILL)
+    stopped = tuple(-getattr(signal, n) for n in ("SIGTERM", "SIGKILL") if hasattr(signal, n))
     silent = [(i, c) for i, c in sorted(exitcodes.items()) if i not in reported and c not in (0, None) + stopped]
     if not silent and isinstance(exc, torch.multiprocessing.ProcessExitedException) \
             and exc.error_index not in reported:

@@ -1,0 +1,124 @@
+"""A run folder as a navigable site: the report (06) first, every executed notebook a page, a table of
+contents and search, skipped notebooks marked, readable from ``file://`` (``<run folder>/site/index.html``).
+
+Built by Sphinx with myst-nb (which reads the executed notebooks as they are, without running them, and
+honours the ``remove-cell``/``remove-input`` tags the HTML rendering uses) and sphinx-book-theme, the
+theme of the field's Jupyter Book cookbooks: Python packages with their web assets prebuilt, so no
+Node.js is needed at run time. They are the optional ``site`` extra (``pip install "lstmnb[site]"``);
+without them the series runs as before and the run says why there is no site.
+"""
+
+from __future__ import annotations
+
+import html
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+from ..paths import atomic_path
+from .render import follow_parameters
+from .series import SeriesResult
+
+SITE_PACKAGES = ("sphinx", "myst_nb", "sphinx_book_theme")
+REPORT_PREFIX = "06"  # the analysis notebook: the site's first entry
+
+
+def site_missing() -> str | None:
+    """Why no site can be built here (a package of the ``site`` extra missing), or None."""
+    import importlib.util
+
+    missing = [name for name in SITE_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        return (f"no site: {', '.join(missing)} not installed (the optional 'site' extra: "
+                'pip install "lstmnb[site]")')
+    return None
+
+
+def _conf(result: SeriesResult) -> str:
+    title = f"lstmnb notebook series, profile {result.profile}"
+    return "\n".join([
+        "# written by lstmnb.notebooks.site for this run folder",
+        'extensions = ["myst_nb"]',
+        'html_theme = "sphinx_book_theme"',
+        f"project = {title!r}",
+        f"html_title = {title!r}",
+        "author = \"the lstmnb developers\"",
+        'root_doc = "index"',
+        'nb_execution_mode = "off"  # the notebooks ran already: their outputs are shown as they are',
+        "html_show_sourcelink = False",
+        "html_copy_source = False",
+        'html_theme_options = {"show_toc_level": 2}',
+        "suppress_warnings = ['myst.header', 'mystnb.unknown_mime_type', 'misc.highlighting_failure']",
+        "",
+    ])
+
+
+def _title(run) -> str:
+    name = run.name.replace("_", " ", 1).replace("_", " ")
+    return f"{name} (skipped)" if run.status == "skipped" else f"{name} ({run.status})" \
+        if run.status not in ("ok",) else name
+
+
+def _status_table(result: SeriesResult) -> str:
+    rows = "".join(
+        f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(r.summary)}</td>"
+        f"<td>{'' if r.seconds is None else f'{r.seconds:.1f}'}</td></tr>" for r in result.runs)
+    return (f"<table class='table'><thead><tr><th>notebook</th><th>status</th><th>seconds</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
+
+
+def _index(result: SeriesResult, pages: list) -> str:
+    report = [r for r in pages if r.name.startswith(REPORT_PREFIX)]
+    rest = [r for r in pages if r not in report]
+
+    def toctree(caption: str, runs: list) -> str:
+        entries = "\n".join(f"{_title(r)} <{r.name}>" for r in runs)
+        return f"```{{toctree}}\n:caption: {caption}\n:maxdepth: 1\n\n{entries}\n```\n" if runs else ""
+
+    lines = [f"# lstmnb notebook series, profile {result.profile}", "",
+             f"Run folder `{result.run_dir}`; records in `{result.results}`. The report comes first, then "
+             "every notebook of the series as it ran; a notebook whose runs were all skipped says why.", "",
+             "```{raw} html", _status_table(result), "```", "",
+             toctree("Report", report), toctree("Notebooks", rest)]
+    return "\n".join(lines)
+
+
+def _page(run, source: Path, target: Path) -> None:
+    """The executed notebook as a page: parameters hidden as in the HTML, a skipped one marked on top."""
+    import nbformat
+
+    nb = nbformat.read(source, as_version=4)
+    follow_parameters(nb)
+    if run.status != "ok":
+        why = run.reason if run.status == "skipped" else run.error
+        note = f"```{{warning}}\nThis notebook was **{run.status}**" + (f": {why}" if why else ".") + "\n```"
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
+    nbformat.write(nb, target)
+
+
+def build_site(result: SeriesResult) -> Path:
+    """Build ``<run folder>/site`` (atomically: a failed build leaves no half site) from the run's
+    executed notebooks; returns its ``index.html``. Needs the ``site`` extra (``site_missing``)."""
+    from sphinx.application import Sphinx
+
+    pages = [r for r in result.runs if r.notebook is not None and Path(r.notebook).exists()]
+    target = result.run_dir / "site"
+    with tempfile.TemporaryDirectory(prefix=".site-src-", dir=result.run_dir) as src_dir:
+        src = Path(src_dir)
+        (src / "conf.py").write_text(_conf(result), encoding="utf-8")
+        (src / "index.md").write_text(_index(result, pages), encoding="utf-8")
+        for run in pages:
+            _page(run, Path(run.notebook), src / f"{run.name}.ipynb")
+        with atomic_path(target) as out:
+            doctrees = src / ".doctrees"
+            with warnings.catch_warnings():  # the theme's deprecation notes about Sphinx's API are not the reader's
+                warnings.simplefilter("ignore", DeprecationWarning)
+                warnings.simplefilter("ignore", PendingDeprecationWarning)
+                app = Sphinx(str(src), str(src), str(out), str(doctrees), "html", status=None, warning=None,
+                             freshenv=True, verbosity=0)
+                app.build()
+            if app.statuscode:
+                raise RuntimeError(f"sphinx ended with status {app.statuscode}")
+            shutil.rmtree(Path(out) / ".doctrees", ignore_errors=True)
+    return target / "index.html"

@@ -1,0 +1,190 @@
+"""Each notebook's closing "What this showed": a few sentences written from that notebook's own results
+(records and the tables made from them), never fixed text, and a pointer to the next notebook. One
+function per notebook; each takes what its notebook already holds and returns Markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+NEXT = {
+    "02": "Next, **03** times this training on your CPU with the study's exact setting, beside the study's CPU.",
+    "03": "Next, **04** and **05** run the same training on a GPU and over several workers; **06** puts every "
+          "device side by side.",
+    "06": "Next, **07** writes the LSTM from its equations and shows where the parallel speed comes from.",
+    "07": "Next, **08** forecasts a whole area, where neighbours and sharding over ranks come in.",
+    "08": "This is the last notebook; **06** is the place to compare machines once you have records from several.",
+}
+
+
+def _heading(lines: list[str], nb: str) -> str:
+    body = "\n".join(f"- {line}" for line in lines if line)
+    return f"## What this showed\n{body}\n\n{NEXT[nb]}"
+
+
+def _epochs(n) -> str:
+    return f"{int(n)} epoch{'' if int(n) == 1 else 's'}"
+
+
+def _k(value: float) -> str:
+    return f"{value:.2f} K"
+
+
+def model_conclusion(record: dict[str, Any], skill: pd.DataFrame | None = None) -> str:
+    """02: the model's size, how its training ended, its test error against both baselines, and (with the
+    skill table) at which leads it beats persistence at every point."""
+    m, cfg, model = record.get("metrics") or {}, record.get("config") or {}, record.get("model") or {}
+    lines = []
+    params = model.get("parameters")
+    lines.append(f"The forecaster is a {cfg.get('layers', 1)}-layer {str(cfg.get('cell', 'lstm')).upper()} with "
+                 f"{cfg.get('hidden')} hidden units" + (f" ({params:,} parameters)" if params else "")
+                 + f", fed {cfg.get('window')} h windows.")
+    if record.get("status") == "ok" and m.get("test_rmse_k") is not None:
+        ran = m.get("epochs_run")
+        train_s = (record.get("timing") or {}).get("train_s")
+        how = ("stopped early: validation stopped improving" if m.get("stopped_early")
+               else "the cap" if ran == cfg.get("epochs") else None)
+        lines.append(f"Training ran {ran} of at most {cfg.get('epochs')} epochs"
+                     + (f" in {train_s:.1f} s" if train_s else "") + (f" ({how})" if how else "") + ".")
+        rmse, pers, clim = m["test_rmse_k"], m.get("persistence_rmse_k"), m.get("climatology_rmse_k")
+        verdict = ("beats" if pers is not None and rmse < pers else "does not beat")
+        lines.append(f"On the test part its reported forecast errs by {_k(rmse)} RMSE at a {cfg.get('lead_hours', 1)} h "
+                     f"lead: it {verdict} persistence ({_k(pers)})" + (f" and climatology ({_k(clim)})" if clim else "")
+                     + (f", an MSE skill score of {m['mse_skill_vs_persistence']:.2f} against persistence"
+                        if m.get("mse_skill_vs_persistence") is not None else "") + ".")
+    else:
+        lines.append(f"The fit did not finish ({record.get('status')}: {record.get('reason')}).")
+    if skill is not None and not skill.empty and "mse_skill_vs_persistence" in skill:
+        per_point = skill.drop(index=[p for p in skill.index.get_level_values(0).unique() if str(p).startswith("all ")],
+                               level=0, errors="ignore")
+        leads = sorted(set(skill.index.get_level_values("lead_hours")))
+        beat = [lead for lead in leads
+                if (per_point.xs(lead, level="lead_hours")["mse_skill_vs_persistence"] > 0).all()]
+        worst = skill["mse_skill_vs_persistence"].idxmin()
+        lines.append(f"Across leads ({', '.join(f'{x} h' for x in leads)}), it beats persistence at every point at "
+                     + (", ".join(f"{x} h" for x in beat) if beat else "no lead")
+                     + f"; its weakest score is {skill.loc[worst, 'mse_skill_vs_persistence']:.2f} "
+                     f"({worst[0]}, {worst[1]} h).")
+    return _heading(lines, "02")
+
+
+def cpu_baseline_conclusion(timings: pd.DataFrame, published_cpu: pd.Series | None = None,
+                            verdict: str | None = None) -> str:
+    """03: how the seconds grow with epochs on each input path, the DataLoader path against the fast path,
+    this CPU against the study's CPU at the same epochs, which rows are marked, and the replication."""
+    if timings.empty:
+        return _heading(["No timed run finished."], "03")
+    lines = []
+    pub = timings[timings["setting"] == "published"]
+    by_path = {p: g.set_index("epochs")["train s (median)"] for p, g in pub.groupby("input", sort=False)}
+    unsure = {(r["input"], r["epochs"]) for _, r in pub.iterrows() if r["check"]}
+
+    def rough(*keys) -> str:
+        return " (from rows marked unsure: a rough figure)" if any(k in unsure for k in keys) else ""
+
+    for path, s in by_path.items():
+        if len(s) > 1:
+            per = (s.iloc[-1] - s.iloc[0]) / (s.index[-1] - s.index[0])
+            lines.append(f"{path} path: {s.iloc[0]:.1f} s for {_epochs(s.index[0])} to {s.iloc[-1]:.1f} s for "
+                         f"{_epochs(s.index[-1])}, about {per:.2f} s per extra epoch"
+                         + rough((path, s.index[0]), (path, s.index[-1])) + ".")
+    if "fast" in by_path and "dataloader" in by_path:
+        both = pd.concat([by_path["fast"], by_path["dataloader"]], axis=1, keys=["fast", "dataloader"]).dropna()
+        if not both.empty:
+            e = both.index.max()
+            ratio = both.loc[e, "dataloader"] / both.loc[e, "fast"]
+            lines.append(f"At {_epochs(e)} the per-sample DataLoader path the study timed takes {ratio:.2f}x the "
+                         "time of the fast path on the same work" + rough(("fast", e), ("dataloader", e)) + ".")
+    if published_cpu is not None and "dataloader" in by_path:
+        common = [e for e in by_path["dataloader"].index if e in published_cpu.dropna().index]
+        if common:
+            e = max(common)
+            mine, theirs = by_path["dataloader"][e], float(published_cpu[e])
+            lines.append(f"Against the study's CPU at {_epochs(e)} (DataLoader path, the same workload): {mine:.1f} s "
+                         f"here against {theirs:.1f} s there, {theirs / mine:.2f}x as fast" + rough(("dataloader", e)) + ".")
+    marked = int((timings["check"] != "").sum())
+    lines.append(f"{marked} of {len(timings)} timing row(s) are marked as unsure (repeats that disagree or busy "
+                 "cores): run 03 again on a quiet machine before quoting them."
+                 if marked else f"No timing row is marked: the {int(timings['repeats'].min())} repeats of each agree "
+                 "and no run shared its cores.")
+    if verdict:
+        lines.append(verdict)
+    return _heading(lines, "03")
+
+
+def analysis_conclusion(answer, paragraphs: list[str], records: pd.DataFrame | None) -> str:
+    """06: which devices this page had measured figures for, whether the user's own records hold a like-for-like
+    run, and the answer's two cautions (the shared CPU run, ties)."""
+    entries = answer.entries
+    lines = []
+    if entries.empty:
+        lines.append("No device had a like-for-like figure to show.")
+    else:
+        measured = entries[(entries["state"] == "measured") & (entries["panel"] == "like for like")]
+        sources = measured.groupby("source", sort=False)["device"].apply(lambda d: ", ".join(dict.fromkeys(d)))
+        lines.append("Like-for-like times were found for " + "; ".join(f"{d} ({s})" for s, d in sources.items()) + ".")
+        mine = measured[measured["source"] == "measured here"]
+        if mine.empty:
+            lines.append(f"Your own records hold no like-for-like run at {answer.epochs} epochs yet (the length the "
+                         "answer compares): run 03 with `--profile cpu` (or 04 on a GPU).")
+    if any("Tied, not ranked" in p for p in paragraphs):
+        lines.append("The published GPUs cannot be ranked by one run each: the fastest are tied within noise, and "
+                     "every published speedup rests on one CPU run of unstated platform.")
+    if any("Eager against a CUDA graph" in p for p in paragraphs):
+        lines.append("A small LSTM's GPU step is launch-bound: a CUDA graph, not a newer GPU, is what moves it "
+                     "(the measured pair above says by how much).")
+    n = 0 if records is None else len(records)
+    lines.append(f"{n} record(s) of your own went into this page.")
+    return _heading(lines, "06")
+
+
+def scratch_conclusion(table: pd.DataFrame) -> str:
+    """07: the fastest version that ran, how far each step of parallelism took it, what was skipped."""
+    ok = table[table["status"] == "ok"] if "status" in table else table
+    lines = []
+    if ok.empty:
+        return _heading(["No version finished."], "07")
+    best = ok["run_s"].idxmin()
+    lines.append(f"Fastest here: `{best}`, {ok.loc[best, 'run_s']:.2f} s"
+                 + (f", {ok.loc[best, 'speedup_vs_loops']:.0f}x the Python loops" if "speedup_vs_loops" in ok else "")
+                 + ".")
+    if "numpy" in ok.index and "loops" in ok.index:
+        lines.append(f"Vectorising over the batch (`numpy`) alone gave {ok.loc['loops', 'run_s'] / ok.loc['numpy', 'run_s']:.1f}x"
+                     " over one sample at a time.")
+    if "train_loss" in ok:
+        spread = ok["train_loss"].max() - ok["train_loss"].min()
+        lines.append(f"Every version ends at the same training loss (spread {spread:.1e}): only the time differs.")
+    skipped = table.index[table["status"] != "ok"].tolist() if "status" in table else []
+    if skipped:
+        lines.append(f"Not run here: {', '.join(f'`{v}`' for v in skipped)} (their rows say why).")
+    return _heading(lines, "07")
+
+
+def region_conclusion(skill: pd.DataFrame, memory: pd.DataFrame | None = None,
+                      scaling: pd.DataFrame | None = None) -> str:
+    """08: whether neighbours beat the point model on this area, and what the memory cases measured."""
+    lines = []
+    col = "MSE skill score vs none"
+    if not skill.empty and col in skill:
+        for variant, row in skill.drop(index=["none", "persistence", "climatology"], errors="ignore").iterrows():
+            score = row[col]
+            lines.append(f"`{variant}` against the point model: MSE skill score {score:.2f} "
+                         f"({'better' if score > 0 else 'not better'} on this area and period).")
+    if memory is not None and not memory.empty and "measured_bytes" in memory:
+        done = memory.dropna(subset=["measured_bytes"])
+        if not done.empty:
+            big = done.loc[done["cells"].idxmax()]
+            lines.append(f"Largest memory case measured: `{big['variant']}` on {int(big['cells'])} cells, "
+                         f"{big['measured_bytes'] / 2**20:.0f} MiB.")
+    if scaling is not None and not scaling.empty:
+        shared = scaling[scaling["mode"] != "one process"]
+        withheld = shared[shared["note"].astype(bool)] if "note" in shared else shared.iloc[:0]
+        shown = shared.drop(withheld.index).dropna(subset=["speedup"])
+        for _, r in shown.iterrows():
+            lines.append(f"`{r['mode']}` on {int(r['ranks'])} ranks: {r['speedup']:.2f}x one process of "
+                         f"{int(r['threads'])} threads (equal total threads).")
+        if len(withheld):
+            lines.append(f"{len(withheld)} sharding case(s) print no speed-up ("
+                         + withheld["note"].iloc[0].removeprefix("no speed-up: ") + ").")
+    return _heading(lines, "08")

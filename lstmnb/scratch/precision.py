@@ -1,0 +1,52 @@
+"""The math each from-scratch version's matrix products run in, set and recorded.
+
+The versions table compares implementations of one computation, so every version runs IEEE float32
+(or float64, ``ScratchConfig.dtype``): the Numba kernels are plain float32, and the ``torch-cuda``
+version turns cuDNN's TF32 off while it trains (``engine_math``; cuDNN's RNN on SM >= 8.0 defaults to
+TF32, whose 10-bit mantissa would make it both faster and less exact than the others for a reason that
+is not the implementation). Each record says what ran (``engine_backends``, the record's ``backends``;
+for ``torch-cuda`` it is ``cuda_env.backends_record``, the training records' section, plus ``math``).
+TF32's own speed belongs to the training benchmarks, whose records carry ``backends.lstm_math``.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import numpy as np
+
+MATH_LABELS = {"tf32": "TF32", "float32": "float32", "float64": "float64", "float16": "float16"}
+
+
+@contextmanager
+def engine_math(version: str) -> Iterator[None]:
+    """While a version trains: for ``torch-cuda``, cuDNN's TF32 off (restored after); others unchanged."""
+    if version != "torch-cuda":
+        yield
+        return
+    import torch
+
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+
+
+def engine_backends(version: str, dtype: Any) -> dict[str, Any]:
+    """The record's ``backends`` for a version that trained with parameters of ``dtype``: ``math``
+    ('float64', 'float32' or 'tf32') and, for ``torch-cuda``, cuDNN and the TF32 switches as they were
+    (call it inside ``engine_math``)."""
+    math = "float64" if np.dtype(dtype) == np.float64 else "float32"
+    if version != "torch-cuda":
+        return {"math": math}
+    import torch
+
+    from ..cuda_env import backends_record
+
+    section = backends_record(torch.device("cuda")) or {}
+    if math == "float32":
+        math = section.get("lstm_math", math)  # 'tf32' when cuDNN ran it with TF32 allowed
+    return {"math": math, **section}

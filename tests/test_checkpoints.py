@@ -1,0 +1,142 @@
+"""Checkpoints people can open and keep (issue 32): a plain torch.save file that ``torch.load(path)`` opens,
+its SHA-256 beside it and checked on --resume, the first format (a header line) still read with a note,
+a kill while a checkpoint is replaced leaving a pair that checks, and a new run that never replaces an
+existing checkpoint unless told (--resume continues, --overwrite-checkpoint replaces, else one line)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from lstmnb import cli
+from lstmnb.errors import CheckpointError, ConfigError
+from lstmnb.training import TrainConfig, train
+from lstmnb.training.checkpoints import _HEADER, checksum_path, read_checkpoint, save_checkpoint
+from lstmnb.windows import make_windows
+
+
+def _windows():
+    t = pd.date_range("2020-03-01", periods=24 * 30, freq="h")
+    rng = np.random.default_rng(2)
+    v = 285 + 4 * np.sin(2 * np.pi * t.hour.to_numpy() / 24)[:, None] + rng.normal(0, 0.5, (len(t), 1))
+    return make_windows(v, t, TrainConfig(window=12).window_config())
+
+
+def cfg(**kw):
+    return TrainConfig(**{**dict(window=12, hidden=8, epochs=1, batch_size=32, progress=False, device="cpu",
+                                 threads=1), **kw})
+
+
+def test_torch_load_opens_a_checkpoint_and_its_checksum_lies_beside_it(tmp_path):
+    ckpt = tmp_path / "c.pt"
+    result = train(_windows(), cfg(epochs=2, checkpoint=str(ckpt)))
+    state = torch.load(ckpt)  # what a PyTorch user tries first: torch's default, weights_only loading
+    assert state["epoch"] == 2 and state["run_id"] == result.record["run_id"]
+    assert all(isinstance(v, torch.Tensor) for v in state["model"].values()) and "head.weight" in state["model"]
+    digest, name = checksum_path(ckpt).read_text().split()
+    assert name == "c.pt" and digest == hashlib.sha256(ckpt.read_bytes()).hexdigest()  # sha256sum -c's format
+
+
+def test_resume_checks_the_checksum_beside_the_file(tmp_path):
+    ckpt = tmp_path / "c.pt"
+    train(_windows(), cfg(checkpoint=str(ckpt)))
+    state = read_checkpoint(str(ckpt))
+    state["history"][0]["train_loss"] = 0.0  # changed and saved by hand, without its checksum
+    torch.save(state, ckpt)
+    with pytest.raises(CheckpointError, match=r"c.pt is damaged: its content no longer matches the SHA-256"):
+        train(_windows(), cfg(epochs=2, checkpoint=str(ckpt), resume=True))
+
+
+def test_a_first_format_checkpoint_is_read_with_a_one_line_note(tmp_path):
+    ckpt = tmp_path / "c.pt"
+    train(_windows(), cfg(checkpoint=str(ckpt)))
+    payload = ckpt.read_bytes()
+    ckpt.write_bytes(_HEADER + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+    checksum_path(ckpt).unlink()
+    with pytest.warns(UserWarning, match="in lstmnb's older format") as seen:
+        resumed = train(_windows(), cfg(epochs=2, checkpoint=str(ckpt), resume=True))
+    notes = [str(w.message) for w in seen if "older format" in str(w.message)]
+    assert len(notes) >= 1 and all("\n" not in n for n in notes)
+    assert [e["epoch"] for e in resumed.record["epochs"]] == [1, 2]
+    assert torch.load(ckpt)["epoch"] == 2 and checksum_path(ckpt).exists()  # saved in the new format
+    damaged = bytearray(_HEADER + b"0" * 64 + b"\n" + payload)
+    ckpt.write_bytes(bytes(damaged))
+    checksum_path(ckpt).unlink()
+    with pytest.raises(CheckpointError, match="is damaged"):
+        read_checkpoint(str(ckpt))
+
+
+def test_a_kill_while_a_checkpoint_is_replaced_leaves_a_pair_that_checks(tmp_path, monkeypatch):
+    """The checksum file lists both digests while the new checkpoint is renamed into place: stopped
+    right before the rename (the old file) or right after it (the new file), the file still checks."""
+    from lstmnb.training import checkpoints
+
+    ckpt = tmp_path / "c.pt"
+    train(_windows(), cfg(checkpoint=str(ckpt)))
+    old = read_checkpoint(str(ckpt))
+    new = {**old, "epoch": 99}
+    real = checkpoints._write_digests
+    calls = []
+
+    def stop_after_first(path, digests):
+        real(path, digests)
+        calls.append(list(digests))
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # killed between the checksum file and the rename
+
+    monkeypatch.setattr(checkpoints, "_write_digests", stop_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(str(ckpt), new)
+    assert len(calls[0]) == 2 and read_checkpoint(str(ckpt))["epoch"] == old["epoch"]  # the old file checks
+    buf = io.BytesIO()
+    torch.save(new, buf)
+    ckpt.write_bytes(buf.getvalue())  # as if renamed just before the kill
+    assert read_checkpoint(str(ckpt))["epoch"] == 99  # the new file checks too
+
+
+def test_a_new_run_refuses_a_path_that_holds_a_checkpoint_naming_both(tmp_path):
+    ckpt = tmp_path / "c.pt"
+    first = train(_windows(), cfg(checkpoint=str(ckpt)))
+    before = ckpt.read_bytes()
+    with pytest.raises(CheckpointError) as err:
+        train(_windows(), cfg(hidden=16, checkpoint=str(ckpt)))
+    msg = str(err.value)
+    assert "\n" not in msg and f"--checkpoint {ckpt} already holds run {first.record['run_id']}" in msg
+    assert "hidden 8 there, 16 here" in msg and "--resume continues" in msg and "--overwrite-checkpoint" in msg
+    assert ckpt.read_bytes() == before  # kept as it was
+
+    replaced = train(_windows(), cfg(hidden=16, checkpoint=str(ckpt), overwrite_checkpoint=True))
+    state = read_checkpoint(str(ckpt))
+    assert state["run_id"] == replaced.record["run_id"] != first.record["run_id"] and state["key"]["hidden"] == 16
+
+    resumed = train(_windows(), cfg(hidden=16, epochs=2, checkpoint=str(ckpt), resume=True))
+    assert resumed.record["run_id"] == replaced.record["run_id"] and len(resumed.record["epochs"]) == 2
+
+
+def test_resume_and_overwrite_together_are_refused():
+    with pytest.raises(ConfigError, match="choose one"):
+        cfg(checkpoint="c.pt", resume=True, overwrite_checkpoint=True).validate()
+
+
+@pytest.mark.slow
+def test_the_cli_refuses_in_one_line_before_any_work(tmp_path, capsys):
+    ckpt = tmp_path / "c.pt"
+    base = ["train", "--start", "2020-01-01", "--end", "2020-02-15", "--epochs", "1", "--no-record",
+            "--checkpoint", str(ckpt), "--threads", "1"]
+    assert cli.main(base + ["--hidden", "8"]) == 0
+    before = ckpt.read_bytes()
+    capsys.readouterr()
+    assert cli.main(base + ["--hidden", "16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "already holds run" in err[0] and "hidden 8 there, 16 here" in err[0], err
+    assert ckpt.read_bytes() == before
+    assert cli.main(base + ["--hidden", "16", "--overwrite-checkpoint"]) == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_checkpoint(str(ckpt))["key"]["hidden"] == 16

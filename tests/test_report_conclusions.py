@@ -1,0 +1,85 @@
+"""Each notebook's "What this showed" (report.conclusions) is written from its own results: real records
+of tiny runs here, so every number in the text is the records' number, and changing the results changes
+the text."""
+
+from __future__ import annotations
+
+import copy
+
+import pandas as pd
+import pytest
+
+from lstmnb import experiments, report
+
+
+@pytest.fixture(scope="module")
+def runs():
+    from test_train import _series
+
+    from lstmnb.training import preset_config
+    from lstmnb.windows import make_windows
+
+    values, times = _series(24 * 20)
+    cfg = preset_config("published", window=12, hidden=4, layers=1, epochs=1, input_path="fast", progress=False,
+                        device="cpu", split_dates=None, num_workers=0)
+    windows = make_windows(values, times, cfg.window_config())
+    return experiments.epochs_experiment(windows, {}, cfg, [1, 2], ["fast", "dataloader"], results=None, repeats=3)
+
+
+def test_model_conclusion_quotes_the_record(runs):
+    from lstmnb.experiments import skill
+
+    record = runs[1]
+    m = record["metrics"]
+    text = report.model_conclusion(record, skill.skill_table([record]))
+    assert text.startswith("## What this showed") and "**03**" in text
+    assert f"{record['model']['parameters']:,} parameters" in text
+    assert f"{m['test_rmse_k']:.2f} K RMSE" in text and f"persistence ({m['persistence_rmse_k']:.2f} K)" in text
+    assert f"it {'beats' if m['test_rmse_k'] < m['persistence_rmse_k'] else 'does not beat'} persistence (" in text
+    assert f"{m['mse_skill_vs_persistence']:.2f} against persistence" in text
+    failed = {**record, "status": "failed", "reason": "out of memory", "metrics": {}}
+    assert "did not finish (failed: out of memory)" in report.model_conclusion(failed)
+
+
+def test_cpu_baseline_conclusion_follows_the_timings(runs):
+    quiet = copy.deepcopy(runs)
+    for r in quiet:
+        r["threads"]["busy_cores"] = 0.0
+        r["timing"]["train_s"] = (1.0 if r["config"]["input_path"] == "fast" else 3.0) * r["config"]["epochs"]
+    table = report.timing_rows(quiet)
+    study = pd.Series({1: 9.0, 2: 18.0})
+    text = report.cpu_baseline_conclusion(table, study, "Losses match.")
+    assert "dataloader path: 3.0 s for 1 epoch to 6.0 s for 2 epochs, about 3.00 s per extra epoch" in text
+    assert "takes 3.00x the time of the fast path" in text
+    assert "6.0 s here against 18.0 s there, 3.00x as fast" in text
+    assert "No timing row is marked" in text and "Losses match." in text and "rough" not in text
+    quiet[-1]["threads"].update(busy_cores=1.5, used=1, default=2, cores=2)  # the last dataloader 2-epoch run
+    text = report.cpu_baseline_conclusion(report.timing_rows(quiet), study)
+    assert "1 of 4 timing row(s) are marked" in text and "a rough figure" in text
+    assert "No timed run finished" in report.cpu_baseline_conclusion(report.timing_rows([]))
+
+
+def test_analysis_conclusion_names_what_the_page_found():
+    published = report.load_published()
+    answer = report.headline(None, published, None)
+    context = report.answer_context(None, published, report.load_reference_records())
+    text = report.analysis_conclusion(answer, context, None)
+    assert "A40" in text and "(published)" in text and "no like-for-like run at 15 epochs yet" in text
+    assert "tied within noise" in text and "launch-bound" in text and "0 record(s)" in text
+
+
+def test_scratch_and_region_conclusions_read_their_tables():
+    table = pd.DataFrame({"status": ["ok", "ok", "skipped"], "run_s": [8.0, 2.0, None],
+                          "speedup_vs_loops": [1.0, 4.0, None], "train_loss": [0.1, 0.1, None]},
+                         index=["loops", "numpy", "numba-cuda"])
+    text = report.scratch_conclusion(table)
+    assert "`numpy`, 2.00 s, 4x the Python loops" in text and "gave 4.0x" in text and "`numba-cuda`" in text
+    skill = pd.DataFrame({"MSE skill score vs none": [0.0, 0.12, -0.3, -4.0]},
+                         index=["none", "sparse", "dense", "persistence"])
+    scaling = pd.DataFrame({"mode": ["one process", "tiles", "windows"], "threads": [2, 2, 2], "ranks": [1, 2, 2],
+                            "speedup": [1.0, 1.6, float("nan")], "note": ["", "", "no speed-up: one process of 2 threads"]})
+    text = report.region_conclusion(skill, None, scaling)
+    assert "`sparse` against the point model: MSE skill score 0.12 (better" in text
+    assert "`dense` against the point model: MSE skill score -0.30 (not better" in text
+    assert "`none`" not in text and "`persistence`" not in text
+    assert "`tiles` on 2 ranks: 1.60x" in text and "1 sharding case(s) print no speed-up (one process of 2 threads)" in text

@@ -1,0 +1,83 @@
+"""Timings a student can trust (report.timing_quality): real runs of the epochs experiment, repeated and
+alternated, become one row per setting (the median of the repeats) with input path, batch and threads; a
+row whose repeats disagree by more than 20%, or that ran while other processes kept the cores busy, is
+marked."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from lstmnb import experiments, report
+from lstmnb.report import timing_quality
+
+
+@pytest.fixture(scope="module")
+def runs():
+    from test_train import _series
+
+    from lstmnb.training import preset_config
+    from lstmnb.windows import make_windows
+
+    values, times = _series(24 * 20)
+    cfg = preset_config("published", window=12, hidden=4, layers=1, epochs=1, input_path="fast", progress=False,
+                        device="cpu", split_dates=None, num_workers=0)
+    windows = make_windows(values, times, cfg.window_config())
+    return experiments.epochs_experiment(windows, {}, cfg, [1, 2], ["fast"], results=None, repeats=3)
+
+
+def test_repeats_alternate_and_become_one_median_row(runs):
+    assert [r["config"]["epochs"] for r in runs] == [1, 2, 1, 2, 1, 2]  # every row once before any twice
+    table = report.timing_rows(runs)
+    assert list(table["epochs"]) == [1, 2] and set(table["repeats"]) == {3}
+    for epochs, row in table.set_index("epochs").iterrows():
+        seconds = sorted(r["timing"]["train_s"] for r in runs if r["config"]["epochs"] == epochs)
+        assert row["train s (median)"] == round(seconds[1], 2)
+        assert row["input"] == "fast" and row["batch"] == 128 and row["setting"] == "published"
+        assert row["threads"] == "/".join(map(str, sorted({r["threads"]["used"] for r in runs
+                                                           if r["config"]["epochs"] == epochs})))
+        assert isinstance(row["samples/s"], int) and row["samples/s"] % 10 == 0  # rounded, not 18519.9129
+    assert "median of its repeats (3 run(s), alternated" in report.timing_note(table)
+
+
+def test_disagreeing_repeats_and_busy_cores_are_marked(runs):
+    quiet = copy.deepcopy(runs)  # tiny real runs differ a lot (the first pays torch's start): made even here
+    for r in quiet:
+        r["threads"]["busy_cores"] = 0.0
+        r["timing"]["train_s"] = 0.1 * r["config"]["epochs"]
+    assert not (report.timing_rows(quiet)["check"] != "").any()
+    assert "no row is marked" in report.timing_note(report.timing_rows(quiet))
+    slow = copy.deepcopy(quiet)
+    first = next(r for r in slow if r["config"]["epochs"] == 1)
+    first["timing"]["train_s"] = 1.5 * max(r["timing"]["train_s"] for r in quiet if r["config"]["epochs"] == 1)
+    table = report.timing_rows(slow).set_index("epochs")
+    assert table.loc[1, "check"].startswith(timing_quality.MARK + " repeats differ by")
+    assert table.loc[2, "check"] == ""
+    busy = copy.deepcopy(quiet)
+    busy[-1]["threads"].update(busy_cores=1.2, used=1, default=2, cores=2)  # the last repeat of 2 epochs
+    table = report.timing_rows(busy).set_index("epochs")
+    assert "1 of 3 ran beside busy processes (others kept 1.2 of 2 cores busy as it started, so it took 1 of 2 threads)" \
+        in table.loc[2, "check"]
+    assert "1 of 2 row(s) marked" in report.timing_note(report.timing_rows(busy))
+
+
+def test_recommended_runs_are_not_called_published(runs):
+    rec = copy.deepcopy(runs)
+    for r in rec:
+        r["experiment"] = "epochs-recommended"
+    assert set(report.timing_rows(rec)["setting"]) == {"recommended (profile)"}
+    assert report.timing_rows([{"status": "skipped", "reason": "no GPU"}]).empty
+
+
+def test_run_tables_print_no_nan_and_rounded_rates(runs):
+    """02's tables from a real record: the model's own rows leave the skill column blank (no NaN), the
+    baselines' rows carry the record's score; samples/s are whole tens."""
+    record = runs[0]
+    table = report.metrics_table(record)
+    skill = report.tables.SKILL_COLUMN
+    model_rows = [i for i in table.index if i not in ("persistence", "climatology")]
+    assert model_rows and all(table.loc[i, skill] == "" for i in model_rows)
+    assert table.loc["persistence", skill] == f"{record['metrics']['mse_skill_vs_persistence']:.3f}"
+    rates = report.epochs_table(record)["samples_per_s"]
+    assert all(int(v) % 10 == 0 for v in rates) and not rates.isna().any()
