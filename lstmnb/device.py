@@ -211,6 +211,32 @@ def busy_cores(window_s: float = BUSY_WINDOW_S, cpus: set[int] | None = None) ->
     return {"others": max(0.0, busy - own), "own": own, "window_s": elapsed}
 
 
+def busy_while(fn, *args: Any, **kwargs: Any) -> tuple[Any, float | None]:
+    """``fn(*args, **kwargs)`` and how many cores other processes kept busy while it ran: all the machine's
+    busy CPU time over the call, less this process's and its finished children's (the ranks of a DDP run
+    it started), per second of the call. None where the system has no CPU time counters."""
+    import psutil
+
+    def machine_busy() -> float:
+        t = psutil.cpu_times()
+        # Linux counts a hypervisor guest's time inside user and nice already; psutil lists it apart too
+        apart = sum(getattr(t, name, 0.0) for name in ("idle", "iowait", "guest", "guest_nice"))
+        return sum(t) - apart
+
+    def own() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    try:
+        m0, o0 = machine_busy(), own()
+    except (OSError, AttributeError):  # pragma: no cover - no counters
+        return fn(*args, **kwargs), None
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    elapsed = max(time.perf_counter() - t0, 1e-6)
+    return out, max(0.0, (machine_busy() - m0 - (own() - o0)) / elapsed)
+
+
 def cpu_threads(requested: int | None = None) -> dict[str, Any]:
     """``thread_policy`` with this machine's cores, the cores other processes keep busy now (measured over
     ``BUSY_WINDOW_S``, only when neither ``requested`` nor ``OMP_NUM_THREADS`` decides) and torch's default."""

@@ -1,5 +1,6 @@
 """The notebook series through the papermill runner: profiles, notebook hygiene, bad input, and every
-notebook executed with the `ci` profile on a real kernel (CPU only: 04 and 05 record `skipped`)."""
+notebook executed with the `ci` profile on a real kernel (CPU only: 04's GPU experiments and 05's
+DataParallel record `skipped`; 05's DDP runs for real over gloo)."""
 
 from __future__ import annotations
 
@@ -178,8 +179,8 @@ def test_ci_series_runs_every_notebook(ci_series):
     run_dir = ci_series.run_dir
     assert run_dir.parent.name == "ci"
     skipped = {r.name: r.reason for r in ci_series.runs if r.status == "skipped"}
-    assert {"04_single_gpu", "05_multi_gpu"} <= set(skipped)  # no GPU here: they measured nothing
-    assert all("no usable CUDA GPU" in skipped[name] for name in ("04_single_gpu", "05_multi_gpu"))
+    assert "04_single_gpu" in skipped and "no usable CUDA GPU" in skipped["04_single_gpu"]  # no GPU experiment ran
+    assert "05_multi_gpu" not in skipped  # DDP ran on this CPU, as gloo ranks
     index = (ci_series.run_dir / "index.html").read_text()
     assert f"<td>04_single_gpu</td><td>skipped ({skipped['04_single_gpu']})</td>" in index
     for r in ci_series.runs:
@@ -215,6 +216,12 @@ def test_ci_series_records(ci_series):
     assert sorted(gpu["experiment"]) == ["batch-sweep", "epochs", "scaling-weak", "scaling-weak"]
     assert sorted(gpu[gpu["experiment"] == "scaling-weak"]["config.strategy"]) == ["dataparallel", "ddp"]
     assert gpu["reason"].str.contains("no usable CUDA GPU").all()
+    # 05: DDP for real on this CPU, one repeat of one rank, two ranks splitting the batch, two ranks a batch each
+    ddp = df[(df["status"] == "ok") & df["experiment"].str.startswith("scaling-")]
+    assert sorted(zip(ddp["experiment"], ddp["world_size"].astype(int), ddp["config.batch_size"])) == [
+        ("scaling-strong", 1, 128), ("scaling-strong", 2, 64), ("scaling-weak", 2, 128)]
+    assert set(ddp["parallel.backend"]) == {"gloo"} and set(ddp["device.kind"]) == {"cpu"}
+    assert ddp["threads.busy_cores"].notna().all()
 
 
 @pytest.mark.slow
@@ -230,10 +237,13 @@ def test_ci_series_tables_and_figures(ci_series):
     assert table[0].startswith("epochs,CPU (") and [line.split(",")[0] for line in table[1:]] == ["1", "2"]
     for name, n_images in (("01_data_access", 2), ("02_model", 1), ("03_cpu_baseline", 1), ("06_analysis", 4)):
         assert images(run_dir / f"{name}.ipynb") >= n_images, name
-    assert images(run_dir / "04_single_gpu.ipynb") == 0  # nothing measured, nothing plotted
-    for name in ("04_single_gpu", "05_multi_gpu"):
-        text = output_text(run_dir / f"{name}.ipynb")
-        assert "**Skipped: no usable CUDA GPU" in text  # said in a visible cell
+    assert {"04_step_times", "05_ddp_scaling", "05_allreduce"} <= figures  # measured on this CPU
+    assert images(run_dir / "04_single_gpu.ipynb") == 1 and images(run_dir / "05_multi_gpu.ipynb") == 2
+    assert "**Skipped: no usable CUDA GPU" in output_text(run_dir / "04_single_gpu.ipynb")  # said in a visible cell
+    text = output_text(run_dir / "05_multi_gpu.ipynb")
+    assert "**DataParallel and multi-GPU DDP skipped: no usable CUDA GPU" in text
+    assert "Strong scaling to 2 ranks" in text and "only 1 repeat(s)" in text  # what it showed, flagged
+    assert "Reference, not measured here" in output_text(run_dir / "04_single_gpu.ipynb")
     analysis = output_text(run_dir / "06_analysis.ipynb")
     assert "published" in analysis and "measured here" in analysis
     assert "published" in (run_dir / "06_analysis.html").read_text()

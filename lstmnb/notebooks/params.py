@@ -22,11 +22,12 @@ ONE_OR_MANY = ("results_paths",)  # one folder or a list of them (checked below,
 REQUEST_KEYS = ("source", "points", "start", "end", "variables")
 POSITIVE_INTS = ("fit_epochs", "repeats", "scaling_epochs", "batch_sweep_start", "batch_sweep_max", "forecast_days",
                  "scratch_window", "scratch_hours", "scratch_hidden", "scratch_epochs", "scratch_batch_size",
-                 "scratch_repeats", "scratch_forecast_epochs")
-NON_NEGATIVE_INTS = ("forecast_point",)
-POSITIVE_NUMBERS = ("scratch_lr",)
-INT_LISTS = ("epochs_list", "world_sizes", "size_points")
-CHOICES = {"scaling_mode": ("strong", "weak", "both"), "scratch_optimizer": ("adam", "sgd"),
+                 "scratch_repeats", "scratch_forecast_epochs", "step_count", "step_repeats", "ddp_ranks",
+                 "ddp_repeats", "allreduce_max_bytes")
+NON_NEGATIVE_INTS = ("forecast_point", "comm_split_steps")
+POSITIVE_NUMBERS = ("scratch_lr", "allreduce_budget_s")
+INT_LISTS = ("epochs_list", "world_sizes", "size_points", "step_batches")
+CHOICES = {"scaling_mode": ("strong", "weak", "both"), "ddp_input_path": ("fast", "dataloader"), "scratch_optimizer": ("adam", "sgd"),
            "scratch_dtype": ("float64", "float32"), "scratch_data": ("airline", "era5")}
 CHOICE_LISTS = {"input_paths": ("fast", "dataloader"), "strategies": ("dataparallel", "ddp"),
                 "scratch_versions": ("loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch",

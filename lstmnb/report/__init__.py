@@ -21,6 +21,7 @@ or extracts anything. Its modules, one job each:
 - ``scaling``, ``cost``: parallel-training and cost tables
 - ``conclusions``: each notebook's closing "What this showed", written from its own results
 - ``glossary``: every word the report uses, defined once (06's end, README)
+- ``repeats``: medians of alternated repeats for 04/05 (steps, DDP runs, all-reduce sweeps) and their flags
 - ``timing_quality``: repeated runs as one row (their median), marked where repeats disagree or other
   processes kept the cores busy
 """
@@ -63,7 +64,8 @@ from .published import (
     published_tables,
     side_by_side,
 )
-from .scaling import SCALING_DEFINITIONS, allreduce_table, batch_sweep_table, convergence_table, scaling_table
+from .scaling import (SCALING_DEFINITIONS, allreduce_repeat_table, allreduce_table, batch_sweep_table, convergence_table,
+                      scaling_repeat_table, scaling_table)
 from .settings import (
     LIKE_FOR_LIKE,
     PUBLISHED_PROBLEM_LABEL,
@@ -87,19 +89,16 @@ from .tables import (
 from .timing_quality import REPEATS_DISAGREE, timing_note, timing_rows
 
 __all__ = [
-    "ChartData", "DEVICE_ORDER", "FASTEST", "GLOSSARY", "Headline", "LIKE_FOR_LIKE", "MEASURED", "MEDIAN_RULE",
-    "NOTE_MARK", "PUBLISHED", "PUBLISHED_PROBLEM_LABEL", "REFERENCE", "REPEATS_DISAGREE", "SCALING_DEFINITIONS",
-    "TIED_WITHIN", "allreduce_table", "analysis_conclusion", "answer_context", "batch_sweep_table", "column_label",
-    "comparison_epochs", "comparison_rows", "convergence_table", "cost_table", "cpu_baseline_conclusion",
+    "ChartData", "DEVICE_ORDER", "FASTEST", "GLOSSARY", "Headline", "LIKE_FOR_LIKE", "MEASURED", "MEDIAN_RULE", "NOTE_MARK",
+    "PUBLISHED", "PUBLISHED_PROBLEM_LABEL", "REFERENCE", "REPEATS_DISAGREE", "SCALING_DEFINITIONS", "TIED_WITHIN", "allreduce_repeat_table", "allreduce_table", "analysis_conclusion", "answer_context",
+    "batch_sweep_table", "column_label", "comparison_epochs", "comparison_rows", "convergence_table", "cost_table", "cpu_baseline_conclusion",
     "device_label", "device_notes", "epochs_device_table", "epochs_table", "epochs_tables", "findings",
-    "format_table", "glossary_markdown", "graph_lesson", "headline", "knob_effects", "load_prices",
-    "load_published", "load_reference_records", "loss_curves", "machine_descriptions", "machines_table",
-    "metrics_table", "model_conclusion", "ok_single_runs", "order_devices", "own_cpu_speedups", "plot_convergence",
-    "plot_cost", "plot_epochs_tables", "plot_headline", "plot_loss_curves", "plot_samples_per_s", "plot_seconds",
-    "plot_speedup", "plot_speedups", "price_for", "problem_label", "provenance_table", "published_basis",
-    "published_epochs_table", "published_provenance", "published_setting_definition", "published_tables",
-    "reference_files", "reference_note", "region_conclusion", "rmse_by_device", "runs_table", "samples_chart",
-    "scaling_table", "scratch_conclusion", "seconds_chart", "setting_label", "side_by_side", "speedup_chart",
-    "speedup_table", "status_table", "study_skill_summary", "study_skill_table", "tied_with_fastest", "timing_note",
-    "timing_rows", "with_device_labels",
+    "format_table", "glossary_markdown", "graph_lesson", "headline", "knob_effects", "load_prices", "load_published", "load_reference_records",
+    "loss_curves", "machine_descriptions", "machines_table", "metrics_table", "model_conclusion", "ok_single_runs", "order_devices",
+    "own_cpu_speedups", "plot_convergence", "plot_cost", "plot_epochs_tables", "plot_headline", "plot_loss_curves",
+    "plot_samples_per_s", "plot_seconds", "plot_speedup", "plot_speedups", "price_for", "problem_label",
+    "provenance_table", "published_basis", "published_epochs_table", "published_provenance", "published_setting_definition",
+    "published_tables", "region_conclusion", "reference_files", "reference_note", "rmse_by_device", "runs_table", "samples_chart",
+    "scaling_repeat_table", "scaling_table", "scratch_conclusion", "seconds_chart", "setting_label", "side_by_side", "speedup_chart", "speedup_table",
+    "status_table", "study_skill_summary", "study_skill_table", "tied_with_fastest", "timing_note", "timing_rows", "with_device_labels",
 ]

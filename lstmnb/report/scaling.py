@@ -116,3 +116,89 @@ def batch_sweep_table(records: list[dict[str, Any]]) -> pd.DataFrame:
                      "final val RMSE K": (r.get("epochs") or [{}])[-1].get("val_rmse_k"),
                      "reason": r.get("reason")})
     return pd.DataFrame(rows).set_index("batch size") if rows else pd.DataFrame()
+
+
+# --- scaling and all-reduce from alternated repeats (04/05 on any machine) ------------------------
+
+def _scaling_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for r in records:
+        if r.get("status") != "ok" or not str(r.get("experiment", "")).startswith("scaling-"):
+            continue
+        n = int(r.get("world_size") or 1)
+        par = r.get("parallel") or {}
+        split = par.get("comm_split") or {}
+        per_rank = _get(r, "scaling.per_device_batch") or _get(r, "config.batch_size")
+        threads = par.get("threads_per_rank")
+        row = {"ranks": n, "input path": _get(r, "config.input_path"), "per-rank batch": per_rank,
+               "global batch": per_rank * n if per_rank else None,
+               "threads": threads * n if threads else float("nan"),
+               "epoch s": _get(r, "timing.epoch_s_median"), "samples/s": _get(r, "timing.samples_per_s"),
+               "step ms": 1e3 * split["step_s"] if split.get("step_s") else float("nan"),
+               "compute ms": 1e3 * split["compute_s"] if split.get("compute_s") else float("nan"),
+               "comm ms": 1e3 * split["comm_s"] if split.get("comm_s") is not None else float("nan"),
+               "busy cores": _get(r, "threads.busy_cores")}
+        # one rank does the same work in both modes: its runs are the baseline of each
+        modes = [_get(r, "scaling.mode") or r["experiment"].removeprefix("scaling-")] if n > 1 else ["strong", "weak"]
+        rows += [{"mode": m, **row} for m in modes]
+    return rows
+
+
+def scaling_repeat_table(records: list[dict[str, Any]]) -> pd.DataFrame:
+    """Strong and weak DDP scaling from repeated runs (``report.repeats``): per (mode, ranks) the medians of
+    epoch time, samples/s and the measured step / compute / communication split, the input path, batches
+    and threads, flags, and speedup and efficiency (as ``SCALING_DEFINITIONS``) only where the baseline
+    (one rank) can carry one; ``note`` says why not where it cannot, or that it is rough."""
+    from .repeats import median_of_repeats, speedup_note
+
+    rows = _scaling_rows(records)
+    if not rows:
+        return pd.DataFrame()
+    keys = ["mode", "ranks", "input path", "per-rank batch", "global batch"]
+    table = median_of_repeats(rows, keys, "epoch s").reset_index()
+    table["comm %"] = 100 * table["comm ms"] / table["step ms"]
+    table["speedup"] = table["efficiency"] = float("nan")
+    table["note"] = ""
+    for mode, g in table.groupby("mode", sort=False):
+        one = g[g["ranks"] == 1]
+        if one.empty:
+            table.loc[g.index, "note"] = "no speedup: no one-rank run"
+            continue
+        base = one.iloc[0]
+        ok, why = speedup_note(base, g)
+        table.loc[g.index[g["ranks"] > 1], "note"] = why  # said once per mode, on the rows it concerns
+        if not ok:
+            continue
+        if mode == "strong":
+            speed = base["epoch s"] / g["epoch s"]
+        else:
+            speed = g["samples/s"] / base["samples/s"]
+        table.loc[g.index, "speedup"] = speed
+        table.loc[g.index, "efficiency"] = speed / g["ranks"]
+    table["threads"] = table["threads"].round().astype("Int64")
+    cols = keys + ["threads", "repeats", "epoch s", "samples/s", "speedup", "efficiency", "step ms", "compute ms",
+                   "comm ms", "comm %", "spread %", "busy cores", "flag", "note"]
+    return table[cols].set_index(["mode", "ranks"]).sort_index()
+
+
+def allreduce_repeat_table(sweeps: list[dict[str, Any]], step_s: float | None = None) -> pd.DataFrame:
+    """All-reduce time and bandwidth per message size from repeated sweeps (each ``experiments.allreduce``'s
+    output, with ``busy_cores`` added by the caller): medians, flags, and the row at the model's gradient
+    size marked (with its share of a training step of ``step_s`` seconds, when given)."""
+    from .repeats import median_of_repeats
+
+    rows, grad = [], None
+    for sweep in sweeps:
+        grad = sweep.get("gradient_bytes") or grad
+        for r in sweep["rows"]:
+            rows.append({"bytes": r["bytes"], "ranks": r["world_size"], "backend": r["backend"],
+                         "time us": r["time_us"], "algbw GB/s": r["algbw_gbps"], "busbw GB/s": r["busbw_gbps"],
+                         "busy cores": sweep.get("busy_cores")})
+    if not rows:
+        return pd.DataFrame()
+    table = median_of_repeats(rows, ["bytes", "ranks", "backend"], "time us").reset_index()
+    table.insert(0, "size", table["bytes"].map(_human_bytes))
+    table["gradients of one step"] = table["bytes"] == (grad or 0) // 4 * 4
+    if step_s:
+        table["share of a step"] = (table["time us"] / 1e6 / step_s).where(table["gradients of one step"])
+    return table.set_index("size")

@@ -1,0 +1,86 @@
+"""The figures of 04 and 05 (``lessons``' tables drawn): step time against batch, strong and weak scaling,
+the all-reduce against message size. Every point is a median of repeats; flagged ones are drawn hollow."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+HOLLOW = "hollow marker: flagged (repeats disagree, too few, or the cores were busy)"
+
+
+def _markers(ax, x, y, flags, color, label):
+    flagged = flags.astype(str) != ""
+    ax.plot(x, y, "-", color=color, lw=1, alpha=0.6)
+    ax.plot(x[~flagged], y[~flagged], "o", color=color, label=label)
+    ax.plot(x[flagged], y[flagged], "o", mfc="white", color=color, label=f"{label} (flagged)" if flagged.any() else None)
+
+
+def plot_step_times(table: pd.DataFrame, reference: pd.DataFrame | None = None, device: str = "this machine"):
+    """Step time (left) and FLOP rate (right) against batch on this device; the reference H100's eager and
+    graph steps beside them when given (labelled another machine's)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    b = pd.Series(table.index, index=table.index)
+    _markers(ax1, b, table["step ms"], table["flag"], "C0", f"{device} (measured here)")
+    _markers(ax2, b, table["GFLOP/s"], table["flag"], "C0", f"{device} (measured here)")
+    if reference is not None and not reference.empty:
+        for graph, color, name in ((False, "C3", "H100 eager"), (True, "C2", "H100 CUDA graph")):
+            if graph in reference.index.get_level_values(0):
+                r = reference.xs(graph, level=0)
+                for ax, col in ((ax1, "step ms"), (ax2, "GFLOP/s")):
+                    ax.plot(r.index, r[col], "s--", color=color, ms=4, lw=0.8, label=f"{name} (reference, another machine)")
+    ax1.set(xscale="log", yscale="log", xlabel="batch (samples per step)", ylabel="ms per step",
+            title="one training step against its batch")
+    ax2.set(xscale="log", yscale="log", xlabel="batch (samples per step)", ylabel="GFLOP/s achieved",
+            title="useful arithmetic per second")
+    ax1.legend(fontsize=7, loc="upper left")
+    fig.text(0.01, -0.02, HOLLOW, fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_scaling(table: pd.DataFrame):
+    """Epoch time per mode and ranks (left) and each step's compute and un-hidden communication (right)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+    rows = table.reset_index()
+    names = [f"{m}\n{n} rank{'s' if n > 1 else ''}\nbatch {int(g)}" for m, n, g in
+             zip(rows["mode"], rows["ranks"], rows["global batch"])]
+    colors = ["C0" if m == "strong" else "C1" for m in rows["mode"]]
+    bars = ax1.bar(names, rows["epoch s"], color=colors)
+    for bar, flag in zip(bars, rows["flag"]):
+        if flag:
+            bar.set_hatch("//")
+            bar.set_alpha(0.6)
+    ax1.set(ylabel="s per epoch (median)", title="an epoch on 1 and on N ranks (hatched: flagged)")
+    ax2.bar(names, rows["compute ms"], color="C0", label="compute (under no_sync)")
+    ax2.bar(names, rows["comm ms"].clip(lower=0), bottom=rows["compute ms"], color="C3",
+            label="all-reduce not hidden")
+    ax2.set(ylabel="ms per step (median)", title="one step: compute and communication")
+    ax2.legend(fontsize=8)
+    for ax in (ax1, ax2):
+        ax.tick_params(axis="x", labelsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_allreduce(table: pd.DataFrame):
+    """All-reduce time and bus bandwidth against message size, the gradient size of one step marked."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+    x = table["bytes"]
+    _markers(ax1, x, table["time us"], table["flag"], "C0", "median time")
+    _markers(ax2, x, table["busbw GB/s"], table["flag"], "C0", "median bus bandwidth")
+    grad = table[table["gradients of one step"]]
+    for ax, col in ((ax1, "time us"), (ax2, "busbw GB/s")):
+        if not grad.empty:
+            ax.plot(grad["bytes"], grad[col], "*", color="C3", ms=14, label="one step's gradients")
+        ax.set(xscale="log", yscale="log", xlabel="message size (bytes)")
+        ax.legend(fontsize=8)
+    ax1.set(ylabel="µs per all-reduce", title="time per all-reduce")
+    ax2.set(ylabel="GB/s", title="bus bandwidth")
+    fig.tight_layout()
+    return fig

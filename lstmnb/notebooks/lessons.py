@@ -1,0 +1,319 @@
+"""What 04 and 05 run and say on any machine, a GPU or not: the package's own source on the page, a
+step's time against its batch (the fixed per-step cost every step pays), DDP strong and weak scaling and
+the all-reduce over real ranks (gloo on a CPU, NCCL on GPUs), each timed as alternated repeats and
+summarised by ``report.repeats``; the GPU lessons from the shipped reference records, labelled as
+another machine's; and each notebook's "what this showed", written from its own numbers.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import textwrap
+from dataclasses import replace
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..device import busy_while, clock, cpu_cores
+from ..errors import ConfigError
+from ..records import Recorder
+
+REFERENCE_LABEL = ("another machine's: lstmnb's shipped reference records, an NVIDIA H100 on lstmnb's former "
+                   "one-layer, batch-64 reading of the study, on synthetic data")
+
+
+def source_code(obj: Any) -> str:
+    """The source of a function, method or class of the package (compiled functions too), dedented."""
+    return textwrap.dedent(inspect.getsource(getattr(obj, "py_func", obj)))
+
+
+def check_repeats(repeats: int) -> int:
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"repeats={repeats!r} must be a whole number >= 1 (3 or more for a median the "
+                          f"tables trust)")
+    return repeats
+
+
+# --- 04: a step's time against its batch --------------------------------------------------------------
+
+
+def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int = 20, repeats: int = 3) -> pd.DataFrame:
+    """One row per (repeat, batch): the seconds of one optimiser step of the package's ``Trainer.step`` on
+    ``device`` (eager: no CUDA graph), timed over ``steps`` steps after two warm-up steps, the batch sizes
+    alternated within each repeat. With the FLOPs a step does (``models.flops_per_sample``), the threads
+    and the cores other processes kept busy meanwhile."""
+    from ..device import resolve_device
+    from ..models import flops_per_sample
+    from ..training import Trainer, with_overrides
+    from ..training.pipeline import thread_choice
+
+    check_repeats(repeats)
+    if steps < 1 or not batches or any(int(b) < 1 for b in batches):
+        raise ConfigError(f"steps={steps} and batches={list(batches)} must be >= 1")
+    n_train = windows.x["train"].shape[0]
+    too_big = [int(b) for b in batches if int(b) > n_train]
+    if too_big:
+        raise ConfigError(f"batch size(s) {too_big} exceed the {n_train} training samples")
+    cfg = with_overrides(cfg, cuda_graph=False, input_path="fast", device=device)
+    dev = resolve_device(cfg.device)
+    flops = flops_per_sample(cfg.model_config(windows.n_features), cfg.window)["training"]
+    rows = []
+    with thread_choice(cfg, dev) as threads:
+        tr = Trainer(windows, cfg, dev)
+        x, y = tr.train_tensors()
+
+        def timed(b: int) -> float:
+            xb, yb = x[:b], y[:b]
+            for _ in range(2):
+                tr.step(xb, yb)
+            t0 = clock(dev)
+            for _ in range(steps):
+                tr.step(xb, yb)
+            return (clock(dev) - t0) / steps
+
+        for r in range(repeats):
+            for b in (int(v) for v in batches):
+                sec, busy = busy_while(timed, b)
+                rows.append({"repeat": r + 1, "batch": b, "input path": "fast",
+                             "device": str(dev), "threads": threads["used"] if threads else None,
+                             "step ms": 1e3 * sec, "ms per sample": 1e3 * sec / b,
+                             "GFLOP/s": flops * b / sec / 1e9, "busy cores": busy})
+    return pd.DataFrame(rows)
+
+
+def step_time_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """``step_times`` as medians per batch with their flags (``report.repeats``)."""
+    from ..report.repeats import median_of_repeats
+
+    table = median_of_repeats(rows.drop(columns=["repeat"]), ["batch", "input path", "device", "threads"], "step ms")
+    return table.reset_index().set_index("batch")
+
+
+def fixed_step_cost(table: pd.DataFrame) -> dict[str, float]:
+    """Split a step's median time into a part every step pays whatever its batch (Python, operator
+    dispatch; on a GPU the kernel launches) and a part per sample: ``per_sample_us`` is the slope between
+    the two largest batches (where the arithmetic dominates), ``fixed_ms`` what is left of the smallest
+    batch's step after its samples' share (0 at least), ``fixed_share_smallest`` that part's share of the
+    smallest batch's step. Needs two batch sizes or more."""
+    table = table.sort_index()
+    b = np.asarray(table.index, dtype=float)
+    t = np.asarray(table["step ms"], dtype=float)
+    if len(b) < 2:
+        raise ConfigError("a fixed step cost needs step times at two batch sizes or more")
+    slope = max(0.0, (t[-1] - t[-2]) / (b[-1] - b[-2]))
+    fixed = max(0.0, t[0] - slope * b[0])
+    return {"fixed_ms": float(fixed), "per_sample_us": float(slope) * 1e3,
+            "fixed_share_smallest": float(fixed / t[0]) if t[0] > 0 else float("nan")}
+
+
+def step_sentence(table: pd.DataFrame, fit: dict[str, float]) -> str:
+    """What the step times show, in words chosen by the numbers: overhead-bound (flat) at small batches,
+    arithmetic-bound (time in proportion to the batch) from where the per-sample part outweighs the fixed one."""
+    if not np.isfinite(fit["fixed_ms"]) or fit["per_sample_us"] <= 0:
+        return "**What you see.** The step times do not grow with the batch here; read the flags before trusting them."
+    cross = fit["fixed_ms"] * 1e3 / fit["per_sample_us"]  # batch where both parts are equal
+    return (f"**What you see, and why.** Every step pays about {fit['fixed_ms']:.2f} ms whatever its batch "
+            f"(Python, operator dispatch; on a GPU the kernel launches), and about {fit['per_sample_us']:.1f} µs "
+            f"per sample of arithmetic on top. The two are equal near batch {cross:,.0f}: below it a step is "
+            f"overhead-bound (time nearly flat, few useful FLOP/s), above it arithmetic-bound (time grows in "
+            f"proportion to the batch). A device with far more arithmetic per second, "
+            f"a GPU, shrinks the per-sample part but not the fixed one, so for a small model it moves that "
+            f"crossing to batches of thousands: the reference H100 below is overhead-bound up to about 4096.")
+
+
+def _graph_used(r: pd.Series) -> bool:
+    """Whether a record's run replayed a CUDA graph: ``cuda_graph.used`` where the record has it, else (the
+    reference records predate that field) its ``config.cuda_graph``."""
+    for key in ("cuda_graph.used", "config.cuda_graph"):
+        v = r.get(key)
+        if isinstance(v, (bool, np.bool_)):
+            return bool(v)
+    return False
+
+
+def reference_step_table() -> pd.DataFrame:
+    """The H100 reference records' batch sweep and eager-vs-graph runs: step time from epoch time and
+    steps per epoch, samples/s and the FLOP rate. Labelled ``REFERENCE_LABEL``."""
+    from ..report import load_reference_records
+
+    df = load_reference_records()
+    pick = df[(df["status"] == "ok") & (df["device.kind"] == "cuda")
+              & df["experiment"].isin(["batch-sweep", "pub-fast", "pub-graph", "rec", "rec-graph"])]
+    rows = []
+    for _, r in pick.iterrows():
+        steps = math.ceil(r["data.sizes.train"] / r["config.batch_size"])
+        rows.append({"run": r["experiment"], "batch": int(r["config.batch_size"]),
+                     "CUDA graph": _graph_used(r),
+                     "step ms": 1e3 * r["timing.epoch_s_median"] / steps, "samples/s": r["timing.samples_per_s"],
+                     "GFLOP/s": r.get("timing.train_flops_per_s", float("nan")) / 1e9})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    return out.groupby(["CUDA graph", "batch"]).median(numeric_only=True).sort_index()
+
+
+# --- 05: DDP scaling and all-reduce over real ranks --------------------------------------------------
+
+
+def ddp_device(gpu: str, ranks: int) -> tuple[str, str]:
+    """Where 05's DDP runs go: ``gpu`` when ``ranks`` CUDA GPUs are usable, else the CPU (gloo ranks
+    sharing its cores); with the sentence that says which and why."""
+    from ..doctor import gpu_problem
+
+    why = gpu_problem(gpu, ranks)
+    if why is None:
+        return gpu, f"DDP runs on {ranks} GPUs (NCCL), one process per GPU."
+    return "cpu", (f"No {ranks} GPUs here ({why}), so DDP runs as {ranks} processes on this CPU, talking over "
+                   f"gloo: the same code and the same all-reduce, on {cpu_cores()} shared core(s).")
+
+
+def scaling_request(source, points, start: str, days: int | None, cfg):
+    """The request and config of 05's DDP runs: the notebook's data, or only its first ``days`` days (the
+    last of them tested) so that a quick profile's nine runs stay short. Returns (request, cfg)."""
+    from .steps import make_request
+    from ..training import with_overrides
+
+    if days is None:
+        return None, cfg
+    if isinstance(days, bool) or not isinstance(days, int) or days < 14:
+        raise ConfigError(f"scaling_days={days!r} must be None or a whole number of days >= 14")
+    first = pd.Timestamp(start)
+    test = (first + pd.Timedelta(days=days - 7)).strftime("%Y-%m-%d")
+    end = (first + pd.Timedelta(days=days - 1)).strftime("%Y-%m-%d")
+    return make_request(source, points, start, end), with_overrides(cfg, split_dates=(test, test))
+
+
+def ddp_scaling(windows, data_info: dict[str, Any] | None, cfg, *, ranks: int = 2, repeats: int = 3,
+                comm_split_steps: int = 20, results=None) -> list[dict[str, Any]]:
+    """Strong and weak DDP scaling, alternated: each repeat runs one rank at ``cfg.batch_size``, ``ranks``
+    ranks splitting it (strong) and ``ranks`` ranks at ``cfg.batch_size`` each (weak), on the GPUs or, on a
+    CPU, as gloo ranks with one thread each (unless ``cfg.threads`` says otherwise). Each record gains
+    ``threads`` (per rank, and the cores other
+    processes kept busy during the run) and is appended to ``results``."""
+    from ..experiments.scaling import ScalingConfig, scaling
+
+    check_repeats(repeats)
+    if cfg.device == "cpu" and cfg.threads is None:
+        # one thread per rank: N ranks use N cores, the resources grow with N as with N GPUs, and no
+        # OpenMP threads of one rank spin against each other or against other processes' work
+        cfg = replace(cfg, threads=1)
+    if cfg.batch_size % ranks:
+        raise ConfigError(f"batch_size={cfg.batch_size} must divide among {ranks} ranks for strong scaling")
+    plan = [("strong", 1), ("strong", ranks), ("weak", ranks)]
+    recorder = Recorder(results)
+    for r in range(repeats):
+        for mode, n in plan:
+            sc = ScalingConfig(world_sizes=(n,), mode=mode, global_batch=cfg.batch_size,
+                               comm_split_steps=comm_split_steps)
+            (rec,), busy = busy_while(scaling, windows, replace(cfg, progress=False), sc, data_info=data_info)
+            per_rank = (rec.get("parallel") or {}).get("threads_per_rank")
+            rec["threads"] = {"used": per_rank, "policy": "per rank",
+                              "reason": ("one thread per CPU rank, so N ranks use N cores" if cfg.threads == 1
+                                         else "each rank's threads as the run set them"),
+                              "cores": cpu_cores(), "busy_cores": None if busy is None else round(busy, 2)}
+            rec["repeat"] = r + 1
+            recorder.add(rec)
+    return recorder.records
+
+
+def allreduce_sweeps(cfg, *, ranks: int = 2, max_bytes: int = 4 * 2**20, budget_s: float = 0.05,
+                     repeats: int = 3, n_features: int = 1) -> list[dict[str, Any]]:
+    """``repeats`` all-reduce bandwidth sweeps (``experiments.allreduce``: 1 KB to ``max_bytes`` by x4 and
+    the model's gradient size) over ``ranks`` ranks, each with the cores others kept busy meanwhile."""
+    from ..experiments.allreduce import AllreduceConfig, allreduce
+
+    check_repeats(repeats)
+    device = "cpu" if cfg.device == "cpu" else "auto"
+    acfg = AllreduceConfig(world_size=ranks, device=device, max_bytes=max_bytes, budget_s=budget_s)
+    out = []
+    for _ in range(repeats):
+        sweep, busy = busy_while(allreduce, cfg, acfg, n_features)
+        out.append({**sweep, "busy_cores": busy})
+    return out
+
+
+def ring_allreduce_bytes(n_params: int, ranks: int, bytes_per_value: int = 4) -> float:
+    """Bytes each rank sends in a ring all-reduce of ``n_params`` values: 2 (N - 1) / N x K values."""
+    if ranks < 1:
+        raise ConfigError(f"ranks={ranks} must be >= 1")
+    return 2 * (ranks - 1) / ranks * n_params * bytes_per_value
+
+
+# --- "what this showed" ------------------------------------------------------------------------------
+
+
+def _fmt(v: float, digits: int = 2) -> str:
+    return "n/a" if v is None or not np.isfinite(v) else f"{v:,.{digits}f}"
+
+
+def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: pd.DataFrame, device: str) -> str:
+    """04's conclusions from its own step times and the reference records, as Markdown bullets."""
+    small, big = steps_table.index.min(), steps_table.index.max()
+    lines = [
+        f"- On this machine ({device}) one training step of the study's model took "
+        f"{_fmt(steps_table.loc[small, 'step ms'])} ms at batch {small} and {_fmt(steps_table.loc[big, 'step ms'])} ms "
+        f"at batch {big}: {big // small}x the samples for "
+        f"{_fmt(steps_table.loc[big, 'step ms'] / steps_table.loc[small, 'step ms'], 1)}x the time.",
+        f"- Every step paid about {_fmt(fit['fixed_ms'])} ms whatever its "
+        f"batch ({_fmt(100 * fit['fixed_share_smallest'], 0)}% of the smallest batch's step), and "
+        f"{_fmt(fit['per_sample_us'])} µs per sample on top. The useful FLOP rate was "
+        f"{_fmt(steps_table.loc[small, 'GFLOP/s'], 1)} GFLOP/s at batch {small}, "
+        f"{_fmt(steps_table.loc[big, 'GFLOP/s'], 1)} at batch {big} and at best "
+        f"{_fmt(steps_table['GFLOP/s'].max(), 1)} (batch {steps_table['GFLOP/s'].idxmax()}).",
+    ]
+    flagged = int((steps_table["flag"] != "").sum())
+    if flagged:
+        lines.append(f"- {flagged} of {len(steps_table)} rows are flagged (see the table): read them as rough.")
+    if not reference.empty and True in reference.index.get_level_values(0):
+        graph = reference.xs(True, level=0)
+        eager = reference.xs(False, level=0)
+        both = sorted(set(graph.index) & set(eager.index))
+        if both:
+            b = both[0]
+            lines.append(
+                f"- On the reference H100 ({REFERENCE_LABEL}) an eager step at batch {b} took "
+                f"{_fmt(eager.loc[b, 'step ms'], 3)} ms and the same step replayed as a CUDA graph "
+                f"{_fmt(graph.loc[b, 'step ms'], 3)} ms: launches, not arithmetic, set a small LSTM's step time "
+                f"on a GPU.")
+    lines.append("- Next: `05_multi_gpu` splits each batch among several processes (data parallelism) and "
+                 "measures what the gradient all-reduce costs.")
+    return "\n".join(lines)
+
+
+def what_05_showed(scaling_table: pd.DataFrame, allreduce_table: pd.DataFrame) -> str:
+    """05's conclusions from its own scaling and all-reduce tables, as Markdown bullets."""
+    lines = []
+    for mode in ("strong", "weak"):
+        if scaling_table.empty or mode not in scaling_table.index.get_level_values(0):
+            continue
+        g = scaling_table.xs(mode, level=0)
+        top = g.index.max()
+        row = g.loc[top]
+        if np.isfinite(row["speedup"]):
+            what = (f"{'speedup' if mode == 'strong' else 'scaled speedup'} {_fmt(row['speedup'])}x, "
+                    f"efficiency {_fmt(row['efficiency'])}")
+        else:
+            what = row["note"] or "no speedup"
+        lines.append(f"- {mode.capitalize()} scaling to {top} ranks ({row['input path']} input path, "
+                     f"per-rank batch {int(row['per-rank batch'])}, {_fmt(row['threads'], 0)} threads in all): "
+                     f"{_fmt(row['epoch s'])} s per epoch against {_fmt(g.loc[1, 'epoch s'])} s on one rank; "
+                     f"{what}." + (f" Flagged: {row['flag']}." if row["flag"] else ""))
+        if mode == "strong" and np.isfinite(row.get("comm ms", np.nan)):
+            lines.append(f"- Of a {_fmt(row['step ms'])} ms step on {top} ranks, {_fmt(row['comm ms'])} ms "
+                         f"({_fmt(row['comm %'], 0)}%) was the gradient all-reduce the backward pass did not hide.")
+    if not allreduce_table.empty:
+        grad = allreduce_table[allreduce_table["gradients of one step"]]
+        big = allreduce_table.loc[allreduce_table["bytes"].idxmax()]
+        small = allreduce_table.loc[allreduce_table["bytes"].idxmin()]
+        if not grad.empty:
+            g = grad.iloc[0]
+            lines.append(f"- One step's gradients ({grad.index[0]}) took {_fmt(g['time us'], 0)} µs to all-reduce "
+                         f"({_fmt(g['busbw GB/s'], 3)} GB/s bus bandwidth); the smallest message "
+                         f"({allreduce_table.index[allreduce_table['bytes'].argmin()]}) took "
+                         f"{_fmt(small['time us'], 0)} µs at {_fmt(small['busbw GB/s'], 4)} GB/s and the largest "
+                         f"({allreduce_table.index[allreduce_table['bytes'].argmax()]}) {_fmt(big['time us'], 0)} µs "
+                         f"at {_fmt(big['busbw GB/s'], 3)} GB/s.")
+    lines.append("- Next: `06_analysis` puts every run of the series beside the study's published table.")
+    return "\n".join(lines)

@@ -1,0 +1,175 @@
+"""04 and 05 on any machine: medians of alternated repeats and their flags, the guard on speedups, a step's
+time against its batch, and DDP scaling and the all-reduce over a real 2-rank gloo group."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lstmnb.device import busy_while
+from lstmnb.errors import ConfigError
+from lstmnb.models import flops_per_sample
+from lstmnb.notebooks import lessons
+from lstmnb.report import allreduce_repeat_table, scaling_repeat_table
+from lstmnb.report.repeats import flag_text, median_of_repeats, speedup_note, spread
+from lstmnb.training import TrainConfig, preset_config
+from test_parallel import synthetic_windows
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::UserWarning")]
+
+
+def test_spread_and_flags():
+    assert spread([1.0, 1.1, 0.9]) == pytest.approx(0.2 / 0.9)
+    assert spread([2.0, 2.0, 2.0]) == 0.0
+    assert np.isnan(spread([]))
+    assert flag_text(3, 0.1, 0.2) == ""
+    assert flag_text(3, 0.25, None) == "repeats differ 25%"
+    assert flag_text(2, 0.0, 1.4) == "only 2 repeat(s); 1.4 cores busy elsewhere"
+
+
+def test_median_of_repeats_takes_medians_and_flags_per_row():
+    rows = [{"batch": b, "threads": 2, "step ms": t, "busy cores": busy}
+            for b, t, busy in [(16, 1.0, 0.0), (64, 2.0, 0.1), (16, 1.05, 0.0), (64, 3.0, 0.0), (16, 0.95, 0.1),
+                               (64, 2.1, 0.9)]]
+    table = median_of_repeats(rows, ["batch"], "step ms")
+    assert table.loc[16, "step ms"] == pytest.approx(1.0) and table.loc[64, "step ms"] == pytest.approx(2.1)
+    assert table.loc[16, "repeats"] == 3 and table.loc[16, "flag"] == ""
+    assert table.loc[64, "spread %"] == pytest.approx(100 * 1.0 / 2.0)
+    assert table.loc[64, "flag"] == "repeats differ 50%; 0.9 cores busy elsewhere"
+
+
+def test_no_speedup_over_a_baseline_slower_than_the_same_work_on_fewer_threads():
+    base = pd.Series({"threads": 2, "samples/s": 1000.0, "flag": ""})
+    others = pd.DataFrame({"threads": [2, 1], "samples/s": [1800.0, 1200.0]})
+    ok, why = speedup_note(base, others)
+    assert not ok and why == "no speedup: the baseline ran slower than the same work on 1 thread(s)"
+    ok, why = speedup_note(base, others.iloc[:1])
+    assert ok and why == ""
+    ok, why = speedup_note(pd.Series({"threads": 2, "samples/s": 1000.0, "flag": "repeats differ by 30%"}), others.iloc[:1])
+    assert ok and why.startswith("rough: the baseline is flagged")
+
+
+def test_ring_allreduce_bytes_and_bad_values():
+    assert lessons.ring_allreduce_bytes(1000, 2) == 4000  # 2 (N-1)/N K values of 4 bytes
+    assert lessons.ring_allreduce_bytes(1000, 4) == 6000
+    assert lessons.ring_allreduce_bytes(1000, 1) == 0
+    with pytest.raises(ConfigError, match="repeats=0 must be a whole number >= 1"):
+        lessons.check_repeats(0)
+    with pytest.raises(ConfigError, match="scaling_days=3 must be None or a whole number of days >= 14"):
+        lessons.scaling_request("study", [[40, 280]], "2020-01-01", 3, preset_config("published"))
+
+
+def test_scaling_request_cuts_the_training_part():
+    cfg = preset_config("published")
+    request, cut = lessons.scaling_request("study", [[40, 280], [20, 280]], "2020-01-01", 61, cfg)
+    assert (request.start, request.end) == ("2020-01-01", "2020-03-01")
+    assert cut.split_dates == ("2020-02-24", "2020-02-24") and cut.layers == 2 and cut.batch_size == 128
+    assert lessons.scaling_request("study", [[40, 280]], "2020-01-01", None, cfg) == (None, cfg)
+
+
+def test_source_code_is_the_package_source():
+    from lstmnb.training.step import optimizer_step
+
+    text = lessons.source_code(optimizer_step)
+    assert text.startswith("def optimizer_step(") and "loss.backward()" in text
+
+
+def test_busy_while_returns_the_result_and_a_core_count():
+    out, busy = busy_while(sum, [1, 2, 3])
+    assert out == 6 and (busy is None or busy >= 0)
+
+
+def test_fixed_step_cost_recovers_a_line():
+    table = pd.DataFrame({"step ms": [1.0 + 0.01 * b for b in (16, 64, 256)]}, index=pd.Index([16, 64, 256], name="batch"))
+    fit = lessons.fixed_step_cost(table)
+    assert fit["fixed_ms"] == pytest.approx(1.0) and fit["per_sample_us"] == pytest.approx(10.0)
+    assert fit["fixed_share_smallest"] == pytest.approx(1.0 / 1.16)
+    with pytest.raises(ConfigError, match="two batch sizes"):
+        lessons.fixed_step_cost(table.iloc[:1])
+
+
+def test_step_times_are_real_steps_of_the_trainer():
+    cfg = TrainConfig(device="cpu", hidden=8, window=12, layers=2, batch_size=32, progress=False)
+    windows = synthetic_windows(cfg, days=20)
+    rows = lessons.step_times(windows, cfg, "cpu", [8, 32], steps=2, repeats=2)
+    assert list(rows["batch"]) == [8, 32, 8, 32]  # alternated within each repeat
+    assert (rows["step ms"] > 0).all() and (rows["threads"] >= 1).all()
+    flops = flops_per_sample(cfg.model_config(windows.n_features), cfg.window)["training"]
+    np.testing.assert_allclose(rows["GFLOP/s"], flops * rows["batch"] / (rows["step ms"] / 1e3) / 1e9)
+    table = lessons.step_time_table(rows)
+    assert list(table.index) == [8, 32] and (table["repeats"] == 2).all()
+    assert table["flag"].str.contains("only 2 repeat").all()
+    with pytest.raises(ConfigError, match=r"batch size\(s\) \[100000\] exceed"):
+        lessons.step_times(windows, cfg, "cpu", [100000], steps=1, repeats=1)
+
+
+def test_reference_step_table_is_the_h100_records():
+    ref = lessons.reference_step_table()
+    assert {False, True} == set(ref.index.get_level_values(0))
+    eager, graph = ref.xs(False, level=0), ref.xs(True, level=0)
+    assert graph.loc[64, "step ms"] < eager.loc[64, "step ms"]  # the graph's lesson, from the records
+    text = lessons.what_04_showed(pd.DataFrame({"step ms": [1.0, 2.0], "GFLOP/s": [0.5, 4.0], "flag": ["", ""]},
+                                               index=[16, 256]), {"fixed_ms": 0.9, "per_sample_us": 4.0,
+                                                                  "fixed_share_smallest": 0.9}, ref, "cpu")
+    assert "batch 16 and 2.00 ms at batch 256: 16x the samples for 2.0x the time" in text
+    assert "another machine's" in text and "05_multi_gpu" in text
+
+
+@pytest.mark.slow
+def test_ddp_scaling_and_allreduce_on_two_gloo_ranks(tmp_path):
+    cfg = TrainConfig(device="cpu", hidden=8, window=12, batch_size=32, epochs=2, progress=False, input_path="fast")
+    windows = synthetic_windows(cfg, days=10)
+    runs = lessons.ddp_scaling(windows, None, cfg, ranks=2, repeats=1, comm_split_steps=2, results=tmp_path)
+    assert [(r["scaling"]["mode"], r["world_size"], r["config"]["batch_size"]) for r in runs] == [
+        ("strong", 1, 32), ("strong", 2, 16), ("weak", 2, 32)]
+    assert all(r["status"] == "ok" and "busy_cores" in r["threads"] and r["repeat"] == 1 for r in runs)
+    table = scaling_repeat_table(runs)
+    assert list(table.index) == [("strong", 1), ("strong", 2), ("weak", 1), ("weak", 2)]
+    assert list(table["global batch"]) == [32, 32, 32, 64] and (table["input path"] == "fast").all()
+    assert table["flag"].str.contains("only 1 repeat").all()
+    strong = table.xs("strong", level=0)
+    if np.isfinite(strong.loc[2, "speedup"]):
+        assert strong.loc[2, "speedup"] == pytest.approx(strong.loc[1, "epoch s"] / strong.loc[2, "epoch s"])
+        assert strong.loc[2, "efficiency"] == pytest.approx(strong.loc[2, "speedup"] / 2)
+    else:
+        assert strong.loc[2, "note"].startswith("no speedup")
+
+    sweeps = lessons.allreduce_sweeps(cfg, ranks=2, max_bytes=4096, budget_s=0.005, repeats=2)
+    ar = allreduce_repeat_table(sweeps, step_s=0.01)
+    assert {1024, 4096} <= set(ar["bytes"]) and (ar["repeats"] == 2).all() and (ar["time us"] > 0).all()
+    assert ar["gradients of one step"].sum() == 1
+    text = lessons.what_05_showed(table, ar)
+    assert "Strong scaling to 2 ranks" in text and "Weak scaling to 2 ranks" in text and "all-reduce" in text
+
+
+def test_step_sentence_follows_the_numbers():
+    table = pd.DataFrame({"step ms": [1.0, 1.04, 1.16, 3.56]}, index=pd.Index([1, 4, 16, 256], name="batch"))
+    fit = lessons.fixed_step_cost(table)
+    assert fit["per_sample_us"] == pytest.approx(10.0) and fit["fixed_ms"] == pytest.approx(0.99)
+    text = lessons.step_sentence(table, fit)
+    assert "about 0.99 ms whatever its batch" in text and "equal near batch 99" in text
+
+
+def test_flag_lines_name_each_flagged_row():
+    from lstmnb.report.repeats import flag_lines
+
+    table = pd.DataFrame({"flag": ["", "repeats differ 30%"], "note": ["", "rough: the baseline is flagged"]},
+                         index=pd.MultiIndex.from_tuples([("strong", 1), ("strong", 2)]))
+    assert flag_lines(table, "{0}, {1} rank(s)") == ("- strong, 2 rank(s): repeats differ 30%; rough: the baseline "
+                                                     "is flagged")
+    assert flag_lines(table.iloc[:1]) == ""
+
+
+@pytest.mark.parametrize("only, key, value, message", [
+    ("05", "ddp_repeats", 0, "parameter ddp_repeats=0 must be a whole number >= 1"),
+    ("05", "ddp_input_path", "disk", "ddp_input_path"),
+    ("04", "step_batches", [0, 4], r"parameter step_batches=\[0, 4\] must be a list of whole numbers >= 1"),
+])
+def test_bad_lesson_parameters_are_refused_before_any_kernel(tmp_path, only, key, value, message):
+    from lstmnb import notebooks
+
+    with pytest.raises(ConfigError, match=message):
+        notebooks.run_series("ci", only=only, runs_dir=tmp_path / "runs", echo=None, progress=False,
+                             overrides={key: value})
+    assert not (tmp_path / "runs").exists()
