@@ -1,5 +1,6 @@
 """The device, in one place: resolving a name to a torch device, what it is (for records), synchronised
-clocks, peak memory, out-of-memory detection, and the messages for a GPU that is not there.
+clocks, the CPU thread policy, and the messages for a GPU that is not there (peak memory and out-of-memory
+detection: ``memory``).
 
 Everything here is a leaf: it imports torch and the standard library, never other lstmnb modules
 except ``errors`` and ``cuda_env`` (another leaf: what the CUDA stack can do; see docs/architecture.md).
@@ -321,93 +322,3 @@ def device_info(device: str | None = None) -> dict[str, Any]:
     elif kind == "mps":
         info.update(name="Apple MPS")
     return info
-
-
-# --- memory ----------------------------------------------------------------------------------------
-
-def proc_status_kb(field: str) -> int | None:
-    """One ``kB`` field of /proc/self/status (VmHWM, VmData, VmRSS, ...), or None where there is none."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def reset_peak_memory(device: torch.device) -> bool:
-    """Start a run's peak-memory window; True if the peak read at the end will be this run's own.
-
-    CUDA: the allocator's peak statistics. CPU (and MPS, whose figure is the process's resident set):
-    Linux keeps a resettable resident-set high-water mark (writing 5 to /proc/self/clear_refs sets
-    VmHWM to the current RSS). getrusage's max RSS cannot be reset: it is the process's all-time
-    peak, so a sweep would record its largest point for every point.
-    """
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return True
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-    except OSError:  # not Linux (no /proc), or a kernel/sandbox that refuses it
-        return False
-    hwm, rss = proc_status_kb("VmHWM"), proc_status_kb("VmRSS")  # the reset took: the mark is back at the RSS
-    return hwm is not None and rss is not None and hwm <= rss * 1.05 + 1024
-
-
-def peak_memory_mb(device: torch.device, since_reset: bool = True) -> dict[str, Any]:
-    """Peak memory of the run since ``reset_peak_memory``: CUDA allocator for GPUs, the process's
-    resident-set high-water mark otherwise. ``since_reset=False`` (the reset was not possible) gives
-    None for the CPU figure rather than a process-lifetime peak presented as the run's."""
-    if device.type == "cuda":
-        return {"kind": "cuda_max_allocated", "peak_mb": torch.cuda.max_memory_allocated(device) / 2**20}
-    hwm_kb = proc_status_kb("VmHWM") if since_reset else None
-    out: dict[str, Any] = {"kind": "process_peak_rss", "peak_mb": hwm_kb / 1024 if hwm_kb is not None else None}
-    if hwm_kb is None:
-        # macOS and Windows keep only the process's all-time peak (getrusage's max RSS, Windows' peak
-        # working set), which cannot be reset per run: recorded apart, under its own name, with the reason
-        out["note"] = (f"no per-run peak on {platform.system() or 'this system'} (needs Linux's resettable "
-                       "VmHWM through /proc/self/clear_refs); process_peak_mb is the process's all-time peak")
-        out["process_peak_mb"] = process_peak_mb()
-    return out
-
-
-def process_peak_mb() -> float | None:
-    """The process's all-time peak resident set in MiB (Windows: the peak working set; elsewhere getrusage's
-    max RSS, bytes on macOS and KiB on Linux), or None where the system gives neither."""
-    import psutil
-
-    peak = getattr(psutil.Process().memory_info(), "peak_wset", None)
-    if peak is not None:
-        return peak / 2**20
-    try:
-        import resource
-    except ImportError:
-        return None
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return maxrss / 2**20 if platform.system() == "Darwin" else maxrss / 1024
-
-
-# how CUDA libraries word a failed allocation when it reaches Python as a RuntimeError
-OOM_MESSAGES = ("out of memory", "can't allocate memory", "cublas_status_alloc_failed", "cudnn_status_alloc_failed",
-                "cusolver_status_alloc_failed", "cufft_alloc_failed")
-
-
-def is_oom(exc: BaseException) -> bool:
-    """True for an out-of-memory failure: CUDA's allocator, a CUDA library's workspace (cuBLAS, cuDNN,
-    cuSOLVER, cuFFT report ``*_ALLOC_FAILED``) or the CPU allocator (a failed malloc)."""
-    if isinstance(exc, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and any(m in text for m in OOM_MESSAGES)
-
-
-def free_memory(device: torch.device) -> None:
-    """Give cached memory back between runs (Python's garbage and, on CUDA, the allocator's cache)."""
-    import gc
-
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()

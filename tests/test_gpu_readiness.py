@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from lstmnb import cuda_env
-from lstmnb.device import amp_choice, is_oom
+from lstmnb.device import amp_choice
+from lstmnb.memory import is_oom
 from lstmnb.errors import ConfigError, DeviceError
 from lstmnb.training import TrainConfig, make_optimizer, restore_optimizer, train
 from lstmnb.training.checkpoints import read_checkpoint, save_checkpoint

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from lstmnb.errors import CheckpointError, ConfigError, DeviceError
-from lstmnb.device import reset_peak_memory, resolve_device
+from lstmnb.device import resolve_device
+from lstmnb.memory import reset_peak_memory
 from lstmnb.training import TrainConfig, config_from_dict, predict, time_to_target, train
 from lstmnb.windows import error_metrics, make_windows
 

@@ -11,7 +11,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..device import free_memory, indexed, is_oom, proc_status_kb, resolve_device
+from ..device import indexed, resolve_device
+from ..memory import free_memory, is_oom, proc_status_kb
 from ..errors import ConfigError
 from ..records import Recorder, software_info
 from ..training import Trainer, skipped_record, train

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..device import process_peak_mb, proc_status_kb, reset_peak_memory, resolve_device, synchronize
+from ..device import resolve_device, synchronize
+from ..memory import proc_status_kb, process_peak_mb, reset_peak_memory
 from ..errors import ConfigError, DeviceError
 from .model import VARIANTS, variant_config
 

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from ..cuda_env import backends_record, prepare_cuda
-from ..device import amp_dtype, clock, peak_memory_mb, reset_peak_memory
+from ..device import amp_dtype, clock
+from ..memory import peak_memory_mb, reset_peak_memory
 from ..models import Forecaster
 from ..records import new_run_id
 from ..windows import Windows
