@@ -55,6 +55,22 @@ def wide_store(tmp_path_factory):
                         blocksize=16384)
 
 
+def tiny_epochs_runs(input_paths: list[str]) -> list[dict]:
+    """The epochs experiment of the published preset on 20 days of a small real series (window 12, hidden 4, one
+    layer, split by fractions), epochs 1 and 2 on ``input_paths``, 3 alternated repeats, not recorded."""
+    from test_train import _series
+
+    from lstmnb import experiments
+    from lstmnb.training import preset_config
+    from lstmnb.windows import make_windows
+
+    values, times = _series(24 * 20)
+    cfg = preset_config("published", window=12, hidden=4, layers=1, epochs=1, input_path="fast", progress=False,
+                        device="cpu", split_dates=None, num_workers=0)
+    windows = make_windows(values, times, cfg.window_config())
+    return experiments.epochs_experiment(windows, {}, cfg, [1, 2], input_paths, results=None, repeats=3)
+
+
 def write_v3(source, path, codecs: str = "blosc"):
     """Copy a store to zarr format 3 (consolidated): "blosc" as ``wide_store``, "zstd", or "sharded"."""
     import xarray as xr

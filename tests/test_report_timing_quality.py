@@ -8,23 +8,15 @@ from __future__ import annotations
 import copy
 
 import pytest
+from conftest import tiny_epochs_runs
 
-from lstmnb import experiments, report
+from lstmnb import report
 from lstmnb.report import timing_quality
 
 
 @pytest.fixture(scope="module")
 def runs():
-    from test_train import _series
-
-    from lstmnb.training import preset_config
-    from lstmnb.windows import make_windows
-
-    values, times = _series(24 * 20)
-    cfg = preset_config("published", window=12, hidden=4, layers=1, epochs=1, input_path="fast", progress=False,
-                        device="cpu", split_dates=None, num_workers=0)
-    windows = make_windows(values, times, cfg.window_config())
-    return experiments.epochs_experiment(windows, {}, cfg, [1, 2], ["fast"], results=None, repeats=3)
+    return tiny_epochs_runs(["fast"])
 
 
 def test_repeats_alternate_and_become_one_median_row(runs):
