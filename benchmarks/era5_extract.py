@@ -8,7 +8,10 @@ nearly halves the requests per second the path can answer, a cost no cloud store
 points (40N and 20N at 280E) over the whole store with
 
   (a) the published approach: open_zarr(..., chunks={'time': 48}).sel(...).compute()  (dask)
-  (b) plain open_zarr(chunks=None).sel(...).values                                 (zarr's async reads)
+  (b) plain open_zarr(chunks=None).sel(...).values on zarr's fsspec store (zarr's async reads), with
+      zarr's async.concurrency set to lstmnb's
+  (bp) (b) with lstmnb's codec pipeline turned on (the one line of lstmnb/data/blosc_pipeline.py)
+  (o), (op) (b) and (bp) on obstore's HTTP store (zarr.storage.ObjectStore) instead of fsspec's
   (c) lstmnb's extraction (`lstmnb data`, i.e. lstmnb.data.extract) into an empty cache (default blocks):
       it fetches each chunk's Blosc header, then only the blocks that hold the points
   (cw) the same reading whole chunks (as (a) and (b) do), to show what block reads gain
@@ -25,6 +28,10 @@ which a cloud store spreads over many machines. A second figure adds the round t
 overlap with the transfer: opening the store, and for block reads the first headers.
 Finally it kills (c24) at about half-way in a subprocess and resumes it, counting the chunk reads
 redone (hours read before the kill that were not kept).
+
+With ``--before DIR`` (a checkout of an earlier lstmnb, e.g. ``git worktree add /tmp/before <commit>``)
+(c) and (cw) also run from that checkout, in a subprocess, in the same rounds: "today's lstmnb" against
+this one on the same machine at the same time.
 
     python benchmarks/era5_extract.py --hours 168 --delay 0.03
     python benchmarks/era5_extract.py --tiny      # CI: 6 hours, one run each, no resume test (the script runs)
@@ -92,19 +99,35 @@ def served(url: str) -> dict:
         return json.loads(r.read())
 
 
+def _get_all(server: str, keys: list[str], concurrency: int, byte_range=None) -> tuple[list[int], float]:
+    """Sizes of ``keys`` fetched all at once through lstmnb's store of ``server`` (after one warm-up
+    request), and the seconds they took."""
+    import asyncio
+
+    from zarr.core.buffer import default_buffer_prototype
+
+    from lstmnb.data.stores import run, zarr_store
+
+    store = zarr_store(server, True, connections=concurrency)
+    proto = default_buffer_prototype()
+
+    async def fetch(batch):
+        return await asyncio.gather(*(store.get(k, proto, byte_range) for k in batch))
+
+    try:
+        run(fetch(keys[:1]))  # warm the connection pool
+        t0 = time.perf_counter()
+        sizes = [len(b) for b in run(fetch(keys))]
+        return sizes, time.perf_counter() - t0
+    finally:
+        store.close()
+
+
 def measure_bandwidth(server: str, hours: int, concurrency: int) -> tuple[float, float]:
     """Fetch every chunk straight from the server (no delay, no decode), as many in flight as the
-    extraction, through the same client: (bytes, seconds)."""
-    from lstmnb.data.transport import HttpClient, RetryPolicy
-
-    client = HttpClient(concurrency, RetryPolicy())
-    try:
-        client.get(f"{server}/2m_temperature/0.0.0")  # warm the connection pool
-        t0 = time.perf_counter()
-        sizes = [len(b) for b in client.get_many([f"{server}/2m_temperature/{t}.0.0" for t in range(hours)])]
-        return float(sum(sizes)), time.perf_counter() - t0
-    finally:
-        client.close()
+    extraction, through the same store: (bytes, seconds)."""
+    sizes, secs = _get_all(server, [f"2m_temperature/{t}.0.0" for t in range(hours)], concurrency)
+    return float(sum(sizes)), secs
 
 
 def measure_decode(store: Path, hours: int) -> float:
@@ -121,17 +144,11 @@ def measure_decode(store: Path, hours: int) -> float:
 
 def measure_request_rate(server: str, hours: int, concurrency: int) -> float:
     """Small (4 KB) range requests per second the path answers, as many in flight as the extraction."""
-    from lstmnb.data.transport import HttpClient, RetryPolicy
+    from zarr.abc.store import RangeByteRequest
 
-    client = HttpClient(concurrency, RetryPolicy())
-    keys = [f"{server}/2m_temperature/{t % hours}.0.0" for t in range(max(4 * hours, 1000))]
-    try:
-        client.get(keys[0], byte_range=(0, 4096))
-        t0 = time.perf_counter()
-        client.get_many(keys, byte_ranges=[(0, 4096)] * len(keys))
-        return len(keys) / (time.perf_counter() - t0)
-    finally:
-        client.close()
+    keys = [f"2m_temperature/{t % hours}.0.0" for t in range(max(4 * hours, 1000))]
+    _, secs = _get_all(server, keys, concurrency, RangeByteRequest(0, 4096))
+    return len(keys) / secs
 
 
 def _point_offsets() -> np.ndarray:
@@ -148,7 +165,7 @@ def blocks_plan(store: Path, hours: int) -> dict:
     run of adjacent needed blocks beyond it.
     """
     from lstmnb.data import blosc_parts
-    from lstmnb.data.readers import _HEAD_BYTES
+    from lstmnb.data.blosc_pipeline import HEAD_BYTES as _HEAD_BYTES
 
     total, requests, plan = 0, 0, []
     for t in range(hours):
@@ -201,12 +218,50 @@ def published(url: str, start: str, end: str) -> np.ndarray:
     return sel.compute().values  # (time, point)
 
 
-def plain(url: str, start: str, end: str) -> np.ndarray:
+def plain(url: str, start: str, end: str, concurrency: int, pipeline: bool = False, store: str = "fsspec"
+          ) -> np.ndarray:
+    """xarray on zarr 3 alone: zarr's fsspec store (``url`` as it is) or obstore's HTTP store, zarr's
+    async.concurrency at ``concurrency``, and with ``pipeline`` lstmnb's codec pipeline turned on."""
     import xarray as xr
+    import zarr
 
-    ds = xr.open_zarr(url, chunks=None)
-    return ds["2m_temperature"].sel(latitude=[p[0] for p in POINTS], longitude=POINTS[0][1],
-                                    time=slice(start, end)).values
+    from lstmnb.data.blosc_pipeline import PATH
+
+    if store == "obstore":
+        from obstore.store import HTTPStore
+        from zarr.storage import ObjectStore
+
+        url = ObjectStore(HTTPStore.from_url(url, client_options={"allow_http": True}), read_only=True)
+    settings = {"async.concurrency": concurrency, **({"codec_pipeline.path": PATH} if pipeline else {})}
+    with zarr.config.set(settings):  # the pipeline is chosen when the array opens; concurrency when it reads
+        ds = xr.open_zarr(url, chunks=None)
+        return ds["2m_temperature"].sel(latitude=[p[0] for p in POINTS], longitude=POINTS[0][1],
+                                        time=slice(start, end)).values
+
+
+_BEFORE = """
+import json, sys, time
+from lstmnb.data import FetchStats, Request, extract
+# warm up as the parent process is (imports, the first session): one hour into a throwaway cache
+extract(Request(source=sys.argv[1], points=((40.0, 280.0),), start=sys.argv[2], end=sys.argv[2]),
+        cache_dir=sys.argv[4] + "-warm", progress=False)
+t0 = time.perf_counter()
+ds = extract(Request(source=sys.argv[1], points=((40.0, 280.0), (20.0, 280.0)), start=sys.argv[2], end=sys.argv[3]),
+             cache_dir=sys.argv[4], progress=False, concurrency=int(sys.argv[5]), partial_reads=sys.argv[6] == "1")
+seconds = time.perf_counter() - t0
+print(json.dumps({"seconds": seconds, "values": ds["2m_temperature"].values.tolist()}))
+"""
+
+
+def before(checkout: str, url: str, start: str, end: str, cache: Path, concurrency: int, whole: bool
+           ) -> tuple[np.ndarray, float]:
+    """(c) or (cw) run by the lstmnb of an earlier ``checkout`` in a subprocess: values and its own seconds
+    (the extraction alone, without the subprocess's start and imports)."""
+    env = {**os.environ, "PYTHONPATH": checkout}
+    out = subprocess.run([sys.executable, "-c", _BEFORE, url, start, end, str(cache), str(concurrency),
+                          "0" if whole else "1"], env=env, capture_output=True, text=True, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    return np.asarray(got["values"], dtype=np.float32), got["seconds"]
 
 
 def ours(url: str, start: str, end: str, cache: Path, concurrency: int,
@@ -279,7 +334,9 @@ def main() -> int:
     ap.add_argument("--block-hours", type=int, default=24, help="cache block size for the resume test")
     ap.add_argument("--workdir", default=None, help="where to build the store (default: a temp folder)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per approach; the median is shown (default 3)")
-    ap.add_argument("--skip", default="", help="comma list of approaches to skip: a,b,c,c24,cached,resume")
+    ap.add_argument("--skip", default="", help="comma list of approaches to skip: a,b,bp,o,op,c,cw,c24,cached,resume")
+    ap.add_argument("--before", default=None, metavar="DIR",
+                    help="a checkout of an earlier lstmnb: run (c) and (cw) from it too, as (c-before), (cw-before)")
     ap.add_argument("--tiny", action="store_true", help="6 hours, one run each, no resume test (CI: the script runs)")
     args = ap.parse_args()
     if args.tiny:
@@ -302,7 +359,8 @@ def main() -> int:
     print(f"store: {args.hours} chunks of 721 x 1440 float32, {size / args.hours / 1e6:.2f} MB each compressed "
           f"({721 * 1440 * 4 / 1e6:.2f} MB raw), {size / 1e9:.2f} GB total")
 
-    serve = subprocess.Popen([sys.executable, "-m", "lstmnb.data.serve", str(store), "--delay", str(args.delay)],
+    serve = subprocess.Popen([sys.executable, str(Path(__file__).with_name("loopback.py")), str(store), "--delay",
+                              str(args.delay)],
                              stdout=subprocess.PIPE, text=True)
     server, direct = serve.stdout.readline().split()  # with the delay, and without it
     os.environ.setdefault("LSTMNB_CACHE", str(work / "cache"))
@@ -332,44 +390,59 @@ def main() -> int:
 
         values = {}
         warm = work / f"cache-warm-{time.time_ns()}"
-        for name, label, fn in [
+        fresh = lambda: work / f"cache-c-{time.time_ns()}"  # noqa: E731 - an empty cache per run
+        c = args.concurrency
+        approaches = [
             ("a", "published: open_zarr(chunks={'time': 48}).sel().compute()", lambda: published(server, start, end)),
-            ("b", "open_zarr(chunks=None).sel().values", lambda: plain(server, start, end)),
-            ("c", "lstmnb data (era5.extract, empty cache)",
-             lambda: ours(server, start, end, work / f"cache-c-{time.time_ns()}", args.concurrency)[0]),
-            ("cw", "lstmnb data reading whole chunks, empty cache",
-             lambda: ours(server, start, end, work / f"cache-c-{time.time_ns()}", args.concurrency, whole=True)[0]),
+            ("b", "open_zarr(chunks=None).sel().values, fsspec store", lambda: plain(server, start, end, c)),
+            ("bp", "(b) + lstmnb's codec pipeline (one line)", lambda: plain(server, start, end, c, pipeline=True)),
+            ("o", "open_zarr(chunks=None).sel().values, obstore store", lambda: plain(server, start, end, c, store="obstore")),
+            ("op", "(o) + lstmnb's codec pipeline (one line)",
+             lambda: plain(server, start, end, c, pipeline=True, store="obstore")),
+            ("c", "lstmnb data (era5.extract, empty cache)", lambda: ours(server, start, end, fresh(), c)[0]),
+            ("cw", "lstmnb data reading whole chunks, empty cache", lambda: ours(server, start, end, fresh(), c, whole=True)[0]),
             ("c24", f"lstmnb data, {args.block_hours}-h blocks, empty cache",
-             lambda: ours(server, start, end, work / f"cache-c-{time.time_ns()}", args.concurrency,
-                          args.block_hours)[0]),
-            ("cached", "lstmnb data, every block cached",
-             lambda: ours(server, start, end, warm, args.concurrency)[0]),
-        ]:
-            if name in skip:
-                continue
-            if name == "cached":
-                ours(server, start, end, warm, args.concurrency)  # fill the cache
-            runs = []
-            for _ in range(max(args.repeat, 1)):
+             lambda: ours(server, start, end, fresh(), c, args.block_hours)[0]),
+            ("cached", "lstmnb data, every block cached", lambda: ours(server, start, end, warm, c)[0]),
+        ]
+        if args.before:
+            approaches += [("c-before", "(c) by the lstmnb of --before", lambda: before(args.before, server, start, end, fresh(), c, False)),
+                           ("cw-before", "(cw) by the lstmnb of --before", lambda: before(args.before, server, start, end, fresh(), c, True))]
+        approaches = [x for x in approaches if x[0] not in skip]
+        if any(name in ("o", "op") for name, *_ in approaches):
+            try:
+                import obstore  # noqa: F401
+            except ImportError:
+                print("(o), (op) skipped: obstore is not installed (pip install 'lstmnb[bench]')")
+                approaches = [x for x in approaches if x[0] not in ("o", "op")]
+        if any(name == "cached" for name, *_ in approaches):
+            ours(server, start, end, warm, c)  # fill the cache
+        runs: dict[str, list] = {name: [] for name, *_ in approaches}
+        for _ in range(max(args.repeat, 1)):  # rounds: every approach once per round, so they share the machine's moods
+            for name, label, fn in approaches:
                 s0 = served(server)
                 t0 = time.perf_counter()
-                values[name] = np.asarray(fn())
+                got = fn()
                 dt = time.perf_counter() - t0
+                if isinstance(got, tuple):  # a subprocess's own time of its extraction
+                    got, dt = got
+                values[name] = np.asarray(got)
                 s1 = served(server)
-                runs.append((dt, s1["bytes"] - s0["bytes"], s1["requests"] - s0["requests"],
-                             s1["requests"] - s0["requests"] - (chunk_requests(s1) - chunk_requests(s0))))
-            dt, nb, nr, nm = sorted(runs)[len(runs) // 2]
+                runs[name].append((dt, s1["bytes"] - s0["bytes"], s1["requests"] - s0["requests"],
+                                   s1["requests"] - s0["requests"] - (chunk_requests(s1) - chunk_requests(s0))))
+        for name, label, _ in approaches:
+            mine = runs[name]
+            dt, nb, nr, nm = sorted(mine)[len(mine) // 2]
             results[name] = {"label": label, "seconds": dt, "bytes": nb, "requests": nr, "metadata_requests": nm,
-                             "runs_s": [round(r[0], 3) for r in runs]}
-            r = results[name]
-            spread = f"({min(x[0] for x in runs):.2f}..{max(x[0] for x in runs):.2f})" if len(runs) > 1 else ""
-            print(f"({name}) {label:<58} {dt:8.2f} s {spread:>13} {r['bytes'] / 1e6:8.0f} MB  {r['requests']:6d} requests"
-                  f" ({nm} metadata)")
+                             "runs_s": [round(r[0], 3) for r in mine]}
+            spread = f"({min(x[0] for x in mine):.2f}..{max(x[0] for x in mine):.2f})" if len(mine) > 1 else ""
+            print(f"({name}) {label:<58} {dt:8.2f} s {spread:>13} {nb / 1e6:8.0f} MB  {nr:6d} requests ({nm} metadata)")
         ref = next(iter(values.values()), None)
         for name, v in values.items():
             assert v.shape == ref.shape and np.array_equal(v, ref), f"({name}) returned different values"
         print()
-        for x, y in (("c", "a"), ("c", "b"), ("cw", "a"), ("c24", "a"), ("c", "cw")):
+        for x, y in (("c", "a"), ("c", "b"), ("bp", "a"), ("op", "a"), ("cw", "a"), ("c24", "a"), ("c", "cw"),
+                     ("c", "c-before"), ("cw", "cw-before")):
             if x in results and y in results:
                 print(f"speed-up ({x}) vs ({y}): {results[y]['seconds'] / results[x]['seconds']:.1f}x")
         for name, lim, lim2, what in (("c", limit_part, chained_part, "blocks"), ("cw", limit, chained, "whole chunks"),

@@ -82,8 +82,8 @@ def bench_checkpoints(hiddens: list[int], repeats: int) -> None:
 
 
 def bench_sample(repeats: int) -> None:
-    from lstmnb.data.arco_layout import files_of as _files
-    from lstmnb.data.sample import sample_store
+    from lstmnb.datasets.arco_layout import files_of as _files
+    from lstmnb.datasets.sample import sample_store
 
     store = sample_store()
 

@@ -28,7 +28,7 @@ from torch.utils.data import ConcatDataset, DataLoader, Dataset
 
 from _tiny import DONE  # benchmarks/_tiny.py, beside this script
 from lstmnb.data import Request
-from lstmnb.data.study import STUDY_TEST_START, study_values
+from lstmnb.datasets.study import STUDY_TEST_START, study_values
 from lstmnb.training import prepare_windows, preset_config, train
 
 

@@ -5,16 +5,7 @@ kept as aliases, resolved on first use so that `import lstmnb` stays light:
 ``lstmnb.era5`` is ``lstmnb.data`` and ``lstmnb.train`` is ``lstmnb.training``.
 """
 
-import os as _os
-
 __version__ = "0.1.0"
-
-# gcsfs chooses its filesystem once, when first imported; since 2026 its default is an experimental
-# zonal/HNS path (gRPC and the Storage Control API) that ARCO-ERA5, a standard bucket, does not use, and
-# that stalls where gRPC cannot reach Google. lstmnb reads the bucket on gcsfs's standard HTTP path unless
-# the user set the variable: the default is set here because every lstmnb path to gcsfs imports this first.
-GCSFS_PATH_VARIABLE = "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"
-_os.environ.setdefault(GCSFS_PATH_VARIABLE, "false")
 
 _ALIASES = {"era5": "lstmnb.data", "train": "lstmnb.training"}
 

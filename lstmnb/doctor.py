@@ -158,20 +158,11 @@ def package_checks() -> list[Check]:
                                             ("nbconvert", "rendering the notebooks as HTML", MISSING)):
         ok, detail = _version(module)
         if ok and module == "gcsfs":
+            from .data.stores import gcsfs_path
+
             detail += f", {gcsfs_path()}"
         rows.append(Check(module, OK if ok else status_if_missing, detail if ok else f"{detail}; needed for {what}"))
     return rows
-
-
-def gcsfs_path() -> str:
-    """Which gcsfs filesystem opens gs:// stores in this process (its choice is made when first imported)."""
-    import gcsfs
-
-    from . import GCSFS_PATH_VARIABLE
-
-    if gcsfs.GCSFileSystem.__module__ == "gcsfs.core":
-        return "standard HTTP path"
-    return f"experimental zonal/HNS path ({GCSFS_PATH_VARIABLE}={os.environ.get(GCSFS_PATH_VARIABLE, '')!r})"
 
 
 def profile_checks(names: list[str] | None = None, strict: bool = False) -> list[Check]:

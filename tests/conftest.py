@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
-# lstmnb sets gcsfs's standard HTTP path as the default before anything imports gcsfs (doctor's checks and
-# test_era5_cloud's importorskip import it at collection); the emulator tests need that path.
-import lstmnb  # noqa: F401
+# benchmarks/loopback.py: the loopback HTTP servers the cloud tests and the extraction benchmark share
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -29,7 +29,7 @@ def _session_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def sample_store_path(_session_cache):
     """The embedded sample store (default extent), built once per session into the session cache."""
-    from lstmnb.data.sample import sample_store
+    from lstmnb.datasets.sample import sample_store
 
     return sample_store()
 
@@ -37,7 +37,7 @@ def sample_store_path(_session_cache):
 @pytest.fixture(scope="session")
 def small_store(tmp_path_factory):
     """A ten-day sample store in the ARCO layout (both variables), quick to write and read."""
-    from lstmnb.data.sample import write_sample
+    from lstmnb.datasets.sample import write_sample
 
     path = tmp_path_factory.mktemp("stores") / "small.zarr"
     return write_sample(path, start="2020-01-01T00", end="2020-01-10T23", lat=(41.0, 19.0), lon=(279.0, 281.0))
@@ -48,7 +48,7 @@ def wide_store(tmp_path_factory):
     """A two-day store 90 degrees square in 64 KB Blosc blocks (asked as 16 KB: Blosc multiplies by the
     item size when it splits blocks): each 521 KB chunk holds 8 blocks, so a point needs one of them, as
     on the public store (4 MB chunks of 512 KB blocks)."""
-    from lstmnb.data.sample import write_sample
+    from lstmnb.datasets.sample import write_sample
 
     path = tmp_path_factory.mktemp("stores") / "wide.zarr"
     return write_sample(path, start="2020-01-01T00", end="2020-01-02T23", lat=(80.0, -10.0), lon=(240.0, 330.0),
@@ -191,7 +191,7 @@ def gcs_emulator():
 @pytest.fixture(scope="session")
 def cloud_store(gcs_emulator, tmp_path_factory):
     """(gs:// URL, local path) of the same three-day ARCO-layout store, uploaded to the emulator."""
-    from lstmnb.data.sample import write_sample
+    from lstmnb.datasets.sample import write_sample
 
     local = write_sample(tmp_path_factory.mktemp("cloud") / "era5.zarr", start="2020-01-01T00",
                          end="2020-01-03T23", lat=(41.0, 19.0), lon=(279.5, 280.5))

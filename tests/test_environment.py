@@ -139,9 +139,9 @@ def test_the_environment_check_finds_drift():
     """The same check on drifted copies: a lower bound changed, a package left out, one added."""
     pytest.importorskip("tomllib")
     pyproject, env = (ROOT / "pyproject.toml").read_text(), (ROOT / "carc" / "environment.yml").read_text()
-    drifted = env.replace("zarr >=3.0", "zarr >=2.16").replace("  - scipy >=1.10\n", "").replace(
+    drifted = env.replace("zarr >=3.1", "zarr >=2.16").replace("  - scipy >=1.10\n", "").replace(
         "  - pip\n", "  - pip\n  - dask >=2024.1\n")
-    assert _disagreements(pyproject, drifted) == {"zarr": ("3.0", "2.16"), "scipy": ("1.10", "absent"),
+    assert _disagreements(pyproject, drifted) == {"zarr": ("3.1", "2.16"), "scipy": ("1.10", "absent"),
                                                   "dask": ("absent", "2024.1")}
 
 

@@ -196,8 +196,7 @@ def test_cached_request_does_not_open_the_store(small_store, tmp_path, monkeypat
     def unreachable(ref, *args):
         raise DataError(f"cannot reach {ref.url}")
 
-    monkeypatch.setattr(data.extraction, "open_meta", unreachable)
-    monkeypatch.setattr(data.zarr_meta, "open_ref", unreachable)
+    monkeypatch.setattr(data.extraction, "open_ref", unreachable)
     xr.testing.assert_identical(first, extract(req(small_store), cache_dir=tmp_path, progress=False))
     with pytest.raises(DataError, match=r"cannot reach .*\(0 of 2 blocks of this request are cached"):
         extract(req(small_store, start="2020-01-06", end="2020-01-07"), cache_dir=tmp_path, progress=False)
@@ -322,3 +321,21 @@ def test_stale_tmp_files_are_removed_and_live_ones_kept(small_store, tmp_path):
 def test_zero_concurrency_or_block_size_is_refused(small_store, tmp_path, kw, word):
     with pytest.raises(ConfigError, match=word):
         extract(req(small_store), cache_dir=tmp_path, progress=False, **kw)
+
+
+@pytest.mark.parametrize("how", ["points", "whole chunks", "large box"])
+def test_a_store_chunk_cut_short_is_damage_not_numbers(small_store, tmp_path, how):
+    """c-blosc trusts a chunk's header and would read past a chunk cut short, returning plausible numbers:
+    every read path checks the length first and says the chunk is damaged (rereading will not help)."""
+    import shutil
+
+    store = tmp_path / "cut.zarr"
+    shutil.copytree(small_store, store)
+    chunk = store / "2m_temperature" / "30.0.0"
+    chunk.write_bytes(chunk.read_bytes()[:-100])
+    kw = dict(points=None, box=(19.0, 41.0, 279.0, 281.0)) if how == "large box" else {}
+    with pytest.raises(DataError) as info:
+        extract(Request(source=str(store), start="2020-01-01", end="2020-01-03", **kw), cache_dir=tmp_path / "c",
+                progress=False, partial_reads=how != "whole chunks")
+    msg = str(info.value)
+    assert "2020-01-02T06" in msg and "cut short or damaged" in msg and "re-copy the store" in msg, msg

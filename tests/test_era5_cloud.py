@@ -1,5 +1,9 @@
 """The cloud code path without the cloud: gs:// through a real GCS emulator, HTTP through loopback
-proxies that delay or fail requests, kill-and-resume in a subprocess, and a full disk."""
+proxies that delay or fail requests, kill-and-resume in a subprocess, and a full disk.
+
+The emulator's HTTP/1.0 server closes every connection and accepts few at a time: a burst of a hundred
+connections stalls for seconds in SYN retries (2 s per hour read at lstmnb's default concurrency), so
+extractions from it keep ``EMULATOR`` requests in flight; a real bucket keeps its connections open."""
 
 from __future__ import annotations
 
@@ -18,10 +22,11 @@ for _module in ("gcsfs", "aiohttp", "google.auth"):  # the cloud extra: without 
 
 from lstmnb.data import FetchStats, Request, RetryPolicy, extract, open_store
 from lstmnb.data.cache import status
-from lstmnb.data.serve import Faults, Proxy, StaticServer
+from loopback import Faults, Proxy, StaticServer
 from lstmnb.errors import ConfigError, DataError
 
 FAST_RETRY = RetryPolicy(attempts=4, base_delay=0.02, max_delay=0.1, timeout=10)
+EMULATOR = 8  # requests in flight to the GCS emulator (see above)
 TWO_VARS = ("2m_temperature", "surface_pressure")
 
 
@@ -45,7 +50,8 @@ def test_emulator_extraction_equals_local(cloud_store, tmp_path):
     url, local = cloud_store
     kw = dict(variables=TWO_VARS, start="2020-01-01", end="2020-01-03")
     stats = FetchStats()
-    cloud = extract(Request(source=url, **kw), cache_dir=tmp_path / "c", progress=False, stats=stats)
+    cloud = extract(Request(source=url, **kw), cache_dir=tmp_path / "c", progress=False, stats=stats,
+                    concurrency=EMULATOR)
     here = extract(Request(source=str(local), **kw), cache_dir=tmp_path / "l", progress=False)
     assert stats.chunks == 72 * 2 and stats.bytes > 0
     assert cloud.attrs["source_url"] == url
@@ -53,7 +59,7 @@ def test_emulator_extraction_equals_local(cloud_store, tmp_path):
         np.testing.assert_array_equal(cloud[v].values, here[v].values)
     xr.testing.assert_equal(cloud.drop_attrs(), here.drop_attrs())
     box = dict(points=None, box=(39.5, 40.5, -80.5, -79.5), start="2020-01-02", end="2020-01-02")
-    a = extract(Request(source=url, **box), cache_dir=tmp_path / "c", progress=False)
+    a = extract(Request(source=url, **box), cache_dir=tmp_path / "c", progress=False, concurrency=EMULATOR)
     b = extract(Request(source=str(local), **box), cache_dir=tmp_path / "l", progress=False)
     np.testing.assert_array_equal(a["2m_temperature"].values, b["2m_temperature"].values)
     assert a["2m_temperature"].shape == (24, 5, 5)
@@ -61,34 +67,40 @@ def test_emulator_extraction_equals_local(cloud_store, tmp_path):
 
 
 def test_retries_recover_from_transient_failures(cloud_store, gcs_emulator, emulator_via, tmp_path):
+    """gs:// through gcsfs (which retries on its own policy) and http:// through lstmnb's retries."""
     url, local = cloud_store
     faults = Faults(flaky=r"2m_temperature/\d+\.\d+\.\d+", every=2, fail_times=2)
     with Proxy(gcs_emulator.url, faults=faults) as proxy:
         emulator_via(proxy.url)
         got = extract(Request(source=url, start="2020-01-01", end="2020-01-02"), cache_dir=tmp_path,
-                      progress=False, retry=FAST_RETRY)
+                      progress=False, concurrency=EMULATOR)
     want = extract(Request(source=str(local), start="2020-01-01", end="2020-01-02"), cache_dir=tmp_path / "l",
                    progress=False)
     assert faults.injected >= 40, "about half of the 48 chunks failed twice before succeeding"
     np.testing.assert_array_equal(got["2m_temperature"].values, want["2m_temperature"].values)
+    faults = Faults(flaky=r"2m_temperature/\d+\.\d+\.\d+", every=2, fail_times=2)
+    with StaticServer(local, faults=faults) as server:
+        got = extract(Request(source=server.url, start="2020-01-01", end="2020-01-02"), cache_dir=tmp_path,
+                      progress=False, retry=FAST_RETRY)
+    assert faults.injected >= 40
+    np.testing.assert_array_equal(got["2m_temperature"].values, want["2m_temperature"].values)
 
 
-def test_chunk_that_keeps_failing_fails_its_block_only(cloud_store, gcs_emulator, emulator_via, tmp_path):
-    url, local = cloud_store
-    req = Request(source=url, start="2020-01-01", end="2020-01-03")
-    with Proxy(gcs_emulator.url, faults=Faults(broken=r"2m_temperature/30\.0\.0")) as proxy:
-        emulator_via(proxy.url)
+def test_chunk_that_keeps_failing_fails_its_block_only(cloud_store, tmp_path):
+    _, local = cloud_store
+    with StaticServer(local, faults=Faults(broken=r"2m_temperature/30\.0\.0")) as server:
+        req = Request(source=server.url, start="2020-01-01", end="2020-01-03")
         with pytest.raises(DataError) as info:
             extract(req, cache_dir=tmp_path, progress=False, retry=FAST_RETRY, block_hours=24)
-    msg = str(info.value)
-    assert "2020-01-02T06" in msg and url in msg and "503" in msg and "\n" not in msg
-    cached = {r["target"]: r for r in status(tmp_path)}
-    # days 1 and 3 finished and stayed; of day 2 at most the hours before 06 (a checkpoint) are kept
-    assert all(r["hours"] in (48, 54) for r in cached.values()), cached
-    kept = min(r["hours"] for r in cached.values())
-    emulator_via(gcs_emulator.url)
-    stats = FetchStats()
-    got = extract(req, cache_dir=tmp_path, progress=False, block_hours=24, stats=stats)
+        msg = str(info.value)
+        assert "2020-01-02T06" in msg and server.url in msg and "503" in msg and "\n" not in msg
+        cached = {r["target"]: r for r in status(tmp_path)}
+        # days 1 and 3 finished and stayed; of day 2 at most the hours before 06 (a checkpoint) are kept
+        assert all(r["hours"] in (48, 54) for r in cached.values()), cached
+        kept = min(r["hours"] for r in cached.values())
+        server.faults = None  # the store is well again
+        stats = FetchStats()
+        got = extract(req, cache_dir=tmp_path, progress=False, block_hours=24, stats=stats)
     assert stats.chunks == 72 - kept and stats.blocks_cached == 4, "only the failed day is fetched again"
     want = extract(Request(source=str(local), start="2020-01-01", end="2020-01-03"), cache_dir=tmp_path / "l",
                    progress=False)
@@ -115,16 +127,19 @@ def test_unreachable_and_absent_stores(cloud_store, gcs_emulator, emulator_via, 
         open_store("gs://lstmnb-test/nothing.zarr")
 
 
-@pytest.mark.parametrize("ranges", [True, False])
-def test_probe_asks_for_one_byte(small_store, ranges):
-    """Checking that a store exists fetches one byte of its metadata (ARCO's .zmetadata is megabytes),
-    or all of it from a server that ignores Range."""
-    from lstmnb.data.catalogue import _probe, resolve_source
+def test_store_opens_in_one_round_trip(small_store):
+    """Opening a remote store asks for both formats' metadata and the coordinates' first chunks at once
+    (one round trip, where xarray alone asks for about eight one after another), and xarray then reads
+    what came: nothing more goes to the server, and the store's metadata are open_zarr's."""
+    from lstmnb.data import StoreMeta, open_store
+    from lstmnb.data.stores import OPENING_KEYS
 
-    with StaticServer(small_store, ranges=ranges) as server:
-        _probe(resolve_source(server.url))
-        size = 1 if ranges else (small_store / ".zmetadata").stat().st_size
-        assert (server.requests, server.bytes) == (1, size)
+    want = StoreMeta.from_dataset(xr.open_zarr(str(small_store), chunks=None)).to_json()
+    with StaticServer(small_store) as server, Proxy(server.url, delay=0.05) as proxy:
+        opened = open_store(proxy.url)
+        assert StoreMeta.from_dataset(opened).to_json() == want
+        # all asked at once; of them the server found the six a v2 store has, and was asked for nothing else
+        assert proxy.peak_in_flight == len(OPENING_KEYS) and server.requests == 6
 
 
 def test_credentials_asked_for_but_missing(monkeypatch, tmp_path):
@@ -194,23 +209,31 @@ def test_timeout_counts_a_stalled_request_not_its_wait_for_a_connection(small_st
     """One connection, requests that each take 0.2 s, a 0.5 s timeout: the fourth waits 0.6 s for the
     connection and still succeeds; a server that stalls for longer than the timeout is retried, then
     named in the error."""
-    from lstmnb.data.transport import ChunkError, HttpClient
+    import asyncio
+
+    from zarr.core.buffer import default_buffer_prototype
+
+    from lstmnb.data.stores import StoreError, run, zarr_store
 
     retry = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.01, timeout=0.5)
+
+    async def four(store):
+        return await asyncio.gather(*(store.get("time/0", default_buffer_prototype()) for _ in range(4)))
+
     with StaticServer(small_store, delay=0.2) as server:
-        client = HttpClient(1, retry)
+        store = zarr_store(server.url, True, connections=1, retry=retry)
         try:
-            bodies = client.get_many([f"{server.url}/time/0"] * 4)
+            bodies = [b.to_bytes() for b in run(four(store))]
         finally:
-            client.close()
+            store.close()
         assert bodies == [(small_store / "time" / "0").read_bytes()] * 4 and server.peak_in_flight == 1
     with StaticServer(small_store, delay=1.5) as server:
-        client = HttpClient(4, retry)
+        store = zarr_store(server.url, True, connections=4, retry=retry)
         try:
-            with pytest.raises(ChunkError, match=r"Timeout.*after 2 attempts"):
-                client.get(f"{server.url}/time/0")
+            with pytest.raises(StoreError, match=r"Timeout.*time/0 \(after 2 attempts\)"):
+                run(store.get("time/0", default_buffer_prototype()))
         finally:
-            client.close()
+            store.close()
 
 
 def test_reads_stay_concurrent_under_the_one_block_bound(slow_http_store, tmp_path):
@@ -224,30 +247,13 @@ def test_reads_stay_concurrent_under_the_one_block_bound(slow_http_store, tmp_pa
     assert proxy.peak_in_flight == 24, proxy.peak_in_flight
 
 
-def test_store_opens_in_one_round_trip_with_open_zarrs_metadata(slow_http_store, small_store, tmp_path):
-    """Opening for an extraction asks for .zmetadata and the coordinate chunks together (one round trip,
-    not about ten in a row), and what it learns equals what xr.open_zarr reads from the store."""
-    from lstmnb.data import StoreMeta, open_meta, resolve_source
-    from lstmnb.data.transport import ChunkSource
-
+def test_chunk_reads_reuse_the_opening(slow_http_store, tmp_path):
+    """After the one round trip of opening, an extraction asks for nothing but chunks, one per hour."""
     server, proxy = slow_http_store
-    ref = resolve_source(proxy.url)
-    want = StoreMeta.from_dataset(xr.open_zarr(str(small_store), chunks=None)).to_json()
-    source = ChunkSource(ref.url, True, {}, 8, FAST_RETRY)
-    try:
-        before = server.requests
-        meta, zmetadata = open_meta(ref, source)
-    finally:
-        source.close()
-    assert zmetadata is not None and "2m_temperature/.zarray" in zmetadata
-    assert meta.to_json() == want
-    # found: .zmetadata + time, latitude, longitude. Asked: those and zarr-v3's four keys, all eight waiting
-    # out the proxy's delay together: one round trip
-    assert server.requests - before == 4 and proxy.peak_in_flight == 8, proxy.peak_in_flight
-
-    before = server.requests
-    extract(Request(source=proxy.url, start="2020-01-01", end="2020-01-01"), cache_dir=tmp_path, progress=False)
-    assert server.requests - before == 4 + 24, "the chunk reads reuse the metadata: no second .zmetadata"
+    stats = FetchStats()
+    extract(Request(source=proxy.url, start="2020-01-01", end="2020-01-01"), cache_dir=tmp_path, progress=False,
+            stats=stats)
+    assert stats.requests == 24 and server.chunk_requests["2m_temperature"] == 24
 
 
 def test_store_without_consolidated_metadata_still_opens(small_store, tmp_path):
@@ -304,7 +310,8 @@ def test_cached_request_works_offline(cloud_store, gcs_emulator, emulator_via, t
 
     url, _ = cloud_store
     kw = dict(variables=TWO_VARS, start="2020-01-01", end="2020-01-02")
-    online = extract(Request(source=url, **kw), cache_dir=tmp_path, progress=False, block_hours=24)
+    online = extract(Request(source=url, **kw), cache_dir=tmp_path, progress=False, block_hours=24,
+                     concurrency=EMULATOR)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
@@ -329,7 +336,7 @@ def test_cached_request_works_offline(cloud_store, gcs_emulator, emulator_via, t
     emulator_via(gcs_emulator.url)
     stats = FetchStats()
     extract(Request(source=url, **{**kw, "end": "2020-01-03"}), cache_dir=tmp_path, progress=False,
-            block_hours=24, stats=stats)
+            block_hours=24, stats=stats, concurrency=EMULATOR)
     assert stats.chunks == 24 * 2 and stats.blocks_cached == 8
 
 
@@ -420,36 +427,16 @@ def test_emulator_block_reads_equal_local(gcs_emulator, wide_store, tmp_path):
     gcs_emulator.upload_dir(wide_store, "lstmnb-wide", "ar/wide.zarr")
     stats = FetchStats()
     cloud = extract(Request(source="gs://lstmnb-wide/ar/wide.zarr", **WIDE), cache_dir=tmp_path / "c",
-                    progress=False, stats=stats)
+                    progress=False, stats=stats, concurrency=EMULATOR)
     here = extract(Request(source=str(wide_store), **WIDE), cache_dir=tmp_path / "l", progress=False)
     xr.testing.assert_equal(cloud.drop_attrs(), here.drop_attrs())
     assert stats.chunks == 96 and stats.bytes < 0.4 * _chunk_bytes(wide_store)
 
 
-def test_client_narrows_for_servers_that_close_connections(gcs_emulator, wide_store):
-    """The emulator answers HTTP/1.0 and closes each connection, accepting few at a time: the client
-    notices and keeps few requests in flight (a burst of a hundred stalls for seconds in SYN retries)."""
-    from lstmnb.data.transport import HttpClient
-
-    client = HttpClient(128, FAST_RETRY)
-    try:
-        client.get(f"{gcs_emulator.url}/storage/v1/b")
-        assert client.closing_server
-    finally:
-        client.close()
-    with StaticServer(wide_store) as server:
-        client = HttpClient(128, FAST_RETRY)
-        try:
-            assert client.get(f"{server.url}/.zmetadata") and not client.closing_server
-        finally:
-            client.close()
-
-
 @pytest.mark.parametrize("codecs", ["blosc", "zstd", "sharded"])
 def test_zarr_v3_stores(wide_store, tmp_path, codecs):
     """Zarr-v3 copies (as ARCO's newer store is) give the same series: Blosc ones through their blocks,
-    other codecs whole, sharded ones through zarr; stores with consolidated metadata open in one round
-    trip."""
+    other codecs whole, sharded ones through zarr's sharding codec."""
     from conftest import write_v3
 
     store = write_v3(wide_store, tmp_path / f"v3-{codecs}.zarr", codecs)
@@ -460,10 +447,6 @@ def test_zarr_v3_stores(wide_store, tmp_path, codecs):
         for v in TWO_VARS:
             np.testing.assert_array_equal(ds[v].values, truth[v])
         requests = {v: server.chunk_requests.get(v, 0) for v in TWO_VARS}
-        metadata = server.requests - sum(server.chunk_requests.values())
-        coords = [server.chunk_requests.get(c, 0) for c in ("time", "latitude", "longitude")]
-    if codecs != "sharded":  # opened in one round trip: the root zarr.json and the three coordinates
-        assert metadata == 1 and coords == [1, 1, 1], server.chunk_requests
     if codecs == "blosc":  # header, then the two points' blocks, per chunk
         assert requests == {v: 3 * 48 for v in TWO_VARS} and stats.bytes < 0.4 * _chunk_bytes(wide_store)
     elif codecs == "zstd":  # each chunk whole, once
@@ -475,20 +458,21 @@ def test_zarr_v3_stores(wide_store, tmp_path, codecs):
 # --- gcsfs's path: standard HTTP unless the user chose otherwise -------------------------------------
 
 _OPEN_AND_SAY_PATH = """
-import sys, lstmnb, gcsfs
+import sys
 from lstmnb.data import open_store
-from lstmnb.doctor import gcsfs_path
+from lstmnb.data.stores import gcsfs_class, gcsfs_path
 ds = open_store(sys.argv[1], storage_options={"token": "anon", "retry_timeout": 1, "retry_initial": 0.1,
                                                "retry_maximum": 0.2})
-print(gcsfs.GCSFileSystem.__module__, "|", gcsfs_path(), "|", ds.attrs["valid_time_stop"])
+print(gcsfs_class().__module__, "|", gcsfs_path(), "|", ds.attrs["valid_time_stop"])
 """
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("user_setting, module", [(None, "gcsfs.core"), ("true", "gcsfs.extended_gcsfs")])
 def test_gcsfs_takes_the_standard_path_unless_the_user_set_it(cloud_store, user_setting, module):
-    """The variable is read once, when gcsfs is first imported, so each setting gets a fresh process. Unset,
-    lstmnb opens the emulator's bucket on gcsfs's standard HTTP path; set by the user, their choice stands
+    """gcsfs reads the variable once, when first imported, so each setting gets a fresh process. Unset,
+    lstmnb's own store opens the emulator's bucket on gcsfs's standard HTTP path (without setting the
+    variable for anyone else); set by the user, their choice stands
     (the experimental path asks the Storage Control API for the bucket's layout, fails here within the
     short retry given, and falls back to HTTP)."""
     url, _ = cloud_store
@@ -502,3 +486,35 @@ def test_gcsfs_takes_the_standard_path_unless_the_user_set_it(cloud_store, user_
     assert got_module == module and stop == "2020-01-03"
     assert path == ("standard HTTP path" if user_setting is None
                     else "experimental zonal/HNS path (GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT='true')")
+
+
+# --- The codec pipeline from plain xarray ---------------------------------------------------------------
+
+def test_plain_xarray_reads_only_the_blocks_after_one_line(wide_store):
+    """``zarr.config.set({"codec_pipeline.path": ...})`` then ``xr.open_zarr``: the points' values are
+    zarr's own, and the server sends about a quarter of the chunk bytes (a header and a block per chunk)."""
+    import zarr
+
+    from lstmnb.data.blosc_pipeline import PATH
+
+    truth = _wide_truth(wide_store)
+    lat = xr.DataArray([40.0, 20.0], dims="point")
+    lon = xr.DataArray([280.0, 280.0], dims="point")
+    sent = {}
+    for name, settings in (("default", {}), ("lstmnb", {"codec_pipeline.path": PATH})):
+        with StaticServer(wide_store) as server, zarr.config.set(settings):
+            ds = xr.open_zarr(server.url, chunks=None)
+            got = ds["2m_temperature"].sel(latitude=lat, longitude=lon).values
+            sent[name] = server.bytes
+        np.testing.assert_array_equal(got, truth["2m_temperature"])
+    assert sent["lstmnb"] < 0.4 * sent["default"], sent
+
+
+def test_zarr_finds_the_pipeline_by_its_entry_point():
+    """A fresh process that never imports lstmnb gets the class from zarr's registry (the entry point)."""
+    code = ("import sys, zarr\nfrom zarr.registry import get_pipeline_class\n"
+            "zarr.config.set({'codec_pipeline.path': 'lstmnb.data.blosc_pipeline.BloscBlocksPipeline'})\n"
+            "print(get_pipeline_class().__name__, 'lstmnb' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["BloscBlocksPipeline", "True"]

@@ -30,7 +30,7 @@ def small_box(small_store, tmp_path_factory):
 @pytest.fixture(scope="module")
 def meridian_store(tmp_path_factory):
     """Two days of a store that circles the globe in longitude (9 rows, 1440 columns)."""
-    from lstmnb.data.sample import write_sample
+    from lstmnb.datasets.sample import write_sample
 
     path = tmp_path_factory.mktemp("stores") / "meridian.zarr"
     return write_sample(path, start="2020-01-01T00", end="2020-01-02T23", lat=(52.0, 50.0), lon=(0.0, 359.75),

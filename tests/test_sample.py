@@ -15,7 +15,7 @@ import pytest
 import xarray as xr
 
 from lstmnb.data import DEFAULT_POINTS, Request, extract
-from lstmnb.data.sample import SAMPLE_NAME, SEA_POINT, is_complete, sample_store, store_problem, write_sample
+from lstmnb.datasets.sample import SAMPLE_NAME, SEA_POINT, is_complete, sample_store, store_problem, write_sample
 from lstmnb.errors import ConfigError, DataError
 from lstmnb.windows import WindowConfig, make_windows
 
@@ -245,7 +245,7 @@ def test_a_chunk_that_does_not_decode_does_not_advise_running_again(tmp_path):
     assert "run again to resume" not in str(err.value)
 
 
-CHILD_BUILD = "from lstmnb.data.sample import sample_store; sample_store()"
+CHILD_BUILD = "from lstmnb.datasets.sample import sample_store; sample_store()"
 
 
 @pytest.mark.slow

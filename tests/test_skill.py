@@ -10,7 +10,7 @@ import pytest
 
 from lstmnb.cli import main
 from lstmnb.data import Request
-from lstmnb.data.sample import write_sample
+from lstmnb.datasets.sample import write_sample
 from lstmnb.errors import ConfigError
 from lstmnb.experiments import skill
 from lstmnb.training import preset_config

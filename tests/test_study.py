@@ -13,8 +13,8 @@ import xarray as xr
 
 from lstmnb.cli import main
 from lstmnb.data import SAMPLE, STUDY, Request, check_request, extract
-from lstmnb.data.arco_layout import store_problem
-from lstmnb.data.study import ATTRIBUTION, STUDY_POINTS, study_store, study_values
+from lstmnb.datasets.arco_layout import store_problem
+from lstmnb.datasets.study import ATTRIBUTION, STUDY_POINTS, study_store, study_values
 from lstmnb.errors import ConfigError
 from lstmnb.experiments import replication
 from lstmnb.training import preset_config

@@ -27,7 +27,8 @@ def add_data(sub, full: bool) -> None:
     g = p.add_argument_group("extraction")
     g.add_argument("--refresh", action="store_true", help="ignore cached blocks and fetch everything again")
     g.add_argument("--concurrency", type=int, default=None, metavar="N",
-                   help="requests in flight at once (default 128; more hides more round trips)")
+                   help="connections, and about half the chunk reads in flight (default 128; more hides more "
+                        "round trips; a server that closes every connection may want fewer, e.g. 8)")
     g.add_argument("--block-hours", type=int, default=None, metavar="H",
                    help="hours per cache block (default 168, a week)")
     g.add_argument("--credentials", default=None, metavar="FILE|google_default",

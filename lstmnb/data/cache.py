@@ -26,10 +26,13 @@ import os
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import xarray as xr
 
 from ..paths import cache_dir, sweep_stale_temps, write_atomic
+from .catalogue import StoreRef, point_label
 
 DEFAULT_BLOCK_HOURS = 168  # a week of hourly chunks per cache file
 META_NAME = "store-meta.json"
@@ -184,11 +187,88 @@ def read_store_meta(root: str | os.PathLike | None, store_id: str) -> dict | Non
         return None
 
 
+def _plain(value: Any) -> Any:
+    """Attribute values as JSON types (numpy scalars and arrays to Python), so cached and fresh agree."""
+    return json.loads(json.dumps(value, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v)))
+
+
+@dataclass
+class StoreMeta:
+    """What checking a request and labelling its result need from a store: the time axis, the grid,
+    the store's attributes, and each variable's dims and attributes. Cached as JSON beside the blocks."""
+
+    times: np.ndarray  # datetime64
+    lat: np.ndarray  # float64, store order
+    lon: np.ndarray  # float64, store order, as stored
+    attrs: dict
+    variables: dict[str, dict]  # name -> {"dims": [...], "attrs": {...}}
+
+    @classmethod
+    def from_dataset(cls, ds: xr.Dataset) -> "StoreMeta":
+        variables = {str(name): {"dims": [str(d) for d in var.dims], "attrs": _plain(dict(var.attrs))}
+                     for name, var in ds.data_vars.items()}
+        return cls(np.asarray(ds["time"].values), ds["latitude"].values.astype(np.float64),
+                   ds["longitude"].values.astype(np.float64), _plain(dict(ds.attrs)), variables)
+
+    def to_json(self) -> dict:
+        unit = np.datetime_data(self.times.dtype)[0]
+        ticks = self.times.astype(np.int64)
+        steps = np.diff(ticks)
+        if ticks.size > 1 and np.all(steps == steps[0]):
+            time = {"unit": unit, "start": int(ticks[0]), "step": int(steps[0]), "count": int(ticks.size)}
+        else:
+            time = {"unit": unit, "values": ticks.tolist()}
+        return {"format": 1, "time": time, "latitude": self.lat.tolist(), "longitude": self.lon.tolist(),
+                "attrs": self.attrs, "variables": self.variables}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "StoreMeta":
+        t = d["time"]
+        if "values" in t:
+            ticks = np.asarray(t["values"], dtype=np.int64)
+        else:
+            ticks = t["start"] + t["step"] * np.arange(t["count"], dtype=np.int64)
+        return cls(ticks.astype(f"datetime64[{t['unit']}]"), np.asarray(d["latitude"], dtype=np.float64),
+                   np.asarray(d["longitude"], dtype=np.float64), dict(d["attrs"]), dict(d["variables"]))
+
+
+def as_meta(ds: "xr.Dataset | StoreMeta") -> StoreMeta:
+    """``ds`` itself when it is a StoreMeta, else what an opened store's Dataset says."""
+    return ds if isinstance(ds, StoreMeta) else StoreMeta.from_dataset(ds)
+
+
+def cached_meta(ref: StoreRef, cache_dir: str | os.PathLike | None = None) -> StoreMeta | None:
+    """The metadata kept for this store in the block cache, or None."""
+    raw = read_store_meta(cache_dir, ref.store_id)
+    if raw is None or raw.get("format") != 1:
+        return None
+    try:
+        return StoreMeta.from_json(raw)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def describe_target(key: str, lat: np.ndarray, lon: np.ndarray) -> str:
+    """A cache target's key (``cell-r12-c4``, ``box-r4-12-c0-4-n5``: store rows and columns) in words, on the
+    store's ``lat`` and ``lon``: ``cell 40.00N 280.00E``, ``box 38.00N..40.00N, 279.00E..280.00E (9 x 5 cells)``.
+    A key this version does not know comes back as it is."""
+    parts = key.split("-")
+    try:
+        if parts[0] == "cell" and len(parts) == 3:
+            return f"cell {point_label(lat[int(parts[1][1:])], lon[int(parts[2][1:])])}"
+        if parts[0] == "box" and len(parts) == 6:
+            r0, r1, c0, c1, n = int(parts[1][1:]), int(parts[2]), int(parts[3][1:]), int(parts[4]), int(parts[5][1:])
+            south, north = sorted((lat[r0], lat[r1]))
+            a, b = point_label(south, lon[c0]).split(), point_label(north, lon[c1]).split()
+            return f"box {a[0]}..{b[0]}, {a[1]}..{b[1]} ({abs(r1 - r0) + 1} x {n} cells)"
+    except (ValueError, IndexError):
+        pass
+    return key
+
+
 def status(root: str | os.PathLike | None = None) -> list[dict]:
     """One row per cached series: store, variable, target (its folder) and ``area`` (the same in words,
     from the store's cached grid), block size, files, hours and bytes cached."""
-    from .plan import describe_target
-
     base = extracts_root(root)
     rows = []
     grids: dict[str, tuple | None] = {}

@@ -5,8 +5,8 @@ A source is the study's real ERA5 at its two points (``study``, the default for 
 sample (``sample``, the default for a box), a catalogue key, a ``gs://`` or ``http(s)://`` URL, or a local Zarr
 path; ``resolve_source`` turns it into a ``StoreRef`` (location, credentials, a stable id for the
 block cache) and fails with one line naming what is wrong (unknown name, missing path, missing cloud
-packages or credentials). ``open_ref``/``open_store`` open it lazily with xarray, after a one-byte
-probe of a remote store so that an unreachable one fails fast.
+packages or credentials). ``open_ref``/``open_store`` open it lazily with xarray on a zarr store
+(``stores``); a remote store's metadata comes in one round trip first, so that an unreachable one fails fast.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import pandas as pd
 import xarray as xr
 
 from ..errors import ConfigError, DataError
-from .sample import sample_store
-from .study import STUDY, check_study_request, study_store
-from .transport import PROBE_RETRY, ChunkError, ChunkSource
+from ..datasets.sample import sample_store
+from ..datasets.study import STUDY, check_study_request, study_store
+from .stores import ReadStore, StoreError, run, zarr_store
 
 CATALOGUE: dict[str, str] = {
     "arco-v3": "gs://gcp-public-data-arco-era5/ar/full_37-1h-0p25deg-chunk-1.zarr-v3",
@@ -140,10 +140,10 @@ def resolve_source(source: str = STUDY, storage_options: dict | None = None) -> 
 
 
 def _require_cloud_packages(url: str) -> None:
-    """Remote stores need the `cloud` extra (gcsfs, aiohttp, google-auth); say how to get it."""
+    """Remote stores need the `cloud` extra (gcsfs, fsspec, aiohttp, google-auth); say how to get it."""
     import importlib.util
 
-    needed = ["aiohttp"] + (["gcsfs"] if url.startswith(("gs://", "gcs://")) else [])
+    needed = ["fsspec", "aiohttp"] + (["gcsfs"] if url.startswith(("gs://", "gcs://")) else [])
     missing = [m for m in needed if importlib.util.find_spec(m) is None]
     if missing:
         raise ConfigError(f"reading {url} needs {', '.join(missing)}: pip install 'lstmnb[cloud]' "
@@ -243,15 +243,24 @@ def check_selection(request: Request) -> tuple[pd.Timestamp, pd.Timestamp]:
     return start, end
 
 
-def open_ref(ref: StoreRef) -> xr.Dataset:
-    """Open a resolved store lazily (no dask), with one clear error when it cannot be read."""
+def open_ref(ref: StoreRef, store: ReadStore | None = None) -> xr.Dataset:
+    """Open a resolved store lazily (no dask) with xarray, on ``store`` (made here when not given: see
+    ``stores.zarr_store``), with one clear error when it cannot be read."""
+    import warnings
+
+    store = store if store is not None else zarr_store(ref.url, ref.remote, ref.storage_options)
     if ref.remote:
-        _probe(ref)
+        try:
+            found = run(store.open_metadata())
+        except StoreError as exc:
+            raise DataError(f"cannot reach {ref.url}: {exc}; check the network, or use --source sample") from None
+        if not found:
+            raise DataError(f"no Zarr store at {ref.url} (no .zmetadata, .zgroup or zarr.json); check the URL, "
+                            f"or {SOURCE_HINT}")
     try:
-        if ref.remote:
-            ds = xr.open_zarr(ref.url, chunks=None, storage_options=ref.storage_options or None)
-        else:
-            ds = xr.open_zarr(ref.url, chunks=None)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*consolidated metadata.*")  # zarr v3: not in the spec yet
+            ds = xr.open_zarr(store, chunks=None)
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as exc:
@@ -266,21 +275,6 @@ def open_ref(ref: StoreRef) -> xr.Dataset:
     if missing:
         raise DataError(f"{ref.url} lacks the ERA5 coordinates {missing}; expected time, latitude, longitude")
     return ds
-
-
-def _probe(ref: StoreRef) -> None:
-    """Fail fast with one line when a remote store is unreachable or absent (a few quick retries)."""
-    src = ChunkSource(ref.url, True, ref.storage_options, 4, PROBE_RETRY)
-    try:
-        for key in (".zmetadata", ".zgroup", "zarr.json"):
-            # Whether it exists is all that counts: its first byte (ARCO's .zmetadata is megabytes)
-            if src.get(key, byte_range=(0, 1)) is not None:
-                return
-    except ChunkError as exc:
-        raise DataError(f"cannot reach {ref.url}: {exc}; check the network, or use --source sample") from None
-    finally:
-        src.close()
-    raise DataError(f"no Zarr store at {ref.url} (no .zmetadata, .zgroup or zarr.json); check the URL, or {SOURCE_HINT}")
 
 
 def open_store(source: str = STUDY, storage_options: dict | None = None) -> xr.Dataset:

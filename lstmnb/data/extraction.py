@@ -17,12 +17,11 @@ import pandas as pd
 import xarray as xr
 
 from ..errors import DataError, LstmnbError
-from .cache import write_store_meta
-from .catalogue import Request, data_kind, point_label, resolve_source
+from .cache import StoreMeta, as_meta, cached_meta, write_store_meta
+from .catalogue import Request, data_kind, open_ref, point_label, resolve_source
 from .fetch import CacheMiss, FetchStats, check_sizes, fetch_plan
 from .plan import Plan, make_plan
-from .transport import ChunkSource, RetryPolicy
-from .zarr_meta import StoreMeta, as_meta, cached_meta, open_meta
+from .stores import RetryPolicy, zarr_store
 
 
 def extract(
@@ -63,11 +62,11 @@ def extract(
             miss = exc
         except LstmnbError as exc:  # maybe the store has grown since; ask it
             offline_error = exc
-    # One connection pool serves the metadata and then the chunk reads.
-    source = ChunkSource(ref.url, ref.remote, ref.storage_options, workers, retry or RetryPolicy())
+    # One store (and, remotely, one connection pool) serves the metadata and then the chunk reads.
+    store = zarr_store(ref.url, ref.remote, ref.storage_options, connections=workers, retry=retry)
     try:
         try:
-            meta, zmetadata = open_meta(ref, source)
+            meta = StoreMeta.from_dataset(open_ref(ref, store))
         except DataError as exc:
             if offline_error is not None:
                 raise offline_error from None
@@ -80,10 +79,9 @@ def extract(
             write_store_meta(cache_dir, ref.store_id, meta.to_json())
         except OSError:
             pass  # only an optimisation; a full disk shows up (with its message) when a block is written
-        return assemble(plan, meta, fetch_plan(plan, **fetch, source=source, zmetadata=zmetadata,
-                                               partial_reads=partial_reads))
+        return assemble(plan, meta, fetch_plan(plan, **fetch, store=store, partial_reads=partial_reads))
     finally:
-        source.close()
+        store.close()
 
 
 def assemble(plan: Plan, ds: "xr.Dataset | StoreMeta", arrays: dict[tuple[str, str], np.ndarray]) -> xr.Dataset:

@@ -1,8 +1,8 @@
 """Block-wise concurrent extraction: read each needed one-hour chunk once, fill cache blocks in order.
 
 The plan's time range is cut into cache slots (``cache``). Slots already cached are read from
-disk; for the rest, every (variable, hour) chunk is read once by a pool of I/O threads, every target
-(cell or box) takes its values from it, and a slot is written to the cache the moment its last hour
+disk; for the rest, every (variable, hour) is read once through zarr (``reads``, many reads in flight
+on zarr's event loop), every target (cell or box) takes its values from it, and a slot is written to the cache the moment its last hour
 arrives. Reads stay pipelined across slot boundaries, but never more than one block's worth of hours
 is read (or in flight) without being kept: when the window would go further, the oldest unfinished
 slot's received prefix is written as a partial block (a checkpoint, at most a few per slot). So a
@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import os
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,8 +23,8 @@ from ..errors import ConfigError, DataError
 from ..paths import CACHE_ENV, why_not_written
 from .cache import DEFAULT_BLOCK_HOURS, Block, BlockCache, extracts_root
 from .plan import Plan
-from .readers import RawReader, make_reader
-from .transport import ChunkError, ChunkSource
+from .reads import CellReader
+from .stores import ReadStore, StoreError, submit
 
 DEFAULT_CONCURRENCY = 128  # requests (connections) in flight; era5_extract.py: 0.33 s at 64, 0.24 at 128, 0.22 at 256
 MAX_FAILED_CHUNKS = 8  # after this many chunks fail for good, stop starting new ones
@@ -113,20 +113,19 @@ def fetch_plan(
     block_hours: int | None = None,
     stats: FetchStats | None = None,
     offline: bool = False,
-    source: ChunkSource | None = None,
-    zmetadata: dict | None = None,
+    store: ReadStore | None = None,
     partial_reads: bool = True,
 ) -> dict[tuple[str, str], np.ndarray]:
     """Return {(variable, target key): array over plan's hours}, from the cache where possible.
 
     ``offline``: serve from the cache only; raise ``CacheMiss`` (touching nothing remote, counting
-    nothing in ``stats``) when any block is missing or damaged. ``source`` and ``zmetadata``: the
-    open source (with its retry policy) and consolidated metadata the store was opened with, reused
-    for the chunk reads (the caller closes ``source``); ``source`` is needed unless ``offline``.
+    nothing in ``stats``) when any block is missing or damaged. ``store``: the open store (with its
+    retry policy) the plan was made on, read for what the cache lacks (the caller closes it); needed
+    unless ``offline``.
     ``partial_reads``: read only the Blosc blocks that hold the cells where possible (else whole chunks).
     """
-    if source is None and not offline:
-        raise TypeError("fetch_plan needs the store's open source unless offline")
+    if store is None and not offline:
+        raise TypeError("fetch_plan needs the plan's open store unless offline")
     hours, workers = check_sizes(block_hours, concurrency)
     outer = stats if stats is not None else FetchStats()
     stats = FetchStats() if offline else outer
@@ -171,8 +170,9 @@ def fetch_plan(
     if needs and offline:
         raise CacheMiss(len(caches) * len(slots) - len(pending), len(caches) * len(slots))  # damaged files
     if needs:
-        reader = make_reader(plan, source, zmetadata, partial_reads=partial_reads)
-        _run(plan, reader, pending, needs, done, workers, hours, progress, stats, source)
+        reader = CellReader(plan, store, partial_reads)
+        store.requests = store.bytes_read = 0  # from here on: chunk reads only
+        _run(plan, reader, pending, needs, done, workers, hours, progress, stats)
     stats.seconds = time.perf_counter() - t_start
     if offline:
         for name in ("blocks_cached", "seconds"):
@@ -190,22 +190,41 @@ def fetch_plan(
     return out
 
 
-def _run(plan, reader, pending, needs, done, workers, hours, progress, stats, source) -> None:
+RUN_HOURS = 8  # hours per zarr read: one call per hour costs about a third more time (benchmarks/era5_extract.py)
+
+
+def _runs(needs, variables: tuple[str, ...], hours: int) -> list[tuple[str, int, int]]:
+    """The needed (variable, hour)s as runs ``(variable, first, end)`` of consecutive hours, at most
+    ``RUN_HOURS`` (and an eighth of a cache block) long and aligned to multiples of that length, in time
+    order: what one zarr read asks for."""
+    size = max(1, min(RUN_HOURS, hours // 8))
+    runs = []
+    for v in variables:
+        start = prev = None
+        for t in sorted(t for vv, t in needs if vv == v):
+            if start is not None and t == prev + 1 and t // size == start // size:
+                prev = t
+                continue
+            if start is not None:
+                runs.append((v, start, prev + 1))
+            start = prev = t
+        if start is not None:
+            runs.append((v, start, prev + 1))
+    return sorted(runs, key=lambda r: (r[1], variables.index(r[0])))
+
+
+def _run(plan, reader, pending, needs, done, workers, hours, progress, stats) -> None:
     """Read the needed chunks concurrently, in time order, writing each slot as it completes.
 
-    An hour is submitted only while it lies within ``hours`` of the frontier (the first needed hour
-    not in the cache), so a kill loses at most one block of reads. When the window reaches that
+    A run of hours is submitted only while it ends within ``hours`` of the frontier (the first needed
+    hour not in the cache), so a kill loses at most one block of reads. When the window reaches that
     bound, the oldest slots' received prefixes are checkpointed (at least a quarter block each time),
     which moves the frontier on without draining the pipeline at slot boundaries.
     """
-    targets = {t.key: t for t in plan.targets}
-    r0, c0 = reader.r0, reader.c0
-    index = {
-        key: (np.asarray(t.rows) - r0, np.asarray(t.cols) - c0) for key, t in targets.items()
-    }
-    order = sorted(needs, key=lambda vt: (vt[1], plan.variables.index(vt[0])))
+    index = {t.key: i for i, t in enumerate(plan.targets)}  # a points read: one value per target, in order
+    order = _runs(needs, plan.variables, hours)
     per_hour: dict[int, int] = {}
-    for _, t in order:
+    for _, t in needs:
         per_hour[t] = per_hour.get(t, 0) + 1
 
     bar = None
@@ -220,27 +239,32 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats, so
     def failed(v: str, t: int, exc: Exception) -> DataError:
         """One clear error naming the variable, the time and the store."""
         when = str(np.datetime64(plan.times[0] + (t - plan.i0) * np.timedelta64(1, "h"), "h"))
-        what = str(exc) if isinstance(exc, ChunkError) else f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, (ChunkError, OSError, TimeoutError)):  # the connection or the disk: may pass
+        what = str(exc) if isinstance(exc, StoreError) else f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, (StoreError, OSError, TimeoutError)):  # the connection or the disk: may pass
             advice = "finished blocks are kept, run again to resume"
-        elif plan.ref.source in ("sample", "study"):  # built by lstmnb, deterministic  # the chunk is there but does not decode: rereading will not help
+        elif plan.ref.source in ("sample", "study"):  # built by lstmnb: it rebuilds a store deleted
             advice = f"the chunk is damaged; delete {plan.ref.url} and run again (lstmnb rebuilds the sample)"
         else:
             advice = "the chunk is damaged in the store, so running again will not help; repair or re-copy the store"
         return DataError(f"reading {v} at {when} from {plan.ref.url} failed: {(what.splitlines() or [''])[0][:240]}; "
                          + advice)
 
-    async def read_async(vt: tuple[str, int]) -> np.ndarray:  # RawReader: a coroutine on the source's loop
+    async def read(run: tuple[str, int, int]) -> dict[int, np.ndarray | DataError]:  # on zarr's event loop
+        """Each hour of ``run``'s values (or its error): one zarr read for the run, and where that fails,
+        one per hour, so the other hours still arrive and the error names the hour that failed."""
+        v, t0, t1 = run
         try:
-            return await reader.read(*vt)
+            return dict(zip(range(t0, t1), await reader.read(v, t0, t1)))
         except Exception as exc:  # noqa: BLE001 - see failed()
-            raise failed(*vt, exc) from None
-
-    def read_sync(vt: tuple[str, int]) -> np.ndarray:  # ZarrReader: in a worker thread
-        try:
-            return reader.read(*vt)
-        except Exception as exc:  # noqa: BLE001 - see failed()
-            raise failed(*vt, exc) from None
+            if t1 - t0 == 1:
+                return {t0: failed(v, t0, exc)}
+        out: dict[int, np.ndarray | DataError] = {}
+        for t in range(t0, t1):
+            try:
+                out[t] = (await reader.read(v, t, t + 1))[0]
+            except Exception as exc:  # noqa: BLE001 - see failed()
+                out[t] = failed(v, t, exc)
+        return out
 
     def write(p: _Pending, block: Block) -> None:
         try:
@@ -271,7 +295,7 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats, so
             moved = True
         return moved
 
-    in_flight: dict[Future, tuple[str, int]] = {}
+    in_flight: dict[Future, tuple[str, int, int]] = {}
     position = 0  # next entry of ``order`` to submit
     failures: list[DataError] = []
     # The objects that exist before the read (a notebook's torch, xarray, pandas: a million or more)
@@ -283,47 +307,38 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats, so
     if freeze:
         gc.freeze()
     try:
-        # Raw reads are coroutines on the source's event loop (no thread per read); zarr's reader
-        # is synchronous and gets a thread pool (empty, and so free, when unused).
-        # Over HTTP, a point read is a header request then a block request. Twice as many chunk reads
-        # as connections keep every connection busy: the pool queues the requests beyond ``workers``, so
-        # later chunks' headers go out while earlier chunks wait for their blocks.
-        depth = 2 * workers if isinstance(reader, RawReader) and reader.source.client is not None else workers
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="era5-read") as pool:
-            if isinstance(reader, RawReader):
-                def submit(vt: tuple[str, int]) -> Future:
-                    return reader.source.loop.submit(read_async(vt))
-            else:
-                def submit(vt: tuple[str, int]) -> Future:
-                    return pool.submit(read_sync, vt)
-            exhausted = False
-            front = frontier()
-            while in_flight or not exhausted:
-                while not exhausted and len(in_flight) < depth:
-                    if position == len(order):
-                        exhausted = True
-                        break
-                    nxt = order[position]
-                    # The frontier only moves on, so a stale value is a safe, cheap first test.
-                    if nxt[1] - front >= hours and in_flight:
-                        front = frontier()
-                        if nxt[1] - front >= hours:  # this read would risk more than a block on a kill
-                            moved = checkpoint(front)
-                            front = frontier()
-                            if not moved or nxt[1] - front >= hours:
-                                break
-                    position += 1
-                    in_flight[submit(nxt)] = nxt
-                if not in_flight:
+        # Reads are coroutines on zarr's event loop (no thread per read), a run of hours each. Over HTTP, a
+        # point read is a header request then a block request per hour: twice as many hours in flight as
+        # connections keep every connection busy (aiohttp queues the requests beyond ``workers``, so later
+        # chunks' headers go out while earlier chunks wait for their blocks).
+        depth = max(1, 2 * workers // max(t1 - t0 for _, t0, t1 in order)) if order else 1
+        exhausted = False
+        front = frontier()
+        while in_flight or not exhausted:
+            while not exhausted and len(in_flight) < depth:
+                if position == len(order):
+                    exhausted = True
                     break
-                finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    v, t = in_flight.pop(fut)
-                    try:
-                        chunk = fut.result()
-                    except DataError as exc:
-                        # This chunk's blocks stay unfinished; every other block still completes.
-                        failures.append(exc)
+                nxt = order[position]
+                # The frontier only moves on, so a stale value is a safe, cheap first test.
+                if nxt[2] - front > hours and in_flight:
+                    front = frontier()
+                    if nxt[2] - front > hours:  # this read would risk more than a block on a kill
+                        moved = checkpoint(front)
+                        front = frontier()
+                        if not moved or nxt[2] - front > hours:
+                            break
+                position += 1
+                in_flight[submit(read(nxt))] = nxt
+            if not in_flight:
+                break
+            finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                v = in_flight.pop(fut)[0]
+                for t, chunk in fut.result().items():
+                    if isinstance(chunk, DataError):
+                        # This hour's blocks stay unfinished; every other block still completes.
+                        failures.append(chunk)
                         for key, slot in needs[(v, t)]:
                             pending[(v, key, slot)].failed = True
                         if len(failures) >= MAX_FAILED_CHUNKS:
@@ -331,12 +346,8 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats, so
                         continue
                     stats.chunks += 1
                     for key, slot in needs[(v, t)]:
-                        rows, cols = index[key]
                         p = pending[(v, key, slot)]
-                        if plan.kind == "points":
-                            p.values[t] = chunk[rows[0], cols[0]]
-                        else:
-                            p.values[t] = chunk[np.ix_(rows, cols)]
+                        p.values[t] = chunk[index[key]] if plan.kind == "points" else chunk
                         p.missing.discard(t)
                         if not p.missing and not p.failed:
                             block = p.finish()
@@ -364,8 +375,7 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats, so
         if freeze:
             gc.unfreeze()
         stats.bytes += reader.bytes_read
-        if isinstance(reader, RawReader):  # zarr's reads do not go through the source
-            stats.requests += source.requests
+        stats.requests += reader.store.requests
         if bar is not None:
             mb = reader.bytes_read / 1e6
             bar.set_postfix_str(f"{mb:,.1f} MB read, {mb / max(time.perf_counter() - t_bar, 1e-9):,.1f} MB/s")

@@ -17,9 +17,9 @@ import xarray as xr
 
 from ..errors import ConfigError, DataError
 from .catalogue import SAMPLE, Request, StoreRef, check_selection, open_ref, parse_time, resolve_source
-from .sample import TIMES as SAMPLE_TIMES
-from .study import STUDY, STUDY_TIMES
-from .zarr_meta import StoreMeta, as_meta, cached_meta
+from ..datasets.sample import TIMES as SAMPLE_TIMES
+from ..datasets.study import STUDY, STUDY_TIMES
+from .cache import StoreMeta, as_meta, cached_meta
 
 
 def valid_range(ds: "xr.Dataset | StoreMeta") -> tuple[pd.Timestamp, pd.Timestamp]:
@@ -198,23 +198,3 @@ def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> 
         targets.append(Target(key, tuple(int(r) for r in rows), tuple(int(c) for c in cols)))
         kind = "box"
     return Plan(ref, request, variables, i0, i1, times[i0:i1], lat, lon, kind, targets, requested)
-
-
-def describe_target(key: str, lat: np.ndarray, lon: np.ndarray) -> str:
-    """A cache target's key (``cell-r12-c4``, ``box-r4-12-c0-4-n5``: store rows and columns) in words, on the
-    store's ``lat`` and ``lon``: ``cell 40.00N 280.00E``, ``box 38.00N..40.00N, 279.00E..280.00E (9 x 5 cells)``.
-    A key this version does not know comes back as it is."""
-    from .catalogue import point_label
-
-    parts = key.split("-")
-    try:
-        if parts[0] == "cell" and len(parts) == 3:
-            return f"cell {point_label(lat[int(parts[1][1:])], lon[int(parts[2][1:])])}"
-        if parts[0] == "box" and len(parts) == 6:
-            r0, r1, c0, c1, n = int(parts[1][1:]), int(parts[2]), int(parts[3][1:]), int(parts[4]), int(parts[5][1:])
-            south, north = sorted((lat[r0], lat[r1]))
-            a, b = point_label(south, lon[c0]).split(), point_label(north, lon[c1]).split()
-            return f"box {a[0]}..{b[0]}, {a[1]}..{b[1]} ({abs(r1 - r0) + 1} x {n} cells)"
-    except (ValueError, IndexError):
-        pass
-    return key

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from ..data.weather import FRONT_HEADINGS_DEG
+from ..datasets.weather import FRONT_HEADINGS_DEG
 from ..errors import ConfigError, DataError
 from ..records import Recorder
 from ..region import VARIANTS

@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 from ..data import point_label
-from ..data.weather import KM_PER_DEG
+from ..datasets.weather import KM_PER_DEG
 from ..errors import ConfigError, DataError
 
 BASELINES = ("persistence", "climatology")  # the names the per-cell maps give the baselines

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..device import DEVICE_CHOICES, host_memory_bytes
-from ..data.study import STUDY_TEST_START
+from ..datasets.study import STUDY_TEST_START
 from ..errors import ConfigError
 from ..models import ModelConfig
 from ..windows import WindowConfig

@@ -6,7 +6,7 @@ per-request delay and injected failures; ``Proxy`` forwards GET/HEAD requests to
 requests with HTTP 503 to exercise retries. Both bind 127.0.0.1 only and run on aiohttp in a private
 event-loop thread: its HTTP parser costs a fraction of ``http.server``'s per request, so the servers
 stay far from being what a benchmark measures. Run
-``python -m lstmnb.data.serve DIR --delay 0.03`` to serve a store from another process; it prints the
+``python benchmarks/loopback.py DIR --delay 0.03`` to serve a store from another process; it prints the
 URL of a server that adds the delay and of one that does not (to measure the path's bandwidth).
 """
 
@@ -28,6 +28,26 @@ _CHUNK_PATH = re.compile(r"(?P<array>.+?)/(?:c[./])?\d+(?:[./]\d+)*")  # var/12.
 _RANGE = re.compile(r"bytes=(?P<first>\d*)-(?P<last>\d*)")
 
 
+class _LoopThread:
+    """An asyncio event loop on a private daemon thread; other threads hand it coroutines to run."""
+
+    def __init__(self, name: str):
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self.thread.start()
+
+    def run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
 class _Base:
     """Start/stop an aiohttp application on a loopback port, in its own event-loop thread."""
 
@@ -36,9 +56,7 @@ class _Base:
     def _start(self, app) -> None:
         from aiohttp import web
 
-        from .transport import LoopThread
-
-        self._loop = LoopThread(type(self).__name__)
+        self._loop = _LoopThread(type(self).__name__)
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))

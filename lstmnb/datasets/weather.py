@@ -1,5 +1,5 @@
 """The embedded sample's weather: synthetic hourly 2 m temperature and surface pressure on a lat/lon grid,
-as hard for persistence as real mid-latitude weather (see ``lstmnb.data.sample`` for what it contains and
+as hard for persistence as real mid-latitude weather (see ``lstmnb.datasets.sample`` for what it contains and
 why). Deterministic for a seed; ``sample`` writes the fields into the ARCO-ERA5 layout."""
 
 from __future__ import annotations

@@ -1,0 +1,167 @@
+"""Partial Blosc reads as a zarr-python 3 codec pipeline: a point read fetches only the Blosc blocks that
+hold it.
+
+ARCO-ERA5 keeps one hour of the globe per chunk (4.15 MB as float32, eight Blosc blocks of 512 KB). A
+point series needs one block of each chunk, so ``BloscBlocksPipeline`` asks the store for the chunk's
+header (one small byte range), then for the byte ranges of the blocks that hold the selection, and
+decodes those alone (``blosc_parts``): about a quarter of the bytes and of the decoding a whole read
+costs. A selection covering much of a chunk, a chunk that is not Blosc (or not in a form ``blosc_parts``
+reads), and every write go the default way (``BatchedCodecPipeline``), so results are exactly zarr's.
+
+zarr chooses a codec pipeline class when it opens an array, from its ``codec_pipeline.path`` setting;
+lstmnb registers this class under the ``zarr.codec_pipeline`` entry point, so plain xarray uses it after
+one line::
+
+    zarr.config.set({"codec_pipeline.path": "lstmnb.data.blosc_pipeline.BloscBlocksPipeline"})
+    ds = xr.open_zarr("gs://gcp-public-data-arco-era5/ar/...", chunks=None)  # then select points
+
+``BatchedCodecPipeline`` lives in ``zarr.core`` (not zarr's public API): pyproject pins zarr's minor
+version (3.1) for it, and for ``read``'s batch-item layout (byte getter, chunk spec, chunk selection,
+output selection, whether the chunk is complete) that this class reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from zarr.abc.store import RangeByteRequest
+from zarr.codecs import BloscCodec, BytesCodec
+from zarr.codecs._v2 import V2Codec
+from zarr.core.codec_pipeline import BatchedCodecPipeline, fill_value_or_default
+from zarr.registry import register_pipeline
+
+from . import blosc_parts
+
+PATH = "lstmnb.data.blosc_pipeline.BloscBlocksPipeline"  # the value of zarr's codec_pipeline.path
+WHOLE_PATH = "lstmnb.data.blosc_pipeline.WholeChunksPipeline"  # every chunk read whole (partial_reads=False)
+HEAD_BYTES = 4096  # the first range of a partial read: the header and a table of up to 1020 blocks
+WHOLE_SHARE = 0.5  # when a selection's blocks hold more of a chunk than this, read the chunk whole
+
+
+@lru_cache(maxsize=8)
+def _positions(shape: tuple[int, ...]) -> np.ndarray:
+    """Each element's flat position in a C-order chunk of ``shape`` (read-only; indexed by a selection)."""
+    grid = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    grid.flags.writeable = False
+    return grid
+
+
+@dataclass(frozen=True)
+class BloscBlocksPipeline(BatchedCodecPipeline):
+    """zarr's default pipeline, except that reads of a small part of a Blosc chunk fetch only its blocks."""
+
+    @property
+    def _blosc(self) -> bool:
+        """Whether chunks are plain C-order items compressed by Blosc alone (zarr v2 or v3 metadata)."""
+        if self.array_array_codecs:
+            return False
+        codec, after = self.array_bytes_codec, self.bytes_bytes_codecs
+        if isinstance(codec, V2Codec):  # zarr v2: numcodecs' compressor, no filters
+            return not after and not codec.filters and getattr(codec.compressor, "codec_id", None) == "blosc"
+        return (isinstance(codec, BytesCodec) and getattr(codec.endian, "value", codec.endian) in (None, "little") and len(after) == 1
+                and isinstance(after[0], BloscCodec))
+
+    async def read(self, batch_info, out, drop_axes: tuple[int, ...] = ()) -> None:
+        batch_info = list(batch_info)
+        small = []
+        if self._blosc and not getattr(self, "_whole", False):
+            for item in batch_info:
+                _, spec, chunk_selection, _, complete = item
+                if not complete and spec.order == "C" and spec.dtype.to_native_dtype().byteorder != ">":
+                    flat = _positions(tuple(spec.shape))[chunk_selection]
+                    if flat.size * 2 < int(np.prod(spec.shape)):
+                        small.append((item, flat))
+        rest = [item for item in batch_info if not any(item is s for s, _ in small)]
+        jobs = [self._read_blocks(item, flat, out, drop_axes) for item, flat in small]
+        if rest:
+            jobs.append(super().read(rest, out, drop_axes))
+        await asyncio.gather(*jobs)
+
+    async def _read_blocks(self, item, flat: np.ndarray, out, drop_axes: tuple[int, ...]) -> None:
+        """Fill ``out`` for one chunk from the Blosc blocks that hold positions ``flat`` of it."""
+        getter, spec, chunk_selection, out_selection, _ = item
+        proto = spec.prototype
+        dtype = spec.dtype.to_native_dtype()
+        head = await getter.get(proto, byte_range=RangeByteRequest(0, HEAD_BYTES))
+        if head is None:
+            out[out_selection] = fill_value_or_default(spec)
+            return
+        raw = head.to_bytes()
+        values = None
+        try:
+            header = blosc_parts.parse_header(raw)
+            if header.nbytes != int(np.prod(spec.shape)) * dtype.itemsize:
+                raise ValueError("Blosc header does not match the array's chunk size")
+            if len(raw) >= header.cbytes:  # a small chunk (or a server ignoring Range) sent it whole
+                raw = raw[:header.cbytes]
+            else:
+                if len(raw) < header.table_end:  # more blocks than the first range covered
+                    raw += (await self._range(getter, proto, len(raw), header.table_end)).tobytes()
+                starts, stops = blosc_parts.block_extents(header, raw)
+                offsets = flat.ravel() * dtype.itemsize
+                blocks = blosc_parts.blocks_holding(header, offsets, dtype.itemsize)
+                if (stops[blocks] - starts[blocks]).sum() > WHOLE_SHARE * header.cbytes:
+                    object.__setattr__(self, "_whole", True)  # later reads of this array: whole, no header first
+                    raw += (await self._range(getter, proto, len(raw), header.cbytes)).tobytes()
+                else:
+                    values = await self._gather(getter, proto, header, raw, starts, stops, blocks, offsets, dtype)
+        except ValueError:
+            whole = await getter.get(proto)
+            raw = whole.to_bytes() if whole is not None else b""
+        if values is None:  # decode the whole chunk the default way, then select
+            (chunk,) = await self.decode_batch([(proto.buffer.from_bytes(raw), spec)])
+            values = chunk.as_numpy_array()[chunk_selection]
+        else:
+            values = values.reshape(flat.shape)
+        if drop_axes:
+            values = values.squeeze(axis=drop_axes)
+        out[out_selection] = values
+
+    async def decode_batch(self, chunk_bytes_and_specs):
+        """zarr's decoding, after checking each Blosc chunk's length against its header: c-blosc trusts
+        the header and would read past a chunk cut short, returning plausible numbers."""
+        batch = list(chunk_bytes_and_specs)
+        if self._blosc:
+            for raw, _ in batch:
+                head = raw.as_numpy_array()[:blosc_parts.HEADER].tobytes() if raw is not None else None
+                if head is not None and (len(head) < blosc_parts.HEADER or
+                                         int.from_bytes(head[12:16], "little") != len(raw)):
+                    raise ValueError(f"Blosc chunk of {len(raw)} bytes whose header says otherwise: cut short or damaged")
+        return await super().decode_batch(batch)
+
+    @staticmethod
+    async def _range(getter, proto, start: int, stop: int) -> np.ndarray:
+        """Bytes ``start..stop-1`` of the chunk (sliced out when a server ignores Range and sends it all)."""
+        got = await getter.get(proto, byte_range=RangeByteRequest(start, stop))
+        data = got.as_numpy_array() if got is not None else np.empty(0, np.uint8)  # a view: blocks are large
+        if len(data) > stop - start and len(data) >= stop:
+            data = data[start:stop]
+        if len(data) != stop - start:
+            raise ValueError("chunk changed while it was read")
+        return data
+
+    async def _gather(self, getter, proto, header, raw, starts, stops, blocks, offsets, dtype) -> np.ndarray:
+        """The items at byte ``offsets``, from the blocks ``blocks`` (fetched as merged byte ranges)."""
+        ranges = blosc_parts.byte_ranges(starts, stops, blocks)
+        fetch = [r for r in ranges if r[1] > len(raw)]
+        got = dict(zip(fetch, await asyncio.gather(*(self._range(getter, proto, a, b) for a, b in fetch))))
+        comps = {}
+        for a, b in ranges:
+            data = raw[a:b] if b <= len(raw) else got[(a, b)]
+            for k in blocks[(starts[blocks] >= a) & (stops[blocks] <= b)]:
+                comps[int(k)] = data[starts[k] - a:stops[k] - a]
+        return blosc_parts.gather(header, comps, offsets, dtype)
+
+
+@dataclass(frozen=True)
+class WholeChunksPipeline(BloscBlocksPipeline):
+    """zarr's default reads (every chunk whole) with the Blosc length check: lstmnb's ``partial_reads=False``."""
+
+    _whole = True  # a class attribute, not a field: BloscBlocksPipeline.read then never reads in parts
+
+
+register_pipeline(BloscBlocksPipeline)
+register_pipeline(WholeChunksPipeline)
