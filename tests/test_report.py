@@ -169,6 +169,10 @@ def test_side_by_side_labels_published_columns():
     assert ("CPU", "published") in both.columns and ("A100", report.MEASURED) in both.columns
     assert ("A100", "published") not in both.columns  # A100 was planned but not published
     assert [d for d, _ in both.columns][-1] == "A100"
+    assert both[("A100", report.MEASURED)].isna().sum() == 2  # run here at 5 epochs only; published at 5, 10, 15
+    shown = report.side_by_side(ours, report.published_epochs_table(), blank="")
+    assert not shown.isna().any().any() and shown.loc[10, ("A100", report.MEASURED)] == ""
+    assert shown.loc[5, ("CPU", report.MEASURED)] == 40.0
 
 
 def test_plots_return_figures(two_machines):

@@ -55,8 +55,10 @@ def device_notes(published: dict[str, Any] | None = None, devices=None) -> dict[
 NOTE_MARK = "†"  # put after a device's name wherever a note of ``device_notes`` applies to its figures
 
 
-def side_by_side(ours: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
-    """Our table and the published one per device: columns (device, 'measured here' | 'published')."""
+def side_by_side(ours: pd.DataFrame, published: pd.DataFrame, blank: str | None = None) -> pd.DataFrame:
+    """Our table and the published one per device: columns (device, 'measured here' | 'published').
+    Rows are the epochs either side has; ``blank`` (e.g. "") fills the cells of epochs one side did not
+    run, which otherwise read NaN (the table is then for showing, not computing)."""
     parts = {}
     if not ours.empty:
         parts[MEASURED] = ours
@@ -69,7 +71,8 @@ def side_by_side(ours: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
     devices = order_devices([d for d, _ in both.columns])
     sources = [s for s in (MEASURED, PUBLISHED) if s in parts]
     cols = [(d, s) for d in devices for s in sources if (d, s) in both.columns]
-    return both[cols]
+    both = both[cols]
+    return both if blank is None else both.astype(object).where(both.notna(), blank)
 
 
 def published_provenance(published: dict[str, Any] | None = None) -> pd.DataFrame:
