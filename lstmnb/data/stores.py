@@ -4,13 +4,14 @@ retries, counts.
 ``zarr_store`` makes a zarr-python 3 store for a resolved source: zarr's ``LocalStore`` for a path, and
 zarr's ``FsspecStore`` for a URL, on gcsfs for ``gs://`` (anonymous by default, credentials through
 google-auth) and on fsspec's aiohttp filesystem for ``http(s)://`` (one pooled session with as many
-connections as the extraction keeps requests in flight). obstore's GCS store was tried too: it reads
-objects through GCS's XML paths, which the GCS emulator the tests run does not serve, so gcsfs it is.
+connections as the extraction keeps requests in flight). obstore's GCS store was tried too: it asks for
+object paths that the GCS emulator the tests run does not serve (HTTP 501), so gcsfs it is; for HTTP,
+obstore's store and fsspec's read equally fast (benchmarks/era5_extract.py).
 
-``ReadStore`` wraps that store: it fetches what opening a store reads in one round trip, counts
-requests and bytes (what ``FetchStats`` reports), retries
-transient failures (connection errors, stalls, HTTP 408/429/5xx) with backoff per ``RetryPolicy``, and
-turns what is left into ``StoreError``, one line naming the key. gcsfs retries inside itself (six tries
+``ReadStore`` wraps that store: it fetches what opening a store reads in one round trip, counts requests
+and bytes (what ``FetchStats`` reports), retries transient failures (connection errors, stalls, HTTP
+408/429/5xx) with backoff per ``RetryPolicy``, and turns what is left into ``StoreError``, one line
+naming the key. gcsfs retries inside itself (six tries
 over about 30 s, its own policy), so for ``gs://`` stores the wrapper does not retry again.
 
 gcsfs picks its filesystem class from ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` when first imported; its
@@ -185,19 +186,22 @@ class ReadStore(WrapperStore):
         self._kept = dict(zip(OPENING_KEYS, got))
         return any(self._kept[k] is not None for k in OPENING_KEYS[:3])
 
+
 def _close_session(fs) -> None:
     """Close ``fs``'s aiohttp session on zarr's loop; where that cannot be waited for (on the loop's own
     thread, or once it has stopped), close its connections directly, which is what marks it closed."""
-    import threading
-
     from zarr.core.sync import _get_loop
 
     session = getattr(fs, "_session", None)
     if session is None or session.closed:
         return
     try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:  # the usual case: called from outside any event loop
+        running = None
+    try:
         loop = _get_loop()
-        if loop.is_running() and getattr(loop, "_thread_id", None) != threading.get_ident():
+        if loop.is_running() and running is not loop:
             asyncio.run_coroutine_threadsafe(session.close(), loop).result(timeout=2)
             return
     except Exception:  # noqa: BLE001 - closing anyway, below
