@@ -363,7 +363,7 @@ def main() -> int:
     print(f"store: {args.hours} chunks of 721 x 1440 float32, {size / args.hours / 1e6:.2f} MB each compressed "
           f"({721 * 1440 * 4 / 1e6:.2f} MB raw), {size / 1e9:.2f} GB total")
 
-    serve = subprocess.Popen([sys.executable, str(Path(__file__).with_name("loopback.py")), str(store), "--delay",
+    serve = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_loopback.py")), str(store), "--delay",
                               str(args.delay)],
                              stdout=subprocess.PIPE, text=True)
     server, direct = serve.stdout.readline().split()  # with the delay, and without it

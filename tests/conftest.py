@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-# benchmarks/loopback.py: the loopback HTTP servers the cloud tests and the extraction benchmark share
+# benchmarks/_loopback.py: the loopback HTTP servers the cloud tests and the extraction benchmark share
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 

@@ -22,7 +22,7 @@ for _module in ("gcsfs", "aiohttp", "google.auth"):  # the cloud extra: without 
 
 from lstmnb.data import FetchStats, Request, RetryPolicy, extract, open_store
 from lstmnb.data.cache import status
-from loopback import Faults, Proxy, StaticServer
+from _loopback import Faults, Proxy, StaticServer
 from lstmnb.errors import ConfigError, DataError
 
 FAST_RETRY = RetryPolicy(attempts=4, base_delay=0.02, max_delay=0.1, timeout=10)

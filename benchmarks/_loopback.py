@@ -6,7 +6,7 @@ per-request delay and injected failures; ``Proxy`` forwards GET/HEAD requests to
 requests with HTTP 503 to exercise retries. Both bind 127.0.0.1 only and run on aiohttp in a private
 event-loop thread: its HTTP parser costs a fraction of ``http.server``'s per request, so the servers
 stay far from being what a benchmark measures. Run
-``python benchmarks/loopback.py DIR --delay 0.03`` to serve a store from another process; it prints the
+``python benchmarks/_loopback.py DIR --delay 0.03`` to serve a store from another process; it prints the
 URL of a server that adds the delay and of one that does not (to measure the path's bandwidth).
 """
 
