@@ -40,6 +40,7 @@ PATH = "lstmnb.data.blosc_pipeline.BloscBlocksPipeline"  # the value of zarr's c
 WHOLE_PATH = "lstmnb.data.blosc_pipeline.WholeChunksPipeline"  # every chunk read whole (partial_reads=False)
 HEAD_BYTES = 4096  # the first range of a partial read: the header and a table of up to 1020 blocks
 WHOLE_SHARE = 0.5  # when a selection's blocks hold more of a chunk than this, read the chunk whole
+MAX_CELLS = 1 << 24  # chunks up to this many items are read in parts (their position grid: 8 bytes per item)
 SMALL_CHUNK = 65536  # encoded bytes up to which a chunk is decoded on the event loop (see decode_batch)
 
 
@@ -63,8 +64,8 @@ class BloscBlocksPipeline(BatchedCodecPipeline):
         codec, after = self.array_bytes_codec, self.bytes_bytes_codecs
         if isinstance(codec, V2Codec):  # zarr v2: numcodecs' compressor, no filters
             return not after and not codec.filters and getattr(codec.compressor, "codec_id", None) == "blosc"
-        return (isinstance(codec, BytesCodec) and getattr(codec.endian, "value", codec.endian) in (None, "little") and len(after) == 1
-                and isinstance(after[0], BloscCodec))
+        little = isinstance(codec, BytesCodec) and getattr(codec.endian, "value", codec.endian) in (None, "little")
+        return little and len(after) == 1 and isinstance(after[0], BloscCodec)
 
     async def read(self, batch_info, out, drop_axes: tuple[int, ...] = ()) -> None:
         batch_info = list(batch_info)
@@ -72,11 +73,14 @@ class BloscBlocksPipeline(BatchedCodecPipeline):
         if self._blosc and not getattr(self, "_whole", False):
             for item in batch_info:
                 _, spec, chunk_selection, _, complete = item
-                if not complete and spec.order == "C" and spec.dtype.to_native_dtype().byteorder != ">":
+                cells = int(np.prod(spec.shape))
+                if (not complete and cells <= MAX_CELLS and spec.order == "C"
+                        and spec.dtype.to_native_dtype().byteorder != ">"):
                     flat = _positions(tuple(spec.shape))[chunk_selection]
-                    if flat.size * 2 < int(np.prod(spec.shape)):
+                    if flat.size * 2 < cells:
                         small.append((item, flat))
-        rest = [item for item in batch_info if not any(item is s for s, _ in small)]
+        chosen = {id(item) for item, _ in small}
+        rest = [item for item in batch_info if id(item) not in chosen]
         jobs = [self._read_blocks(item, flat, out, drop_axes) for item, flat in small]
         if rest:
             jobs.append(super().read(rest, out, drop_axes))
