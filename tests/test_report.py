@@ -206,3 +206,20 @@ def test_scaling_table_speedup_and_efficiency(tmp_path):
     assert ddp.loc[4, "speedup"] == pytest.approx(3.6) and ddp.loc[4, "efficiency"] == pytest.approx(0.9)
     assert table.loc[("weak", "V100", "dataparallel", 2), "speedup"] == pytest.approx(1.2)
     assert report.scaling_table(records.load_records(tmp_path / "none")).empty
+
+
+def test_weak_scaling_without_its_own_one_device_run_takes_the_strong_one_of_the_same_batch(tmp_path):
+    """Weak scaling from 2 devices up, beside strong scaling from 1: one device with a batch of 128 is the
+    same run in both, so the weak rows get their speedup from it; a weak group with no such run gets none."""
+    recs = []
+    for mode, strategy, n, per_device, rate in (("strong", "ddp", 1, 128, 1000.0), ("strong", "ddp", 2, 64, 1500.0),
+                                                ("weak", "ddp", 2, 128, 1800.0), ("weak", "dataparallel", 2, 128, 1500.0)):
+        rec = run_record("cpu", None, 3, "fast", 1.0, experiment=f"scaling-{mode}", strategy=strategy)
+        rec["timing"]["samples_per_s"] = rate
+        rec["world_size"] = n
+        rec["scaling"] = {"per_device_batch": per_device, "global_batch": per_device * n}
+        recs.append(rec)
+    table = report.scaling_table(records.load_records(write_jsonl(tmp_path / "runs.jsonl", recs)))
+    weak = table.xs(("weak", "CPU"), level=("mode", "device"))
+    assert weak.loc[("ddp", 2), "speedup"] == pytest.approx(1.8) and weak.loc[("ddp", 2), "efficiency"] == pytest.approx(0.9)
+    assert pd.isna(weak.loc[("dataparallel", 2), "speedup"]), "no one-device run of its strategy"

@@ -49,9 +49,12 @@ def scaling_table(runs: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFrame:
     keys = ["mode", "device", "strategy", "world_size"]
     table = frame.groupby(keys, sort=False).median(numeric_only=True).reset_index()
     out = []
-    for (mode, _, _), g in table.groupby(["mode", "device", "strategy"], sort=False):
+    for (mode, device, strategy), g in table.groupby(["mode", "device", "strategy"], sort=False):
         g = g.sort_values("world_size").copy()
         one = g[g["world_size"] == 1]
+        if one.empty and mode == "weak":  # one device with this batch: the strong runs' one-device run, when its batch matches
+            one = table[(table["mode"] == "strong") & (table["device"] == device) & (table["strategy"] == strategy)
+                        & (table["world_size"] == 1) & (table["global batch"] == g["per-device batch"].iloc[0])]
         if one.empty:
             g["speedup"] = float("nan")
         elif mode == "strong":
