@@ -20,8 +20,8 @@ sdist = tarfile.open(next(dist.glob("*.tar.gz"))).getnames()
 notebooks = sorted(Path("notebooks").glob("[0-9][0-9]_*.ipynb"))
 missing = [f"wheel: lstmnb/series/{p.name}" for p in notebooks if f"lstmnb/series/{p.name}" not in wheel]
 missing += [f"sdist: notebooks/{p.name}" for p in notebooks if not any(n.endswith(f"/notebooks/{p.name}") for n in sdist)]
-for needed in ("lstmnb/profiles/quick.yaml", "lstmnb/published_figures.yaml", "lstmnb/data/era5_t2m_study_points.npz",
-               "lstmnb/data/era5_t2m_study_points.NOTICE.txt"):
+for needed in ("lstmnb/profiles/quick.yaml", "lstmnb/published_figures.yaml", "lstmnb/datasets/era5_t2m_study_points.npz",
+               "lstmnb/datasets/era5_t2m_study_points.NOTICE.txt", "lstmnb/datasets/airline_passengers.csv"):
     if needed not in wheel:
         missing.append(f"wheel: {needed}")
 if missing:
