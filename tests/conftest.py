@@ -72,7 +72,8 @@ def tiny_epochs_runs(input_paths: list[str]) -> list[dict]:
 
 
 def write_v3(source, path, codecs: str = "blosc"):
-    """Copy a store to zarr format 3 (consolidated): "blosc" as ``wide_store``, "zstd", or "sharded"."""
+    """Copy a store to zarr format 3 (consolidated): "blosc" as ``wide_store``, "bitshuffle" (Blosc that is
+    read whole), "zstd", or "sharded"."""
     import xarray as xr
     from zarr.codecs import BloscCodec, ZstdCodec
 
@@ -82,6 +83,8 @@ def write_v3(source, path, codecs: str = "blosc"):
     one_hour = (1, ds.sizes["latitude"], ds.sizes["longitude"])
     enc = {"blosc": {"chunks": one_hour, "compressors": [BloscCodec(cname="lz4", clevel=5, shuffle="shuffle",
                                                                       blocksize=16384)]},
+           "bitshuffle": {"chunks": one_hour, "compressors": [BloscCodec(cname="lz4", clevel=5, shuffle="bitshuffle",
+                                                                            blocksize=16384)]},
            "zstd": {"chunks": one_hour, "compressors": [ZstdCodec()]},
            "sharded": {"chunks": one_hour, "shards": (4, *one_hour[1:])}}[codecs]
     import warnings

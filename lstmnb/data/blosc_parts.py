@@ -45,6 +45,14 @@ def readable(cname: str, shuffle: int) -> bool:
     return _CNAMES.get(cname) in _CODECS and shuffle != BITSHUFFLE
 
 
+def stated_size(buf) -> int | None:
+    """The compressed size a Blosc chunk's header states (``cbytes``), or None when ``buf`` is shorter
+    than a header. A chunk whose length differs is cut short or damaged: c-blosc trusts the header and
+    would read past the buffer, returning plausible numbers."""
+    head = bytes(memoryview(buf)[:HEADER])
+    return int.from_bytes(head[12:16], "little") if len(head) == HEADER else None
+
+
 @dataclass(frozen=True)
 class Header:
     flags: int

@@ -67,10 +67,24 @@ class BloscBlocksPipeline(BatchedCodecPipeline):
         little = isinstance(codec, BytesCodec) and getattr(codec.endian, "value", codec.endian) in (None, "little")
         return little and len(after) == 1 and isinstance(after[0], BloscCodec)
 
+    @property
+    def _in_parts(self) -> bool:
+        """Whether chunks can be read in parts: Blosc with a codec and shuffle ``blosc_parts`` decodes (what
+        a chunk holds is checked again by its header)."""
+        if not self._blosc or getattr(self, "_whole", False):
+            return False
+        if isinstance(self.array_bytes_codec, V2Codec):
+            blosc = self.array_bytes_codec.compressor
+            return blosc_parts.readable(blosc.cname, blosc.shuffle)
+        blosc = self.bytes_bytes_codecs[0]
+        shuffle = getattr(blosc.shuffle, "value", blosc.shuffle)
+        return blosc_parts.readable(getattr(blosc.cname, "value", blosc.cname),
+                                    blosc_parts.BITSHUFFLE if shuffle == "bitshuffle" else 1)
+
     async def read(self, batch_info, out, drop_axes: tuple[int, ...] = ()) -> None:
         batch_info = list(batch_info)
         small = []
-        if self._blosc and not getattr(self, "_whole", False):
+        if self._in_parts:
             for item in batch_info:
                 _, spec, chunk_selection, _, complete = item
                 cells = int(np.prod(spec.shape))
@@ -114,7 +128,8 @@ class BloscBlocksPipeline(BatchedCodecPipeline):
                     raw += (await self._range(getter, proto, len(raw), header.cbytes)).tobytes()
                 else:
                     values = await self._gather(getter, proto, header, raw, starts, stops, blocks, offsets, dtype)
-        except ValueError:
+        except ValueError:  # not readable in parts after all (or changed meanwhile): this chunk and the rest whole
+            object.__setattr__(self, "_whole", True)
             whole = await getter.get(proto)
             raw = whole.to_bytes() if whole is not None else b""
         if values is None:  # decode the whole chunk the default way, then select
@@ -141,7 +156,7 @@ class BloscBlocksPipeline(BatchedCodecPipeline):
                 rest.append(i)
                 continue
             data = raw.as_numpy_array()
-            if len(data) < blosc_parts.HEADER or int.from_bytes(data[12:16].tobytes(), "little") != len(data):
+            if blosc_parts.stated_size(data) != len(data):
                 raise ValueError(f"Blosc chunk of {len(data)} bytes whose header says otherwise: cut short or damaged")
             dtype = spec.dtype.to_native_dtype()
             if len(data) <= SMALL_CHUNK and spec.order == "C" and dtype.byteorder != ">":
