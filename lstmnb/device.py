@@ -12,6 +12,7 @@ import functools
 import math
 import os
 import platform
+import sys
 import time
 from typing import Any
 
@@ -244,16 +245,26 @@ def cpu_threads(requested: int | None = None) -> dict[str, Any]:
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
     env_threads = torch.get_num_threads() if env.isdigit() and int(env) > 0 else None
     seen = busy_cores() if requested is None and env_threads is None else None
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    load = _load_average()[0]
     return thread_policy(cpu_cores(), None if seen is None else seen["others"], torch.get_num_threads(),
                          own=seen["own"] if seen else 0.0, window_s=seen["window_s"] if seen else None,
                          load_1min=load, requested=requested, env_threads=env_threads)
 
 
+def _load_average() -> tuple[float, float, float]:
+    """The 1, 5 and 15 minute load averages (psutil's: the system's own on Linux and macOS, emulated on Windows,
+    where the first call gives zeros)."""
+    import psutil
+
+    return psutil.getloadavg()
+
+
 # fixed for the process: /proc/cpuinfo is read once, not twice per record
 @functools.lru_cache(maxsize=None)
 def cpu_model() -> str:
-    """The CPU's marketing name, or the platform's processor string."""
+    """The CPU's marketing name (Linux's /proc/cpuinfo), or the platform's processor string elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
@@ -304,7 +315,7 @@ def device_info(device: str | None = None) -> dict[str, Any]:
         "hostname": platform.node(),
         # runnable processes (1, 5, 15 min) when the record was made: on a shared machine a load above
         # the core count means the timings of this run were taken under contention
-        "load_avg": [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "load_avg": [round(v, 2) for v in _load_average()],
     }
     if slurm := slurm_job():
         info["slurm"] = slurm

@@ -8,13 +8,17 @@ A leaf like ``device``: torch, psutil and the standard library only.
 from __future__ import annotations
 
 import platform
+import sys
 from typing import Any
 
 import torch
 
 
 def proc_status_kb(field: str) -> int | None:
-    """One ``kB`` field of /proc/self/status (VmHWM, VmData, VmRSS, ...), or None where there is none."""
+    """One ``kB`` field of /proc/self/status (VmHWM, VmData, VmRSS, ...), or None where there is none
+    (every system but Linux: ``peak_memory_mb`` then says why and gives psutil's process-wide figure)."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         with open("/proc/self/status") as fh:
             for line in fh:
@@ -36,6 +40,8 @@ def reset_peak_memory(device: torch.device) -> bool:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return True
+    if not sys.platform.startswith("linux"):  # macOS, Windows: no resettable peak (see peak_memory_mb)
+        return False
     try:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")
