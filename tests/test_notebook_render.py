@@ -4,6 +4,8 @@ as skipped with the reason, never as ok."""
 
 from __future__ import annotations
 
+import re
+
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
@@ -17,6 +19,8 @@ from test_report import run_record
 def _executed(tmp_path, parameters_hidden: bool):
     cells = [
         new_markdown_cell("# ANSWER_TITLE"),
+        new_markdown_cell("Each rank's gradient $g_r = \\frac{N}{B}\\sum_{i} \\ell_i$ is averaged:\n\n"
+                          "$$g = \\frac{1}{N}\\sum_{r=1}^{N} g_r$$"),
         new_code_cell("COLAB_MARKER = 1", metadata={"tags": ["remove-cell"]}),
         new_code_cell("PARAM_MARKER = 1", metadata={"tags": ["parameters"] + (["remove-cell"] if parameters_hidden else [])}),
         new_code_cell("INJECTED_MARKER = 2", metadata={"tags": ["injected-parameters"]}),
@@ -37,6 +41,18 @@ def test_tagged_cells_stay_out_of_the_html(tmp_path):
     # a parameters cell left visible keeps papermill's injected values visible too
     page = _executed(tmp_path, parameters_hidden=False)
     assert "PARAM_MARKER" in page and "INJECTED_MARKER" in page and "COLAB_MARKER" not in page
+
+
+def test_math_is_mathml_that_reads_offline(tmp_path):
+    """The equations of a markdown cell are MathML in the page (drawn by the browser without MathJax from
+    the web): the inline one inline, the displayed one as a block, no TeX left; bad TeX stays visible."""
+    from lstmnb.notebooks.mathml import to_mathml
+
+    page = _executed(tmp_path, parameters_hidden=True)
+    assert page.count("<math") == 2 and page.count('display="block"') == 1 and page.count('display="inline"') == 1
+    assert page.count("<mfrac>") == 2 and "<munderover>" in page and "<msub><mi>g</mi><mi>r</mi></msub>" in page
+    assert "\\frac" not in page and "$g_r" not in page
+    assert to_mathml("x^") == "<code class=\"tex\">x^</code>"  # a superscript without its script
 
 
 def test_a_notebook_whose_runs_were_all_skipped_is_skipped(tmp_path):
@@ -134,7 +150,8 @@ def test_the_site_puts_the_report_first_marks_skipped_notebooks_and_has_search(t
         nb = nbformat.v4.new_notebook()
         hidden = nbformat.v4.new_code_cell("secret_setting = 1")
         hidden.metadata["tags"] = ["parameters", "remove-cell"]
-        nb.cells = [nbformat.v4.new_markdown_cell(f"# {name}"), hidden, nbformat.v4.new_code_cell(text)]
+        nb.cells = [nbformat.v4.new_markdown_cell(f"# {name}\n\n" "with $B/N$ per rank:\n\n$$t = \\frac{K}{N}$$"),
+                    hidden, nbformat.v4.new_code_cell(text)]
         NotebookClient(nb, kernel_name="python3", timeout=60).execute()
         path = tmp_path / f"{name}.ipynb"
         nbformat.write(nb, path)
@@ -151,6 +168,9 @@ def test_the_site_puts_the_report_first_marks_skipped_notebooks_and_has_search(t
     gpu = (site / "04_single_gpu.html").read_text()
     assert "This notebook was <strong>skipped</strong>: no CUDA GPU visible here" in gpu
     assert "secret_setting" not in gpu  # the hidden parameters cell stays hidden
+    # the equations are MathML (inline and displayed), no TeX left for a MathJax loaded from the web
+    assert gpu.count("<math") == 2 and "<mfrac>" in gpu and "\\frac" not in gpu
+    assert not re.search(r"<script[^>]*mathjax", gpu, re.IGNORECASE)
     assert (site / "search.html").exists() and "06_analysis" in (site / "searchindex.js").read_text()
     assert 'src="/' not in page and 'href="/' not in page  # relative links: opens from file://
     assert not list(tmp_path.glob(".site-src-*"))  # the sources were temporary

@@ -1,13 +1,15 @@
 """A notebook executed by the runner, rendered to HTML for reading: cells tagged ``remove-cell`` are left
 out (the Colab install cell, a parameters cell; papermill's injected parameters follow their cell),
 cells tagged ``remove-input`` show their output only (the tags Jupyter Book uses, applied by nbconvert's
-``TagRemovePreprocessor``), so that a report can open on its answer."""
+``TagRemovePreprocessor``), so that a report can open on its answer; math is written as MathML (``mathml``),
+so the page reads the same offline."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..paths import atomic_path
+from .mathml import html_exporter
 
 REMOVE_CELL = "remove-cell"
 REMOVE_INPUT = "remove-input"
@@ -30,7 +32,6 @@ def render_html(notebook: Path) -> Path:
     """Render an executed notebook to ``<name>.html`` beside it (nbconvert), atomically, without the
     cells and inputs its tags remove."""
     import nbformat
-    from nbconvert import HTMLExporter
     from traitlets.config import Config
 
     nb = nbformat.read(notebook, as_version=4)
@@ -39,7 +40,7 @@ def render_html(notebook: Path) -> Path:
     config.TagRemovePreprocessor.enabled = True
     config.TagRemovePreprocessor.remove_cell_tags = {REMOVE_CELL}
     config.TagRemovePreprocessor.remove_input_tags = {REMOVE_INPUT}
-    body, _ = HTMLExporter(config=config).from_notebook_node(nb)
+    body, _ = html_exporter(config).from_notebook_node(nb)
     target = Path(notebook).with_suffix(".html")
     with atomic_path(target, suffix=".html") as tmp:
         tmp.write_text(body, encoding="utf-8")

@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 from ..paths import atomic_path
+from . import mathml
 from .render import follow_parameters
 from .series import SeriesResult
 
@@ -39,7 +40,9 @@ def _conf(result: SeriesResult) -> str:
     title = f"lstmnb notebook series, profile {result.profile}"
     return "\n".join([
         "# written by lstmnb.notebooks.site for this run folder",
-        'extensions = ["myst_nb"]',
+        f'extensions = ["myst_nb", {mathml.__name__!r}]',
+        'myst_enable_extensions = ["dollarmath"]  # $...$ and $$...$$ are math, as in Jupyter',
+        f"html_math_renderer = {mathml.SPHINX_RENDERER!r}  # equations drawn by the browser, offline too",
         'html_theme = "sphinx_book_theme"',
         f"project = {title!r}",
         f"html_title = {title!r}",
