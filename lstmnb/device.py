@@ -266,7 +266,7 @@ def cpu_model() -> str:
     if not sys.platform.startswith("linux"):
         return platform.processor() or platform.machine()
     try:
-        with open("/proc/cpuinfo") as fh:
+        with open("/proc/cpuinfo") as fh:  # portable: Linux only (checked above)
             for line in fh:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()

@@ -20,7 +20,7 @@ def proc_status_kb(field: str) -> int | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        with open("/proc/self/status") as fh:
+        with open("/proc/self/status") as fh:  # portable: Linux only, returned early above
             for line in fh:
                 if line.startswith(field + ":"):
                     return int(line.split()[1])
@@ -43,7 +43,7 @@ def reset_peak_memory(device: torch.device) -> bool:
     if not sys.platform.startswith("linux"):  # macOS, Windows: no resettable peak (see peak_memory_mb)
         return False
     try:
-        with open("/proc/self/clear_refs", "w") as fh:
+        with open("/proc/self/clear_refs", "w") as fh:  # portable: Linux only (checked above)
             fh.write("5")
     except OSError:  # not Linux (no /proc), or a kernel/sandbox that refuses it
         return False
