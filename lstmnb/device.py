@@ -34,6 +34,28 @@ def cuda_missing(asked: str, hint: str = "use --device cpu") -> str:
     return f"{asked} asked for, but there is {no_cuda_reason()}; {hint}"
 
 
+def device_problem(name: str, hint: str = "use --device cpu") -> str | None:
+    """Why the device ``name`` cannot be used on this machine, or None (``auto`` always can); a name that
+    is no device is a ``ConfigError``. Asked without creating a CUDA context (nothing is taken on the
+    GPU), so a launcher can ask before its workers start; the build's GPU architectures are left to
+    ``resolve_device``. ``hint`` ends the message: what to do instead."""
+    name = (name or "auto").strip().lower()
+    if name == "auto":
+        return None
+    kind, _, index = name.partition(":")
+    if kind not in ("cpu", "cuda", "mps") or (index and not index.isdigit()) or (index and kind != "cuda"):
+        raise ConfigError(f"device={name!r} is not one of {DEVICE_CHOICES}")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            return cuda_missing(f"device={name!r}", hint)
+        count = torch.cuda.device_count()
+        if index and int(index) >= count:
+            return f"device={name!r}: only {count} CUDA device(s) visible (cuda:0..cuda:{count - 1})"
+    if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        return f"device={name!r} asked for, but MPS is not available here; {hint}"
+    return None
+
+
 def resolve_device(name: str = "auto") -> torch.device:
     """``auto`` picks CUDA, then MPS, then CPU; an explicit device that is not present is an error."""
     name = (name or "auto").strip().lower()
@@ -43,24 +65,18 @@ def resolve_device(name: str = "auto") -> torch.device:
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
+    problem = device_problem(name)
+    if problem is not None:
+        raise DeviceError(problem)
     kind, _, index = name.partition(":")
-    if kind not in ("cpu", "cuda", "mps") or (index and not index.isdigit()) or (index and kind != "cuda"):
-        raise ConfigError(f"device={name!r} is not one of {DEVICE_CHOICES}")
     if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise DeviceError(cuda_missing(f"device={name!r}"))
-        count = torch.cuda.device_count()
-        if index and int(index) >= count:
-            raise DeviceError(f"device={name!r}: only {count} CUDA device(s) visible (cuda:0..cuda:{count - 1})")
         from .cuda_env import device_arch_problem, prepare_cuda
 
-        for i in [int(index)] if index else range(count):  # 'cuda' may be any of them (CUDA_VISIBLE_DEVICES)
+        for i in [int(index)] if index else range(torch.cuda.device_count()):  # any of them (CUDA_VISIBLE_DEVICES)
             problem = device_arch_problem(i)
             if problem is not None:  # training would die at the first kernel: "no kernel image is available"
                 raise DeviceError(f"device={name!r}: {problem}")
         prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
-    if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise DeviceError(f"device={name!r} asked for, but MPS is not available here; use --device cpu")
     return torch.device(name)
 
 

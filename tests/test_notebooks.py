@@ -12,9 +12,8 @@ import pytest
 import yaml
 
 from lstmnb import cli, notebooks, records
-from lstmnb.errors import NotebookError
+from lstmnb.errors import ConfigError, DeviceError, NotebookError
 from lstmnb.profiles import load_profile, profile_names
-from lstmnb.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -140,6 +139,20 @@ def test_bad_input_is_refused_before_running(tmp_path, kwargs, message):
     with pytest.raises(NotebookError, match=message):
         notebooks.run_series(profile, runs_dir=tmp_path / "runs", echo=None, progress=False, **kwargs)
     assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+def test_a_device_this_machine_lacks_is_refused_before_running(tmp_path, capsys):
+    # cuda:99 is on no machine: no CUDA at all here, too few GPUs on a GPU node; either way one line, and
+    # no kernel started (before this check, 01 ran and the series stopped in 02's first training cell)
+    with pytest.raises(DeviceError, match=r"^profile 'ci': device='cuda:99'.*(no usable CUDA GPU|only \d+ CUDA)"):
+        notebooks.run_series("ci", overrides={"device": "cuda:99"}, runs_dir=tmp_path / "runs", echo=None,
+                             progress=False)
+    assert not (tmp_path / "runs").exists()
+    code = cli.main(["notebooks", "run", "--profile", "ci", "--runs-dir", str(tmp_path), "-p", "device", "cuda:99"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "pass -p device auto" in err
+    with pytest.raises(ConfigError, match=r"device='tpu' is not one of auto, cpu, cuda"):
+        notebooks.check_series("ci", overrides={"device": "tpu"}, runs_dir=tmp_path / "runs")
 
 
 def test_zero_cell_timeout_is_refused(tmp_path):

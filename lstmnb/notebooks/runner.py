@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from ..device import device_problem
 from ..doctor import kernel_problem
-from ..errors import ConfigError, NotebookError
+from ..errors import ConfigError, DeviceError, NotebookError
 from ..paths import check_writable, results_dir
 from ..profiles import Profile, load_profile, profile_names
 from .params import check_values, default_value
@@ -199,12 +200,23 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
                             f"notebook; check the spelling (notebook parameters: {', '.join(sorted(known))})")
     defaults = {k: default_value(v) for nb in selected for k, v in declared[nb].items()}
     check_values({**prof.parameters, **overrides}, defaults)
+    check_profile_device(prof.name, {**prof.parameters, **overrides}.get("device"))
     check_kernel(kernel_name)
     check_writable(runs_dir, "folder", "--runs-dir")
     results = overrides.get("results", prof.parameters.get("results"))
     if results not in (None, "") and "{run_dir}" not in str(results):
         check_writable(Path(str(results)).expanduser(), "folder", "results folder (parameter results)")
     return prof, selected, declared, kernel_name, timeout
+
+
+def check_profile_device(profile: str, device) -> None:
+    """A profile whose device this machine lacks (a GPU profile on a laptop or a CPU node) is refused in one
+    line before any kernel starts: otherwise 01 runs and the series stops in 02's first training cell."""
+    if not isinstance(device, str):
+        return  # no device parameter: the notebooks' own default (auto)
+    problem = device_problem(device, hint=f"run profile {profile!r} where that device is, or pass -p device auto")
+    if problem is not None:
+        raise DeviceError(f"profile {profile!r}: {problem}")
 
 
 def kernel_config():
