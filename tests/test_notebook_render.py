@@ -46,12 +46,15 @@ def test_tagged_cells_stay_out_of_the_html(tmp_path):
 def test_math_is_mathml_that_reads_offline(tmp_path):
     """The equations of a markdown cell are MathML in the page (drawn by the browser without MathJax from
     the web): the inline one inline, the displayed one as a block, no TeX left; bad TeX stays visible."""
-    from lstmnb.notebooks.mathml import to_mathml
+    from lstmnb.notebooks.mathml import renderer_class, to_mathml
 
     page = _executed(tmp_path, parameters_hidden=True)
     assert page.count("<math") == 2 and page.count('display="block"') == 1 and page.count('display="inline"') == 1
     assert page.count("<mfrac>") == 2 and "<munderover>" in page and "<msub><mi>g</mi><mi>r</mi></msub>" in page
     assert "\\frac" not in page and "$g_r" not in page
+    # nbconvert with mistune 2 hands a multi-line block over with its delimiters
+    block = renderer_class()(escape=False).multiline_math("$$\na_t = W x_t\n$$")
+    assert block.startswith('<math') and 'display="block"' in block and "$" not in block
     assert to_mathml("x^") == "<code class=\"tex\">x^</code>"  # a superscript without its script
 
 

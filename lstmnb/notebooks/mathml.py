@@ -9,6 +9,7 @@ the ``mathml`` math renderer, by ``site``.
 
 from __future__ import annotations
 
+import functools
 import html
 
 SPHINX_RENDERER = "mathml"  # the name site's conf.py gives html_math_renderer
@@ -24,11 +25,10 @@ def to_mathml(tex: str, display: bool = False) -> str:
         return f'<code class="tex">{html.escape(tex)}</code>'
 
 
-def html_exporter(config):
-    """nbconvert's ``HTMLExporter`` whose markdown renderer writes math as MathML."""
-    from jinja2 import pass_context
-    from nbconvert import HTMLExporter
-    from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+@functools.lru_cache(maxsize=None)
+def renderer_class():
+    """nbconvert's markdown renderer (``IPythonRenderer``) with its math methods writing MathML."""
+    from nbconvert.filters.markdown_mistune import IPythonRenderer
 
     class MathMLRenderer(IPythonRenderer):
         def block_math(self, body: str) -> str:
@@ -40,16 +40,32 @@ def html_exporter(config):
         def latex_environment(self, name: str, body: str) -> str:
             return to_mathml(f"\\begin{{{name}}}{body}\\end{{{name}}}", display=True)
 
+        def multiline_math(self, text: str) -> str:  # with mistune 2 (nbconvert < 7.6): delimiters included
+            for start, end in (("$$", "$$"), ("\\[", "\\]")):
+                if text.startswith(start) and text.endswith(end) and len(text) > len(start) + len(end):
+                    return to_mathml(text[len(start):-len(end)], display=True)
+            return text
+
+    return MathMLRenderer
+
+
+def html_exporter(config):
+    """nbconvert's ``HTMLExporter`` whose markdown renderer writes math as MathML."""
+    from jinja2 import pass_context
+    from nbconvert import HTMLExporter
+    from nbconvert.filters.markdown_mistune import MarkdownWithMath
+
     class MathMLExporter(HTMLExporter):
-        # the renderer HTMLExporter.markdown2html builds (nbconvert 7), with the math written out
+        # the renderer HTMLExporter.markdown2html builds (nbconvert 7.x), with the math written out;
+        # lexer_options arrived in nbconvert 7.16.6
         @pass_context
         def markdown2html(self, context, source):
             cell = context.get("cell", {})
-            renderer = MathMLRenderer(
+            renderer = renderer_class()(
                 escape=False, attachments=cell.get("attachments", {}), embed_images=self.embed_images,
                 path=context.get("resources", {}).get("metadata", {}).get("path", ""),
                 anchor_link_text=self.anchor_link_text, exclude_anchor_links=self.exclude_anchor_links,
-                **self.lexer_options)
+                **getattr(self, "lexer_options", {}))
             return MarkdownWithMath(renderer=renderer).render(source)
 
     return MathMLExporter(config=config)
