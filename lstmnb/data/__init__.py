@@ -17,38 +17,36 @@ The modules follow the flow, each importing only those above it in this list (do
 =================  ===================================================================================
 
 ``from lstmnb import era5`` (the package's former name for this) still gives this package.
+
+The names below are imported on first use (PEP 562), so that importing ``lstmnb.data.blosc_pipeline`` stays
+light: zarr loads that module in every process of an environment where lstmnb is installed (its entry
+point), and a plain zarr user should not pay for xarray, pandas and the rest of this package.
 """
 
-from .cache import DEFAULT_BLOCK_HOURS, StoreMeta, cached_meta
-from .catalogue import (
-    CATALOGUE,
-    DEFAULT_END,
-    DEFAULT_POINTS,
-    DEFAULT_START,
-    DEFAULT_VARIABLE,
-    SAMPLE,
-    STUDY,
-    SOURCE_HINT,
-    Request,
-    StoreRef,
-    check_credentials,
-    check_request,
-    data_kind,
-    open_ref,
-    open_store,
-    parse_time,
-    point_label,
-    resolve_source,
-)
-from .extraction import assemble, extract, summary, to_frame
-from .fetch import DEFAULT_CONCURRENCY, CacheMiss, FetchStats, fetch_plan
-from .plan import Plan, Target, fit_times, make_plan, valid_range
-from .stores import RetryPolicy
+_EXPORTS = {
+    "cache": ("DEFAULT_BLOCK_HOURS", "StoreMeta", "cached_meta"),
+    "catalogue": ("CATALOGUE", "DEFAULT_END", "DEFAULT_POINTS", "DEFAULT_START", "DEFAULT_VARIABLE", "SAMPLE",
+                  "STUDY", "SOURCE_HINT", "Request", "StoreRef", "check_credentials", "check_request", "data_kind",
+                  "open_ref", "open_store", "parse_time", "point_label", "resolve_source"),
+    "extraction": ("assemble", "extract", "summary", "to_frame"),
+    "fetch": ("DEFAULT_CONCURRENCY", "CacheMiss", "FetchStats", "fetch_plan"),
+    "plan": ("Plan", "Target", "fit_times", "make_plan", "valid_range"),
+    "stores": ("RetryPolicy",),
+}
+_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_HOME)
 
-__all__ = [
-    "CATALOGUE", "DEFAULT_BLOCK_HOURS", "DEFAULT_CONCURRENCY", "DEFAULT_END", "DEFAULT_POINTS", "DEFAULT_START",
-    "DEFAULT_VARIABLE", "SAMPLE", "STUDY", "SOURCE_HINT", "CacheMiss", "FetchStats", "Plan", "Request", "RetryPolicy",
-    "StoreMeta", "StoreRef", "Target", "assemble", "check_credentials", "check_request", "cached_meta", "data_kind", "extract", "fetch_plan", "fit_times", "make_plan",
-    "open_ref", "open_store", "parse_time", "point_label", "resolve_source", "summary",
-    "to_frame", "valid_range",
-]
+
+def __getattr__(name: str):
+    """A name of ``__all__``, imported from its module when first asked for."""
+    if name in _HOME:
+        import importlib
+
+        value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
