@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from lstmnb import records
+from lstmnb import notebooks, records
 from lstmnb.notebooks import render_html
 from lstmnb.notebooks.series import NotebookRun, SeriesResult, records_outcome, run_ids, write_index
 from test_report import run_record
@@ -105,14 +105,33 @@ def test_the_printed_summary_is_readable_at_100_columns(tmp_path, capsys):
 def test_series_index_lists_a_skipped_gpu_notebook_as_skipped(tmp_path):
     import torch
 
-    from lstmnb import notebooks
-
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible: 04 measures instead of skipping")
     result = notebooks.run_series("ci", only="04", runs_dir=tmp_path, echo=None, progress=False)
     (run,) = result.runs
     assert run.status == "skipped" and "no usable CUDA GPU" in run.reason and result.ok
     assert f"<td>04_single_gpu</td><td>skipped ({run.reason}" in (result.run_dir / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_figures_reach_the_report_when_the_environment_says_agg(tmp_path, monkeypatch):
+    """MPLBACKEND=Agg (SLURM job scripts, headless servers) reaches the kernel; the runner still gets the
+    figure into the executed notebook and its HTML (before, every figure of the series was lost)."""
+    from lstmnb.profiles import Profile
+
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    folder = tmp_path / "series"
+    folder.mkdir()
+    cells = [new_code_cell("label = 'here'", metadata={"tags": ["parameters"]}),
+             new_code_cell("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n_ = ax.plot([1, 2, 3])")]
+    kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(new_notebook(cells=cells, metadata={"kernelspec": kernelspec}), folder / "01_plot.ipynb")
+    result = notebooks.run_series(Profile("agg", "Agg in the environment"), notebooks=folder,
+                                  runs_dir=tmp_path / "runs", echo=None, progress=False)
+    run = result.runs[0]
+    outputs = [o for c in nbformat.read(run.notebook, as_version=4).cells for o in c.get("outputs", [])]
+    assert run.status == "ok" and [o["data"].keys() >= {"image/png"} for o in outputs if "data" in o] == [True]
+    assert run.html.read_text().count("data:image/png") >= 1
 
 
 def test_the_kernels_transport_is_encrypted_where_jupyter_can():

@@ -219,6 +219,12 @@ def check_profile_device(profile: str, device) -> None:
         raise DeviceError(f"profile {profile!r}: {problem}")
 
 
+# the figures in the notebooks' outputs whatever MPLBACKEND says: with MPLBACKEND=Agg in the environment (SLURM
+# job scripts, headless servers) the kernel inherits it and every figure is drawn nowhere, so the report has none.
+# IPython's --matplotlib option selects the inline backend at kernel start, over the environment variable.
+KERNEL_ARGUMENTS = ["--matplotlib=inline"]
+
+
 def kernel_config():
     """The notebook client's configuration: the kernel's sockets encrypted where it can be done.
 
@@ -292,6 +298,7 @@ def run_series(
             papermill.execute_notebook(
                 str(nb), str(partial), parameters=plans[nb], kernel_name=kernel_name, progress_bar=progress,
                 execution_timeout=timeout, cwd=None, log_output=False, config=kernel_config(),
+                extra_arguments=KERNEL_ARGUMENTS,
             )
         except KeyboardInterrupt:
             _keep(partial, out)
