@@ -11,7 +11,7 @@ import torch
 
 from lstmnb.selfcheck import tiny_config, tiny_windows
 from lstmnb.training import Trainer
-from lstmnb.training.graphs import STEPS_TO_CAPTURE, GraphStep, IndexBatches, capture_epoch
+from lstmnb.training.graphs import STEPS_TO_CAPTURE, GraphStep, capture_epoch
 from lstmnb.training.summary import summarize_timing
 
 
