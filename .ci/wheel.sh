@@ -21,7 +21,8 @@ notebooks = sorted(Path("notebooks").glob("[0-9][0-9]_*.ipynb"))
 missing = [f"wheel: lstmnb/series/{p.name}" for p in notebooks if f"lstmnb/series/{p.name}" not in wheel]
 missing += [f"sdist: notebooks/{p.name}" for p in notebooks if not any(n.endswith(f"/notebooks/{p.name}") for n in sdist)]
 for needed in ("lstmnb/profiles/quick.yaml", "lstmnb/published_figures.yaml", "lstmnb/datasets/era5_t2m_study_points.npz",
-               "lstmnb/datasets/era5_t2m_study_points.NOTICE.txt", "lstmnb/datasets/airline_passengers.csv"):
+               "lstmnb/datasets/era5_t2m_study_points.NOTICE.txt", "lstmnb/datasets/airline_passengers.csv",
+               "lstmnb/notebooks/report_page.html.j2"):
     if needed not in wheel:
         missing.append(f"wheel: {needed}")
 if missing:

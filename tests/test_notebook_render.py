@@ -52,6 +52,8 @@ def test_math_is_mathml_that_reads_offline(tmp_path):
     assert page.count("<math") == 2 and page.count('display="block"') == 1 and page.count('display="inline"') == 1
     assert page.count("<mfrac>") == 2 and "<munderover>" in page and "<msub><mi>g</mi><mi>r</mi></msub>" in page
     assert "\\frac" not in page and "$g_r" not in page
+    assert not re.search(r"<script[^>]*src=", page)  # no MathJax, no require.js: nothing loaded from the web
+    assert "jp-RenderedHTMLCommon" in page and "ANSWER_TITLE" in page  # still nbconvert's lab page
     # nbconvert with mistune 2 hands a multi-line block over with its delimiters
     block = renderer_class()(escape=False).multiline_math("$$\na_t = W x_t\n$$")
     assert block.startswith('<math') and 'display="block"' in block and "$" not in block

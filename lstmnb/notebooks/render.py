@@ -1,8 +1,8 @@
 """A notebook executed by the runner, rendered to HTML for reading: cells tagged ``remove-cell`` are left
 out (the Colab install cell, a parameters cell; papermill's injected parameters follow their cell),
 cells tagged ``remove-input`` show their output only (the tags Jupyter Book uses, applied by nbconvert's
-``TagRemovePreprocessor``), so that a report can open on its answer; math is written as MathML (``mathml``),
-so the page reads the same offline."""
+``TagRemovePreprocessor``), so that a report can open on its answer; math is written as MathML (``mathml``)
+and the page loads no script from the web (``report_page.html.j2``), so it reads the same offline."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from ..paths import atomic_path
 from .mathml import html_exporter
 
+PAGE_TEMPLATE = Path(__file__).with_name("report_page.html.j2")  # nbconvert's lab page, nothing from the web
 REMOVE_CELL = "remove-cell"
 REMOVE_INPUT = "remove-input"
 
@@ -40,6 +41,7 @@ def render_html(notebook: Path) -> Path:
     config.TagRemovePreprocessor.enabled = True
     config.TagRemovePreprocessor.remove_cell_tags = {REMOVE_CELL}
     config.TagRemovePreprocessor.remove_input_tags = {REMOVE_INPUT}
+    config.HTMLExporter.template_file = str(PAGE_TEMPLATE)
     body, _ = html_exporter(config).from_notebook_node(nb)
     target = Path(notebook).with_suffix(".html")
     with atomic_path(target, suffix=".html") as tmp:
