@@ -45,7 +45,7 @@ def reset_peak_memory(device: torch.device) -> bool:
     try:
         with open("/proc/self/clear_refs", "w") as fh:  # portable: Linux only (checked above)
             fh.write("5")
-    except OSError:  # not Linux (no /proc), or a kernel/sandbox that refuses it
+    except OSError:  # a kernel or sandbox that refuses it
         return False
     hwm, rss = proc_status_kb("VmHWM"), proc_status_kb("VmRSS")  # the reset took: the mark is back at the RSS
     return hwm is not None and rss is not None and hwm <= rss * 1.05 + 1024

@@ -3,10 +3,11 @@
 The plan's time range is cut into cache slots (``cache``). Slots already cached are read from
 disk; for the rest, every (variable, hour) is read once through zarr (``reads``: runs of hours, many
 in flight on zarr's event loop), every target (cell or box) takes its values from it, and a slot is
-written to the cache the moment its last hour arrives. Reads stay pipelined across slot boundaries, but never more than one block's worth of hours
-is read (or in flight) without being kept: when the window would go further, the oldest unfinished
-slot's received prefix is written as a partial block (a checkpoint, at most a few per slot). So a
-killed run redoes at most one block of reads, and resumes from the checkpoint.
+written to the cache the moment its last hour arrives. Reads stay pipelined across slot boundaries,
+but never more than one block's worth of hours is read (or in flight) without being kept: when the
+window would go further, the oldest unfinished slot's received prefix is written as a partial block
+(a checkpoint, at most a few per slot). So a killed run redoes at most one block of reads, and resumes
+from the checkpoint.
 """
 
 from __future__ import annotations

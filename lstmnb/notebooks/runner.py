@@ -199,8 +199,9 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
         raise NotebookError(f"profile {prof.name!r}: parameter(s) {', '.join(map(repr, stray))} are declared by no "
                             f"notebook; check the spelling (notebook parameters: {', '.join(sorted(known))})")
     defaults = {k: default_value(v) for nb in selected for k, v in declared[nb].items()}
-    check_values({**prof.parameters, **overrides}, defaults)
-    check_profile_device(prof.name, {**prof.parameters, **overrides}.get("device"))
+    given = {**prof.parameters, **overrides}
+    check_values(given, defaults)
+    check_profile_device(prof.name, given.get("device"))
     check_kernel(kernel_name)
     check_writable(runs_dir, "folder", "--runs-dir")
     results = overrides.get("results", prof.parameters.get("results"))
