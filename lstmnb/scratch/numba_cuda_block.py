@@ -258,7 +258,8 @@ class NumbaCUDABlockGrad:
         if reason is not None:
             raise DeviceError(reason)
         dtype = np.dtype(dtype)
-        H, O, P = self.H, self.O, self.P = shape.hidden, shape.n_outputs, shape.n_params
+        self.O = shape.n_outputs
+        H, P = self.H, self.P = shape.hidden, shape.n_params
         F = shape.n_features
         S = self.S = samples_per_block or default_samples_per_block(H, batch_size)
         check_block(H, S, dtype)
