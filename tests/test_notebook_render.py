@@ -136,6 +136,25 @@ def test_figures_reach_the_report_when_the_environment_says_agg(tmp_path, monkey
     assert run.html.read_text().count("data:image/png") >= 1
 
 
+@pytest.mark.slow
+def test_a_kernel_started_as_jupyterlab_does_shows_figures_once_the_series_steps_are_imported(monkeypatch):
+    """JupyterLab and Colab start kernels without ``--matplotlib``; with MPLBACKEND=Agg exported, importing
+    the notebooks' steps switches the kernel to inline, so the figure is an image, not ``<Figure ...>``."""
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    plot = "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n_ = ax.plot([1, 2, 3])"
+    backend = "import matplotlib\nprint(matplotlib.get_backend())"
+    cells = [new_code_cell(backend), new_code_cell("from lstmnb.notebooks import steps\n" + backend),
+             new_code_cell(plot)]
+    kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb = new_notebook(cells=cells, metadata={"kernelspec": kernelspec})
+    NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    assert nb.cells[0].outputs[0]["text"].strip().lower() == "agg"
+    assert "inline" in nb.cells[1].outputs[0]["text"]
+    assert [o["data"].keys() >= {"image/png"} for o in nb.cells[2].outputs if "data" in o] == [True]
+
+
 def test_the_kernels_transport_is_encrypted_where_jupyter_can():
     """The runner asks jupyter_client for CurveZMQ keys (so ipykernel logs no "running over TCP without
     encryption" line) exactly where both sides can; elsewhere it leaves the default."""

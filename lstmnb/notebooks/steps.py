@@ -2,7 +2,8 @@
 
 Each function takes the notebook's parameters (plain values that papermill can inject) and returns
 data: a request, a config, a table, a figure, the records of an experiment. Nothing here depends on
-running inside Jupyter.
+running inside Jupyter; inside a Jupyter kernel, importing this module makes figures show inline
+(``figures_inline``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,36 @@ from ..records import append_record
 
 # tqdm.auto warns once per kernel when ipywidgets is absent and falls back to a text bar, which is fine
 warnings.filterwarnings("ignore", message="IProgress not found")
+
+# matplotlib's built-in backends that draw to files only (matplotlib.backends.backend_registry, 3.9+)
+FILE_ONLY_BACKENDS = frozenset({"agg", "cairo", "pdf", "pgf", "ps", "svg", "template"})
+
+
+def figures_inline() -> bool:
+    """In a Jupyter kernel whose matplotlib backend draws to files only, switch to the inline backend.
+
+    ipykernel makes figures inline by setting ``MPLBACKEND`` only where it is unset, so a session that
+    exports ``MPLBACKEND=Agg`` (SLURM job scripts, cluster modules, headless servers) opens the notebooks
+    with every figure lost: ``lstmnb notebooks run`` starts its kernels with ``--matplotlib=inline``,
+    and this does the same for a kernel that JupyterLab or Colab started. True where it switched.
+    """
+    import sys
+
+    if "ipykernel" not in sys.modules:  # not in a kernel (a script, pytest): nothing to show inline
+        return False
+    from IPython import get_ipython
+    import matplotlib
+
+    shell = get_ipython()
+    if shell is None or getattr(shell, "kernel", None) is None:
+        return False
+    if matplotlib.get_backend().lower() not in FILE_ONLY_BACKENDS:
+        return False
+    shell.run_line_magic("matplotlib", "inline")
+    return True
+
+
+figures_inline()
 
 # --- parameters -> request and config ------------------------------------------------------------
 
