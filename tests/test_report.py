@@ -100,6 +100,17 @@ def test_records_from_two_machines_merge_into_the_published_form(two_machines):
     assert report.speedup_table(table, baseline="T4").loc[5, "CPU"] == pytest.approx(7.5 / 45.0)
 
 
+def test_accuracy_never_mixes_epochs_counts(tmp_path):
+    """One epoch of the study's setting does not beat persistence, five do: two rows, never one median."""
+    recs = [run_record("cpu", "cpu", 1, "dataloader", 1.7, rmse=3.2), run_record("cpu", "cpu", 1, "dataloader", 1.6, rmse=3.0),
+            run_record("cpu", "cpu", 5, "dataloader", 8.0, rmse=0.85)]
+    acc = report.rmse_by_device(records.load_records(write_jsonl(tmp_path / "runs.jsonl", recs)))
+    by_epochs = acc.reset_index().set_index("epochs")
+    assert by_epochs.loc[1, "runs"] == 2 and by_epochs.loc[1, "model RMSE (K)"] == pytest.approx(3.1)
+    assert not by_epochs.loc[1, "beats persistence"] and by_epochs.loc[5, "beats persistence"]
+    assert by_epochs.loc[5, "model RMSE (K)"] == pytest.approx(0.85)
+
+
 def test_repeats_take_the_median(tmp_path):
     recs = [run_record("cpu", "cpu", 5, "fast", s) for s in (10.0, 11.0, 30.0)]
     df = records.load_records(write_jsonl(tmp_path / "runs.jsonl", recs))
@@ -111,10 +122,13 @@ def test_accuracy_loss_curves_and_status_per_device_column(two_machines):
         warnings.simplefilter("ignore")
         df = records.load_records(two_machines)
     acc = report.rmse_by_device(df)  # per device on a machine: two laptops' CPUs would be two rows
-    assert list(acc.index) == ["CPU · laptop", "T4 · colab"]
-    assert acc.loc["CPU · laptop", "runs"] == 6
-    assert acc.loc["T4 · colab", "model RMSE (K)"] == pytest.approx(0.79)
-    assert bool(acc.loc["T4 · colab", "beats persistence"]) and bool(acc.loc["T4 · colab", "beats climatology"])
+    # one row per device column, problem, setting and epochs count (the report's one median rule)
+    assert list(dict.fromkeys(acc.index.get_level_values("device column"))) == ["CPU · laptop", "T4 · colab"]
+    assert len(acc) == 12 and (acc["runs"] == 1).all()
+    assert sorted(set(acc.index.get_level_values("epochs"))) == [5, 10, 15]
+    t4 = acc.xs("T4 · colab", level="device column")
+    assert t4["model RMSE (K)"].tolist() == pytest.approx([0.79] * 6)
+    assert t4["beats persistence"].all() and t4["beats climatology"].all()
 
     curves = report.loss_curves(df)
     assert len(curves) == 2 * (5 + 10 + 15) * 2

@@ -133,10 +133,13 @@ def test_findings_from_the_h100_reference_records(reference, published):
     assert "no CUDA graph pair" not in text  # the reference records have them
 
     h100 = table.loc["H100 · vm · reference"]
-    assert h100["fastest s"] > 0 and "CUDA graph" in h100["fastest setting"]
-    assert h100["like for like s"] == "—" and h100["x own machine's CPU, like for like"] == "—"
+    assert float(h100["fastest s"]) > 0 and "CUDA graph" in h100["fastest setting"]
+    assert h100["like for like s"] == "—" and h100["x CPU, like for like"] == "—"
     assert "layers 1, synthetic data" in h100["problem"]
-    assert table.loc["A40 · published", "x own machine's CPU, like for like"] == float(f"{pub['CPU'] / pub['A40']:.3g}")
+    assert table.loc["A40 · published", "x CPU, like for like"] == f"{pub['CPU'] / pub['A40']:.3g}x"
+    # published seconds as published (two decimals), never rounded to three figures
+    assert table.loc["A40 · published", "like for like s"] == f"{pub['A40']:g}"
+    assert "the study's CPU run, platform not stated" in table.loc["A40 · published", "machine"]
     assert "x vs reference" not in table.columns
     assert set(table["source"]) == {report.REFERENCE, report.PUBLISHED}
 
@@ -161,8 +164,8 @@ def test_mixed_records_make_one_report(own_records, reference, published):
     assert "CUDA on laptop skipped, not measured (1 record: no CUDA GPU visible" in text
     assert "no GPU runs measured here (the GPU rows shown are lstmnb's reference records)" in text
     assert table.loc[here, "problem"] == "window 12, hidden 8, split 70/15/15"
-    assert table.loc[here, "x own machine's CPU, like for like"] == "—"
-    assert table.loc["CPU · laptop", "like for like s"] == pytest.approx(135.0)
+    assert table.loc[here, "x CPU, like for like"] == "—"
+    assert table.loc["CPU · laptop", "like for like s"] == "135"
 
     # the seconds chart: every source on one log axis, one point per row and epochs count, grouped by problem
     chart = report.seconds_chart(rows, published)
@@ -185,7 +188,7 @@ def test_mixed_records_make_one_report(own_records, reference, published):
     assert samples.ok and report.PUBLISHED not in set(samples.data["source"])  # published gave seconds only
     assert "published problem" in set(samples.data["group"]) and len(set(samples.data["group"])) == 4
 
-    # speedups: each GPU over its own machine's CPU, bars from 1 on a linear axis
+    # speedups: each GPU over a CPU (its own machine's, a published GPU the study's), bars from 1 on a linear axis
     sp = report.speedup_chart(rows, published)
     pub = published["era5_lstm_gpu_benchmark"]["epochs"][15]
     a40 = sp.data[(sp.data["column"] == "A40 · published") & (sp.data["setting"] == report.LIKE_FOR_LIKE)]
@@ -198,6 +201,9 @@ def test_mixed_records_make_one_report(own_records, reference, published):
 
     prov = report.provenance_table(own, reference, published)
     assert prov.loc["source", here] == report.MEASURED and prov.loc["machine", here] == platform.node()
+    # the laptop's CUDA column was skipped in every record: never shown as measured
+    assert prov.loc["source", "CUDA · laptop"] == "measured here: all skipped, nothing measured"
+    assert prov.loc["source", "CPU · laptop"] == report.MEASURED
     assert prov.loc["torch", here] == __import__("torch").__version__
     assert prov.loc["lstmnb", "H100 · vm · reference"] == "0.1.0 @ dc6aa31"
     assert prov.loc["CUDA", "A40 · published"] == "11.8" and prov.loc["dates", "A40 · published"] == "not stated"
@@ -215,7 +221,7 @@ def test_cpu_only_records_draw_no_degenerate_charts(tmp_path):
     assert not sp.ok and "no GPU and CPU runs of one machine" in sp.why and "--only 03,04" in sp.why
     text, table = report.findings(df)
     assert "no GPU runs measured here: run 04 on a GPU" in text and "no multi-GPU records" in text
-    assert list(table.index) == ["CPU · laptop"] and table.loc["CPU · laptop", "fastest s"] == 15.0
+    assert list(table.index) == ["CPU · laptop"] and table.loc["CPU · laptop", "fastest s"] == "15"
     h = report.headline(df)
     assert h.ok and h.epochs == 5 and "no GPU has a CPU run of its own machine" in h.sentence
 
@@ -224,7 +230,7 @@ def test_no_records_of_ones_own_still_answer_from_the_published_figures(publishe
     text, table = report.findings(pd.DataFrame(), published)
     assert "no run records of your own: run the series" in text
     pub = published["era5_lstm_gpu_benchmark"]["epochs"][15]
-    assert set(table["source"]) == {report.PUBLISHED} and table.loc["A40 · published", "fastest s"] == pub["A40"]
+    assert set(table["source"]) == {report.PUBLISHED} and table.loc["A40 · published", "fastest s"] == f"{pub['A40']:g}"
     h = report.headline(pd.DataFrame(), published)
     assert h.ok and f"A40 {pub['CPU'] / pub['A40']:.3g}x" in h.sentence  # GPU over CPU, as published
     assert set(h.entries["source"]) == {report.PUBLISHED} and "Your own records" not in h.sentence
@@ -283,3 +289,16 @@ def test_notebook_06_opens_with_the_answer_and_shows_reference_records_apart(tmp
     assert own.read_bytes() == before  # the reference records were shown, never written into the user's results
     own_records = records.load_records(own.parent)
     assert len(own_records) == len(laptop) and set(own_records["device.hostname"]) == {"laptop"}
+
+
+@pytest.mark.parametrize("value, text", [
+    (46.42, "46.42"), (146.41, "146.41"), (10.04, "10.04"), (98.2, "98.2"),  # published: as given
+    (8.031234, "8.03"), (146.4123, "146"), (0.0123456, "0.0123"),  # measured: three significant figures
+    (1234.56, "1235"), (35920.0, "35920"),  # whole seconds from 1000 on, never 1.23e+03
+    (float("nan"), "—"),
+])
+def test_the_report_writes_a_figure_one_way(value, text):
+    from lstmnb.report import numbers
+
+    assert numbers.figure(value) == text
+    assert numbers.seconds(value) == text + " s"

@@ -8,15 +8,16 @@ or extracts anything. Its modules, one job each:
 - ``published``: the published figures, labelled as such, and the notes shown beside a device's figures
 - ``provenance``: machines (told apart beyond their host names), dates, commit and versions of every
   device column; the shipped reference records
-- ``compare``: every source's runs as comparison rows (one median rule); each device over its own
-  machine's CPU; knob effects
+- ``compare``: every source's runs as comparison rows (one median rule); each device over a CPU (its
+  own machine's, or for a published GPU the study's CPU run); knob effects
 - ``headline`` and ``headline_plot``: the first screen, one sentence and one figure
 - ``answer``: what that answer rests on (the study's one CPU run, flagged rows, ties within noise) and the
   measured eager against CUDA-graph lesson
 - ``findings``: the bullets and small table under it
 - ``study_skill``: skill on the study's real data, per point: the study's model beside lstmnb's forecaster
 - ``style``: what every chart shares (one marker per source, labelled row groups, plain log ticks)
-- ``charts``: seconds and samples/s on shared log axes, speedups over the same machine's CPU
+- ``charts``: seconds and samples/s on shared log axes, speedups over a CPU
+- ``numbers``: how every sentence, table and chart label writes a figure
 - ``tables``, ``plots``: per-source tables and plots, loss curves, convergence, cost
 - ``scaling``, ``cost``: parallel-training and cost tables
 - ``conclusions``: each notebook's closing "What this showed", written from its own results

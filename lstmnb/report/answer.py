@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from . import numbers as num
 from .compare import comparison_rows, knob_effects
 from .published import MEASURED, NOTE_MARK, REFERENCE, SOURCE_WORDS, device_notes, published_epochs_table
 from .settings import PUBLISHED_EPOCHS
@@ -19,14 +20,6 @@ from .settings import PUBLISHED_EPOCHS
 # Two single runs whose times differ by less than this are called tied: one run each has no spread of its
 # own, and repeats of one training job on one machine differ by more than this (03's repeats show it)
 TIED_WITHIN = 0.10
-
-
-def _s(seconds: float) -> str:
-    return f"{seconds:.3g} s"
-
-
-def _x(ratio: float) -> str:
-    return f"{ratio:.3g}x"
 
 
 def _pct(fraction: float) -> str:
@@ -58,23 +51,23 @@ def published_basis(published: dict[str, Any] | None, epochs: int = PUBLISHED_EP
     notes = device_notes(published)
     cpu = row["CPU"]
     gpus = row.drop("CPU")
-    ratios = ", ".join(f"{_who(d, notes)} {_x(cpu / s)}" for d, s in gpus.items())
+    ratios = ", ".join(f"{_who(d, notes)} {num.ratio(cpu / s)}" for d, s in gpus.items())
     flagged = [d for d in gpus.index if d in notes]
     clean = gpus.drop(flagged)
     text = (f"**What the published ratio rests on.** The study's GPU speedups ({ratios} at {epochs} epochs) all "
-            f"divide one CPU run ({_s(cpu)}) by each GPU's time. The study does not say on which platform that "
+            f"divide one CPU run ({num.seconds(cpu)}) by each GPU's time. The study does not say on which platform that "
             "CPU ran (Colab or the CARC cluster), so a ratio is the study's CPU run against a GPU, not a GPU "
             "against its own machine's CPU; every time is one run, with no repeats.")
     if flagged:
         text += (" " + " and ".join(f"{d}{NOTE_MARK}" for d in flagged)
                  + (" is" if len(flagged) == 1 else " are") + " flagged (the notes under the figure say why)")
         if not clean.empty:
-            text += f"; without {'it' if len(flagged) == 1 else 'them'} the range is {_x(cpu / clean.max())}-{_x(cpu / clean.min())}"
+            text += f"; without {'it' if len(flagged) == 1 else 'them'} the range is {num.ratio(cpu / clean.max())}-{num.ratio(cpu / clean.min())}"
         text += "."
     tied = tied_with_fastest(gpus)
     if len(tied) > 1:
         spread = tied.iloc[-1] / tied.iloc[0] - 1
-        text += (" **Tied, not ranked:** " + " and ".join(f"{_who(d, notes)} ({_s(s)})" for d, s in tied.items())
+        text += (" **Tied, not ranked:** " + " and ".join(f"{_who(d, notes)} ({num.seconds(s)})" for d, s in tied.items())
                  + f" differ by {_pct(spread)}, one run each, within the run-to-run noise of a training job "
                  f"(under {_pct(TIED_WITHIN)} is called tied here)")
         rest = gpus.drop(tied.index)
@@ -128,12 +121,12 @@ def graph_lesson(records: pd.DataFrame | None, reference: pd.DataFrame | None) -
         text = f"**Eager against a CUDA graph, measured** ({who}; {setting}, {problem}, {epochs} epochs): "
         parts = []
         if gpu_loader is not None and cpu_loader is not None:
-            parts.append(f"the eager {pair['device']} is {_x(cpu_loader / gpu_loader)} its own CPU on the DataLoader "
-                         f"path ({_s(gpu_loader)} against {_s(cpu_loader)})")
-        graph_part = (f"the same step captured as a CUDA graph takes {_s(graph)}, {_x(eager_fast / graph)} faster "
-                      f"than eager ({_s(eager_fast)}, fast input)")
+            parts.append(f"the eager {pair['device']} is {num.ratio(cpu_loader / gpu_loader)} its own CPU on the DataLoader "
+                         f"path ({num.seconds(gpu_loader)} against {num.seconds(cpu_loader)})")
+        graph_part = (f"the same step captured as a CUDA graph takes {num.seconds(graph)}, {num.ratio(eager_fast / graph)} faster "
+                      f"than eager ({num.seconds(eager_fast)}, fast input)")
         if cpu_fast is not None:
-            graph_part += f" and {_x(cpu_fast / graph)} its CPU's {_s(cpu_fast)}"
+            graph_part += f" and {num.ratio(cpu_fast / graph)} its CPU's {num.seconds(cpu_fast)}"
         parts.append(graph_part)
         return (text + "; ".join(parts) + ". A small LSTM's training step is many tiny kernels: run eagerly, the "
                 "GPU waits for the CPU to launch each one (launch-bound), so a faster GPU barely helps; a graph "

@@ -1,6 +1,6 @@
 """The comparison across machines in pictures: training seconds and samples/s of every device column and
 setting on one shared log axis (rows grouped and labelled by problem; the source shown by the report's
-one marker per source), and each device's speedup over its own machine's CPU (bars from 1 on a linear
+one marker per source), and each device's speedup over a CPU, its own machine's or the study's CPU run (bars from 1 on a linear
 axis, grouped by machine).
 
 Each chart has a data function (``seconds_chart``, ``samples_chart``, ``speedup_chart``) that says
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from . import numbers as num
 from .compare import FASTEST, comparison_epochs, own_cpu_speedups
 from .published import NOTE_MARK, PUBLISHED, SOURCE_WORDS, device_notes
 from .settings import PUBLISHED_PROBLEM_LABEL
@@ -83,10 +84,10 @@ def samples_chart(rows: pd.DataFrame) -> ChartData:
 
 
 def speedup_chart(rows: pd.DataFrame, published: dict | None = None) -> ChartData:
-    """Each GPU over its own machine's CPU (``compare.own_cpu_speedups``) at the same problem and
-    epochs, per setting both ran and fastest against fastest: the published problem at its
-    comparison epochs, other problems at theirs. A published GPU over the study's CPU on another
-    machine says so in its label."""
+    """Each GPU over a CPU (``compare.own_cpu_speedups``: its own machine's; a published GPU's, the
+    study's CPU run) at the same problem and epochs, per setting both ran and fastest against fastest:
+    the published problem at its comparison epochs, other problems at theirs. A ratio over a CPU that is
+    not the GPU's own machine's names that CPU in its label."""
     if rows.empty:
         return ChartData(pd.DataFrame(), "no finished training runs: run 03 (`lstmnb notebooks run --profile cpu`)")
     parts = [own_cpu_speedups(rows, p, comparison_epochs(rows, p)) for p in dict.fromkeys(rows["problem"])]
@@ -104,7 +105,7 @@ def speedup_chart(rows: pd.DataFrame, published: dict | None = None) -> ChartDat
         who = _marked(r["device"], r["device"], notes)
         what = (f"fastest of each: {r['fastest_setting']}\nCPU: {r['cpu_setting']}" if r["setting"] == FASTEST
                 else r["setting"])
-        over = "" if r["same_machine"] else f"\nover the study's CPU on {r['cpu_machine']}"
+        over = "" if r["same_machine"] else f"\nover {r['cpu_machine']}"
         labels.append(f"{who}: {what}{over}")
     data["label"] = labels
     return ChartData(data, notes=notes)
@@ -172,21 +173,21 @@ def plot_samples_per_s(chart: ChartData):
 
 
 def plot_speedup(chart: ChartData):
-    """Horizontal bars from 1 on a linear axis: each GPU's x faster than its own machine's CPU, per
+    """Horizontal bars from 1 on a linear axis: each GPU's x faster than a CPU (``speedup_chart``), per
     setting and fastest against fastest, grouped by machine; the value and both times beside each bar."""
     from .style import SOURCE_STYLE
 
     data = chart.data
     labels, y, headers, total = _rows(data)
-    fig, ax = _row_axes(total, "x faster than its own machine's CPU (CPU seconds / GPU seconds, same problem "
-                               "and epochs)")
+    fig, ax = _row_axes(total, "x faster than a CPU: its own machine's, a published GPU the study's CPU run "
+                               "(CPU seconds / GPU seconds, same problem and epochs)")
     high = max(2.0, float(data["x_own_cpu"].max()))
     for i, r in data.iterrows():
         style = SOURCE_STYLE[r["source"]]
         ax.barh(y[i], r["x_own_cpu"] - 1, left=1, height=0.62, color=style["color"] if style["filled"]
                 else "white", edgecolor=style["color"], lw=1.2, hatch=None if style["filled"] else "//")
         ax.text(max(r["x_own_cpu"], 1) + high * 0.01, y[i],
-                f"{r['x_own_cpu']:.3g}x  ({r['seconds']:.3g} s vs CPU {r['cpu_seconds']:.3g} s)",
+                f"{num.ratio(r['x_own_cpu'])}  ({num.seconds(r['seconds'])} vs CPU {num.seconds(r['cpu_seconds'])})",
                 va="center", fontsize=7)
     ax.axvline(1, color="0.3", lw=1)
     draw_groups(ax, headers, total)

@@ -1,6 +1,7 @@
 """The comparison across machines: every finished single-device training run of every source (the
 user's records, lstmnb's reference records, the published table) as one long table of rows, one per
-device column x setting x problem x epochs; each device's speedup over its own machine's CPU; and what
+device column x setting x problem x epochs; each device's speedup over a CPU (its own machine's, or for
+a published GPU the study's CPU run); and what
 one knob (CUDA graphs) changes where runs differ in it alone.
 
 One rule for every figure (``MEDIAN_RULE``): a row's seconds, samples/s and RMSE are the medians over
@@ -151,7 +152,7 @@ def main_problem(rows: pd.DataFrame) -> str | None:
     return str(counts.idxmax())
 
 
-# --- each device over its own machine's CPU -------------------------------------------------------
+# --- each device over a CPU: its own machine's, a published GPU the study's -------------------------
 
 SPEEDUP_COLUMNS = ["source", "machine", "column", "device", "problem", "epochs", "setting", "fastest_setting", "seconds",
                    "cpu_column", "cpu_machine", "cpu_setting", "cpu_seconds", "x_own_cpu", "same_machine"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from . import numbers as num
 from .compare import FASTEST, comparison_epochs, comparison_rows, compared_runs, knob_effects, main_problem, own_cpu_speedups
 from .devices import column
 from .headline import record_states
@@ -18,28 +19,8 @@ from .published import MEASURED, NOTE_MARK, PUBLISHED, REFERENCE, SOURCE_WORDS, 
 from .settings import LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL, PUBLISHED_SETTING, link
 
 
-def _s(seconds: float) -> str:
-    return f"{seconds:.3g} s"
-
-
-def _rate(value: float) -> str:
-    for div, unit in ((1e6, "M"), (1e3, "k")):
-        if value >= div:
-            return f"{value / div:.3g}{unit}"
-    return f"{value:.3g}"
-
-
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _x(ratio: float) -> str:
-    return f"{ratio:.3g}x"
-
-
-def _sig(value: float) -> float:
-    """Three significant figures, as the sentences and charts write a figure (146.41 -> 146.0)."""
-    return float(f"{value:.3g}")
 
 
 def _group(row: pd.Series) -> str:
@@ -92,9 +73,9 @@ def _graph_text(rows: pd.DataFrame) -> str | None:
         return None
     items = []
     for col, g in effects.groupby("column", sort=False):
-        parts = [f"{_x(r['x faster'])} at {r['without'].replace(' · ', ', ')}"
+        parts = [f"{num.ratio(r['x faster'])} at {r['without'].replace(' · ', ', ')}"
                  f"{'' if r['problem'] == PUBLISHED_PROBLEM_LABEL else ' [' + r['problem'] + ']'} "
-                 f"({_s(r['seconds without'])} → {_s(r['seconds with'])}, {r['epochs']} epochs"
+                 f"({num.seconds(r['seconds without'])} → {num.seconds(r['seconds with'])}, {r['epochs']} epochs"
                  f"{'' if r['same otherwise'] else '; the graph run: ' + r['with'].replace(' · ', ', ')})"
                  for _, r in g.sort_values("problem", key=lambda p: p != PUBLISHED_PROBLEM_LABEL).iterrows()]
         items.append(f"{col}: " + "; ".join(parts))
@@ -116,12 +97,12 @@ def _launch_bound_text(rows: pd.DataFrame, epochs: int | None) -> str | None:
         if quicker.empty or pair.empty:
             continue
         p = pair.iloc[0]
-        items.append(f"{r['device']} ({SOURCE_WORDS[r['source']]}) takes {_s(r['seconds'])} like for like, slower than "
-                     + ", ".join(f"{q['device']} ({SOURCE_WORDS[q['source']]}) {_s(q['seconds'])}"
+        items.append(f"{r['device']} ({SOURCE_WORDS[r['source']]}) takes {num.seconds(r['seconds'])} like for like, slower than "
+                     + ", ".join(f"{q['device']} ({SOURCE_WORDS[q['source']]}) {num.seconds(q['seconds'])}"
                                  for _, q in quicker.iterrows())
                      + f": at batch {PUBLISHED_SETTING['batch_size']} a training step is a few small kernels, so the eager step waits on the CPU "
                      f"launching them (launch-bound) and a faster GPU barely helps; captured as a CUDA graph the same "
-                     f"setting takes {_s(p['seconds with'])} instead of {_s(p['seconds without'])} "
+                     f"setting takes {num.seconds(p['seconds with'])} instead of {num.seconds(p['seconds without'])} "
                      f"({p['without'].split(' · ')[-1]}, {p['epochs']} epochs)")
     return ("**Why a new GPU is not faster like for like:** " + "; ".join(items) + ".") if items else None
 
@@ -141,9 +122,9 @@ def _batch_text(frames: list[tuple[pd.DataFrame, str]]) -> str | None:
                 continue
             lo, hi = g.iloc[0], g.iloc[-1]
             text = (f"{col} (sweep at lr {lo['config.lr']:g}, {int(lo['config.epochs'])} epochs): "
-                    f"{_rate(lo['timing.samples_per_s'])} samples/s at batch {int(lo['config.batch_size'])} → "
-                    f"{_rate(hi['timing.samples_per_s'])} at batch {int(hi['config.batch_size'])} "
-                    f"({_x(hi['timing.samples_per_s'] / lo['timing.samples_per_s'])})")
+                    f"{num.rate(lo['timing.samples_per_s'])} samples/s at batch {int(lo['config.batch_size'])} → "
+                    f"{num.rate(hi['timing.samples_per_s'])} at batch {int(hi['config.batch_size'])} "
+                    f"({num.ratio(hi['timing.samples_per_s'] / lo['timing.samples_per_s'])})")
             beats = g[g["metrics.test_rmse_k"] < g["metrics.persistence_rmse_k"]]
             if not beats.empty and len(beats) < len(g):
                 last = beats.iloc[-1]
@@ -172,13 +153,13 @@ def _problem_text(rows: pd.DataFrame, main: str | None) -> str | None:
             scale = (f" ({int(size.iloc[0]):,} training samples, {size.iloc[0] / base_size.iloc[0]:.3g}x the "
                      f"{main}'s)" if len(size) and len(base_size) else "")
             best = here.groupby("column", sort=False)["samples_per_s"].max()
-            text = f"{problem}{scale} on {group}: " + ", ".join(f"{c} {_rate(v)} samples/s" for c, v in best.items())
+            text = f"{problem}{scale} on {group}: " + ", ".join(f"{c} {num.rate(v)} samples/s" for c, v in best.items())
             ratio = _gpu_cpu_rate(here)
             if ratio is not None:
-                text += f"; GPU over the same machine's CPU {_x(ratio)} in samples/s (fastest setting of each)"
+                text += f"; GPU over the same machine's CPU {num.ratio(ratio)} in samples/s (fastest setting of each)"
                 base_ratio = _gpu_cpu_rate(base)
                 if base_ratio is not None:
-                    text += f" against {_x(base_ratio)} on the {main}"
+                    text += f" against {num.ratio(base_ratio)} on the {main}"
             items.append(text)
     return ("**Problem size:** " + "; ".join(items) + ".") if items else None
 
@@ -244,7 +225,8 @@ def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
                   notes: dict[str, str] | None = None) -> pd.DataFrame:
     """One row per device column, the user's first: its source and machine, the problem and epochs
     compared (``problem`` and ``epochs`` where the column has them, else its own most common ones),
-    like-for-like and fastest seconds with each one's speedup over the same machine's CPU, the fastest
+    like-for-like and fastest seconds with each one's speedup over a CPU (its own machine's; a published
+    GPU's over the study's CPU run, which its machine cell names), the fastest
     setting and its input path, best samples/s, median test RMSE. '—' where a figure does not exist;
     a published device with a note (``notes``, by device) carries its mark."""
     if rows.empty:
@@ -272,15 +254,15 @@ def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
         out.append({
             "device column": col + mark, "source": best["source"], "machine": best["machine"] or "—",
             "problem": best["problem"], "epochs": int(best["epochs"]),
-            "like for like s": _sig(lfl.min()) if len(lfl) else "—",
-            "x own machine's CPU, like for like": _sig(x_lfl.iloc[0]) if len(x_lfl) else "—",
-            "fastest s": _sig(best["seconds"]), "fastest setting": setting, "input": path,
-            "x own machine's CPU, fastest of each": _sig(x_fast.iloc[0]) if len(x_fast) else "—",
+            "like for like s": num.figure(lfl.min()) if len(lfl) else "—",
+            "x CPU, like for like": num.ratio(x_lfl.iloc[0]) if len(x_lfl) else "—",
+            "fastest s": num.figure(best["seconds"]), "fastest setting": setting, "input": path,
+            "x CPU, fastest of each": num.ratio(x_fast.iloc[0]) if len(x_fast) else "—",
             "best samples/s": int(round(rate)) if pd.notna(rate) else "—",
             "test RMSE K": round(float(rmse), 3) if pd.notna(rmse) else "—",
         })
-        if cross:  # a published GPU over the study's CPU on another machine: say which
-            out[-1]["machine"] = f"{best['machine']} (its ratio: over the CPU on {mine['cpu_machine'].iloc[0]})"
+        if cross:  # a published GPU over the study's CPU run, not a CPU of its own machine: say which
+            out[-1]["machine"] = f"{best['machine']} (its ratio: over {mine['cpu_machine'].iloc[0]})"
     table = pd.DataFrame(out)
     rank = {s: i for i, s in enumerate((MEASURED, REFERENCE, PUBLISHED))}
     table = table.iloc[sorted(range(len(table)), key=lambda i: rank[table["source"].iloc[i]])]

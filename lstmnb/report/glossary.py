@@ -21,6 +21,9 @@ GLOSSARY: dict[str, str] = {
              "its weights fitted on the validation part (never worse than persistence there).",
     "cycles input": "an extra input of the fitted seasonal and diurnal cycle of each point, learned from the "
                     "training part (used only where training covers a year).",
+    "x CPU": "a GPU's speedup: the seconds of a CPU doing the same work divided by the GPU's. The CPU is the "
+             "GPU's own machine's where the records hold one; every published GPU is put over the study's one "
+             "CPU run, whose platform the study does not state.",
     "persistence": "the baseline forecast that the temperature stays what it was at the last observed hour.",
     "climatology": "the baseline forecast of the usual temperature for that day of year and hour, from the "
                    "training part (the hour-of-day mean when training is shorter than a year).",

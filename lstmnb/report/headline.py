@@ -1,6 +1,6 @@
 """The answer a reader sees first: for every device found (measured here, lstmnb's reference records,
 published), its 15-epoch training time at the published setting on the DataLoader path (like for
-like), with its speedup over its own machine's CPU; then each device's fastest setting. One sentence
+like), with its speedup over a CPU (its own machine's; a published GPU's, the study's CPU run); then each device's fastest setting. One sentence
 says the same in words, the like-for-like ratio first; ``headline_plot`` draws it.
 
 Devices whose records hold no like-for-like run, or only skipped runs, are listed as such (never as a
@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from . import numbers as num
 from .answer import TIED_WITHIN, tied_with_fastest
 from .compare import FASTEST, ROW_COLUMNS, comparison_rows, own_cpu_speedups
 from .devices import column as _column
@@ -46,14 +47,6 @@ class Headline:
     def ok(self) -> bool:
         """Whether there is a figure to draw (some device has a measured or published time)."""
         return not self.entries.empty and (self.entries["state"] == "measured").any()
-
-
-def _s(seconds: float) -> str:
-    return f"{seconds:.3g} s"
-
-
-def _x(ratio: float) -> str:
-    return f"{ratio:.3g}x"
 
 
 def _group(source: str, machine: Any) -> str:
@@ -223,9 +216,9 @@ def study_cpu_sentence(rows: pd.DataFrame, published: dict[str, Any] | None) -> 
         if 0.5 < ratio < 2:  # near 1 a percentage reads better than a ratio
             how = f"{abs(1 - 1 / ratio):.0%} {'less' if ratio >= 1 else 'more'} time here"
         else:
-            how = f"{_x(ratio)} faster here" if ratio >= 1 else f"{_x(1 / ratio)} slower here"
-        parts.append(f"{column} took {_s(r['seconds'])} for {int(r['epochs'])} epochs, the study's CPU run (platform "
-                     f"not stated) {_s(study[r['epochs']])}: {how}")
+            how = f"{num.ratio(ratio)} faster here" if ratio >= 1 else f"{num.ratio(1 / ratio)} slower here"
+        parts.append(f"{column} took {num.seconds(r['seconds'])} for {int(r['epochs'])} epochs, the study's CPU run (platform "
+                     f"not stated) {num.seconds(study[r['epochs']])}: {how}")
     if not parts:
         return ""
     return (f"**Your CPU against the study's CPU**, the same workload on two machines (the {link()} on the study's "
@@ -240,26 +233,27 @@ def _who(r: pd.Series) -> str:
 
 
 def _like_text(gpus: pd.DataFrame) -> str:
-    """'H100 1.52x (reference records, vm); T4† 1.17x, P100† 14.6x (published: GPUs on Google Colab, CARC
-    cluster; all over one CPU run: the study's CPU run, platform not stated)'; a ratio across machines
-    names both."""
+    """'H100 1.52x (reference records, vm: over its own machine's CPU); T4† 1.17x, P100† 14.6x (published:
+    GPUs on Google Colab, CARC cluster, all over one CPU run: the study's CPU run, platform not stated)'; a
+    ratio over a CPU that is not the GPU's own machine's names that CPU."""
     parts = []
     for (source, machine), g in gpus.groupby(["source", "machine"], sort=False):
         same = g[g["same_machine"].astype(bool)]
         if not same.empty:
-            items = ", ".join(f"{_who(r)} {_x(r['x_own_cpu'])}" for _, r in same.iterrows())
-            parts.append(f"{items} ({SOURCE_WORDS[source]}, {machine})")
+            items = ", ".join(f"{_who(r)} {num.ratio(r['x_own_cpu'])}" for _, r in same.iterrows())
+            parts.append(f"{items} ({SOURCE_WORDS[source]}, {machine}: over its own machine's CPU)")
     other = gpus[~gpus["same_machine"].astype(bool)]
     for (source, cpu_machine), g in other.groupby(["source", "cpu_machine"], sort=False):
-        items = ", ".join(f"{_who(r)} {_x(r['x_own_cpu'])}" for _, r in g.iterrows())
+        items = ", ".join(f"{_who(r)} {num.ratio(r['x_own_cpu'])}" for _, r in g.iterrows())
         where = ", ".join(dict.fromkeys(g["machine"]))
-        over = "all over one CPU on another machine" if len(g) > 1 else "over a CPU on another machine"
+        over = "all over one CPU run" if len(g) > 1 else "over a CPU run"
         parts.append(f"{items} ({SOURCE_WORDS[source]}: GPUs on {where}, {over}: {cpu_machine})")
     return "; ".join(parts)
 
 
 def headline_sentence(entries: pd.DataFrame, epochs: int | None) -> str:
-    """The answer in words: like for like first (each GPU over its own machine's CPU, the fastest), then
+    """The answer in words: like for like first (each GPU over a CPU, its own machine's where the records
+    have one, else the study's CPU run; the fastest), then
     the fastest setting of all, then what the user's own records lack."""
     if entries.empty or epochs is None:
         return ("**No like-for-like figure to show:** no run of the " + link() + " on the DataLoader path in these "
@@ -270,23 +264,24 @@ def headline_sentence(entries: pd.DataFrame, epochs: int | None) -> str:
     if gpus.empty:
         text += "no GPU has a CPU run of its own machine to compare with"
     else:
-        text += "a GPU is this much faster than its own machine's CPU: " + _like_text(gpus)
+        text += "each GPU is this much faster than a CPU doing the same: " + _like_text(gpus)
     any_gpu = like[like["device"] != "CPU"]
     if not any_gpu.empty:
         tied = tied_with_fastest(any_gpu["seconds"])
         if len(tied) > 1:
             text += ". Fastest like for like, tied within run-to-run noise (under " + f"{TIED_WITHIN:.0%}): " + ", ".join(
-                f"{_who(r)} ({SOURCE_WORDS[r['source']]}, {_s(r['seconds'])})" for _, r in any_gpu.loc[tied.index].iterrows())
+                f"{_who(r)} ({SOURCE_WORDS[r['source']]}, {num.seconds(r['seconds'])})" for _, r in any_gpu.loc[tied.index].iterrows())
         else:
             top = any_gpu.loc[any_gpu["seconds"].idxmin()]
-            text += f". The fastest like for like is the {_who(top)} ({SOURCE_WORDS[top['source']]}, {_s(top['seconds'])})"
+            text += f". The fastest like for like is the {_who(top)} ({SOURCE_WORDS[top['source']]}, {num.seconds(top['seconds'])})"
     fast = entries[(entries["panel"] == FAST) & (entries["device"] != "CPU")]
     if not fast.empty:
         top = fast.loc[fast["seconds"].idxmin()]
         text += (f"; **at its fastest setting**, the {top['device']} ({SOURCE_WORDS[top['source']]}) takes "
-                 f"{_s(top['seconds'])}")
+                 f"{num.seconds(top['seconds'])}")
         if pd.notna(top["x_own_cpu"]):
-            text += f", {_x(top['x_own_cpu'])} its own CPU at that CPU's fastest"
+            whose = "its own machine's CPU" if bool(top["same_machine"]) else top["cpu_machine"]
+            text += f", {num.ratio(top['x_own_cpu'])} {whose} at that CPU's fastest"
     text += "."
     mine = entries[(entries["source"] == MEASURED) & (entries["panel"] == LIKE)]
     if not mine.empty and not (mine["state"] == "measured").any():

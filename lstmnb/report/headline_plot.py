@@ -1,6 +1,7 @@
 """The first screen's figure (``headline.Headline``): one row per device on one log axis of seconds,
 grouped by source and machine; top panel like for like, bottom panel each device's fastest setting;
-each device's speedup over its own machine's CPU printed in a column beside the axis."""
+each device's speedup over a CPU (its own machine's; a published GPU's, the study's CPU run) printed in a
+column beside the axis."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import textwrap
 
 import pandas as pd
 
+from . import numbers as num
 from .headline import FAST, LIKE, Headline
 from .style import draw_groups, marker_kwargs, plain_log_x, row_positions, source_handles, value_span
 
@@ -21,11 +23,11 @@ def _speedup_text(r: pd.Series) -> str:
     if pd.isna(r["x_own_cpu"]):
         return "no CPU run on this machine"
     note = r["note"] if isinstance(r["note"], str) else ""
-    text = f"{r['x_own_cpu']:.3g}x{note}"
+    text = f"{num.ratio(r['x_own_cpu'])}{note}"
     if not r["same_machine"]:
-        text += f" over the CPU on {r['cpu_machine']}"
+        text += f" over {r['cpu_machine']}"
     elif r["panel"] == FAST:
-        text += f" (CPU's fastest: {r['cpu_seconds']:.3g} s)"
+        text += f" (CPU's fastest: {num.seconds(r['cpu_seconds'])})"
     return text
 
 
@@ -63,7 +65,7 @@ def plot_headline(h: Headline):
         for y, (_, r) in zip(ys, e.iterrows()):
             if r["state"] == "measured":
                 ax.scatter([r["seconds"]], [y], **marker_kwargs(r["source"], 52))
-                text = f"{r['seconds']:.3g} s"
+                text = num.seconds(r["seconds"])
                 if r["panel"] == FAST:  # the setting can be long: wrapped, on the side of the point with more room
                     text = textwrap.fill(f"{text} ({r['setting'].replace(' · ', ', ')})", 75)
                 right_half = math.log(r["seconds"] / low) > 0.5 * math.log(high / low)
@@ -77,7 +79,7 @@ def plot_headline(h: Headline):
             ax.text(1.01, y, _speedup_text(r), transform=ax.get_yaxis_transform(), va="center", fontsize=8.5,
                     fontweight="bold" if r["state"] == "measured" and r["device"] != "CPU" else "normal")
         ax.set_yticks(ys, [_label(r) for _, r in e.iterrows()], fontsize=8)
-    axes[0, 0].text(1.01, 1.0, "x faster than its own\nmachine's CPU", transform=axes[0, 0].transAxes, va="bottom",
+    axes[0, 0].text(1.01, 1.0, "x faster than a CPU\n(its own machine's)", transform=axes[0, 0].transAxes, va="bottom",
                     fontsize=8.5, color="0.25")
     plain_log_x(axes[-1, 0], low, high)
     axes[-1, 0].set_xlabel("training seconds, total for the epochs (log scale; left is faster)")

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from .devices import column, order_devices, with_device_labels
-from .published import MEASURED, PUBLISHED, REFERENCE, SOURCES, published_provenance
+from .published import MEASURED, PUBLISHED, REFERENCE, SOURCE_WORDS, SOURCES, published_provenance
 
 REFERENCE_PACKAGE = "reference_records"
 
@@ -130,7 +130,11 @@ def provenance_table(records: pd.DataFrame | None = None, reference: pd.DataFram
     parts = []
     for df, source in ((records, MEASURED), (reference, REFERENCE)):
         if df is not None and not df.empty:
-            parts.append(machines_table(df, source))
+            part = machines_table(df, source)
+            # a column whose every record was skipped measured nothing: its source cell says so
+            none = part["ok"].astype(int).eq(0) & part["skipped"].astype(int).eq(part["records"].astype(int))
+            part.loc[none, "source"] = f"{SOURCE_WORDS[source]}: all skipped, nothing measured"
+            parts.append(part)
     if published is not None:
         pub = published_provenance(published)
         pub.index = [column_label(PUBLISHED, d) for d in pub["device"]]

@@ -8,6 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from . import numbers as num
+from .compare import compared_runs
 from .devices import column as _column
 from .devices import ok_single_runs, order_devices, with_device_labels
 from .provenance import with_columns
@@ -123,26 +125,28 @@ def speedup_table(table: pd.DataFrame, baseline: str = "CPU") -> pd.DataFrame:
 
 
 def rmse_by_device(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
-    """Test RMSE (K) of the model per device column (device on a machine; median over its runs) beside
-    persistence and climatology."""
-    runs = ok_single_runs(df, experiment)
-    cols = {"metrics.test_rmse_k": "model RMSE (K)", "metrics.persistence_rmse_k": "persistence RMSE (K)",
-            "metrics.climatology_rmse_k": "climatology RMSE (K)"}
-    if runs.empty or "metrics.test_rmse_k" not in runs:
+    """Test RMSE (K) of the model beside persistence and climatology, one row per device column (device on
+    a machine), problem, setting and epochs count: the medians of ``compare.MEDIAN_RULE``, so a one-epoch
+    run never blurs a five-epoch one and each RMSE is the one the findings show for that row."""
+    runs = compared_runs(df)
+    if not runs.empty and experiment is not None:
+        runs = runs[runs["experiment"] == experiment]
+    if runs.empty or runs["test_rmse_k"].isna().all():
         return pd.DataFrame()
-    runs = with_columns(runs)
-    present = [c for c in cols if c in runs]
-    table = runs.groupby("column", sort=False)[present].median().rename(columns=cols)
-    table.insert(0, "runs", runs.groupby("column", sort=False).size())
-    device = runs.drop_duplicates("column").set_index("column")["device_label"]
-    rank = {d: i for i, d in enumerate(order_devices(device))}
-    table = table.loc[sorted(table.index, key=lambda c: (rank[device[c]], c))]
-    if "persistence RMSE (K)" in table:
-        table["beats persistence"] = table["model RMSE (K)"] < table["persistence RMSE (K)"]
-    if "climatology RMSE (K)" in table:
-        table["beats climatology"] = table["model RMSE (K)"] < table["climatology RMSE (K)"]
-    table.index.name = "device column"
-    return table
+    cols = {"test_rmse_k": "model RMSE (K)", "persistence_rmse_k": "persistence RMSE (K)",
+            "climatology_rmse_k": "climatology RMSE (K)"}
+    keys = ["column", "problem", "setting", "epochs"]
+    groups = runs.groupby(keys, sort=False)
+    table = groups[list(cols)].median().rename(columns=cols)
+    table.insert(0, "runs", groups.size())
+    rank = {d: i for i, d in enumerate(order_devices(runs["device"]))}
+    device = runs.drop_duplicates("column").set_index("column")["device"]
+    table = table.loc[sorted(table.index, key=lambda k: (rank[device[k[0]]], k[0], k[1], k[2], k[3]))]
+    for base in ("persistence", "climatology"):
+        known = table[f"{base} RMSE (K)"].notna()
+        table[f"beats {base}"] = (table["model RMSE (K)"] < table[f"{base} RMSE (K)"]).where(known, None)
+    table.index.names = ["device column", "problem", "setting", "epochs"]
+    return table.dropna(axis=1, how="all")
 
 
 def loss_curves(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
@@ -196,7 +200,7 @@ def epochs_tables(rows: pd.DataFrame, notes: dict[str, str] | None = None) -> li
         order = g.drop_duplicates("column").sort_values(
             "device", key=lambda d: d.map(rank)).sort_values("source", key=lambda s: s.map(SOURCES.index), kind="stable")
         table = table[list(order["column"])].rename(columns=label).sort_index()
-        table = table.map(lambda v: "—" if v != v else f"{v:.3g}")  # as the charts and sentences write seconds
+        table = table.map(lambda v: "—" if v != v else num.figure(v))  # as the charts and sentences write seconds
         table.index.name, table.columns.name = "epochs", None
         path = setting.split(" · ", 1)[1]
         out.append((f"{problem}, published setting, {path} path: training seconds", table,
