@@ -72,7 +72,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3, help="runs of each setting per scenario, alternated")
     ap.add_argument("--epochs", type=int, default=3, help="epochs per run (the first is warm-up)")
-    ap.add_argument("--end", default="2020-02-29", help="last day of the sample series (from 2020-01-01)")
+    ap.add_argument("--end", default="2020-02-29", help="last day of the series (the study's data, from 2020-01-01)")
     ap.add_argument("--job-s", type=float, default=20.0, help="seconds the job before each 'after a job' pair runs")
     ap.add_argument("--tiny", action="store_true", help="10 days, one repeat of 2 epochs, a 1 s job (CI: the script "
                                                         "runs and prints its tables)")

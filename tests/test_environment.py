@@ -101,8 +101,14 @@ def _disagreements(pyproject: str, environment: str) -> dict[str, tuple]:
 
     meta = tomllib.loads(pyproject)["project"]
     extras = meta["optional-dependencies"]
-    wanted = dict(_name_and_bound(r, conda=False) for r in meta["dependencies"] + extras["cloud"] + extras["test"]
-                  if not r.startswith("lstmnb"))
+
+    def expanded(reqs: list[str]) -> list[str]:  # 'lstmnb[site]' is the site extra's packages
+        out = []
+        for r in reqs:
+            out += expanded(extras[r.split("[")[1].rstrip("]")]) if r.startswith("lstmnb[") else [r]
+        return out
+
+    wanted = dict(_name_and_bound(r, conda=False) for r in expanded(meta["dependencies"] + extras["cloud"] + extras["test"]))
     have = _environment_yml(environment)
     out = {n: (b, have.get(n, "absent")) for n, b in wanted.items() if have.get(n, "absent") != b}
     out.update({n: ("absent", have[n]) for n in set(have) - set(wanted) - ENVIRONMENT_ONLY})

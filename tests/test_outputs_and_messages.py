@@ -4,6 +4,8 @@ across 0, a read-only cache, a results file with broken lines in one line)."""
 
 from __future__ import annotations
 
+import argparse
+
 import json
 import os
 from pathlib import Path
@@ -41,6 +43,29 @@ def test_a_southern_point_reaches_the_store_check(capsys, sample_store_path):
                      "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "point (-33, 151) is outside this store's grid (latitude 19..41" in err
+
+
+def _long_options(parser, path: list[str]) -> set[str]:
+    for name in path:  # down the sub-commands
+        (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        parser = sub.choices[name]
+    return {o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+
+
+@pytest.mark.parametrize("path, offered, not_offered", [
+    (["train"], {"--checkpoint", "--overwrite-checkpoint", "--nproc", "--bucket-cap-mb"}, set()),
+    (["bench", "scaling"], {"--bucket-cap-mb", "--static-graph"}, {"--checkpoint", "--overwrite-checkpoint"}),
+    (["skill"], set(), {"--overwrite-checkpoint", "--resume", "--bucket-cap-mb", "--static-graph", "--nproc"}),
+    (["bench", "size"], set(), {"--overwrite-checkpoint", "--bucket-cap-mb", "--uneven-shards"}),
+    (["bench", "batch-sweep"], set(), {"--overwrite-checkpoint", "--dist-timeout-s", "--grad-as-bucket-view"}),
+    (["region", "skill"], set(), {"--overwrite-checkpoint", "--bucket-cap-mb"}),
+])
+def test_a_sub_command_offers_only_the_options_it_acts_on(path, offered, not_offered):
+    """A study of many single-device runs has no checkpoint of one run and starts no DDP ranks: options for
+    those would be accepted and do nothing."""
+    options = _long_options(cli.build_parser(path[0]), path)
+    assert offered <= options and not (not_offered & options), (offered - options, not_offered & options)
+    assert "--epochs" in options
 
 
 def test_joining_leaves_other_arguments_alone():

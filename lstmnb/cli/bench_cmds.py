@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from .checks import check_plot, check_profile_name, check_records_args, check_results, check_split_dates, positive
-from .options import (add_records_args, add_request_args, add_results_args, add_train_args, byte_size, int_list,
-                      read_runs, request_from_args, results_path, save_plot, train_config_from_args)
+from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
+                      add_train_args, byte_size, int_list, read_runs, request_from_args, results_path, save_plot,
+                      train_config_from_args)
 
 
 def _check_training_bench(args, cfg=None, device: bool = True) -> None:
@@ -26,8 +27,9 @@ def _check_training_bench(args, cfg=None, device: bool = True) -> None:
 
 def add_bench(sub, full: bool) -> None:
     p = sub.add_parser("bench", help="speed experiments: speed (time to accuracy, MFU), scaling, allreduce, ...",
-                       description="Experiments built from timed runs. Each prints a table and appends run "
-                                   "records; see `lstmnb bench KIND --help`.")
+                       description="Experiments built from timed runs. Each prints a table; size, scaling, allreduce "
+                                   "and batch-sweep also append their run records (speed only with "
+                                   "--results; cost reads records). See `lstmnb bench KIND --help`.")
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND", required=True)
     for add in (_bench_speed, _bench_size, _bench_scaling, _bench_allreduce, _bench_batch_sweep, _bench_cost):
         add(kinds, full)
@@ -38,7 +40,7 @@ def _bench_speed(kinds, full: bool) -> None:
         "speed", help="time to a target validation RMSE, samples/s and model FLOPs utilisation of three settings",
         description="Trains the published setting (DataLoader, batch 128, two layers), the same model and batch on the fast "
                     "path, and the recommended fast setting, alternating them over repeats, and prints medians: "
-                    "samples/s, seconds per epoch, seconds to a target validation RMSE (default 10%% below "
+                    "samples/s, seconds per epoch, seconds to a target validation RMSE (default 10% below "
                     "persistence), training FLOP/s as a fraction of this machine's measured float32 matmul rate, "
                     "and ratios against the published setting.",
     )
@@ -106,7 +108,7 @@ def _bench_scaling(kinds, full: bool) -> None:
     )
     add_request_args(p)
     if full:
-        add_train_args(p, skip=("strategy", "nproc", "checkpoint", "resume"))
+        add_train_args(p, skip=("strategy", "nproc", *CHECKPOINT_OPTIONS))
     g = p.add_argument_group("scaling")
     g.add_argument("--world-sizes", type=int_list, default=(1, 2), help="world sizes to run (default 1,2)")
     g.add_argument("--mode", choices=("strong", "weak", "both"), default="strong", help="default strong")
@@ -233,7 +235,7 @@ def _bench_batch_sweep(kinds, full: bool) -> None:
     )
     add_request_args(p)
     if full:
-        add_train_args(p, skip=("strategy", "nproc", "batch_size", "checkpoint", "resume"))
+        add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "batch_size"))
     g = p.add_argument_group("sweep")
     g.add_argument("--first-batch", type=int, default=32, help="first batch size (default 32)")
     g.add_argument("--factor", type=int, default=4, help="growth per point (default 4)")
@@ -316,7 +318,7 @@ def _bench_size(kinds, full: bool) -> None:
     )
     add_request_args(p)
     if full:
-        add_train_args(p, skip=("strategy", "nproc", "checkpoint", "resume", "input_path", "device", "cuda_graph"))
+        add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "input_path", "device", "cuda_graph"))
     g = p.add_argument_group("size")
     g.add_argument("--points", dest="size_points", type=int_list, default=(2, 8, 32, 128, 512),
                    help="grid-point counts (default 2,8,32,128,512)")

@@ -138,6 +138,13 @@ def option_help(f) -> str:
     return f.metadata.get("help", "") + f" (default: {f.default}{extra})"
 
 
+# TrainConfig fields that only some sub-commands act on: the others leave them out (``skip``) rather than
+# offer options that would do nothing
+CHECKPOINT_OPTIONS = ("checkpoint", "resume", "overwrite_checkpoint")  # one training run's checkpoint
+DDP_OPTIONS = ("bucket_cap_mb", "grad_as_bucket_view", "static_graph", "uneven_shards", "dist_timeout_s")
+PARALLEL_OPTIONS = ("strategy", "nproc", *DDP_OPTIONS)  # single-device studies run one process
+
+
 def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     """One option per TrainConfig field, typed from its annotation (`--batch-size 256`, `--no-progress`),
     with the field's help text. An option not given keeps the value of ``--preset`` (default: recommended).

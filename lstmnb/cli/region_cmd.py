@@ -8,14 +8,13 @@ import argparse
 from ..errors import ConfigError
 from ..region import VARIANTS
 from .checks import check_plot, check_results, positive
-from .options import (add_request_args, add_results_args, add_train_args, int_list, results_path, save_plot,
-                      str_list, train_config_from_args)
+from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args,
+                      int_list, results_path, save_plot, str_list, train_config_from_args)
 
 SKILL_BOX = "38,40,279,280"  # 9 x 5 cells of the synthetic sample (around 39N 80W)
 SCALING_BOX = "39,41,279,281"  # 9 x 9 cells
 # training options that do not apply to the region model (one device, no checkpoint, no dropout)
-_NOT_FOR_REGIONS = ("strategy", "nproc", "bucket_cap_mb", "grad_as_bucket_view", "static_graph", "uneven_shards",
-                    "dist_timeout_s", "checkpoint", "resume", "experiment", "dropout")
+_NOT_FOR_REGIONS = (*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "experiment", "dropout")
 
 
 def add_region(sub, full: bool) -> None:

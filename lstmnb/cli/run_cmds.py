@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from .checks import check_plot, check_profile_name, check_records_args, check_results, check_split_dates
-from .options import (add_records_args, add_request_args, add_results_args, add_train_args, int_list, read_runs,
-                      request_from_args, results_path, save_plot, train_config_from_args)
+from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
+                      add_train_args, int_list, read_runs, request_from_args, results_path, save_plot,
+                      train_config_from_args)
 from .notebooks_cmd import print_series
 
 
@@ -218,8 +219,8 @@ def add_quickstart(sub, full: bool) -> None:
         description="Train and evaluate the default forecaster on the study's real ERA5 on CPU (the recommended "
                     "setting: residual LSTM, batch 256, Adam 4e-3, early stopping on validation), print the "
                     "results beside persistence and climatology, then run the notebook series with a quick CPU "
-                    "profile and print where the HTML report is. About 11 minutes on a 2-core CPU that other "
-                    "jobs keep busy (README: the quick profile, per notebook), less on an idle one.",
+                    "profile and print where the HTML report is. About 6 minutes on 2 CPU cores, up to twice "
+                    "that while other jobs keep them busy (README: the quick profile, per notebook).",
     )
     p.add_argument("--profile", default="quick", help="profile for the notebook series (default: quick)")
     p.add_argument("--epochs", type=int, default=None, help="epoch cap of the default run (default: the preset's, 30; "
@@ -273,7 +274,7 @@ def add_skill(sub, full: bool) -> None:
     )
     add_request_args(p)
     if full:
-        add_train_args(p, skip=("lead_hours", "strategy", "nproc", "checkpoint", "resume"))
+        add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "lead_hours"))
     p.add_argument("--leads", type=int_list, default=(1, 6, 24), help="lead times in hours, each once (default 1,6,24)")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="save RMSE and MSE skill score against lead per point here")
