@@ -55,7 +55,7 @@ def test_strong_scaling_one_and_two_gloo_ranks(tmp_path):
     assert split["steps"] == 5 and split["step_s"] > 0 and split["compute_s"] > 0 and split["comm_s"] >= 0
     table = report.scaling_table(records)
     one, two = table.loc[("strong", "CPU", "ddp", 1)], table.loc[("strong", "CPU", "ddp", 2)]
-    assert two["comm s"] == pytest.approx(split["comm_s"])
+    assert two["comm ms"] == pytest.approx(1e3 * split["comm_s"]) and pd.isna(one["comm ms"])  # one rank: no exchange
     # the table's epoch times are the records' own (a mix-up of world sizes fails here), and the
     # speedup is t1 / t2 of those records
     t1, t2 = (r["timing"]["epoch_s_median"] for r in records)

@@ -128,6 +128,9 @@ def test_ddp_scaling_and_allreduce_on_two_gloo_ranks(tmp_path):
     assert list(table.index) == [("strong", 1), ("strong", 2), ("weak", 1), ("weak", 2)]
     assert list(table["global batch"]) == [32, 32, 32, 64] and (table["input path"] == "fast").all()
     assert table["flag"].str.contains("only 1 repeat").all()
+    one = table[table.index.get_level_values("ranks") == 1]  # one rank exchanges nothing: no comm figure
+    assert one["comm ms"].isna().all() and one["comm %"].isna().all() and (one["step ms"] > 0).all()
+    assert np.isfinite(table.loc[("strong", 2), "comm ms"])
     strong = table.xs("strong", level=0)
     if np.isfinite(strong.loc[2, "speedup"]):
         assert strong.loc[2, "speedup"] == pytest.approx(strong.loc[1, "epoch s"] / strong.loc[2, "epoch s"])
@@ -143,12 +146,36 @@ def test_ddp_scaling_and_allreduce_on_two_gloo_ranks(tmp_path):
     assert "Strong scaling to 2 ranks" in text and "Weak scaling to 2 ranks" in text and "all-reduce" in text
 
 
+def test_a_flagged_all_reduce_row_is_read_as_rough():
+    ar = pd.DataFrame({"bytes": [1024, 201988], "time us": [1581.0, 564.0], "busbw GB/s": [0.0006, 0.358],
+                       "gradients of one step": [False, True], "flag": ["", "repeats differ 560%"]},
+                      index=pd.Index(["1 KiB", "197.3 KiB"], name="size"))
+    text = lessons.what_05_showed(pd.DataFrame(), ar)
+    assert "One step's gradients (197.3 KiB) took 564 µs" in text
+    assert "Flagged: repeats differ 560%; read these times as rough." in text
+    ar["flag"] = ""
+    assert "Flagged" not in lessons.what_05_showed(pd.DataFrame(), ar)
+
+
 def test_step_sentence_follows_the_numbers():
     table = pd.DataFrame({"step ms": [1.0, 1.04, 1.16, 3.56]}, index=pd.Index([1, 4, 16, 256], name="batch"))
     fit = lessons.fixed_step_cost(table)
-    assert fit["per_sample_us"] == pytest.approx(10.0) and fit["fixed_ms"] == pytest.approx(0.99)
+    slope = (3.56 - 1.0) / 255  # ms per sample, smallest batch to the fastest per sample (256)
+    assert fit["per_sample_us"] == pytest.approx(slope * 1e3) and fit["fixed_ms"] == pytest.approx(1.0 - slope)
     text = lessons.step_sentence(table, fit)
     assert "about 0.99 ms whatever its batch" in text and "equal near batch 99" in text
+    assert "costs more again" not in text  # the largest batch is the fastest per sample
+
+
+def test_a_batch_past_the_fastest_per_sample_does_not_set_the_per_sample_cost():
+    """04's CPU run of 2026-11-25: batch 1024 ran at 64 GFLOP/s against 99 at 256; a slope through it put the
+    crossing near batch 11 instead of 22."""
+    table = pd.DataFrame({"step ms": [1.55, 1.85, 2.96, 6.04, 18.76, 115.0]},
+                         index=pd.Index([1, 4, 16, 64, 256, 1024], name="batch"))
+    fit = lessons.fixed_step_cost(table)
+    assert fit["best_batch"] == 256 and fit["per_sample_us"] == pytest.approx((18.76 - 1.55) / 255 * 1e3)
+    text = lessons.step_sentence(table, fit)
+    assert "equal near batch 22" in text and "Above batch 256 a sample costs more again" in text
 
 
 def test_flag_lines_name_each_flagged_row():

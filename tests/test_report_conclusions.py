@@ -29,6 +29,9 @@ def test_model_conclusion_quotes_the_record(runs):
     assert f"{m['test_rmse_k']:.2f} K RMSE" in text and f"persistence ({m['persistence_rmse_k']:.2f} K)" in text
     assert f"it {'beats' if m['test_rmse_k'] < m['persistence_rmse_k'] else 'does not beat'} persistence (" in text
     assert f"{m['mse_skill_vs_persistence']:.2f} against persistence" in text
+    t = record["timing"]  # the seconds said are the record's, the validation passes named apart
+    assert (f"in {t['train_s']:.1f} s of training steps ({t['train_s'] + t['eval_s']:.1f} s with the validation "
+            "passes)") in text
     failed = {**record, "status": "failed", "reason": "out of memory", "metrics": {}}
     assert "did not finish (failed: out of memory)" in report.model_conclusion(failed)
 
@@ -75,3 +78,9 @@ def test_scratch_and_region_conclusions_read_their_tables():
     assert "`dense` against the point model: MSE skill score -0.30 (not better" in text
     assert "`none`" not in text and "`persistence`" not in text
     assert "`tiles` on 2 ranks: 1.60x" in text and "1 sharding case(s) print no speed-up (one process of 2 threads)" in text
+    assert "still improving" not in text and "synthetic" not in text
+    capped = skill.assign(epochs=[2, 2, 2, None], best_epoch=[2, 2, 2, None])
+    text = report.region_conclusion(capped, None, None, data_kind="synthetic")
+    assert "MSE skill score 0.12 (better on this synthetic area and period)" in text
+    assert "Every model was still improving at its last epoch (the cap of 2)" in text
+    assert "still improving" not in report.region_conclusion(capped.assign(best_epoch=[2, 1, 2, None]))

@@ -168,7 +168,11 @@ def skill_table(maps: xr.Dataset, records: dict[str, dict[str, Any]] | None = No
         if rec is not None:
             row.update(k=rec["region"]["neighbours"], epochs=rec["metrics"]["epochs_run"], best_epoch=_best_epoch(rec))
         rows.append(row)
-    return pd.DataFrame(rows).set_index("forecast")
+    table = pd.DataFrame(rows).set_index("forecast")
+    for name in ("k", "epochs", "best_epoch"):  # counts, blank for the baselines: whole numbers, not 8.0
+        if name in table:
+            table[name] = table[name].astype("Int64")
+    return table
 
 
 def _best_epoch(rec: dict[str, Any]) -> int | None:

@@ -56,8 +56,8 @@ def plot_scaling(table: pd.DataFrame):
             bar.set_alpha(0.6)
     ax1.set(ylabel="s per epoch (median)", title="an epoch on 1 and on N ranks (hatched: flagged)")
     ax2.bar(names, rows["compute ms"], color="C0", label="compute (under no_sync)")
-    ax2.bar(names, rows["comm ms"].clip(lower=0), bottom=rows["compute ms"], color="C3",
-            label="all-reduce not hidden")
+    ax2.bar(names, rows["comm ms"].clip(lower=0).fillna(0), bottom=rows["compute ms"], color="C3",
+            label="all-reduce not hidden (none on one rank)")
     ax2.set(ylabel="ms per step (median)", title="one step: compute and communication")
     ax2.legend(fontsize=8)
     for ax in (ax1, ax2):

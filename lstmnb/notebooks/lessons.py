@@ -93,18 +93,21 @@ def step_time_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 def fixed_step_cost(table: pd.DataFrame) -> dict[str, float]:
     """Split a step's median time into a part every step pays whatever its batch (Python, operator
-    dispatch; on a GPU the kernel launches) and a part per sample: ``per_sample_us`` is the slope between
-    the two largest batches (where the arithmetic dominates), ``fixed_ms`` what is left of the smallest
-    batch's step after its samples' share (0 at least), ``fixed_share_smallest`` that part's share of the
-    smallest batch's step. Needs two batch sizes or more."""
+    dispatch; on a GPU the kernel launches) and a part per sample: ``per_sample_us`` is the slope from the
+    smallest batch to ``best_batch``, the batch of the highest throughput (samples per ms: where the
+    arithmetic runs fastest; a larger batch whose time per sample rises again, its data outgrowing the
+    caches, does not set it), ``fixed_ms`` what is left of the smallest batch's step after its samples'
+    share (0 at least), ``fixed_share_smallest`` that part's share of the smallest batch's step. Needs two
+    batch sizes or more."""
     table = table.sort_index()
     b = np.asarray(table.index, dtype=float)
     t = np.asarray(table["step ms"], dtype=float)
     if len(b) < 2:
         raise ConfigError("a fixed step cost needs step times at two batch sizes or more")
-    slope = max(0.0, (t[-1] - t[-2]) / (b[-1] - b[-2]))
+    best = int(np.argmax(b[1:] / t[1:])) + 1  # the fastest per sample among the batches above the smallest
+    slope = max(0.0, (t[best] - t[0]) / (b[best] - b[0]))
     fixed = max(0.0, t[0] - slope * b[0])
-    return {"fixed_ms": float(fixed), "per_sample_us": float(slope) * 1e3,
+    return {"fixed_ms": float(fixed), "per_sample_us": float(slope) * 1e3, "best_batch": int(b[best]),
             "fixed_share_smallest": float(fixed / t[0]) if t[0] > 0 else float("nan")}
 
 
@@ -120,7 +123,10 @@ def step_sentence(table: pd.DataFrame, fit: dict[str, float]) -> str:
             f"overhead-bound (time nearly flat, few useful FLOP/s), above it arithmetic-bound (time grows in "
             f"proportion to the batch). A device with far more arithmetic per second, "
             f"a GPU, shrinks the per-sample part but not the fixed one, so for a small model it moves that "
-            f"crossing to batches of thousands: the reference H100 below is overhead-bound up to about 4096.")
+            f"crossing to batches of thousands: the reference H100 below is overhead-bound up to about 4096."
+            + (f" Above batch {fit['best_batch']:,} a sample costs more again (on a CPU most likely its data outgrowing the caches), so "
+               f"the per-sample figure is taken up to that batch." if fit.get("best_batch", 0) < table.index.max()
+               else ""))
 
 
 def _graph_used(r: pd.Series) -> bool:
@@ -220,7 +226,7 @@ def ddp_scaling(windows, data_info: dict[str, Any] | None, cfg, *, ranks: int = 
 
 def allreduce_sweeps(cfg, *, ranks: int = 2, max_bytes: int = 4 * 2**20, budget_s: float = 0.05,
                      repeats: int = 3, n_features: int = 1) -> list[dict[str, Any]]:
-    """``repeats`` all-reduce bandwidth sweeps (``experiments.allreduce``: 1 KB to ``max_bytes`` by x4 and
+    """``repeats`` all-reduce bandwidth sweeps (``experiments.allreduce``: 1 KiB to ``max_bytes`` by x4 and
     the model's gradient size) over ``ranks`` ranks, each with the cores others kept busy meanwhile."""
     from ..experiments.allreduce import AllreduceConfig, allreduce
 
@@ -314,6 +320,7 @@ def what_05_showed(scaling_table: pd.DataFrame, allreduce_table: pd.DataFrame) -
                          f"({allreduce_table.index[allreduce_table['bytes'].argmin()]}) took "
                          f"{_fmt(small['time us'], 0)} µs at {_fmt(small['busbw GB/s'], 4)} GB/s and the largest "
                          f"({allreduce_table.index[allreduce_table['bytes'].argmax()]}) {_fmt(big['time us'], 0)} µs "
-                         f"at {_fmt(big['busbw GB/s'], 3)} GB/s.")
+                         f"at {_fmt(big['busbw GB/s'], 3)} GB/s."
+                         + (f" Flagged: {g['flag']}; read these times as rough." if g["flag"] else ""))
     lines.append("- Next: `06_analysis` puts every run of the series beside the study's published table.")
     return "\n".join(lines)

@@ -42,11 +42,15 @@ def model_conclusion(record: dict[str, Any], skill: pd.DataFrame | None = None) 
                  + f", fed {cfg.get('window')} h windows.")
     if record.get("status") == "ok" and m.get("test_rmse_k") is not None:
         ran = m.get("epochs_run")
-        train_s = (record.get("timing") or {}).get("train_s")
+        timing = record.get("timing") or {}
+        train_s, eval_s = timing.get("train_s"), timing.get("eval_s")
         how = ("stopped early: validation stopped improving" if m.get("stopped_early")
                else "the cap" if ran == cfg.get("epochs") else None)
-        lines.append(f"Training ran {ran} of at most {cfg.get('epochs')} epochs"
-                     + (f" in {train_s:.1f} s" if train_s else "") + (f" ({how})" if how else "") + ".")
+        spent = ""
+        if train_s:
+            spent = f" in {train_s:.1f} s of training steps" + (f" ({train_s + eval_s:.1f} s with the validation passes)"
+                                                                 if eval_s else "")
+        lines.append(f"Training ran {ran} of at most {cfg.get('epochs')} epochs{spent}" + (f" ({how})" if how else "") + ".")
         rmse, pers, clim = m["test_rmse_k"], m.get("persistence_rmse_k"), m.get("climatology_rmse_k")
         verdict = ("beats" if pers is not None and rmse < pers else "does not beat")
         lines.append(f"On the test part its reported forecast errs by {_k(rmse)} RMSE at a {cfg.get('lead_hours', 1)} h "
@@ -162,15 +166,22 @@ def scratch_conclusion(table: pd.DataFrame) -> str:
 
 
 def region_conclusion(skill: pd.DataFrame, memory: pd.DataFrame | None = None,
-                      scaling: pd.DataFrame | None = None) -> str:
-    """08: whether neighbours beat the point model on this area, and what the memory cases measured."""
+                      scaling: pd.DataFrame | None = None, data_kind: str | None = None) -> str:
+    """08: whether neighbours beat the point model on this area (on synthetic data, said so; models still
+    improving at their epoch cap, said so), and what the memory cases measured."""
     lines = []
     col = "MSE skill score vs none"
+    where = "this synthetic area and period" if data_kind == "synthetic" else "this area and period"
     if not skill.empty and col in skill:
-        for variant, row in skill.drop(index=["none", "persistence", "climatology"], errors="ignore").iterrows():
+        models = skill.drop(index=["persistence", "climatology"], errors="ignore")
+        for variant, row in models.drop(index=["none"], errors="ignore").iterrows():
             score = row[col]
             lines.append(f"`{variant}` against the point model: MSE skill score {score:.2f} "
-                         f"({'better' if score > 0 else 'not better'} on this area and period).")
+                         f"({'better' if score > 0 else 'not better'} on {where}).")
+        if {"epochs", "best_epoch"} <= set(models) and len(models) and (models["best_epoch"] == models["epochs"]).all():
+            lines.append(f"Every model was still improving at its last epoch (the cap of {int(models['epochs'].max())}): "
+                         "a longer run may order them differently; `lstmnb region skill` runs the sizes that mean "
+                         "something.")
     if memory is not None and not memory.empty and "measured_bytes" in memory:
         done = memory.dropna(subset=["measured_bytes"])
         if not done.empty:

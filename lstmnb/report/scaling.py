@@ -20,7 +20,8 @@ SCALING_DEFINITIONS = {
             "(1.0: adding devices costs no time per step).",
     "comm": "compute vs communication: the same training steps timed with DDP's gradient all-reduce "
             "(step s) and under no_sync() (compute s); comm s = the difference, the all-reduce time the "
-            "backward pass did not hide; comm % = comm s / step s.",
+            "backward pass did not hide; comm % = comm s / step s. One rank has nothing to exchange: no comm "
+            "figure there (its step and compute times still show DDP's own bookkeeping).",
 }
 
 
@@ -28,7 +29,8 @@ def scaling_table(runs: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFrame:
     """One row per (mode, device, strategy, world size) of the scaling runs (records of experiment
     ``scaling-strong`` / ``scaling-weak``, from files via ``load_records`` or a list of records):
     epoch time, throughput, speedup and efficiency as ``SCALING_DEFINITIONS`` states them (medians
-    over repeats), and the measured compute/communication split per step where it was measured."""
+    over repeats), and the measured compute/communication split per step in ms where it was measured (no
+    communication on one device)."""
     df = runs if isinstance(runs, pd.DataFrame) else pd.json_normalize(runs, max_level=2)
     if df.empty or "world_size" not in df:
         return pd.DataFrame()
@@ -43,9 +45,11 @@ def scaling_table(runs: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFrame:
         "strategy": _column(df, "config.strategy").fillna("ddp"), "world_size": df["world_size"].astype(int),
         "per-device batch": _column(df, "scaling.per_device_batch"), "global batch": _column(df, "scaling.global_batch"),
         "epoch s": _column(df, "timing.epoch_s_median"), "samples/s": _column(df, "timing.samples_per_s"),
-        "step s": _column(df, "parallel.comm_split.step_s"), "compute s": _column(df, "parallel.comm_split.compute_s"),
-        "comm s": _column(df, "parallel.comm_split.comm_s"), "comm %": 100 * comm,
+        "step ms": 1e3 * _column(df, "parallel.comm_split.step_s").astype(float),
+        "compute ms": 1e3 * _column(df, "parallel.comm_split.compute_s").astype(float),
+        "comm ms": 1e3 * _column(df, "parallel.comm_split.comm_s").astype(float), "comm %": 100 * comm,
     }, index=df.index)
+    frame.loc[frame["world_size"] == 1, ["comm ms", "comm %"]] = float("nan")  # one device exchanges nothing
     keys = ["mode", "device", "strategy", "world_size"]
     table = frame.groupby(keys, sort=False).median(numeric_only=True).reset_index()
     out = []
@@ -64,8 +68,11 @@ def scaling_table(runs: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFrame:
         g["efficiency"] = g["speedup"] / g["world_size"]
         out.append(g)
     cols = keys + ["per-device batch", "global batch", "epoch s", "samples/s", "speedup", "efficiency",
-                   "step s", "compute s", "comm s", "comm %"]
-    return pd.concat(out)[cols].set_index(keys).sort_index()
+                   "step ms", "compute ms", "comm ms", "comm %"]
+    table = pd.concat(out)[cols]
+    for name in ("per-device batch", "global batch", "samples/s"):  # counts and a rate: whole numbers
+        table[name] = table[name].round().astype("Int64")
+    return table.set_index(keys).sort_index()
 
 
 def convergence_table(records: list[dict[str, Any]]) -> pd.DataFrame:
@@ -102,8 +109,8 @@ def allreduce_table(rows: list[dict[str, Any]], gradient_bytes: int | None = Non
 
 
 def _human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
+    for unit in ("B", "KiB", "MiB", "GiB"):  # powers of 1024: IEC units
+        if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if n == int(n) else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"  # pragma: no cover
@@ -159,6 +166,7 @@ def scaling_repeat_table(records: list[dict[str, Any]]) -> pd.DataFrame:
         return pd.DataFrame()
     keys = ["mode", "ranks", "input path", "per-rank batch", "global batch"]
     table = median_of_repeats(rows, keys, "epoch s").reset_index()
+    table.loc[table["ranks"] == 1, "comm ms"] = float("nan")  # one rank: nothing to exchange, the rest is noise
     table["comm %"] = 100 * table["comm ms"] / table["step ms"]
     table["speedup"] = table["efficiency"] = float("nan")
     table["note"] = ""
