@@ -3,7 +3,8 @@ sample store's CRC32 file list (checked the first time a process uses the store)
 
 Checkpoints: the same state written and read as lstmnb did before checksums (``torch.save`` to a
 temporary renamed into place, ``torch.load``) and with ``save_checkpoint``/``read_checkpoint`` (the
-same file, plus its SHA-256 written beside it in ``<path>.sha256`` and checked on read), alternated, medians of the repeats, for the default model and a larger one.
+same file, plus its SHA-256 written beside it in ``<path>.sha256`` and checked on read), alternated,
+medians of the repeats, for the default model and a larger one.
 Sample store (the synthetic one: the biggest store lstmnb builds): the sizes of all its files against their
 sizes and CRC32s, alternated. Run it where the sample store is built (it is built first if not):
 

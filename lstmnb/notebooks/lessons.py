@@ -124,8 +124,8 @@ def step_sentence(table: pd.DataFrame, fit: dict[str, float]) -> str:
             f"proportion to the batch). A device with far more arithmetic per second, "
             f"a GPU, shrinks the per-sample part but not the fixed one, so for a small model it moves that "
             f"crossing to batches of thousands: the reference H100 below is overhead-bound up to about 4096."
-            + (f" Above batch {fit['best_batch']:,} a sample costs more again (on a CPU most likely its data outgrowing the caches), so "
-               f"the per-sample figure is taken up to that batch." if fit.get("best_batch", 0) < table.index.max()
+            + (f" Above batch {fit['best_batch']:,} a sample costs more again (on a CPU most likely its data "
+               f"outgrowing the caches), so the per-sample figure is taken up to that batch." if fit.get("best_batch", 0) < table.index.max()
                else ""))
 
 

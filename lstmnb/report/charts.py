@@ -1,7 +1,7 @@
 """The comparison across machines in pictures: training seconds and samples/s of every device column and
 setting on one shared log axis (rows grouped and labelled by problem; the source shown by the report's
-one marker per source), and each device's speedup over a CPU, its own machine's or the study's CPU run (bars from 1 on a linear
-axis, grouped by machine).
+one marker per source), and each device's speedup over a CPU, its own machine's or the study's CPU run
+(bars from 1 on a linear axis, grouped by machine).
 
 Each chart has a data function (``seconds_chart``, ``samples_chart``, ``speedup_chart``) that says
 whether there is anything to compare; a chart is drawn only from data that compares something, and
