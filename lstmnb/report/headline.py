@@ -1,8 +1,8 @@
 """The answer a reader sees first: for every device found (measured here, lstmnb's reference records,
 published), its 15-epoch training time at the published setting on the DataLoader path (like for
 like), with its speedup over a CPU (its own machine's; a published GPU's, the study's CPU run); then
-each device's fastest setting. One sentence
-says the same in words, the like-for-like ratio first; ``headline_plot`` draws it.
+each device's fastest setting. One sentence says the same in words, the like-for-like ratio first;
+``headline_plot`` draws it.
 
 Devices whose records hold no like-for-like run, or only skipped runs, are listed as such (never as a
 measured figure). A ratio across machines appears only for a published GPU whose machine had no CPU
