@@ -30,6 +30,8 @@ def test_repeats_alternate_and_become_one_median_row(runs):
         assert row["threads"] == "/".join(map(str, sorted({r["threads"]["used"] for r in runs
                                                            if r["config"]["epochs"] == epochs})))
         assert isinstance(row["samples/s"], int) and row["samples/s"] % 10 == 0  # rounded, not 18519.9129
+        rmse = sorted(r["metrics"]["test_rmse_k"] for r in runs if r["config"]["epochs"] == epochs)
+        assert row["test RMSE K"] == round(rmse[1], 3)  # what those seconds bought
     assert "median of its repeats (3 run(s), alternated" in report.timing_note(table)
 
 

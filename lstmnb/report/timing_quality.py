@@ -44,7 +44,8 @@ def busy_while_running(record: dict[str, Any]) -> str | None:
 
 def timing_rows(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """One row per (setting, input path, batch, epochs) of finished runs: the median training seconds
-    over its repeats, their spread, the threads the repeats used, the median samples/s (rounded), and
+    over its repeats, their spread, the threads the repeats used, the median samples/s (rounded), the
+    median test RMSE in kelvin (what those seconds bought: settings differ in accuracy per epoch), and
     ``check``: why the row's figure is marked (repeats that disagree, cores kept busy by others), empty
     when none."""
     rows = []
@@ -54,10 +55,11 @@ def timing_rows(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
         rows.append({"setting": _setting(r), "input": _value(r, "config", "input_path"),
                      "batch": _value(r, "config", "batch_size"), "epochs": _value(r, "config", "epochs"),
                      "seconds": _value(r, "timing", "train_s"), "samples_per_s": _value(r, "timing", "samples_per_s"),
-                     "threads": _value(r, "threads", "used"), "busy": busy_while_running(r)})
+                     "threads": _value(r, "threads", "used"), "busy": busy_while_running(r),
+                     "rmse": _value(r, "metrics", "test_rmse_k")})
     if not rows:
         return pd.DataFrame(columns=["setting", "input", "batch", "epochs", "repeats", "train s (median)",
-                                     "spread", "threads", "samples/s", "check"])
+                                     "spread", "threads", "samples/s", "test RMSE K", "check"])
     runs = pd.DataFrame(rows)
     out = []
     for (setting, path, batch, epochs), g in runs.groupby(["setting", "input", "batch", "epochs"], sort=False):
@@ -74,6 +76,7 @@ def timing_rows(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
                     "spread": f"{spread:.0%}" if len(g) > 1 else "one run",
                     "threads": "/".join(map(str, threads)) or "?",
                     "samples/s": int(round(float(g["samples_per_s"].median()), -1)) if g["samples_per_s"].notna().any() else None,
+                    "test RMSE K": round(float(g["rmse"].median()), 3) if g["rmse"].notna().any() else None,
                     "check": (MARK + " " + "; ".join(why)) if why else ""})
     return pd.DataFrame(out)
 
