@@ -245,6 +245,13 @@ def test_skipped_devices_are_counted_as_skipped(page):
                                                   "not stated): CUDA skipped, not measured")
 
 
+def test_own_records_without_a_like_for_like_run_say_of_how_many_epochs(published):
+    skipped = pd.DataFrame([{"status": "skipped", "reason": "no usable CUDA GPU", "device.kind": "cuda",
+                             "device.hostname": "box", "experiment": "epochs"}])
+    sentence = report.headline(skipped, published, None).sentence
+    assert "*Your own records have no like-for-like run of 15 epochs yet*" in sentence
+
+
 def test_one_figure_reads_the_same_everywhere(page):
     """The laptop's CPU, DataLoader, 15 epochs (135 s): the same figure in every place."""
     assert entry(page["headline"], "CPU · laptop")["seconds"] == pytest.approx(135.0)

@@ -146,6 +146,11 @@ def test_a_start_failure_is_one_short_line():
     assert "\n" not in reason and len(reason) < 420
     assert reason.startswith("numba.cuda cannot start: RuntimeError: Error at driver init: CUDA driver library")
     assert "... (numpy " in reason
+    try:  # numba's driver error ends in ':' and no more: the reason does not carry a dangling ' : ('
+        raise RuntimeError("Error at driver init:\nCUDA driver library cannot be found.\n:")
+    except RuntimeError as exc:
+        reason = start_failure("numba.cuda", exc)
+    assert "cannot be found. (numpy " in reason and " : (" not in reason
 
 
 def test_quiet_launches_silences_numba_performance_warnings_only():

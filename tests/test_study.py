@@ -127,6 +127,8 @@ def test_skill_on_the_study_data_per_point_puts_both_models_on_the_same_hours(tm
     assert 0.15 < sea < 0.25  # the real sea point's 1 h persistence on 2021-01..06 (0.194 K measured)
     summary = report.study_skill_summary(table)
     assert summary.startswith("On the study's test part (2021-01..06): at 40,280,") and "of 2 forecasts" in summary
+    for _, r in table[table["MSE skill vs persistence"] <= 0].iterrows():  # each loser named, as a loser
+        assert f"{r['forecast']} at 1 h does not (MSE skill {r['MSE skill vs persistence']:.2f})" in summary
 
 
 def test_a_run_on_other_data_is_not_called_a_replication():

@@ -8,6 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from . import numbers as num
+
 NEXT = {
     "02": "Next, **03** times this training on your CPU with the study's exact setting, beside the study's CPU.",
     "03": "Next, **04** and **05** run the same training on a GPU and over several workers; **06** puts every "
@@ -150,7 +152,7 @@ def scratch_conclusion(table: pd.DataFrame) -> str:
     if ok.empty:
         return _heading(["No version finished."], "07")
     best = ok["run_s"].idxmin()
-    lines.append(f"Fastest here: `{best}`, {ok.loc[best, 'run_s']:.2f} s"
+    lines.append(f"Fastest here: `{best}`, {num.seconds(ok.loc[best, 'run_s'])}"
                  + (f", {ok.loc[best, 'speedup_vs_loops']:.0f}x the Python loops" if "speedup_vs_loops" in ok else "")
                  + ".")
     if "numpy" in ok.index and "loops" in ok.index:

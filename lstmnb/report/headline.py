@@ -286,5 +286,6 @@ def headline_sentence(entries: pd.DataFrame, epochs: int | None) -> str:
     text += "."
     mine = entries[(entries["source"] == MEASURED) & (entries["panel"] == LIKE)]
     if not mine.empty and not (mine["state"] == "measured").any():
-        text += " *Your own records have no like-for-like run yet* (their rows at the top of the figure say why)."
+        text += (f" *Your own records have no like-for-like run of {epochs} epochs yet* (their rows at the top of the "
+                 "figure say why).")
     return text

@@ -83,7 +83,7 @@ def study_skill_summary(table: pd.DataFrame) -> str:
         lose = g[g["MSE skill vs persistence"] <= 0]
         text = f"at {point}, {len(g) - len(lose)} of {len(g)} forecasts beat persistence"
         if not lose.empty:
-            text += " (not " + ", ".join(f"{r['forecast']} at {r['lead h']} h, MSE skill "
-                                         f"{r['MSE skill vs persistence']:.2f}" for _, r in lose.iterrows()) + ")"
+            text += "; " + "; ".join(f"{r['forecast']} at {r['lead h']} h does not (MSE skill "
+                                     f"{r['MSE skill vs persistence']:.2f})" for _, r in lose.iterrows())
         out.append(text)
     return "On the study's test part (2021-01..06): " + "; ".join(out) + "."

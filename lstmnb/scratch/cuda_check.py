@@ -43,7 +43,7 @@ TORCH_LIBS = ("numpy", "torch")
 def start_failure(engine: str, exc: BaseException, libs: tuple[str, ...] = NUMBA_LIBS) -> str:
     """One line saying why ``engine`` could not start: the exception's type and message (whitespace
     collapsed, shortened) and the versions of the libraries involved."""
-    message = re.sub(r"\s+", " ", str(exc)).strip()
+    message = re.sub(r"\s+", " ", str(exc)).strip().rstrip(":").rstrip()  # numba's driver errors end in ':'
     if len(message) > MAX_MESSAGE:
         message = message[: MAX_MESSAGE - 3] + "..."
     what = type(exc).__name__ + (f": {message}" if message else "")
