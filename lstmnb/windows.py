@@ -187,6 +187,16 @@ class Windows:
     def sizes(self) -> dict[str, int]:
         return {s: int(self.x[s].shape[0]) for s in SPLITS}
 
+    def identity(self) -> dict[str, Any]:
+        """What these windows were made from, as a checkpoint keeps it so that a resumed run continues on
+        the same data: the points, inputs, each split's hours and samples, and a digest of the training
+        targets (tells two sources apart at the same points and hours)."""
+        import hashlib
+
+        return {"points": list(self.points), "features": list(self.features),
+                "hours": {s: list(t) for s, t in self.split_times.items()}, "samples": self.sizes(),
+                "train_targets": hashlib.sha256(np.ascontiguousarray(self.y["train"]).tobytes()).hexdigest()[:16]}
+
     def to_kelvin(self, y_scaled: np.ndarray) -> np.ndarray:
         return self.scaler.inverse(y_scaled, feature=0)
 

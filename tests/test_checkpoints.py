@@ -140,3 +140,22 @@ def test_the_cli_refuses_in_one_line_before_any_work(tmp_path, capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert read_checkpoint(str(ckpt))["key"]["hidden"] == 16
+
+
+def test_resume_refuses_a_checkpoint_trained_on_other_data(tmp_path, capsys):
+    """The same settings on other points (or hours, or another source at the same points) would append
+    epochs of one series to a run of another: refused in one line, the checkpoint left as it was."""
+    ckpt = tmp_path / "c.pt"
+    base = ["train", "--start", "2020-01-01", "--end", "2020-02-15", "--no-record", "--hidden", "8",
+            "--checkpoint", str(ckpt), "--threads", "1", "--no-progress"]
+    assert cli.main(base + ["--epochs", "1"]) == 0
+    before = ckpt.read_bytes()
+    capsys.readouterr()
+    for other, what in ((["--point", "40,280"], "points: checkpoint"), (["--end", "2020-02-10"], "checkpoint"),
+                        (["--source", "sample"], "the same points and hours with other values: another --source?")):
+        assert cli.main(base + ["--epochs", "2", "--resume", *other]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "was trained on other data (" in err[0] and what in err[0], err
+        assert ckpt.read_bytes() == before
+    assert cli.main(base + ["--epochs", "2", "--resume"]) == 0  # the same data: it goes on
+    assert read_checkpoint(str(ckpt))["epoch"] == 2

@@ -165,6 +165,23 @@ def load_checkpoint(path: str, cfg: TrainConfig) -> dict[str, Any] | None:
     return state
 
 
+def check_same_data(path: str | None, state: dict[str, Any], data: dict[str, Any]) -> None:
+    """A checkpoint is resumed only on the data it was trained on (``Windows.identity``): else a
+    CheckpointError naming what differs. Checkpoints written before lstmnb kept that are not checked."""
+    have = state.get("data")
+    if have is None:
+        return
+    diff = [k for k in sorted(set(data) | set(have)) if json.dumps(have.get(k), default=str)
+            != json.dumps(data.get(k), default=str)]
+    if not diff:
+        return
+    shown = [k for k in diff if k != "train_targets"]
+    detail = ("; ".join(f"{k}: checkpoint {have.get(k)} vs now {data.get(k)}" for k in shown[:2]) if shown else
+              "the same points and hours with other values: another --source?")
+    raise CheckpointError(f"checkpoint {path} was trained on other data ({detail}); resume it with the data "
+                          "request it was made with, or give another --checkpoint path")
+
+
 def mark_recorded(path: str, record: dict[str, Any], results: str | Path) -> None:
     """Note in the checkpoint that its finished run's ``record`` is in ``results`` (atomically: a kill
     leaves the unmarked checkpoint, and the results file's run ids still prevent a second record)."""

@@ -23,7 +23,7 @@ from ..models import Forecaster
 from ..records import new_run_id
 from ..windows import Windows
 from .blend import apply_blend, blend_weights
-from .checkpoints import CHECKPOINT_FORMAT, load_checkpoint, recorded_marker, save_checkpoint
+from .checkpoints import CHECKPOINT_FORMAT, check_same_data, load_checkpoint, recorded_marker, save_checkpoint
 from .config import TrainConfig
 from .evaluate import predict, rmse_kelvin
 from .graphs import GraphStep, IndexBatches, capture_epoch, graph_plan, graph_record
@@ -134,6 +134,7 @@ class Trainer:
             state = load_checkpoint(self.cfg.checkpoint, self.cfg)
         if state is None:
             return False
+        check_same_data(self.cfg.checkpoint, state, self.windows.identity())
         self.core.load_state_dict(state["model"])
         restore_optimizer(self.opt, state["optimizer"])  # this run's step flags, whatever device saved it
         if self.sched is not None and state.get("scheduler"):
@@ -154,7 +155,8 @@ class Trainer:
         if not self.cfg.checkpoint or not self.writer:
             return
         save_checkpoint(self.cfg.checkpoint, {
-            "format": CHECKPOINT_FORMAT, "key": self.cfg.trajectory_key(), "epoch": len(self.history),
+            "format": CHECKPOINT_FORMAT, "key": self.cfg.trajectory_key(), "data": self.windows.identity(),
+            "epoch": len(self.history),
             "run_id": self.run_id,
             "model": self.core.state_dict(), "optimizer": self.opt.state_dict(),
             "scheduler": self.sched.state_dict() if self.sched is not None else None,
