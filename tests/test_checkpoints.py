@@ -159,3 +159,11 @@ def test_resume_refuses_a_checkpoint_trained_on_other_data(tmp_path, capsys):
         assert ckpt.read_bytes() == before
     assert cli.main(base + ["--epochs", "2", "--resume"]) == 0  # the same data: it goes on
     assert read_checkpoint(str(ckpt))["epoch"] == 2
+
+
+def test_resuming_past_the_cap_says_no_epoch_was_run(tmp_path):
+    ckpt = tmp_path / "c.pt"
+    train(_windows(), cfg(epochs=3, checkpoint=str(ckpt)))
+    again = train(_windows(), cfg(epochs=2, checkpoint=str(ckpt), resume=True)).record["metrics"]
+    assert again["epochs_run"] == 3
+    assert again["stop_reason"] == "the checkpoint already held 3 epochs, more than the 2 asked for: no epoch was run"

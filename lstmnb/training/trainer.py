@@ -326,8 +326,12 @@ class Trainer:
         """Why the epoch loop ended, for the record and the printout."""
         if self.stopped_early and self.stop_reason:
             return self.stop_reason
-        cap = f"ran all {self.cfg.epochs} epochs"
-        if self.cfg.patience and self.best["epoch"] is not None:
+        held = len(self.history)
+        if held > self.cfg.epochs:  # resumed from a checkpoint past this run's cap
+            return (f"the checkpoint already held {held} epochs, more than the {self.cfg.epochs} asked for: no epoch "
+                    "was run")
+        cap = f"ran all {self.cfg.epochs} epoch{'s' if self.cfg.epochs != 1 else ''}"
+        if self.cfg.patience and self.best["epoch"] is not None and held > 1:  # one epoch compares with nothing
             return (f"{cap} (the cap; validation was still improving within the patience of {self.cfg.patience}); "
                     f"the best epoch's weights (epoch {self.best['epoch']}) are kept")
         return cap
