@@ -280,7 +280,7 @@ CASES = [
     case("scratch-batch-zero", SB + ["--batch-size", "0"], "batch_size=0", "positive whole number"),
     case("scratch-optimizer", SB + ["--optimizer", "lbfgs"], "optimizer='lbfgs'", "adam"),
     case("scratch-lr-zero", SB + ["--lr", "0"], "lr=0.0", "positive number"),
-    case("scratch-clip-negative", SB + ["--clip", "-1"], "clip=-1.0", "positive number or None"),
+    case("scratch-clip-negative", SB + ["--clip", "-1"], "clip=-1.0", "positive number, or None (no clipping; on the command line --clip 0)"),
     case("scratch-dtype", SB + ["--dtype", "float16"], "float16", "float64"),
     case("scratch-threads-zero", SB + ["--threads", "0"], "threads=0", "positive whole number"),
     case("scratch-repeats-zero", ["scratch", "bench", "--repeats", "0"], "--repeats 0", ">= 1"),

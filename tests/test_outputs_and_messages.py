@@ -16,6 +16,7 @@ import pytest
 import xarray as xr
 
 from lstmnb import cli, paths, records
+from lstmnb.cli.options import train_config_from_args
 from lstmnb.data import Request, StoreRef, make_plan
 from lstmnb.data.plan import lon_span
 from lstmnb.errors import DataError, OutputError
@@ -66,6 +67,15 @@ def test_a_sub_command_offers_only_the_options_it_acts_on(path, offered, not_off
     options = _long_options(cli.build_parser(path[0]), path)
     assert offered <= options and not (not_offered & options), (offered - options, not_offered & options)
     assert "--epochs" in options
+
+
+def test_an_optional_knob_is_turned_off_with_none_as_its_help_says():
+    parser = cli.build_parser("train")
+    args = parser.parse_args(["train", "--patience", "none", "--threads", "None", "--lr", "2e-3"])
+    assert args.patience is None and args.threads is None and args.lr == 2e-3
+    assert train_config_from_args(args).patience is None
+    with pytest.raises(SystemExit):  # anything else is still an int
+        parser.parse_args(["train", "--patience", "never"])
 
 
 def test_joining_leaves_other_arguments_alone():

@@ -111,21 +111,33 @@ def request_from_args(args: argparse.Namespace):
     return request
 
 
+def _or_none(kind):
+    """``kind``, or None for the word 'none' (any case): how the command line turns off an optional knob."""
+    def parse(text: str):
+        return None if text.strip().lower() == "none" else kind(text)
+
+    parse.__name__ = kind.__name__  # argparse names the type in its error: "invalid int value: 'x'"
+    return parse
+
+
 def option_type(name: str, hint):
-    """What argparse parses a TrainConfig field with, from its annotation: ``X | None`` as ``X``,
-    ``tuple[X, ...]`` as a comma-separated list of X; bool is returned as is (a --flag/--no-flag)."""
+    """What argparse parses a TrainConfig field with, from its annotation: ``X | None`` as ``X`` or the
+    word 'none', ``tuple[X, ...]`` as a comma-separated list of X; bool is returned as is (a --flag/--no-flag)."""
     import types
     import typing
 
+    optional = False
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         (hint,) = (a for a in typing.get_args(hint) if a is not type(None))
+        optional = True
+    wrap = _or_none if optional else (lambda kind: kind)
     if typing.get_origin(hint) is tuple:
         items = set(typing.get_args(hint)) - {Ellipsis}
         lists = {float: float_list, int: int_list, str: str_list}
         if len(items) == 1 and next(iter(items)) in lists:
-            return lists[items.pop()]
+            return wrap(lists[items.pop()])
     elif hint in (bool, int, float, str):
-        return hint
+        return hint if hint is bool else wrap(hint)
     raise TypeError(f"TrainConfig.{name}: no command-line option type for {hint!r}; teach lstmnb.cli.options.option_type")
 
 

@@ -70,7 +70,8 @@ class ScratchConfig:
         if not (isinstance(self.lr, (int, float)) and 0 < self.lr < float("inf")):
             raise ConfigError(f"lr={self.lr!r} must be a positive number")
         if self.clip is not None and not 0 < self.clip < float("inf"):
-            raise ConfigError(f"clip={self.clip!r} must be a positive number or None (no clipping)")
+            raise ConfigError(f"clip={self.clip!r} must be a positive number, or None (no clipping; on the command "
+                              "line --clip 0)")
         resolve_dtype(self.dtype)
         if self.threads is not None and not (isinstance(self.threads, (int, np.integer)) and self.threads >= 1):
             raise ConfigError(f"threads={self.threads!r} must be a positive whole number or None")
