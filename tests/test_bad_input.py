@@ -215,6 +215,10 @@ CASES = [
     case("speed-target-fraction-zero", ["bench", "speed", "--target-fraction", "0"], "--target-fraction 0.0", "(0, 1]"),
     case("speed-repeats-zero", ["bench", "speed", "--repeats", "0"], "--repeats 0", ">= 1"),
     case("speed-max-epochs-zero", ["bench", "speed", "--max-epochs", "0"], "--max-epochs 0", ">= 1"),
+    # steady-epoch figures from one epoch would be the warm-up's: a 2-rank 'speedup' of 3.4x was printed
+    case("speed-max-epochs-one", ["bench", "speed", "--max-epochs", "1"], "--max-epochs 1", "give --max-epochs 2 or more"),
+    case("scaling-one-epoch", ["bench", "scaling", "--epochs", "1"], "--epochs 1 leaves no steady epoch", "2 or more"),
+    case("size-one-epoch", ["bench", "size", "--epochs", "1"], "--epochs 1 leaves no steady epoch", "2 or more"),
     case("speed-target-rmse-negative", ["bench", "speed", "--target-rmse", "-1"], "--target-rmse -1.0", "positive"),
     case("speed-only-unknown", ["bench", "speed", "--only", "fastest"], "'fastest' not known", "published,fast,recommended"),
     case("speed-device-empty", ["bench", "speed", "--device", ""], "--device=''", "auto, cpu"),

@@ -7,7 +7,7 @@ import argparse
 from .checks import check_plot, check_profile_name, check_records_args, check_results, check_split_dates, positive
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
                       add_train_args, byte_size, int_list, read_runs, request_from_args, results_path, save_plot,
-                      train_config_from_args)
+                      override_default, train_config_from_args)
 
 
 def _check_training_bench(args, cfg=None, device: bool = True) -> None:
@@ -24,6 +24,15 @@ def _check_training_bench(args, cfg=None, device: bool = True) -> None:
     check_split_dates(cfg, request_from_args(args))
     check_results(results_path(args))
     check_cache()
+
+def _steady_epochs(option: str, epochs: int | None) -> None:
+    """A bench whose figures are steady epochs (the first, warm-up epoch left out) needs two or more."""
+    from ..errors import ConfigError
+
+    if epochs is not None and epochs < 2:
+        raise ConfigError(f"{option} {epochs} leaves no steady epoch to time (the first is the warm-up, which this "
+                          f"bench leaves out): give {option} 2 or more")
+
 
 def add_bench(sub, full: bool) -> None:
     p = sub.add_parser("bench", help="speed experiments: speed (time to accuracy, MFU), scaling, allreduce, ...",
@@ -69,6 +78,7 @@ def _check_bench_speed(args) -> None:
     resolve_device(args.device)
     positive("--repeats", args.repeats)
     positive("--max-epochs", args.max_epochs)
+    _steady_epochs("--max-epochs", args.max_epochs)
     positive("--target-rmse", args.target_rmse, whole=False, none_ok=True)
     if not 0 < args.target_fraction <= 1:
         raise ConfigError(f"--target-fraction {args.target_fraction} must be in (0, 1]: the target is that fraction of "
@@ -108,7 +118,7 @@ def _bench_scaling(kinds, full: bool) -> None:
     )
     add_request_args(p)
     if full:
-        add_train_args(p, skip=("strategy", "nproc", *CHECKPOINT_OPTIONS))
+        add_train_args(p, skip=("strategy", "nproc", "experiment", *CHECKPOINT_OPTIONS))
     g = p.add_argument_group("scaling")
     g.add_argument("--world-sizes", type=int_list, default=(1, 2), help="world sizes to run (default 1,2)")
     g.add_argument("--mode", choices=("strong", "weak", "both"), default="strong", help="default strong")
@@ -132,6 +142,7 @@ def _check_bench_scaling(args) -> None:
 
     cfg = train_config_from_args(args)
     _check_training_bench(args, cfg)
+    _steady_epochs("--epochs", cfg.epochs)
     for sc in _scaling_configs(args, cfg)[1]:
         sc.validate(cfg)
     check_world_size(ddp_device_kind(cfg.device), max(args.world_sizes), "--world-sizes")  # before the data
@@ -235,7 +246,7 @@ def _bench_batch_sweep(kinds, full: bool) -> None:
     )
     add_request_args(p)
     if full:
-        add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "batch_size"))
+        add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "batch_size", "experiment"))
     g = p.add_argument_group("sweep")
     g.add_argument("--first-batch", type=int, default=32, help="first batch size (default 32)")
     g.add_argument("--factor", type=int, default=4, help="growth per point (default 4)")
@@ -318,7 +329,9 @@ def _bench_size(kinds, full: bool) -> None:
     )
     add_request_args(p)
     if full:
-        add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "input_path", "device", "cuda_graph"))
+        add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "input_path", "device", "cuda_graph",
+                                "experiment"))
+        override_default(p, "epochs", 2, "a warm-up epoch and one timed")
     g = p.add_argument_group("size")
     g.add_argument("--points", dest="size_points", type=int_list, default=(2, 8, 32, 128, 512),
                    help="grid-point counts (default 2,8,32,128,512)")
@@ -326,7 +339,7 @@ def _bench_size(kinds, full: bool) -> None:
                    help="device variants: cpu, cuda-eager, cuda-graph (default all three)")
     g.add_argument("--plot", default=None, metavar="FILE.png", help="save the throughput and speedup plot here")
     add_results_args(p)
-    p.set_defaults(func=_run_bench_size, check=_check_bench_size, epochs=2)
+    p.set_defaults(func=_run_bench_size, check=_check_bench_size)
 
 
 def _size_setup(args):
@@ -346,6 +359,7 @@ def _check_bench_size(args) -> None:
     for n in sc.points:
         grid_points(n)
     _check_training_bench(args, device=False)
+    _steady_epochs("--epochs", train_config_from_args(args).epochs)
     check_plot(args.plot)
 
 

@@ -183,6 +183,17 @@ def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
             g.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS, help=option_help(f))
 
 
+def override_default(p: argparse.ArgumentParser, dest: str, value, why: str) -> None:
+    """A training option whose default this sub-command changes: the new default, and its help says so
+    (in place of TrainConfig's default)."""
+    import re
+
+    p.set_defaults(**{dest: value})
+    for action in p._actions:
+        if action.dest == dest and action.help:
+            action.help = re.sub(r"\(default: [^()]*\)$", f"(default here: {value}, {why})", action.help)
+
+
 def train_config_from_args(args: argparse.Namespace, **fixed):
     """The TrainConfig of ``--preset`` (default recommended) with the options given on top, then ``fixed``."""
     import dataclasses

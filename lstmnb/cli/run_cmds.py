@@ -274,7 +274,7 @@ def add_skill(sub, full: bool) -> None:
     )
     add_request_args(p)
     if full:
-        add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "lead_hours"))
+        add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "lead_hours", "experiment"))
     p.add_argument("--leads", type=int_list, default=(1, 6, 24), help="lead times in hours, each once (default 1,6,24)")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="save RMSE and MSE skill score against lead per point here")
