@@ -230,12 +230,18 @@ def _check_memory(args) -> None:
     from ..experiments.region import check_target
 
     case = _memory_case(args)
-    _variants(args.variants)
+    variants = _variants(args.variants)
     if not args.sides or min(args.sides) < 2:
         raise ConfigError(f"--sides {','.join(map(str, args.sides))}: sides must be whole numbers >= 2")
     positive("--budget-gb", args.budget_gb, whole=False)
     positive("--threads", args.threads, none_ok=True)
     target = _target(args)
+    # the sparse mix takes k of the other cells: the smallest area measured bounds k
+    areas = [(s, s) for s in args.sides] + ([target] if target is not None else [])
+    ny, nx = min(areas, key=lambda a: a[0] * a[1])
+    if "sparse" in variants and not 0 <= case.neighbours <= ny * nx - 1:
+        raise ConfigError(f"--neighbours {case.neighbours}: the smallest area measured ({ny} x {nx}) has {ny * nx} "
+                          f"cells, so k must be 0..{ny * nx - 1}; give fewer neighbours or larger areas")
     if target is not None:
         check_target(target, args.budget_gb * 2**30, case)
     resolve_device(args.device)
