@@ -167,8 +167,8 @@ def package_checks() -> list[Check]:
 
 def profile_checks(names: list[str] | None = None, strict: bool = False) -> list[Check]:
     """One line per profile: ready, or what it needs that is missing here (its kernel, its GPU). A
-    missing GPU is ``absent`` (the GPU notebooks record skipped runs and the series goes on) unless
-    ``strict``: a profile asked for by name needs its GPU."""
+    missing GPU is ``absent`` (the runner refuses that profile here; ``-p device auto`` runs it on what
+    there is, its GPU runs recorded as skipped) unless ``strict``: a profile asked for by name needs its GPU."""
     from .profiles import load_profile, profile_names
 
     kernels = installed_kernels()
@@ -179,7 +179,9 @@ def profile_checks(names: list[str] | None = None, strict: bool = False) -> list
                   f"{prof.kernel}`)") if kernel_problem(prof.kernel, kernels) else None
         device = str(prof.parameters.get("device", "cpu"))
         gpu = gpu_problem(device) if device.startswith("cuda") else None
-        problems = [p for p in (kernel, gpu and f"its GPU runs would be recorded as skipped: {gpu}") if p]
+        refused = (f"`lstmnb notebooks run --profile {name}` refuses to start here ({gpu}); `-p device auto` runs it "
+                   "on this machine, its GPU runs recorded as skipped") if gpu else None
+        problems = [p for p in (kernel, refused) if p]
         status = MISSING if kernel or (gpu and strict) else ABSENT if gpu else OK
         rows.append(Check(f"profile {name}", status, "; ".join(problems) or f"ready (kernel {prof.kernel})"))
     return rows

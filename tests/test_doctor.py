@@ -12,11 +12,21 @@ from lstmnb.doctor import MISSING, OK, diagnose, kernel_problem
 def test_doctor_reports_this_machine_and_is_ready_for_the_cpu_profile(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    lines = {line.split()[0] + (" " + line.split()[1] if line.startswith("profile") else ""): line
-             for line in out.splitlines() if line.strip()}
+    lines = {}  # name -> its row, wrapped continuation lines (indented) joined to it
+    for line in out.splitlines():
+        if line.strip() and not line[0].isspace():
+            name = line.split()[0] + (" " + line.split()[1] if line.startswith("profile") else "")
+            lines[name] = line
+        elif line.strip() and lines:
+            lines[name] += " " + line.strip()
     assert torch.__version__ in lines["torch"] and "ok" in lines["profile cpu"]
     if not torch.cuda.is_available():
         assert "absent" in lines["GPU"] and "no usable CUDA GPU" in lines["GPU"]
+        # what the runner does with a GPU profile here: it refuses it (the line said its runs would be skipped)
+        t4 = lines["profile colab-t4"]
+        assert "`lstmnb notebooks run --profile colab-t4` refuses to start here" in t4 and "-p device auto" in t4
+        assert main(["notebooks", "run", "--profile", "colab-t4", "--only", "01"]) == 2
+        capsys.readouterr()
     for name in ("gloo", "numba", "numba-cuda", "gcsfs", "papermill", "nbconvert"):
         assert name in lines, name
     assert out.rstrip().endswith("ready")
