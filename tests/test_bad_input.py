@@ -261,6 +261,7 @@ CASES = [
                                          "1000"], "--neighbours 1000", "(4 x 4) has 16 cells, so k must be 0..15"),
     case("region-memory-k-beyond-target", ["region", "memory", "--sides", "4", "--target", "2x3", "--neighbours", "8"],
          "--neighbours 8", "(2 x 3) has 6 cells, so k must be 0..5"),
+    case("nproc-without-parallel", T + ["--nproc", "2"], "nproc=2 needs strategy='ddp'", "one process"),
     case("sweep-memory-cap-negative", ["bench", "batch-sweep", "--memory-cap-mb", "-1"], "memory_cap_mb=-1.0", "positive"),
     case("sweep-memory-cap-inf", ["bench", "batch-sweep", "--memory-cap-mb", "inf"], "--memory-cap-mb inf", "positive"),
     case("cost-prices-text", ["bench", "cost", "--prices", "{tmp}/plain.txt"], "holds a str", "'devices'"),

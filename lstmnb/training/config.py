@@ -260,6 +260,9 @@ class TrainConfig:
         if self.dropout > 0 and self.layers == 1:
             raise ConfigError(f"dropout={self.dropout!r} acts between stacked layers, and layers=1 has none; "
                               "use layers >= 2 or dropout 0")
+        if self.nproc is not None and self.strategy == "single":
+            raise ConfigError(f"nproc={self.nproc!r} needs strategy='ddp' (processes) or 'dataparallel' (GPUs); "
+                              "a single-device run starts one process")
         if self.uneven_shards and (self.strategy != "ddp" or self.input_path != "fast"):
             raise ConfigError("uneven_shards=True needs strategy='ddp' and input_path='fast' "
                               f"(got strategy={self.strategy!r}, input_path={self.input_path!r})")
