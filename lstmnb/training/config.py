@@ -177,7 +177,9 @@ class TrainConfig:
     patience: int | None = knob(5, (
         "stop after this many epochs without validation improvement and restore the best weights (none: run every epoch)"))
     checkpoint: str | None = knob(None, "checkpoint file, written atomically after each epoch")
-    resume: bool = knob(False, "continue the run in --checkpoint without repeating finished epochs")
+    resume: bool = knob(False, (
+        "continue the run in --checkpoint without repeating finished epochs; with no checkpoint there yet, start "
+        "one (so one command serves a first run and every requeue of a batch job)"))
     overwrite_checkpoint: bool = knob(False, (
         "let a new run replace the checkpoint already at --checkpoint (without it, a new run refuses that path)"))
     eval_batch_size: int = knob(8192, "batch size for validation and test predictions")
