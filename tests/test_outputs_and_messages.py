@@ -78,6 +78,15 @@ def test_an_optional_knob_is_turned_off_with_none_as_its_help_says():
         parser.parse_args(["train", "--patience", "never"])
 
 
+def test_an_unknown_option_is_named_by_its_sub_command_with_the_nearest_one(capsys):
+    assert cli.main(["skill", "--lead-hours", "6"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("lstmnb skill: error: unrecognized arguments: --lead-hours 6; did you mean --leads? "
+                   "(see `lstmnb skill --help`)\n")
+    assert cli.main(["bench", "allreduce", "--qqq"]) == 2
+    assert capsys.readouterr().err.startswith("lstmnb bench allreduce: error: unrecognized arguments: --qqq (see")
+
+
 def test_joining_leaves_other_arguments_alone():
     opts = {"--point", "--lr"}
     assert cli.join_negative_values(["train", "--lr", "-1", "--no-progress", "--", "--point", "-3,4"], opts) == \

@@ -72,6 +72,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest sub-parser that ``args`` went through (`lstmnb bench scaling`'s, not `lstmnb`'s)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and getattr(args, action.dest, None) in action.choices:
+            return chosen_parser(action.choices[getattr(args, action.dest)], args)
+    return parser
+
+
+def unknown_arguments(parser: argparse.ArgumentParser, extra: list[str]) -> None:
+    """argparse's 'unrecognized arguments' error from the sub-command itself, naming its closest option."""
+    import difflib
+
+    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    near = difflib.get_close_matches(extra[0].split("=")[0], options, n=1) if extra[0].startswith("--") else []
+    parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f"; did you mean {near[0]}?" if near else ""))
+
+
 _NUMBER_LIKE = re.compile(r"^-\.?\d")
 
 
@@ -122,7 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     parser = build_parser(command)
     try:
-        args = parser.parse_args(join_negative_values(argv, value_options(parser)))
+        args, extra = parser.parse_known_args(join_negative_values(argv, value_options(parser)))
+        if extra:  # said by the sub-command that was given them, with the nearest option it has
+            unknown_arguments(chosen_parser(parser, args), extra)
     except SystemExit as exc:  # --help, --version (0) and parse errors (2, one line printed): a status, not an exit
         return exc.code if isinstance(exc.code, int) else 1
     if not getattr(args, "func", None):
