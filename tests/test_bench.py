@@ -98,6 +98,7 @@ def test_allreduce_on_gloo_gives_sane_monotone_sizes_and_bandwidths():
     assert rows[-1]["algbw_gbps"] > 10 * rows[0]["algbw_gbps"]
     table = report.allreduce_table(rows, out["gradient_bytes"], step_s=0.01)
     assert table["share of a step"].notna().sum() == 1
+    assert {"time us", "algbw GB/s", "busbw GB/s", "ranks"} <= set(table.columns)  # bytes per s, not bits
 
 
 # --- batch sweep ------------------------------------------------------------------------------------

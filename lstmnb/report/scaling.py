@@ -105,7 +105,8 @@ def allreduce_table(rows: list[dict[str, Any]], gradient_bytes: int | None = Non
             df["share of a step"] = (df["time_us"] / 1e6 / step_s).where(df["gradient size"])
     cols = ["size", "bytes", "world_size", "backend", "time_us", "algbw_gbps", "busbw_gbps", "gradient size",
             "share of a step"]
-    return df[[c for c in cols if c in df]].set_index("size")
+    names = {"world_size": "ranks", "time_us": "time us", "algbw_gbps": "algbw GB/s", "busbw_gbps": "busbw GB/s"}
+    return df[[c for c in cols if c in df]].rename(columns=names).set_index("size")  # the units in the header
 
 
 def _human_bytes(n: float) -> str:
