@@ -144,6 +144,7 @@ def test_results_experiment_is_a_prefix(tmp_path, capsys):
     assert main(["results", str(tmp_path), "--experiment", "scaling"]) == 0
     out = capsys.readouterr().out
     assert "scaling-strong" in out and "scaling-weak" in out and "quickstart" not in out
+    assert "None" not in out and "18000" in out and "18,000.000" not in out  # samples/s whole; nothing as None
     assert main(["results", str(tmp_path), "--experiment", "fit"]) == 2
     assert "no run records of experiment fit* in" in capsys.readouterr().err
     assert main(["bench", "cost", str(tmp_path), "--experiment", "scaling-w"]) == 0

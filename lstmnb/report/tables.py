@@ -83,14 +83,19 @@ def runs_table(df: pd.DataFrame) -> pd.DataFrame:
         if name in out:
             out[name] = out[name].map(lambda v: ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)
                                       if isinstance(v, (list, tuple)) else v)
-    return out
+    if "load (1/5/15 min)" in out:  # as uptime writes it
+        out["load (1/5/15 min)"] = out["load (1/5/15 min)"].map(
+            lambda v: "/".join(f"{x:.2f}" for x in v) if isinstance(v, (list, tuple)) else v)
+    if "samples/s" in out:  # a rate to three or four figures, not 8,972.068
+        out["samples/s"] = pd.to_numeric(out["samples/s"], errors="coerce").round().astype("Int64")
+    return out.dropna(axis=1, how="all")  # a column no record fills (box for points, reason when all ran)
 
 
 def format_table(df: pd.DataFrame, floatfmt: str = "{:,.3f}") -> str:
     """Plain-text rendering for the terminal."""
     if df.empty:
         return "(no rows)"
-    return df.to_string(float_format=lambda v: floatfmt.format(v))
+    return df.to_string(float_format=lambda v: floatfmt.format(v), na_rep="—")
 
 
 # --- the published experiment's table: epochs x devices ------------------------------------------
