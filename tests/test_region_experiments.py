@@ -118,7 +118,8 @@ def test_region_scaling_compares_equal_total_threads(small_store, tmp_path, caps
     # a 2 x 2 box on the defaults (k = 8, 24) and a one-cell box: refused with what to do once the box is read,
     # before any training (the extraction's progress bar aside, hence --no-progress here)
     (["skill", "--box", "39.75,40,279,279.25", "--end", "2020-01-10", "--no-progress"],
-     "--neighbours 8: a box of 4 cells gives each cell 1..3 neighbours; use --neighbours 3 or fewer, or --variants none"),
+     "--neighbours 8: a box of 4 cells gives each cell 1..3 neighbours; give each k in 1..3 (e.g. --neighbours 3), a "
+     "larger box, or --variants none"),
     (["skill", "--box", "40,40,279,279", "--end", "2020-01-10", "--no-progress"], "the box holds 1 cell, which has no neighbours"),
     (["memory", "--target", "60by168"], "--target '60by168' is not ROWSxCOLS"),
     (["memory", "--sides", "1,10"], "sides must be whole numbers >= 2"),

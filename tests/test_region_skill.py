@@ -180,8 +180,8 @@ def test_maps_give_every_panel_its_own_scale_and_difference_panels_a_scale_centr
 
 def test_bad_region_skill_input(small_box):
     data = region_data_from_box(small_box, WindowConfig(window=12))
-    with pytest.raises(ConfigError, match="--neighbours 12: a box of 12 cells gives each cell 1..11 neighbours; use "
-                                          "--neighbours 8 or fewer, or --variants none"):
+    with pytest.raises(ConfigError, match=r"--neighbours 12: a box of 12 cells gives each cell 1..11 neighbours; give "
+                                          r"each k in 1..11 \(e.g. --neighbours 8\), a larger box, or --variants none"):
         region_skill(data, _cfg(calendar=False), neighbours=(12,))
     with pytest.raises(ConfigError, match="variants"):
         region_skill(data, _cfg(calendar=False), variants=("gru",))

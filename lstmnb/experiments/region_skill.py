@@ -58,7 +58,8 @@ def check_neighbours(variants, neighbours, n_cells: int) -> None:
     bad = [k for k in neighbours if not isinstance(k, (int, np.integer)) or not 1 <= k <= n_cells - 1]
     if bad:
         raise ConfigError(f"--neighbours {bad[0]}: a box of {n_cells} cells gives each cell 1..{n_cells - 1} "
-                          f"neighbours; use --neighbours {min(8, n_cells - 1)} or fewer, or --variants none")
+                          f"neighbours; give each k in 1..{n_cells - 1} (e.g. --neighbours {min(8, n_cells - 1)}), a "
+                          "larger box, or --variants none")
 
 
 def variant_model(variant: str, data, cfg, k: int, channels: int = 3):
