@@ -266,6 +266,7 @@ def test_records_and_the_table_say_which_math_each_version_ran_in(tmp_path):
         assert recs[v]["status"] == "ok" and recs[v]["backends"] == {"math": "float32"}
     text = format_versions(table)
     assert "math" in text.splitlines()[0] and all(" float32 " in line for line in text.splitlines()[1:3])
+    assert "nan" not in text and "—" in text.splitlines()[1]  # no loops version ran: no 'vs loops' figure
 
 
 @pytest.mark.gpu

@@ -162,6 +162,11 @@ def versions_table(
     return table.drop(columns=["_fit"], errors="ignore")
 
 
+def _ratio(value, digits: int) -> str:
+    """A speed-up, or '—' where its reference version did not run (``--versions`` without it)."""
+    return "—" if value is None or value != value else f"{value:.{digits}f}"
+
+
 def format_versions(table) -> str:
     """The versions table as aligned text (skipped rows say why; a reason shared by several rows is printed
     once, the later rows name the row that says it)."""
@@ -177,7 +182,7 @@ def format_versions(table) -> str:
             continue
         lines.append(
             f"{v:<{w}} {r['status']:<8} {MATH_LABELS.get(r.get('math'), '-'):<7} {r['compile_s']:9.3f} {r['run_s']:8.3f} {r['s_per_epoch']:8.4f} "
-            f"{r['speedup_vs_loops']:8.1f} {r['speedup_vs_numpy']:8.2f} {r['train_loss']:10.4f} "
+            f"{_ratio(r['speedup_vs_loops'], 1):>8} {_ratio(r['speedup_vs_numpy'], 2):>8} {r['train_loss']:10.4f} "
             f"{r['test_loss']:9.4f} {r['test_rmse']:9.2f}"
         )
     ok = table[table["status"] == "ok"]
