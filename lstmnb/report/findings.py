@@ -226,9 +226,9 @@ def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
     """One row per device column, the user's first: its source and machine, the problem and epochs
     compared (``problem`` and ``epochs`` where the column has them, else its own most common ones),
     like-for-like and fastest seconds with each one's speedup over a CPU (its own machine's; a published
-    GPU's over the study's CPU run, which its machine cell names), the fastest
-    setting and its input path, best samples/s, median test RMSE. '—' where a figure does not exist;
-    a published device with a note (``notes``, by device) carries its mark."""
+    GPU's over the study's CPU run, which its machine cell names), the fastest setting and its input path,
+    best samples/s, median test RMSE. Figures are text as the report writes them (``numbers``); '—' where
+    a figure does not exist; a published device with a note (``notes``, by device) carries its mark."""
     if rows.empty:
         return pd.DataFrame()
     notes = notes or {}
