@@ -91,6 +91,7 @@ class Trainer:
                  steps_per_epoch: int | None = None, writer: bool = True, model: nn.Module | None = None):
         self.windows, self.cfg, self.device = windows, cfg, device
         self.writer = writer  # False on DDP ranks other than 0: they never write checkpoints
+        self._data_identity: dict[str, Any] | None = None  # what a checkpoint of this run was trained on
         if device.type == "cuda":
             prepare_cuda()  # before the model reaches the GPU: cuDNN off where torch's cuDNN refuses it
         self.adtype = amp_dtype(cfg.amp, device)
@@ -134,7 +135,7 @@ class Trainer:
             state = load_checkpoint(self.cfg.checkpoint, self.cfg)
         if state is None:
             return False
-        check_same_data(self.cfg.checkpoint, state, self.windows.identity())
+        check_same_data(self.cfg.checkpoint, state, self.data_identity())
         self.core.load_state_dict(state["model"])
         restore_optimizer(self.opt, state["optimizer"])  # this run's step flags, whatever device saved it
         if self.sched is not None and state.get("scheduler"):
@@ -150,12 +151,18 @@ class Trainer:
             self.run_id = new_run_id()  # training on past a recorded run: its result is another run's
         return True
 
+    def data_identity(self) -> dict[str, Any]:
+        """``Windows.identity`` of this run's windows, worked out once (it digests the training targets)."""
+        if self._data_identity is None:
+            self._data_identity = self.windows.identity()
+        return self._data_identity
+
     def save(self) -> None:
         """Write the checkpoint atomically (a crash mid-write leaves the previous one intact)."""
         if not self.cfg.checkpoint or not self.writer:
             return
         save_checkpoint(self.cfg.checkpoint, {
-            "format": CHECKPOINT_FORMAT, "key": self.cfg.trajectory_key(), "data": self.windows.identity(),
+            "format": CHECKPOINT_FORMAT, "key": self.cfg.trajectory_key(), "data": self.data_identity(),
             "epoch": len(self.history),
             "run_id": self.run_id,
             "model": self.core.state_dict(), "optimizer": self.opt.state_dict(),
