@@ -159,6 +159,13 @@ def test_resume_refuses_a_checkpoint_trained_on_other_data(tmp_path, capsys):
         assert ckpt.read_bytes() == before
     assert cli.main(base + ["--epochs", "2", "--resume"]) == 0  # the same data: it goes on
     assert read_checkpoint(str(ckpt))["epoch"] == 2
+    # a finished, recorded run: its result is not handed back for a request on other data either
+    done = ["train", "--start", "2020-01-01", "--end", "2020-02-15", "--hidden", "8", "--threads", "1", "--no-progress",
+            "--checkpoint", str(tmp_path / "d.pt"), "--results", str(tmp_path / "runs.jsonl")]
+    assert cli.main(done + ["--epochs", "1"]) == 0
+    capsys.readouterr()
+    assert cli.main(done + ["--epochs", "1", "--resume", "--point", "40,280"]) == 2
+    assert "was trained on other data (points: checkpoint" in capsys.readouterr().err
 
 
 def test_resuming_past_the_cap_says_no_epoch_was_run(tmp_path):

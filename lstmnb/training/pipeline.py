@@ -17,7 +17,7 @@ from ..paths import why_not_written
 from ..records import DEFAULT_FILE, append_record, append_record_once, runs_path
 from ..windows import Windows, windows_from_dataset
 from . import parallel
-from .checkpoints import load_checkpoint, mark_recorded, recorded_marker, refuse_replacing
+from .checkpoints import check_same_data, load_checkpoint, mark_recorded, recorded_marker, refuse_replacing
 from .config import TrainConfig
 from .parallel.groups import is_rank_zero
 from .trainer import RunResult, Trainer
@@ -86,6 +86,8 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
                           f"(got strategy={cfg.strategy!r}, checkpoint={cfg.checkpoint!r})")
     refuse_replacing(cfg)  # a new run never replaces a checkpoint it was not told to
     state = load_checkpoint(cfg.checkpoint, cfg) if cfg.resume else None
+    if state is not None:  # before a finished run's result is given back as this one's
+        check_same_data(cfg.checkpoint, state, windows.identity())
     if cfg.resume and state is None and is_rank_zero():  # the same command starts and resumes a run
         warnings.warn(f"--resume: no checkpoint at {cfg.checkpoint} yet, so this is a new run (checkpointed there)",
                       stacklevel=2)
