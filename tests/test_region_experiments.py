@@ -130,6 +130,7 @@ def test_region_scaling_compares_equal_total_threads(small_store, tmp_path, caps
     # more ranks than cores: said before the one-process case runs, naming the option this command has
     (["scaling", "--world-sizes", "1,4096"], "--world-sizes 1,4096: ranks must be in 1.."),
     (["scaling", "--repeats", "0"], "--repeats 0 must be a whole number >= 1"),
+    (["scaling", "--lr", "-1"], "--lr -1.0 must be a positive number"),  # this command's own --lr, no rate by lead
 ])
 def test_bad_region_input_is_one_line(small_store, tmp_path, capsys, args, message):
     argv = ["region", *args, "--results", str(tmp_path)]

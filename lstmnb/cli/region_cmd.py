@@ -355,6 +355,7 @@ def _check_scaling(args) -> None:
     from ..paths import check_cache
 
     _area_request(args)
+    positive("--lr", args.lr, whole=False)  # its own option (default 0.004), not the rate-by-lead knob
     _scaling_train_config(args).validate()
     _scaling_model(args)
     check_world_sizes(args.world_sizes)
