@@ -35,15 +35,25 @@ RUNS_FILE = "runs.jsonl"
 # once per process, not a git subprocess per record (the code this process runs was imported once anyway)
 @functools.lru_cache(maxsize=None)
 def git_commit() -> str | None:
-    """The commit of the lstmnb checkout this code runs from, when it is a git checkout."""
-    here = Path(__file__).resolve().parent
+    """The commit of the lstmnb checkout this code runs from, when it is a git checkout (see ``commit_of``)."""
+    return commit_of(Path(__file__).resolve().parent)
+
+
+def commit_of(folder: Path) -> str | None:
+    """HEAD's commit of the git checkout holding ``folder``, with ``-dirty`` appended (git's own word, as
+    ``git describe --dirty`` writes it) when tracked files under ``folder`` differ from it: the code that
+    ran is then not that commit's. None outside a git checkout or without git."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=5)
+
     try:
-        out = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0 or not head.stdout.strip():
+            return None
+        changed = git("diff", "--quiet", "HEAD", "--", ".").returncode == 1
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return head.stdout.strip() + ("-dirty" if changed else "")
 
 
 def software_info() -> dict[str, Any]:

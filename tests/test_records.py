@@ -2,11 +2,13 @@
 
 import json
 import multiprocessing as mp
+import shutil
+import subprocess
 
 import pytest
 import torch
 
-from lstmnb.records import append_record, append_record_once, load_records, new_record, read_records
+from lstmnb.records import append_record, append_record_once, commit_of, load_records, new_record, read_records
 
 
 def rec(**fields):
@@ -107,6 +109,31 @@ def test_load_records_merges_folders(tmp_path):
 
 
 # --- records are checked against the schema when read (issue 23) ------------------------------------------
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_commit_says_dirty_when_the_code_under_it_differs_from_that_commit(tmp_path):
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       check=True, capture_output=True)
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "code.py").write_text("x = 1\n")
+    (tmp_path / "notes.txt").write_text("a\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "first")
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert commit_of(pkg) == head
+    (tmp_path / "notes.txt").write_text("b\n")  # outside the package: its code is still the commit's
+    (pkg / "new.py").write_text("")  # untracked: not imported by the committed code
+    assert commit_of(pkg) == head
+    (pkg / "code.py").write_text("x = 2\n")
+    assert commit_of(pkg) == head + "-dirty"
+    outside = tmp_path.parent / f"{tmp_path.name}-plain"
+    outside.mkdir()
+    assert commit_of(outside) is None
+
 
 def test_the_shipped_reference_records_pass_the_schema():
     from importlib import resources

@@ -83,7 +83,9 @@ def machine_descriptions(df: pd.DataFrame | None, source: str = MEASURED) -> dic
 
 
 def _joined(values: pd.Series, short: int | None = None) -> str | None:
-    seen = [str(v)[:short] if short else str(v) for v in values.dropna().unique() if str(v)]
+    def cut(v: str) -> str:  # a commit's "-dirty" mark (records.commit_of) outlives the shortening
+        return v[:short] + ("-dirty" if v.endswith("-dirty") else "") if short else v
+    seen = [cut(str(v)) for v in values.dropna().unique() if str(v)]
     return ", ".join(seen) if seen else None
 
 
