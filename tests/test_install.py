@@ -85,7 +85,7 @@ def test_the_wheel_carries_the_series_and_runs_it_from_any_folder(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert [n.rsplit("/", 1)[1] for n in sorted(names) if n.startswith("lstmnb/series/")] == SERIES
     for needed in ("lstmnb/profiles/quick.yaml", "lstmnb/published_figures.yaml", "lstmnb/prices.yaml",
-                   "lstmnb/reference_records/h100-cli-runs.jsonl"):
+                   "lstmnb/reference_records/h100-cli-runs.jsonl", "lstmnb/reference_records/h100-study-setting.jsonl"):
         assert needed in names
     import lstmnb
 

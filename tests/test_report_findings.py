@@ -18,7 +18,7 @@ from lstmnb import records, report
 from test_report import run_record, write_jsonl
 
 SHARED_RECORDS = Path(__file__).resolve().parents[2] / "shared" / "records"
-REFERENCE_FILES = ["h100-cli-runs.jsonl", "h100-notebook-series.jsonl"]
+REFERENCE_FILES = ["h100-cli-runs.jsonl", "h100-notebook-series.jsonl", "h100-study-setting.jsonl"]
 
 
 def raw_reference() -> list[dict]:
@@ -27,10 +27,11 @@ def raw_reference() -> list[dict]:
     return [json.loads(line) for name in REFERENCE_FILES for line in (folder / name).read_text().splitlines() if line]
 
 
-def seconds_of(recs, *, kind, epochs, input_path, batch=64, graph=False, points=2, residual=False):
+def seconds_of(recs, *, kind, epochs, input_path, batch=64, graph=False, points=2, residual=False, source="sample"):
     """Training seconds of the finished single-device runs matching a setting (plain dict filtering)."""
     return [r["timing"]["train_s"] for r in recs
             if r["status"] == "ok" and r["config"]["strategy"] == "single" and r["device"]["kind"] == kind
+            and r["data"].get("source", "sample") == source
             and r["config"]["epochs"] == epochs and r["config"]["input_path"] == input_path
             and r["config"]["batch_size"] == batch and r["config"]["cuda_graph"] == graph
             and r["config"]["residual"] == residual and len(r["data"]["points"]) == points
@@ -72,14 +73,14 @@ def own_records(tmp_path_factory):
 def test_reference_records_ship_with_the_package(reference):
     assert report.reference_files() == REFERENCE_FILES
     raw = raw_reference()
-    assert len(reference) == len(raw) == 46
+    assert len(reference) == len(raw) == 52
     assert set(reference["device.hostname"]) == {"vm"}
-    assert set(reference["software.git_commit"].str[:7]) == {"dc6aa31"}
+    assert set(reference["software.git_commit"].str[:7]) == {"dc6aa31", "a7631a2"}
     assert {report.device_label(k, n) for k, n in zip(reference["device.kind"], reference["device.name"])} == {"CPU", "H100"}
     note = report.reference_note()
-    assert "H100" in note and "dc6aa31" in note and "2026-11-22" in note
+    assert "H100" in note and all(s in note for s in ("dc6aa31", "2026-11-22", "3763319", "2026-11-27"))
     if SHARED_RECORDS.exists():  # the package copy is the shared measurement, unedited
-        for name in REFERENCE_FILES:
+        for name in [n for n in REFERENCE_FILES if (SHARED_RECORDS / n).exists()]:
             shipped = Path(report.__file__).resolve().parent.parent / "reference_records" / name
             assert shipped.read_bytes() == (SHARED_RECORDS / name).read_bytes()
 
@@ -114,9 +115,16 @@ def test_findings_from_the_h100_reference_records(reference, published):
     raw = raw_reference()
     text, table = report.findings(pd.DataFrame(), published, reference)
     h100_lfl = statistics.median(seconds_of(raw, kind="cuda", epochs=15, input_path="dataloader"))
-    pub = published["era5_lstm_gpu_benchmark"]["epochs"][15]
-    assert "lstmnb's reference records: 46 records from 1 machine (vm: Intel Xeon, 16 cores, NVIDIA H100 80GB HBM3; " \
-           "2026-11-22): H100 measured" in text
+    pub = published["era5_lstm_gpu_benchmark"]["epochs"][5]  # the table is at 5 epochs, where most columns have runs
+    assert "lstmnb's reference records: 52 records from 1 machine (vm: Intel Xeon, 16 cores, NVIDIA H100 80GB HBM3; " \
+           "2026-11-22..2026-11-27): H100 measured" in text
+    assert "(lstmnb 0.1.0 @ dc6aa31, a7631a2)" in text  # every commit the records name, not the first machine row's
+    # the study's setting on its data (2026-11-27): eager against the CUDA graph, like for like on the DataLoader
+    study = dict(kind="cuda", epochs=5, batch=128, source="study")
+    eager_s = statistics.median(seconds_of(raw, input_path="fast", **study))
+    graph_s = statistics.median(seconds_of(raw, input_path="fast", graph=True, **study))
+    assert f"{eager_s / graph_s:.3g}x at published setting, fast input ({eager_s:.2g} s → {graph_s:.3g} s, 5 epochs)" in text
+    (h100_study,) = seconds_of(raw, input_path="dataloader", graph=True, **study)  # asked for; the DataLoader path runs eager
     # CUDA graphs: the published setting on the fast path without and with the graph
     eager = statistics.median(seconds_of(raw, kind="cuda", epochs=15, input_path="fast"))
     graph = min(seconds_of(raw, kind="cuda", epochs=15, input_path="fast", graph=True))
@@ -127,15 +135,16 @@ def test_findings_from_the_h100_reference_records(reference, published):
     # batch size (the sweep) and problem size (90 points), then skill and what is missing
     assert "**Batch size:**" in text and "beats persistence" in text
     assert "**Problem size:** 90 points" in text and "GPU over the same machine's CPU" in text
-    assert "25 of 25 beat both" in text and "median MSE skill score against persistence" in text
+    assert "5 of 5 beat both" in text  # the published problem's runs: those of the study's setting and "median MSE skill score against persistence" in text
     assert "no run records of your own" in text
     assert "no multi-GPU records: run 05 on a node with 2+ GPUs" in text
     assert "no CUDA graph pair" not in text  # the reference records have them
 
     h100 = table.loc["H100 · vm · reference"]
     assert float(h100["fastest s"]) > 0 and "CUDA graph" in h100["fastest setting"]
-    assert h100["like for like s"] == "—" and h100["x CPU, like for like"] == "—"
-    assert "layers 1, synthetic data" in h100["problem"]
+    # like for like at 5 epochs, the study's epochs; no CPU run of that setting on that machine: no ratio
+    assert h100["like for like s"] == f"{h100_study:.3g}" and h100["x CPU, like for like"] == "—"
+    assert h100["problem"] == report.PUBLISHED_PROBLEM_LABEL and h100["epochs"] == 5
     assert table.loc["A40 · published", "x CPU, like for like"] == f"{pub['CPU'] / pub['A40']:.3g}x"
     # published seconds as published (two decimals), never rounded to three figures
     assert table.loc["A40 · published", "like for like s"] == f"{pub['A40']:g}"
@@ -165,7 +174,7 @@ def test_mixed_records_make_one_report(own_records, reference, published):
     assert "no GPU runs measured here (the GPU rows shown are lstmnb's reference records)" in text
     assert table.loc[here, "problem"] == "window 12, hidden 8, split 70/15/15"
     assert table.loc[here, "x CPU, like for like"] == "—"
-    assert table.loc["CPU · laptop", "like for like s"] == "135"
+    assert table.loc["CPU · laptop", "like for like s"] == "45"  # at 5 epochs, where most columns have runs
 
     # the seconds chart: every source on one log axis, one point per row and epochs count, grouped by problem
     chart = report.seconds_chart(rows, published)
@@ -173,7 +182,8 @@ def test_mixed_records_make_one_report(own_records, reference, published):
     # the reference records ran the former one-layer reading on synthetic data: under their own problem labels
     assert set(chart.data["group"]) == {"published problem", "problem: window 12, hidden 8, split 70/15/15",
                                         "problem: layers 1, synthetic data, split 70/15/15",
-                                        "problem: 90 points, layers 1, synthetic data, split 70/15/15"}
+                                        "problem: 90 points, layers 1, synthetic data, split 70/15/15",
+                                        "problem: layers 1, split 70/15/15"}  # the recommended setting, study data
     laptop = chart.data[chart.data["column"] == "CPU · laptop"]
     assert sorted(laptop["epochs"]) == [5, 10, 15] and sorted(laptop["seconds"]) == [45.0, 90.0, 135.0]
     fig = report.plot_seconds(chart)
@@ -186,11 +196,11 @@ def test_mixed_records_make_one_report(own_records, reference, published):
 
     samples = report.samples_chart(rows)
     assert samples.ok and report.PUBLISHED not in set(samples.data["source"])  # published gave seconds only
-    assert "published problem" in set(samples.data["group"]) and len(set(samples.data["group"])) == 4
+    assert "published problem" in set(samples.data["group"]) and len(set(samples.data["group"])) == 5
 
     # speedups: each GPU over a CPU (its own machine's, a published GPU the study's), bars from 1 on a linear axis
     sp = report.speedup_chart(rows, published)
-    pub = published["era5_lstm_gpu_benchmark"]["epochs"][15]
+    pub = published["era5_lstm_gpu_benchmark"]["epochs"][5]  # the comparison's epochs: most columns have 5
     a40 = sp.data[(sp.data["column"] == "A40 · published") & (sp.data["setting"] == report.LIKE_FOR_LIKE)]
     assert a40["x_own_cpu"].tolist() == pytest.approx([pub["CPU"] / pub["A40"]])
     assert "CPU · laptop" not in set(sp.data["cpu_column"])  # the laptop has no GPU run: its CPU divides nothing
@@ -205,7 +215,7 @@ def test_mixed_records_make_one_report(own_records, reference, published):
     assert prov.loc["source", "CUDA · laptop"] == "measured here: all skipped, nothing measured"
     assert prov.loc["source", "CPU · laptop"] == report.MEASURED
     assert prov.loc["torch", here] == __import__("torch").__version__
-    assert prov.loc["lstmnb", "H100 · vm · reference"] == "0.1.0 @ dc6aa31"
+    assert prov.loc["lstmnb", "H100 · vm · reference"] == "0.1.0 @ dc6aa31, a7631a2"
     assert prov.loc["CUDA", "A40 · published"] == "11.8" and prov.loc["dates", "A40 · published"] == "not stated"
 
 

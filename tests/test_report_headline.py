@@ -110,7 +110,8 @@ def test_headline_ratio_is_like_for_like_over_the_same_machines_cpu(page, publis
     assert ("CPU · laptop took 135 s for 15 epochs, the study's CPU run (platform not stated) 146.41 s: 8% less time "
             "here") in sentence
     # the fastest setting: against the same machine's CPU at that CPU's fastest setting, never the study's CPU
-    # (the H100's reference records have no run of the published problem, so no fastest-setting row either)
+    # (the H100's reference records of the published problem have no CPU run of it on their machine, so no
+    # fastest-setting row either)
     assert not ((h.entries["column"] == "H100 · vm · reference") & (h.entries["panel"] == "fastest setting")).any()
     # the laptop's CPU is like for like, but its machine has no GPU measured: no ratio
     laptop = entry(h, "CPU · laptop")

@@ -14,7 +14,7 @@ from . import numbers as num
 from .compare import FASTEST, comparison_epochs, comparison_rows, compared_runs, knob_effects, main_problem, own_cpu_speedups
 from .devices import column
 from .headline import record_states
-from .provenance import machine_descriptions, machines_table, with_columns
+from .provenance import joined, machine_descriptions, with_columns
 from .published import MEASURED, NOTE_MARK, PUBLISHED, REFERENCE, SOURCE_WORDS, device_notes
 from .settings import LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL, PUBLISHED_SETTING, link
 
@@ -57,9 +57,10 @@ def _found(records: pd.DataFrame | None, reference: pd.DataFrame | None, publish
     else:
         parts.append("no run records of your own")
     if reference is not None and not reference.empty:
-        ref = machines_table(reference, REFERENCE)
+        made_by = " @ ".join(v for v in (joined(column(reference, "software.lstmnb")),
+                                          joined(column(reference, "software.git_commit"), short=7)) if v)
         parts.append("beside them, lstmnb's reference records: " + _found_source(reference, REFERENCE)
-                     + f" (lstmnb {ref['lstmnb'].iloc[0]})")
+                     + (f" (lstmnb {made_by})" if made_by else ""))
     if published is not None:
         notes = device_notes(published)
         devices = [d + (NOTE_MARK if d in notes else "") for d in published["era5_lstm_gpu_benchmark"]["epochs"][5]]

@@ -72,17 +72,17 @@ def machine_descriptions(df: pd.DataFrame | None, source: str = MEASURED) -> dic
     out = {}
     for machine, g in runs.groupby("machine", sort=False):
         host = str(column(g, "device.hostname").fillna("unknown host").iloc[0])
-        cpu = _joined(column(g, "device.cpu_model").dropna().map(short_cpu)) or "CPU not stated"
+        cpu = joined(column(g, "device.cpu_model").dropna().map(short_cpu)) or "CPU not stated"
         cores = column(g, "device.cpu_cores").dropna()
         ok_gpu = g[(column(g, "status") == "ok") & (column(g, "device.kind") == "cuda")]
-        gpus = _joined(column(ok_gpu, "device.name"))
+        gpus = joined(column(ok_gpu, "device.name"))
         parts = [cpu + (f", {int(cores.iloc[0])} cores" if len(cores) else "")] + ([gpus] if gpus else [])
         dates = _dates(column(g, "started"))
         out[machine] = f"{host}: {', '.join(parts)}" + (f"; {dates}" if dates else "")
     return out
 
 
-def _joined(values: pd.Series, short: int | None = None) -> str | None:
+def joined(values: pd.Series, short: int | None = None) -> str | None:
     def cut(v: str) -> str:  # a commit's "-dirty" mark (records.commit_of) outlives the shortening
         return v[:short] + ("-dirty" if v.endswith("-dirty") else "") if short else v
     seen = [cut(str(v)) for v in values.dropna().unique() if str(v)]
@@ -106,15 +106,15 @@ def machines_table(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
     status = column(runs, "status")
     rows = []
     for label, g in runs.groupby("column", sort=False):
-        commits = _joined(column(g, "software.git_commit"), short=7)
-        version = _joined(column(g, "software.lstmnb"))
+        commits = joined(column(g, "software.git_commit"), short=7)
+        version = joined(column(g, "software.lstmnb"))
         st = status.loc[g.index]
         rows.append({
             "column": label, "device": g["device_label"].iloc[0], "source": source, "machine": g["machine"].iloc[0],
-            "device name": _joined(column(g, "device.name")), "CPU": _joined(column(g, "device.cpu_model")),
-            "cores": _joined(column(g, "device.cpu_cores").dropna().astype(int)), "dates": _dates(column(g, "started")),
+            "device name": joined(column(g, "device.name")), "CPU": joined(column(g, "device.cpu_model")),
+            "cores": joined(column(g, "device.cpu_cores").dropna().astype(int)), "dates": _dates(column(g, "started")),
             "lstmnb": " @ ".join(v for v in (version, commits) if v) or None,
-            "torch": _joined(column(g, "software.torch")), "CUDA": _joined(column(g, "software.cuda")),
+            "torch": joined(column(g, "software.torch")), "CUDA": joined(column(g, "software.cuda")),
             "records": str(len(g)), "ok": str(int((st == "ok").sum())), "skipped": str(int((st == "skipped").sum())),
             "oom/failed/diverged": str(int(st.isin(["oom", "failed", "diverged"]).sum())),
         })
