@@ -76,9 +76,9 @@ def test_a_notebook_whose_runs_were_all_skipped_is_skipped(tmp_path):
 
     runs = [NotebookRun("03_cpu_baseline", "ok", 9.0), NotebookRun("04_single_gpu", status, 4.0, reason=reason)]
     result = SeriesResult("ci", tmp_path, results, runs)
-    assert result.ok and result.table().loc["04_single_gpu", "status"] == f"skipped ({reason})"
+    assert result.ok and result.table().loc["04_single_gpu", "status"] == f"ran; its runs skipped ({reason})"
     page = write_index(result).read_text()
-    assert "<td>04_single_gpu</td><td>skipped (no CUDA GPU visible on this machine)</td>" in page
+    assert "<td>04_single_gpu</td><td>ran; its runs skipped (no CUDA GPU visible on this machine)</td>" in page
     assert "<td>03_cpu_baseline</td><td>ok</td>" in page
     # the reading order: every notebook in series order with its question
     order = page.split("<ol>")[1].split("</ol>")[0]
@@ -112,7 +112,7 @@ def test_series_index_lists_a_skipped_gpu_notebook_as_skipped(tmp_path):
     result = notebooks.run_series("ci", only="04", runs_dir=tmp_path, echo=None, progress=False)
     (run,) = result.runs
     assert run.status == "skipped" and "no usable CUDA GPU" in run.reason and result.ok
-    assert f"<td>04_single_gpu</td><td>skipped ({run.reason}" in (result.run_dir / "index.html").read_text()
+    assert f"<td>04_single_gpu</td><td>ran; its runs skipped ({run.reason}" in (result.run_dir / "index.html").read_text()
 
 
 @pytest.mark.slow
@@ -205,7 +205,7 @@ def test_the_site_puts_the_report_first_marks_skipped_notebooks_and_has_search(t
     page = index.read_text()
     first = page.index('href="06_analysis.html"')
     assert first < page.index('href="03_cpu_baseline.html"') < page.index('href="04_single_gpu.html"')
-    assert "04 single gpu (skipped)" in page and "no CUDA GPU visible here" in page
+    assert "04 single gpu (runs skipped)" in page and "no CUDA GPU visible here" in page
     for name, text in (("03_cpu_baseline", "cpu epochs done"), ("06_analysis", "the headline: cpu only")):
         assert text in (site / f"{name}.html").read_text()  # the stored output, not re-executed
     gpu = (site / "04_single_gpu.html").read_text()

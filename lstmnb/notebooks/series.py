@@ -1,8 +1,9 @@
 """What happened to each notebook of a series run, and the run folder's ``index.html``.
 
-A notebook that ran to the end is ``ok``, unless every run record it wrote was skipped (04 and 05 on a
-machine without a GPU): then it is ``skipped`` with the records' reasons, so the index never lists a
-notebook as ``ok`` that measured nothing.
+A notebook that ran to the end is ``ok``, unless every run record it wrote was skipped (04 on a machine
+without a GPU): then it is ``skipped`` with the records' reasons, so the index never lists a notebook as
+``ok`` whose runs measured nothing, and says "ran; its runs skipped" (04 still teaches its step-time lesson
+on the CPU), never that the notebook itself did not run.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ class NotebookRun:
 
     @property
     def summary(self) -> str:
-        """The status as the index shows it: 'skipped (no usable CUDA GPU ...)'."""
-        return f"{self.status} ({self.reason})" if self.status == "skipped" and self.reason else self.status
+        """The status as the index shows it: 'ran; its runs skipped (no usable CUDA GPU ...)'."""
+        if self.status == "skipped":
+            return f"ran; its runs skipped ({self.reason})" if self.reason else "ran; its runs skipped"
+        return self.status
 
 
 @dataclass
