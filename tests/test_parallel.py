@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,8 @@ from lstmnb.training.parallel.groups import LAUNCH_ENV, free_port
 from lstmnb.errors import ConfigError, DeviceError
 from lstmnb.records import read_records
 from lstmnb.training import TrainConfig, train
-from lstmnb.training.checkpoints import read_checkpoint
+from lstmnb.paths import atomic_path
+from lstmnb.training.checkpoints import checksum_path, read_checkpoint
 from lstmnb.windows import make_windows
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -52,6 +54,15 @@ def _die_at_epoch_2(rank: int, entry: dict) -> None:
     """Rank callback: rank 1 crashes hard (no cleanup, no error report) after its second epoch."""
     if rank == 1 and entry["epoch"] == 2:
         os._exit(3)
+
+
+def _writer_dies_mid_checksum(checkpoint: str, rank: int, entry: dict) -> None:
+    """Rank callback: rank 0, the writer, dies after its second epoch half-way through writing the
+    checkpoint's checksum (its temporary written, never renamed), as a rank stopped mid-write would."""
+    if rank == 0 and entry["epoch"] == 2:
+        with atomic_path(checksum_path(checkpoint)) as tmp:
+            tmp.write_text("partial")
+            os._exit(3)
 
 
 def _env_without_launcher() -> dict[str, str]:
@@ -178,16 +189,29 @@ def test_a_rank_that_dies_while_exiting_after_its_work_loses_nothing():
 
 @pytest.mark.slow
 def test_a_dying_rank_fails_the_run_fast_and_leaves_only_complete_files(tmp_path):
+    # fast: the launcher sees the exit, never waits out the collective timeout (600 s, far beyond any busy machine)
     cfg = TrainConfig(**{**TINY, "epochs": 50}, strategy="ddp", nproc=2, checkpoint=str(tmp_path / "ck.pt"),
-                      dist_timeout_s=30)
+                      dist_timeout_s=600)
     windows = synthetic_windows(cfg, days=20)
     t0 = time.monotonic()
     with pytest.raises(parallel.DistributedError, match="rank 1 of 2 exited with status 3 before finishing"):
         parallel.launch_train(windows, cfg, options=parallel.RankOptions(rank_callback=_die_at_epoch_2))
-    assert time.monotonic() - t0 < 45
+    assert time.monotonic() - t0 < 300
     state = read_checkpoint(str(tmp_path / "ck.pt"))  # the last complete checkpoint (its checksum holds)
     assert state["epoch"] in (1, 2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.pt", "ck.pt.sha256"]  # no half-written temporary
+    # no half-written temporary, also when rank 0 was stopped while writing one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.pt", "ck.pt.sha256"]
+
+
+def test_a_writer_stopped_mid_write_leaves_its_last_checkpoint_and_no_temporary(tmp_path):
+    ck = tmp_path / "ck.pt"
+    cfg = TrainConfig(**{**TINY, "epochs": 50}, strategy="ddp", nproc=2, checkpoint=str(ck), dist_timeout_s=600)
+    windows = synthetic_windows(cfg, days=20)
+    with pytest.raises(parallel.DistributedError, match="rank 0 of 2 exited with status 3 before finishing"):
+        parallel.launch_train(windows, cfg, options=parallel.RankOptions(
+            rank_callback=partial(_writer_dies_mid_checksum, str(ck))))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.pt", "ck.pt.sha256"]  # the launcher swept it
+    assert read_checkpoint(str(ck))["epoch"] == 2  # and the checkpoint of epoch 2 still passes its checksum
 
 
 @pytest.mark.slow

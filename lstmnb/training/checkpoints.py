@@ -49,17 +49,23 @@ def _digests(path: Path) -> list[str]:
     return [line.split()[0].lower() for line in lines if line.strip()]
 
 
+def sweep_checkpoint_temps(path: str | Path) -> int:
+    """Remove the temporaries that killed writers left beside the checkpoint at ``path`` and its checksum
+    (``paths.sweep_stale_temps``: a dead process's on this host, or old ones); returns how many."""
+    p = Path(path)
+    return sum(sweep_stale_temps(p.parent, final=name) for name in (p.name, checksum_path(p).name))
+
+
 def _write_digests(path: Path, digests: list[str]) -> None:
     target = checksum_path(path)
-    sweep_stale_temps(target.parent, final=target.name)
     with atomic_path(target) as tmp:
         tmp.write_text("".join(f"{d}  {path.name}\n" for d in digests), encoding="ascii")
 
 
 def save_checkpoint(path: str, state: dict[str, Any]) -> None:
     p = Path(path)
-    # a writer killed mid-write left its temporary beside the checkpoint: remove it first
-    sweep_stale_temps(p.parent, final=p.name)
+    # a writer killed mid-write left its temporaries beside the checkpoint: remove them first
+    sweep_checkpoint_temps(p)
     buf = io.BytesIO()
     torch.save(state, buf)
     payload = buf.getbuffer()

@@ -19,6 +19,7 @@ from ... import errors
 from ...errors import ConfigError, LstmnbError
 from ...models import Forecaster
 from ...paths import atomic_path
+from ..checkpoints import sweep_checkpoint_temps
 from ..trainer import RunResult
 from .ddp import RankOptions, train_rank
 from .groups import (DistEnv, DistributedError, check_world_size, close_distributed, ddp_device_kind, free_port,
@@ -161,6 +162,8 @@ def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwar
                     for p in pc.processes:
                         if p.is_alive():
                             p.kill()
+                    for p in pc.processes:  # reaped: what they left is then a dead process's to sweep
+                        p.join(10)
                     raise DistributedError(f"the {world_size} ranks did not finish within {deadline_s:g} s; "
                                            f"they were stopped and no record was written")
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
@@ -199,9 +202,14 @@ def launch_train(windows, cfg, world_size: int | None = None, *, data_info: dict
     world = world_size or cfg.nproc or 1
     cfg = replace(cfg, strategy="ddp", nproc=world)
     cfg.validate()
-    out = spawn(_train_job, world, device=cfg.device, timeout_s=cfg.dist_timeout_s, threads=cfg.threads,
-                kwargs={"windows": windows, "cfg": cfg, "data_info": data_info, "options": options or RankOptions()},
-                on_message=on_epoch_end, deadline_s=deadline_s, backend=backend)
+    try:
+        out = spawn(_train_job, world, device=cfg.device, timeout_s=cfg.dist_timeout_s, threads=cfg.threads,
+                    kwargs={"windows": windows, "cfg": cfg, "data_info": data_info, "options": options or RankOptions()},
+                    on_message=on_epoch_end, deadline_s=deadline_s, backend=backend)
+    except BaseException:
+        if cfg.checkpoint:  # rank 0 may have been stopped mid-write: its temporaries go, the last checkpoint stays
+            sweep_checkpoint_temps(cfg.checkpoint)
+        raise
     model = Forecaster(cfg.model_config(windows.n_features))
     model.load_state_dict(out["state"])
     return RunResult(record=out["record"], model=model, windows=windows, device=torch.device("cpu"),
