@@ -98,7 +98,7 @@ def test_the_printed_summary_is_readable_at_100_columns(tmp_path, capsys):
     out = capsys.readouterr().out
     table = out.split("\nrun folder")[0]
     assert max(len(line) for line in table.splitlines()) <= 100, table
-    assert "04_single_gpu skipped: no usable CUDA GPU" in out
+    assert "04_single_gpu runs skipped: no usable CUDA GPU" in out  # it ran; its runs were skipped
     assert " ".join(reason.split()) in " ".join(table.split())  # every word of it, wrapped
     assert "04_single_gpu.html" in table and str(tmp_path) not in table  # the HTML by name; the folder below
 

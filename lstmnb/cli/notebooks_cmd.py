@@ -81,7 +81,7 @@ def print_series(result, width: int = 100) -> None:
 
     from ..report import format_table
 
-    table = pd.DataFrame([{"notebook": r.name, "status": r.status,
+    table = pd.DataFrame([{"notebook": r.name, "status": r.label,
                            "seconds": round(r.seconds, 1) if r.seconds is not None else None,
                            "html": r.html.name if r.html else ""} for r in result.runs]).set_index("notebook")
     print()
@@ -89,7 +89,7 @@ def print_series(result, width: int = 100) -> None:
     for r in result.runs:
         why = r.reason if r.status == "skipped" else r.error if r.status == "failed" else None
         if why:
-            print(textwrap.fill(f"{r.name} {r.status}: {why}", width, subsequent_indent="    "))
+            print(textwrap.fill(f"{r.name} {r.label}: {why}", width, subsequent_indent="    "))
     print(f"\nrun folder  {result.run_dir}")
     print(f"records     {result.results}")
     if result.report:

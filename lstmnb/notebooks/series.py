@@ -29,6 +29,11 @@ class NotebookRun:
     reason: str | None = None  # why a skipped notebook measured nothing (its records' reasons)
 
     @property
+    def label(self) -> str:
+        """The status in a word or two: 'runs skipped' for a notebook that ran but whose runs were all skipped."""
+        return "runs skipped" if self.status == "skipped" else self.status
+
+    @property
     def summary(self) -> str:
         """The status as the index shows it: 'ran; its runs skipped (no usable CUDA GPU ...)'."""
         if self.status == "skipped":

@@ -59,8 +59,7 @@ def _conf(result: SeriesResult) -> str:
 
 def _title(run) -> str:
     name = run.name.replace("_", " ", 1).replace("_", " ")
-    return f"{name} (runs skipped)" if run.status == "skipped" else f"{name} ({run.status})" \
-        if run.status not in ("ok",) else name
+    return name if run.status == "ok" else f"{name} ({run.label})"
 
 
 def _status_table(result: SeriesResult) -> str:
