@@ -92,8 +92,9 @@ def test_fixed_step_cost_recovers_a_line():
 def test_step_times_are_real_steps_of_the_trainer():
     cfg = TrainConfig(device="cpu", hidden=8, window=12, layers=2, batch_size=32, progress=False)
     windows = synthetic_windows(cfg, days=20)
-    rows = lessons.step_times(windows, cfg, "cpu", [8, 32], steps=2, repeats=2)
+    rows = lessons.step_times(windows, cfg, "cpu", [8, 32], steps=2, repeats=2, min_s=0)
     assert list(rows["batch"]) == [8, 32, 8, 32]  # alternated within each repeat
+    assert (rows["steps"] == 2).all()  # no time floor: the steps asked for
     assert (rows["step ms"] > 0).all() and (rows["threads"] >= 1).all()
     flops = flops_per_sample(cfg.model_config(windows.n_features), cfg.window)["training"]
     np.testing.assert_allclose(rows["GFLOP/s"], flops * rows["batch"] / (rows["step ms"] / 1e3) / 1e9)
@@ -102,6 +103,17 @@ def test_step_times_are_real_steps_of_the_trainer():
     assert table["flag"].str.contains("only 2 repeat").all()
     with pytest.raises(ConfigError, match=r"batch size\(s\) \[100000\] exceed"):
         lessons.step_times(windows, cfg, "cpu", [100000], steps=1, repeats=1)
+
+
+def test_short_steps_are_timed_long_enough_to_outlast_a_hiccup():
+    cfg = TrainConfig(device="cpu", hidden=8, window=12, batch_size=8, progress=False)
+    windows = synthetic_windows(cfg, days=20)
+    rows = lessons.step_times(windows, cfg, "cpu", [4], steps=2, repeats=1, min_s=1.5)
+    # a step of this tiny model takes about a millisecond, far under the 0.75 s at which 2 steps would fill
+    # the floor, even on a busy machine: more steps than asked for
+    assert int(rows["steps"].iloc[0]) > 2
+    with pytest.raises(ConfigError, match="min_s=-1"):
+        lessons.step_times(windows, cfg, "cpu", [4], steps=2, repeats=1, min_s=-1)
 
 
 def test_reference_step_table_is_the_h100_records():

@@ -39,11 +39,15 @@ def check_repeats(repeats: int) -> int:
 # --- 04: a step's time against its batch --------------------------------------------------------------
 
 
-def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int = 20, repeats: int = 3) -> pd.DataFrame:
+def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int = 20, repeats: int = 3,
+               min_s: float = 0.2) -> pd.DataFrame:
     """One row per (repeat, batch): the seconds of one optimiser step of the package's ``Trainer.step`` on
-    ``device`` (eager: no CUDA graph), timed over ``steps`` steps after two warm-up steps, the batch sizes
-    alternated within each repeat. With the FLOPs a step does (``models.flops_per_sample``), the threads
-    and the cores other processes kept busy meanwhile."""
+    ``device`` (eager: no CUDA graph), the batch sizes alternated within each repeat. Each measurement
+    times ``steps`` steps or, where they would take less than ``min_s`` seconds, as many as fill about
+    ``min_s`` (the count read off the second of two warm-up steps, as ``timeit``'s autorange does): a GPU
+    step of 2.5 ms timed 20 times is 50 ms, short enough for one hiccup of the host to move it by half.
+    With the steps timed, the FLOPs a step does (``models.flops_per_sample``), the threads and the cores
+    other processes kept busy meanwhile."""
     from ..device import resolve_device
     from ..models import flops_per_sample
     from ..training import Trainer, with_overrides
@@ -52,6 +56,8 @@ def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int 
     check_repeats(repeats)
     if steps < 1 or not batches or any(int(b) < 1 for b in batches):
         raise ConfigError(f"steps={steps} and batches={list(batches)} must be >= 1")
+    if not min_s >= 0:
+        raise ConfigError(f"min_s={min_s!r} must be a number of seconds >= 0")
     n_train = windows.x["train"].shape[0]
     too_big = [int(b) for b in batches if int(b) > n_train]
     if too_big:
@@ -64,21 +70,23 @@ def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int 
         tr = Trainer(windows, cfg, dev)
         x, y = tr.train_tensors()
 
-        def timed(b: int) -> float:
+        def timed(b: int) -> tuple[float, int]:
             xb, yb = x[:b], y[:b]
-            for _ in range(2):
-                tr.step(xb, yb)
+            tr.step(xb, yb)
             t0 = clock(dev)
-            for _ in range(steps):
+            tr.step(xb, yb)
+            n = max(steps, math.ceil(min_s / max(clock(dev) - t0, 1e-6)))
+            t0 = clock(dev)
+            for _ in range(n):
                 tr.step(xb, yb)
-            return (clock(dev) - t0) / steps
+            return (clock(dev) - t0) / n, n
 
         for r in range(repeats):
             for b in (int(v) for v in batches):
-                sec, busy = busy_while(timed, b)
+                (sec, n), busy = busy_while(timed, b)
                 rows.append({"repeat": r + 1, "batch": b, "input path": "fast",
                              "device": str(dev), "threads": threads["used"] if threads else None,
-                             "step ms": 1e3 * sec, "ms per sample": 1e3 * sec / b,
+                             "steps": n, "step ms": 1e3 * sec, "ms per sample": 1e3 * sec / b,
                              "GFLOP/s": flops * b / sec / 1e9, "busy cores": busy})
     return pd.DataFrame(rows)
 
