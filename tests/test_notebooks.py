@@ -179,9 +179,13 @@ def test_cli_list(capsys):
 
 @pytest.fixture(scope="module")
 def ci_series(tmp_path_factory):
-    """Every notebook executed once with the `ci` profile."""
+    """Every notebook executed once with the `ci` profile, as on a machine without a GPU: the kernels see
+    none (CUDA_VISIBLE_DEVICES empty), so on a GPU machine too these tests check what a laptop shows; the
+    GPU notebooks on a GPU are `test_gpu.py`'s."""
     runs = tmp_path_factory.mktemp("runs")
-    return notebooks.run_series("ci", runs_dir=runs, echo=None, progress=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_VISIBLE_DEVICES", "")
+        return notebooks.run_series("ci", runs_dir=runs, echo=None, progress=False)
 
 
 @pytest.mark.slow

@@ -205,6 +205,19 @@ def test_cuda_asked_where_none_exists():
         resolve_device("cuda:0")
 
 
+def test_the_no_gpu_reason_names_a_cuda_visible_devices_that_hides_them(monkeypatch):
+    from lstmnb.device import no_cuda_reason
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")  # a CUDA build of torch, as on a GPU node
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a job that asked for no GPU, or a test hiding them
+    assert no_cuda_reason().endswith("CUDA build: 13.0; CUDA_VISIBLE_DEVICES='' hides or names the GPUs)")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert no_cuda_reason().endswith("CUDA build: 13.0)")
+    monkeypatch.setattr(torch.version, "cuda", None)  # a CPU build: the variable cannot be the reason
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert no_cuda_reason().endswith("CUDA build: none)")
+
+
 def test_window_longer_than_training_part(small_windows):
     v, t = _series(24 * 10)
     with pytest.raises(ConfigError, match="longer than the training part"):
