@@ -25,11 +25,10 @@ DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps"
 
 def no_cuda_reason() -> str:
     """Why a CUDA run cannot happen here, with the torch build that says so (a skipped record's reason)."""
-    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # with a CUDA build, the likely culprit when set
+    hides = f"; CUDA_VISIBLE_DEVICES={visible!r} hides or names the GPUs" if torch.version.cuda and visible is not None else ""
     return (f"no usable CUDA GPU on this machine (torch {torch.__version__}, "
-            f"CUDA build: {torch.version.cuda or 'none'}"
-            + (f"; CUDA_VISIBLE_DEVICES={hidden!r} hides or names the GPUs" if torch.version.cuda and hidden is not None else "")
-            + ")")
+            f"CUDA build: {torch.version.cuda or 'none'}{hides})")
 
 
 def cuda_missing(asked: str, hint: str = "use --device cpu") -> str:
