@@ -52,7 +52,7 @@ def device_problem(name: str, hint: str = "use --device cpu") -> str | None:
             return cuda_missing(f"device={name!r}", hint)
         count = torch.cuda.device_count()
         if index and int(index) >= count:
-            return f"device={name!r}: only {count} CUDA device(s) visible (cuda:0..cuda:{count - 1})"
+            return f"device={name!r}: only {count} CUDA device(s) visible (cuda:0..cuda:{count - 1}); {hint}"
     if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         return f"device={name!r} asked for, but MPS is not available here; {hint}"
     return None

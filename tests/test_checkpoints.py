@@ -128,7 +128,7 @@ def test_resume_and_overwrite_together_are_refused():
 def test_the_cli_refuses_in_one_line_before_any_work(tmp_path, capsys):
     ckpt = tmp_path / "c.pt"
     base = ["train", "--start", "2020-01-01", "--end", "2020-02-15", "--epochs", "1", "--no-record",
-            "--checkpoint", str(ckpt), "--threads", "1"]
+            "--checkpoint", str(ckpt), "--device", "cpu", "--threads", "1"]
     assert cli.main(base + ["--hidden", "8"]) == 0
     before = ckpt.read_bytes()
     capsys.readouterr()
@@ -147,7 +147,7 @@ def test_resume_refuses_a_checkpoint_trained_on_other_data(tmp_path, capsys):
     epochs of one series to a run of another: refused in one line, the checkpoint left as it was."""
     ckpt = tmp_path / "c.pt"
     base = ["train", "--start", "2020-01-01", "--end", "2020-02-15", "--no-record", "--hidden", "8",
-            "--checkpoint", str(ckpt), "--threads", "1", "--no-progress"]
+            "--checkpoint", str(ckpt), "--device", "cpu", "--threads", "1", "--no-progress"]
     assert cli.main(base + ["--epochs", "1"]) == 0
     before = ckpt.read_bytes()
     capsys.readouterr()
@@ -160,8 +160,8 @@ def test_resume_refuses_a_checkpoint_trained_on_other_data(tmp_path, capsys):
     assert cli.main(base + ["--epochs", "2", "--resume"]) == 0  # the same data: it goes on
     assert read_checkpoint(str(ckpt))["epoch"] == 2
     # a finished, recorded run: its result is not handed back for a request on other data either
-    done = ["train", "--start", "2020-01-01", "--end", "2020-02-15", "--hidden", "8", "--threads", "1", "--no-progress",
-            "--checkpoint", str(tmp_path / "d.pt"), "--results", str(tmp_path / "runs.jsonl")]
+    done = ["train", "--start", "2020-01-01", "--end", "2020-02-15", "--hidden", "8", "--device", "cpu", "--threads", "1",
+            "--no-progress", "--checkpoint", str(tmp_path / "d.pt"), "--results", str(tmp_path / "runs.jsonl")]
     assert cli.main(done + ["--epochs", "1"]) == 0
     capsys.readouterr()
     assert cli.main(done + ["--epochs", "1", "--resume", "--point", "40,280"]) == 2

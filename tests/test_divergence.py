@@ -155,7 +155,7 @@ def test_studies_of_many_runs_stop_at_a_diverged_run_in_one_line(argv, tmp_path,
     there with its reason, exit 1: it read the missing metrics and ended in a KeyError traceback before."""
     results = tmp_path / "runs.jsonl"
     rc = cli.main(argv + ["--start", "2020-01-01", "--end", "2020-01-31", "--hidden", "8", "--epochs", "2",
-                          "--lr", "1e30", "--no-progress", "--threads", "1", "--results", str(results)])
+                          "--lr", "1e30", "--no-progress", "--device", "cpu", "--threads", "1", "--results", str(results)])
     out, err = capsys.readouterr()
     assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err, err
     assert "the run diverged at epoch 1" in err and "recorded as diverged" in err

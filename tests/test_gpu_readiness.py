@@ -70,7 +70,9 @@ def test_software_facts_and_cudnn_state_never_start_cuda_here():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    assert res["cudnn"] == res["raw"] and res["usable"] and res["kept"] and not res["cuda_started"]
+    assert res["cudnn"] == res["raw"] and res["usable"] and res["kept"]
+    # without a visible GPU nothing starts the driver; with one, doctor's row reads the GPUs' capabilities
+    assert res["cuda_started"] == torch.cuda.is_available()
 
 
 # --- 5, 6: bfloat16 only where native; the LSTM's math -----------------------------------------------

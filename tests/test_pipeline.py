@@ -15,7 +15,7 @@ from lstmnb.training import TrainConfig, run
 @pytest.mark.slow
 def test_short_cpu_training_on_the_sample_beats_persistence(sample_store_path, tmp_path):
     # the published setting, three epochs: the LSTM must beat persistence at 1 h lead on test RMSE
-    result = run(era5.Request(), TrainConfig(epochs=3, progress=False), results=tmp_path)
+    result = run(era5.Request(), TrainConfig(epochs=3, progress=False, device="cpu"), results=tmp_path)
     m = result.record["metrics"]
     assert m["test_rmse_k"] < m["persistence_rmse_k"] < m["climatology_rmse_k"]
     assert result.record["data"]["points"] == [[40.0, 280.0], [20.0, 280.0]]

@@ -111,9 +111,13 @@ def test_gpu_versions_without_a_gpu_are_clear_errors_and_skipped_rows_while_the_
     torch_cuda = "skipped" if torch_cuda_reason() else "ok"
     X, y = toy()
     cfg = ScratchConfig(hidden=SHAPE.hidden, epochs=1, batch_size=8)
+    from lstmnb.scratch.cuda_check import gpu_visible_to_numba
+
     for version in ("numba-cuda", "numba-cuda-block"):
-        with pytest.raises(DeviceError, match="NUMBA_ENABLE_CUDASIM"):
+        with pytest.raises(DeviceError, match="numba.cuda cannot start") as info:
             fit(version, SHAPE, X, y, cfg)
+        # the simulator is the way out where numba sees no GPU; where it sees one, the reason is the fault
+        assert ("NUMBA_ENABLE_CUDASIM" in str(info.value)) == (not gpu_visible_to_numba())
     path = tmp_path / "runs.jsonl"
     versions = ["numpy", "numba-cuda", "numba-cuda-block", "torch-cuda"]
     table = versions_table(versions, ScratchConfig(epochs=2), repeats=1, record_path=path)

@@ -31,7 +31,8 @@ def test_matmul_rate_is_a_positive_measured_rate():
 def test_each_contender_trains_and_reaches_a_loose_target(tiny):
     windows, base = tiny
     loose = 3 * windows.baselines["val"]["persistence"]["rmse"] + 1.0
-    rep = speed_benchmark(windows=windows, base=base, repeats=1, max_epochs=3, target_rmse=loose, progress=False)
+    rep = speed_benchmark(windows=windows, base=base, device="cpu", repeats=1, max_epochs=3, target_rmse=loose,
+                          progress=False)
     assert list(rep.table.index) == list(CONTENDERS)
     for name, row in rep.table.iterrows():
         assert row["time_to_target_s"] > 0 and row["epochs_to_target"] == 1, name
@@ -51,7 +52,7 @@ def test_each_contender_trains_and_reaches_a_loose_target(tiny):
 
 def test_unreached_target_is_reported_as_not_reached(tiny):
     windows, base = tiny
-    rep = speed_benchmark(windows=windows, base=base, repeats=1, max_epochs=2, target_rmse=1e-6,
+    rep = speed_benchmark(windows=windows, base=base, device="cpu", repeats=1, max_epochs=2, target_rmse=1e-6,
                           only=["fast"], progress=False)
     assert math.isnan(rep.table.loc["fast", "time_to_target_s"])
     assert "not reached in 2 epochs (best" in format_report(rep)

@@ -205,6 +205,16 @@ def test_cuda_asked_where_none_exists():
         resolve_device("cuda:0")
 
 
+def test_a_gpu_index_beyond_those_visible_says_which_there_are_and_what_to_do(monkeypatch):
+    from lstmnb.device import device_problem
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a one-GPU node, as far as the check asks
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert device_problem("cuda:3", hint="pass -p device auto") == (
+        "device='cuda:3': only 1 CUDA device(s) visible (cuda:0..cuda:0); pass -p device auto")
+    assert device_problem("cuda:0") is None and device_problem("cuda") is None
+
+
 def test_the_no_gpu_reason_names_a_cuda_visible_devices_that_hides_them(monkeypatch):
     from lstmnb.device import no_cuda_reason
 
