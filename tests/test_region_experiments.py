@@ -21,7 +21,7 @@ def _area(store, box=BOX) -> list[str]:
 
 def test_region_skill_records_every_run_with_each_cells_scores(small_store, tmp_path, capsys):
     rc = main(["region", "skill", *_area(small_store), "--epochs", "2", "--batch-size", "64", "--neighbours", "3,5",
-               "--no-progress", "--results", str(tmp_path), "--plot", str(tmp_path / "skill.png")])
+               "--device", "cpu", "--no-progress", "--results", str(tmp_path), "--plot", str(tmp_path / "skill.png")])
     out = capsys.readouterr().out
     assert rc == 0, out
     recs = read_records(tmp_path)
