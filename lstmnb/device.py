@@ -26,7 +26,9 @@ DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps"
 def no_cuda_reason() -> str:
     """Why a CUDA run cannot happen here, with the torch build that says so (a skipped record's reason)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # with a CUDA build, the likely culprit when set
-    hides = f"; CUDA_VISIBLE_DEVICES={visible!r} hides or names the GPUs" if torch.version.cuda and visible is not None else ""
+    hides = ("" if not torch.version.cuda or visible is None else
+             "; CUDA_VISIBLE_DEVICES is empty, which hides every GPU" if not visible.strip() else
+             f"; CUDA_VISIBLE_DEVICES={visible.strip()} names the GPUs torch may use")
     return (f"no usable CUDA GPU on this machine (torch {torch.__version__}, "
             f"CUDA build: {torch.version.cuda or 'none'}{hides})")
 

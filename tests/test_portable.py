@@ -119,8 +119,8 @@ def test_train_record_doctor_and_notebook_01_without_linux_only_apis(tmp_path):
                             "hasattr(psutil.Process, 'cpu_affinity'))"], env=env, capture_output=True, text=True)
     assert check.stdout.split() == ["False", "False"], check.stderr  # the shim is in force
 
-    train = _lstmnb(["train", "--device", "cpu", "--start", "2020-01-01", "--end", "2020-02-15", "--hidden", "8", "--epochs", "1",
-                     "--results", str(tmp_path / "results")], env, tmp_path)
+    train = _lstmnb(["train", "--device", "cpu", "--start", "2020-01-01", "--end", "2020-02-15", "--hidden", "8",
+                     "--epochs", "1", "--results", str(tmp_path / "results")], env, tmp_path)
     assert train.returncode == 0, train.stdout[-2000:] + train.stderr[-2000:]
     assert "Traceback" not in train.stderr
     (rec,) = [json.loads(line) for line in (tmp_path / "results" / "runs.jsonl").read_text().splitlines()]

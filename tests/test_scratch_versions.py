@@ -103,7 +103,7 @@ def test_cuda_kernel_under_the_simulator_matches_numpy():
 def test_gpu_versions_without_a_gpu_are_clear_errors_and_skipped_rows_while_the_rest_is_timed(tmp_path):
     import numba
 
-    from lstmnb.scratch.cuda_check import numba_cuda_reason, torch_cuda_reason
+    from lstmnb.scratch.cuda_check import gpu_visible_to_numba, numba_cuda_reason, torch_cuda_reason
 
     if numba_cuda_reason() is None:
         pytest.skip("numba.cuda runs kernels here (a GPU or the simulator)")
@@ -111,8 +111,6 @@ def test_gpu_versions_without_a_gpu_are_clear_errors_and_skipped_rows_while_the_
     torch_cuda = "skipped" if torch_cuda_reason() else "ok"
     X, y = toy()
     cfg = ScratchConfig(hidden=SHAPE.hidden, epochs=1, batch_size=8)
-    from lstmnb.scratch.cuda_check import gpu_visible_to_numba
-
     for version in ("numba-cuda", "numba-cuda-block"):
         with pytest.raises(DeviceError, match="numba.cuda cannot start") as info:
             fit(version, SHAPE, X, y, cfg)

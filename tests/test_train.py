@@ -220,7 +220,9 @@ def test_the_no_gpu_reason_names_a_cuda_visible_devices_that_hides_them(monkeypa
 
     monkeypatch.setattr(torch.version, "cuda", "13.0")  # a CUDA build of torch, as on a GPU node
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a job that asked for no GPU, or a test hiding them
-    assert no_cuda_reason().endswith("CUDA build: 13.0; CUDA_VISIBLE_DEVICES='' hides or names the GPUs)")
+    assert no_cuda_reason().endswith("CUDA build: 13.0; CUDA_VISIBLE_DEVICES is empty, which hides every GPU)")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # a GPU index that is not there
+    assert no_cuda_reason().endswith("CUDA build: 13.0; CUDA_VISIBLE_DEVICES=3 names the GPUs torch may use)")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert no_cuda_reason().endswith("CUDA build: 13.0)")
     monkeypatch.setattr(torch.version, "cuda", None)  # a CPU build: the variable cannot be the reason
