@@ -99,7 +99,7 @@ def test_step_times_are_real_steps_of_the_trainer():
     flops = flops_per_sample(cfg.model_config(windows.n_features), cfg.window)["training"]
     np.testing.assert_allclose(rows["GFLOP/s"], flops * rows["batch"] / (rows["step ms"] / 1e3) / 1e9)
     table = lessons.step_time_table(rows)
-    assert list(table.index) == [8, 32] and (table["repeats"] == 2).all()
+    assert list(table.index) == [8, 32] and (table["repeats"] == 2).all() and (table["steps"] == 2).all()
     assert table["flag"].str.contains("only 2 repeat").all()
     with pytest.raises(ConfigError, match=r"batch size\(s\) \[100000\] exceed"):
         lessons.step_times(windows, cfg, "cpu", [100000], steps=1, repeats=1)

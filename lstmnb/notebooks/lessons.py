@@ -96,6 +96,8 @@ def step_time_table(rows: pd.DataFrame) -> pd.DataFrame:
     from ..report.repeats import median_of_repeats
 
     table = median_of_repeats(rows.drop(columns=["repeat"]), ["batch", "input path", "device", "threads"], "step ms")
+    if "steps" in table:
+        table["steps"] = table["steps"].round().astype(int)  # the median count of the repeats' timed steps
     return table.reset_index().set_index("batch")
 
 
