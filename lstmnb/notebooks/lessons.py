@@ -44,10 +44,10 @@ def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int 
     """One row per (repeat, batch): the seconds of one optimiser step of the package's ``Trainer.step`` on
     ``device`` (eager: no CUDA graph), the batch sizes alternated within each repeat. Each measurement
     times ``steps`` steps or, where they would take less than ``min_s`` seconds, as many as fill about
-    ``min_s`` (the count read off the second of two warm-up steps, as ``timeit``'s autorange does): a GPU
-    step of 2.5 ms timed 20 times is 50 ms, short enough for one hiccup of the host to move it by half.
-    With the steps timed, the FLOPs a step does (``models.flops_per_sample``), the threads and the cores
-    other processes kept busy meanwhile."""
+    ``min_s`` (the count read off the second of two warm-up steps, as ``timeit``'s autorange does; at most
+    100 times ``steps``): a GPU step of 2.5 ms timed 20 times is 50 ms, short enough for one hiccup of the
+    host to move it by half. With the steps timed, the FLOPs a step does (``models.flops_per_sample``),
+    the threads and the cores other processes kept busy meanwhile."""
     from ..device import resolve_device
     from ..models import flops_per_sample
     from ..training import Trainer, with_overrides
@@ -75,7 +75,7 @@ def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int 
             tr.step(xb, yb)
             t0 = clock(dev)
             tr.step(xb, yb)
-            n = max(steps, math.ceil(min_s / max(clock(dev) - t0, 1e-6)))
+            n = max(steps, min(100 * steps, math.ceil(min_s / max(clock(dev) - t0, 1e-6))))  # 100x at most
             t0 = clock(dev)
             for _ in range(n):
                 tr.step(xb, yb)
