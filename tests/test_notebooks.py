@@ -9,6 +9,7 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from lstmnb import cli, notebooks, records
@@ -153,6 +154,18 @@ def test_a_device_this_machine_lacks_is_refused_before_running(tmp_path, capsys)
     assert code == 2 and err.count("\n") == 1 and "pass -p device auto" in err
     with pytest.raises(ConfigError, match=r"device='tpu' is not one of auto, cpu, cuda"):
         notebooks.check_series("ci", overrides={"device": "tpu"}, runs_dir=tmp_path / "runs")
+
+
+def test_a_gpu_profile_is_refused_only_where_a_selected_notebook_trains_on_its_device(tmp_path):
+    # 06 reads records and declares no device: a cluster's profile analyses its records on a laptop too,
+    # and the refusal's own advice (-p device auto) holds wherever it is given
+    prof, selected, *_ = notebooks.check_series("colab-t4", only="06", runs_dir=tmp_path / "runs")
+    assert prof.parameters["device"] == "cuda" and [nb.stem for nb in selected] == ["06_analysis"]
+    notebooks.check_series("colab-t4", only="02", overrides={"device": "auto"}, runs_dir=tmp_path / "runs")
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceError, match=r"^profile 'colab-t4': device='cuda'.*pass -p device auto$"):
+            notebooks.check_series("colab-t4", only="06,02", runs_dir=tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_zero_cell_timeout_is_refused(tmp_path):

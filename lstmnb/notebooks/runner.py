@@ -201,7 +201,8 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
     defaults = {k: default_value(v) for nb in selected for k, v in declared[nb].items()}
     given = {**prof.parameters, **overrides}
     check_values(given, defaults)
-    check_profile_device(prof.name, given.get("device"))
+    if any("device" in declared[nb] for nb in selected):  # 06 alone reads records: any machine will do
+        check_profile_device(prof.name, given.get("device"))
     check_kernel(kernel_name)
     check_writable(runs_dir, "folder", "--runs-dir")
     results = overrides.get("results", prof.parameters.get("results"))
@@ -212,7 +213,8 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
 
 def check_profile_device(profile: str, device) -> None:
     """A profile whose device this machine lacks (a GPU profile on a laptop or a CPU node) is refused in one
-    line before any kernel starts: otherwise 01 runs and the series stops in 02's first training cell."""
+    line before any kernel starts, where a selected notebook trains on it (declares ``device``): otherwise 01
+    runs and the series stops in 02's first training cell."""
     if not isinstance(device, str):
         return  # no device parameter: the notebooks' own default (auto)
     problem = device_problem(device, hint=f"run profile {profile!r} where that device is, or pass -p device auto")
