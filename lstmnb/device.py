@@ -189,6 +189,16 @@ def thread_policy(cores: int, busy: float | None, default: int, *, own: float = 
             "reason": f"{seen}, and threads that share a core spin; --threads N chooses"}
 
 
+def rank_threads(cores: int, local_world: int, requested: int | None = None) -> dict[str, Any]:
+    """The ``threads`` section of a CPU rank of a DDP job (``requested``: ``--threads``, per rank): the
+    node's cores shared among its ranks, at least one each, so that ranks do not spin on each other's cores."""
+    if requested is not None:
+        return {"cores": cores, "used": requested, "policy": "explicit",
+                "reason": "threads per rank set by the caller (--threads)"}
+    return {"cores": cores, "used": max(1, cores // local_world), "policy": "shared by ranks",
+            "reason": f"{cores} core(s) shared by the {local_world} rank(s) on this node; --threads N chooses"}
+
+
 def _ticks(cpus: set[int] | None) -> tuple[int, int] | None:
     """(busy, all) CPU seconds since boot of ``cpus`` (None: every core), from psutil's per-core times
     (Linux, macOS, Windows), or None where the system gives none. Busy is all but idle and iowait

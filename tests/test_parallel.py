@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
-from lstmnb.device import cpu_cores
+from lstmnb.device import cpu_cores, rank_threads
 from lstmnb.training import parallel
 from lstmnb.training.parallel.groups import LAUNCH_ENV, free_port
 from lstmnb.errors import ConfigError, DeviceError
@@ -123,6 +123,17 @@ def test_error_inside_a_rank_comes_back_as_that_error():
     assert time.monotonic() - t0 < 60
 
 
+def test_cpu_ranks_share_the_node_cores_and_record_their_threads():
+    assert rank_threads(16, 3) == {"cores": 16, "used": 5, "policy": "shared by ranks",
+                                   "reason": "16 core(s) shared by the 3 rank(s) on this node; --threads N chooses"}
+    assert rank_threads(2, 4)["used"] == 1 and rank_threads(2, 4, requested=3)["used"] == 3
+    cfg = TrainConfig(**TINY, strategy="ddp", nproc=2)
+    record = train(synthetic_windows(cfg, days=20), cfg).record  # each rank's threads, in the record as a run's
+    share = max(1, cpu_cores() // 2)
+    assert record["threads"]["policy"] == "shared by ranks" and record["threads"]["used"] == share
+    assert record["parallel"]["threads_per_rank"] == share
+
+
 # --- equivalence ------------------------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -139,6 +150,8 @@ def test_two_gloo_ranks_match_one_process_on_the_combined_batch(tmp_path):
     assert ddp.record["epochs"][0]["train_loss"] == pytest.approx(single.record["epochs"][0]["train_loss"], rel=1e-5)
     par = ddp.record["parallel"]
     assert ddp.record["world_size"] == 2 and par["backend"] == "gloo" and par["global_batch"] == 32
+    assert ddp.record["threads"]["policy"] == "explicit"
+    assert ddp.record["threads"]["used"] == par["threads_per_rank"] == 1
     assert ddp.record["epochs"][0]["world_size"] == 2
     assert ddp.record["epochs"][0]["samples_per_s"] > 0
     state = read_checkpoint(str(tmp_path / "ck.pt"))  # rank 0's checkpoint, complete (its checksum holds)

@@ -20,7 +20,7 @@ GLOSSARY: dict[str, str] = {
     "blend": "lstmnb's reported forecast: per point, a convex mix of the network, persistence and climatology, "
              "its weights fitted on the validation part (never worse than persistence there).",
     "cycles input": "an extra input of the fitted seasonal and diurnal cycle of each point, learned from the "
-                    "training part (used only where training covers a year).",
+                    "training part (its seasonal part only where training covers a year; the diurnal part always).",
     "x CPU": "a GPU's speedup: the seconds of a CPU doing the same work divided by the GPU's. The CPU is the "
              "GPU's own machine's where the records hold one; every published GPU is put over the study's one "
              "CPU run, whose platform the study does not state.",

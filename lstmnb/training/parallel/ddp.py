@@ -199,10 +199,12 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
         "global_batch": cfg.batch_size * world, "bucket_cap_mb": cfg.bucket_cap_mb,
         "grad_as_bucket_view": cfg.grad_as_bucket_view, "static_graph": cfg.static_graph,
         "uneven_shards": cfg.uneven_shards, "shard_sizes": sizes if cfg.uneven_shards else None,
-        "threads_per_rank": torch.get_num_threads() if env.device.type == "cpu" else None,
+        "threads_per_rank": env.threads["used"] if env.threads else None,
         "comm_split": split,
     }
-    record = tr.finish(data_info, world_size=world, parallel=parallel_info)  # None on ranks that do not write
+    threads = {"threads": env.threads} if env.threads else {}  # CPU ranks: their share of the node's cores
+    # None on ranks that do not write
+    record = tr.finish(data_info, world_size=world, parallel=parallel_info, **threads)
     try:
         # every rank waits for rank 0's record: a rank that tears its group down while rank 0 still
         # works can abort (gloo: SIGABRT in the early rank), so the ranks leave together

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ...device import cpu_cores, cuda_missing
+from ...device import cpu_cores, cuda_missing, rank_threads
 from ...errors import ConfigError, DeviceError, LstmnbError
 
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -41,6 +41,7 @@ class DistEnv:
     backend: str
     device: torch.device
     owns_group: bool  # True when this module created the process group (and so destroys it)
+    threads: dict | None = None  # a CPU rank's intra-op threads (device.rank_threads), the record's section
 
     @property
     def is_writer(self) -> bool:
@@ -136,10 +137,11 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: in
         if kind == "cuda":
             torch.cuda.set_device(local_rank % torch.cuda.device_count())
         dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s))
-    if kind == "cpu":
-        torch.set_num_threads(threads or max(1, cpu_cores() // local_world))
+    chosen = rank_threads(cpu_cores(), local_world, threads) if kind == "cpu" else None
+    if chosen is not None:
+        torch.set_num_threads(chosen["used"])
     dev = torch.device("cuda", local_rank % torch.cuda.device_count()) if kind == "cuda" else torch.device("cpu")
-    return DistEnv(rank, world, local_rank, local_world, backend, dev, owns)
+    return DistEnv(rank, world, local_rank, local_world, backend, dev, owns, chosen)
 
 
 def close_distributed(env: DistEnv) -> None:
