@@ -106,6 +106,7 @@ CASES = [
     case("threads-zero", T + ["--threads", "0"], "threads=0", ">= 1"),
     case("bucket-cap-zero", T + ["--bucket-cap-mb", "0"], "bucket_cap_mb=0.0", "positive number"),
     case("dist-timeout-nan", T + ["--dist-timeout-s", "nan"], "dist_timeout_s=nan", "positive number"),
+    case("dist-timeout-below-a-second", T + ["--dist-timeout-s", "1e-9"], "dist_timeout_s=1e-09", "1 to 604800 s"),
     case("window-zero", T + ["--window", "0"], "window=0", ">= 1"),
     case("lead-hours-zero", T + ["--lead-hours", "0"], "lead_hours=0", ">= 1"),
     case("horizon-negative", T + ["--horizon", "-2"], "horizon=-2", ">= 1"),

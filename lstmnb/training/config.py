@@ -27,7 +27,8 @@ STRATEGIES = ("single", "dataparallel", "ddp")
 SEED_MAX = 2**64 - 1  # torch.manual_seed takes seeds up to this
 INT_MAX = 2**31 - 1  # larger counts are nonsense here, and overflow torch's C ints
 DEFAULT_FRACTIONS = (0.7, 0.15, 0.15)
-MAX_TIMEOUT_S = 7 * 86400.0  # longer waits overflow the timedelta a process group is given
+# collective timeouts: shorter waits time out the ranks' first contact, longer overflow a process group's timedelta
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 7 * 86400.0
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 # fields that do not change the trajectory of a run: a checkpoint may be resumed across them
@@ -231,8 +232,8 @@ class TrainConfig:
             _number(name, getattr(self, name), positive=True)
         if self.lr is not None:
             _number("lr", self.lr, positive=True, off="omit it for the rate by lead")
-        if self.dist_timeout_s > MAX_TIMEOUT_S:
-            raise ConfigError(f"dist_timeout_s={self.dist_timeout_s!r} must be at most {MAX_TIMEOUT_S:g} seconds (a week)")
+        if not MIN_TIMEOUT_S <= self.dist_timeout_s <= MAX_TIMEOUT_S:
+            raise ConfigError(f"dist_timeout_s={self.dist_timeout_s!r} must be {MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g} s")
         _number("weight_decay", self.weight_decay, positive=False)
         _number("dropout", self.dropout, positive=False)
         if self.grad_clip is not None:
