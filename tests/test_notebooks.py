@@ -156,7 +156,7 @@ def test_a_device_this_machine_lacks_is_refused_before_running(tmp_path, capsys)
         notebooks.check_series("ci", overrides={"device": "tpu"}, runs_dir=tmp_path / "runs")
 
 
-def test_a_gpu_profile_is_refused_only_where_a_selected_notebook_trains_on_its_device(tmp_path):
+def test_a_gpu_profile_is_refused_only_where_a_selected_notebook_trains_on_its_device(tmp_path, capsys):
     # 06 reads records and declares no device: a cluster's profile analyses its records on a laptop too,
     # and the refusal's own advice (-p device auto) holds wherever it is given
     prof, selected, *_ = notebooks.check_series("colab-t4", only="06", runs_dir=tmp_path / "runs")
@@ -165,6 +165,10 @@ def test_a_gpu_profile_is_refused_only_where_a_selected_notebook_trains_on_its_d
     if not torch.cuda.is_available():
         with pytest.raises(DeviceError, match=r"^profile 'colab-t4': device='cuda'.*pass -p device auto$"):
             notebooks.check_series("colab-t4", only="06,02", runs_dir=tmp_path / "runs")
+        # quickstart has no -p: its refusal names what it does have
+        assert cli.main(["quickstart", "--profile", "colab-t4", "--runs-dir", str(tmp_path / "runs")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.rstrip().endswith("or use --profile quick (CPU)"), err
     assert not (tmp_path / "runs").exists()
 
 

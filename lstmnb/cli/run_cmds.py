@@ -245,7 +245,7 @@ def _check_quickstart(args) -> None:
     if args.notebooks:
         from ..notebooks.runner import check_series
 
-        check_series(args.profile, runs_dir=args.runs_dir)
+        check_series(args.profile, runs_dir=args.runs_dir, other_device="use --profile quick (CPU)")
 
 
 def _run_quickstart(args) -> int:

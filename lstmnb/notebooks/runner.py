@@ -177,9 +177,10 @@ def _describe_failure(exc: BaseException, notebook: Path) -> str:
 def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None = None,
                  only: Iterable[str] | str | None = None, runs_dir: str | os.PathLike = "runs",
                  notebooks: str | os.PathLike | None = None, kernel: str | None = None,
-                 cell_timeout_s: int | None = None):
+                 cell_timeout_s: int | None = None, other_device: str = "pass -p device auto"):
     """Everything ``run_series`` checks before it creates anything: the profile, the notebooks, every
     override's name and every parameter's value, the cell timeout, the kernel and the run folder.
+    ``other_device``: how the caller's user runs elsewhere than the profile's absent device.
     Returns (profile, notebooks, their declared parameters, kernel name, timeout)."""
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     overrides = dict(overrides or {})
@@ -202,7 +203,7 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
     given = {**prof.parameters, **overrides}
     check_values(given, defaults)
     if any("device" in declared[nb] for nb in selected):  # 06 alone reads records: any machine will do
-        check_profile_device(prof.name, given.get("device"))
+        check_profile_device(prof.name, given.get("device"), other_device)
     check_kernel(kernel_name)
     check_writable(runs_dir, "folder", "--runs-dir")
     results = overrides.get("results", prof.parameters.get("results"))
@@ -211,13 +212,13 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
     return prof, selected, declared, kernel_name, timeout
 
 
-def check_profile_device(profile: str, device) -> None:
+def check_profile_device(profile: str, device, other_device: str = "pass -p device auto") -> None:
     """A profile whose device this machine lacks (a GPU profile on a laptop or a CPU node) is refused in one
     line before any kernel starts, where a selected notebook trains on it (declares ``device``): otherwise 01
     runs and the series stops in 02's first training cell."""
     if not isinstance(device, str):
         return  # no device parameter: the notebooks' own default (auto)
-    problem = device_problem(device, hint=f"run profile {profile!r} where that device is, or pass -p device auto")
+    problem = device_problem(device, hint=f"run profile {profile!r} where that device is, or {other_device}")
     if problem is not None:
         raise DeviceError(f"profile {profile!r}: {problem}")
 
