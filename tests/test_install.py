@@ -47,11 +47,13 @@ def test_copy_gives_the_series_and_never_overwrites_edits(tmp_path):
 @pytest.mark.parametrize("make, message", [
     (lambda d: (d / "file.txt").write_text("x") and d / "file.txt", "is a file, not a folder"),
     (lambda d: ROOT / "notebooks", "is the series itself"),
+    (lambda d: "", "is empty; give one"),
 ])
 def test_copy_refuses_in_one_line(tmp_path, make, message):
     out = _cli("notebooks", "copy", str(make(tmp_path)), cwd=tmp_path)
     assert out.returncode == 2 and message in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("*.ipynb"))
 
 
 def test_pyproject_lists_every_package_and_holds_the_one_version():

@@ -36,6 +36,8 @@ def check_copy(dest: str | os.PathLike, *, overwrite: bool = False) -> tuple[Pat
     if source is None:
         raise NotebookError("this installation carries no notebooks (neither a checkout's notebooks/ nor "
                             "lstmnb/series/); reinstall lstmnb")
+    if not str(dest).strip():  # Path("") is the current folder: an empty argument is a slip, not a choice
+        raise NotebookError("the folder to copy the notebooks into is empty; give one (`.` for this folder)")
     target = Path(dest).expanduser()
     if target.exists() and not target.is_dir():
         raise NotebookError(f"{str(dest)!r} is a file, not a folder; give a folder to copy the notebooks into")
