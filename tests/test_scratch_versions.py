@@ -222,7 +222,7 @@ def test_cli_scratch_bench(tmp_path, capsys):
     from lstmnb.cli import main
 
     path = tmp_path / "r.jsonl"
-    rc = main(["scratch", "bench", "--versions", "loops,numpy", "--epochs", "2", "--repeats", "1",
+    rc = main(["scratch", "bench", "--versions", "loops,numpy,loops", "--epochs", "2", "--repeats", "1",
                "--results", str(path), "--plot", str(tmp_path / "v.png")])
     out = capsys.readouterr().out
     assert rc == 0

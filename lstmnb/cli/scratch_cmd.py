@@ -23,7 +23,7 @@ def add_scratch(sub, full: bool) -> None:
                     "are recorded as skipped.",
     )
     b.add_argument("--versions", default=None,
-                   help="comma-separated versions (default all: " + ",".join(SCRATCH_VERSIONS) + ")")
+                   help="comma-separated versions, each run once (default all: " + ",".join(SCRATCH_VERSIONS) + ")")
     b.add_argument("--data", default="airline", help="airline (default) or era5 (the study's real ERA5 at 40N 280E)")
     b.add_argument("--window", type=int, default=None, help="input steps per sample (default 12 airline, 24 era5)")
     b.add_argument("--hours", type=int, default=None, help="era5: hours of the series (default 1008)")
@@ -44,12 +44,12 @@ def add_scratch(sub, full: bool) -> None:
 
 
 def _versions(args) -> list[str]:
-    """The versions asked for, each a known one (the default: all)."""
+    """The versions asked for, each a known one, each once in the order given (the default: all)."""
     from ..errors import ConfigError
 
     if args.versions is None:
         return list(SCRATCH_VERSIONS)
-    versions = [v.strip() for v in args.versions.split(",")]
+    versions = list(dict.fromkeys(v.strip() for v in args.versions.split(",")))
     bad = [v for v in versions if v not in SCRATCH_VERSIONS]
     if bad or not versions:
         raise ConfigError(f"--versions {args.versions!r}: {', '.join(map(repr, bad))} not known; choose from "

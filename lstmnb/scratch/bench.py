@@ -86,7 +86,7 @@ def versions_table(
 
     config = config or ScratchConfig()
     config.validate()
-    versions = [check_version(v) for v in versions]
+    versions = list(dict.fromkeys(check_version(v) for v in versions))  # each once: a row per version
     if repeats < 1:
         raise ConfigError(f"repeats={repeats!r} must be at least 1")
     data = data or load_data(config.data, config.window, config.hours)
