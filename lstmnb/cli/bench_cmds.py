@@ -265,8 +265,8 @@ def _sweep_config(args):
 
 def _check_bench_batch_sweep(args) -> None:
     _check_training_bench(args)
-    _sweep_config(args).validate()
     positive("--memory-cap-mb", args.memory_cap_mb, whole=False, none_ok=True)
+    _sweep_config(args).validate()
 
 
 def _run_bench_batch_sweep(args) -> int:

@@ -19,6 +19,9 @@ from ..training import Trainer, skipped_record, train
 from ..training.blend import fit_blend
 
 
+MAX_CAP_MB = 2**30  # 1 PiB: more than any machine has, and its bytes still fit the limits' C integers
+
+
 @dataclass
 class SweepConfig:
     """Batch sizes start, start x factor, ... up to ``max_batch`` (default: the training set), stopping at OOM.
@@ -40,8 +43,9 @@ class SweepConfig:
             raise ConfigError(f"batch sweep needs start >= 1 ({self.start}) and factor >= 2 ({self.factor})")
         if self.max_batch is not None and self.max_batch < self.start:
             raise ConfigError(f"max_batch={self.max_batch} is below start={self.start}")
-        if self.memory_cap_mb is not None and not self.memory_cap_mb > 0:
-            raise ConfigError(f"memory_cap_mb={self.memory_cap_mb} must be a positive number of MB")
+        if self.memory_cap_mb is not None and not 0 < self.memory_cap_mb <= MAX_CAP_MB:
+            raise ConfigError(f"memory_cap_mb={self.memory_cap_mb!r} must be a positive number of MB, at most "
+                              f"{MAX_CAP_MB} (1 PiB, beyond any machine's memory)")
 
 
 
@@ -226,6 +230,9 @@ def batch_sweep(windows, cfg, sweep: SweepConfig = SweepConfig(), *, data_info: 
     device = resolve_device(cfg.device)
     n_train = windows.x["train"].shape[0]
     top = min(sweep.max_batch or n_train, n_train)
+    if sweep.start > n_train:  # else not one point would run, and the sweep would print an empty table
+        raise ConfigError(f"first batch {sweep.start} is more than the {n_train} training samples; give at most "
+                          f"{n_train}")
     recorder = Recorder(results, on_point)
     b = sweep.start
     while b <= top:
