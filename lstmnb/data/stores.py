@@ -181,12 +181,15 @@ class ReadStore(WrapperStore):
         tasks = [asyncio.ensure_future(self._retrying(k, self._store.get, k, proto, None, retry=retry))
                  for k in OPENING_KEYS]
         done, _ = await asyncio.wait(tasks, timeout=PROBE_DEADLINE, return_when=asyncio.FIRST_COMPLETED)
-        if not done:
-            for task in tasks:
+        try:
+            if not done:
+                raise StoreError(f"no answer within {PROBE_DEADLINE:g} s")
+            got = await asyncio.gather(*tasks)
+        except BaseException:  # the first failure ends the opening: the other reads are stopped, not left
+            for task in tasks:  # pending (each would print "Task was destroyed but it is pending!" at exit)
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            raise StoreError(f"no answer within {PROBE_DEADLINE:g} s")
-        got = await asyncio.gather(*tasks)
+            raise
         self.requests += len(got)
         self.bytes_read += sum(len(v) for v in got if v is not None)
         self._kept = dict(zip(OPENING_KEYS, got))
