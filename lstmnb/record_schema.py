@@ -4,9 +4,10 @@ must hold, as a JSON Schema (draft 2020-12) checked by ``jsonschema``.
 Kinds: every record has the common fields (schema, run_id, started, experiment, status, device); a
 record that gave no figures (status skipped, oom, failed, diverged) says why in ``reason``; a diverged
 run says where in ``divergence``; a finished training run (status ok, with ``epochs``) has ``timing`` and
-``metrics``. Fields the schema does not name are allowed, so experiments may add their own; a named
-field present with the wrong type fails. ``records.read_records`` skips a failing record with a warning
-naming the file, the line and the field.
+``metrics``. The ``config`` knobs the report reads are typed too (whole numbers >= their lowest legal value,
+numbers, text, true/false; null only where a writer records one), none of them required. Fields the schema
+does not name are allowed, so experiments may add their own; a named field present with the wrong type fails.
+``records.read_records`` skips a failing record with a warning naming the file, the line and the field.
 """
 
 from __future__ import annotations
@@ -25,6 +26,35 @@ _OBJ = {"type": ["object", "null"]}
 
 def _numbers(*names: str) -> dict[str, Any]:
     return {n: _NUM for n in names}
+
+
+def _whole(lowest: int, null: bool = False) -> dict[str, Any]:
+    """A whole number >= ``lowest`` (a null too where ``null``: a knob left to its default)."""
+    return {"type": ["integer", "null"] if null else "integer", "minimum": lowest}
+
+
+# The config knobs the readers use (the report's settings and problem labels, its tables and findings, the
+# notebooks' lessons), typed as every writer records them (training.config.TrainConfig.as_record; the all-reduce
+# experiment's plain asdict, whose lr is null; the from-scratch and region experiments' own configs). Not
+# required: older records and other experiments' configs lack some; other keys are free.
+_CONFIG = {
+    "type": ["object", "null"],
+    "properties": {
+        **{n: _whole(1) for n in ("batch_size", "epochs", "hidden", "layers", "window", "lead_hours", "horizon",
+                                  "eval_batch_size", "world_size")},
+        **{n: _whole(0) for n in ("num_workers", "seed")},
+        **{n: _whole(1, null=True) for n in ("threads", "nproc", "patience")},
+        "lr": _NUM, "target_rmse": _NUM, "grad_clip": _NUM,
+        **{n: {"type": "number"} for n in ("weight_decay", "dropout", "bucket_cap_mb", "dist_timeout_s")},
+        **{n: {"type": "boolean"} for n in ("residual", "compile", "cuda_graph", "calendar", "cycles", "fused_adam",
+                                            "pin_memory", "lr_by_lead", "stop_at_target", "uneven_shards")},
+        **{n: {"type": "string"} for n in ("device", "strategy", "input_path", "amp", "lr_schedule", "cell",
+                                           "point_weights", "blend", "preset", "variant", "experiment")},
+        "profile": _STR, "checkpoint": _STR,
+        "fractions": {"type": "array", "items": {"type": "number"}},
+        "split_dates": {"type": ["array", "null"], "items": {"type": "string"}},
+    },
+}
 
 
 SCHEMA: dict[str, Any] = {
@@ -49,7 +79,7 @@ SCHEMA: dict[str, Any] = {
         "software": {"type": "object", "properties": {"torch": _STR, "cuda": _STR, "lstmnb": _STR,
                                                       "git_commit": _STR, "python": _STR}},
         # sections a run without figures may leave empty (a sweep's oom point made without data_info: null)
-        "config": _OBJ,
+        "config": _CONFIG,
         "data": _OBJ,
         "model": _OBJ,
         "memory": _OBJ,
@@ -120,6 +150,8 @@ def record_problem(record: Any) -> str | None:
         why = f"{value} is not {' or '.join(k if k == 'null' else ('an ' if k[0] in 'aeiou' else 'a ') + k for k in kinds)}"
     elif error.validator == "pattern":
         why = f"{value} is not an ISO time like 2024-05-01T12:00:00+00:00"
+    elif error.validator == "minimum":
+        why = f"{value} is less than {error.validator_value}, the lowest it may be"
     elif error.validator == "minLength":
         why = "empty"
     else:

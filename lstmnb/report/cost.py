@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from importlib import resources
 from pathlib import Path
@@ -12,8 +13,55 @@ import pandas as pd
 from .devices import device_label
 from .devices import get as _get
 
+TABLE_KEYS = ("currency", "devices")  # a price table's keys
+ENTRY_KEYS = ("price_per_device_hour", "match", "example", "note")  # the keys of one entry under devices
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_entry(where: str, name: Any, entry: Any) -> None:
+    """One entry of a price table's ``devices``, or a one-line ConfigError naming the entry, field and value."""
+    from ..errors import ConfigError
+
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"price table {where}: devices key {_short(name)} must be a device or profile name (text)")
+    if not isinstance(entry, dict):
+        raise ConfigError(f"price table {where}: devices.{name}={_short(entry)} must be a mapping with "
+                          f"price_per_device_hour (and optionally match, example, note)")
+    unknown = sorted(map(str, set(entry) - set(ENTRY_KEYS)))
+    if unknown:
+        raise ConfigError(f"price table {where}: devices.{name} has unknown key(s) {unknown}; allowed: "
+                          f"{', '.join(ENTRY_KEYS)}")
+    price = entry.get("price_per_device_hour")
+    if (not isinstance(price, (int, float)) or isinstance(price, bool) or not math.isfinite(price)
+            or price < 0):
+        raise ConfigError(f"price table {where}: devices.{name}.price_per_device_hour={_short(price)} must be a "
+                          f"number >= 0 (finite: not .nan or .inf)")
+    if "match" in entry:
+        match = entry["match"]
+        if (not isinstance(match, list)
+                or not all(isinstance(m, str) and m.strip() for m in match)):
+            raise ConfigError(f"price table {where}: devices.{name}.match={_short(match)} must be a list of non-empty "
+                              "device or profile names in brackets, e.g. [carc-a100, A100], or [A100] for one")
+    if "example" in entry and not isinstance(entry["example"], bool):
+        raise ConfigError(f"price table {where}: devices.{name}.example={_short(entry['example'])} must be true "
+                          "or false")
+    if "note" in entry and not isinstance(entry["note"], (str, type(None))):
+        raise ConfigError(f"price table {where}: devices.{name}.note={_short(entry['note'])} must be text")
+
+
 def load_prices(path: str | os.PathLike | None = None) -> dict[str, Any]:
-    """The price table (YAML): the shipped examples, or a user's copy at ``path``; checked on load."""
+    """The price table (YAML): the shipped examples, or a user's copy at ``path``; checked on load.
+
+    The table: ``currency`` (default USD) and ``devices``, a mapping of name -> entry; an entry has
+    ``price_per_device_hour`` (a finite number >= 0) and optionally ``match`` (a list of device or profile
+    names, matched case-insensitively: ``[A100]``; a bare string is refused, since it is not a list of
+    names), ``example`` (true or false) and ``note`` (text). Anything else, or a bad value, is a one-line
+    ConfigError naming the table, the entry, the field and what is valid.
+    """
     import yaml
 
     from ..errors import ConfigError
@@ -40,14 +88,17 @@ def load_prices(path: str | os.PathLike | None = None) -> dict[str, Any]:
     if not isinstance(prices, dict):
         raise ConfigError(f"price table {where} holds a {type(prices).__name__}, not a mapping with 'devices' (name -> "
                           "price_per_device_hour); see lstmnb/prices.yaml for the format")
+    unknown = sorted(map(str, set(prices) - set(TABLE_KEYS)))
+    if unknown:
+        raise ConfigError(f"price table {where} has unknown key(s) {unknown}; allowed: {', '.join(TABLE_KEYS)}")
+    currency = prices.get("currency", "USD")
+    if not isinstance(currency, str) or not currency.strip():
+        raise ConfigError(f"price table {where}: currency={_short(currency)} must be a name such as USD or EUR")
     devices = prices.get("devices")
     if not isinstance(devices, dict) or not devices:
         raise ConfigError(f"price table {where} needs a 'devices' mapping of name -> price_per_device_hour")
     for name, entry in devices.items():
-        price = entry.get("price_per_device_hour") if isinstance(entry, dict) else None
-        if not isinstance(price, (int, float)) or isinstance(price, bool) or price < 0:
-            raise ConfigError(f"price table {where}: devices.{name}.price_per_device_hour={price!r} must be a "
-                              f"number >= 0")
+        _check_entry(where, name, entry)
     prices.setdefault("currency", "USD")
     return prices
 
