@@ -207,3 +207,14 @@ def test_a_checkpoint_from_before_checksums_is_read_with_a_warning(tmp_path):
         resumed = train(w, cfg(epochs=2, checkpoint=str(ckpt), resume=True))
     assert [e["epoch"] for e in resumed.record["epochs"]] == [1, 2]
     assert checksum_path(ckpt).exists()  # rewritten with one
+
+
+def test_the_command_notes_an_unverified_checkpoint_once(tmp_path):
+    # the command's checks read the checkpoint before the run does: its note is given once, by the run
+    run_cmd = [sys.executable, "-m", "lstmnb", "train", "--start", "2020-01-01", "--end", "2020-01-31", "--hidden", "8",
+               "--device", "cpu", "--no-progress", "--no-record", "--checkpoint", str(tmp_path / "c.pt")]
+    env = {**os.environ, "LSTMNB_CACHE": str(tmp_path / "cache")}
+    subprocess.run(run_cmd + ["--epochs", "1"], check=True, capture_output=True, env=env, timeout=300)
+    checksum_path(tmp_path / "c.pt").unlink()
+    out = subprocess.run(run_cmd + ["--epochs", "2", "--resume"], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0 and out.stderr.count("has no checksum beside it") == 1, out.stderr

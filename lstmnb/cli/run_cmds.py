@@ -85,7 +85,11 @@ def check_training(cfg, request, results) -> None:
 
         refuse_replacing(cfg)  # a new run given a path that holds a checkpoint: one line, before any work
         if cfg.resume and Path(cfg.checkpoint).exists():
-            load_checkpoint(cfg.checkpoint, cfg)
+            import warnings
+
+            with warnings.catch_warnings():  # its notes (an unverified file, ...) are the run's to give, once
+                warnings.simplefilter("ignore")
+                load_checkpoint(cfg.checkpoint, cfg)
     check_results(results)
     check_cache()
 
