@@ -1,7 +1,25 @@
 """The project's own exception types: each message says what was wrong and what is allowed.
 
-The CLI prints these as one line (no traceback) and exits with status 2.
+The CLI prints these as one line (no traceback) and exits with status 2; warnings, ours and the libraries',
+as one line each, each text once (``one_line_warnings``).
 """
+
+import sys
+
+
+def one_line_warnings(prefix: str = "lstmnb"):
+    """A ``warnings.showwarning`` that says each warning as one line (``PREFIX: warning: ...``, not Python's
+    two with the source line) and each text once: a library warning repeated by every loader or epoch (or
+    again after a filter change resets Python's own once-only registry) is news only the first time."""
+    said: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = " ".join(str(message).split())
+        if text not in said:
+            said.add(text)
+            print(f"{prefix}: warning: {text}", file=sys.stderr if file is None else file)
+
+    return show
 
 
 class LstmnbError(Exception):

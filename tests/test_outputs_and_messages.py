@@ -227,3 +227,24 @@ def test_broken_lines_of_a_results_file_are_one_warning_line(tmp_path, capsys):
     assert "UserWarning" not in err and "warnings.warn" not in err
     assert "Intel" in out or "cpu" in out.lower()  # the good record is shown
     assert records.BrokenRecordsWarning  # importable for callers that filter it
+
+
+def test_a_warning_the_libraries_repeat_is_said_once_in_one_line(tmp_path, capsys):
+    # torch warns at every DataLoader it builds when the workers outnumber the cores (training and
+    # validation loaders, again after any warnings filter change): the command says it once
+    from lstmnb.device import cpu_cores
+
+    argv = ["train", "--start", "2020-01-01", "--end", "2020-01-20", "--epochs", "2", "--hidden", "8", "--device",
+            "cpu", "--threads", "1", "--no-progress", "--no-record", "--input-path", "dataloader",
+            "--num-workers", str(cpu_cores() + 1)]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "worker processes" in line]
+    assert len(said) == 1 and said[0].startswith("lstmnb: warning: This DataLoader will create"), err
+    from lstmnb.errors import one_line_warnings
+
+    show, out = one_line_warnings("lstmnb rank 1"), tmp_path / "w.txt"
+    with out.open("w") as fh:
+        for text in ("a\n  b", "a b", "c"):
+            show(UserWarning(text), UserWarning, "x.py", 1, file=fh)
+    assert out.read_text() == "lstmnb rank 1: warning: a b\nlstmnb rank 1: warning: c\n"

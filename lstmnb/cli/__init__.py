@@ -14,7 +14,7 @@ import sys
 import warnings
 from typing import Sequence
 
-from ..errors import LstmnbError
+from ..errors import LstmnbError, one_line_warnings
 from . import bench_cmds, data_cmd, doctor_cmd, notebooks_cmd, region_cmd, replicate_cmd, run_cmds, scratch_cmd
 from .checks import check_omp_num_threads
 
@@ -122,12 +122,6 @@ def join_negative_values(argv: list[str], options: set[str]) -> list[str]:
     return out
 
 
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """Warnings as one line each (`lstmnb: warning: ...`), not Python's two with the source line."""
-    text = " ".join(str(message).split())
-    print(f"lstmnb: warning: {text}", file=sys.stderr if file is None else file)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # the top level has only flags (--help, --version), so the first other word names the sub-command
@@ -151,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    getattr(args, "bench_kind", None), getattr(args, "region_kind", None),
                                    getattr(args, "scratch_command", None))))
     with warnings.catch_warnings():
-        warnings.showwarning = _one_line_warning
+        warnings.showwarning = one_line_warnings()
         try:
             check = getattr(args, "check", None)
             if check is not None:  # every option and output of the sub-command, before any work

@@ -9,6 +9,7 @@ import shutil
 import signal
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -47,6 +48,7 @@ def _rank_main(local_rank: int, job: _Job) -> None:
     os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(job.world_size),
                       LOCAL_WORLD_SIZE=str(job.world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job.port))
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # ranks on one machine talk over loopback
+    warnings.showwarning = errors.one_line_warnings(f"lstmnb rank {local_rank}")  # as the command says its own
     env = None
     try:
         env = init_distributed(job.device, job.timeout_s, job.threads, job.backend)
