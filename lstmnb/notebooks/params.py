@@ -4,16 +4,22 @@ overrides) checked before any kernel starts, with the same checks the CLI gives 
 A value must have the kind of its notebook's default (a list where the default is a list, ...), and
 the parameters the package knows are checked for range: the data request (source, points, start,
 end, variables) as ``lstmnb.data.check_request`` does, the training knobs as ``TrainConfig.validate``
-does (``recommended`` included), and the series' own counts, lists and choices here.
+does (``recommended`` included), and the series' own counts, lists and choices here. Where the package
+already checks a setting (the CLI option, the config or the experiment that takes it), that check is
+called (``_reuse``) and its refusal restated as the parameter's, so each rule keeps one home.
 """
 
 from __future__ import annotations
 
 import ast
 import datetime as _dt
-from typing import Any, Mapping
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
-from ..errors import ConfigError
+from ..errors import ConfigError, LstmnbError
+from ..region import VARIANTS as REGION_VARIANTS  # a leaf: only the names, no torch
 
 # TrainConfig fields that notebooks declare under the same name
 TRAIN_KEYS = ("window", "lead_hours", "hidden", "layers", "batch_size", "lr", "seed", "num_workers", "threads",
@@ -23,15 +29,22 @@ REQUEST_KEYS = ("source", "points", "start", "end", "variables")
 POSITIVE_INTS = ("fit_epochs", "repeats", "scaling_epochs", "batch_sweep_start", "batch_sweep_max", "forecast_days",
                  "scratch_window", "scratch_hours", "scratch_hidden", "scratch_epochs", "scratch_batch_size",
                  "scratch_repeats", "scratch_forecast_epochs", "step_count", "step_repeats", "ddp_ranks",
-                 "ddp_repeats", "allreduce_max_bytes")
+                 "ddp_repeats", "allreduce_max_bytes", "region_epochs", "region_shard_steps", "region_repeats")
 NON_NEGATIVE_INTS = ("forecast_point", "comm_split_steps")
-POSITIVE_NUMBERS = ("scratch_lr", "allreduce_budget_s")
-INT_LISTS = ("epochs_list", "world_sizes", "size_points", "step_batches")
+POSITIVE_NUMBERS = ("scratch_lr", "allreduce_budget_s", "region_budget_gb")
+FINITE_NUMBERS = ("heading_deg",)  # a direction in degrees: any finite angle (the package bounds none; it wraps)
+INT_LISTS = ("epochs_list", "world_sizes", "size_points", "step_batches", "skill_leads", "region_neighbours",
+             "region_world_sizes")
+# lists whose whole numbers start above 1: `lstmnb region memory --sides` (sides >= 2)
+INT_LIST_MINIMUMS = {"region_sides": 2}
+# epoch counts: each as TrainConfig's epochs (1..its INT_MAX)
+EPOCH_KEYS = ("fit_epochs", "scaling_epochs", "region_epochs", "epochs_list")
 CHOICES = {"scaling_mode": ("strong", "weak", "both"), "ddp_input_path": ("fast", "dataloader"), "scratch_optimizer": ("adam", "sgd"),
            "scratch_dtype": ("float64", "float32"), "scratch_data": ("airline", "era5")}
 CHOICE_LISTS = {"input_paths": ("fast", "dataloader"), "strategies": ("dataparallel", "ddp"),
                 "scratch_versions": ("loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch",
-                                     "torch-cuda")}
+                                     "torch-cuda"),
+                "region_variants": REGION_VARIANTS}
 
 
 def parse_value(text: str) -> Any:
@@ -43,7 +56,18 @@ def parse_value(text: str) -> Any:
         value = yaml.safe_load(text)
     except (yaml.YAMLError, ValueError):  # YAML reads 2021-13-45 as a date and fails with ValueError
         return text
-    return text if isinstance(value, (_dt.date, _dt.datetime)) else value
+    return text if isinstance(value, (_dt.date, _dt.datetime)) else _dates_as_text(value)
+
+
+def _dates_as_text(value: Any) -> Any:
+    """Dates inside a list or mapping as ISO text (``[2021-01-01, 2021-04-01]``: the split dates' strings)."""
+    if isinstance(value, (_dt.date, _dt.datetime)):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [_dates_as_text(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _dates_as_text(v) for k, v in value.items()}
+    return value
 
 
 def default_value(declared: Mapping[str, Any]) -> Any:
@@ -89,10 +113,14 @@ def check_values(values: Mapping[str, Any], defaults: Mapping[str, Any] | None =
         v = values.get(key, 1)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
             raise _bad(key, v, "must be a positive number")
-    for key in INT_LISTS:
-        v = values.get(key, [1])
-        if not isinstance(v, list) or not v or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in v):
-            raise _bad(key, v, "must be a list of whole numbers >= 1, e.g. [1, 2]")
+    for key in FINITE_NUMBERS:
+        v = values.get(key, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise _bad(key, v, "must be a finite number")
+    for key, lo in {**dict.fromkeys(INT_LISTS, 1), **INT_LIST_MINIMUMS}.items():
+        v = values.get(key, [lo])
+        if not isinstance(v, list) or not v or any(isinstance(n, bool) or not isinstance(n, int) or n < lo for n in v):
+            raise _bad(key, v, f"must be a list of whole numbers >= {lo}, e.g. [{lo}, {lo + 1}]")
     for key, choices in CHOICES.items():
         if key in values and values[key] not in choices:
             raise _bad(key, values[key], f"is not one of {', '.join(choices)}")
@@ -104,10 +132,20 @@ def check_values(values: Mapping[str, Any], defaults: Mapping[str, Any] | None =
         rp = values["results_paths"]
         if not (isinstance(rp, str) or (isinstance(rp, list) and all(isinstance(x, str) and x.strip() for x in rp))):
             raise _bad("results_paths", rp, "must be a folder or a list of results files or folders, e.g. [results]")
-    if "gpu" in values and not (isinstance(values["gpu"], str) and values["gpu"].startswith("cuda")):
-        raise _bad("gpu", values["gpu"], "must be cuda or cuda:N")
+    if "gpu" in values:  # well-formed is enough: 04 and 05 record their GPU runs as skipped where it is absent
+        from ..training.config import check_device_name
+
+        gpu = values["gpu"]
+        try:
+            check_device_name(gpu, "gpu")
+        except ConfigError:
+            gpu = None
+        if not (isinstance(gpu, str) and gpu.strip().lower().split(":")[0] == "cuda"):
+            raise _bad("gpu", values["gpu"], "must be cuda or cuda:N")
     _check_request(values)
     _check_training(values)
+    _check_settings(values)
+    _check_paths(values)
 
 
 def _check_request(values: Mapping[str, Any]) -> None:
@@ -142,3 +180,160 @@ def _check_training(values: Mapping[str, Any]) -> None:
                 config_from_dict(kw).validate()
     except (ConfigError, TypeError) as exc:
         raise ConfigError(f"parameter {part}{exc}") from None
+
+
+# --- the package's own checks, restated as a parameter's ----------------------------------------------
+
+# "name=VALUE must ..." / "name=VALUE is ..." / "name=VALUE: why": the reused check's own name and value
+_OWN_NAME = re.compile(r"^[\w.-]+=(\(.*?\)|\[.*?\]|\S+?)(?= (must|is|are|leaves|needs|gives) |: )")
+_OWN_OPTION = re.compile(r"^(--)?[\w.-]+ \S*: ")  # "--option VALUE: why"
+
+
+def _restate(key: str, value: Any, text: str) -> ConfigError:
+    """A refusal of another check as parameter ``key``'s: one line naming it, its value and the check's why."""
+    m = _OWN_NAME.match(text)
+    if m:
+        return ConfigError(f"parameter {key}={value!r}{text[m.end():]}")
+    m = _OWN_OPTION.match(text)
+    return ConfigError(f"parameter {key}={value!r}: {text[m.end():] if m else text}")
+
+
+def _reuse(key: str, value: Any, check: Callable[..., Any], *args: Any) -> Any:
+    """``check(*args)``, the package's own check of the setting ``key`` gives; its refusal as ``key``'s."""
+    try:
+        return check(*args)
+    except LstmnbError as exc:
+        raise _restate(key, value, str(exc)) from None
+
+
+def _check_settings(values: Mapping[str, Any]) -> None:
+    """The notebook settings that a CLI option, a config or an experiment already checks, by that check."""
+    if "region_box" in values:  # 08's area, checked as `lstmnb region --box` is (lstmnb.data.check_request)
+        from ..data import Request, check_request
+
+        box = values["region_box"]
+        if not isinstance(box, list):
+            raise _bad("region_box", box, "must be 4 numbers [lat_min, lat_max, lon_min, lon_max]")
+        kw = {k: values[k] for k in ("source", "start", "end") if k in values}
+        _reuse("region_box", box, lambda: check_request(Request(box=tuple(box), points=None, **kw)))
+    if any(k in values for k in EPOCH_KEYS):
+        from ..training.config import TrainConfig
+
+        for key in (k for k in EPOCH_KEYS if k in values):
+            for n in values[key] if isinstance(values[key], list) else [values[key]]:
+                _reuse(key, values[key], TrainConfig(epochs=n).validate)
+    if "skill_leads" in values:  # as `lstmnb ... --leads` (each once)
+        from ..experiments.skill import check_leads
+
+        _reuse("skill_leads", values["skill_leads"], check_leads, values["skill_leads"], "skill_leads")
+    if "preset" in values:
+        from ..training.config import preset_config
+
+        _reuse("preset", values["preset"], preset_config, values["preset"])
+    _check_split_dates(values)
+    if "world_sizes" in values:  # 05 caps them at the GPUs present; `lstmnb bench scaling`'s range
+        from ..experiments.scaling import ScalingConfig
+
+        ws = values["world_sizes"]
+        _reuse("world_sizes", ws, ScalingConfig(world_sizes=tuple(ws), mode="weak").validate, None)
+    if "ddp_ranks" in values:  # as `lstmnb bench allreduce --world-size`: 05's all-reduce sweep runs on them
+        from ..experiments.allreduce import AllreduceConfig
+        from ..training.parallel import check_world_size
+        from .lessons import ddp_device
+
+        ranks = values["ddp_ranks"]
+        _reuse("ddp_ranks", ranks, AllreduceConfig(world_size=ranks, device="cpu", max_bytes=1024).validate)
+        kind = "cpu" if ddp_device(values.get("gpu", "cuda"), ranks)[0] == "cpu" else "cuda"  # where 05 runs them
+        _reuse("ddp_ranks", ranks, check_world_size, kind, ranks, "ddp_ranks")
+    if "size_points" in values:  # as `lstmnb bench size --points`
+        from ..experiments.size import SizeConfig, grid_points
+
+        pts = values["size_points"]
+        _reuse("size_points", pts, SizeConfig(points=tuple(pts)).validate)
+        for n in pts:
+            _reuse("size_points", pts, grid_points, n)
+    if "region_world_sizes" in values:  # as `lstmnb region scaling --world-sizes`: one core per rank
+        from ..experiments.region import check_world_sizes
+
+        _reuse("region_world_sizes", values["region_world_sizes"], check_world_sizes, values["region_world_sizes"])
+    _check_scratch(values)
+    if values.get("experiment") is not None:  # 06: None shows every experiment; as `lstmnb results --experiment`
+        from types import SimpleNamespace
+
+        from ..cli.checks import check_records_args
+
+        try:
+            check_records_args(SimpleNamespace(paths=None, experiment=values["experiment"]))
+        except ConfigError:
+            raise _bad("experiment", values["experiment"], "is empty; give an experiment name, e.g. epochs "
+                                                           "(null: every experiment)") from None
+    if values.get("profile") is not None:  # recorded in each record: a profile that exists, as `--profile`
+        from ..cli.checks import check_profile_name
+
+        _reuse("profile", values["profile"], check_profile_name, values["profile"])
+
+
+def _check_split_dates(values: Mapping[str, Any]) -> None:
+    """03-05's ``split_dates`` (the published preset) and 02's ``fit_split_dates`` (its ``preset``), as
+    TrainConfig checks them, and inside the data's time range as `--split-dates` is (where start and end are
+    given: the notebooks' own defaults differ)."""
+    for key, preset in (("split_dates", "published"), ("fit_split_dates", values.get("preset", "recommended"))):
+        sd = values.get(key)
+        if sd is None:  # the preset's split
+            continue
+        from ..training.config import preset_config
+
+        def made(sd=sd, preset=preset):
+            cfg = preset_config(preset, split_dates=tuple(sd) if isinstance(sd, list) else sd)
+            cfg.validate()
+            return cfg
+
+        cfg = _reuse(key, sd, made)
+        if "start" in values and "end" in values:
+            from ..cli.checks import check_split_dates
+            from ..data import Request
+
+            _reuse(key, sd, check_split_dates, cfg, Request(start=values["start"], end=values["end"]))
+
+
+def _check_scratch(values: Mapping[str, Any]) -> None:
+    """07's ``scratch_*`` settings, as ``ScratchConfig.validate`` checks them (``lstmnb scratch``'s options)."""
+    if not any(k.startswith("scratch_") for k in values):
+        return
+    from dataclasses import fields
+
+    from ..scratch.fit import ScratchConfig
+
+    given = {f.name: values[f"scratch_{f.name}"] for f in fields(ScratchConfig) if f"scratch_{f.name}" in values}
+    try:
+        ScratchConfig(**given).validate()
+    except ConfigError as exc:
+        name = re.match(r"^(\w+)=", str(exc))
+        key = f"scratch_{name.group(1)}" if name and name.group(1) in given else "scratch settings"
+        raise _restate(key, values.get(key), str(exc)) from None
+
+
+def _check_paths(values: Mapping[str, Any]) -> None:
+    """The folders a series writes and reads: output_dir writable (as the runner checks results), results
+    not blank, and every results_paths entry present (as `lstmnb results PATH` requires)."""
+    from ..paths import check_writable, results_dir
+
+    results = values.get("results")
+    if isinstance(results, str) and not results.strip():  # `--results` must not be empty either (cli.checks)
+        raise _bad("results", results, "is empty; give a results folder or .jsonl file (null: ./results, or "
+                                       "$LSTMNB_RESULTS)")
+    out = values.get("output_dir")
+    if isinstance(out, str) and out:  # None or '': the notebooks keep their files off disk
+        _reuse("output_dir", out, check_writable, out, "folder", "folder")
+    if "results_paths" in values:
+        from types import SimpleNamespace
+
+        from ..cli.checks import check_records_args
+
+        paths = values["results_paths"]
+        # the series' own results folder is written by its earlier notebooks: it need not exist yet
+        own = None if isinstance(results, str) and "{run_dir}" in results else results_dir() if not results \
+            else Path(results)
+        for p in [paths] if isinstance(paths, str) else paths:
+            if own is None or Path(p).expanduser().resolve() != own.expanduser().resolve():
+                _reuse("results_paths", paths, check_records_args, SimpleNamespace(paths=[p], experiment=None))
