@@ -16,6 +16,7 @@ import yaml
 
 from lstmnb import cli
 from lstmnb.device import cpu_cores
+from lstmnb.errors import ConfigError
 
 T = ["train", "--start", "2020-01-01", "--end", "2020-01-31", "--epochs", "1", "--hidden", "8", "--no-progress"]
 NB = ["notebooks", "run", "--profile", "ci"]
@@ -55,6 +56,7 @@ CASES = [
     case("start-empty", T + ["--start", ""], "start ''", "ISO date"),
     case("end-empty", T + ["--end", ""], "end ''", "ISO date"),
     case("start-no-such-date", T + ["--start", "2020-13-45"], "start '2020-13-45'", "ISO date"),
+    case("start-day-first", T + ["--start", "13/02/2020"], "start '13/02/2020'", "ISO date"),  # was 13 Feb; 01/02: 2 Jan
     case("end-before-start", T + ["--end", "2019-12-01"], "end '2019-12-01'", "before start '2020-01-01'"),
     case("checkpoint-empty", T + ["--checkpoint", ""], "checkpoint=''", "give a name"),
     case("checkpoint-is-folder", T + ["--checkpoint", "{tmp}/adir"], "--checkpoint", "is a folder; give a file path"),
@@ -463,3 +465,22 @@ def test_inputs_judged_with_the_data_give_one_line(sample_store_path, tmp_path, 
         assert fragment.replace("{tmp}", str(tmp_path)) in err, (fragment, err)
     recorded = (tmp_path / "r.jsonl").exists()
     assert recorded == (status == 0)  # a noted run ran and recorded; a refused one records nothing
+
+
+@pytest.mark.parametrize("request_args, cfg_args, message", [
+    ({}, {"epochs": 0}, "epochs=0 must be a whole number"),  # the config first: no data is read for a bad one
+    ({}, {"split_dates": "2020-01-15,2020-01-20"}, "must be two dates VAL_START,TEST_START"),
+    ({}, {"fractions": "0.7,0.15,0.15"}, "must be three positive numbers"),
+    ({"points": (40, 280)}, {}, r"points \(40, 280\) must be a list of \(lat, lon\) pairs"),
+    ({"start": "01/02/2020"}, {}, "start '01/02/2020' is not an ISO date"),
+    ({"start": __import__("datetime").date(2020, 1, 1)}, {}, r"start datetime.date\(2020, 1, 1\) is not an ISO date"),
+    ({"source": Path("/nonexistent")}, {}, r"^source \w+Path\(.*must be text \(str\(path\) for a local store\)"),
+])
+def test_the_python_api_refuses_bad_values_in_one_line_before_reading_data(tmp_path, monkeypatch, request_args,
+                                                                           cfg_args, message):
+    from lstmnb import era5, train
+
+    monkeypatch.setenv("LSTMNB_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ConfigError, match=message):
+        train.run(era5.Request(**request_args), train.TrainConfig(**cfg_args), results=tmp_path / "r.jsonl")
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "r.jsonl").exists()

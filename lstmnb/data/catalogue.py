@@ -15,6 +15,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,11 +113,19 @@ def data_kind(source: str) -> str:
     return "real"
 
 
+def source_text(source) -> str:
+    """The source named by ``source`` (stripped), or a ConfigError: empty, or not text (a pathlib.Path too:
+    a request is keyed and recorded by its text)."""
+    if not isinstance(source, str):
+        raise ConfigError(f"source {source!r} must be text (str(path) for a local store); {SOURCE_HINT}")
+    if not source.strip():
+        raise ConfigError(f"source {source!r} is empty; {SOURCE_HINT}")
+    return source.strip()
+
+
 def resolve_source(source: str = STUDY, storage_options: dict | None = None) -> StoreRef:
     """Turn a source name into a ``StoreRef`` (building the study's or the sample store on first use)."""
-    if not isinstance(source, str) or not source.strip():
-        raise ConfigError(f"source {source!r} is empty; {SOURCE_HINT}")
-    source = source.strip()
+    source = source_text(source)
     if source == SAMPLE:
         return StoreRef(source, str(sample_store()), False, {})
     if source == STUDY:
@@ -204,10 +213,8 @@ def check_request(request: Request, storage_options: dict | None = None) -> Requ
 
     The store-dependent checks (variables present, times and cells inside the store) follow in
     ``make_plan``. Builds nothing (neither the study's nor the sample store is made here)."""
-    source = request.source
-    if not isinstance(source, str) or not source.strip():
-        raise ConfigError(f"source {source!r} is empty; {SOURCE_HINT}")
-    if source.strip() not in (SAMPLE, STUDY):
+    source = source_text(request.source)
+    if source not in (SAMPLE, STUDY):
         resolve_source(source, storage_options)
     check_selection(request)
     return request
@@ -224,6 +231,8 @@ def check_selection(request: Request) -> tuple[pd.Timestamp, pd.Timestamp]:
     if request.points is not None:
         if len(request.points) == 0:
             raise ConfigError("points is empty; give at least one (lat, lon), e.g. 40,280")
+        if isinstance(request.points, str) or not all(isinstance(pt, (tuple, list)) for pt in request.points):
+            raise ConfigError(f"points {request.points!r} must be a list of (lat, lon) pairs, e.g. [(40, 280)]")
         for pt in request.points:
             if len(pt) != 2:
                 raise ConfigError(f"point {tuple(pt)!r} must be LAT,LON (two numbers), e.g. 40,280 or -33,151")
@@ -285,14 +294,21 @@ def open_store(source: str = STUDY, storage_options: dict | None = None) -> xr.D
 
 # ----------------------------------------------------------------------------------------------- request checks
 
+# YYYY-MM-DD, then optionally an hour, minutes, seconds (and fractions) and a UTC offset
+_ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$")
+
+
 def parse_time(value: str, *, end: bool = False, what: str = "time") -> pd.Timestamp:
-    """An ISO time; a bare date as ``end`` means the last hour of that day. ``what`` names it in errors."""
-    try:
-        ts = pd.Timestamp(value)
-    except (ValueError, TypeError, OverflowError):
-        ts = pd.NaT
+    """An ISO time; a bare date as ``end`` means the last hour of that day. ``what`` names it in errors.
+    Text in ISO order only: pandas would read 01/02/2020 as 2 January and 13/02/2020 as 13 February."""
+    ts = pd.NaT
+    if isinstance(value, str) and _ISO_TIME.match(value.strip()):
+        try:
+            ts = pd.Timestamp(value.strip())
+        except (ValueError, OverflowError):
+            pass
     if ts is pd.NaT:
-        raise ConfigError(f"{what} {value!r} is not an ISO date or time (e.g. 2020-01-01 or 2020-01-01T06)")
+        raise ConfigError(f"{what} {value!r} is not an ISO date or time (text such as 2020-01-01 or 2020-01-01T06)")
     if ts.tzinfo is not None:
         ts = ts.tz_convert("UTC").tz_localize(None)
     if end and len(str(value).strip()) <= 10:

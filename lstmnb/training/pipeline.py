@@ -115,6 +115,7 @@ def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress:
     """
     from .. import data
 
+    cfg.validate()  # before the extraction, which may be a download
     request = request or data.Request()
     ds = data.extract(request, progress=progress)
     grid = None
