@@ -218,6 +218,17 @@ CASES = [
     case("speed-target-fraction-zero", ["bench", "speed", "--target-fraction", "0"], "--target-fraction 0.0", "(0, 1]"),
     case("speed-repeats-zero", ["bench", "speed", "--repeats", "0"], "--repeats 0", ">= 1"),
     case("speed-max-epochs-zero", ["bench", "speed", "--max-epochs", "0"], "--max-epochs 0", ">= 1"),
+    # counts beyond any run (they overflowed C ints deep inside, or ran on past every timeout)
+    case("speed-max-epochs-huge", ["bench", "speed", "--max-epochs", "99999999999999"], "--max-epochs 99999999999999",
+         "<= 2147483647"),
+    case("scratch-epochs-huge", SB[:2] + ["--epochs", "99999999999"], "epochs=99999999999", "at most 2147483647"),
+    case("scratch-repeats-huge", SB[:2] + ["--repeats", "99999999999"], "--repeats 99999999999", "<= 2147483647"),
+    case("scratch-hidden-beyond-memory", SB + ["--versions", "numpy", "--hidden", "100000000"], "hidden=100000000",
+         "GiB for the weights", "this machine has"),
+    case("region-memory-steps-huge", ["region", "memory", "--steps", "100000000000"], "--steps 100000000000",
+         "<= 2147483647"),
+    case("region-scaling-steps-huge", ["region", "scaling", "--steps", "99999999999999"], "--steps 99999999999999",
+         "<= 2147483647"),
     # steady-epoch figures from one epoch would be the warm-up's: a 2-rank 'speedup' of 3.4x was printed
     case("speed-max-epochs-one", ["bench", "speed", "--max-epochs", "1"], "--max-epochs 1", "give --max-epochs 2 or more"),
     case("scaling-one-epoch", ["bench", "scaling", "--epochs", "1"], "--epochs 1 leaves no steady epoch", "2 or more"),

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 
 def positive(option: str, value, whole: bool = True, none_ok: bool = False) -> None:
-    """``value`` a whole number >= 1 (``whole``) or a positive finite number; else a ConfigError naming ``option``."""
+    """``value`` a whole number 1..INT_MAX (``whole``: larger counts overflow torch's C ints, and no run lasts that
+    long) or a positive finite number; else a ConfigError naming ``option``."""
     import math
 
     from ..errors import ConfigError
+    from ..training.config import INT_MAX
 
     if value is None and none_ok:
         return
-    if whole and not (isinstance(value, int) and value >= 1):
-        raise ConfigError(f"{option} {value} must be a whole number >= 1")
+    if whole and not (isinstance(value, int) and 1 <= value <= INT_MAX):
+        top = f" and <= {INT_MAX}" if isinstance(value, int) and value > INT_MAX else ""
+        raise ConfigError(f"{option} {value} must be a whole number >= 1{top}")
     if not whole and not (value > 0 and math.isfinite(value)):
         raise ConfigError(f"{option} {value} must be a positive number")
 

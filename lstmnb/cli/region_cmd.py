@@ -235,6 +235,7 @@ def _check_memory(args) -> None:
         raise ConfigError(f"--sides {','.join(map(str, args.sides))}: sides must be whole numbers >= 2")
     positive("--budget-gb", args.budget_gb, whole=False)
     positive("--threads", args.threads, none_ok=True)
+    positive("--steps", args.steps)
     target = _target(args)
     # the sparse mix takes k of the other cells: the smallest area measured bounds k
     areas = [(s, s) for s in args.sides] + ([target] if target is not None else [])
@@ -360,6 +361,7 @@ def _check_scaling(args) -> None:
     _scaling_model(args)
     check_world_sizes(args.world_sizes)
     positive("--repeats", args.repeats)
+    positive("--steps", args.steps)
     for mode in args.modes:
         for w in args.world_sizes:
             _shard_config(args, mode, w).validate()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .checks import check_plot, check_results
+from .checks import check_plot, check_results, positive
 from .options import add_results_args, results_path, save_plot
 
 # the from-scratch versions, as lstmnb.scratch.fit.VERSIONS names them (kept here so that parsing does
@@ -80,8 +80,7 @@ def _check_scratch_bench(args) -> None:
                           f"{args.data} is a fixed series: leave --hours out")
     _config(args).validate()
     _versions(args)
-    if args.repeats < 1:
-        raise ConfigError(f"--repeats {args.repeats} must be >= 1")
+    positive("--repeats", args.repeats)
     check_plot(args.plot)
     check_results(results_path(args))
     if args.data == "era5":

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..device import host_memory_bytes
 from ..errors import ConfigError, DeviceError, LstmnbError
 from .data import DATASETS
 from .lstm import (
@@ -33,6 +34,9 @@ VERSIONS = ("loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "to
 # versions that need an optional compiler or device; one that cannot start raises DeviceError (never
 # another exception), so a versions table records it as skipped and goes on
 STARTABLE = ("numba-cpu", "numba-cuda", "numba-cuda-block", "torch-cuda")
+
+
+MAX_COUNT = 2**31 - 1  # larger counts are nonsense here, and overflow C ints (as TrainConfig's INT_MAX)
 
 
 @dataclass
@@ -58,8 +62,8 @@ class ScratchConfig:
             raise ConfigError(f"data={self.data!r} is not known; choose one of {DATASETS}")
         for name in ("window", "hours", "hidden", "epochs", "batch_size"):
             value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 1:
-                raise ConfigError(f"{name}={value!r} must be a positive whole number")
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_COUNT:
+                raise ConfigError(f"{name}={value!r} must be a positive whole number, at most {MAX_COUNT}")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"optimizer={self.optimizer!r} is not known; choose one of {OPTIMIZERS}")
         if self.data == "era5" and self.hours > ERA5_HOURS:
@@ -72,7 +76,11 @@ class ScratchConfig:
         if self.clip is not None and not 0 < self.clip < float("inf"):
             raise ConfigError(f"clip={self.clip!r} must be a positive number, or None (no clipping; on the command "
                               "line --clip 0)")
-        resolve_dtype(self.dtype)
+        # the weights, their gradients and Adam's two moments, before any array is made
+        need = 4 * 4 * self.hidden * (self.hidden + 2) * resolve_dtype(self.dtype).itemsize
+        if need > host_memory_bytes():
+            raise ConfigError(f"hidden={self.hidden} needs {need / 2**30:,.0f} GiB for the weights, gradients and "
+                              f"Adam state alone; this machine has {host_memory_bytes() / 2**30:,.0f} GiB")
         if self.threads is not None and not (isinstance(self.threads, (int, np.integer)) and self.threads >= 1):
             raise ConfigError(f"threads={self.threads!r} must be a positive whole number or None")
 
