@@ -50,3 +50,11 @@ def test_speedup_and_crossover_from_records():
     assert size.crossover(table) == {"cuda-eager": 32, "cuda-graph": 2}
     text = size.format_size_table(table)
     assert text.loc[2, "speedup vs cpu cuda-eager"] == "0.80x"
+
+
+def test_the_command_says_its_data_is_the_synthetic_sample(tmp_path, capsys):
+    from lstmnb.cli import main
+
+    assert main(["bench", "size", "--points", "2", "--variants", "cpu", "--epochs", "2", "--end", "2020-01-10",
+                 "--hidden", "8", "--window", "12", "--no-progress", "--results", str(tmp_path)]) == 0
+    assert "data: sample (synthetic data) at every size" in capsys.readouterr().out

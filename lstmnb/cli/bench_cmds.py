@@ -376,7 +376,9 @@ def _run_bench_size(args) -> int:
                                  + (f" ({r['cuda_graph']['reason']})" if "not used" in r["size"].get("ran", "")
                                     else "")))
     table = size.size_table(records)
-    print()
+    data = next((r["data"] for r in records if r.get("data")), None)
+    print(f"\ndata: {data['source']} ({data.get('kind', 'real')} data) at every size, so that sizes compare alike"
+          if data else "")
     print(format_table(size.format_size_table(table)) if not table.empty else "(no finished runs)")
     if all(r["status"] == "skipped" for r in records if r["size"]["variant"] != "cpu"):
         print("no GPU rows: they are recorded as skipped here; run `lstmnb bench size` on a GPU machine for the crossover")
