@@ -16,6 +16,9 @@ from ..training.guards import stop_if_diverged
 SCALING_MODES = ("strong", "weak")
 
 
+MAX_COMM_STEPS = 10_000  # the compute vs communication split: far more than a stable median needs
+
+
 @dataclass
 class ScalingConfig:
     """World sizes to run and how the batch follows them.
@@ -43,8 +46,8 @@ class ScalingConfig:
         sizes, top = list(self.world_sizes), local_rank_limit()
         if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= top for n in sizes):
             raise ConfigError(f"world_sizes={self.world_sizes!r} must be whole numbers in 1..{top}")
-        if self.comm_split_steps < 0:
-            raise ConfigError(f"comm_split_steps={self.comm_split_steps} must be >= 0")
+        if not 0 <= self.comm_split_steps <= MAX_COMM_STEPS:  # its batches are all held while timed
+            raise ConfigError(f"comm_split_steps={self.comm_split_steps} must be 0..{MAX_COMM_STEPS} (0: not measured)")
         if self.mode == "strong":
             g = self.global_batch or cfg.batch_size
             bad = [n for n in sizes if g % n]
