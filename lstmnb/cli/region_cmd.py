@@ -94,6 +94,9 @@ def _check_skill(args) -> None:
         if not args.neighbours or min(args.neighbours) < 1:
             raise ConfigError(f"--neighbours {','.join(map(str, args.neighbours))}: each k must be a whole number >= 1")
     positive("--channels", args.channels)
+    from ..experiments.region_skill import check_mixes
+
+    check_mixes(_variants(args.variants), args.neighbours, args.channels)
     check_training(_skill_config(args), request, results_path(args))
     check_plot(args.plot)
 

@@ -62,6 +62,14 @@ def check_neighbours(variants, neighbours, n_cells: int) -> None:
                           "larger box, or --variants none")
 
 
+def check_mixes(variants, neighbours, channels: int) -> None:
+    """The channels against each k a variant tries (sparse: every one, dense: the first), before any trains."""
+    from ..region.model import check_channels
+
+    for k in neighbours if "sparse" in variants else neighbours[:1] if "dense" in variants else ():
+        check_channels(channels, int(k))
+
+
 def variant_model(variant: str, data, cfg, k: int, channels: int = 3):
     """The keyed region model of ``variant`` for ``data``, shaped as ``cfg`` (a TrainConfig) shapes the
     point model, seeded as the Trainer seeds it (so ``none`` starts with the point model's weights)."""
@@ -90,6 +98,7 @@ def region_skill(data, cfg, variants=VARIANTS, neighbours=(8,), channels: int = 
     if bad or not variants:
         raise ConfigError(f"variants {variants!r}: choose from {', '.join(VARIANTS)}")
     check_neighbours(variants, neighbours, data.n_cells)
+    check_mixes(variants, neighbours, channels)
     run_cfg = with_overrides(cfg, experiment=SKILL, profile=profile or cfg.profile, checkpoint=None, resume=False)
     info = data_info or {"cells": data.n_cells, "grid": {"latitude": data.grid.lat.tolist(),
                                                          "longitude": data.grid.lon.tolist()}}

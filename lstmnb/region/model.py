@@ -32,6 +32,15 @@ from .grid import Grid
 from .relation import KERNELS, KINDS, NeighbourMix, knn_index, stencil_weights
 
 
+def check_channels(channels: int, neighbours: int) -> None:
+    """At most max(3, k) channels for k neighbours: k mixes of k neighbours span every other (3 are always
+    allowed: the mean and the two gradients that ``relation.stencil_weights`` starts from)."""
+    top = max(3, neighbours)
+    if neighbours and channels > top:
+        raise ConfigError(f"channels={channels} must be 1..{top}: each channel mixes the {neighbours} neighbours, "
+                          "and more mixes than neighbours are combinations of the others")
+
+
 @dataclass(frozen=True)
 class RegionConfig:
     """The region forecaster's shape. Input 0 is the target; the first ``n_mixed`` inputs are the weather
@@ -61,6 +70,7 @@ class RegionConfig:
             raise ConfigError(f"kernel={self.kernel!r} is not one of {KERNELS}")
         if not isinstance(self.channels, (int, np.integer)) or self.channels < 1:
             raise ConfigError(f"channels={self.channels!r} must be a whole number >= 1")
+        check_channels(self.channels, self.neighbours)
 
     @property
     def variant(self) -> str:
