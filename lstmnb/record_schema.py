@@ -57,13 +57,15 @@ _CONFIG = {
 }
 
 
+VERSION = 1  # the record layout this lstmnb writes and reads (each record's ``schema``)
+
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "lstmnb run record",
     "type": "object",
     "required": ["schema", "run_id", "started", "experiment", "status", "device"],
     "properties": {
-        "schema": {"type": "integer", "minimum": 1},
+        "schema": {"type": "integer", "minimum": 1, "maximum": VERSION},
         "run_id": {"type": "string", "minLength": 1},
         "started": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}"},  # ISO time
         "experiment": {"type": "string", "minLength": 1},
@@ -152,6 +154,10 @@ def record_problem(record: Any) -> str | None:
         why = f"{value} is not an ISO time like 2024-05-01T12:00:00+00:00"
     elif error.validator == "minimum":
         why = f"{value} is less than {error.validator_value}, the lowest it may be"
+    elif error.validator == "maximum" and field == "schema":
+        why = f"{value} is a newer record layout than this lstmnb reads ({VERSION}); upgrade lstmnb to read it"
+    elif error.validator == "maximum":
+        why = f"{value} is more than {error.validator_value}, the highest it may be"
     elif error.validator == "minLength":
         why = "empty"
     else:

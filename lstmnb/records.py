@@ -23,12 +23,12 @@ import numpy as np
 
 from . import __version__
 from .paths import locked, results_dir
-from .record_schema import STATUSES, record_problem
+from .record_schema import STATUSES, VERSION, record_problem
 
 if TYPE_CHECKING:
     import pandas as pd
 
-SCHEMA = 1
+SCHEMA = VERSION  # the schema number every record written here carries
 RUNS_FILE = "runs.jsonl"
 
 

@@ -83,6 +83,18 @@ def test_bad_config_type_is_skipped_and_the_report_does_not_crash(tmp_path, caps
     assert "bad-one" not in out
 
 
+def test_a_record_from_a_newer_lstmnb_is_skipped_with_what_to_do(tmp_path):
+    from lstmnb.records import SCHEMA
+
+    good = _compared_record()
+    newer = {**copy.deepcopy(good), "run_id": "newer", "schema": SCHEMA + 1}
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(newer) + "\n")
+    with pytest.warns(BrokenRecordsWarning, match=f"field schema: {SCHEMA + 1} is a newer record layout than this "
+                                                  f"lstmnb reads \\({SCHEMA}\\); upgrade lstmnb"):
+        assert [r["run_id"] for r in read_records(path)] == [good["run_id"]]
+
+
 @pytest.mark.parametrize("files", [SHIPPED, SHARED], ids=["shipped", "shared"])
 def test_real_records_all_pass_the_config_rules(files):
     if not files:
