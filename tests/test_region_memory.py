@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import matplotlib
 
@@ -11,7 +13,7 @@ matplotlib.use("Agg")
 import pytest
 
 from lstmnb.errors import ConfigError
-from lstmnb.region.memory import MemoryCase, largest_side, measure, plot_memory, predict_bytes, sweep
+from lstmnb.region.memory import SEARCH_SIDE, MemoryCase, largest_side, measure, plot_memory, predict_bytes, sweep
 
 MiB = 2**20
 
@@ -44,6 +46,11 @@ def test_largest_side_fits_the_budget_and_the_next_does_not():
     assert largest_side("dense", budget, base) < largest_side("sparse", budget, base)
     assert largest_side("dense", 2 * budget, base) > largest_side("dense", budget, base)
     assert largest_side("dense", 1.0, base) == 0
+    # a budget beyond any area: the search's own limit, which the command says is a limit, not an answer
+    assert largest_side("sparse", 1e300, base) == SEARCH_SIDE
+    out = subprocess.run([sys.executable, "-m", "lstmnb", "region", "memory", "--budget-gb", "1e300", "--sides", "4",
+                          "--no-record"], capture_output=True, text=True, timeout=300)
+    assert f"{SEARCH_SIDE} x {SEARCH_SIDE}" in out.stdout and "or more (the search stops there)" in out.stdout
 
 
 def test_sweep_stops_a_variant_at_the_budget():

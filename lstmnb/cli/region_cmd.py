@@ -259,7 +259,7 @@ def _run_memory(args) -> int:
     import pandas as pd
 
     from ..experiments.region import region_memory
-    from ..region.memory import largest_side, plot_memory, predict_bytes
+    from ..region.memory import SEARCH_SIDE, largest_side, plot_memory, predict_bytes
     from ..report import format_table
 
     MiB, budget, base = 2**20, args.budget_gb * 2**30, _memory_case(args)
@@ -279,7 +279,8 @@ def _run_memory(args) -> int:
         print(f"measured against predicted: {err.min():+.0%} .. {err.max():+.0%}")
     for variant in _variants(args.variants):
         s = largest_side(variant, budget, base, floor_bytes)
-        print(f"largest square area within {args.budget_gb:g} GiB, {variant}: {s} x {s} = {s * s:,} cells")
+        beyond = " or more (the search stops there)" if s >= SEARCH_SIDE else ""
+        print(f"largest square area within {args.budget_gb:g} GiB, {variant}: {s} x {s} = {s * s:,} cells{beyond}")
     got = df.attrs.get("target")
     if got is not None:
         ny, nx = int(got["ny"]), int(got["nx"])

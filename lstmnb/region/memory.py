@@ -117,9 +117,13 @@ def predict_bytes(case: MemoryCase, floor_bytes: int = 0) -> dict[str, int]:
             "total": int(floor_bytes) + max(act + 3 * rel, ADAM_COPIES * rel)}
 
 
+SEARCH_SIDE = 100_000  # the largest side largest_side looks at (10^10 cells, beyond the globe's 0.25° grid)
+
+
 def largest_side(variant: str, budget_bytes: float, base: MemoryCase = MemoryCase(), floor_bytes: int = 0,
-                 limit: int = 100_000) -> int:
-    """The largest side s whose s x s area's predicted step fits ``budget_bytes`` (0 if none does)."""
+                 limit: int = SEARCH_SIDE) -> int:
+    """The largest side s whose s x s area's predicted step fits ``budget_bytes`` (0 if none does; ``limit``
+    when that fits too: the search looks no further)."""
     def fits(s: int) -> bool:
         case = dataclasses.replace(base, ny=s, nx=s, variant=variant)
         return predict_bytes(case, floor_bytes)["total"] <= budget_bytes
