@@ -18,7 +18,7 @@ import xarray as xr
 
 from ..errors import DataError, LstmnbError
 from .cache import StoreMeta, as_meta, cached_meta, write_store_meta
-from .catalogue import Request, check_selection, data_kind, open_ref, point_label, resolve_source, source_text
+from .catalogue import Request, check_selection, data_kind, open_ref, point_label, resolve_source
 from .fetch import CacheMiss, FetchStats, check_sizes, fetch_plan
 from .plan import Plan, make_plan
 from .stores import RetryPolicy, zarr_store
@@ -46,7 +46,6 @@ def extract(
     many chunks were read and blocks reused. ``partial_reads=False`` reads whole chunks even where
     reading only the Blosc blocks that hold the cells would do (to measure what that saves).
     """
-    source_text(request.source)
     check_selection(request)  # what needs no store, before the study's or the sample store is built
     ref = resolve_source(request.source, storage_options)
     workers = check_sizes(block_hours, concurrency)[1]
