@@ -61,8 +61,8 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
                    help="grid point, repeatable; longitude in -180..180 or 0..360 (default: 40,280 and 20,280)")
     g.add_argument("--box", type=float_list, metavar="LAT_MIN,LAT_MAX,LON_MIN,LON_MAX",
                    help="a lat/lon box instead of points")
-    g.add_argument("--start", default=None, help="first day, e.g. 2020-01-01 (default: the published 2020-01-01; "
-                                                  "a local store's first valid hour)")
+    g.add_argument("--start", default=None, help="first day, ISO (YYYY-MM-DD[Thh]), e.g. 2020-01-01 (default: the "
+                                                  "published 2020-01-01; a local store's first valid hour)")
     g.add_argument("--end", default=None, help="last day, inclusive, e.g. 2021-06-30 (default: the published "
                                                 "2021-06-30; a local store's last valid hour); an end past the "
                                                 "store's last valid hour is clipped to it, with a note")
