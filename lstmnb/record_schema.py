@@ -126,7 +126,9 @@ def _validator():
 
     cls = jsonschema.validators.validator_for(SCHEMA)
     cls.check_schema(SCHEMA)
-    return cls(SCHEMA)
+    # a record is checked as built (tuples: a config's fractions, split_dates) and as read back (JSON lists)
+    arrays = cls.TYPE_CHECKER.redefine("array", lambda _checker, value: isinstance(value, (list, tuple)))
+    return jsonschema.validators.extend(cls, type_checker=arrays)(SCHEMA)
 
 
 def record_problem(record: Any) -> str | None:
