@@ -212,7 +212,7 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
     return prof, selected, declared, kernel_name, timeout
 
 
-def check_profile_device(profile: str, device, other_device: str = "pass -p device auto") -> None:
+def check_profile_device(profile: str, device, other_device: str) -> None:
     """A profile whose device this machine lacks (a GPU profile on a laptop or a CPU node) is refused in one
     line before any kernel starts, where a selected notebook trains on it (declares ``device``): otherwise 01
     runs and the series stops in 02's first training cell."""
