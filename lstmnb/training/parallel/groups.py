@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import socket
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -98,6 +99,35 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def loopback_interface() -> str | None:
+    """The network interface that holds 127.0.0.1, as psutil names it (Linux 'lo', macOS 'lo0'), for
+    ``GLOO_SOCKET_IFNAME``; None on Windows, whose interface names gloo's libuv transport is not known to
+    take, and where psutil finds none: gloo then picks its own (the hostname's address, else the loopback)."""
+    if sys.platform == "win32":
+        return None
+    import psutil
+
+    try:
+        interfaces = psutil.net_if_addrs()
+    except (OSError, psutil.Error):
+        return None
+    return next((name for name, addrs in interfaces.items()
+                 if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs)), None)
+
+
+def local_rendezvous_environment() -> dict[str, str]:
+    """The environment defaults of ranks on one machine: gloo over the loopback interface, and on Windows
+    TCPStore without libuv (torch 2.4 and 2.5 ask for libuv by default and their Windows builds have none:
+    'use_libuv was requested but PyTorch was build without libuv support'; later torch defaults to 0 there)."""
+    env = {}
+    interface = loopback_interface()
+    if interface is not None:
+        env["GLOO_SOCKET_IFNAME"] = interface
+    if sys.platform == "win32":
+        env["USE_LIBUV"] = "0"
+    return env
 
 
 def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: int | None = None,

@@ -24,7 +24,7 @@ from ..checkpoints import sweep_checkpoint_temps
 from ..trainer import RunResult
 from .ddp import RankOptions, train_rank
 from .groups import (DistEnv, DistributedError, check_world_size, close_distributed, ddp_device_kind, free_port,
-                     init_distributed)
+                     init_distributed, local_rendezvous_environment)
 
 
 @dataclass
@@ -47,7 +47,8 @@ def _rank_main(local_rank: int, job: _Job) -> None:
     """Entry of one spawned rank: join the group, run the job, hand back rank 0's result or the error."""
     os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(job.world_size),
                       LOCAL_WORLD_SIZE=str(job.world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job.port))
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # ranks on one machine talk over loopback
+    for name, value in local_rendezvous_environment().items():  # loopback; Windows: no libuv TCPStore
+        os.environ.setdefault(name, value)
     warnings.showwarning = errors.one_line_warnings(f"lstmnb rank {local_rank}")  # as the command says its own
     env = None
     try:

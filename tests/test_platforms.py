@@ -1,0 +1,41 @@
+"""What differs on macOS and Windows beyond what tests/test_portable.py takes away, each simulated on Linux:
+the loopback interface's name and Windows' TCPStore for local DDP ranks, the CPU memory cap (Linux only),
+and output to a console or pipe whose encoding is not UTF-8."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import psutil
+import pytest
+
+from lstmnb.training.parallel import groups
+
+
+def _addr(family, address):
+    return SimpleNamespace(family=family, address=address, netmask=None, broadcast=None, ptp=None)
+
+
+MACOS_INTERFACES = {"en0": [_addr(socket.AF_INET, "192.168.1.7")],
+                    "lo0": [_addr(socket.AF_INET6, "::1"), _addr(socket.AF_INET, "127.0.0.1")]}
+
+
+def test_local_ranks_use_the_loopback_interface_by_its_own_name(monkeypatch):
+    """gloo finds the interface GLOO_SOCKET_IFNAME names, or fails ('Unable to find address for: lo'):
+    macOS calls its loopback lo0, Linux lo."""
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr(psutil, "net_if_addrs", lambda: MACOS_INTERFACES)
+    assert groups.local_rendezvous_environment() == {"GLOO_SOCKET_IFNAME": "lo0"}
+    monkeypatch.setattr(psutil, "net_if_addrs", lambda: {"en0": MACOS_INTERFACES["en0"]})
+    assert groups.local_rendezvous_environment() == {}  # no loopback found: gloo's own choice
+
+
+def test_local_ranks_on_windows_take_tcpstore_without_libuv_and_gloos_own_interface(monkeypatch):
+    """torch 2.4 and 2.5 default TCPStore to libuv, which their Windows builds lack."""
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setattr(psutil, "net_if_addrs", lambda: pytest.fail("not asked on Windows"))
+    assert groups.local_rendezvous_environment() == {"USE_LIBUV": "0"}
