@@ -214,7 +214,7 @@ def model_table(cfg, n_features: int, n_train: int | None = None) -> pd.DataFram
            "parameters": count_parameters(Forecaster(mc)), "forward FLOPs/sample": flops["forward"],
            "training FLOPs/sample": flops["training"]}
     if n_train:
-        row["training GFLOPs/epoch"] = flops["training"] * n_train / 1e9
+        row["training GFLOPs/epoch"] = float(f"{flops['training'] * n_train / 1e9:.3g}")  # 3 significant digits: an estimate
     return pd.DataFrame([row]).set_index("cell")
 
 
