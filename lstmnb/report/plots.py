@@ -16,16 +16,19 @@ from .scaling import convergence_table
 def _device_bars(ours: pd.DataFrame, published: pd.DataFrame | None, *, height: float, empty: str, title: str,
                  ylabel: str, line: float | None = None):
     """Bars by device, one per epochs value, of an epochs x devices table: ours, and the published one
-    beside it when given. ``title`` may use {source}; ``line`` draws a reference line at that value."""
+    beside it when given. ``title`` may use {source}; ``line`` draws a reference line at that value. The
+    panels share their y axis and give an epochs count the same colour in both, so bars of equal height
+    mean equal values."""
     import matplotlib.pyplot as plt
 
     panels = [(MEASURED, ours)] + ([(PUBLISHED, published)] if published is not None and not published.empty else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), height), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), height), squeeze=False, sharey=True)
+    colours = {e: f"C{i}" for i, e in enumerate(sorted({e for _, t in panels for e in t.index}))}
     for ax, (source, table) in zip(axes[0], panels):
         if table.empty:
             ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
         else:
-            table.T.plot.bar(ax=ax, rot=0)
+            table.T.plot.bar(ax=ax, rot=0, color=[colours[e] for e in table.index])
             if line is not None:
                 ax.axhline(line, color="grey", lw=0.8)
             ax.legend(title="epochs")
