@@ -39,3 +39,15 @@ def test_local_ranks_on_windows_take_tcpstore_without_libuv_and_gloos_own_interf
     monkeypatch.setattr(sys, "platform", "win32")
     monkeypatch.setattr(psutil, "net_if_addrs", lambda: pytest.fail("not asked on Windows"))
     assert groups.local_rendezvous_environment() == {"USE_LIBUV": "0"}
+
+
+@pytest.mark.parametrize("encoding", ["cp932", "ascii"])
+def test_commands_print_through_a_stream_that_lacks_their_characters(encoding):
+    """`lstmnb notebooks list` prints the notebooks' headings ('Data access \u00b7 ...'), `lstmnb results` its
+    tables' em dashes: on a Windows pipe in the Japanese code page (or an ASCII locale) each raised
+    UnicodeEncodeError with a traceback; now the character the stream lacks prints as '?'."""
+    env = dict(os.environ, PYTHONIOENCODING=encoding)
+    out = subprocess.run([sys.executable, "-m", "lstmnb", "notebooks", "list"], env=env, capture_output=True,
+                         timeout=300)
+    assert out.returncode == 0 and b"Traceback" not in out.stderr, out.stderr.decode(errors="replace")[-2000:]
+    assert b"01_data_access" in out.stdout and b"?" in out.stdout

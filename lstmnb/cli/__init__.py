@@ -122,8 +122,23 @@ def join_negative_values(argv: list[str], options: set[str]) -> list[str]:
     return out
 
 
+def printable_anywhere(*streams) -> None:
+    """Text streams whose encoding is not UTF-8 print '?' for a character it lacks instead of raising: the
+    tables' em dash (no value) and middle dot (a setting and its input path) on a Windows pipe or file in a
+    code page that has neither (cp932, the Japanese one), or in a POSIX locale of ASCII or Latin-1.
+    Jupyter's streams (no ``reconfigure``) and UTF-8 ones are left as they are."""
+    import codecs
+
+    for stream in streams:
+        encoding = getattr(stream, "encoding", None)
+        if (hasattr(stream, "reconfigure") and getattr(stream, "errors", None) == "strict" and encoding
+                and codecs.lookup(encoding).name != "utf-8"):
+            stream.reconfigure(errors="replace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    printable_anywhere(sys.stdout, sys.stderr)
     # the top level has only flags (--help, --version), so the first other word names the sub-command
     command = next((a for a in argv if not a.startswith("-")), "")
     try:
