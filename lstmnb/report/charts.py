@@ -42,8 +42,11 @@ def _notes(data: pd.DataFrame, published: dict | None) -> list[str]:
     return list(device_notes(published, shown).values()) if shown and published is not None else []
 
 
-def _marked(device: str, column: str, notes: list[str]) -> str:
-    return column + (NOTE_MARK if any(n.startswith(f"{NOTE_MARK} {device} ") for n in notes) else "")
+def _marked(device: str, column: str, notes: list[str], source: str) -> str:
+    """``column`` with the note mark where a note applies: the notes are on published figures, so a device
+    measured here or in the reference records is never marked (a measured CPU is not the study's CPU†)."""
+    noted = source == PUBLISHED and any(n.startswith(f"{NOTE_MARK} {device} ") for n in notes)
+    return column + (NOTE_MARK if noted else "")
 
 
 def _problem_group(problem: str) -> str:
@@ -62,7 +65,8 @@ def seconds_chart(rows: pd.DataFrame, published: dict | None = None) -> ChartDat
     data = rows[["column", "device", "setting", "problem", "source", "epochs", "seconds"]].copy()
     data["group"] = data["problem"].map(_problem_group)
     notes = _notes(data, published)
-    data["label"] = [f"{_marked(d, c, notes)}\n{s}" for d, c, s in zip(data["device"], data["column"], data["setting"])]
+    data["label"] = [f"{_marked(d, c, notes, src)}\n{s}"
+                     for d, c, s, src in zip(data["device"], data["column"], data["setting"], data["source"])]
     return ChartData(data.reset_index(drop=True), notes=notes)
 
 
@@ -102,7 +106,7 @@ def speedup_chart(rows: pd.DataFrame, published: dict | None = None) -> ChartDat
                      zip(data["source"], data["machine"], problem, data["epochs"])]
     labels = []
     for _, r in data.iterrows():
-        who = _marked(r["device"], r["device"], notes)
+        who = _marked(r["device"], r["device"], notes, r["source"])
         what = (f"fastest of each: {r['fastest_setting']}\nCPU: {r['cpu_setting']}" if r["setting"] == FASTEST
                 else r["setting"])
         over = "" if r["same_machine"] else f"\nover {r['cpu_machine']}"
