@@ -84,6 +84,10 @@ def plot_loss_curves(curves: pd.DataFrame):
         plain_log_y(ax1)
     ax1.set(xlabel="epoch", ylabel="training loss (MSE, scaled)", title="training loss")
     ax2.set(xlabel="epoch", ylabel="validation RMSE (K)", title="validation RMSE")
+    if curves["val_rmse_k"].isna().all():  # the published setting has no validation part: say so, not blank axes
+        ax2.text(0.5, 0.5, "no validation RMSE: these runs have no validation part\n(the published setting has "
+                 "none: it trains on 2020, tests on 2021)", ha="center", va="center", transform=ax2.transAxes)
+        ax2.set(xticks=[], yticks=[])
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.06 * (1 + (len(handles) - 1) // 5), 1, 1))
     return fig
