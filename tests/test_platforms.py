@@ -10,6 +10,8 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import numpy as np
+import pandas as pd
 import psutil
 import pytest
 
@@ -51,3 +53,25 @@ def test_commands_print_through_a_stream_that_lacks_their_characters(encoding):
                          timeout=300)
     assert out.returncode == 0 and b"Traceback" not in out.stderr, out.stderr.decode(errors="replace")[-2000:]
     assert b"01_data_access" in out.stdout and b"?" in out.stdout
+
+
+@pytest.mark.parametrize("system", ["darwin", "win32"])
+def test_a_cpu_memory_cap_off_linux_is_one_line_before_any_point(monkeypatch, system):
+    """The cap is RLIMIT_DATA over the process's VmData now: on macOS (no VmData) the limit was the cap alone,
+    on Windows there is no such limit; both are refused before a point's process starts."""
+    from lstmnb import experiments
+    from lstmnb.errors import ConfigError
+    from lstmnb.training import TrainConfig
+    from lstmnb.windows import make_windows
+
+    def no_point(*args, **kwargs):
+        pytest.fail("a capped point started")
+
+    monkeypatch.setattr(experiments.sweep, "_capped_point", no_point)
+    monkeypatch.setattr(sys, "platform", system)
+    cfg = TrainConfig(device="cpu", hidden=8, window=24, epochs=1, progress=False)
+    hours = np.arange(24 * 40)
+    values = 280 + 8 * np.sin(2 * np.pi * hours / 24)
+    windows = make_windows(values, pd.date_range("2020-01-01", periods=hours.size, freq="h"), cfg.window_config())
+    with pytest.raises(ConfigError, match=r"memory_cap_mb on cpu needs Linux .*; not on "):
+        experiments.batch_sweep(windows, cfg, experiments.SweepConfig(start=32, memory_cap_mb=48))

@@ -4,7 +4,9 @@ path can be seen on any machine."""
 
 from __future__ import annotations
 
+import platform
 import signal
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
@@ -49,6 +51,15 @@ class SweepConfig:
 
 
 
+def check_cpu_cap() -> None:
+    """A CPU memory cap needs Linux: the limit is the process's data segment now (/proc's VmData) plus the cap,
+    under RLIMIT_DATA, which Linux applies to mmap'd memory too (since 4.7). macOS has no VmData, so the
+    limit would be the cap alone, not what the point adds; Windows has no such limit at all."""
+    if not sys.platform.startswith("linux"):
+        raise ConfigError(f"memory_cap_mb on cpu needs Linux (its data-size limit over what the process uses now); "
+                          f"not on {platform.system() or sys.platform}: use a CUDA device or no memory_cap_mb here")
+
+
 @contextmanager
 def memory_cap(cap_mb: float | None, device: torch.device) -> Iterator[None]:
     """Let the block allocate at most ``cap_mb`` more MB on ``device``; past it, allocations fail.
@@ -78,11 +89,8 @@ def memory_cap(cap_mb: float | None, device: torch.device) -> Iterator[None]:
 
     from tqdm import tqdm
 
-    try:
-        import resource  # POSIX only: Windows has no data-size limit to set
-    except ImportError:
-        raise ConfigError("memory_cap_mb on cpu needs a POSIX system (Linux or macOS); use a CUDA device "
-                          "or no memory_cap_mb here") from None
+    check_cpu_cap()
+    import resource  # Linux, checked above
 
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     old_stack, old_monitor = threading.stack_size(), tqdm.monitor_interval
@@ -233,6 +241,8 @@ def batch_sweep(windows, cfg, sweep: SweepConfig = SweepConfig(), *, data_info: 
     if sweep.start > n_train:  # else not one point would run, and the sweep would print an empty table
         raise ConfigError(f"first batch {sweep.start} is more than the {n_train} training samples; give at most "
                           f"{n_train}")
+    if sweep.memory_cap_mb is not None and device.type == "cpu":
+        check_cpu_cap()  # before any point's process starts
     recorder = Recorder(results, on_point)
     b = sweep.start
     while b <= top:
