@@ -242,7 +242,8 @@ def _bench_batch_sweep(kinds, full: bool) -> None:
         description="Trains on one device at batch sizes --first-batch, x--factor, ... up to --max-batch (default: the "
                     "training set), recording each point (ok, or oom where memory ran out; the sweep stops "
                     "there). --memory-cap-mb limits memory per point (GPU: allocator fraction; CPU: the "
-                    "process's data-segment limit), so the out-of-memory path can be seen on any machine.",
+                    "process's data-segment limit, Linux only), so the out-of-memory path can be seen on any "
+                    "GPU or Linux machine.",
     )
     add_request_args(p)
     if full:
