@@ -15,7 +15,7 @@ import pytest
 
 from lstmnb.errors import ConfigError, DataError, DeviceError
 from lstmnb.scratch import LSTMShape, ScratchConfig, fit, mse
-from lstmnb.scratch.bench import evaluate, format_versions, versions_table
+from lstmnb.scratch.bench import evaluate, format_versions, versions_notes, versions_table
 from lstmnb.scratch.data import DATASETS, airline_passengers, default_window, load_airline, load_data, prepare_series
 from lstmnb.records import read_records
 
@@ -133,6 +133,8 @@ def test_gpu_versions_without_a_gpu_are_clear_errors_and_skipped_rows_while_the_
     # the printed table says one reason once: numba-cuda-block's row points at numba-cuda's
     printed = format_versions(table)
     assert printed.count(recs["numba-cuda"]["reason"]) == 1 and "the same reason as numba-cuda" in printed
+    notes = versions_notes(table)  # 07's bullets under the table: the skipped versions named, not their reasons again
+    assert "not run here: **numba-cuda**, **numba-cuda-block**" in notes and recs["numba-cuda"]["reason"] not in notes
     ok = recs["numpy"]
     assert ok["experiment"] == "scratch_versions" and ok["status"] == "ok"
     assert ok["timing"]["epochs"] == 2 and ok["timing"]["run_s"] > 0 and ok["timing"]["compile_s"] >= 0

@@ -193,6 +193,30 @@ def format_versions(table) -> str:
     return "\n".join(lines)
 
 
+def versions_notes(table) -> str:
+    """What the versions table says, as Markdown bullets: numba-cpu against numpy (and its one-off compile
+    time), a thread per hidden unit against a thread per sample on a GPU, the versions that did not run, and
+    the largest difference in final training loss between the versions that did."""
+    ok = table[table["status"] == "ok"]
+    lines = []
+    if "numpy" in ok.index and "numba-cpu" in ok.index:
+        r = ok.loc["numba-cpu", "speedup_vs_numpy"]
+        lines.append(f"- numba-cpu runs **{r:.2f}x** {'faster' if r >= 1 else 'slower'} than numpy here "
+                     f"(plus {ok.loc['numba-cpu', 'compile_s']:.1f} s of compilation or cache loading, once).")
+    if "numba-cuda" in ok.index and "numba-cuda-block" in ok.index:
+        r = ok.loc["numba-cuda", "run_s"] / ok.loc["numba-cuda-block", "run_s"]
+        lines.append(f"- a thread per hidden unit (numba-cuda-block) instead of a thread per sample (numba-cuda): "
+                     f"**{r:.1f}x** {'faster' if r >= 1 else 'slower'}; against numpy "
+                     f"**{ok.loc['numba-cuda-block', 'speedup_vs_numpy']:.2f}x**.")
+    skipped = [str(v) for v in table.index[table["status"] != "ok"]]
+    if skipped:
+        lines.append(f"- not run here: {', '.join(f'**{v}**' for v in skipped)} (the table above says why)")
+    if len(ok):
+        lines.append(f"- largest difference in final train loss between versions: "
+                     f"{ok['train_loss'].max() - ok['train_loss'].min():.1e}")
+    return "\n".join(lines)
+
+
 def plot_versions(table):
     """Run time (compile time stacked on top, hatched) and speedup against numpy, per version."""
     import matplotlib.pyplot as plt
