@@ -156,8 +156,15 @@ def scratch_conclusion(table: pd.DataFrame) -> str:
                  + (f", {ok.loc[best, 'speedup_vs_loops']:.0f}x the Python loops" if "speedup_vs_loops" in ok else "")
                  + ".")
     if "numpy" in ok.index and "loops" in ok.index:
-        lines.append(f"Vectorising over the batch (`numpy`) alone gave {ok.loc['loops', 'run_s'] / ok.loc['numpy', 'run_s']:.1f}x"
-                     " over one sample at a time.")
+        gain = ok.loc["loops", "run_s"] / ok.loc["numpy", "run_s"]
+        runs = ok.loc["numpy", "run_s_repeats"] if "run_s_repeats" in ok else None
+        once = isinstance(runs, (list, tuple)) and len(runs) == 1
+        lines.append(f"Vectorising over the batch (`numpy`) alone gave {gain:.1f}x over one sample at a time"
+                     + (", from one run per version" if once else "") + "." if gain >= 1
+                     else f"Vectorising over the batch (`numpy`) was slower here than one sample at a time "
+                          f"({gain:.2f}x the loops' speed)"
+                          + (": one run per version of a fraction of a second, which other work on the machine can "
+                             "turn round; `scratch_repeats` 3 or more takes medians" if once else "") + ".")
     if "train_loss" in ok:
         spread = ok["train_loss"].max() - ok["train_loss"].min()
         lines.append(f"Every version ends at the same training loss (spread {spread:.1e}): only the time differs.")
