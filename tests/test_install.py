@@ -78,10 +78,19 @@ def test_pyproject_lists_every_package_and_holds_the_one_version():
 @pytest.mark.slow
 def test_the_wheel_carries_the_series_and_runs_it_from_any_folder(tmp_path):
     """Build the wheel (no network: this Python's setuptools), unpack it as an installation would, and from an
-    empty folder, with no checkout on the path, list and copy the notebooks it carries."""
+    empty folder, with no checkout on the path, list and copy the notebooks it carries. Built from a copy of
+    the checkout: setuptools builds in the source tree and keeps its build/lib between builds, so a build in
+    the checkout writes into it and ships whatever an earlier build left there (a module since removed)."""
+    import shutil
+
+    source = tmp_path / "checkout"
+    for folder in ("lstmnb", "notebooks"):  # what pyproject.toml packages, and the files it names
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
+    for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
+        shutil.copy2(ROOT / name, source / name)
     wheels = tmp_path / "wheels"
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                            "--wheel-dir", str(wheels), str(ROOT)], capture_output=True, text=True, timeout=300)
+                            "--wheel-dir", str(wheels), str(source)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-2000:]
     wheel = next(wheels.glob("lstmnb-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
