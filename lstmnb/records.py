@@ -267,7 +267,7 @@ class RecordsRead:
         file, line, why = min(((f, *found[0]) for f, _, found in self.faults),  # the first fault by file and line
                               key=lambda fault: (self.files.index(fault[0]), fault[1]))
         return (f"{where} {'holds' if len(self.files) == 1 else 'hold'} no valid run record: all {self.lines} "
-                f"line(s) are corrupt ({self.broken} not JSON, {self.invalid} failing the record schema; the first: "
+                f"line(s) are corrupt ({self.broken} not a JSON object, {self.invalid} failing the record schema; the first: "
                 f"{file}:{line}, {why})")
 
     def warn(self) -> None:

@@ -183,10 +183,10 @@ def test_readers_tell_corrupt_from_empty_from_missing(tmp_path, capsys, command)
     """One line each: the issue's reader printed a warning, then 'run `lstmnb train` first' for a corrupt file."""
     from lstmnb import cli
 
-    bad = _write(tmp_path / "bad.jsonl", [json.dumps(rec(status=5, started=12345)), "not json at all"])
+    bad = _write(tmp_path / "bad.jsonl", [json.dumps(rec(status=5, started=12345)), "not json at all", "null"])
     empty = _write(tmp_path / "empty.jsonl", [])
     (tmp_path / "nothing").mkdir()
-    expected = {bad: "holds no valid run record: all 2 line(s) are corrupt (1 not JSON, 1 failing the record schema; "
+    expected = {bad: "holds no valid run record: all 3 line(s) are corrupt (2 not a JSON object, 1 failing the record schema; "
                      f"the first: {bad}:1, field status: 5 is not one of ok, oom, skipped, failed, diverged)",
                 empty: "is empty: no run records yet; run `lstmnb train` first",
                 tmp_path / "nothing": "holds no results file (.jsonl); run `lstmnb train` first"}
