@@ -154,6 +154,12 @@ def cpu_cores() -> int:
     return len(cpus) if cpus else (os.cpu_count() or 1)
 
 
+def local_rank_limit() -> int:
+    """The most local processes or CPU threads a run may start (DDP ranks, all-reduce ranks, --threads): more
+    only contend."""
+    return max(64, 4 * (os.cpu_count() or 1))
+
+
 BUSY_WINDOW_S = 0.2  # how long ``cpu_threads`` watches the cores before a CPU run
 
 

@@ -144,7 +144,7 @@ CASES = [
          ".jsonl"),
     case("results-experiment-empty", ["results", "--experiment", ""], "--experiment is empty", "experiment name"),
     case("results-corrupt-file", ["results", "{tmp}/corrupt.jsonl"], "corrupt.jsonl holds no valid run record",
-         "all 2 line(s) are corrupt (1 not JSON, 1 failing the record schema; the first: {tmp}/corrupt.jsonl:1, field status"),
+         "all 2 line(s) are corrupt (1 not a JSON object, 1 failing the record schema; the first: {tmp}/corrupt.jsonl:1, field status"),
     case("results-empty-file", ["results", "{tmp}/empty.jsonl"], "empty.jsonl is empty", "run `lstmnb train` first"),
     case("results-folder-without-records", ["results", "{tmp}/adir"], "adir holds no results file (.jsonl)",
          "run `lstmnb train` first"),
@@ -279,6 +279,12 @@ CASES = [
                                          "1000"], "--neighbours 1000", "(4 x 4) has 16 cells, so k must be 0..15"),
     case("region-memory-k-beyond-target", ["region", "memory", "--sides", "4", "--target", "2x3", "--neighbours", "8"],
          "--neighbours 8", "(2 x 3) has 6 cells, so k must be 0..5"),
+    case("region-memory-threads-beyond", ["region", "memory", "--threads", "100000"], "--threads 100000",
+         "whole number >= 1 and <= "),  # was accepted: 100,000 torch threads on this machine's cores
+    case("region-memory-batch-beyond-memory", ["region", "memory", "--batch", "100000000"], "batch=100000000",
+         "even the 3 x 3 area measured first is predicted to need", "give a smaller --batch"),  # was torch's alloc error
+    case("region-scaling-neighbours-zero", ["region", "scaling", "--neighbours", "0"], "--neighbours 0",
+         "whole number >= 1"),  # was accepted until the data was read
     case("nproc-without-parallel", T + ["--nproc", "2"], "nproc=2 needs strategy='ddp'", "one process"),
     case("sweep-memory-cap-negative", ["bench", "batch-sweep", "--memory-cap-mb", "-1"], "--memory-cap-mb -1.0", "positive"),
     case("sweep-memory-cap-inf", ["bench", "batch-sweep", "--memory-cap-mb", "inf"], "--memory-cap-mb inf", "positive"),
@@ -311,7 +317,8 @@ CASES = [
     case("scratch-lr-zero", SB + ["--lr", "0"], "lr=0.0", "positive number"),
     case("scratch-clip-negative", SB + ["--clip", "-1"], "clip=-1.0", "positive number, or None (no clipping; on the command line --clip 0)"),
     case("scratch-dtype", SB + ["--dtype", "float16"], "float16", "float64"),
-    case("scratch-threads-zero", SB + ["--threads", "0"], "threads=0", "positive whole number"),
+    case("scratch-threads-zero", SB + ["--threads", "0"], "threads=0", "whole number in 1.."),
+    case("scratch-threads-beyond", SB + ["--threads", "100000"], "threads=100000", "whole number in 1.."),
     case("scratch-repeats-zero", ["scratch", "bench", "--repeats", "0"], "--repeats 0", ">= 1"),
     case("scratch-plot-suffix", SB + ["--plot", "{tmp}/v.xyz"], "cannot write .xyz", ".pdf"),
     case("scratch-results-read-only", SB + ["--results", RO + "/r.jsonl"], "--results file", "read-only"),

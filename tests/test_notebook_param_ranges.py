@@ -94,7 +94,7 @@ def test_training_values_out_of_range_are_refused(tmp_path, overrides, match):
 def test_ddp_ranks_are_bounded_by_the_devices_they_run_on(tmp_path):
     import torch
 
-    from lstmnb.training.config import local_rank_limit
+    from lstmnb.device import local_rank_limit
 
     n = cpu_cores() + 1  # without n GPUs 05 runs its DDP ranks on the CPU, one core each
     if n > local_rank_limit() or torch.cuda.device_count() >= n:

@@ -6,9 +6,9 @@ the value and what is valid; argument parsing itself stays in ``options``."""
 from __future__ import annotations
 
 
-def positive(option: str, value, whole: bool = True, none_ok: bool = False) -> None:
-    """``value`` a whole number 1..INT_MAX (``whole``: larger counts overflow torch's C ints, and no run lasts that
-    long) or a positive finite number; else a ConfigError naming ``option``."""
+def positive(option: str, value, whole: bool = True, none_ok: bool = False, hi: int | None = None) -> None:
+    """``value`` a whole number 1..``hi`` (``whole``; by default INT_MAX: larger counts overflow torch's C ints, and
+    no run lasts that long) or a positive finite number; else a ConfigError naming ``option``."""
     import math
 
     from ..errors import ConfigError
@@ -16,8 +16,9 @@ def positive(option: str, value, whole: bool = True, none_ok: bool = False) -> N
 
     if value is None and none_ok:
         return
-    if whole and not (isinstance(value, int) and 1 <= value <= INT_MAX):
-        top = f" and <= {INT_MAX}" if isinstance(value, int) and value > INT_MAX else ""
+    hi = INT_MAX if hi is None else hi
+    if whole and not (isinstance(value, int) and 1 <= value <= hi):
+        top = f" and <= {hi}" if isinstance(value, int) and value > hi else ""
         raise ConfigError(f"{option} {value} must be a whole number >= 1{top}")
     if not whole and not (value > 0 and math.isfinite(value)):
         raise ConfigError(f"{option} {value} must be a positive number")

@@ -229,15 +229,17 @@ def _target(args) -> tuple[int, int] | None:
 
 
 def _check_memory(args) -> None:
-    from ..device import resolve_device
+    from ..device import local_rank_limit, resolve_device
     from ..experiments.region import check_target
+    from ..region.memory import check_floor
 
     case = _memory_case(args)
+    check_floor(case)
     variants = _variants(args.variants)
     if not args.sides or min(args.sides) < 2:
         raise ConfigError(f"--sides {','.join(map(str, args.sides))}: sides must be whole numbers >= 2")
     positive("--budget-gb", args.budget_gb, whole=False)
-    positive("--threads", args.threads, none_ok=True)
+    positive("--threads", args.threads, none_ok=True, hi=local_rank_limit())
     positive("--steps", args.steps)
     target = _target(args)
     # the sparse mix takes k of the other cells: the smallest area measured bounds k
@@ -362,6 +364,7 @@ def _check_scaling(args) -> None:
     _area_request(args)
     positive("--lr", args.lr, whole=False)  # its own option (default 0.004), not the rate-by-lead knob
     _scaling_train_config(args).validate()
+    positive("--neighbours", args.neighbours)  # the sparse mix's k; its top, the area's cells less one, needs the data
     _scaling_model(args)
     check_world_sizes(args.world_sizes)
     positive("--repeats", args.repeats)

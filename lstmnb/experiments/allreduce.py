@@ -79,7 +79,8 @@ class AllreduceConfig:
         """Every value before any rank starts; ConfigError naming the value and what is allowed."""
         import math
 
-        from ..training.config import check_device_name, local_rank_limit
+        from ..device import local_rank_limit
+        from ..training.config import check_device_name
 
         top = local_rank_limit()
         if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or not 2 <= self.world_size <= top:

@@ -257,11 +257,32 @@ def measure(case: MemoryCase, floor_bytes: int = 0, timeout_s: float = 600.0) ->
     return {**row, **got, "status": "ok"}
 
 
+def floor_case(base: MemoryCase = MemoryCase()) -> MemoryCase:
+    """The case that measures the runtime's own memory: one step of the sparse model on a 3 x 3 area."""
+    return dataclasses.replace(base, ny=3, nx=3, variant="sparse", neighbours=min(base.neighbours, 8), steps=1)
+
+
 def floor(base: MemoryCase = MemoryCase()) -> dict:
-    """The runtime's own memory: a step of the sparse model on a 3 x 3 area, measured as any case (the
-    threads, the kernels' workspaces and caches that every larger case has too)."""
-    return measure(dataclasses.replace(base, ny=3, nx=3, variant="sparse", neighbours=min(base.neighbours, 8),
-                                       steps=1))
+    """The runtime's own memory, measured as any case (the threads, the kernels' workspaces and caches that
+    every larger case has too)."""
+    return measure(floor_case(base))
+
+
+def check_floor(base: MemoryCase) -> None:
+    """A ConfigError, before anything is measured, where even the floor's 3 x 3 case is predicted to need
+    more memory than the device has (its batch, window and hidden size alone)."""
+    import torch
+
+    from ..device import host_memory_bytes
+
+    need = predict_bytes(floor_case(base))["total"]
+    on_gpu = base.device == "cuda" and torch.cuda.is_available()
+    have = torch.cuda.get_device_properties(0).total_memory if on_gpu else host_memory_bytes()
+    if need > have:
+        raise ConfigError(f"batch={base.batch}, window={base.window}, hidden={base.hidden}: even the 3 x 3 area "
+                          f"measured first is predicted to need {need / 2**30:,.1f} GiB; "
+                          f"{'the GPU' if on_gpu else 'this machine'} has {have / 2**30:,.1f} GiB; "
+                          "give a smaller --batch, --window or --hidden")
 
 
 def sweep(sides, variants=("sparse", "dense"), budget_bytes: float = 4 * 2**30, base: MemoryCase = MemoryCase(),

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..device import host_memory_bytes
+from ..device import host_memory_bytes, local_rank_limit
 from ..errors import ConfigError, DeviceError, LstmnbError
 from .data import DATASETS
 from .lstm import (
@@ -81,8 +81,9 @@ class ScratchConfig:
         if need > host_memory_bytes():
             raise ConfigError(f"hidden={self.hidden} needs {need / 2**30:,.0f} GiB for the weights, gradients and "
                               f"Adam state alone; this machine has {host_memory_bytes() / 2**30:,.0f} GiB")
-        if self.threads is not None and not (isinstance(self.threads, (int, np.integer)) and self.threads >= 1):
-            raise ConfigError(f"threads={self.threads!r} must be a positive whole number or None")
+        top = local_rank_limit()
+        if self.threads is not None and not (isinstance(self.threads, (int, np.integer)) and 1 <= self.threads <= top):
+            raise ConfigError(f"threads={self.threads!r} must be a whole number in 1..{top} or None")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -5,14 +5,13 @@ checks that reject a bad value before any work starts. The CLI builds its option
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
-from ..device import DEVICE_CHOICES, host_memory_bytes
+from ..device import DEVICE_CHOICES, host_memory_bytes, local_rank_limit
 from ..datasets.study import STUDY_TEST_START
 from ..errors import ConfigError
 from ..models import ModelConfig
@@ -357,11 +356,6 @@ def check_device_name(name: Any, what: str = "device") -> None:
     """A device name as lstmnb spells it (auto, cpu, cuda, cuda:N, mps), whether or not it is present here."""
     if not isinstance(name, str) or not _DEVICE.match(name.strip().lower()):
         raise ConfigError(f"{what}={name!r} is not one of {DEVICE_CHOICES}")
-
-
-def local_rank_limit() -> int:
-    """The most local processes a run may start (DDP ranks, all-reduce ranks): more only contend."""
-    return max(64, 4 * (os.cpu_count() or 1))
 
 
 def _whole(name: str, value: Any, lo: int, hi: int = INT_MAX, none_ok: bool = False) -> None:
