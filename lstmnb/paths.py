@@ -190,16 +190,21 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+_LOCK_BYTE = 2**31 - 2  # the byte ``locked`` holds on Windows: past any results file's records, and a 32-bit offset
+
+
 @contextmanager
 def locked(fd: int) -> Iterator[None]:
     """Hold an exclusive lock on the open file ``fd`` itself (waiting for other processes' locks): flock on
-    POSIX, msvcrt's lock of its first byte on Windows. Hand-written rather than filelock's, which locks a
-    second file beside the target: a results folder keeps only its records."""
+    POSIX, msvcrt's lock of one byte far past the records on Windows, whose byte locks also stop other
+    processes' reads (a reader must never meet a writer's lock; SQLite keeps its lock bytes past the data for
+    the same reason). Hand-written rather than filelock's, which locks a second file beside the target: a
+    results folder keeps only its records. Also the lock of a store's builders, on their lock file."""
     if os.name == "nt":
         import msvcrt
 
         here = os.lseek(fd, 0, os.SEEK_CUR)
-        os.lseek(fd, 0, os.SEEK_SET)
+        os.lseek(fd, _LOCK_BYTE, os.SEEK_SET)
         while True:  # LK_LOCK gives up after 10 tries a second apart; a writer may hold it longer
             try:
                 msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
@@ -210,8 +215,10 @@ def locked(fd: int) -> Iterator[None]:
         try:
             yield
         finally:
-            os.lseek(fd, 0, os.SEEK_SET)
+            there = os.lseek(fd, 0, os.SEEK_CUR)
+            os.lseek(fd, _LOCK_BYTE, os.SEEK_SET)
             msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+            os.lseek(fd, there, os.SEEK_SET)
     else:
         import fcntl
 

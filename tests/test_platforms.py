@@ -1,6 +1,6 @@
 """What differs on macOS and Windows beyond what tests/test_portable.py takes away, each simulated on Linux:
 the loopback interface's name and Windows' TCPStore for local DDP ranks, the CPU memory cap (Linux only),
-and output to a console or pipe whose encoding is not UTF-8."""
+output to a console or pipe whose encoding is not UTF-8, and the byte a results writer locks on Windows."""
 
 from __future__ import annotations
 
@@ -75,3 +75,32 @@ def test_a_cpu_memory_cap_off_linux_is_one_line_before_any_point(monkeypatch, sy
     windows = make_windows(values, pd.date_range("2020-01-01", periods=hours.size, freq="h"), cfg.window_config())
     with pytest.raises(ConfigError, match=r"memory_cap_mb on cpu needs Linux .*; not on "):
         experiments.batch_sweep(windows, cfg, experiments.SweepConfig(start=32, memory_cap_mb=48))
+
+
+def test_a_results_writer_on_windows_locks_a_byte_no_reader_reads(tmp_path, monkeypatch):
+    """Windows' byte locks stop other processes' reads too: a writer that locked the first record's first byte
+    made a reader of the results file (notebook 06, `lstmnb results`) fail with PermissionError meanwhile. The
+    lock is taken and released far past the records, and the file position is kept."""
+    import types
+
+    from lstmnb import paths
+
+    calls = []
+    fake = types.SimpleNamespace(LK_LOCK=1, LK_UNLCK=0,
+                                 locking=lambda fd, mode, n: calls.append((mode, os.lseek(fd, 0, os.SEEK_CUR), n)))
+    monkeypatch.setitem(sys.modules, "msvcrt", fake)
+    # Windows as paths.py sees it (the whole process's os.name would turn pytest's own paths into WindowsPath)
+    monkeypatch.setattr(paths, "os", types.SimpleNamespace(name="nt", lseek=os.lseek, SEEK_SET=os.SEEK_SET,
+                                                           SEEK_CUR=os.SEEK_CUR))
+    runs = tmp_path / "runs.jsonl"
+    fd = os.open(runs, os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(fd, b"x" * 10)
+        os.lseek(fd, 3, os.SEEK_SET)
+        with paths.locked(fd):
+            assert os.lseek(fd, 0, os.SEEK_CUR) == 3
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 3
+    finally:
+        os.close(fd)
+    assert calls == [(1, paths._LOCK_BYTE, 1), (0, paths._LOCK_BYTE, 1)]
+    assert paths._LOCK_BYTE > 2**30 and runs.stat().st_size == 10  # the lock never grew the file

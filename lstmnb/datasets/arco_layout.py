@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DataError
-from ..paths import CACHE_ENV, atomic_path, cache_dir, sweep_stale_temps
+from ..paths import CACHE_ENV, atomic_path, cache_dir, locked, sweep_stale_temps
 
 VARIABLE_ATTRS = {
     "2m_temperature": {"long_name": "2 metre temperature", "short_name": "t2m", "units": "K"},
@@ -170,31 +170,10 @@ _INTACT: set[tuple] = set()  # stores found intact in this process (a memo, not 
 @contextmanager
 def _build_lock(root: Path, name: str) -> Iterator[None]:
     """One builder at a time per store and cache folder (other processes wait, then find it built): an
-    exclusive lock on a lock file, with fcntl on POSIX and msvcrt on Windows."""
+    exclusive lock (``paths.locked``) on a lock file."""
     fd = os.open(root / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        if os.name == "nt":
-            import msvcrt
-
-            while True:  # LK_LOCK gives up after 10 tries a second apart; a build can take longer
-                try:
-                    msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
-                    break
-                except OSError:
-                    continue
-        else:
-            import fcntl
-
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        with locked(fd):
+            yield
     finally:
-        if os.name == "nt":
-            import msvcrt
-
-            os.lseek(fd, 0, os.SEEK_SET)
-            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
-        else:
-            import fcntl
-
-            fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
