@@ -43,7 +43,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -187,7 +186,7 @@ extract(Request(source=sys.argv[1], points=((40.0, 280.0), (20.0, 280.0)), start
 
 def kill_and_resume(url: str, start: str, end: str, cache: Path, concurrency: int, block_hours: int,
                     hours: int, server: str) -> dict:
-    """Run (c) in a subprocess, SIGKILL it when about half the blocks are cached, resume, count redone."""
+    """Run (c) in a subprocess, kill it when about half the blocks are cached, resume, count redone."""
     from lstmnb.data import FetchStats, Request, extract
     from lstmnb.data.cache import status
 
@@ -203,7 +202,7 @@ def kill_and_resume(url: str, start: str, end: str, cache: Path, concurrency: in
         if kept_hours() >= (n_blocks // 2) * block_hours:
             break
         time.sleep(0.005)
-    child.send_signal(signal.SIGKILL)
+    child.kill()  # SIGKILL on POSIX, TerminateProcess on Windows: no chance to tidy up either way
     child.wait()
     time.sleep(0.2)  # requests the server still holds in their delay count when they end: asked for too
     first_reads = chunk_reads(served(server)) - before

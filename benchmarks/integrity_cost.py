@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import torch
 
 from _tiny import DONE  # benchmarks/_tiny.py, beside this script
@@ -111,11 +112,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.tiny:
         args.repeats, args.hidden = 1, "64"
-    print(f"load average at the start: {', '.join(f'{v:.2f}' for v in os.getloadavg())} "
+    print(f"load average at the start: {', '.join(f'{v:.2f}' for v in psutil.getloadavg())} "
           f"on {os.cpu_count()} logical CPU(s)\n")
     bench_checkpoints([int(h) for h in args.hidden.split(",")], args.repeats)
     bench_sample(args.repeats)
-    print(f"\nload average at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"\nload average at the end: {', '.join(f'{v:.2f}' for v in psutil.getloadavg())}")
     print(DONE)
 
 

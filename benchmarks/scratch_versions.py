@@ -33,6 +33,7 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
+import psutil  # noqa: E402
 from _tiny import DONE  # noqa: E402  (benchmarks/_tiny.py, beside this script)
 
 
@@ -167,7 +168,7 @@ def main() -> None:
     data = load_data(config.data, config.window, config.hours)
     versions = args.versions.split(",") if args.versions else list(VERSIONS)
     print(f"{cpu_model()}, {os.cpu_count()} logical cores; numba threads {numba.config.NUMBA_NUM_THREADS}; "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; load average {os.getloadavg()[0]:.2f}")
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; load average {psutil.getloadavg()[0]:.2f}")
     print(f"data {data.info['source']} {data.sizes()}, window {window}, hidden {config.hidden}, "
           f"batch {config.batch_size}, {config.dtype}, {config.epochs} epochs, {args.repeats} repeats (median run_s)\n")
     table = versions_table(versions, config, repeats=args.repeats, data=data, record=args.results is not None,
@@ -188,7 +189,7 @@ def main() -> None:
           f"{args.rounds} alternated rounds of {args.calls} steps:")
     for name, ms in gpu_step_times(data, config, args.rounds, args.calls).items():
         print(f"  {name:<17} {ms:8.3f} ms" if isinstance(ms, float) else f"  {name:<17} skipped: {ms}")
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print(f"load average after: {psutil.getloadavg()[0]:.2f}")
     print(DONE)
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import math
 import multiprocessing as mp
-import os
 import statistics
 import time
 from dataclasses import replace
@@ -47,7 +46,8 @@ def _spin(seconds: float) -> None:  # a busy process: what shares the cores on a
 
 
 def _start(n: int, seconds: float) -> list:
-    procs = [mp.get_context("fork").Process(target=_spin, args=(seconds,), daemon=True) for _ in range(n)]
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"  # Windows has no fork
+    procs = [mp.get_context(method).Process(target=_spin, args=(seconds,), daemon=True) for _ in range(n)]
     for proc in procs:
         proc.start()
     return procs
@@ -64,7 +64,7 @@ def load_average_rule(cores: int, default: int) -> int:
     """The threads lstmnb chose before: the 1-minute load average less this process's own share."""
     proc = psutil.Process()
     own = sum(proc.cpu_times()[:2]) / max(time.time() - proc.create_time(), 60.0)
-    others = max(0.0, os.getloadavg()[0] - own)
+    others = max(0.0, psutil.getloadavg()[0] - own)
     return max(1, min(default, math.floor(cores - others + 0.5)))
 
 
@@ -88,7 +88,7 @@ def main() -> None:
     print(f"data: source {request.source} ({request.as_record()['kind']}), {request.start} .. {request.end}")
     print(f"torch {torch.__version__}: {default} intra-op threads by default, {cores} cores usable; "
           f"{windows.sizes()['train']} training samples, {args.epochs} epochs per run; load average at the start "
-          f"{', '.join(f'{v:.2f}' for v in os.getloadavg())}\n")
+          f"{', '.join(f'{v:.2f}' for v in psutil.getloadavg())}\n")
     print(f"{'scenario':>14} {'setting':>9} {'busy':>5} {'threads':>7} {'load 1m':>7} {'old rule':>8} "
           f"{'samples/s':>10}  policy")
     rates: dict[tuple[str, str], list[float]] = {}
@@ -103,7 +103,7 @@ def main() -> None:
             try:
                 for name in (("policy", "all cores") if rep % 2 == 0 else ("all cores", "policy")):
                     old = load_average_rule(cores, default)
-                    load = os.getloadavg()[0]
+                    load = psutil.getloadavg()[0]
                     rec = train(windows, replace(cfg, threads=None if name == "policy" else default)).record
                     th, sps = rec["threads"], rec["timing"]["samples_per_s"]
                     rates.setdefault((scenario, name), []).append(sps)
@@ -116,7 +116,7 @@ def main() -> None:
         pol, full = (statistics.median(rates[(scenario, n)]) for n in ("policy", "all cores"))
         print(f"{scenario}: median samples/s with the policy's threads {pol:,.0f}, with all {default} threads "
               f"{full:,.0f} (policy / all = {pol / full:.2f})")
-    print(f"load average at the end: {', '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"load average at the end: {', '.join(f'{v:.2f}' for v in psutil.getloadavg())}")
     print(DONE)
 
 
