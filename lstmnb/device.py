@@ -12,6 +12,7 @@ import functools
 import math
 import os
 import platform
+import subprocess
 import sys
 import time
 from typing import Any
@@ -295,20 +296,33 @@ def _load_average() -> tuple[float, float, float]:
     return psutil.getloadavg()
 
 
-# fixed for the process: /proc/cpuinfo is read once, not twice per record
+# fixed for the process: the system is asked once, not twice per record
 @functools.lru_cache(maxsize=None)
 def cpu_model() -> str:
-    """The CPU's marketing name (Linux's /proc/cpuinfo), or the platform's processor string elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return platform.processor() or platform.machine()
+    """The CPU's marketing name (Linux's /proc/cpuinfo, macOS's sysctl, the Windows registry), or the platform's
+    processor string where none of them answers (on macOS that is 'arm' or 'i386', on Windows a family code)."""
+    return _named_cpu() or platform.processor() or platform.machine()
+
+
+def _named_cpu() -> str | None:
     try:
-        with open("/proc/cpuinfo") as fh:  # portable: Linux only (checked above)
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
+        if sys.platform.startswith("linux"):
+            with open("/proc/cpuinfo") as fh:  # portable: Linux only (checked above)
+                for line in fh:
+                    if line.startswith("model name"):
+                        return line.split(":", 1)[1].strip()
+        elif sys.platform == "darwin":
+            got = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                 timeout=5)
+            return got.stdout.strip() if got.returncode == 0 else None
+        elif sys.platform == "win32":
+            import winreg
+
+            with winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE, r"HARDWARE\DESCRIPTION\System\CentralProcessor\0") as key:
+                return str(winreg.QueryValueEx(key, "ProcessorNameString")[0]).strip()
+    except (OSError, subprocess.SubprocessError):
         pass
-    return platform.processor() or platform.machine()
+    return None
 
 
 def host_memory_bytes() -> int:

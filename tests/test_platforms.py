@@ -104,3 +104,48 @@ def test_a_results_writer_on_windows_locks_a_byte_no_reader_reads(tmp_path, monk
         os.close(fd)
     assert calls == [(1, paths._LOCK_BYTE, 1), (0, paths._LOCK_BYTE, 1)]
     assert paths._LOCK_BYTE > 2**30 and runs.stat().st_size == 10  # the lock never grew the file
+
+
+@pytest.fixture
+def fresh_cpu_model():
+    from lstmnb import device
+
+    device.cpu_model.cache_clear()
+    yield device.cpu_model
+    device.cpu_model.cache_clear()
+
+
+@pytest.mark.skipif(os.name == "nt", reason="the stand-in sysctl is a shell script")
+def test_the_cpu_is_named_on_macos_by_sysctl(tmp_path, monkeypatch, fresh_cpu_model):
+    """Records from a Mac said 'arm' (platform.processor()) where the chip has a name."""
+    sysctl = tmp_path / "sysctl"
+    sysctl.write_text('#!/bin/sh\n[ "$2" = machdep.cpu.brand_string ] && echo "Apple M2 Pro" && exit 0\nexit 1\n')
+    sysctl.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert fresh_cpu_model() == "Apple M2 Pro"
+    sysctl.write_text("#!/bin/sh\nexit 1\n")  # no such key (or no sysctl): the platform's own string
+    fresh_cpu_model.cache_clear()
+    import platform
+
+    assert fresh_cpu_model() == (platform.processor() or platform.machine())
+
+
+def test_the_cpu_is_named_on_windows_by_the_registry(monkeypatch, fresh_cpu_model):
+    """Windows' platform.processor() gives a family code ('Intel64 Family 6 Model 158 ...'), not the name."""
+    import contextlib
+    import types
+
+    asked = []
+
+    @contextlib.contextmanager
+    def open_key(root, path):
+        asked.append((root, path))
+        yield "key"
+
+    fake = types.SimpleNamespace(HKEY_LOCAL_MACHINE="HKLM", OpenKey=open_key,
+                                 QueryValueEx=lambda key, name: ("Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz  ", 1))
+    monkeypatch.setitem(sys.modules, "winreg", fake)
+    monkeypatch.setattr(sys, "platform", "win32")
+    assert fresh_cpu_model() == "Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz"
+    assert asked == [("HKLM", r"HARDWARE\DESCRIPTION\System\CentralProcessor\0")]
