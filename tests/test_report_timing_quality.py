@@ -75,3 +75,41 @@ def test_run_tables_print_no_nan_and_rounded_rates(runs):
     assert table.loc["persistence", skill] == f"{record['metrics']['mse_skill_vs_persistence']:.3f}"
     rates = report.epochs_table(record)["samples_per_s"]
     assert all(int(v) % 10 == 0 for v in rates) and not rates.isna().any()
+
+
+def _at_published_setting(run: dict, seconds: float, busy: float = 0.0) -> dict:
+    """A real tiny run's record relabelled as a 15-epoch run of the published setting and problem (the study's
+    data, model and split, the DataLoader path): the comparison of 06 then puts it against the study's CPU."""
+    r = copy.deepcopy(run)
+    r["config"].update(epochs=15, window=24, hidden=64, layers=2, input_path="dataloader", num_workers=2,
+                       split_dates=["2021-01-01", "2021-01-01"])
+    r["config"].pop("fractions", None)
+    r["data"].update(points=[[40.0, 280.0], [20.0, 280.0]], start="2020-01-01", end="2021-06-30", kind="real")
+    r["timing"]["train_s"] = seconds
+    r["threads"].update(busy_cores=busy, cores=2, default=2, used=1 if busy else 2)
+    r["run_id"] = f"{r['run_id']}-{seconds}-{busy}"
+    return r
+
+
+@pytest.mark.parametrize("seconds, busy, why", [
+    ((100.0, 101.0, 102.0), (0.0, 0.0, 0.0), ""),
+    ((100.0, 105.0, 160.0), (0.0, 0.0, 0.0), "repeats differ by 60%"),
+    ((100.0, 101.0, 102.0), (0.0, 0.0, 1.2), "1 of 3 ran beside busy processes (others kept 1.2 of 2 cores busy"),
+])
+def test_the_06_headline_marks_your_cpu_against_the_studys_as_03_marks_its_runs(runs, tmp_path, seconds, busy, why):
+    """06's "Your CPU against the study's CPU ... less time here" states a ratio of the same median that 03's run
+    table shows: where 03 marks it (repeats that disagree, busy cores), the sentence says it is a rough figure,
+    in the same words; where 03 does not, neither does the sentence."""
+    from lstmnb import records
+    from test_report import write_jsonl
+
+    own = [_at_published_setting(runs[0], s, b) for s, b in zip(seconds, busy)]
+    write_jsonl(tmp_path / "here" / "runs.jsonl", own)
+    sentence = report.headline(records.load_records(tmp_path), report.load_published()).sentence
+    assert "**Your CPU against the study's CPU**" in sentence and "less time here" in sentence
+    check = report.timing_rows(own)["check"].iloc[0]
+    if not why:
+        assert check == "" and "rough" not in sentence
+    else:
+        assert why in check
+        assert f"less time here (a rough figure: {check.removeprefix(timing_quality.MARK + ' ')})" in sentence

@@ -21,6 +21,7 @@ from .published import MEASURED, PUBLISHED, REFERENCE, SOURCES, load_published, 
 from .settings import (LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL, PUBLISHED_SETTING, PUBLISHED_WORKERS,
                        problem_label, record_problem_data, setting_label)
 from .settings import present as _present
+from .timing_quality import REPEATS_DISAGREE, busy_while_running, unsure_why
 
 # experiments with tables of their own (and settings chosen for another question) are not compared here
 NOT_COMPARED = ("batch-sweep", "speed")
@@ -29,7 +30,14 @@ KNOBS = tuple(PUBLISHED_SETTING) + ("input_path", "num_workers")
 MEDIAN_RULE = ("Every time, samples/s and RMSE shown for a device is the median over all its finished single-device "
                "runs with the same setting, problem and epochs count, from notebooks and `lstmnb train` alike "
                "(batch-sweep, time-to-accuracy and multi-GPU runs have sections of their own), so the same "
-               "figure reads the same everywhere on this page.")
+               "figure reads the same everywhere on this page; one whose runs differ by more than "
+               f"{REPEATS_DISAGREE:.0%} or ran beside busy processes is a rough figure, as in 03's run table.")
+
+
+def _busy(row: pd.Series) -> str | None:
+    """Why a run's time may be slowed by other processes (its record's ``threads`` section), or None."""
+    threads = {k: row.get(f"threads.{k}") for k in ("busy_cores", "used", "default", "cores")}
+    return busy_while_running({"threads": {k: v for k, v in threads.items() if _present(v)}})
 
 
 def _points(row: pd.Series) -> int | None:
@@ -67,7 +75,7 @@ def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFra
         rows.append({
             "source": source, "column": r["column"], "device": r["device_label"], "machine": r["machine"],
             "setting": setting, "problem": label, "epochs": int(r["config.epochs"]),
-            "seconds": r["timing.train_s"], "samples_per_s": r.get("timing.samples_per_s"),
+            "seconds": r["timing.train_s"], "samples_per_s": r.get("timing.samples_per_s"), "busy": _busy(r),
             "train_samples": r.get("data.sizes.train"), "test_rmse_k": r.get("metrics.test_rmse_k"),
             "persistence_rmse_k": r.get("metrics.persistence_rmse_k"),
             "climatology_rmse_k": r.get("metrics.climatology_rmse_k"), "experiment": r.get("experiment"),
@@ -78,13 +86,14 @@ def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFra
 
 ROW_KEYS = ["source", "column", "setting", "problem", "epochs"]
 ROW_VALUES = ["seconds", "samples_per_s", "test_rmse_k", "persistence_rmse_k", "climatology_rmse_k", "train_samples"]
-ROW_COLUMNS = ROW_KEYS + ROW_VALUES + ["device", "machine", "like_for_like", *KNOBS, "runs"]
+ROW_COLUMNS = ROW_KEYS + ROW_VALUES + ["device", "machine", "like_for_like", *KNOBS, "runs", "rough"]
 
 
 def comparison_rows(records: pd.DataFrame | None = None, reference: pd.DataFrame | None = None,
                     published: dict[str, Any] | None = None) -> pd.DataFrame:
     """One row per (source, device column, setting, problem, epochs): median training seconds and
-    samples/s over the runs, their count, median test RMSE beside the baselines. ``records`` are the
+    samples/s over the runs, their count, median test RMSE beside the baselines, and ``rough``: why the
+    seconds are a rough figure (``timing_quality.unsure_why``: 03's rule), '' when not. ``records`` are the
     user's, ``reference`` lstmnb's reference records, ``published`` the published figures (or None)."""
     parts = []
     for df, source in ((records, MEASURED), (reference, REFERENCE)):
@@ -94,7 +103,8 @@ def comparison_rows(records: pd.DataFrame | None = None, reference: pd.DataFrame
         groups = runs.groupby(ROW_KEYS, sort=False)
         agg = groups[ROW_VALUES].median()
         first = groups[["device", "machine", "like_for_like", *KNOBS]].first()
-        parts.append(agg.join(first).assign(runs=groups.size()).reset_index())
+        rough = groups[["seconds", "busy"]].apply(lambda g: unsure_why(g["seconds"], g["busy"])).rename("rough")
+        parts.append(agg.join(first).assign(runs=groups.size()).join(rough).reset_index())
     if published is not None:
         parts.append(published_rows(published))
     if not parts:

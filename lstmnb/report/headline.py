@@ -204,7 +204,8 @@ def headline(records: pd.DataFrame | None, published: dict[str, Any] | None = No
 
 def study_cpu_sentence(rows: pd.DataFrame, published: dict[str, Any] | None) -> str:
     """Each CPU measured here at the study's setting on its data against the study's CPU run: the same workload
-    on two machines (at the most epochs both have; the study's CPU platform is not stated, so it is named so)."""
+    on two machines (at the most epochs both have; the study's CPU platform is not stated, so it is named so),
+    marked as a rough figure where 03 marks the same runs (``rows``' ``rough``)."""
     if published is None or rows.empty:
         return ""
     study = published_epochs_table(published).get("CPU", pd.Series(dtype=float)).dropna()
@@ -218,6 +219,8 @@ def study_cpu_sentence(rows: pd.DataFrame, published: dict[str, Any] | None) -> 
             how = f"{abs(1 - 1 / ratio):.0%} {'less' if ratio >= 1 else 'more'} time here"
         else:
             how = f"{num.ratio(ratio)} faster here" if ratio >= 1 else f"{num.ratio(1 / ratio)} slower here"
+        rough = r.get("rough")  # its runs' times disagree or shared the cores: 03 marks the same figure
+        how += f" (a rough figure: {rough})" if isinstance(rough, str) and rough else ""
         parts.append(f"{column} took {num.seconds(r['seconds'])} for {int(r['epochs'])} epochs, the study's CPU run (platform "
                      f"not stated) {num.seconds(study[r['epochs']])}: {how}")
     if not parts:

@@ -42,6 +42,22 @@ def busy_while_running(record: dict[str, Any]) -> str | None:
     return None
 
 
+def unsure_why(seconds: Iterable[float], busy: Iterable[str | None]) -> str:
+    """Why the median of one row's repeats is a rough figure, in the words of 03's ``check`` column ('' when
+    nothing makes it so): its repeats' ``seconds`` differ by more than ``REPEATS_DISAGREE``, or some ran
+    beside busy processes (``busy``: each repeat's ``busy_while_running``). The one rule of every sentence or
+    table that shows such a median, so a figure marked in 03 is marked wherever else it is shown."""
+    s = pd.Series(list(seconds), dtype=float).dropna()
+    why = []
+    if len(s) > 1 and s.min() > 0 and s.max() / s.min() - 1 > REPEATS_DISAGREE:
+        why.append(f"repeats differ by {s.max() / s.min() - 1:.0%}")
+    busy = list(busy)
+    said = [b for b in busy if isinstance(b, str)]
+    if said:
+        why.append(f"{len(said)} of {len(busy)} ran beside busy processes ({said[0]})")
+    return "; ".join(why)
+
+
 def timing_rows(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """One row per (setting, input path, batch, epochs) of finished runs: the median training seconds
     over its repeats, their spread, the threads the repeats used, the median samples/s (rounded), the
@@ -64,12 +80,7 @@ def timing_rows(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     out = []
     for (setting, path, batch, epochs), g in runs.groupby(["setting", "input", "batch", "epochs"], sort=False):
         spread = g["seconds"].max() / g["seconds"].min() - 1
-        why = []
-        if len(g) > 1 and spread > REPEATS_DISAGREE:
-            why.append(f"repeats differ by {spread:.0%}")
-        busy = [b for b in g["busy"] if isinstance(b, str)]
-        if busy:
-            why.append(f"{len(busy)} of {len(g)} ran beside busy processes ({busy[0]})")
+        why = unsure_why(g["seconds"], g["busy"])
         threads = sorted({int(t) for t in g["threads"].dropna()})
         out.append({"setting": setting, "input": path, "batch": int(batch), "epochs": int(epochs), "repeats": len(g),
                     "train s (median)": round(float(g["seconds"].median()), 2),
@@ -77,7 +88,7 @@ def timing_rows(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
                     "threads": "/".join(map(str, threads)) or "?",
                     "samples/s": int(round(float(g["samples_per_s"].median()), -1)) if g["samples_per_s"].notna().any() else None,
                     "test RMSE K": round(float(g["rmse"].median()), 3) if g["rmse"].notna().any() else None,
-                    "check": (MARK + " " + "; ".join(why)) if why else ""})
+                    "check": (MARK + " " + why) if why else ""})
     return pd.DataFrame(out)
 
 
