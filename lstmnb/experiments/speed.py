@@ -211,12 +211,16 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
             recorder.add(rec)
             t, m = rec["timing"], rec["metrics"]
             ttt = t["time_to_target"]
+            # a run that reached the target in its warm-up epoch has no steady epoch: its samples/s would be the
+            # warm-up's (summary falls back to it), not a steady rate beside the others'
+            steady = lambda v: v if t.get("steady_epochs") else float("nan")  # noqa: E731
             rows.append({
                 "contender": name, "repeat": rep, "batch": cfg.batch_size, "input": cfg.input_path,
-                "samples_per_s": t["samples_per_s"], "epoch_s": t["epoch_s_median"],
+                "steady": bool(t.get("steady_epochs")),
+                "samples_per_s": steady(t["samples_per_s"]), "epoch_s": steady(t["epoch_s_median"]),
                 "time_to_target_s": ttt.get("seconds"), "epochs_to_target": ttt.get("epoch"),
                 "best_val_rmse_k": ttt.get("best_val_rmse_k"), "test_rmse_k": m["test_rmse_k"],
-                "train_flops_per_s": t.get("train_flops_per_s"),
+                "train_flops_per_s": steady(t.get("train_flops_per_s")),
             })
             bar.update(1)
     bar.close()
@@ -235,6 +239,11 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
         med["samples_per_s_vs_published"] = med["samples_per_s"] / ref["samples_per_s"]
         med["time_to_target_speedup"] = ref["time_to_target_s"] / med["time_to_target_s"]
         med["test_rmse_vs_published"] = med["test_rmse_k"] - ref["test_rmse_k"]
+    for name, g in runs.groupby("contender", sort=False):
+        if not g["steady"].all():
+            notes.append(f"{name}: {int((~g['steady']).sum())} of {len(g)} repeat(s) reached the target in the warm-up "
+                         "epoch, so had no steady epoch to time: samples/s, s/epoch and MFU "
+                         + ("are the median of the others" if g["steady"].any() else "not measured (-)"))
     for name, row in med.iterrows():
         if pd.isna(row["time_to_target_s"]):
             notes.append(f"{name}: target {target:.3f} K " + _time_to_target_text(row, max_epochs)
@@ -250,15 +259,15 @@ def format_report(rep: SpeedReport) -> str:
     out = pd.DataFrame(index=t.index)
     out["batch"] = t["batch"].astype(int)
     out["input"] = t["input"]
-    out["samples/s"] = t["samples_per_s"].map("{:,.0f}".format)
-    out["s/epoch"] = t["epoch_s"].map("{:.3f}".format)
+    out["samples/s"] = t["samples_per_s"].map(lambda v: "-" if pd.isna(v) else f"{v:,.0f}")
+    out["s/epoch"] = t["epoch_s"].map(lambda v: "-" if pd.isna(v) else f"{v:.3f}")
     out["s to target"] = [_time_to_target_text(r, rep.max_epochs) for _, r in t.iterrows()]
     out["epochs"] = t["epochs_to_target"].map(lambda v: "-" if pd.isna(v) else f"{v:.0f}")
     out["test RMSE K"] = t["test_rmse_k"].map("{:.3f}".format)
-    out["GFLOP/s"] = (t["train_flops_per_s"] / 1e9).map("{:.1f}".format)
+    out["GFLOP/s"] = (t["train_flops_per_s"] / 1e9).map(lambda v: "-" if pd.isna(v) else f"{v:.1f}")
     out["MFU"] = t["mfu"].map(mfu_text)
     if "samples_per_s_vs_published" in t:
-        out["x samples/s"] = t["samples_per_s_vs_published"].map("{:.2f}".format)
+        out["x samples/s"] = t["samples_per_s_vs_published"].map(lambda v: "-" if pd.isna(v) else f"{v:.2f}")
         out["x time-to-target"] = t["time_to_target_speedup"].map(lambda v: "-" if pd.isna(v) else f"{v:.2f}")
     lines = [
         f"device {rep.device}; medians of {rep.repeats} alternating repeats; epoch budget {rep.max_epochs}",
