@@ -21,6 +21,7 @@ import argparse
 import os
 from dataclasses import replace
 
+import pandas as pd
 import torch
 
 from _tiny import DONE  # benchmarks/_tiny.py, beside this script
@@ -74,11 +75,14 @@ def main() -> None:
     t = rep.table
     if {"published", "fast", "recommended"} <= set(t.index):
         print("\ntargets:")
-        print(f"  fast vs published samples/s: {t.loc['fast', 'samples_per_s_vs_published']:.2f}x (target >= 1.5x)")
-        print(f"  recommended vs published time to target: {t.loc['recommended', 'time_to_target_speedup']:.2f}x "
+        def said(v, fmt: str) -> str:  # a side not measured (target not reached, no steady epoch): said, not 'nan'
+            return "not measured (see the notes above)" if pd.isna(v) else fmt.format(v)
+
+        print(f"  fast vs published samples/s: {said(t.loc['fast', 'samples_per_s_vs_published'], '{:.2f}x')} (target >= 1.5x)")
+        print(f"  recommended vs published time to target: {said(t.loc['recommended', 'time_to_target_speedup'], '{:.2f}x')} "
               f"(target >= 5x), test RMSE {t.loc['recommended', 'test_rmse_k']:.3f} K vs "
               f"{t.loc['published', 'test_rmse_k']:.3f} K")
-        print(f"  recommended MFU: {t.loc['recommended', 'mfu']:.0%} (target >= 30%)")
+        print(f"  recommended MFU: {said(t.loc['recommended', 'mfu'], '{:.0%}')} (target >= 30%)")
     if not args.no_threads and rep.device == "cpu" and (os.cpu_count() or 1) > 1:
         counts = sorted({1, max(1, (os.cpu_count() or 2) // 2), os.cpu_count() or 1})
         rows = thread_check(request, counts, epochs=2 if args.tiny else 3, matmul_size=512 if args.tiny else 2048)
