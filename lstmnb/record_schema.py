@@ -88,7 +88,7 @@ SCHEMA: dict[str, Any] = {
         "epochs": {
             "type": "array",
             "items": {"type": "object", "properties": {
-                "epoch": {"type": "integer"},
+                "epoch": {"type": "integer"}, "warmup": {"type": "boolean"},
                 **_numbers("train_s", "eval_s", "cumulative_s", "train_loss", "val_loss", "val_rmse_k",
                            "samples_per_s", "seconds")}},
         },

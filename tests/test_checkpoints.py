@@ -174,3 +174,17 @@ def test_resuming_past_the_cap_says_no_epoch_was_run(tmp_path):
     again = train(_windows(), cfg(epochs=2, checkpoint=str(ckpt), resume=True)).record["metrics"]
     assert again["epochs_run"] == 3
     assert again["stop_reason"] == "the checkpoint already held 3 epochs, more than the 2 asked for: no epoch was run"
+
+
+def test_a_resumed_run_keeps_its_own_warm_up_out_of_the_steady_timing(tmp_path):
+    """The first epoch after --resume starts the process again (threads, allocator, a graph's capture): it is
+    warm-up, as the run's first epoch is, and the steady median is taken over the other epochs only."""
+    ckpt = tmp_path / "c.pt"
+    train(_windows(), cfg(epochs=2, checkpoint=str(ckpt)))
+    record = train(_windows(), cfg(epochs=4, checkpoint=str(ckpt), resume=True)).record
+    epochs, timing = record["epochs"], record["timing"]
+    assert [e["warmup"] for e in epochs] == [True, False, True, False]
+    assert (timing["warmup_epochs"], timing["steady_epochs"]) == (2, 2)
+    steady = [epochs[1], epochs[3]]
+    assert timing["epoch_s_median"] == pytest.approx(sum(e["train_s"] for e in steady) / 2)
+    assert timing["samples_per_s"] == pytest.approx(sum(e["samples_per_s"] for e in steady) / 2)

@@ -32,21 +32,23 @@ def time_to_target(history: list[dict[str, Any]], target: float | None) -> dict[
 
 
 def summarize_timing(history: list[dict[str, Any]], warmup_epochs: int = 1) -> dict[str, Any]:
-    """Warm-up epochs apart from the steady ones; medians over the steady epochs. ``warmup_epochs``: the
-    first epoch, or every epoch up to a late CUDA graph capture (``graphs.capture_epoch``); with no epoch
-    after them the medians fall back to all epochs, and ``steady_epochs`` says 0."""
-    train_s = [h["train_s"] for h in history]
+    """Warm-up epochs apart from the steady ones; medians over the steady epochs. Warm-up: the epochs marked so
+    (each process's first epoch, or every epoch up to a late CUDA graph capture, ``graphs.capture_epoch``: a
+    resumed run warms up again), and the first ``warmup_epochs`` of a history from before the marks. With no
+    epoch after them the medians fall back to all epochs, and ``steady_epochs`` says 0."""
     w = max(1, warmup_epochs)
-    steady = train_s[w:] or train_s
-    sps = [h["samples_per_s"] for h in history[w:]] or [h["samples_per_s"] for h in history]
+    warm = [i < w or bool(h.get("warmup")) for i, h in enumerate(history)]
+    train_s = [h["train_s"] for h in history]
+    steady = [h for h, x in zip(history, warm) if not x] or history
+    sps = [h["samples_per_s"] for h in steady]
     return {
-        "warmup_epochs": w,
-        "steady_epochs": max(0, len(train_s) - w),
+        "warmup_epochs": sum(warm),
+        "steady_epochs": len(history) - sum(warm),
         "train_s": sum(train_s),
         "eval_s": sum(h["eval_s"] for h in history),
         "wall_s": history[-1]["cumulative_s"] if history else 0.0,
         "warmup_epoch_s": train_s[0] if train_s else None,
-        "epoch_s_median": statistics.median(steady) if steady else None,
+        "epoch_s_median": statistics.median(h["train_s"] for h in steady) if steady else None,
         "samples_per_s": statistics.median(sps) if sps else None,
         "cumulative_s": [h["cumulative_s"] for h in history],
     }

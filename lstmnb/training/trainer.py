@@ -243,6 +243,8 @@ class Trainer:
             "epoch": epoch, "train_s": train_s, "eval_s": eval_s, "cumulative_s": cumulative,
             "train_loss": train_loss, "val_loss": val_mse, "val_rmse_k": val_rmse,
             "samples_per_s": samples / train_s if train_s > 0 else None, "lr": self.opt.param_groups[0]["lr"],
+            # this process's warm-up: a resumed run's first epochs pay it again (and recapture a graph)
+            "warmup": epoch <= self.start_epoch + self.warmup_epochs(),
             **extra,
         }
         self.history.append(entry)
@@ -369,7 +371,7 @@ class Trainer:
     def warmup_epochs(self) -> int:
         """Epochs kept out of the steady timing: the first one, or, for a graph run with fewer than
         ``STEPS_TO_CAPTURE`` full batches an epoch, every epoch up to the one with the capture
-        (``graphs.capture_epoch``), counted from the run's first epoch as the history is."""
+        (``graphs.capture_epoch``), counted from the process's first epoch: a resumed run warms up again."""
         return capture_epoch(self.use_graph, self.n_train // self.cfg.batch_size)
 
     def progress_bar(self, desc: str):
