@@ -29,8 +29,9 @@ GLOSSARY: dict[str, str] = {
                    "training part (the hour-of-day mean when training is shorter than a year).",
     "MSE skill score": "1 - MSE_model / MSE_baseline: 0 is as good as the baseline, 1 is perfect, below 0 is "
                        "worse than the baseline.",
-    "warm-up epoch": "the first epoch of a run, which also pays one-off costs (memory, kernels, worker start); "
-                     "steady figures leave it out, the published table's totals include it.",
+    "warm-up epoch": "the first epoch of a run (and of each resumption of it), which also pays one-off costs "
+                     "(memory, kernels, worker start); each epoch of the record says whether it was one (`warmup`); "
+                     "steady figures leave them out, the published table's totals include them.",
     "samples/s": "training samples processed per second of training (an epoch's samples over its seconds).",
     "MFU": "model FLOPs utilisation: the model's FLOPs per second over this machine's own measured matrix-"
            "multiply rate (how much of the hardware the training step uses).",
