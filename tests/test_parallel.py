@@ -158,6 +158,20 @@ def test_two_gloo_ranks_match_one_process_on_the_combined_batch(tmp_path):
     assert state["epoch"] == 1 and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.slow
+def test_ddp_dataloader_path_trains_no_sample_twice_when_the_ranks_do_not_divide_it():
+    """307 training samples over 2 ranks: DistributedSampler would pad to 308 with a repeat (trained and counted
+    twice); the DataLoader path leaves the odd one out instead, as the fast path does, so both paths train the
+    same 306 samples of the same permutation in the first epoch: the same loss and sample count."""
+    base = TrainConfig(**TINY, threads=1, batch_size=16, strategy="ddp", nproc=2, num_workers=0, patience=None)
+    windows = synthetic_windows(base, days=19, points=1)
+    assert windows.sizes()["train"] == 307
+    fast, loader = (train(windows, replace(base, input_path=p)).record["epochs"][0] for p in ("fast", "dataloader"))
+    for e in (fast, loader):
+        assert round(e["samples_per_s"] * e["train_s"]) == 306
+    assert loader["train_loss"] == pytest.approx(fast["train_loss"], rel=1e-6)
+
+
 # --- uneven shards ----------------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -43,10 +43,8 @@ def wrap_ddp(core: nn.Module, cfg, env: DistEnv) -> nn.parallel.DistributedDataP
 def steps_per_epoch(n_train: int, cfg, world: int) -> int:
     if cfg.uneven_shards:
         steps = n_train // (cfg.batch_size * world)
-    elif cfg.input_path == "fast":
+    else:  # both input paths give each rank n_train // world samples (the sampler drops the rest, never pads)
         steps = math.ceil((n_train // world) / cfg.batch_size)
-    else:
-        steps = math.ceil(math.ceil(n_train / world) / cfg.batch_size)
     if steps < 1:
         raise ConfigError(f"batch_size={cfg.batch_size} per rank x world_size={world} = {cfg.batch_size * world} "
                           f"is more than the {n_train} training samples; use a smaller batch_size")
@@ -109,7 +107,8 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
     None on the other ranks, which write nothing and so skip the test evaluation that makes it).
 
     ``cfg.batch_size`` is per rank: the global batch is batch_size x world_size, and one epoch covers
-    the training set once across all ranks. Loss and sample counts are summed across ranks, epoch time
+    the training set once across all ranks (all but the n_train % world_size samples shuffled last, on both
+    input paths: none is taken twice). Loss and sample counts are summed across ranks, epoch time
     is the slowest rank's. Only rank 0 writes the checkpoint.
     """
     options = options or RankOptions()
@@ -135,8 +134,10 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
     # for comm_split's timed steps, so it is copied then (not held through training for nothing)
     x_train, y_train = tr.train_tensors() if cfg.input_path == "fast" else (None, None)
     if cfg.input_path == "dataloader":
+        # drop_last: the n_train % world samples past the shuffled shards are left out of this epoch, as on the
+        # fast path; without it the sampler pads with repeats, trained and counted twice (loss, samples/s)
         sampler = torch.utils.data.distributed.DistributedSampler(range(n_train), num_replicas=world, rank=rank,
-                                                                  shuffle=True, seed=cfg.seed)
+                                                                  shuffle=True, seed=cfg.seed, drop_last=True)
         loader = tr.make_loader(sampler)
     where = ["training"]  # what the ranks were doing, for the error if a peer is lost
 
