@@ -172,6 +172,24 @@ def test_ddp_dataloader_path_trains_no_sample_twice_when_the_ranks_do_not_divide
     assert loader["train_loss"] == pytest.approx(fast["train_loss"], rel=1e-6)
 
 
+def test_a_ddp_step_batch_beyond_the_data_is_noted_as_a_single_device_one_is():
+    """200 per rank x 2 ranks = 400 > 324 samples: each epoch is one full-batch step of all 324, as a single
+    device's batch of 400 would be, and the run says so (it ran silently: the note was left to the ranks,
+    which refuse it only with uneven shards). The knob's help says the batch is per rank under DDP."""
+    cfg = TrainConfig(**TINY, threads=1, batch_size=200, strategy="ddp", nproc=2, patience=None)
+    windows = synthetic_windows(cfg, days=20, points=1)
+    assert windows.sizes()["train"] == 324
+    with pytest.warns(UserWarning, match=r"batch_size=200 per rank x 2 ranks = 400 is more than the 324 training "
+                                         r"samples of this data: each epoch is one step of all 324"):
+        record = train(windows, cfg).record
+    assert record["parallel"]["global_batch"] == 400 and round(record["epochs"][0]["samples_per_s"]
+                                                               * record["epochs"][0]["train_s"]) == 324
+    from dataclasses import fields
+
+    help_text = next(f.metadata["help"] for f in fields(TrainConfig) if f.name == "batch_size")
+    assert "ddp: per rank" in help_text
+
+
 # --- uneven shards ----------------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -135,7 +135,8 @@ class TrainConfig:
         "fast path, constant lr, amp off or bf16; elsewhere the run is eager and the record says why)"))
     # optimisation
     epochs: int = knob(30, "training epochs (the cap: --patience stops earlier when validation stops improving)")
-    batch_size: int = knob(256, "samples per optimiser step")
+    batch_size: int = knob(256, "samples per optimiser step (ddp: per rank, so a step takes batch_size x ranks; "
+                                  "dataparallel: the whole step's, split over the GPUs)")
     lr: float | None = knob(None, "Adam learning rate (default: by lead, 4e-3 up to 6 h ahead, 5e-4 from 24 h, "
                                   "log-linear between; the record keeps the rate used)")
     lr_schedule: str = knob("constant", "constant, onecycle or cosine")

@@ -3,6 +3,7 @@ the config names, and record the run (once per finished run, however often it is
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from contextlib import contextmanager
@@ -31,11 +32,21 @@ def check_windows(windows: Windows, cfg: TrainConfig) -> None:
         differ = ", ".join(f"{n} {b} (config {w})" for n, b, w in zip(names, built, wanted) if b != w)
         raise ConfigError(f"the windows were built with {differ}; rebuild them with cfg.window_config()")
     # a batch larger than the training part works (one full-batch step per epoch) but is not what the number
-    # says: a note (DDP ranks refuse a per-rank batch times the world size beyond the data themselves)
+    # says: a note. Under DDP the step's batch is the per-rank batch times the ranks; uneven shards refuse it
+    # in the ranks themselves (their shares need whole global batches)
     n_train = windows.x["train"].shape[0]
-    if cfg.batch_size > n_train and cfg.strategy != "ddp":
-        warnings.warn(f"batch_size={cfg.batch_size} is more than the {n_train} training samples of this data: each "
+    world = ddp_world_size(cfg)
+    if cfg.batch_size * world > n_train and not (world > 1 and cfg.uneven_shards) and is_rank_zero():
+        given = f"batch_size={cfg.batch_size}" + (f" per rank x {world} ranks = {cfg.batch_size * world}" if world > 1 else "")
+        warnings.warn(f"{given} is more than the {n_train} training samples of this data: each "
                       f"epoch is one step of all {n_train} (the record's data.sizes.train)", stacklevel=3)
+
+
+def ddp_world_size(cfg: TrainConfig) -> int:
+    """The ranks a DDP run of ``cfg`` has (``nproc`` local processes, else the launcher's WORLD_SIZE); 1 otherwise."""
+    if cfg.strategy != "ddp":
+        return 1
+    return int(cfg.nproc or os.environ.get("WORLD_SIZE") or 1)
 
 
 @contextmanager
