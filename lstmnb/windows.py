@@ -42,6 +42,10 @@ class WindowConfig:
     cycles: bool = False  # add the fitted seasonal and diurnal cycles at each input hour + lead (climate.cycle_fit)
     target: str = "2m_temperature"
 
+    def n_inputs(self, n_variables: int = 1) -> int:
+        """Inputs per hour of a window: the variables, then the four calendar inputs and the fitted cycle where on."""
+        return n_variables + (len(CALENDAR_FEATURES) if self.calendar else 0) + (1 if self.cycles else 0)
+
     def validate(self) -> None:
         for name in ("window", "lead_hours", "horizon"):
             value = getattr(self, name)

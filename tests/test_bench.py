@@ -78,6 +78,18 @@ def test_size_ladder_and_bus_bandwidth_convention():
         bench.allreduce_bandwidth(bench.AllreduceConfig(world_size=1))
 
 
+@pytest.mark.parametrize("inputs", [dict(), dict(calendar=False), dict(cycles=False), dict(calendar=False, cycles=False)])
+def test_the_gradient_measured_is_the_models_on_the_inputs_it_trains_on(inputs):
+    """`bench allreduce` marked the gradient of a one-input model: 68,868 bytes where the default model (the
+    target, four calendar inputs and its cycle) all-reduces 73,988 a step."""
+    cfg = TrainConfig(**TINY, **inputs)
+    windows = synthetic_windows(cfg)
+    assert cfg.window_config().n_inputs() == windows.n_features
+    assert bench.gradient_bytes(cfg) == 4 * count_parameters(Forecaster(cfg.model_config(windows.n_features)))
+    if not inputs:
+        assert bench.gradient_bytes(TrainConfig()) == 73_988  # the published model on its default inputs
+
+
 @pytest.mark.slow
 def test_allreduce_on_gloo_gives_sane_monotone_sizes_and_bandwidths():
     cfg = TrainConfig(hidden=32)
@@ -86,7 +98,7 @@ def test_allreduce_on_gloo_gives_sane_monotone_sizes_and_bandwidths():
     rows = out["rows"]
     sizes = [r["bytes"] for r in rows]
     assert sizes == sorted(set(sizes)) and sizes[0] == 1024 and sizes[-1] == 4 * 2**20
-    assert out["gradient_bytes"] == 4 * count_parameters(Forecaster(cfg.model_config(1)))
+    assert out["gradient_bytes"] == 4 * count_parameters(Forecaster(cfg.model_config(synthetic_windows(cfg).n_features)))
     assert sum(r["gradient_size"] for r in rows) == 1
     for r in rows:
         assert r["backend"] == "gloo" and r["world_size"] == 2 and r["iters"] >= 5

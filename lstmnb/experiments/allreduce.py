@@ -16,9 +16,12 @@ from ..records import new_record
 from ..training.parallel import DistEnv, barrier, spawn
 
 
-def gradient_bytes(cfg, n_features: int = 1) -> int:
-    """Bytes of gradient DDP all-reduces per step for the model ``cfg`` describes (float32 gradients)."""
-
+def gradient_bytes(cfg, n_features: int | None = None) -> int:
+    """Bytes of gradient DDP all-reduces per step for the model ``cfg`` describes (float32 gradients), on
+    ``n_features`` inputs (default: what ``cfg``'s inputs give one variable: 2 m temperature, its calendar
+    and its cycle)."""
+    if n_features is None:
+        n_features = cfg.window_config().n_inputs()
     return 4 * count_parameters(Forecaster(cfg.model_config(n_features)))
 
 
@@ -114,7 +117,7 @@ def allreduce_bandwidth(acfg: AllreduceConfig = AllreduceConfig(), grad_bytes: i
     for r in rows:
         r["gradient_size"] = bool(grad_bytes) and r["bytes"] == grad_bytes // 4 * 4
     return rows
-def allreduce(cfg, acfg=None, n_features: int = 1) -> dict[str, Any]:
+def allreduce(cfg, acfg=None, n_features: int | None = None) -> dict[str, Any]:
     """All-reduce bandwidth over ``acfg`` (an ``AllreduceConfig``) with the model's gradient size.
 
     Returns {"rows": [...], "gradient_bytes": int}; the gradient size is one of the measured points.
