@@ -186,8 +186,8 @@ def close_distributed(env: DistEnv) -> None:
 
 
 def barrier(env: DistEnv) -> None:
-    if env.backend == "nccl":
-        dist.barrier(device_ids=[env.local_rank])
+    if env.backend == "nccl":  # the rank's own GPU (local_rank modulo the GPUs, as init_distributed chose it)
+        dist.barrier(device_ids=[env.device.index])
     else:
         dist.barrier()
 
