@@ -83,15 +83,17 @@ class StoreRef:
 
     @property
     def store_id(self) -> str:
-        """Cache key: a readable name plus a hash of the location (and, locally, of the metadata file)."""
+        """Cache key: a readable name plus a hash of the location (and, locally, of the root metadata file:
+        v2's consolidated .zmetadata, else v3's zarr.json, else v2's .zgroup)."""
         name = self.url.rstrip("/").split("/")[-1] or "store"
         name = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)[:60]
         key = self.url
         if not self.remote:
-            meta = Path(self.url) / ".zmetadata"
-            if meta.exists():  # a rewritten local store must not reuse the old store's blocks
-                st = meta.stat()
-                key += f"|{st.st_mtime_ns}|{st.st_size}"
+            for meta in (Path(self.url) / f for f in (".zmetadata", "zarr.json", ".zgroup")):
+                if meta.exists():  # a rewritten local store must not reuse the old store's blocks
+                    st = meta.stat()
+                    key += f"|{st.st_mtime_ns}|{st.st_size}"
+                    break
         return f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
 
