@@ -53,3 +53,23 @@ def test_a_rewritten_store_is_not_served_from_the_old_stores_cache(tmp_path, zar
            consolidated=consolidated, mode="w")
     os.utime(root, ns=(before + 10**9, before + 10**9))  # a later write, whatever the clock's resolution
     np.testing.assert_array_equal(_point(str(path), tmp_path / "c"), np.full(24, 300.0, np.float32))
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("encoding", [
+    {"dtype": "int16", "scale_factor": 0.01, "add_offset": 273.15, "_FillValue": -32767},  # packed, as CF allows
+    {"_FillValue": -9999.0},  # missing values stored as a number, not NaN
+], ids=["packed", "fill-value"])
+def test_values_are_decoded_as_xarray_decodes_them(tmp_path, zarr_format, encoding):
+    """scale_factor/add_offset applied and _FillValue masked to NaN, as plain xarray reads the store; the raw
+    stored numbers (498, -32767, -9999) never come out as kelvin. Points and boxes, fresh and from the cache."""
+    path = _write(tmp_path / "s.zarr", _field(), zarr_format=zarr_format, encoding=encoding)
+    want = xr.open_zarr(path, chunks=None)["2m_temperature"].sel(time=slice("2020-01-01", "2020-01-01T23"))
+    for _ in range(2):  # the second time from the cache
+        got = _point(path, tmp_path / "c")
+        np.testing.assert_array_equal(got, want.sel(latitude=40.75, longitude=280.0).values.astype(np.float32))
+        box = extract(Request(source=path, points=None, box=(40.5, 41.0, 279.75, 280.25), start="2020-01-01",
+                              end="2020-01-01"), cache_dir=tmp_path / "c", progress=False)["2m_temperature"]
+        assert box.dtype == np.float32 and box.attrs["units"] == "K"
+        np.testing.assert_array_equal(box.values, want.values.astype(np.float32))
+    assert np.isnan(got[3]) and np.isfinite(np.delete(got, 3)).all()

@@ -35,6 +35,8 @@ from ..paths import cache_dir, sweep_stale_temps, write_atomic
 from .catalogue import StoreRef, point_label
 
 DEFAULT_BLOCK_HOURS = 168  # a week of hourly chunks per cache file
+# what xarray's CF decoding (mask and scale) takes from a variable into its encoding; reads apply it as xarray does
+CF_KEYS = ("_FillValue", "missing_value", "scale_factor", "add_offset", "_Unsigned")
 META_NAME = "store-meta.json"
 
 
@@ -201,11 +203,12 @@ class StoreMeta:
     lat: np.ndarray  # float64, store order
     lon: np.ndarray  # float64, store order, as stored
     attrs: dict
-    variables: dict[str, dict]  # name -> {"dims": [...], "attrs": {...}}
+    variables: dict[str, dict]  # name -> {"dims": [...], "attrs": {...}, "cf": {...}} (cf: CF_KEYS in the encoding)
 
     @classmethod
     def from_dataset(cls, ds: xr.Dataset) -> "StoreMeta":
-        variables = {str(name): {"dims": [str(d) for d in var.dims], "attrs": _plain(dict(var.attrs))}
+        variables = {str(name): {"dims": [str(d) for d in var.dims], "attrs": _plain(dict(var.attrs)),
+                                 "cf": _plain({k: var.encoding[k] for k in CF_KEYS if k in var.encoding})}
                      for name, var in ds.data_vars.items()}
         return cls(np.asarray(ds["time"].values), ds["latitude"].values.astype(np.float64),
                    ds["longitude"].values.astype(np.float64), _plain(dict(ds.attrs)), variables)

@@ -105,6 +105,7 @@ class Plan:
     kind: str  # "points" or "box"
     targets: list[Target]
     requested: list[tuple[float, float]] = field(default_factory=list)
+    cf: dict[str, dict] = field(default_factory=dict)  # variable -> its CF mask and scale (StoreMeta's "cf")
 
     @property
     def rows(self) -> np.ndarray:
@@ -197,4 +198,5 @@ def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> 
         key = f"box-r{rows[0]}-{rows[-1]}-c{cols[0]}-{cols[-1]}-n{cols.size}"
         targets.append(Target(key, tuple(int(r) for r in rows), tuple(int(c) for c in cols)))
         kind = "box"
-    return Plan(ref, request, variables, i0, i1, times[i0:i1], lat, lon, kind, targets, requested)
+    cf = {v: dict(meta.variables[v].get("cf") or {}) for v in variables}
+    return Plan(ref, request, variables, i0, i1, times[i0:i1], lat, lon, kind, targets, requested, cf)

@@ -5,7 +5,8 @@
 chunks were asked for, and reads a point request's cells by coordinate selection and a box by
 orthogonal selection. Everything a store layout needs (zarr v2 or v3, Blosc or other codecs, sharding,
 several hours per chunk, missing chunks read as the fill value) is zarr's; the pipeline only decides
-which bytes of a chunk to fetch.
+which bytes of a chunk to fetch. The values read are then decoded as xarray decodes them (``_FillValue`` and
+``missing_value`` to NaN, ``scale_factor``/``add_offset`` applied), from what the opened Dataset's encoding said.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class CellReader:
 
         with zarr.config.set({"codec_pipeline.path": pipeline}):  # read when an array is opened
             self.arrays = run(open_arrays())
+        self.decode = {v: _mask_and_scale(plan.cf.get(v)) for v in plan.variables}
         if plan.kind == "points":
             self.rows = np.array([t.rows[0] for t in plan.targets], dtype=np.int64)
             self.cols = np.array([t.cols[0] for t in plan.targets], dtype=np.int64)
@@ -60,7 +62,24 @@ class CellReader:
             values = np.asarray(values).reshape(t1 - t0, n)
         else:
             values = await array.get_orthogonal_selection((slice(t0, t1), self.rows, self.cols))
-        return np.asarray(values, dtype=np.float32)
+        decode = self.decode[variable]
+        return np.asarray(values if decode is None else decode(np.asarray(values)), dtype=np.float32)
+
+
+def _mask_and_scale(cf: dict | None):
+    """xarray's CF decoding of raw values with ``cf`` (a variable's ``CF_KEYS`` as xarray's encoding holds
+    them), as a function; None where it changes nothing (no packing, and a NaN fill value or none, as in ARCO-ERA5)."""
+    cf = dict(cf or {})
+    fills = [np.asarray(v, dtype=np.float64).ravel() for k, v in cf.items() if k in ("_FillValue", "missing_value")]
+    if len(fills) == len(cf) and (not fills or np.isnan(np.concatenate(fills)).all()):
+        return None
+    import xarray as xr
+
+    def decode(values: np.ndarray) -> np.ndarray:
+        var = xr.Variable(tuple(f"d{i}" for i in range(values.ndim)), values, attrs=dict(cf))
+        return np.asarray(xr.conventions.decode_cf_variable("v", var, decode_times=False, decode_timedelta=False).values)
+
+    return decode
 
 
 def _as_slice(index: tuple[int, ...]) -> slice | np.ndarray:
