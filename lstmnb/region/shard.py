@@ -8,14 +8,17 @@ once) and stacks its own cells and the halo it received into the mix's source. T
 over every cell of the area, so each rank divides its squared-error sum by the global count; summing
 the shared weights' gradients (LSTM, head) over ranks then gives exactly the one-process gradient, and
 the relation's rows, each owned by one rank, need no reduction. Adam works weight by weight, so each
-rank's update is the one-process update of its weights. Memory per rank: its band, its halo, the
-shared weights. Only the sparse relation (or none) can be tiled: a dense row reaches every cell.
+rank's update is the one-process update of its weights. What a rank computes on is its band, its halo
+and the shared weights; what it holds is more: every rank is handed the whole area's series (``spawn``
+gives all ranks the same arguments) and builds the whole model before keeping its band's part, so this
+mode measures time and halo traffic, not memory per rank. Only the sparse relation (or none) can be
+tiled: a dense row reaches every cell.
 
 ``windows``: every rank holds the whole area and model and takes its share of each batch's windows;
 all gradients are summed over ranks (the loss is divided by the global count, as above).
 
-The mix acts on inputs, so a rank could read its halo from the store instead; the exchange keeps every
-rank's data strictly its own band, as a mix of neighbours' hidden states would require.
+The mix acts on inputs, so a rank could read its halo from the store instead; the exchange keeps what
+every rank reads strictly its own band's cells, as a mix of neighbours' hidden states would require.
 
 ``lstmnb.experiments.region`` starts the ranks (``training.parallel.spawn``) and records the runs.
 """
