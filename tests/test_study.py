@@ -77,9 +77,29 @@ def test_the_published_preset_is_the_studys_setting():
     assert (cfg.residual, cfg.calendar, cfg.cycles, cfg.point_weights, cfg.blend) == (False, False, False, "none", "off")
     assert not cfg.has_validation and cfg.split_dates == ("2021-01-01", "2021-01-01")
     source = cfg.as_record()["preset_source"]
-    assert "Parallel_LSTM_Model_run_CARC.ipynb" in source["source"] and len(source["differences"]) == 3
+    assert "Parallel_LSTM_Model_run_CARC.ipynb" in source["source"] and len(source["differences"]) == 7
+    # the study's DataLoader(batch_size=128, shuffle=True, num_workers=2) kept torch's defaults: pageable host
+    # memory and workers started afresh every epoch
+    assert (cfg.pin_memory, cfg.persistent_workers) == (False, False)
     with pytest.raises(ConfigError, match="leaves no validation part, which patience=5 need"):
         preset_config("published", patience=5).validate()
+
+
+def test_the_published_presets_dataloader_is_the_studys():
+    """The DataLoader the published preset trains from has the study's settings (17,520 samples of its data,
+    batch 128, 2 workers started afresh every epoch, pageable memory); persistent_workers=True keeps them."""
+    import torch
+
+    from lstmnb.training import prepare_windows
+    from lstmnb.training.trainer import Trainer
+
+    cfg = preset_config("published", device="cpu", progress=False)
+    windows, _ = prepare_windows(Request(), cfg, progress=False)
+    loader = Trainer(windows, cfg, torch.device("cpu")).make_loader()
+    assert len(loader.dataset) == 17520 and loader.batch_size == 128
+    assert (loader.num_workers, loader.pin_memory, loader.persistent_workers) == (2, False, False)
+    own = Trainer(windows, preset_config("published", persistent_workers=True), torch.device("cpu")).make_loader()
+    assert own.persistent_workers
 
 
 @pytest.mark.slow

@@ -266,7 +266,8 @@ class Trainer:
         return torch.utils.data.DataLoader(
             WindowDataset(w.x["train"], self.y_train), batch_size=cfg.batch_size, shuffle=sampler is None,
             sampler=sampler, generator=self.gen if sampler is None else None, num_workers=cfg.num_workers,
-            pin_memory=cfg.pin_memory and self.device.type == "cuda", persistent_workers=cfg.num_workers > 0,
+            pin_memory=cfg.pin_memory and self.device.type == "cuda",
+            persistent_workers=cfg.persistent_workers and cfg.num_workers > 0,
         )
 
     def whole_set_batches(self) -> Callable[[int], Iterable]:
