@@ -48,7 +48,10 @@ def published_setting_definition(published: Mapping[str, Any] | None = None) -> 
             "workers (`--preset published`; its source, the study's notebook, is named in every record). *Like for "
             "like* means that setting on that problem (the *published problem*: the study's data, model and split), "
             "on the DataLoader path; a run on another model, batch or the synthetic sample is shown under its own "
-            "labels, never as like for like.")
+            "labels, never as like for like. What each side's seconds hold differs: lstmnb's are the training "
+            "epochs alone; the study's CARC notebook (P100, V100, A40) started its clock before creating the model "
+            "and moving it to the GPU, its Colab notebook (T4) timed the epoch loop (every difference from the "
+            "study's code is listed in each record's `config.preset_source`).")
 
 
 def setting_label(config: Mapping[str, Any]) -> str:
