@@ -208,11 +208,12 @@ def _add_memory(kinds) -> None:
 
 
 def _memory_case(args):
-    from ..region.memory import MemoryCase
+    from ..region.memory import MemoryCase, check_floor
 
     case = MemoryCase(batch=args.batch, window=args.window, hidden=args.hidden, neighbours=args.neighbours,
                       steps=args.steps, kernel=args.kernel, device=args.device)
     case.validate()
+    check_floor(case)  # its smallest area fits the machine, before anything is measured
     return case
 
 
@@ -231,10 +232,8 @@ def _target(args) -> tuple[int, int] | None:
 def _check_memory(args) -> None:
     from ..device import local_rank_limit, resolve_device
     from ..experiments.region import check_target
-    from ..region.memory import check_floor
 
     case = _memory_case(args)
-    check_floor(case)
     variants = _variants(args.variants)
     if not args.sides or min(args.sides) < 2:
         raise ConfigError(f"--sides {','.join(map(str, args.sides))}: sides must be whole numbers >= 2")

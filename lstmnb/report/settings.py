@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-# the published experiment as the study's notebooks ran it (training.config.PRESETS["published"], whose source
+# the published experiment as the study's notebooks ran it (training.presets.PRESETS["published"], whose source
 # the record states; published_figures.yaml, era5_lstm_gpu_benchmark)
 PUBLISHED_SETTING = {"batch_size": 128, "lr": 0.001, "residual": False, "lr_schedule": "constant", "amp": "off",
                      "compile": False, "cuda_graph": False, "threads": None,
