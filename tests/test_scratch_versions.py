@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from lstmnb.errors import ConfigError, DataError, DeviceError
@@ -295,3 +296,12 @@ def test_torch_cuda_runs_ieee_float32_and_its_record_says_so(tmp_path):
     rec = {r["version"]: r for r in read_records(path)}["torch-cuda"]
     assert rec["status"] == "ok" and rec["backends"]["math"] == "float32"
     assert rec["backends"]["tf32"]["cudnn_allow_tf32"] is False
+
+
+@pytest.mark.parametrize("speedup, said", [(2.5, "**2.50x** faster"), (0.8, "**1.25x** slower")])
+def test_07s_notes_say_a_slower_version_as_how_many_times_slower(speedup, said):
+    """'0.80x slower' reads as faster; a ratio below 1 is turned round."""
+    table = pd.DataFrame({"status": ["ok", "ok"], "speedup_vs_numpy": [1.0, speedup], "compile_s": [0.0, 0.3],
+                          "run_s": [1.0, 1 / speedup], "train_loss": [0.5, 0.5]}, index=["numpy", "numba-cpu"])
+    assert f"numba-cpu runs {said} than numpy here" in versions_notes(table)
+

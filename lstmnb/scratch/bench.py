@@ -193,6 +193,11 @@ def format_versions(table) -> str:
     return "\n".join(lines)
 
 
+def _times(ratio: float) -> str:
+    """A speed ratio as '**2.50x** faster' or, below 1, '**1.28x** slower' (never '0.78x slower')."""
+    return f"**{ratio:.2f}x** faster" if ratio >= 1 else f"**{1 / ratio:.2f}x** slower"
+
+
 def versions_notes(table) -> str:
     """What the versions table says, as Markdown bullets: numba-cpu against numpy (and its one-off compile
     time), a thread per hidden unit against a thread per sample on a GPU, the versions that did not run, and
@@ -201,12 +206,12 @@ def versions_notes(table) -> str:
     lines = []
     if "numpy" in ok.index and "numba-cpu" in ok.index:
         r = ok.loc["numba-cpu", "speedup_vs_numpy"]
-        lines.append(f"- numba-cpu runs **{r:.2f}x** {'faster' if r >= 1 else 'slower'} than numpy here "
+        lines.append(f"- numba-cpu runs {_times(r)} than numpy here "
                      f"(plus {ok.loc['numba-cpu', 'compile_s']:.1f} s of compilation or cache loading, once).")
     if "numba-cuda" in ok.index and "numba-cuda-block" in ok.index:
         r = ok.loc["numba-cuda", "run_s"] / ok.loc["numba-cuda-block", "run_s"]
         lines.append(f"- a thread per hidden unit (numba-cuda-block) instead of a thread per sample (numba-cuda): "
-                     f"**{r:.1f}x** {'faster' if r >= 1 else 'slower'}; against numpy "
+                     f"{_times(r)}; against numpy "
                      f"**{ok.loc['numba-cuda-block', 'speedup_vs_numpy']:.2f}x**.")
     skipped = [str(v) for v in table.index[table["status"] != "ok"]]
     if skipped:
