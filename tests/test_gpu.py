@@ -156,7 +156,8 @@ def test_notebook_series_with_a_gpu_profile(tmp_path):
 
     result = notebooks.run_series(
         "carc-a100", only="02,04", runs_dir=tmp_path / "runs", kernel="python3", echo=None, progress=False,
-        overrides={"end": "2020-01-21", "window": 12, "hidden": 8, "epochs_list": [1], "fit_epochs": 1,
+        overrides={"end": "2020-01-21", "split_dates": ["2020-01-15", "2020-01-15"],
+                   "fit_split_dates": ["2020-01-12", "2020-01-17"], "window": 12, "hidden": 8, "epochs_list": [1], "fit_epochs": 1,
                    "batch_sweep_max": 256, "num_workers": 0, "results": str(tmp_path / "results")})
     assert [r.status for r in result.runs] == ["ok", "ok"]
     recs = records.read_records(tmp_path / "results")

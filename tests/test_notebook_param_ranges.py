@@ -4,6 +4,8 @@ setting; the values the notebooks and the shipped profiles give still pass."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from lstmnb import notebooks
@@ -177,3 +179,22 @@ def test_every_shipped_profile_passes(tmp_path, name):
     except DeviceError:  # a GPU profile on a machine without that GPU: the rest of its values still pass
         notebooks.check_series(name, overrides={"device": "auto"}, runs_dir=tmp_path / "runs")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("overrides, only, match", [
+    # 02's own fit_split_dates (the study's 2020-10-01, 2021-01-01) past a shortened end
+    ({"end": "2020-06-30", "fit_split_dates": ...}, "02",
+     r"fit_split_dates=\['2020-10-01', '2021-01-01'\]: split date '2020-10-01' is outside .*notebook 02_model"),
+    # 03-05's None is the published preset's split, 2021-01-01 twice
+    ({"end": "2020-06-30", "split_dates": None}, "03", r"split_dates=None: split date '2021-01-01' is outside .*"
+                                                       r"\(None: the published preset's split\); notebook 03_cpu"),
+])
+def test_each_notebooks_split_is_checked_against_the_range_it_reads(tmp_path, overrides, only, match):
+    """What a notebook will see (a given value, else its own default) decides: the series stops before 01 runs,
+    not at the first training cell."""
+    prof = load_profile("ci")  # ... drops the profile's value: the notebook's own default applies
+    mine = dataclasses.replace(prof, parameters={k: v for k, v in {**prof.parameters, **overrides}.items() if v is not ...})
+    with pytest.raises(ConfigError, match=match):
+        notebooks.check_series(mine, only=only, runs_dir=tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
+    accepted(tmp_path, {"end": "2020-06-30", "split_dates": ["2020-03-01", "2020-03-01"]}, only="03")

@@ -275,25 +275,52 @@ def _check_settings(values: Mapping[str, Any]) -> None:
 
 def _check_split_dates(values: Mapping[str, Any]) -> None:
     """03-05's ``split_dates`` (the published preset) and 02's ``fit_split_dates`` (its ``preset``), as
-    TrainConfig checks them, and inside the data's time range as `--split-dates` is (where start and end are
-    given: the notebooks' own defaults differ)."""
-    for key, preset in (("split_dates", "published"), ("fit_split_dates", values.get("preset", "recommended"))):
+    TrainConfig checks them: two dates in order (inside the data's range: ``check_dates_per_notebook``)."""
+    for key, preset in SPLIT_KEYS:
         sd = values.get(key)
-        if sd is None:  # the preset's split
+        if sd is not None:  # None: the preset's split
+            _split_config(key, sd, values.get("preset", "recommended") if preset is None else preset)
+
+
+# the notebook parameters holding split dates, with the preset whose config they go into (None: the notebook's
+# own ``preset`` parameter, 02's, recommended by default)
+SPLIT_KEYS = (("split_dates", "published"), ("fit_split_dates", None))
+
+
+def _split_config(key: str, sd: Any, preset: str):
+    from ..training.config import preset_config
+
+    def made():
+        cfg = preset_config(preset) if sd is None else preset_config(
+            preset, split_dates=tuple(sd) if isinstance(sd, list) else sd)
+        cfg.validate()
+        return cfg
+
+    return _reuse(key, sd, made)
+
+
+def check_dates_per_notebook(defaults: Mapping[str, Mapping[str, Any]], given: Mapping[str, Any]) -> None:
+    """Each notebook's split (given, else its own default; None in 03-05: the published preset's) inside the
+    time range that notebook reads (given start/end, else its own). ``defaults``: per notebook name, its
+    parameters' default values. Without it, ``-p end 2020-01-21`` with 02's own fit_split_dates, or with the
+    published preset's 2021-01-01 in 03-05, ran 01 and stopped the series at the first training cell."""
+    from ..cli.checks import check_split_dates
+    from ..data import Request
+
+    for name, own in defaults.items():
+        seen = {k: given.get(k, v) for k, v in own.items()}
+        if not isinstance(seen.get("start"), str) or not isinstance(seen.get("end"), str):
             continue
-        from ..training.config import preset_config
-
-        def made(sd=sd, preset=preset):
-            cfg = preset_config(preset, split_dates=tuple(sd) if isinstance(sd, list) else sd)
-            cfg.validate()
-            return cfg
-
-        cfg = _reuse(key, sd, made)
-        if "start" in values and "end" in values:
-            from ..cli.checks import check_split_dates
-            from ..data import Request
-
-            _reuse(key, sd, check_split_dates, cfg, Request(start=values["start"], end=values["end"]))
+        for key, preset in SPLIT_KEYS:
+            if key not in seen or seen[key] is ...:
+                continue
+            sd = seen[key]
+            cfg = _split_config(key, sd, seen.get("preset", "recommended") if preset is None else preset)
+            why = "" if sd is not None else f" (None: the {preset or seen.get('preset', 'recommended')} preset's split)"
+            try:
+                check_split_dates(cfg, Request(start=seen["start"], end=seen["end"]))
+            except LstmnbError as exc:
+                raise _restate(key, sd, f"{exc}{why}; notebook {name} reads it") from None
 
 
 def _check_scratch(values: Mapping[str, Any]) -> None:

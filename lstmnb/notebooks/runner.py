@@ -19,7 +19,7 @@ from ..doctor import kernel_problem
 from ..errors import ConfigError, DeviceError, NotebookError
 from ..paths import check_writable, results_dir
 from ..profiles import Profile, load_profile, profile_names
-from .params import check_values, default_value
+from .params import check_dates_per_notebook, check_values, default_value
 from .folder import shipped_folder
 from .render import render_html
 from .series import NotebookRun, SeriesResult, records_outcome, run_ids, write_index
@@ -202,6 +202,8 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
     defaults = {k: default_value(v) for nb in selected for k, v in declared[nb].items()}
     given = {**prof.parameters, **overrides}
     check_values(given, defaults)
+    check_dates_per_notebook({nb.stem: {k: default_value(v) for k, v in declared[nb].items()} for nb in selected},
+                             given)
     if any("device" in declared[nb] for nb in selected):  # 06 alone reads records: any machine will do
         check_profile_device(prof.name, given.get("device"), other_device)
     check_kernel(kernel_name)
