@@ -24,7 +24,8 @@ def run_record(device_kind: str, device_name: str, epochs: int, input_path: str,
         "schema": records.SCHEMA, "run_id": f"{host}-{device_kind}-{input_path}-{epochs}-{train_s}",
         "started": "2026-01-01T00:00:00+00:00", "experiment": experiment, "status": status, "reason": None,
         "device": {"kind": device_kind, "name": device_name, "count": 1, "hostname": host},
-        "profile": host, "config": {"epochs": epochs, "input_path": input_path, "strategy": strategy, "batch_size": 128},
+        "profile": host, "config": {"epochs": epochs, "input_path": input_path, "strategy": strategy, "batch_size": 128,
+                                     "pin_memory": False, "persistent_workers": False},  # the study's loader
     }
     if status == "ok":
         rec.update(

@@ -18,7 +18,8 @@ from lstmnb import records, report
 from test_report import run_record, write_jsonl
 
 SHARED_RECORDS = Path(__file__).resolve().parents[2] / "shared" / "records"
-REFERENCE_FILES = ["h100-cli-runs.jsonl", "h100-notebook-series.jsonl", "h100-study-setting.jsonl"]
+REFERENCE_FILES = ["h100-cli-runs.jsonl", "h100-notebook-series.jsonl", "h100-scratch-and-sweep.jsonl",
+                   "h100-study-setting-corrected.jsonl", "h100-study-setting.jsonl"]
 
 
 def raw_reference() -> list[dict]:
@@ -30,7 +31,7 @@ def raw_reference() -> list[dict]:
 def seconds_of(recs, *, kind, epochs, input_path, batch=64, graph=False, points=2, residual=False, source="sample"):
     """Training seconds of the finished single-device runs matching a setting (plain dict filtering)."""
     return [r["timing"]["train_s"] for r in recs
-            if r["status"] == "ok" and r["config"]["strategy"] == "single" and r["device"]["kind"] == kind
+            if r["status"] == "ok" and r["config"].get("strategy") == "single" and r["device"]["kind"] == kind
             and r["data"].get("source", "sample") == source
             and r["config"]["epochs"] == epochs and r["config"]["input_path"] == input_path
             and r["config"]["batch_size"] == batch and r["config"]["cuda_graph"] == graph
@@ -73,12 +74,12 @@ def own_records(tmp_path_factory):
 def test_reference_records_ship_with_the_package(reference):
     assert report.reference_files() == REFERENCE_FILES
     raw = raw_reference()
-    assert len(reference) == len(raw) == 52
+    assert len(reference) == len(raw) == 66
     assert set(reference["device.hostname"]) == {"vm"}
-    assert set(reference["software.git_commit"].str[:7]) == {"dc6aa31", "a7631a2"}
+    assert set(reference["software.git_commit"].str[:7]) == {"dc6aa31", "a7631a2", "7a75be1"}
     assert {report.device_label(k, n) for k, n in zip(reference["device.kind"], reference["device.name"])} == {"CPU", "H100"}
     note = report.reference_note()
-    assert "H100" in note and all(s in note for s in ("dc6aa31", "2026-11-22", "3763319", "2026-11-27"))
+    assert "H100" in note and all(s in note for s in ("dc6aa31", "2026-11-22", "3763319", "7a75be1", "2026-11-27"))
     if SHARED_RECORDS.exists():  # the package copy is the shared measurement, unedited
         for name in [n for n in REFERENCE_FILES if (SHARED_RECORDS / n).exists()]:
             shipped = Path(report.__file__).resolve().parent.parent / "reference_records" / name
@@ -89,6 +90,10 @@ def test_reference_records_ship_with_the_package(reference):
     ({"batch_size": 128, "lr": 0.001, "input_path": "dataloader", "num_workers": 2}, report.LIKE_FOR_LIKE),
     ({"batch_size": 64, "lr": 0.001, "input_path": "dataloader", "num_workers": 2}, "batch 64 · DataLoader"),
     ({"input_path": "dataloader", "num_workers": 0}, "published setting · DataLoader (0 workers)"),
+    # the study's loader was torch's defaults: pinned memory and workers kept between epochs are differences
+    ({"input_path": "dataloader", "num_workers": 2, "pin_memory": True, "persistent_workers": True},
+     "published setting · DataLoader (pinned memory, workers kept)"),
+    ({"input_path": "dataloader", "num_workers": 4, "persistent_workers": True}, "published setting · DataLoader (4 workers, workers kept)"),
     ({"input_path": "fast", "cuda_graph": True}, "published setting, CUDA graph · fast input"),
     ({"batch_size": 256, "lr": 0.004, "residual": True, "amp": "auto", "input_path": "fast"},
      "batch 256, lr 0.004, residual, AMP auto · fast input"),
@@ -99,6 +104,18 @@ def test_reference_records_ship_with_the_package(reference):
 ])
 def test_setting_labels(config, label):
     assert report.setting_label(config) == label
+
+
+def test_a_record_from_before_the_persistent_workers_knob_kept_its_workers():
+    """lstmnb's loader kept its workers between epochs until the knob existed: such a record is not like for like."""
+    old = run_record("cpu", "Intel(R) Core(TM) i7", 5, "dataloader", 45.0, host="laptop")
+    del old["config"]["persistent_workers"]
+    new = run_record("cpu", "Intel(R) Core(TM) i7", 5, "dataloader", 47.0, host="laptop")
+    rows = report.comparison_rows(pd.json_normalize([old, new]), None, None).set_index("setting")
+    assert rows.loc["published setting · DataLoader (workers kept)", "seconds"] == 45.0
+    assert rows.loc[report.LIKE_FOR_LIKE, "seconds"] == 47.0
+    assert rows["like_for_like"].astype(bool).to_dict() == {"published setting · DataLoader (workers kept)": False,
+                                                             report.LIKE_FOR_LIKE: True}
 
 
 @pytest.mark.parametrize("problem, label", [
@@ -116,15 +133,22 @@ def test_findings_from_the_h100_reference_records(reference, published):
     text, table = report.findings(pd.DataFrame(), published, reference)
     h100_lfl = statistics.median(seconds_of(raw, kind="cuda", epochs=15, input_path="dataloader"))
     pub = published["era5_lstm_gpu_benchmark"]["epochs"][5]  # the table is at 5 epochs, where most columns have runs
-    assert "lstmnb's reference records: 52 records from 1 machine (vm: Intel Xeon, 16 cores, NVIDIA H100 80GB HBM3; " \
+    assert "lstmnb's reference records: 66 records from 1 machine (vm: Intel Xeon, 16 cores, NVIDIA H100 80GB HBM3; " \
            "2026-11-22..2026-11-27): H100 measured" in text
-    assert "(lstmnb 0.1.0 @ dc6aa31, a7631a2)" in text  # every commit the records name, not the first machine row's
+    assert "(lstmnb 0.1.0 @ dc6aa31, 7a75be1, a7631a2)" in text  # every commit the records name, not the first machine row's
     # the study's setting on its data (2026-11-27): eager against the CUDA graph, like for like on the DataLoader
     study = dict(kind="cuda", epochs=5, batch=128, source="study")
     eager_s = statistics.median(seconds_of(raw, input_path="fast", **study))
     graph_s = statistics.median(seconds_of(raw, input_path="fast", graph=True, **study))
     assert f"{eager_s / graph_s:.3g}x at published setting, fast input ({eager_s:.2g} s → {graph_s:.3g} s, 5 epochs)" in text
-    (h100_study,) = seconds_of(raw, input_path="dataloader", graph=True, **study)  # asked for; the DataLoader path runs eager
+    # like for like: the study's loader (pageable memory, workers afresh each epoch); the earlier DataLoader run
+    # pinned memory and kept its workers, and is labelled so
+    (h100_study,), (cpu_study,) = ([r["timing"]["train_s"] for r in raw if r["experiment"] == "train"
+                                    and r["device"]["kind"] == kind and r["config"]["input_path"] == "dataloader"
+                                    and r["data"]["source"] == "study" and r["config"]["pin_memory"] is False
+                                    and r["config"]["persistent_workers"] is False] for kind in ("cuda", "cpu"))
+    assert "published setting · DataLoader (pinned memory, workers kept)" in set(
+        report.comparison_rows(None, reference, None)["setting"])
     # CUDA graphs: the published setting on the fast path without and with the graph
     eager = statistics.median(seconds_of(raw, kind="cuda", epochs=15, input_path="fast"))
     graph = min(seconds_of(raw, kind="cuda", epochs=15, input_path="fast", graph=True))
@@ -135,15 +159,15 @@ def test_findings_from_the_h100_reference_records(reference, published):
     # batch size (the sweep) and problem size (90 points), then skill and what is missing
     assert "**Batch size:**" in text and "beats persistence" in text
     assert "**Problem size:** 90 points" in text and "GPU over the same machine's CPU" in text
-    assert "5 of 5 beat both" in text  # the published problem's runs: those of the study's setting and "median MSE skill score against persistence" in text
+    assert "7 of 7 beat both" in text  # the published problem's runs: those of the study's setting and "median MSE skill score against persistence" in text
     assert "no run records of your own" in text
     assert "no multi-GPU records: run 05 on a node with 2+ GPUs" in text
     assert "no CUDA graph pair" not in text  # the reference records have them
 
     h100 = table.loc["H100 · vm · reference"]
     assert float(h100["fastest s"]) > 0 and "CUDA graph" in h100["fastest setting"]
-    # like for like at 5 epochs, the study's epochs; no CPU run of that setting on that machine: no ratio
-    assert h100["like for like s"] == f"{h100_study:.3g}" and h100["x CPU, like for like"] == "—"
+    # like for like at 5 epochs, over the same machine's CPU on the same setting
+    assert h100["like for like s"] == f"{h100_study:.3g}" and h100["x CPU, like for like"] == f"{cpu_study / h100_study:.3g}x"
     assert h100["problem"] == report.PUBLISHED_PROBLEM_LABEL and h100["epochs"] == 5
     assert table.loc["A40 · published", "x CPU, like for like"] == f"{pub['CPU'] / pub['A40']:.3g}x"
     # published seconds as published (two decimals), never rounded to three figures
@@ -215,7 +239,7 @@ def test_mixed_records_make_one_report(own_records, reference, published):
     assert prov.loc["source", "CUDA · laptop"] == "measured here: all skipped, nothing measured"
     assert prov.loc["source", "CPU · laptop"] == report.MEASURED
     assert prov.loc["torch", here] == __import__("torch").__version__
-    assert prov.loc["lstmnb", "H100 · vm · reference"] == "0.1.0 @ dc6aa31, a7631a2"
+    assert prov.loc["lstmnb", "H100 · vm · reference"] == "0.1.0 @ dc6aa31, 7a75be1, a7631a2"
     assert prov.loc["CUDA", "A40 · published"] == "11.8" and prov.loc["dates", "A40 · published"] == "not stated"
 
 
@@ -278,14 +302,14 @@ def test_notebook_06_opens_with_the_answer_and_shows_reference_records_apart(tmp
     outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
     first = "".join(outputs[0]["data"]["text/markdown"])
     assert first.startswith("**Like for like** (15 epochs at the [published setting](#published-setting)")
-    # the reference H100 ran the former one-layer setting: not like for like, so its lesson stands beside the
-    # answer (below), labelled as another machine's, and never in the like-for-like sentence
+    # the reference H100 ran the study's setting for 5 epochs only, not the 15 this sentence compares at: its
+    # lesson stands beside the answer (below), labelled as another machine's, never in the like-for-like sentence
     assert "H100" not in first
     # right under it, what the answer rests on and the measured eager-vs-graph lesson, then the figure
     context = "".join(outputs[1]["data"]["text/markdown"])
     assert context.startswith("**What the published ratio rests on.**") and "Tied, not ranked" in context
     assert "**Eager against a CUDA graph, measured** (reference records: lstmnb on an H100 (vm)" in context
-    assert "the eager H100 is 1.52x its own CPU on the DataLoader path" in context
+    assert "the eager H100 is 3.58x its own CPU on the DataLoader path (4.13 s against 14.8 s)" in context
     assert "image/png" in outputs[2]["data"]
     assert "".join(outputs[3]["data"]["text/markdown"]).startswith('<a id="published-setting"></a>')
     page = (result.run_dir / "06_analysis.html").read_text()

@@ -26,7 +26,7 @@ from .timing_quality import REPEATS_DISAGREE, busy_while_running, unsure_why
 # experiments with tables of their own (and settings chosen for another question) are not compared here
 NOT_COMPARED = ("batch-sweep", "speed")
 NOT_COMPARED_PREFIXES = ("scaling-", "uneven-", "region-")
-KNOBS = tuple(PUBLISHED_SETTING) + ("input_path", "num_workers")
+KNOBS = tuple(PUBLISHED_SETTING) + ("input_path", "num_workers", "pin_memory", "persistent_workers")
 MEDIAN_RULE = ("Every time, samples/s and RMSE shown for a device is the median over all its finished single-device "
                "runs with the same setting, problem and epochs count, from notebooks and `lstmnb train` alike "
                "(batch-sweep, time-to-accuracy and multi-GPU runs have sections of their own), so the same "
@@ -48,6 +48,16 @@ def _points(row: pd.Series) -> int | None:
     return None
 
 
+def _loader_knobs(row: pd.Series) -> dict[str, bool]:
+    """What the run's DataLoader was asked for beyond the study's (torch's defaults): pinned memory (which the
+    trainer applies on CUDA only; asked for, it names the setting on either device, so a CPU run and a GPU run
+    of one configuration pair up) and workers kept between epochs (records written before that knob kept them)."""
+    workers, pinned, kept = (row.get(f"config.{k}") for k in ("num_workers", "pin_memory", "persistent_workers"))
+    has_workers = (workers if _present(workers) else PUBLISHED_WORKERS) > 0  # missing: as setting_label reads it
+    return {"pin_memory": _present(pinned) and bool(pinned),
+            "persistent_workers": (True if not _present(kept) else bool(kept)) and has_workers}
+
+
 def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFrame:
     """The runs of one source that enter the comparison, one row each: finished single-device training
     runs (not stopped early) outside the batch sweep, speed and parallel experiments."""
@@ -64,6 +74,7 @@ def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFra
     rows = []
     for _, r in runs.iterrows():
         config = {k: r.get(f"config.{k}") for k in KNOBS}
+        config.update(_loader_knobs(r))
         if _present(r.get("cuda_graph.used")):  # what the run did, where the record says (graphs are the default)
             config["cuda_graph"] = bool(r.get("cuda_graph.used"))
         problem = {"points": _points(r), "start": r.get("data.start"), "end": r.get("data.end"),

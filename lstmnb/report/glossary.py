@@ -11,8 +11,9 @@ GLOSSARY: dict[str, str] = {
                          "lead, batch 128, Adam at 1e-3, fp32, a DataLoader with 2 workers (`--preset published`).",
     "published problem": "the study's data and split: its real ERA5 2 m temperature at 40N and 20N, 280E, hourly, "
                          "trained on 2020 and tested on 2021-01..06.",
-    "like for like": "the published setting on the published problem, on the DataLoader path: the only runs "
-                     "whose seconds stand beside the study's; anything else is shown under its own labels.",
+    "like for like": "the published setting on the published problem, on the DataLoader path as the study ran it "
+                     "(2 workers started afresh each epoch, pageable memory): the only runs whose seconds stand "
+                     "beside the study's; anything else is shown under its own labels.",
     "fast path / fast input": "the training set held as tensors on the device and batches drawn by shuffled "
                               "index, with no per-sample Python: lstmnb's faster input path.",
     "DataLoader path": "a per-sample PyTorch `Dataset` read through a `DataLoader` with worker processes, as "

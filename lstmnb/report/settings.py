@@ -56,7 +56,8 @@ def published_setting_definition(published: Mapping[str, Any] | None = None) -> 
 
 def setting_label(config: Mapping[str, Any]) -> str:
     """A run's speed settings as they differ from the published ones, then its input path:
-    'published setting · DataLoader', 'batch 256, lr 0.004, residual, AMP auto · fast input'."""
+    'published setting · DataLoader', 'batch 256, lr 0.004, residual, AMP auto · fast input'. The DataLoader
+    path's own knobs count where true, ``pin_memory`` and ``persistent_workers`` ('published setting · DataLoader (pinned memory, workers kept)')."""
     config = {k: v for k, v in config.items() if present(v)}  # missing knobs take the published value
     c = {**PUBLISHED_SETTING, **config}
     diffs = []
@@ -89,7 +90,11 @@ def setting_label(config: Mapping[str, Any]) -> str:
     base = ", ".join(diffs)
     if config.get("input_path") == "dataloader":
         workers = config.get("num_workers", PUBLISHED_WORKERS)
-        path = "DataLoader" if workers == PUBLISHED_WORKERS else f"DataLoader ({int(workers)} workers)"
+        loader = [] if workers == PUBLISHED_WORKERS else [f"{int(workers)} workers"]
+        # the study's loader (torch's defaults): pageable memory, workers started afresh each epoch
+        loader += [word for knob, word in (("pin_memory", "pinned memory"), ("persistent_workers", "workers kept"))
+                   if config.get(knob)]
+        path = f"DataLoader ({', '.join(loader)})" if loader else "DataLoader"
     else:
         path = "fast input"
     return f"{base} · {path}"
