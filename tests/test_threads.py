@@ -126,6 +126,9 @@ def test_after_a_job_ends_the_run_takes_the_cores_it_left():
     _stop(procs)
     after = cpu_threads()
     later = [busy_cores()["others"] for _ in range(2)]  # the machine without the job, once more: others' load drifts
+    spread = max(before + later) - min(before + later)
+    if spread > 1.0:  # e.g. many test workers on many cores: the choice cannot be told from their own changes
+        pytest.skip(f"other processes' load moved by {spread:.1f} cores around the job: not a quiet enough machine")
     low, high = max(0.0, min(before + later) - 0.3), max(before + later) + 0.3
     without_job = {thread_policy(cores, b, default, window_s=0.2)["used"] for b in (low, (low + high) / 2, high)}
     assert during["busy_cores"] >= cores - 0.15 and during["used"] == 1  # beside it: backed off
