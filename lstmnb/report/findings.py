@@ -108,6 +108,20 @@ def _launch_bound_text(rows: pd.DataFrame, epochs: int | None) -> str | None:
     return ("**Why a new GPU is not faster like for like:** " + "; ".join(items) + ".") if items else None
 
 
+# what makes batch-sweep records one sweep: the same run of `bench batch-sweep` (or notebook 04) on the same problem
+SWEEP_KEYS = ("config.lr", "config.epochs", "sweep.start", "sweep.factor", "data.source", "config.layers",
+              "config.hidden", "config.window", "software.git_commit")
+
+
+def _latest_sweep(g: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """A device column's batch-sweep records as sweeps (``SWEEP_KEYS``): the latest one's points by batch size,
+    and how many sweeps the column has. Mixing two sweeps put one sweep's smallest batch beside another's largest."""
+    keys = [k for k in SWEEP_KEYS if k in g]
+    sweeps = [part for _, part in g.groupby([g[k].astype(str) for k in keys], sort=False)] if keys else [g]
+    latest = max(sweeps, key=lambda part: str(part["started"].max()) if "started" in part else "")
+    return latest.sort_values("config.batch_size"), len(sweeps)
+
+
 def _batch_text(frames: list[tuple[pd.DataFrame, str]]) -> str | None:
     items = []
     for df, source in frames:
@@ -118,11 +132,12 @@ def _batch_text(frames: list[tuple[pd.DataFrame, str]]) -> str | None:
             continue
         sweep = with_columns(sweep, source)
         for col, g in sweep.groupby("column", sort=False):
-            g = g.sort_values("config.batch_size")
+            g, n_sweeps = _latest_sweep(g)
             if len(g) < 2:
                 continue
             lo, hi = g.iloc[0], g.iloc[-1]
-            text = (f"{col} (sweep at lr {lo['config.lr']:g}, {int(lo['config.epochs'])} epochs): "
+            which = f", the latest of {n_sweeps} sweeps" if n_sweeps > 1 else ""
+            text = (f"{col} (sweep at lr {lo['config.lr']:g}, {int(lo['config.epochs'])} epochs{which}): "
                     f"{num.rate(lo['timing.samples_per_s'])} samples/s at batch {int(lo['config.batch_size'])} → "
                     f"{num.rate(hi['timing.samples_per_s'])} at batch {int(hi['config.batch_size'])} "
                     f"({num.ratio(hi['timing.samples_per_s'] / lo['timing.samples_per_s'])})")
