@@ -273,6 +273,11 @@ def _check_settings(values: Mapping[str, Any]) -> None:
         _reuse("profile", values["profile"], check_profile_name, values["profile"])
 
 
+# the notebook parameters holding split dates, with the preset whose config they go into (None: the notebook's
+# own ``preset`` parameter, 02's, recommended by default)
+SPLIT_KEYS = (("split_dates", "published"), ("fit_split_dates", None))
+
+
 def _check_split_dates(values: Mapping[str, Any]) -> None:
     """03-05's ``split_dates`` (the published preset) and 02's ``fit_split_dates`` (its ``preset``), as
     TrainConfig checks them: two dates in order (inside the data's range: ``check_dates_per_notebook``)."""
@@ -280,11 +285,6 @@ def _check_split_dates(values: Mapping[str, Any]) -> None:
         sd = values.get(key)
         if sd is not None:  # None: the preset's split
             _split_config(key, sd, values.get("preset", "recommended") if preset is None else preset)
-
-
-# the notebook parameters holding split dates, with the preset whose config they go into (None: the notebook's
-# own ``preset`` parameter, 02's, recommended by default)
-SPLIT_KEYS = (("split_dates", "published"), ("fit_split_dates", None))
 
 
 def _split_config(key: str, sd: Any, preset: str):
