@@ -199,11 +199,10 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
     if stray:
         raise NotebookError(f"profile {prof.name!r}: parameter(s) {', '.join(map(repr, stray))} are declared by no "
                             f"notebook; check the spelling (notebook parameters: {', '.join(sorted(known))})")
-    defaults = {k: default_value(v) for nb in selected for k, v in declared[nb].items()}
+    own = {nb.stem: {k: default_value(v) for k, v in declared[nb].items()} for nb in selected}
     given = {**prof.parameters, **overrides}
-    check_values(given, defaults)
-    check_dates_per_notebook({nb.stem: {k: default_value(v) for k, v in declared[nb].items()} for nb in selected},
-                             given)
+    check_values(given, {k: v for d in own.values() for k, v in d.items()})
+    check_dates_per_notebook(own, given)
     if any("device" in declared[nb] for nb in selected):  # 06 alone reads records: any machine will do
         check_profile_device(prof.name, given.get("device"), other_device)
     check_kernel(kernel_name)
