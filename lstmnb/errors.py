@@ -22,6 +22,11 @@ def one_line_warnings(prefix: str = "lstmnb"):
     return show
 
 
+class Terminated(KeyboardInterrupt):
+    """The process was asked to stop (SIGTERM: a SLURM job's time limit, ``scancel``, ``kill``). A
+    ``KeyboardInterrupt``, so every place that keeps finished work on Ctrl-C does so here too."""
+
+
 class LstmnbError(Exception):
     """A problem the user can fix: bad input, missing data, an absent device."""
 

@@ -63,3 +63,27 @@ def test_rendezvous_on_the_first_node_at_a_port_of_the_job(tmp_path):
     assert first.split(":")[0] == second.split(":")[0] == "gpu01"
     ports = [int(e.split(":")[1]) for e in (first, second)]
     assert ports[0] != ports[1] and all(10000 <= p < 30000 for p in ports)
+
+
+def test_the_series_job_passes_slurms_warning_signal_to_lstmnb(tmp_path):
+    """run_profile.sbatch asks SLURM for SIGTERM to the batch shell before the time limit; the shell must hand it
+    to `lstmnb notebooks run` (which keeps what ran), not die and leave it to be killed mid-cell."""
+    script = ROOT / "carc" / "run_profile.sbatch"
+    assert "#SBATCH --signal=B:TERM@" in script.read_text()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    flag = tmp_path / "got-term"
+    _stub(bin_dir, "lstmnb", f"trap 'touch {flag}; kill $!; exit 143' TERM\necho started\nsleep 60 & wait")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SRUN_", "SBATCH_"))}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", LSTMNB_ACTIVATE="none", SLURM_SUBMIT_DIR=str(ROOT))
+    proc = subprocess.Popen(["bash", str(script), "cpu"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:  # the job started lstmnb
+            if line.strip() == "started":
+                break
+        proc.terminate()  # what --signal=B:TERM does: the batch shell's own process
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert flag.exists() and proc.returncode == 143

@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
+import threading
 import warnings
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
-from ..errors import LstmnbError, one_line_warnings
+from ..errors import LstmnbError, Terminated, one_line_warnings
 from . import bench_cmds, data_cmd, doctor_cmd, notebooks_cmd, region_cmd, replicate_cmd, run_cmds, scratch_cmd
 from .checks import check_omp_num_threads
 
@@ -159,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     where = " ".join(filter(None, (args.command, getattr(args, "notebooks_command", None),
                                    getattr(args, "bench_kind", None), getattr(args, "region_kind", None),
                                    getattr(args, "scratch_command", None))))
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), stop_on_sigterm():
         warnings.showwarning = one_line_warnings()
         try:
             check = getattr(args, "check", None)
@@ -175,11 +178,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             name = f"{exc.filename}: " if exc.filename else ""
             print(f"lstmnb {where}: error: {name}{why_not_written(exc)}", file=sys.stderr)
             return 1
-        except KeyboardInterrupt:
-            print(f"lstmnb {where}: interrupted; finished work (cache blocks, records, checkpoints) is kept",
-                  file=sys.stderr)
-            return 130
+        except KeyboardInterrupt as exc:
+            how = ("stopped by SIGTERM (a SLURM time limit, scancel or kill)" if isinstance(exc, Terminated)
+                   else "interrupted")
+            print(f"lstmnb {where}: {how}; finished work (cache blocks, records, checkpoints, executed "
+                  "notebooks) is kept", file=sys.stderr)
+            return 143 if isinstance(exc, Terminated) else 130
     return int(result or 0)
+
+
+@contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    """While a command runs, SIGTERM raises ``Terminated`` (a ``KeyboardInterrupt``) in the main thread, so
+    a job stopped by SLURM's time limit keeps its finished work as Ctrl-C does (Python's default would end
+    the process where it stands); the earlier handler is put back afterwards."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers: main thread only
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Terminated()
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -305,9 +305,11 @@ def run_series(
                 execution_timeout=timeout, cwd=None, log_output=False, config=kernel_config(),
                 extra_arguments=KERNEL_ARGUMENTS,
             )
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from the CLI (a SLURM time limit): keep what ran
             _keep(partial, out)
             entry.status, entry.notebook = "interrupted", out if out.exists() else None
+            entry.seconds = time.perf_counter() - t0
+            write_index(result)  # no HTML: a job at its time limit has seconds left
             raise
         except Exception as exc:  # papermill, nbclient and the kernel raise many kinds; report them all
             failure = exc

@@ -1,0 +1,70 @@
+"""A notebook series stopped by SIGTERM (what SLURM sends at a job's time limit, and `scancel`): the real
+`lstmnb notebooks run` in its own process, a real kernel, a real signal. What ran is kept under its final
+name, the index says where it stopped, and the command says so in one line with exit status 143."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _waiting_notebook(folder: Path) -> None:
+    """01_wait: a parameters cell, a cell that prints, a cell that sleeps longer than the test waits."""
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("seconds = 600")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [nbformat.v4.new_markdown_cell("# Wait"), params,
+                nbformat.v4.new_code_cell("print('first cell done', flush=True)"),
+                nbformat.v4.new_code_cell("import time\ntime.sleep(seconds)")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    folder.mkdir()
+    nbformat.write(nb, folder / "01_wait.ipynb")
+    (folder / "wait.yaml").write_text("label: wait\nkernel: python3\ncell_timeout_s: 900\nparameters: {}\n")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM cannot be sent to a child process on Windows")
+def test_sigterm_keeps_the_running_notebook_and_writes_the_index(tmp_path):
+    _waiting_notebook(tmp_path / "nbs")
+    runs = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "LSTMNB_RESULTS": str(tmp_path / "results")}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "lstmnb", "notebooks", "run", "--profile", str(tmp_path / "nbs" / "wait.yaml"), "--notebooks", str(tmp_path / "nbs"),
+         "--runs-dir", str(runs), "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        partial = None
+        while time.monotonic() < deadline and child.poll() is None:  # the first cell's output, saved
+            found = list(runs.glob("wait/*/.01_wait.running.ipynb"))
+            if found and "first cell done" in found[0].read_text(encoding="utf-8", errors="replace"):
+                partial = found[0]
+                break
+            time.sleep(0.5)
+        assert partial is not None, f"the notebook never got past its first cell: {child.poll()=}"
+        time.sleep(1)  # into the sleeping cell
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 143, (out, err)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("lstmnb notebooks run: stopped by SIGTERM") and "kept" in last, err
+    run_dir = partial.parent
+    assert not partial.exists()  # moved onto its name, not left hidden
+    kept = nbformat.read(run_dir / "01_wait.ipynb", as_version=4)
+    assert "first cell done" in str(kept.cells[2].outputs)
+    index = (run_dir / "index.html").read_text(encoding="utf-8")
+    assert "<td>01_wait</td><td>interrupted</td>" in index
