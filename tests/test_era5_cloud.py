@@ -261,8 +261,9 @@ def test_chunk_reads_reuse_the_opening(slow_http_store, tmp_path):
     assert stats.requests == 24 and server.chunk_requests["2m_temperature"] == 24
 
 
-def test_store_without_consolidated_metadata_still_opens(small_store, tmp_path):
-    """A zarr-v2 store without .zmetadata is opened by xarray (and read through zarr) as before."""
+def test_store_without_consolidated_metadata_still_opens(small_store, gcs_emulator, tmp_path):
+    """A zarr-v2 store without .zmetadata is opened by xarray (and read through zarr) as before; on a remote
+    store that is said in one line (xarray's own warning has five), on a local one not at all."""
     import shutil
     import warnings
 
@@ -270,11 +271,22 @@ def test_store_without_consolidated_metadata_still_opens(small_store, tmp_path):
     shutil.copytree(small_store, plain)
     (plain / ".zmetadata").unlink()
     req = dict(start="2020-01-02", end="2020-01-02")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # xarray: "non-consolidated ... slower"; zarr: the sample's marker file
+    with warnings.catch_warnings(record=True) as local:
+        warnings.simplefilter("always")
         got = extract(Request(source=str(plain), **req), cache_dir=tmp_path / "c", progress=False)
     want = extract(Request(source=str(small_store), **req), cache_dir=tmp_path / "l", progress=False)
     xr.testing.assert_equal(got.drop_attrs(), want.drop_attrs())
+    assert not [w for w in local if "consolidated" in str(w.message)], [str(w.message) for w in local]
+    gcs_emulator.make_bucket("lstmnb-plain")
+    gcs_emulator.upload_dir(plain, "lstmnb-plain", "plain.zarr")
+    with warnings.catch_warnings(record=True) as remote:
+        warnings.simplefilter("always")
+        assert open_store("gs://lstmnb-plain/plain.zarr").sizes == open_store(str(small_store)).sizes
+    [said] = [str(w.message) for w in remote if "consolidated" in str(w.message)]
+    assert said.startswith("gs://lstmnb-plain/plain.zarr has no consolidated metadata") and "\n" not in said
+    with StaticServer(plain) as server, pytest.raises(DataError) as info:  # plain HTTP cannot list the arrays
+        open_store(server.url)
+    assert str(info.value).startswith(f"{server.url} has no consolidated metadata (.zmetadata)")
 
 
 _DISK_FULL = """

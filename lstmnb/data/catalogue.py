@@ -269,7 +269,7 @@ def open_ref(ref: StoreRef, store: ReadStore | None = None) -> xr.Dataset:
             raise DataError(f"no Zarr store at {ref.url} (no .zmetadata, .zgroup or zarr.json); check the URL, "
                             f"or {SOURCE_HINT}")
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(record=True) as said:
             # zarr v3's consolidated metadata is not in the format's specification yet, as zarr says each time
             warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part")
             ds = xr.open_zarr(store, chunks=None)
@@ -284,9 +284,32 @@ def open_ref(ref: StoreRef, store: ReadStore | None = None) -> xr.Dataset:
             ) from None
         raise DataError(f"{ref.url} is not a readable Zarr store ({type(exc).__name__}: {reason})") from None
     missing = [c for c in ("time", "latitude", "longitude") if c not in ds.coords]
+    if missing and any(str(w.message).startswith(UNCONSOLIDATED) for w in said) and ref.url.startswith("http"):
+        raise DataError(f"{ref.url} has no consolidated metadata (.zmetadata), and a store over plain HTTP cannot "
+                        "list its arrays without it; consolidate the store (zarr.consolidate_metadata) or open "
+                        "it where it can be listed (gs://, a local path)")
     if missing:
         raise DataError(f"{ref.url} lacks the ERA5 coordinates {missing}; expected time, latitude, longitude")
+    _pass_on(said, ref)
     return ds
+
+
+UNCONSOLIDATED = "Failed to open Zarr store with consolidated metadata"  # how xarray's five-line warning begins
+
+
+def _pass_on(said: list, ref: StoreRef) -> None:
+    """Say again the warnings that opening ``ref`` raised, but xarray's five lines on a store without
+    consolidated metadata as one of ours, and only for a remote store: there opening pays a round trip per
+    array's metadata (a local one costs nothing to speak of), and the store's owner can consolidate it."""
+    import warnings
+
+    for w in said:
+        if not str(w.message).startswith(UNCONSOLIDATED):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        elif ref.remote:
+            warnings.warn(f"{ref.url} has no consolidated metadata, so opening it reads each array's metadata "
+                          "separately (slower); zarr.consolidate_metadata on the store writes it once",
+                          RuntimeWarning, stacklevel=3)
 
 
 def open_store(source: str = STUDY, storage_options: dict | None = None) -> xr.Dataset:
