@@ -26,14 +26,28 @@ CLIMATOLOGIES = {  # what each kind of climatology is, as records and outputs st
 }
 
 
-def _pooled_sums(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sum and count of ``values`` per (day of year, hour) cell, pooled over +-``smooth_days`` days."""
+YEAR_DAYS = 365  # the climatology's rows: the days of a year without 29 February (``calendar_day``)
+
+
+def calendar_day(times: pd.DatetimeIndex) -> np.ndarray:
+    """Each time's row in the climatology: its day of a 365-day year (0 = 1 January, 364 = 31 December),
+    so that a date has the same row in every year. A leap year's days from 1 March on are one less than
+    their day of the year, and 29 February shares 28 February's row: by the plain day of the year, 1 March
+    2021 would read the row of 29 February 2020, every later date of a normal year the day before's
+    climate of a leap year, and 31 December of a leap year a row no other year fills."""
+    times = pd.DatetimeIndex(times)
     doy = times.day_of_year.to_numpy() - 1
+    return doy - (times.is_leap_year & (doy >= 59))  # 59: 29 February of a leap year
+
+
+def _pooled_sums(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sum and count of ``values`` per (calendar day, hour) cell, pooled over +-``smooth_days`` days."""
+    day = calendar_day(times)
     hour = times.hour.to_numpy()
-    total = np.zeros((366, 24))
-    count = np.zeros((366, 24))
-    np.add.at(total, (doy, hour), values)
-    np.add.at(count, (doy, hour), 1)
+    total = np.zeros((YEAR_DAYS, 24))
+    count = np.zeros((YEAR_DAYS, 24))
+    np.add.at(total, (day, hour), values)
+    np.add.at(count, (day, hour), 1)
     if smooth_days > 0:
         kernel_days = np.arange(-smooth_days, smooth_days + 1)
         total = sum(np.roll(total, k, axis=0) for k in kernel_days)
@@ -60,16 +74,16 @@ def climatology_kind(train_times: pd.DatetimeIndex) -> str:
 
 
 def climatology_table(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: int = SMOOTH_DAYS) -> np.ndarray:
-    """The climatology (366 days x 24 hours) of one series' training part, of the kind ``climatology_kind``
-    gives: with a year of data the hour-of-day x day-of-year mean averaged over +-``smooth_days`` days
-    (circular in the year; pooling neighbouring days makes it a mean, not a copy of last year's weather),
-    otherwise the hour-of-day mean on every day."""
+    """The climatology (365 days x 24 hours, a row per ``calendar_day``) of one series' training part, of the
+    kind ``climatology_kind`` gives: with a year of data the hour-of-day x day-of-year mean averaged over
+    +-``smooth_days`` days (circular in the year; pooling neighbouring days makes it a mean, not a copy of
+    last year's weather), otherwise the hour-of-day mean on every day."""
     times = pd.DatetimeIndex(times)
     values = np.asarray(values, dtype=np.float64)
     hour = times.hour.to_numpy()
     hour_mean = np.bincount(hour, weights=values, minlength=24) / np.maximum(np.bincount(hour, minlength=24), 1)
     if climatology_kind(times) == "hour-of-day":
-        return np.broadcast_to(hour_mean, (366, 24)).copy()
+        return np.broadcast_to(hour_mean, (YEAR_DAYS, 24)).copy()
     total, count = _pooled_sums(values, times, smooth_days)
     return np.where(count > 0, total / np.maximum(count, 1), hour_mean[None, :])  # a year leaves no cell empty
 

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .climate import climatology_statement, climatology_table, cycle_fit, cycle_values
+from .climate import calendar_day, climatology_statement, climatology_table, cycle_fit, cycle_values
 from .errors import ConfigError, DataError
 
 SPLITS = ("train", "val", "test")
@@ -321,7 +321,7 @@ def make_windows(
         # every point of a split shares its hours: the target times and their climatology cells
         # (day of year, hour) are looked up once per split, not per point
         tt = times[lo : hi - 1 + H]
-        cell = (tt.day_of_year.to_numpy() - 1, tt.hour.to_numpy())
+        cell = (calendar_day(tt), tt.hour.to_numpy())
         cell_of = np.lib.stride_tricks.sliding_window_view(np.arange(len(tt)), H)  # (n, H) -> index into tt
         # one contiguous stretch of the series holds the inputs and targets of every sample of the split
         span = slice(lo - L - W + 1, hi - 1 + H)

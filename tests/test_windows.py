@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from lstmnb.errors import ConfigError, DataError
-from lstmnb.climate import CLIMATOLOGIES, climatology_kind
+from lstmnb.climate import CLIMATOLOGIES, calendar_day, climatology_kind
 from lstmnb.windows import (
     Scaler, WindowConfig, climatology_table, make_windows, sliding_windows, split_bounds, split_by_dates,
 )
@@ -116,7 +116,7 @@ def test_under_a_year_of_training_the_climatology_is_the_hour_of_day_mean_stated
     assert w.baselines["test"]["climatology"]["rmse"] == pytest.approx(np.sqrt(np.mean(np.concatenate(by_hand) ** 2)))
     # the table is that mean on every day of the year
     table = climatology_table(v[train, 0], t[train])
-    np.testing.assert_allclose(table, np.tile(pd.Series(v[train, 0]).groupby(t[train].hour).mean().to_numpy(), (366, 1)))
+    np.testing.assert_allclose(table, np.tile(pd.Series(v[train, 0]).groupby(t[train].hour).mean().to_numpy(), (365, 1)))
 
 
 def test_climatology_kind_needs_a_year_of_training():
@@ -138,7 +138,7 @@ def test_climatology_baseline_by_hand():
     # two years of a pure diurnal cycle plus a seasonal one (no noise): the day-of-year climatology from year
     # one predicts year two to within the +-7 days of smoothing
     t = hours(24 * 366 * 2)
-    doy = t.day_of_year.to_numpy()
+    doy = calendar_day(t) + 1
     v = 280 + 5 * np.sin(2 * np.pi * t.hour.to_numpy() / 24) + 10 * np.sin(2 * np.pi * doy / 366)
     w = make_windows(v, t, WindowConfig(window=6, fractions=(0.5, 0.25, 0.25)))
     assert w.climatology["kind"] == "day-of-year" and w.climatology["description"] == CLIMATOLOGIES["day-of-year"]
@@ -147,6 +147,19 @@ def test_climatology_baseline_by_hand():
     # and the climatology table is the hour-of-day x day-of-year mean
     table = climatology_table(v[: 24 * 366], t[: 24 * 366], smooth_days=0)
     np.testing.assert_allclose(table[10], 280 + 5 * np.sin(2 * np.pi * np.arange(24) / 24) + 10 * np.sin(2 * np.pi * 11 / 366))
+
+
+def test_a_date_reads_the_same_climatology_row_in_leap_and_normal_years():
+    """Trained on the leap year 2020, tested on 2021: each date of 2021 is forecast with 2020's same date
+    (29 February with 28 February), not with the day before from March on."""
+    assert list(calendar_day(pd.DatetimeIndex(["2020-02-28", "2020-02-29", "2020-03-01", "2021-03-01",
+                                               "2020-12-31", "2021-12-31", "2021-01-01"]))) == [58, 58, 59, 59, 364, 364, 0]
+    t = hours(24 * (366 + 365))
+    v = (t.month * 100 + t.day).to_numpy().astype(float)  # a "weather" that is its date, every hour alike
+    table = climatology_table(v[: 24 * 366], t[: 24 * 366], smooth_days=0)
+    later = t[24 * 366:]
+    want = np.where((later.month == 2) & (later.day == 28), 228.5, v[24 * 366:])  # 28 and 29 February pooled
+    np.testing.assert_array_equal(table[calendar_day(later), later.hour], want)
 
 
 def test_calendar_features_and_multi_point():

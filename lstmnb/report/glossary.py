@@ -26,8 +26,8 @@ GLOSSARY: dict[str, str] = {
              "GPU's own machine's where the records hold one; every published GPU is put over the study's one "
              "CPU run, whose platform the study does not state.",
     "persistence": "the baseline forecast that the temperature stays what it was at the last observed hour.",
-    "climatology": "the baseline forecast of the usual temperature for that day of year and hour, from the "
-                   "training part (the hour-of-day mean when training is shorter than a year).",
+    "climatology": "the baseline forecast of the usual temperature for that date and hour (29 February: 28 "
+                   "February's), from the training part (the hour-of-day mean when training is shorter than a year).",
     "MSE skill score": "1 - MSE_model / MSE_baseline: 0 is as good as the baseline, 1 is perfect, below 0 is "
                        "worse than the baseline.",
     "warm-up epoch": "the first epoch of a run (and of each resumption of it), which also pays one-off costs "
