@@ -301,6 +301,43 @@ def test_a_killed_peer_makes_the_other_rank_exit_with_a_clear_error(tmp_path):
     assert read_checkpoint(str(ck))["epoch"] >= 1
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM cannot be sent to a child process on Windows")
+def test_sigterm_to_the_launcher_stops_its_ranks_and_keeps_the_checkpoint(tmp_path):
+    """SIGTERM to `lstmnb train --nproc 2` alone (not its ranks): one line, exit 143, no rank left running,
+    the last checkpoint intact and no record of an unfinished run."""
+    import psutil
+
+    from lstmnb import era5
+
+    era5.extract(era5.Request(start="2020-01-01", end="2020-02-29"), progress=False)  # cache once, no race
+    results, ck = tmp_path / "runs.jsonl", tmp_path / "ck.pt"
+    cmd = [sys.executable, "-m", "lstmnb", "train", *SAMPLE_ARGS, "--strategy", "ddp", "--nproc", "2",
+           "--epochs", "500", "--patience", "none", "--checkpoint", str(ck), "--results", str(results)]
+    proc = subprocess.Popen(cmd, env=_env_without_launcher(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not ck.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert ck.exists(), proc.communicate(timeout=5)
+        ranks = [c for c in psutil.Process(proc.pid).children(recursive=True) if "spawn" in " ".join(c.cmdline())]
+        assert len(ranks) == 2, [c.cmdline() for c in ranks]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _, alive = psutil.wait_procs(ranks, timeout=15)
+    assert not alive, [p.pid for p in alive]
+    assert proc.returncode == 143, err
+    # one line: no traceback, and no "leaked semaphore" warning from multiprocessing's resource tracker
+    [line] = err.strip().splitlines()
+    assert line.startswith("lstmnb train: stopped by SIGTERM"), err
+    assert not results.exists()
+    assert read_checkpoint(str(ck))["epoch"] >= 1
+
+
 # --- launchers --------------------------------------------------------------------------------------
 
 @pytest.mark.slow

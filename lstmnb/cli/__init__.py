@@ -191,9 +191,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def stop_on_sigterm() -> Iterator[None]:
     """While a command runs, SIGTERM raises ``Terminated`` (a ``KeyboardInterrupt``) in the main thread, so
     a job stopped by SLURM's time limit keeps its finished work as Ctrl-C does (Python's default would end
-    the process where it stands); the earlier handler is put back afterwards."""
-    if threading.current_thread() is not threading.main_thread():  # signal handlers: main thread only
-        yield
+    the process where it stands); the earlier handler is put back afterwards. Not in a torchrun worker: its
+    agent stops the workers with SIGTERM when one fails, and a rank waiting in a collective runs no Python
+    handler until the agent's SIGKILL, so there the default (end at once) is kept."""
+    if threading.current_thread() is not threading.main_thread() or "TORCHELASTIC_RUN_ID" in os.environ:
+        yield  # signal handlers: main thread only
         return
 
     def stop(signum, frame):

@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from tqdm import tqdm
 
 from ... import errors
 from ...errors import ConfigError, LstmnbError
@@ -50,6 +52,10 @@ def _rank_main(local_rank: int, job: _Job) -> None:
     for name, value in local_rendezvous_environment().items():  # loopback; Windows: no libuv TCPStore
         os.environ.setdefault(name, value)
     warnings.showwarning = errors.one_line_warnings(f"lstmnb rank {local_rank}")  # as the command says its own
+    # tqdm's default lock is a multiprocessing one, a named semaphore: a rank killed by the launcher (its
+    # deadline, Ctrl-C, SIGTERM) would leave it to the resource tracker, which warns of it at exit. A rank
+    # draws no bar that another process shares, so a thread lock serves.
+    tqdm.set_lock(threading.RLock())
     env = None
     try:
         env = init_distributed(job.device, job.timeout_s, job.threads, job.backend)
@@ -162,13 +168,12 @@ def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwar
             while not pc.join(timeout=0.2):
                 drain()
                 if deadline_s is not None and time.monotonic() - start > deadline_s:
-                    for p in pc.processes:
-                        if p.is_alive():
-                            p.kill()
-                    for p in pc.processes:  # reaped: what they left is then a dead process's to sweep
-                        p.join(10)
+                    _stop(pc.processes)
                     raise DistributedError(f"the {world_size} ranks did not finish within {deadline_s:g} s; "
                                            f"they were stopped and no record was written")
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM to this process alone (the CLI's Terminated)
+            _stop(pc.processes)
+            raise
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
             if not _died_after_its_work(workdir, exc, world_size):
                 codes = {i: p.exitcode for i, p in enumerate(pc.processes)}
@@ -181,6 +186,16 @@ def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwar
         return torch.load(result_file, map_location="cpu", weights_only=False)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _stop(processes) -> None:
+    """Kill the ranks still running and reap them: what they left is then a dead process's to sweep, and none
+    outlives the launcher (a rank left running would write into a folder removed under it)."""
+    for p in processes:
+        if p.is_alive():
+            p.kill()
+    for p in processes:
+        p.join(10)
 
 
 def _train_job(env: DistEnv, windows, cfg, data_info, options: RankOptions, queue=None) -> dict[str, Any]:
