@@ -194,8 +194,7 @@ def test_kill_and_resume_redoes_at_most_one_block(slow_http_store, small_store, 
     assert child.poll() is None, f"the child finished before it could be killed: {child.stderr.read()!r}"
     child.send_signal(signal.SIGKILL)
     child.wait()
-    time.sleep(0.1)  # requests the proxy still holds reach the server: count them too
-    reads_before = server.chunk_reads.get("2m_temperature", 0)
+    reads_before = _settled(lambda: server.chunk_reads.get("2m_temperature", 0))  # with those the proxy held
     kept = min(_cached_hours(cache).values())
     assert 96 <= kept < 240
     assert reads_before - kept <= 24, f"{reads_before} hours read, {kept} kept: more than one day lost"
@@ -210,29 +209,40 @@ def test_kill_and_resume_redoes_at_most_one_block(slow_http_store, small_store, 
     np.testing.assert_array_equal(resumed["2m_temperature"].values, whole["2m_temperature"].values)
 
 
+def _settled(count, quiet_s: float = 0.3, limit_s: float = 10.0) -> int:
+    """``count()`` once it has not changed for ``quiet_s`` (a busy machine may deliver held requests late)."""
+    last, since, end = count(), time.monotonic(), time.monotonic() + limit_s
+    while time.monotonic() - since < quiet_s and time.monotonic() < end:
+        time.sleep(0.02)
+        now = count()
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
+
+
 def test_timeout_counts_a_stalled_request_not_its_wait_for_a_connection(small_store):
-    """One connection, requests that each take 0.2 s, a 0.5 s timeout: the fourth waits 0.6 s for the
+    """One connection, requests that each take 0.6 s, a 1.5 s timeout: the fourth waits 1.8 s for the
     connection and still succeeds; a server that stalls for longer than the timeout is retried, then
-    named in the error."""
+    named in the error. (Margins of about a second: a busy machine's stalls do not flip it.)"""
     import asyncio
 
     from zarr.core.buffer import default_buffer_prototype
 
     from lstmnb.data.stores import StoreError, run, zarr_store
 
-    retry = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.01, timeout=0.5)
+    retry = RetryPolicy(attempts=2, base_delay=0.01, max_delay=0.01, timeout=1.5)
 
     async def four(store):
         return await asyncio.gather(*(store.get("time/0", default_buffer_prototype()) for _ in range(4)))
 
-    with StaticServer(small_store, delay=0.2) as server:
+    with StaticServer(small_store, delay=0.6) as server:
         store = zarr_store(server.url, True, connections=1, retry=retry)
         try:
             bodies = [b.to_bytes() for b in run(four(store))]
         finally:
             store.close()
         assert bodies == [(small_store / "time" / "0").read_bytes()] * 4 and server.peak_in_flight == 1
-    with StaticServer(small_store, delay=1.5) as server:
+    with StaticServer(small_store, delay=3.0) as server:
         store = zarr_store(server.url, True, connections=4, retry=retry)
         try:
             with pytest.raises(StoreError, match=r"Timeout.*time/0 \(after 2 attempts\)"):
@@ -248,8 +258,9 @@ def test_reads_stay_concurrent_under_the_one_block_bound(slow_http_store, tmp_pa
     extract(Request(source=proxy.url, start="2020-01-01", end="2020-01-03"), cache_dir=tmp_path,
             progress=False, concurrency=24, block_hours=24, stats=stats)
     assert stats.chunks == 72 and stats.blocks_written == 6
-    # the proxy saw the 24 hours of a day wait out their 20 ms round trip together, not one after another
-    assert proxy.peak_in_flight == 24, proxy.peak_in_flight
+    # the proxy saw a day's hours wait out their 20 ms round trip together, not one after another (all 24
+    # on an idle machine; a busy one may return the first before it issues the last), and never more
+    assert 12 <= proxy.peak_in_flight <= 24, proxy.peak_in_flight
 
 
 def test_chunk_reads_reuse_the_opening(slow_http_store, tmp_path):
