@@ -254,6 +254,9 @@ def check_selection(request: Request) -> tuple[pd.Timestamp, pd.Timestamp]:
     return start, end
 
 
+UNCONSOLIDATED = "Failed to open Zarr store with consolidated metadata"  # how xarray's five-line warning begins
+
+
 def open_ref(ref: StoreRef, store: ReadStore | None = None) -> xr.Dataset:
     """Open a resolved store lazily (no dask) with xarray, on ``store`` (made here when not given: see
     ``stores.zarr_store``), with one clear error when it cannot be read."""
@@ -292,9 +295,6 @@ def open_ref(ref: StoreRef, store: ReadStore | None = None) -> xr.Dataset:
         raise DataError(f"{ref.url} lacks the ERA5 coordinates {missing}; expected time, latitude, longitude")
     _pass_on(said, ref)
     return ds
-
-
-UNCONSOLIDATED = "Failed to open Zarr store with consolidated metadata"  # how xarray's five-line warning begins
 
 
 def _pass_on(said: list, ref: StoreRef) -> None:
