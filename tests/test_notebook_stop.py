@@ -17,24 +17,30 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _waiting_notebook(folder: Path) -> None:
-    """01_wait: a parameters cell, a cell that prints, a cell that sleeps longer than the test waits."""
+def _notebook(path: Path, seconds: int) -> None:
+    """A parameters cell, a cell that prints, a cell that sleeps ``seconds``."""
     nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell("seconds = 600")
+    params = nbformat.v4.new_code_cell(f"seconds = {seconds}")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [nbformat.v4.new_markdown_cell("# Wait"), params,
                 nbformat.v4.new_code_cell("print('first cell done', flush=True)"),
                 nbformat.v4.new_code_cell("import time\ntime.sleep(seconds)")]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+def _waiting_series(folder: Path) -> None:
+    """01_quick, which ends at once, then 02_wait, which sleeps longer than the test waits; their profile."""
     folder.mkdir()
-    nbformat.write(nb, folder / "01_wait.ipynb")
+    _notebook(folder / "01_quick.ipynb", 0)
+    _notebook(folder / "02_wait.ipynb", 600)
     (folder / "wait.yaml").write_text("label: wait\nkernel: python3\ncell_timeout_s: 900\nparameters: {}\n")
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM cannot be sent to a child process on Windows")
 def test_sigterm_keeps_the_running_notebook_and_writes_the_index(tmp_path):
-    _waiting_notebook(tmp_path / "nbs")
+    _waiting_series(tmp_path / "nbs")
     runs = tmp_path / "runs"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "LSTMNB_RESULTS": str(tmp_path / "results")}
@@ -46,7 +52,7 @@ def test_sigterm_keeps_the_running_notebook_and_writes_the_index(tmp_path):
         deadline = time.monotonic() + 120
         partial = None
         while time.monotonic() < deadline and child.poll() is None:  # the first cell's output, saved
-            found = list(runs.glob("wait/*/.01_wait.running.ipynb"))
+            found = list(runs.glob("wait/*/.02_wait.running.ipynb"))
             if found and "first cell done" in found[0].read_text(encoding="utf-8", errors="replace"):
                 partial = found[0]
                 break
@@ -64,7 +70,8 @@ def test_sigterm_keeps_the_running_notebook_and_writes_the_index(tmp_path):
     assert last.startswith("lstmnb notebooks run: stopped by SIGTERM") and "kept" in last, err
     run_dir = partial.parent
     assert not partial.exists()  # moved onto its name, not left hidden
-    kept = nbformat.read(run_dir / "01_wait.ipynb", as_version=4)
+    kept = nbformat.read(run_dir / "02_wait.ipynb", as_version=4)
     assert "first cell done" in str(kept.cells[2].outputs)
     index = (run_dir / "index.html").read_text(encoding="utf-8")
-    assert "<td>01_wait</td><td>interrupted</td>" in index
+    # the signal is ours in the second notebook too (the first one's kernel client left no handler of its own)
+    assert "<td>01_quick</td><td>ok</td>" in index and "<td>02_wait</td><td>interrupted</td>" in index
