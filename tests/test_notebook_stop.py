@@ -1,6 +1,7 @@
 """A notebook series stopped by SIGTERM (what SLURM sends at a job's time limit, and `scancel`): the real
 `lstmnb notebooks run` in its own process, a real kernel, a real signal. What ran is kept under its final
-name, the index says where it stopped, and the command says so in one line with exit status 143."""
+name, the index says where it stopped, and the command ends with one line saying so, exit status 143 (the kernel, shut
+down mid-cell, may print a traceback of its own before it)."""
 
 from __future__ import annotations
 
