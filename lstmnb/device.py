@@ -107,6 +107,18 @@ def clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
+def off_the_gpu(opt: torch.optim.Optimizer, device: torch.device) -> torch.optim.Optimizer:
+    """``opt``, whose steps start no CUDA when ``device`` is not a GPU. From torch 2.12, Adam's step (and
+    most others') first checks for a CUDA-graph capture by asking for the current accelerator stream, which
+    starts CUDA on a machine with a GPU (``torch.accelerator.current_stream``, ``_accelerator_getStream``
+    initialises the device): a CPU run there would hold a CUDA context on GPU 0 (each CPU DDP rank one) and
+    pay its start inside its first timed epoch. An optimizer of CPU tensors is never captured, so its step
+    skips that check (a private torch method: on a torch without it, this sets an unused attribute)."""
+    if device.type != "cuda":
+        opt._accelerator_graph_capture_health_check = lambda: None
+    return opt
+
+
 def amp_choice(mode: str, device_type: str, capability: tuple[int, int] | None = None) -> torch.dtype | None:
     """The autocast dtype for ``mode`` on a device of ``device_type`` (a GPU's ``capability``); None means
     full float32. Pure. bfloat16 only where the GPU computes it natively (``cuda_env.bf16_native``):

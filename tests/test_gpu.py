@@ -195,3 +195,23 @@ def test_region_skill_trains_every_variant_on_the_gpu(small_store, tmp_path):
         assert maps.attrs["pooled_rmse_model"] == pytest.approx(r["metrics"]["test_rmse_k"], rel=1e-6)
         m = r["metrics"]
         assert math.isfinite(m["test_rmse_k"]) and m["test_rmse_k"] < m["climatology_rmse_k"]
+
+
+def test_a_cpu_run_on_a_gpu_host_starts_no_cuda():
+    """torch >= 2.12's optimizer step asks for the current CUDA stream where a GPU is, which starts CUDA; a
+    CPU run of lstmnb's (a fresh interpreter: nothing else started it) must not hold a CUDA context."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import json, torch
+        from lstmnb.selfcheck import tiny_windows
+        from lstmnb.training import TrainConfig, train
+        train(tiny_windows(), TrainConfig(window=12, hidden=8, epochs=2, batch_size=64, progress=False, device="cpu"))
+        print(json.dumps({"cuda_started": torch.cuda.is_initialized()}))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"cuda_started": False}

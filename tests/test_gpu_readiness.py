@@ -233,9 +233,9 @@ def test_the_capped_sweep_child_reaches_no_cuda_or_cudnn_call_after_its_cap():
     assert res["status"] == "ok" and res["free"]  # it ran, and the cap was lifted afterwards
     # On a CUDA build torch's own Adam.step asks torch.cuda.is_available() at every step
     # (optimizer.py, _accelerator_graph_capture_health_check); the device count behind it is cached in C++
-    # after its first query, which the warm-up makes before the cap: then it starts nothing. From torch 2.12
-    # that check also asks for the current stream, which starts CUDA where a GPU is, in the warm-up, before
-    # the cap: the driver calls after the cap then start nothing either (a first start after the cap fails).
+    # after its first query, which the warm-up makes before the cap: then it starts nothing. Where CUDA was
+    # started before the cap (torch >= 2.12's check would, but lstmnb's CPU optimizers skip it:
+    # device.off_the_gpu), the driver calls after the cap start nothing either; a first start after it fails.
     cached = set(DRIVER_CALLS) if res["cuda_started_before_cap"] else {"cuda/__init__.py:is_available"} & set(res["before"])
     bad = [c for c in res["calls"] if (c.startswith("backends/cudnn/") or c in DRIVER_CALLS) and c not in cached]
     assert not bad, res["calls"]
@@ -339,3 +339,49 @@ def test_an_error_raised_while_handling_an_oom_is_that_oom():
         why = _oom_reason(exc, 512, 4)
     assert why.startswith("out of memory at batch_size=512 under a 4 MB cap: CUDA out of memory")
     assert _oom_reason(RuntimeError("CUDA error: an illegal memory access"), 512, 4) is None
+
+
+# --- a CPU run's optimizer starts no CUDA on a GPU host ------------------------------------------------------
+
+def _gpu_host(monkeypatch) -> None:
+    """What a GPU host answers torch's optimizer check (torch >= 2.12), with a stream query that says it ran."""
+    if not hasattr(torch.optim.Optimizer, "_accelerator_graph_capture_health_check"):
+        pytest.skip(f"torch {torch.__version__}'s optimizers have no accelerator health check")
+
+    def started(*args, **kwargs):
+        raise AssertionError("asked for the current CUDA stream: CUDA would start here")
+
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a, **k: torch.device("cuda"))
+    monkeypatch.setattr(torch.accelerator, "current_stream", started)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
+def _one_step(opt, params) -> None:
+    sum((p ** 2).sum() for p in params).backward()
+    opt.step()
+
+
+def test_a_cpu_runs_optimizers_never_ask_for_a_cuda_stream(monkeypatch):
+    """On torch 2.13 (optimizer.py) every Adam step asks torch.accelerator.current_stream() where a GPU is,
+    and that starts CUDA; every optimizer lstmnb builds for the CPU skips it. The GPU host is simulated (no
+    GPU here); tests/test_gpu.py's twin checks torch.cuda.is_initialized() on a real one."""
+    from lstmnb.device import off_the_gpu
+    from lstmnb.scratch.lstm import LSTMShape, init_params
+    from lstmnb.scratch.torch_lstm import TorchEngine
+
+    _gpu_host(monkeypatch)
+    model = torch.nn.Linear(3, 1)
+    plain = torch.optim.Adam(model.parameters())
+    with pytest.raises(AssertionError, match="CUDA would start"):  # the simulation reaches torch's check
+        _one_step(plain, list(model.parameters()))
+    for flags in ({}, {"fused_adam": False}):
+        opt = make_optimizer(model, TrainConfig(device="cpu", **flags), torch.device("cpu"))
+        _one_step(opt, list(model.parameters()))
+    shape = LSTMShape(n_features=1, hidden=4, n_outputs=1)
+    x, y = np.zeros((8, 6, 1), np.float32), np.zeros((8, 1), np.float32)
+    for name in ("adam", "sgd"):
+        engine = TorchEngine("torch", shape, x, y, init_params(shape, seed=0), name, 0.01, None)
+        _one_step(engine.opt, list(engine.model.trainable()))
+    gpu = off_the_gpu(torch.optim.Adam(model.parameters()), torch.device("cuda"))  # a GPU's keeps the check
+    with pytest.raises(AssertionError, match="CUDA would start"):
+        _one_step(gpu, list(model.parameters()))

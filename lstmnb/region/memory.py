@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..device import resolve_device, synchronize
+from ..device import off_the_gpu, resolve_device, synchronize
 from ..memory import proc_status_kb, process_peak_mb, reset_peak_memory
 from ..errors import ConfigError, DeviceError
 from .model import VARIANTS, variant_config
@@ -180,7 +180,7 @@ def run_case(case: MemoryCase) -> dict:
         base = _kb_bytes("VmRSS") or 0
         method = "VmHWM after clear_refs" if reset else "ru_maxrss (no reset possible)"
     model = region_model(case.model_config(), grid, seed=0).to(dev)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = off_the_gpu(torch.optim.Adam(model.parameters(), lr=1e-3), dev)
     times = []
     for i in range(case.steps + 1):
         synchronize(dev)

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..device import off_the_gpu
 from ..errors import ConfigError
 from .data import RegionData
 from .grid import Grid
@@ -163,7 +164,7 @@ def train_steps(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig, ran
         model = full
     local = model.local_parameters() if cfg.mode == "tiles" else []
     shared = model.shared_parameters() if local else list(model.parameters())
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    opt = off_the_gpu(torch.optim.Adam(model.parameters(), lr=cfg.lr), next(model.parameters()).device)
     rng = np.random.default_rng(cfg.seed)
     batch = min(cfg.batch_size, data.sizes()["train"])
     count = batch * data.n_cells * model_cfg.horizon  # the global number of squared errors

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..device import off_the_gpu
 from ..errors import ConfigError, DeviceError
 from .lstm import LSTMShape, unpack
 
@@ -97,7 +98,7 @@ class TorchEngine:
         self.X = torch.tensor(X, dtype=dtype, device=self.device)
         self.y = torch.tensor(y, dtype=dtype, device=self.device)
         # the name is one of optim.OPTIMIZERS (ScratchConfig.validate checks it)
-        self.opt = TORCH_OPTIMIZERS[optimizer](self.model.trainable(), lr=lr)
+        self.opt = off_the_gpu(TORCH_OPTIMIZERS[optimizer](self.model.trainable(), lr=lr), torch.device(self.device))
         self.clip = clip
 
     def step(self, idx: np.ndarray) -> float:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..device import off_the_gpu
 from .config import TrainConfig
 
 # Param-group flags that describe how this process steps, not what was learnt: a resumed run keeps its own.
@@ -38,7 +39,7 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device,
         kw["capturable"] = True
     elif cfg.fused_adam and device.type in ("cpu", "cuda", "mps"):
         kw["fused"] = True
-    return torch.optim.Adam(model.parameters(), **kw)
+    return off_the_gpu(torch.optim.Adam(model.parameters(), **kw), device)
 
 
 def restore_optimizer(opt: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
