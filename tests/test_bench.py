@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import math
+import signal
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -134,6 +139,50 @@ def test_batch_sweep_records_oom_under_a_memory_cap(tmp_path):
     assert torch.empty(64 * 2**20, dtype=torch.uint8).numel() == 64 * 2**20
     table = report.batch_sweep_table(records)
     assert table.loc[32, "final val RMSE K"] > 0 and table.iloc[-1]["status"] == "oom"
+
+
+_SWEEP_TO_STOP = """
+import numpy as np, pandas as pd
+from lstmnb import experiments
+from lstmnb.cli import stop_on_sigterm
+from lstmnb.training import TrainConfig
+from lstmnb.windows import make_windows
+cfg = TrainConfig(device="cpu", hidden=32, window=24, epochs=20000, patience=None, progress=False)
+hours = np.arange(24 * 60)
+values = 280 + 8 * np.sin(2 * np.pi * hours / 24)[:, None] + np.random.default_rng(1).normal(0, 1, (hours.size, 1))
+w = make_windows(values, pd.date_range("2020-01-01", periods=hours.size, freq="h"), cfg.window_config())
+print("ready", flush=True)
+with stop_on_sigterm():
+    experiments.batch_sweep(w, cfg, experiments.SweepConfig(start=32, max_batch=32, memory_cap_mb=4096))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="the memory cap (RLIMIT_DATA) and SIGTERM to a child: Linux")
+def test_a_stopped_capped_sweep_does_not_wait_for_its_points_process():
+    """SIGTERM (the CLI's Terminated) while a capped point trains in its child: the child is stopped, not
+    waited for through its 20000 epochs (minutes)."""
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-c", _SWEEP_TO_STOP], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        deadline, child = time.monotonic() + 60, []
+        while not child and time.monotonic() < deadline:  # the point's process is training
+            child = [c for c in psutil.Process(proc.pid).children() if c.is_running()]
+            time.sleep(0.2)
+        assert child, "the point's process never started"
+        time.sleep(3)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _, alive = psutil.wait_procs(child, timeout=10)
+        for c in alive:  # a failed run leaves no trainer behind
+            c.kill()
+    assert not alive and proc.returncode != 0
 
 
 def test_batch_sweep_without_cap_stops_at_max_batch():

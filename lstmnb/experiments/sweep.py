@@ -211,6 +211,9 @@ def _capped_point(windows, point, data_info, cap_mb: float) -> tuple[dict[str, A
                 capped = True
             else:
                 answer = (kind, value)
+    except BaseException:  # Ctrl-C, or SIGTERM to this process alone: the point is not waited for
+        proc.kill()
+        raise
     finally:
         proc.join()
         parent.close()
