@@ -166,9 +166,10 @@ def test_a_stopped_capped_sweep_does_not_wait_for_its_points_process():
 
     proc = subprocess.Popen([sys.executable, "-c", _SWEEP_TO_STOP], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+    child = []
     try:
         assert proc.stdout.readline().strip() == "ready"
-        deadline, child = time.monotonic() + 60, []
+        deadline = time.monotonic() + 60
         while not child and time.monotonic() < deadline:  # the point's process is training
             child = [c for c in psutil.Process(proc.pid).children() if c.is_running()]
             time.sleep(0.2)
