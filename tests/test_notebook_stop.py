@@ -69,6 +69,7 @@ def test_sigterm_keeps_the_running_notebook_and_writes_the_index(tmp_path):
     assert child.returncode == 143, (out, err)
     last = err.strip().splitlines()[-1]
     assert last.startswith("lstmnb notebooks run: stopped by SIGTERM") and "kept" in last, err
+    assert "never retrieved" not in err, err  # the aborted cell's task, settled before the line
     run_dir = partial.parent
     assert not partial.exists()  # moved onto its name, not left hidden
     kept = nbformat.read(run_dir / "02_wait.ipynb", as_version=4)
@@ -76,3 +77,40 @@ def test_sigterm_keeps_the_running_notebook_and_writes_the_index(tmp_path):
     index = (run_dir / "index.html").read_text(encoding="utf-8")
     # the signal is ours in the second notebook too (the first one's kernel client left no handler of its own)
     assert "<td>01_quick</td><td>ok</td>" in index and "<td>02_wait</td><td>interrupted</td>" in index
+
+
+def test_after_an_interruption_a_task_the_dead_kernel_ended_is_not_reported_at_exit(caplog):
+    """What the aborted cell leaves: a task already ended by DeadKernelError (never reported to anyone) and a
+    task still waiting. Settled, the first says nothing when collected and the second is cancelled; another
+    task's unseen error is still reported."""
+    import asyncio
+    import gc
+    import logging
+
+    from jupyter_core.utils import ensure_event_loop
+    from nbclient.exceptions import DeadKernelError
+
+    from lstmnb.notebooks.runner import _settle_kernel_client
+
+    async def dies():
+        raise DeadKernelError("Kernel died")
+
+    async def fails():
+        raise ValueError("a real bug")
+
+    loop = ensure_event_loop()
+    dead, bug = loop.create_task(dies()), loop.create_task(fails())
+    waiting = loop.create_task(asyncio.sleep(3600))
+    loop.run_until_complete(asyncio.sleep(0.01))
+    assert dead.done() and bug.done() and not waiting.done()
+    try:
+        with caplog.at_level(logging.ERROR, logger="asyncio"):
+            _settle_kernel_client()
+            assert waiting.cancelled()
+            del dead, bug, waiting
+            gc.collect()
+        reported = [f"{r.getMessage()} {r.exc_info}" for r in caplog.records]
+        assert not any("DeadKernelError" in text for text in reported), reported
+        assert any("never retrieved" in text and "ValueError" in text for text in reported), reported
+    finally:
+        loop.set_exception_handler(None)
