@@ -90,7 +90,7 @@ def test_after_an_interruption_a_task_the_dead_kernel_ended_is_not_reported_at_e
     from jupyter_core.utils import ensure_event_loop
     from nbclient.exceptions import DeadKernelError
 
-    from lstmnb.notebooks.runner import _settle_kernel_client
+    from lstmnb.notebooks.kernel_loop import settle_kernel_client
 
     async def dies():
         raise DeadKernelError("Kernel died")
@@ -105,7 +105,7 @@ def test_after_an_interruption_a_task_the_dead_kernel_ended_is_not_reported_at_e
     assert dead.done() and bug.done() and not waiting.done()
     try:
         with caplog.at_level(logging.ERROR, logger="asyncio"):
-            _settle_kernel_client()
+            settle_kernel_client()
             assert waiting.cancelled()
             del dead, bug, waiting
             gc.collect()

@@ -21,6 +21,7 @@ from ..paths import check_writable, results_dir
 from ..profiles import Profile, load_profile, profile_names
 from .params import check_dates_per_notebook, check_values, default_value
 from .folder import shipped_folder
+from .kernel_loop import settle_kernel_client
 from .render import render_html
 from .series import NotebookRun, SeriesResult, records_outcome, run_ids, write_index
 
@@ -310,7 +311,7 @@ def run_series(
             entry.status, entry.notebook = "interrupted", out if out.exists() else None
             entry.seconds = time.perf_counter() - t0
             write_index(result)  # no HTML: a job at its time limit has seconds left
-            _settle_kernel_client()
+            settle_kernel_client()
             raise
         except Exception as exc:  # papermill, nbclient and the kernel raise many kinds; report them all
             failure = exc
@@ -356,26 +357,6 @@ def finish(result: SeriesResult, html: bool, say: Callable[[str], None]) -> None
             result.site_note = f"no site: its build failed ({type(exc).__name__}: {exc})"
     if result.site_note:
         say(f"    ({result.site_note})")
-
-
-def _settle_kernel_client(limit_s: float = 15.0) -> None:
-    """After an interruption, cancel and run out what the kernel client left pending on this thread's loop, and
-    let no task the kernel's death ended print "Task exception was never retrieved" at exit (not in JupyterLab)."""
-    import asyncio
-
-    from jupyter_core.utils import ensure_event_loop
-    from nbclient.exceptions import DeadKernelError
-
-    loop = ensure_event_loop()
-    if loop.is_running():
-        return
-    loop.set_exception_handler(lambda lp, context: None if isinstance(context.get("exception"), DeadKernelError)
-                               else lp.default_exception_handler(context))
-    pending = asyncio.all_tasks(loop)
-    for task in pending:
-        task.cancel()
-    if pending:
-        loop.run_until_complete(asyncio.wait(pending, timeout=limit_s))
 
 
 def _keep(partial: Path, out: Path) -> None:
