@@ -79,6 +79,24 @@ def test_a_graph_on_the_second_gpu_trains_there(windows):
     np.testing.assert_allclose(epoch_losses(graph), epoch_losses(eager), rtol=1e-2)
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (DataParallel's replicas)")
+def test_dataparallel_replicas_draw_their_own_dropout_masks():
+    """Seeded alike, cuda:0 and cuda:1 would draw the same masks for their halves of a batch; after
+    own_replica_streams cuda:1 has a stream of its own and cuda:0 keeps the seed's."""
+    from lstmnb.training.parallel.streams import own_replica_streams
+
+    def masks():
+        return [(torch.nn.functional.dropout(torch.ones(512, device=f"cuda:{i}"), 0.5) > 0).cpu() for i in (0, 1)]
+
+    torch.manual_seed(3)
+    same = masks()
+    assert torch.equal(*same)
+    torch.manual_seed(3)
+    own_replica_streams(3, [0, 1])
+    own = masks()
+    assert torch.equal(own[0], same[0]) and not torch.equal(*own)
+
+
 def test_a_cpu_checkpoint_resumes_into_a_captured_graph(windows, tmp_path):
     """The saved optimizer is fused (CPU); the graph run's must stay capturable or the capture refuses."""
     ckpt = str(tmp_path / "cpu.pt")

@@ -65,6 +65,15 @@ def _writer_dies_mid_checksum(checkpoint: str, rank: int, entry: dict) -> None:
             os._exit(3)
 
 
+def _dropout_mask(folder: str, rank: int, entry: dict) -> None:
+    """Rank callback: the dropout mask this rank would draw next, saved per rank and epoch; the rank's random
+    state is put back, so the run goes on as it would have."""
+    state = torch.get_rng_state()
+    mask = torch.nn.functional.dropout(torch.ones(512), 0.5) > 0
+    torch.set_rng_state(state)
+    np.save(Path(folder, f"mask-rank{rank}-epoch{entry['epoch']}.npy"), mask.numpy())
+
+
 def _env_without_launcher() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV + ("LOCAL_RANK", "LOCAL_WORLD_SIZE")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
@@ -188,6 +197,39 @@ def test_a_ddp_step_batch_beyond_the_data_is_noted_as_a_single_device_one_is():
 
     help_text = next(f.metadata["help"] for f in fields(TrainConfig) if f.name == "batch_size")
     assert "ddp: per rank" in help_text
+
+
+def test_each_rank_past_the_first_draws_from_a_stream_of_its_own():
+    from lstmnb.training.parallel.streams import own_rank_stream, stream_seed
+
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
+    own_rank_stream(7, 0)  # rank 0 keeps its stream: one rank draws what one process draws
+    assert torch.equal(torch.get_rng_state(), before)
+    draws = {}
+    for rank, epoch in ((1, 0), (2, 0), (1, 3)):
+        own_rank_stream(7, rank, epoch)
+        draws[rank, epoch] = torch.rand(4)
+    own_rank_stream(7, 1, 0)
+    assert torch.equal(torch.rand(4), draws[1, 0])  # the same rank and epoch: the same stream
+    assert len({tuple(d.tolist()) for d in draws.values()}) == 3
+    assert stream_seed(7, 1) != stream_seed(8, 1) and 0 <= stream_seed(2**64 - 1, 5) < 2**64
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_drop_different_units(tmp_path):
+    """With dropout, each rank's share of a batch gets masks of its own, as one process's whole batch would
+    (the same seed on both ranks used to give rank 1's k-th sample rank 0's k-th mask)."""
+    cfg = TrainConfig(**{**TINY, "epochs": 2}, threads=1, batch_size=16, layers=2, dropout=0.5, strategy="ddp",
+                      nproc=2, patience=None)
+    windows = synthetic_windows(cfg, days=20)
+    result = parallel.launch_train(windows, cfg, options=parallel.RankOptions(
+        rank_callback=partial(_dropout_mask, str(tmp_path))))
+    assert result.record["status"] == "ok"
+    for epoch in (1, 2):
+        masks = [np.load(tmp_path / f"mask-rank{r}-epoch{epoch}.npy") for r in (0, 1)]
+        assert not np.array_equal(*masks), f"epoch {epoch}: both ranks would drop the same units"
+        assert 0.3 < masks[0].mean() < 0.7 and 0.3 < masks[1].mean() < 0.7
 
 
 # --- uneven shards ----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from torch import nn
 from ...device import cuda_missing
 from ...errors import ConfigError, DeviceError
 from ..trainer import RunResult, Trainer
+from .streams import own_replica_streams
 
 _CUDNN_RNN_WARNING = "RNN module weights are not part of single contiguous chunk of memory"
 
@@ -54,6 +55,7 @@ def train_dataparallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
     device = torch.device("cuda", 0)
     tr = Trainer(windows, cfg, device)
     tr.restore(state)
+    own_replica_streams(cfg.seed, list(range(n)), tr.start_epoch)  # each GPU's share of a batch: its own masks
     flatten_for_dataparallel(tr.core)
     tr.model = nn.DataParallel(tr.core, device_ids=list(range(n)))
     tr.start_peak_memory()  # cuda:0, as every strategy; the other GPUs' peaks below

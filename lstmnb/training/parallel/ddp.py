@@ -19,6 +19,7 @@ from ..guards import min_over_ranks
 from ..trainer import RunResult, Trainer
 from .groups import DistEnv, barrier, comm_failure, is_comm_failure
 from .shards import ShareBalancer, SlowDown, balanced_sizes, share_batches, weighted_allreduce_hook
+from .streams import own_rank_stream
 
 
 @dataclass
@@ -117,6 +118,7 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
     tr = Trainer(windows, cfg, env.device, steps_per_epoch=steps_per_epoch(n_train, cfg, world),
                  writer=env.is_writer)
     tr.restore(state)
+    own_rank_stream(cfg.seed, rank, tr.start_epoch)  # the weights agree; the dropout masks need not
     tr.guard.combine = min_over_ranks  # every rank stops at the first non-finite figure of any rank
     ddp = wrap_ddp(tr.core, cfg, env)
     tr.model = torch.compile(ddp) if cfg.compile else ddp  # compile the DDP module, as PyTorch advises
