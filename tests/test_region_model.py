@@ -27,6 +27,33 @@ def test_knn_on_a_grid_is_the_stencil():
         knn_index(g.cell_lat, g.cell_lon, 30)
 
 
+def _nearest_by_rule(lat, lon, k):
+    """Every pair's chord distance, then per cell the k nearest others, equal distances in id order."""
+    from lstmnb.region.relation import TIE, unit_vectors
+
+    pts = unit_vectors(lat, lon)
+    d = np.linalg.norm(pts[:, None] - pts[None], axis=2)
+    out = []
+    for i, row in enumerate(d):
+        others = [j for j in np.argsort(row, kind="stable") if j != i]
+        runs = np.concatenate([[0], np.cumsum(np.diff(row[others]) > TIE)])
+        out.append(np.array(others)[np.lexsort((others, runs))][:k])
+    return np.array(out)
+
+
+@pytest.mark.parametrize("lat0,lon0,k", [(41.0, 280.0, 3), (41.0, 280.0, 8), (-0.5, 359.5, 5), (80.0, 10.0, 8)])
+def test_equally_near_cells_go_in_grid_order(lat0, lon0, k):
+    """A tie at the k-th neighbour (north and south of a cell are equally far; at a box's edge, cells two
+    columns away) is settled by the lower cell id, whatever order the k-d tree keeps them in: the brute
+    force rule's answer, at mid latitudes, across the equator and the prime meridian, and near the pole."""
+    g = Grid.square(6, 7, lat0=lat0, lon0=lon0)
+    got = knn_index(g.cell_lat, g.cell_lon, k)
+    np.testing.assert_array_equal(got, _nearest_by_rule(g.cell_lat, g.cell_lon, k))
+    if (lat0, k) == (41.0, 3):
+        centre = 2 * 7 + 3  # east and west first, then of north and south the lower id: the row above
+        assert set(got[centre][:2]) == {centre - 1, centre + 1} and got[centre][2] == centre - 7
+
+
 def test_sparse_kernels_equal_the_dense_reference():
     gen = torch.Generator().manual_seed(0)
     g = Grid.square(4, 5)

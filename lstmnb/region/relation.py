@@ -42,12 +42,17 @@ def unit_vectors(lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
     return np.stack([np.cos(la) * np.cos(lo), np.cos(la) * np.sin(lo), np.sin(la)], axis=1)
 
 
+TIE = 1e-12  # chord distances (unit sphere) this close are one distance: a 0.25 degree step is 4.4e-3
+
+
 def knn_index(lat: np.ndarray, lon: np.ndarray, k: int) -> np.ndarray:
     """For every cell, its ``k`` nearest other cells (n, k), nearest first (scipy's k-d tree).
 
     On a regular lat/lon grid equatorward of about 54 degrees, k = 4 is the east, west, north and south
     neighbours and k = 8 adds the diagonals (the 3 x 3 stencil); poleward, the meridians converge and
-    cells two columns away come before the diagonals. Ties at equal distance go by the tree's order.
+    cells two columns away come before the diagonals. Cells at equal distance go in the grid's order (the
+    lower cell id first), so a tie at the k-th neighbour (common at a box's edges: north and south, or
+    two cells two columns away, are equally far) is settled by a rule, not by the tree's internal order.
     """
     from scipy.spatial import cKDTree
 
@@ -55,13 +60,18 @@ def knn_index(lat: np.ndarray, lon: np.ndarray, k: int) -> np.ndarray:
     n = pts.shape[0]
     if not isinstance(k, (int, np.integer)) or not 1 <= k < n:
         raise ConfigError(f"neighbours={k!r} must be a whole number in 1..{n - 1} (the area has {n} cells)")
-    _, idx = cKDTree(pts).query(pts, k=k + 1)
-    idx = np.asarray(idx, dtype=np.int64)
-    # drop each cell itself (distance 0: first, unless another cell has the same position, in which
-    # case it may not be among the k + 1 and the farthest one goes instead)
-    own = idx == np.arange(n)[:, None]
-    own[~own.any(axis=1), -1] = True
-    return idx[~own].reshape(n, k)
+    tree, m = cKDTree(pts), min(n, k + 9)  # room for a ring of cells tied with the k-th
+    while True:
+        dist, idx = tree.query(pts, k=m)
+        # runs of equal distances in each row, numbered: cells of one run are sorted by id
+        group = np.concatenate([np.zeros((n, 1), dtype=np.int64),
+                                np.cumsum(np.diff(dist, axis=1) > TIE, axis=1)], axis=1)
+        if m == n or (group[:, -1] > group[:, k]).all():  # every run reaching the k-th is complete
+            break
+        m = min(n, 2 * m)
+    idx = np.take_along_axis(idx, np.lexsort((idx, group), axis=1), axis=1).astype(np.int64)
+    # drop each cell itself: distance 0, so in each row's first run, which the m queried cover whole
+    return idx[idx != np.arange(n)[:, None]].reshape(n, m - 1)[:, :k]
 
 
 def stencil_weights(lat: np.ndarray, lon: np.ndarray, index: np.ndarray, channels: int) -> np.ndarray:
