@@ -93,7 +93,7 @@ SCHEMA: dict[str, Any] = {
                            "samples_per_s", "seconds")}},
         },
         "timing": {"type": "object", "properties": {
-            **_numbers("train_s", "eval_s", "wall_s", "warmup_epoch_s", "epoch_s_median", "samples_per_s", "step_s"),
+            **_numbers("train_s", "eval_s", "wall_s", "warmup_epoch_s", "warmup_s", "epoch_s_median", "samples_per_s", "step_s"),
             "cumulative_s": {"type": "array", "items": _NUM}}},
         "metrics": {"type": "object", "properties": {
             **_numbers("test_rmse_k", "test_mae_k", "persistence_rmse_k", "climatology_rmse_k", "best_val_rmse_k"),

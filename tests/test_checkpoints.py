@@ -157,7 +157,10 @@ def test_resume_refuses_a_checkpoint_trained_on_other_data(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "was trained on other data (" in err[0] and what in err[0], err
         assert ckpt.read_bytes() == before
+    capsys.readouterr()
     assert cli.main(base + ["--epochs", "2", "--resume"]) == 0  # the same data: it goes on
+    # the first process's first epoch and the resumed one's: both warm-up, both in the printed warm-up time
+    assert "; warm-up 2 epochs " in capsys.readouterr().out
     assert read_checkpoint(str(ckpt))["epoch"] == 2
     # a finished, recorded run: its result is not handed back for a request on other data either
     done = ["train", "--start", "2020-01-01", "--end", "2020-02-15", "--hidden", "8", "--device", "cpu", "--threads", "1",

@@ -77,6 +77,7 @@ def test_steady_median_leaves_out_epochs_up_to_a_late_capture():
     timing = summarize_timing(history, capture_epoch(True, per_epoch))
     assert timing["warmup_epochs"] == 2 and timing["steady_epochs"] == 3
     assert timing["epoch_s_median"] == pytest.approx(1.1)
+    assert timing["warmup_epoch_s"] == 5.0 and timing["warmup_s"] == pytest.approx(14.0)  # capture paid in epoch 2
     assert summarize_timing(history)["epoch_s_median"] == pytest.approx(1.15)  # the old mix with epoch 2
 
 

@@ -20,9 +20,11 @@ def print_run(record: dict) -> None:
     print()
     print(format_table(metrics_table(record)))
     t = record["timing"]
+    n_warm = t.get("warmup_epochs", 1)  # more than 1: a late CUDA graph capture, or a resumed run's restart
+    warm_text = (f"warm-up {n_warm} epochs {t['warmup_s']:.2f} s" if n_warm > 1 and t.get("warmup_s") is not None
+                 else f"warm-up epoch {t['warmup_epoch_s']:.2f} s")
     print(f"\ntraining {t['train_s']:.2f} s on {record['device']['kind']} ({record['device']['name']}); "
-          f"warm-up epoch {t['warmup_epoch_s']:.2f} s, median epoch {t['epoch_s_median']:.2f} s, "
-          f"{t['samples_per_s']:,.0f} samples/s")
+          f"{warm_text}, median epoch {t['epoch_s_median']:.2f} s, {t['samples_per_s']:,.0f} samples/s")
     if record["metrics"].get("stop_reason"):
         print(f"stopped after {record['metrics']['epochs_run']} epoch(s): {record['metrics']['stop_reason']}")
     threads = record.get("threads") or {}

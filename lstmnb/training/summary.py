@@ -48,6 +48,7 @@ def summarize_timing(history: list[dict[str, Any]], warmup_epochs: int = 1) -> d
         "eval_s": sum(h["eval_s"] for h in history),
         "wall_s": history[-1]["cumulative_s"] if history else 0.0,
         "warmup_epoch_s": train_s[0] if train_s else None,
+        "warmup_s": sum(x for x, w in zip(train_s, warm) if w),  # every warm-up epoch's training seconds
         "epoch_s_median": statistics.median(h["train_s"] for h in steady) if steady else None,
         "samples_per_s": statistics.median(sps) if sps else None,
         "cumulative_s": [h["cumulative_s"] for h in history],
