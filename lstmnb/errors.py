@@ -1,7 +1,8 @@
 """The project's own exception types: each message says what was wrong and what is allowed.
 
-The CLI prints these as one line (no traceback) and exits with status 2; warnings, ours and the libraries',
-as one line each, each text once (``one_line_warnings``).
+The CLI prints these as one line (no traceback) and exits with the error's ``exit_status`` (2: bad input,
+found before any work); warnings, ours and the libraries', as one line each, each text once
+(``one_line_warnings``).
 """
 
 import sys

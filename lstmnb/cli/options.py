@@ -202,7 +202,16 @@ def train_config_from_args(args: argparse.Namespace, **fixed):
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
              if f.name != "preset" and hasattr(args, f.name)}
-    return preset_config(getattr(args, "preset", "recommended"), **{**given, **fixed})
+    preset = getattr(args, "preset", "recommended")
+    cfg = preset_config(preset, **{**given, **fixed})
+    if "fractions" in given and cfg.split_dates is not None:  # TrainConfig cannot tell default fractions given
+        from ..errors import ConfigError
+
+        dates = ",".join(cfg.split_dates)
+        by = f"--split-dates {dates}" if "split_dates" in given else f"--preset {preset}, which splits by the dates {dates},"
+        raise ConfigError(f"--fractions {','.join(f'{v:g}' for v in cfg.fractions)} and {by} both given: the parts "
+                          "are split by dates or by fractions; give one of them")
+    return cfg
 
 
 def add_results_args(p: argparse.ArgumentParser) -> None:

@@ -51,9 +51,9 @@ GLOSSARY: dict[str, str] = {
     "synthetic vs real data": "real: the study's ERA5 values, shipped with lstmnb (the default); synthetic: "
                               "lstmnb's made-up weather of the same layout, for areas and region mode, always "
                               "labelled synthetic.",
-    "reference records": "real run records lstmnb wrote on NVIDIA H100s (another machine: the study's setting on "
-                         "its real data, and the former one-layer setting on synthetic data), shipped with the "
-                         "package and always labelled as such.",
+    "reference records": "real run records lstmnb wrote on NVIDIA H100s (another machine: on the study's real data "
+                         "its setting, the recommended setting and the from-scratch engines; on synthetic data the "
+                         "former one-layer setting), shipped with the package and always labelled as such.",
     "measured here / published": "measured here: your own run records; published: the study's figures as it "
                                  "printed them (one run each).",
     "repeats": f"runs of one setting timed several times, alternated; tables show their median and mark rows "
