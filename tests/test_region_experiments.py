@@ -103,6 +103,8 @@ def test_region_scaling_compares_equal_total_threads(small_store, tmp_path, caps
     np.testing.assert_allclose(tiles["metrics"]["losses"], one1["metrics"]["losses"], rtol=1e-5)
     np.testing.assert_allclose(one2["metrics"]["losses"], one1["metrics"]["losses"], rtol=1e-5)
     assert tiles["region"]["rank_cells"] == [8, 4]  # three rows over two ranks: 2 and 1 rows of 4 cells
+    area_bytes = one1["region"]["rank_held_bytes"][0]  # the one process holds the whole area's series
+    assert tiles["region"]["rank_held_bytes"] == [area_bytes * 2 // 3, area_bytes // 3]
     assert min(tiles["region"]["bytes_sent_per_step"]) > 0  # the halo rows cross between the bands
     assert "N gloo ranks of one thread against one process of N threads" in out and "cores free now: " in out
     assert main(["results", str(tmp_path)]) == 0

@@ -88,8 +88,39 @@ def test_sharded_equals_unsharded(mode):
     two = run_sharded(data, model_cfg, cfg)
     np.testing.assert_allclose(two["losses"], one["losses"], rtol=1e-5)
     assert two["losses"][-1] < two["losses"][0]  # it trained
+    whole = data.windows.series.nbytes
     if mode == "tiles":
         assert two["cells"] == [12, 12]
         assert two["bytes_sent_per_step"] == [6 * 6 * 4 * 4] * 2  # one row of 4 cells, 6 windows x 6 hours
+        assert two["held_bytes"] == [whole // 2] * 2  # each rank holds its band's series, not the area's
     else:
         assert two["cells"] == [24, 24] and two["bytes_sent_per_step"] == [0, 0]
+        assert two["held_bytes"] == [whole] * 2
+
+
+def test_a_part_of_the_area_gives_the_areas_batches_for_its_cells(tmp_path):
+    """What a rank reads from the area file: the windows RegionData gives for the same cells, by their
+    global ids; cells it does not hold are refused."""
+    from lstmnb.region.bands import AreaFile
+
+    data = _data()
+    area = AreaFile.write(data, tmp_path)
+    ids = np.array([0, 5, 17])
+    whole = area.load()
+    band = area.load(np.arange(8, 16))
+    scattered = area.load(np.array([1, 9, 22]))
+    assert whole.held_bytes == data.windows.series.nbytes and band.held_bytes == data.windows.series.nbytes // 3
+    assert band.sizes() == data.sizes() and band.n_cells == 24 and band.grid is area.grid
+    import pickle
+
+    assert len(pickle.dumps(area)) < data.windows.series.nbytes / 4  # what every rank is handed: no series
+    for part, cells in ((whole, slice(None)), (band, np.arange(8, 16)), (band, np.array([9, 12])),
+                        (scattered, np.array([9, 22]))):
+        for got, want in zip(part.batch("train", ids, cells=cells), data.batch("train", ids, cells=cells)):
+            assert torch.equal(got, want)
+    for got, want in zip(whole.batch("val"), data.batch("val")):
+        assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="does not hold"):
+        band.batch("train", ids, cells=np.array([7, 8]))
+    with pytest.raises(ValueError, match="does not hold"):
+        band.batch("train", ids)

@@ -14,9 +14,11 @@ The models, the memory model and the rank logic live in ``lstmnb.region``; shard
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import statistics
+import tempfile
 from typing import Any, Callable
 
 import numpy as np
@@ -107,35 +109,53 @@ def check_target(target: tuple[int, int], budget_bytes: float, base) -> None:
                           f"over the --budget-gb {budget_bytes / 2**30:g} budget; raise the budget or shrink the target")
 
 
-def _sharded_rank(env, data, model_cfg, cfg) -> list[dict[str, Any]]:
-    """One rank of a sharded run (``training.parallel.spawn`` calls it): its steps, then every rank's
-    result gathered to rank 0."""
+def _sharded_rank(env, area, model_cfg, cfg) -> list[dict[str, Any]]:
+    """One rank of a sharded run (``training.parallel.spawn`` calls it): its cells out of ``area`` (an
+    ``AreaFile``: a tiles rank its band's, a windows rank all), its steps, then every rank's result gathered
+    to rank 0."""
     import torch.distributed as dist
 
-    from ..region.shard import train_steps
+    from ..region.shard import plan_tiles, train_steps
 
-    out = train_steps(data, model_cfg, cfg, env.rank, env.world_size)
+    cells = plan_tiles(area.grid, None, env.world_size)[env.rank].cells if cfg.mode == "tiles" else None
+    part = area.load(cells)
+    out = {**train_steps(part, model_cfg, cfg, env.rank, env.world_size), "held_bytes": part.held_bytes}
     gathered: list[Any] = [None] * env.world_size
     dist.all_gather_object(gathered, out)
     return gathered
 
 
-def run_sharded(data, model_cfg, cfg, threads: int | None = 1) -> dict[str, Any]:
+def run_sharded(data, model_cfg, cfg, threads: int | None = 1, area=None) -> dict[str, Any]:
     """``cfg.steps`` training steps on ``cfg.world_size`` local gloo ranks (CPU) of ``threads`` threads
-    each (None: the cores divided among the ranks).
+    each (None: the cores divided among the ranks). ``area``: ``data`` already written as a
+    ``region.bands.AreaFile`` (a study of many runs writes it once); None: written here for this run.
 
     Returns rank 0's losses (the area's loss after each step), the slowest rank's median step seconds,
-    and every rank's cells and bytes sent per step. A failing rank stops all; the error says which.
+    and every rank's cells, bytes of series held and bytes sent per step. A failing rank stops all; the
+    error says which.
     """
     from ..region.shard import check_sharded
     from ..training.parallel import spawn
 
     check_sharded(data, model_cfg, cfg)
-    ranks = spawn(_sharded_rank, cfg.world_size, device="cpu", kwargs=dict(data=data, model_cfg=model_cfg, cfg=cfg),
+    if area is None:
+        with _area_file(data) as area:
+            return run_sharded(data, model_cfg, cfg, threads, area)
+    ranks = spawn(_sharded_rank, cfg.world_size, device="cpu", kwargs=dict(area=area, model_cfg=model_cfg, cfg=cfg),
                   timeout_s=cfg.timeout_s, threads=threads)
     return {"mode": cfg.mode, "world_size": cfg.world_size, "losses": ranks[0]["losses"],
             "step_s": max(r["step_s"] for r in ranks), "cells": [r["cells"] for r in ranks],
+            "held_bytes": [r["held_bytes"] for r in ranks],
             "bytes_sent_per_step": [r["bytes_sent_per_step"] for r in ranks]}
+
+
+@contextlib.contextmanager
+def _area_file(data):
+    """``data`` written as an ``AreaFile`` in a temporary folder, removed afterwards."""
+    from ..region.bands import AreaFile
+
+    with tempfile.TemporaryDirectory(prefix="lstmnb-area-") as folder:
+        yield AreaFile.write(data, folder)
 
 
 def one_process(data, model_cfg, cfg, threads: int) -> dict[str, Any]:
@@ -147,7 +167,8 @@ def one_process(data, model_cfg, cfg, threads: int) -> dict[str, Any]:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return train_steps(data, model_cfg, dataclasses.replace(cfg, mode="windows", world_size=1))
+        out = train_steps(data, model_cfg, dataclasses.replace(cfg, mode="windows", world_size=1))
+        return {**out, "held_bytes": int(data.windows.series.nbytes)}
     finally:
         torch.set_num_threads(before)
 
@@ -170,8 +191,9 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
     """Step time of tiles vs windows on N ranks of one thread against one process with N threads, for each
     N of ``world_sizes`` (N = 1: the one-thread process alone), alternating ``repeats`` times; medians.
 
-    Returns a table with the speed-up at equal total threads, the halo bytes each rank sends per step
-    and the largest relative difference of the loss from the one-process loss; one record per (mode, N),
+    Returns a table with the speed-up at equal total threads, the halo bytes each rank sends per step,
+    the MiB of series the largest rank holds (tiles: its band's cells; windows: the area) and the largest
+    relative difference of the loss from the one-process loss; one record per (mode, N),
     and one per one-process N, each with a ``threads`` section: the threads each process ran (``used``),
     and the cores the CPU policy finds free now (``free_now``, with its reason), which says whether both
     sides had their cores to themselves."""
@@ -189,12 +211,13 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
 
     policy = cpu_threads()
     runs: dict[tuple[str, int], list[dict]] = {}
-    for w in sizes:
-        for _ in range(repeats):  # alternating: a change in the machine's load hits both sides alike
-            runs.setdefault(("one process", w), []).append(one_process(data, model_cfg, cfg, w))
-            for mode in (modes if w > 1 else ()):
-                runs.setdefault((mode, w), []).append(
-                    run_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w)))
+    with _area_file(data) as area:  # what the ranks read their cells from, written once
+        for w in sizes:
+            for _ in range(repeats):  # alternating: a change in the machine's load hits both sides alike
+                runs.setdefault(("one process", w), []).append(one_process(data, model_cfg, cfg, w))
+                for mode in (modes if w > 1 else ()):
+                    runs.setdefault((mode, w), []).append(
+                        run_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w), area=area))
     reference = runs[("one process", sizes[0])][0]["losses"]
     recorder = Recorder(results, on_point)
     info = data_info or {"cells": data.n_cells, "shape": list(data.grid.shape)}
@@ -230,10 +253,12 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
             metrics={"losses": losses, "final_loss": losses[-1], "loss_rel_diff_vs_one": diff},
             region={"mode": mode, "cells": int(data.n_cells), "rank_cells": np.atleast_1d(got[0]["cells"]).tolist(),
                     "bytes_sent_per_step": np.atleast_1d(got[0]["bytes_sent_per_step"]).tolist(),
+                    "rank_held_bytes": np.atleast_1d(got[0]["held_bytes"]).tolist(),
                     "step_s": step, "speedup": None if math.isnan(speedup) else speedup, "total_threads": w,
                     **({"speedup_withheld": withheld} if withheld else {})}))
         rows.append({"mode": mode, "threads": w, "ranks": ranks, "step_s": step, "one_process_step_s": one_step,
                      "speedup": speedup, "max_halo_bytes_per_step": max(rec["region"]["bytes_sent_per_step"]),
+                     "series_mib_per_rank": max(rec["region"]["rank_held_bytes"]) / MiB,
                      "final_loss": losses[-1], "loss_rel_diff": diff, "note": withheld or ""})
     out = pd.DataFrame(rows)
     out.attrs.update(records=recorder.records, threads=policy)

@@ -68,12 +68,18 @@ class RegionData:
               ) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs (batch, window, cells, features) and scaled targets (batch, cells, horizon) of samples
         ``ids`` of ``split`` (all when None), for ``cells`` (all by default)."""
-        c = self.config
         last = self.last_input(split) if ids is None else self.last_input(split)[np.asarray(ids)]
-        series = self.windows.series
-        x = series[last[:, None] + np.arange(1 - c.window, 1)[None, :]][:, :, cells]  # (b, window, cells, f)
-        y = series[last[:, None] + c.lead_hours + np.arange(c.horizon)[None, :]][:, :, cells, 0]
-        return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y.transpose(0, 2, 1)))
+        return area_batch(self.windows.series, last, self.config, cells)
+
+
+def area_batch(series: np.ndarray, last: np.ndarray, config: WindowConfig, columns: np.ndarray | slice = slice(None)
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The windows ending at hours ``last`` of a (time, cells, features) ``series``, for its ``columns``:
+    inputs (batch, window, cells, features) and scaled targets (batch, cells, horizon)."""
+    c = config
+    x = series[last[:, None] + np.arange(1 - c.window, 1)[None, :]][:, :, columns]  # (b, window, cells, f)
+    y = series[last[:, None] + c.lead_hours + np.arange(c.horizon)[None, :]][:, :, columns, 0]
+    return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y.transpose(0, 2, 1)))
 
 
 def region_data(values: np.ndarray, times, grid: Grid, config: WindowConfig = WindowConfig(), *,

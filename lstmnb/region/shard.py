@@ -8,11 +8,10 @@ once) and stacks its own cells and the halo it received into the mix's source. T
 over every cell of the area, so each rank divides its squared-error sum by the global count; summing
 the shared weights' gradients (LSTM, head) over ranks then gives exactly the one-process gradient, and
 the relation's rows, each owned by one rank, need no reduction. Adam works weight by weight, so each
-rank's update is the one-process update of its weights. What a rank computes on is its band, its halo
-and the shared weights; what it holds is more: every rank is handed the whole area's series (``spawn``
-gives all ranks the same arguments) and builds the whole model before keeping its band's part, so this
-mode measures time and halo traffic, not memory per rank. Only the sparse relation (or none) can be
-tiled: a dense row reaches every cell.
+rank's update is the one-process update of its weights. A rank holds its band's series only, copied out
+of the area written once to disk (``bands``), and receives its halo rows each step; it builds the whole
+model before keeping its band's part (O(cells x k) weights, small beside the series). Only the sparse
+relation (or none) can be tiled: a dense row reaches every cell.
 
 ``windows``: every rank holds the whole area and model and takes its share of each batch's windows;
 all gradients are summed over ranks (the loss is divided by the global count, as above).
@@ -34,6 +33,7 @@ import torch.distributed as dist
 
 from ..device import off_the_gpu
 from ..errors import ConfigError
+from .bands import AreaPart
 from .data import RegionData
 from .grid import Grid
 from .model import RegionConfig, RegionForecaster, region_model
@@ -146,9 +146,10 @@ def _global_sum(value: torch.Tensor, world: int) -> torch.Tensor:
     return value
 
 
-def train_steps(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig, rank: int = 0,
+def train_steps(data: RegionData | AreaPart, model_cfg: RegionConfig, cfg: ShardConfig, rank: int = 0,
                 world: int = 1) -> dict:
-    """This rank's part of ``cfg.steps`` training steps (the whole run when ``world`` is 1).
+    """This rank's part of ``cfg.steps`` training steps (the whole run when ``world`` is 1), on the whole
+    area's ``RegionData`` or on the ``AreaPart`` a rank holds (its band's cells for tiles).
 
     Every rank draws the same batches. Returns the area's loss after each step (identical on all ranks),
     the median seconds per step (the first, warm-up step left out when there are more) and the bytes
