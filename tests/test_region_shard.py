@@ -62,6 +62,20 @@ def test_a_bands_model_computes_the_whole_models_forecast_for_its_cells():
         assert part.mix.weight.shape == (3, tile.cells.size, 8)  # a band keeps only its rows
 
 
+def test_ranks_without_room_for_the_area_are_one_line_and_leave_nothing(tmp_path, monkeypatch):
+    import tempfile
+
+    from lstmnb.errors import OutputError
+
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    monkeypatch.setattr(tempfile, "tempdir", str(not_a_folder))  # what TMPDIR names is a file
+    with pytest.raises(OutputError, match=r"the ranks' copy of the area's series \(0.0 MiB\) could not be written "
+                                          r"under .*file: .*; set TMPDIR to a folder with room"):
+        run_sharded(_data(), RegionConfig(hidden=8, neighbours=4), ShardConfig(mode="tiles", steps=1))
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
 def test_dense_relations_cannot_be_tiled():
     data = _data()
     with pytest.raises(ConfigError, match="tiles need relation='sparse'"):

@@ -154,8 +154,20 @@ def _area_file(data):
     """``data`` written as an ``AreaFile`` in a temporary folder, removed afterwards."""
     from ..region.bands import AreaFile
 
-    with tempfile.TemporaryDirectory(prefix="lstmnb-area-") as folder:
-        yield AreaFile.write(data, folder)
+    folder = None
+    try:
+        folder = tempfile.TemporaryDirectory(prefix="lstmnb-area-")
+        area = AreaFile.write(data, folder.name)
+    except OSError as exc:  # a full or unusable temporary folder: one line, with where to put it instead
+        from ..errors import OutputError
+
+        if folder is not None:
+            folder.cleanup()
+        raise OutputError(f"the ranks' copy of the area's series ({data.windows.series.nbytes / MiB:,.1f} MiB) "
+                          f"could not be written under {tempfile.gettempdir()}: {exc.strerror or exc}; set TMPDIR "
+                          "to a folder with room") from exc
+    with folder:
+        yield area
 
 
 def one_process(data, model_cfg, cfg, threads: int) -> dict[str, Any]:
