@@ -1,7 +1,7 @@
 """A notebook series stopped by SIGTERM (what SLURM sends at a job's time limit, and `scancel`): the real
 `lstmnb notebooks run` in its own process, a real kernel, a real signal. What ran is kept under its final
-name, the index says where it stopped, and the command ends with one line saying so, exit status 143 (the kernel, shut
-down mid-cell, may print a traceback of its own before it)."""
+name, the index says where it stopped, and the command ends with one line saying so, exit status 143, its kernel stopped (the kernel, shut
+down mid-cell, may print a traceback of its own before that line)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,20 @@ def _notebook(path: Path, seconds: int) -> None:
                 nbformat.v4.new_code_cell("import time\ntime.sleep(seconds)")]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
+
+
+def _processes_of(marker: str) -> list[str]:
+    """The command lines of the running processes whose environment holds ``marker`` (a test's own path)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if marker in p.environ().get("LSTMNB_RESULTS", "") and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(" ".join(p.cmdline()))
+        except psutil.Error:
+            continue
+    return found
 
 
 def _waiting_series(folder: Path) -> None:
@@ -61,12 +75,15 @@ def test_sigterm_keeps_the_running_notebook_and_writes_the_index(tmp_path):
         assert partial is not None, f"the notebook never got past its first cell: {child.poll()=}"
         time.sleep(1)  # into the sleeping cell
         child.send_signal(signal.SIGTERM)
+        child.wait(timeout=60)  # its output is a few lines: the pipes hold them until read
+        left = _processes_of(env["LSTMNB_RESULTS"])  # the kernel and what it started: stopped before the command ends
         out, err = child.communicate(timeout=60)
     finally:
         if child.poll() is None:
             child.kill()
             child.communicate()
     assert child.returncode == 143, (out, err)
+    assert not left, f"still running after the command ended: {left}"
     last = err.strip().splitlines()[-1]
     assert last.startswith("lstmnb notebooks run: stopped by SIGTERM") and "kept" in last, err
     assert "never retrieved" not in err, err  # the aborted cell's task, settled before the line
@@ -114,3 +131,29 @@ def test_after_an_interruption_a_task_the_dead_kernel_ended_is_not_reported_at_e
         assert any("never retrieved" in text and "ValueError" in text for text in reported), reported
     finally:
         loop.set_exception_handler(None)
+
+
+def test_stopping_kernels_takes_what_they_started_and_leaves_other_children():
+    """After an interruption the runner stops the kernels it started, with their own children (a DDP rank, a
+    DataLoader worker), and nothing else it started."""
+    import psutil
+
+    from lstmnb.notebooks.kernel_loop import stop_kernels
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    kernel = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                               f"subprocess.Popen({sleeper!r}); time.sleep(120)", "ipykernel_launcher"])
+    other = subprocess.Popen(sleeper)
+    try:
+        deadline = time.monotonic() + 30
+        while not psutil.Process(kernel.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (grandchild,) = psutil.Process(kernel.pid).children()
+        stop_kernels(timeout_s=5)
+        assert kernel.wait(timeout=10) is not None and not grandchild.is_running()
+        assert other.poll() is None  # not a kernel: left alone
+    finally:
+        for p in (kernel, other):
+            if p.poll() is None:
+                p.kill()
+                p.wait()

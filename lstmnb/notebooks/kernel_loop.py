@@ -1,5 +1,5 @@
-"""The kernel client's event loop after an interrupted notebook (Ctrl-C, SIGTERM): settled, so the command's
-last line is its own."""
+"""After an interrupted notebook (Ctrl-C, SIGTERM): the kernel client's event loop settled and the kernel
+stopped, so the command's last line is its own and no kernel outlives it."""
 
 from __future__ import annotations
 
@@ -22,3 +22,40 @@ def settle_kernel_client(limit_s: float = 15.0) -> None:
         task.cancel()
     if pending:
         loop.run_until_complete(asyncio.wait(pending, timeout=limit_s))
+
+
+def stop_kernels(timeout_s: float = 5.0) -> None:
+    """Stop every Jupyter kernel this process started that is still running, with what it started (DDP ranks,
+    DataLoader workers). nbclient shuts its kernel down when the execution is cancelled, but gracefully and
+    only as far as the settling allows; a kernel left running would go on in its cell, then notice its parent
+    is gone and say so on the terminal after the command's last line."""
+    import psutil
+
+    kernels = [p for p in psutil.Process().children() if _is_kernel(p)]
+    tree = []
+    for k in kernels:
+        try:
+            tree += [k, *k.children(recursive=True)]
+        except psutil.Error:
+            continue
+    for p in tree:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(tree, timeout=timeout_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=timeout_s)
+
+
+def _is_kernel(proc) -> bool:
+    import psutil
+
+    try:
+        return any("ipykernel" in part for part in proc.cmdline())
+    except psutil.Error:
+        return False

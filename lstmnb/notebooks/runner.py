@@ -21,7 +21,7 @@ from ..paths import check_writable, results_dir
 from ..profiles import Profile, load_profile, profile_names
 from .params import check_dates_per_notebook, check_values, default_value
 from .folder import shipped_folder
-from .kernel_loop import settle_kernel_client
+from .kernel_loop import settle_kernel_client, stop_kernels
 from .render import render_html
 from .series import NotebookRun, SeriesResult, records_outcome, run_ids, write_index
 
@@ -312,6 +312,7 @@ def run_series(
             entry.seconds = time.perf_counter() - t0
             write_index(result)  # no HTML: a job at its time limit has seconds left
             settle_kernel_client()
+            stop_kernels()
             raise
         except Exception as exc:  # papermill, nbclient and the kernel raise many kinds; report them all
             failure = exc
