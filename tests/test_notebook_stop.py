@@ -19,13 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _notebook(path: Path, seconds: int) -> None:
-    """A parameters cell, a cell that prints, a cell that sleeps ``seconds``."""
+    """A parameters cell, a cell that prints, a cell that computes for ``seconds``."""
     nb = nbformat.v4.new_notebook()
     params = nbformat.v4.new_code_cell(f"seconds = {seconds}")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [nbformat.v4.new_markdown_cell("# Wait"), params,
                 nbformat.v4.new_code_cell("print('first cell done', flush=True)"),
-                nbformat.v4.new_code_cell("import time\ntime.sleep(seconds)")]
+                nbformat.v4.new_code_cell("import time\nend = time.monotonic() + seconds\n"
+                                          "while time.monotonic() < end:  # busy, as training is\n    sum(range(10000))")]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
 
@@ -54,7 +55,10 @@ def _waiting_series(folder: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM cannot be sent to a child process on Windows")
-def test_sigterm_keeps_the_running_notebook_and_writes_the_index(tmp_path):
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_sigterm_keeps_the_running_notebook_and_writes_the_index(tmp_path, how):
+    """``sigterm``: SLURM's signal, to lstmnb alone; ``ctrl-c``: a terminal's, SIGINT to the whole process group,
+    so the kernel's cell is interrupted too and its error may arrive as lstmnb stops."""
     _waiting_series(tmp_path / "nbs")
     runs = tmp_path / "runs"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -62,7 +66,7 @@ def test_sigterm_keeps_the_running_notebook_and_writes_the_index(tmp_path):
     child = subprocess.Popen(
         [sys.executable, "-m", "lstmnb", "notebooks", "run", "--profile", str(tmp_path / "nbs" / "wait.yaml"), "--notebooks", str(tmp_path / "nbs"),
          "--runs-dir", str(runs), "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         partial = None
@@ -74,7 +78,10 @@ def test_sigterm_keeps_the_running_notebook_and_writes_the_index(tmp_path):
             time.sleep(0.5)
         assert partial is not None, f"the notebook never got past its first cell: {child.poll()=}"
         time.sleep(1)  # into the sleeping cell
-        child.send_signal(signal.SIGTERM)
+        if how == "sigterm":
+            child.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(child.pid, signal.SIGINT)
         child.wait(timeout=60)  # its output is a few lines: the pipes hold them until read
         left = _processes_of(env["LSTMNB_RESULTS"])  # the kernel and what it started: stopped before the command ends
         out, err = child.communicate(timeout=60)
@@ -82,10 +89,11 @@ def test_sigterm_keeps_the_running_notebook_and_writes_the_index(tmp_path):
         if child.poll() is None:
             child.kill()
             child.communicate()
-    assert child.returncode == 143, (out, err)
+    assert child.returncode == (143 if how == "sigterm" else 130), (out, err)
     assert not left, f"still running after the command ended: {left}"
     last = err.strip().splitlines()[-1]
-    assert last.startswith("lstmnb notebooks run: stopped by SIGTERM") and "kept" in last, err
+    said = "stopped by SIGTERM" if how == "sigterm" else "interrupted"
+    assert last.startswith(f"lstmnb notebooks run: {said}") and "kept" in last, err
     assert "never retrieved" not in err, err  # the aborted cell's task, settled before the line
     run_dir = partial.parent
     assert not partial.exists()  # moved onto its name, not left hidden
@@ -97,37 +105,40 @@ def test_sigterm_keeps_the_running_notebook_and_writes_the_index(tmp_path):
 
 
 def test_after_an_interruption_a_task_the_dead_kernel_ended_is_not_reported_at_exit(caplog):
-    """What the aborted cell leaves: a task already ended by DeadKernelError (never reported to anyone) and a
-    task still waiting. Settled, the first says nothing when collected and the second is cancelled; another
+    """What the aborted cell leaves: a task already ended by DeadKernelError or by the interrupted cell's
+    CellExecutionError (never reported to anyone) and a task still waiting. Settled, the first says nothing when collected and the second is cancelled; another
     task's unseen error is still reported."""
     import asyncio
     import gc
     import logging
 
     from jupyter_core.utils import ensure_event_loop
-    from nbclient.exceptions import DeadKernelError
+    from nbclient.exceptions import CellExecutionError, DeadKernelError
 
     from lstmnb.notebooks.kernel_loop import settle_kernel_client
 
     async def dies():
         raise DeadKernelError("Kernel died")
 
+    async def interrupted():  # the cell's own error: the kernel was interrupted too (Ctrl-C to the process group)
+        raise CellExecutionError("cell", "KeyboardInterrupt", "")
+
     async def fails():
         raise ValueError("a real bug")
 
     loop = ensure_event_loop()
-    dead, bug = loop.create_task(dies()), loop.create_task(fails())
+    dead, cell, bug = loop.create_task(dies()), loop.create_task(interrupted()), loop.create_task(fails())
     waiting = loop.create_task(asyncio.sleep(3600))
     loop.run_until_complete(asyncio.sleep(0.01))
-    assert dead.done() and bug.done() and not waiting.done()
+    assert dead.done() and cell.done() and bug.done() and not waiting.done()
     try:
         with caplog.at_level(logging.ERROR, logger="asyncio"):
             settle_kernel_client()
             assert waiting.cancelled()
-            del dead, bug, waiting
+            del dead, cell, bug, waiting
             gc.collect()
         reported = [f"{r.getMessage()} {r.exc_info}" for r in caplog.records]
-        assert not any("DeadKernelError" in text for text in reported), reported
+        assert not any("DeadKernelError" in text or "CellExecutionError" in text for text in reported), reported
         assert any("never retrieved" in text and "ValueError" in text for text in reported), reported
     finally:
         loop.set_exception_handler(None)

@@ -10,12 +10,16 @@ def settle_kernel_client(limit_s: float = 15.0) -> None:
     import asyncio
 
     from jupyter_core.utils import ensure_event_loop
-    from nbclient.exceptions import DeadKernelError
+    from nbclient.exceptions import CellControlSignal, DeadKernelError
 
     loop = ensure_event_loop()
     if loop.is_running():
         return
-    loop.set_exception_handler(lambda lp, context: None if isinstance(context.get("exception"), DeadKernelError)
+    # the cell's task may end by itself as the interruption lands (the kernel was interrupted too: a terminal's
+    # Ctrl-C reaches the whole process group) with nbclient's error for the cell or the dead kernel: the
+    # interruption is the command's outcome, and these are not reported
+    abandoned = (CellControlSignal, DeadKernelError)
+    loop.set_exception_handler(lambda lp, context: None if isinstance(context.get("exception"), abandoned)
                                else lp.default_exception_handler(context))
     pending = asyncio.all_tasks(loop)
     for task in pending:
