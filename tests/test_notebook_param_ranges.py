@@ -113,6 +113,18 @@ def test_parse_value_reads_dates_in_a_list_as_text():
     assert notebooks.parse_value("[2020-01-10, 2020-01-15]") == ["2020-01-10", "2020-01-15"]
     assert notebooks.parse_value("{a: 2021-01-01}") == {"a": "2021-01-01"}
     assert notebooks.parse_value("2021-01-01") == "2021-01-01"
+    assert notebooks.parse_value("[2021-13-01, 2021-02-01, 5]") == ["2021-13-01", "2021-02-01", 5]  # YAML refuses it
+
+
+def test_split_dates_are_given_as_the_command_line_gives_them_and_a_bad_one_is_named(tmp_path):
+    from lstmnb.notebooks.params import parse_override
+
+    assert parse_override("split_dates", "2020-01-10,2020-01-15") == ["2020-01-10", "2020-01-15"]
+    assert parse_override("fit_split_dates", "2020-01-10, 2020-01-15") == ["2020-01-10", "2020-01-15"]
+    assert parse_override("end", "2020-01-10,2020-01-15") == "2020-01-10,2020-01-15"  # only the split dates
+    accepted(tmp_path, {"split_dates": parse_override("split_dates", "2020-01-10,2020-01-15")})
+    refused(tmp_path, {"split_dates": parse_override("split_dates", "[2021-13-01, 2021-02-01]")},
+            r"split date '2021-13-01' is not a date like 2021-01-01")
 
 
 # --- 07: the from-scratch LSTM ------------------------------------------------------------------------

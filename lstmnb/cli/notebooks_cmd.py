@@ -49,9 +49,9 @@ def add_notebooks(sub, full: bool) -> None:
 
 
 def _overrides(pairs) -> dict:
-    from ..notebooks import parse_value
+    from ..notebooks.params import parse_override
 
-    return {key: parse_value(value) for key, value in pairs}
+    return {key: parse_override(key, value) for key, value in pairs}
 
 
 def _notebooks_folder(folder) -> None:

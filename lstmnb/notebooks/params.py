@@ -55,8 +55,22 @@ def parse_value(text: str) -> Any:
     try:
         value = yaml.safe_load(text)
     except (yaml.YAMLError, ValueError):  # YAML reads 2021-13-45 as a date and fails with ValueError
-        return text
+        try:  # a list holding such a date: the list, each item read alone, so the bad one can be named
+            items = yaml.load(text, Loader=yaml.BaseLoader)
+        except yaml.YAMLError:
+            return text
+        return [parse_value(v) for v in items] if isinstance(items, list) and all(
+            isinstance(v, str) for v in items) else text
     return text if isinstance(value, (_dt.date, _dt.datetime)) else _dates_as_text(value)
+
+
+def parse_override(key: str, text: str) -> Any:
+    """``-p KEY VALUE``: ``parse_value``, and the split dates also as the command line's ``--split-dates``
+    takes them (``2021-01-01,2021-04-01``, beside the YAML list ``[2021-01-01, 2021-04-01]``)."""
+    value = parse_value(text)
+    if key in {k for k, _ in SPLIT_KEYS} and isinstance(value, str) and "," in value:
+        return [part.strip() for part in value.split(",")]
+    return value
 
 
 def _dates_as_text(value: Any) -> Any:
