@@ -317,14 +317,25 @@ def test_analysis_of_an_empty_results_folder_says_so(tmp_path):
 
 @pytest.mark.slow
 def test_failing_notebook_stops_the_series_and_keeps_what_ran(tmp_path, capsys):
-    code = cli.main(["notebooks", "run", "--profile", "ci", "--only", "01,02,06", "--runs-dir", str(tmp_path),
-                     "--no-progress", "-p", "window", "100000"])
+    """02 fails in a cell (one the checks before the series cannot foresee: added here after its parameters)."""
+    series = tmp_path / "series"
+    series.mkdir()
+    for path in notebooks.find_notebooks(NOTEBOOKS):
+        (series / path.name).write_bytes(path.read_bytes())
+    nb = nbformat.read(series / "02_model.ipynb", as_version=4)
+    at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell("from lstmnb.training import TrainConfig\n"
+                                                      "TrainConfig(window=0).validate()"))
+    nbformat.write(nb, series / "02_model.ipynb")
+    runs = tmp_path / "runs"
+    code = cli.main(["notebooks", "run", "--profile", "ci", "--notebooks", str(series), "--only", "01,02,06",
+                     "--runs-dir", str(runs), "--no-progress"])
     captured = capsys.readouterr()
     assert code == 2
     err = captured.err.strip().splitlines()
     assert len(err) == 1
-    assert "notebook 02_model failed in cell" in err[0] and "ConfigError" in err[0] and "window=100000" in err[0]
-    (run_dir,) = (tmp_path / "ci").iterdir()
+    assert "notebook 02_model failed in cell" in err[0] and "ConfigError" in err[0] and "window=0" in err[0]
+    (run_dir,) = (runs / "ci").iterdir()
     assert (run_dir / "01_data_access.ipynb").exists() and (run_dir / "01_data_access.html").exists()
     assert (run_dir / "02_model.ipynb").exists()  # the failed notebook, with its traceback
     assert not (run_dir / "06_analysis.ipynb").exists()

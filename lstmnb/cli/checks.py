@@ -38,6 +38,21 @@ def check_split_dates(cfg, request) -> None:
                               "both VAL_START,TEST_START must fall after --start and by --end")
 
 
+def check_windows_fit(cfg, request) -> None:
+    """The window, lead and horizon fit every part of the request's hours, split as the run will split them
+    (``windows.split_parts``, ``windows.scored_ranges``): refused before any data is read, not once it is."""
+    if request is None or not isinstance(request.start, str) or not isinstance(request.end, str):
+        return  # the source's own range: known once the store is open
+    import pandas as pd
+
+    from ..data import parse_time
+    from ..windows import scored_ranges, split_parts
+
+    times = pd.date_range(parse_time(request.start), parse_time(request.end, end=True), freq="h")
+    config = cfg.window_config()
+    scored_ranges(split_parts(times, config), config)
+
+
 def check_results(path, option: str = "--results") -> None:
     """Records can be appended at ``path`` (a .jsonl file, or a folder for runs.jsonl; None: not recording)."""
     if path is None:

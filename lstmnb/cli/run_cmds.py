@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .checks import check_plot, check_profile_name, check_records_args, check_results, check_split_dates
+from .checks import (check_plot, check_profile_name, check_records_args, check_results, check_split_dates,
+                     check_windows_fit)
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
                       add_train_args, int_list, read_runs, request_from_args, results_path, save_plot,
                       train_config_from_args)
@@ -75,6 +76,7 @@ def check_training(cfg, request, results) -> None:
 
     cfg.validate()
     check_split_dates(cfg, request)
+    check_windows_fit(cfg, request)
     resolve_device(cfg.device)
     check_profile_name(cfg.profile)
     if cfg.strategy == "ddp" and cfg.nproc:  # before the data is read, not once the ranks start

@@ -15,6 +15,7 @@ import ast
 import datetime as _dt
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -318,7 +319,7 @@ def check_dates_per_notebook(defaults: Mapping[str, Mapping[str, Any]], given: M
     time range that notebook reads (given start/end, else its own). ``defaults``: per notebook name, its
     parameters' default values. Without it, ``-p end 2020-01-21`` with 02's own fit_split_dates, or with the
     published preset's 2021-01-01 in 03-05, ran 01 and stopped the series at the first training cell."""
-    from ..cli.checks import check_split_dates
+    from ..cli.checks import check_split_dates, check_windows_fit
     from ..data import Request
 
     for name, own in defaults.items():
@@ -331,10 +332,17 @@ def check_dates_per_notebook(defaults: Mapping[str, Mapping[str, Any]], given: M
             sd = seen[key]
             cfg = _split_config(key, sd, seen.get("preset", "recommended") if preset is None else preset)
             why = "" if sd is not None else f" (None: the {preset or seen.get('preset', 'recommended')} preset's split)"
+            request = Request(start=seen["start"], end=seen["end"])
             try:
-                check_split_dates(cfg, Request(start=seen["start"], end=seen["end"]))
+                check_split_dates(cfg, request)
             except LstmnbError as exc:
                 raise _restate(key, sd, f"{exc}{why}; notebook {name} reads it") from None
+            if isinstance(seen.get("window"), int) and isinstance(seen.get("lead_hours", 1), int):
+                cfg = replace(cfg, window=seen["window"], lead_hours=seen.get("lead_hours", cfg.lead_hours))
+                try:
+                    check_windows_fit(cfg, request)
+                except LstmnbError as exc:  # "window=N h ... is longer than the training part ...": the parameter's
+                    raise ConfigError(f"parameter {exc}; notebook {name} reads {seen['start']}..{seen['end']}") from None
 
 
 def _check_scratch(values: Mapping[str, Any]) -> None:
