@@ -62,6 +62,21 @@ def test_region_skill_mixes_every_weather_variable(small_store, tmp_path, capsys
     assert rec["model"]["flops_per_sample"]["forward"] > 0
 
 
+@pytest.mark.parametrize("box", [BOX, ["--box", "40,40,279,279"]], ids=["3x4", "one-cell"])
+def test_region_skill_with_variants_none_prints_its_tables(small_store, tmp_path, capsys, box):
+    """The point model alone (the one-cell box's refusal suggests it): no mix to set against none, so no
+    upstream/downstream table, but the skill table, the threads and the record, end to end."""
+    rc = main(["region", "skill", *_area(small_store, box), "--variants", "none", "--epochs", "1", "--batch-size",
+               "64", "--no-progress", "--results", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    (rec,) = read_records(tmp_path)
+    assert rec["region"]["variant"] == "none" and rec["status"] == "ok"
+    table = out[out.index("cells, test period"):]
+    assert all(row in table for row in ("none", "persistence", "climatology", "MSE skill score vs none"))
+    assert "upstream" not in out and "threads: " in out and "1 record(s) appended" in out
+
+
 @pytest.mark.slow
 def test_region_memory_records_each_case_with_its_threads(tmp_path, capsys):
     rc = main(["region", "memory", "--sides", "4,300", "--variants", "sparse", "--budget-gb", "0.5", "--steps", "1",
