@@ -147,6 +147,16 @@ def test_region_scaling_compares_equal_total_threads(small_store, tmp_path, caps
     # more ranks than cores: said before the one-process case runs, naming the option this command has
     (["scaling", "--world-sizes", "1,4096"], "--world-sizes 1,4096: ranks must be in 1.."),
     (["scaling", "--repeats", "0"], "--repeats 0 must be a whole number >= 1"),
+    # a box too small for the k or the ranks asked: said once the box is read, before any run, with what to give
+    (["scaling", "--box", "40,40,279,279", "--end", "2020-01-10", "--world-sizes", "1"],
+     "the box holds 1 cell, too small for the sparse mix: it has no neighbours (k >= 1); give a larger box"),
+    (["scaling", "--box", "40,40,279,279", "--end", "2020-01-10"], "the box holds 1 cell, too small for the sparse mix"),
+    (["scaling", "--box", "40,40,279,280", "--end", "2020-01-10"],
+     "--neighbours 8: a box of 5 cells (1 x 5) is too small: it gives each cell 1..4 neighbours; give k in 1..4 "
+     "(e.g. --neighbours 4), or a larger box"),
+    (["scaling", "--box", "40,40,279,281", "--end", "2020-01-10", "--world-sizes", "1,2"],
+     "--world-sizes 1,2: a box of 1 row of cells is too small for 2 tiles ranks (one band of rows each); give "
+     "--world-sizes up to 1, a box of at least 2 rows, or --modes windows"),
     (["scaling", "--lr", "-1"], "--lr -1.0 must be a positive number"),  # this command's own --lr, no rate by lead
 ])
 def test_bad_region_input_is_one_line(small_store, tmp_path, capsys, args, message):
