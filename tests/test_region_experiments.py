@@ -143,6 +143,13 @@ def test_region_scaling_compares_equal_total_threads(small_store, tmp_path, caps
     (["memory", "--target", "60x168", "--budget-gb", "0.05"],
      "--target 60x168: the sparse step needs"),
     (["memory", "--threads", "0"], "--threads 0 must be a whole number >= 1"),
+    # a budget over this machine's memory, and areas off the synthetic grid: refused before any case runs
+    (["memory", "--budget-gb", "100000"], "--budget-gb 100000: this machine has "),
+    (["memory", "--budget-gb", "1e300"], "--budget-gb 1e+300: this machine has "),
+    (["memory", "--sides", "10,2000"], "--sides 10,2000: an area of 2000 rows of the synthetic grid (0.25 degree "
+     "cells from 60N) leaves -90..90 latitude; give sides of at most 601"),
+    (["memory", "--target", "10x1441"], "--target 10x1441: an area of 1441 columns of 0.25 degrees goes round the "
+     "globe more than once; give at most 601 rows and 1440 columns"),
     (["scaling", "--world-sizes", "0,2"], "--world-sizes 0,2: ranks must be in 1.."),
     # more ranks than cores: said before the one-process case runs, naming the option this command has
     (["scaling", "--world-sizes", "1,4096"], "--world-sizes 1,4096: ranks must be in 1.."),

@@ -134,3 +134,9 @@ def test_square_grid_checks_its_size():
     assert g.shape == (3, 4) and g.n_cells == 12 and list(g.band(1, 2)) == [4, 5, 6, 7]
     with pytest.raises(ConfigError, match="ny=0 must be a whole number"):
         Grid.square(0)
+    assert Grid.square_limits() == (601, 1440)  # 60N down to 90S, and once round the globe, in 0.25 degrees
+    assert Grid.square(601, 1440).shape == (601, 1440)
+    with pytest.raises(ConfigError, match="a grid of 602 rows from latitude 60.0 leaves -90..90"):
+        Grid.square(602, 1)
+    with pytest.raises(ConfigError, match="1441 columns of 0.25 degrees goes round the globe more than once"):
+        Grid.square(1, 1441)

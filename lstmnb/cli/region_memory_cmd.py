@@ -50,7 +50,8 @@ def add_memory(kinds) -> None:
 
 
 def _memory_case(args):
-    from ..region.memory import MemoryCase, check_floor
+    from ..region.memory import MemoryCase
+    from ..region.memory_checks import check_floor
 
     case = MemoryCase(batch=args.batch, window=args.window, hidden=args.hidden, neighbours=args.neighbours,
                       steps=args.steps, kernel=args.kernel, device=args.device)
@@ -74,15 +75,21 @@ def _target(args) -> tuple[int, int] | None:
 def _check_memory(args) -> None:
     from ..device import local_rank_limit, resolve_device
     from ..experiments.region import check_target
+    from ..region.memory_checks import check_areas, check_budget
 
     case = _memory_case(args)
     variants = pick_variants(args.variants)
     if not args.sides or min(args.sides) < 2:
         raise ConfigError(f"--sides {','.join(map(str, args.sides))}: sides must be whole numbers >= 2")
+    check_areas([(s, s) for s in args.sides], f"--sides {','.join(map(str, args.sides))}")
     positive("--budget-gb", args.budget_gb, whole=False)
+    resolve_device(args.device)  # a missing GPU first: its memory is the budget's bound
+    check_budget(args.budget_gb, args.device)
     positive("--threads", args.threads, none_ok=True, hi=local_rank_limit())
     positive("--steps", args.steps)
     target = _target(args)
+    if target is not None:
+        check_areas([target], f"--target {args.target}")
     # the sparse mix takes k of the other cells: the smallest area measured bounds k
     areas = [(s, s) for s in args.sides] + ([target] if target is not None else [])
     ny, nx = min(areas, key=lambda a: a[0] * a[1])
@@ -91,7 +98,6 @@ def _check_memory(args) -> None:
                           f"cells, so k must be 0..{ny * nx - 1}; give fewer neighbours or larger areas")
     if target is not None:
         check_target(target, args.budget_gb * 2**30, case)
-    resolve_device(args.device)
     check_plot(args.plot)
     check_results(results_path(args))
 
