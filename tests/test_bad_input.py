@@ -94,6 +94,13 @@ CASES = [
     case("point-nan", T + ["--point", "nan,280"], "latitude nan", "-90..90"),
     case("box-three-numbers", T + ["--box", "1,2,3"], "--box needs 4 numbers", "got 1.0,2.0,3.0"),
     case("box-latitudes-reversed", T + ["--box", "50,40,270,290"], "lat_min 50", "LAT_MIN,LAT_MAX"),
+    # longitudes east first: not a box round the globe (359,1 across the prime meridian stays a box)
+    case("box-longitudes-swapped", T + ["--box", "39,41,281,279"], "box longitudes 281,279 span 358 degrees",
+         "WEST,EAST with WEST first going east, e.g. 279,281", "across the prime meridian e.g. 359,1"),
+    case("data-box-longitudes-swapped", ["data", "--box", "39,41,281,279"], "box longitudes 281,279",
+         "e.g. 279,281"),
+    case("region-skill-box-over-180", ["region", "skill", "--box", "39,41,-100,100"],
+         "box longitudes -100,100 span 200 degrees", "at most 180"),
     case("box-words", T + ["--box", "a,b,c,d"], "'a,b,c,d'", "comma-separated list of numbers"),
     case("epochs-zero", T + ["--epochs", "0"], "epochs=0", ">= 1"),
     case("epochs-fraction", T + ["--epochs", "1.5"], "--epochs", "invalid int value: '1.5'"),

@@ -50,6 +50,10 @@ def accepted(tmp_path, overrides, only=None):
     ({"region_sides": [0]}, r"region_sides=\[0\] must be a list of whole numbers >= 2"),
     ({"region_sides": [1, 8]}, r"region_sides=\[1, 8\] must be a list of whole numbers >= 2"),
     ({"region_world_sizes": [0]}, r"region_world_sizes=\[0\] must be a list of whole numbers >= 1"),
+    # as `lstmnb region memory --budget-gb, --sides`: the machine's memory, the synthetic grid
+    ({"region_budget_gb": 100000}, r"region_budget_gb=100000: this machine has [\d.,]+ GiB of memory; give"),
+    ({"region_sides": [4, 2000]}, r"region_sides=\[4, 2000\]: an area of 2000 rows of the synthetic grid .* "
+                                  r"leaves -90..90 latitude; give sides of at most 601"),
     ({"region_variants": ["foo"]}, r"region_variants=\['foo'\] must be a non-empty list of sparse, none, dense"),
     ({"region_box": [1, 2]}, r"region_box=\[1, 2\]: box .* must be 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX"),
     ({"region_box": [95, 100, 0, 1]}, r"region_box=\[95, 100, 0, 1\]: box latitude 95.0 is outside -90..90"),

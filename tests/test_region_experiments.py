@@ -62,6 +62,21 @@ def test_region_skill_mixes_every_weather_variable(small_store, tmp_path, capsys
     assert rec["model"]["flops_per_sample"]["forward"] > 0
 
 
+@pytest.mark.parametrize("box", [BOX, ["--box", "40,40,279,279"]], ids=["3x4", "one-cell"])
+def test_region_skill_with_variants_none_prints_its_tables(small_store, tmp_path, capsys, box):
+    """The point model alone (the one-cell box's refusal suggests it): no mix to set against none, so no
+    upstream/downstream table, but the skill table, the threads and the record, end to end."""
+    rc = main(["region", "skill", *_area(small_store, box), "--variants", "none", "--epochs", "1", "--batch-size",
+               "64", "--no-progress", "--results", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    (rec,) = read_records(tmp_path)
+    assert rec["region"]["variant"] == "none" and rec["status"] == "ok"
+    table = out[out.index("cells, test period"):]
+    assert all(row in table for row in ("none", "persistence", "climatology", "MSE skill score vs none"))
+    assert "upstream" not in out and "threads: " in out and "1 record(s) appended" in out
+
+
 @pytest.mark.slow
 def test_region_memory_records_each_case_with_its_threads(tmp_path, capsys):
     rc = main(["region", "memory", "--sides", "4,300", "--variants", "sparse", "--budget-gb", "0.5", "--steps", "1",
@@ -128,10 +143,27 @@ def test_region_scaling_compares_equal_total_threads(small_store, tmp_path, caps
     (["memory", "--target", "60x168", "--budget-gb", "0.05"],
      "--target 60x168: the sparse step needs"),
     (["memory", "--threads", "0"], "--threads 0 must be a whole number >= 1"),
+    # a budget over this machine's memory, and areas off the synthetic grid: refused before any case runs
+    (["memory", "--budget-gb", "100000"], "--budget-gb 100000: this machine has "),
+    (["memory", "--budget-gb", "1e300"], "--budget-gb 1e+300: this machine has "),
+    (["memory", "--sides", "10,2000"], "--sides 10,2000: an area of 2000 rows of the synthetic grid (0.25 degree "
+     "cells from 60N) leaves -90..90 latitude; give sides of at most 601"),
+    (["memory", "--target", "10x1441"], "--target 10x1441: an area of 1441 columns of 0.25 degrees goes round the "
+     "globe more than once; give at most 601 rows and 1440 columns"),
     (["scaling", "--world-sizes", "0,2"], "--world-sizes 0,2: ranks must be in 1.."),
     # more ranks than cores: said before the one-process case runs, naming the option this command has
     (["scaling", "--world-sizes", "1,4096"], "--world-sizes 1,4096: ranks must be in 1.."),
     (["scaling", "--repeats", "0"], "--repeats 0 must be a whole number >= 1"),
+    # a box too small for the k or the ranks asked: said once the box is read, before any run, with what to give
+    (["scaling", "--box", "40,40,279,279", "--end", "2020-01-10", "--world-sizes", "1"],
+     "the box holds 1 cell, too small for the sparse mix: it has no neighbours (k >= 1); give a larger box"),
+    (["scaling", "--box", "40,40,279,279", "--end", "2020-01-10"], "the box holds 1 cell, too small for the sparse mix"),
+    (["scaling", "--box", "40,40,279,280", "--end", "2020-01-10"],
+     "--neighbours 8: a box of 5 cells (1 x 5) is too small: it gives each cell 1..4 neighbours; give k in 1..4 "
+     "(e.g. --neighbours 4), or a larger box"),
+    (["scaling", "--box", "40,40,279,281", "--end", "2020-01-10", "--world-sizes", "1,2"],
+     "--world-sizes 1,2: a box of 1 row of cells is too small for 2 tiles ranks (one band of rows each); give "
+     "--world-sizes up to 1, a box of at least 2 rows, or --modes windows"),
     (["scaling", "--lr", "-1"], "--lr -1.0 must be a positive number"),  # this command's own --lr, no rate by lead
 ])
 def test_bad_region_input_is_one_line(small_store, tmp_path, capsys, args, message):

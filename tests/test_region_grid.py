@@ -37,6 +37,25 @@ def meridian_store(tmp_path_factory):
                         variables=["2m_temperature"])
 
 
+def test_box_longitudes_run_west_to_east_and_swapped_ones_are_refused(meridian_store, small_store, tmp_path, capsys):
+    """WEST,EAST across the prime meridian (359,1) is a 3-column box; the same numbers swapped (1,359) would
+    be 359 columns round the globe, and 281,279 (east first) 358 degrees: refused in one line before any read."""
+    assert main(["data", "--source", str(meridian_store), "--box", "50,52,359,1", "--start", "2020-01-01",
+                 "--end", "2020-01-02", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "9 x 9 box" in out and "longitude 359..1 (across 0)" in out, out
+    for box, span, fix in (("39,41,281,279", 358, "279,281"), ("50,52,1,359", 358, "279,281")):
+        assert main(["data", "--source", str(small_store), "--box", box, "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        lon = box.split(",", 2)[2]
+        assert len(err) == 1 and err[0].endswith(
+            f"box longitudes {lon} span {span} degrees going east from {lon.split(',')[0]} (at most 180, or the whole "
+            f"circle -180,180); give LON_MIN,LON_MAX as WEST,EAST with WEST first going east, e.g. {fix}, or across "
+            "the prime meridian e.g. 359,1"), err
+    # the whole circle stays a box of every longitude
+    era5.check_request(era5.Request(points=None, box=(50.0, 52.0, -180.0, 180.0)))
+
+
 def test_box_to_points_keeps_every_cell_and_value(small_box):
     pts = box_to_points(small_box)
     assert dict(pts.sizes) == {"time": small_box.sizes["time"], "point": 25}
@@ -134,3 +153,9 @@ def test_square_grid_checks_its_size():
     assert g.shape == (3, 4) and g.n_cells == 12 and list(g.band(1, 2)) == [4, 5, 6, 7]
     with pytest.raises(ConfigError, match="ny=0 must be a whole number"):
         Grid.square(0)
+    assert Grid.square_limits() == (601, 1440)  # 60N down to 90S, and once round the globe, in 0.25 degrees
+    assert Grid.square(601, 1440).shape == (601, 1440)
+    with pytest.raises(ConfigError, match="a grid of 602 rows from latitude 60.0 leaves -90..90"):
+        Grid.square(602, 1)
+    with pytest.raises(ConfigError, match="1441 columns of 0.25 degrees goes round the globe more than once"):
+        Grid.square(1, 1441)

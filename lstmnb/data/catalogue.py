@@ -243,7 +243,7 @@ def check_selection(request: Request) -> tuple[pd.Timestamp, pd.Timestamp]:
         if len(request.box) != 4:
             raise ConfigError(f"box {tuple(request.box)!r} must be 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
         la0, la1 = check_lat(request.box[0], "box"), check_lat(request.box[1], "box")
-        check_lon(request.box[2], "box"), check_lon(request.box[3], "box")
+        check_box_lons(check_lon(request.box[2], "box"), check_lon(request.box[3], "box"))
         if la0 > la1:
             raise ConfigError(f"box lat_min {la0:g} is above lat_max {la1:g}; give LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
     start, end = parse_time(request.start, what="start"), parse_time(request.end, end=True, what="end")
@@ -365,3 +365,16 @@ def check_lat(lat: float, what: str) -> float:
 def check_lon(lon: float, what: str) -> float:
     """A longitude of a point or box (``what``), in -180..180 or 0..360."""
     return _check_degrees(lon, what, "longitude", -180.0, 360.0, "-180..180 (or 0..360)")
+
+
+def check_box_lons(west: float, east: float) -> None:
+    """A box runs east from LON_MIN to LON_MAX (across the prime meridian when LON_MAX is the smaller, e.g.
+    359,1), so swapped longitudes would silently read as a box round most of the globe: more than 180
+    degrees east is refused, the whole circle (e.g. -180,180 or 0,360) aside."""
+    span = (float(east) - float(west)) % 360.0
+    if span <= 180.0 or float(east) - float(west) == 360.0:
+        return
+    swapped = west > east and (float(west) - float(east)) % 360.0 <= 180.0  # likely written east first
+    raise ConfigError(f"box longitudes {west:g},{east:g} span {span:g} degrees going east from {west:g} (at most 180, "
+                      f"or the whole circle -180,180); give LON_MIN,LON_MAX as WEST,EAST with WEST first going east, "
+                      f"e.g. {f'{east:g},{west:g}' if swapped else '279,281'}, or across the prime meridian e.g. 359,1")

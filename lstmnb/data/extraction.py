@@ -168,9 +168,10 @@ def summary(ds: xr.Dataset) -> str:
         n_cells = ds.sizes["point"]
     else:
         n_cells = ds.sizes["latitude"] * ds.sizes["longitude"]
+        west, east = float(ds.longitude[0]), float(ds.longitude[-1])  # the box's columns run west to east
         cells = (f"{ds.sizes['latitude']} x {ds.sizes['longitude']} box, latitude "
                  f"{float(ds.latitude.min()):g}..{float(ds.latitude.max()):g}, longitude "
-                 f"{float(ds.longitude.min()):g}..{float(ds.longitude.max()):g}")
+                 f"{west:g}..{east:g}{' (across 0)' if west > east else ''}")
     rows = len(times) * n_cells * len(ds.data_vars)
     return "\n".join([
         f"source     {ds.attrs.get('source')}, {data_kind(ds.attrs.get('source'))} data ({ds.attrs.get('source_url')})",

@@ -109,6 +109,25 @@ def check_target(target: tuple[int, int], budget_bytes: float, base) -> None:
                           f"over the --budget-gb {budget_bytes / 2**30:g} budget; raise the budget or shrink the target")
 
 
+def check_scaling_area(shape: tuple[int, int], neighbours: int, world_sizes, modes) -> None:
+    """The box against the k and the ranks asked, once it is read and before any run: a box too small for
+    them is one line saying so and what to give (as ``region_skill.check_neighbours`` words it)."""
+    ny, nx = (int(v) for v in shape)
+    n = ny * nx
+    if neighbours and n < 2:
+        raise ConfigError(f"the box holds {n} cell, too small for the sparse mix: it has no neighbours (k >= 1); "
+                          "give a larger box, e.g. --box 39,39.5,279,279.5 (3 x 3 cells)")
+    if neighbours and neighbours > n - 1:
+        raise ConfigError(f"--neighbours {neighbours}: a box of {n} cells ({ny} x {nx}) is too small: it gives each "
+                          f"cell 1..{n - 1} neighbours; give k in 1..{n - 1} (e.g. --neighbours {min(8, n - 1)}), or a larger box")
+    most = max(world_sizes)
+    if "tiles" in modes and most > ny:
+        rows = f"{ny} row{'s' if ny > 1 else ''}"
+        raise ConfigError(f"--world-sizes {','.join(map(str, world_sizes))}: a box of {rows} of cells is too small "
+                          f"for {most} tiles ranks (one band of rows each); give --world-sizes up to {ny}, a box of "
+                          f"at least {most} rows, or --modes windows")
+
+
 def _sharded_rank(env, area, model_cfg, cfg) -> list[dict[str, Any]]:
     """One rank of a sharded run (``training.parallel.spawn`` calls it): its cells out of ``area`` (an
     ``AreaFile``: a tiles rank its band's, a windows rank all), its steps, then every rank's result gathered
@@ -216,6 +235,7 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
     sizes = check_world_sizes(world_sizes)
     if not isinstance(repeats, int) or repeats < 1:
         raise ConfigError(f"repeats={repeats!r} must be a whole number >= 1")
+    check_scaling_area(data.grid.shape, model_cfg.neighbours, sizes, modes)
     for mode in modes:  # every run's settings against the area, before the first one starts
         for w in sizes:
             check_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w))

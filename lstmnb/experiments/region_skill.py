@@ -210,6 +210,8 @@ def flow_table(maps: xr.Dataset, grid: Grid, heading_deg: float = SAMPLE_HEADING
                          "difference (K)": float((np.sqrt(mse[sel]) - np.sqrt(ref[sel])).mean()),
                          "MSE skill score vs none": mse_skill_score(mse[sel].mean(), ref[sel].mean()),
                          "cells better than none": float((mse[sel] < ref[sel]).mean())})
+    if not rows:  # no mixing variant ran (--variants none): nothing to set against none
+        return pd.DataFrame()
     out = pd.DataFrame(rows).set_index(["forecast", "cells"])
     out.attrs["heading_deg"] = heading_deg
     return out

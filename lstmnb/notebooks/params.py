@@ -271,6 +271,15 @@ def _check_settings(values: Mapping[str, Any]) -> None:
         from ..experiments.region import check_world_sizes
 
         _reuse("region_world_sizes", values["region_world_sizes"], check_world_sizes, values["region_world_sizes"])
+    if "region_budget_gb" in values or "region_sides" in values:  # as `lstmnb region memory --budget-gb, --sides`
+        from ..region.memory_checks import check_areas, check_budget
+
+        if "region_budget_gb" in values:
+            _reuse("region_budget_gb", values["region_budget_gb"], check_budget, values["region_budget_gb"],
+                   str(values.get("device", "cpu")))
+        if "region_sides" in values:
+            sides = values["region_sides"]
+            _reuse("region_sides", sides, check_areas, [(n, n) for n in sides], f"--sides {','.join(map(str, sides))}")
     _check_scratch(values)
     if values.get("experiment") is not None:  # 06: None shows every experiment; as `lstmnb results --experiment`
         from types import SimpleNamespace

@@ -73,6 +73,11 @@ class Grid:
         nx = self.lon.size
         return np.arange(row0 * nx, row1 * nx)
 
+    @staticmethod
+    def square_limits(lat0: float = 60.0, step: float = 0.25) -> tuple[int, int]:
+        """The most rows (from ``lat0`` down to -90) and columns (once round the globe) ``square`` makes."""
+        return int(np.floor((lat0 + 90) / step + 1e-9)) + 1, int(np.floor(360 / step + 1e-9))
+
     @classmethod
     def square(cls, ny: int, nx: int | None = None, *, lat0: float = 60.0, lon0: float = 0.0,
                step: float = 0.25) -> "Grid":
@@ -81,8 +86,12 @@ class Grid:
         for name, v in (("ny", ny), ("nx", nx)):
             if not isinstance(v, (int, np.integer)) or v < 1:
                 raise ConfigError(f"{name}={v!r} must be a whole number of cells >= 1")
-        if lat0 - step * (ny - 1) < -90 or lat0 > 90:
+        rows, cols = cls.square_limits(lat0, step)
+        if ny > rows or lat0 > 90:
             raise ConfigError(f"a grid of {ny} rows from latitude {lat0} leaves -90..90")
+        if nx > cols:
+            raise ConfigError(f"a grid of {nx} columns of {step} degrees goes round the globe more than once "
+                              f"(at most {cols})")
         return cls(lat0 - step * np.arange(ny), (lon0 + step * np.arange(nx)) % 360.0)
 
 

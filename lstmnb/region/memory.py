@@ -209,8 +209,23 @@ def _main() -> None:
     try:
         out = run_case(case)
     except Exception as exc:  # noqa: BLE001 - reported to the parent as a failed case
-        out = {"error": f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"}
+        out = {"error": failure_reason(exc)}
     print(json.dumps(out))
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Why a case failed, in one short line: out of memory said so with what was asked, without the C++
+    source location torch's allocator puts first ("[enforce fail at alloc_cpu.cpp:127] ...")."""
+    import re
+
+    from ..memory import is_oom
+
+    text = re.sub(r"\[enforce fail at [^\]]*\]\s*", "", (str(exc).strip().splitlines() or [""])[0])
+    if is_oom(exc):
+        asked = re.search(r"allocate (\d+) bytes", text) or re.search(r"[Tt]ried to allocate ([\d.]+ \w+)", text)
+        size = "" if asked is None else (f"{int(asked[1]) / 2**30:,.1f} GiB" if asked[1].isdigit() else asked[1])
+        return f"out of memory{f': tried to allocate {size}' if size else ''}"
+    return f"{type(exc).__name__}: {text[:300]}"
 
 
 def _row(case: MemoryCase, floor_bytes: int) -> dict:
@@ -266,23 +281,6 @@ def floor(base: MemoryCase = MemoryCase()) -> dict:
     """The runtime's own memory, measured as any case (the threads, the kernels' workspaces and caches that
     every larger case has too)."""
     return measure(floor_case(base))
-
-
-def check_floor(base: MemoryCase) -> None:
-    """A ConfigError, before anything is measured, where even the floor's 3 x 3 case is predicted to need
-    more memory than the device has (its batch, window and hidden size alone)."""
-    import torch
-
-    from ..device import host_memory_bytes
-
-    need = predict_bytes(floor_case(base))["total"]
-    on_gpu = base.device == "cuda" and torch.cuda.is_available()
-    have = torch.cuda.get_device_properties(0).total_memory if on_gpu else host_memory_bytes()
-    if need > have:
-        raise ConfigError(f"batch={base.batch}, window={base.window}, hidden={base.hidden}: even the 3 x 3 area "
-                          f"measured first is predicted to need {need / 2**30:,.1f} GiB; "
-                          f"{'the GPU' if on_gpu else 'this machine'} has {have / 2**30:,.1f} GiB; "
-                          "give a smaller --batch, --window or --hidden")
 
 
 def sweep(sides, variants=("sparse", "dense"), budget_bytes: float = 4 * 2**30, base: MemoryCase = MemoryCase(),
