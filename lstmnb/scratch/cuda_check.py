@@ -16,8 +16,9 @@ import warnings
 from contextlib import contextmanager
 from importlib import metadata
 
-NO_GPU_HINT = ("without a GPU, NUMBA_ENABLE_CUDASIM=1 (set before Python starts) runs the kernels in Numba's "
-               "CUDA simulator, for correctness only")
+NO_GPU_HINT = ("without a GPU, Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1, set before Python starts) can run "
+               "these kernels to check their numbers, as lstmnb's tests do, never to time them: the bench skips "
+               "them there too")
 MAX_MESSAGE = 300  # characters of an exception's message kept in a reason
 
 
