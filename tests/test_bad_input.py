@@ -112,6 +112,9 @@ CASES = [
     case("num-workers-negative", T + ["--num-workers", "-1"], "num_workers=-1", ">= 0"),
     case("threads-zero", T + ["--threads", "0"], "threads=0", ">= 1"),
     case("bucket-cap-zero", T + ["--bucket-cap-mb", "0"], "bucket_cap_mb=0.0", "positive number"),
+    # was accepted: the ranks started, then torch's DDP failed with a cut-off TypeError (its bytes overflow an int64)
+    case("bucket-cap-beyond-ddp", T + ["--strategy", "ddp", "--nproc", "2", "--bucket-cap-mb", "1e30"],
+         "bucket_cap_mb=1e+30", "positive number of MB up to 1000000"),
     case("dist-timeout-nan", T + ["--dist-timeout-s", "nan"], "dist_timeout_s=nan", "positive number"),
     case("dist-timeout-below-a-second", T + ["--dist-timeout-s", "1e-9"], "dist_timeout_s=1e-09", "1 to 604800 s"),
     case("window-zero", T + ["--window", "0"], "window=0", ">= 1"),
@@ -256,6 +259,8 @@ CASES = [
     case("scaling-comm-steps", ["bench", "scaling", "--comm-steps", "-1"], "comm_split_steps=-1", "0..10000"),
     case("scaling-comm-steps-huge", ["bench", "scaling", "--comm-steps", "999999999999"], "comm_split_steps=999999999999",
          "0..10000"),
+    case("scaling-bucket-cap-beyond-ddp", ["bench", "scaling", "--bucket-cap-mb", "1e30"], "bucket_cap_mb=1e+30",
+         "up to 1000000"),
     case("scaling-mode", ["bench", "scaling", "--mode", "diagonal"], "'diagonal'", "choose from 'strong', 'weak', 'both'"),
     case("scaling-plot-folder", ["bench", "scaling", "--device", "cpu", "--plot", "{tmp}/adir"], "--plot", "is a folder"),
     case("scaling-world-sizes-beyond-cores", ["bench", "scaling", "--device", "cpu", "--mode", "weak", "--world-sizes",
