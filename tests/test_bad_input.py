@@ -67,7 +67,13 @@ CASES = [
     case("checkpoint-is-folder", T + ["--checkpoint", "{tmp}/adir"], "--checkpoint", "is a folder; give a file path"),
     case("checkpoint-read-only", T + ["--checkpoint", RO + "/ck.pt"], "--checkpoint", "read-only"),
     case("checkpoint-under-a-file", T + ["--checkpoint", "{tmp}/plain.txt/ck.pt"], "plain.txt", "is a file, not a folder"),
-    case("checkpoint-corrupt", T + ["--checkpoint", "{tmp}/corrupt.pt", "--resume"], "corrupt.pt", "corrupt or half-written"),
+    case("checkpoint-corrupt", T + ["--checkpoint", "{tmp}/corrupt.pt", "--resume"], "corrupt.pt", "corrupt or half-written",
+         "delete it to start over, or give --overwrite-checkpoint instead of --resume"),  # was: "run without --resume"
+    case("checkpoint-corrupt-new-run", T + ["--checkpoint", "{tmp}/corrupt.pt"], "not a readable checkpoint",
+         "--overwrite-checkpoint replaces it, or delete it"),
+    case("checkpoint-checksum-file-damaged", T + ["--checkpoint", "{tmp}/badsum.pt", "--resume"],
+         "the checksum file {tmp}/badsum.pt.sha256 beside checkpoint {tmp}/badsum.pt is damaged",
+         "delete {tmp}/badsum.pt.sha256"),  # was blamed on the checkpoint ("changed after it was written")
     case("checkpoint-flipped-bit", T + ["--checkpoint", "{tmp}/flipped.pt", "--resume"], "flipped.pt is damaged",
          "no longer matches the SHA-256 written with it"),
     case("profile-unknown", T + ["--profile", "nope"], "unknown profile 'nope'", "choose from"),
@@ -406,6 +412,8 @@ def world(tmp_path, monkeypatch, read_only_folder, real_checkpoint):
     flipped[len(flipped) // 2] ^= 0x08  # one bit in the middle of torch.save's bytes
     (tmp_path / "flipped.pt").write_bytes(bytes(flipped))
     (tmp_path / "flipped.pt.sha256").write_text(f"{hashlib.sha256(real_checkpoint).hexdigest()}  flipped.pt\n")
+    (tmp_path / "badsum.pt").write_bytes(real_checkpoint)  # a good checkpoint, its checksum file damaged
+    (tmp_path / "badsum.pt.sha256").write_text("this is not a checksum\n")
     (tmp_path / "corrupt.jsonl").write_text(json.dumps({"schema": 1, "run_id": "c", "started": 12345, "experiment": ["a"],
                                                         "status": 5, "device": {"kind": "cpu"}}) + "\nnot json\n")
     (tmp_path / "empty.jsonl").write_text("")
