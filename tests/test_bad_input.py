@@ -150,7 +150,14 @@ CASES = [
     case("option-without-value", ["train", "--epochs"], "--epochs", "expected one argument"),
     case("cache-is-a-file", T, "cache folder", "is a file, not a folder", env={"LSTMNB_CACHE": "{tmp}/plain.txt"}),
     case("cache-read-only", T, "cache folder", "read-only", env={"LSTMNB_CACHE": RO + "/cache"}),
-    case("results-env-read-only", T, "--results file", "read-only", env={"LSTMNB_RESULTS": RO}),
+    # $LSTMNB_RESULTS named as the source of the path: these said "--results", which was not given
+    case("results-env-read-only", T, "$LSTMNB_RESULTS file", "read-only", env={"LSTMNB_RESULTS": RO}),
+    case("results-env-plain-file", T, "$LSTMNB_RESULTS {tmp}/plain.txt is a file without the .jsonl suffix",
+         "a folder for runs.jsonl", env={"LSTMNB_RESULTS": "{tmp}/plain.txt"}),
+    case("results-env-under-a-file", ["replicate"], "$LSTMNB_RESULTS file {tmp}/plain.txt/x/runs.jsonl cannot be written",
+         "is a file, not a folder", env={"LSTMNB_RESULTS": "{tmp}/plain.txt/x"}),
+    case("results-given-beside-env", T + ["--results", "{tmp}/plain.txt"], "--results {tmp}/plain.txt is a file",
+         ".jsonl", env={"LSTMNB_RESULTS": RO}),
     # --- results --------------------------------------------------------------------------------------------
     case("results-last-negative", ["results", "--last", "-1"], "--last -1", "0 shows all runs"),
     case("results-last-word", ["results", "--last", "all"], "--last", "invalid int value: 'all'"),

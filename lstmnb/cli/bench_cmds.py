@@ -6,7 +6,7 @@ import argparse
 
 from .checks import check_plot, check_profile_name, check_records_args, check_results, check_split_dates, positive
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
-                      add_train_args, byte_size, int_list, read_runs, request_from_args, results_path, save_plot,
+                      add_train_args, byte_size, check_results_args, int_list, read_runs, request_from_args, results_path, save_plot,
                       override_default, train_config_from_args)
 
 
@@ -22,7 +22,7 @@ def _check_training_bench(args, cfg=None, device: bool = True) -> None:
     if device:
         resolve_device(cfg.device)
     check_split_dates(cfg, request_from_args(args))
-    check_results(results_path(args))
+    check_results_args(args)
     check_cache()
 
 def _steady_epochs(option: str, epochs: int | None) -> None:
@@ -217,7 +217,7 @@ def _check_bench_allreduce(args) -> None:
     resolve_device(acfg.device)
     check_world_size(ddp_device_kind(acfg.device), acfg.world_size, "--world-size")
     positive("--step-s", args.step_s, whole=False, none_ok=True)
-    check_results(results_path(args))
+    check_results_args(args)
 
 
 def _run_bench_allreduce(args) -> int:

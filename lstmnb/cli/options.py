@@ -228,6 +228,25 @@ def results_path(args):
     return args.results if args.results is not None else str(results_dir())
 
 
+def results_option(args) -> str:
+    """What the user set the results path with, for messages: --results, else $LSTMNB_RESULTS when it is set,
+    else the default (results/)."""
+    import os
+
+    from ..paths import RESULTS_ENV
+
+    if getattr(args, "results", None) is not None:
+        return "--results"
+    return f"${RESULTS_ENV}" if os.environ.get(RESULTS_ENV) else "default results"
+
+
+def check_results_args(args) -> None:
+    """``checks.check_results`` for the results path of ``args``, naming where that path came from."""
+    from .checks import check_results
+
+    check_results(results_path(args), results_option(args))
+
+
 def write_output(path: str, option: str, write, kept: str, suffix: str = "") -> None:
     """``write(tmp)`` to a temporary beside ``path``, renamed onto it when complete; a write that fails
     after the work is an OutputError (exit status 1) naming ``option`` and saying what is ``kept``."""

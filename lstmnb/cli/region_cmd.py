@@ -7,9 +7,9 @@ import argparse
 
 from ..errors import ConfigError
 from ..region import VARIANTS
-from .checks import check_plot, check_results, positive
+from .checks import check_plot, positive
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args,
-                      int_list, results_path, save_plot, str_list, train_config_from_args)
+                      check_results_args, int_list, results_path, save_plot, str_list, train_config_from_args)
 
 SKILL_BOX = "38,40,279,280"  # 9 x 5 cells of the synthetic sample (around 39N 80W)
 SCALING_BOX = "39,41,279,281"  # 9 x 9 cells
@@ -97,7 +97,7 @@ def _check_skill(args) -> None:
     from ..experiments.region_skill import check_mixes
 
     check_mixes(_variants(args.variants), args.neighbours, args.channels)
-    check_training(_skill_config(args), request, results_path(args))
+    check_training(_skill_config(args), request, args)
     check_plot(args.plot)
 
 
@@ -251,7 +251,7 @@ def _check_memory(args) -> None:
         check_target(target, args.budget_gb * 2**30, case)
     resolve_device(args.device)
     check_plot(args.plot)
-    check_results(results_path(args))
+    check_results_args(args)
 
 
 def _run_memory(args) -> int:
@@ -371,7 +371,7 @@ def _check_scaling(args) -> None:
     for mode in args.modes:
         for w in args.world_sizes:
             _shard_config(args, mode, w).validate()
-    check_results(results_path(args))
+    check_results_args(args)
     check_cache()
 
 
