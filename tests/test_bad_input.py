@@ -84,6 +84,19 @@ CASES = [
          env={"OMP_NUM_THREADS": "0"}),
     case("resume-without-checkpoint", T + ["--resume"], "resume=True", "needs a checkpoint"),
     case("results-empty", T + ["--results", ""], "--results is empty", ".jsonl file or a folder"),
+    # contradictory options that were ignored without a word (rc 0): refused in one line
+    case("results-and-no-record", T + ["--results", "{tmp}/r.jsonl", "--no-record"],
+         "--results {tmp}/r.jsonl and --no-record both given", "give one"),
+    case("replicate-results-and-no-record", ["replicate", "--no-record", "--results", "/sys"],
+         "--results /sys and --no-record both given", "give one"),
+    case("qs-results-and-no-record", ["quickstart", "--no-record", "--results", "{tmp}/r.jsonl"],
+         "--results {tmp}/r.jsonl and --no-record", "give one"),
+    case("allreduce-results-and-no-record", ["bench", "allreduce", "--no-record", "--results", "{tmp}/r.jsonl"],
+         "--results {tmp}/r.jsonl and --no-record", "give one"),
+    case("overwrite-checkpoint-without-checkpoint", T + ["--overwrite-checkpoint"],
+         "overwrite_checkpoint=True needs a checkpoint path to replace (--checkpoint)", "leave it out"),
+    case("speed-target-rmse-and-fraction", ["bench", "speed", "--target-rmse", "1", "--target-fraction", "0.5"],
+         "--target-rmse 1 and --target-fraction 0.5 both given", "give one"),
     case("results-read-only", T + ["--results", RO + "/r.jsonl"], "--results file", "read-only"),
     case("results-plain-file", T + ["--results", "{tmp}/plain.txt"], "plain.txt", "without the .jsonl suffix"),
     case("results-jsonl-is-folder", T + ["--results", "{tmp}/dir.jsonl"], "dir.jsonl", "is a folder"),
@@ -472,8 +485,12 @@ def test_bad_input_is_refused_in_one_line_before_any_work(world, monkeypatch, ca
 
 def test_every_sub_command_checks_its_input_before_it_runs():
     """The one validation layer: each runnable sub-command has a ``check`` that main calls first."""
-    parser = cli.build_parser()
+    missing = [" ".join(path) for path, p in _leaf_parsers() if p.get_default("check") is None]
+    assert missing == []
 
+
+def _leaf_parsers():
+    """(sub-command words, parser) of every runnable sub-command."""
     def leaves(p, path):
         subs = [a for a in p._actions if a.__class__.__name__ == "_SubParsersAction"]
         if not subs:
@@ -482,8 +499,22 @@ def test_every_sub_command_checks_its_input_before_it_runs():
             for name, child in action.choices.items():
                 yield from leaves(child, path + [name])
 
-    missing = [" ".join(path) for path, p in leaves(parser, []) if p.get_default("check") is None]
-    assert missing == []
+    return list(leaves(cli.build_parser(), []))
+
+
+def test_every_sub_command_refuses_results_beside_no_record(world, capsys):
+    """--results with --no-record was ignored without a word (exit 0, nothing written): every sub-command
+    that offers both refuses them together in one line, before any work."""
+    tmp, _ = world
+    offering = [path for path, p in _leaf_parsers() if any("--no-record" in a.option_strings for a in p._actions)]
+    assert {"train", "replicate", "quickstart", "skill", "bench allreduce"} <= {" ".join(p) for p in offering}
+    before = snapshot(tmp)
+    for path in offering:
+        code = cli.main(path + ["--no-record", "--results", str(tmp / "r.jsonl")])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and err.count("\n") == 1, (path, code, err)
+        assert f"--results {tmp / 'r.jsonl'} and --no-record both given" in err, (path, err)
+    assert snapshot(tmp) == before
 
 
 # --- inputs that need the data to be judged, and inputs that run with a note ------------------------------

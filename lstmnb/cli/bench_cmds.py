@@ -59,8 +59,8 @@ def _bench_speed(kinds, full: bool) -> None:
     p.add_argument("--max-epochs", type=int, default=15, help="epoch budget per run (default 15)")
     p.add_argument("--target-rmse", type=float, default=None,
                    help="validation RMSE target in K (default: --target-fraction x persistence's validation RMSE)")
-    p.add_argument("--target-fraction", type=float, default=0.9, help="default target as a fraction of "
-                   "persistence's validation RMSE (default 0.9, i.e. 10%% below)")
+    p.add_argument("--target-fraction", type=float, default=None, help="the target as a fraction of "
+                   "persistence's validation RMSE, when --target-rmse is not given (default 0.9, i.e. 10%% below)")
     p.add_argument("--only", default=None, help="comma-separated contenders: published,fast,recommended")
     p.add_argument("--results", default=None, help="append each run's record here (default: do not record)")
     p.set_defaults(func=_run_bench_speed, check=_check_bench_speed)
@@ -80,7 +80,10 @@ def _check_bench_speed(args) -> None:
     positive("--max-epochs", args.max_epochs)
     _steady_epochs("--max-epochs", args.max_epochs)
     positive("--target-rmse", args.target_rmse, whole=False, none_ok=True)
-    if not 0 < args.target_fraction <= 1:
+    if args.target_rmse is not None and args.target_fraction is not None:
+        raise ConfigError(f"--target-rmse {args.target_rmse:g} and --target-fraction {args.target_fraction:g} both "
+                          "given: the target is an RMSE in K or a fraction of persistence's; give one")
+    if args.target_fraction is not None and not 0 < args.target_fraction <= 1:
         raise ConfigError(f"--target-fraction {args.target_fraction} must be in (0, 1]: the target is that fraction of "
                           "persistence's validation RMSE (0.9: 10% below it)")
     only = args.only.split(",") if args.only is not None else list(CONTENDERS)
@@ -96,7 +99,7 @@ def _run_bench_speed(args) -> int:
 
     report = speed.speed_benchmark(
         request_from_args(args), device=args.device, repeats=args.repeats, max_epochs=args.max_epochs,
-        target_rmse=args.target_rmse, target_fraction=args.target_fraction,
+        target_rmse=args.target_rmse, **({"target_fraction": args.target_fraction} if args.target_fraction is not None else {}),
         only=args.only.split(",") if args.only else None, results=args.results,
     )
     print(speed.format_report(report))

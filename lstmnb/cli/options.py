@@ -241,9 +241,15 @@ def results_option(args) -> str:
 
 
 def check_results_args(args) -> None:
-    """``checks.check_results`` for the results path of ``args``, naming where that path came from."""
+    """``checks.check_results`` for the results path of ``args``, naming where that path came from; --results
+    with --no-record (which would ignore it) is refused."""
     from .checks import check_results
 
+    if getattr(args, "no_record", False) and getattr(args, "results", None) is not None:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"--results {args.results} and --no-record both given: one appends the records there, the "
+                          "other writes none; give one")
     check_results(results_path(args), results_option(args))
 
 

@@ -225,6 +225,9 @@ class TrainConfig:
                 raise ConfigError(f"{name}={value!r} is empty; give a name" + (" (or leave it out)" if name != "experiment" else ""))
         if self.resume and not self.checkpoint:
             raise ConfigError("resume=True needs a checkpoint path to resume from")
+        if self.overwrite_checkpoint and not self.checkpoint:
+            raise ConfigError("overwrite_checkpoint=True needs a checkpoint path to replace (--checkpoint); "
+                              "without one no checkpoint is written: leave it out")
         if self.resume and self.overwrite_checkpoint:
             raise ConfigError("resume=True continues the checkpoint and overwrite_checkpoint=True replaces it; "
                               "choose one")
