@@ -270,6 +270,8 @@ CASES = [
     case("scaling-one-epoch", ["bench", "scaling", "--epochs", "1"], "--epochs 1 leaves no steady epoch", "2 or more"),
     case("size-one-epoch", ["bench", "size", "--epochs", "1"], "--epochs 1 leaves no steady epoch", "2 or more"),
     case("speed-target-rmse-negative", ["bench", "speed", "--target-rmse", "-1"], "--target-rmse -1.0", "positive"),
+    case("speed-only-twice", ["bench", "speed", "--only", "published,fast,published"], "--only published,fast,published "
+         "repeats published", "give each contender once, e.g. published,fast"),  # ran twice, two identical rows
     case("speed-only-unknown", ["bench", "speed", "--only", "fastest"], "'fastest' not known", "published,fast,recommended"),
     case("speed-device-empty", ["bench", "speed", "--device", ""], "--device=''", "auto, cpu"),
     case("speed-results-empty", ["bench", "speed", "--results", ""], "--results is empty", ".jsonl"),

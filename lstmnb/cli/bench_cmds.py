@@ -90,6 +90,10 @@ def _check_bench_speed(args) -> None:
     bad = [n for n in only if n not in CONTENDERS]
     if bad or not only:
         raise ConfigError(f"--only {args.only!r}: {', '.join(map(repr, bad))} not known; choose from {','.join(CONTENDERS)}")
+    twice = sorted({n for n in only if only.count(n) > 1})
+    if twice:  # it ran them twice as often, and printed each row twice
+        raise ConfigError(f"--only {args.only} repeats {','.join(twice)}; give each contender once, e.g. "
+                          f"{','.join(dict.fromkeys(only))} (--repeats sets how often each runs)")
     check_results(args.results)
     check_cache()
 
