@@ -335,7 +335,7 @@ def _bench_size(kinds, full: bool) -> None:
                     "GPU is faster. Without a GPU the GPU rows are recorded as skipped. Defaults: 2 epochs "
                     "(warm-up + one timed) on 2020-01-01..2020-03-31.",
     )
-    add_request_args(p)
+    add_request_args(p, places=False)  # the sizes' grid points are its own (--points): no --point or --box
     if full:
         add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "input_path", "device", "cuda_graph",
                                 "experiment"))
