@@ -107,10 +107,15 @@ def _sweep_config(args):
                                    memory_cap_mb=args.memory_cap_mb)
 
 
+# SweepConfig's fields as this command spells them
+SWEEP_OPTIONS = {"start": "--first-batch", "factor": "--factor", "max_batch": "--max-batch",
+                 "memory_cap_mb": "--memory-cap-mb"}
+
+
 def _check_bench_batch_sweep(args) -> None:
     check_training_bench(args)
     positive("--memory-cap-mb", args.memory_cap_mb, whole=False, none_ok=True)
-    _sweep_config(args).validate()
+    _sweep_config(args).validate(SWEEP_OPTIONS)
 
 
 def _run_bench_batch_sweep(args) -> int:
