@@ -67,7 +67,13 @@ CASES = [
     case("checkpoint-is-folder", T + ["--checkpoint", "{tmp}/adir"], "--checkpoint", "is a folder; give a file path"),
     case("checkpoint-read-only", T + ["--checkpoint", RO + "/ck.pt"], "--checkpoint", "read-only"),
     case("checkpoint-under-a-file", T + ["--checkpoint", "{tmp}/plain.txt/ck.pt"], "plain.txt", "is a file, not a folder"),
-    case("checkpoint-corrupt", T + ["--checkpoint", "{tmp}/corrupt.pt", "--resume"], "corrupt.pt", "corrupt or half-written"),
+    case("checkpoint-corrupt", T + ["--checkpoint", "{tmp}/corrupt.pt", "--resume"], "corrupt.pt", "corrupt or half-written",
+         "delete it to start over, or give --overwrite-checkpoint instead of --resume"),  # was: "run without --resume"
+    case("checkpoint-corrupt-new-run", T + ["--checkpoint", "{tmp}/corrupt.pt"], "not a readable checkpoint",
+         "--overwrite-checkpoint replaces it, or delete it"),
+    case("checkpoint-checksum-file-damaged", T + ["--checkpoint", "{tmp}/badsum.pt", "--resume"],
+         "the checksum file {tmp}/badsum.pt.sha256 beside checkpoint {tmp}/badsum.pt is damaged",
+         "delete {tmp}/badsum.pt.sha256"),  # was blamed on the checkpoint ("changed after it was written")
     case("checkpoint-flipped-bit", T + ["--checkpoint", "{tmp}/flipped.pt", "--resume"], "flipped.pt is damaged",
          "no longer matches the SHA-256 written with it"),
     case("profile-unknown", T + ["--profile", "nope"], "unknown profile 'nope'", "choose from"),
@@ -78,6 +84,19 @@ CASES = [
          env={"OMP_NUM_THREADS": "0"}),
     case("resume-without-checkpoint", T + ["--resume"], "resume=True", "needs a checkpoint"),
     case("results-empty", T + ["--results", ""], "--results is empty", ".jsonl file or a folder"),
+    # contradictory options that were ignored without a word (rc 0): refused in one line
+    case("results-and-no-record", T + ["--results", "{tmp}/r.jsonl", "--no-record"],
+         "--results {tmp}/r.jsonl and --no-record both given", "give one"),
+    case("replicate-results-and-no-record", ["replicate", "--no-record", "--results", "/sys"],
+         "--results /sys and --no-record both given", "give one"),
+    case("qs-results-and-no-record", ["quickstart", "--no-record", "--results", "{tmp}/r.jsonl"],
+         "--results {tmp}/r.jsonl and --no-record", "give one"),
+    case("allreduce-results-and-no-record", ["bench", "allreduce", "--no-record", "--results", "{tmp}/r.jsonl"],
+         "--results {tmp}/r.jsonl and --no-record", "give one"),
+    case("overwrite-checkpoint-without-checkpoint", T + ["--overwrite-checkpoint"],
+         "overwrite_checkpoint=True needs a checkpoint path to replace (--checkpoint)", "leave it out"),
+    case("speed-target-rmse-and-fraction", ["bench", "speed", "--target-rmse", "1", "--target-fraction", "0.5"],
+         "--target-rmse 1 and --target-fraction 0.5 both given", "give one"),
     case("results-read-only", T + ["--results", RO + "/r.jsonl"], "--results file", "read-only"),
     case("results-plain-file", T + ["--results", "{tmp}/plain.txt"], "plain.txt", "without the .jsonl suffix"),
     case("results-jsonl-is-folder", T + ["--results", "{tmp}/dir.jsonl"], "dir.jsonl", "is a folder"),
@@ -119,6 +138,9 @@ CASES = [
     case("num-workers-negative", T + ["--num-workers", "-1"], "num_workers=-1", ">= 0"),
     case("threads-zero", T + ["--threads", "0"], "threads=0", ">= 1"),
     case("bucket-cap-zero", T + ["--bucket-cap-mb", "0"], "bucket_cap_mb=0.0", "positive number"),
+    # was accepted: the ranks started, then torch's DDP failed with a cut-off TypeError (its bytes overflow an int64)
+    case("bucket-cap-beyond-ddp", T + ["--strategy", "ddp", "--nproc", "2", "--bucket-cap-mb", "1e30"],
+         "bucket_cap_mb=1e+30", "positive number of MB up to 1000000"),
     case("dist-timeout-nan", T + ["--dist-timeout-s", "nan"], "dist_timeout_s=nan", "positive number"),
     case("dist-timeout-below-a-second", T + ["--dist-timeout-s", "1e-9"], "dist_timeout_s=1e-09", "1 to 604800 s"),
     case("window-zero", T + ["--window", "0"], "window=0", ">= 1"),
@@ -149,7 +171,14 @@ CASES = [
     case("option-without-value", ["train", "--epochs"], "--epochs", "expected one argument"),
     case("cache-is-a-file", T, "cache folder", "is a file, not a folder", env={"LSTMNB_CACHE": "{tmp}/plain.txt"}),
     case("cache-read-only", T, "cache folder", "read-only", env={"LSTMNB_CACHE": RO + "/cache"}),
-    case("results-env-read-only", T, "--results file", "read-only", env={"LSTMNB_RESULTS": RO}),
+    # $LSTMNB_RESULTS named as the source of the path: these said "--results", which was not given
+    case("results-env-read-only", T, "$LSTMNB_RESULTS file", "read-only", env={"LSTMNB_RESULTS": RO}),
+    case("results-env-plain-file", T, "$LSTMNB_RESULTS {tmp}/plain.txt is a file without the .jsonl suffix",
+         "a folder for runs.jsonl", env={"LSTMNB_RESULTS": "{tmp}/plain.txt"}),
+    case("results-env-under-a-file", ["replicate"], "$LSTMNB_RESULTS file {tmp}/plain.txt/x/runs.jsonl cannot be written",
+         "is a file, not a folder", env={"LSTMNB_RESULTS": "{tmp}/plain.txt/x"}),
+    case("results-given-beside-env", T + ["--results", "{tmp}/plain.txt"], "--results {tmp}/plain.txt is a file",
+         ".jsonl", env={"LSTMNB_RESULTS": RO}),
     # --- results --------------------------------------------------------------------------------------------
     case("results-last-negative", ["results", "--last", "-1"], "--last -1", "0 shows all runs"),
     case("results-last-word", ["results", "--last", "all"], "--last", "invalid int value: 'all'"),
@@ -251,6 +280,8 @@ CASES = [
     case("scaling-one-epoch", ["bench", "scaling", "--epochs", "1"], "--epochs 1 leaves no steady epoch", "2 or more"),
     case("size-one-epoch", ["bench", "size", "--epochs", "1"], "--epochs 1 leaves no steady epoch", "2 or more"),
     case("speed-target-rmse-negative", ["bench", "speed", "--target-rmse", "-1"], "--target-rmse -1.0", "positive"),
+    case("speed-only-twice", ["bench", "speed", "--only", "published,fast,published"], "--only published,fast,published "
+         "repeats published", "give each contender once, e.g. published,fast"),  # ran twice, two identical rows
     case("speed-only-unknown", ["bench", "speed", "--only", "fastest"], "'fastest' not known", "published,fast,recommended"),
     case("speed-device-empty", ["bench", "speed", "--device", ""], "--device=''", "auto, cpu"),
     case("speed-results-empty", ["bench", "speed", "--results", ""], "--results is empty", ".jsonl"),
@@ -266,6 +297,8 @@ CASES = [
     case("scaling-comm-steps", ["bench", "scaling", "--comm-steps", "-1"], "comm_split_steps=-1", "0..10000"),
     case("scaling-comm-steps-huge", ["bench", "scaling", "--comm-steps", "999999999999"], "comm_split_steps=999999999999",
          "0..10000"),
+    case("scaling-bucket-cap-beyond-ddp", ["bench", "scaling", "--bucket-cap-mb", "1e30"], "bucket_cap_mb=1e+30",
+         "up to 1000000"),
     case("scaling-mode", ["bench", "scaling", "--mode", "diagonal"], "'diagonal'", "choose from 'strong', 'weak', 'both'"),
     case("scaling-plot-folder", ["bench", "scaling", "--device", "cpu", "--plot", "{tmp}/adir"], "--plot", "is a folder"),
     case("scaling-world-sizes-beyond-cores", ["bench", "scaling", "--device", "cpu", "--mode", "weak", "--world-sizes",
@@ -287,9 +320,14 @@ CASES = [
     case("allreduce-hidden-zero", ["bench", "allreduce", "--hidden", "0"], "hidden=0", ">= 1"),
     case("allreduce-cell", ["bench", "allreduce", "--cell", "rnn"], "cell='rnn'", "lstm"),
     case("allreduce-step-zero", ["bench", "allreduce", "--device", "cpu", "--step-s", "0"], "--step-s 0.0", "positive number"),
-    case("sweep-first-batch-zero", ["bench", "batch-sweep", "--first-batch", "0"], "start >= 1 (0)", "factor >= 2"),
-    case("sweep-factor-one", ["bench", "batch-sweep", "--factor", "1"], "factor >= 2 (1)", "start >= 1"),
-    case("sweep-max-below-first", ["bench", "batch-sweep", "--max-batch", "1"], "max_batch=1", "below start=32"),
+    # the options as typed (these said "start" and "max_batch", SweepConfig's fields)
+    case("sweep-first-batch-zero", ["bench", "batch-sweep", "--first-batch", "0"], "--first-batch 0",
+         "whole number >= 1 (the sweep's first batch size)"),
+    case("sweep-factor-one", ["bench", "batch-sweep", "--factor", "1"], "--factor 1", "whole number >= 2"),
+    case("sweep-max-below-first", ["bench", "batch-sweep", "--max-batch", "1"], "--max-batch 1 is below --first-batch 32",
+         "at least the first"),
+    case("sweep-max-below-given-first", ["bench", "batch-sweep", "--first-batch", "64", "--max-batch", "48"],
+         "--max-batch 48 is below --first-batch 64", "at least the first"),
     case("region-memory-k-beyond-area", ["region", "memory", "--sides", "4", "--variants", "sparse", "--neighbours",
                                          "1000"], "--neighbours 1000", "(4 x 4) has 16 cells, so k must be 0..15"),
     case("region-memory-k-beyond-target", ["region", "memory", "--sides", "4", "--target", "2x3", "--neighbours", "8"],
@@ -304,7 +342,7 @@ CASES = [
     case("sweep-memory-cap-negative", ["bench", "batch-sweep", "--memory-cap-mb", "-1"], "--memory-cap-mb -1.0", "positive"),
     case("sweep-memory-cap-inf", ["bench", "batch-sweep", "--memory-cap-mb", "inf"], "--memory-cap-mb inf", "positive"),
     case("sweep-memory-cap-beyond-any-machine", ["bench", "batch-sweep", "--memory-cap-mb", "1e15"],
-         "memory_cap_mb=1000000000000000.0", "at most 1073741824 (1 PiB"),
+         "--memory-cap-mb 1000000000000000.0", "at most 1073741824 (1 PiB"),
     case("cost-prices-text", ["bench", "cost", "--prices", "{tmp}/plain.txt"], "holds a str", "'devices'"),
     case("cost-prices-list", ["bench", "cost", "--prices", "{tmp}/list.yaml"], "holds a list", "'devices'"),
     case("cost-prices-invalid-yaml", ["bench", "cost", "--prices", "{tmp}/bad_yaml.yaml"], "is not valid YAML", "line"),
@@ -411,6 +449,8 @@ def world(tmp_path, monkeypatch, read_only_folder, real_checkpoint):
     flipped[len(flipped) // 2] ^= 0x08  # one bit in the middle of torch.save's bytes
     (tmp_path / "flipped.pt").write_bytes(bytes(flipped))
     (tmp_path / "flipped.pt.sha256").write_text(f"{hashlib.sha256(real_checkpoint).hexdigest()}  flipped.pt\n")
+    (tmp_path / "badsum.pt").write_bytes(real_checkpoint)  # a good checkpoint, its checksum file damaged
+    (tmp_path / "badsum.pt.sha256").write_text("this is not a checksum\n")
     (tmp_path / "corrupt.jsonl").write_text(json.dumps({"schema": 1, "run_id": "c", "started": 12345, "experiment": ["a"],
                                                         "status": 5, "device": {"kind": "cpu"}}) + "\nnot json\n")
     (tmp_path / "empty.jsonl").write_text("")
@@ -462,8 +502,12 @@ def test_bad_input_is_refused_in_one_line_before_any_work(world, monkeypatch, ca
 
 def test_every_sub_command_checks_its_input_before_it_runs():
     """The one validation layer: each runnable sub-command has a ``check`` that main calls first."""
-    parser = cli.build_parser()
+    missing = [" ".join(path) for path, p in _leaf_parsers() if p.get_default("check") is None]
+    assert missing == []
 
+
+def _leaf_parsers():
+    """(sub-command words, parser) of every runnable sub-command."""
     def leaves(p, path):
         subs = [a for a in p._actions if a.__class__.__name__ == "_SubParsersAction"]
         if not subs:
@@ -472,8 +516,22 @@ def test_every_sub_command_checks_its_input_before_it_runs():
             for name, child in action.choices.items():
                 yield from leaves(child, path + [name])
 
-    missing = [" ".join(path) for path, p in leaves(parser, []) if p.get_default("check") is None]
-    assert missing == []
+    return list(leaves(cli.build_parser(), []))
+
+
+def test_every_sub_command_refuses_results_beside_no_record(world, capsys):
+    """--results with --no-record was ignored without a word (exit 0, nothing written): every sub-command
+    that offers both refuses them together in one line, before any work."""
+    tmp, _ = world
+    offering = [path for path, p in _leaf_parsers() if any("--no-record" in a.option_strings for a in p._actions)]
+    assert {"train", "replicate", "quickstart", "skill", "bench allreduce"} <= {" ".join(p) for p in offering}
+    before = snapshot(tmp)
+    for path in offering:
+        code = cli.main(path + ["--no-record", "--results", str(tmp / "r.jsonl")])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and err.count("\n") == 1, (path, code, err)
+        assert f"--results {tmp / 'r.jsonl'} and --no-record both given" in err, (path, err)
+    assert snapshot(tmp) == before
 
 
 # --- inputs that need the data to be judged, and inputs that run with a note ------------------------------

@@ -48,9 +48,46 @@ def test_resume_checks_the_checksum_beside_the_file(tmp_path):
     train(_windows(), cfg(checkpoint=str(ckpt)))
     state = read_checkpoint(str(ckpt))
     state["history"][0]["train_loss"] = 0.0  # changed and saved by hand, without its checksum
-    torch.save(state, ckpt)
-    with pytest.raises(CheckpointError, match=r"c.pt is damaged: its content no longer matches the SHA-256"):
+    torch.save(state, ckpt)  # a whole zip again, every CRC32 right: its SHA-256 alone tells
+    with pytest.raises(CheckpointError, match=r"c.pt does not match the SHA-256 in c.pt.sha256 .* the checkpoint "
+                                              r"was rewritten"):
         train(_windows(), cfg(epochs=2, checkpoint=str(ckpt), resume=True))
+
+
+@pytest.mark.parametrize("damage", ["not-a-digest", "one-digit"])
+def test_a_damaged_checksum_file_beside_a_good_checkpoint_is_named_and_the_advice_works(tmp_path, damage):
+    ckpt, sums = tmp_path / "c.pt", tmp_path / "c.pt.sha256"
+    train(_windows(), cfg(checkpoint=str(ckpt)))
+    good, text = ckpt.read_bytes(), sums.read_text()
+    digit = "0" if text[5] != "0" else "1"
+    sums.write_text("garbage\n" if damage == "not-a-digest" else text[:5] + digit + text[6:])
+    expected = (r"the checksum file \S*c.pt.sha256 beside checkpoint \S*c.pt is damaged \(line 1 starts with "
+                r"'garbage', not a SHA-256" if damage == "not-a-digest" else
+                r"c.pt does not match the SHA-256 in c.pt.sha256 .*: the checksum file may be the damaged one")
+    with pytest.raises(CheckpointError, match=expected) as err:
+        train(_windows(), cfg(epochs=2, checkpoint=str(ckpt), resume=True))
+    assert "\n" not in str(err.value) and f"delete {sums} (it is then read unverified" in str(err.value)
+    assert ckpt.read_bytes() == good  # both left as they were
+    sums.unlink()  # what the message says to do when the checkpoint is trusted
+    with pytest.warns(UserWarning, match="has no checksum beside it"):
+        resumed = train(_windows(), cfg(epochs=2, checkpoint=str(ckpt), resume=True))
+    assert [e["epoch"] for e in resumed.record["epochs"]] == [1, 2]
+    assert sums.read_text().split()[0] == hashlib.sha256(ckpt.read_bytes()).hexdigest()  # a new one written
+
+
+def test_a_file_that_is_no_checkpoint_gets_advice_that_works(tmp_path):
+    ckpt = tmp_path / "garbage.pt"
+    ckpt.write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match=r"garbage.pt is corrupt or half-written \(.*\); delete it to start "
+                                              r"over, or give --overwrite-checkpoint instead of --resume to replace it"):
+        train(_windows(), cfg(checkpoint=str(ckpt), resume=True))
+    with pytest.raises(CheckpointError, match=r"already holds a file that is not a readable checkpoint; .*"
+                                              r"--overwrite-checkpoint replaces it, or delete it") as err:
+        train(_windows(), cfg(checkpoint=str(ckpt)))
+    assert "--resume" not in str(err.value)  # resuming it cannot work
+    assert ckpt.read_bytes() == b"not a checkpoint"
+    replaced = train(_windows(), cfg(checkpoint=str(ckpt), overwrite_checkpoint=True))  # the advice works
+    assert read_checkpoint(str(ckpt))["run_id"] == replaced.record["run_id"]
 
 
 def test_a_first_format_checkpoint_is_read_with_a_one_line_note(tmp_path):

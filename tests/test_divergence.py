@@ -135,7 +135,7 @@ def test_lstmnb_train_resumed_from_a_damaged_weight_exits_1_with_one_line(tmp_pa
                                                    "training loss is inf (likely: weights already damaged in the "
                                                    "checkpoint it resumed from")
     assert "Traceback" not in err and "still improving" not in out + err
-    assert "(status diverged) appended to" in out
+    assert "(status diverged) appended to" in out and err.rstrip().endswith(f"; recorded as diverged in {results}")
     assert sha(ckpt) == before  # the checkpoint it resumed from is as it was
     recs = read_records(results)
     assert [r["status"] for r in recs] == ["ok", "diverged"]
@@ -144,6 +144,17 @@ def test_lstmnb_train_resumed_from_a_damaged_weight_exits_1_with_one_line(tmp_pa
     assert cli.main(["results", str(results)]) == 0
     assert "diverged" in capsys.readouterr().out  # `lstmnb results` shows it
 
+
+
+def test_a_diverged_run_not_recorded_does_not_say_recorded(tmp_path, capsys, monkeypatch):
+    # --no-record wrote nothing, yet its line ended "recorded as diverged"
+    monkeypatch.setenv("LSTMNB_RESULTS", str(tmp_path / "results"))
+    rc = cli.main(["train", "--start", "2020-01-01", "--end", "2020-01-31", "--hidden", "8", "--epochs", "1",
+                   "--lr", "1e308", "--no-progress", "--device", "cpu", "--threads", "1", "--no-record"])
+    out, err = capsys.readouterr()
+    assert rc == 1 and err.count("\n") == 1 and err.startswith("lstmnb train: error: the run diverged at epoch 1")
+    assert "recorded" not in err and "appended" not in out, (out, err)
+    assert not (tmp_path / "results").exists()
 
 
 @pytest.mark.parametrize("argv", [

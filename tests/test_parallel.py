@@ -123,6 +123,34 @@ def test_bad_ddp_settings_fail_before_any_process_starts():
         parallel.init_distributed("cpu")  # what a rank does when started by hand without torchrun
 
 
+_DDP_WITH_CAP = """
+import sys, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+for cap in map(float, sys.argv[2:]):
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1), bucket_cap_mb=cap)
+        model(torch.ones(2, 4)).sum().backward()
+        print(cap, "ok")
+    except TypeError:
+        print(cap, "refused")
+dist.destroy_process_group()
+"""
+
+
+def test_the_largest_bucket_cap_is_one_torchs_ddp_accepts(tmp_path):
+    # torch counts a bucket in bytes as an int64: past 2**43 MB its Reducer refuses the value (a TypeError in every
+    # rank, once they had started); lstmnb's bound lies far inside that, and the next value up is refused first
+    from lstmnb.training.config import MAX_BUCKET_CAP_MB
+
+    beyond = float(2**63 // 2**20 + 1)
+    out = subprocess.run([sys.executable, "-c", _DDP_WITH_CAP, str(tmp_path / "store"), str(MAX_BUCKET_CAP_MB),
+                          str(beyond)], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split("\n")[:2] == [f"{MAX_BUCKET_CAP_MB} ok", f"{beyond} refused"], out.stderr[-2000:]
+    TrainConfig(strategy="ddp", bucket_cap_mb=MAX_BUCKET_CAP_MB).validate()
+    with pytest.raises(ConfigError, match=r"^bucket_cap_mb=1000000.1 must be a positive number of MB up to 1000000 "):
+        TrainConfig(strategy="ddp", bucket_cap_mb=MAX_BUCKET_CAP_MB + 0.1).validate()
+
+
 @pytest.mark.slow
 def test_error_inside_a_rank_comes_back_as_that_error():
     cfg = TrainConfig(**TINY, strategy="ddp", nproc=2, batch_size=5000, uneven_shards=True)

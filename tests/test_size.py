@@ -58,3 +58,20 @@ def test_the_command_says_its_data_is_the_synthetic_sample(tmp_path, capsys):
     assert main(["bench", "size", "--points", "2", "--variants", "cpu", "--epochs", "2", "--end", "2020-01-10",
                  "--hidden", "8", "--window", "12", "--no-progress", "--results", str(tmp_path)]) == 0
     assert "data: sample (synthetic data) at every size" in capsys.readouterr().out
+
+
+def test_bench_size_offers_no_point_or_box_that_it_would_ignore(capsys):
+    """The sizes' grid points are bench size's own (--points): --point and --box were offered in its --help and
+    ignored without a word. They are not options of bench size now: refused in one line, before any work."""
+    from lstmnb import cli
+
+    parser = cli.build_parser("bench")
+    size = next(a for a in parser._actions if a.dest == "command").choices["bench"]
+    size = next(a for a in size._actions if a.dest == "bench_kind").choices["size"]
+    options = {o for a in size._actions for o in a.option_strings}
+    assert "--points" in options and not {"--point", "--box"} & options
+    for extra in (["--point", "40,280"], ["--box", "30,50,270,290"]):
+        assert cli.main(["bench", "size", "--points", "2", *extra]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and extra[0] in err, err
+

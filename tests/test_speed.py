@@ -86,6 +86,12 @@ def test_unknown_contender():
         contender_settings("fastest", "cpu")
 
 
+def test_a_contender_named_twice_is_refused_before_any_run():
+    # `bench speed --only published,published` ran it twice and printed two identical rows
+    with pytest.raises(ConfigError, match=r"only=\['published', 'published'\] names a contender more than once"):
+        speed_benchmark(None, device="cpu", only=["published", "published"])
+
+
 def test_mfu_prints_with_the_digits_it_needs():
     assert (mfu_text(0.005), mfu_text(0.0123), mfu_text(0.37), mfu_text(float("nan"))) == ("0.5%", "1.2%", "37%", "-")
 

@@ -1,37 +1,16 @@
-"""`lstmnb bench KIND`: experiments built from timed runs (speed, scaling, allreduce, batch-sweep, cost)."""
+"""`lstmnb bench KIND`: experiments built from timed runs (speed, scaling, allreduce, cost here; size and batch-sweep
+in ``bench_sizes``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from .checks import check_plot, check_profile_name, check_records_args, check_results, check_split_dates, positive
-from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
-                      add_train_args, byte_size, int_list, read_runs, request_from_args, results_path, save_plot,
-                      override_default, train_config_from_args)
-
-
-def _check_training_bench(args, cfg=None, device: bool = True) -> None:
-    """What every bench that trains needs: its TrainConfig (and its device, unless the bench picks the
-    devices), the request, the results file and the cache."""
-    from ..device import resolve_device
-    from ..paths import check_cache
-
-    cfg = cfg or train_config_from_args(args)
-    cfg.validate()
-    check_profile_name(cfg.profile)
-    if device:
-        resolve_device(cfg.device)
-    check_split_dates(cfg, request_from_args(args))
-    check_results(results_path(args))
-    check_cache()
-
-def _steady_epochs(option: str, epochs: int | None) -> None:
-    """A bench whose figures are steady epochs (the first, warm-up epoch left out) needs two or more."""
-    from ..errors import ConfigError
-
-    if epochs is not None and epochs < 2:
-        raise ConfigError(f"{option} {epochs} leaves no steady epoch to time (the first is the warm-up, which this "
-                          f"bench leaves out): give {option} 2 or more")
+from .bench_checks import check_training_bench, steady_epochs
+from .bench_sizes import bench_batch_sweep, bench_size
+from .checks import check_plot, check_records_args, check_results, positive
+from .options import (CHECKPOINT_OPTIONS, add_records_args, add_request_args, add_results_args, add_train_args,
+                      byte_size, check_results_args, int_list, read_runs, request_from_args, results_path, save_plot,
+                      train_config_from_args)
 
 
 def add_bench(sub, full: bool) -> None:
@@ -40,7 +19,7 @@ def add_bench(sub, full: bool) -> None:
                                    "and batch-sweep also append their run records (speed only with "
                                    "--results; cost reads records). See `lstmnb bench KIND --help`.")
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND", required=True)
-    for add in (_bench_speed, _bench_size, _bench_scaling, _bench_allreduce, _bench_batch_sweep, _bench_cost):
+    for add in (_bench_speed, bench_size, _bench_scaling, _bench_allreduce, bench_batch_sweep, _bench_cost):
         add(kinds, full)
 
 
@@ -59,8 +38,8 @@ def _bench_speed(kinds, full: bool) -> None:
     p.add_argument("--max-epochs", type=int, default=15, help="epoch budget per run (default 15)")
     p.add_argument("--target-rmse", type=float, default=None,
                    help="validation RMSE target in K (default: --target-fraction x persistence's validation RMSE)")
-    p.add_argument("--target-fraction", type=float, default=0.9, help="default target as a fraction of "
-                   "persistence's validation RMSE (default 0.9, i.e. 10%% below)")
+    p.add_argument("--target-fraction", type=float, default=None, help="the target as a fraction of "
+                   "persistence's validation RMSE, when --target-rmse is not given (default 0.9, i.e. 10%% below)")
     p.add_argument("--only", default=None, help="comma-separated contenders: published,fast,recommended")
     p.add_argument("--results", default=None, help="append each run's record here (default: do not record)")
     p.set_defaults(func=_run_bench_speed, check=_check_bench_speed)
@@ -78,15 +57,22 @@ def _check_bench_speed(args) -> None:
     resolve_device(args.device)
     positive("--repeats", args.repeats)
     positive("--max-epochs", args.max_epochs)
-    _steady_epochs("--max-epochs", args.max_epochs)
+    steady_epochs("--max-epochs", args.max_epochs)
     positive("--target-rmse", args.target_rmse, whole=False, none_ok=True)
-    if not 0 < args.target_fraction <= 1:
+    if args.target_rmse is not None and args.target_fraction is not None:
+        raise ConfigError(f"--target-rmse {args.target_rmse:g} and --target-fraction {args.target_fraction:g} both "
+                          "given: the target is an RMSE in K or a fraction of persistence's; give one")
+    if args.target_fraction is not None and not 0 < args.target_fraction <= 1:
         raise ConfigError(f"--target-fraction {args.target_fraction} must be in (0, 1]: the target is that fraction of "
                           "persistence's validation RMSE (0.9: 10% below it)")
     only = args.only.split(",") if args.only is not None else list(CONTENDERS)
     bad = [n for n in only if n not in CONTENDERS]
     if bad or not only:
         raise ConfigError(f"--only {args.only!r}: {', '.join(map(repr, bad))} not known; choose from {','.join(CONTENDERS)}")
+    twice = sorted({n for n in only if only.count(n) > 1})
+    if twice:  # it ran them twice as often, and printed each row twice
+        raise ConfigError(f"--only {args.only} repeats {','.join(twice)}; give each contender once, e.g. "
+                          f"{','.join(dict.fromkeys(only))} (--repeats sets how often each runs)")
     check_results(args.results)
     check_cache()
 
@@ -96,12 +82,11 @@ def _run_bench_speed(args) -> int:
 
     report = speed.speed_benchmark(
         request_from_args(args), device=args.device, repeats=args.repeats, max_epochs=args.max_epochs,
-        target_rmse=args.target_rmse, target_fraction=args.target_fraction,
+        target_rmse=args.target_rmse, **({"target_fraction": args.target_fraction} if args.target_fraction is not None else {}),
         only=args.only.split(",") if args.only else None, results=args.results,
     )
     print(speed.format_report(report))
     return 0
-
 
 
 def _bench_scaling(kinds, full: bool) -> None:
@@ -141,8 +126,8 @@ def _check_bench_scaling(args) -> None:
     from ..training.parallel import check_world_size, ddp_device_kind
 
     cfg = train_config_from_args(args)
-    _check_training_bench(args, cfg)
-    _steady_epochs("--epochs", cfg.epochs)
+    check_training_bench(args, cfg)
+    steady_epochs("--epochs", cfg.epochs)
     for sc in _scaling_configs(args, cfg)[1]:
         sc.validate(cfg)
     check_world_size(ddp_device_kind(cfg.device), max(args.world_sizes), "--world-sizes")  # before the data
@@ -217,7 +202,7 @@ def _check_bench_allreduce(args) -> None:
     resolve_device(acfg.device)
     check_world_size(ddp_device_kind(acfg.device), acfg.world_size, "--world-size")
     positive("--step-s", args.step_s, whole=False, none_ok=True)
-    check_results(results_path(args))
+    check_results_args(args)
 
 
 def _run_bench_allreduce(args) -> int:
@@ -233,53 +218,6 @@ def _run_bench_allreduce(args) -> int:
     path = results_path(args)
     if path:
         print(f"record appended to {append_record(experiments.allreduce_record(out, acfg, cfg), path)}")
-    return 0
-
-
-def _bench_batch_sweep(kinds, full: bool) -> None:
-    p = kinds.add_parser(
-        "batch-sweep", help="batch size x4 from 32 until out of memory: time per epoch and validation RMSE",
-        description="Trains on one device at batch sizes --first-batch, x--factor, ... up to --max-batch (default: the "
-                    "training set), recording each point (ok, or oom where memory ran out; the sweep stops "
-                    "there). --memory-cap-mb limits memory per point (GPU: allocator fraction; CPU: the "
-                    "process's data-segment limit, Linux only), so the out-of-memory path can be seen on any "
-                    "GPU or Linux machine.",
-    )
-    add_request_args(p)
-    if full:
-        add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "batch_size", "experiment"))
-    g = p.add_argument_group("sweep")
-    g.add_argument("--first-batch", type=int, default=32, help="first batch size (default 32)")
-    g.add_argument("--factor", type=int, default=4, help="growth per point (default 4)")
-    g.add_argument("--max-batch", type=int, default=None, help="largest batch size (default: the training set)")
-    g.add_argument("--memory-cap-mb", type=float, default=None, help="memory allowed per point, in MB")
-    add_results_args(p)
-    p.set_defaults(func=_run_bench_batch_sweep, check=_check_bench_batch_sweep)
-
-
-def _sweep_config(args):
-    from .. import experiments
-
-    return experiments.SweepConfig(start=args.first_batch, factor=args.factor, max_batch=args.max_batch,
-                                   memory_cap_mb=args.memory_cap_mb)
-
-
-def _check_bench_batch_sweep(args) -> None:
-    _check_training_bench(args)
-    positive("--memory-cap-mb", args.memory_cap_mb, whole=False, none_ok=True)
-    _sweep_config(args).validate()
-
-
-def _run_bench_batch_sweep(args) -> int:
-    from .. import experiments
-    from ..report import batch_sweep_table, format_table
-    from ..training import prepare_windows
-
-    cfg = train_config_from_args(args)
-    sweep = _sweep_config(args)
-    windows, info = prepare_windows(request_from_args(args), cfg, progress=cfg.progress)
-    records = experiments.batch_sweep(windows, cfg, sweep, data_info=info, results=results_path(args))
-    print(format_table(batch_sweep_table(records)))
     return 0
 
 
@@ -318,74 +256,4 @@ def _run_bench_cost(args) -> int:
         save_plot(plot_cost(table), args.plot)
     return 0
 
-
-def _bench_size(kinds, full: bool) -> None:
-    p = kinds.add_parser(
-        "size", help="samples/s against the number of grid points: CPU vs GPU (eager and CUDA graph), crossover",
-        description="Trains the same setting on 2, 8, 32, ... grid points of the sample's box (the published two "
-                    "first), on the CPU and on a GPU eager and with a CUDA graph, and prints samples/s, seconds "
-                    "per epoch, the GPU's speedup over the CPU and the crossover: the fewest points at which the "
-                    "GPU is faster. Without a GPU the GPU rows are recorded as skipped. Defaults: 2 epochs "
-                    "(warm-up + one timed) on 2020-01-01..2020-03-31.",
-    )
-    add_request_args(p)
-    if full:
-        add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "input_path", "device", "cuda_graph",
-                                "experiment"))
-        override_default(p, "epochs", 2, "a warm-up epoch and one timed")
-    g = p.add_argument_group("size")
-    g.add_argument("--points", dest="size_points", type=int_list, default=(2, 8, 32, 128, 512),
-                   help="grid-point counts (default 2,8,32,128,512)")
-    g.add_argument("--variants", default="cpu,cuda-eager,cuda-graph",
-                   help="device variants: cpu, cuda-eager, cuda-graph (default all three)")
-    g.add_argument("--plot", default=None, metavar="FILE.png", help="save the throughput and speedup plot here")
-    add_results_args(p)
-    p.set_defaults(func=_run_bench_size, check=_check_bench_size)
-
-
-def _size_setup(args):
-    """The size experiment's config, with its default dates (a quarter) when neither is given."""
-    from ..experiments import size
-
-    if args.start is None and args.end is None:
-        args.start, args.end = "2020-01-01", "2020-03-31"
-    return size.SizeConfig(points=tuple(args.size_points), variants=tuple(v.strip() for v in args.variants.split(",")))
-
-
-def _check_bench_size(args) -> None:
-    from ..experiments.size import grid_points
-
-    sc = _size_setup(args)
-    sc.validate()
-    for n in sc.points:
-        grid_points(n)
-    _check_training_bench(args, device=False)
-    _steady_epochs("--epochs", train_config_from_args(args).epochs)
-    check_plot(args.plot)
-
-
-def _run_bench_size(args) -> int:
-    from ..experiments import size
-    from ..report import format_table
-
-    sc = _size_setup(args)
-    records = size.size_experiment(
-        request_from_args(args), train_config_from_args(args), sc, results=results_path(args),
-        on_point=lambda r: print(f"  {r['size']['points']:>4} points {r['size'].get('ran', r['size']['variant']):<10} "
-                                 + (f"{r['timing']['samples_per_s']:,.0f} samples/s" if r["status"] == "ok"
-                                    else f"{r['status']}: {r['reason']}")
-                                 + (f" ({r['cuda_graph']['reason']})" if "not used" in r["size"].get("ran", "")
-                                    else "")))
-    table = size.size_table(records)
-    data = next((r["data"] for r in records if r.get("data")), None)
-    print(f"\ndata: {data['source']} ({data.get('kind', 'real')} data) at every size, so that sizes compare alike"
-          if data else "")
-    print(format_table(size.format_size_table(table)) if not table.empty else "(no finished runs)")
-    if all(r["status"] == "skipped" for r in records if r["size"]["variant"] != "cpu"):
-        print("no GPU rows: they are recorded as skipped here; run `lstmnb bench size` on a GPU machine for the crossover")
-    for variant, n in size.crossover(table).items():
-        print(f"{variant}: " + (f"faster than the CPU from {n} points on" if n else "not faster than the CPU at these sizes"))
-    if args.plot and not table.empty:
-        save_plot(size.plot_size(table), args.plot)
-    return 0
 

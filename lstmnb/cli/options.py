@@ -48,8 +48,9 @@ def str_list(text: str) -> tuple[str, ...]:
 
 
 
-def add_request_args(p: argparse.ArgumentParser) -> None:
-    """Options that say which ERA5 data to use (shared by `data`, `train` and friends)."""
+def add_request_args(p: argparse.ArgumentParser, places: bool = True) -> None:
+    """Options that say which ERA5 data to use (shared by `data`, `train` and friends); without ``places``, no
+    --point or --box (a sub-command that chooses its own grid points offers none that it would ignore)."""
     g = p.add_argument_group("data (default: the study's real ERA5 at its two points, shipped with lstmnb)")
     g.add_argument("--source", default=None,
                    help="'study' (real ERA5 at 40,280 and 20,280, 2020-01..2021-06, offline; the default for points), "
@@ -57,10 +58,11 @@ def add_request_args(p: argparse.ArgumentParser) -> None:
                         "in the cloud), a gs:// URL or a local Zarr path")
     g.add_argument("--variable", dest="variables", action="append", metavar="NAME",
                    help="variable to extract, repeatable (default: 2m_temperature)")
-    g.add_argument("--point", dest="points", action="append", type=float_pair, metavar="LAT,LON",
-                   help="grid point, repeatable; longitude in -180..180 or 0..360 (default: 40,280 and 20,280)")
-    g.add_argument("--box", type=float_list, metavar="LAT_MIN,LAT_MAX,LON_MIN,LON_MAX",
-                   help="a lat/lon box instead of points")
+    if places:
+        g.add_argument("--point", dest="points", action="append", type=float_pair, metavar="LAT,LON",
+                       help="grid point, repeatable; longitude in -180..180 or 0..360 (default: 40,280 and 20,280)")
+        g.add_argument("--box", type=float_list, metavar="LAT_MIN,LAT_MAX,LON_MIN,LON_MAX",
+                       help="a lat/lon box instead of points")
     g.add_argument("--start", default=None, help="first day, ISO (YYYY-MM-DD[Thh]), e.g. 2020-01-01 (default: the "
                                                   "published 2020-01-01; a local store's first valid hour)")
     g.add_argument("--end", default=None, help="last day, inclusive, e.g. 2021-06-30 (default: the published "
@@ -82,15 +84,15 @@ def request_from_args(args: argparse.Namespace):
     kw = {"source": args.source}
     if args.variables:
         kw["variables"] = tuple(args.variables)
-    box = getattr(args, "box", None)
-    if box is not None and args.points:
+    box, points = getattr(args, "box", None), getattr(args, "points", None)
+    if box is not None and points:
         raise ConfigError("--point and --box both given; give grid points or one box")
     if box is not None:
         if len(box) != 4:
             raise ConfigError(f"--box needs 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX; got {','.join(map(str, box))}")
         kw["box"], kw["points"] = tuple(box), None
-    elif args.points:
-        kw["points"] = tuple(args.points)
+    elif points:
+        kw["points"] = tuple(points)
     for name in ("start", "end"):  # an empty value is an error, not the default
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)
@@ -226,6 +228,31 @@ def results_path(args):
     from ..paths import results_dir
 
     return args.results if args.results is not None else str(results_dir())
+
+
+def results_option(args) -> str:
+    """What the user set the results path with, for messages: --results, else $LSTMNB_RESULTS when it is set,
+    else the default (results/)."""
+    import os
+
+    from ..paths import RESULTS_ENV
+
+    if getattr(args, "results", None) is not None:
+        return "--results"
+    return f"${RESULTS_ENV}" if os.environ.get(RESULTS_ENV) else "default results"
+
+
+def check_results_args(args) -> None:
+    """``checks.check_results`` for the results path of ``args``, naming where that path came from; --results
+    with --no-record (which would ignore it) is refused."""
+    from .checks import check_results
+
+    if getattr(args, "no_record", False) and getattr(args, "results", None) is not None:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"--results {args.results} and --no-record both given: one appends the records there, the "
+                          "other writes none; give one")
+    check_results(results_path(args), results_option(args))
 
 
 def write_output(path: str, option: str, write, kept: str, suffix: str = "") -> None:

@@ -7,9 +7,9 @@ import argparse
 
 from ..errors import ConfigError
 from ..region import VARIANTS
-from .checks import check_plot, check_results, positive
+from .checks import check_plot, positive
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args,
-                      int_list, results_path, save_plot, str_list, train_config_from_args)
+                      check_results_args, int_list, results_path, save_plot, str_list, train_config_from_args)
 from .region_common import pick_variants, say_recorded, say_threads
 from .region_memory_cmd import add_memory
 
@@ -82,7 +82,7 @@ def _check_skill(args) -> None:
     from ..experiments.region_skill import check_mixes
 
     check_mixes(pick_variants(args.variants), args.neighbours, args.channels)
-    check_training(_skill_config(args), request, results_path(args))
+    check_training(_skill_config(args), request, args)
     check_plot(args.plot)
 
 
@@ -218,7 +218,7 @@ def _check_scaling(args) -> None:
     for mode in args.modes:
         for w in args.world_sizes:
             _shard_config(args, mode, w).validate()
-    check_results(results_path(args))
+    check_results_args(args)
     check_cache()
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
-from .checks import check_plot, check_results, positive
-from .options import add_results_args, int_list, results_path, save_plot, str_list
+from .checks import check_plot, positive
+from .options import add_results_args, check_results_args, int_list, results_path, save_plot, str_list
 from .region_common import pick_variants, say_recorded, say_threads
 
 
@@ -99,7 +99,7 @@ def _check_memory(args) -> None:
     if target is not None:
         check_target(target, args.budget_gb * 2**30, case)
     check_plot(args.plot)
-    check_results(results_path(args))
+    check_results_args(args)
 
 
 def _run_memory(args) -> int:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .checks import check_plot, check_results
-from .options import add_results_args, results_path, save_plot
+from .checks import check_plot
+from .options import add_results_args, check_results_args, results_path, save_plot
 
 
 def add_replicate(sub, full: bool) -> None:
@@ -35,7 +35,7 @@ def _check_replicate(args) -> None:
     _config(args).validate()
     resolve_device(args.device)
     check_plot(args.plot)
-    check_results(results_path(args))
+    check_results_args(args)
     check_cache()
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from .checks import (check_plot, check_profile_name, check_records_args, check_results, check_split_dates,
-                     check_windows_fit)
+from .checks import check_plot, check_profile_name, check_records_args, check_split_dates, check_windows_fit
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
-                      add_train_args, int_list, read_runs, request_from_args, results_path, save_plot,
+                      add_train_args, check_results_args, int_list, read_runs, request_from_args, results_path, save_plot,
                       train_config_from_args)
 from .notebooks_cmd import print_series
 
@@ -66,9 +65,9 @@ def add_train(sub, full: bool) -> None:
     p.set_defaults(func=_run_train, check=_check_train)
 
 
-def check_training(cfg, request, results) -> None:
+def check_training(cfg, request, args) -> None:
     """Everything a training run needs, before it starts: the config, the request, the device, the
-    checkpoint (writable; on --resume readable and from the same settings), the records and the cache."""
+    checkpoint (writable; on --resume readable and from the same settings), the records of ``args`` and the cache."""
     from pathlib import Path
 
     from ..device import resolve_device
@@ -94,7 +93,7 @@ def check_training(cfg, request, results) -> None:
             with warnings.catch_warnings():  # its notes (an unverified file, ...) are the run's to give, once
                 warnings.simplefilter("ignore")
                 load_checkpoint(cfg.checkpoint, cfg)
-    check_results(results)
+    check_results_args(args)
     check_cache()
 
 
@@ -105,7 +104,7 @@ def _check_train(args) -> None:
     if args.map is not None and request.box is None:
         raise ConfigError(f"--map {args.map}: a map needs a box of cells; give --box LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
     check_plot(args.map, "--map")
-    check_training(train_config_from_args(args), request, results_path(args))
+    check_training(train_config_from_args(args), request, args)
 
 
 def print_cells(record: dict, map_path: str | None = None) -> None:
@@ -249,7 +248,7 @@ def _quickstart_config(args):
 def _check_quickstart(args) -> None:
     """The training run's settings and outputs, and the notebook series' profile, notebooks, kernel and
     run folder, all before the training starts."""
-    check_training(_quickstart_config(args), None, results_path(args))
+    check_training(_quickstart_config(args), None, args)
     if args.notebooks:
         from ..notebooks.runner import check_series
 
@@ -298,7 +297,7 @@ def _check_skill(args) -> None:
     check_leads(args.leads, "--leads")
     check_plot(args.plot)
     cfg = train_config_from_args(args)
-    check_training(with_overrides(cfg, lead_hours=max(args.leads)), request_from_args(args), results_path(args))
+    check_training(with_overrides(cfg, lead_hours=max(args.leads)), request_from_args(args), args)
 
 
 def _run_skill(args) -> int:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .checks import check_plot, check_results, positive
-from .options import add_results_args, results_path, save_plot
+from .checks import check_plot, positive
+from .options import add_results_args, check_results_args, results_path, save_plot
 
 # the from-scratch versions, as lstmnb.scratch.fit.VERSIONS names them (kept here so that parsing does
 # not import numba; tests/test_scratch_versions.py checks the two agree)
@@ -82,7 +82,7 @@ def _check_scratch_bench(args) -> None:
     _versions(args)
     positive("--repeats", args.repeats)
     check_plot(args.plot)
-    check_results(results_path(args))
+    check_results_args(args)
     if args.data == "era5":
         from ..paths import check_cache
 

@@ -179,6 +179,8 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
     if repeats < 1 or max_epochs < 1:
         raise ConfigError(f"repeats={repeats} and max_epochs={max_epochs} must be >= 1")
     names = list(only or CONTENDERS)
+    if len(set(names)) < len(names):  # each would run (and be shown) as often as it is named
+        raise ConfigError(f"only={names} names a contender more than once; give each once")
     dev = resolve_device(device)
     profile = profile_for(dev)
     # each contender's settings once, from the profile of this device (validates the names too)

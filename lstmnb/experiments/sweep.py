@@ -40,13 +40,22 @@ class SweepConfig:
     max_batch: int | None = None
     memory_cap_mb: float | None = None
 
-    def validate(self) -> None:
-        if self.start < 1 or self.factor < 2:
-            raise ConfigError(f"batch sweep needs start >= 1 ({self.start}) and factor >= 2 ({self.factor})")
+    def validate(self, names: dict[str, str] | None = None) -> None:
+        """Each value in range; errors name it as ``names`` says (the CLI: its options, e.g. start as
+        --first-batch), else by its field (start=0)."""
+        def said(field: str) -> str:
+            name = (names or {}).get(field, field)
+            return f"{name} {getattr(self, field)!r}" if name.startswith("--") else f"{name}={getattr(self, field)!r}"
+
+        if self.start < 1:
+            raise ConfigError(f"{said('start')} must be a whole number >= 1 (the sweep's first batch size)")
+        if self.factor < 2:
+            raise ConfigError(f"{said('factor')} must be a whole number >= 2 (each batch size is the last one times it)")
         if self.max_batch is not None and self.max_batch < self.start:
-            raise ConfigError(f"max_batch={self.max_batch} is below start={self.start}")
+            raise ConfigError(f"{said('max_batch')} is below {said('start')}; give a largest batch size at least the "
+                              "first")
         if self.memory_cap_mb is not None and not 0 < self.memory_cap_mb <= MAX_CAP_MB:
-            raise ConfigError(f"memory_cap_mb={self.memory_cap_mb!r} must be a positive number of MB, at most "
+            raise ConfigError(f"{said('memory_cap_mb')} must be a positive number of MB, at most "
                               f"{MAX_CAP_MB} (1 PiB, beyond any machine's memory)")
 
 

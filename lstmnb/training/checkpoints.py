@@ -41,12 +41,29 @@ def checksum_path(path: str | Path) -> Path:
 
 
 def _digests(path: Path) -> list[str]:
-    """The digests the checksum file beside ``path`` accepts (empty when there is none)."""
+    """The digests the checksum file beside ``path`` accepts (empty when there is none or it is unreadable;
+    lines that are not a SHA-256 are left out: ``checksum_fault`` names them)."""
+    return [d for d, ok in _checksum_lines(path) if ok]
+
+
+def _checksum_lines(path: Path) -> list[tuple[str, bool]]:
+    """Each line's first word in the checksum file beside ``path``, and whether it is a SHA-256 (64 hex digits)."""
     try:
-        lines = checksum_path(path).read_text(encoding="ascii").splitlines()
+        lines = checksum_path(path).read_bytes().decode("ascii").splitlines()
     except (OSError, UnicodeDecodeError):
-        return []
-    return [line.split()[0].lower() for line in lines if line.strip()]
+        return [("", False)] if checksum_path(path).is_file() else []
+    words = [line.split()[0].lower() for line in lines if line.strip()]
+    return [(w, len(w) == 64 and all(c in "0123456789abcdef" for c in w)) for w in words] or [("", False)]
+
+
+def checksum_fault(path: Path) -> str | None:
+    """Why the checksum file beside ``path`` is itself damaged (a line that is not a SHA-256, text that is not
+    ASCII, no line at all), or None when it is absent or every line holds a SHA-256."""
+    for n, (word, ok) in enumerate(_checksum_lines(path), 1):
+        if not ok:
+            return (f"line {n} starts with {word[:20]!r}, not a SHA-256 of 64 hex digits" if word
+                    else "it holds no readable SHA-256 line")
+    return None
 
 
 def sweep_checkpoint_temps(path: str | Path) -> int:
@@ -96,8 +113,8 @@ def read_checkpoint(path: str) -> dict[str, Any] | None:
         raise
     except Exception as exc:  # torch raises many kinds for truncated or foreign files
         raise CheckpointError(
-            f"checkpoint {p} is corrupt or half-written ({type(exc).__name__}); delete it to start over, "
-            f"or run without --resume"
+            f"checkpoint {p} is corrupt or half-written ({type(exc).__name__}: not a checkpoint lstmnb "
+            "can read); delete it to start over, or give --overwrite-checkpoint instead of --resume to replace it"
         ) from None
     return state
 
@@ -107,6 +124,28 @@ def _damaged(path: Path, want: str, have: str) -> CheckpointError:
                            f"with it ({want[:12]}... vs {have[:12]}... now), so it was changed after it was "
                            "written (a disk or copy fault); it was left as it is: restore a good copy, or "
                            "delete it to start over")
+
+
+def _unmatched(path: Path, want: str, have: str) -> CheckpointError:
+    """A checkpoint whose bytes check by their own zip CRC32s but not by its SHA-256: either may be at fault."""
+    sums = checksum_path(path)
+    return CheckpointError(f"checkpoint {path} does not match the SHA-256 in {sums.name} ({want[:12]}... there, "
+                           f"{have[:12]}... now), though every CRC32 inside the checkpoint checks: the checksum "
+                           "file may be the damaged one, or the checkpoint was rewritten (or changed where no CRC32 "
+                           f"reaches); both were left as they are: if you trust the checkpoint, delete {sums} (it is then read unverified "
+                           "and its next save writes a new one), else restore a good copy of both, or delete both "
+                           "to start over")
+
+
+def _zip_checks(data: bytes) -> bool:
+    """Whether ``data`` is a zip (torch.save's format) whose every entry matches its CRC32."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            return z.testzip() is None
+    except Exception:  # noqa: BLE001 - zipfile raises many kinds for damaged archives
+        return False
 
 
 def _verified(path: Path, data: bytes) -> bytes:
@@ -123,12 +162,20 @@ def _verified(path: Path, data: bytes) -> bytes:
                       "which torch.load cannot open): read and verified; its next save is a plain torch file "
                       f"with {checksum_path(path).name} beside it", stacklevel=4)
         return payload
+    fault = checksum_fault(path)
+    if fault is not None:
+        sums = checksum_path(path)
+        raise CheckpointError(f"the checksum file {sums} beside checkpoint {path} is damaged ({fault}), so the "
+                              f"checkpoint cannot be verified; both were left as they are: if you trust the "
+                              f"checkpoint, delete {sums} (it is then read unverified and its next save writes a "
+                              "new one), else restore a good copy of both, or delete both to start over")
     accepted, have = _digests(path), hashlib.sha256(data).hexdigest()
-    if not accepted and data[:2] == b"PK":  # torch.save's zip: worth reading; anything else fails to load
-        warnings.warn(f"checkpoint {path} has no checksum beside it ({checksum_path(path).name}): it is read "
-                      "unverified; the next epoch's checkpoint has one", stacklevel=4)
+    if not accepted:  # no checksum: torch.save's zip is read with a warning; anything else fails to load
+        if data[:2] == b"PK":
+            warnings.warn(f"checkpoint {path} has no checksum beside it ({checksum_path(path).name}): it is read "
+                          "unverified; the next epoch's checkpoint has one", stacklevel=4)
     elif have not in accepted:
-        raise _damaged(path, accepted[0], have)
+        raise (_unmatched if _zip_checks(data) else _damaged)(path, accepted[0], have)
     return data
 
 
@@ -144,14 +191,15 @@ def refuse_replacing(cfg: TrainConfig) -> None:
     except CheckpointError:
         state = None
     if state is None:
-        held = "a file that is not a readable checkpoint"
-    else:
-        have, want = state.get("key", {}), cfg.trajectory_key()
-        diff = [k for k in sorted(set(want) | set(have)) if json.dumps(want.get(k), default=str)
-                != json.dumps(have.get(k), default=str)]
-        setting = (", ".join(f"{k} {have.get(k)!r} there, {want.get(k)!r} here" for k in diff[:3])
-                   if diff else "the same settings as this one")
-        held = f"run {state.get('run_id')} ({len(state.get('history', []))} epoch(s); {setting})"
+        raise CheckpointError(f"--checkpoint {cfg.checkpoint} already holds a file that is not a readable "
+                              "checkpoint; this new run would replace it: --overwrite-checkpoint replaces it, or "
+                              "delete it, or give another --checkpoint path")
+    have, want = state.get("key", {}), cfg.trajectory_key()
+    diff = [k for k in sorted(set(want) | set(have)) if json.dumps(want.get(k), default=str)
+            != json.dumps(have.get(k), default=str)]
+    setting = (", ".join(f"{k} {have.get(k)!r} there, {want.get(k)!r} here" for k in diff[:3])
+               if diff else "the same settings as this one")
+    held = f"run {state.get('run_id')} ({len(state.get('history', []))} epoch(s); {setting})"
     raise CheckpointError(f"--checkpoint {cfg.checkpoint} already holds {held}; this new run would replace it: "
                           "--resume continues that run, --overwrite-checkpoint replaces it, or give another "
                           "--checkpoint path")

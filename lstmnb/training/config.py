@@ -28,6 +28,10 @@ INT_MAX = 2**31 - 1  # larger counts are nonsense here, and overflow torch's C i
 DEFAULT_FRACTIONS = (0.7, 0.15, 0.15)
 # collective timeouts: shorter waits time out the ranks' first contact, longer overflow a process group's timedelta
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 7 * 86400.0
+# DDP's gradient bucket: torch counts it in bytes as a C++ int64 (bucket_cap_mb * 2**20 must fit: above 8.8e12 MB
+# its Reducer's constructor fails with a TypeError in every rank); a bucket larger than all the model's gradients
+# holds them all, so 1e6 MB (about 1 TB) is more than any model here needs
+MAX_BUCKET_CAP_MB = 1e6
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 # fields that do not change the trajectory of a run: a checkpoint may be resumed across them
@@ -69,7 +73,7 @@ class TrainConfig:
         "ddp outside torchrun: launch this many local processes (one per GPU, or gloo ranks on CPU); "
         "dataparallel: GPUs to use (default all)"))
     bucket_cap_mb: float = knob(25.0, (
-        "ddp: gradient bucket size in MB (all-reduce of a full bucket overlaps the backward)"))
+        "ddp: gradient bucket size in MB, up to 1e6 (all-reduce of a full bucket overlaps the backward)"))
     grad_as_bucket_view: bool = knob(False, (
         "ddp: let gradients be views into the all-reduce buckets (saves memory and a copy)"))
     static_graph: bool = knob(False, (
@@ -197,6 +201,9 @@ class TrainConfig:
             _number(name, getattr(self, name), positive=True)
         if self.lr is not None:
             _number("lr", self.lr, positive=True, off="omit it for the rate by lead")
+        if self.bucket_cap_mb > MAX_BUCKET_CAP_MB:
+            raise ConfigError(f"bucket_cap_mb={self.bucket_cap_mb!r} must be a positive number of MB up to "
+                              f"{MAX_BUCKET_CAP_MB:.0f} (about 1 TB; one bucket that size holds every gradient)")
         if not MIN_TIMEOUT_S <= self.dist_timeout_s <= MAX_TIMEOUT_S:
             raise ConfigError(f"dist_timeout_s={self.dist_timeout_s!r} must be {MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g} s")
         _number("weight_decay", self.weight_decay, positive=False)
@@ -218,6 +225,9 @@ class TrainConfig:
                 raise ConfigError(f"{name}={value!r} is empty; give a name" + (" (or leave it out)" if name != "experiment" else ""))
         if self.resume and not self.checkpoint:
             raise ConfigError("resume=True needs a checkpoint path to resume from")
+        if self.overwrite_checkpoint and not self.checkpoint:
+            raise ConfigError("overwrite_checkpoint=True needs a checkpoint path to replace (--checkpoint); "
+                              "without one no checkpoint is written: leave it out")
         if self.resume and self.overwrite_checkpoint:
             raise ConfigError("resume=True continues the checkpoint and overwrite_checkpoint=True replaces it; "
                               "choose one")

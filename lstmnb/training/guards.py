@@ -178,7 +178,7 @@ class DivergenceGuard:
             kept.append(f"the best epoch's weights (epoch {best['epoch']}, {best['val_rmse_k']:.3f} K) are kept")
         info["message"] = (f"the run diverged at {where}: the {info['what']} is "
                            f"{'not finite' if value is None else value} (likely: {'; '.join(causes)}); try "
-                           f"{', '.join(tries)}; recorded as diverged"
+                           f"{', '.join(tries)}"
                            + (f"; {' and '.join(kept)}" if kept else "; no earlier epoch was kept"))
         info["value"] = None if value is None else str(value)  # 'nan' / 'inf': JSON has no such numbers
         return info
@@ -189,8 +189,14 @@ def stop_if_diverged(record: dict[str, Any] | None, results=None) -> None:
     not recorded) and the study stops there with its one-line reason (``DivergedError``)."""
     if record is None or record.get("status") != "diverged":
         return
-    from ..errors import DivergedError
     from ..records import append_record
 
-    append_record(record, results)
-    raise DivergedError(f"{record['experiment']}: {record['reason']}")
+    raise diverged_error(record, append_record(record, results), f"{record['experiment']}: ")
+
+
+def diverged_error(record: dict[str, Any], written, prefix: str = ""):
+    """The ``DivergedError`` of a diverged run's ``record``: its reason, and where it was recorded when it was
+    (``written``: the results file, or None when nothing was written, e.g. ``--no-record``)."""
+    from ..errors import DivergedError
+
+    return DivergedError(prefix + record["reason"] + (f"; recorded as diverged in {written}" if written else ""))

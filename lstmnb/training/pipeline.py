@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ..device import cpu_threads, resolve_device
-from ..errors import ConfigError, DivergedError, OutputError
+from ..errors import ConfigError, OutputError
 from ..models import Forecaster
 from ..paths import why_not_written
 from ..records import DEFAULT_FILE, append_record, append_record_once, runs_path
@@ -20,6 +20,7 @@ from ..windows import Windows, windows_from_dataset
 from . import parallel
 from .checkpoints import check_same_data, load_checkpoint, mark_recorded, recorded_marker, refuse_replacing
 from .config import TrainConfig
+from .guards import diverged_error
 from .parallel.groups import is_rank_zero
 from .trainer import RunResult, Trainer
 
@@ -178,7 +179,7 @@ def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
             err.exit_status, err.result = 1, result
             raise err from None
     if result.record is not None and result.record["status"] == "diverged":  # recorded, and not a success
-        err = DivergedError(result.record["reason"])
+        err = diverged_error(result.record, runs_path(results) if results is not None and is_rank_zero() else None)
         err.result = result
         raise err
     return result
