@@ -155,6 +155,8 @@ def test_a_diverged_run_not_recorded_does_not_say_recorded(tmp_path, capsys, mon
     assert rc == 1 and err.count("\n") == 1 and err.startswith("lstmnb train: error: the run diverged at epoch 1")
     assert "recorded" not in err and "appended" not in out, (out, err)
     assert not (tmp_path / "results").exists()
+    # a quarter of 1e308 would diverge again: the recommended rate is suggested instead
+    assert "a lower --lr (e.g. 0.004, the recommended rate at a 1 h lead)" in err, err
 
 
 @pytest.mark.parametrize("argv", [

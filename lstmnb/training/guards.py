@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 import torch
 
+from .config import lead_learning_rate
+
 GPU_CHECK_EVERY = 100  # steps between two checks on a GPU (one transfer of that many values)
 _NONE = 2**62  # "no bad step" in the reduction over ranks
 
@@ -160,7 +162,10 @@ class DivergenceGuard:
         where = f"epoch {info['epoch']}" + (f", step {info['step']}" if info.get("step") else "")
         causes = [f"a learning rate too high for this model and batch (lr {cfg.learning_rate:g}, batch {cfg.batch_size}"
                   + (f", {cfg.lr_schedule} schedule" if cfg.lr_schedule != "constant" else "") + ")"]
-        tries = [f"a lower --lr (e.g. {cfg.learning_rate / 4:g})"]
+        usual = lead_learning_rate(cfg.lead_hours)  # a quarter of a rate far above it would diverge again
+        lower = (f"{cfg.learning_rate / 4:g}" if cfg.learning_rate / 4 <= 10 * usual
+                 else f"{usual:g}, the recommended rate at a {cfg.lead_hours} h lead")
+        tries = [f"a lower --lr (e.g. {lower})"]
         if not cfg.grad_clip:
             tries.append("--grad-clip 1.0")
         if cfg.amp in ("fp16", "bf16", "auto") and self.device.type == "cuda":
