@@ -324,6 +324,8 @@ CASES = [
     case("sweep-first-batch-zero", ["bench", "batch-sweep", "--first-batch", "0"], "--first-batch 0",
          "whole number >= 1 (the sweep's first batch size)"),
     case("sweep-factor-one", ["bench", "batch-sweep", "--factor", "1"], "--factor 1", "whole number >= 2"),
+    case("sweep-window-beyond-the-data", ["bench", "batch-sweep", "--window", "100000"], "window=100000 h",
+         "longer than the training part"),
     case("sweep-max-below-first", ["bench", "batch-sweep", "--max-batch", "1"], "--max-batch 1 is below --first-batch 32",
          "at least the first"),
     case("sweep-max-below-given-first", ["bench", "batch-sweep", "--first-batch", "64", "--max-batch", "48"],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .checks import check_profile_name, check_split_dates
+from .checks import check_profile_name, check_split_dates, check_windows_fit
 from .options import check_results_args, request_from_args, train_config_from_args
 
 
@@ -17,7 +17,9 @@ def check_training_bench(args, cfg=None, device: bool = True) -> None:
     check_profile_name(cfg.profile)
     if device:
         resolve_device(cfg.device)
-    check_split_dates(cfg, request_from_args(args))
+    request = request_from_args(args)
+    check_split_dates(cfg, request)
+    check_windows_fit(cfg, request)
     check_results_args(args)
     check_cache()
 

@@ -82,7 +82,7 @@ def _run_bench_speed(args) -> int:
 
     report = speed.speed_benchmark(
         request_from_args(args), device=args.device, repeats=args.repeats, max_epochs=args.max_epochs,
-        target_rmse=args.target_rmse, **({"target_fraction": args.target_fraction} if args.target_fraction is not None else {}),
+        target_rmse=args.target_rmse, target_fraction=args.target_fraction,
         only=args.only.split(",") if args.only else None, results=args.results,
     )
     print(speed.format_report(report))

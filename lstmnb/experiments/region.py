@@ -157,11 +157,9 @@ def run_sharded(data, model_cfg, cfg, threads: int | None = 1, area=None) -> dic
     from ..training.parallel import spawn
 
     check_sharded(data, model_cfg, cfg)
-    if area is None:
-        with _area_file(data) as area:
-            return run_sharded(data, model_cfg, cfg, threads, area)
-    ranks = spawn(_sharded_rank, cfg.world_size, device="cpu", kwargs=dict(area=area, model_cfg=model_cfg, cfg=cfg),
-                  timeout_s=cfg.timeout_s, threads=threads)
+    with contextlib.nullcontext(area) if area is not None else _area_file(data) as area:
+        ranks = spawn(_sharded_rank, cfg.world_size, device="cpu", kwargs=dict(area=area, model_cfg=model_cfg,
+                      cfg=cfg), timeout_s=cfg.timeout_s, threads=threads)
     return {"mode": cfg.mode, "world_size": cfg.world_size, "losses": ranks[0]["losses"],
             "step_s": max(r["step_s"] for r in ranks), "cells": [r["cells"] for r in ranks],
             "held_bytes": [r["held_bytes"] for r in ranks],

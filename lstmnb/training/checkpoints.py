@@ -56,10 +56,10 @@ def _checksum_lines(path: Path) -> list[tuple[str, bool]]:
     return [(w, len(w) == 64 and all(c in "0123456789abcdef" for c in w)) for w in words] or [("", False)]
 
 
-def checksum_fault(path: Path) -> str | None:
-    """Why the checksum file beside ``path`` is itself damaged (a line that is not a SHA-256, text that is not
-    ASCII, no line at all), or None when it is absent or every line holds a SHA-256."""
-    for n, (word, ok) in enumerate(_checksum_lines(path), 1):
+def checksum_fault(lines: list[tuple[str, bool]]) -> str | None:
+    """Why a checksum file with these ``_checksum_lines`` is itself damaged (a line that is not a SHA-256, text
+    that is not ASCII, no line at all), or None when it is absent or every line holds a SHA-256."""
+    for n, (word, ok) in enumerate(lines, 1):
         if not ok:
             return (f"line {n} starts with {word[:20]!r}, not a SHA-256 of 64 hex digits" if word
                     else "it holds no readable SHA-256 line")
@@ -132,9 +132,13 @@ def _unmatched(path: Path, want: str, have: str) -> CheckpointError:
     return CheckpointError(f"checkpoint {path} does not match the SHA-256 in {sums.name} ({want[:12]}... there, "
                            f"{have[:12]}... now), though every CRC32 inside the checkpoint checks: the checksum "
                            "file may be the damaged one, or the checkpoint was rewritten (or changed where no CRC32 "
-                           f"reaches); both were left as they are: if you trust the checkpoint, delete {sums} (it is then read unverified "
-                           "and its next save writes a new one), else restore a good copy of both, or delete both "
-                           "to start over")
+                           f"reaches); {_either_advice(sums)}")
+
+
+def _either_advice(sums: Path) -> str:
+    """What to do when the checkpoint or its checksum file ``sums`` may be the damaged one."""
+    return (f"both were left as they are: if you trust the checkpoint, delete {sums} (it is then read unverified "
+            "and its next save writes a new one), else restore a good copy of both, or delete both to start over")
 
 
 def _zip_checks(data: bytes) -> bool:
@@ -162,14 +166,13 @@ def _verified(path: Path, data: bytes) -> bytes:
                       "which torch.load cannot open): read and verified; its next save is a plain torch file "
                       f"with {checksum_path(path).name} beside it", stacklevel=4)
         return payload
-    fault = checksum_fault(path)
+    lines = _checksum_lines(path)
+    fault = checksum_fault(lines)
     if fault is not None:
         sums = checksum_path(path)
         raise CheckpointError(f"the checksum file {sums} beside checkpoint {path} is damaged ({fault}), so the "
-                              f"checkpoint cannot be verified; both were left as they are: if you trust the "
-                              f"checkpoint, delete {sums} (it is then read unverified and its next save writes a "
-                              "new one), else restore a good copy of both, or delete both to start over")
-    accepted, have = _digests(path), hashlib.sha256(data).hexdigest()
+                              f"checkpoint cannot be verified; {_either_advice(sums)}")
+    accepted, have = [d for d, _ in lines], hashlib.sha256(data).hexdigest()
     if not accepted:  # no checksum: torch.save's zip is read with a warning; anything else fails to load
         if data[:2] == b"PK":
             warnings.warn(f"checkpoint {path} has no checksum beside it ({checksum_path(path).name}): it is read "
