@@ -71,6 +71,22 @@ def tiny_epochs_runs(input_paths: list[str]) -> list[dict]:
     return experiments.epochs_experiment(windows, {}, cfg, [1, 2], input_paths, results=None, repeats=3)
 
 
+def waiting_notebook(path: Path, seconds: int) -> None:
+    """A notebook that prints "first cell done", then computes for ``seconds`` (a parameter): a series
+    that is surely running when a test stops it."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell(f"seconds = {seconds}")
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [nbformat.v4.new_markdown_cell("# Wait"), params,
+                nbformat.v4.new_code_cell("print('first cell done', flush=True)"),
+                nbformat.v4.new_code_cell("import time\nend = time.monotonic() + seconds\n"
+                                          "while time.monotonic() < end:  # busy, as training is\n    sum(range(10000))")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
 def write_v3(source, path, codecs: str = "blosc"):
     """Copy a store to zarr format 3 (consolidated): "blosc" as ``wide_store``, "bitshuffle" (Blosc that is
     read whole), "zstd", or "sharded"."""

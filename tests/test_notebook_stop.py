@@ -14,21 +14,18 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import waiting_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _notebook(path: Path, seconds: int) -> None:
-    """A parameters cell, a cell that prints, a cell that computes for ``seconds``."""
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell(f"seconds = {seconds}")
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [nbformat.v4.new_markdown_cell("# Wait"), params,
-                nbformat.v4.new_code_cell("print('first cell done', flush=True)"),
-                nbformat.v4.new_code_cell("import time\nend = time.monotonic() + seconds\n"
-                                          "while time.monotonic() < end:  # busy, as training is\n    sum(range(10000))")]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, path)
+def _first_output(path: Path) -> str:
+    """The printing cell's outputs as saved so far (its source says "first cell done" too); "" while the
+    file is being written."""
+    try:
+        return str(nbformat.read(path, as_version=4).cells[2].outputs)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return ""
 
 
 def _processes_of(marker: str) -> list[str]:
@@ -48,8 +45,8 @@ def _processes_of(marker: str) -> list[str]:
 def _waiting_series(folder: Path) -> None:
     """01_quick, which ends at once, then 02_wait, which sleeps longer than the test waits; their profile."""
     folder.mkdir()
-    _notebook(folder / "01_quick.ipynb", 0)
-    _notebook(folder / "02_wait.ipynb", 600)
+    waiting_notebook(folder / "01_quick.ipynb", 0)
+    waiting_notebook(folder / "02_wait.ipynb", 600)
     (folder / "wait.yaml").write_text("label: wait\nkernel: python3\ncell_timeout_s: 900\nparameters: {}\n")
 
 
@@ -72,7 +69,7 @@ def test_sigterm_keeps_the_running_notebook_and_writes_the_index(tmp_path, how):
         partial = None
         while time.monotonic() < deadline and child.poll() is None:  # the first cell's output, saved
             found = list(runs.glob("wait/*/.02_wait.running.ipynb"))
-            if found and "first cell done" in found[0].read_text(encoding="utf-8", errors="replace"):
+            if found and "first cell done" in _first_output(found[0]):
                 partial = found[0]
                 break
             time.sleep(0.5)
