@@ -1,11 +1,12 @@
 """The carc/ sbatch scripts under a real SLURM (slurmctld, slurmd, munged started by carc/local_slurm.sh):
 DDP over gloo on one node, the multi-node script's c10d rendezvous through srun (one node, then two
-nodes in their own network namespaces), and the notebook series with the `ci` profile. Each job's run
-record is checked, down to the SLURM job id it carries. Skipped, with the reason, where SLURM is not
-installed or cannot run (not root, no network namespaces): carc/ci_slurm.sh installs it on Debian.
+nodes in their own network namespaces), the notebook series with the `ci` profile, and a series that
+SLURM's time-limit warning stops. Each job's run record is checked, down to the SLURM job id it carries.
+Skipped, with the reason, where SLURM is not installed or cannot run (not root, no network namespaces):
+carc/ci_slurm.sh installs it on Debian.
 
 The jobs run this checkout (PYTHONPATH) in the Python environment running the tests (LSTMNB_ACTIVATE:
-its activate script), on CPU (LSTMNB_DEVICE=cpu), with tiny sizes so that all of it takes a minute or two.
+its activate script), on CPU (LSTMNB_DEVICE=cpu), with tiny sizes so that each job takes a minute or two.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+import nbformat
 import pytest
+from conftest import waiting_notebook
 
 from lstmnb.device import device_info
 
@@ -106,33 +109,33 @@ def cluster(request, tmp_path):
         if started.returncode == NOT_RUNNABLE:
             pytest.skip(f"no local SLURM here: {started.stderr.strip()}")
         assert started.returncode == 0, f"local_slurm.sh start failed:\n{started.stdout}{started.stderr}{_logs(state)}"
-        yield {"env": _job_env({"SLURM_CONF": str(state / "slurm.conf")}), "out": tmp_path}
+        yield {"env": _job_env({"SLURM_CONF": str(state / "slurm.conf")}), "out": tmp_path, "state": state}
     finally:
         subprocess.run(["bash", str(LOCAL_SLURM), "stop"], env=env, capture_output=True, timeout=120)
         shutil.rmtree(state, ignore_errors=True)
 
 
 def _submit(cluster, name: str, script: str, sbatch_args: list[str], script_args: list[str],
-            **extra_env: str) -> subprocess.Popen:
-    """``sbatch --wait`` of a carc/ script from the repository root, CPU options on the command line; the
-    job log is ``<name>-<job id>.out`` in the test's folder."""
+            limit_min: int = JOB_LIMIT_S // 60, **extra_env: str) -> subprocess.Popen:
+    """``sbatch --wait`` of a carc/ script from the repository root, CPU options on the command line, a time
+    limit of ``limit_min`` minutes; the job log is ``<name>-<job id>.out`` in the test's folder."""
     env = dict(cluster["env"], **extra_env)
     log = cluster["out"] / f"{name}-%j.out"
-    cmd = ["sbatch", "--wait", "--partition=local", "--gres=none", "--mem=2G", f"--time={JOB_LIMIT_S // 60}",
+    cmd = ["sbatch", "--wait", "--partition=local", "--gres=none", "--mem=2G", f"--time={limit_min}",
            f"--output={log}", *sbatch_args, f"carc/{script}", *script_args]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _finish(cluster, name: str, proc: subprocess.Popen) -> int:
-    """The job id of a submitted job, once it ended with status 0 (its log in the message otherwise)."""
+def _finish(cluster, name: str, proc: subprocess.Popen, status: int = 0) -> tuple[int, str]:
+    """The job id and log of a submitted job, once it ended with ``status`` (its log in the message otherwise)."""
     out, _ = proc.communicate(timeout=JOB_LIMIT_S + 120)
     found = re.search(r"Submitted batch job (\d+)", out)
     assert found, f"sbatch did not submit {name}: {out}"
     job_id = int(found.group(1))
     log = cluster["out"] / f"{name}-{job_id}.out"
     text = log.read_text() if log.exists() else "(no job log)"
-    assert proc.returncode == 0, f"job {name} ({job_id}) ended with {proc.returncode}:\n{out}\n{text[-4000:]}"
-    return job_id
+    assert proc.returncode == status, f"job {name} ({job_id}) ended with {proc.returncode}:\n{out}\n{text[-4000:]}"
+    return job_id, text
 
 
 def _records(folder: Path) -> list[dict]:
@@ -163,9 +166,9 @@ def test_carc_scripts_run_under_slurm(cluster):
                     TINY, RESULTS=str(out / "multi"), DATA_ARGS=" ".join(DATA), RDZV_PORT=str(_free_port()))
     series = _submit(cluster, "lstmnb-series", "run_profile.sbatch", ["--cpus-per-task=2"],
                      ["ci", "--only", "02", "--runs-dir", str(out / "runs"), "--no-html"])
-    single_id = _finish(cluster, "lstmnb-ddp", single)
-    multi_id = _finish(cluster, "lstmnb-ddp-mn", multi)
-    series_id = _finish(cluster, "lstmnb-series", series)
+    single_id, _ = _finish(cluster, "lstmnb-ddp", single)
+    multi_id, _ = _finish(cluster, "lstmnb-ddp-mn", multi)
+    series_id, _ = _finish(cluster, "lstmnb-series", series)
 
     [rec] = _records(out / "single")
     _check_ddp_record(rec, single_id, "lstmnb-ddp", world_size=2, nodes=1)
@@ -186,8 +189,35 @@ def test_multi_node_job_spans_two_nodes(cluster):
     hostname and address), one gloo rank each: srun starts a torchrun per node, they meet on node1."""
     proc = _submit(cluster, "lstmnb-ddp-mn", "ddp_multi_node.sbatch", ["--nodes=2", "--cpus-per-task=1"], TINY,
                    RESULTS=str(cluster["out"] / "multi2"), DATA_ARGS=" ".join(DATA))
-    job_id = _finish(cluster, "lstmnb-ddp-mn", proc)
+    job_id, _ = _finish(cluster, "lstmnb-ddp-mn", proc)
     [rec] = _records(cluster["out"] / "multi2")
     _check_ddp_record(rec, job_id, "lstmnb-ddp-mn", world_size=2, nodes=2)
     assert rec["device"]["hostname"] == "node1"             # rank 0 writes, on the first node
     assert rec["device"]["slurm"]["nodelist"] == "node[1-2]"
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize("cluster", [1], indirect=True, ids=["one-node"])
+def test_series_stops_itself_before_the_time_limit(cluster):
+    """run_profile.sbatch's promise: SLURM's warning signal (--signal=B:TERM@sig_time) reaches lstmnb, which
+    keeps the notebook it was running, writes the index and ends the job itself (exit 143) before the time
+    limit would kill it. A 3-minute limit with the warning at 60 s before it (SLURM may send it up to 60 s
+    early: from the first minute on), and a notebook that computes for 10 minutes."""
+    nbs, out = cluster["out"] / "nbs", cluster["out"]
+    nbs.mkdir()
+    waiting_notebook(nbs / "01_wait.ipynb", 600)
+    profile = nbs / "wait.yaml"
+    profile.write_text("label: wait\nkernel: python3\ncell_timeout_s: 900\nparameters: {}\n")
+    proc = _submit(cluster, "lstmnb-series", "run_profile.sbatch", ["--cpus-per-task=2", "--signal=B:TERM@60"],
+                   [str(profile), "--notebooks", str(nbs), "--runs-dir", str(out / "runs"), "--no-html"],
+                   limit_min=3)
+    job_id, text = _finish(cluster, "lstmnb-series", proc, status=143)
+    ctld = (cluster["state"] / "log" / "slurmctld.log").read_text()
+    assert "DUE TO TIME LIMIT" not in text and f"Time limit exhausted for JobId={job_id}" not in ctld, text
+    assert re.search(rf"JobId={job_id} WEXITSTATUS 143", ctld), ctld[-3000:]
+    assert re.search(r"^lstmnb notebooks run: stopped by SIGTERM.*kept", text, re.M), text[-3000:]
+    [run_dir] = (out / "runs" / "wait").iterdir()
+    kept = nbformat.read(run_dir / "01_wait.ipynb", as_version=4)
+    assert "first cell done" in str(kept.cells[2].outputs)
+    assert "<td>01_wait</td><td>interrupted</td>" in (run_dir / "index.html").read_text(encoding="utf-8")
