@@ -194,7 +194,7 @@ def test_batch_sweep_without_cap_stops_at_max_batch():
     with pytest.raises(ConfigError, match=r"^factor=1 must be a whole number >= 2"):
         bench.batch_sweep(windows, cfg, bench.SweepConfig(factor=1))
     n = windows.x["train"].shape[0]  # a first batch beyond the data: no point could run (an empty table before)
-    with pytest.raises(ConfigError, match=f"^first batch {n + 1} is more than the {n} training samples; give at most"):
+    with pytest.raises(ConfigError, match=f"^start={n + 1} is more than the {n} training samples; give at most"):
         bench.batch_sweep(windows, cfg, bench.SweepConfig(start=n + 1))
     with pytest.raises(ConfigError, match=r"memory_cap_mb=1000000000000000\.0 must be a positive number of MB, at most"):
         bench.SweepConfig(memory_cap_mb=1e15).validate()

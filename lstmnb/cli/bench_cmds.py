@@ -198,7 +198,8 @@ def _check_bench_allreduce(args) -> None:
 
     cfg, acfg = _allreduce_configs(args)
     cfg.validate()
-    acfg.validate()
+    acfg.validate({"world_size": "--world-size", "min_bytes": "--min-bytes", "max_bytes": "--max-bytes",
+                   "factor": "--factor", "budget_s": "--budget-s"})
     resolve_device(acfg.device)
     check_world_size(ddp_device_kind(acfg.device), acfg.world_size, "--world-size")
     positive("--step-s", args.step_s, whole=False, none_ok=True)

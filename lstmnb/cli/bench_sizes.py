@@ -126,6 +126,7 @@ def _run_bench_batch_sweep(args) -> int:
     cfg = train_config_from_args(args)
     sweep = _sweep_config(args)
     windows, info = prepare_windows(request_from_args(args), cfg, progress=cfg.progress)
+    sweep.check_start(windows.x["train"].shape[0], SWEEP_OPTIONS)
     records = experiments.batch_sweep(windows, cfg, sweep, data_info=info, results=results_path(args))
     print(format_table(batch_sweep_table(records)))
     return 0

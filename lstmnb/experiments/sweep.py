@@ -40,13 +40,24 @@ class SweepConfig:
     max_batch: int | None = None
     memory_cap_mb: float | None = None
 
-    def validate(self, names: dict[str, str] | None = None) -> None:
-        """Each value in range; errors name it as ``names`` says (the CLI: its options, e.g. start as
-        --first-batch), else by its field (start=0)."""
+    def _namer(self, names: dict[str, str] | None):
+        """How an error names a field: as ``names`` says (an option: "--first-batch 0"), else "start=0"."""
         def said(field: str) -> str:
             name = (names or {}).get(field, field)
             return f"{name} {getattr(self, field)!r}" if name.startswith("--") else f"{name}={getattr(self, field)!r}"
+        return said
 
+    def check_start(self, n_train: int, names: dict[str, str] | None = None) -> None:
+        """The first batch is at most the ``n_train`` training samples, or not one point would run (and the
+        sweep would print an empty table)."""
+        if self.start > n_train:
+            raise ConfigError(f"{self._namer(names)('start')} is more than the {n_train} training samples; give at "
+                              f"most {n_train}")
+
+    def validate(self, names: dict[str, str] | None = None) -> None:
+        """Each value in range; errors name it as ``names`` says (the CLI: its options, e.g. start as
+        --first-batch), else by its field (start=0)."""
+        said = self._namer(names)
         if self.start < 1:
             raise ConfigError(f"{said('start')} must be a whole number >= 1 (the sweep's first batch size)")
         if self.factor < 2:
@@ -250,9 +261,7 @@ def batch_sweep(windows, cfg, sweep: SweepConfig = SweepConfig(), *, data_info: 
     device = resolve_device(cfg.device)
     n_train = windows.x["train"].shape[0]
     top = min(sweep.max_batch or n_train, n_train)
-    if sweep.start > n_train:  # else not one point would run, and the sweep would print an empty table
-        raise ConfigError(f"first batch {sweep.start} is more than the {n_train} training samples; give at most "
-                          f"{n_train}")
+    sweep.check_start(n_train)
     if sweep.memory_cap_mb is not None and device.type == "cpu":
         check_cpu_cap()  # before any point's process starts
     recorder = Recorder(results, on_point)
