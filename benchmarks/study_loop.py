@@ -6,7 +6,9 @@ shuffle=True, num_workers=2)`, `nn.LSTM(1, 64, num_layers=2)` + `nn.Linear(64, 1
 1e-3, `MSELoss`, `loss.item()` every step, `time.time()` around the epoch loop. It reads the same embedded
 data as lstmnb, and keeps windows within a point (as lstmnb does: the study joined the two series end to
 end), so both train on the same 17,520 samples in 137 steps per epoch. The two alternate, each round on
-the same torch threads, and the medians of the rounds are compared.
+the same torch threads and the same C heap (lstmnb's CPU runs keep freed memory for the next step,
+`lstmnb.memory.keep_freed_heap`, for the whole process: it is set before either loop runs), and the
+medians of the rounds are compared.
 
     python benchmarks/study_loop.py [--rounds 3] [--epochs 5]
     python benchmarks/study_loop.py --tiny      # CI: one short round, checks the script and its table
@@ -29,6 +31,7 @@ from torch.utils.data import ConcatDataset, DataLoader, Dataset
 from _tiny import DONE  # benchmarks/_tiny.py, beside this script
 from lstmnb.data import Request
 from lstmnb.datasets.study import STUDY_TEST_START, study_values
+from lstmnb.memory import keep_freed_heap
 from lstmnb.training import prepare_windows, preset_config, train
 
 
@@ -101,6 +104,7 @@ def main() -> None:
     args = ap.parse_args()
     rounds, epochs = (1, 1) if args.tiny else (args.rounds, args.epochs)
     threads = torch.get_num_threads()
+    keep_freed_heap()  # process-wide, so set before either loop: both run on the heap the preset's runs set
     train_hours = 30 * 24 if args.tiny else None
     request = Request(end="2020-01-30T23") if args.tiny else Request()
     cfg = preset_config("published", epochs=epochs, device="cpu", threads=threads, progress=False)

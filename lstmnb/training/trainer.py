@@ -18,7 +18,7 @@ from torch import nn
 
 from ..cuda_env import backends_record, prepare_cuda
 from ..device import amp_dtype, clock
-from ..memory import peak_memory_mb, reset_peak_memory
+from ..memory import keep_freed_heap, peak_memory_mb, reset_peak_memory
 from ..models import Forecaster
 from ..records import new_run_id
 from ..windows import Windows
@@ -94,6 +94,8 @@ class Trainer:
         self._data_identity: dict[str, Any] | None = None  # what a checkpoint of this run was trained on
         if device.type == "cuda":
             prepare_cuda()  # before the model reaches the GPU: cuDNN off where torch's cuDNN refuses it
+        # a CPU run's freed C heap is kept for its next step (glibc); the record's memory.heap says how
+        self.heap = keep_freed_heap() if device.type == "cpu" else None
         self.adtype = amp_dtype(cfg.amp, device)
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
@@ -363,7 +365,8 @@ class Trainer:
             return None
         return finish_record(self.core, self.windows, self.cfg, self.device, self.history,
                               self.stopped_early, data_info, stop_reason=self.final_stop_reason(),
-                              memory=peak_memory_mb(self.device, self.peak_since_reset),
+                              memory={**peak_memory_mb(self.device, self.peak_since_reset),
+                                      **({"heap": self.heap} if self.heap is not None else {})},
                               cuda_graph=self.graph.record(self.graph_reason) if self.graph is not None
                               else graph_record(False, self.graph_reason), backends=backends_record(self.device, self.adtype),
                               run_id=self.run_id, warmup_epochs=self.warmup_epochs(), divergence=self.guard.outcome(
