@@ -364,3 +364,16 @@ def test_quickstart_trains_and_prints_the_results_table(tmp_path, capsys):
     assert rec["experiment"] == "quickstart" and rec["status"] == "ok" and rec["device"]["kind"] == "cpu"
     assert len(rec["epochs"]) == 1
     assert f"record {rec['run_id']} appended to {tmp_path / 'results' / 'runs.jsonl'}" in out
+
+
+def test_quickstart_help_states_the_default_runs_epoch_cap_as_the_run_has_it(capsys):
+    """The default run on the study's data ran all of the preset's epochs (validation still improving at
+    the cap, three runs on 2 cores), so the help names that cap and does not promise that early stopping
+    usually ends the run sooner (it said so, and a newcomer's quickstart printed 'ran all 30 epochs')."""
+    from lstmnb.training import preset_config
+
+    assert cli.main(["quickstart", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    cap = preset_config(device="cpu").epochs
+    assert f"the preset's, {cap};" in help_text and f"it ran all {cap} here)" in help_text
+    assert "usually ends it sooner" not in help_text

@@ -231,7 +231,8 @@ def add_quickstart(sub, full: bool) -> None:
     )
     p.add_argument("--profile", default="quick", help="profile for the notebook series (default: quick)")
     p.add_argument("--epochs", type=int, default=None, help="epoch cap of the default run (default: the preset's, 30; "
-                                                             "early stopping usually ends it sooner)")
+                                                             "early stopping ends it sooner only if validation stops "
+                                                             "improving: on the study's data it ran all 30 here)")
     add_results_args(p)
     p.add_argument("--runs-dir", default="runs", help="where the notebook run folder goes (default: ./runs)")
     p.add_argument("--no-notebooks", dest="notebooks", action="store_false", help="only the training run")
