@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from ..device import clock, host_memory_bytes
 from ..errors import ConfigError
+from ..errors import said as field_said
 from ..models import Forecaster, count_parameters
 from ..records import new_record
 from ..training.parallel import DistEnv, barrier, spawn
@@ -87,8 +88,7 @@ class AllreduceConfig:
         from ..training.config import check_device_name
 
         def said(field: str) -> str:
-            name, value = (names or {}).get(field, field), getattr(self, field)
-            return f"{name} {value!r}" if name.startswith("--") else f"{name}={value!r}"
+            return field_said(self, field, names)
 
         top = local_rank_limit()
         if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or not 2 <= self.world_size <= top:

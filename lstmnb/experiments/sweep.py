@@ -16,6 +16,7 @@ import torch
 from ..device import indexed, resolve_device
 from ..memory import free_memory, is_oom, proc_status_kb
 from ..errors import ConfigError
+from ..errors import said as field_said
 from ..records import Recorder, software_info
 from ..training import Trainer, skipped_record, train
 from ..training.blend import fit_blend
@@ -40,24 +41,19 @@ class SweepConfig:
     max_batch: int | None = None
     memory_cap_mb: float | None = None
 
-    def _namer(self, names: dict[str, str] | None):
-        """How an error names a field: as ``names`` says (an option: "--first-batch 0"), else "start=0"."""
-        def said(field: str) -> str:
-            name = (names or {}).get(field, field)
-            return f"{name} {getattr(self, field)!r}" if name.startswith("--") else f"{name}={getattr(self, field)!r}"
-        return said
-
     def check_start(self, n_train: int, names: dict[str, str] | None = None) -> None:
         """The first batch is at most the ``n_train`` training samples, or not one point would run (and the
         sweep would print an empty table)."""
         if self.start > n_train:
-            raise ConfigError(f"{self._namer(names)('start')} is more than the {n_train} training samples; give at "
+            raise ConfigError(f"{field_said(self, 'start', names)} is more than the {n_train} training samples; give at "
                               f"most {n_train}")
 
     def validate(self, names: dict[str, str] | None = None) -> None:
         """Each value in range; errors name it as ``names`` says (the CLI: its options, e.g. start as
         --first-batch), else by its field (start=0)."""
-        said = self._namer(names)
+        def said(field: str) -> str:
+            return field_said(self, field, names)
+
         if self.start < 1:
             raise ConfigError(f"{said('start')} must be a whole number >= 1 (the sweep's first batch size)")
         if self.factor < 2:
