@@ -178,6 +178,21 @@ def test_maps_give_every_panel_its_own_scale_and_difference_panels_a_scale_centr
     assert [cb.extend for cb in (ax.collections[0].colorbar for ax in fig.axes[:2])] == ["neither", "min"]
 
 
+def test_a_long_map_title_is_wrapped_within_the_figure():
+    # on one line, the CLI's title (about 150 characters) was wider than a one-panel figure, and the saved figure
+    # (bbox_inches="tight") grew wide empty margins around the map to hold it
+    maps = to_map({"s": np.linspace(0.2, 0.3, 6)}, Grid.square(2, 3))
+    title = ("MSE skill score per cell against persistence (1 - MSE / MSE of persistence; above 0 beats it), "
+             "24 h ahead, test period 2021-01-01 .. 2021-06-30 (synthetic data)")
+    for n in (1, 3):
+        fig = plot_panels([Panel("s", maps["s"], "skill", "skill")] * n, title)
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        text = fig._suptitle.get_window_extent(renderer)
+        assert text.width <= fig.bbox.width and text.y0 >= max(ax.get_tightbbox(renderer).y1 for ax in fig.axes[:n]) - 1
+        assert " ".join(fig._suptitle.get_text().split()) == title and "2021-01-01 .." in fig._suptitle.get_text()
+
+
 def test_bad_region_skill_input(small_box):
     data = region_data_from_box(small_box, WindowConfig(window=12))
     with pytest.raises(ConfigError, match=r"--neighbours 12: a box of 12 cells gives each cell 1..11 neighbours; give "

@@ -10,6 +10,7 @@ own largest value put every cell at the colour limit), lower values clipped and 
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +43,8 @@ def plot_panels(panels: list[Panel], title: str):
     for p in panels:
         if p.kind not in KINDS:
             raise ConfigError(f"panel kind {p.kind!r} is not one of {', '.join(KINDS)}")
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.8), squeeze=False, sharey=True)
+    width = max(3.4 * len(panels), 5.0)  # one panel: room for its colour bar's label and a short title line
+    fig, axes = plt.subplots(1, len(panels), figsize=(width, 3.8), squeeze=False, sharey=True)
     for ax, p in zip(axes[0], panels):
         values = np.asarray(p.data.values, dtype=np.float64)
         cols = np.arange(p.data.sizes["longitude"])  # columns in order: a box across 0E stays in one piece
@@ -61,7 +63,9 @@ def plot_panels(panels: list[Panel], title: str):
         ax.set_xlabel("longitude (E)")
         fig.colorbar(im, ax=ax, label=p.label, shrink=0.85, orientation="horizontal", pad=0.2, extend=extend)
     axes[0][0].set_ylabel("latitude")
-    fig.suptitle(title, y=1.02)
+    # a long title wrapped to the figure's width (about 10 characters of 12 pt text an inch) and grown upwards
+    # from the top edge: on one line it widened the saved figure (bbox_inches="tight") into wide empty margins
+    fig.suptitle(textwrap.fill(title, width=int(width * 10), break_on_hyphens=False), y=1.0, va="bottom")
     return fig
 
 
