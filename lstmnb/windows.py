@@ -235,7 +235,8 @@ def scored_ranges(bounds: Sequence[slice], config: WindowConfig) -> list[tuple[i
 
 def series_array(values, times) -> tuple[np.ndarray, pd.DatetimeIndex]:
     """A (time,), (time, point) or (time, point, variable) array as float64 (time, point, variable),
-    with its times, checked: one time per step, no missing (NaN) hour."""
+    with its times, checked: one time per step, the steps one hour apart (windows, leads and horizons count
+    steps as hours: across a gap a '1 h' lead would be longer), no missing (NaN) hour."""
     v = np.asarray(values, dtype=np.float64)
     if v.ndim == 1:
         v = v[:, None, None]
@@ -246,6 +247,12 @@ def series_array(values, times) -> tuple[np.ndarray, pd.DatetimeIndex]:
     times = pd.DatetimeIndex(times)
     if len(times) != v.shape[0]:
         raise DataError(f"{len(times)} times for {v.shape[0]} time steps")
+    off = np.flatnonzero(np.asarray(times[1:] - times[:-1]) != np.timedelta64(1, "h"))
+    if off.size:
+        i = int(off[0])
+        raise DataError(f"the series is not hourly: {times[i]} is followed by {times[i + 1]} "
+                        f"({off.size} step{'s' if off.size != 1 else ''} other than 1 h); windows and leads count "
+                        "hours, so pick a range without missing hours or a store of hourly data")
     if np.isnan(v).any():
         bad = times[np.isnan(v).any(axis=(1, 2))]
         raise DataError(f"the series has {len(bad)} missing (NaN) hours, first at {bad[0]}; pick a range with data")

@@ -202,6 +202,20 @@ def test_nan_in_series_is_named():
         make_windows(v, hours(100), WindowConfig(window=3))
 
 
+def test_a_series_with_missing_hours_or_another_step_is_refused():
+    """Windows, leads and horizons count steps as hours: with 6 hours missing, the sample whose last input is
+    the hour before the gap had its '1 h' target 7 h later (and was scored against persistence at 7 h), and a
+    6-hourly store made every '1 h' lead 6 h. Both were windowed without a word; they are refused, naming where."""
+    t = hours(400)
+    v = 280 + np.sin(np.arange(400) / 7.0)
+    gap = t.delete(range(200, 206))
+    with pytest.raises(DataError, match=r"not hourly: 2020-01-09 07:00:00 is followed by 2020-01-09 14:00:00"):
+        make_windows(v[: len(gap)], gap, WindowConfig(window=4, fractions=(0.5, 0.25, 0.25)))
+    with pytest.raises(DataError, match="not hourly"):
+        make_windows(v, pd.date_range("2020-01-01", periods=400, freq="6h"), WindowConfig(window=4))
+    assert make_windows(v, t, WindowConfig(window=4)).sizes()["test"] == 60  # hourly: as before
+
+
 def test_fitted_cycles_from_weeks_keep_to_the_day_and_stay_in_range():
     """Fitted to a few weeks, the year's harmonics would follow those weeks' weather and run out of range
     months later (a random walk fitted on 30 days gave -62,000 K three months on): under a year of
