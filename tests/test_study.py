@@ -151,6 +151,23 @@ def test_skill_on_the_study_data_per_point_puts_both_models_on_the_same_hours(tm
         assert f"{r['forecast']} at 1 h does not (MSE skill {r['MSE skill vs persistence']:.2f})" in summary
 
 
+def test_the_study_skill_table_leaves_out_a_run_tested_on_fewer_hours(tmp_path):
+    """A run whose test part starts on 2021-01-01 but ends with an earlier --end (2021-03-31) was scored on
+    other hours (its persistence RMSE at 40N: 0.980 K against 1.054 K on 2021-01..06): it was pooled into the
+    table that speaks for 2021-01..06 beside runs on every hour. Only runs tested on 2021-01..06 stay."""
+    from lstmnb import records, report
+    from lstmnb.training import run
+
+    cfg = preset_config("recommended", split_dates=("2020-10-01", "2021-01-01"), hidden=4, epochs=1, progress=False,
+                        device="cpu", threads=1)
+    whole = run(Request(), cfg, results=tmp_path).record
+    run(Request(end="2021-03-31"), cfg, results=tmp_path)
+    table = report.study_skill_table(records.load_records([tmp_path]))
+    assert list(table["runs"]) == [1, 1] and list(table["point"]) == ["40,280", "20,280"]
+    expected = [p["persistence_rmse_k"] for p in whole["skill"]["per_point"]]
+    assert np.allclose(table["persistence RMSE K"], expected)
+
+
 def test_a_run_on_other_data_is_not_called_a_replication():
     record = {"data": {"source": "sample", "kind": "synthetic"}, "config": {"preset": "published",
                                                                            "split_dates": ["2021-01-01"] * 2}}

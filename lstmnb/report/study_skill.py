@@ -2,7 +2,7 @@
 recommended forecaster, persistence and climatology, on the study's test part (2021-01-01 on).
 
 Read from run records (their ``skill.per_point`` rows), so a table shows what was measured: only finished
-runs on the study's data (``data.source`` ``study``) whose test part starts on 2021-01-01, every model and
+runs on the study's data (``data.source`` ``study``) whose test part is 2021-01-01..06-30, every model and
 baseline scored on the same target hours. Medians over the runs of one forecaster, epochs and lead.
 """
 
@@ -14,6 +14,7 @@ from .devices import column
 from .settings import PUBLISHED_PROBLEM, PUBLISHED_SETTING
 
 STUDY_TEST_START = "2021-01-01"
+STUDY_TEST_END = PUBLISHED_PROBLEM["end"]  # the last day of the study's data, and of its test part
 COLUMNS = ["point", "lead h", "forecast", "runs", "model RMSE K", "persistence RMSE K", "climatology RMSE K",
            "MSE skill vs persistence", "MSE skill vs climatology"]
 
@@ -22,6 +23,13 @@ COLUMNS = ["point", "lead h", "forecast", "runs", "model RMSE K", "persistence R
 STUDY_MODEL = {**{k: PUBLISHED_SETTING[k] for k in ("batch_size", "lr", "residual", "calendar", "cycles",
                                                      "point_weights", "blend")},
                **{k: PUBLISHED_PROBLEM[k] for k in ("window", "hidden", "layers", "lead_hours", "horizon")}}
+
+
+def _test_end(df: pd.DataFrame) -> pd.Series:
+    """Each run's last test hour (``data.split_times.test``), else its last requested day (``data.end``)."""
+    ends = column(df, "data.split_times.test").map(
+        lambda s: str(s[1]) if isinstance(s, (list, tuple)) and len(s) == 2 else None)
+    return ends.fillna(column(df, "data.end"))
 
 
 def _forecast(row: pd.Series) -> str | None:
@@ -44,6 +52,9 @@ def study_skill_table(df: pd.DataFrame | None) -> pd.DataFrame:
     first = (column(df, "data.scored.test.first") if "data.scored.test.first" in df else
              column(df, "data.scored.test").map(lambda s: s.get("first") if isinstance(s, dict) else None))
     keep &= first.fillna("").astype(str).str.startswith(STUDY_TEST_START)
+    # and ends where the study's data ends: a run with an earlier --end was scored on fewer hours (its own
+    # persistence and climatology too), and the table speaks for 2021-01..06
+    keep &= _test_end(df).fillna("").astype(str).str.startswith(STUDY_TEST_END)
     keep &= column(df, "data.box").isna()
     rows = []
     for _, r in df[keep].iterrows():
