@@ -115,3 +115,13 @@ def test_eager_vs_graph_times_both_and_says_why(tmp_path):
         assert table.loc["CUDA graph", "graph used"] and "x the samples/s" in why
     else:  # nothing to capture on a CPU: the sentence says so, from the record
         assert why == "No graph was captured: runs on cpu; CUDA graphs need a CUDA GPU."
+
+
+def test_windows_table_of_a_split_without_validation_part():
+    """02 with the published preset and fit_split_dates None keeps the study's split (no validation part):
+    the windows table raised TypeError on the empty part's hours (None) instead of showing 0 samples."""
+    windows, _ = train.prepare_windows(None, steps.make_config("published", split_dates=None, device="cpu"),
+                                       progress=False)
+    table = steps.windows_table(windows)
+    assert list(table["samples"]) == [17520, 0, 8688] and table.loc["val", "from"] == ""
+    assert table.loc["test", "from"] == "2021-01-01 00:00:00" and pd.isna(table.loc["val", "persistence RMSE (K)"])

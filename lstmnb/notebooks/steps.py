@@ -196,7 +196,7 @@ def windows_table(windows) -> pd.DataFrame:
     """Samples, time span and baseline RMSE (K) of each split."""
     rows = []
     for split, n in windows.sizes().items():
-        first, last = windows.split_times.get(split, ("", ""))
+        first, last = windows.split_times.get(split) or ("", "")  # no validation part: no hours
         base = windows.baselines[split]
         rows.append({"split": split, "samples": n, "from": first, "to": last,
                      "persistence RMSE (K)": base["persistence"]["rmse"],
