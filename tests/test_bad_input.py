@@ -128,7 +128,6 @@ CASES = [
     case("lr-zero", T + ["--lr", "0"], "lr=0.0", "positive number"),
     case("lr-negative", T + ["--lr", "-1e-3"], "lr=-0.001", "positive number"),
     case("lr-inf", T + ["--lr", "inf"], "lr=inf", "positive number"),
-    case("lr-huge", T + ["--lr", "1000"], "lr=1000.0", "up to 1"),
     case("lr-word", T + ["--lr", "fast"], "--lr", "invalid float value: 'fast'"),
     case("lr-schedule", T + ["--lr-schedule", "linear"], "lr_schedule='linear'", "constant, onecycle, cosine"),
     case("input-path", T + ["--input-path", "slow"], "input_path='slow'", "fast, dataloader"),

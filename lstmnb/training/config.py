@@ -32,9 +32,6 @@ MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 7 * 86400.0
 # its Reducer's constructor fails with a TypeError in every rank); a bucket larger than all the model's gradients
 # holds them all, so 1e6 MB (about 1 TB) is more than any model here needs
 MAX_BUCKET_CAP_MB = 1e6
-# Adam moves each weight by about lr per step whatever the gradient's size: above 1 a step outgrows the weights
-# (initialised within +-1/sqrt(hidden)) and the network's forecast is lost; the rates by lead are 5e-4 to 4e-3
-MAX_LR = 1.0
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 # fields that do not change the trajectory of a run: a checkpoint may be resumed across them
@@ -204,9 +201,6 @@ class TrainConfig:
             _number(name, getattr(self, name), positive=True)
         if self.lr is not None:
             _number("lr", self.lr, positive=True, off="omit it for the rate by lead")
-            if self.lr > MAX_LR:
-                raise ConfigError(f"lr={self.lr!r} must be a positive number up to {MAX_LR:g}: Adam moves each weight "
-                                  "by about lr per step (omit it for the rate by lead, 5e-4 to 4e-3)")
         if self.bucket_cap_mb > MAX_BUCKET_CAP_MB:
             raise ConfigError(f"bucket_cap_mb={self.bucket_cap_mb!r} must be a positive number of MB up to "
                               f"{MAX_BUCKET_CAP_MB:.0f} (about 1 TB; one bucket that size holds every gradient)")
