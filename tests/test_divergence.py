@@ -20,11 +20,11 @@ from lstmnb.training.trainer import Trainer
 from lstmnb.windows import make_windows
 
 
-def _windows():
+def _windows(**split):
     t = pd.date_range("2020-03-01", periods=24 * 30, freq="h")
     rng = np.random.default_rng(3)
     v = 285 + 4 * np.sin(2 * np.pi * t.hour.to_numpy() / 24)[:, None] + rng.normal(0, 0.5, (len(t), 1))
-    return make_windows(v, t, TrainConfig(window=12).window_config())
+    return make_windows(v, t, TrainConfig(window=12, **split).window_config())
 
 
 def cfg(**kw):
@@ -86,6 +86,37 @@ def test_a_nan_input_stops_the_run_at_its_step_and_run_says_so(tmp_path):
     assert result.record["status"] == "diverged" and result.record["epochs"] == []
     assert (d["epoch"], d["step"], d["what"]) == (1, _expected_step(w, config, 57), "training loss")
     assert "timing" not in result.record  # no epoch finished: no figure at all
+
+
+class _FiniteLossNanGradient(torch.nn.Module):
+    """A real network whose forecast is finite while every gradient is NaN: z + 0 * sqrt(z - z) is z, and its
+    derivative holds 0 * (1 / (2 sqrt(0))) = 0 * inf, as when a gradient overflows behind a finite loss."""
+
+    def __init__(self, features: int, config):
+        super().__init__()
+        self.lin, self.config = torch.nn.Linear(features, 1), config
+
+    def forward(self, x):
+        z = self.lin(x[:, -1, :])
+        return z + 0 * torch.sqrt(z - z)
+
+
+def test_without_a_validation_part_the_last_steps_non_finite_weights_end_the_run_diverged():
+    # the published setting has no validation part: with one step per epoch, no later step's loss shows what
+    # the last update did, and the run was recorded 'ok' with a test RMSE of NaN
+    split = {"split_dates": ("2020-03-25", "2020-03-25")}
+    w = _windows(**split)
+    config = cfg(epochs=1, batch_size=w.sizes()["train"], blend="off", patience=None, **split)  # one step
+    result = train(w, config, model=_FiniteLossNanGradient(w.x["train"].shape[-1], config.model_config(1)))
+    d = result.record["divergence"]
+    assert result.record["status"] == "diverged" and "metrics" not in result.record
+    assert (d["epoch"], d["step"], d["what"]) == (1, None, "update of the epoch's last step (the weights it left)")
+    assert "the update of the epoch's last step (the weights it left) is not finite" in result.record["reason"]
+    # with a validation part, the validation forecast shows the same weights
+    w = _windows()
+    config = cfg(epochs=1, batch_size=w.sizes()["train"])
+    result = train(w, config, model=_FiniteLossNanGradient(w.x["train"].shape[-1], config.model_config(1)))
+    assert result.record["divergence"]["what"] == "validation forecast (RMSE)"
 
 
 def test_a_study_that_needs_every_runs_figures_records_the_diverged_run_and_stops(tmp_path):

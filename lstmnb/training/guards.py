@@ -1,6 +1,7 @@
-"""Divergence as an outcome: a run whose training loss, gradient norm or validation forecast stops being
-finite ends at that step, keeps its earlier epochs, checkpoint and best weights, and is recorded as
-``diverged`` with one line saying where, the likely causes and what to try.
+"""Divergence as an outcome: a run whose training loss, gradient norm or validation forecast (with no
+validation part: its weights at the epoch's end) stops being finite ends at that step, keeps its earlier
+epochs, checkpoint and best weights, and is recorded as ``diverged`` with one line saying where, the likely
+causes and what to try.
 
 How it stays cheap: each step's loss (and the clipped gradient norm, where ``grad_clip`` computes one)
 stays on the device in a short list; nothing is computed per step. On a CPU there is no queue to drain,
@@ -109,12 +110,19 @@ class DivergenceGuard:
         """The check at the end of an epoch's steps (across ranks under DDP)."""
         self._check()
 
-    def check_epoch(self, train_loss: float, val_rmse: float | None) -> None:
+    def check_epoch(self, train_loss: float, val_rmse: float | None, weights=()) -> None:
         """The epoch's mean training loss and its validation forecast's RMSE (None: no validation part), before
-        they are kept."""
+        they are kept. Without a validation forecast, ``weights`` (the model's parameters) are checked instead:
+        the epoch's last step can leave non-finite weights behind a finite loss (a gradient that overflowed),
+        and no later step's loss would show it."""
         for what, value in (("mean training loss", train_loss), ("validation forecast (RMSE)", val_rmse)):
             if value is not None and not math.isfinite(value):
                 self._stop({"epoch": self.epoch, "step": None, "what": what, "value": value})
+        if val_rmse is None:
+            finite = [torch.isfinite(w).all() for w in weights]
+            if finite and not bool(torch.stack(finite).all()):  # one transfer
+                self._stop({"epoch": self.epoch, "step": None,
+                            "what": "update of the epoch's last step (the weights it left)", "value": None})
 
     # --- checking ---------------------------------------------------------------------------------
     def _first_bad(self) -> tuple[int, str, float] | None:

@@ -238,7 +238,8 @@ class Trainer:
             val_mse, val_rmse = rmse_kelvin(self.core, self.x_val, self.y_val, self.target_std,
                                             self.cfg.eval_batch_size)
         eval_s = clock(self.device) - t1
-        self.guard.check_epoch(train_loss, val_rmse)  # a non-finite figure ends the run before it is kept
+        # a non-finite figure (no validation part: non-finite weights) ends the run before it is kept
+        self.guard.check_epoch(train_loss, val_rmse, self.core.parameters())
         cumulative = (self.history[-1]["cumulative_s"] if self.history else 0.0) + train_s + eval_s
         epoch = len(self.history) + 1
         entry = {
