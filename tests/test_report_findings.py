@@ -123,9 +123,30 @@ def test_a_record_from_before_the_persistent_workers_knob_kept_its_workers():
     ({"points": 90, "start": "2020-01-01", "end": "2021-06-30", "window": 24, "hidden": 64}, "90 points"),
     ({"points": 2, "start": "2020-01-01", "end": "2020-01-21", "window": 12, "hidden": 8},
      "2020-01-01..2020-01-21, window 12, hidden 8"),
+    ({"points": 2, "places": ((20.0, 280.0), (40.0, 280.0))}, report.PUBLISHED_PROBLEM_LABEL),
+    ({"points": 2, "places": ((35.0, 10.0), (40.0, 280.0))}, "other points"),  # as many points, not the study's
 ])
 def test_problem_labels(problem, label):
     assert report.problem_label(problem) == label
+
+
+def test_the_skill_finding_pools_runs_at_the_same_points_early_stopped_ones_too():
+    def at(points, rmse, stopped_early=False, host="laptop"):
+        rec = run_record("cpu", "Intel(R) Core(TM) i7", 15, "dataloader", 40.0 + rmse, rmse=rmse, host=host)
+        rec["data"] = {"points": points}
+        rec["metrics"]["stopped_early"] = stopped_early
+        return rec
+
+    study, elsewhere = [[40.0, -80.0], [20.0, 280.0]], [[35.0, 10.0], [40.0, 280.0]]  # -80 E is 280 E
+    df = pd.json_normalize([at(study, 0.70), at(study, 0.60, stopped_early=True), at(elsewhere, 3.0)])
+    rows = report.comparison_rows(df, None, None)
+    assert sorted(rows["problem"]) == ["other points", report.PUBLISHED_PROBLEM_LABEL]
+    assert rows.set_index("problem")["like_for_like"].astype(bool).to_dict() == {
+        "other points": False, report.PUBLISHED_PROBLEM_LABEL: True}
+    text, _ = report.findings(df, None, None)
+    skill = next(line for line in text.splitlines() if "**Skill**" in line)
+    # both runs at the study's points (the early-stopped one's forecast is as real), not the one elsewhere
+    assert "test RMSE 0.6-0.7 K (median 0.65 K) over 2 runs" in skill, skill
 
 
 def test_findings_from_the_h100_reference_records(reference, published):

@@ -48,6 +48,14 @@ def _points(row: pd.Series) -> int | None:
     return None
 
 
+def _places(row: pd.Series) -> tuple | None:
+    """The run's points as sorted (latitude, longitude east) pairs; None for a box or a record without them."""
+    value = row.get("data.points")
+    if not isinstance(value, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        return None
+    return tuple(sorted((round(float(lat), 4), round(float(lon) % 360, 4)) for lat, lon in value))
+
+
 def _loader_knobs(row: pd.Series) -> dict[str, bool]:
     """What the run's DataLoader was asked for beyond the study's (torch's defaults): pinned memory (which the
     trainer applies on CUDA only; asked for, it names the setting on either device, so a CPU run and a GPU run
@@ -58,15 +66,17 @@ def _loader_knobs(row: pd.Series) -> dict[str, bool]:
             "persistent_workers": (True if not _present(kept) else bool(kept)) and has_workers}
 
 
-def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFrame:
+def compared_runs(df: pd.DataFrame | None, source: str = MEASURED, *, stopped_early: bool = False) -> pd.DataFrame:
     """The runs of one source that enter the comparison, one row each: finished single-device training
-    runs (not stopped early) outside the batch sweep, speed and parallel experiments."""
+    runs outside the batch sweep, speed and parallel experiments; not stopped early (their seconds are not
+    the epochs asked for) unless ``stopped_early`` (skill: their forecasts are as real)."""
     if df is None or df.empty or "timing.train_s" not in df or "config.epochs" not in df:
         return pd.DataFrame()
     exp = column(df, "experiment").fillna("").astype(str)
     keep = (column(df, "status") == "ok") & column(df, "config.strategy", "single").fillna("single").eq("single")
     keep &= ~exp.isin(NOT_COMPARED) & ~exp.str.startswith(NOT_COMPARED_PREFIXES)
-    keep &= ~column(df, "metrics.stopped_early").eq(True)
+    if not stopped_early:
+        keep &= ~column(df, "metrics.stopped_early").eq(True)
     keep &= column(df, "timing.train_s").notna() & column(df, "config.epochs").notna()
     if not keep.any():
         return pd.DataFrame()
@@ -77,7 +87,8 @@ def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFra
         config.update(_loader_knobs(r))
         if _present(r.get("cuda_graph.used")):  # what the run did, where the record says (graphs are the default)
             config["cuda_graph"] = bool(r.get("cuda_graph.used"))
-        problem = {"points": _points(r), "start": r.get("data.start"), "end": r.get("data.end"),
+        problem = {"points": _points(r), "places": _places(r),
+                   "start": r.get("data.start"), "end": r.get("data.end"),
                    **{k: r.get(f"config.{k}") for k in ("window", "hidden", "layers", "cell", "lead_hours", "horizon")},
                    **record_problem_data({"kind": r.get("data.kind"), "source": r.get("data.source")},
                                          {"split_dates": r.get("config.split_dates"), "fractions": r.get("config.fractions")})}

@@ -192,7 +192,7 @@ def _skill_text(frames: list[tuple[pd.DataFrame, str]], main: str | None) -> str
     common problem where it has no run of ``main``)."""
     items = []
     for df, source in frames:
-        runs = compared_runs(df, source)
+        runs = compared_runs(df, source, stopped_early=True)
         if runs.empty or runs["test_rmse_k"].isna().all():
             continue
         runs = runs.dropna(subset=["test_rmse_k"])

@@ -20,7 +20,9 @@ PUBLISHED_WORKERS = 2
 PUBLISHED_PROBLEM = {"points": 2, "start": "2020-01-01", "end": "2021-06-30", "window": 24, "hidden": 64,
                      "layers": 2, "cell": "lstm", "lead_hours": 1, "horizon": 1,
                      # the study's real ERA5 (not the synthetic sample), trained on 2020, tested from 2021-01-01
-                     "data": "real", "split": "2021-01-01"}
+                     "data": "real", "split": "2021-01-01",
+                     # where: the study's two points, (latitude, longitude east) in order
+                     "places": ((20.0, 280.0), (40.0, 280.0))}
 PUBLISHED_PROBLEM_LABEL = "published problem"
 LIKE_FOR_LIKE = "published setting · DataLoader"
 PUBLISHED_EPOCHS = 15  # the longest run of the published table: the headline compares at it
@@ -106,6 +108,8 @@ def problem_label(problem: Mapping[str, Any]) -> str:
     diffs = []
     if present(p.get("points")) and p["points"] != ref["points"]:
         diffs.append(f"{int(p['points'])} points")
+    elif present(p.get("places")) and tuple(p["places"]) != ref["places"]:  # as many points, elsewhere
+        diffs.append("other points")
     if (p.get("start"), p.get("end")) != (ref["start"], ref["end"]) and p.get("start"):
         diffs.append(f"{p['start']}..{p['end']}")
     for key in ("window", "hidden", "layers"):
