@@ -71,6 +71,13 @@ def test_leads_are_checked(capsys):
     assert main(["skill", "--leads", "6,1,6", "--no-record"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--leads 6,1,6 repeats 6; give each lead once, e.g. 6,1" in err
+    # a row per lead: a forecast of several hours would pool leads 6..8 in lead 6's row
+    with pytest.raises(ConfigError, match="^horizon 3: skill across leads scores one lead per model"):
+        skill.skill_experiment(Request(), preset_config(device="cpu", horizon=3), [6])
+    assert main(["skill", "--leads", "6", "--horizon", "3", "--no-record"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--horizon 3: skill across leads scores one lead per model, and each row would " \
+        "pool leads L..L+2 under lead L; use --horizon 1" in err
 
 
 @pytest.fixture(scope="module")

@@ -292,12 +292,13 @@ def add_skill(sub, full: bool) -> None:
 
 def _check_skill(args) -> None:
     """The leads, the plot path and everything a training run needs, before the first model trains."""
-    from ..experiments.skill import check_leads
+    from ..experiments.skill import check_leads, check_one_lead
     from ..training import with_overrides
 
     check_leads(args.leads, "--leads")
     check_plot(args.plot)
     cfg = train_config_from_args(args)
+    check_one_lead(cfg.horizon, "--horizon")
     check_training(with_overrides(cfg, lead_hours=max(args.leads)), request_from_args(args), args)
 
 

@@ -34,11 +34,21 @@ def check_leads(leads: Iterable[int], option: str = "leads") -> list[int]:
     return [int(v) for v in leads]
 
 
+def check_one_lead(horizon: int, option: str = "horizon") -> None:
+    """Skill across leads scores one lead per model: a horizon of several hours would pool leads L..L+H-1 in the
+    row of lead L."""
+    if horizon != 1:
+        raise ConfigError(f"{option} {horizon}: skill across leads scores one lead per model, and each row would pool "
+                          f"leads L..L+{horizon - 1} under lead L; use {option} 1 (a forecast of {horizon} hours at "
+                          f"once: lstmnb train --horizon {horizon})")
+
+
 def skill_experiment(request, cfg, leads: Iterable[int] = (1, 6, 24), *, results=None,
                      on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Train one model per lead (``cfg`` otherwise unchanged), in the order given; each record's ``skill``
     section holds its per-point scores. Validation and test score the same target hours at every lead."""
     leads = check_leads(leads)
+    check_one_lead(cfg.horizon)
     recorder = Recorder(results, on_point)
     for lead in leads:
         run_cfg = with_overrides(cfg, lead_hours=lead, experiment="skill", checkpoint=None, resume=False)
