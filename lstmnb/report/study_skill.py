@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .devices import column
-from .settings import PUBLISHED_PROBLEM, PUBLISHED_SETTING
+from .settings import PUBLISHED_PROBLEM, PUBLISHED_SETTING, present
 
 STUDY_TEST_START = "2021-01-01"
 STUDY_TEST_END = PUBLISHED_PROBLEM["end"]  # the last day of the study's data, and of its test part
@@ -34,12 +34,15 @@ def _test_end(df: pd.DataFrame) -> pd.Series:
 
 def _forecast(row: pd.Series) -> str | None:
     """'the study's model, N epochs' for a run of the study's setting, 'recommended (lstmnb)' for the
-    recommended preset, None for any other setting (left out)."""
+    recommended preset (', hidden 8' where its window or width is not the study's), None for any other setting
+    (left out)."""
     if all(row.get(f"config.{k}") == v for k, v in STUDY_MODEL.items()):
         n = int(row.get("metrics.epochs_run"))
         return f"the study's model, {n} epoch{'s' if n != 1 else ''}"
-    if row.get("config.preset") == "recommended":
-        return "recommended (lstmnb)"
+    if row.get("config.preset") == "recommended":  # its model is the study's window and width (one layer)
+        sizes = [f"{k} {int(row.get(f'config.{k}'))}" for k in ("window", "hidden")
+                 if present(row.get(f"config.{k}")) and row.get(f"config.{k}") != PUBLISHED_PROBLEM[k]]
+        return "recommended (lstmnb)" + "".join(f", {s}" for s in sizes)  # a smaller model is not called the same
     return None
 
 
