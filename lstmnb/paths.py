@@ -97,8 +97,8 @@ def check_writable(path: str | os.PathLike, kind: str = "file", what: str = "out
 
 
 def results_dir() -> Path:
-    """The default results folder: $LSTMNB_RESULTS, else ./results."""
-    return Path(os.environ.get(RESULTS_ENV) or "results")
+    """The default results folder: $LSTMNB_RESULTS (``~`` expanded, as for $LSTMNB_CACHE), else ./results."""
+    return Path(os.environ.get(RESULTS_ENV) or "results").expanduser()
 
 
 def temp_path(target: str | os.PathLike, suffix: str = "") -> Path:

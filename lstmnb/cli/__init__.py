@@ -139,6 +139,24 @@ def printable_anywhere(*streams) -> None:
             stream.reconfigure(errors="replace")
 
 
+# the options that name a file or folder lstmnb writes or reads (``notebooks --dir``, ``--source``, ``--profile``,
+# ``--prices``, ``--notebooks`` and ``--credentials`` are expanded where they are read)
+PATH_OPTIONS = ("results", "checkpoint", "plot", "map", "csv", "runs_dir", "paths")
+
+
+def expand_home(args: argparse.Namespace) -> None:
+    """``~`` in a path option as the user's home, as the checks before any work read it (``check_writable``):
+    cmd and PowerShell hand ``~`` to a program as it is typed, and so does a POSIX shell in ``--results=~/r``;
+    written literally, the work went to a folder named ``~`` in the current one after the check had passed
+    for the home folder."""
+    for name in PATH_OPTIONS:
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            setattr(args, name, os.path.expanduser(value))
+        elif isinstance(value, list):
+            setattr(args, name, [os.path.expanduser(v) if isinstance(v, str) else v for v in value])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     printable_anywhere(sys.stdout, sys.stderr)
@@ -159,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
+    expand_home(args)
     where = " ".join(filter(None, (args.command, getattr(args, "notebooks_command", None),
                                    getattr(args, "bench_kind", None), getattr(args, "region_kind", None),
                                    getattr(args, "scratch_command", None))))
