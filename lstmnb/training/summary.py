@@ -55,6 +55,27 @@ def summarize_timing(history: list[dict[str, Any]], warmup_epochs: int = 1) -> d
     }
 
 
+def workers_section(cfg: TrainConfig) -> dict[str, Any] | None:
+    """How the DataLoader's workers started (the record's ``workers``; None without them): their count, the
+    start method (``spawn``, the default of macOS and Windows, and ``forkserver`` start each worker as a fresh
+    Python process that imports torch and lstmnb and unpickles the training windows before its first batch;
+    ``fork`` copies the running process) and whether that happens every epoch (torch's default, the published
+    setting's) or once. Read without fixing the process's start method (``get_all_start_methods``' first is
+    the default the DataLoader takes)."""
+    if cfg.input_path != "dataloader" or not cfg.num_workers:
+        return None
+    import multiprocessing
+
+    method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    section: dict[str, Any] = {"count": cfg.num_workers, "start_method": method,
+                               "started": "once" if cfg.persistent_workers else "every epoch"}
+    if method != "fork" and not cfg.persistent_workers:
+        section["note"] = (f"each epoch's seconds include starting {cfg.num_workers} fresh Python process(es) "
+                           f"({method}: importing torch and lstmnb, unpickling the training windows); a run "
+                           "whose workers fork (Linux's default until Python 3.14) does not pay it")
+    return section
+
+
 def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: torch.device,
                    history: list[dict[str, Any]], stopped_early: bool, data_info: dict[str, Any] | None,
                    stop_reason: str, memory: dict[str, Any], divergence: dict[str, Any] | None = None,
@@ -62,6 +83,9 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
     """The run record: timing, the test forecast's metrics beside the baselines, per-point skill. A run
     that diverged (``divergence``: where, and its one-line message) is recorded as ``diverged`` with the
     epochs it finished before, and no figure from its non-finite weights: no test forecast, no metrics."""
+    workers = workers_section(cfg)
+    if workers is not None:  # how the DataLoader's workers started: their start-up is inside the epochs' seconds
+        extra["workers"] = workers
     data = dict(data_info or {})
     data.update(sizes=windows.sizes(), split_times=windows.split_times, scored=windows.scored,
                 features=windows.features, cells=windows.points, climatology=windows.climatology)
