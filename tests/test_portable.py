@@ -229,3 +229,24 @@ def test_mps_asked_for_where_there_is_none_is_one_line():
 
     with pytest.raises(DeviceError, match=r"device='mps' asked for, but MPS is not available here; use --device cpu"):
         device.resolve_device("mps")
+
+
+def test_ddp_on_a_torch_without_torch_distributed_is_one_line(monkeypatch, capsys):
+    """A torch built without torch.distributed (USE_DISTRIBUTED=0, the default of a macOS source build) keeps
+    only ``is_available`` in that module: DDP asked for there is one line before any work, not an
+    AttributeError from ``dist.is_initialized``."""
+    import torch.distributed as dist
+
+    from lstmnb import cli
+    from lstmnb.errors import DeviceError
+    from lstmnb.training import TrainConfig, parallel
+
+    monkeypatch.setattr(dist, "is_available", lambda: False)
+    for name in ("is_initialized", "init_process_group", "get_rank"):
+        monkeypatch.delattr(dist, name)
+    code = cli.main(["train", "--strategy", "ddp", "--nproc", "2", "--device", "cpu", "--epochs", "1",
+                     "--no-record"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "needs torch.distributed" in err, err
+    with pytest.raises(DeviceError, match="needs torch.distributed"):
+        parallel.train_parallel(None, TrainConfig(strategy="ddp", nproc=2, device="cpu"))

@@ -37,7 +37,7 @@ def train_parallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
         return train_dataparallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, state=state)
     if cfg.strategy != "ddp":
         raise ConfigError(f"strategy={cfg.strategy!r} is not one of dataparallel, ddp")
-    if dist.is_initialized() or under_launcher():
+    if (dist.is_available() and dist.is_initialized()) or under_launcher():
         if cfg.nproc and under_launcher() and cfg.nproc != int(os.environ["WORLD_SIZE"]):
             raise ConfigError(f"nproc={cfg.nproc} but the launcher started WORLD_SIZE={os.environ['WORLD_SIZE']} "
                               f"ranks; under torchrun leave --nproc out (torchrun's --nproc-per-node sets it)")

@@ -62,7 +62,14 @@ def is_rank_zero() -> bool:
 
 
 def ddp_device_kind(device: str) -> str:
-    """'cuda' or 'cpu' for a DDP run asked for on ``device``; errors name what is allowed."""
+    """'cuda' or 'cpu' for a DDP run asked for on ``device``; errors name what is allowed, and a torch built
+    without torch.distributed (``USE_DISTRIBUTED=0``, the default of a macOS source build), whose module then
+    offers nothing but ``is_available``, is one line here rather than an AttributeError."""
+    if not dist.is_available():
+        raise DeviceError("strategy='ddp' needs torch.distributed, and this torch build has none "
+                          f"(torch {torch.__version__}: torch.distributed.is_available() is False, built without "
+                          "USE_DISTRIBUTED); install a build that has it (pip's and conda-forge's do), or train on "
+                          "one device")
     name = (device or "auto").strip().lower()
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
