@@ -72,7 +72,7 @@ ENVIRONMENT_ONLY = {"python", "pip", "jupyterlab",  # the interpreter, the insta
 
 
 def _name_and_bound(spec: str, conda: bool) -> tuple[str, str | None]:
-    """('torch', '2.3') from 'torch>=2.3' (pip) or 'pytorch >=2.3 cuda*' (conda)."""
+    """('torch', '2.4') from 'torch>=2.4' (pip) or 'pytorch >=2.4 cuda*' (conda)."""
     import re
 
     name = re.split(r"[\s<>=!~\[;]", spec.strip(), maxsplit=1)[0]
@@ -133,10 +133,10 @@ def test_the_cpu_environment_solves_anywhere_and_the_cluster_one_installs_the_ch
         return conda, pip
 
     conda, pip = parts("environment.yml")
-    assert "pytorch >=2.3 cpu*" in conda and not any(d.startswith(("cudnn", "cuda-version")) for d in conda)
+    assert "pytorch >=2.4 cpu*" in conda and not any(d.startswith(("cudnn", "cuda-version")) for d in conda)
     assert "-e ." in pip and (ROOT / "pyproject.toml").exists()
     conda, pip = parts("carc/environment.yml")
-    assert "pytorch >=2.3 cuda*" in conda and any(d.startswith("cudnn") for d in conda)
+    assert "pytorch >=2.4 cuda*" in conda and any(d.startswith("cudnn") for d in conda)
     assert "-e .." in pip and (ROOT / "carc" / ".." / "pyproject.toml").exists()
     assert "-f carc/environment.yml" in (ROOT / "carc" / "install_kernel.sh").read_text()
 
