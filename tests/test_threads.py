@@ -132,5 +132,8 @@ def test_after_a_job_ends_the_run_takes_the_cores_it_left():
     low, high = max(0.0, min(before + later) - 0.3), max(before + later) + 0.3
     without_job = {thread_policy(cores, b, default, window_s=0.2)["used"] for b in (low, (low + high) / 2, high)}
     assert during["busy_cores"] >= cores - 0.15 and during["used"] == 1  # beside it: backed off
-    assert after["used"] in without_job, (before, after)  # after it: as if it had not run
-    assert low <= after["busy_cores"] <= high, (before, after)
+    # after it: as if it had not run. One-sided: what the ended job left behind would read as more load and
+    # fewer threads; less load than measured around it is other processes' own change (a test worker beside
+    # this one pausing), which the policy rightly follows
+    assert after["used"] >= min(without_job), (before, after)
+    assert after["busy_cores"] <= high, (before, after)
