@@ -140,3 +140,47 @@ def test_reference_rate_matches_back_to_back_gemms_timed_with_cuda_events():
     finally:
         torch.set_float32_matmul_precision(before)
     assert 0.85 <= rate / statistics.median(rates) <= 1.15
+
+
+def test_mfu_divides_each_run_by_the_gemm_rate_on_that_runs_own_threads(tiny, monkeypatch, tmp_path):
+    """The CPU thread policy decides afresh at every call from the load it sees over 0.2 s, so on a shared
+    machine the run can train on 2 threads while a rate taken under a decision of its own ran on 1: MFU
+    doubled. Here the load sensor (``device.busy_cores``) reports a core busy, then none, alternately,
+    as a machine whose neighbour comes and goes does; each run's denominator must be measured on the
+    threads its record says it used, and each contender's MFU is the median of its runs' own ratios."""
+    import itertools
+    import json
+
+    import lstmnb.device as device
+    import lstmnb.experiments.speed as speed
+
+    if device.cpu_cores() < 2:
+        pytest.skip("needs 2 usable cores for the policy to choose between 1 and 2 threads")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    loads = itertools.cycle([1.0, 0.0])  # of 2 cores: 1 thread, then 2
+    monkeypatch.setattr(device, "busy_cores", lambda *a, **k: {"others": next(loads), "own": 0.0, "window_s": 0.2})
+    measured_on = []  # the threads each GEMM-rate measurement ran on (the real measurement, timed as ever)
+    real_rate = speed.matmul_rate
+
+    def rate_seen(*args, **kwargs):
+        measured_on.append(torch.get_num_threads())
+        return real_rate(*args, **{**kwargs, "size": 256, "repeats": 3})
+
+    monkeypatch.setattr(speed, "matmul_rate", rate_seen)
+    windows, base = tiny
+    results = tmp_path / "runs.jsonl"
+    try:
+        rep = speed_benchmark(windows=windows, base=base, device="cpu", repeats=2, max_epochs=2, target_rmse=1e-6,
+                              only=["published", "fast"], results=results, progress=False)
+    finally:
+        torch.set_num_threads(before)
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(records) == len(measured_on) == 4
+    assert measured_on == [r["threads"]["used"] for r in records]
+    assert [r["mfu_reference"]["threads"] for r in records] == measured_on
+    for name in ("published", "fast"):
+        own = [r["timing"]["train_flops_per_s"] / r["mfu_reference"]["matmul_flops_per_s"]
+               for r in records if r["contender"] == name]
+        assert rep.table.loc[name, "mfu"] == pytest.approx(float(np.median(own)))

@@ -18,7 +18,7 @@ from ..device import clock, indexed, resolve_device, synchronize
 from ..errors import ConfigError
 from ..profiles import load_profile
 from ..records import Recorder
-from ..training import PRESETS, TrainConfig, prepare_windows, thread_choice, train
+from ..training import PRESETS, TrainConfig, prepare_windows, train
 from ..training.guards import stop_if_diverged
 
 # The setting the published experiments timed (the ``published`` preset: window 24 h, two layers of 64, batch
@@ -86,6 +86,16 @@ def _gpu_sample_s(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, gemms: in
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / 1e3 / gemms  # elapsed_time is in milliseconds
+
+
+def matmul_rate_on(threads: int, device: str | torch.device = "cpu", **kwargs: Any) -> float:
+    """``matmul_rate`` on ``threads`` intra-op threads (a run's own, from its record), put back afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return matmul_rate(device, **kwargs)
+    finally:
+        torch.set_num_threads(before)
 
 
 def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: int = 7,
@@ -202,13 +212,15 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
     for rep in range(repeats):
         order = names if rep % 2 == 0 else names[::-1]  # alternate so drift hits all contenders alike
         for name in order:
-            with thread_choice(base, dev):  # the threads the runs get (fewer under load)
-                rates.append(matmul_rate(dev, precision=precision))
             cfg = replace(base, **settings[name], target_rmse=target, stop_at_target=True,
                           seed=base.seed + rep)
             rec = train(windows, cfg, data_info=info).record
+            # MFU's denominator on the threads this run trained on: the load policy decides afresh at every
+            # call, so a rate taken under a decision of its own could be a 1-thread rate beside a 2-thread run
+            threads = rec["threads"]["used"]
+            rates.append(matmul_rate_on(threads, dev, precision=precision))
             rec["contender"] = name
-            rec["mfu_reference"] = {"matmul_flops_per_s": rates[-1], "precision": precision,
+            rec["mfu_reference"] = {"matmul_flops_per_s": rates[-1], "precision": precision, "threads": threads,
                                     "gemms_per_sample": GEMMS_PER_SAMPLE if dev.type == "cuda" else 1}
             stop_if_diverged(rec, recorder.results)  # its figures would not be comparable
             recorder.add(rec)
@@ -224,6 +236,7 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
                 "time_to_target_s": ttt.get("seconds"), "epochs_to_target": ttt.get("epoch"),
                 "best_val_rmse_k": ttt.get("best_val_rmse_k"), "test_rmse_k": m["test_rmse_k"],
                 "train_flops_per_s": steady(t.get("train_flops_per_s")),
+                "mfu": steady(t.get("train_flops_per_s")) / rates[-1] if t.get("train_flops_per_s") else float("nan"),
             })
             bar.update(1)
     bar.close()
@@ -234,8 +247,8 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
         epoch_s=("epoch_s", "median"), time_to_target_s=("time_to_target_s", lambda s: s.median() if s.notna().all() else float("nan")),
         epochs_to_target=("epochs_to_target", "median"), best_val_rmse_k=("best_val_rmse_k", "median"),
         test_rmse_k=("test_rmse_k", "median"), train_flops_per_s=("train_flops_per_s", "median"),
+        mfu=("mfu", "median"),  # each run's FLOP/s over the rate on its own threads, then the median
     ).reindex(names)
-    med["mfu"] = med["train_flops_per_s"] / flops_rate
     notes = []
     if "published" in med.index:
         ref = med.loc["published"]
@@ -277,7 +290,8 @@ def format_report(rep: SpeedReport) -> str:
         f"target: validation RMSE <= {rep.target_rmse_k:.3f} K (persistence on validation: "
         f"{rep.val_persistence_rmse_k:.3f} K)",
         f"measured float32 matmul rate ({MATH_LABELS[rep.matmul_precision]}): {rep.matmul_flops / 1e9:.1f} GFLOP/s "
-        f"(MFU = training FLOP/s / this rate; training FLOPs = 3 x forward per sample)",
+        f"(median over the runs, each on its run's threads; MFU = training FLOP/s / the rate beside the run; "
+        f"training FLOPs = 3 x forward per sample)",
         "",
         out.to_string(),
         "",
