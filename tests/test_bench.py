@@ -72,6 +72,49 @@ def test_strong_scaling_one_and_two_gloo_ranks(tmp_path):
     assert "speedup = t1 / tN" in report.SCALING_DEFINITIONS["strong"]
 
 
+def _comm_split_order(env, steps: int):
+    """A spawn job: one DDP rank's ``comm_split`` with every training step's all-reduce flag noted as the step
+    runs (DDP's ``require_backward_grad_sync``: False under ``no_sync``); returns (flags, the split)."""
+    from lstmnb.training.parallel.ddp import comm_split, steps_per_epoch, wrap_ddp
+    from lstmnb.training.trainer import Trainer
+
+    cfg = TrainConfig(**TINY, batch_size=16, strategy="ddp", nproc=env.world_size)
+    windows = synthetic_windows(cfg, days=10)
+    tr = Trainer(windows, cfg, env.device, steps_per_epoch=steps_per_epoch(windows.x["train"].shape[0], cfg, 1))
+    ddp = wrap_ddp(tr.core, cfg, env)
+    tr.model = ddp
+    flags, step = [], tr.step
+
+    def noted(xb, yb):
+        flags.append(ddp.require_backward_grad_sync)
+        return step(xb, yb)
+
+    tr.step = noted
+    x, y = tr.train_tensors()
+    return flags, comm_split(tr, ddp, env, x, y, steps)
+
+
+def test_comm_split_alternates_the_two_timings_and_compares_medians():
+    """The compute vs communication split is a difference of two timings of the same steps: timed once each,
+    always with the all-reduce first, a drift of the shared cores (or the other rank still busy) lands on one
+    side only. After the warm-up the two are alternated (with, without, then without, with, ...) and their
+    medians compared."""
+    from lstmnb.training import parallel
+
+    steps = 2
+    flags, split = parallel.spawn(_comm_split_order, 1, device="cpu", kwargs={"steps": steps})
+    blocks = [flags[i:i + steps] for i in range(0, len(flags), steps)]
+    assert all(len(set(b)) == 1 for b in blocks)  # each timing is one kind of step throughout
+    kinds = ["sync" if b[0] else "local" for b in blocks]
+    warmup, timed = kinds[0], kinds[1:]
+    assert warmup == "sync"
+    assert timed.count("sync") == timed.count("local") >= 3, kinds  # repeats of each, for a median
+    pairs = [tuple(timed[i:i + 2]) for i in range(0, len(timed), 2)]
+    assert pairs == [("sync", "local") if i % 2 == 0 else ("local", "sync") for i in range(len(pairs))], kinds
+    assert split["repeats"] == len(pairs) and split["steps"] == steps
+    assert split["comm_s"] == pytest.approx(max(0.0, split["step_s"] - split["compute_s"]))
+
+
 # --- all-reduce -------------------------------------------------------------------------------------
 
 def test_size_ladder_and_bus_bandwidth_convention():

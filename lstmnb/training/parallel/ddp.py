@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -52,9 +53,13 @@ def steps_per_epoch(n_train: int, cfg, world: int) -> int:
     return steps
 
 
+COMM_SPLIT_REPEATS = 3  # timings of the steps with and of the steps without the all-reduce, alternated
+
+
 def comm_split(tr: Trainer, ddp: nn.parallel.DistributedDataParallel, env: DistEnv, x: torch.Tensor,
                y: torch.Tensor, steps: int) -> dict[str, Any]:
-    """Time ``steps`` training steps with gradient all-reduce and the same steps under ``no_sync``.
+    """Time ``steps`` training steps with gradient all-reduce and the same steps under ``no_sync``, the two
+    alternated ``COMM_SPLIT_REPEATS`` times after a warm-up; the medians are compared.
 
     The difference is the communication the backward pass could not hide, measured rather than
     inferred. Model, optimiser and schedule are restored afterwards, so the run's results are unchanged.
@@ -80,7 +85,13 @@ def comm_split(tr: Trainer, ddp: nn.parallel.DistributedDataParallel, env: DistE
 
     tr.model.train()
     timed(False)  # warm-up
-    synced, local = timed(False), timed(True)
+    # alternated (with all-reduce first, then under no_sync first, ...), medians: one timing of each in a fixed
+    # order would put a drift of the shared cores, or the other rank still busy, on one side of the difference
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(COMM_SPLIT_REPEATS):
+        for no_sync in ((False, True) if i % 2 == 0 else (True, False)):
+            times[no_sync].append(timed(no_sync))
+    synced, local = statistics.median(times[False]), statistics.median(times[True])
     tr.core.load_state_dict(saved["model"])
     tr.opt.load_state_dict(saved["opt"])
     if tr.sched is not None:
@@ -88,7 +99,9 @@ def comm_split(tr: Trainer, ddp: nn.parallel.DistributedDataParallel, env: DistE
     comm = max(0.0, synced - local)
     return {"steps": steps, "step_s": synced / steps, "compute_s": local / steps, "comm_s": comm / steps,
             "comm_fraction": comm / synced if synced > 0 else None,
-            "method": "same steps timed with DDP gradient all-reduce and under no_sync(); max over ranks"}
+            "repeats": COMM_SPLIT_REPEATS,
+            "method": "same steps timed with DDP gradient all-reduce and under no_sync(), alternated, medians of "
+                      "the repeats; max over ranks"}
 
 
 def _shard_sizes(cfg, world: int, options: RankOptions) -> list[int]:
