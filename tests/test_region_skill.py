@@ -179,6 +179,8 @@ def test_maps_give_every_panel_its_own_scale_and_difference_panels_a_scale_centr
 
 
 def test_a_long_map_title_is_wrapped_within_the_figure():
+    import matplotlib.pyplot as plt
+
     # on one line, the CLI's title (about 150 characters) was wider than a one-panel figure, and the saved figure
     # (bbox_inches="tight") grew wide empty margins around the map to hold it
     maps = to_map({"s": np.linspace(0.2, 0.3, 6)}, Grid.square(2, 3))
@@ -191,6 +193,7 @@ def test_a_long_map_title_is_wrapped_within_the_figure():
         text = fig._suptitle.get_window_extent(renderer)
         assert text.width <= fig.bbox.width and text.y0 >= max(ax.get_tightbbox(renderer).y1 for ax in fig.axes[:n]) - 1
         assert " ".join(fig._suptitle.get_text().split()) == title and "2021-01-01 .." in fig._suptitle.get_text()
+        plt.close(fig)
 
 
 def test_bad_region_skill_input(small_box):
