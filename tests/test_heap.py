@@ -51,7 +51,7 @@ print(json.dumps({"faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt -
 def test_published_epoch_stops_faulting_its_buffers_in_again_with_the_same_loss():
     """Measured here: glibc's own thresholds fault some 720,000-810,000 pages in during this run (its LSTM's
     buffers given back and taken again every step), the kept heap about 85,000; the loss is the same bit for bit.
-    glibc's thresholds adapt to the order of the frees, and in about one fresh process in six (2 of 13 seen here,
+    glibc's thresholds adapt to the order of the frees, and in about one fresh process in six (2 of 12 seen here,
     the same code and venv) they settled early and faulted only some 105,000 pages: the glibc variant is run
     again, up to four times, until it shows the excess the kept heap avoids."""
     def child(variant):
