@@ -42,6 +42,7 @@ from .conclusions import (
 from .findings import findings
 from .glossary import GLOSSARY, glossary_markdown
 from .headline import Headline, headline
+from .ladder import Replication, Screen, first_screen, ladder_rows, ladder_table, replication
 from .headline_plot import plot_headline
 from .plots import plot_convergence, plot_cost, plot_epochs_tables, plot_loss_curves, plot_speedups
 from .provenance import (
