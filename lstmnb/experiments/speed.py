@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from ..cuda_env import fp32_math
 from ..device import clock, indexed, resolve_device, synchronize
 from ..errors import ConfigError
 from ..profiles import load_profile
@@ -102,8 +103,8 @@ def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: i
                 dtype: torch.dtype = torch.float32, precision: str = "float32",
                 gemms: int = GEMMS_PER_SAMPLE) -> float:
     """Measured dense GEMM rate in FLOP/s (median of ``repeats`` samples) on the threads torch uses now.
-    ``precision='tf32'`` measures float32 GEMMs on TF32 tensor cores (``torch.set_float32_matmul_precision
-    ('high')`` for the measurement only), the math cuDNN's LSTM uses on Ampere and newer by default.
+    ``precision='tf32'`` measures float32 GEMMs on TF32 tensor cores (``cuda_env.fp32_math`` for the
+    measurement only), the math cuDNN's LSTM uses on Ampere and newer by default.
 
     On a GPU each sample is ``gemms`` GEMMs queued back to back and timed with CUDA events: a GEMM timed
     alone between two full synchronisations also pays a launch and a device sync (10-20 us against a
@@ -113,9 +114,7 @@ def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: i
     dev = torch.device(device) if not isinstance(device, torch.device) else device
     if gemms < 1 or repeats < 1:
         raise ConfigError(f"gemms={gemms} and repeats={repeats} must be >= 1")
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
-    try:
+    with fp32_math("matmul", precision == "tf32"):
         a = torch.randn(size, size, device=dev, dtype=dtype)
         b = torch.randn(size, size, device=dev, dtype=dtype)
         out = torch.empty(size, size, device=dev, dtype=dtype)
@@ -131,8 +130,6 @@ def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: i
                 t0 = clock(dev)
                 torch.mm(a, b, out=out)
                 times.append(clock(dev) - t0)
-    finally:
-        torch.set_float32_matmul_precision(before)
     return gemm_rate(size, 1, statistics.median(times))
 
 
