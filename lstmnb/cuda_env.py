@@ -113,9 +113,8 @@ def lstm_math(device_type: str, cudnn_on: bool, cudnn_allow_tf32: bool, capabili
 
 
 def _read(getter: Callable[[], Any]) -> Any:
-    """A switch's value, or None where torch refuses to read it: from torch 2.9 a legacy getter
-    (``allow_tf32``, ``get_float32_matmul_precision``) raises once the process set the new
-    ``fp32_precision`` API so that the two disagree, and a record must never end a run."""
+    """A switch's value, or None where torch refuses to read it (from 2.9, a legacy getter once the new
+    ``fp32_precision`` API disagrees with it): a record must never end a run."""
     try:
         return getter()
     except RuntimeError:
