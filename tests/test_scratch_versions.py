@@ -285,17 +285,19 @@ def test_torch_cuda_runs_ieee_float32_and_its_record_says_so(tmp_path):
     X, y = toy()
     cfg = ScratchConfig(hidden=SHAPE.hidden, epochs=2, batch_size=8, dtype="float32")
     ref = fit("numpy", SHAPE, X, y, cfg)
-    before = torch.backends.cudnn.allow_tf32
+    from lstmnb.cuda_env import precision_flags, rnn_tf32
+
+    before = precision_flags()
     got = fit("torch-cuda", SHAPE, X, y, cfg)
-    assert torch.backends.cudnn.allow_tf32 == before  # restored after the run
-    assert got.backends["math"] == "float32" and got.backends["tf32"]["cudnn_allow_tf32"] is False
+    assert precision_flags() == before  # restored after the run
+    assert got.backends["math"] == "float32" and rnn_tf32(got.backends["tf32"]) is False
     assert got.backends["lstm_math"] == "float32" and "cudnn" in got.backends
     np.testing.assert_allclose(got.step_losses, ref.step_losses, rtol=1e-4)
     path = tmp_path / "runs.jsonl"
     versions_table(["numpy", "torch-cuda"], ScratchConfig(epochs=1, dtype="float32"), repeats=1, record_path=path)
     rec = {r["version"]: r for r in read_records(path)}["torch-cuda"]
     assert rec["status"] == "ok" and rec["backends"]["math"] == "float32"
-    assert rec["backends"]["tf32"]["cudnn_allow_tf32"] is False
+    assert rnn_tf32(rec["backends"]["tf32"]) is False
 
 
 @pytest.mark.parametrize("speedup, said", [(2.5, "**2.50x** faster"), (0.8, "**1.25x** slower")])
