@@ -585,3 +585,47 @@ def test_the_python_api_refuses_bad_values_in_one_line_before_reading_data(tmp_p
     with pytest.raises(ConfigError, match=message):
         train.run(era5.Request(**request_args), train.TrainConfig(**cfg_args), results=tmp_path / "r.jsonl")
     assert not (tmp_path / "cache").exists() and not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.fixture(scope="module")
+def flawed_stores(small_store, tmp_path_factory):
+    """Local stores made from the small store, each with a flaw `train` refuses (issue 49)."""
+    import numpy as np
+    import xarray as xr
+
+    ds, root = xr.open_zarr(small_store, chunks=None).load(), tmp_path_factory.mktemp("flawed")
+    nan, all_nan = ds.copy(deep=True), ds.copy(deep=True)
+    nan["2m_temperature"][100:103] = np.nan
+    all_nan["2m_temperature"][:] = np.nan
+    flawed = {"gap-48h": ds.isel(time=np.r_[0:72, 120:240]), "six-hourly": ds.isel(time=slice(0, None, 6)),
+              "nan-hours": nan, "all-nan": all_nan, "repeated-hour": ds.isel(time=np.r_[0:100, 99:240])}
+    for name, store in flawed.items():
+        for v in store.variables.values():
+            v.encoding = {}
+        store.to_zarr(root / f"{name}.zarr", zarr_format=2, consolidated=True)
+    return root
+
+
+@pytest.mark.parametrize("flaw, fragment", [
+    ("gap-48h", "not hourly: 2020-01-03 23:00:00 is followed by 2020-01-06 00:00:00"),
+    ("six-hourly", "not hourly: 2020-01-01 00:00:00 is followed by 2020-01-01 06:00:00"),
+    ("nan-hours", "the series has 3 missing (NaN) hours, first at 2020-01-05 04:00:00"),
+    ("all-nan", "the series has 240 missing (NaN) hours"),
+    ("repeated-hour", "not hourly: 2020-01-05 03:00:00 is followed by 2020-01-05 03:00:00"),
+])
+def test_data_refuses_a_store_train_refuses_with_trains_line(flawed_stores, tmp_path, monkeypatch, capsys, flaw,
+                                                            fragment):
+    """`lstmnb data` printed the hour count and "cached" for each of these; `train` refused each in one line."""
+    monkeypatch.setenv("LSTMNB_CACHE", str(tmp_path / "cache"))
+    request = ["--source", str(flawed_stores / f"{flaw}.zarr"), "--point", "40,280", "--start", "2020-01-01",
+               "--end", "2020-01-10", "--no-progress"]
+    lines = {}
+    for argv in (["data", *request, "--csv", str(tmp_path / "t.csv")],
+                 ["train", *request, "--epochs", "1", "--hidden", "8", "--no-record", "--device", "cpu"]):
+        code = cli.main(argv)
+        out, err = capsys.readouterr()
+        lines[argv[0]] = err.strip().splitlines()[-1]
+        assert code == 2 and "Traceback" not in err and "cached" not in out, (argv[0], code, out, err)
+        assert fragment in lines[argv[0]], (argv[0], err)
+    assert lines["train"].split("error: ")[1] in lines["data"]  # the one check, word for word
+    assert not (tmp_path / "t.csv").exists()

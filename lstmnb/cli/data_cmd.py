@@ -6,6 +6,7 @@ import argparse
 
 from .options import add_request_args, request_from_args
 
+
 def add_data(sub, full: bool) -> None:
     p = sub.add_parser(
         "data", help="extract ERA5 point or box series into the local cache (progress bar, resumable)",
@@ -75,6 +76,21 @@ def _check_status_alone(args) -> None:
                           f"{', '.join(given)} (or drop --status to extract)")
 
 
+def _check_trainable(ds, cache) -> None:
+    """The series as ``train`` would take it, judged by the check ``train`` uses (``windows.series_array``:
+    hourly steps, no repeated or missing hour, no NaN): a store ``train`` refuses is refused here too."""
+    import numpy as np
+
+    from ..errors import DataError
+    from ..windows import series_array
+
+    values = [ds[v].transpose("time", ...).values.reshape(ds.sizes["time"], -1) for v in ds.data_vars]
+    try:
+        series_array(np.stack(values, axis=-1), ds["time"].values)
+    except DataError as exc:
+        raise DataError(f"{exc} (`lstmnb train` refuses it too; the hours read are kept in the cache {cache})") from None
+
+
 def _run_data(args) -> int:
     from .. import data
 
@@ -98,8 +114,10 @@ def _run_data(args) -> int:
     options = {"token": args.credentials} if args.credentials else None
     ds = data.extract(request, progress=args.progress, refresh=args.refresh, storage_options=options,
                       concurrency=args.concurrency, block_hours=args.block_hours)
-    print(data.summary(ds))
     from ..data.cache import extracts_root
+
+    _check_trainable(ds, extracts_root())
+    print(data.summary(ds))
 
     print(f"cached     {extracts_root()}")
     if args.csv:
