@@ -34,7 +34,9 @@ def add_data(sub, full: bool) -> None:
                    help="hours per cache block (default 168, a week)")
     g.add_argument("--credentials", default=None, metavar="FILE|google_default",
                    help="Google credentials for a private copy of the store (default: anonymous)")
-    g.add_argument("--csv", default=None, metavar="FILE", help="also write the tidy table to this CSV file")
+    g.add_argument("--csv", default=None, metavar="FILE", help="also write the tidy table to this CSV file (a new "
+                                                                   "file unless --overwrite)")
+    g.add_argument("--overwrite", action="store_true", help="let --csv replace an existing file")
     g.add_argument("--status", action="store_true", help="show what the cache holds and exit")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.set_defaults(func=_run_data, check=_check_data)
@@ -54,7 +56,11 @@ def _check_data(args) -> None:
     request_from_args(args)
     check_sizes(args.block_hours, args.concurrency)
     if args.csv is not None:
-        check_writable(args.csv, "file", "--csv")
+        csv = check_writable(args.csv, "file", "--csv")
+        if csv.exists() and not args.overwrite:
+            from ..errors import OutputError
+
+            raise OutputError(f"--csv {args.csv} already exists; give --overwrite to replace it, or another path")
     check_cache()
 
 
@@ -63,7 +69,8 @@ def _check_data(args) -> None:
 _REQUEST_OPTIONS = (("--source", "source", None), ("--variable", "variables", None), ("--point", "points", None),
                     ("--box", "box", None), ("--start", "start", None), ("--end", "end", None),
                     ("--refresh", "refresh", False), ("--concurrency", "concurrency", None),
-                    ("--block-hours", "block_hours", None), ("--credentials", "credentials", None), ("--csv", "csv", None))
+                    ("--block-hours", "block_hours", None), ("--credentials", "credentials", None), ("--csv", "csv", None),
+                    ("--overwrite", "overwrite", False))
 
 
 def _check_status_alone(args) -> None:
