@@ -229,6 +229,10 @@ CASES = [
          "line"),
     case("nb-profile-timeout-text", ["notebooks", "run", "--profile", "{tmp}/timeout_text.yaml"],
          "cell_timeout_s='five minutes'", "whole number of seconds >= 1"),
+    case("nb-profile-empty", ["notebooks", "run", "--profile", "{tmp}/empty.yaml"], "empty.yaml is empty (no settings)",
+         "ci, "),
+    case("nb-profile-comment-only", ["notebooks", "run", "--profile", "{tmp}/comment.yaml"],
+         "comment.yaml is empty (no settings)"),
     case("nb-profile-unknown-key", ["notebooks", "run", "--profile", "{tmp}/unknown_key.yaml"], "['kernal']",
          "allowed: label"),
     case("nb-profile-unknown-parameter", ["notebooks", "run", "--profile", "{tmp}/unknown_param.yaml"], "'epocs'",
@@ -460,6 +464,8 @@ def world(tmp_path, monkeypatch, read_only_folder, real_checkpoint):
                                                         "status": 5, "device": {"kind": "cpu"}}) + "\nnot json\n")
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "bad_yaml.yaml").write_text("label: [unclosed\nkernel: python3\n")
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "comment.yaml").write_text("# a profile to fill in later\n")
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
     (tmp_path / "list.json").write_text("[1, 2]")
     (tmp_path / "sa_missing.json").write_text(json.dumps({"type": "service_account", "project_id": "p"}))
