@@ -561,6 +561,10 @@ DATA_CASES = [
                   "cpu", "--no-progress", "--first-batch", "100000", "--results", "{tmp}/r.jsonl"], 2,
                  ("--first-batch 100000 is more than the", "training samples; give at most"),
                  id="sweep-first-batch-beyond-the-data"),
+    pytest.param(["scratch", "bench", "--versions", "numpy", "--epochs", "1", "--repeats", "1", "--batch-size", "1000",
+                  "--results", "{tmp}/r.jsonl"], 0,
+                 ("lstmnb: warning: batch_size=1000 is more than the 88 training samples of this data: each epoch is "
+                  "one step of all 88",), id="scratch-batch-size-beyond-data"),
 ]
 
 
