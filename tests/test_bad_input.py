@@ -74,6 +74,14 @@ CASES = [
     case("checkpoint-checksum-file-damaged", T + ["--checkpoint", "{tmp}/badsum.pt", "--resume"],
          "the checksum file {tmp}/badsum.pt.sha256 beside checkpoint {tmp}/badsum.pt is damaged",
          "delete {tmp}/badsum.pt.sha256"),  # was blamed on the checkpoint ("changed after it was written")
+    case("checkpoint-checksum-path-is-folder", T + ["--checkpoint", "{tmp}/adir.pt"], "adir.pt.sha256 is a folder",
+         "move or delete that folder"),
+    case("checkpoint-checksum-path-is-folder-resume", T + ["--checkpoint", "{tmp}/adir.pt", "--resume"],
+         "adir.pt.sha256 is a folder"),
+    case("checkpoint-same-file-as-results", T + ["--checkpoint", "{tmp}/same.jsonl", "--results", "{tmp}/same.jsonl"],
+         "--checkpoint {tmp}/same.jsonl and --results {tmp}/same.jsonl are the same file", "give two paths"),
+    case("checkpoint-same-file-as-results-env", T + ["--checkpoint", "{tmp}/results/runs.jsonl"],
+         "and $LSTMNB_RESULTS {tmp}/results are the same file"),
     case("checkpoint-flipped-bit", T + ["--checkpoint", "{tmp}/flipped.pt", "--resume"], "flipped.pt is damaged",
          "no longer matches the SHA-256 written with it"),
     case("profile-unknown", T + ["--profile", "nope"], "unknown profile 'nope'", "choose from"),
@@ -451,6 +459,7 @@ def world(tmp_path, monkeypatch, read_only_folder, real_checkpoint):
     (tmp_path / "work").mkdir()
     (tmp_path / "adir").mkdir()
     (tmp_path / "dir.jsonl").mkdir()
+    (tmp_path / "adir.pt.sha256").mkdir()
     (tmp_path / "plain.txt").write_text("just some text\n")
     (tmp_path / "binary.bin").write_bytes(b"\xff\xfe\x00\x81" * 16)
     (tmp_path / "corrupt.pt").write_bytes(b"not a checkpoint")

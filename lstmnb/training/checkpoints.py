@@ -200,7 +200,12 @@ def _verified(path: Path, data: bytes) -> bytes:
 
 def refuse_replacing(cfg: TrainConfig) -> None:
     """A new run (neither ``resume`` nor ``overwrite_checkpoint``) whose ``checkpoint`` path already holds a
-    file is refused in one line naming what is there and this run, before any work."""
+    file is refused in one line naming what is there and this run, before any work; so is any run whose checksum
+    file's path is a folder (its first save would fail after an epoch)."""
+    if cfg.checkpoint and checksum_path(cfg.checkpoint).is_dir():
+        raise CheckpointError(f"--checkpoint {cfg.checkpoint}: its checksum file {checksum_path(cfg.checkpoint)} is a "
+                              "folder, so no checkpoint could be saved; move or delete that folder, or give another "
+                              "--checkpoint path")
     if not cfg.checkpoint or cfg.resume or cfg.overwrite_checkpoint or not Path(cfg.checkpoint).exists():
         return
     try:
