@@ -88,6 +88,8 @@ CASES = [
     case("ddp-nproc-beyond-cores", T + ["--strategy", "ddp", "--device", "cpu", "--nproc", BEYOND],
          f"world_size={BEYOND} ranks on this node", "give --nproc at most"),
     case("omp-num-threads-word", T, "OMP_NUM_THREADS='abc'", "whole number >= 1", env={"OMP_NUM_THREADS": "abc"}),
+    case("omp-num-threads-empty", T, "OMP_NUM_THREADS=''", "whole number >= 1", "unset it", env={"OMP_NUM_THREADS": ""}),
+    case("omp-num-threads-blank", ["results"], "OMP_NUM_THREADS=' '", "whole number >= 1", env={"OMP_NUM_THREADS": " "}),
     case("omp-num-threads-zero", ["results"], "lstmnb results: error: OMP_NUM_THREADS='0'", "whole number >= 1",
          env={"OMP_NUM_THREADS": "0"}),
     case("resume-without-checkpoint", T + ["--resume"], "resume=True", "needs a checkpoint"),

@@ -116,13 +116,13 @@ def check_profile_name(name: str | None) -> None:
 
 def check_omp_num_threads(environ) -> None:
     """``OMP_NUM_THREADS``, when set, is what OpenMP accepts: whole numbers >= 1 (a list like 4,2 for nested
-    levels). Checked before torch loads, so libgomp's own message does not come first."""
+    levels; not empty). Checked before torch loads, so libgomp's own message does not come first."""
     import re
 
     from ..errors import ConfigError
 
     value = environ.get("OMP_NUM_THREADS")
-    if value is None or not value.strip():
+    if value is None:  # set but empty is no number either: libgomp warns about it before torch's first line
         return
     if not re.fullmatch(r"\s*[1-9]\d*(\s*,\s*[1-9]\d*)*\s*", value):
         raise ConfigError(f"OMP_NUM_THREADS={value!r} must be a whole number >= 1 (or a list like 4,2); unset it "
