@@ -93,11 +93,18 @@ def check_plot(path: str | None, option: str = "--plot") -> None:
 
 
 def check_records_args(args) -> None:
-    """Named results files or folders exist; the experiment filter is not empty."""
+    """Named results files or folders exist ($LSTMNB_RESULTS, when they are not named, is not blank); the
+    experiment filter is not empty."""
     from pathlib import Path
 
     from ..errors import ConfigError, DataError
 
+    import os
+
+    from ..paths import RESULTS_ENV
+
+    if not args.paths and (os.environ.get(RESULTS_ENV) or "-").strip() == "":  # as train says it (check_results)
+        raise ConfigError(f"${RESULTS_ENV} is empty; give a .jsonl file or a folder, or unset it for ./results")
     for p in args.paths or ():
         if not str(p).strip() or not Path(p).expanduser().exists():
             raise DataError(f"results path {p!r} does not exist; give results files (.jsonl) or folders")
