@@ -11,7 +11,8 @@ The file is exactly what ``torch.save`` writes, so ``torch.load(path)`` opens it
 one that torch's ``weights_only`` loader accepts). Its SHA-256 lies beside it in ``<path>.sha256``, in
 ``sha256sum``'s format, and is checked on every read: a changed bit anywhere (weights, optimiser or RNG
 state, history) refuses the file instead of resuming from it. While a new checkpoint replaces the old
-one, the checksum file lists both digests, so a kill at any moment leaves a file its checksum accepts.
+one, the checksum file lists both digests (the old one hashed from the file at the path), so a kill at any
+moment, however many saves were killed before, leaves a file its checksum accepts.
 Files of lstmnb's first format (a header line ``lstmnb-checkpoint sha256 <hex>`` before torch.save's
 bytes) are still read and verified, with a one-line note. Read checkpoints with ``read_checkpoint``.
 """
