@@ -578,8 +578,8 @@ DATA_CASES = [
                  id="sweep-first-batch-beyond-the-data"),
     pytest.param(["scratch", "bench", "--versions", "numpy", "--epochs", "1", "--repeats", "1", "--batch-size", "1000",
                   "--results", "{tmp}/r.jsonl"], 0,
-                 ("lstmnb: warning: batch_size=1000 is more than the 88 training samples of this data: each epoch is "
-                  "one step of all 88",), id="scratch-batch-size-beyond-data"),
+                 ("lstmnb: warning: batch_size=1000 is more than the 88 training samples of this data",
+                  "each epoch is one step of all 88"), id="scratch-batch-size-beyond-data"),
 ]
 
 

@@ -95,12 +95,10 @@ def check_plot(path: str | None, option: str = "--plot") -> None:
 def check_records_args(args) -> None:
     """Named results files or folders exist ($LSTMNB_RESULTS, when they are not named, is not blank); the
     experiment filter is not empty."""
+    import os
     from pathlib import Path
 
     from ..errors import ConfigError, DataError
-
-    import os
-
     from ..paths import RESULTS_ENV
 
     if not args.paths and (os.environ.get(RESULTS_ENV) or "-").strip() == "":  # as train says it (check_results)
