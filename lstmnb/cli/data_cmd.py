@@ -95,7 +95,7 @@ def _check_trainable(ds, cache) -> None:
     try:
         series_array(np.stack(values, axis=-1), ds["time"].values)
     except DataError as exc:
-        raise DataError(f"{exc} (`lstmnb train` refuses it too; the hours read are kept in the cache {cache})") from None
+        raise DataError(f"{exc} (`lstmnb train` refuses it too; the hours read stay in the cache {cache})") from None
 
 
 def _run_data(args) -> int:

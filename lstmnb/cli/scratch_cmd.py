@@ -99,10 +99,9 @@ def _only_unavailable(versions: list[str], config) -> None:
 
     reasons = {v: skip_reason(v, config) for v in versions}
     if all(reasons.values()):
-        v = versions[0]
-        raise DeviceError(f"--versions {','.join(versions)}: {'none of them can' if len(versions) > 1 else 'it cannot'} run "
-                          f"here ({v}: {reasons[v]}); ask for a CPU version (loops, numpy, numba-cpu, torch) or run "
-                          "on a machine with a CUDA GPU")
+        v, which = versions[0], "none of them can" if len(versions) > 1 else "it cannot"
+        raise DeviceError(f"--versions {','.join(versions)}: {which} run here ({v}: {reasons[v]}); ask for a CPU "
+                          "version (loops, numpy, numba-cpu, torch) or run on a machine with a CUDA GPU")
 
 
 def _run_scratch_bench(args) -> int:
