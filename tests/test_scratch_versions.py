@@ -237,6 +237,27 @@ def test_cli_scratch_bench(tmp_path, capsys):
     assert "fortran" in capsys.readouterr().err
 
 
+def test_cli_scratch_bench_refuses_when_no_version_asked_for_can_run(tmp_path, capsys):
+    """Issue 49: `--versions numba-cuda` without a GPU exited 0 with a table whose only row was the driver's
+    message; now one line, exit 2, nothing recorded. A CPU version beside it runs, the GPU one a skipped row."""
+    from lstmnb.cli import main
+    from lstmnb.scratch.bench import skip_reason
+
+    if skip_reason("numba-cuda") is None or skip_reason("torch-cuda") is None:
+        pytest.skip("a CUDA GPU is visible: the GPU versions run here")
+    path = tmp_path / "r.jsonl"
+    for versions, said in (("numba-cuda", "--versions numba-cuda: it cannot run here (numba-cuda: "),
+                           ("numba-cuda,torch-cuda", "none of them can run here (numba-cuda: ")):
+        assert main(["scratch", "bench", "--versions", versions, "--epochs", "1", "--repeats", "1",
+                     "--results", str(path)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and said in err and "ask for a CPU version" in err, err
+    assert not path.exists()
+    assert main(["scratch", "bench", "--versions", "numpy,numba-cuda", "--epochs", "1", "--repeats", "1",
+                 "--results", str(path)]) == 0
+    assert [r["status"] for r in read_records(path)] == ["ok", "skipped"]
+
+
 @pytest.mark.slow
 def test_era5_point_series_trains_through_the_core_pipeline():
     pytest.importorskip("lstmnb.data")
