@@ -320,20 +320,15 @@ def replication(df: pd.DataFrame | None, published: dict | None = None, reruns: 
     table = pd.DataFrame(rows)
     rows = ladder_rows(d, "measured here")
     parts = []
-    for device, column in (("cpu", "its CPU column"), ("cuda", "its GPU columns (" + ", ".join(
-            g for g in bench["devices"] if g != "CPU") + ")")):
+    for device, who in (("cpu", "CPU"), ("cuda", "GPU")):
         hit = rows[(rows.device == device) & (rows.rung == 0) & rows.seconds.notna()] if not rows.empty else rows
         hit = hit[hit.epochs.isin(list(bench["epochs"]))] if len(hit) else hit
-        if not len(hit):
-            parts.append(f"{column}: rung 0 on this machine's {'CPU' if device == 'cpu' else 'GPU'} not measured "
-                         f"here at {', '.join(map(str, bench['epochs']))} epochs")
-            continue
-        e, sec = int(hit.epochs.max()), float(hit[hit.epochs == hit.epochs.max()].seconds.iloc[0])
-        study = bench["epochs"][e]
-        theirs = f"{_fmt(study['CPU'])} s" if device == "cpu" else ", ".join(
-            f"{g} {_fmt(v)} s" for g, v in study.items() if g != "CPU")
-        parts.append(f"{column} at {e} epochs: {theirs}; rung 0 on this machine's "
-                     f"{'CPU' if device == 'cpu' else 'GPU'}: {_fmt(sec)} s")
+        e = int(hit.epochs.max()) if len(hit) else min(bench["epochs"])
+        study = {d: v for d, v in bench["epochs"][e].items() if (d == "CPU") == (device == "cpu")}
+        theirs = ", ".join(f"{d} {_fmt(v)} s" for d, v in study.items())
+        ours = (f"{_fmt(float(hit[hit.epochs == e].seconds.iloc[0]))} s" if len(hit) else "not measured here")
+        parts.append(f"the study's {who} {'run' if device == 'cpu' else 'runs'} at {e} epochs: {theirs}; rung 0 (the "
+                     f"study's code) on this machine's {who}: {ours}")
     return Replication(". ".join(p[0].upper() + p[1:] for p in parts) + ".", table)
 
 
