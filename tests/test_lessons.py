@@ -116,11 +116,19 @@ def test_short_steps_are_timed_long_enough_to_outlast_a_hiccup():
         lessons.step_times(windows, cfg, "cpu", [4], steps=2, repeats=1, min_s=-1)
 
 
-def test_reference_step_table_is_the_h100_records():
+def test_reference_step_table_is_the_h100_records_of_the_study_setting():
+    """04 sets the reader's device beside the H100 records of 2026-11-27 on the study's data (the study's
+    setting eager and as a graph, the recommended setting's batch sweep), not the synthetic ones of 11-22."""
     ref = lessons.reference_step_table()
-    assert {False, True} == set(ref.index.get_level_values(0))
-    eager, graph = ref.xs(False, level=0), ref.xs(True, level=0)
-    assert graph.loc[64, "step ms"] < eager.loc[64, "step ms"]  # the graph's lesson, from the records
+    assert set(ref.index.get_level_values(0)) == {lessons.STUDY_SETTING, lessons.SWEEP_SETTING}
+    study = ref.xs(lessons.STUDY_SETTING, level=0)
+    eager, graph = study.xs(False, level=0), study.xs(True, level=0)
+    assert list(eager.index) == [128] == list(graph.index)  # the study's batch, never the former 64
+    # 5 epochs of 137 steps: the eager runs' 0.482 and 0.439 s per epoch, the graph's 0.0338 and 0.0339 s
+    assert eager.loc[128, "step ms"] == pytest.approx(1e3 * (0.482132 + 0.439109) / 2 / 137, rel=1e-3)
+    assert graph.loc[128, "step ms"] < eager.loc[128, "step ms"] / 10  # the graph's lesson, from the records
+    assert list(ref.xs(lessons.SWEEP_SETTING, level=0).index.get_level_values("batch")) == [32, 128, 512, 2048, 8192]
+    assert "2026-11-27" in lessons.REFERENCE_LABEL and "study's setting" in lessons.REFERENCE_LABEL
     text = lessons.what_04_showed(pd.DataFrame({"step ms": [1.0, 2.0], "GFLOP/s": [0.5, 4.0], "flag": ["", ""]},
                                                index=[16, 256]), {"fixed_ms": 0.9, "per_sample_us": 4.0,
                                                                   "fixed_share_smallest": 0.9}, ref, "cpu")

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-HOLLOW = "hollow marker: flagged (repeats disagree, too few, or the cores were busy)"
+HOLLOW = "hollow marker, written rough: flagged (repeats disagree, too few, or the cores were busy)"
 
 
 def _markers(ax, x, y, flags, color, label):
+    """A median per point: filled, or hollow and written 'rough' beside it where its row is flagged."""
     flagged = flags.astype(str) != ""
     ax.plot(x, y, "-", color=color, lw=1, alpha=0.6)
     ax.plot(x[~flagged], y[~flagged], "o", color=color, label=label)
-    ax.plot(x[flagged], y[flagged], "o", mfc="white", color=color, label=f"{label} (flagged)" if flagged.any() else None)
+    ax.plot(x[flagged], y[flagged], "o", mfc="white", color=color, label=f"{label} (rough)" if flagged.any() else None)
+    for xi, yi in zip(x[flagged], y[flagged]):
+        ax.annotate("rough", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
 
 
 def plot_step_times(table: pd.DataFrame, reference: pd.DataFrame | None = None, device: str = "this machine"):
@@ -24,12 +27,12 @@ def plot_step_times(table: pd.DataFrame, reference: pd.DataFrame | None = None, 
     b = pd.Series(table.index, index=table.index)
     _markers(ax1, b, table["step ms"], table["flag"], "C0", f"{device} (measured here)")
     _markers(ax2, b, table["GFLOP/s"], table["flag"], "C0", f"{device} (measured here)")
-    if reference is not None and not reference.empty:
-        for graph, color, name in ((False, "C3", "H100 eager"), (True, "C2", "H100 CUDA graph")):
-            if graph in reference.index.get_level_values(0):
-                r = reference.xs(graph, level=0)
-                for ax, col in ((ax1, "step ms"), (ax2, "GFLOP/s")):
-                    ax.plot(r.index, r[col], "s--", color=color, ms=4, lw=0.8, label=f"{name} (reference, another machine)")
+    if reference is not None and not reference.empty:  # (setting, CUDA graph, batch) rows, as lessons makes them
+        for i, ((setting, graph), r) in enumerate(reference.groupby(level=[0, 1], sort=True)):
+            r = r.droplevel([0, 1])
+            name = f"H100 {'CUDA graph' if graph else 'eager'}, {setting} (reference, another machine)"
+            for ax, col in ((ax1, "step ms"), (ax2, "GFLOP/s")):
+                ax.plot(r.index, r[col], "s--", color=f"C{i + 2}", ms=5, lw=0.8, label=name)
     ax1.set(xscale="log", yscale="log", xlabel="batch (samples per step)", ylabel="ms per step",
             title="one training step against its batch")
     ax2.set(xscale="log", yscale="log", xlabel="batch (samples per step)", ylabel="GFLOP/s achieved",

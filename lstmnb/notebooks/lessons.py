@@ -20,8 +20,10 @@ from ..device import busy_while, clock, cpu_cores
 from ..errors import ConfigError
 from ..records import Recorder
 
-REFERENCE_LABEL = ("another machine's: lstmnb's shipped reference records, an NVIDIA H100 on lstmnb's former "
-                   "one-layer, batch-64 reading of the study, on synthetic data")
+REFERENCE_LABEL = ("another machine's: lstmnb's shipped reference records of 2026-11-27, an NVIDIA H100 "
+                   "(16-core Xeon host) on the study's setting and its real ERA5")
+STUDY_SETTING = "study's setting (2 layers, batch 128)"
+SWEEP_SETTING = "recommended setting (1 layer, residual)"
 
 
 def source_code(obj: Any) -> str:
@@ -150,24 +152,29 @@ def _graph_used(r: pd.Series) -> bool:
 
 
 def reference_step_table() -> pd.DataFrame:
-    """The H100 reference records' batch sweep and eager-vs-graph runs: step time from epoch time and
-    steps per epoch, samples/s and the FLOP rate. Labelled ``REFERENCE_LABEL``."""
+    """The H100 reference records of 2026-11-27 on the study's data, fast input path: the study's setting
+    eager and as a CUDA graph, and the recommended setting's batch sweep. Per (setting, CUDA graph, batch):
+    step time from epoch time and steps per epoch, samples/s and the FLOP rate. Labelled
+    ``REFERENCE_LABEL``; the former synthetic one-layer records (2026-11-22) are left out."""
     from ..report import load_reference_records
 
     df = load_reference_records()
-    pick = df[(df["status"] == "ok") & (df["device.kind"] == "cuda")
-              & df["experiment"].isin(["batch-sweep", "pub-fast", "pub-graph", "rec", "rec-graph"])]
+    pick = df[(df["status"] == "ok") & (df["device.kind"] == "cuda") & (df["data.source"] == "study")
+              & df["started"].astype(str).str.startswith("2026-11-27") & (df["config.input_path"] == "fast")
+              & df["experiment"].isin(["train", "batch-sweep"])]
     rows = []
     for _, r in pick.iterrows():
+        if r["experiment"] == "train" and r["config.layers"] != 2:
+            continue  # the recommended setting's one run: its batch sweep stands for it
         steps = math.ceil(r["data.sizes.train"] / r["config.batch_size"])
-        rows.append({"run": r["experiment"], "batch": int(r["config.batch_size"]),
-                     "CUDA graph": _graph_used(r),
+        rows.append({"setting": STUDY_SETTING if r["experiment"] == "train" else SWEEP_SETTING,
+                     "CUDA graph": _graph_used(r), "batch": int(r["config.batch_size"]),
                      "step ms": 1e3 * r["timing.epoch_s_median"] / steps, "samples/s": r["timing.samples_per_s"],
                      "GFLOP/s": r.get("timing.train_flops_per_s", float("nan")) / 1e9})
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    return out.groupby(["CUDA graph", "batch"]).median(numeric_only=True).sort_index()
+    return out.groupby(["setting", "CUDA graph", "batch"]).median(numeric_only=True).sort_index()
 
 
 # --- 05: DDP scaling and all-reduce over real ranks --------------------------------------------------
@@ -202,9 +209,10 @@ def scaling_request(source, points, start: str, days: int | None, cfg):
 
 
 def ddp_scaling(windows, data_info: dict[str, Any] | None, cfg, *, ranks: int = 2, repeats: int = 3,
-                comm_split_steps: int = 20, results=None) -> list[dict[str, Any]]:
+                comm_split_steps: int = 20, results=None, more_ranks: Sequence[int] = ()) -> list[dict[str, Any]]:
     """Strong and weak DDP scaling, alternated: each repeat runs one rank at ``cfg.batch_size``, ``ranks``
-    ranks splitting it (strong) and ``ranks`` ranks at ``cfg.batch_size`` each (weak), on the GPUs or, on a
+    ranks splitting it (strong) and ``ranks`` ranks at ``cfg.batch_size`` each (weak), then strong scaling on
+    each of ``more_ranks`` (Amdahl's law checked beyond ``ranks``), on the GPUs or, on a
     CPU, as gloo ranks with one thread each (unless ``cfg.threads`` says otherwise). Each record gains
     ``threads`` (per rank, and the cores other
     processes kept busy during the run) and is appended to ``results``."""
@@ -215,9 +223,10 @@ def ddp_scaling(windows, data_info: dict[str, Any] | None, cfg, *, ranks: int = 
         # one thread per rank: N ranks use N cores, the resources grow with N as with N GPUs, and no
         # OpenMP threads of one rank spin against each other or against other processes' work
         cfg = replace(cfg, threads=1)
-    if cfg.batch_size % ranks:
-        raise ConfigError(f"batch_size={cfg.batch_size} must divide among {ranks} ranks for strong scaling")
-    plan = [("strong", 1), ("strong", ranks), ("weak", ranks)]
+    uneven = [n for n in (ranks, *more_ranks) if cfg.batch_size % n]
+    if uneven:
+        raise ConfigError(f"batch_size={cfg.batch_size} must divide among {uneven[0]} ranks for strong scaling")
+    plan = [("strong", 1), ("strong", ranks), ("weak", ranks)] + [("strong", n) for n in more_ranks]
     recorder = Recorder(results)
     for r in range(repeats):
         for mode, n in plan:
@@ -248,6 +257,56 @@ def allreduce_sweeps(cfg, *, ranks: int = 2, max_bytes: int = 4 * 2**20, budget_
         sweep, busy = busy_while(allreduce, cfg, acfg, n_features)
         out.append({**sweep, "busy_cores": busy})
     return out
+
+
+def measurable_ranks(device: str, wanted: Sequence[int], ranks: int) -> tuple[list[int], str]:
+    """The rank counts of ``wanted`` (besides ``ranks``) that this machine can run one per core (a CPU) or
+    one per GPU, with a sentence naming those left out and why."""
+    import torch
+
+    have = cpu_cores() if device == "cpu" else torch.cuda.device_count()
+    what = "core(s)" if device == "cpu" else "GPU(s)"
+    more = sorted({int(n) for n in wanted if int(n) != ranks and 1 < int(n) <= have})
+    left = sorted({int(n) for n in wanted if int(n) > have})
+    why = f"not measured here: {', '.join(map(str, left))} ranks need that many {what}, this machine has {have}"
+    return more, why if left else ""
+
+
+def comm_share(runs: list[dict[str, Any]]) -> pd.Series:
+    """The communication share (%) of a DDP step per (mode, ranks), from the same function and runs as 06's
+    scaling table (``report.scaling_table``: the median over runs of each run's comm / step), so 05 and 06
+    print the same share for the same runs."""
+    from ..report import scaling_table
+
+    table = scaling_table(runs)
+    if table.empty:
+        return pd.Series(dtype=float)
+    flat = table.reset_index().rename(columns={"world_size": "ranks"})
+    return flat.groupby(["mode", "ranks"])["comm %"].median()
+
+
+def amdahl_table(shares: pd.DataFrame, ranks: int, measured: pd.Series | None = None,
+                 predict: Sequence[int] = (1, 2, 4, 8, 16, 32)) -> tuple[dict[str, float], pd.DataFrame]:
+    """Amdahl's law from strong-scaling runs. ``shares``: ``report.scaling_table`` of the runs (the step,
+    compute and comm ms per rank count); ``measured``: speedups measured per rank count. With t1 the
+    one-rank step, c and m the compute and all-reduce of the step on ``ranks`` ranks, the part the ranks
+    divide is p = N (t1 - c) / (N - 1) and the serial share s = (t1 - p + m) / t1. Returns s and its parts,
+    and per rank count the speedup 1 / (s + (1 - s) / N), the same with the all-reduce growing with the
+    ring's N - 1 steps, and the measured one."""
+    if ranks < 2:
+        raise ConfigError(f"ranks={ranks} must be 2 or more for Amdahl's law")
+    g = shares.xs("strong", level="mode").reset_index().groupby("world_size").median(numeric_only=True)
+    t1, c, m = g.loc[1, "step ms"], g.loc[ranks, "compute ms"], g.loc[ranks, "comm ms"]
+    p = min(max(ranks * (t1 - c) / (ranks - 1), 0.0), t1)  # the part the ranks divide
+    s = min((t1 - p + m) / t1, 1.0)
+    rows = []
+    for n in predict:
+        ring = t1 / (t1 - p + p / n + m * (n - 1) / (ranks - 1))
+        got = measured.get(n, float("nan")) if measured is not None else float("nan")
+        rows.append({"ranks": n, "Amdahl": 1 / (s + (1 - s) / n), "comm growing as N - 1": ring, "measured": got})
+    fit = {"t1 ms": t1, "serial ms": t1 - p, "divided ms": p, "comm ms": m, "serial share": s,
+           "comm share of t1": m / t1, "bound": 1 / s if s > 0 else float("inf")}
+    return fit, pd.DataFrame(rows).set_index("ranks")
 
 
 def ring_allreduce_bytes(n_params: int, ranks: int, bytes_per_value: int = 4) -> float:
@@ -282,12 +341,11 @@ def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: 
     flagged = int((steps_table["flag"] != "").sum())
     if flagged:
         lines.append(f"- {flagged} of {len(steps_table)} rows are flagged (see the table): read them as rough.")
-    if not reference.empty and True in reference.index.get_level_values(0):
-        graph = reference.xs(True, level=0)
-        eager = reference.xs(False, level=0)
-        both = sorted(set(graph.index) & set(eager.index))
-        if both:
-            b = both[0]
+    if not reference.empty and STUDY_SETTING in reference.index.get_level_values(0):
+        study = reference.xs(STUDY_SETTING, level=0)
+        if {True, False} <= set(study.index.get_level_values(0)):
+            eager, graph = study.xs(False, level=0), study.xs(True, level=0)
+            b = sorted(set(graph.index) & set(eager.index))[0]
             lines.append(
                 f"- On the reference H100 ({REFERENCE_LABEL}) an eager step at batch {b} took "
                 f"{_fmt(eager.loc[b, 'step ms'], 3)} ms and the same step replayed as a CUDA graph "
