@@ -10,7 +10,7 @@ import pytest
 from lstmnb.device import busy_while
 from lstmnb.errors import ConfigError
 from lstmnb.models import flops_per_sample
-from lstmnb.notebooks import lessons
+from lstmnb.notebooks import amdahl, lessons
 from lstmnb.report import allreduce_repeat_table, scaling_repeat_table
 from lstmnb.report.repeats import flag_text, median_of_repeats, speedup_note, spread
 from lstmnb.training import TrainConfig, preset_config
@@ -158,6 +158,13 @@ def test_ddp_scaling_and_allreduce_on_two_gloo_ranks(tmp_path):
     else:
         assert strong.loc[2, "note"].startswith("no speedup")
 
+    # 05's communication share is 06's (report.scaling_table) for the same runs: each run's comm / step
+    share = amdahl.comm_share(runs)
+    fraction = [r["parallel"]["comm_split"]["comm_fraction"] for r in runs if r["world_size"] == 2
+                and r["scaling"]["mode"] == "strong"]
+    assert share[("strong", 2)] == pytest.approx(100 * np.median(fraction))
+    assert np.isnan(share[("strong", 1)])
+
     sweeps = lessons.allreduce_sweeps(cfg, ranks=2, max_bytes=4096, budget_s=0.005, repeats=2)
     ar = allreduce_repeat_table(sweeps, step_s=0.01)
     assert {1024, 4096} <= set(ar["bytes"]) and (ar["repeats"] == 2).all() and (ar["time us"] > 0).all()
@@ -220,3 +227,39 @@ def test_bad_lesson_parameters_are_refused_before_any_kernel(tmp_path, only, key
         notebooks.run_series("ci", only=only, runs_dir=tmp_path / "runs", echo=None, progress=False,
                              overrides={key: value})
     assert not (tmp_path / "runs").exists()
+
+
+def _shares(t1, c, m, ranks=2):
+    """A ``report.scaling_table``-shaped frame: one-rank step t1, the N-rank step's compute c and comm m."""
+    index = pd.MultiIndex.from_tuples([("strong", "cpu", "ddp", 1), ("strong", "cpu", "ddp", ranks)],
+                                      names=["mode", "device", "strategy", "world_size"])
+    return pd.DataFrame({"step ms": [t1, c + m], "compute ms": [t1, c], "comm ms": [np.nan, m]}, index=index)
+
+
+def test_amdahl_from_the_step_split_gives_back_the_measured_step_and_predicts_beyond():
+    # a 10 ms step; on 2 ranks 6 ms compute (2 ms of it not divided) and 1 ms all-reduce: t2 = 7 ms
+    fit, table = amdahl.amdahl_table(_shares(10.0, 6.0, 1.0), 2, pd.Series({1: 1.0, 2: 1.4}),
+                                     predict=(1, 2, 4, 8))
+    assert fit["serial share"] == pytest.approx(0.4)  # (2 x 7 / 10 - 1) / (2 - 1)
+    assert fit["comm share of s"] == pytest.approx(0.2) and fit["serial ms"] == pytest.approx(2.0)
+    assert fit["bound"] == pytest.approx(2.5)
+    assert table.loc[1, "Amdahl"] == pytest.approx(1.0)
+    assert table.loc[2, "Amdahl"] == pytest.approx(10 / 7)  # the measured step speedup, by construction
+    assert table.loc[2, "comm growing as N - 1"] == pytest.approx(10 / 7)
+    assert table.loc[4, "Amdahl"] == pytest.approx(1 / (0.4 + 0.6 / 4))
+    assert table.loc[4, "comm growing as N - 1"] == pytest.approx(10 / (2 + 8 / 4 + 3 * 1.0))  # 3 x the comm
+    assert table.loc[2, "measured"] == 1.4 and np.isnan(table.loc[8, "measured"])
+    # slower on 2 ranks than on 1: no gain at all, s = 1
+    fit, table = amdahl.amdahl_table(_shares(10.0, 9.0, 3.0), 2)
+    assert fit["serial share"] == 1.0 and (table["Amdahl"] == 1.0).all()
+    with pytest.raises(ConfigError, match="ranks=1"):
+        amdahl.amdahl_table(_shares(10.0, 6.0, 1.0), 1)
+
+
+def test_measurable_ranks_are_those_the_cores_allow():
+    from lstmnb.device import cpu_cores
+
+    more, why = lessons.measurable_ranks("cpu", [2, 3, cpu_cores() + 1], 2)
+    assert more == [n for n in [3] if n <= cpu_cores()]
+    assert f"{cpu_cores() + 1} ranks need that many core(s), this machine has {cpu_cores()}" in why
+    assert lessons.measurable_ranks("cpu", [1], 2) == ([], "")

@@ -87,3 +87,23 @@ def plot_allreduce(table: pd.DataFrame):
     ax2.set(ylabel="GB/s", title="bus bandwidth")
     fig.tight_layout()
     return fig
+
+
+def plot_amdahl(table: pd.DataFrame, fit: dict[str, float]):
+    """Amdahl's speedup against ranks (and with the all-reduce growing), the bound 1/s, the measured points."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    n = table.index
+    ax.plot(n, n, ":", color="grey", label="ideal: N times faster")
+    ax.plot(n, table["Amdahl"], "-", color="C0", label=f"Amdahl, s = {fit['serial share']:.2f}")
+    ax.plot(n, table["comm growing as N - 1"], "--", color="C3", label="the all-reduce growing as N - 1")
+    if fit["bound"] < float("inf"):
+        ax.axhline(fit["bound"], color="C0", lw=0.8, alpha=0.5, label=f"bound 1/s = {fit['bound']:.1f}")
+    got = table["measured"].dropna()
+    ax.plot(got.index, got, "o", color="k", label="measured here (epoch time)")
+    ax.set(xscale="log", yscale="log", xlabel="ranks N", ylabel="speedup over one rank",
+           title="Amdahl's law from this notebook's runs")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -272,43 +272,6 @@ def measurable_ranks(device: str, wanted: Sequence[int], ranks: int) -> tuple[li
     return more, why if left else ""
 
 
-def comm_share(runs: list[dict[str, Any]]) -> pd.Series:
-    """The communication share (%) of a DDP step per (mode, ranks), from the same function and runs as 06's
-    scaling table (``report.scaling_table``: the median over runs of each run's comm / step), so 05 and 06
-    print the same share for the same runs."""
-    from ..report import scaling_table
-
-    table = scaling_table(runs)
-    if table.empty:
-        return pd.Series(dtype=float)
-    flat = table.reset_index().rename(columns={"world_size": "ranks"})
-    return flat.groupby(["mode", "ranks"])["comm %"].median()
-
-
-def amdahl_table(shares: pd.DataFrame, ranks: int, measured: pd.Series | None = None,
-                 predict: Sequence[int] = (1, 2, 4, 8, 16, 32)) -> tuple[dict[str, float], pd.DataFrame]:
-    """Amdahl's law from strong-scaling runs. ``shares``: ``report.scaling_table`` of the runs (the step,
-    compute and comm ms per rank count); ``measured``: speedups measured per rank count. With t1 the
-    one-rank step, c and m the compute and all-reduce of the step on ``ranks`` ranks, the part the ranks
-    divide is p = N (t1 - c) / (N - 1) and the serial share s = (t1 - p + m) / t1. Returns s and its parts,
-    and per rank count the speedup 1 / (s + (1 - s) / N), the same with the all-reduce growing with the
-    ring's N - 1 steps, and the measured one."""
-    if ranks < 2:
-        raise ConfigError(f"ranks={ranks} must be 2 or more for Amdahl's law")
-    g = shares.xs("strong", level="mode").reset_index().groupby("world_size").median(numeric_only=True)
-    t1, c, m = g.loc[1, "step ms"], g.loc[ranks, "compute ms"], g.loc[ranks, "comm ms"]
-    p = min(max(ranks * (t1 - c) / (ranks - 1), 0.0), t1)  # the part the ranks divide
-    s = min((t1 - p + m) / t1, 1.0)
-    rows = []
-    for n in predict:
-        ring = t1 / (t1 - p + p / n + m * (n - 1) / (ranks - 1))
-        got = measured.get(n, float("nan")) if measured is not None else float("nan")
-        rows.append({"ranks": n, "Amdahl": 1 / (s + (1 - s) / n), "comm growing as N - 1": ring, "measured": got})
-    fit = {"t1 ms": t1, "serial ms": t1 - p, "divided ms": p, "comm ms": m, "serial share": s,
-           "comm share of t1": m / t1, "bound": 1 / s if s > 0 else float("inf")}
-    return fit, pd.DataFrame(rows).set_index("ranks")
-
-
 def ring_allreduce_bytes(n_params: int, ranks: int, bytes_per_value: int = 4) -> float:
     """Bytes each rank sends in a ring all-reduce of ``n_params`` values: 2 (N - 1) / N x K values."""
     if ranks < 1:
@@ -345,7 +308,7 @@ def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: 
         study = reference.xs(STUDY_SETTING, level=0)
         if {True, False} <= set(study.index.get_level_values(0)):
             eager, graph = study.xs(False, level=0), study.xs(True, level=0)
-            b = sorted(set(graph.index) & set(eager.index))[0]
+            b = min(set(graph.index) & set(eager.index))
             lines.append(
                 f"- On the reference H100 ({REFERENCE_LABEL}) an eager step at batch {b} took "
                 f"{_fmt(eager.loc[b, 'step ms'], 3)} ms and the same step replayed as a CUDA graph "
@@ -356,9 +319,25 @@ def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: 
     return "\n".join(lines)
 
 
-def what_05_showed(scaling_table: pd.DataFrame, allreduce_table: pd.DataFrame) -> str:
-    """05's conclusions from its own scaling and all-reduce tables, as Markdown bullets."""
+def what_05_showed(scaling_table: pd.DataFrame, allreduce_table: pd.DataFrame, ring: pd.DataFrame | None = None,
+                   amdahl: tuple[dict[str, float], pd.DataFrame] | None = None) -> str:
+    """05's conclusions from its own scaling and all-reduce tables, the ring by hand (one row per ranks)
+    and Amdahl's law (``amdahl_table``'s output), as Markdown bullets."""
     lines = []
+    if ring is not None and not ring.empty:
+        for n, r in ring.iterrows():
+            lines.append(f"- The ring all-reduce by hand on {n} ranks gave `dist.all_reduce`'s sums (largest "
+                         f"difference {r['max |ring - all_reduce|']:.1e}); each rank sent {r['bytes sent per rank']:,} "
+                         f"bytes against 2(N-1)K/N x 4 = {r['2(N-1)K/N x 4 bytes']:,.0f}, in {_fmt(r['ring us'], 0)} µs "
+                         f"against {_fmt(r['all_reduce us'], 0)} µs for `dist.all_reduce` (medians).")
+    if amdahl is not None:
+        fit, table = amdahl
+        far = table.index.max()
+        lines.append(f"- Amdahl's law from these runs: a serial share s = {_fmt(fit['serial share'])} of the "
+                     f"one-rank step (the all-reduce {_fmt(fit['comm share of s'])} of it) allows at most "
+                     f"{_fmt(fit['bound'], 1)}x on any number of ranks; it predicts "
+                     f"{_fmt(table.loc[far, 'Amdahl'])}x at {far} ranks, "
+                     f"{_fmt(table.loc[far, 'comm growing as N - 1'])}x with the all-reduce growing with them.")
     for mode in ("strong", "weak"):
         if scaling_table.empty or mode not in scaling_table.index.get_level_values(0):
             continue
