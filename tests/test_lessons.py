@@ -229,31 +229,35 @@ def test_bad_lesson_parameters_are_refused_before_any_kernel(tmp_path, only, key
     assert not (tmp_path / "runs").exists()
 
 
-def _shares(t1, c, m, ranks=2):
-    """A ``report.scaling_table``-shaped frame: one-rank step t1, the N-rank step's compute c and comm m."""
+def _shares(t1, step, comm_pct, ranks=2):
+    """A ``report.scaling_table``-shaped frame: the one-rank step t1, the N-rank step and its comm %."""
     index = pd.MultiIndex.from_tuples([("strong", "cpu", "ddp", 1), ("strong", "cpu", "ddp", ranks)],
                                       names=["mode", "device", "strategy", "world_size"])
-    return pd.DataFrame({"step ms": [t1, c + m], "compute ms": [t1, c], "comm ms": [np.nan, m]}, index=index)
+    return pd.DataFrame({"step ms": [t1, step], "comm %": [np.nan, comm_pct]}, index=index)
 
 
-def test_amdahl_from_the_step_split_gives_back_the_measured_step_and_predicts_beyond():
-    # a 10 ms step; on 2 ranks 6 ms compute (2 ms of it not divided) and 1 ms all-reduce: t2 = 7 ms
-    fit, table = amdahl.amdahl_table(_shares(10.0, 6.0, 1.0), 2, pd.Series({1: 1.0, 2: 1.4}),
+def test_amdahl_from_the_measured_speedup_and_06s_comm_share():
+    # 1.5x on 2 ranks, the all-reduce 10% of the 2-rank step (the share 06 prints)
+    fit, table = amdahl.amdahl_table(_shares(10.0, 7.0, 10.0), 2, pd.Series({1: 1.0, 2: 1.5}),
                                      predict=(1, 2, 4, 8))
-    assert fit["serial share"] == pytest.approx(0.4)  # (2 x 7 / 10 - 1) / (2 - 1)
-    assert fit["comm share of s"] == pytest.approx(0.2) and fit["serial ms"] == pytest.approx(2.0)
-    assert fit["bound"] == pytest.approx(2.5)
-    assert table.loc[1, "Amdahl"] == pytest.approx(1.0)
-    assert table.loc[2, "Amdahl"] == pytest.approx(10 / 7)  # the measured step speedup, by construction
-    assert table.loc[2, "comm growing as N - 1"] == pytest.approx(10 / 7)
-    assert table.loc[4, "Amdahl"] == pytest.approx(1 / (0.4 + 0.6 / 4))
-    assert table.loc[4, "comm growing as N - 1"] == pytest.approx(10 / (2 + 8 / 4 + 3 * 1.0))  # 3 x the comm
-    assert table.loc[2, "measured"] == 1.4 and np.isnan(table.loc[8, "measured"])
+    assert fit["serial share"] == pytest.approx(1 / 3)  # (2 / 1.5 - 1) / (2 - 1): Karp-Flatt
+    assert fit["comm share of s"] == pytest.approx(2 * 0.1 / 1.5) and fit["from"] == "measured speedup"
+    assert fit["bound"] == pytest.approx(3.0)
+    assert table.loc[1, "Amdahl"] == pytest.approx(1.0) and table.loc[1, "comm growing as N - 1"] == 1.0
+    assert table.loc[2, "Amdahl"] == pytest.approx(1.5)  # the measured speedup, by construction
+    assert table.loc[2, "comm growing as N - 1"] == pytest.approx(1.5)
+    assert table.loc[4, "Amdahl"] == pytest.approx(2.0)  # 1 / (1/3 + 2/3 / 4)
+    # 0.2 of t1 serial apart from the all-reduce (1/15 of t1 on 2 ranks, 3x that on 4)
+    assert table.loc[4, "comm growing as N - 1"] == pytest.approx(1 / (0.2 + 0.8 / 4 + 3 / 15))
+    assert table.loc[2, "measured"] == 1.5 and np.isnan(table.loc[8, "measured"])
+    # no measured speedup (a baseline that cannot carry one): the step times stand in
+    fit, _ = amdahl.amdahl_table(_shares(10.0, 8.0, 10.0), 2, pd.Series({1: 1.0, 2: np.nan}))
+    assert fit["from"] == "step times" and fit["serial share"] == pytest.approx(0.6)  # 2 x 0.8 - 1
     # slower on 2 ranks than on 1: no gain at all, s = 1
-    fit, table = amdahl.amdahl_table(_shares(10.0, 9.0, 3.0), 2)
+    fit, table = amdahl.amdahl_table(_shares(10.0, 12.0, 20.0), 2)
     assert fit["serial share"] == 1.0 and (table["Amdahl"] == 1.0).all()
     with pytest.raises(ConfigError, match="ranks=1"):
-        amdahl.amdahl_table(_shares(10.0, 6.0, 1.0), 1)
+        amdahl.amdahl_table(_shares(10.0, 7.0, 10.0), 1)
 
 
 def test_measurable_ranks_are_those_the_cores_allow():

@@ -25,25 +25,31 @@ def comm_share(runs: list[dict[str, Any]]) -> pd.Series:
 
 def amdahl_table(shares: pd.DataFrame, ranks: int, measured: pd.Series | None = None,
                  predict: Sequence[int] = (1, 2, 4, 8, 16, 32)) -> tuple[dict[str, float], pd.DataFrame]:
-    """Amdahl's law from strong-scaling runs. ``shares``: ``report.scaling_table`` of the runs (the step,
-    compute and comm ms per rank count); ``measured``: speedups measured per rank count. With t1 the
-    one-rank step and c, m the compute and all-reduce of the step on N = ``ranks`` ranks (t_N = c + m),
-    Amdahl's t_N = t1 (s + (1 - s) / N) gives the serial share s = (N t_N / t1 - 1) / (N - 1), of which
-    the all-reduce is N m / ((N - 1) t1); the part the ranks divide is p = N (t1 - c) / (N - 1). Returns
-    s and its parts, and per rank count the speedup 1 / (s + (1 - s) / N), the speedup with the
-    all-reduce growing with the ring's N - 1 steps, and the measured one."""
+    """Amdahl's law from strong-scaling runs on N = ``ranks`` ranks. ``measured``: the speedups measured
+    per rank count (epoch times); where N's is missing, the step times of ``shares`` stand in.
+    ``shares``: ``report.scaling_table`` of the runs, whose ``comm %`` (the all-reduce's share f of the
+    N-rank step) is the communication share 06 prints. Amdahl's t_N / t1 = s + (1 - s) / N, solved for the
+    measured S = t1 / t_N, gives the serial share s = (N / S - 1) / (N - 1) (the Karp-Flatt metric); the
+    all-reduce, f t_N = f t1 / S, is N f / ((N - 1) S) of it. Returns s and its parts, and per rank
+    count M Amdahl's 1 / (s + (1 - s) / M), the same with the all-reduce growing as M - 1 (the ring's
+    latency steps), and the measured speedup."""
     if ranks < 2:
         raise ConfigError(f"ranks={ranks} must be 2 or more for Amdahl's law")
     g = shares.xs("strong", level="mode").reset_index().groupby("world_size").median(numeric_only=True)
-    t1, c, m = g.loc[1, "step ms"], g.loc[ranks, "compute ms"], g.loc[ranks, "comm ms"]
-    s = min(max((ranks * (c + m) / t1 - 1) / (ranks - 1), 0.0), 1.0)  # 1: no gain at all
-    p = min(max(ranks * (t1 - c) / (ranks - 1), 0.0), t1)  # the part the ranks divide
+    speed = measured.get(ranks, float("nan")) if measured is not None else float("nan")
+    source = "measured speedup"
+    if not speed > 0:
+        speed, source = g.loc[1, "step ms"] / g.loc[ranks, "step ms"], "step times"
+    f = g.loc[ranks, "comm %"] / 100 if pd.notna(g.loc[ranks, "comm %"]) else 0.0
+    s = min(max((ranks / speed - 1) / (ranks - 1), 0.0), 1.0)  # 1: no gain at all
+    comm = f / speed  # the all-reduce in units of the one-rank step
+    rest = min(max((1 / speed - comm - 1 / ranks) / (1 - 1 / ranks), 0.0), 1.0)  # serial, the all-reduce apart
     rows = []
     for n in predict:
-        grown = t1 / (t1 - p + p / n + m * (n - 1) / (ranks - 1))
+        grown = 1 / (rest + (1 - rest) / n + comm * (n - 1) / (ranks - 1))
         got = measured.get(n, float("nan")) if measured is not None else float("nan")
         rows.append({"ranks": n, "Amdahl": 1 / (s + (1 - s) / n), "comm growing as N - 1": grown,
                      "measured": got})
-    fit = {"t1 ms": t1, "serial ms": t1 - p, "divided ms": p, "comm ms": m, "serial share": s,
-           "comm share of s": min(ranks * m / ((ranks - 1) * t1), s), "bound": 1 / s if s > 0 else float("inf")}
+    fit = {"speedup": speed, "from": source, "comm share of the step": f, "serial share": s,
+           "comm share of s": min(ranks * comm / (ranks - 1), s), "bound": 1 / s if s > 0 else float("inf")}
     return fit, pd.DataFrame(rows).set_index("ranks")
