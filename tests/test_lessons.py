@@ -267,3 +267,27 @@ def test_measurable_ranks_are_those_the_cores_allow():
     assert more == [n for n in [3] if n <= cpu_cores()]
     assert f"{cpu_cores() + 1} ranks need that many core(s), this machine has {cpu_cores()}" in why
     assert lessons.measurable_ranks("cpu", [1], 2) == ([], "")
+
+
+def test_a_rough_point_is_marked_in_the_figure_itself():
+    """04's figure writes 'rough' beside each flagged median and sets the reader's device beside the H100
+    records of the study's setting; 05's Amdahl figure draws both predictions and the measured speedups."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lstmnb.notebooks import lesson_plots
+
+    table = pd.DataFrame({"step ms": [2.0, 1.7, 10.5], "GFLOP/s": [3.4, 16.0, 43.0], "flag": ["busy", "", ""]},
+                         index=pd.Index([1, 4, 64], name="batch"))
+    fig = lesson_plots.plot_step_times(table, lessons.reference_step_table(), "cpu")
+    steps_ax = fig.axes[0]
+    assert [t.get_text() for t in steps_ax.texts] == ["rough"]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert sum("study's setting" in s and "another machine" in s for s in labels) == 2  # eager and graph
+    plt.close(fig)
+    fit, amdahl_table = amdahl.amdahl_table(_shares(10.0, 7.0, 10.0), 2, pd.Series({1: 1.0, 2: 1.5}))
+    fig = lesson_plots.plot_amdahl(amdahl_table, fit)
+    assert len(fig.axes[0].lines) == 5  # ideal, Amdahl, the growing all-reduce, the bound, measured
+    plt.close(fig)

@@ -3,7 +3,8 @@ same runs (``report.scaling_table``), and the serial share, bound and predicted 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -23,8 +24,9 @@ def comm_share(runs: list[dict[str, Any]]) -> pd.Series:
     return flat.groupby(["mode", "ranks"])["comm %"].median()
 
 
-def amdahl_table(shares: pd.DataFrame, ranks: int, measured: pd.Series | None = None,
-                 predict: Sequence[int] = (1, 2, 4, 8, 16, 32)) -> tuple[dict[str, float], pd.DataFrame]:
+def amdahl_table(
+    shares: pd.DataFrame, ranks: int, measured: pd.Series | None = None, predict: Sequence[int] = (1, 2, 4, 8, 16, 32)
+) -> tuple[dict[str, float], pd.DataFrame]:
     """Amdahl's law from strong-scaling runs on N = ``ranks`` ranks. ``measured``: the speedups measured
     per rank count (epoch times); where N's is missing, the step times of ``shares`` stand in.
     ``shares``: ``report.scaling_table`` of the runs, whose ``comm %`` (the all-reduce's share f of the
@@ -48,8 +50,13 @@ def amdahl_table(shares: pd.DataFrame, ranks: int, measured: pd.Series | None = 
     for n in predict:
         grown = 1 / (rest + (1 - rest) / n + comm * (n - 1) / (ranks - 1))
         got = measured.get(n, float("nan")) if measured is not None else float("nan")
-        rows.append({"ranks": n, "Amdahl": 1 / (s + (1 - s) / n), "comm growing as N - 1": grown,
-                     "measured": got})
-    fit = {"speedup": speed, "from": source, "comm share of the step": f, "serial share": s,
-           "comm share of s": min(ranks * comm / (ranks - 1), s), "bound": 1 / s if s > 0 else float("inf")}
+        rows.append({"ranks": n, "Amdahl": 1 / (s + (1 - s) / n), "comm growing as N - 1": grown, "measured": got})
+    fit = {
+        "speedup": speed,
+        "from": source,
+        "comm share of the step": f,
+        "serial share": s,
+        "comm share of s": min(ranks * comm / (ranks - 1), s),
+        "bound": 1 / s if s > 0 else float("inf"),
+    }
     return fit, pd.DataFrame(rows).set_index("ranks")

@@ -12,7 +12,7 @@ def _markers(ax, x, y, flags, color, label):
     """A median per point: filled, or hollow and written 'rough' beside it where its row is flagged."""
     flagged = flags.astype(str) != ""
     ax.plot(x, y, "-", color=color, lw=1, alpha=0.6)
-    ax.plot(x[~flagged], y[~flagged], "o", color=color, label=label)
+    ax.plot(x[~flagged], y[~flagged], "o", color=color, label=label if (~flagged).any() else None)
     ax.plot(x[flagged], y[flagged], "o", mfc="white", color=color, label=f"{label} (rough)" if flagged.any() else None)
     for xi, yi in zip(x[flagged], y[flagged]):
         ax.annotate("rough", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
@@ -37,9 +37,10 @@ def plot_step_times(table: pd.DataFrame, reference: pd.DataFrame | None = None, 
             title="one training step against its batch")
     ax2.set(xscale="log", yscale="log", xlabel="batch (samples per step)", ylabel="GFLOP/s achieved",
             title="useful arithmetic per second")
-    ax1.legend(fontsize=7, loc="upper left")
-    fig.text(0.01, -0.02, HOLLOW, fontsize=7)
     fig.tight_layout()
+    handles, labels = ax1.get_legend_handles_labels()  # below the panels: clear of the data
+    fig.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(0.01, 0.0), ncol=2,
+               title=HOLLOW, title_fontsize=7)
     return fig
 
 
@@ -57,7 +58,9 @@ def plot_scaling(table: pd.DataFrame):
         if flag:
             bar.set_hatch("//")
             bar.set_alpha(0.6)
-    ax1.set(ylabel="s per epoch (median)", title="an epoch on 1 and on N ranks (hatched: flagged)")
+            ax1.annotate("rough", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                         va="bottom", fontsize=7)
+    ax1.set(ylabel="s per epoch (median)", title="an epoch on 1 and on N ranks (hatched, rough: flagged)")
     ax2.bar(names, rows["compute ms"], color="C0", label="compute (under no_sync)")
     ax2.bar(names, rows["comm ms"].clip(lower=0).fillna(0), bottom=rows["compute ms"], color="C3",
             label="all-reduce not hidden (none on one rank)")
