@@ -92,8 +92,9 @@ def plot_allreduce(table: pd.DataFrame):
     return fig
 
 
-def plot_amdahl(table: pd.DataFrame, fit: dict[str, float]):
-    """Amdahl's speedup against ranks (and with the all-reduce growing), the bound 1/s, the measured points."""
+def plot_amdahl(table: pd.DataFrame, fit: dict[str, float], rough: tuple[int, ...] = ()):
+    """Amdahl's speedup against ranks (and with the all-reduce growing), the bound 1/s, the measured points
+    (written 'rough' beside those of the rank counts in ``rough``: flagged rows)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
@@ -105,6 +106,8 @@ def plot_amdahl(table: pd.DataFrame, fit: dict[str, float]):
         ax.axhline(fit["bound"], color="C0", lw=0.8, alpha=0.5, label=f"bound 1/s = {fit['bound']:.1f}")
     got = table["measured"].dropna()
     ax.plot(got.index, got, "o", color="k", label="measured here (epoch time)")
+    for n in got.index.intersection(list(rough)):
+        ax.annotate("rough", (n, got[n]), textcoords="offset points", xytext=(4, -10), fontsize=7)
     ax.set(xscale="log", yscale="log", xlabel="ranks N", ylabel="speedup over one rank",
            title="Amdahl's law from this notebook's runs")
     ax.legend(fontsize=8)

@@ -328,7 +328,7 @@ def what_05_showed(scaling_table: pd.DataFrame, allreduce_table: pd.DataFrame, r
     if ring is not None and not ring.empty:
         for n, r in ring.iterrows():
             lines.append(f"- The ring all-reduce by hand on {n} ranks gave `dist.all_reduce`'s sums (largest "
-                         f"difference {r['max |ring - all_reduce|']:.1e}); each rank sent {r['bytes sent per rank']:,} "
+                         f"difference {r['max |ring - all_reduce|']:.1e}); each rank sent {int(r['bytes sent per rank']):,} "
                          f"bytes against 2(N-1)K/N x 4 = {r['2(N-1)K/N x 4 bytes']:,.0f}, in {_fmt(r['ring us'], 0)} µs "
                          f"against {_fmt(r['all_reduce us'], 0)} µs for `dist.all_reduce` (medians).")
     if amdahl is not None:
