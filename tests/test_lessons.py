@@ -134,6 +134,11 @@ def test_reference_step_table_is_the_h100_records_of_the_study_setting():
                                                                   "fixed_share_smallest": 0.9}, ref, "cpu")
     assert "batch 16 and 2.00 ms at batch 256: 16x the samples for 2.0x the time" in text
     assert "another machine's" in text and "05_multi_gpu" in text
+    sync = pd.DataFrame([[9.61, 9.70]], index=["cpu, batch 128"], columns=["no sync", "synchronised"])
+    text = lessons.what_04_showed(pd.DataFrame({"step ms": [1.0, 2.0], "GFLOP/s": [0.5, 4.0], "flag": ["", ""]},
+                                               index=[16, 256]), {"fixed_ms": 0.9, "per_sample_us": 4.0,
+                                                                  "fixed_share_smallest": 0.9}, ref, "cpu", sync)
+    assert "a step (cpu, batch 128) took 9.610 ms; read after the device had finished, 9.700 ms: on a CPU" in text
 
 
 @pytest.mark.slow

@@ -287,8 +287,10 @@ def _fmt(v: float, digits: int = 2) -> str:
     return "n/a" if v is None or not np.isfinite(v) else f"{v:,.{digits}f}"
 
 
-def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: pd.DataFrame, device: str) -> str:
-    """04's conclusions from its own step times and the reference records, as Markdown bullets."""
+def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: pd.DataFrame, device: str,
+                   sync: pd.DataFrame | None = None) -> str:
+    """04's conclusions from its own step times, the same step timed without and with synchronising
+    (``sync``: one row, those two columns in ms) and the reference records, as Markdown bullets."""
     small, big = steps_table.index.min(), steps_table.index.max()
     lines = [
         f"- On this machine ({device}) one training step of the study's model took "
@@ -315,6 +317,12 @@ def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: 
                 f"{_fmt(eager.loc[b, 'step ms'], 3)} ms and the same step replayed as a CUDA graph "
                 f"{_fmt(graph.loc[b, 'step ms'], 3)} ms: launches, not arithmetic, set a small LSTM's step time "
                 f"on a GPU.")
+    if sync is not None and not sync.empty:
+        no_sync, synced = (float(v) for v in sync.iloc[0, :2])
+        lines.append(f"- Timed without synchronising, a step ({sync.index[0]}) took {_fmt(no_sync, 3)} ms; read "
+                     f"after the device had finished, {_fmt(synced, 3)} ms"
+                     + (": on a CPU both read finished work." if not str(device).startswith("cuda") else
+                        ": the unsynchronised clock counted the launches, not the work."))
     lines.append("- Next: `05_multi_gpu` splits each batch among several processes (data parallelism) and "
                  "measures what the gradient all-reduce costs.")
     return "\n".join(lines)
