@@ -261,6 +261,8 @@ def test_amdahl_from_the_measured_speedup_and_06s_comm_share():
     # slower on 2 ranks than on 1: no gain at all, s = 1
     fit, table = amdahl.amdahl_table(_shares(10.0, 12.0, 20.0), 2)
     assert fit["serial share"] == 1.0 and (table["Amdahl"] == 1.0).all()
+    assert "allows no speedup on any number of ranks" in lessons.what_05_showed(pd.DataFrame(), pd.DataFrame(),
+                                                                                amdahl=(fit, table))
     with pytest.raises(ConfigError, match="ranks=1"):
         amdahl.amdahl_table(_shares(10.0, 7.0, 10.0), 1)
 

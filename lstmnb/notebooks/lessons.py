@@ -339,7 +339,10 @@ def what_05_showed(scaling_table: pd.DataFrame, allreduce_table: pd.DataFrame, r
                          f"difference {r['max |ring - all_reduce|']:.1e}); each rank sent {int(r['bytes sent per rank']):,} "
                          f"bytes against 2(N-1)K/N x 4 = {r['2(N-1)K/N x 4 bytes']:,.0f}, in {_fmt(r['ring us'], 0)} µs "
                          f"against {_fmt(r['all_reduce us'], 0)} µs for `dist.all_reduce` (medians).")
-    if amdahl is not None:
+    if amdahl is not None and amdahl[0]["serial share"] >= 1:
+        lines.append("- Amdahl's law from these runs: the ranks were no faster than one rank (serial share s = 1), "
+                     "so the law allows no speedup on any number of ranks here; read the flags above.")
+    elif amdahl is not None:
         fit, table = amdahl
         far = table.index.max()
         lines.append(f"- Amdahl's law from these runs: a serial share s = {_fmt(fit['serial share'])} of the "
