@@ -10,7 +10,7 @@ import pytest
 from lstmnb.device import busy_while
 from lstmnb.errors import ConfigError
 from lstmnb.models import flops_per_sample
-from lstmnb.notebooks import lessons
+from lstmnb.notebooks import amdahl, lessons
 from lstmnb.report import allreduce_repeat_table, scaling_repeat_table
 from lstmnb.report.repeats import flag_text, median_of_repeats, speedup_note, spread
 from lstmnb.training import TrainConfig, preset_config
@@ -116,16 +116,29 @@ def test_short_steps_are_timed_long_enough_to_outlast_a_hiccup():
         lessons.step_times(windows, cfg, "cpu", [4], steps=2, repeats=1, min_s=-1)
 
 
-def test_reference_step_table_is_the_h100_records():
+def test_reference_step_table_is_the_h100_records_of_the_study_setting():
+    """04 sets the reader's device beside the H100 records of 2026-11-27 on the study's data (the study's
+    setting eager and as a graph, the recommended setting's batch sweep), not the synthetic ones of 11-22."""
     ref = lessons.reference_step_table()
-    assert {False, True} == set(ref.index.get_level_values(0))
-    eager, graph = ref.xs(False, level=0), ref.xs(True, level=0)
-    assert graph.loc[64, "step ms"] < eager.loc[64, "step ms"]  # the graph's lesson, from the records
+    assert set(ref.index.get_level_values(0)) == {lessons.STUDY_SETTING, lessons.SWEEP_SETTING}
+    study = ref.xs(lessons.STUDY_SETTING, level=0)
+    eager, graph = study.xs(False, level=0), study.xs(True, level=0)
+    assert list(eager.index) == [128] == list(graph.index)  # the study's batch, never the former 64
+    # 5 epochs of 137 steps: the eager runs' 0.482 and 0.439 s per epoch, the graph's 0.0338 and 0.0339 s
+    assert eager.loc[128, "step ms"] == pytest.approx(1e3 * (0.482132 + 0.439109) / 2 / 137, rel=1e-3)
+    assert graph.loc[128, "step ms"] < eager.loc[128, "step ms"] / 10  # the graph's lesson, from the records
+    assert list(ref.xs(lessons.SWEEP_SETTING, level=0).index.get_level_values("batch")) == [32, 128, 512, 2048, 8192]
+    assert "2026-11-27" in lessons.REFERENCE_LABEL and "study's setting" in lessons.REFERENCE_LABEL
     text = lessons.what_04_showed(pd.DataFrame({"step ms": [1.0, 2.0], "GFLOP/s": [0.5, 4.0], "flag": ["", ""]},
                                                index=[16, 256]), {"fixed_ms": 0.9, "per_sample_us": 4.0,
                                                                   "fixed_share_smallest": 0.9}, ref, "cpu")
     assert "batch 16 and 2.00 ms at batch 256: 16x the samples for 2.0x the time" in text
     assert "another machine's" in text and "05_multi_gpu" in text
+    sync = pd.DataFrame([[9.61, 9.70]], index=["cpu, batch 128"], columns=["no sync", "synchronised"])
+    text = lessons.what_04_showed(pd.DataFrame({"step ms": [1.0, 2.0], "GFLOP/s": [0.5, 4.0], "flag": ["", ""]},
+                                               index=[16, 256]), {"fixed_ms": 0.9, "per_sample_us": 4.0,
+                                                                  "fixed_share_smallest": 0.9}, ref, "cpu", sync)
+    assert "a step (cpu, batch 128) took 9.610 ms; read after the device had finished, 9.700 ms: on a CPU" in text
 
 
 @pytest.mark.slow
@@ -149,6 +162,13 @@ def test_ddp_scaling_and_allreduce_on_two_gloo_ranks(tmp_path):
         assert strong.loc[2, "efficiency"] == pytest.approx(strong.loc[2, "speedup"] / 2)
     else:
         assert strong.loc[2, "note"].startswith("no speedup")
+
+    # 05's communication share is 06's (report.scaling_table) for the same runs: each run's comm / step
+    share = amdahl.comm_share(runs)
+    fraction = [r["parallel"]["comm_split"]["comm_fraction"] for r in runs if r["world_size"] == 2
+                and r["scaling"]["mode"] == "strong"]
+    assert share[("strong", 2)] == pytest.approx(100 * np.median(fraction))
+    assert np.isnan(share[("strong", 1)])
 
     sweeps = lessons.allreduce_sweeps(cfg, ranks=2, max_bytes=4096, budget_s=0.005, repeats=2)
     ar = allreduce_repeat_table(sweeps, step_s=0.01)
@@ -212,3 +232,69 @@ def test_bad_lesson_parameters_are_refused_before_any_kernel(tmp_path, only, key
         notebooks.run_series("ci", only=only, runs_dir=tmp_path / "runs", echo=None, progress=False,
                              overrides={key: value})
     assert not (tmp_path / "runs").exists()
+
+
+def _shares(t1, step, comm_pct, ranks=2):
+    """A ``report.scaling_table``-shaped frame: the one-rank step t1, the N-rank step and its comm %."""
+    index = pd.MultiIndex.from_tuples([("strong", "cpu", "ddp", 1), ("strong", "cpu", "ddp", ranks)],
+                                      names=["mode", "device", "strategy", "world_size"])
+    return pd.DataFrame({"step ms": [t1, step], "comm %": [np.nan, comm_pct]}, index=index)
+
+
+def test_amdahl_from_the_measured_speedup_and_06s_comm_share():
+    # 1.5x on 2 ranks, the all-reduce 10% of the 2-rank step (the share 06 prints)
+    fit, table = amdahl.amdahl_table(_shares(10.0, 7.0, 10.0), 2, pd.Series({1: 1.0, 2: 1.5}),
+                                     predict=(1, 2, 4, 8))
+    assert fit["serial share"] == pytest.approx(1 / 3)  # (2 / 1.5 - 1) / (2 - 1): Karp-Flatt
+    assert fit["comm share of s"] == pytest.approx(2 * 0.1 / 1.5) and fit["from"] == "measured speedup"
+    assert fit["bound"] == pytest.approx(3.0)
+    assert table.loc[1, "Amdahl"] == pytest.approx(1.0) and table.loc[1, "comm growing as N - 1"] == 1.0
+    assert table.loc[2, "Amdahl"] == pytest.approx(1.5)  # the measured speedup, by construction
+    assert table.loc[2, "comm growing as N - 1"] == pytest.approx(1.5)
+    assert table.loc[4, "Amdahl"] == pytest.approx(2.0)  # 1 / (1/3 + 2/3 / 4)
+    # 0.2 of t1 serial apart from the all-reduce (1/15 of t1 on 2 ranks, 3x that on 4)
+    assert table.loc[4, "comm growing as N - 1"] == pytest.approx(1 / (0.2 + 0.8 / 4 + 3 / 15))
+    assert table.loc[2, "measured"] == 1.5 and np.isnan(table.loc[8, "measured"])
+    # no measured speedup (a baseline that cannot carry one): the step times stand in
+    fit, _ = amdahl.amdahl_table(_shares(10.0, 8.0, 10.0), 2, pd.Series({1: 1.0, 2: np.nan}))
+    assert fit["from"] == "step times" and fit["serial share"] == pytest.approx(0.6)  # 2 x 0.8 - 1
+    # slower on 2 ranks than on 1: no gain at all, s = 1
+    fit, table = amdahl.amdahl_table(_shares(10.0, 12.0, 20.0), 2)
+    assert fit["serial share"] == 1.0 and (table["Amdahl"] == 1.0).all()
+    assert "allows no speedup on any number of ranks" in lessons.what_05_showed(pd.DataFrame(), pd.DataFrame(),
+                                                                                amdahl=(fit, table))
+    with pytest.raises(ConfigError, match="ranks=1"):
+        amdahl.amdahl_table(_shares(10.0, 7.0, 10.0), 1)
+
+
+def test_measurable_ranks_are_those_the_cores_allow():
+    from lstmnb.device import cpu_cores
+
+    more, why = lessons.measurable_ranks("cpu", [2, 3, cpu_cores() + 1], 2)
+    assert more == [n for n in [3] if n <= cpu_cores()]
+    assert f"{cpu_cores() + 1} ranks need that many core(s), this machine has {cpu_cores()}" in why
+    assert lessons.measurable_ranks("cpu", [1], 2) == ([], "")
+
+
+def test_a_rough_point_is_marked_in_the_figure_itself():
+    """04's figure writes 'rough' beside each flagged median and sets the reader's device beside the H100
+    records of the study's setting; 05's Amdahl figure draws both predictions and the measured speedups."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from lstmnb.notebooks import lesson_plots
+
+    table = pd.DataFrame({"step ms": [2.0, 1.7, 10.5], "GFLOP/s": [3.4, 16.0, 43.0], "flag": ["busy", "", ""]},
+                         index=pd.Index([1, 4, 64], name="batch"))
+    fig = lesson_plots.plot_step_times(table, lessons.reference_step_table(), "cpu")
+    steps_ax = fig.axes[0]
+    assert [t.get_text() for t in steps_ax.texts] == ["rough"]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert sum("study's setting" in s and "another machine" in s for s in labels) == 2  # eager and graph
+    plt.close(fig)
+    fit, amdahl_table = amdahl.amdahl_table(_shares(10.0, 7.0, 10.0), 2, pd.Series({1: 1.0, 2: 1.5}))
+    fig = lesson_plots.plot_amdahl(amdahl_table, fit)
+    assert len(fig.axes[0].lines) == 5  # ideal, Amdahl, the growing all-reduce, the bound, measured
+    plt.close(fig)

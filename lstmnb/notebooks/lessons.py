@@ -20,8 +20,10 @@ from ..device import busy_while, clock, cpu_cores
 from ..errors import ConfigError
 from ..records import Recorder
 
-REFERENCE_LABEL = ("another machine's: lstmnb's shipped reference records, an NVIDIA H100 on lstmnb's former "
-                   "one-layer, batch-64 reading of the study, on synthetic data")
+REFERENCE_LABEL = ("another machine's: lstmnb's shipped reference records of 2026-11-27, an NVIDIA H100 "
+                   "(16-core Xeon host) on the study's setting and its real ERA5")
+STUDY_SETTING = "study's setting (2 layers, batch 128)"
+SWEEP_SETTING = "recommended setting (1 layer, residual)"
 
 
 def source_code(obj: Any) -> str:
@@ -133,7 +135,8 @@ def step_sentence(table: pd.DataFrame, fit: dict[str, float]) -> str:
             f"overhead-bound (time nearly flat, few useful FLOP/s), above it arithmetic-bound (time grows in "
             f"proportion to the batch). A device with far more arithmetic per second, "
             f"a GPU, shrinks the per-sample part but not the fixed one, so for a small model it moves that "
-            f"crossing to batches of thousands: the reference H100 below is overhead-bound up to about 4096."
+            f"crossing to far larger batches: on the reference H100 below, even a step replayed as a CUDA graph "
+            f"takes the same time at batch 32 and 128."
             + (f" Above batch {fit['best_batch']:,} a sample costs more again (on a CPU most likely its data "
                f"outgrowing the caches), so the per-sample figure is taken up to that batch." if fit.get("best_batch", 0) < table.index.max()
                else ""))
@@ -150,24 +153,29 @@ def _graph_used(r: pd.Series) -> bool:
 
 
 def reference_step_table() -> pd.DataFrame:
-    """The H100 reference records' batch sweep and eager-vs-graph runs: step time from epoch time and
-    steps per epoch, samples/s and the FLOP rate. Labelled ``REFERENCE_LABEL``."""
+    """The H100 reference records of 2026-11-27 on the study's data, fast input path: the study's setting
+    eager and as a CUDA graph, and the recommended setting's batch sweep. Per (setting, CUDA graph, batch):
+    step time from epoch time and steps per epoch, samples/s and the FLOP rate. Labelled
+    ``REFERENCE_LABEL``; the former synthetic one-layer records (2026-11-22) are left out."""
     from ..report import load_reference_records
 
     df = load_reference_records()
-    pick = df[(df["status"] == "ok") & (df["device.kind"] == "cuda")
-              & df["experiment"].isin(["batch-sweep", "pub-fast", "pub-graph", "rec", "rec-graph"])]
+    pick = df[(df["status"] == "ok") & (df["device.kind"] == "cuda") & (df["data.source"] == "study")
+              & df["started"].astype(str).str.startswith("2026-11-27") & (df["config.input_path"] == "fast")
+              & df["experiment"].isin(["train", "batch-sweep"])]
     rows = []
     for _, r in pick.iterrows():
+        if r["experiment"] == "train" and r["config.layers"] != 2:
+            continue  # the recommended setting's one run: its batch sweep stands for it
         steps = math.ceil(r["data.sizes.train"] / r["config.batch_size"])
-        rows.append({"run": r["experiment"], "batch": int(r["config.batch_size"]),
-                     "CUDA graph": _graph_used(r),
+        rows.append({"setting": STUDY_SETTING if r["experiment"] == "train" else SWEEP_SETTING,
+                     "CUDA graph": _graph_used(r), "batch": int(r["config.batch_size"]),
                      "step ms": 1e3 * r["timing.epoch_s_median"] / steps, "samples/s": r["timing.samples_per_s"],
                      "GFLOP/s": r.get("timing.train_flops_per_s", float("nan")) / 1e9})
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    return out.groupby(["CUDA graph", "batch"]).median(numeric_only=True).sort_index()
+    return out.groupby(["setting", "CUDA graph", "batch"]).median(numeric_only=True).sort_index()
 
 
 # --- 05: DDP scaling and all-reduce over real ranks --------------------------------------------------
@@ -202,9 +210,10 @@ def scaling_request(source, points, start: str, days: int | None, cfg):
 
 
 def ddp_scaling(windows, data_info: dict[str, Any] | None, cfg, *, ranks: int = 2, repeats: int = 3,
-                comm_split_steps: int = 20, results=None) -> list[dict[str, Any]]:
+                comm_split_steps: int = 20, results=None, more_ranks: Sequence[int] = ()) -> list[dict[str, Any]]:
     """Strong and weak DDP scaling, alternated: each repeat runs one rank at ``cfg.batch_size``, ``ranks``
-    ranks splitting it (strong) and ``ranks`` ranks at ``cfg.batch_size`` each (weak), on the GPUs or, on a
+    ranks splitting it (strong) and ``ranks`` ranks at ``cfg.batch_size`` each (weak), then strong scaling on
+    each of ``more_ranks`` (Amdahl's law checked beyond ``ranks``), on the GPUs or, on a
     CPU, as gloo ranks with one thread each (unless ``cfg.threads`` says otherwise). Each record gains
     ``threads`` (per rank, and the cores other
     processes kept busy during the run) and is appended to ``results``."""
@@ -215,9 +224,10 @@ def ddp_scaling(windows, data_info: dict[str, Any] | None, cfg, *, ranks: int = 
         # one thread per rank: N ranks use N cores, the resources grow with N as with N GPUs, and no
         # OpenMP threads of one rank spin against each other or against other processes' work
         cfg = replace(cfg, threads=1)
-    if cfg.batch_size % ranks:
-        raise ConfigError(f"batch_size={cfg.batch_size} must divide among {ranks} ranks for strong scaling")
-    plan = [("strong", 1), ("strong", ranks), ("weak", ranks)]
+    uneven = [n for n in (ranks, *more_ranks) if cfg.batch_size % n]
+    if uneven:
+        raise ConfigError(f"batch_size={cfg.batch_size} must divide among {uneven[0]} ranks for strong scaling")
+    plan = [("strong", 1), ("strong", ranks), ("weak", ranks)] + [("strong", n) for n in more_ranks]
     recorder = Recorder(results)
     for r in range(repeats):
         for mode, n in plan:
@@ -250,6 +260,19 @@ def allreduce_sweeps(cfg, *, ranks: int = 2, max_bytes: int = 4 * 2**20, budget_
     return out
 
 
+def measurable_ranks(device: str, wanted: Sequence[int], ranks: int) -> tuple[list[int], str]:
+    """The rank counts of ``wanted`` (besides ``ranks``) that this machine can run one per core (a CPU) or
+    one per GPU, with a sentence naming those left out and why."""
+    import torch
+
+    have = cpu_cores() if device == "cpu" else torch.cuda.device_count()
+    what = "core(s)" if device == "cpu" else "GPU(s)"
+    more = sorted({int(n) for n in wanted if int(n) != ranks and 1 < int(n) <= have})
+    left = sorted({int(n) for n in wanted if int(n) > have})
+    why = f"not measured here: {', '.join(map(str, left))} ranks need that many {what}, this machine has {have}"
+    return more, why if left else ""
+
+
 def ring_allreduce_bytes(n_params: int, ranks: int, bytes_per_value: int = 4) -> float:
     """Bytes each rank sends in a ring all-reduce of ``n_params`` values: 2 (N - 1) / N x K values."""
     if ranks < 1:
@@ -264,8 +287,10 @@ def _fmt(v: float, digits: int = 2) -> str:
     return "n/a" if v is None or not np.isfinite(v) else f"{v:,.{digits}f}"
 
 
-def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: pd.DataFrame, device: str) -> str:
-    """04's conclusions from its own step times and the reference records, as Markdown bullets."""
+def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: pd.DataFrame, device: str,
+                   sync: pd.DataFrame | None = None) -> str:
+    """04's conclusions from its own step times, the same step timed without and with synchronising
+    (``sync``: one row, those two columns in ms) and the reference records, as Markdown bullets."""
     small, big = steps_table.index.min(), steps_table.index.max()
     lines = [
         f"- On this machine ({device}) one training step of the study's model took "
@@ -282,25 +307,49 @@ def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: 
     flagged = int((steps_table["flag"] != "").sum())
     if flagged:
         lines.append(f"- {flagged} of {len(steps_table)} rows are flagged (see the table): read them as rough.")
-    if not reference.empty and True in reference.index.get_level_values(0):
-        graph = reference.xs(True, level=0)
-        eager = reference.xs(False, level=0)
-        both = sorted(set(graph.index) & set(eager.index))
-        if both:
-            b = both[0]
+    if not reference.empty and STUDY_SETTING in reference.index.get_level_values(0):
+        study = reference.xs(STUDY_SETTING, level=0)
+        if {True, False} <= set(study.index.get_level_values(0)):
+            eager, graph = study.xs(False, level=0), study.xs(True, level=0)
+            b = min(set(graph.index) & set(eager.index))
             lines.append(
                 f"- On the reference H100 ({REFERENCE_LABEL}) an eager step at batch {b} took "
                 f"{_fmt(eager.loc[b, 'step ms'], 3)} ms and the same step replayed as a CUDA graph "
                 f"{_fmt(graph.loc[b, 'step ms'], 3)} ms: launches, not arithmetic, set a small LSTM's step time "
                 f"on a GPU.")
+    if sync is not None and not sync.empty:
+        no_sync, synced = (float(v) for v in sync.iloc[0, :2])
+        lines.append(f"- Timed without synchronising, a step ({sync.index[0]}) took {_fmt(no_sync, 3)} ms; read "
+                     f"after the device had finished, {_fmt(synced, 3)} ms"
+                     + (": on a CPU both read finished work." if not str(device).startswith("cuda") else
+                        ": the unsynchronised clock counted the launches, not the work."))
     lines.append("- Next: `05_multi_gpu` splits each batch among several processes (data parallelism) and "
                  "measures what the gradient all-reduce costs.")
     return "\n".join(lines)
 
 
-def what_05_showed(scaling_table: pd.DataFrame, allreduce_table: pd.DataFrame) -> str:
-    """05's conclusions from its own scaling and all-reduce tables, as Markdown bullets."""
+def what_05_showed(scaling_table: pd.DataFrame, allreduce_table: pd.DataFrame, ring: pd.DataFrame | None = None,
+                   amdahl: tuple[dict[str, float], pd.DataFrame] | None = None) -> str:
+    """05's conclusions from its own scaling and all-reduce tables, the ring by hand (one row per ranks)
+    and Amdahl's law (``amdahl_table``'s output), as Markdown bullets."""
     lines = []
+    if ring is not None and not ring.empty:
+        for n, r in ring.iterrows():
+            lines.append(f"- The ring all-reduce by hand on {n} ranks gave `dist.all_reduce`'s sums (largest "
+                         f"difference {r['max |ring - all_reduce|']:.1e}); each rank sent {int(r['bytes sent per rank']):,} "
+                         f"bytes against 2(N-1)K/N x 4 = {r['2(N-1)K/N x 4 bytes']:,.0f}, in {_fmt(r['ring us'], 0)} µs "
+                         f"against {_fmt(r['all_reduce us'], 0)} µs for `dist.all_reduce` (medians).")
+    if amdahl is not None and amdahl[0]["serial share"] >= 1:
+        lines.append("- Amdahl's law from these runs: the ranks were no faster than one rank (serial share s = 1), "
+                     "so the law allows no speedup on any number of ranks here; read the flags above.")
+    elif amdahl is not None:
+        fit, table = amdahl
+        far = table.index.max()
+        lines.append(f"- Amdahl's law from these runs: a serial share s = {_fmt(fit['serial share'])} of the "
+                     f"one-rank step (the all-reduce {_fmt(fit['comm share of s'])} of it) allows at most "
+                     f"{_fmt(fit['bound'], 1)}x on any number of ranks; it predicts "
+                     f"{_fmt(table.loc[far, 'Amdahl'])}x at {far} ranks, "
+                     f"{_fmt(table.loc[far, 'comm growing as N - 1'])}x with the all-reduce growing with them.")
     for mode in ("strong", "weak"):
         if scaling_table.empty or mode not in scaling_table.index.get_level_values(0):
             continue

@@ -31,14 +31,14 @@ POSITIVE_INTS = ("fit_epochs", "repeats", "scaling_epochs", "batch_sweep_start",
                  "scratch_window", "scratch_hours", "scratch_hidden", "scratch_epochs", "scratch_batch_size",
                  "scratch_repeats", "scratch_forecast_epochs", "step_count", "step_repeats", "ddp_ranks",
                  "ddp_repeats", "allreduce_max_bytes", "region_epochs", "region_shard_steps", "region_repeats",
-                 "ladder_epochs")
+                 "program_steps", "ring_repeats", "ring_calls", "ladder_epochs")
 NON_NEGATIVE_INTS = ("forecast_point", "comm_split_steps", "ladder_rounds")
 POSITIVE_NUMBERS = ("scratch_lr", "allreduce_budget_s", "region_budget_gb")
 FINITE_NUMBERS = ("heading_deg",)  # a direction in degrees: any finite angle (the package bounds none; it wraps)
 INT_LISTS = ("epochs_list", "world_sizes", "size_points", "step_batches", "skill_leads", "region_neighbours",
              "region_world_sizes")
 # lists whose whole numbers start above 1: `lstmnb region memory --sides` (sides >= 2)
-INT_LIST_MINIMUMS = {"region_sides": 2}
+INT_LIST_MINIMUMS = {"region_sides": 2, "ring_ranks": 2, "amdahl_ranks": 2}
 # epoch counts: each as TrainConfig's epochs (1..its INT_MAX)
 EPOCH_KEYS = ("fit_epochs", "scaling_epochs", "region_epochs", "epochs_list", "ladder_epochs")
 CHOICES = {"scaling_mode": ("strong", "weak", "both"), "ddp_input_path": ("fast", "dataloader"), "scratch_optimizer": ("adam", "sgd"),

@@ -103,7 +103,8 @@ READING = {
     "02": "the model and its training, against persistence and climatology",
     "03": "training time on your CPU with the study's setting, beside the study's CPU (and its losses)",
     "04": "one GPU: the same training, eager and as a CUDA graph, batch and problem size",
-    "05": "data parallelism run for real (on your CPU or GPUs): DDP, scaling, the all-reduce",
+    "05": "data parallelism from first principles, run for real: the whole program, a ring all-reduce "
+          "by hand, DDP, scaling and Amdahl's law",
     "06": "the answer: how much faster a GPU is, what that rests on, every device side by side",
     "07": "the LSTM from its equations, and where parallel speed comes from",
     "08": "a whole area: neighbours, memory, sharding over ranks",
