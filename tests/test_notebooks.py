@@ -53,8 +53,9 @@ def images(nb_path: Path) -> int:
 @pytest.mark.parametrize("name", SERIES)
 def test_notebook_shape(name):
     """Opening markdown, Colab-only install cell (one line, hidden from the report), one parameters cell,
-    and no stored outputs. What it shows, needs and takes opens the notebook, or directly follows an answer
-    that opens it (06: a title and one cell whose code the HTML hides, after the cells the HTML leaves out)."""
+    and no stored outputs. What it shows, needs and takes opens the notebook (06: its first screen, a cell whose
+    code the HTML hides, comes first after the cells the HTML leaves out, then the replication and the study's
+    published comparison, then what the page shows)."""
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     nbformat.validate(nb)
     cells = nb.cells
@@ -62,7 +63,13 @@ def test_notebook_shape(name):
     intro = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and "What it shows" in c.source)
     for words in ("What it shows", "What it needs", "How long it takes"):
         assert words in cells[intro].source
-    if intro:
+    if name == "06_analysis":  # the first screen opens the page; "About this page" follows the study's sections
+        tags = [set(c.get("metadata", {}).get("tags", [])) for c in cells[1:4]]
+        assert all("remove-cell" in t for t in tags[:-1]) and tags[-1] == {"remove-input"}, name
+        assert "report.first_screen(" in cells[3].source
+        headings = [c.source.splitlines()[0] for c in cells[4:intro] if c.cell_type == "markdown"]
+        assert headings == ["## Does lstmnb reproduce the study?", "## The study's published comparison"]
+    elif intro:
         tags = [set(c.get("metadata", {}).get("tags", [])) for c in cells[1:intro]]
         assert all("remove-cell" in t for t in tags[:-1]) and tags[-1] == {"remove-input"}, name
     assert cells[1].cell_type == "code" and '"google.colab" in sys.modules' in cells[1].source

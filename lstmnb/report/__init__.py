@@ -5,14 +5,12 @@ or extracts anything. Its modules, one job each:
 
 - ``devices``: device labels and the selection of finished single-device runs
 - ``settings``: the published setting and problem, defined once; how a run's setting and problem are named
-- ``published``: the published figures, labelled as such, and the notes shown beside a device's figures
+- ``published``: the published figures, labelled as such, the notes shown beside a device's figures, and the
+  study's own comparison (devices ranked per epochs count, the flagged ones named, never ranked)
 - ``provenance``: machines (told apart beyond their host names), dates, commit and versions of every
   device column; the shipped reference records
 - ``compare``: every source's runs as comparison rows (one median rule); each device over a CPU (its
   own machine's, or for a published GPU the study's CPU run); knob effects
-- ``headline`` and ``headline_plot``: the first screen, one sentence and one figure
-- ``answer``: what that answer rests on (the study's one CPU run, flagged rows, ties within noise) and the
-  measured eager against CUDA-graph lesson
 - ``findings``: the bullets and small table under it
 - ``study_skill``: skill on the study's real data, per point: the study's model beside lstmnb's forecaster
 - ``style``: what every chart shares (one marker per source, labelled row groups, plain log ticks)
@@ -27,11 +25,23 @@ or extracts anything. Its modules, one job each:
   processes kept the cores busy
 """
 
-from .answer import TIED_WITHIN, answer_context, graph_lesson, published_basis, tied_with_fastest
-from .charts import ChartData, plot_samples_per_s, plot_seconds, plot_speedup, samples_chart, seconds_chart, speedup_chart
-from .compare import FASTEST, MEDIAN_RULE, comparison_epochs, comparison_rows, knob_effects, own_cpu_speedups
-from .cost import cost_table, load_prices, price_for
-from .devices import DEVICE_ORDER, device_label, ok_single_runs, order_devices, with_device_labels
+from .charts import (
+    ChartData,
+    plot_samples_per_s,
+    plot_seconds,
+    plot_speedup,
+    samples_chart,
+    seconds_chart,
+    speedup_chart,
+)
+from .compare import (
+    FASTEST,
+    MEDIAN_RULE,
+    comparison_epochs,
+    comparison_rows,
+    knob_effects,
+    own_cpu_speedups,
+)
 from .conclusions import (
     analysis_conclusion,
     cpu_baseline_conclusion,
@@ -39,11 +49,23 @@ from .conclusions import (
     region_conclusion,
     scratch_conclusion,
 )
+from .cost import cost_table, load_prices, price_for
+from .devices import (
+    DEVICE_ORDER,
+    device_label,
+    ok_single_runs,
+    order_devices,
+    with_device_labels,
+)
 from .findings import findings
 from .glossary import GLOSSARY, glossary_markdown
-from .headline import Headline, headline
-from .headline_plot import plot_headline
-from .plots import plot_convergence, plot_cost, plot_epochs_tables, plot_loss_curves, plot_speedups
+from .plots import (
+    plot_convergence,
+    plot_cost,
+    plot_epochs_tables,
+    plot_loss_curves,
+    plot_speedups,
+)
 from .provenance import (
     column_label,
     load_reference_records,
@@ -56,17 +78,29 @@ from .provenance import (
 from .published import (
     MEASURED,
     NOTE_MARK,
+    OVER_STUDY_CPU,
     PUBLISHED,
     REFERENCE,
+    TIED_WITHIN,
+    PublishedComparison,
     device_notes,
+    flagged_devices,
     load_published,
+    published_comparison,
     published_epochs_table,
     published_provenance,
     published_tables,
     side_by_side,
 )
-from .scaling import (SCALING_DEFINITIONS, allreduce_repeat_table, allreduce_table, batch_sweep_table, convergence_table,
-                      scaling_repeat_table, scaling_table)
+from .scaling import (
+    SCALING_DEFINITIONS,
+    allreduce_repeat_table,
+    allreduce_table,
+    batch_sweep_table,
+    convergence_table,
+    scaling_repeat_table,
+    scaling_table,
+)
 from .settings import (
     LIKE_FOR_LIKE,
     PUBLISHED_PROBLEM_LABEL,
@@ -90,16 +124,87 @@ from .tables import (
 from .timing_quality import REPEATS_DISAGREE, timing_note, timing_rows
 
 __all__ = [
-    "ChartData", "DEVICE_ORDER", "FASTEST", "GLOSSARY", "Headline", "LIKE_FOR_LIKE", "MEASURED", "MEDIAN_RULE", "NOTE_MARK",
-    "PUBLISHED", "PUBLISHED_PROBLEM_LABEL", "REFERENCE", "REPEATS_DISAGREE", "SCALING_DEFINITIONS", "TIED_WITHIN", "allreduce_repeat_table", "allreduce_table", "analysis_conclusion", "answer_context",
-    "batch_sweep_table", "column_label", "comparison_epochs", "comparison_rows", "convergence_table", "cost_table", "cpu_baseline_conclusion",
-    "device_label", "device_notes", "epochs_device_table", "epochs_table", "epochs_tables", "findings",
-    "format_table", "glossary_markdown", "graph_lesson", "headline", "knob_effects", "load_prices", "load_published", "load_reference_records",
-    "loss_curves", "machine_descriptions", "machines_table", "metrics_table", "model_conclusion", "ok_single_runs", "order_devices",
-    "own_cpu_speedups", "plot_convergence", "plot_cost", "plot_epochs_tables", "plot_headline", "plot_loss_curves",
-    "plot_samples_per_s", "plot_seconds", "plot_speedup", "plot_speedups", "price_for", "problem_label",
-    "provenance_table", "published_basis", "published_epochs_table", "published_provenance", "published_setting_definition",
-    "published_tables", "region_conclusion", "reference_files", "reference_note", "rmse_by_device", "runs_table", "samples_chart",
-    "scaling_repeat_table", "scaling_table", "scratch_conclusion", "seconds_chart", "setting_label", "side_by_side", "speedup_chart", "speedup_table",
-    "status_table", "study_skill_summary", "study_skill_table", "tied_with_fastest", "timing_note", "timing_rows", "with_device_labels",
+    "DEVICE_ORDER",
+    "FASTEST",
+    "GLOSSARY",
+    "LIKE_FOR_LIKE",
+    "MEASURED",
+    "MEDIAN_RULE",
+    "NOTE_MARK",
+    "OVER_STUDY_CPU",
+    "PUBLISHED",
+    "PUBLISHED_PROBLEM_LABEL",
+    "REFERENCE",
+    "REPEATS_DISAGREE",
+    "SCALING_DEFINITIONS",
+    "TIED_WITHIN",
+    "ChartData",
+    "PublishedComparison",
+    "allreduce_repeat_table",
+    "allreduce_table",
+    "analysis_conclusion",
+    "batch_sweep_table",
+    "column_label",
+    "comparison_epochs",
+    "comparison_rows",
+    "convergence_table",
+    "cost_table",
+    "cpu_baseline_conclusion",
+    "device_label",
+    "device_notes",
+    "epochs_device_table",
+    "epochs_table",
+    "epochs_tables",
+    "findings",
+    "flagged_devices",
+    "format_table",
+    "glossary_markdown",
+    "knob_effects",
+    "load_prices",
+    "load_published",
+    "load_reference_records",
+    "loss_curves",
+    "machine_descriptions",
+    "machines_table",
+    "metrics_table",
+    "model_conclusion",
+    "ok_single_runs",
+    "order_devices",
+    "own_cpu_speedups",
+    "plot_convergence",
+    "plot_cost",
+    "plot_epochs_tables",
+    "plot_loss_curves",
+    "plot_samples_per_s",
+    "plot_seconds",
+    "plot_speedup",
+    "plot_speedups",
+    "price_for",
+    "problem_label",
+    "provenance_table",
+    "published_comparison",
+    "published_epochs_table",
+    "published_provenance",
+    "published_setting_definition",
+    "published_tables",
+    "reference_files",
+    "reference_note",
+    "region_conclusion",
+    "rmse_by_device",
+    "runs_table",
+    "samples_chart",
+    "scaling_repeat_table",
+    "scaling_table",
+    "scratch_conclusion",
+    "seconds_chart",
+    "setting_label",
+    "side_by_side",
+    "speedup_chart",
+    "speedup_table",
+    "status_table",
+    "study_skill_summary",
+    "study_skill_table",
+    "timing_note",
+    "timing_rows",
+    "with_device_labels",
 ]

@@ -19,8 +19,15 @@ from . import numbers as num
 from .compare import FASTEST, comparison_epochs, own_cpu_speedups
 from .published import NOTE_MARK, PUBLISHED, SOURCE_WORDS, device_notes
 from .settings import PUBLISHED_PROBLEM_LABEL
-from .style import (draw_groups, legend_above, marker_kwargs, plain_log_x, row_positions, source_handles,
-                    value_span)
+from .style import (
+    draw_groups,
+    legend_above,
+    marker_kwargs,
+    plain_log_x,
+    row_positions,
+    source_handles,
+    value_span,
+)
 
 
 @dataclass
@@ -102,17 +109,25 @@ def speedup_chart(rows: pd.DataFrame, published: dict | None = None) -> ChartDat
                                           "--only 03,04`)")
     notes = _notes(data, published)
     problem = data["problem"].map(lambda p: "" if p == PUBLISHED_PROBLEM_LABEL else f", {p}")
-    data["group"] = [f"{SOURCE_WORDS[s]} · {m}{p}, {e} epochs" for s, m, p, e in
-                     zip(data["source"], data["machine"], problem, data["epochs"])]
+    data["group"] = [f"{SOURCE_WORDS[s]} · {m}{p}, {e} epochs: over {over_which_cpu(same, s)}" for s, m, p, e, same in
+                     zip(data["source"], data["machine"], problem, data["epochs"], data["same_machine"])]
     labels = []
     for _, r in data.iterrows():
         who = _marked(r["device"], r["device"], notes, r["source"])
         what = (f"fastest of each: {r['fastest_setting']}\nCPU: {r['cpu_setting']}" if r["setting"] == FASTEST
                 else r["setting"])
-        over = "" if r["same_machine"] else f"\nover {r['cpu_machine']}"
+        over = "" if r["same_machine"] or r["source"] == PUBLISHED else f"\nover {r['cpu_machine']}"
         labels.append(f"{who}: {what}{over}")
     data["label"] = labels
     return ChartData(data, notes=notes)
+
+
+def over_which_cpu(same_machine: bool, source: str) -> str:
+    """The CPU a speedup divides, in the words every label uses: a published GPU's is the study's one CPU run
+    (never its own machine's), a record's its own machine's CPU."""
+    if same_machine:
+        return "its own machine's CPU"
+    return "the study's one CPU run, platform not stated" if source == PUBLISHED else "another machine's CPU"
 
 
 def _row_axes(n_rows: float, title: str, width: float = 10.5):
@@ -183,21 +198,22 @@ def plot_speedup(chart: ChartData):
 
     data = chart.data
     labels, y, headers, total = _rows(data)
-    fig, ax = _row_axes(total, "x faster than a CPU: its own machine's, a published GPU the study's CPU run "
-                               "(CPU seconds / GPU seconds, same problem and epochs)")
+    fig, ax = _row_axes(total, "each GPU over a CPU: records over their own machine's CPU, published GPUs over the "
+                               "study's one CPU run (each group says which)")
     high = max(2.0, float(data["x_own_cpu"].max()))
     for i, r in data.iterrows():
         style = SOURCE_STYLE[r["source"]]
         ax.barh(y[i], r["x_own_cpu"] - 1, left=1, height=0.62, color=style["color"] if style["filled"]
                 else "white", edgecolor=style["color"], lw=1.2, hatch=None if style["filled"] else "//")
         ax.text(max(r["x_own_cpu"], 1) + high * 0.01, y[i],
-                f"{num.ratio(r['x_own_cpu'])}  ({num.seconds(r['seconds'])} vs CPU {num.seconds(r['cpu_seconds'])})",
+                f"{num.ratio(r['x_own_cpu'])}  ({num.seconds(r['seconds'])} vs "
+                f"{'the study' + chr(39) + 's CPU run' if r['source'] == PUBLISHED else 'CPU'} {num.seconds(r['cpu_seconds'])})",
                 va="center", fontsize=7)
     ax.axvline(1, color="0.3", lw=1)
     draw_groups(ax, headers, total)
     ax.set_yticks(sorted(set(y)), labels, fontsize=7.5)
     ax.set_xlim(min(0.0, float(data["x_own_cpu"].min()) - 0.1), high * 1.35)
-    ax.set_xlabel("x faster than the same machine's CPU (1 = as fast; linear scale)")
+    ax.set_xlabel("x faster: the CPU's seconds / the GPU's, same problem and epochs (1 = as fast; linear scale)")
     legend_above(ax, source_handles(data["source"]))
     fig.tight_layout()
     return fig

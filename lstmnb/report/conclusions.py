@@ -119,27 +119,21 @@ def cpu_baseline_conclusion(timings: pd.DataFrame, published_cpu: pd.Series | No
     return _heading(lines, "03")
 
 
-def analysis_conclusion(answer, paragraphs: list[str], records: pd.DataFrame | None) -> str:
-    """06: which devices this page had measured figures for, whether the user's own records hold a like-for-like
-    run, and the answer's two cautions (the shared CPU run, ties)."""
-    entries = answer.entries
+def analysis_conclusion(screen, comparison, records: pd.DataFrame | None) -> str:
+    """06: what lstmnb's own measurement answered (the first screen's opening sentence), which published
+    devices the study's comparison ranks and which it leaves out as flagged, and how many records went in."""
     lines = []
-    if entries.empty:
-        lines.append("No device had a like-for-like figure to show.")
-    else:
-        measured = entries[(entries["state"] == "measured") & (entries["panel"] == "like for like")]
-        sources = measured.groupby("source", sort=False)["device"].apply(lambda d: ", ".join(dict.fromkeys(d)))
-        lines.append("Like-for-like times were found for " + "; ".join(f"{d} ({s})" for s, d in sources.items()) + ".")
-        mine = measured[measured["source"] == "measured here"]
-        if mine.empty:
-            lines.append(f"Your own records hold no like-for-like run at {answer.epochs} epochs yet (the length the "
-                         "answer compares): run 03 with `--profile cpu` (or 04 on a GPU).")
-    if any("Tied, not ranked" in p for p in paragraphs):
-        lines.append("The published GPUs cannot be ranked by one run each: the fastest are tied within noise, and "
-                     "every published speedup rests on one CPU run of unstated platform.")
-    if any("Eager against a CUDA graph" in p for p in paragraphs):
-        lines.append("A small LSTM's GPU step is launch-bound: a CUDA graph, not a newer GPU, is what moves it "
-                     "(the measured pair above says by how much).")
+    said = str(getattr(screen, "markdown", "") or "").strip()
+    if said:
+        lines.append("Our own measurement: " + said.split("\n")[0].split(". ")[0].rstrip(".") + ".")
+    table = getattr(comparison, "table", pd.DataFrame())
+    if not table.empty:
+        at = table[table["epochs"] == comparison.epochs]
+        ranked = at[at["rank"].map(lambda r: isinstance(r, int))]
+        left = at.drop(ranked.index)["device"].tolist()
+        lines.append(f"The study's published table at {_epochs(comparison.epochs)} ranks "
+                     + ", ".join(ranked["device"]) + " (one run each, not measured here)"
+                     + (f"; {' and '.join(left)} are left out as flagged" if left else "") + ".")
     n = 0 if records is None else len(records)
     lines.append(f"{n} record(s) of your own went into this page.")
     return _heading(lines, "06")

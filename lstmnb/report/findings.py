@@ -1,4 +1,4 @@
-"""The findings under the first screen (``headline``): what was found (machines told apart, skipped
+"""The findings under the study's sections: what was found (machines told apart, skipped
 devices counted as skipped), what CUDA graphs, batch size and problem size change, the model's skill
 against the baselines, what is missing with the command that fills it; and a small table, one row per
 device column. Every number comes from the comparison rows (``compare``: one median rule), the records,
@@ -11,11 +11,26 @@ from typing import Any
 import pandas as pd
 
 from . import numbers as num
-from .compare import FASTEST, comparison_epochs, comparison_rows, compared_runs, knob_effects, main_problem, own_cpu_speedups
+from .charts import over_which_cpu
+from .compare import (
+    FASTEST,
+    compared_runs,
+    comparison_epochs,
+    comparison_rows,
+    knob_effects,
+    main_problem,
+    own_cpu_speedups,
+)
 from .devices import column
-from .headline import record_states
 from .provenance import joined, machine_descriptions, with_columns
-from .published import MEASURED, NOTE_MARK, PUBLISHED, REFERENCE, SOURCE_WORDS, device_notes
+from .published import (
+    MEASURED,
+    NOTE_MARK,
+    PUBLISHED,
+    REFERENCE,
+    SOURCE_WORDS,
+    device_notes,
+)
 from .settings import LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL, PUBLISHED_SETTING, link
 
 
@@ -26,6 +41,24 @@ def _n(count: int, noun: str) -> str:
 def _group(row: pd.Series) -> str:
     """Runs compared as 'the same machine': one machine of one source."""
     return f"{row['machine']} ({SOURCE_WORDS[row['source']]})"
+
+
+def record_states(df: pd.DataFrame | None, source: str) -> pd.DataFrame:
+    """One row per device column of a records DataFrame: its device, machine, how many records are ok,
+    and the reason of its skipped or failed ones."""
+    if df is None or df.empty:
+        return pd.DataFrame()
+    runs = with_columns(df, source)
+    status = column(runs, "status").fillna("unknown")
+    reason = column(runs, "reason").fillna("no reason given").astype(str)
+    out = []
+    for col, g in runs.groupby("column", sort=False):
+        st, why = status.loc[g.index], reason.loc[g.index]
+        out.append({"column": col, "device": g["device_label"].iloc[0], "machine": g["machine"].iloc[0],
+                    "ok": int((st == "ok").sum()), "skipped": int((st == "skipped").sum()),
+                    "skip_reasons": list(dict.fromkeys(why[st == "skipped"])),
+                    "failed": list(dict.fromkeys(f"{s}: {w}" for s, w in zip(st, why) if s not in ("ok", "skipped")))})
+    return pd.DataFrame(out)
 
 
 def _found_source(df: pd.DataFrame, source: str) -> str:
@@ -274,11 +307,10 @@ def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
             "x CPU, like for like": num.ratio(x_lfl.iloc[0]) if len(x_lfl) else "—",
             "fastest s": num.figure(best["seconds"]), "fastest setting": setting, "input": path,
             "x CPU, fastest of each": num.ratio(x_fast.iloc[0]) if len(x_fast) else "—",
+            "x CPU: over": over_which_cpu(not cross, best["source"]) if not mine.empty else "—",
             "best samples/s": int(round(rate)) if pd.notna(rate) else "—",
             "test RMSE K": round(float(rmse), 3) if pd.notna(rmse) else "—",
         })
-        if cross:  # a published GPU over the study's CPU run, not a CPU of its own machine: say which
-            out[-1]["machine"] = f"{best['machine']} (its ratio: over {mine['cpu_machine'].iloc[0]})"
     table = pd.DataFrame(out)
     rank = {s: i for i, s in enumerate((MEASURED, REFERENCE, PUBLISHED))}
     table = table.iloc[sorted(range(len(table)), key=lambda i: rank[table["source"].iloc[i]])]

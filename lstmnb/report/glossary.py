@@ -3,7 +3,7 @@ the same text (a test holds the two together)."""
 
 from __future__ import annotations
 
-from .answer import TIED_WITHIN
+from .published import TIED_WITHIN
 from .timing_quality import REPEATS_DISAGREE
 
 GLOSSARY: dict[str, str] = {
@@ -22,9 +22,9 @@ GLOSSARY: dict[str, str] = {
              "its weights fitted on the validation part (never worse than persistence there).",
     "cycles input": "an extra input of the fitted seasonal and diurnal cycle of each point, learned from the "
                     "training part (its seasonal part only where training covers a year; the diurnal part always).",
-    "x CPU": "a GPU's speedup: the seconds of a CPU doing the same work divided by the GPU's. The CPU is the "
-             "GPU's own machine's where the records hold one; every published GPU is put over the study's one "
-             "CPU run, whose platform the study does not state.",
+    "x CPU": "a GPU's speedup: the seconds of a CPU doing the same work divided by the GPU's; every label says "
+             "which CPU. It is the GPU's own machine's where the records hold one; every published GPU is put over "
+             "the study's one CPU run, whose platform the study does not state.",
     "persistence": "the baseline forecast that the temperature stays what it was at the last observed hour.",
     "climatology": "the baseline forecast of the usual temperature for that date and hour (29 February: 28 "
                    "February's), from the training part (the hour-of-day mean when training is shorter than a year).",
@@ -58,6 +58,9 @@ GLOSSARY: dict[str, str] = {
                                  "printed them (one run each).",
     "repeats": f"runs of one setting timed several times, alternated; tables show their median and mark rows "
                f"whose repeats differ by more than {REPEATS_DISAGREE:.0%} or that ran beside busy processes.",
+    "flagged": "a published figure whose note says it cannot be what it says (the T4's CPU-like 10- and 15-epoch "
+               "times, the P100's equal 5- and 10-epoch times): named beside the study's ranking, never ranked or "
+               "called tied.",
     "tied": f"two single-run times within {TIED_WITHIN:.0%} of each other: within run-to-run noise, so neither is "
             "called faster.",
 }

@@ -25,7 +25,6 @@ PUBLISHED_PROBLEM = {"points": 2, "start": "2020-01-01", "end": "2021-06-30", "w
                      "places": ((20.0, 280.0), (40.0, 280.0))}
 PUBLISHED_PROBLEM_LABEL = "published problem"
 LIKE_FOR_LIKE = "published setting · DataLoader"
-PUBLISHED_EPOCHS = 15  # the longest run of the published table: the headline compares at it
 ANCHOR = "published-setting"  # the HTML anchor of the definition, where every "published setting" links
 
 
