@@ -238,3 +238,22 @@ def test_weak_scaling_without_its_own_one_device_run_takes_the_strong_one_of_the
     weak = table.xs(("weak", "CPU"), level=("mode", "device"))
     assert weak.loc[("ddp", 2), "speedup"] == pytest.approx(1.8) and weak.loc[("ddp", 2), "efficiency"] == pytest.approx(0.9)
     assert pd.isna(weak.loc[("dataparallel", 2), "speedup"]), "no one-device run of its strategy"
+
+
+def test_the_printed_epochs_table_shows_the_training_loss_fall():
+    """`lstmnb train` and quickstart print ``format_table(epochs_table(record))``: a real short run's losses,
+    each to three significant figures (three decimals printed later epochs' losses all as 0.005 or 0.000)."""
+    from test_train import _series
+
+    from lstmnb.training import preset_config, train
+    from lstmnb.windows import make_windows
+
+    values, times = _series(24 * 30)
+    cfg = preset_config("published", window=12, hidden=4, epochs=3, input_path="fast", progress=False, device="cpu",
+                        split_dates=None)
+    record = train(make_windows(values, times, cfg.window_config()), cfg).record
+    text = report.format_table(report.epochs_table(record))
+    losses = [e["train_loss"] for e in record["epochs"]]
+    for loss in losses:
+        assert (f"{loss:.3g}" if loss < 1 else f"{loss:,.3f}") in text
+    assert len({f"{loss:.3g}" for loss in losses}) == 3  # three epochs, three different losses on the page

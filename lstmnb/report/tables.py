@@ -92,10 +92,12 @@ def runs_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def format_table(df: pd.DataFrame, floatfmt: str = "{:,.3f}") -> str:
-    """Plain-text rendering for the terminal."""
+    """Plain-text rendering for the terminal: ``floatfmt`` from 1 up, three significant figures below it, so a
+    training loss that falls from 0.0049 to 0.0047 reads so (three decimals printed both as 0.005)."""
     if df.empty:
         return "(no rows)"
-    return df.to_string(float_format=lambda v: floatfmt.format(v), na_rep="—")
+    return df.to_string(float_format=lambda v: floatfmt.format(v) if abs(v) >= 1 or v == 0 else f"{v:.3g}",
+                        na_rep="—")
 
 
 # --- the published experiment's table: epochs x devices ------------------------------------------
