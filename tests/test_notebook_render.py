@@ -202,15 +202,17 @@ def test_the_site_puts_the_report_first_marks_skipped_notebooks_and_has_search(t
     page = index.read_text()
     first = page.index('href="06_analysis.html"')
     assert first < page.index('href="03_cpu_baseline.html"') < page.index('href="04_single_gpu.html"')
-    assert "04 single gpu (runs skipped)" in page and "no CUDA GPU visible here" in page
+    assert "04 single gpu (ran; its recorded runs skipped)" in page and "no CUDA GPU visible here" in page
     for name, text in (("03_cpu_baseline", "cpu epochs done"), ("06_analysis", "the headline: cpu only")):
         assert text in (site / f"{name}.html").read_text()  # the stored output, not re-executed
     gpu = (site / "04_single_gpu.html").read_text()
-    assert "This notebook was <strong>skipped</strong>: no CUDA GPU visible here" in gpu
+    assert "This notebook <strong>ran</strong>; every run it records was skipped: no CUDA GPU visible here" in gpu
     assert "secret_setting" not in gpu  # the hidden parameters cell stays hidden
     # the equations are MathML (inline and displayed), no TeX left for a MathJax loaded from the web
     assert gpu.count("<math") == 2 and "<mfrac>" in gpu and "\\frac" not in gpu
     assert not re.search(r"<script[^>]*mathjax", gpu, re.IGNORECASE)
     assert (site / "search.html").exists() and "06_analysis" in (site / "searchindex.js").read_text()
+    css = (site / "_static" / "report.css").read_text()  # wide tables scroll in their own box
+    assert "overflow-x: auto" in css and "white-space: nowrap" in css and "report.css" in gpu
     assert 'src="/' not in page and 'href="/' not in page  # relative links: opens from file://
     assert not list(tmp_path.glob(".site-src-*"))  # the sources were temporary

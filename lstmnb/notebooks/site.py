@@ -25,6 +25,14 @@ SITE_PACKAGES = ("sphinx", "myst_nb", "sphinx_book_theme")
 REPORT_PREFIX = "06"  # the analysis notebook: the site's first entry
 
 
+# every output table fits the page: a wide one scrolls sideways in its own box, its headers on one line
+TABLE_CSS = """\
+.cell_output table { display: block; max-width: 100%; overflow-x: auto; border-collapse: collapse; }
+.cell_output th { white-space: nowrap; }
+.cell_output td, .cell_output th { padding: 0.2em 0.6em; }
+"""
+
+
 def site_missing() -> str | None:
     """Why no site can be built here (a package of the ``site`` extra missing), or None."""
     import importlib.util
@@ -52,13 +60,19 @@ def _conf(result: SeriesResult) -> str:
         "html_show_sourcelink = False",
         "html_copy_source = False",
         'html_theme_options = {"show_toc_level": 2}',
+        'html_static_path = ["_static"]',
+        'html_css_files = ["report.css"]  # wide tables scroll in a box of their own; headers stay one line',
         "suppress_warnings = ['myst.header', 'mystnb.unknown_mime_type', 'misc.highlighting_failure']",
         "",
     ])
 
 
 def _title(run) -> str:
+    """The navigation's name of a page: a notebook whose recorded runs were all skipped still ran (04's step
+    times on a CPU), so it says so rather than reading as a notebook that was skipped."""
     name = run.name.replace("_", " ", 1).replace("_", " ")
+    if run.status == "skipped":
+        return f"{name} (ran; its recorded runs skipped)"
     return name if run.status == "ok" else f"{name} ({run.label})"
 
 
@@ -87,14 +101,18 @@ def _index(result: SeriesResult, pages: list) -> str:
 
 
 def _page(run, source: Path, target: Path) -> None:
-    """The executed notebook as a page: parameters hidden as in the HTML, a skipped one marked on top."""
+    """The executed notebook as a page: parameters hidden as in the HTML; on top, a note where its recorded runs
+    were all skipped, a warning where it failed."""
     import nbformat
 
     nb = nbformat.read(source, as_version=4)
     follow_parameters(nb)
-    if run.status != "ok":
-        why = run.reason if run.status == "skipped" else run.error
-        note = f"```{{warning}}\nThis notebook was **{run.status}**" + (f": {why}" if why else ".") + "\n```"
+    if run.status == "skipped":
+        note = ("```{note}\nThis notebook **ran**; every run it records was skipped" + (f": {run.reason}" if run.reason
+                else "") + ". What it measured without a record (04's step times on this CPU) is on the page.\n```")
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
+    elif run.status != "ok":
+        note = f"```{{warning}}\nThis notebook was **{run.status}**" + (f": {run.error}" if run.error else ".") + "\n```"
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
     nbformat.write(nb, target)
 
@@ -110,6 +128,8 @@ def build_site(result: SeriesResult) -> Path:
         src = Path(src_dir)
         (src / "conf.py").write_text(_conf(result), encoding="utf-8")
         (src / "index.md").write_text(_index(result, pages), encoding="utf-8")
+        (src / "_static").mkdir()
+        (src / "_static" / "report.css").write_text(TABLE_CSS, encoding="utf-8")
         for run in pages:
             _page(run, Path(run.notebook), src / f"{run.name}.ipynb")
         with atomic_path(target) as out:
