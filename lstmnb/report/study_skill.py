@@ -3,7 +3,9 @@ recommended forecaster, persistence and climatology, on the study's test part (2
 
 Read from run records (their ``skill.per_point`` rows), so a table shows what was measured: only finished
 runs on the study's data (``data.source`` ``study``) whose test part is 2021-01-01..06-30, every model and
-baseline scored on the same target hours. Medians over the runs of one forecaster, epochs and lead.
+baseline scored on the same target hours. Medians over the runs of one forecaster, epochs, input path and lead:
+runs fed by the fast path and by a DataLoader draw other batches, so they are two rows, never one median
+that no run produced.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from .settings import PUBLISHED_PROBLEM, PUBLISHED_SETTING, present
 
 STUDY_TEST_START = "2021-01-01"
 STUDY_TEST_END = PUBLISHED_PROBLEM["end"]  # the last day of the study's data, and of its test part
-COLUMNS = ["point", "lead h", "forecast", "runs", "model RMSE K", "persistence RMSE K", "climatology RMSE K",
+COLUMNS = ["point", "lead h", "forecast", "input", "runs", "model RMSE K", "persistence RMSE K", "climatology RMSE K",
            "MSE skill vs persistence", "MSE skill vs climatology"]
 
 
@@ -47,8 +49,8 @@ def _forecast(row: pd.Series) -> str | None:
 
 
 def study_skill_table(df: pd.DataFrame | None) -> pd.DataFrame:
-    """One row per point, lead and forecast (medians over runs; ``runs`` counts them), the study's model
-    first by epochs, then lstmnb's; empty without such records."""
+    """One row per point, lead, forecast and input path (medians over runs; ``runs`` counts them), the study's
+    model first by epochs, then lstmnb's; empty without such records."""
     if df is None or df.empty or "skill.per_point" not in df:
         return pd.DataFrame(columns=COLUMNS)
     keep = (column(df, "status") == "ok") & (column(df, "data.source") == "study")
@@ -69,6 +71,7 @@ def study_skill_table(df: pd.DataFrame | None) -> pd.DataFrame:
             continue
         for p in per_point:
             rows.append({"point": p.get("requested") or p["point"], "lead h": int(p["lead_hours"]), "forecast": forecast,
+                         "input": "DataLoader" if r.get("config.input_path") == "dataloader" else "fast",
                          "model RMSE K": p["model_rmse_k"], "persistence RMSE K": p["persistence_rmse_k"],
                          "climatology RMSE K": p["climatology_rmse_k"],
                          "MSE skill vs persistence": p["mse_skill_vs_persistence"],
@@ -76,14 +79,15 @@ def study_skill_table(df: pd.DataFrame | None) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=COLUMNS)
     long = pd.DataFrame(rows)
-    keys = ["point", "lead h", "forecast"]
+    keys = ["point", "lead h", "forecast", "input"]
     table = long.groupby(keys, sort=False).median(numeric_only=True)
     table.insert(0, "runs", long.groupby(keys, sort=False).size())
     table = table.reset_index()
     study_first = table["forecast"].str.startswith("the study's model").map({True: 0, False: 1})
     epochs = table["forecast"].str.extract(r"(\d+) epoch")[0].astype(float).fillna(0)
     order = pd.DataFrame({"point": table["point"].map({p: i for i, p in enumerate(dict.fromkeys(long["point"]))}),
-                          "lead": table["lead h"], "study": study_first, "epochs": epochs})
+                          "lead": table["lead h"], "study": study_first, "epochs": epochs,
+                          "input": table["input"] != "DataLoader"})
     return table.loc[order.sort_values(list(order.columns), kind="stable").index, COLUMNS].reset_index(drop=True)
 
 
@@ -97,7 +101,7 @@ def study_skill_summary(table: pd.DataFrame) -> str:
         lose = g[g["MSE skill vs persistence"] <= 0]
         text = f"at {point}, {len(g) - len(lose)} of {len(g)} forecasts beat persistence"
         if not lose.empty:
-            text += "; " + "; ".join(f"{r['forecast']} at {r['lead h']} h does not (MSE skill "
+            text += "; " + "; ".join(f"{r['forecast']} ({r['input']}) at {r['lead h']} h does not (MSE skill "
                                      f"{r['MSE skill vs persistence']:.2f})" for _, r in lose.iterrows())
         out.append(text)
     return "On the study's test part (2021-01..06): " + "; ".join(out) + "."
