@@ -356,7 +356,7 @@ def test_notebook_06_opens_with_our_measurement_and_shows_reference_records_apar
     (float("nan"), "—"),
 ])
 def test_the_report_writes_a_figure_one_way(value, text):
-    from lstmnb.report import numbers
+    from lstmnb.report import labels as numbers
 
     assert numbers.figure(value) == text
     assert numbers.seconds(value) == text + " s"

@@ -1,4 +1,4 @@
-"""Timings a student can trust (report.timing_quality): real runs of the epochs experiment, repeated and
+"""Timings a student can trust (report.repeats, the one timing rule): real runs of the epochs experiment, repeated and
 alternated, become one row per setting (the median of the repeats) with input path, batch and threads; a
 row whose repeats disagree by more than 20%, or that ran while other processes kept the cores busy, is
 marked."""
@@ -11,7 +11,7 @@ import pytest
 from conftest import tiny_epochs_runs
 
 from lstmnb import report
-from lstmnb.report import timing_quality
+from lstmnb.report import repeats as timing_quality
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,8 @@
 devices counted as skipped), what CUDA graphs, batch size and problem size change, the model's skill
 against the baselines, what is missing with the command that fills it; and a small table, one row per
 device column. Every number comes from the comparison rows (``compare``: one median rule), the records,
-or the published figures, and names its source."""
+or the published figures, and names its source.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +11,27 @@ from typing import Any
 
 import pandas as pd
 
-from . import numbers as num
-from .charts import over_which_cpu
-from .compare import (
+from . import labels as num
+from .labels import (
+    LIKE_FOR_LIKE,
+    PUBLISHED_PROBLEM_LABEL,
+    PUBLISHED_SETTING,
+    column,
+    link,
+)
+from .published import (
+    MEASURED,
+    NOTE_MARK,
+    PUBLISHED,
+    REFERENCE,
+    SOURCE_WORDS,
+    device_notes,
+    joined,
+    machine_descriptions,
+    over_which_cpu,
+    with_columns,
+)
+from .repeats import (
     FASTEST,
     compared_runs,
     comparison_epochs,
@@ -21,17 +40,6 @@ from .compare import (
     main_problem,
     own_cpu_speedups,
 )
-from .devices import column
-from .provenance import joined, machine_descriptions, with_columns
-from .published import (
-    MEASURED,
-    NOTE_MARK,
-    PUBLISHED,
-    REFERENCE,
-    SOURCE_WORDS,
-    device_notes,
-)
-from .settings import LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL, PUBLISHED_SETTING, link
 
 
 def _n(count: int, noun: str) -> str:
