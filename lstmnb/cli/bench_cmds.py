@@ -19,8 +19,56 @@ def add_bench(sub, full: bool) -> None:
                                    "and batch-sweep also append their run records (speed only with "
                                    "--results; cost reads records). See `lstmnb bench KIND --help`.")
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND", required=True)
-    for add in (_bench_speed, bench_size, _bench_scaling, _bench_allreduce, bench_batch_sweep, _bench_cost):
+    for add in (_bench_ladder, _bench_speed, bench_size, _bench_scaling, _bench_allreduce, bench_batch_sweep, _bench_cost):
         add(kinds, full)
+
+
+def _bench_ladder(kinds, full: bool) -> None:
+    p = kinds.add_parser(
+        "ladder", help="the study's workload rung by rung, from the study's code to lstmnb's fastest step",
+        description="Times the study's workload (two layers of 64, batch 128, 17,520 samples an epoch, Adam 1e-3) "
+                    "rung by rung on the study's data: rung 0 is the study's code (--preset published), each "
+                    "later rung one change on the one before, the last the recommended setting (another model "
+                    "and optimiser). Each run is a fresh `lstmnb train` process, rounds alternate, and every "
+                    "record says its rung; prints the medians and each rung against the CPU's rung 0.",
+        epilog="example:\n  lstmnb bench ladder --epochs 5 --rounds 3 --device cpu",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--device", choices=("cpu", "cuda", "all"), default="all",
+                   help="cpu, cuda or all (default: all; without a GPU its rungs are recorded as skipped)")
+    p.add_argument("--epochs", type=int, default=5, help="epochs per run (default 5; the study timed 5, 10, 15)")
+    p.add_argument("--rounds", type=int, default=3, help="alternated rounds; medians are printed (default 3)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads of every run (default: torch's)")
+    add_results_args(p)
+    p.set_defaults(func=_run_bench_ladder, check=_check_bench_ladder)
+
+
+def _check_bench_ladder(args) -> None:
+    from ..device import local_rank_limit
+    from ..paths import check_cache
+
+    positive("--epochs", args.epochs)
+    positive("--rounds", args.rounds)
+    positive("--threads", args.threads, none_ok=True, hi=local_rank_limit())
+    check_results_args(args)
+    check_cache()
+
+
+def _run_bench_ladder(args) -> int:
+    import pandas as pd
+
+    from ..experiments.ladder import ladder_experiment
+    from ..report import format_table, ladder_rows, ladder_table
+
+    devices = ("cpu", "cuda") if args.device == "all" else (args.device,)
+    records = ladder_experiment(args.epochs, args.rounds, devices, results=results_path(args), threads=args.threads,
+                                on_point=lambda r: print(f"{r['device']['kind']} rung {r['ladder']['rung']} "
+                                                         f"({r['ladder']['name']}): {r['status']}"
+                                                         + (f", {r['timing']['train_s']:.2f} s" if r.get('timing')
+                                                            else f" ({r['reason']})")))
+    print()
+    print(format_table(ladder_table(ladder_rows(pd.json_normalize(records, max_level=2), "measured here"))))
+    return 0
 
 
 def _bench_speed(kinds, full: bool) -> None:

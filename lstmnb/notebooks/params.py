@@ -30,8 +30,9 @@ REQUEST_KEYS = ("source", "points", "start", "end", "variables")
 POSITIVE_INTS = ("fit_epochs", "repeats", "scaling_epochs", "batch_sweep_start", "batch_sweep_max", "forecast_days",
                  "scratch_window", "scratch_hours", "scratch_hidden", "scratch_epochs", "scratch_batch_size",
                  "scratch_repeats", "scratch_forecast_epochs", "step_count", "step_repeats", "ddp_ranks",
-                 "ddp_repeats", "allreduce_max_bytes", "region_epochs", "region_shard_steps", "region_repeats")
-NON_NEGATIVE_INTS = ("forecast_point", "comm_split_steps")
+                 "ddp_repeats", "allreduce_max_bytes", "region_epochs", "region_shard_steps", "region_repeats",
+                 "ladder_epochs")
+NON_NEGATIVE_INTS = ("forecast_point", "comm_split_steps", "ladder_rounds")
 POSITIVE_NUMBERS = ("scratch_lr", "allreduce_budget_s", "region_budget_gb")
 FINITE_NUMBERS = ("heading_deg",)  # a direction in degrees: any finite angle (the package bounds none; it wraps)
 INT_LISTS = ("epochs_list", "world_sizes", "size_points", "step_batches", "skill_leads", "region_neighbours",
@@ -39,7 +40,7 @@ INT_LISTS = ("epochs_list", "world_sizes", "size_points", "step_batches", "skill
 # lists whose whole numbers start above 1: `lstmnb region memory --sides` (sides >= 2)
 INT_LIST_MINIMUMS = {"region_sides": 2}
 # epoch counts: each as TrainConfig's epochs (1..its INT_MAX)
-EPOCH_KEYS = ("fit_epochs", "scaling_epochs", "region_epochs", "epochs_list")
+EPOCH_KEYS = ("fit_epochs", "scaling_epochs", "region_epochs", "epochs_list", "ladder_epochs")
 CHOICES = {"scaling_mode": ("strong", "weak", "both"), "ddp_input_path": ("fast", "dataloader"), "scratch_optimizer": ("adam", "sgd"),
            "scratch_dtype": ("float64", "float32"), "scratch_data": ("airline", "era5")}
 CHOICE_LISTS = {"input_paths": ("fast", "dataloader"), "strategies": ("dataparallel", "ddp"),

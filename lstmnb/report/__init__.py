@@ -51,6 +51,14 @@ from .labels import (
     setting_label,
     with_device_labels,
 )
+from .ladder import (
+    Replication,
+    Screen,
+    first_screen,
+    ladder_rows,
+    ladder_table,
+    replication,
+)
 from .published import (
     MEASURED,
     NOTE_MARK,
@@ -126,6 +134,12 @@ from .words import (
 )
 
 __all__ = [
+    "Replication",
+    "Screen",
+    "first_screen",
+    "ladder_rows",
+    "ladder_table",
+    "replication",
     "ChartData", "DEVICE_ORDER", "FASTEST", "GLOSSARY", "LIKE_FOR_LIKE", "MEASURED", "MEDIAN_RULE", "NOTE_MARK",
     "OVER_STUDY_CPU", "PUBLISHED", "PUBLISHED_PROBLEM_LABEL", "PublishedComparison", "REFERENCE",
     "REPEATS_DISAGREE", "RULE", "SCALING_DEFINITIONS", "TIED_WITHIN", "allreduce_repeat_table", "allreduce_table",

@@ -20,6 +20,8 @@ from .presets import PRESET_SOURCES, PRESETS
 from .weighting import POINT_WEIGHTS
 
 INPUT_PATHS = ("fast", "dataloader")
+SAMPLE_TENSORS = ("once", "per_sample")
+HEAPS = ("kept", "system")
 LR_SCHEDULES = ("constant", "onecycle", "cosine")
 AMP_MODES = ("off", "auto", "bf16", "fp16")
 STRATEGIES = ("single", "dataparallel", "ddp")
@@ -36,6 +38,7 @@ _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 # fields that do not change the trajectory of a run: a checkpoint may be resumed across them
 _RESUME_FREE = {"epochs", "resume", "checkpoint", "device", "num_workers", "pin_memory", "persistent_workers", "target_rmse",
+                "sample_tensors", "heap", "loss_every",
                 "patience", "stop_at_target", "compile", "overwrite_checkpoint", "experiment", "blend", "threads", "eval_batch_size", "progress", "profile", "dist_timeout_s", "preset"}
 
 
@@ -87,10 +90,19 @@ class TrainConfig:
         "fast: whole training set as device tensors, shuffled index batches; dataloader: per-sample "
         "Dataset + DataLoader (the published setting)"))
     num_workers: int = knob(2, "DataLoader worker processes (dataloader path)")
+    sample_tensors: str = knob("once", (
+        "dataloader path: once (float32 windows built once, a sample is a view) or per_sample (each sample's "
+        "tensors made from float64 values in the Dataset's __getitem__, as the study's code did)"))
     pin_memory: bool = knob(True, "pinned host memory for DataLoader batches (CUDA only)")
     persistent_workers: bool = knob(True, (
         "keep the DataLoader's workers alive between epochs (off: started afresh every epoch, as the study's "
         "DataLoader did)"))
+    heap: str = knob("kept", (
+        "a CPU run's C heap on glibc: kept (freed memory kept for the next step) or system (glibc's default "
+        "thresholds, as the study's runs had); set once per process: a later run cannot put it back"))
+    loss_every: int | None = knob(None, (
+        "steps between two reads of the loss on the host (the divergence check); none: every step on a CPU, "
+        "every 100 on a GPU (the study read it every step: a host sync per step)"))
     amp: str = knob("off", "mixed precision on CUDA: off, auto (bf16 where supported, else fp16), bf16, fp16")
     threads: int | None = knob(None, (
         "torch intra-op threads on CPU (default: one per core, fewer when other processes keep the cores busy; "
@@ -193,6 +205,8 @@ class TrainConfig:
         _whole("seed", self.seed, 0, SEED_MAX)
         if self.patience is not None:
             _whole("patience", self.patience, 1, none_ok=True)
+        if self.loss_every is not None:
+            _whole("loss_every", self.loss_every, 1, none_ok=True)
         if self.threads is not None:
             _whole("threads", self.threads, 1, local_rank_limit(), none_ok=True)
         if self.nproc is not None:
@@ -213,6 +227,8 @@ class TrainConfig:
         if self.target_rmse is not None:
             _number("target_rmse", self.target_rmse, positive=True, unit=" of kelvin")
         for name, value, choices in (("input_path", self.input_path, INPUT_PATHS), ("blend", self.blend, BLENDS),
+                                     ("sample_tensors", self.sample_tensors, SAMPLE_TENSORS),
+                                     ("heap", self.heap, HEAPS),
                                      ("point_weights", self.point_weights, POINT_WEIGHTS),
                                      ("lr_schedule", self.lr_schedule, LR_SCHEDULES),
                                      ("amp", self.amp, AMP_MODES), ("strategy", self.strategy, STRATEGIES)):

@@ -19,12 +19,14 @@ PRESETS: dict[str, dict[str, Any]] = {
     # num_layers=2) + Linear on the last step, windows of 24 h -> the next hour, batch 128 from a shuffled
     # per-sample Dataset + DataLoader with 2 workers (the DataLoader's defaults: pageable memory, workers started
     # afresh every epoch), Adam 1e-3 (plain), MSE, 5 fixed epochs, trained on the hours before 2021-01-01 and
-    # tested from then on, no validation part
+    # tested from then on, no validation part; and its code's costs: each sample's tensors made in __getitem__,
+    # glibc's default heap, the loss read back every step, no CUDA graph (rung 0 of the ladder, training/ladder.py)
     "published": dict(epochs=5, patience=None, batch_size=128, hidden=64, layers=2, window=24, lead_hours=1,
                       horizon=1, lr=1e-3, lr_schedule="constant", weight_decay=0.0, residual=False, calendar=False,
                       cycles=False, input_path="dataloader", num_workers=2, pin_memory=False,
                       persistent_workers=False, fused_adam=False, point_weights="none",
-                      blend="off", split_dates=(STUDY_TEST_START, STUDY_TEST_START)),
+                      blend="off", split_dates=(STUDY_TEST_START, STUDY_TEST_START),
+                      sample_tensors="per_sample", heap="system", loss_every=1, cuda_graph=False),
 }
 
 # Where a preset's setting comes from, and where lstmnb keeps one of its own rules instead of the source's
@@ -50,9 +52,6 @@ PRESET_SOURCES: dict[str, dict[str, Any]] = {
             "timing: lstmnb times the epochs alone; the CARC notebook's clock also spans creating the model and "
             "moving it to the device (CUDA start-up on a GPU) and the pause between that cell and the epoch "
             "loop's (the Colab notebook timed the epoch loop)",
-            "each step's loss is read back every 100 steps on a GPU (the study called loss.item() every step, a "
-            "host sync per step); windows are float32 arrays built once (the study's Dataset made each window's "
-            "tensors from float64 values per sample)",
             "one device, unwrapped, as on CARC (1 GPU); the Colab notebook wrapped the model in nn.DataParallel "
             "whenever a GPU was visible, one GPU included",
         ],

@@ -16,6 +16,7 @@ from ..windows import Windows, error_metrics
 from .config import TrainConfig
 from .blend import apply_blend, blend_section, fit_blend
 from .evaluate import mse_skill_score, predict, skill_section
+from .ladder import rung_of
 
 
 def time_to_target(history: list[dict[str, Any]], target: float | None) -> dict[str, Any]:
@@ -92,9 +93,9 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
     model = {"parameters": count_parameters(core), "flops_per_sample": flops_per_sample(core.config, cfg.window)}
     if divergence is not None:
         finished = {"timing": summarize_timing(history, warmup_epochs)} if history else {}
-        return new_record(cfg.experiment, status="diverged", reason=divergence["message"], device=str(device),
+        return with_rung(new_record(cfg.experiment, status="diverged", reason=divergence["message"], device=str(device),
                           profile=cfg.profile, config=cfg.as_record(), data=data, epochs=history, memory=memory,
-                          model=model, divergence=divergence, **finished, **extra)
+                          model=model, divergence=divergence, **finished, **extra))
     network = windows.to_kelvin(predict(core, windows.x["test"], device, cfg.eval_batch_size).cpu().numpy())
     # the reported forecast: per point, the blend of the network and the baselines fitted on validation
     network_val = (windows.to_kelvin(predict(core, windows.x["val"], device, cfg.eval_batch_size).cpu().numpy())
@@ -120,7 +121,7 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
         "best_val_rmse_k": min((h["val_rmse_k"] for h in history if h["val_rmse_k"] is not None), default=None),
         "epochs_run": len(history), "stopped_early": stopped_early, "stop_reason": stop_reason,
     }
-    return new_record(
+    return with_rung(new_record(
         cfg.experiment, status="ok", device=str(device), profile=cfg.profile,
         config=cfg.as_record(), data=data, epochs=history, timing=timing, memory=memory,
         metrics=metrics, model=model,
@@ -128,12 +129,20 @@ def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: 
         skill=skill_section(windows, pred, network if cfg.blend != "off" else None,
                             blend_section(windows, cfg.blend, network_val, weights)),
         **extra,
-    )
+    ))
 
 
 def skipped_record(cfg: TrainConfig, reason: str, status: str = "skipped", **extra: Any) -> dict[str, Any]:
     """A record for a run that gave no figures: it could not happen here (no GPU: ``skipped``) or ran out
     of memory (``oom``); a reason, never a number."""
-    return new_record(cfg.experiment, status=status, reason=reason, device=cfg.device, profile=cfg.profile,
-                      config=cfg.as_record(), **extra)
+    return with_rung(new_record(cfg.experiment, status=status, reason=reason, device=cfg.device,
+                                profile=cfg.profile, config=cfg.as_record(), **extra))
+
+
+def with_rung(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with its rung of the ladder (``ladder.rung_of``) where it is one."""
+    rung = rung_of(record)
+    if rung is not None:
+        record["ladder"] = rung
+    return record
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from ..cuda_env import backends_record, prepare_cuda
 from ..device import amp_dtype, clock
-from ..memory import keep_freed_heap, peak_memory_mb, reset_peak_memory
+from ..memory import heap_for_run, peak_memory_mb, reset_peak_memory
 from ..models import Forecaster
 from ..records import new_run_id
 from ..windows import Windows
@@ -35,17 +35,20 @@ from .weighting import sample_weights
 
 
 class WindowDataset(torch.utils.data.Dataset):
-    """Per-sample access to windows: the input path the published experiments timed."""
+    """Per-sample access to windows (the DataLoader path): a view of the float32 windows built once, or with
+    ``per_sample`` each sample's tensors made from float64 values, as the study's Dataset made them."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray):
-        self.x, self.y = x, y
+    def __init__(self, x: np.ndarray, y: np.ndarray, per_sample: bool = False):
+        self.per_sample = per_sample
+        self.x, self.y = (x.astype(np.float64), y.astype(np.float64)) if per_sample else (x, y)
 
     def __len__(self) -> int:
         return self.x.shape[0]
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.per_sample:
+            return torch.tensor(self.x[i], dtype=torch.float32), torch.tensor(self.y[i], dtype=torch.float32)
         return torch.from_numpy(self.x[i]), torch.from_numpy(self.y[i])
-
 
 
 @dataclass
@@ -94,8 +97,8 @@ class Trainer:
         self._data_identity: dict[str, Any] | None = None  # what a checkpoint of this run was trained on
         if device.type == "cuda":
             prepare_cuda()  # before the model reaches the GPU: cuDNN off where torch's cuDNN refuses it
-        # a CPU run's freed C heap is kept for its next step (glibc); the record's memory.heap says how
-        self.heap = keep_freed_heap() if device.type == "cpu" else None
+        # a CPU run's freed C heap is kept for its next step (glibc; heap=kept); the record's memory.heap says how
+        self.heap = heap_for_run(cfg.heap == "kept") if device.type == "cpu" else None
         self.adtype = amp_dtype(cfg.amp, device)
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
@@ -114,7 +117,8 @@ class Trainer:
         self.y_train = windows.y["train"] if weights is None else np.concatenate([windows.y["train"], weights[:, None]], 1)
         self.sched = _make_scheduler(self.opt, cfg, steps_per_epoch or math.ceil(self.n_train / cfg.batch_size))
         self.scaler = torch.amp.GradScaler("cuda") if self.adtype == torch.float16 else None
-        self.guard = DivergenceGuard(device, scaled=self.scaler is not None)  # non-finite figures end the run
+        # non-finite figures end the run; the loss is read back every ``loss_every`` steps
+        self.guard = DivergenceGuard(device, scaled=self.scaler is not None, every=cfg.loss_every)
         # the graph gets the step's pieces, not the Trainer (no reference cycle: a finished run frees its memory)
         self.graph = GraphStep(self.step_parts(), device) if self.use_graph else None
         self.target_std = float(windows.scaler.std[0])
@@ -267,7 +271,7 @@ class Trainer:
         generator, or by ``sampler`` (DDP's DistributedSampler)."""
         cfg, w = self.cfg, self.windows
         return torch.utils.data.DataLoader(
-            WindowDataset(w.x["train"], self.y_train), batch_size=cfg.batch_size, shuffle=sampler is None,
+            WindowDataset(w.x["train"], self.y_train, cfg.sample_tensors == "per_sample"), batch_size=cfg.batch_size, shuffle=sampler is None,
             sampler=sampler, generator=self.gen if sampler is None else None, num_workers=cfg.num_workers,
             pin_memory=cfg.pin_memory and self.device.type == "cuda",
             persistent_workers=cfg.persistent_workers and cfg.num_workers > 0,
