@@ -269,7 +269,7 @@ def test_ci_series_records(ci_series):
 def test_ci_series_tables_and_figures(ci_series):
     run_dir = ci_series.run_dir
     figures = {p.stem for p in (run_dir / "figures").glob("*.png")}
-    assert {"01_series", "01_cycles", "02_forecast_week", "03_epochs", "06_headline", "06_loss_curves",
+    assert {"01_series", "01_cycles", "02_forecast_week", "03_epochs", "06_first_screen", "06_loss_curves",
             "06_seconds", "06_speedup"} <= figures
     assert "06_samples_per_s" not in figures  # CPU only, nothing to compare per second of samples
     assert (run_dir / "01_subset.csv").stat().st_size > 1000
@@ -319,7 +319,7 @@ def test_analysis_of_an_empty_results_folder_says_so(tmp_path):
     nb = result.run_dir / "06_analysis.ipynb"
     assert "**No run records found in" in output_text(nb)
     # the first screen still answers, from the published figures alone
-    assert {p.stem for p in (result.run_dir / "figures").glob("*.png")} == {"06_headline", "06_speedup"}
+    assert {p.stem for p in (result.run_dir / "figures").glob("*.png")} == {"06_speedup"}  # no ladder records: no first-screen figure
 
 
 @pytest.mark.slow
