@@ -1,5 +1,6 @@
-"""A run folder as a navigable site: the report (06) first, every executed notebook a page, a table of
-contents and search, skipped notebooks marked, readable from ``file://`` (``<run folder>/site/index.html``).
+"""A run folder as a navigable site: the report (06) is its front page (``<run folder>/site/index.html``, the
+first screen on top), every other executed notebook a page listed under it, a table of contents and search,
+notebooks whose recorded runs were skipped marked, readable from ``file://``.
 
 Built by Sphinx with myst-nb (which reads the executed notebooks as they are, without running them, and
 honours the ``remove-cell``/``remove-input`` tags the HTML rendering uses) and sphinx-book-theme, the
@@ -84,23 +85,22 @@ def _status_table(result: SeriesResult) -> str:
             f"<tbody>{rows}</tbody></table>")
 
 
-def _index(result: SeriesResult, pages: list) -> str:
-    report = [r for r in pages if r.name.startswith(REPORT_PREFIX)]
-    rest = [r for r in pages if r not in report]
-
-    def toctree(caption: str, runs: list) -> str:
-        entries = "\n".join(f"{_title(r)} <{r.name}>" for r in runs)
-        return f"```{{toctree}}\n:caption: {caption}\n:maxdepth: 1\n\n{entries}\n```\n" if runs else ""
-
-    lines = [f"# lstmnb notebook series, profile {result.profile}", "",
-             f"Run folder `{result.run_dir}`; records in `{result.results}`. The report comes first, then "
-             "every notebook of the series as it ran; a notebook whose runs were all skipped says why.", "",
-             "```{raw} html", _status_table(result), "```", "",
-             toctree("Report", report), toctree("Notebooks", rest)]
-    return "\n".join(lines)
+def _contents(result: SeriesResult, rest: list) -> str:
+    """The series under the report: where the run is, each notebook's status, and the other pages."""
+    entries = "\n".join(f"{_title(r)} <{r.name}>" for r in rest)
+    toctree = f"```{{toctree}}\n:caption: Notebooks\n:maxdepth: 1\n\n{entries}\n```\n" if rest else ""
+    return "\n".join([f"## The notebook series (profile {result.profile})", "",
+                      f"Run folder `{result.run_dir}`; records in `{result.results}`. Every notebook of the series as "
+                      "it ran; a notebook whose recorded runs were all skipped says why.", "",
+                      "```{raw} html", _status_table(result), "```", "", toctree])
 
 
-def _page(run, source: Path, target: Path) -> None:
+def _index(result: SeriesResult, rest: list) -> str:
+    """The front page where the series has no report (06 not run): the series' contents alone."""
+    return f"# lstmnb notebook series, profile {result.profile}\n\n" + _contents(result, rest)
+
+
+def _page(run, source: Path, target: Path, contents: str | None = None) -> None:
     """The executed notebook as a page: parameters hidden as in the HTML; on top, a note where its recorded runs
     were all skipped, a warning where it failed."""
     import nbformat
@@ -114,6 +114,8 @@ def _page(run, source: Path, target: Path) -> None:
     elif run.status != "ok":
         note = f"```{{warning}}\nThis notebook was **{run.status}**" + (f": {run.error}" if run.error else ".") + "\n```"
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
+    if contents:  # the front page: the report, then the series under it
+        nb.cells.append(nbformat.v4.new_markdown_cell(contents))
     nbformat.write(nb, target)
 
 
@@ -127,10 +129,15 @@ def build_site(result: SeriesResult) -> Path:
     with tempfile.TemporaryDirectory(prefix=".site-src-", dir=result.run_dir) as src_dir:
         src = Path(src_dir)
         (src / "conf.py").write_text(_conf(result), encoding="utf-8")
-        (src / "index.md").write_text(_index(result, pages), encoding="utf-8")
+        report = next((r for r in pages if r.name.startswith(REPORT_PREFIX)), None)
+        rest = [r for r in pages if r is not report]
+        if report is None:
+            (src / "index.md").write_text(_index(result, rest), encoding="utf-8")
+        else:  # the report is the front page, its first screen on top
+            _page(report, Path(report.notebook), src / "index.ipynb", _contents(result, rest))
         (src / "_static").mkdir()
         (src / "_static" / "report.css").write_text(TABLE_CSS, encoding="utf-8")
-        for run in pages:
+        for run in rest:
             _page(run, Path(run.notebook), src / f"{run.name}.ipynb")
         with atomic_path(target) as out:
             doctrees = src / ".doctrees"

@@ -122,7 +122,7 @@ def show_table(df: pd.DataFrame) -> None:
     wraps in a box of its own where it is wider than the page, and the same table as plain text."""
     from IPython.display import display
 
-    display({"text/plain": df.to_string(index=False),
+    display({"text/plain": df.to_string(index=False, na_rep=""),
              "text/html": df.to_html(index=False, na_rep="", border=0, classes="dataframe report-table")}, raw=True)
 
 

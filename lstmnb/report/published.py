@@ -152,15 +152,15 @@ def flagged_devices(published: dict[str, Any] | None = None) -> list[str]:
     return list(((pub.get("provenance") or {}).get("flagged")) or [])
 
 
-def headline_epochs(published: dict[str, Any], records: pd.DataFrame | None = None) -> int:
+def headline_epochs(published: dict[str, Any], records: pd.DataFrame | None = None) -> tuple[int, bool]:
     """The longest epochs count both the study and the ``records``' runs of the published setting and problem
-    have (like for like); the study's longest where the records have none in common."""
+    have (like for like), and True; the study's longest and False where the records have none in common."""
     from .repeats import comparison_rows  # compare builds on this module
 
     study = set(published_epochs_table(published).index)
     rows = comparison_rows(records) if records is not None and not records.empty else pd.DataFrame()
     mine = set(rows.loc[rows["like_for_like"].astype(bool), "epochs"]) if not rows.empty else set()
-    return int(max(study & mine or study))
+    return int(max(study & mine or study)), bool(study & mine)
 
 
 def _ranked_text(table: pd.DataFrame, epochs: int) -> str:
@@ -182,7 +182,7 @@ def published_comparison(published: dict[str, Any] | None, records: pd.DataFrame
         return PublishedComparison("", pd.DataFrame(), None)
     table = published_epochs_table(published)
     flagged, notes = flagged_devices(published), device_notes(published)
-    epochs = headline_epochs(published, records)
+    epochs, shared = headline_epochs(published, records)
     rows = []
     for e in [epochs] + [x for x in table.index if x != epochs]:
         row = table.loc[e].dropna()
@@ -196,7 +196,9 @@ def published_comparison(published: dict[str, Any] | None, records: pd.DataFrame
     out = pd.DataFrame(rows)
     left = " and ".join(f"{d}{NOTE_MARK}" for d in flagged if d in table)
     others = "; ".join(f"at {e}: {_ranked_text(out, e)}" for e in table.index if e != epochs)
-    text = (f"At {epochs} epochs (the longest count both the study and these records have), fastest first: "
+    why = ("the longest count both the study and these records have" if shared else
+           "the study's longest; these records hold no like-for-like run of a count the study timed")
+    text = (f"At {epochs} epochs ({why}), fastest first: "
             f"{_ranked_text(out, epochs)}. {'Other counts, ' + others + '. ' if others else ''}"
             f"Every time is one run; the column *{OVER_STUDY_CPU}* divides that CPU run (its platform not "
             "stated) by each GPU's time: it is not any GPU's own machine's CPU."
