@@ -159,7 +159,7 @@ def _problem_group(problem: str) -> str:
 
 
 def seconds_chart(rows: pd.DataFrame, published: dict | None = None) -> ChartData:
-    """Training seconds of every comparison row (``compare.comparison_rows``), one point per epochs count,
+    """Training seconds of every comparison row (``repeats.comparison_rows``), one point per epochs count,
     rows grouped by problem. Needs two device columns (from any source)."""
     if rows.empty:
         return ChartData(pd.DataFrame(), "no finished training runs to compare: run 03 "
@@ -193,7 +193,7 @@ def samples_chart(rows: pd.DataFrame) -> ChartData:
 
 
 def speedup_chart(rows: pd.DataFrame, published: dict | None = None) -> ChartData:
-    """Each GPU over a CPU (``compare.own_cpu_speedups``: its own machine's; a published GPU's, the
+    """Each GPU over a CPU (``repeats.own_cpu_speedups``: its own machine's; a published GPU's, the
     study's CPU run) at the same problem and epochs, per setting both ran and fastest against fastest:
     the published problem at its comparison epochs, other problems at theirs. A ratio over a CPU that is
     not the GPU's own machine's names that CPU in its label."""

@@ -1,7 +1,7 @@
 """The findings under the study's sections: what was found (machines told apart, skipped
 devices counted as skipped), what CUDA graphs, batch size and problem size change, the model's skill
 against the baselines, what is missing with the command that fills it; and a small table, one row per
-device column. Every number comes from the comparison rows (``compare``: one median rule), the records,
+device column. Every number comes from the comparison rows (``repeats``: one median rule), the records,
 or the published figures, and names its source.
 """
 
@@ -284,7 +284,7 @@ def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
     compared (``problem`` and ``epochs`` where the column has them, else its own most common ones),
     like-for-like and fastest seconds with each one's speedup over a CPU (its own machine's; a published
     GPU's over the study's CPU run, which its machine cell names), the fastest setting and its input path,
-    best samples/s, median test RMSE. Figures are text as the report writes them (``numbers``); '—' where
+    best samples/s, median test RMSE. Figures are text as the report writes them (``labels``); '—' where
     a figure does not exist; a published device with a note (``notes``, by device) carries its mark."""
     if rows.empty:
         return pd.DataFrame()

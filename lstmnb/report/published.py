@@ -90,7 +90,7 @@ def side_by_side(ours: pd.DataFrame, published: pd.DataFrame, blank: str | None 
 def published_provenance(published: dict[str, Any] | None = None) -> pd.DataFrame:
     """Where each published device column comes from: machine, torch, CUDA, input path, as the source states.
 
-    One row per published device, with the columns of ``provenance.machines_table`` that the source fills.
+    One row per published device, with the columns of ``machines_table`` that the source fills.
     """
     pub = (published or load_published())["era5_lstm_gpu_benchmark"]
     prov = pub.get("provenance") or {}

@@ -67,6 +67,15 @@ def _setting(record: dict[str, Any]) -> str:
     return "published" if _value(record, "config", "preset") == "published" else str(_value(record, "config", "preset"))
 
 
+def spread(values: Sequence[float]) -> float:
+    """(max - min) / min of ``values`` (NaN left out): how much longer the slowest repeat took than the
+    fastest (the one rule of 03's table and 04/05's repeats); 0 when they agree, NaN without a positive minimum."""
+    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
+    if v.size == 0 or v.min() <= 0:
+        return float("nan")
+    return float((v.max() - v.min()) / v.min())
+
+
 def busy_while_running(record: dict[str, Any]) -> str | None:
     """Why a run's time may be slowed by other processes (its ``threads`` section), or None."""
     threads = record.get("threads") or {}
@@ -82,10 +91,9 @@ def unsure_why(seconds: Iterable[float], busy: Iterable[str | None]) -> str:
     nothing makes it so): its repeats' ``seconds`` differ by more than ``REPEATS_DISAGREE``, or some ran
     beside busy processes (``busy``: each repeat's ``busy_while_running``). The one rule of every sentence or
     table that shows such a median, so a figure marked in 03 is marked wherever else it is shown."""
-    s = pd.Series(list(seconds), dtype=float).dropna()
-    why = []
-    if len(s) > 1 and s.min() > 0 and s.max() / s.min() - 1 > REPEATS_DISAGREE:
-        why.append(f"repeats differ by {s.max() / s.min() - 1:.0%}")
+    why, differ = [], spread(list(seconds))
+    if differ > REPEATS_DISAGREE:
+        why.append(f"repeats differ by {differ:.0%}")
     busy = list(busy)
     said = [b for b in busy if isinstance(b, str)]
     if said:
@@ -114,12 +122,11 @@ def timing_rows(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     runs = pd.DataFrame(rows)
     out = []
     for (setting, path, batch, epochs), g in runs.groupby(["setting", "input", "batch", "epochs"], sort=False):
-        spread = g["seconds"].max() / g["seconds"].min() - 1
         why = unsure_why(g["seconds"], g["busy"])
         threads = sorted({int(t) for t in g["threads"].dropna()})
         out.append({"setting": setting, "input": path, "batch": int(batch), "epochs": int(epochs), "repeats": len(g),
                     "train s (median)": round(float(g["seconds"].median()), 2),
-                    "spread": f"{spread:.0%}" if len(g) > 1 else "one run",
+                    "spread": f"{spread(list(g['seconds'])):.0%}" if len(g) > 1 else "one run",
                     "threads": "/".join(map(str, threads)) or "?",
                     "samples/s": int(round(float(g["samples_per_s"].median()), -1)) if g["samples_per_s"].notna().any() else None,
                     "test RMSE K": round(float(g["rmse"].median()), 3) if g["rmse"].notna().any() else None,
@@ -147,15 +154,6 @@ RULE = (f"Each row is the median of its repeats, run alternated with the other r
         f"A, B, ... again). A flag marks a row whose slowest repeat took more than {REPEATS_DISAGREE:.0%} longer than its "
         f"fastest, that has fewer than {MIN_REPEATS} repeats, or that ran while other processes kept "
         f"{BUSY_CORES} core(s) or more busy; such a row is a rough figure, not a result.")
-
-
-def spread(values: Sequence[float]) -> float:
-    """(max - min) / min of ``values`` (NaN left out): how much longer the slowest repeat took than the
-    fastest (``report.timing_quality``'s rule); 0 when they agree, NaN without a positive minimum."""
-    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
-    if v.size == 0 or v.min() <= 0:
-        return float("nan")
-    return float((v.max() - v.min()) / v.min())
 
 
 def flag_text(n: int, spread_value: float, busy: float | None) -> str:
@@ -315,7 +313,7 @@ def comparison_rows(records: pd.DataFrame | None = None, reference: pd.DataFrame
                     published: dict[str, Any] | None = None) -> pd.DataFrame:
     """One row per (source, device column, setting, problem, epochs): median training seconds and
     samples/s over the runs, their count, median test RMSE beside the baselines, and ``rough``: why the
-    seconds are a rough figure (``timing_quality.unsure_why``: 03's rule), '' when not. ``records`` are the
+    seconds are a rough figure (``unsure_why``: 03's rule), '' when not. ``records`` are the
     user's, ``reference`` lstmnb's reference records, ``published`` the published figures (or None)."""
     parts = []
     for df, source in ((records, MEASURED), (reference, REFERENCE)):

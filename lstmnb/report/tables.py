@@ -140,7 +140,7 @@ def epochs_device_table(df: pd.DataFrame, *, experiment: str | None = "epochs",
 
 def rmse_by_device(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
     """Test RMSE (K) of the model beside persistence and climatology, one row per device column (device on
-    a machine), problem, setting and epochs count: the medians of ``compare.MEDIAN_RULE``, so a one-epoch
+    a machine), problem, setting and epochs count: the medians of ``repeats.MEDIAN_RULE``, so a one-epoch
     run never blurs a five-epoch one and each RMSE is the one the findings show for that row."""
     runs = compared_runs(df)
     if not runs.empty and experiment is not None:
@@ -190,7 +190,7 @@ def status_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def epochs_tables(rows: pd.DataFrame, notes: dict[str, str] | None = None) -> list[tuple[str, pd.DataFrame, list[str]]]:
-    """The published form from comparison rows (``compare.comparison_rows``, so each cell is the same
+    """The published form from comparison rows (``repeats.comparison_rows``, so each cell is the same
     median as everywhere else): seconds, rows = epochs, columns = device columns, one table per problem
     and input path at the published setting. The published columns stand only beside the published
     problem on the DataLoader path (what the study timed); a device with a note (``notes``, by device)
