@@ -15,7 +15,6 @@ from . import labels as num
 from .labels import (
     LIKE_FOR_LIKE,
     PUBLISHED_PROBLEM_LABEL,
-    PUBLISHED_SETTING,
     column,
     link,
 )
@@ -122,31 +121,6 @@ def _graph_text(rows: pd.DataFrame) -> str | None:
                  for _, r in g.sort_values("problem", key=lambda p: p != PUBLISHED_PROBLEM_LABEL).iterrows()]
         items.append(f"{col}: " + "; ".join(parts))
     return "**CUDA graphs** (the same run without and with `--cuda-graph`): " + "; ".join(items) + "."
-
-
-def _launch_bound_text(rows: pd.DataFrame, epochs: int | None) -> str | None:
-    """Why a GPU of the records is not faster like for like than an older GPU: at the study's small batch the eager
-    step is launch-bound, which its CUDA graph pair at the published setting shows."""
-    lfl = rows[rows["like_for_like"].astype(bool) & (rows["epochs"] == epochs) & (rows["device"] != "CPU")]
-    effects = knob_effects(rows, "cuda_graph")
-    if lfl.empty or effects.empty:
-        return None
-    items = []
-    for _, r in lfl[lfl["source"] != PUBLISHED].iterrows():
-        quicker = lfl[(lfl["seconds"] < r["seconds"]) & (lfl["device"] != r["device"])]
-        pair = effects[(effects["column"] == r["column"]) & (effects["problem"] == PUBLISHED_PROBLEM_LABEL)
-                       & effects["without"].str.startswith("published setting")]
-        if quicker.empty or pair.empty:
-            continue
-        p = pair.iloc[0]
-        items.append(f"{r['device']} ({SOURCE_WORDS[r['source']]}) takes {num.seconds(r['seconds'])} like for like, slower than "
-                     + ", ".join(f"{q['device']} ({SOURCE_WORDS[q['source']]}) {num.seconds(q['seconds'])}"
-                                 for _, q in quicker.iterrows())
-                     + f": at batch {PUBLISHED_SETTING['batch_size']} a training step is a few small kernels, so the eager step waits on the CPU "
-                     f"launching them (launch-bound) and a faster GPU barely helps; captured as a CUDA graph the same "
-                     f"setting takes {num.seconds(p['seconds with'])} instead of {num.seconds(p['seconds without'])} "
-                     f"({p['without'].split(' · ')[-1]}, {p['epochs']} epochs)")
-    return ("**Why a new GPU is not faster like for like:** " + "; ".join(items) + ".") if items else None
 
 
 # what makes batch-sweep records one sweep: the same run of `bench batch-sweep` (or notebook 04) on the same problem
@@ -331,8 +305,7 @@ def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = No
     the published figures (``load_published()``, or None to leave them out) and lstmnb's ``reference``
     records (or None).
 
-    The bullets say which devices and machines were found (skipped ones as skipped), why a new GPU may
-    not be faster like for like, what CUDA graphs, batch size and problem size change (where records have
+    The bullets say which devices and machines were found (skipped ones as skipped), what CUDA graphs, batch size and problem size change (where records have
     them), the model's skill against the baselines, what is missing with the command that fills it, and
     the notes of the published devices shown (the T4's). The table has one row per device column.
     """
@@ -342,7 +315,7 @@ def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = No
     problem = main_problem(rows)
     epochs = comparison_epochs(rows, problem) if problem else None
     if not rows.empty:
-        lines += [_launch_bound_text(rows, epochs), _graph_text(rows), _problem_text(rows, problem)]
+        lines += [_graph_text(rows), _problem_text(rows, problem)]  # why a GPU is launch-bound: the first screen
     lines += [_batch_text(frames), _skill_text(frames, problem)]
     missing = _missing(records, reference, rows)
     if missing:
