@@ -4,8 +4,8 @@ glibc's malloc gives freed memory back to the system once more than its trim thr
 heap's top, and maps blocks from its mmap threshold up afresh. For the published setting's two-layer LSTM its
 adaptive thresholds settle where every step gives back and faults in again megabytes of the LSTM's buffers;
 lstmnb's CPU runs set the thresholds once per process (mmap 32 MiB, trim 64 MiB). The setting is process-wide
-and cannot be undone, so each run here is a fresh process: `kept` (lstmnb as it is) and `glibc` (the setting
-skipped), alternating, on the study's real ERA5 (shipped with lstmnb), on `--threads` threads. For each it
+and cannot be undone, so each run here is a fresh process: `kept` (`heap=kept`, lstmnb's default) and `glibc`
+(`heap=system`, as the study's runs and `--preset published`), alternating, on the study's real ERA5 (shipped with lstmnb), on `--threads` threads. For each it
 prints every run's training seconds per epoch, and the training seconds, minor page faults and CPU seconds of
 its steady epochs (the first, warm-up epoch left out: it pays the process's start-up in both variants), the
 medians, and whether the training losses are the same bit for bit (they must be: only where memory comes from
@@ -37,12 +37,10 @@ def child(variant: str, preset: str, epochs: int, threads: int, tiny: bool) -> N
 
     from lstmnb.data import Request
     from lstmnb.training import preset_config, prepare_windows, train
-    from lstmnb.training import trainer
 
-    if variant == "glibc":  # the run as before: glibc's thresholds, no memory.heap in the record
-        trainer.keep_freed_heap = lambda: None
     extra = {"split_dates": ("2020-01-21", "2020-01-21")} if tiny and preset == "published" else {}
-    cfg = preset_config(preset, epochs=epochs, patience=None, device="cpu", threads=threads, progress=False, **extra)
+    cfg = preset_config(preset, epochs=epochs, patience=None, device="cpu", threads=threads, progress=False,
+                        heap="kept" if variant == "kept" else "system", **extra)
     windows, _ = prepare_windows(Request(end="2020-01-30T23") if tiny else Request(), cfg, progress=False)
     ends = []  # this process's page faults and CPU time at each epoch's end: the steady epochs' share of them
     record = train(windows, cfg, on_epoch_end=lambda e: ends.append(resource.getrusage(resource.RUSAGE_SELF))).record

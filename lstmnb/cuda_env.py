@@ -10,6 +10,8 @@ software section and a memory-capped child never start the CUDA driver through t
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -110,17 +112,59 @@ def lstm_math(device_type: str, cudnn_on: bool, cudnn_allow_tf32: bool, capabili
     return "tf32" if cudnn_on and cudnn_allow_tf32 else "float32"
 
 
+def _read(getter: Callable[[], Any]) -> Any:
+    """A switch's value, or None where torch refuses to read it (from 2.9, a legacy getter once the new
+    ``fp32_precision`` API disagrees with it): a record must never end a run."""
+    try:
+        return getter()
+    except RuntimeError:
+        return None
+
+
+def _fp32_node(op: str) -> Any:
+    """torch >= 2.9's ``fp32_precision`` holder for ``op`` ('matmul': cuBLAS; 'rnn': cuDNN's RNN), or None."""
+    node = torch.backends.cuda.matmul if op == "matmul" else getattr(torch.backends.cudnn, "rnn", None)
+    return node if node is not None and hasattr(node, "fp32_precision") else None
+
+
 def precision_flags() -> dict[str, Any]:
-    """torch's float32 math switches as they are now (the record's ``backends.tf32``)."""
+    """torch's float32 math switches as they are now (the record's ``backends.tf32``): the legacy ones (None
+    where torch refuses the read) and, where it exists, the new API's precision of the matmul and the RNN."""
     flags: dict[str, Any] = {
-        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
-        "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cudnn_allow_tf32": _read(lambda: bool(torch.backends.cudnn.allow_tf32)),
+        "matmul_allow_tf32": _read(lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
+        "float32_matmul_precision": _read(torch.get_float32_matmul_precision),
     }
-    rnn = getattr(torch.backends.cudnn, "rnn", None)  # newer torch: per-operator precision settings
-    if rnn is not None and hasattr(rnn, "fp32_precision"):
-        flags["cudnn_rnn_fp32_precision"] = rnn.fp32_precision
+    for key, node in (("matmul_fp32_precision", _fp32_node("matmul")), ("cudnn_rnn_fp32_precision", _fp32_node("rnn"))):
+        if node is not None:
+            flags[key] = node.fp32_precision
     return flags
+
+
+def rnn_tf32(flags: dict[str, Any]) -> bool:
+    """Whether cuDNN's RNN may use TF32 by ``precision_flags``: the new API's leaf where it exists (setting a
+    parent, e.g. ``torch.backends.fp32_precision``, sets it too), else the legacy ``cudnn.allow_tf32``."""
+    if "cudnn_rnn_fp32_precision" in flags:
+        return flags["cudnn_rnn_fp32_precision"] == "tf32"
+    return bool(flags["cudnn_allow_tf32"])
+
+
+@contextmanager
+def fp32_math(op: str, tf32: bool) -> Iterator[None]:
+    """``op``'s float32 math ('matmul' or 'rnn') TF32 or IEEE inside the block, restored after: through the
+    new API where it exists (a legacy read after the user set the new API raises), else the legacy switch
+    (``cuda.matmul.allow_tf32`` is what ``set_float32_matmul_precision('high')`` sets)."""
+    node = _fp32_node(op)
+    if node is not None:
+        holder, name, value = node, "fp32_precision", "tf32" if tf32 else "ieee"
+    else:
+        holder, name, value = torch.backends.cuda.matmul if op == "matmul" else torch.backends.cudnn, "allow_tf32", tf32
+    before = getattr(holder, name)
+    setattr(holder, name, value)
+    try:
+        yield
+    finally:
+        setattr(holder, name, before)
 
 
 def backends_record(device: torch.device, amp: torch.dtype | None = None) -> dict[str, Any] | None:
@@ -135,7 +179,7 @@ def backends_record(device: torch.device, amp: torch.dtype | None = None) -> dic
     return {"cudnn": {"version": state["version"], "enabled": on,
                       "reason": state["reason"] or (None if on else "turned off by the caller")},
             "tf32": flags,
-            "lstm_math": lstm_math("cuda", on, flags["cudnn_allow_tf32"], torch.cuda.get_device_capability(index),
+            "lstm_math": lstm_math("cuda", on, rnn_tf32(flags), torch.cuda.get_device_capability(index),
                                    amp)}
 
 

@@ -78,10 +78,7 @@ def _bf16_autocast(x: torch.Tensor) -> bool:
     """Whether ``x`` is on a GPU inside a bfloat16 autocast region."""
     if not x.is_cuda:
         return False
-    try:
-        return torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16
-    except TypeError:  # torch < 2.4: the CUDA-only forms
-        return torch.is_autocast_enabled() and torch.get_autocast_gpu_dtype() == torch.bfloat16
+    return torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16
 
 
 def count_parameters(model: nn.Module) -> int:

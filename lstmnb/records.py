@@ -297,7 +297,7 @@ def scan_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> Reco
     for file in found.files:
         broken: list[tuple[int, str]] = []
         invalid: list[tuple[int, str]] = []
-        with open(file, encoding="utf-8", errors="replace") as fh:
+        with open(file, encoding="utf-8-sig", errors="replace") as fh:  # an editor's BOM is no part of line 1
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue

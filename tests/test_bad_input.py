@@ -74,12 +74,28 @@ CASES = [
     case("checkpoint-checksum-file-damaged", T + ["--checkpoint", "{tmp}/badsum.pt", "--resume"],
          "the checksum file {tmp}/badsum.pt.sha256 beside checkpoint {tmp}/badsum.pt is damaged",
          "delete {tmp}/badsum.pt.sha256"),  # was blamed on the checkpoint ("changed after it was written")
+    case("checkpoint-checksum-path-is-folder", T + ["--checkpoint", "{tmp}/adir.pt"], "adir.pt.sha256 is a folder",
+         "move or delete that folder"),
+    case("checkpoint-checksum-path-is-folder-resume", T + ["--checkpoint", "{tmp}/adir.pt", "--resume"],
+         "adir.pt.sha256 is a folder"),
+    case("checkpoint-same-file-as-results", T + ["--checkpoint", "{tmp}/same.jsonl", "--results", "{tmp}/same.jsonl"],
+         "--checkpoint {tmp}/same.jsonl and --results {tmp}/same.jsonl are the same file", "give two paths"),
+    case("checkpoint-same-file-as-results-env", T + ["--checkpoint", "{tmp}/results/runs.jsonl"],
+         "and $LSTMNB_RESULTS {tmp}/results are the same file"),
     case("checkpoint-flipped-bit", T + ["--checkpoint", "{tmp}/flipped.pt", "--resume"], "flipped.pt is damaged",
          "no longer matches the SHA-256 written with it"),
     case("profile-unknown", T + ["--profile", "nope"], "unknown profile 'nope'", "choose from"),
     case("ddp-nproc-beyond-cores", T + ["--strategy", "ddp", "--device", "cpu", "--nproc", BEYOND],
          f"world_size={BEYOND} ranks on this node", "give --nproc at most"),
     case("omp-num-threads-word", T, "OMP_NUM_THREADS='abc'", "whole number >= 1", env={"OMP_NUM_THREADS": "abc"}),
+    case("omp-num-threads-empty", T, "OMP_NUM_THREADS=''", "whole number >= 1", "unset it",
+         env={"OMP_NUM_THREADS": ""}),
+    case("omp-num-threads-blank", ["results"], "OMP_NUM_THREADS=' '", "whole number >= 1",
+         env={"OMP_NUM_THREADS": " "}),
+    case("results-env-blank", ["results"], "$LSTMNB_RESULTS is empty", "give a .jsonl file or a folder",
+         env={"LSTMNB_RESULTS": " "}),
+    case("train-results-env-blank", T, "$LSTMNB_RESULTS is empty", "give a .jsonl file or a folder",
+         env={"LSTMNB_RESULTS": " "}),
     case("omp-num-threads-zero", ["results"], "lstmnb results: error: OMP_NUM_THREADS='0'", "whole number >= 1",
          env={"OMP_NUM_THREADS": "0"}),
     case("resume-without-checkpoint", T + ["--resume"], "resume=True", "needs a checkpoint"),
@@ -206,6 +222,9 @@ CASES = [
          "(service_account) lacks client_email, private_key", "service-account JSON"),
     case("data-credentials-empty", ["data", "--credentials", ""], "credentials '' is empty", "anonymous access"),
     case("data-csv-is-folder", ["data", "--csv", "{tmp}/adir"], "--csv", "is a folder"),
+    case("data-csv-exists", ["data", "--csv", "{tmp}/plain.txt"], "--csv {tmp}/plain.txt already exists",
+         "give --overwrite to replace it"),
+    case("data-status-overwrite", ["data", "--status", "--overwrite"], "leave out --overwrite"),
     case("data-csv-read-only", ["data", "--csv", RO + "/x.csv"], "--csv", "read-only"),
     case("data-csv-empty", ["data", "--csv", ""], "--csv path is empty", "file name"),
     case("data-start-word", ["data", "--start", "yesterday-ish"], "start 'yesterday-ish'", "ISO date"),
@@ -226,6 +245,10 @@ CASES = [
          "line"),
     case("nb-profile-timeout-text", ["notebooks", "run", "--profile", "{tmp}/timeout_text.yaml"],
          "cell_timeout_s='five minutes'", "whole number of seconds >= 1"),
+    case("nb-profile-empty", ["notebooks", "run", "--profile", "{tmp}/empty.yaml"], "empty.yaml is empty (no settings)",
+         "ci, "),
+    case("nb-profile-comment-only", ["notebooks", "run", "--profile", "{tmp}/comment.yaml"],
+         "comment.yaml is empty (no settings)"),
     case("nb-profile-unknown-key", ["notebooks", "run", "--profile", "{tmp}/unknown_key.yaml"], "['kernal']",
          "allowed: label"),
     case("nb-profile-unknown-parameter", ["notebooks", "run", "--profile", "{tmp}/unknown_param.yaml"], "'epocs'",
@@ -444,6 +467,7 @@ def world(tmp_path, monkeypatch, read_only_folder, real_checkpoint):
     (tmp_path / "work").mkdir()
     (tmp_path / "adir").mkdir()
     (tmp_path / "dir.jsonl").mkdir()
+    (tmp_path / "adir.pt.sha256").mkdir()
     (tmp_path / "plain.txt").write_text("just some text\n")
     (tmp_path / "binary.bin").write_bytes(b"\xff\xfe\x00\x81" * 16)
     (tmp_path / "corrupt.pt").write_bytes(b"not a checkpoint")
@@ -457,6 +481,8 @@ def world(tmp_path, monkeypatch, read_only_folder, real_checkpoint):
                                                         "status": 5, "device": {"kind": "cpu"}}) + "\nnot json\n")
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "bad_yaml.yaml").write_text("label: [unclosed\nkernel: python3\n")
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "comment.yaml").write_text("# a profile to fill in later\n")
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
     (tmp_path / "list.json").write_text("[1, 2]")
     (tmp_path / "sa_missing.json").write_text(json.dumps({"type": "service_account", "project_id": "p"}))
@@ -552,6 +578,10 @@ DATA_CASES = [
                   "cpu", "--no-progress", "--first-batch", "100000", "--results", "{tmp}/r.jsonl"], 2,
                  ("--first-batch 100000 is more than the", "training samples; give at most"),
                  id="sweep-first-batch-beyond-the-data"),
+    pytest.param(["scratch", "bench", "--versions", "numpy", "--epochs", "1", "--repeats", "1", "--batch-size", "1000",
+                  "--results", "{tmp}/r.jsonl"], 0,
+                 ("lstmnb: warning: batch_size=1000 is more than the 88 training samples of this data",
+                  "each epoch is one step of all 88"), id="scratch-batch-size-beyond-data"),
 ]
 
 
@@ -585,3 +615,47 @@ def test_the_python_api_refuses_bad_values_in_one_line_before_reading_data(tmp_p
     with pytest.raises(ConfigError, match=message):
         train.run(era5.Request(**request_args), train.TrainConfig(**cfg_args), results=tmp_path / "r.jsonl")
     assert not (tmp_path / "cache").exists() and not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.fixture(scope="module")
+def flawed_stores(small_store, tmp_path_factory):
+    """Local stores made from the small store, each with a flaw `train` refuses (issue 49)."""
+    import numpy as np
+    import xarray as xr
+
+    ds, root = xr.open_zarr(small_store, chunks=None).load(), tmp_path_factory.mktemp("flawed")
+    nan, all_nan = ds.copy(deep=True), ds.copy(deep=True)
+    nan["2m_temperature"][100:103] = np.nan
+    all_nan["2m_temperature"][:] = np.nan
+    flawed = {"gap-48h": ds.isel(time=np.r_[0:72, 120:240]), "six-hourly": ds.isel(time=slice(0, None, 6)),
+              "nan-hours": nan, "all-nan": all_nan, "repeated-hour": ds.isel(time=np.r_[0:100, 99:240])}
+    for name, store in flawed.items():
+        for v in store.variables.values():
+            v.encoding = {}
+        store.to_zarr(root / f"{name}.zarr", zarr_format=2, consolidated=True)
+    return root
+
+
+@pytest.mark.parametrize("flaw, fragment", [
+    ("gap-48h", "not hourly: 2020-01-03 23:00:00 is followed by 2020-01-06 00:00:00"),
+    ("six-hourly", "not hourly: 2020-01-01 00:00:00 is followed by 2020-01-01 06:00:00"),
+    ("nan-hours", "the series has 3 missing (NaN) hours, first at 2020-01-05 04:00:00"),
+    ("all-nan", "the series has 240 missing (NaN) hours"),
+    ("repeated-hour", "not hourly: 2020-01-05 03:00:00 is followed by 2020-01-05 03:00:00"),
+])
+def test_data_refuses_a_store_train_refuses_with_trains_line(flawed_stores, tmp_path, monkeypatch, capsys, flaw,
+                                                            fragment):
+    """`lstmnb data` printed the hour count and "cached" for each of these; `train` refused each in one line."""
+    monkeypatch.setenv("LSTMNB_CACHE", str(tmp_path / "cache"))
+    request = ["--source", str(flawed_stores / f"{flaw}.zarr"), "--point", "40,280", "--start", "2020-01-01",
+               "--end", "2020-01-10", "--no-progress"]
+    lines = {}
+    for argv in (["data", *request, "--csv", str(tmp_path / "t.csv")],
+                 ["train", *request, "--epochs", "1", "--hidden", "8", "--no-record", "--device", "cpu"]):
+        code = cli.main(argv)
+        out, err = capsys.readouterr()
+        lines[argv[0]] = err.strip().splitlines()[-1]
+        assert code == 2 and "Traceback" not in err and "cached" not in out, (argv[0], code, out, err)
+        assert fragment in lines[argv[0]], (argv[0], err)
+    assert lines["train"].split("error: ")[1] in lines["data"]  # the one check, word for word
+    assert not (tmp_path / "t.csv").exists()

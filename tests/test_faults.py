@@ -103,7 +103,8 @@ if fault == "training":  # in the middle of epoch 2, after epoch 1's checkpoint
                 die()
         return step(self, xb, yb)
     trainer.Trainer.step = counting_step
-elif fault == "checkpoint-write":  # epoch 2's checkpoint half written to its temporary
+elif fault.startswith("checkpoint-write"):  # this process's 2nd (or, "-first", 1st) checkpoint half written
+    at = 1 if fault.endswith("-first") else 2
     from contextlib import contextmanager
     real, calls = checkpoints.atomic_path, {"n": 0}
     @contextmanager
@@ -111,7 +112,7 @@ elif fault == "checkpoint-write":  # epoch 2's checkpoint half written to its te
         calls["n"] += not str(path).endswith(".sha256")  # the checkpoint's writes, not its checksum's
         with real(path, **kw) as tmp:
             yield tmp
-            if calls["n"] == 2:  # killed before the rename, with half the bytes on disk
+            if calls["n"] == at:  # killed before the rename, with half the bytes on disk
                 with open(tmp, "r+b") as fh:
                     fh.truncate(os.path.getsize(tmp) // 2)
                 die()
@@ -166,6 +167,23 @@ def test_killed_run_resumed_leaves_one_record_equal_to_an_uninterrupted_run(faul
     assert not list(tmp_path.glob(".*.tmp*"))  # no temporary left behind
 
 
+@pytest.mark.slow
+def test_two_saves_killed_in_a_row_leave_a_checkpoint_that_still_resumes(uninterrupted, tmp_path):
+    """Issue 49: the checksum file kept its first line as the old digest, which after one killed save named bytes
+    that never reached the path; a second killed save then left the intact checkpoint unlisted (exit 2 forever)."""
+    ckpt, results = str(tmp_path / "c.pt"), tmp_path / "runs.jsonl"
+    for fault in ("checkpoint-write", "checkpoint-write-first"):  # epoch 2's save killed, then again on --resume
+        proc = subprocess.run([sys.executable, "-c", CHILD, fault, ckpt, str(results)], capture_output=True,
+                              text=True, timeout=300, env=os.environ, check=False)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+        assert read_checkpoint(ckpt)["epoch"] == 1  # the intact checkpoint still checks
+        assert len(list(tmp_path.glob(".c.pt.*.tmp"))) == 1  # the last killed save's temporary lies beside it
+    resumed = run(era5.Request(**REQUEST), _config(ckpt), results=results)
+    records = read_records(results)
+    assert len(records) == 1 and records[0]["run_id"] == resumed.record["run_id"]
+    _same_results(records[0], uninterrupted)
+
+
 # --- checkpoints carry a checksum of their content (issue 23) ---------------------------------------------
 
 def _flip(path, offset):
@@ -211,6 +229,25 @@ def test_a_checkpoint_from_before_checksums_is_read_with_a_warning(tmp_path):
         resumed = train(w, cfg(epochs=2, checkpoint=str(ckpt), resume=True))
     assert [e["epoch"] for e in resumed.record["epochs"]] == [1, 2]
     assert checksum_path(ckpt).exists()  # rewritten with one
+
+
+def test_a_flipped_bit_in_a_checkpoint_without_its_checksum_is_refused_by_the_zips_crc32(tmp_path):
+    """Issue 49: with no .sha256 beside it, a flipped optimiser byte was resumed from with a warning, and the next
+    save wrote a checksum that vouched for it; torch.save's zip CRC32s catch it."""
+    import hashlib
+
+    from lstmnb.errors import CheckpointError
+
+    w, ckpt = _windows(), tmp_path / "c.pt"
+    train(w, cfg(epochs=1, checkpoint=str(ckpt)))
+    state, data = read_checkpoint(str(ckpt)), ckpt.read_bytes()
+    checksum_path(ckpt).unlink()
+    moment = next(v for v in state["optimizer"]["state"].values())["exp_avg"].numpy().tobytes()
+    _flip(ckpt, data.find(moment) + 1)
+    damaged = hashlib.sha256(ckpt.read_bytes()).hexdigest()
+    with pytest.raises(CheckpointError, match=r"c.pt is damaged: a CRC32 inside it no longer matches .* no c.pt.sha2"):
+        train(w, cfg(epochs=2, checkpoint=str(ckpt), resume=True))
+    assert hashlib.sha256(ckpt.read_bytes()).hexdigest() == damaged and not checksum_path(ckpt).exists()
 
 
 def test_the_command_notes_an_unverified_checkpoint_once(tmp_path):

@@ -97,6 +97,22 @@ def test_dataparallel_replicas_draw_their_own_dropout_masks():
     assert torch.equal(own[0], same[0]) and not torch.equal(*own)
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs (DataParallel's replicas)")
+def test_dataparallel_replicas_run_in_bf16_in_their_threads():
+    """Issue 48: torch's worker threads re-enter autocast at CUDA's default float16; each replica enters the
+    run's bf16 itself (tests/test_gpu_paths_on_cpu.py shows the threads on a CPU)."""
+    from lstmnb.models import Forecaster, ModelConfig
+    from lstmnb.training.parallel.dataparallel import ReplicaDataParallel
+
+    if not cuda_env.bf16_native(torch.cuda.get_device_capability()):
+        pytest.skip("no native bfloat16 on this GPU")
+    core, seen = Forecaster(ModelConfig(n_features=1, hidden=8)).cuda(), []
+    core.head.register_forward_hook(lambda m, i, out: seen.append(out.dtype))  # the replicas share it
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        ReplicaDataParallel(core, [0, 1], torch.bfloat16)(torch.randn(8, 6, 1, device="cuda"))
+    assert seen == [torch.bfloat16, torch.bfloat16]
+
+
 def test_a_cpu_checkpoint_resumes_into_a_captured_graph(windows, tmp_path):
     """The saved optimizer is fused (CPU); the graph run's must stay capturable or the capture refuses."""
     ckpt = str(tmp_path / "cpu.pt")

@@ -16,6 +16,19 @@ from lstmnb.windows import make_windows
 GLIBC = _glibc() is not None
 
 
+def test_a_system_heap_run_after_a_kept_one_says_the_heap_stayed_kept():
+    """heap=system cannot put back what an earlier run of the process kept (glibc has no getter and no undo): the
+    record must not claim glibc's thresholds then, and it says to use a fresh process (as the ladder does)."""
+    code = ("import json; from lstmnb.memory import heap_for_run as h; a = h(False); h(True); "
+            "print(json.dumps([a, h(False)]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    fresh, after = json.loads(out.strip().splitlines()[-1])
+    assert fresh["policy"] == "system"
+    if GLIBC:
+        assert "glibc's default" in fresh["reason"]
+        assert after["policy"] == "kept" and "fresh process" in after["reason"]
+
+
 def test_cpu_run_records_how_its_heap_was_kept():
     t = pd.date_range("2020-03-01", periods=24 * 20, freq="h")
     v = 285 + 4 * np.sin(2 * np.pi * t.hour.to_numpy() / 24)[:, None] + np.zeros((1, 2))
@@ -28,16 +41,14 @@ def test_cpu_run_records_how_its_heap_was_kept():
 
 
 # one epoch of the published setting's model (two LSTM layers, batch 128) on the study's real ERA5, in a fresh
-# process: the heap setting is process-wide and cannot be undone; "glibc" skips it, as lstmnb did before. The
+# process: the heap setting is process-wide and cannot be undone; "glibc" is heap=system, as the study ran. The
 # fast input path, so that the allocations come in one order: with the DataLoader's two workers, glibc's own
 # thresholds faulted 243,000 to 760,000 pages in, as the batches' arrival interleaved with the steps
 _CHILD = """
 import json, resource, sys
-from lstmnb.training import preset_config, prepare_windows, train, trainer
-if sys.argv[1] == "glibc":
-    trainer.keep_freed_heap = lambda: None
+from lstmnb.training import preset_config, prepare_windows, train
 cfg = preset_config("published", epochs=1, device="cpu", threads=1, progress=False, input_path="fast",
-                    num_workers=0)
+                    num_workers=0, heap="kept" if sys.argv[1] == "kept" else "system")
 w, _ = prepare_windows(None, cfg, progress=False)
 f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 rec = train(w, cfg).record

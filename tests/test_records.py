@@ -100,6 +100,18 @@ def test_broken_line_skipped_with_warning_good_records_kept(tmp_path):
     assert [r["experiment"] for r in recs] == ["a", "b"]
 
 
+def test_a_byte_order_mark_at_the_head_of_a_results_file_keeps_its_first_record(tmp_path):
+    """Issue 49: a file saved by an editor that writes a UTF-8 BOM lost its first record to json's own message."""
+    import warnings
+
+    path = tmp_path / "runs.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + (json.dumps(rec(experiment="a")) + "\n").encode())
+    append_record(rec(experiment="b"), path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [r["experiment"] for r in read_records(path)] == ["a", "b"]
+
+
 def test_load_records_merges_folders(tmp_path):
     append_record(rec(device={"kind": "cpu"}), tmp_path / "m1" / "runs.jsonl")
     append_record(rec(device={"kind": "cuda"}), tmp_path / "m2" / "runs.jsonl")

@@ -237,6 +237,27 @@ def test_cli_scratch_bench(tmp_path, capsys):
     assert "fortran" in capsys.readouterr().err
 
 
+def test_cli_scratch_bench_refuses_when_no_version_asked_for_can_run(tmp_path, capsys):
+    """Issue 49: `--versions numba-cuda` without a GPU exited 0 with a table whose only row was the driver's
+    message; now one line, exit 2, nothing recorded. A CPU version beside it runs, the GPU one a skipped row."""
+    from lstmnb.cli import main
+    from lstmnb.scratch.bench import skip_reason
+
+    if skip_reason("numba-cuda") is None or skip_reason("torch-cuda") is None:
+        pytest.skip("a CUDA GPU is visible: the GPU versions run here")
+    path = tmp_path / "r.jsonl"
+    for versions, said in (("numba-cuda", "--versions numba-cuda: it cannot run here (numba-cuda: "),
+                           ("numba-cuda,torch-cuda", "none of them can run here (numba-cuda: ")):
+        assert main(["scratch", "bench", "--versions", versions, "--epochs", "1", "--repeats", "1",
+                     "--results", str(path)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and said in err and "ask for a CPU version" in err, err
+    assert not path.exists()
+    assert main(["scratch", "bench", "--versions", "numpy,numba-cuda", "--epochs", "1", "--repeats", "1",
+                 "--results", str(path)]) == 0
+    assert [r["status"] for r in read_records(path)] == ["ok", "skipped"]
+
+
 @pytest.mark.slow
 def test_era5_point_series_trains_through_the_core_pipeline():
     pytest.importorskip("lstmnb.data")
@@ -285,17 +306,19 @@ def test_torch_cuda_runs_ieee_float32_and_its_record_says_so(tmp_path):
     X, y = toy()
     cfg = ScratchConfig(hidden=SHAPE.hidden, epochs=2, batch_size=8, dtype="float32")
     ref = fit("numpy", SHAPE, X, y, cfg)
-    before = torch.backends.cudnn.allow_tf32
+    from lstmnb.cuda_env import precision_flags, rnn_tf32
+
+    before = precision_flags()
     got = fit("torch-cuda", SHAPE, X, y, cfg)
-    assert torch.backends.cudnn.allow_tf32 == before  # restored after the run
-    assert got.backends["math"] == "float32" and got.backends["tf32"]["cudnn_allow_tf32"] is False
+    assert precision_flags() == before  # restored after the run
+    assert got.backends["math"] == "float32" and rnn_tf32(got.backends["tf32"]) is False
     assert got.backends["lstm_math"] == "float32" and "cudnn" in got.backends
     np.testing.assert_allclose(got.step_losses, ref.step_losses, rtol=1e-4)
     path = tmp_path / "runs.jsonl"
     versions_table(["numpy", "torch-cuda"], ScratchConfig(epochs=1, dtype="float32"), repeats=1, record_path=path)
     rec = {r["version"]: r for r in read_records(path)}["torch-cuda"]
     assert rec["status"] == "ok" and rec["backends"]["math"] == "float32"
-    assert rec["backends"]["tf32"]["cudnn_allow_tf32"] is False
+    assert rnn_tf32(rec["backends"]["tf32"]) is False
 
 
 @pytest.mark.parametrize("speedup, said", [(2.5, "**2.50x** faster"), (0.8, "**1.25x** slower")])

@@ -103,6 +103,18 @@ def test_gemm_rate_counts_two_size_cubed_flops_per_gemm():
     assert gemm_rate(2048, 30, 30 * 1e-4) == pytest.approx(2 * 2048**3 / 1e-4)
 
 
+def test_the_reference_is_timed_after_gemms_for_a_measured_time(monkeypatch):
+    """An idle GPU raises its clocks over tens of milliseconds, so timing the reference after two GEMMs read it
+    low and MFU high: the GEMMs before the timed one must span ~100 ms (``speed.WARMUP_S``) on the synchronised
+    clock. Shown on the CPU device, whose clock read is the same call."""
+    import time
+
+    stamps, mm = [], torch.mm
+    monkeypatch.setattr(torch, "mm", lambda *a, **k: (stamps.append(time.perf_counter()), mm(*a, **k))[1])
+    matmul_rate("cpu", size=8, repeats=1)
+    assert 0.1 <= stamps[-1] - stamps[0] < 1.0  # and then it stops
+
+
 def test_matmul_rate_refuses_an_empty_sample():
     from lstmnb.errors import ConfigError
 

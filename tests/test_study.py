@@ -77,10 +77,12 @@ def test_the_published_preset_is_the_studys_setting():
     assert (cfg.residual, cfg.calendar, cfg.cycles, cfg.point_weights, cfg.blend) == (False, False, False, "none", "off")
     assert not cfg.has_validation and cfg.split_dates == ("2021-01-01", "2021-01-01")
     source = cfg.as_record()["preset_source"]
-    assert "Parallel_LSTM_Model_run_CARC.ipynb" in source["source"] and len(source["differences"]) == 7
+    assert "Parallel_LSTM_Model_run_CARC.ipynb" in source["source"] and len(source["differences"]) == 6
     # the study's DataLoader(batch_size=128, shuffle=True, num_workers=2) kept torch's defaults: pageable host
     # memory and workers started afresh every epoch
     assert (cfg.pin_memory, cfg.persistent_workers) == (False, False)
+    # and its code's costs (rung 0 of the ladder): a tensor per sample, glibc's heap, the loss read every step
+    assert (cfg.sample_tensors, cfg.heap, cfg.loss_every, cfg.cuda_graph) == ("per_sample", "system", 1, False)
     with pytest.raises(ConfigError, match="leaves no validation part, which patience=5 need"):
         preset_config("published", patience=5).validate()
 

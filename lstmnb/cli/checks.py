@@ -93,11 +93,16 @@ def check_plot(path: str | None, option: str = "--plot") -> None:
 
 
 def check_records_args(args) -> None:
-    """Named results files or folders exist; the experiment filter is not empty."""
+    """Named results files or folders exist ($LSTMNB_RESULTS, when they are not named, is not blank); the
+    experiment filter is not empty."""
+    import os
     from pathlib import Path
 
     from ..errors import ConfigError, DataError
+    from ..paths import RESULTS_ENV
 
+    if not args.paths and (os.environ.get(RESULTS_ENV) or "-").strip() == "":  # as train says it (check_results)
+        raise ConfigError(f"${RESULTS_ENV} is empty; give a .jsonl file or a folder, or unset it for ./results")
     for p in args.paths or ():
         if not str(p).strip() or not Path(p).expanduser().exists():
             raise DataError(f"results path {p!r} does not exist; give results files (.jsonl) or folders")
@@ -116,13 +121,13 @@ def check_profile_name(name: str | None) -> None:
 
 def check_omp_num_threads(environ) -> None:
     """``OMP_NUM_THREADS``, when set, is what OpenMP accepts: whole numbers >= 1 (a list like 4,2 for nested
-    levels). Checked before torch loads, so libgomp's own message does not come first."""
+    levels; not empty). Checked before torch loads, so libgomp's own message does not come first."""
     import re
 
     from ..errors import ConfigError
 
     value = environ.get("OMP_NUM_THREADS")
-    if value is None or not value.strip():
+    if value is None:  # set but empty is no number either: libgomp warns about it before torch's first line
         return
     if not re.fullmatch(r"\s*[1-9]\d*(\s*,\s*[1-9]\d*)*\s*", value):
         raise ConfigError(f"OMP_NUM_THREADS={value!r} must be a whole number >= 1 (or a list like 4,2); unset it "

@@ -6,6 +6,7 @@ import argparse
 
 from .options import add_request_args, request_from_args
 
+
 def add_data(sub, full: bool) -> None:
     p = sub.add_parser(
         "data", help="extract ERA5 point or box series into the local cache (progress bar, resumable)",
@@ -33,7 +34,9 @@ def add_data(sub, full: bool) -> None:
                    help="hours per cache block (default 168, a week)")
     g.add_argument("--credentials", default=None, metavar="FILE|google_default",
                    help="Google credentials for a private copy of the store (default: anonymous)")
-    g.add_argument("--csv", default=None, metavar="FILE", help="also write the tidy table to this CSV file")
+    g.add_argument("--csv", default=None, metavar="FILE", help="also write the tidy table to this CSV file (a new "
+                                                                   "file unless --overwrite)")
+    g.add_argument("--overwrite", action="store_true", help="let --csv replace an existing file")
     g.add_argument("--status", action="store_true", help="show what the cache holds and exit")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.set_defaults(func=_run_data, check=_check_data)
@@ -53,7 +56,11 @@ def _check_data(args) -> None:
     request_from_args(args)
     check_sizes(args.block_hours, args.concurrency)
     if args.csv is not None:
-        check_writable(args.csv, "file", "--csv")
+        csv = check_writable(args.csv, "file", "--csv")
+        if csv.exists() and not args.overwrite:
+            from ..errors import OutputError
+
+            raise OutputError(f"--csv {args.csv} already exists; give --overwrite to replace it, or another path")
     check_cache()
 
 
@@ -62,7 +69,8 @@ def _check_data(args) -> None:
 _REQUEST_OPTIONS = (("--source", "source", None), ("--variable", "variables", None), ("--point", "points", None),
                     ("--box", "box", None), ("--start", "start", None), ("--end", "end", None),
                     ("--refresh", "refresh", False), ("--concurrency", "concurrency", None),
-                    ("--block-hours", "block_hours", None), ("--credentials", "credentials", None), ("--csv", "csv", None))
+                    ("--block-hours", "block_hours", None), ("--credentials", "credentials", None), ("--csv", "csv", None),
+                    ("--overwrite", "overwrite", False))
 
 
 def _check_status_alone(args) -> None:
@@ -73,6 +81,21 @@ def _check_status_alone(args) -> None:
     if given:
         raise ConfigError(f"--status lists the whole cache and takes no request or extraction options; leave out "
                           f"{', '.join(given)} (or drop --status to extract)")
+
+
+def _check_trainable(ds, cache) -> None:
+    """The series as ``train`` would take it, judged by the check ``train`` uses (``windows.series_array``:
+    hourly steps, no repeated or missing hour, no NaN): a store ``train`` refuses is refused here too."""
+    import numpy as np
+
+    from ..errors import DataError
+    from ..windows import series_array
+
+    values = [ds[v].transpose("time", ...).values.reshape(ds.sizes["time"], -1) for v in ds.data_vars]
+    try:
+        series_array(np.stack(values, axis=-1), ds["time"].values)
+    except DataError as exc:
+        raise DataError(f"{exc} (`lstmnb train` refuses it too; the hours read stay in the cache {cache})") from None
 
 
 def _run_data(args) -> int:
@@ -98,8 +121,10 @@ def _run_data(args) -> int:
     options = {"token": args.credentials} if args.credentials else None
     ds = data.extract(request, progress=args.progress, refresh=args.refresh, storage_options=options,
                       concurrency=args.concurrency, block_hours=args.block_hours)
-    print(data.summary(ds))
     from ..data.cache import extracts_root
+
+    _check_trainable(ds, extracts_root())
+    print(data.summary(ds))
 
     print(f"cached     {extracts_root()}")
     if args.csv:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from .checks import check_plot, check_profile_name, check_records_args, check_split_dates, check_windows_fit
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
-                      add_train_args, check_results_args, int_list, read_runs, request_from_args, results_path, save_plot,
-                      train_config_from_args)
+                      add_train_args, check_results_args, int_list, read_runs, request_from_args, results_option,
+                      results_path, save_plot, train_config_from_args)
 from .notebooks_cmd import print_series
 
 
@@ -82,6 +82,14 @@ def check_training(cfg, request, args) -> None:
         from ..training.parallel import check_world_size, ddp_device_kind
 
         check_world_size(ddp_device_kind(cfg.device), cfg.nproc)
+    if cfg.checkpoint and results_path(args) is not None:
+        from ..errors import ConfigError
+        from ..records import runs_path
+
+        if runs_path(Path(results_path(args)).expanduser()).resolve() == Path(cfg.checkpoint).resolve():
+            raise ConfigError(f"--checkpoint {cfg.checkpoint} and {results_option(args)} {results_path(args)} are the "
+                              "same file: each epoch's checkpoint would replace the records and the record land in "
+                              "the checkpoint; give two paths")
     if cfg.checkpoint:
         check_writable(cfg.checkpoint, "file", "--checkpoint")
         from ..training.checkpoints import load_checkpoint, refuse_replacing

@@ -79,7 +79,7 @@ def _check_scratch_bench(args) -> None:
         raise ConfigError(f"--hours {args.hours} is for --data era5 (hours of the ERA5 point series); --data "
                           f"{args.data} is a fixed series: leave --hours out")
     _config(args).validate()
-    _versions(args)
+    _only_unavailable(_versions(args), _config(args))
     positive("--repeats", args.repeats)
     check_plot(args.plot)
     check_results_args(args)
@@ -87,6 +87,21 @@ def _check_scratch_bench(args) -> None:
         from ..paths import check_cache
 
         check_cache()
+
+
+def _only_unavailable(versions: list[str], config) -> None:
+    """Every version asked for is a GPU one that cannot run here: a table of skipped rows would be all the run
+    gives (exit 0), so it is refused. A CPU version among them runs, and the others are skipped rows beside it."""
+    if not all("cuda" in v for v in versions):
+        return
+    from ..errors import DeviceError
+    from ..scratch.bench import skip_reason
+
+    reasons = {v: skip_reason(v, config) for v in versions}
+    if all(reasons.values()):
+        v, which = versions[0], "none of them can" if len(versions) > 1 else "it cannot"
+        raise DeviceError(f"--versions {','.join(versions)}: {which} run here ({v}: {reasons[v]}); ask for a CPU "
+                          "version (loops, numpy, numba-cpu, torch) or run on a machine with a CUDA GPU")
 
 
 def _run_scratch_bench(args) -> int:

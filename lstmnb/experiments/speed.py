@@ -14,7 +14,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ..device import clock, indexed, resolve_device, synchronize
+from ..cuda_env import fp32_math
+from ..device import clock, indexed, resolve_device
 from ..errors import ConfigError
 from ..profiles import load_profile
 from ..records import Recorder
@@ -69,6 +70,7 @@ def contender_settings(name: str, profile: str = "cpu") -> dict[str, Any]:
 
 
 GEMMS_PER_SAMPLE = 30  # a GPU sample: back-to-back GEMMs between two CUDA events, one synchronisation
+WARMUP_S = 0.1  # GEMMs before the reference is timed, measured on the synchronised clock
 
 
 def gemm_rate(size: int, gemms: int, seconds: float) -> float:
@@ -88,6 +90,15 @@ def _gpu_sample_s(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, gemms: in
     return start.elapsed_time(end) / 1e3 / gemms  # elapsed_time is in milliseconds
 
 
+def warm_up(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, dev: torch.device, seconds: float = WARMUP_S) -> None:
+    """GEMMs, a few queued between synchronised clock reads, until ``seconds`` have passed: an idle GPU raises
+    its clocks over tens of milliseconds, and timed after two GEMMs the reference read low and MFU high."""
+    t0 = clock(dev)
+    while clock(dev) - t0 < seconds:
+        for _ in range(8 if dev.type == "cuda" else 1):
+            torch.mm(a, b, out=out)
+
+
 def matmul_rate_on(threads: int, device: str | torch.device = "cpu", **kwargs: Any) -> float:
     """``matmul_rate`` on ``threads`` intra-op threads (a run's own, from its record), put back afterwards."""
     before = torch.get_num_threads()
@@ -102,8 +113,8 @@ def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: i
                 dtype: torch.dtype = torch.float32, precision: str = "float32",
                 gemms: int = GEMMS_PER_SAMPLE) -> float:
     """Measured dense GEMM rate in FLOP/s (median of ``repeats`` samples) on the threads torch uses now.
-    ``precision='tf32'`` measures float32 GEMMs on TF32 tensor cores (``torch.set_float32_matmul_precision
-    ('high')`` for the measurement only), the math cuDNN's LSTM uses on Ampere and newer by default.
+    ``precision='tf32'`` measures float32 GEMMs on TF32 tensor cores (``cuda_env.fp32_math`` for the
+    measurement only), the math cuDNN's LSTM uses on Ampere and newer by default. ``warm_up`` runs first.
 
     On a GPU each sample is ``gemms`` GEMMs queued back to back and timed with CUDA events: a GEMM timed
     alone between two full synchronisations also pays a launch and a device sync (10-20 us against a
@@ -113,26 +124,20 @@ def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: i
     dev = torch.device(device) if not isinstance(device, torch.device) else device
     if gemms < 1 or repeats < 1:
         raise ConfigError(f"gemms={gemms} and repeats={repeats} must be >= 1")
-    before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high" if precision == "tf32" else "highest")
-    try:
+    with fp32_math("matmul", precision == "tf32"):
         a = torch.randn(size, size, device=dev, dtype=dtype)
         b = torch.randn(size, size, device=dev, dtype=dtype)
         out = torch.empty(size, size, device=dev, dtype=dtype)
-        for _ in range(2):
-            torch.mm(a, b, out=out)
+        warm_up(a, b, out, dev)
         times = []
         if dev.type == "cuda":
             with torch.cuda.device(indexed(dev)):
-                synchronize(dev)
                 times = [_gpu_sample_s(a, b, out, gemms) for _ in range(repeats)]
         else:
             for _ in range(repeats):
                 t0 = clock(dev)
                 torch.mm(a, b, out=out)
                 times.append(clock(dev) - t0)
-    finally:
-        torch.set_float32_matmul_precision(before)
     return gemm_rate(size, 1, statistics.median(times))
 
 

@@ -63,7 +63,9 @@ def load_profile(name: str) -> Profile:
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or type(exc).__name__
         raise NotebookError(f"profile {name} is not valid YAML ({problem}{where})") from None
-    data = {} if data is None else data
+    if data is None or data == {}:  # an empty file, or comments only: running the defaults would be a silent guess
+        raise NotebookError(f"profile {name} is empty (no settings); give at least its label and parameters, or one "
+                            f"of {', '.join(profile_names())}")
     if not isinstance(data, dict):
         raise NotebookError(f"profile {name} must be a YAML mapping of {', '.join(RUNNER_KEYS)}; "
                             f"it is a {type(data).__name__}")

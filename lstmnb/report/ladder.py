@@ -55,6 +55,7 @@ def ladder_rows(df: pd.DataFrame | None, source: str) -> pd.DataFrame:
     keys = ["source", "machine", "epochs", "device", "rung", "name"]
     rows = (ok.groupby(keys).agg(seconds=("seconds", "median"), runs=("seconds", "size"), rmse=("rmse", "median"),
                                  gpu=("gpu", "first")).reset_index().assign(status="ok"))
+    rows["runs"] = rows["runs"].astype(int)
     not_ok = t[~t.index.isin(ok.index)].drop_duplicates(keys)
     not_ok = not_ok[~not_ok.set_index(keys).index.isin(rows.set_index(keys).index)]
     out = pd.concat([rows, not_ok[keys + ["status", "reason", "gpu"]]], ignore_index=True)
@@ -145,11 +146,15 @@ def gpu_sentence(m: pd.DataFrame) -> str | None:
 def cpu_sentence(m: pd.DataFrame) -> str | None:
     """The CPU ladder alone: lstmnb's fastest step against the study's code on the same CPU."""
     c0, best = _seconds(m, "cpu", 0), _fastest(m, "cpu")
-    if c0 is None or best is None or best[0] == 0:
+    if c0 is None or best is None:
         return None
+    e = int(m.epochs.iloc[0])
+    if best[0] == 0:
+        return (f"On {_where(m)}, the study's code (rung 0) was the fastest rung of the study's workload measured "
+                f"({_fmt(c0)} s for {e} epoch{'s' if e != 1 else ''}): no later rung gained here.")
     return (f"On {_where(m)}, lstmnb's fastest step (rung {best[0]}, {_name(m, best[0])}) trains the study's "
-            f"workload ({int(m.epochs.iloc[0])} epochs) {c0 / best[1]:.2g}x as fast as the study's code on the same "
-            f"CPU: {_fmt(best[1])} s against {_fmt(c0)} s.")
+            f"workload ({e} epochs) {c0 / best[1]:.2g}x as fast as the study's code on the same CPU: "
+            f"{_fmt(best[1])} s against {_fmt(c0)} s.")
 
 
 def limits_sentence(m: pd.DataFrame, there: bool = True) -> str | None:
@@ -160,18 +165,21 @@ def limits_sentence(m: pd.DataFrame, there: bool = True) -> str | None:
         low = m[(m.device == device) & (m.rung < 4) & m.seconds.notna()]
         fast = _seconds(m, device, 4)
         if len(low) and fast:
+            k = int(low.rung.min())
             slow = float(low.loc[low.rung.idxmin()].seconds)
             parts.append(f"feeding the data (the DataLoader and per-sample tensors) is {1 - fast / slow:.0%} of "
-                         f"{where} time at rung {int(low.rung.min())}")
+                         f"{where} time at rung {k}" if fast < slow else
+                         f"in-memory batches were no faster than {where} rung {k} ({_fmt(fast)} s against "
+                         f"{_fmt(slow)} s)")
     eager, graph = _seconds(m, "cuda", 4), _seconds(m, "cuda", 5)
-    if eager and graph:
+    if eager and graph and graph < eager:
         parts.append(f"launching kernels one by one is {1 - graph / eager:.0%} of the GPU's in-memory eager time "
                      f"(the CUDA graph leaves {_fmt(graph)} s of the device's own work)")
     if not parts:
         return None
     end = (": for a model this small, 'which GPU is fastest' is first a question of how fast the host feeds it "
            "and launches its kernels, and the GPU's own speed shows only once both are gone (the CUDA-graph rung)"
-           if eager and graph else "")
+           if eager and graph and graph < eager else "")
     return ("There, " if there else f"On {_where(m)}, ") + "; ".join(parts) + end + "."
 
 
@@ -210,10 +218,12 @@ def first_screen(df: pd.DataFrame | None, reference: pd.DataFrame | None = None,
     every = mine + theirs
     both = [m for m in every if {"cpu", "cuda"} <= set(m[m.seconds.notna()].device)]
     if both and (both[0].source.iloc[0] == "measured here" or not mine):  # a GPU and its own CPU: the answer
-        first, limits = gpu_sentence(both[0]), limits_sentence(both[0])
+        first = gpu_sentence(both[0])
+        limits = limits_sentence(both[0], there=first is not None)
     else:  # this machine's CPU ladder first; the reference's GPU, labelled, for what limits it
         first = cpu_sentence(mine[0]) if mine else None
-        limits = limits_sentence(both[0], there=False) if both else (limits_sentence(mine[0]) if mine else None)
+        limits = (limits_sentence(both[0], there=False) if both else
+                  limits_sentence(mine[0], there=first is not None) if mine else None)
     sentences = [s for s in (first, limits, study_sentence(published, mine)) if s]
     if not every:
         return Screen("No ladder records yet: run 03 (or `lstmnb bench ladder --device cpu`) for this machine's CPU "
@@ -296,25 +306,35 @@ def replication(df: pd.DataFrame | None, published: dict | None = None, reruns: 
         mine = float(np.median(ours)) if ours else None
         again = (reruns.get("train_loss") or {}).get(e, [])
         study = printed.get(e)
-        lo, hi = (min(again), max(again)) if again else (study, study)
+        lo, hi = min([study, *again]), max([study, *again])
+        spread = (f"; the study's notebook re-run here: {lo / study - 1:+.0%} to {hi / study - 1:+.0%}"
+                  if again else "; the study's run-to-run spread not measured")
         if mine is None:
             verdict = "no rung-0 run here"
-        elif min(lo, study) * 0.9 <= mine <= max(hi, study) * 1.1:
-            verdict = f"reproduced ({mine / study - 1:+.0%} of the printed loss; its own re-runs {lo / study - 1:+.0%}"
-            verdict += f" to {hi / study - 1:+.0%})" if again else ")"
+        elif lo * 0.9 <= mine <= hi * 1.1:
+            verdict = f"reproduced: {mine / study - 1:+.0%} of the printed loss{spread}"
         else:
-            verdict = f"differs: {mine / study - 1:+.0%} of the printed loss, outside its re-runs' spread"
+            verdict = f"differs: {mine / study - 1:+.0%} of the printed loss, beyond 10% outside{spread[1:]}"
         rows.append({"epoch": e, "the study printed": study, "its notebook re-run": ", ".join(f"{v:.4f}" for v in again)
                      or "—", "lstmnb rung 0": mine, "verdict": verdict})
     table = pd.DataFrame(rows)
-    cpu = _seconds(ladder_rows(d, "measured here"), "cpu", 0) if not d.empty else None
-    timed = [f"rung 0 on this CPU: {_fmt(cpu)} s for" if cpu else "rung 0 on this CPU: not measured here for"]
-    parts = [f"{timed[0]} 5 epochs, beside the study's CPU column {_fmt(bench['epochs'][5]['CPU'])} s"]
-    gpus = [g for g in bench["devices"] if g != "CPU"]
-    g0 = _seconds(ladder_rows(d, "measured here"), "cuda", 0) if not d.empty else None
-    parts.append(f"its GPU columns ({', '.join(gpus)}): " + (f"this machine's GPU at rung 0, {_fmt(g0)} s" if g0
-                                                               else "not measured here (no GPU rung 0 recorded)"))
-    return Replication("; ".join(parts) + ".", table)
+    rows = ladder_rows(d, "measured here")
+    parts = []
+    for device, column in (("cpu", "its CPU column"), ("cuda", "its GPU columns (" + ", ".join(
+            g for g in bench["devices"] if g != "CPU") + ")")):
+        hit = rows[(rows.device == device) & (rows.rung == 0) & rows.seconds.notna()] if not rows.empty else rows
+        hit = hit[hit.epochs.isin(list(bench["epochs"]))] if len(hit) else hit
+        if not len(hit):
+            parts.append(f"{column}: rung 0 on this machine's {'CPU' if device == 'cpu' else 'GPU'} not measured "
+                         f"here at {', '.join(map(str, bench['epochs']))} epochs")
+            continue
+        e, sec = int(hit.epochs.max()), float(hit[hit.epochs == hit.epochs.max()].seconds.iloc[0])
+        study = bench["epochs"][e]
+        theirs = f"{_fmt(study['CPU'])} s" if device == "cpu" else ", ".join(
+            f"{g} {_fmt(v)} s" for g, v in study.items() if g != "CPU")
+        parts.append(f"{column} at {e} epochs: {theirs}; rung 0 on this machine's "
+                     f"{'CPU' if device == 'cpu' else 'GPU'}: {_fmt(sec)} s")
+    return Replication(". ".join(p[0].upper() + p[1:] for p in parts) + ".", table)
 
 
 def study_reruns() -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -91,6 +92,10 @@ def versions_table(
         raise ConfigError(f"repeats={repeats!r} must be at least 1")
     data = data or load_data(config.data, config.window, config.hours)
     shape = LSTMShape(n_features=data.X["train"].shape[2], hidden=config.hidden, n_outputs=data.y["train"].shape[1])
+    n_train = len(data.X["train"])
+    if config.batch_size > n_train:  # as `train` says it: it works, but the number is not what it says
+        warnings.warn(f"batch_size={config.batch_size} is more than the {n_train} training samples of this data: "
+                      f"each epoch is one step of all {n_train}", stacklevel=2)
     reasons = {v: skip_reason(v, config) for v in versions}
     runs: dict[str, list[FitResult]] = {v: [] for v in versions}
     for _ in range(repeats):

@@ -25,14 +25,10 @@ def engine_math(version: str) -> Iterator[None]:
     if version != "torch-cuda":
         yield
         return
-    import torch
+    from ..cuda_env import fp32_math
 
-    before = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    try:
+    with fp32_math("rnn", tf32=False):
         yield
-    finally:
-        torch.backends.cudnn.allow_tf32 = before
 
 
 def engine_backends(version: str, dtype: Any) -> dict[str, Any]:

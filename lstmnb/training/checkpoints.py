@@ -11,7 +11,8 @@ The file is exactly what ``torch.save`` writes, so ``torch.load(path)`` opens it
 one that torch's ``weights_only`` loader accepts). Its SHA-256 lies beside it in ``<path>.sha256``, in
 ``sha256sum``'s format, and is checked on every read: a changed bit anywhere (weights, optimiser or RNG
 state, history) refuses the file instead of resuming from it. While a new checkpoint replaces the old
-one, the checksum file lists both digests, so a kill at any moment leaves a file its checksum accepts.
+one, the checksum file lists both digests (the old one hashed from the file at the path), so a kill at any
+moment, however many saves were killed before, leaves a file its checksum accepts.
 Files of lstmnb's first format (a header line ``lstmnb-checkpoint sha256 <hex>`` before torch.save's
 bytes) are still read and verified, with a one-line note. Read checkpoints with ``read_checkpoint``.
 """
@@ -79,6 +80,18 @@ def _write_digests(path: Path, digests: list[str]) -> None:
         tmp.write_text("".join(f"{d}  {path.name}\n" for d in digests), encoding="ascii")
 
 
+def _standing_digest(path: Path) -> str | None:
+    """The SHA-256 of the file at ``path`` when a read would accept it (its checksum file lists it, or there is
+    none and its zip CRC32s check): kept in the checksum file while a new save replaces it. Never an earlier
+    line of that file, which after an interrupted save names bytes that never reached the path."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    digest, listed = hashlib.sha256(data).hexdigest(), _digests(path)
+    return digest if digest in listed or (not listed and _zip_checks(data)) else None
+
+
 def save_checkpoint(path: str, state: dict[str, Any]) -> None:
     p = Path(path)
     # a writer killed mid-write left its temporaries beside the checkpoint: remove them first
@@ -88,7 +101,7 @@ def save_checkpoint(path: str, state: dict[str, Any]) -> None:
     payload = buf.getbuffer()
     digest = hashlib.sha256(payload).hexdigest()
     try:
-        old = [d for d in _digests(p) if d != digest][:1] if p.exists() else []
+        old = [d for d in [_standing_digest(p)] if d and d != digest]
         _write_digests(p, [digest] + old)  # both accepted while the file is replaced
         with atomic_path(p) as tmp, open(tmp, "wb") as fh:
             fh.write(payload)
@@ -173,7 +186,11 @@ def _verified(path: Path, data: bytes) -> bytes:
         raise CheckpointError(f"the checksum file {sums} beside checkpoint {path} is damaged ({fault}), so the "
                               f"checkpoint cannot be verified; {_either_advice(sums)}")
     accepted, have = [d for d, _ in lines], hashlib.sha256(data).hexdigest()
-    if not accepted:  # no checksum: torch.save's zip is read with a warning; anything else fails to load
+    if not accepted:  # no checksum: torch.save's zip is read with a warning if its CRC32s check; else fails to load
+        if data[:2] == b"PK" and not _zip_checks(data):
+            raise CheckpointError(f"checkpoint {path} is damaged: a CRC32 inside it no longer matches its content "
+                                  f"(and it has no {checksum_path(path).name} beside it); it was left as it is: "
+                                  "restore a good copy, or delete it to start over")
         if data[:2] == b"PK":
             warnings.warn(f"checkpoint {path} has no checksum beside it ({checksum_path(path).name}): it is read "
                           "unverified; the next epoch's checkpoint has one", stacklevel=4)
@@ -184,7 +201,12 @@ def _verified(path: Path, data: bytes) -> bytes:
 
 def refuse_replacing(cfg: TrainConfig) -> None:
     """A new run (neither ``resume`` nor ``overwrite_checkpoint``) whose ``checkpoint`` path already holds a
-    file is refused in one line naming what is there and this run, before any work."""
+    file is refused in one line naming what is there and this run, before any work; so is any run whose checksum
+    file's path is a folder (its first save would fail after an epoch)."""
+    if cfg.checkpoint and checksum_path(cfg.checkpoint).is_dir():
+        raise CheckpointError(f"--checkpoint {cfg.checkpoint}: its checksum file {checksum_path(cfg.checkpoint)} is a "
+                              "folder, so no checkpoint could be saved; move or delete that folder, or give another "
+                              "--checkpoint path")
     if not cfg.checkpoint or cfg.resume or cfg.overwrite_checkpoint or not Path(cfg.checkpoint).exists():
         return
     try:

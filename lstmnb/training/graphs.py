@@ -25,6 +25,9 @@ GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before the capture (PyTor
 STEPS_TO_CAPTURE = GRAPH_WARMUP_STEPS + 1  # full batches a run needs before a graph replays anything
 # torch warns when a side-stream backward meets gradients made on the default stream; harmless here
 STREAM_WARNING = ".*AccumulateGrad.*stream"
+# torch/optim/optimizer.py, _accelerator_graph_capture_health_check: once per optimizer whose capturable step
+# runs uncaptured, advising capturable=False; wrong here, where warm-up and smaller batches run so by design
+CAPTURABLE_WARNING = "This instance was constructed with capturable=True"
 
 
 def graph_plan(cfg: TrainConfig, device: torch.device, adtype: torch.dtype | None,
@@ -116,16 +119,17 @@ class GraphStep:
 
     def _eager(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, side: bool) -> torch.Tensor:
         xb, yb = x.index_select(0, idx), y.index_select(0, idx)
-        guard = self.parts.guard
-        if not side:
-            return guard.see(optimizer_step(self.parts, xb, yb))
-        stream = torch.cuda.Stream(device=self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=STREAM_WARNING)
-            loss = optimizer_step(self.parts, xb, yb)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=CAPTURABLE_WARNING)
+            if not side:
+                return self.parts.guard.see(optimizer_step(self.parts, xb, yb))
+            stream = torch.cuda.Stream(device=self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                warnings.filterwarnings("ignore", message=STREAM_WARNING)
+                loss = optimizer_step(self.parts, xb, yb)
         torch.cuda.current_stream(self.device).wait_stream(stream)
-        return guard.see(loss)
+        return self.parts.guard.see(loss)
 
     def _capture(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> None:
         p = self.parts

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch.distributed as dist
 
 from ...errors import ConfigError
-from .dataparallel import flatten_for_dataparallel, train_dataparallel
+from .dataparallel import train_dataparallel
 from .ddp import RankOptions, comm_split, train_rank
 from .groups import (DistEnv, DistributedError, barrier, check_world_size, close_distributed, ddp_device_kind,
                      init_distributed, is_rank_zero, under_launcher)
@@ -53,7 +53,6 @@ def train_parallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
 
 __all__ = [
     "DistEnv", "DistributedError", "RankOptions", "ShareBalancer", "balanced_sizes", "barrier", "check_world_size",
-    "close_distributed", "comm_split", "ddp_device_kind", "flatten_for_dataparallel", "init_distributed",
-    "is_rank_zero", "launch_train", "spawn", "train_dataparallel", "train_parallel", "train_rank",
-    "under_launcher", "weighted_allreduce_hook",
+    "close_distributed", "comm_split", "ddp_device_kind", "init_distributed", "is_rank_zero", "launch_train",
+    "spawn", "train_dataparallel", "train_parallel", "train_rank", "under_launcher", "weighted_allreduce_hook",
 ]

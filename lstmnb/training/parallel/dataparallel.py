@@ -3,8 +3,8 @@ the recommended multi-GPU strategy)."""
 
 from __future__ import annotations
 
-import warnings
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -14,26 +14,40 @@ from ...errors import ConfigError, DeviceError
 from ..trainer import RunResult, Trainer
 from .streams import own_replica_streams
 
-_CUDNN_RNN_WARNING = "RNN module weights are not part of single contiguous chunk of memory"
+
+class _InDtype(nn.Module):
+    """A replica that enters the run's autocast (``adtype``; None: off) inside its own forward, in whichever
+    thread runs it."""
+
+    def __init__(self, replica: nn.Module, adtype: torch.dtype | None):
+        super().__init__()
+        self.replica, self.adtype = replica, adtype
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(args[0].device.type, dtype=self.adtype, enabled=self.adtype is not None):
+            return self.replica(*args, **kwargs)
 
 
-def _flatten_rnn_weights(module: nn.RNNBase, args: tuple) -> None:
-    module.flatten_parameters()
+class ReplicaDataParallel(nn.DataParallel):
+    """``nn.DataParallel`` that prepares its replicas, and only them, as it makes them each forward.
 
+    Autocast: torch's worker threads re-enter autocast without a dtype, and autocast's dtype is per thread,
+    CUDA's default float16 (``torch/nn/parallel/parallel_apply.py``; pytorch#60706): a bf16 run's replicas
+    trained in float16 without a loss scaler. Each replica enters the run's dtype in its own forward.
+    cuDNN: the replicas' weight copies are not one contiguous chunk, and cuDNN would warn and copy them per
+    call; each replica is flattened once when made. The original module is never hooked: it stays flat from
+    ``.to(device)``, and flattening copies every time (``RNNBase.flatten_parameters``), which would slow the
+    one-GPU path, evaluation and any later use of the run's model."""
 
-def flatten_for_dataparallel(core: nn.Module) -> None:
-    """Keep cuDNN's RNN weights in one contiguous block on every DataParallel replica.
+    def __init__(self, module: nn.Module, device_ids: list[int], adtype: torch.dtype | None):
+        super().__init__(module, device_ids=device_ids)
+        self.adtype = adtype
 
-    DataParallel copies the weights to each GPU per forward; the copies are not one contiguous
-    chunk, and cuDNN would warn on every call. A forward pre-hook (copied onto each replica) calls
-    ``flatten_parameters`` first; the warning, should it still appear, is shown once.
-    """
-    for m in core.modules():
-        if isinstance(m, nn.RNNBase):
-            m.flatten_parameters()
-            m.register_forward_pre_hook(_flatten_rnn_weights)
-    warnings.filterwarnings("once", message=_CUDNN_RNN_WARNING)
-
+    def replicate(self, module: nn.Module, device_ids: Sequence[int | torch.device]) -> list[nn.Module]:
+        replicas = super().replicate(module, device_ids)
+        for rnn in (m for r in replicas for m in r.modules() if isinstance(m, nn.RNNBase)):
+            rnn.flatten_parameters()
+        return [_InDtype(r, self.adtype) for r in replicas]
 
 
 def train_dataparallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
@@ -56,8 +70,7 @@ def train_dataparallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
     tr = Trainer(windows, cfg, device)
     tr.restore(state)
     own_replica_streams(cfg.seed, list(range(n)), tr.start_epoch)  # each GPU's share of a batch: its own masks
-    flatten_for_dataparallel(tr.core)
-    tr.model = nn.DataParallel(tr.core, device_ids=list(range(n)))
+    tr.model = ReplicaDataParallel(tr.core, list(range(n)), tr.adtype)
     tr.start_peak_memory()  # cuda:0, as every strategy; the other GPUs' peaks below
     for i in range(1, n):
         torch.cuda.reset_peak_memory_stats(i)

@@ -1,0 +1,132 @@
+"""The ladder (training/ladder.py, experiments/ladder.py, report/ladder.py): every rung a recorded setting one
+change from the one before, rung 0 the study's code, and the report's first screen built from the records with
+every ratio in its first sentence made of two runs of one machine."""
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from lstmnb import report
+from lstmnb.cli import build_parser
+from lstmnb.cli.options import train_config_from_args
+from lstmnb.records import load_records
+from lstmnb.experiments.ladder import ladder_experiment, rung_command
+from lstmnb.rungs import RUNGS
+from lstmnb.training import preset_config
+from lstmnb.training.ladder import rung_of, rung_options
+from lstmnb.training.summary import skipped_record
+from lstmnb.training.trainer import WindowDataset
+
+
+def test_every_rung_is_one_change_and_its_record_names_it():
+    """Each rung's command gives the config the ladder means (through the real command-line parser), and a
+    record of that config is placed on that rung, on every device where the rung is one."""
+    for rung in RUNGS:
+        for device in rung.devices:
+            args = build_parser().parse_args(["train", *rung_command(rung, device, 3, 2)])
+            cfg = train_config_from_args(args)
+            preset, overrides = rung_options(rung)
+            assert cfg == preset_config(preset, epochs=3, device=device, threads=2, experiment="ladder",
+                                        progress=False, **overrides)
+            assert rung_of(skipped_record(cfg, "not run here"))["rung"] == rung.rung
+    # one change each: rung k's options differ from rung k-1's in exactly its own change
+    for before, after in zip(RUNGS[:-2], RUNGS[1:-1]):
+        a, b = rung_options(before)[1], rung_options(after)[1]
+        assert {k: v for k, v in b.items() if a.get(k, "missing") != v} == after.overrides
+
+
+def test_rung_zero_is_the_studys_code_and_other_work_is_on_no_rung():
+    cfg = preset_config("published", device="cpu")
+    assert rung_of(skipped_record(cfg, "x"))["name"] == "the study's code"
+    for other in (dict(hidden=32), dict(batch_size=256), dict(split_dates=None), dict(num_workers=4),
+                  dict(pin_memory=True), dict(amp="bf16")):
+        assert rung_of(skipped_record(preset_config("published", device="cpu", **other), "x")) is None, other
+    # the recommended preset is rung 6 only on the study's split with the same model; not at another size
+    _, rec = rung_options(RUNGS[-1])
+    assert rung_of(skipped_record(preset_config("recommended", device="cpu", **rec), "x"))["rung"] == 6
+    assert rung_of(skipped_record(preset_config("recommended", device="cpu", hidden=8, **rec), "x")) is None
+
+
+def test_per_sample_tensors_are_made_from_float64_values_as_the_studys_dataset():
+    x = np.arange(48, dtype=np.float32).reshape(2, 24, 1) / 7
+    y = np.array([[1.5], [2.5]], dtype=np.float32)
+    once, per = WindowDataset(x, y), WindowDataset(x, y, per_sample=True)
+    assert per.x.dtype == np.float64
+    a, b = once[1], per[1]
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])  # the same values reach the model
+    assert a[0].data_ptr() == torch.from_numpy(x[1]).data_ptr()  # a view of the windows built once
+    assert b[0].data_ptr() != per[1][0].data_ptr()  # a new tensor every time the sample is read
+
+
+def _ratio(text: str) -> float:
+    return float(re.search(r"([0-9.]+)x as fast", text).group(1))
+
+
+@pytest.fixture(scope="module")
+def cpu_ladder(tmp_path_factory):
+    """The CPU ladder for real: every CPU rung once, one epoch, each a fresh `lstmnb train` process."""
+    results = tmp_path_factory.mktemp("ladder") / "runs.jsonl"
+    records = ladder_experiment(1, 1, ["cpu", "cuda"], results=results, threads=1)
+    return records, load_records(results)  # as 06 reads them
+
+
+@pytest.mark.slow
+def test_the_cpu_ladder_runs_every_rung_in_a_fresh_process_and_records_it(cpu_ladder):
+    records, _ = cpu_ladder
+    cpu = [r for r in records if r["device"]["kind"] == "cpu"]
+    assert [r["ladder"]["rung"] for r in cpu] == [r.rung for r in RUNGS if "cpu" in r.devices]
+    assert all(r["status"] == "ok" and r["timing"]["train_s"] > 0 for r in cpu), [r.get("reason") for r in cpu]
+    heaps = {r["ladder"]["rung"]: r["memory"]["heap"]["policy"] for r in cpu}
+    assert heaps[0] == heaps[1] == "system"  # fresh processes: the study's heap, never one a rung before kept
+    assert all(r["data"]["sizes"]["train"] == 17520 for r in cpu)  # the study's workload on every rung
+    gpu = [r for r in records if r["device"]["kind"] == "cuda"]
+    assert [r["ladder"]["rung"] for r in gpu] == [r.rung for r in RUNGS if "cuda" in r.devices]
+    if not torch.cuda.is_available():
+        assert all(r["status"] == "skipped" and "CUDA" in r["reason"] for r in gpu)
+
+
+@pytest.mark.slow
+def test_first_screen_from_cpu_records_alone_says_how_to_get_the_gpu_half(cpu_ladder):
+    records, df = cpu_ladder
+    if torch.cuda.is_available():
+        pytest.skip("this machine has the GPU half")
+    screen = report.first_screen(df)
+    assert screen.figure is not None and len(screen.figure.axes) == 1
+    assert "04" in screen.note and "reference_records" in screen.note
+    sentences = screen.markdown.split(". ")
+    assert 1 <= len([s for s in sentences if s]) <= 4 and screen.markdown.startswith("On this machine")
+    cpu = {r["ladder"]["rung"]: r["timing"]["train_s"] for r in records if r["device"]["kind"] == "cpu"}
+    best = min((s, k) for k, s in cpu.items() if k < 6)
+    assert _ratio(screen.markdown) == pytest.approx(float(f"{cpu[0] / best[0]:.2g}"))  # same machine's runs
+    # (b) with the reference records: this machine's CPU ladder still first, the H100's panel labelled
+    with_ref = report.first_screen(df, report.load_reference_records())
+    assert len(with_ref.figure.axes) == 2 and with_ref.markdown.startswith("On this machine")
+    assert "reference records' machine" in with_ref.markdown and with_ref.note == ""
+    table = report.ladder_table(screen.rows)
+    assert list(table.rung) == [0, 1, 2, 4, 6] + [0, 1, 3, 4, 5, 6]
+    assert table[table.device == "cuda"].seconds.isna().all()  # skipped: an empty slot, never a number
+
+
+def test_first_screen_of_one_machine_gpu_and_cpu_divides_its_own_runs():
+    """(c) One machine's CPU and GPU records (the shipped H100 records of the study's setting stand in): the first
+    ratio is that machine's GPU over its own CPU, recomputed here from the records."""
+    ref = report.load_reference_records()
+    screen = report.first_screen(None, ref)
+    assert screen.figure is not None and screen.note == ""
+    ladder = ref[ref["ladder.rung"].notna() & (ref.status == "ok") & (ref["config.epochs"] == 5)]
+    cpu = ladder[ladder["device.kind"] == "cpu"].sort_values("ladder.rung")
+    gpu = ladder[ladder["device.kind"] == "cuda"].sort_values("ladder.rung")
+    assert set(cpu["device.hostname"]) == set(gpu["device.hostname"])  # one machine
+    c = cpu["timing.train_s"].iloc[0]
+    g = gpu[gpu["ladder.rung"] == gpu["ladder.rung"].min()]["timing.train_s"].median()
+    assert _ratio(screen.markdown) == pytest.approx(float(f"{c / g:.2g}"))
+    assert "another machine" in screen.markdown and "study's claim" in screen.markdown
+    assert screen.markdown.count(". ") <= 3
+
+
+def test_replication_names_every_epoch_and_says_what_was_not_measured():
+    rep = report.replication(None)
+    assert list(rep.table.epoch) == [1, 2, 3, 4, 5] and (rep.table.verdict == "no rung-0 run here").all()
+    assert "not measured here" in rep.markdown and "46.4 s" in rep.markdown
