@@ -269,14 +269,15 @@ def test_ci_series_records(ci_series):
 def test_ci_series_tables_and_figures(ci_series):
     run_dir = ci_series.run_dir
     figures = {p.stem for p in (run_dir / "figures").glob("*.png")}
-    assert {"01_series", "01_cycles", "02_forecast_week", "03_epochs", "06_first_screen", "06_loss_curves",
-            "06_seconds", "06_speedup"} <= figures
+    assert {"01_series", "01_cycles", "02_forecast_week", "03_epochs", "06_loss_curves", "06_seconds",
+            "06_speedup"} <= figures
+    assert "06_first_screen" not in figures  # the ci profile runs no ladder: the first screen says how to get one
     assert "06_samples_per_s" not in figures  # CPU only, nothing to compare per second of samples
     assert (run_dir / "01_subset.csv").stat().st_size > 1000
     (name,) = [p.name for p in (run_dir / "tables").glob("06_epochs_2020-01-01..2020-01-21*DataLoader*.csv")]
     table = (run_dir / "tables" / name).read_text().splitlines()
     assert table[0].startswith("epochs,CPU (") and [line.split(",")[0] for line in table[1:]] == ["1", "2"]
-    for name, n_images in (("01_data_access", 2), ("02_model", 1), ("03_cpu_baseline", 1), ("06_analysis", 4)):
+    for name, n_images in (("01_data_access", 2), ("02_model", 1), ("03_cpu_baseline", 1), ("06_analysis", 3)):
         assert images(run_dir / f"{name}.ipynb") >= n_images, name
     assert {"04_step_times", "05_ddp_scaling", "05_allreduce"} <= figures  # measured on this CPU
     assert images(run_dir / "04_single_gpu.ipynb") == 1 and images(run_dir / "05_multi_gpu.ipynb") == 2
