@@ -11,8 +11,8 @@ import torch
 from lstmnb import report
 from lstmnb.cli import build_parser
 from lstmnb.cli.options import train_config_from_args
-from lstmnb.records import load_records
 from lstmnb.experiments.ladder import ladder_experiment, rung_command
+from lstmnb.records import load_records
 from lstmnb.rungs import RUNGS
 from lstmnb.training import preset_config
 from lstmnb.training.ladder import rung_of, rung_options

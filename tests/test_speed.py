@@ -112,7 +112,9 @@ def test_the_reference_is_timed_after_gemms_for_a_measured_time(monkeypatch):
     stamps, mm = [], torch.mm
     monkeypatch.setattr(torch, "mm", lambda *a, **k: (stamps.append(time.perf_counter()), mm(*a, **k))[1])
     matmul_rate("cpu", size=8, repeats=1)
-    assert 0.1 <= stamps[-1] - stamps[0] < 1.0  # and then it stops
+    # the last warm-up GEMM is queued just before the clock passes WARMUP_S (a few microseconds short of it), and
+    # then it stops: a bound no busy machine can flip, unlike the old two GEMMs' microseconds
+    assert 0.09 <= stamps[-1] - stamps[0] < 30
 
 
 def test_matmul_rate_refuses_an_empty_sample():
