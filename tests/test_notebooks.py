@@ -320,7 +320,8 @@ def test_analysis_of_an_empty_results_folder_says_so(tmp_path):
     nb = result.run_dir / "06_analysis.ipynb"
     assert "**No run records found in" in output_text(nb)
     # the first screen still answers, from the published figures alone
-    assert {p.stem for p in (result.run_dir / "figures").glob("*.png")} == {"06_speedup"}  # no ladder records: no first-screen figure
+    # no ladder records: no first-screen figure
+    assert {p.stem for p in (result.run_dir / "figures").glob("*.png")} == {"06_speedup"}
 
 
 @pytest.mark.slow

@@ -57,7 +57,7 @@ def test_cpu_baseline_conclusion_follows_the_timings(runs):
 def test_analysis_conclusion_names_what_the_page_found():
     published = report.load_published()
     comparison = report.published_comparison(published, None)
-    screen = type("Screen", (), {"markdown": "The study's code takes 60 s here. More follows.", "figure": None, "note": ""})
+    screen = report.Screen("The study's code takes 60 s here. More follows.", None, "")
     text = report.analysis_conclusion(screen, comparison, None)
     assert "Our own measurement: The study's code takes 60 s here." in text
     assert "at 15 epochs ranks A40, V100, CPU" in text and "T4† and P100† are left out as flagged" in text

@@ -155,7 +155,8 @@ def test_skill_on_the_study_data_per_point_puts_both_models_on_the_same_hours(tm
     summary = report.study_skill_summary(table)
     assert summary.startswith("On the study's test part (2021-01..06): at 40,280,") and "of 3 forecasts" in summary
     for _, r in table[table["MSE skill vs persistence"] <= 0].iterrows():  # each loser named, as a loser
-        assert f"{r['forecast']} ({r['input']}) at 1 h does not (MSE skill {r['MSE skill vs persistence']:.2f})" in summary
+        said = f"{r['forecast']} ({r['input']}) at 1 h does not (MSE skill {r['MSE skill vs persistence']:.2f})"
+        assert said in summary
 
 
 def test_the_study_skill_table_leaves_out_a_run_tested_on_fewer_hours(tmp_path):

@@ -112,7 +112,8 @@ def _page(run, source: Path, target: Path, contents: str | None = None) -> None:
                 else "") + ". What it measured without a record (04's step times on this CPU) is on the page.\n```")
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
     elif run.status != "ok":
-        note = f"```{{warning}}\nThis notebook was **{run.status}**" + (f": {run.error}" if run.error else ".") + "\n```"
+        why = f": {run.error}" if run.error else "."
+        note = f"```{{warning}}\nThis notebook was **{run.status}**{why}\n```"
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
     if contents:  # the front page: the report, then the series under it
         nb.cells.append(nbformat.v4.new_markdown_cell(contents))

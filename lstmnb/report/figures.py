@@ -294,9 +294,9 @@ def plot_speedup(chart: ChartData):
         style = SOURCE_STYLE[r["source"]]
         ax.barh(y[i], r["x_own_cpu"] - 1, left=1, height=0.62, color=style["color"] if style["filled"]
                 else "white", edgecolor=style["color"], lw=1.2, hatch=None if style["filled"] else "//")
+        cpu = "the study's CPU run" if r["source"] == PUBLISHED else "CPU"
         ax.text(max(r["x_own_cpu"], 1) + high * 0.01, y[i],
-                f"{num.ratio(r['x_own_cpu'])}  ({num.seconds(r['seconds'])} vs "
-                f"{'the study' + chr(39) + 's CPU run' if r['source'] == PUBLISHED else 'CPU'} {num.seconds(r['cpu_seconds'])})",
+                f"{num.ratio(r['x_own_cpu'])}  ({num.seconds(r['seconds'])} vs {cpu} {num.seconds(r['cpu_seconds'])})",
                 va="center", fontsize=7)
     ax.axvline(1, color="0.3", lw=1)
     draw_groups(ax, headers, total)

@@ -305,7 +305,8 @@ def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = No
     the published figures (``load_published()``, or None to leave them out) and lstmnb's ``reference``
     records (or None).
 
-    The bullets say which devices and machines were found (skipped ones as skipped), what CUDA graphs, batch size and problem size change (where records have
+    The bullets say which devices and machines were found (skipped ones as skipped), what CUDA graphs, batch size
+    and problem size change (where records have
     them), the model's skill against the baselines, what is missing with the command that fills it, and
     the notes of the published devices shown (the T4's). The table has one row per device column.
     """
