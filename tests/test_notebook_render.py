@@ -44,6 +44,7 @@ def test_tagged_cells_stay_out_of_the_html(tmp_path):
     assert "ANSWER_TITLE" in page and "VISIBLE_OUTPUT" in page and "SHOWN_CODE_MARKER" in page
     for hidden in ("COLAB_MARKER", "PARAM_MARKER", "INJECTED_MARKER", "HIDDEN_CODE_MARKER"):
         assert hidden not in page, hidden
+    assert "overflow-x: auto" in page and "white-space: nowrap" in page  # wide tables scroll in their own box
     # a parameters cell left visible keeps papermill's injected values visible too
     page = _executed(tmp_path, parameters_hidden=False)
     assert "PARAM_MARKER" in page and "INJECTED_MARKER" in page and "COLAB_MARKER" not in page
