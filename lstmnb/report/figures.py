@@ -31,7 +31,7 @@ from .published import (
 from .repeats import FASTEST, comparison_epochs, own_cpu_speedups
 from .scaling import convergence_table
 
-# --- style ----------------------------------------------------------------------------------------
+# --- what every chart shares: one style per source, row groups, plain log ticks -----------------------------
 
 # one marker meaning per report: the source of a figure (never its epochs or anything else)
 SOURCE_STYLE = {
@@ -126,7 +126,7 @@ def value_span(values) -> tuple[float, float]:
     low, high = min(values), max(values)
     return low / 1.8, high * 3.2
 
-# --- charts ---------------------------------------------------------------------------------------
+# --- the comparison across machines: seconds, samples/s, each GPU over a CPU --------------------------------
 
 @dataclass
 class ChartData:
@@ -307,7 +307,7 @@ def plot_speedup(chart: ChartData):
     fig.tight_layout()
     return fig
 
-# --- plots ----------------------------------------------------------------------------------------
+# --- per-source plots: epochs x devices, loss curves, convergence, cost -------------------------------------
 
 def _device_bars(ours: pd.DataFrame, published: pd.DataFrame | None, *, height: float, empty: str, title: str,
                  ylabel: str, line: float | None = None):

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-# --- devices --------------------------------------------------------------------------------------
+# --- device labels and the finished single-device runs ------------------------------------------------------
 
 DEVICE_ORDER = ("CPU", "T4", "P100", "V100", "A40", "A100", "H100", "H200")
 # short labels for the GPUs the published experiment (and the CARC cluster) used; others keep their name
@@ -83,7 +83,7 @@ def ok_single_runs(df: pd.DataFrame, experiment: str | None = None, input_path: 
         keep &= column(df, "config.input_path") == input_path
     return with_device_labels(df[keep])
 
-# --- settings -------------------------------------------------------------------------------------
+# --- the published setting and problem, and how a run's are named -------------------------------------------
 
 # the published experiment as the study's notebooks ran it (training.presets.PRESETS["published"], whose source
 # the record states; published_figures.yaml, era5_lstm_gpu_benchmark)
@@ -221,7 +221,7 @@ def present(value: Any) -> bool:
     """A value the record states (not None, not NaN)."""
     return value is not None and not (isinstance(value, float) and value != value)
 
-# --- numbers --------------------------------------------------------------------------------------
+# --- how a figure is written: sentences, tables and chart labels alike --------------------------------------
 
 def figure(value: float) -> str:
     """``value`` as the report writes it: '8.03', '46.42', '146.41', '1234', '0.0123'."""

@@ -20,7 +20,7 @@ import pandas as pd
 from . import labels as num
 from .labels import column, order_devices, with_device_labels
 
-# --- published ------------------------------------------------------------------------------------
+# --- the published figures, their notes, the study's own comparison -----------------------------------------
 
 # the three sources a figure can come from, always shown with it
 PUBLISHED = "published"
@@ -215,7 +215,7 @@ def over_which_cpu(same_machine: bool, source: str) -> str:
 
 
 
-# --- provenance -----------------------------------------------------------------------------------
+# --- where each device column comes from --------------------------------------------------------------------
 
 REFERENCE_PACKAGE = "reference_records"
 

@@ -44,7 +44,7 @@ from .published import (
     with_columns,
 )
 
-# --- timing_quality -------------------------------------------------------------------------------
+# --- 03's run table: repeated runs as one row, marked where they disagree -----------------------------------
 
 # repeats whose slowest is more than this above their fastest are marked: their median is not one figure
 REPEATS_DISAGREE = 0.20
@@ -146,7 +146,7 @@ def timing_note(table: pd.DataFrame) -> str:
         return rule + "; no row is marked."
     return rule + f"; {marked} of {len(table)} row(s) marked."
 
-# --- repeats --------------------------------------------------------------------------------------
+# --- 04/05: medians of alternated repeats, their flags, speedups only over a sound baseline -----------------
 
 MIN_REPEATS = 3
 
@@ -220,7 +220,7 @@ def flag_lines(table: pd.DataFrame, label: str = "{0}") -> str:
             lines.append(f"- {name}: " + "; ".join(said))
     return "\n".join(lines)
 
-# --- compare --------------------------------------------------------------------------------------
+# --- the comparison rows across machines, under the one median rule -----------------------------------------
 
 # experiments with tables of their own (and settings chosen for another question) are not compared here
 NOT_COMPARED = ("batch-sweep", "speed")

@@ -15,7 +15,7 @@ import pandas as pd
 
 from .labels import column, device_label, get, with_device_labels
 
-# --- scaling --------------------------------------------------------------------------------------
+# --- DDP and DataParallel scaling, convergence, batch sweep, all-reduce -------------------------------------
 
 SCALING_DEFINITIONS = {
     "strong": "strong scaling: the global batch is fixed and split over N devices (each takes global/N). "
@@ -222,7 +222,7 @@ def allreduce_repeat_table(sweeps: list[dict[str, Any]], step_s: float | None = 
         table["share of a step"] = (table["time us"] / 1e6 / step_s).where(table["gradients of one step"])
     return table.set_index("size")
 
-# --- cost -----------------------------------------------------------------------------------------
+# --- cost: the price table and each run's cost --------------------------------------------------------------
 
 TABLE_KEYS = ("currency", "devices")  # a price table's keys
 ENTRY_KEYS = ("price_per_device_hour", "match", "example", "note")  # the keys of one entry under devices

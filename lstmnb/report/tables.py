@@ -29,7 +29,7 @@ from .labels import (
 from .published import NOTE_MARK, PUBLISHED, SOURCES, with_columns
 from .repeats import compared_runs
 
-# --- tables ---------------------------------------------------------------------------------------
+# --- one run and many runs ----------------------------------------------------------------------------------
 
 def epochs_table(record: dict[str, Any]) -> pd.DataFrame:
     """One row per epoch: seconds, cumulative seconds, losses, validation RMSE (K), samples/s."""
@@ -221,7 +221,7 @@ def epochs_tables(rows: pd.DataFrame, notes: dict[str, str] | None = None) -> li
                     [notes[d] for d in notes if d in noted]))
     return out
 
-# --- study_skill ----------------------------------------------------------------------------------
+# --- skill on the study's data, per point and input path ----------------------------------------------------
 
 STUDY_TEST_START = "2021-01-01"
 STUDY_TEST_END = PUBLISHED_PROBLEM["end"]  # the last day of the study's data, and of its test part

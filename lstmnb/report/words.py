@@ -15,7 +15,7 @@ from . import labels as num
 from .published import TIED_WITHIN
 from .repeats import REPEATS_DISAGREE
 
-# --- glossary -------------------------------------------------------------------------------------
+# --- the glossary -------------------------------------------------------------------------------------------
 
 GLOSSARY: dict[str, str] = {
     "published setting": "the study's training setting: a 2-layer LSTM with 64 hidden units, 24 h window, 1 h "
@@ -81,7 +81,7 @@ def glossary_markdown() -> str:
     """The glossary as a Markdown list, one term a line (06's end and README's Glossary section)."""
     return "\n".join(f"- **{term}**: {text}" for term, text in GLOSSARY.items())
 
-# --- conclusions ----------------------------------------------------------------------------------
+# --- each notebook's "What this showed" ---------------------------------------------------------------------
 
 NEXT = {
     "02": "Next, **03** times this training on your CPU with the study's exact setting, beside the study's CPU.",
