@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..rungs import BOTH as KINDS
 from ..rungs import RUNGS
+from .repeats import flag_text, spread
 
-FASTEST_OF = range(6)  # the study's workload: the recommended rung (6) is another model, shown, never "fastest"
-KINDS = ("cpu", "cuda")
+FASTEST_OF = [r.rung for r in RUNGS[:-1]]  # the study's workload: the last rung is another model, never "fastest"
 HOW_TO_GET_GPU = ("No GPU half here: run 04 on a machine with an NVIDIA GPU (`lstmnb bench ladder --device cuda` "
                   "records it), or show lstmnb's H100 records beside yours with `-p reference_records true`.")
 
@@ -54,7 +55,8 @@ def ladder_rows(df: pd.DataFrame | None, source: str) -> pd.DataFrame:
     ok = t[(t.status == "ok") & t.seconds.notna()]
     keys = ["source", "machine", "epochs", "device", "rung", "name"]
     rows = (ok.groupby(keys).agg(seconds=("seconds", "median"), runs=("seconds", "size"), rmse=("rmse", "median"),
-                                 gpu=("gpu", "first")).reset_index().assign(status="ok"))
+                                 gpu=("gpu", "first"), spread=("seconds", spread)).reset_index().assign(status="ok"))
+    rows["flag"] = [flag_text(n, sp, None) for n, sp in zip(rows.runs, rows.spread)]  # the report's one rule
     rows["runs"] = rows["runs"].astype(int)
     not_ok = t[~t.index.isin(ok.index)].drop_duplicates(keys)
     not_ok = not_ok[~not_ok.set_index(keys).index.isin(rows.set_index(keys).index)]
@@ -73,9 +75,10 @@ def ladder_table(rows: pd.DataFrame) -> pd.DataFrame:
         t = m.assign(x=(base[1] / m.seconds) if base else np.nan)
         out.append(t)
     t = pd.concat(out)
-    x = f"x this machine's CPU at rung {_base(rows)[0] if _base(rows) else 0}"
+    t["runs"] = t["runs"].astype("Int64")
+    x = "x this machine's CPU at rung 0 (else its lowest CPU rung)"
     return (t.rename(columns={"x": x, "rmse": "test RMSE K", "name": "rung name"})
-            [["machine", "epochs", "device", "rung", "rung name", "seconds", "runs", x, "test RMSE K", "status"]]
+            [["machine", "epochs", "device", "rung", "rung name", "seconds", "runs", x, "test RMSE K", "status", "flag"]]
             .reset_index(drop=True))
 
 
@@ -242,8 +245,9 @@ def _slot(m: pd.DataFrame, device: str, rung: int, applies: bool) -> tuple[float
         status = hit.status.iloc[0] if len(hit) and "status" in hit and pd.notna(hit.status.iloc[0]) else None
         return None, f"not measured here ({status})" if status else "not measured here"
     base = _base(m)
+    flag = m[(m.device == device) & (m.rung == rung)].flag.iloc[0] if "flag" in m else ""
     return s, f"{_fmt(s)} s · " + (f"{base[1] / s:.2g}x this machine's CPU at rung {base[0]}" if base else
-                                  "no CPU run on this machine")
+                                  "no CPU run on this machine") + (f" · rough: {flag}" if flag else "")
 
 
 def _base(m: pd.DataFrame) -> tuple[int, float] | None:
@@ -271,11 +275,15 @@ def plot_ladder(every: list[pd.DataFrame]):
                 ax.text(s * 1.05 if s else low * 1.1, y, ("CPU: " if device == "cpu" else "GPU: ") + label,
                         va="center", fontsize=8, color="black" if s else "grey")
         ax.set_xscale("log")
-        ax.set_xlim(low, top * 30)
+        ax.set_xlim(low, top * 80)
         ax.set_yticks(range(len(RUNGS)), [f"{r.rung} {r.name}" for r in RUNGS])
-        ax.set_xlabel(f"seconds for {int(m.epochs.iloc[0])} epochs of the study's workload (log scale)")
+        e = int(m.epochs.iloc[0])
+        ax.set_xlabel(f"seconds for {e} epoch{'s' if e != 1 else ''} of the study's workload (log scale)")
         ax.set_ylim(len(RUNGS) - 0.4, -0.6)
-        ax.set_title(f"{_where(m)[0].upper()}{_where(m)[1:]}: {m.machine.iloc[0]}", fontsize=9, loc="left", pad=4)
+        gpu = m.gpu.dropna()
+        title = ("This machine" if m.source.iloc[0] == "measured here" else "Reference records, another machine") + \
+            f": {m.machine.iloc[0].split(' · ', 1)[-1]}" + (f" and {gpu.iloc[0]}" if len(gpu) else "")
+        ax.set_title(title, fontsize=9, loc="left", pad=4)
         ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
     return fig
@@ -320,20 +328,15 @@ def replication(df: pd.DataFrame | None, published: dict | None = None, reruns: 
     table = pd.DataFrame(rows)
     rows = ladder_rows(d, "measured here")
     parts = []
-    for device, column in (("cpu", "its CPU column"), ("cuda", "its GPU columns (" + ", ".join(
-            g for g in bench["devices"] if g != "CPU") + ")")):
+    for device, who in (("cpu", "CPU"), ("cuda", "GPU")):
         hit = rows[(rows.device == device) & (rows.rung == 0) & rows.seconds.notna()] if not rows.empty else rows
         hit = hit[hit.epochs.isin(list(bench["epochs"]))] if len(hit) else hit
-        if not len(hit):
-            parts.append(f"{column}: rung 0 on this machine's {'CPU' if device == 'cpu' else 'GPU'} not measured "
-                         f"here at {', '.join(map(str, bench['epochs']))} epochs")
-            continue
-        e, sec = int(hit.epochs.max()), float(hit[hit.epochs == hit.epochs.max()].seconds.iloc[0])
-        study = bench["epochs"][e]
-        theirs = f"{_fmt(study['CPU'])} s" if device == "cpu" else ", ".join(
-            f"{g} {_fmt(v)} s" for g, v in study.items() if g != "CPU")
-        parts.append(f"{column} at {e} epochs: {theirs}; rung 0 on this machine's "
-                     f"{'CPU' if device == 'cpu' else 'GPU'}: {_fmt(sec)} s")
+        e = int(hit.epochs.max()) if len(hit) else min(bench["epochs"])
+        study = {d: v for d, v in bench["epochs"][e].items() if (d == "CPU") == (device == "cpu")}
+        theirs = ", ".join(f"{d} {_fmt(v)} s" for d, v in study.items())
+        ours = (f"{_fmt(float(hit[hit.epochs == e].seconds.iloc[0]))} s" if len(hit) else "not measured here")
+        parts.append(f"the study's {who} {'run' if device == 'cpu' else 'runs'} at {e} epochs: {theirs}; rung 0 (the "
+                     f"study's code) on this machine's {who}: {ours}")
     return Replication(". ".join(p[0].upper() + p[1:] for p in parts) + ".", table)
 
 

@@ -20,18 +20,18 @@ from typing import Any
 
 from ..datasets.study import STUDY_TEST_START
 from ..rungs import BOTH, RUNGS, Rung
-from .config import TrainConfig
+from .config import preset_config
 
 RECOMMENDED = RUNGS[-1].rung
 # what the recommended rung changes from the recommended preset: the study's split (no validation part), so the
 # same epochs train on the same hours and are scored on the same test hours
 RECOMMENDED_OVERRIDES = {"patience": None, "blend": "off", "split_dates": (STUDY_TEST_START, STUDY_TEST_START)}
 
-# the study's workload: what rungs 0-5 share with --preset published (training/presets.py), checked on a record
-WORKLOAD = {"batch_size": 128, "hidden": 64, "layers": 2, "window": 24, "lead_hours": 1, "horizon": 1, "lr": 1e-3,
-            "lr_schedule": "constant", "weight_decay": 0.0, "residual": False, "calendar": False, "cycles": False,
-            "point_weights": "none", "cell": "lstm", "dropout": 0.0, "grad_clip": None, "fused_adam": False}
-STUDY_LOADER = {"num_workers": 2, "pin_memory": False, "persistent_workers": False}
+# the workload: the knobs a rung's record must share with its preset (the study's model and optimiser for rungs
+# 0-5, the recommended one for the last); the DataLoader's, where a run uses one; one device, float32
+WORKLOAD = ("batch_size", "hidden", "layers", "window", "lead_hours", "horizon", "lr", "lr_schedule", "weight_decay",
+            "residual", "calendar", "cycles", "point_weights", "cell", "dropout", "grad_clip", "fused_adam")
+LOADER = ("num_workers", "pin_memory", "persistent_workers")
 ONE_DEVICE = {"strategy": "single", "amp": "off", "compile": False}
 TEST_PART = ["2021-01-01 00:00:00", "2021-06-30 23:00:00"]
 
@@ -100,15 +100,13 @@ def rung_of(record: dict[str, Any]) -> dict[str, Any] | None:
     kind = (device.get("kind") if isinstance(device, dict) else None) or str(cfg.get("device", "")).split(":")[0]
     if kind not in BOTH:
         return None
-    if cfg.get("preset") == "recommended":
-        defaults = TrainConfig()  # the recommended setting is TrainConfig's defaults
-        same = all(cfg.get(k) == getattr(defaults, k) for k in WORKLOAD if k != "lr") and cfg.get("lr_by_lead")
-        found = [RUNGS[RECOMMENDED]] if same and cfg.get("input_path") == "fast" else []
+    preset = preset_config("recommended" if cfg.get("preset") == "recommended" else "published")
+    keys = WORKLOAD + (LOADER if cfg.get("input_path") == "dataloader" else ())
+    if any(cfg.get(k) != getattr(preset, k) for k in keys if k != "lr") or cfg.get("lr") != preset.learning_rate:
+        return None
+    if preset.preset == "recommended":
+        found = [RUNGS[RECOMMENDED]] if cfg.get("input_path") == "fast" else []
     else:
-        if any(cfg.get(k) != v for k, v in WORKLOAD.items()):
-            return None
-        if cfg.get("input_path") == "dataloader" and any(cfg.get(k) != v for k, v in STUDY_LOADER.items()):
-            return None
         step = _step(record, kind)
         found = [r for r in rungs_on(kind) if r.rung != RECOMMENDED and _expected(r, kind) == step]
     if not found:
