@@ -36,9 +36,7 @@ from .figures import (
     seconds_chart,
     speedup_chart,
 )
-from .findings import (
-    findings,
-)
+from .findings import findings
 from .labels import (
     DEVICE_ORDER,
     LIKE_FOR_LIKE,
@@ -51,14 +49,7 @@ from .labels import (
     setting_label,
     with_device_labels,
 )
-from .ladder import (
-    Replication,
-    Screen,
-    first_screen,
-    ladder_rows,
-    ladder_table,
-    replication,
-)
+from .ladder import Replication, Screen, first_screen, ladder_rows, ladder_table, replication
 from .published import (
     MEASURED,
     NOTE_MARK,

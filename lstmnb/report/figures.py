@@ -19,15 +19,7 @@ import pandas as pd
 
 from . import labels as num
 from .labels import PUBLISHED_PROBLEM_LABEL
-from .published import (
-    MEASURED,
-    NOTE_MARK,
-    PUBLISHED,
-    REFERENCE,
-    SOURCE_WORDS,
-    device_notes,
-    over_which_cpu,
-)
+from .published import MEASURED, NOTE_MARK, PUBLISHED, REFERENCE, SOURCE_WORDS, device_notes, over_which_cpu
 from .repeats import FASTEST, comparison_epochs, own_cpu_speedups
 from .scaling import convergence_table
 

@@ -12,12 +12,7 @@ from typing import Any
 import pandas as pd
 
 from . import labels as num
-from .labels import (
-    LIKE_FOR_LIKE,
-    PUBLISHED_PROBLEM_LABEL,
-    column,
-    link,
-)
+from .labels import LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL, column, link
 from .published import (
     MEASURED,
     NOTE_MARK,
