@@ -9,11 +9,17 @@ import re
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+from test_report import run_record
 
 from lstmnb import notebooks, records
 from lstmnb.notebooks import render_html
-from lstmnb.notebooks.series import NotebookRun, SeriesResult, records_outcome, run_ids, write_index
-from test_report import run_record
+from lstmnb.notebooks.series import (
+    NotebookRun,
+    SeriesResult,
+    records_outcome,
+    run_ids,
+    write_index,
+)
 
 
 def _executed(tmp_path, parameters_hidden: bool):
@@ -38,6 +44,7 @@ def test_tagged_cells_stay_out_of_the_html(tmp_path):
     assert "ANSWER_TITLE" in page and "VISIBLE_OUTPUT" in page and "SHOWN_CODE_MARKER" in page
     for hidden in ("COLAB_MARKER", "PARAM_MARKER", "INJECTED_MARKER", "HIDDEN_CODE_MARKER"):
         assert hidden not in page, hidden
+    assert "overflow-x: auto" in page and "white-space: nowrap" in page  # wide tables scroll in their own box
     # a parameters cell left visible keeps papermill's injected values visible too
     page = _executed(tmp_path, parameters_hidden=False)
     assert "PARAM_MARKER" in page and "INJECTED_MARKER" in page and "COLAB_MARKER" not in page
@@ -172,7 +179,7 @@ def test_the_kernels_transport_is_encrypted_where_jupyter_can():
 @pytest.mark.slow
 def test_the_site_puts_the_report_first_marks_skipped_notebooks_and_has_search(tmp_path):
     """A site built from real executed notebooks (tiny ones written here, run by nbclient on the kernel):
-    the report first in the table of contents, every notebook a page, a skipped one marked with its reason,
+    the report is the front page, every other notebook a page listed under it, a skipped one marked with its reason,
     the hidden parameters hidden, search, and links relative so that file:// works."""
     pytest.importorskip("sphinx")
     pytest.importorskip("myst_nb")
@@ -200,17 +207,21 @@ def test_the_site_puts_the_report_first_marks_skipped_notebooks_and_has_search(t
     site = index.parent
     assert index == tmp_path / "site" / "index.html"
     page = index.read_text()
-    first = page.index('href="06_analysis.html"')
-    assert first < page.index('href="03_cpu_baseline.html"') < page.index('href="04_single_gpu.html"')
-    assert "04 single gpu (runs skipped)" in page and "no CUDA GPU visible here" in page
-    for name, text in (("03_cpu_baseline", "cpu epochs done"), ("06_analysis", "the headline: cpu only")):
-        assert text in (site / f"{name}.html").read_text()  # the stored output, not re-executed
+    article = page[page.index("<article"):]  # the page's own content, after the navigation bar
+    assert "the headline: cpu only" in article  # the report's own output opens the site
+    assert article.index("the headline: cpu only") < article.index('href="03_cpu_baseline.html"') < article.index(
+        'href="04_single_gpu.html"')
+    assert not (site / "06_analysis.html").exists()  # the report is not a page twice
+    assert "04 single gpu (ran; its recorded runs skipped)" in page and "no CUDA GPU visible here" in page
+    assert "cpu epochs done" in (site / "03_cpu_baseline.html").read_text()  # the stored output, not re-executed
     gpu = (site / "04_single_gpu.html").read_text()
-    assert "This notebook was <strong>skipped</strong>: no CUDA GPU visible here" in gpu
+    assert "This notebook <strong>ran</strong>; every run it records was skipped: no CUDA GPU visible here" in gpu
     assert "secret_setting" not in gpu  # the hidden parameters cell stays hidden
     # the equations are MathML (inline and displayed), no TeX left for a MathJax loaded from the web
     assert gpu.count("<math") == 2 and "<mfrac>" in gpu and "\\frac" not in gpu
     assert not re.search(r"<script[^>]*mathjax", gpu, re.IGNORECASE)
-    assert (site / "search.html").exists() and "06_analysis" in (site / "searchindex.js").read_text()
+    assert (site / "search.html").exists() and "06_analysis" in (site / "searchindex.js").read_text()  # its title
+    css = (site / "_static" / "report.css").read_text()  # wide tables scroll in their own box
+    assert "overflow-x: auto" in css and "white-space: nowrap" in css and "report.css" in gpu
     assert 'src="/' not in page and 'href="/' not in page  # relative links: opens from file://
     assert not list(tmp_path.glob(".site-src-*"))  # the sources were temporary

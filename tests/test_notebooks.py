@@ -53,8 +53,9 @@ def images(nb_path: Path) -> int:
 @pytest.mark.parametrize("name", SERIES)
 def test_notebook_shape(name):
     """Opening markdown, Colab-only install cell (one line, hidden from the report), one parameters cell,
-    and no stored outputs. What it shows, needs and takes opens the notebook, or directly follows an answer
-    that opens it (06: a title and one cell whose code the HTML hides, after the cells the HTML leaves out)."""
+    and no stored outputs. What it shows, needs and takes opens the notebook (06: its first screen, a cell whose
+    code the HTML hides, comes first after the cells the HTML leaves out, then the replication and the study's
+    published comparison, then what the page shows)."""
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     nbformat.validate(nb)
     cells = nb.cells
@@ -62,7 +63,13 @@ def test_notebook_shape(name):
     intro = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and "What it shows" in c.source)
     for words in ("What it shows", "What it needs", "How long it takes"):
         assert words in cells[intro].source
-    if intro:
+    if name == "06_analysis":  # the first screen opens the page; "About this page" follows the study's sections
+        tags = [set(c.get("metadata", {}).get("tags", [])) for c in cells[1:4]]
+        assert all("remove-cell" in t for t in tags[:-1]) and tags[-1] == {"remove-input"}, name
+        assert "report.first_screen(" in cells[3].source
+        headings = [c.source.splitlines()[0] for c in cells[4:intro] if c.cell_type == "markdown"]
+        assert headings == ["## Does lstmnb reproduce the study?", "## The study's published comparison"]
+    elif intro:
         tags = [set(c.get("metadata", {}).get("tags", [])) for c in cells[1:intro]]
         assert all("remove-cell" in t for t in tags[:-1]) and tags[-1] == {"remove-input"}, name
     assert cells[1].cell_type == "code" and '"google.colab" in sys.modules' in cells[1].source
@@ -266,14 +273,15 @@ def test_ci_series_records(ci_series):
 def test_ci_series_tables_and_figures(ci_series):
     run_dir = ci_series.run_dir
     figures = {p.stem for p in (run_dir / "figures").glob("*.png")}
-    assert {"01_series", "01_cycles", "02_forecast_week", "03_epochs", "06_headline", "06_loss_curves",
-            "06_seconds", "06_speedup"} <= figures
+    assert {"01_series", "01_cycles", "02_forecast_week", "03_epochs", "06_loss_curves", "06_seconds",
+            "06_speedup"} <= figures
+    assert "06_first_screen" not in figures  # the ci profile runs no ladder: the first screen says how to get one
     assert "06_samples_per_s" not in figures  # CPU only, nothing to compare per second of samples
     assert (run_dir / "01_subset.csv").stat().st_size > 1000
     (name,) = [p.name for p in (run_dir / "tables").glob("06_epochs_2020-01-01..2020-01-21*DataLoader*.csv")]
     table = (run_dir / "tables" / name).read_text().splitlines()
     assert table[0].startswith("epochs,CPU (") and [line.split(",")[0] for line in table[1:]] == ["1", "2"]
-    for name, n_images in (("01_data_access", 2), ("02_model", 1), ("03_cpu_baseline", 1), ("06_analysis", 4)):
+    for name, n_images in (("01_data_access", 2), ("02_model", 1), ("03_cpu_baseline", 1), ("06_analysis", 3)):
         assert images(run_dir / f"{name}.ipynb") >= n_images, name
     assert {"04_step_times", "05_ddp_scaling", "05_allreduce", "05_amdahl"} <= figures  # measured on this CPU
     assert images(run_dir / "04_single_gpu.ipynb") == 1 and images(run_dir / "05_multi_gpu.ipynb") == 3
@@ -321,7 +329,8 @@ def test_analysis_of_an_empty_results_folder_says_so(tmp_path):
     nb = result.run_dir / "06_analysis.ipynb"
     assert "**No run records found in" in output_text(nb)
     # the first screen still answers, from the published figures alone
-    assert {p.stem for p in (result.run_dir / "figures").glob("*.png")} == {"06_headline", "06_speedup"}
+    # no ladder records: no first-screen figure
+    assert {p.stem for p in (result.run_dir / "figures").glob("*.png")} == {"06_speedup"}
 
 
 @pytest.mark.slow

@@ -95,11 +95,6 @@ def test_records_from_two_machines_merge_into_the_published_form(two_machines):
     fast = report.epochs_device_table(df, input_path="fast")
     assert fast.loc[5, "T4"] == pytest.approx(1.5)
 
-    speed = report.speedup_table(table)
-    assert list(speed.index) == [5, 10, 15] and list(speed.columns) == ["CPU", "T4"]  # the baseline column stays
-    assert speed["T4"].tolist() == pytest.approx([45.0 / 7.5, 90.0 / 15.0, 135.0 / 22.5])
-    assert report.speedup_table(table, baseline="T4").loc[5, "CPU"] == pytest.approx(7.5 / 45.0)
-
 
 def test_accuracy_never_mixes_epochs_counts(tmp_path):
     """One epoch of the study's setting does not beat persistence, five do: two rows, never one median."""
@@ -145,7 +140,6 @@ def test_no_records_give_empty_tables(tmp_path):
     df = records.load_records(tmp_path)
     assert df.empty
     assert report.epochs_device_table(df).empty
-    assert report.speedup_table(report.epochs_device_table(df)).empty
     assert report.rmse_by_device(df).empty and report.loss_curves(df).empty
     assert report.epochs_tables(report.comparison_rows(df)) == []
 
@@ -200,7 +194,6 @@ def test_plots_return_figures(two_machines):
     table = report.epochs_device_table(df, input_path="dataloader")
     published = report.published_epochs_table()
     assert len(report.plot_epochs_tables(table, published).axes) == 2
-    assert len(report.plot_speedups(report.speedup_table(table), report.speedup_table(published)).axes) == 2
     assert len(report.plot_loss_curves(report.loss_curves(df)).axes) == 2
     assert len(report.plot_loss_curves(pd.DataFrame()).axes) == 2
 
@@ -238,3 +231,22 @@ def test_weak_scaling_without_its_own_one_device_run_takes_the_strong_one_of_the
     weak = table.xs(("weak", "CPU"), level=("mode", "device"))
     assert weak.loc[("ddp", 2), "speedup"] == pytest.approx(1.8) and weak.loc[("ddp", 2), "efficiency"] == pytest.approx(0.9)
     assert pd.isna(weak.loc[("dataparallel", 2), "speedup"]), "no one-device run of its strategy"
+
+
+def test_the_printed_epochs_table_shows_the_training_loss_fall():
+    """`lstmnb train` and quickstart print ``format_table(epochs_table(record))``: a real short run's losses,
+    each to three significant figures (three decimals printed later epochs' losses all as 0.005 or 0.000)."""
+    from test_train import _series
+
+    from lstmnb.training import preset_config, train
+    from lstmnb.windows import make_windows
+
+    values, times = _series(24 * 30)
+    cfg = preset_config("published", window=12, hidden=4, epochs=3, input_path="fast", progress=False, device="cpu",
+                        split_dates=None)
+    record = train(make_windows(values, times, cfg.window_config()), cfg).record
+    text = report.format_table(report.epochs_table(record))
+    losses = [e["train_loss"] for e in record["epochs"]]
+    for loss in losses:
+        assert (f"{loss:.3g}" if loss < 1 else f"{loss:,.3f}") in text
+    assert len({f"{loss:.3g}" for loss in losses}) == 3  # three epochs, three different losses on the page

@@ -1,4 +1,4 @@
-"""Each notebook's "What this showed" (report.conclusions) is written from its own results: real records
+"""Each notebook's "What this showed" (report.words) is written from its own results: real records
 of tiny runs here, so every number in the text is the records' number, and changing the results changes
 the text."""
 
@@ -56,11 +56,12 @@ def test_cpu_baseline_conclusion_follows_the_timings(runs):
 
 def test_analysis_conclusion_names_what_the_page_found():
     published = report.load_published()
-    answer = report.headline(None, published, None)
-    context = report.answer_context(None, published, report.load_reference_records())
-    text = report.analysis_conclusion(answer, context, None)
-    assert "A40" in text and "(published)" in text and "no like-for-like run at 15 epochs yet" in text
-    assert "tied within noise" in text and "launch-bound" in text and "0 record(s)" in text
+    comparison = report.published_comparison(published, None)
+    screen = report.Screen("The study's code takes 60 s here. More follows.", None, "")
+    text = report.analysis_conclusion(screen, comparison, None)
+    assert "Our own measurement: The study's code takes 60 s here." in text
+    assert "at 15 epochs ranks A40, V100, CPU" in text and "T4† and P100† are left out as flagged" in text
+    assert "0 record(s)" in text
 
 
 def test_scratch_and_region_conclusions_read_their_tables():

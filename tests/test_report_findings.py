@@ -1,7 +1,7 @@
 """The report across machines, built from mixed records: a real CPU training run made here, CPU records of
 another machine, a skipped GPU run, lstmnb's reference records (real H100 runs) and the published figures.
 Checks the findings text and table, the data each chart draws (not pixels), provenance, and that the
-reference records stay apart from the user's own (the first screen: test_report_headline.py)."""
+reference records stay apart from the user's own (the comparison across machines: test_report_page.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_report import run_record, write_jsonl
 
 from lstmnb import records, report
-from test_report import run_record, write_jsonl
 
 SHARED_RECORDS = Path(__file__).resolve().parents[2] / "shared" / "records"
 REFERENCE_FILES = ["h100-cli-runs.jsonl", "h100-notebook-series.jsonl", "h100-scratch-and-sweep.jsonl",
@@ -201,7 +201,7 @@ def test_findings_from_the_h100_reference_records(reference, published):
     assert table.loc["A40 · published", "x CPU, like for like"] == f"{pub['CPU'] / pub['A40']:.3g}x"
     # published seconds as published (two decimals), never rounded to three figures
     assert table.loc["A40 · published", "like for like s"] == f"{pub['A40']:g}"
-    assert "the study's CPU run, platform not stated" in table.loc["A40 · published", "machine"]
+    assert table.loc["A40 · published", "x CPU: over"] == "the study's one CPU run, platform not stated"
     assert "x vs reference" not in table.columns
     assert set(table["source"]) == {report.REFERENCE, report.PUBLISHED}
 
@@ -285,8 +285,7 @@ def test_cpu_only_records_draw_no_degenerate_charts(tmp_path):
     text, table = report.findings(df)
     assert "no GPU runs measured here: run 04 on a GPU" in text and "no multi-GPU records" in text
     assert list(table.index) == ["CPU · laptop"] and table.loc["CPU · laptop", "fastest s"] == "15"
-    h = report.headline(df)
-    assert h.ok and h.epochs == 5 and "no GPU has a CPU run of its own machine" in h.sentence
+    assert report.published_comparison(report.load_published(), df).epochs == 5  # the count both sides have
 
 
 def test_no_records_of_ones_own_still_answer_from_the_published_figures(published):
@@ -294,11 +293,9 @@ def test_no_records_of_ones_own_still_answer_from_the_published_figures(publishe
     assert "no run records of your own: run the series" in text
     pub = published["era5_lstm_gpu_benchmark"]["epochs"][15]
     assert set(table["source"]) == {report.PUBLISHED} and table.loc["A40 · published", "fastest s"] == f"{pub['A40']:g}"
-    h = report.headline(pd.DataFrame(), published)
-    assert h.ok and f"A40 {pub['CPU'] / pub['A40']:.3g}x" in h.sentence  # GPU over CPU, as published
-    assert set(h.entries["source"]) == {report.PUBLISHED} and "Your own records" not in h.sentence
+    comparison = report.published_comparison(published, pd.DataFrame())
+    assert comparison.epochs == 15 and "A40 9.58 s" in comparison.markdown  # the study's own table, ranked
     assert report.findings(None)[1].empty
-    assert not report.headline(None).ok and "No like-for-like figure" in report.headline(None).sentence
 
 
 @pytest.mark.slow
@@ -318,7 +315,9 @@ def test_machines_table_lists_each_device_column(own_records):
 
 
 @pytest.mark.slow
-def test_notebook_06_opens_with_the_answer_and_shows_reference_records_apart(tmp_path):
+def test_notebook_06_opens_with_our_measurement_and_shows_reference_records_apart(tmp_path):
+    """The first screen (report.first_screen), then the replication, then the study's published comparison under
+    a heading that names it as the study's; the study's cross-machine ratios are never the first thing shown."""
     from lstmnb import notebooks
 
     laptop = [run_record("cpu", "Intel(R) Core(TM) i7", e, "dataloader", 9.0 * e, host="laptop") for e in (5, 10, 15)]
@@ -330,23 +329,19 @@ def test_notebook_06_opens_with_the_answer_and_shows_reference_records_apart(tmp
     nb = json.loads((result.run_dir / "06_analysis.ipynb").read_text())
     outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
     first = "".join(outputs[0]["data"]["text/markdown"])
-    assert first.startswith("**Like for like** (15 epochs at the [published setting](#published-setting)")
-    # the reference H100 ran the study's setting for 5 epochs only, not the 15 this sentence compares at: its
-    # lesson stands beside the answer (below), labelled as another machine's, never in the like-for-like sentence
-    assert "H100" not in first
-    # right under it, what the answer rests on and the measured eager-vs-graph lesson, then the figure
-    context = "".join(outputs[1]["data"]["text/markdown"])
-    assert context.startswith("**What the published ratio rests on.**") and "Tied, not ranked" in context
-    assert "**Eager against a CUDA graph, measured** (reference records: lstmnb on an H100 (vm)" in context
-    assert "the eager H100 is 3.58x its own CPU on the DataLoader path (4.13 s against 14.8 s)" in context
-    assert "image/png" in outputs[2]["data"]
-    assert "".join(outputs[3]["data"]["text/markdown"]).startswith('<a id="published-setting"></a>')
+    assert "x faster" not in first and "1.17x" not in first and "each GPU is this much faster" not in first
     page = (result.run_dir / "06_analysis.html").read_text()
-    answer = page.index("Like for like")
-    assert "google.colab" not in page and "results_paths = " not in page.split("This page")[0]  # hidden cells
-    assert page.index('id="published-setting"') > answer and "report.headline(" not in page  # its input hidden
+    order = [page.index(h) for h in ("Does lstmnb reproduce the study?", "published comparison",
+                                     "About this page", "Findings")]
+    assert order == sorted(order)
+    study = page[order[1]:order[2]]
+    assert "At 15 epochs (the longest count both the study and these records have)" in study
+    assert "Left out of the ranking: T4† and P100†" in study and 'id="published-setting"' in study
+    assert "google.colab" not in page and "results_paths = " not in page.split("About this page")[0]  # hidden cells
+    assert "report.first_screen(" not in page  # its input hidden
     figures = {p.stem for p in (result.run_dir / "figures").glob("*.png")}
-    assert {"06_headline", "06_seconds", "06_samples_per_s", "06_speedup"} <= figures
+    assert {"06_seconds", "06_samples_per_s", "06_speedup"} <= figures
+    assert (result.run_dir / "tables" / "06_published_comparison.csv").exists()
     findings = pd.read_csv(result.run_dir / "tables" / "06_findings.csv", index_col=0)
     assert {"CPU · laptop", "H100 · vm · reference", "A40 · published"} <= set(findings.index)
     assert own.read_bytes() == before  # the reference records were shown, never written into the user's results
@@ -361,7 +356,7 @@ def test_notebook_06_opens_with_the_answer_and_shows_reference_records_apart(tmp
     (float("nan"), "—"),
 ])
 def test_the_report_writes_a_figure_one_way(value, text):
-    from lstmnb.report import numbers
+    from lstmnb.report import labels as numbers
 
     assert numbers.figure(value) == text
     assert numbers.seconds(value) == text + " s"

@@ -1,4 +1,4 @@
-"""One glossary (report.glossary): every word the report uses is defined, and README carries the same text."""
+"""One glossary (report.words): every word the report uses is defined, and README carries the same text."""
 
 from __future__ import annotations
 

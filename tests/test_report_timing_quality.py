@@ -1,4 +1,4 @@
-"""Timings a student can trust (report.timing_quality): real runs of the epochs experiment, repeated and
+"""Timings a student can trust (report.repeats, the one timing rule): real runs of the epochs experiment, repeated and
 alternated, become one row per setting (the median of the repeats) with input path, batch and threads; a
 row whose repeats disagree by more than 20%, or that ran while other processes kept the cores busy, is
 marked."""
@@ -11,7 +11,7 @@ import pytest
 from conftest import tiny_epochs_runs
 
 from lstmnb import report
-from lstmnb.report import timing_quality
+from lstmnb.report import repeats as timing_quality
 
 
 @pytest.fixture(scope="module")
@@ -96,20 +96,19 @@ def _at_published_setting(run: dict, seconds: float, busy: float = 0.0) -> dict:
     ((100.0, 105.0, 160.0), (0.0, 0.0, 0.0), "repeats differ by 60%"),
     ((100.0, 101.0, 102.0), (0.0, 0.0, 1.2), "1 of 3 ran beside busy processes (others kept 1.2 of 2 cores busy"),
 ])
-def test_the_06_headline_marks_your_cpu_against_the_studys_as_03_marks_its_runs(runs, tmp_path, seconds, busy, why):
-    """06's "Your CPU against the study's CPU ... less time here" states a ratio of the same median that 03's run
-    table shows: where 03 marks it (repeats that disagree, busy cores), the sentence says it is a rough figure,
-    in the same words; where 03 does not, neither does the sentence."""
-    from lstmnb import records
+def test_06_marks_a_median_of_the_published_setting_as_03_marks_its_runs(runs, tmp_path, seconds, busy, why):
+    """06's comparison rows carry the same median that 03's run table shows: where 03 marks it (repeats that
+    disagree, busy cores), the row's ``rough`` says so in the same words; where 03 does not, neither does the row."""
     from test_report import write_jsonl
+
+    from lstmnb import records
 
     own = [_at_published_setting(runs[0], s, b) for s, b in zip(seconds, busy)]
     write_jsonl(tmp_path / "here" / "runs.jsonl", own)
-    sentence = report.headline(records.load_records(tmp_path), report.load_published()).sentence
-    assert "**Your CPU against the study's CPU**" in sentence and "less time here" in sentence
+    rows = report.comparison_rows(records.load_records(tmp_path))
+    rough = rows.loc[rows["like_for_like"].astype(bool), "rough"].iloc[0]
     check = report.timing_rows(own)["check"].iloc[0]
     if not why:
-        assert check == "" and "rough" not in sentence
+        assert check == "" and rough == ""
     else:
-        assert why in check
-        assert f"less time here (a rough figure: {check.removeprefix(timing_quality.MARK + ' ')})" in sentence
+        assert why in check and check == f"{timing_quality.MARK} {rough}"

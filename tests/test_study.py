@@ -135,6 +135,7 @@ def test_skill_on_the_study_data_per_point_puts_both_models_on_the_same_hours(tm
 
     small = dict(epochs=1, progress=False, device="cpu")
     run(Request(), preset_config("published", num_workers=0, **small), results=tmp_path)  # the study's model
+    run(Request(), preset_config("published", input_path="fast", **small), results=tmp_path)  # fed another way
     run(Request(), preset_config("published", batch_size=256, **small), results=tmp_path)  # another setting: left out
     run(Request(), preset_config("recommended", split_dates=("2020-10-01", "2021-01-01"), hidden=8, **small),
         results=tmp_path)
@@ -143,15 +144,19 @@ def test_skill_on_the_study_data_per_point_puts_both_models_on_the_same_hours(tm
     # the recommended preset with a smaller model says so: its RMSE is not the recommended forecaster's
     assert list(table["forecast"].unique()) == ["the study's model, 1 epoch", "recommended (lstmnb), hidden 8"]
     assert list(table["point"].unique()) == ["40,280", "20,280"] and set(table["lead h"]) == {1}
+    # the study's model fed by a DataLoader and by the fast path: two rows of one run each, never their median
+    study = table[table["forecast"] == "the study's model, 1 epoch"]
+    assert sorted(study["input"]) == ["DataLoader", "DataLoader", "fast", "fast"] and set(study["runs"]) == {1}
     for _, g in table.groupby("point"):  # the same target hours: the same persistence for both forecasts
         assert np.ptp(g["persistence RMSE K"]) < 1e-9
         assert np.allclose(1 - (g["model RMSE K"] / g["persistence RMSE K"]) ** 2, g["MSE skill vs persistence"])
     sea = table[table["point"] == "20,280"]["persistence RMSE K"].iloc[0]
     assert 0.15 < sea < 0.25  # the real sea point's 1 h persistence on 2021-01..06 (0.194 K measured)
     summary = report.study_skill_summary(table)
-    assert summary.startswith("On the study's test part (2021-01..06): at 40,280,") and "of 2 forecasts" in summary
+    assert summary.startswith("On the study's test part (2021-01..06): at 40,280,") and "of 3 forecasts" in summary
     for _, r in table[table["MSE skill vs persistence"] <= 0].iterrows():  # each loser named, as a loser
-        assert f"{r['forecast']} at 1 h does not (MSE skill {r['MSE skill vs persistence']:.2f})" in summary
+        said = f"{r['forecast']} ({r['input']}) at 1 h does not (MSE skill {r['MSE skill vs persistence']:.2f})"
+        assert said in summary
 
 
 def test_the_study_skill_table_leaves_out_a_run_tested_on_fewer_hours(tmp_path):

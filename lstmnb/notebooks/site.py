@@ -1,5 +1,6 @@
-"""A run folder as a navigable site: the report (06) first, every executed notebook a page, a table of
-contents and search, skipped notebooks marked, readable from ``file://`` (``<run folder>/site/index.html``).
+"""A run folder as a navigable site: the report (06) is its front page (``<run folder>/site/index.html``, the
+first screen on top), every other executed notebook a page listed under it, a table of contents and search,
+notebooks whose recorded runs were skipped marked, readable from ``file://``.
 
 Built by Sphinx with myst-nb (which reads the executed notebooks as they are, without running them, and
 honours the ``remove-cell``/``remove-input`` tags the HTML rendering uses) and sphinx-book-theme, the
@@ -23,6 +24,14 @@ from .series import SeriesResult
 
 SITE_PACKAGES = ("sphinx", "myst_nb", "sphinx_book_theme")
 REPORT_PREFIX = "06"  # the analysis notebook: the site's first entry
+
+
+# every output table fits the page: a wide one scrolls sideways in its own box, its headers on one line
+TABLE_CSS = """\
+.cell_output table { display: block; max-width: 100%; overflow-x: auto; border-collapse: collapse; }
+.cell_output th { white-space: nowrap; }
+.cell_output td, .cell_output th { padding: 0.2em 0.6em; }
+"""
 
 
 def site_missing() -> str | None:
@@ -52,13 +61,19 @@ def _conf(result: SeriesResult) -> str:
         "html_show_sourcelink = False",
         "html_copy_source = False",
         'html_theme_options = {"show_toc_level": 2}',
+        'html_static_path = ["_static"]',
+        'html_css_files = ["report.css"]  # wide tables scroll in a box of their own; headers stay one line',
         "suppress_warnings = ['myst.header', 'mystnb.unknown_mime_type', 'misc.highlighting_failure']",
         "",
     ])
 
 
 def _title(run) -> str:
+    """The navigation's name of a page: a notebook whose recorded runs were all skipped still ran (04's step
+    times on a CPU), so it says so rather than reading as a notebook that was skipped."""
     name = run.name.replace("_", " ", 1).replace("_", " ")
+    if run.status == "skipped":
+        return f"{name} (ran; its recorded runs skipped)"
     return name if run.status == "ok" else f"{name} ({run.label})"
 
 
@@ -70,32 +85,38 @@ def _status_table(result: SeriesResult) -> str:
             f"<tbody>{rows}</tbody></table>")
 
 
-def _index(result: SeriesResult, pages: list) -> str:
-    report = [r for r in pages if r.name.startswith(REPORT_PREFIX)]
-    rest = [r for r in pages if r not in report]
-
-    def toctree(caption: str, runs: list) -> str:
-        entries = "\n".join(f"{_title(r)} <{r.name}>" for r in runs)
-        return f"```{{toctree}}\n:caption: {caption}\n:maxdepth: 1\n\n{entries}\n```\n" if runs else ""
-
-    lines = [f"# lstmnb notebook series, profile {result.profile}", "",
-             f"Run folder `{result.run_dir}`; records in `{result.results}`. The report comes first, then "
-             "every notebook of the series as it ran; a notebook whose runs were all skipped says why.", "",
-             "```{raw} html", _status_table(result), "```", "",
-             toctree("Report", report), toctree("Notebooks", rest)]
-    return "\n".join(lines)
+def _contents(result: SeriesResult, rest: list) -> str:
+    """The series under the report: where the run is, each notebook's status, and the other pages."""
+    entries = "\n".join(f"{_title(r)} <{r.name}>" for r in rest)
+    toctree = f"```{{toctree}}\n:caption: Notebooks\n:maxdepth: 1\n\n{entries}\n```\n" if rest else ""
+    return "\n".join([f"## The notebook series (profile {result.profile})", "",
+                      f"Run folder `{result.run_dir}`; records in `{result.results}`. Every notebook of the series as "
+                      "it ran; a notebook whose recorded runs were all skipped says why.", "",
+                      "```{raw} html", _status_table(result), "```", "", toctree])
 
 
-def _page(run, source: Path, target: Path) -> None:
-    """The executed notebook as a page: parameters hidden as in the HTML, a skipped one marked on top."""
+def _index(result: SeriesResult, rest: list) -> str:
+    """The front page where the series has no report (06 not run): the series' contents alone."""
+    return f"# lstmnb notebook series, profile {result.profile}\n\n" + _contents(result, rest)
+
+
+def _page(run, source: Path, target: Path, contents: str | None = None) -> None:
+    """The executed notebook as a page: parameters hidden as in the HTML; on top, a note where its recorded runs
+    were all skipped, a warning where it failed."""
     import nbformat
 
     nb = nbformat.read(source, as_version=4)
     follow_parameters(nb)
-    if run.status != "ok":
-        why = run.reason if run.status == "skipped" else run.error
-        note = f"```{{warning}}\nThis notebook was **{run.status}**" + (f": {why}" if why else ".") + "\n```"
+    if run.status == "skipped":
+        note = ("```{note}\nThis notebook **ran**; every run it records was skipped" + (f": {run.reason}" if run.reason
+                else "") + ". What it measured without a record (04's step times on this CPU) is on the page.\n```")
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
+    elif run.status != "ok":
+        why = f": {run.error}" if run.error else "."
+        note = f"```{{warning}}\nThis notebook was **{run.status}**{why}\n```"
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
+    if contents:  # the front page: the report, then the series under it
+        nb.cells.append(nbformat.v4.new_markdown_cell(contents))
     nbformat.write(nb, target)
 
 
@@ -109,8 +130,15 @@ def build_site(result: SeriesResult) -> Path:
     with tempfile.TemporaryDirectory(prefix=".site-src-", dir=result.run_dir) as src_dir:
         src = Path(src_dir)
         (src / "conf.py").write_text(_conf(result), encoding="utf-8")
-        (src / "index.md").write_text(_index(result, pages), encoding="utf-8")
-        for run in pages:
+        report = next((r for r in pages if r.name.startswith(REPORT_PREFIX)), None)
+        rest = [r for r in pages if r is not report]
+        if report is None:
+            (src / "index.md").write_text(_index(result, rest), encoding="utf-8")
+        else:  # the report is the front page, its first screen on top
+            _page(report, Path(report.notebook), src / "index.ipynb", _contents(result, rest))
+        (src / "_static").mkdir()
+        (src / "_static" / "report.css").write_text(TABLE_CSS, encoding="utf-8")
+        for run in rest:
             _page(run, Path(run.notebook), src / f"{run.name}.ipynb")
         with atomic_path(target) as out:
             doctrees = src / ".doctrees"

@@ -9,8 +9,9 @@ running inside Jupyter; inside a Jupyter kernel, importing this module makes fig
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -37,8 +38,8 @@ def figures_inline() -> bool:
 
     if "ipykernel" not in sys.modules:  # not in a kernel (a script, pytest): nothing to show inline
         return False
-    from IPython import get_ipython
     import matplotlib
+    from IPython import get_ipython
 
     shell = get_ipython()
     if shell is None or getattr(shell, "kernel", None) is None:
@@ -114,6 +115,15 @@ def save_table(df: pd.DataFrame, output_dir: str | Path | None, name: str) -> Pa
     with atomic_path(target, suffix=".csv") as tmp:
         df.to_csv(tmp)
     return target
+
+
+def show_table(df: pd.DataFrame) -> None:
+    """Display ``df`` without pandas' index column (its first columns name the rows): HTML that the site
+    wraps in a box of its own where it is wider than the page, and the same table as plain text."""
+    from IPython.display import display
+
+    display({"text/plain": df.to_string(index=False, na_rep=""),
+             "text/html": df.to_html(index=False, na_rep="", border=0, classes="dataframe report-table")}, raw=True)
 
 
 # --- 01: the store and the series ----------------------------------------------------------------

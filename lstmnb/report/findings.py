@@ -1,8 +1,9 @@
-"""The findings under the first screen (``headline``): what was found (machines told apart, skipped
+"""The findings under the study's sections: what was found (machines told apart, skipped
 devices counted as skipped), what CUDA graphs, batch size and problem size change, the model's skill
 against the baselines, what is missing with the command that fills it; and a small table, one row per
-device column. Every number comes from the comparison rows (``compare``: one median rule), the records,
-or the published figures, and names its source."""
+device column. Every number comes from the comparison rows (``repeats``: one median rule), the records,
+or the published figures, and names its source.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +11,29 @@ from typing import Any
 
 import pandas as pd
 
-from . import numbers as num
-from .compare import FASTEST, comparison_epochs, comparison_rows, compared_runs, knob_effects, main_problem, own_cpu_speedups
-from .devices import column
-from .headline import record_states
-from .provenance import joined, machine_descriptions, with_columns
-from .published import MEASURED, NOTE_MARK, PUBLISHED, REFERENCE, SOURCE_WORDS, device_notes
-from .settings import LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL, PUBLISHED_SETTING, link
+from . import labels as num
+from .labels import LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL, column, link
+from .published import (
+    MEASURED,
+    NOTE_MARK,
+    PUBLISHED,
+    REFERENCE,
+    SOURCE_WORDS,
+    device_notes,
+    joined,
+    machine_descriptions,
+    over_which_cpu,
+    with_columns,
+)
+from .repeats import (
+    FASTEST,
+    compared_runs,
+    comparison_epochs,
+    comparison_rows,
+    knob_effects,
+    main_problem,
+    own_cpu_speedups,
+)
 
 
 def _n(count: int, noun: str) -> str:
@@ -26,6 +43,24 @@ def _n(count: int, noun: str) -> str:
 def _group(row: pd.Series) -> str:
     """Runs compared as 'the same machine': one machine of one source."""
     return f"{row['machine']} ({SOURCE_WORDS[row['source']]})"
+
+
+def record_states(df: pd.DataFrame | None, source: str) -> pd.DataFrame:
+    """One row per device column of a records DataFrame: its device, machine, how many records are ok,
+    and the reason of its skipped or failed ones."""
+    if df is None or df.empty:
+        return pd.DataFrame()
+    runs = with_columns(df, source)
+    status = column(runs, "status").fillna("unknown")
+    reason = column(runs, "reason").fillna("no reason given").astype(str)
+    out = []
+    for col, g in runs.groupby("column", sort=False):
+        st, why = status.loc[g.index], reason.loc[g.index]
+        out.append({"column": col, "device": g["device_label"].iloc[0], "machine": g["machine"].iloc[0],
+                    "ok": int((st == "ok").sum()), "skipped": int((st == "skipped").sum()),
+                    "skip_reasons": list(dict.fromkeys(why[st == "skipped"])),
+                    "failed": list(dict.fromkeys(f"{s}: {w}" for s, w in zip(st, why) if s not in ("ok", "skipped")))})
+    return pd.DataFrame(out)
 
 
 def _found_source(df: pd.DataFrame, source: str) -> str:
@@ -81,31 +116,6 @@ def _graph_text(rows: pd.DataFrame) -> str | None:
                  for _, r in g.sort_values("problem", key=lambda p: p != PUBLISHED_PROBLEM_LABEL).iterrows()]
         items.append(f"{col}: " + "; ".join(parts))
     return "**CUDA graphs** (the same run without and with `--cuda-graph`): " + "; ".join(items) + "."
-
-
-def _launch_bound_text(rows: pd.DataFrame, epochs: int | None) -> str | None:
-    """Why a GPU of the records is not faster like for like than an older GPU: at the study's small batch the eager
-    step is launch-bound, which its CUDA graph pair at the published setting shows."""
-    lfl = rows[rows["like_for_like"].astype(bool) & (rows["epochs"] == epochs) & (rows["device"] != "CPU")]
-    effects = knob_effects(rows, "cuda_graph")
-    if lfl.empty or effects.empty:
-        return None
-    items = []
-    for _, r in lfl[lfl["source"] != PUBLISHED].iterrows():
-        quicker = lfl[(lfl["seconds"] < r["seconds"]) & (lfl["device"] != r["device"])]
-        pair = effects[(effects["column"] == r["column"]) & (effects["problem"] == PUBLISHED_PROBLEM_LABEL)
-                       & effects["without"].str.startswith("published setting")]
-        if quicker.empty or pair.empty:
-            continue
-        p = pair.iloc[0]
-        items.append(f"{r['device']} ({SOURCE_WORDS[r['source']]}) takes {num.seconds(r['seconds'])} like for like, slower than "
-                     + ", ".join(f"{q['device']} ({SOURCE_WORDS[q['source']]}) {num.seconds(q['seconds'])}"
-                                 for _, q in quicker.iterrows())
-                     + f": at batch {PUBLISHED_SETTING['batch_size']} a training step is a few small kernels, so the eager step waits on the CPU "
-                     f"launching them (launch-bound) and a faster GPU barely helps; captured as a CUDA graph the same "
-                     f"setting takes {num.seconds(p['seconds with'])} instead of {num.seconds(p['seconds without'])} "
-                     f"({p['without'].split(' · ')[-1]}, {p['epochs']} epochs)")
-    return ("**Why a new GPU is not faster like for like:** " + "; ".join(items) + ".") if items else None
 
 
 # what makes batch-sweep records one sweep: the same run of `bench batch-sweep` (or notebook 04) on the same problem
@@ -243,7 +253,7 @@ def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
     compared (``problem`` and ``epochs`` where the column has them, else its own most common ones),
     like-for-like and fastest seconds with each one's speedup over a CPU (its own machine's; a published
     GPU's over the study's CPU run, which its machine cell names), the fastest setting and its input path,
-    best samples/s, median test RMSE. Figures are text as the report writes them (``numbers``); '—' where
+    best samples/s, median test RMSE. Figures are text as the report writes them (``labels``); '—' where
     a figure does not exist; a published device with a note (``notes``, by device) carries its mark."""
     if rows.empty:
         return pd.DataFrame()
@@ -274,11 +284,10 @@ def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
             "x CPU, like for like": num.ratio(x_lfl.iloc[0]) if len(x_lfl) else "—",
             "fastest s": num.figure(best["seconds"]), "fastest setting": setting, "input": path,
             "x CPU, fastest of each": num.ratio(x_fast.iloc[0]) if len(x_fast) else "—",
+            "x CPU: over": over_which_cpu(not cross, best["source"]) if not mine.empty else "—",
             "best samples/s": int(round(rate)) if pd.notna(rate) else "—",
             "test RMSE K": round(float(rmse), 3) if pd.notna(rmse) else "—",
         })
-        if cross:  # a published GPU over the study's CPU run, not a CPU of its own machine: say which
-            out[-1]["machine"] = f"{best['machine']} (its ratio: over {mine['cpu_machine'].iloc[0]})"
     table = pd.DataFrame(out)
     rank = {s: i for i, s in enumerate((MEASURED, REFERENCE, PUBLISHED))}
     table = table.iloc[sorted(range(len(table)), key=lambda i: rank[table["source"].iloc[i]])]
@@ -291,8 +300,8 @@ def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = No
     the published figures (``load_published()``, or None to leave them out) and lstmnb's ``reference``
     records (or None).
 
-    The bullets say which devices and machines were found (skipped ones as skipped), why a new GPU may
-    not be faster like for like, what CUDA graphs, batch size and problem size change (where records have
+    The bullets say which devices and machines were found (skipped ones as skipped), what CUDA graphs, batch size
+    and problem size change (where records have
     them), the model's skill against the baselines, what is missing with the command that fills it, and
     the notes of the published devices shown (the T4's). The table has one row per device column.
     """
@@ -302,7 +311,7 @@ def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = No
     problem = main_problem(rows)
     epochs = comparison_epochs(rows, problem) if problem else None
     if not rows.empty:
-        lines += [_launch_bound_text(rows, epochs), _graph_text(rows), _problem_text(rows, problem)]
+        lines += [_graph_text(rows), _problem_text(rows, problem)]  # why a GPU is launch-bound: the first screen
     lines += [_batch_text(frames), _skill_text(frames, problem)]
     missing = _missing(records, reference, rows)
     if missing:

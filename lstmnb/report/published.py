@@ -1,14 +1,26 @@
-"""The published figures (package data), always labelled as published; the notes that go wherever a
-device's published figures are shown; and the side-by-side form that notebooks 03 and 04 use."""
+"""Where every figure comes from: the published figures (package data), always labelled as published, the notes
+that go wherever a device's published figures are shown, the side-by-side form notebooks 03 and 04 use, and
+the study's own comparison (its devices ranked per epochs count, the flagged ones named, never ranked); and the
+provenance of every device column (machine, told apart beyond host names, dates, lstmnb commit, torch and CUDA,
+and its source: measured in the records, lstmnb's shipped reference records, or published).
+
+The reference records are real runs measured by lstmnb on an H100, shipped with the package and loaded apart
+from a user's results, so they are shown beside them and never mixed into them.
+"""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 import pandas as pd
 
-from .devices import order_devices
+from . import labels as num
+from .labels import column, order_devices, with_device_labels
+
+# --- the published figures, their notes, the study's own comparison -----------------------------------------
 
 # the three sources a figure can come from, always shown with it
 PUBLISHED = "published"
@@ -78,7 +90,7 @@ def side_by_side(ours: pd.DataFrame, published: pd.DataFrame, blank: str | None 
 def published_provenance(published: dict[str, Any] | None = None) -> pd.DataFrame:
     """Where each published device column comes from: machine, torch, CUDA, input path, as the source states.
 
-    One row per published device, with the columns of ``provenance.machines_table`` that the source fills.
+    One row per published device, with the columns of ``machines_table`` that the source fills.
     """
     pub = (published or load_published())["era5_lstm_gpu_benchmark"]
     prov = pub.get("provenance") or {}
@@ -115,3 +127,250 @@ def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.Da
         p = pub["multi_gpu_spatiotemporal"]
         out[f"{PUBLISHED}: multi-GPU spatio-temporal network, {p['unit']}"] = pd.DataFrame(p["rows"]).set_index("model")
     return out
+
+
+# Two single runs whose times differ by less than this are called tied: one run each has no spread of its
+# own, and repeats of one training job on one machine differ by more than this (03's repeats show it)
+TIED_WITHIN = 0.10
+OVER_STUDY_CPU = "x the study's one CPU run"  # what a published GPU's ratio divides: never its own machine's CPU
+
+
+@dataclass
+class PublishedComparison:
+    """The study's own comparison: ``table`` (one row per epochs count and device: its rank, or why it is left
+    out), ``markdown`` (the ranking in words, the headline epochs count first, then the flagged devices' notes)
+    and ``epochs``, the headline count (the longest one both the study and the records have)."""
+
+    markdown: str
+    table: pd.DataFrame
+    epochs: int | None
+
+
+def flagged_devices(published: dict[str, Any] | None = None) -> list[str]:
+    """The published devices whose figures are flagged (``provenance.flagged``): named, never ranked."""
+    pub = (published or load_published())["era5_lstm_gpu_benchmark"]
+    return list(((pub.get("provenance") or {}).get("flagged")) or [])
+
+
+def headline_epochs(published: dict[str, Any], records: pd.DataFrame | None = None) -> tuple[int, bool]:
+    """The longest epochs count both the study and the ``records``' runs of the published setting and problem
+    have (like for like), and True; the study's longest and False where the records have none in common."""
+    from .repeats import comparison_rows  # compare builds on this module
+
+    study = set(published_epochs_table(published).index)
+    rows = comparison_rows(records) if records is not None and not records.empty else pd.DataFrame()
+    mine = set(rows.loc[rows["like_for_like"].astype(bool), "epochs"]) if not rows.empty else set()
+    return int(max(study & mine or study)), bool(study & mine)
+
+
+def _ranked_text(table: pd.DataFrame, epochs: int) -> str:
+    at = table[table["epochs"] == epochs]
+    ranked = at[at["rank"].map(lambda r: isinstance(r, int))]
+    text = ", ".join(f"{r['device']} {num.seconds(r['published s'])}" for _, r in ranked.iterrows())
+    gpus = ranked[ranked["device"] != "CPU"]
+    if len(gpus) > 1 and gpus["published s"].iloc[1] <= gpus["published s"].iloc[0] * (1 + TIED_WITHIN):
+        text += (f" ({gpus['device'].iloc[0]} and {gpus['device'].iloc[1]} tied: under {TIED_WITHIN:.0%} apart, "
+                 "one run each)")
+    return text
+
+
+def published_comparison(published: dict[str, Any] | None, records: pd.DataFrame | None = None) -> PublishedComparison:
+    """The study's published table as the study's comparison, per epochs count (5, 10, 15): the devices ranked
+    fastest first, each GPU's ratio over the study's one CPU run (platform not stated), the flagged devices
+    (``flagged_devices``) left out of the ranking and named with their notes; never tied on a flagged figure."""
+    if published is None:
+        return PublishedComparison("", pd.DataFrame(), None)
+    table = published_epochs_table(published)
+    flagged, notes = flagged_devices(published), device_notes(published)
+    epochs, shared = headline_epochs(published, records)
+    rows = []
+    for e in [epochs] + [x for x in table.index if x != epochs]:
+        row = table.loc[e].dropna()
+        kept = row.drop([d for d in flagged if d in row]).sort_values()
+        for rank, (device, s) in enumerate(kept.items(), 1):
+            rows.append({"epochs": int(e), "rank": rank, "device": device, "published s": float(s),
+                         OVER_STUDY_CPU: None if device == "CPU" else round(float(row["CPU"] / s), 2)})
+        for device in (d for d in flagged if d in row):
+            rows.append({"epochs": int(e), "rank": f"left out ({NOTE_MARK} flagged)", "device": device + NOTE_MARK,
+                         "published s": float(row[device]), OVER_STUDY_CPU: None})
+    out = pd.DataFrame(rows)
+    left = " and ".join(f"{d}{NOTE_MARK}" for d in flagged if d in table)
+    others = "; ".join(f"at {e}: {_ranked_text(out, e)}" for e in table.index if e != epochs)
+    why = ("the longest count both the study and these records have" if shared else
+           "the study's longest; these records hold no like-for-like run of a count the study timed")
+    text = (f"At {epochs} epochs ({why}), fastest first: "
+            f"{_ranked_text(out, epochs)}. {'Other counts, ' + others + '. ' if others else ''}"
+            f"Every time is one run; the column *{OVER_STUDY_CPU}* divides that CPU run (its platform not "
+            "stated) by each GPU's time: it is not any GPU's own machine's CPU."
+            + (f" Left out of the ranking: {left}, whose published figures are flagged:" if left else ""))
+    flagged_notes = [notes[d] for d in flagged if d in notes]
+    return PublishedComparison("\n\n".join([text, *flagged_notes]), out, epochs)
+
+def over_which_cpu(same_machine: bool, source: str) -> str:
+    """The CPU a speedup divides, in the words every label uses: a published GPU's is the study's one CPU run
+    (never its own machine's), a record's its own machine's CPU."""
+    if same_machine:
+        return "its own machine's CPU"
+    return "the study's one CPU run, platform not stated" if source == PUBLISHED else "another machine's CPU"
+
+
+
+# --- where each device column comes from --------------------------------------------------------------------
+
+REFERENCE_PACKAGE = "reference_records"
+
+
+def column_label(source: str, device: str, machine: str | None = None, cpu_cores: Any = None) -> str:
+    """The label of one device column: device (with its cores for a CPU), machine, and the source when it
+    is not the user's own records: 'H100 · node7', 'CPU (16 cores) · vm · reference', 'A40 · published'."""
+    name = device
+    if device == "CPU" and _is_number(cpu_cores):
+        name = f"CPU ({int(cpu_cores)} cores)"
+    if source == PUBLISHED:
+        return f"{name} · {PUBLISHED}"
+    label = f"{name} · {machine or 'unknown host'}"
+    return label + (f" · {REFERENCE}" if source == REFERENCE else "")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def with_columns(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
+    """A copy of a records DataFrame with ``device_label``, ``machine``, ``source`` and ``column`` (the
+    device column each record belongs to, see ``column_label``)."""
+    if source not in SOURCES:
+        raise ValueError(f"source {source!r} is not one of {SOURCES}")
+    out = with_device_labels(df)
+    out["machine"] = machine_names(out)
+    out["source"] = source
+    cores = column(out, "device.cpu_cores")
+    out["column"] = [column_label(source, d, m, c) for d, m, c in zip(out["device_label"], out["machine"], cores)]
+    return out
+
+
+def machine_names(df: pd.DataFrame) -> pd.Series:
+    """The machine of each record: its host name, with the CPU model added where records of one host
+    name come from different CPUs (two cloud machines both called 'vm' stay two machines)."""
+    hosts = column(df, "device.hostname").map(lambda v: str(v) if isinstance(v, str) and v else "unknown host")
+    cpus = column(df, "device.cpu_model").map(lambda v: v if isinstance(v, str) else "")
+    several = cpus.groupby(hosts).transform("nunique") > 1
+    return hosts.where(~several, hosts + " (" + cpus.where(cpus != "", "CPU not stated") + ")")
+
+
+def short_cpu(model: str) -> str:
+    """A CPU model without trademarks and clock: 'Intel(R) Xeon(R) Processor' -> 'Intel Xeon'."""
+    text = re.sub(r"\((R|TM|tm|r)\)|\bCPU\b|\bProcessor\b|@.*$", " ", str(model))
+    return " ".join(text.split()) or str(model)
+
+
+def machine_descriptions(df: pd.DataFrame | None, source: str = MEASURED) -> dict[str, str]:
+    """Per machine of a records DataFrame (``machine_names``): host, CPU model and cores, the GPUs its
+    finished runs used, and the dates, e.g. 'vm: Intel Xeon, 16 cores, NVIDIA H100 80GB HBM3; 2026-11-22'. What tells two machines apart beyond their host names."""
+    if df is None or df.empty:
+        return {}
+    runs = with_columns(df, source)
+    out = {}
+    for machine, g in runs.groupby("machine", sort=False):
+        host = str(column(g, "device.hostname").fillna("unknown host").iloc[0])
+        cpu = joined(column(g, "device.cpu_model").dropna().map(short_cpu)) or "CPU not stated"
+        cores = column(g, "device.cpu_cores").dropna()
+        ok_gpu = g[(column(g, "status") == "ok") & (column(g, "device.kind") == "cuda")]
+        gpus = joined(column(ok_gpu, "device.name"))
+        parts = [cpu + (f", {int(cores.iloc[0])} cores" if len(cores) else "")] + ([gpus] if gpus else [])
+        dates = _dates(column(g, "started"))
+        out[machine] = f"{host}: {', '.join(parts)}" + (f"; {dates}" if dates else "")
+    return out
+
+
+def joined(values: pd.Series, short: int | None = None) -> str | None:
+    def cut(v: str) -> str:  # a commit's "-dirty" mark (records.commit_of) outlives the shortening
+        return v[:short] + ("-dirty" if v.endswith("-dirty") else "") if short else v
+    seen = [cut(str(v)) for v in values.dropna().unique() if str(v)]
+    return ", ".join(seen) if seen else None
+
+
+def _dates(started: pd.Series) -> str | None:
+    days = sorted({str(s)[:10] for s in started.dropna()})
+    if not days:
+        return None
+    return days[0] if len(days) == 1 else f"{days[0]}..{days[-1]}"
+
+
+def machines_table(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
+    """One row per device column (device on a machine) of a records DataFrame: the machine, device
+    name, CPU, the dates, lstmnb commit(s), torch and CUDA versions, and how many records are ok,
+    skipped or other (oom, failed, diverged). What ``lstmnb results --by machine`` prints."""
+    if df.empty:
+        return pd.DataFrame()
+    runs = with_columns(df, source)
+    status = column(runs, "status")
+    rows = []
+    for label, g in runs.groupby("column", sort=False):
+        commits = joined(column(g, "software.git_commit"), short=7)
+        version = joined(column(g, "software.lstmnb"))
+        st = status.loc[g.index]
+        rows.append({
+            "column": label, "device": g["device_label"].iloc[0], "source": source, "machine": g["machine"].iloc[0],
+            "device name": joined(column(g, "device.name")), "CPU": joined(column(g, "device.cpu_model")),
+            "cores": joined(column(g, "device.cpu_cores").dropna().astype(int)), "dates": _dates(column(g, "started")),
+            "lstmnb": " @ ".join(v for v in (version, commits) if v) or None,
+            "torch": joined(column(g, "software.torch")), "CUDA": joined(column(g, "software.cuda")),
+            "records": str(len(g)), "ok": str(int((st == "ok").sum())), "skipped": str(int((st == "skipped").sum())),
+            "oom/failed/diverged": str(int(st.isin(["oom", "failed", "diverged"]).sum())),
+        })
+    table = pd.DataFrame(rows).set_index("column")
+    rank = {d: i for i, d in enumerate(order_devices(table["device"]))}
+    order = sorted(table.index, key=lambda c: (table.at[c, "machine"], rank[table.at[c, "device"]]))
+    return table.loc[order]
+
+
+def provenance_table(records: pd.DataFrame | None = None, reference: pd.DataFrame | None = None,
+                     published: dict[str, Any] | None = None) -> pd.DataFrame:
+    """The provenance of every device column the report shows, as columns (the same labels as the
+    charts' and tables'): source, machine, dates, lstmnb commit, torch, CUDA. ``published`` is the
+    published figures (``load_published()``), or None to leave them out."""
+    parts = []
+    for df, source in ((records, MEASURED), (reference, REFERENCE)):
+        if df is not None and not df.empty:
+            part = machines_table(df, source)
+            # a column whose every record was skipped measured nothing: its source cell says so
+            none = part["ok"].astype(int).eq(0) & part["skipped"].astype(int).eq(part["records"].astype(int))
+            part.loc[none, "source"] = f"{SOURCE_WORDS[source]}: all skipped, nothing measured"
+            parts.append(part)
+    if published is not None:
+        pub = published_provenance(published)
+        pub.index = [column_label(PUBLISHED, d) for d in pub["device"]]
+        parts.append(pub)
+    if not parts:
+        return pd.DataFrame()
+    rows = ["source", "machine", "device name", "dates", "lstmnb", "torch", "CUDA", "records", "skipped"]
+    table = pd.concat(parts)
+    table = table[[r for r in rows if r in table]].T.astype(object)
+    return table.where(table.notna(), "—")  # not stated, or not applicable (CUDA of a CPU)
+
+
+# --- the reference records shipped with the package ------------------------------------------------
+
+def reference_files() -> list[str]:
+    """Names of the reference record files shipped in ``lstmnb/reference_records/``."""
+    folder = resources.files("lstmnb").joinpath(REFERENCE_PACKAGE)
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".jsonl"))
+
+
+def load_reference_records() -> pd.DataFrame:
+    """The reference run records shipped with lstmnb (measured by lstmnb on an NVIDIA H100; see the
+    README beside them), as ``records.load_records`` gives a user's own: keep them apart from those and
+    pass them to the report as ``reference``."""
+    from ..records import load_records
+
+    folder = resources.files("lstmnb").joinpath(REFERENCE_PACKAGE)
+    with resources.as_file(folder) as path:
+        return load_records(sorted(path.glob("*.jsonl")))
+
+
+def reference_note() -> str:
+    """The first paragraph of the reference records' README: what they are, where and when measured."""
+    text = resources.files("lstmnb").joinpath(REFERENCE_PACKAGE, "README.md").read_text(encoding="utf-8")
+    paragraphs = [p.strip() for p in text.split("\n\n") if p.strip() and not p.startswith("#")]
+    return " ".join(paragraphs[0].split()) if paragraphs else ""

@@ -1,14 +1,21 @@
-"""Tables of parallel-training records (lstmnb.experiments): scaling, convergence, all-reduce, batch sweep."""
+"""Tables of parallel-training records (lstmnb.experiments): scaling, convergence, all-reduce, batch sweep.
+
+Cost per run from a price table (YAML, user-editable; the shipped prices are examples).
+"""
 
 from __future__ import annotations
 
+import math
+import os
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from .devices import column as _column
-from .devices import get as _get
-from .devices import with_device_labels
+from .labels import column, device_label, get, with_device_labels
+
+# --- DDP and DataParallel scaling, convergence, batch sweep, all-reduce -------------------------------------
 
 SCALING_DEFINITIONS = {
     "strong": "strong scaling: the global batch is fixed and split over N devices (each takes global/N). "
@@ -34,20 +41,20 @@ def scaling_table(runs: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFrame:
     df = runs if isinstance(runs, pd.DataFrame) else pd.json_normalize(runs, max_level=2)
     if df.empty or "world_size" not in df:
         return pd.DataFrame()
-    exp = _column(df, "experiment").fillna("")
-    df = df[(_column(df, "status") == "ok") & exp.str.startswith("scaling-")].dropna(subset=["world_size"])
+    exp = column(df, "experiment").fillna("")
+    df = df[(column(df, "status") == "ok") & exp.str.startswith("scaling-")].dropna(subset=["world_size"])
     if df.empty:
         return pd.DataFrame()
     df = with_device_labels(df)
-    comm = _column(df, "parallel.comm_split.comm_fraction").astype(float)
+    comm = column(df, "parallel.comm_split.comm_fraction").astype(float)
     frame = pd.DataFrame({
         "mode": df["experiment"].str.removeprefix("scaling-"), "device": df["device_label"],
-        "strategy": _column(df, "config.strategy").fillna("ddp"), "world_size": df["world_size"].astype(int),
-        "per-device batch": _column(df, "scaling.per_device_batch"), "global batch": _column(df, "scaling.global_batch"),
-        "epoch s": _column(df, "timing.epoch_s_median"), "samples/s": _column(df, "timing.samples_per_s"),
-        "step ms": 1e3 * _column(df, "parallel.comm_split.step_s").astype(float),
-        "compute ms": 1e3 * _column(df, "parallel.comm_split.compute_s").astype(float),
-        "comm ms": 1e3 * _column(df, "parallel.comm_split.comm_s").astype(float), "comm %": 100 * comm,
+        "strategy": column(df, "config.strategy").fillna("ddp"), "world_size": df["world_size"].astype(int),
+        "per-device batch": column(df, "scaling.per_device_batch"), "global batch": column(df, "scaling.global_batch"),
+        "epoch s": column(df, "timing.epoch_s_median"), "samples/s": column(df, "timing.samples_per_s"),
+        "step ms": 1e3 * column(df, "parallel.comm_split.step_s").astype(float),
+        "compute ms": 1e3 * column(df, "parallel.comm_split.compute_s").astype(float),
+        "comm ms": 1e3 * column(df, "parallel.comm_split.comm_s").astype(float), "comm %": 100 * comm,
     }, index=df.index)
     frame.loc[frame["world_size"] == 1, ["comm ms", "comm %"]] = float("nan")  # one device exchanges nothing
     keys = ["mode", "device", "strategy", "world_size"]
@@ -121,9 +128,9 @@ def batch_sweep_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     """Batch size against status, time per epoch, samples/s, peak memory and final validation RMSE."""
     rows = []
     for r in records:
-        b = _get(r, "sweep.batch_size") or _get(r, "config.batch_size")
-        rows.append({"batch size": b, "status": r.get("status"), "epoch s": _get(r, "timing.epoch_s_median"),
-                     "samples/s": _get(r, "timing.samples_per_s"), "peak MB": _get(r, "memory.peak_mb"),
+        b = get(r, "sweep.batch_size") or get(r, "config.batch_size")
+        rows.append({"batch size": b, "status": r.get("status"), "epoch s": get(r, "timing.epoch_s_median"),
+                     "samples/s": get(r, "timing.samples_per_s"), "peak MB": get(r, "memory.peak_mb"),
                      "final val RMSE K": (r.get("epochs") or [{}])[-1].get("val_rmse_k"),
                      "reason": r.get("reason")})
     return pd.DataFrame(rows).set_index("batch size") if rows else pd.DataFrame()
@@ -139,18 +146,18 @@ def _scaling_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         n = int(r.get("world_size") or 1)
         par = r.get("parallel") or {}
         split = par.get("comm_split") or {}
-        per_rank = _get(r, "scaling.per_device_batch") or _get(r, "config.batch_size")
+        per_rank = get(r, "scaling.per_device_batch") or get(r, "config.batch_size")
         threads = par.get("threads_per_rank")
-        row = {"ranks": n, "input path": _get(r, "config.input_path"), "per-rank batch": per_rank,
+        row = {"ranks": n, "input path": get(r, "config.input_path"), "per-rank batch": per_rank,
                "global batch": per_rank * n if per_rank else None,
                "threads": threads * n if threads else float("nan"),
-               "epoch s": _get(r, "timing.epoch_s_median"), "samples/s": _get(r, "timing.samples_per_s"),
+               "epoch s": get(r, "timing.epoch_s_median"), "samples/s": get(r, "timing.samples_per_s"),
                "step ms": 1e3 * split["step_s"] if split.get("step_s") else float("nan"),
                "compute ms": 1e3 * split["compute_s"] if split.get("compute_s") else float("nan"),
                "comm ms": 1e3 * split["comm_s"] if split.get("comm_s") is not None else float("nan"),
-               "busy cores": _get(r, "threads.busy_cores")}
+               "busy cores": get(r, "threads.busy_cores")}
         # one rank does the same work in both modes: its runs are the baseline of each
-        modes = [_get(r, "scaling.mode") or r["experiment"].removeprefix("scaling-")] if n > 1 else ["strong", "weak"]
+        modes = [get(r, "scaling.mode") or r["experiment"].removeprefix("scaling-")] if n > 1 else ["strong", "weak"]
         rows += [{"mode": m, **row} for m in modes]
     return rows
 
@@ -214,3 +221,143 @@ def allreduce_repeat_table(sweeps: list[dict[str, Any]], step_s: float | None = 
     if step_s:
         table["share of a step"] = (table["time us"] / 1e6 / step_s).where(table["gradients of one step"])
     return table.set_index("size")
+
+# --- cost: the price table and each run's cost --------------------------------------------------------------
+
+TABLE_KEYS = ("currency", "devices")  # a price table's keys
+ENTRY_KEYS = ("price_per_device_hour", "match", "example", "note")  # the keys of one entry under devices
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_entry(where: str, name: Any, entry: Any) -> None:
+    """One entry of a price table's ``devices``, or a one-line ConfigError naming the entry, field and value."""
+    from ..errors import ConfigError
+
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"price table {where}: devices key {_short(name)} must be a device or profile name (text)")
+    if not isinstance(entry, dict):
+        raise ConfigError(f"price table {where}: devices.{name}={_short(entry)} must be a mapping with "
+                          f"price_per_device_hour (and optionally match, example, note)")
+    unknown = sorted(map(str, set(entry) - set(ENTRY_KEYS)))
+    if unknown:
+        raise ConfigError(f"price table {where}: devices.{name} has unknown key(s) {unknown}; allowed: "
+                          f"{', '.join(ENTRY_KEYS)}")
+    price = entry.get("price_per_device_hour")
+    if (not isinstance(price, (int, float)) or isinstance(price, bool) or not math.isfinite(price)
+            or price < 0):
+        raise ConfigError(f"price table {where}: devices.{name}.price_per_device_hour={_short(price)} must be a "
+                          f"number >= 0 (finite: not .nan or .inf)")
+    if "match" in entry:
+        match = entry["match"]
+        if (not isinstance(match, list)
+                or not all(isinstance(m, str) and m.strip() for m in match)):
+            raise ConfigError(f"price table {where}: devices.{name}.match={_short(match)} must be a list of non-empty "
+                              "device or profile names in brackets, e.g. [carc-a100, A100], or [A100] for one")
+    if "example" in entry and not isinstance(entry["example"], bool):
+        raise ConfigError(f"price table {where}: devices.{name}.example={_short(entry['example'])} must be true "
+                          "or false")
+    if "note" in entry and not isinstance(entry["note"], (str, type(None))):
+        raise ConfigError(f"price table {where}: devices.{name}.note={_short(entry['note'])} must be text")
+
+
+def load_prices(path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The price table (YAML): the shipped examples, or a user's copy at ``path``; checked on load.
+
+    The table: ``currency`` (default USD) and ``devices``, a mapping of name -> entry; an entry has
+    ``price_per_device_hour`` (a finite number >= 0) and optionally ``match`` (a list of device or profile
+    names, matched case-insensitively: ``[A100]``; a bare string is refused, since it is not a list of
+    names), ``example`` (true or false) and ``note`` (text). Anything else, or a bad value, is a one-line
+    ConfigError naming the table, the entry, the field and what is valid.
+    """
+    import yaml
+
+    from ..errors import ConfigError
+
+    if path is None:
+        text = resources.files("lstmnb").joinpath("prices.yaml").read_text(encoding="utf-8")
+        where = "lstmnb/prices.yaml"
+    else:
+        p = Path(path).expanduser()
+        if not str(path).strip() or not p.is_file():
+            raise ConfigError(f"price table {str(path)!r} is not a file; copy lstmnb/prices.yaml and pass its path")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"price table {p} cannot be read as text ({type(exc).__name__})") from None
+        where = str(p)
+    try:
+        prices = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"price table {where} is not valid YAML ({getattr(exc, 'problem', None) or type(exc).__name__}"
+                          f"{line}); see lstmnb/prices.yaml for the format") from None
+    if not isinstance(prices, dict):
+        raise ConfigError(f"price table {where} holds a {type(prices).__name__}, not a mapping with 'devices' (name -> "
+                          "price_per_device_hour); see lstmnb/prices.yaml for the format")
+    unknown = sorted(map(str, set(prices) - set(TABLE_KEYS)))
+    if unknown:
+        raise ConfigError(f"price table {where} has unknown key(s) {unknown}; allowed: {', '.join(TABLE_KEYS)}")
+    currency = prices.get("currency", "USD")
+    if not isinstance(currency, str) or not currency.strip():
+        raise ConfigError(f"price table {where}: currency={_short(currency)} must be a name such as USD or EUR")
+    devices = prices.get("devices")
+    if not isinstance(devices, dict) or not devices:
+        raise ConfigError(f"price table {where} needs a 'devices' mapping of name -> price_per_device_hour")
+    for name, entry in devices.items():
+        _check_entry(where, name, entry)
+    prices.setdefault("currency", "USD")
+    return prices
+
+
+def price_for(record: dict[str, Any], prices: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
+    """The price entry for a record: by profile name, then device name, then device kind; (None, None) if none."""
+    devices = prices["devices"]
+    profile = (record.get("profile") or "").lower()
+    name = (get(record, "device.name") or "").lower()
+    kind = (get(record, "device.kind") or "").lower()
+    if profile in devices:
+        return profile, devices[profile]
+    for key, entry in devices.items():
+        for m in entry.get("match") or []:
+            if m.lower() == profile and profile:
+                return key, entry
+    if kind != "cpu":
+        for key, entry in devices.items():
+            if any(m.lower() in name for m in entry.get("match") or [] if m.lower() != "cpu"):
+                return key, entry
+    if kind in devices:
+        return kind, devices[kind]
+    return None, None
+
+
+def cost_table(records: list[dict[str, Any]], prices: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Cost per run: devices x wall hours x price per device-hour, with the price's source marked.
+
+    Devices are the run's ``world_size`` (DDP ranks, DataParallel GPUs), else 1. Runs without timing
+    (skipped, oom) are left out; a device with no price shows an empty cost and says so.
+    """
+    prices = prices or load_prices()
+    cur = prices.get("currency", "USD")
+    rows = []
+    for r in records:
+        wall = get(r, "timing.wall_s")
+        if r.get("status") != "ok" or wall is None:
+            continue
+        n = int(r.get("world_size") or 1)
+        key, entry = price_for(r, prices)
+        price = entry["price_per_device_hour"] if entry else None
+        hours = wall / 3600
+        rows.append({
+            "run_id": r.get("run_id"), "experiment": r.get("experiment"),
+            "device": device_label(get(r, "device.kind"), get(r, "device.name")), "profile": r.get("profile"),
+            "devices": n, "wall s": wall, "device-hours": n * hours, "price key": key,
+            f"{cur}/device-hour": price, f"cost {cur}": n * hours * price if price is not None else None,
+            "price source": ("example" if entry.get("example") else "user") if entry else "no price: add it",
+            "best val RMSE K": get(r, "metrics.best_val_rmse_k"),
+        })
+    return pd.DataFrame(rows).set_index("run_id") if rows else pd.DataFrame()

@@ -1,6 +1,9 @@
-"""Each notebook's closing "What this showed": a few sentences written from that notebook's own results
-(records and the tables made from them), never fixed text, and a pointer to the next notebook. One
-function per notebook; each takes what its notebook already holds and returns Markdown."""
+"""The report's sentences that stand on their own: the glossary (every word the report uses, defined once:
+notebook 06 ends with it and README carries the same text, a test holds the two together), and each notebook's
+closing "What this showed", written from that notebook's own results (records and the tables made from them),
+never fixed text, with a pointer to the next notebook. One function per notebook; each takes what its notebook
+already holds and returns Markdown.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,77 @@ from typing import Any
 
 import pandas as pd
 
-from . import numbers as num
+from . import labels as num
+from .published import TIED_WITHIN
+from .repeats import REPEATS_DISAGREE
+
+# --- the glossary -------------------------------------------------------------------------------------------
+
+GLOSSARY: dict[str, str] = {
+    "published setting": "the study's training setting: a 2-layer LSTM with 64 hidden units, 24 h window, 1 h "
+                         "lead, batch 128, Adam at 1e-3, fp32, a DataLoader with 2 workers (`--preset published`).",
+    "published problem": "the study's data and split: its real ERA5 2 m temperature at 40N and 20N, 280E, hourly, "
+                         "trained on 2020 and tested on 2021-01..06.",
+    "like for like": "the published setting on the published problem, on the DataLoader path as the study ran it "
+                     "(2 workers started afresh each epoch, pageable memory): the only runs whose seconds stand "
+                     "beside the study's; anything else is shown under its own labels.",
+    "fast path / fast input": "the training set held as tensors on the device and batches drawn by shuffled "
+                              "index, with no per-sample Python: lstmnb's faster input path.",
+    "DataLoader path": "a per-sample PyTorch `Dataset` read through a `DataLoader` with worker processes, as "
+                       "the study fed its model.",
+    "blend": "lstmnb's reported forecast: per point, a convex mix of the network, persistence and climatology, "
+             "its weights fitted on the validation part (never worse than persistence there).",
+    "cycles input": "an extra input of the fitted seasonal and diurnal cycle of each point, learned from the "
+                    "training part (its seasonal part only where training covers a year; the diurnal part always).",
+    "x CPU": "a GPU's speedup: the seconds of a CPU doing the same work divided by the GPU's; every label says "
+             "which CPU. It is the GPU's own machine's where the records hold one; every published GPU is put over "
+             "the study's one CPU run, whose platform the study does not state.",
+    "persistence": "the baseline forecast that the temperature stays what it was at the last observed hour.",
+    "climatology": "the baseline forecast of the usual temperature for that date and hour (29 February: 28 "
+                   "February's), from the training part (the hour-of-day mean when training is shorter than a year).",
+    "MSE skill score": "1 - MSE_model / MSE_baseline: 0 is as good as the baseline, 1 is perfect, below 0 is "
+                       "worse than the baseline.",
+    "warm-up epoch": "the first epoch of a run (and of each resumption of it), which also pays one-off costs "
+                     "(memory, kernels, worker start); each epoch of the record says whether it was one (`warmup`); "
+                     "steady figures leave them out, the published table's totals include them.",
+    "samples/s": "training samples processed per second of training (an epoch's samples over its seconds).",
+    "MFU": "model FLOPs utilisation: the model's FLOPs per second over this machine's own measured matrix-"
+           "multiply rate (how much of the hardware the training step uses).",
+    "strong scaling": "a fixed global batch split over N workers; speedup = t1 / tN.",
+    "weak scaling": "each worker keeps its batch, so the global batch grows N-fold; scaled speedup = "
+                    "throughput at N / throughput at 1.",
+    "efficiency": "speedup / N: 1.0 means N workers are N times faster.",
+    "all-reduce": "the collective that sums (then averages) every rank's gradients so all ranks take the same "
+                  "step; ring all-reduce moves 2(N-1)K/N values per rank for K parameters.",
+    "busbw": "bus bandwidth of an all-reduce, as nccl-tests define it: algbw (bytes / time) x 2(N-1)/N, "
+             "comparable across N.",
+    "CUDA graph": "a GPU training step recorded once and replayed with one launch, instead of launching each of "
+                  "its kernels from Python every step (`--cuda-graph`).",
+    "launch-bound": "a step whose time is set by the CPU launching many small kernels, not by the GPU's "
+                    "arithmetic: a faster GPU barely helps, a CUDA graph does.",
+    "synthetic vs real data": "real: the study's ERA5 values, shipped with lstmnb (the default); synthetic: "
+                              "lstmnb's made-up weather of the same layout, for areas and region mode, always "
+                              "labelled synthetic.",
+    "reference records": "real run records lstmnb wrote on NVIDIA H100s (another machine: on the study's real data "
+                         "its setting, the recommended setting and the from-scratch engines; on synthetic data the "
+                         "former one-layer setting), shipped with the package and always labelled as such.",
+    "measured here / published": "measured here: your own run records; published: the study's figures as it "
+                                 "printed them (one run each).",
+    "repeats": f"runs of one setting timed several times, alternated; tables show their median and mark rows "
+               f"whose repeats differ by more than {REPEATS_DISAGREE:.0%} or that ran beside busy processes.",
+    "flagged": "a published figure whose note says it cannot be what it says (the T4's CPU-like 10- and 15-epoch "
+               "times, the P100's equal 5- and 10-epoch times): named beside the study's ranking, never ranked or "
+               "called tied.",
+    "tied": f"two single-run times within {TIED_WITHIN:.0%} of each other: within run-to-run noise, so neither is "
+            "called faster.",
+}
+
+
+def glossary_markdown() -> str:
+    """The glossary as a Markdown list, one term a line (06's end and README's Glossary section)."""
+    return "\n".join(f"- **{term}**: {text}" for term, text in GLOSSARY.items())
+
+# --- each notebook's "What this showed" ---------------------------------------------------------------------
 
 NEXT = {
     "02": "Next, **03** times this training on your CPU with the study's exact setting, beside the study's CPU.",
@@ -119,27 +192,21 @@ def cpu_baseline_conclusion(timings: pd.DataFrame, published_cpu: pd.Series | No
     return _heading(lines, "03")
 
 
-def analysis_conclusion(answer, paragraphs: list[str], records: pd.DataFrame | None) -> str:
-    """06: which devices this page had measured figures for, whether the user's own records hold a like-for-like
-    run, and the answer's two cautions (the shared CPU run, ties)."""
-    entries = answer.entries
+def analysis_conclusion(screen, comparison, records: pd.DataFrame | None) -> str:
+    """06: what lstmnb's own measurement answered (the first screen's opening sentence), which published
+    devices the study's comparison ranks and which it leaves out as flagged, and how many records went in."""
     lines = []
-    if entries.empty:
-        lines.append("No device had a like-for-like figure to show.")
-    else:
-        measured = entries[(entries["state"] == "measured") & (entries["panel"] == "like for like")]
-        sources = measured.groupby("source", sort=False)["device"].apply(lambda d: ", ".join(dict.fromkeys(d)))
-        lines.append("Like-for-like times were found for " + "; ".join(f"{d} ({s})" for s, d in sources.items()) + ".")
-        mine = measured[measured["source"] == "measured here"]
-        if mine.empty:
-            lines.append(f"Your own records hold no like-for-like run at {answer.epochs} epochs yet (the length the "
-                         "answer compares): run 03 with `--profile cpu` (or 04 on a GPU).")
-    if any("Tied, not ranked" in p for p in paragraphs):
-        lines.append("The published GPUs cannot be ranked by one run each: the fastest are tied within noise, and "
-                     "every published speedup rests on one CPU run of unstated platform.")
-    if any("Eager against a CUDA graph" in p for p in paragraphs):
-        lines.append("A small LSTM's GPU step is launch-bound: a CUDA graph, not a newer GPU, is what moves it "
-                     "(the measured pair above says by how much).")
+    said = str(getattr(screen, "markdown", "") or "").strip()
+    if said:
+        lines.append("Our own measurement: " + said.split("\n")[0].split(". ")[0].rstrip(".") + ".")
+    table = getattr(comparison, "table", pd.DataFrame())
+    if not table.empty:
+        at = table[table["epochs"] == comparison.epochs]
+        ranked = at[at["rank"].map(lambda r: isinstance(r, int))]
+        left = at.drop(ranked.index)["device"].tolist()
+        lines.append(f"The study's published table at {_epochs(comparison.epochs)} ranks "
+                     + ", ".join(ranked["device"]) + " (one run each, not measured here)"
+                     + (f"; {' and '.join(left)} are left out as flagged" if left else "") + ".")
     n = 0 if records is None else len(records)
     lines.append(f"{n} record(s) of your own went into this page.")
     return _heading(lines, "06")

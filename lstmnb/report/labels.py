@@ -1,6 +1,9 @@
-"""The published setting and problem, defined once, and how a run's setting and problem are named by
-how they differ from them ('published setting · DataLoader', 'batch 256, lr 0.004 · fast input';
-'published problem', 'window 12, hidden 8').
+"""How the report names things and writes figures, in one place: device labels (CPU, T4, ..., H100) and the
+selection of finished single-device runs; the published setting and problem, defined once, and how a run's
+setting and problem are named by how they differ from them ('published setting · DataLoader', 'batch 256,
+lr 0.004 · fast input'; 'published problem', 'window 12, hidden 8'); and how every sentence, table and chart
+label writes a figure (three significant figures for a measurement, a published figure as given: 146.41 s
+stays 146.41 s; whole seconds from 1000 s on).
 
 The published figures come from one study (``published_figures.yaml``, ``era5_lstm_gpu_benchmark``);
 ``published_setting_definition`` says what it was, in the words every "published setting" links to.
@@ -8,7 +11,79 @@ The published figures come from one study (``published_figures.yaml``, ``era5_ls
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any, Mapping
+
+import pandas as pd
+
+# --- device labels and the finished single-device runs ------------------------------------------------------
+
+DEVICE_ORDER = ("CPU", "T4", "P100", "V100", "A40", "A100", "H100", "H200")
+# short labels for the GPUs the published experiment (and the CARC cluster) used; others keep their name
+_GPU_LABEL = re.compile(r"\b(T4|P100|V100|A40|A100|H100|H200)\b", re.IGNORECASE)
+
+
+def column(df: pd.DataFrame, name: str, default: Any = None) -> pd.Series:
+    """Column ``name`` of ``df``, or a column of ``default`` when the records lack it."""
+    return df[name] if name in df else pd.Series(default, index=df.index)
+
+
+def get(record: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    """``record['a']['b']`` for ``'a.b'``, or ``default`` where a level is missing."""
+    value: Any = record
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return default
+        value = value[part]
+    return value
+
+
+def device_label(kind: str | None, name: str | None) -> str:
+    """Short column label of a device: 'CPU', 'T4', 'P100', 'V100', 'A40', 'A100'; unknown GPUs keep their name.
+
+    ``kind`` and ``name`` are a record's ``device.kind`` and ``device.name`` (e.g. 'cuda', 'Tesla T4').
+    """
+    kind = (kind or "").lower()
+    if kind == "cpu":
+        return "CPU"
+    if kind == "mps":
+        return "MPS"
+    if name:
+        match = _GPU_LABEL.search(str(name))
+        return match.group(1).upper() if match else str(name)
+    return kind.upper() or "unknown"
+
+
+def order_devices(labels) -> list[str]:
+    """Labels in the published column order (CPU, T4, P100, V100, A40, A100, then H100, H200), others after, sorted."""
+    labels = list(dict.fromkeys(labels))
+    known = [d for d in DEVICE_ORDER if d in labels]
+    return known + sorted(l for l in labels if l not in DEVICE_ORDER)
+
+
+def with_device_labels(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of a records DataFrame with a ``device_label`` column (see ``device_label``)."""
+    out = df.copy()
+    kinds, names = column(out, "device.kind"), column(out, "device.name")
+    out["device_label"] = [device_label(k if isinstance(k, str) else None, n if isinstance(n, str) else None)
+                           for k, n in zip(kinds, names)]
+    return out
+
+
+def ok_single_runs(df: pd.DataFrame, experiment: str | None = None, input_path: str | None = None) -> pd.DataFrame:
+    """Finished single-device runs (status ok), optionally of one experiment and one input path."""
+    if df.empty:
+        return df
+    keep = column(df, "status") == "ok"
+    keep &= column(df, "config.strategy", "single").fillna("single") == "single"
+    if experiment is not None:
+        keep &= column(df, "experiment") == experiment
+    if input_path is not None:
+        keep &= column(df, "config.input_path") == input_path
+    return with_device_labels(df[keep])
+
+# --- the published setting and problem, and how a run's are named -------------------------------------------
 
 # the published experiment as the study's notebooks ran it (training.presets.PRESETS["published"], whose source
 # the record states; published_figures.yaml, era5_lstm_gpu_benchmark)
@@ -25,7 +100,6 @@ PUBLISHED_PROBLEM = {"points": 2, "start": "2020-01-01", "end": "2021-06-30", "w
                      "places": ((20.0, 280.0), (40.0, 280.0))}
 PUBLISHED_PROBLEM_LABEL = "published problem"
 LIKE_FOR_LIKE = "published setting · DataLoader"
-PUBLISHED_EPOCHS = 15  # the longest run of the published table: the headline compares at it
 ANCHOR = "published-setting"  # the HTML anchor of the definition, where every "published setting" links
 
 
@@ -146,3 +220,34 @@ def record_problem_data(data: Mapping[str, Any] | None, config: Mapping[str, Any
 def present(value: Any) -> bool:
     """A value the record states (not None, not NaN)."""
     return value is not None and not (isinstance(value, float) and value != value)
+
+# --- how a figure is written: sentences, tables and chart labels alike --------------------------------------
+
+def figure(value: float) -> str:
+    """``value`` as the report writes it: '8.03', '46.42', '146.41', '1234', '0.0123'."""
+    value = float(value)
+    if not math.isfinite(value):
+        return "—"
+    if abs(value) >= 1000:
+        return f"{value:.0f}"
+    if abs(value * 100 - round(value * 100)) < 1e-6:  # given to two decimals or fewer: as given
+        return f"{round(value, 2):g}"
+    return f"{value:.3g}"
+
+
+def seconds(value: float) -> str:
+    """'8.03 s', '146.41 s'."""
+    return f"{figure(value)} s"
+
+
+def ratio(value: float) -> str:
+    """A derived ratio, three significant figures: '1.17x', '14.6x'."""
+    return f"{float(value):.3g}x"
+
+
+def rate(value: float) -> str:
+    """Samples per second, short: '25.4k', '1.81M', '950'."""
+    for div, unit in ((1e6, "M"), (1e3, "k")):
+        if value >= div:
+            return f"{value / div:.3g}{unit}"
+    return f"{value:.3g}"

@@ -1,10 +1,10 @@
-"""The report's first screen and the words around it, checked on the report's data (not pixels) from mixed
+"""The report's comparison across machines and the words around it, checked on the report's data (not pixels) from mixed
 records: a real CPU training run made here, CPU runs of the published setting from a laptop with the GPU
 runs it had to skip, a Colab T4 with no CPU run, lstmnb's reference records (real H100 runs) and the
 published figures.
 
-What must hold: the headline ratio is each device over a CPU like for like (its own machine's, or for a published GPU the study's CPU run, never called its own); no text
-divides a device by another machine's CPU without naming both machines; the T4 note stands wherever the
+What must hold: no text divides a device by another machine's CPU without naming both machines; the
+study's published comparison ranks its devices per epochs count and names its flagged ones, never ranking them; the T4 note stands wherever the
 T4's figures do; `reference` means the shipped records only; skipped devices are never counted as
 measured; one figure reads the same in every place."""
 
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_report import run_record, write_jsonl
 
 from lstmnb import records, report
-from test_report import run_record, write_jsonl
 
 REFERENCE_DIR = Path(report.__file__).resolve().parent.parent / "reference_records"
 
@@ -77,48 +77,10 @@ def own(tmp_path_factory):
 def page(own, reference, published):
     """Everything the first screen and the findings show, as data."""
     rows = report.comparison_rows(own, reference, published)
-    h = report.headline(own, published, reference)
     text, table = report.findings(own, published, reference)
-    return {"rows": rows, "headline": h, "findings": text, "table": table,
+    return {"rows": rows, "findings": text, "table": table,
             "seconds": report.seconds_chart(rows, published), "speedup": report.speedup_chart(rows, published),
             "epochs": report.epochs_tables(rows, report.device_notes(published))}
-
-
-def entry(h, column, panel="like for like"):
-    hit = h.entries[(h.entries["column"] == column) & (h.entries["panel"] == panel)]
-    assert len(hit) == 1, (column, panel, h.entries[["column", "panel"]])
-    return hit.iloc[0]
-
-
-def test_headline_ratio_is_like_for_like_over_the_same_machines_cpu(page, published):
-    h = page["headline"]
-    assert h.epochs == 15 and h.ok
-    # at 15 epochs the shipped H100 records hold the one-layer batch-64 runs on the synthetic sample only (the
-    # study's setting ran 5 epochs): no like-for-like run there
-    row = entry(h, "H100 · vm · reference")
-    assert row["state"] == "no run" and pd.isna(row["seconds"]) and "layers 1, synthetic data" in row["why"]
-    pub = published["era5_lstm_gpu_benchmark"]["epochs"][15]
-    a40 = entry(h, "A40 · published")
-    assert a40["x_own_cpu"] == pytest.approx(pub["CPU"] / pub["A40"]) and a40["machine"] == "CARC cluster"
-    # the sentence says the like-for-like ratios first, before any other figure
-    sentence = h.sentence
-    assert sentence.startswith("**Like for like** (15 epochs at the [published setting](#published-setting)")
-    first = sentence.index(f"A40 {pub['CPU'] / pub['A40']:.3g}x")
-    assert first < sentence.index("**at its fastest setting**")
-    assert "H100 " not in sentence[:sentence.index("**at its fastest setting**")]  # not like for like
-    assert "The fastest like for like is the T4 (measured here, 4 s)" in sentence  # the Colab T4's record
-    # the laptop's CPU against the study's CPU run: the same workload on two machines, both named
-    assert ("CPU · laptop took 135 s for 15 epochs, the study's CPU run (platform not stated) 146.41 s: 8% less time "
-            "here") in sentence
-    # the fastest setting: against the same machine's CPU at that CPU's fastest setting, never the study's CPU
-    # (the H100's reference records of the published problem have no CPU run of it on their machine, so no
-    # fastest-setting row either)
-    assert not ((h.entries["column"] == "H100 · vm · reference") & (h.entries["panel"] == "fastest setting")).any()
-    # the laptop's CPU is like for like, but its machine has no GPU measured: no ratio
-    laptop = entry(h, "CPU · laptop")
-    assert laptop["seconds"] == pytest.approx(135.0) and laptop["x_own_cpu"] == 1.0
-    colab = entry(h, "T4 · colab")
-    assert colab["state"] == "measured" and pd.isna(colab["x_own_cpu"])  # no CPU on Colab: no ratio at all
 
 
 def _cross_machine_ratios(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
@@ -135,7 +97,7 @@ def _cross_machine_ratios(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
 
 
 def test_no_text_divides_by_another_machines_cpu_without_naming_both(page):
-    texts = [page["headline"].sentence, page["findings"]]
+    texts = [page["findings"]]
     texts += list(page["speedup"].data["group"] + " " + page["speedup"].data["label"])
     texts += [" ".join(map(str, r)) for r in page["table"].reset_index().itertuples(index=False)]
     pieces = [p for t in texts for p in re.split(r"(?<=[;.])\s|\n", t)]
@@ -149,9 +111,11 @@ def test_no_text_divides_by_another_machines_cpu_without_naming_both(page):
                 checked += 1
     assert checked >= 1  # the published T4 over the study's CPU is said, with both machines
     t4 = page["speedup"].data[page["speedup"].data["device"] == "T4"]  # the chart's bar, and the table's row
-    assert page["table"].loc[f"T4 · published{report.NOTE_MARK}", "machine"] == (
-        "Google Colab (its ratio: over the study's CPU run, platform not stated)")
-    assert list(t4["same_machine"]) == [False] and "platform not stated" in t4["label"].iloc[0]
+    t4_row = page["table"].loc[f"T4 · published{report.NOTE_MARK}"]
+    assert t4_row["machine"] == "Google Colab"
+    assert t4_row["x CPU: over"] == "the study's one CPU run, platform not stated"
+    # the group says which CPU
+    assert list(t4["same_machine"]) == [False] and "platform not stated" in t4["group"].iloc[0]
     assert "Google Colab" in t4["group"].iloc[0]
 
 
@@ -160,17 +124,12 @@ def test_the_t4_note_stands_with_the_t4_figures(page, own, reference, published)
     assert note.startswith(f"{report.NOTE_MARK} T4 (published: 6.62 s for 5, 98.2 s for 10")
     assert "CPU-like" in note
     assert "T4" in published["era5_lstm_gpu_benchmark"]["notes"]  # the shared file's own word on it
-    h = page["headline"]
-    assert h.notes["T4"] == note and entry(h, "T4 · published")["note"] == report.NOTE_MARK
-    assert f"T4{report.NOTE_MARK} " in h.sentence
     assert note in page["findings"] and f"T4 · published{report.NOTE_MARK}" in page["table"].index
     assert note in page["seconds"].notes and note in page["speedup"].notes
     tables = {title: (table, notes) for title, table, notes in page["epochs"]}
     published_dl = tables["published problem, published setting, DataLoader path: training seconds"]
     assert f"T4 · published{report.NOTE_MARK}" in published_dl[0].columns and note in published_dl[1]
     # without the published figures there is no T4, and no note
-    bare = report.headline(own, None, reference)
-    assert bare.notes == {} and report.NOTE_MARK not in bare.sentence
     assert report.NOTE_MARK not in report.findings(own, None, reference)[0]
 
 
@@ -212,14 +171,15 @@ def test_reference_means_the_shipped_records_only(page, own, reference, publishe
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    texts = [page["headline"].sentence, page["findings"], *page["headline"].machines, *page["headline"].machines.values()]
+    texts = [page["findings"], *report.machine_descriptions(own), *report.machine_descriptions(own).values(),
+             report.published_comparison(published, own).markdown]
     table = page["table"]
     texts += list(table.columns) + list(table.index) + [str(v) for v in table.to_numpy().ravel()]
     for title, t, _ in page["epochs"]:
         texts += [title, *t.columns]
     prov = report.provenance_table(own, reference, published)
     texts += list(prov.columns) + list(prov.index) + [str(v) for v in prov.to_numpy().ravel()]
-    figures = [report.plot_headline(page["headline"]), report.plot_seconds(page["seconds"]),
+    figures = [report.plot_seconds(page["seconds"]),
                report.plot_speedup(page["speedup"]), report.plot_samples_per_s(report.samples_chart(page["rows"]))]
     for fig in figures:
         texts += _figure_texts(fig)
@@ -230,9 +190,6 @@ def test_reference_means_the_shipped_records_only(page, own, reference, publishe
 
 
 def test_skipped_devices_are_counted_as_skipped(page):
-    h = page["headline"]
-    cuda = entry(h, "CUDA · laptop")
-    assert cuda["state"] == "skipped" and pd.isna(cuda["seconds"]) and "no CUDA GPU visible" in cuda["why"]
     assert "CUDA · laptop" not in set(page["rows"]["column"])  # never a comparison row
     found = page["findings"].splitlines()[0]
     assert "CUDA on laptop skipped, not measured (1 record: no CUDA GPU visible on this machine)" in found
@@ -241,22 +198,12 @@ def test_skipped_devices_are_counted_as_skipped(page):
     # only-skipped records: nothing measured at all, and the sentence says so
     skipped = pd.DataFrame([{"status": "skipped", "reason": "no usable CUDA GPU", "device.kind": "cuda",
                              "device.hostname": "box", "experiment": "epochs"}])
-    bare = report.headline(skipped, None, None)
-    assert not bare.ok and list(bare.entries["state"]) == ["skipped"]
     assert report.findings(skipped)[0].startswith("- **Found:** measured here: 1 record from 1 machine (box: CPU "
                                                   "not stated): CUDA skipped, not measured")
 
 
-def test_own_records_without_a_like_for_like_run_say_of_how_many_epochs(published):
-    skipped = pd.DataFrame([{"status": "skipped", "reason": "no usable CUDA GPU", "device.kind": "cuda",
-                             "device.hostname": "box", "experiment": "epochs"}])
-    sentence = report.headline(skipped, published, None).sentence
-    assert "*Your own records have no like-for-like run of 15 epochs yet*" in sentence
-
-
 def test_one_figure_reads_the_same_everywhere(page):
     """The laptop's CPU, DataLoader, 15 epochs (135 s; 5 epochs 45 s): the same figure in every place."""
-    assert entry(page["headline"], "CPU · laptop")["seconds"] == pytest.approx(135.0)
     # the findings table compares at the epochs most columns have: 5, where the H100 reference has its pair
     assert page["table"].loc["CPU · laptop", "epochs"] == 5 and page["table"].loc["CPU · laptop", "like for like s"] == "45"
     tables = {title: t for title, t, _ in page["epochs"]}
@@ -293,45 +240,39 @@ def test_machines_with_one_host_name_stay_apart(tmp_path):
                          "vm (AMD EPYC)": "vm: AMD EPYC; 2026-01-01"}
 
 
-LONG_REASON = ("numba.cuda cannot start: CudaSupportError: Error at driver init: CUDA driver library cannot be "
-               "found. If you are sure that a CUDA driver is installed, try setting NUMBA_CUDA_DRIVER")
+def test_the_studys_comparison_ranks_its_devices_and_names_the_flagged_ones(published):
+    """No records: the headline count is the study's longest (15); each GPU over the study's one CPU run."""
+    comparison = report.published_comparison(published)
+    table, pub = comparison.table, published["era5_lstm_gpu_benchmark"]["epochs"]
+    assert comparison.epochs == 15 and list(table["epochs"].drop_duplicates()) == [15, 5, 10]
+    at15 = table[table["epochs"] == 15]
+    assert list(at15["device"]) == ["A40", "V100", "CPU", f"T4{report.NOTE_MARK}", f"P100{report.NOTE_MARK}"]
+    assert list(at15["rank"][:3]) == [1, 2, 3] and set(at15["rank"][3:]) == {f"left out ({report.NOTE_MARK} flagged)"}
+    a40 = at15.iloc[0]
+    assert a40[report.OVER_STUDY_CPU] == pytest.approx(round(pub[15]["CPU"] / pub[15]["A40"], 2))
+    assert at15[at15["device"].str.startswith(("T4", "P100", "CPU"))][report.OVER_STUDY_CPU].isna().all()
+    text = comparison.markdown
+    assert text.startswith("At 15 epochs (the study's longest; these records hold no like-for-like run of a count the "
+                           "study timed), fastest first: "
+                           "A40 9.58 s, V100 11.89 s, CPU 146.41 s.")
+    assert f"Left out of the ranking: T4{report.NOTE_MARK} and P100{report.NOTE_MARK}" in text
+    for device in ("T4", "P100"):
+        assert report.device_notes(published)[device] in text
+    assert "tied" not in text  # A40 9.58 s against the flagged P100's 10.04 s is never called a tie
+    assert "it is not any GPU's own machine's CPU" in text and report.published_comparison(None, None).table.empty
 
 
-@pytest.fixture(scope="module")
-def crowded(tmp_path_factory, published, reference):
-    """A machine whose 15-epoch CPU run is not at the published setting (a long setting label) and whose
-    CUDA rows were skipped for several long reasons (as when notebook 07's engines were skipped too)."""
-    root = tmp_path_factory.mktemp("crowded")
-    recs = [run_record("cpu", "AMD EPYC", e, "fast", 8.0 * e, host="box") for e in (5, 15)]
-    for i, reason in enumerate((LONG_REASON, "torch-cuda cannot start: " + LONG_REASON, "no CUDA GPU visible")):
-        skipped = run_record("cuda", None, 15, "dataloader", i, status="skipped", host="box")
-        recs.append({**skipped, "reason": reason})
-    write_jsonl(root / "runs.jsonl", recs)
-    own = records.load_records(root)
-    return report.headline(own, published, reference)
+def test_the_studys_comparison_opens_at_the_longest_count_the_records_share(published, tmp_path):
+    """A quick profile's records hold 5 epochs of the published setting: the section opens at 5, and a tie
+    is said only between devices that are not flagged."""
+    quick = [run_record("cpu", "AMD EPYC", 5, "dataloader", 40.0, host="box")]
+    df = records.load_records(write_jsonl(tmp_path / "runs.jsonl", quick))
+    comparison = report.published_comparison(published, df)
+    assert comparison.epochs == 5 and comparison.markdown.startswith("At 5 epochs (the longest count both the study "
+                                                                     "and these records have)")
+    import copy
 
-
-@pytest.mark.parametrize("which", ["page", "crowded"])
-def test_every_text_inside_a_headline_panel_stays_there_and_overlaps_no_other(which, request):
-    """Long settings and several skip reasons once ran over the speedup column and over the next rows."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    h = request.getfixturevalue("page")["headline"] if which == "page" else request.getfixturevalue("crowded")
-    assert which == "page" or (h.entries["state"] == "skipped").any()
-    fig = report.plot_headline(h)
-    renderer = fig.canvas.get_renderer()
-    inside = 0
-    for ax in fig.axes:
-        box = ax.get_window_extent(renderer)
-        extents = [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts]
-        extents = [(t, e) for t, e in extents if e.x0 < box.x1]  # the speedup column stands right of the panel
-        for i, (text, extent) in enumerate(extents):
-            assert box.x0 <= extent.x0 and extent.x1 <= box.x1, text
-            assert box.y0 <= extent.y0 and extent.y1 <= box.y1, text
-            assert not any(extent.overlaps(other) for _, other in extents[i + 1:]), text
-            inside += 1
-    plt.close(fig)
-    assert inside >= len(h.entries)  # every row's value or reason, and the group headers
+    close = copy.deepcopy(published)
+    close["era5_lstm_gpu_benchmark"]["epochs"][5].update(V100=4.5, P100=4.35)  # V100 within 10% of the A40
+    text = report.published_comparison(close, df).markdown
+    assert "A40 and V100 tied: under 10% apart" in text and "P100 tied" not in text
