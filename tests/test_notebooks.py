@@ -63,7 +63,7 @@ def test_notebook_shape(name):
     intro = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and "What it shows" in c.source)
     for words in ("What it shows", "What it needs", "How long it takes"):
         assert words in cells[intro].source
-    if name == "06_analysis":  # the first screen opens the page; "About this page" follows the study's sections
+    if name == "06_analysis":  # the first screen opens the page; the Overview follows the study's sections
         tags = [set(c.get("metadata", {}).get("tags", [])) for c in cells[1:4]]
         assert all("remove-cell" in t for t in tags[:-1]) and tags[-1] == {"remove-input"}, name
         assert "report.first_screen(" in cells[3].source
@@ -400,10 +400,7 @@ def test_quickstart_help_states_the_default_runs_epoch_cap_as_the_run_has_it(cap
 # --- every notebook: code that fits the page, and the shape of a cookbook ------------------------------
 
 EVERY = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
-REWRITTEN_ELSEWHERE = {"06_analysis"}  # rewritten in another branch now; it joins these tests when it lands
-
-
-@pytest.mark.parametrize("name", [n for n in EVERY if n not in REWRITTEN_ELSEWHERE])
+@pytest.mark.parametrize("name", EVERY)
 def test_code_cells_fit_the_page(name):
     """The site shows code cells without sideways scrolling up to 100 characters a line; a cell the site
     leaves out (tagged remove-cell: Colab's install line) may be longer."""
@@ -414,7 +411,7 @@ def test_code_cells_fit_the_page(name):
     assert not long, f"{name}: {len(long)} code line(s) over 100 characters, the first in cell {long[0][0]}"
 
 
-@pytest.mark.parametrize("name", [n for n in EVERY if n not in REWRITTEN_ELSEWHERE])
+@pytest.mark.parametrize("name", EVERY)
 def test_every_notebook_has_the_shape_of_a_cookbook(name):
     """Overview, Prerequisites (the earlier notebooks it builds on) and Time to learn open it; a Summary
     and two or three "Try this" exercises close it (Project Pythia's cookbooks)."""

@@ -332,12 +332,12 @@ def test_notebook_06_opens_with_our_measurement_and_shows_reference_records_apar
     assert "x faster" not in first and "1.17x" not in first and "each GPU is this much faster" not in first
     page = (result.run_dir / "06_analysis.html").read_text()
     order = [page.index(h) for h in ("Does lstmnb reproduce the study?", "published comparison",
-                                     "About this page", "Findings")]
+                                     "Overview", "Findings")]
     assert order == sorted(order)
     study = page[order[1]:order[2]]
     assert "At 15 epochs (the longest count both the study and these records have)" in study
     assert "Left out of the ranking: T4† and P100†" in study and 'id="published-setting"' in study
-    assert "google.colab" not in page and "results_paths = " not in page.split("About this page")[0]  # hidden cells
+    assert "google.colab" not in page and "results_paths = " not in page.split("Overview")[0]  # hidden cells
     assert "report.first_screen(" not in page  # its input hidden
     figures = {p.stem for p in (result.run_dir / "figures").glob("*.png")}
     assert {"06_seconds", "06_samples_per_s", "06_speedup"} <= figures
