@@ -30,7 +30,8 @@ def _bench_ladder(kinds, full: bool) -> None:
                     "rung by rung on the study's data: rung 0 is the study's code (--preset published), each "
                     "later rung one change on the one before, the last the recommended setting (another model "
                     "and optimiser). Each run is a fresh `lstmnb train` process, rounds alternate, and every "
-                    "record says its rung; prints the medians and each rung against the CPU's rung 0.",
+                    "record says its rung; prints the medians and each rung against the CPU's rung 0. Every rung "
+                    "runs on the same threads (all cores unless --threads): run it on an idle machine.",
         epilog="example:\n  lstmnb bench ladder --epochs 5 --rounds 3 --device cpu",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
