@@ -284,6 +284,9 @@ CASES = [
     case("speed-target-fraction", ["bench", "speed", "--target-fraction", "5"], "--target-fraction 5.0", "(0, 1]"),
     case("speed-target-fraction-zero", ["bench", "speed", "--target-fraction", "0"], "--target-fraction 0.0", "(0, 1]"),
     case("speed-repeats-zero", ["bench", "speed", "--repeats", "0"], "--repeats 0", ">= 1"),
+    case("ladder-epochs-zero", ["bench", "ladder", "--epochs", "0"], "--epochs 0", ">= 1"),
+    case("ladder-rounds-negative", ["bench", "ladder", "--rounds=-2"], "--rounds -2", ">= 1"),
+    case("ladder-threads-beyond", ["bench", "ladder", "--threads", "100000"], "--threads 100000", "<="),
     case("speed-max-epochs-zero", ["bench", "speed", "--max-epochs", "0"], "--max-epochs 0", ">= 1"),
     # counts beyond any run (they overflowed C ints deep inside, or ran on past every timeout)
     case("speed-max-epochs-huge", ["bench", "speed", "--max-epochs", "99999999999999"], "--max-epochs 99999999999999",
