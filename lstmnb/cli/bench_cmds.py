@@ -31,7 +31,8 @@ def _bench_ladder(kinds, full: bool) -> None:
                     "later rung one change on the one before, the last the recommended setting (another model "
                     "and optimiser). Each run is a fresh `lstmnb train` process, rounds alternate, and every "
                     "record says its rung; prints the medians and each rung against the CPU's rung 0. Every rung "
-                    "runs on the same threads (all cores unless --threads): run it on an idle machine.",
+                    "runs on the same threads (chosen once at the start: all cores on an idle machine, fewer "
+                    "where other processes keep cores busy): run it on an idle machine.",
         epilog="example:\n  lstmnb bench ladder --epochs 5 --rounds 3 --device cpu",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -39,7 +40,8 @@ def _bench_ladder(kinds, full: bool) -> None:
                    help="cpu, cuda or all (default: all; without a GPU its rungs are recorded as skipped)")
     p.add_argument("--epochs", type=int, default=5, help="epochs per run (default 5; the study timed 5, 10, 15)")
     p.add_argument("--rounds", type=int, default=3, help="alternated rounds; medians are printed (default 3)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads of every run (default: torch's)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads of every run (default: chosen once at the start, "
+                   "as a CPU run chooses its own)")
     add_results_args(p)
     p.set_defaults(func=_run_bench_ladder, check=_check_bench_ladder)
 

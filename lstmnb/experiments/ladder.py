@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..device import device_problem
+from ..device import cpu_threads, device_problem
 from ..errors import ConfigError
 from ..records import Recorder, read_records
 from ..training import preset_config
@@ -58,10 +58,9 @@ def ladder_experiment(epochs: int = 5, rounds: int = 1, devices: Iterable[str] =
                       threads: int | None = None,
                       on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Every rung on each of ``devices`` ('cpu', 'cuda'), ``rounds`` times alternated (forward, then backward),
-    each in a fresh process on ``threads`` CPU threads (default: torch's, the same for every rung). Returns
-    the records, also appended to ``results`` (None: not recorded); a GPU that is not here gives one
-    ``skipped`` record per rung."""
-    import torch
+    each in a fresh process on ``threads`` CPU threads (default: this machine's choice now, the same for every
+    rung). Returns the records, also appended to ``results`` (None: not recorded); a GPU that is not here gives
+    one ``skipped`` record per rung."""
 
     devices = list(dict.fromkeys(devices))
     bad = [d for d in devices if d not in BOTH]
@@ -70,7 +69,9 @@ def ladder_experiment(epochs: int = 5, rounds: int = 1, devices: Iterable[str] =
     for name, value in (("epochs", epochs), ("rounds", rounds)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name}={value!r} must be a whole number >= 1")
-    threads = threads or torch.get_num_threads()
+    # one count for every rung (the same threads, so that a rung changes one thing), chosen once as any CPU run
+    # chooses its own: torch's default, fewer where other processes keep cores busy now (docs/architecture.md)
+    threads = threads or cpu_threads()["used"]
     recorder = Recorder(results, on_point)
     here = {d: device_problem(d, hint="the ladder's GPU half needs a CUDA GPU") for d in devices}
     runs = [(rung, d) for d in devices if here[d] is None for rung in rungs_on(d)]

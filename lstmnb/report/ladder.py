@@ -124,6 +124,7 @@ def _where(m: pd.DataFrame) -> str:
 
 
 def _fmt(x: float) -> str:
+    """A figure to three significant digits, whole numbers from 100 (no exponent)."""
     return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
 
 
@@ -246,7 +247,7 @@ def _slot(m: pd.DataFrame, device: str, rung: int, applies: bool) -> tuple[float
         return None, f"not measured here ({status})" if status else "not measured here"
     base = _base(m)
     flag = m[(m.device == device) & (m.rung == rung)].flag.iloc[0] if "flag" in m else ""
-    return s, f"{_fmt(s)} s · " + (f"{base[1] / s:.2g}x this machine's CPU at rung {base[0]}" if base else
+    return s, f"{_fmt(s)} s · " + (f"{_fmt(base[1] / s)}x this machine's CPU at rung {base[0]}" if base else
                                   "no CPU run on this machine") + (f" · rough: {flag}" if flag else "")
 
 
