@@ -138,7 +138,8 @@ def main() -> None:
         out = subprocess.run(me, capture_output=True, text=True, check=True, env={**os.environ})
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    contenders = {"study loop": loop, "rung 0 (--preset published)": lambda f, n: rung0(epochs, threads, args.tiny, f, n)}
+    contenders = {"study loop": loop,
+                  "rung 0 (--preset published)": lambda f, n: rung0(epochs, threads, args.tiny, f, n)}
     if args.notebook is not None:
         contenders["study notebook"] = lambda f, n: notebook(args.notebook.resolve(), f, n)
     print(f"torch {torch.__version__}, {threads} intra-op threads, {os.cpu_count()} cores; {rounds} round(s) of "

@@ -19,7 +19,8 @@ def add_bench(sub, full: bool) -> None:
                                    "and batch-sweep also append their run records (speed only with "
                                    "--results; cost reads records). See `lstmnb bench KIND --help`.")
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND", required=True)
-    for add in (_bench_ladder, _bench_speed, bench_size, _bench_scaling, _bench_allreduce, bench_batch_sweep, _bench_cost):
+    for add in (_bench_ladder, _bench_speed, bench_size, _bench_scaling, _bench_allreduce, bench_batch_sweep,
+                _bench_cost):
         add(kinds, full)
 
 
@@ -40,8 +41,8 @@ def _bench_ladder(kinds, full: bool) -> None:
                    help="cpu, cuda or all (default: all; without a GPU its rungs are recorded as skipped)")
     p.add_argument("--epochs", type=int, default=5, help="epochs per run (default 5; the study timed 5, 10, 15)")
     p.add_argument("--rounds", type=int, default=3, help="alternated rounds; medians are printed (default 3)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads of every run (default: chosen once at the start, "
-                   "as a CPU run chooses its own)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads of every run (default: chosen once at the start, as a CPU run chooses its own)")
     add_results_args(p)
     p.set_defaults(func=_run_bench_ladder, check=_check_bench_ladder)
 
@@ -64,11 +65,12 @@ def _run_bench_ladder(args) -> int:
     from ..report import format_table, ladder_rows, ladder_table
 
     devices = ("cpu", "cuda") if args.device == "all" else (args.device,)
+    def say(r: dict) -> None:
+        done = f", {r['timing']['train_s']:.2f} s" if r.get("timing") else f" ({r['reason']})"
+        print(f"{r['device']['kind']} rung {r['ladder']['rung']} ({r['ladder']['name']}): {r['status']}{done}")
+
     records = ladder_experiment(args.epochs, args.rounds, devices, results=results_path(args), threads=args.threads,
-                                on_point=lambda r: print(f"{r['device']['kind']} rung {r['ladder']['rung']} "
-                                                         f"({r['ladder']['name']}): {r['status']}"
-                                                         + (f", {r['timing']['train_s']:.2f} s" if r.get('timing')
-                                                            else f" ({r['reason']})")))
+                                on_point=say)
     print()
     print(format_table(ladder_table(ladder_rows(pd.json_normalize(records, max_level=2), "measured here"))))
     return 0

@@ -46,7 +46,8 @@ def ladder_rows(df: pd.DataFrame | None, source: str) -> pd.DataFrame:
         return pd.DataFrame()
     kind = _col(d, "device.kind").fillna(_col(d, "config.device").astype(str).str.split(":").str[0])
     t = pd.DataFrame({
-        "source": source, "machine": _col(d, "device.hostname").fillna("?") + " · " + _col(d, "device.cpu_model").fillna("?"),
+        "source": source,
+        "machine": _col(d, "device.hostname").fillna("?") + " · " + _col(d, "device.cpu_model").fillna("?"),
         "device": kind, "gpu": _col(d, "device.name").where(kind == "cuda"), "epochs": _col(d, "config.epochs"),
         "rung": _col(d, "ladder.rung").astype(int), "name": _col(d, "ladder.name"), "status": _col(d, "status"),
         "reason": _col(d, "reason"), "seconds": pd.to_numeric(_col(d, "timing.train_s"), errors="coerce"),
@@ -78,7 +79,8 @@ def ladder_table(rows: pd.DataFrame) -> pd.DataFrame:
     t["runs"] = t["runs"].astype("Int64")
     x = "x this machine's CPU at rung 0 (else its lowest CPU rung)"
     return (t.rename(columns={"x": x, "rmse": "test RMSE K", "name": "rung name"})
-            [["machine", "epochs", "device", "rung", "rung name", "seconds", "runs", x, "test RMSE K", "status", "flag"]]
+            [["machine", "epochs", "device", "rung", "rung name", "seconds", "runs", x, "test RMSE K", "status",
+              "flag"]]
             .reset_index(drop=True))
 
 
