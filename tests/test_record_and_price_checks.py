@@ -12,7 +12,7 @@ import pytest
 
 from lstmnb.cli import main
 from lstmnb.records import BrokenRecordsWarning, append_record, load_records, new_record, read_records, scan_records
-from lstmnb.report.repeats import compared_runs
+from lstmnb.report.compare import compared_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(glob.glob(str(ROOT / "lstmnb" / "reference_records" / "*.jsonl")))

@@ -8,25 +8,38 @@ extracts anything. Its modules, one job each:
   the published setting and problem (defined once) and how a run's setting and problem are named, how every
   sentence, table and chart label writes a figure
 - ``published``: where every figure comes from: the published figures, labelled as such, the notes shown
-  beside a device's figures, the study's own comparison (its devices ranked per epochs count, the flagged
-  ones named, never ranked), the provenance of every device column, the shipped reference records
+  beside a device's figures, the provenance of every device column, the shipped reference records
 - ``repeats``: the one timing rule: repeated runs as one row, the median of the repeats, marked where they
   disagree or shared busy cores (03's run table, 04/05's alternated repeats, every 06 figure of such a
-  median); the comparison rows across machines under that rule, each device over a CPU, knob effects
+  median)
+- ``compare``: the comparison rows across machines under that rule, each device over a CPU, knob effects; the
+  study's own comparison (its devices ranked per epochs count, the flagged ones named, never ranked)
 - ``figures``: every figure: the shared style, seconds and samples/s on one log axis, speedup bars that say
-  over which CPU, epochs x devices bars, loss curves, convergence, cost
+  over which CPU, epochs x devices bars, loss curves, convergence
 - ``tables``: per-run and per-source tables, accuracy per device column, loss curves, status counts; skill
   on the study's data per point and input path
-- ``scaling``: parallel-training (DDP, DataParallel, all-reduce) and cost tables
+- ``scaling``: parallel-training (DDP, DataParallel, all-reduce) and cost tables, the cost plot
 - ``words``: the glossary and each notebook's closing "What this showed"
 - ``findings``: the bullets and small table of 06's findings
 - ``ladder`` (the lead's): 06's first screen and the replication
 """
 
+from .compare import (
+    FASTEST,
+    MEDIAN_RULE,
+    OVER_STUDY_CPU,
+    TIED_WITHIN,
+    PublishedComparison,
+    comparison_epochs,
+    comparison_rows,
+    flagged_devices,
+    knob_effects,
+    own_cpu_speedups,
+    published_comparison,
+)
 from .figures import (
     ChartData,
     plot_convergence,
-    plot_cost,
     plot_epochs_tables,
     plot_loss_curves,
     plot_samples_per_s,
@@ -53,20 +66,15 @@ from .ladder import Replication, Screen, first_screen, ladder_rows, ladder_table
 from .published import (
     MEASURED,
     NOTE_MARK,
-    OVER_STUDY_CPU,
     PUBLISHED,
     REFERENCE,
-    TIED_WITHIN,
-    PublishedComparison,
     column_label,
     device_notes,
-    flagged_devices,
     load_published,
     load_reference_records,
     machine_descriptions,
     machines_table,
     provenance_table,
-    published_comparison,
     published_epochs_table,
     published_provenance,
     published_tables,
@@ -75,16 +83,10 @@ from .published import (
     side_by_side,
 )
 from .repeats import (
-    FASTEST,
-    MEDIAN_RULE,
     REPEATS_DISAGREE,
     RULE,
-    comparison_epochs,
-    comparison_rows,
     flag_lines,
-    knob_effects,
     median_of_repeats,
-    own_cpu_speedups,
     timing_note,
     timing_rows,
     unsure_why,
@@ -96,6 +98,7 @@ from .scaling import (
     batch_sweep_table,
     convergence_table,
     cost_table,
+    plot_cost,
     load_prices,
     price_for,
     scaling_repeat_table,

@@ -18,9 +18,9 @@ from typing import Any, Sequence
 import pandas as pd
 
 from . import labels as num
+from .compare import FASTEST, comparison_epochs, own_cpu_speedups
 from .labels import PUBLISHED_PROBLEM_LABEL
 from .published import MEASURED, NOTE_MARK, PUBLISHED, REFERENCE, SOURCE_WORDS, device_notes, over_which_cpu
-from .repeats import FASTEST, comparison_epochs, own_cpu_speedups
 from .scaling import convergence_table
 
 # --- what every chart shares: one style per source, row groups, plain log ticks -----------------------------
@@ -232,6 +232,18 @@ def _rows(data: pd.DataFrame) -> tuple[list[str], pd.Series, list, float]:
     return [first.at[k, "label"] for k in keys], key.map(dict(zip(keys, ys))), headers, total
 
 
+def _log_rows(fig, ax, data: pd.DataFrame, value: str, xlabel: str, labels, y, headers, total):
+    """What the seconds and samples/s charts share: the problem groups, the row labels, a plain log axis of
+    ``value`` and one legend entry per source."""
+    draw_groups(ax, headers, total)
+    ax.set_yticks(sorted(set(y)), labels, fontsize=7.5)
+    plain_log_x(ax, *value_span(data[value]))
+    ax.set_xlabel(xlabel)
+    legend_above(ax, source_handles(data["source"]))
+    fig.tight_layout()
+    return fig
+
+
 def plot_seconds(chart: ChartData):
     """Training seconds (log axis, plain ticks) of every device column and setting, grouped by problem:
     one marker per source, the epochs count written beside each point."""
@@ -245,13 +257,7 @@ def plot_seconds(chart: ChartData):
     for i, r in data.iterrows():
         ax.annotate(str(int(r["epochs"])), (r["seconds"], y[i]), xytext=(0, 5), textcoords="offset points",
                     ha="center", va="bottom", fontsize=6.5, color="0.35")
-    draw_groups(ax, headers, total)
-    ax.set_yticks(sorted(set(y)), labels, fontsize=7.5)
-    plain_log_x(ax, *value_span(data["seconds"]))
-    ax.set_xlabel("training seconds (log scale)")
-    legend_above(ax, source_handles(data["source"]))
-    fig.tight_layout()
-    return fig
+    return _log_rows(fig, ax, data, "seconds", "training seconds (log scale)", labels, y, headers, total)
 
 
 def plot_samples_per_s(chart: ChartData):
@@ -264,19 +270,12 @@ def plot_samples_per_s(chart: ChartData):
     for i, r in data.iterrows():
         ax.annotate(f"{r['samples_per_s']:,.0f}", (r["samples_per_s"], y[i]), xytext=(6, 0),
                     textcoords="offset points", va="center", fontsize=7)
-    draw_groups(ax, headers, total)
-    ax.set_yticks(sorted(set(y)), labels, fontsize=7.5)
-    plain_log_x(ax, *value_span(data["samples_per_s"]))
-    ax.set_xlabel("samples per second (log scale)")
-    legend_above(ax, source_handles(data["source"]))
-    fig.tight_layout()
-    return fig
+    return _log_rows(fig, ax, data, "samples_per_s", "samples per second (log scale)", labels, y, headers, total)
 
 
 def plot_speedup(chart: ChartData):
     """Horizontal bars from 1 on a linear axis: each GPU's x faster than a CPU (``speedup_chart``), per
     setting and fastest against fastest, grouped by machine; the value and both times beside each bar."""
-
     data = chart.data
     labels, y, headers, total = _rows(data)
     fig, ax = _row_axes(total, "each GPU over a CPU: records over their own machine's CPU, published GPUs over the "
@@ -388,25 +387,5 @@ def plot_convergence(records: list[dict[str, Any]]):
     ax2.set(xlabel="wall seconds (training + validation)", ylabel="validation loss (MSE, scaled)",
             title="convergence in wall time")
     ax1.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
-
-
-def plot_cost(table: pd.DataFrame):
-    """Cost against wall time per run (log-log), labelled by device and device count."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    cost_col = next((c for c in table.columns if c.startswith("cost ")), None)
-    if table.empty or cost_col is None:
-        ax.set_title("no priced runs")
-        return fig
-    for _, row in table.dropna(subset=[cost_col]).iterrows():
-        ax.scatter(row["wall s"], row[cost_col])
-        ax.annotate(f"{row['device']} x{row['devices']}", (row["wall s"], row[cost_col]), fontsize="small",
-                    xytext=(3, 3), textcoords="offset points")
-    examples = (table["price source"] == "example").any()
-    ax.set(xscale="log", yscale="log", xlabel="wall seconds", ylabel=cost_col,
-           title="cost vs time" + (" (example prices)" if examples else ""))
     fig.tight_layout()
     return fig

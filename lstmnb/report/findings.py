@@ -12,6 +12,15 @@ from typing import Any
 import pandas as pd
 
 from . import labels as num
+from .compare import (
+    FASTEST,
+    compared_runs,
+    comparison_epochs,
+    comparison_rows,
+    knob_effects,
+    main_problem,
+    own_cpu_speedups,
+)
 from .labels import LIKE_FOR_LIKE, PUBLISHED_PROBLEM_LABEL, column, link
 from .published import (
     MEASURED,
@@ -24,15 +33,6 @@ from .published import (
     machine_descriptions,
     over_which_cpu,
     with_columns,
-)
-from .repeats import (
-    FASTEST,
-    compared_runs,
-    comparison_epochs,
-    comparison_rows,
-    knob_effects,
-    main_problem,
-    own_cpu_speedups,
 )
 
 

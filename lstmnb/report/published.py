@@ -11,13 +11,11 @@ from a user's results, so they are shown beside them and never mixed into them.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 import pandas as pd
 
-from . import labels as num
 from .labels import column, order_devices, with_device_labels
 
 # --- the published figures, their notes, the study's own comparison -----------------------------------------
@@ -131,81 +129,6 @@ def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.Da
 
 # Two single runs whose times differ by less than this are called tied: one run each has no spread of its
 # own, and repeats of one training job on one machine differ by more than this (03's repeats show it)
-TIED_WITHIN = 0.10
-OVER_STUDY_CPU = "x the study's one CPU run"  # what a published GPU's ratio divides: never its own machine's CPU
-
-
-@dataclass
-class PublishedComparison:
-    """The study's own comparison: ``table`` (one row per epochs count and device: its rank, or why it is left
-    out), ``markdown`` (the ranking in words, the headline epochs count first, then the flagged devices' notes)
-    and ``epochs``, the headline count (the longest one both the study and the records have)."""
-
-    markdown: str
-    table: pd.DataFrame
-    epochs: int | None
-
-
-def flagged_devices(published: dict[str, Any] | None = None) -> list[str]:
-    """The published devices whose figures are flagged (``provenance.flagged``): named, never ranked."""
-    pub = (published or load_published())["era5_lstm_gpu_benchmark"]
-    return list(((pub.get("provenance") or {}).get("flagged")) or [])
-
-
-def headline_epochs(published: dict[str, Any], records: pd.DataFrame | None = None) -> tuple[int, bool]:
-    """The longest epochs count both the study and the ``records``' runs of the published setting and problem
-    have (like for like), and True; the study's longest and False where the records have none in common."""
-    from .repeats import comparison_rows  # compare builds on this module
-
-    study = set(published_epochs_table(published).index)
-    rows = comparison_rows(records) if records is not None and not records.empty else pd.DataFrame()
-    mine = set(rows.loc[rows["like_for_like"].astype(bool), "epochs"]) if not rows.empty else set()
-    return int(max(study & mine or study)), bool(study & mine)
-
-
-def _ranked_text(table: pd.DataFrame, epochs: int) -> str:
-    at = table[table["epochs"] == epochs]
-    ranked = at[at["rank"].map(lambda r: isinstance(r, int))]
-    text = ", ".join(f"{r['device']} {num.seconds(r['published s'])}" for _, r in ranked.iterrows())
-    gpus = ranked[ranked["device"] != "CPU"]
-    if len(gpus) > 1 and gpus["published s"].iloc[1] <= gpus["published s"].iloc[0] * (1 + TIED_WITHIN):
-        text += (f" ({gpus['device'].iloc[0]} and {gpus['device'].iloc[1]} tied: under {TIED_WITHIN:.0%} apart, "
-                 "one run each)")
-    return text
-
-
-def published_comparison(published: dict[str, Any] | None, records: pd.DataFrame | None = None) -> PublishedComparison:
-    """The study's published table as the study's comparison, per epochs count (5, 10, 15): the devices ranked
-    fastest first, each GPU's ratio over the study's one CPU run (platform not stated), the flagged devices
-    (``flagged_devices``) left out of the ranking and named with their notes; never tied on a flagged figure."""
-    if published is None:
-        return PublishedComparison("", pd.DataFrame(), None)
-    table = published_epochs_table(published)
-    flagged, notes = flagged_devices(published), device_notes(published)
-    epochs, shared = headline_epochs(published, records)
-    rows = []
-    for e in [epochs] + [x for x in table.index if x != epochs]:
-        row = table.loc[e].dropna()
-        kept = row.drop([d for d in flagged if d in row]).sort_values()
-        for rank, (device, s) in enumerate(kept.items(), 1):
-            rows.append({"epochs": int(e), "rank": rank, "device": device, "published s": float(s),
-                         OVER_STUDY_CPU: None if device == "CPU" else round(float(row["CPU"] / s), 2)})
-        for device in (d for d in flagged if d in row):
-            rows.append({"epochs": int(e), "rank": f"left out ({NOTE_MARK} flagged)", "device": device + NOTE_MARK,
-                         "published s": float(row[device]), OVER_STUDY_CPU: None})
-    out = pd.DataFrame(rows)
-    left = " and ".join(f"{d}{NOTE_MARK}" for d in flagged if d in table)
-    others = "; ".join(f"at {e}: {_ranked_text(out, e)}" for e in table.index if e != epochs)
-    why = ("the longest count both the study and these records have" if shared else
-           "the study's longest; these records hold no like-for-like run of a count the study timed")
-    text = (f"At {epochs} epochs ({why}), fastest first: "
-            f"{_ranked_text(out, epochs)}. {'Other counts, ' + others + '. ' if others else ''}"
-            f"Every time is one run; the column *{OVER_STUDY_CPU}* divides that CPU run (its platform not "
-            "stated) by each GPU's time: it is not any GPU's own machine's CPU."
-            + (f" Left out of the ranking: {left}, whose published figures are flagged:" if left else ""))
-    flagged_notes = [notes[d] for d in flagged if d in notes]
-    return PublishedComparison("\n\n".join([text, *flagged_notes]), out, epochs)
-
 def over_which_cpu(same_machine: bool, source: str) -> str:
     """The CPU a speedup divides, in the words every label uses: a published GPU's is the study's one CPU run
     (never its own machine's), a record's its own machine's CPU."""

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from . import labels as num
+from .compare import compared_runs
 from .labels import (
     LIKE_FOR_LIKE,
     PUBLISHED_PROBLEM,
@@ -27,7 +28,6 @@ from .labels import (
     with_device_labels,
 )
 from .published import NOTE_MARK, PUBLISHED, SOURCES, with_columns
-from .repeats import compared_runs
 
 # --- one run and many runs ----------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from . import labels as num
-from .published import TIED_WITHIN
+from .compare import TIED_WITHIN
 from .repeats import REPEATS_DISAGREE
 
 # --- the glossary -------------------------------------------------------------------------------------------

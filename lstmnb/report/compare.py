@@ -1,0 +1,353 @@
+"""The comparison across machines, under the one median rule of ``repeats``: every finished single-device
+training run of every source (the user's records, lstmnb's reference records, the published table) as one row per
+device column x setting x problem x epochs (``comparison_rows``, ``MEDIAN_RULE``); each device's speedup over a
+CPU (its own machine's, or for a published GPU the study's one CPU run); what one knob (CUDA graphs) changes where
+runs differ in it alone; and the study's own published comparison (``published_comparison``: ranked per epochs
+count, its flagged devices named and left out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from . import labels as num
+from .labels import (
+    LIKE_FOR_LIKE,
+    PUBLISHED_PROBLEM_LABEL,
+    PUBLISHED_SETTING,
+    PUBLISHED_WORKERS,
+    column,
+    order_devices,
+    present,
+    problem_label,
+    record_problem_data,
+    setting_label,
+)
+from .published import (
+    MEASURED,
+    NOTE_MARK,
+    PUBLISHED,
+    REFERENCE,
+    SOURCES,
+    column_label,
+    device_notes,
+    load_published,
+    published_epochs_table,
+    with_columns,
+)
+from .repeats import REPEATS_DISAGREE, busy_while_running, unsure_why
+
+# --- the comparison rows across machines, under the one median rule -----------------------------------------
+
+# experiments with tables of their own (and settings chosen for another question) are not compared here
+NOT_COMPARED = ("batch-sweep", "speed")
+NOT_COMPARED_PREFIXES = ("scaling-", "uneven-", "region-")
+KNOBS = tuple(PUBLISHED_SETTING) + ("input_path", "num_workers", "pin_memory", "persistent_workers")
+MEDIAN_RULE = ("Every time, samples/s and RMSE shown for a device is the median over all its finished single-device "
+               "runs with the same setting, problem and epochs count, from notebooks and `lstmnb train` alike "
+               "(batch-sweep, time-to-accuracy and multi-GPU runs have sections of their own), so the same "
+               "figure reads the same everywhere on this page; one whose runs differ by more than "
+               f"{REPEATS_DISAGREE:.0%} or ran beside busy processes is a rough figure, as in 03's run table.")
+
+
+def _busy(row: pd.Series) -> str | None:
+    """Why a run's time may be slowed by other processes (its record's ``threads`` section), or None."""
+    threads = {k: row.get(f"threads.{k}") for k in ("busy_cores", "used", "default", "cores")}
+    return busy_while_running({"threads": {k: v for k, v in threads.items() if present(v)}})
+
+
+def _points(row: pd.Series) -> int | None:
+    for name in ("data.cells", "data.points"):
+        value = row.get(name)
+        if isinstance(value, list):
+            return len(value)
+    return None
+
+
+def _places(row: pd.Series) -> tuple | None:
+    """The run's points as sorted (latitude, longitude east) pairs; None for a box or a record without them."""
+    value = row.get("data.points")
+    if not isinstance(value, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        return None
+    return tuple(sorted((round(float(lat), 4), round(float(lon) % 360, 4)) for lat, lon in value))
+
+
+def _loader_knobs(row: pd.Series) -> dict[str, bool]:
+    """What the run's DataLoader was asked for beyond the study's (torch's defaults): pinned memory (which the
+    trainer applies on CUDA only; asked for, it names the setting on either device, so a CPU run and a GPU run
+    of one configuration pair up) and workers kept between epochs (records written before that knob kept them)."""
+    workers, pinned, kept = (row.get(f"config.{k}") for k in ("num_workers", "pin_memory", "persistent_workers"))
+    has_workers = (workers if present(workers) else PUBLISHED_WORKERS) > 0  # missing: as setting_label reads it
+    return {"pin_memory": present(pinned) and bool(pinned),
+            "persistent_workers": (True if not present(kept) else bool(kept)) and has_workers}
+
+
+def compared_runs(df: pd.DataFrame | None, source: str = MEASURED, *, stopped_early: bool = False) -> pd.DataFrame:
+    """The runs of one source that enter the comparison, one row each: finished single-device training
+    runs outside the batch sweep, speed and parallel experiments; not stopped early (their seconds are not
+    the epochs asked for) unless ``stopped_early`` (skill: their forecasts are as real)."""
+    if df is None or df.empty or "timing.train_s" not in df or "config.epochs" not in df:
+        return pd.DataFrame()
+    exp = column(df, "experiment").fillna("").astype(str)
+    keep = (column(df, "status") == "ok") & column(df, "config.strategy", "single").fillna("single").eq("single")
+    keep &= ~exp.isin(NOT_COMPARED) & ~exp.str.startswith(NOT_COMPARED_PREFIXES)
+    if not stopped_early:
+        keep &= ~column(df, "metrics.stopped_early").eq(True)
+    keep &= column(df, "timing.train_s").notna() & column(df, "config.epochs").notna()
+    if not keep.any():
+        return pd.DataFrame()
+    runs = with_columns(df[keep], source)
+    rows = []
+    for _, r in runs.iterrows():
+        config = {k: r.get(f"config.{k}") for k in KNOBS}
+        config.update(_loader_knobs(r))
+        if present(r.get("cuda_graph.used")):  # what the run did, where the record says (graphs are the default)
+            config["cuda_graph"] = bool(r.get("cuda_graph.used"))
+        problem = {"points": _points(r), "places": _places(r),
+                   "start": r.get("data.start"), "end": r.get("data.end"),
+                   **{k: r.get(f"config.{k}") for k in ("window", "hidden", "layers", "cell", "lead_hours", "horizon")},
+                   **record_problem_data({"kind": r.get("data.kind"), "source": r.get("data.source")},
+                                         {"split_dates": r.get("config.split_dates"), "fractions": r.get("config.fractions")})}
+        label = problem_label(problem)
+        setting = setting_label(config)
+        rows.append({
+            "source": source, "column": r["column"], "device": r["device_label"], "machine": r["machine"],
+            "setting": setting, "problem": label, "epochs": int(r["config.epochs"]),
+            "seconds": r["timing.train_s"], "samples_per_s": r.get("timing.samples_per_s"), "busy": _busy(r),
+            "train_samples": r.get("data.sizes.train"), "test_rmse_k": r.get("metrics.test_rmse_k"),
+            "persistence_rmse_k": r.get("metrics.persistence_rmse_k"),
+            "climatology_rmse_k": r.get("metrics.climatology_rmse_k"), "experiment": r.get("experiment"),
+            "like_for_like": setting == LIKE_FOR_LIKE and label == PUBLISHED_PROBLEM_LABEL, **config,
+        })
+    return pd.DataFrame(rows)
+
+
+ROW_KEYS = ["source", "column", "setting", "problem", "epochs"]
+ROW_VALUES = ["seconds", "samples_per_s", "test_rmse_k", "persistence_rmse_k", "climatology_rmse_k", "train_samples"]
+ROW_COLUMNS = ROW_KEYS + ROW_VALUES + ["device", "machine", "like_for_like", *KNOBS, "runs", "rough"]
+
+
+def comparison_rows(records: pd.DataFrame | None = None, reference: pd.DataFrame | None = None,
+                    published: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per (source, device column, setting, problem, epochs): median training seconds and
+    samples/s over the runs, their count, median test RMSE beside the baselines, and ``rough``: why the
+    seconds are a rough figure (``unsure_why``: 03's rule), '' when not. ``records`` are the
+    user's, ``reference`` lstmnb's reference records, ``published`` the published figures (or None)."""
+    parts = []
+    for df, source in ((records, MEASURED), (reference, REFERENCE)):
+        runs = compared_runs(df, source)
+        if runs.empty:
+            continue
+        groups = runs.groupby(ROW_KEYS, sort=False)
+        agg = groups[ROW_VALUES].median()
+        first = groups[["device", "machine", "like_for_like", *KNOBS]].first()
+        rough = groups[["seconds", "busy"]].apply(lambda g: unsure_why(g["seconds"], g["busy"])).rename("rough")
+        parts.append(agg.join(first).assign(runs=groups.size()).join(rough).reset_index())
+    if published is not None:
+        parts.append(published_rows(published))
+    if not parts:
+        return pd.DataFrame()
+    rows = pd.concat(parts, ignore_index=True).reindex(columns=ROW_COLUMNS)  # the same columns from any source
+    return sort_rows(rows)
+
+
+def published_rows(published: dict[str, Any] | None = None) -> pd.DataFrame:
+    """The published epochs x devices table as comparison rows (like for like; seconds only)."""
+    published = published or load_published()
+    table = published_epochs_table(published)
+    machines = ((published["era5_lstm_gpu_benchmark"].get("provenance") or {}).get("machine")) or {}
+    rows = []
+    for device in table.columns:
+        for epochs, seconds in table[device].dropna().items():
+            rows.append({"source": PUBLISHED, "column": column_label(PUBLISHED, device), "setting": LIKE_FOR_LIKE,
+                         "problem": PUBLISHED_PROBLEM_LABEL, "epochs": int(epochs), "seconds": float(seconds),
+                         "device": device, "machine": machines.get(device, "not stated"), "like_for_like": True,
+                         "input_path": "dataloader",
+                         "num_workers": PUBLISHED_WORKERS, **PUBLISHED_SETTING})
+    return pd.DataFrame(rows)
+
+
+def sort_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows in reading order: the published problem first, like for like first, devices in the
+    published column order, sources measured, reference, published."""
+    rank = {d: i for i, d in enumerate(order_devices(rows["device"]))}
+    key = pd.DataFrame({
+        "problem": rows["problem"] != PUBLISHED_PROBLEM_LABEL, "problem_name": rows["problem"],
+        "setting": rows["setting"] != LIKE_FOR_LIKE, "setting_name": rows["setting"],
+        "device": rows["device"].map(rank), "source": rows["source"].map({s: i for i, s in enumerate(SOURCES)}),
+        "column": rows["column"], "epochs": rows["epochs"],
+    })
+    order = key.sort_values(list(key.columns)).index
+    return rows.loc[order].reset_index(drop=True)
+
+
+def comparison_epochs(rows: pd.DataFrame, problem: str = PUBLISHED_PROBLEM_LABEL) -> int | None:
+    """The epochs count at which most device columns of ``problem`` have runs (the larger on a tie)."""
+    sub = rows[rows["problem"] == problem] if not rows.empty else rows
+    if sub.empty:
+        return None
+    counts = sub.groupby("epochs")["column"].nunique()
+    return int(max(counts.index, key=lambda e: (counts[e], e)))
+
+
+def main_problem(rows: pd.DataFrame) -> str | None:
+    """The published problem when any source has it, else the problem with the most device columns."""
+    if rows.empty:
+        return None
+    if (rows["problem"] == PUBLISHED_PROBLEM_LABEL).any():
+        return PUBLISHED_PROBLEM_LABEL
+    counts = rows.groupby("problem")["column"].nunique()
+    return str(counts.idxmax())
+
+
+# --- each device over a CPU: its own machine's, a published GPU the study's -------------------------
+
+SPEEDUP_COLUMNS = ["source", "machine", "column", "device", "problem", "epochs", "setting", "fastest_setting", "seconds",
+                   "cpu_column", "cpu_machine", "cpu_setting", "cpu_seconds", "x_own_cpu", "same_machine"]
+FASTEST = "fastest of each"  # the setting of a speedup row that puts each side's fastest setting against the other's
+
+
+def own_cpu_speedups(rows: pd.DataFrame, problem: str | None = None, epochs: int | None = None) -> pd.DataFrame:
+    """Each non-CPU device column over the CPU of its own machine (one source, one machine), at the
+    same problem and epochs: per setting both have run (``x_own_cpu`` = CPU seconds / device seconds),
+    then one row with setting ``FASTEST``: the device's fastest setting against the CPU's fastest.
+
+    The published table's GPUs ran on two machines (CARC cluster, Google Colab) and the study timed
+    its CPU on one: a published GPU with no CPU on its machine is put over the study's CPU with
+    ``same_machine`` False, and whatever shows it names both machines. ``problem`` and ``epochs``
+    restrict the rows (default: all)."""
+    if rows.empty:
+        return pd.DataFrame(columns=SPEEDUP_COLUMNS)
+    at = rows.dropna(subset=["seconds"])
+    if problem is not None:
+        at = at[at["problem"] == problem]
+    if epochs is not None:
+        at = at[at["epochs"] == epochs]
+    out = []
+    for (problem_, epochs_), same in at.groupby(["problem", "epochs"], sort=False):
+        study_cpu = same[(same["source"] == PUBLISHED) & (same["device"] == "CPU")]
+        for (source, machine), g in same.groupby(["source", "machine"], sort=False, dropna=False):
+            cpu = g[g["device"] == "CPU"]
+            same_machine = not cpu.empty
+            if cpu.empty and source == PUBLISHED:
+                cpu = study_cpu
+            if cpu.empty:
+                continue
+            for col, dev in g[g["device"] != "CPU"].groupby("column", sort=False):
+                base = {"source": source, "machine": machine, "column": col, "device": dev["device"].iloc[0],
+                        "problem": problem_, "epochs": epochs_, "cpu_column": cpu["column"].iloc[0],
+                        "cpu_machine": cpu["machine"].iloc[0], "same_machine": same_machine}
+                for _, r in dev.iterrows():
+                    match = cpu[cpu["setting"] == r["setting"]]
+                    if not match.empty:
+                        out.append({**base, "setting": r["setting"], "seconds": r["seconds"],
+                                    "cpu_setting": r["setting"], "cpu_seconds": match["seconds"].iloc[0]})
+                quick, cpu_quick = dev.loc[dev["seconds"].idxmin()], cpu.loc[cpu["seconds"].idxmin()]
+                if len(dev) > 1 or len(cpu) > 1:
+                    out.append({**base, "setting": FASTEST, "seconds": quick["seconds"], "fastest_setting": quick["setting"],
+                                "cpu_setting": cpu_quick["setting"], "cpu_seconds": cpu_quick["seconds"]})
+    table = pd.DataFrame(out)
+    if table.empty:
+        return pd.DataFrame(columns=SPEEDUP_COLUMNS)
+    table["x_own_cpu"] = table["cpu_seconds"] / table["seconds"]
+    return table.reindex(columns=SPEEDUP_COLUMNS)
+
+
+def knob_effects(rows: pd.DataFrame, knob: str = "cuda_graph", ignore: tuple[str, ...] = ("amp",)) -> pd.DataFrame:
+    """Where a device column has runs that differ only in ``knob`` (and the ``ignore``d knobs), at the
+    same problem and epochs: the fastest seconds without and with it, and the ratio."""
+    if rows.empty or knob not in rows:
+        return pd.DataFrame()
+    same = [k for k in KNOBS if k != knob and k not in ignore and k in rows]
+    keys = ["source", "column", "problem", "epochs", *same]
+    out = []
+    for _, g in rows.dropna(subset=["seconds"]).groupby(keys, sort=False, dropna=False):
+        flag = g[knob].eq(True)
+        if flag.all() or not flag.any():
+            continue
+        off, on = g[~flag].loc[g[~flag]["seconds"].idxmin()], g[flag].loc[g[flag]["seconds"].idxmin()]
+        out.append({"column": off["column"], "device": off["device"], "problem": off["problem"],
+                    "epochs": off["epochs"], "without": off["setting"], "with": on["setting"],
+                    "same otherwise": all(off.get(k) == on.get(k) for k in ignore),
+                    "seconds without": off["seconds"], "seconds with": on["seconds"],
+                    "x faster": off["seconds"] / on["seconds"]})
+    return pd.DataFrame(out)
+
+
+# --- the study's own comparison, as it published it ---------------------------------------------------------
+
+TIED_WITHIN = 0.10
+OVER_STUDY_CPU = "x the study's one CPU run"  # what a published GPU's ratio divides: never its own machine's CPU
+
+
+@dataclass
+class PublishedComparison:
+    """The study's own comparison: ``table`` (one row per epochs count and device: its rank, or why it is left
+    out), ``markdown`` (the ranking in words, the headline epochs count first, then the flagged devices' notes)
+    and ``epochs``, the headline count (the longest one both the study and the records have)."""
+
+    markdown: str
+    table: pd.DataFrame
+    epochs: int | None
+
+
+def flagged_devices(published: dict[str, Any] | None = None) -> list[str]:
+    """The published devices whose figures are flagged (``provenance.flagged``): named, never ranked."""
+    pub = (published or load_published())["era5_lstm_gpu_benchmark"]
+    return list(((pub.get("provenance") or {}).get("flagged")) or [])
+
+
+def headline_epochs(published: dict[str, Any], records: pd.DataFrame | None = None) -> tuple[int, bool]:
+    """The longest epochs count both the study and the ``records``' runs of the published setting and problem
+    have (like for like), and True; the study's longest and False where the records have none in common."""
+    study = set(published_epochs_table(published).index)
+    rows = comparison_rows(records) if records is not None and not records.empty else pd.DataFrame()
+    mine = set(rows.loc[rows["like_for_like"].astype(bool), "epochs"]) if not rows.empty else set()
+    return int(max(study & mine or study)), bool(study & mine)
+
+
+def _ranked_text(table: pd.DataFrame, epochs: int) -> str:
+    at = table[table["epochs"] == epochs]
+    ranked = at[at["rank"].map(lambda r: isinstance(r, int))]
+    text = ", ".join(f"{r['device']} {num.seconds(r['published s'])}" for _, r in ranked.iterrows())
+    gpus = ranked[ranked["device"] != "CPU"]
+    if len(gpus) > 1 and gpus["published s"].iloc[1] <= gpus["published s"].iloc[0] * (1 + TIED_WITHIN):
+        text += (f" ({gpus['device'].iloc[0]} and {gpus['device'].iloc[1]} tied: under {TIED_WITHIN:.0%} apart, "
+                 "one run each)")
+    return text
+
+
+def published_comparison(published: dict[str, Any] | None, records: pd.DataFrame | None = None) -> PublishedComparison:
+    """The study's published table as the study's comparison, per epochs count (5, 10, 15): the devices ranked
+    fastest first, each GPU's ratio over the study's one CPU run (platform not stated), the flagged devices
+    (``flagged_devices``) left out of the ranking and named with their notes; never tied on a flagged figure."""
+    if published is None:
+        return PublishedComparison("", pd.DataFrame(), None)
+    table = published_epochs_table(published)
+    flagged, notes = flagged_devices(published), device_notes(published)
+    epochs, shared = headline_epochs(published, records)
+    rows = []
+    for e in [epochs] + [x for x in table.index if x != epochs]:
+        row = table.loc[e].dropna()
+        kept = row.drop([d for d in flagged if d in row]).sort_values()
+        for rank, (device, s) in enumerate(kept.items(), 1):
+            rows.append({"epochs": int(e), "rank": rank, "device": device, "published s": float(s),
+                         OVER_STUDY_CPU: None if device == "CPU" else round(float(row["CPU"] / s), 2)})
+        for device in (d for d in flagged if d in row):
+            rows.append({"epochs": int(e), "rank": f"left out ({NOTE_MARK} flagged)", "device": device + NOTE_MARK,
+                         "published s": float(row[device]), OVER_STUDY_CPU: None})
+    out = pd.DataFrame(rows)
+    left = " and ".join(f"{d}{NOTE_MARK}" for d in flagged if d in table)
+    others = "; ".join(f"at {e}: {_ranked_text(out, e)}" for e in table.index if e != epochs)
+    why = ("the longest count both the study and these records have" if shared else
+           "the study's longest; these records hold no like-for-like run of a count the study timed")
+    text = (f"At {epochs} epochs ({why}), fastest first: "
+            f"{_ranked_text(out, epochs)}. {'Other counts, ' + others + '. ' if others else ''}"
+            f"Every time is one run; the column *{OVER_STUDY_CPU}* divides that CPU run (its platform not "
+            "stated) by each GPU's time: it is not any GPU's own machine's CPU."
+            + (f" Left out of the ranking: {left}, whose published figures are flagged:" if left else ""))
+    flagged_notes = [notes[d] for d in flagged if d in notes]
+    return PublishedComparison("\n\n".join([text, *flagged_notes]), out, epochs)
