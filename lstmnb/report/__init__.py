@@ -21,7 +21,7 @@ extracts anything. Its modules, one job each:
 - ``scaling``: parallel-training (DDP, DataParallel, all-reduce) and cost tables, the cost plot
 - ``words``: the glossary and each notebook's closing "What this showed"
 - ``findings``: the bullets and small table of 06's findings
-- ``ladder`` (the lead's): 06's first screen and the replication
+- ``ladder``: 06's first screen (the study's workload rung by rung, per machine) and the replication
 """
 
 from .compare import (
