@@ -106,12 +106,19 @@ def runs_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def format_table(df: pd.DataFrame, floatfmt: str = "{:,.3f}") -> str:
-    """Plain-text rendering for the terminal: ``floatfmt`` from 1 up, three significant figures below it, so a
-    training loss that falls from 0.0049 to 0.0047 reads so (three decimals printed both as 0.005)."""
+    """Plain-text rendering for the terminal, ``floatfmt`` for every number but a loss below 1, which gets three
+    significant figures, so a training loss that falls from 0.0049 to 0.0047 reads so (three decimals printed
+    both as 0.005); skill scores, RMSE and seconds keep their decimals, aligned."""
     if df.empty:
         return "(no rows)"
-    return df.to_string(float_format=lambda v: floatfmt.format(v) if abs(v) >= 1 or v == 0 else f"{v:.3g}",
-                        na_rep="—")
+
+    def loss(v) -> str:
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v:
+            return "—" if v is None or v != v else str(v)
+        return floatfmt.format(v) if abs(v) >= 1 or v == 0 else f"{v:.3g}"
+
+    return df.to_string(float_format=lambda v: floatfmt.format(v), na_rep="—",
+                        formatters={c: loss for c in df.columns if "loss" in str(c)})
 
 
 # --- the published experiment's table: epochs x devices ------------------------------------------
