@@ -115,7 +115,7 @@ def format_table(df: pd.DataFrame, floatfmt: str = "{:,.3f}") -> str:
     def loss(v) -> str:
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v:
             return "—" if v is None or v != v else str(v)
-        return floatfmt.format(v) if abs(v) >= 1 or v == 0 else f"{v:.3g}"
+        return floatfmt.format(v) if abs(v) >= 1 or v == 0 else f"{v:#.3g}"
 
     return df.to_string(float_format=lambda v: floatfmt.format(v), na_rep="—",
                         formatters={c: loss for c in df.columns if "loss" in str(c)})
