@@ -154,15 +154,20 @@ def _either_advice(sums: Path) -> str:
             "and its next save writes a new one), else restore a good copy of both, or delete both to start over")
 
 
-def _zip_checks(data: bytes) -> bool:
-    """Whether ``data`` is a zip (torch.save's format) whose every entry matches its CRC32."""
+def _zip_fault(data: bytes) -> str | None:
+    """Why ``data`` is not a whole zip (torch.save's format) whose every entry matches its CRC32, or None."""
     import zipfile
 
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
-            return z.testzip() is None
+            return None if z.testzip() is None else "a CRC32 inside it no longer matches its content"
     except Exception:  # noqa: BLE001 - zipfile raises many kinds for damaged archives
-        return False
+        return "corrupt or half-written: not a whole zip archive"
+
+
+def _zip_checks(data: bytes) -> bool:
+    """Whether ``data`` is a zip (torch.save's format) whose every entry matches its CRC32."""
+    return _zip_fault(data) is None
 
 
 def _verified(path: Path, data: bytes) -> bytes:
@@ -187,10 +192,10 @@ def _verified(path: Path, data: bytes) -> bytes:
                               f"checkpoint cannot be verified; {_either_advice(sums)}")
     accepted, have = [d for d, _ in lines], hashlib.sha256(data).hexdigest()
     if not accepted:  # no checksum: torch.save's zip is read with a warning if its CRC32s check; else fails to load
-        if data[:2] == b"PK" and not _zip_checks(data):
-            raise CheckpointError(f"checkpoint {path} is damaged: a CRC32 inside it no longer matches its content "
-                                  f"(and it has no {checksum_path(path).name} beside it); it was left as it is: "
-                                  "restore a good copy, or delete it to start over")
+        fault = _zip_fault(data) if data[:2] == b"PK" else None
+        if fault is not None:
+            raise CheckpointError(f"checkpoint {path} is damaged ({fault}, and it has no {checksum_path(path).name} "
+                                  "beside it); it was left as it is: restore a good copy, or delete it to start over")
         if data[:2] == b"PK":
             warnings.warn(f"checkpoint {path} has no checksum beside it ({checksum_path(path).name}): it is read "
                           "unverified; the next epoch's checkpoint has one", stacklevel=4)
