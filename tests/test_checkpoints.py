@@ -1,13 +1,16 @@
 """Checkpoints people can open and keep (issue 32): a plain torch.save file that ``torch.load(path)`` opens,
-its SHA-256 beside it and checked on --resume, the first format (a header line) still read with a note,
-a kill while a checkpoint is replaced leaving a pair that checks, and a new run that never replaces an
+its SHA-256 beside it and checked on --resume (a file without one refused: every save writes it), a kill while a checkpoint is replaced leaving a pair that checks, and a new run that never replaces an
 existing checkpoint unless told (--resume continues, --overwrite-checkpoint replaces, else one line)."""
 
 from __future__ import annotations
 
 import hashlib
 import io
+import re
+import shutil
+import subprocess
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,7 +20,7 @@ import torch
 from lstmnb import cli
 from lstmnb.errors import CheckpointError, ConfigError
 from lstmnb.training import TrainConfig, train
-from lstmnb.training.checkpoints import _HEADER, checksum_path, read_checkpoint, save_checkpoint
+from lstmnb.training.checkpoints import checksum_path, read_checkpoint, save_checkpoint
 from lstmnb.windows import make_windows
 
 
@@ -31,6 +34,15 @@ def _windows():
 def cfg(**kw):
     return TrainConfig(**{**dict(window=12, hidden=8, epochs=1, batch_size=32, progress=False, device="cpu",
                                  threads=1), **kw})
+
+
+def _run_the_advice(message):
+    """Run the ``sha256sum PATH > PATH.sha256`` a refusal advises (a plain hashlib copy where sha256sum is missing)."""
+    path, sums = re.search(r"\(sha256sum (\S+) > (\S+)\)", message).groups()
+    if shutil.which("sha256sum"):
+        subprocess.run(f"sha256sum {path} > {sums}", shell=True, check=True)
+    else:
+        Path(sums).write_text(f"{hashlib.sha256(Path(path).read_bytes()).hexdigest()}  {path}\n")
 
 
 def test_torch_load_opens_a_checkpoint_and_its_checksum_lies_beside_it(tmp_path):
@@ -50,7 +62,7 @@ def test_resume_checks_the_checksum_beside_the_file(tmp_path):
     state["history"][0]["train_loss"] = 0.0  # changed and saved by hand, without its checksum
     torch.save(state, ckpt)  # a whole zip again, every CRC32 right: its SHA-256 alone tells
     with pytest.raises(CheckpointError, match=r"c.pt does not match the SHA-256 in c.pt.sha256 .* the checkpoint "
-                                              r"was rewritten"):
+                                              r"rewritten by hand"):
         train(_windows(), cfg(epochs=2, checkpoint=str(ckpt), resume=True))
 
 
@@ -63,14 +75,13 @@ def test_a_damaged_checksum_file_beside_a_good_checkpoint_is_named_and_the_advic
     sums.write_text("garbage\n" if damage == "not-a-digest" else text[:5] + digit + text[6:])
     expected = (r"the checksum file \S*c.pt.sha256 beside checkpoint \S*c.pt is damaged \(line 1 starts with "
                 r"'garbage', not a SHA-256" if damage == "not-a-digest" else
-                r"c.pt does not match the SHA-256 in c.pt.sha256 .*: the checksum file may be the damaged one")
+                r"c.pt does not match the SHA-256 in c.pt.sha256 .*: one of them was changed after it was written")
     with pytest.raises(CheckpointError, match=expected) as err:
         train(_windows(), cfg(epochs=2, checkpoint=str(ckpt), resume=True))
-    assert "\n" not in str(err.value) and f"delete {sums} (it is then read unverified" in str(err.value)
+    assert "\n" not in str(err.value) and f"write its checksum anew (sha256sum {ckpt} > {sums})" in str(err.value)
     assert ckpt.read_bytes() == good  # both left as they were
-    sums.unlink()  # what the message says to do when the checkpoint is trusted
-    with pytest.warns(UserWarning, match="has no checksum beside it"):
-        resumed = train(_windows(), cfg(epochs=2, checkpoint=str(ckpt), resume=True))
+    _run_the_advice(str(err.value))  # what the message says to do when the checkpoint is trusted
+    resumed = train(_windows(), cfg(epochs=2, checkpoint=str(ckpt), resume=True))
     assert [e["epoch"] for e in resumed.record["epochs"]] == [1, 2]
     assert sums.read_text().split()[0] == hashlib.sha256(ckpt.read_bytes()).hexdigest()  # a new one written
 
@@ -78,6 +89,7 @@ def test_a_damaged_checksum_file_beside_a_good_checkpoint_is_named_and_the_advic
 def test_a_file_that_is_no_checkpoint_gets_advice_that_works(tmp_path):
     ckpt = tmp_path / "garbage.pt"
     ckpt.write_bytes(b"not a checkpoint")
+    checksum_path(ckpt).write_text(f"{hashlib.sha256(b'not a checkpoint').hexdigest()}  garbage.pt\n")  # its own
     with pytest.raises(CheckpointError, match=r"garbage.pt is corrupt or half-written \(.*\); delete it to start "
                                               r"over, or give --overwrite-checkpoint instead of --resume to replace it"):
         train(_windows(), cfg(checkpoint=str(ckpt), resume=True))
@@ -88,25 +100,6 @@ def test_a_file_that_is_no_checkpoint_gets_advice_that_works(tmp_path):
     assert ckpt.read_bytes() == b"not a checkpoint"
     replaced = train(_windows(), cfg(checkpoint=str(ckpt), overwrite_checkpoint=True))  # the advice works
     assert read_checkpoint(str(ckpt))["run_id"] == replaced.record["run_id"]
-
-
-def test_a_first_format_checkpoint_is_read_with_a_one_line_note(tmp_path):
-    ckpt = tmp_path / "c.pt"
-    train(_windows(), cfg(checkpoint=str(ckpt)))
-    payload = ckpt.read_bytes()
-    ckpt.write_bytes(_HEADER + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
-    checksum_path(ckpt).unlink()
-    with pytest.warns(UserWarning, match="in lstmnb's older format") as seen:
-        resumed = train(_windows(), cfg(epochs=2, checkpoint=str(ckpt), resume=True))
-    notes = [str(w.message) for w in seen if "older format" in str(w.message)]
-    assert len(notes) >= 1 and all("\n" not in n for n in notes)
-    assert [e["epoch"] for e in resumed.record["epochs"]] == [1, 2]
-    assert torch.load(ckpt)["epoch"] == 2 and checksum_path(ckpt).exists()  # saved in the new format
-    damaged = bytearray(_HEADER + b"0" * 64 + b"\n" + payload)
-    ckpt.write_bytes(bytes(damaged))
-    checksum_path(ckpt).unlink()
-    with pytest.raises(CheckpointError, match="is damaged"):
-        read_checkpoint(str(ckpt))
 
 
 def test_a_kill_while_a_checkpoint_is_replaced_leaves_a_pair_that_checks(tmp_path, monkeypatch):

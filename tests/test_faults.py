@@ -3,9 +3,11 @@ subprocess) during training, during a checkpoint write, right after the final ch
 the record, then resumed: exactly one record each, with the results of an uninterrupted run."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -203,59 +205,56 @@ def test_a_flipped_bit_in_a_checkpoint_is_refused_and_the_file_left_as_it_is(tmp
     state, data = read_checkpoint(str(ckpt)), ckpt.read_bytes()
     found = {"rng-state": data.find(state["torch_rng"].numpy().tobytes()[1000:1064]) + 10,  # the issue's bit
              "weights": data.find(state["model"]["head.weight"].numpy().tobytes()) + 1,
-             "last-byte": len(data) - 1}
+             "last-byte": len(data) - 1}  # the zip's comment length: covered by no CRC32 of torch.save's zip
     assert min(found.values()) > 0  # each lies in torch.save's bytes
     _flip(ckpt, found[where])
     damaged = hashlib.sha256(ckpt.read_bytes()).hexdigest()
-    # a flip inside a zip entry also fails its CRC32: the checkpoint is damaged; the last byte (the zip's comment
-    # length) is covered by no CRC32, so the checksum file may as well be the damaged one
-    message = (r"c.pt is damaged: its content no longer matches the SHA-256" if where != "last-byte" else
-               r"c.pt does not match the SHA-256 in c.pt.sha256 .* the checksum file may be the damaged one")
+    message = r"c.pt does not match the SHA-256 in c.pt.sha256 .*: one of them was changed after it was written"
     with pytest.raises(CheckpointError, match=message):
         read_checkpoint(str(ckpt))
-    with pytest.raises(CheckpointError, match="is damaged|does not match the SHA-256"):  # --resume refuses, before any epoch
+    with pytest.raises(CheckpointError, match=message) as err:  # --resume refuses, before any epoch
         train(w, cfg(epochs=3, checkpoint=str(ckpt), resume=True))
+    assert "\n" not in str(err.value)
     assert hashlib.sha256(ckpt.read_bytes()).hexdigest() == damaged  # left as it was found
 
 
-def test_a_checkpoint_from_before_checksums_is_read_with_a_warning(tmp_path):
-    import torch
-
-    w, ckpt = _windows(), tmp_path / "c.pt"
-    train(w, cfg(epochs=1, checkpoint=str(ckpt)))
-    torch.save(read_checkpoint(str(ckpt)), ckpt)  # the plain torch.save file older lstmnb wrote,
-    checksum_path(ckpt).unlink()  # with no checksum beside it
-    with pytest.warns(UserWarning, match=r"has no checksum beside it \(c.pt.sha256\): it is read unverified"):
-        resumed = train(w, cfg(epochs=2, checkpoint=str(ckpt), resume=True))
-    assert [e["epoch"] for e in resumed.record["epochs"]] == [1, 2]
-    assert checksum_path(ckpt).exists()  # rewritten with one
-
-
-def test_a_flipped_bit_in_a_checkpoint_without_its_checksum_is_refused_by_the_zips_crc32(tmp_path):
-    """Issue 49: with no .sha256 beside it, a flipped optimiser byte was resumed from with a warning, and the next
-    save wrote a checksum that vouched for it; torch.save's zip CRC32s catch it."""
+def test_a_checkpoint_without_its_checksum_is_refused_in_one_line_and_the_advice_works(tmp_path):
+    """Every save writes the checksum, so a file without one (an older lstmnb's, a foreign one, a copy made without
+    it; before, it was read unverified, and issue 49's flipped byte was resumed from) is refused, left as it is."""
     import hashlib
+
+    import torch
 
     from lstmnb.errors import CheckpointError
 
     w, ckpt = _windows(), tmp_path / "c.pt"
     train(w, cfg(epochs=1, checkpoint=str(ckpt)))
-    state, data = read_checkpoint(str(ckpt)), ckpt.read_bytes()
-    checksum_path(ckpt).unlink()
-    moment = next(v for v in state["optimizer"]["state"].values())["exp_avg"].numpy().tobytes()
-    _flip(ckpt, data.find(moment) + 1)
-    damaged = hashlib.sha256(ckpt.read_bytes()).hexdigest()
-    with pytest.raises(CheckpointError, match=r"c.pt is damaged \(a CRC32 inside it no longer matches .* no c.pt.sha2"):
+    torch.save(read_checkpoint(str(ckpt)), ckpt)  # the plain torch.save file older lstmnb wrote,
+    checksum_path(ckpt).unlink()  # with no checksum beside it
+    before = ckpt.read_bytes()
+    with pytest.raises(CheckpointError, match=r"c.pt has no c.pt.sha256 beside it, so it cannot be verified") as err:
         train(w, cfg(epochs=2, checkpoint=str(ckpt), resume=True))
-    assert hashlib.sha256(ckpt.read_bytes()).hexdigest() == damaged and not checksum_path(ckpt).exists()
+    message = str(err.value)
+    assert "\n" not in message and "--overwrite-checkpoint instead of --resume" in message
+    with pytest.raises(CheckpointError, match="already holds a file that is not a readable checkpoint"):
+        train(w, cfg(epochs=2, checkpoint=str(ckpt)))  # a new run does not replace it either
+    assert ckpt.read_bytes() == before and not checksum_path(ckpt).exists()  # no .sha256 written to vouch for it
+    path, sums = re.search(r"\(sha256sum (\S+) > (\S+)\)", message).groups()  # the advice, for a trusted file
+    Path(sums).write_text(f"{hashlib.sha256(Path(path).read_bytes()).hexdigest()}  {path}\n")  # as sha256sum writes
+    resumed = train(w, cfg(epochs=2, checkpoint=str(ckpt), resume=True))
+    assert [e["epoch"] for e in resumed.record["epochs"]] == [1, 2]
 
 
-def test_the_command_notes_an_unverified_checkpoint_once(tmp_path):
-    # the command's checks read the checkpoint before the run does: its note is given once, by the run
-    run_cmd = [sys.executable, "-m", "lstmnb", "train", "--start", "2020-01-01", "--end", "2020-01-31", "--hidden", "8",
-               "--device", "cpu", "--no-progress", "--no-record", "--checkpoint", str(tmp_path / "c.pt")]
-    env = {**os.environ, "LSTMNB_CACHE": str(tmp_path / "cache")}
-    subprocess.run(run_cmd + ["--epochs", "1"], check=True, capture_output=True, env=env, timeout=300)
-    checksum_path(tmp_path / "c.pt").unlink()
-    out = subprocess.run(run_cmd + ["--epochs", "2", "--resume"], capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0 and out.stderr.count("has no checksum beside it") == 1, out.stderr
+def test_the_command_reads_and_checks_the_checkpoint_once(tmp_path, monkeypatch):
+    """Issue 51: `lstmnb train --resume` read the checkpoint and verified its checksum in the command's checks and
+    again in the run; now the run reads it once, before the data, and hands it on."""
+    from lstmnb import cli
+    from lstmnb.training import checkpoints
+
+    run_cmd = ["train", "--start", "2020-01-01", "--end", "2020-01-31", "--hidden", "8", "--device", "cpu",
+               "--threads", "1", "--no-progress", "--no-record", "--checkpoint", str(tmp_path / "c.pt")]
+    assert cli.main(run_cmd + ["--epochs", "1"]) == 0
+    real, checked = checkpoints._verified, []
+    monkeypatch.setattr(checkpoints, "_verified", lambda path, data: checked.append(path) or real(path, data))
+    assert cli.main(run_cmd + ["--epochs", "2", "--resume"]) == 0
+    assert len(checked) == 1 and read_checkpoint(str(tmp_path / "c.pt"))["epoch"] == 2

@@ -67,7 +67,8 @@ def add_train(sub, full: bool) -> None:
 
 def check_training(cfg, request, args) -> None:
     """Everything a training run needs, before it starts: the config, the request, the device, the
-    checkpoint (writable; on --resume readable and from the same settings), the records of ``args`` and the cache."""
+    checkpoint's path (``training.run`` reads the checkpoint once, before the data), the records of ``args`` and the
+    cache."""
     from pathlib import Path
 
     from ..device import resolve_device
@@ -91,16 +92,7 @@ def check_training(cfg, request, args) -> None:
                               "same file: each epoch's checkpoint would replace the records and the record land in "
                               "the checkpoint; give two paths")
     if cfg.checkpoint:
-        check_writable(cfg.checkpoint, "file", "--checkpoint")
-        from ..training.checkpoints import load_checkpoint, refuse_replacing
-
-        refuse_replacing(cfg)  # a new run given a path that holds a checkpoint: one line, before any work
-        if cfg.resume and Path(cfg.checkpoint).exists():
-            import warnings
-
-            with warnings.catch_warnings():  # its notes (an unverified file, ...) are the run's to give, once
-                warnings.simplefilter("ignore")
-                load_checkpoint(cfg.checkpoint, cfg)
+        check_writable(cfg.checkpoint, "file", "--checkpoint")  # read and checked once by the run, before the data
     check_results_args(args)
     check_cache()
 

@@ -12,9 +12,9 @@ one that torch's ``weights_only`` loader accepts). Its SHA-256 lies beside it in
 ``sha256sum``'s format, and is checked on every read: a changed bit anywhere (weights, optimiser or RNG
 state, history) refuses the file instead of resuming from it. While a new checkpoint replaces the old
 one, the checksum file lists both digests (the old one hashed from the file at the path), so a kill at any
-moment, however many saves were killed before, leaves a file its checksum accepts.
-Files of lstmnb's first format (a header line ``lstmnb-checkpoint sha256 <hex>`` before torch.save's
-bytes) are still read and verified, with a one-line note. Read checkpoints with ``read_checkpoint``.
+moment, however many saves were killed before, leaves a file its checksum accepts. Every save writes the
+checksum, so a file without one (an older lstmnb's, a foreign one, a copy made without it) is refused in one
+line. A run reads its checkpoint once, before any work (``open_checkpoint``); read one with ``read_checkpoint``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +32,11 @@ from ..paths import atomic_path, sweep_stale_temps, why_not_written
 from .config import TrainConfig
 
 CHECKPOINT_FORMAT = 1  # the layout of the saved dict (unchanged by where its checksum lives)
-_HEADER = b"lstmnb-checkpoint sha256 "  # the first file format: this, 64 hex digits, a newline, torch.save's bytes
 
 
 def checksum_path(path: str | Path) -> Path:
     """Where the checkpoint's SHA-256 lies: ``<path>.sha256``."""
     return Path(f"{path}.sha256")
-
-
-def _digests(path: Path) -> list[str]:
-    """The digests the checksum file beside ``path`` accepts (empty when there is none or it is unreadable;
-    lines that are not a SHA-256 are left out: ``checksum_fault`` names them)."""
-    return [d for d, ok in _checksum_lines(path) if ok]
 
 
 def _checksum_lines(path: Path) -> list[tuple[str, bool]]:
@@ -81,15 +73,14 @@ def _write_digests(path: Path, digests: list[str]) -> None:
 
 
 def _standing_digest(path: Path) -> str | None:
-    """The SHA-256 of the file at ``path`` when a read would accept it (its checksum file lists it, or there is
-    none and its zip CRC32s check): kept in the checksum file while a new save replaces it. Never an earlier
-    line of that file, which after an interrupted save names bytes that never reached the path."""
+    """The SHA-256 of the file at ``path`` when a read would accept it (its checksum file lists it): kept in the
+    checksum file while a new save replaces it. Never an earlier line of that file, which after an interrupted
+    save names bytes that never reached the path."""
     try:
-        data = path.read_bytes()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
-    digest, listed = hashlib.sha256(data).hexdigest(), _digests(path)
-    return digest if digest in listed or (not listed and _zip_checks(data)) else None
+    return digest if (digest, True) in _checksum_lines(path) else None
 
 
 def save_checkpoint(path: str, state: dict[str, Any]) -> None:
@@ -132,75 +123,32 @@ def read_checkpoint(path: str) -> dict[str, Any] | None:
     return state
 
 
-def _damaged(path: Path, want: str, have: str) -> CheckpointError:
-    return CheckpointError(f"checkpoint {path} is damaged: its content no longer matches the SHA-256 written "
-                           f"with it ({want[:12]}... vs {have[:12]}... now), so it was changed after it was "
-                           "written (a disk or copy fault); it was left as it is: restore a good copy, or "
-                           "delete it to start over")
-
-
-def _unmatched(path: Path, want: str, have: str) -> CheckpointError:
-    """A checkpoint whose bytes check by their own zip CRC32s but not by its SHA-256: either may be at fault."""
+def _either_advice(path: Path) -> str:
+    """What to do when the checkpoint at ``path`` or its checksum file may be the damaged one."""
     sums = checksum_path(path)
-    return CheckpointError(f"checkpoint {path} does not match the SHA-256 in {sums.name} ({want[:12]}... there, "
-                           f"{have[:12]}... now), though every CRC32 inside the checkpoint checks: the checksum "
-                           "file may be the damaged one, or the checkpoint was rewritten (or changed where no CRC32 "
-                           f"reaches); {_either_advice(sums)}")
-
-
-def _either_advice(sums: Path) -> str:
-    """What to do when the checkpoint or its checksum file ``sums`` may be the damaged one."""
-    return (f"both were left as they are: if you trust the checkpoint, delete {sums} (it is then read unverified "
-            "and its next save writes a new one), else restore a good copy of both, or delete both to start over")
-
-
-def _zip_fault(data: bytes) -> str | None:
-    """Why ``data`` is not a whole zip (torch.save's format) whose every entry matches its CRC32, or None."""
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as z:
-            return None if z.testzip() is None else "a CRC32 inside it no longer matches its content"
-    except Exception:  # noqa: BLE001 - zipfile raises many kinds for damaged archives
-        return "corrupt or half-written: not a whole zip archive"
-
-
-def _zip_checks(data: bytes) -> bool:
-    """Whether ``data`` is a zip (torch.save's format) whose every entry matches its CRC32."""
-    return _zip_fault(data) is None
+    return (f"both were left as they are: if you trust the checkpoint, write its checksum anew (sha256sum {path} > "
+            f"{sums}), else restore a good copy of both, or delete both to start over")
 
 
 def _verified(path: Path, data: bytes) -> bytes:
-    """torch.save's bytes of the checkpoint file's ``data``, checked against its SHA-256 (CheckpointError on
-    a mismatch; the file is left as it is). The first format carries the digest in a header line (read with
-    a note); a file with no digest anywhere (lstmnb before checksums, or a copy without its .sha256) is read
-    unverified, with a warning."""
-    if data.startswith(_HEADER):
-        line, _, payload = data.partition(b"\n")
-        want, have = line[len(_HEADER):].decode("ascii", "replace"), hashlib.sha256(payload).hexdigest()
-        if have != want:
-            raise _damaged(path, want, have)
-        warnings.warn(f"checkpoint {path} is in lstmnb's older format (a header line before torch.save's bytes, "
-                      "which torch.load cannot open): read and verified; its next save is a plain torch file "
-                      f"with {checksum_path(path).name} beside it", stacklevel=4)
-        return payload
-    lines = _checksum_lines(path)
+    """The checkpoint file's ``data``, checked against the SHA-256 beside it (CheckpointError when it is missing,
+    damaged or does not match; the files are left as they are)."""
+    sums, lines = checksum_path(path), _checksum_lines(path)
+    if not lines:
+        raise CheckpointError(f"checkpoint {path} has no {sums.name} beside it, so it cannot be verified (every "
+                              "checkpoint lstmnb saves has one: this is an older lstmnb's file, a foreign one or a copy "
+                              f"made without it); copy its {sums.name} beside it, write one if you trust it (sha256sum "
+                              f"{path} > {sums}), or replace it: delete it, or give --overwrite-checkpoint instead of "
+                              "--resume")
     fault = checksum_fault(lines)
     if fault is not None:
-        sums = checksum_path(path)
         raise CheckpointError(f"the checksum file {sums} beside checkpoint {path} is damaged ({fault}), so the "
-                              f"checkpoint cannot be verified; {_either_advice(sums)}")
-    accepted, have = [d for d, _ in lines], hashlib.sha256(data).hexdigest()
-    if not accepted:  # no checksum: torch.save's zip is read with a warning if its CRC32s check; else fails to load
-        fault = _zip_fault(data) if data[:2] == b"PK" else None
-        if fault is not None:
-            raise CheckpointError(f"checkpoint {path} is damaged ({fault}, and it has no {checksum_path(path).name} "
-                                  "beside it); it was left as it is: restore a good copy, or delete it to start over")
-        if data[:2] == b"PK":
-            warnings.warn(f"checkpoint {path} has no checksum beside it ({checksum_path(path).name}): it is read "
-                          "unverified; the next epoch's checkpoint has one", stacklevel=4)
-    elif have not in accepted:
-        raise (_unmatched if _zip_checks(data) else _damaged)(path, accepted[0], have)
+                              f"checkpoint cannot be verified; {_either_advice(path)}")
+    have = hashlib.sha256(data).hexdigest()
+    if have not in [d for d, _ in lines]:
+        raise CheckpointError(f"checkpoint {path} does not match the SHA-256 in {sums.name} ({lines[0][0][:12]}... "
+                              f"there, {have[:12]}... now): one of them was changed after it was written (a disk or "
+                              f"copy fault, or the checkpoint rewritten by hand); {_either_advice(path)}")
     return data
 
 
@@ -215,9 +163,7 @@ def refuse_replacing(cfg: TrainConfig) -> None:
     if not cfg.checkpoint or cfg.resume or cfg.overwrite_checkpoint or not Path(cfg.checkpoint).exists():
         return
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # an old format's note is not news here
-            state = read_checkpoint(cfg.checkpoint)
+        state = read_checkpoint(cfg.checkpoint)
     except CheckpointError:
         state = None
     if state is None:
@@ -233,6 +179,14 @@ def refuse_replacing(cfg: TrainConfig) -> None:
     raise CheckpointError(f"--checkpoint {cfg.checkpoint} already holds {held}; this new run would replace it: "
                           "--resume continues that run, --overwrite-checkpoint replaces it, or give another "
                           "--checkpoint path")
+
+
+def open_checkpoint(cfg: TrainConfig) -> dict[str, Any] | None:
+    """What a run of ``cfg`` starts from, read and checked once before any work: the checkpoint it resumes
+    (``load_checkpoint``; None when there is none yet), or None for a new run, refused where it would replace a
+    checkpoint (``refuse_replacing``)."""
+    refuse_replacing(cfg)
+    return load_checkpoint(cfg.checkpoint, cfg) if cfg.resume else None
 
 
 def load_checkpoint(path: str, cfg: TrainConfig) -> dict[str, Any] | None:

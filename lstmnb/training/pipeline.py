@@ -18,7 +18,7 @@ from ..paths import why_not_written
 from ..records import DEFAULT_FILE, append_record, append_record_once, runs_path
 from ..windows import Windows, windows_from_dataset
 from . import parallel
-from .checkpoints import check_same_data, load_checkpoint, mark_recorded, recorded_marker, refuse_replacing
+from .checkpoints import check_same_data, mark_recorded, open_checkpoint, recorded_marker
 from .config import TrainConfig
 from .guards import diverged_error
 from .parallel.groups import is_rank_zero
@@ -81,23 +81,28 @@ def recorded_run(windows: Windows, cfg: TrainConfig, state: dict[str, Any] | Non
                      history=state["history"], recorded=mark["results"])
 
 
+_UNREAD: Any = object()  # train's ``state`` when its caller has not read the checkpoint
+
+
 def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict[str, Any] | None = None,
-          on_epoch_end: Callable[[dict[str, Any]], None] | None = None, model: torch.nn.Module | None = None) -> RunResult:
+          on_epoch_end: Callable[[dict[str, Any]], None] | None = None, model: torch.nn.Module | None = None,
+          state: dict[str, Any] | None = _UNREAD) -> RunResult:
     """Train a forecaster on ``windows`` as ``cfg`` says and return the record and the model.
 
     ``on_epoch_end`` is called with each epoch's entry after its checkpoint is written (a notebook
     can plot live; a test can interrupt the run there). Resuming a checkpoint whose run finished and
     was recorded trains nothing and returns that record (``RunResult.recorded`` says where it is).
     ``model``: a network of the caller's to train instead of the point Forecaster (one device, no
-    checkpoint; region mode's neighbour models).
+    checkpoint; region mode's neighbour models). ``state``: what ``open_checkpoint(cfg)`` gave the caller
+    (``run`` reads it before the data); by default it is read here.
     """
     cfg.validate()
     check_windows(windows, cfg)
     if model is not None and (cfg.strategy != "single" or cfg.checkpoint):
         raise ConfigError("a model of the caller's trains on one device without a checkpoint "
                           f"(got strategy={cfg.strategy!r}, checkpoint={cfg.checkpoint!r})")
-    refuse_replacing(cfg)  # a new run never replaces a checkpoint it was not told to
-    state = load_checkpoint(cfg.checkpoint, cfg) if cfg.resume else None
+    if state is _UNREAD:
+        state = open_checkpoint(cfg)  # a new run never replaces a checkpoint it was not told to
     if state is not None:  # before a finished run's result is given back as this one's
         check_same_data(cfg.checkpoint, state, windows.identity())
     if cfg.resume and state is None and is_rank_zero():  # the same command starts and resumes a run
@@ -168,8 +173,9 @@ def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
     ``records.DEFAULT_FILE``: results/runs.jsonl; None: do not record), once per finished run. When the
     record cannot be written, an ``OutputError`` carries the finished run as ``.result``; a run that
     diverged is recorded, then raised as a ``DivergedError`` carrying it (``train`` returns it instead)."""
+    state = open_checkpoint(cfg)  # read and checked once, before the data (which may be a download)
     windows, info = prepare_windows(request, cfg, progress=cfg.progress)
-    result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end)
+    result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end, state=state)
     if is_rank_zero():  # under torchrun only rank 0 writes
         try:
             record_run(result, cfg, results)
