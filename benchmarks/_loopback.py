@@ -25,7 +25,6 @@ from urllib.parse import unquote, urlsplit
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection",
         "content-length", "content-encoding", "host"}
 _CHUNK_PATH = re.compile(r"(?P<array>.+?)/(?:c[./])?\d+(?:[./]\d+)*")  # var/12.0.0, var/c/12/0/0
-_RANGE = re.compile(r"bytes=(?P<first>\d*)-(?P<last>\d*)")
 
 
 class _LoopThread:
@@ -136,6 +135,7 @@ class StaticServer(_Base):
         self.chunk_reads: dict[str, int] = {}  # array name -> requests for a chunk's start (whole or header)
         app = web.Application()
         app.router.add_route("*", "/{path:.*}", self._serve)
+        app.on_response_prepare.append(self._sent)
         self._start(app)
 
     def _file(self, rel: str) -> Path | None:
@@ -170,28 +170,17 @@ class StaticServer(_Base):
         path = self._file(rel)
         if path is None:
             return web.Response(status=404)
-        size = path.stat().st_size
-        headers, status, first, last = {"Content-Type": "application/octet-stream"}, 200, 0, size - 1
-        want = _RANGE.fullmatch(request.headers.get("Range", "").strip()) if self.ranges else None
-        if want and (want["first"] or want["last"]):  # one range, as cloud stores serve: a-b, a- or -n
-            if want["first"]:
-                first = int(want["first"])
-                last = min(int(want["last"]) if want["last"] else size - 1, size - 1)
-            else:  # the last n bytes
-                first, last = max(size - int(want["last"]), 0), size - 1
-            if first >= size or last < first:
-                return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
-            status = 206
-            headers["Content-Range"] = f"bytes {first}-{last}/{size}"
-        body = request.method == "GET"
-        self.count(last + 1 - first if body else 0, rel=path.relative_to(self.root).as_posix(), first=first)
-        if not body:
-            headers["Content-Length"] = str(last + 1 - first)
-            return web.Response(status=status, headers=headers)
-        with open(path, "rb") as f:  # only the bytes asked for, as a cloud store reads them
-            f.seek(first)
-            data = f.read(last + 1 - first)
-        return web.Response(status=status, body=data, headers=headers)
+        request["file"] = path.relative_to(self.root).as_posix()  # counted by _sent as aiohttp sends it
+        headers = {"Content-Type": "application/octet-stream"}
+        if self.ranges:  # aiohttp serves a byte range (206; a-b, a- or -n) and answers one past the end with 416
+            return web.FileResponse(path, headers=headers)
+        return web.Response(body=path.read_bytes(), headers=headers)
+
+    async def _sent(self, request, response) -> None:
+        """Count a file's response as it is sent: the bytes of its body, and where its range starts."""
+        if "file" in request and response.status in (200, 206):
+            first = int(response.headers["Content-Range"].split()[1].split("-")[0]) if response.status == 206 else 0
+            self.count(response.content_length if request.method == "GET" else 0, rel=request["file"], first=first)
 
 
 @dataclass
