@@ -11,14 +11,6 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def test_region_memorys_tiny_mode_measures_a_target_area_too():
-    import region_memory  # benchmarks/, on the path by conftest.py
-
-    full = {a for a in region_memory.SETTINGS if a.startswith("--")}
-    assert "--target" in full
-    assert full <= set(region_memory.TINY)  # every part of the full run: the sides and the target area
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_era5_extracts_tiny_mode_runs_the_kill_and_resume_test(tmp_path):
