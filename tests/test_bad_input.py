@@ -73,7 +73,7 @@ CASES = [
          "--overwrite-checkpoint replaces it, or delete it"),
     case("checkpoint-checksum-file-damaged", T + ["--checkpoint", "{tmp}/badsum.pt", "--resume"],
          "the checksum file {tmp}/badsum.pt.sha256 beside checkpoint {tmp}/badsum.pt is damaged",
-         "delete {tmp}/badsum.pt.sha256"),  # was blamed on the checkpoint ("changed after it was written")
+         "write its checksum anew (sha256sum {tmp}/badsum.pt > {tmp}/badsum.pt.sha256)"),  # was blamed on the checkpoint
     case("checkpoint-checksum-path-is-folder", T + ["--checkpoint", "{tmp}/adir.pt"], "adir.pt.sha256 is a folder",
          "move or delete that folder"),
     case("checkpoint-checksum-path-is-folder-resume", T + ["--checkpoint", "{tmp}/adir.pt", "--resume"],
@@ -82,8 +82,11 @@ CASES = [
          "--checkpoint {tmp}/same.jsonl and --results {tmp}/same.jsonl are the same file", "give two paths"),
     case("checkpoint-same-file-as-results-env", T + ["--checkpoint", "{tmp}/results/runs.jsonl"],
          "and $LSTMNB_RESULTS {tmp}/results are the same file"),
-    case("checkpoint-flipped-bit", T + ["--checkpoint", "{tmp}/flipped.pt", "--resume"], "flipped.pt is damaged",
-         "no longer matches the SHA-256 written with it"),
+    case("checkpoint-flipped-bit", T + ["--checkpoint", "{tmp}/flipped.pt", "--resume"],
+         "flipped.pt does not match the SHA-256 in flipped.pt.sha256", "one of them was changed after it was written"),
+    case("checkpoint-without-its-checksum", T + ["--checkpoint", "{tmp}/nosum.pt", "--resume"],
+         "nosum.pt has no nosum.pt.sha256 beside it", "sha256sum {tmp}/nosum.pt > {tmp}/nosum.pt.sha256",
+         "--overwrite-checkpoint instead of --resume"),  # every save writes it: an old, foreign or half-copied file
     case("profile-unknown", T + ["--profile", "nope"], "unknown profile 'nope'", "choose from"),
     case("ddp-nproc-beyond-cores", T + ["--strategy", "ddp", "--device", "cpu", "--nproc", BEYOND],
          f"world_size={BEYOND} ranks on this node", "give --nproc at most"),
@@ -474,6 +477,8 @@ def world(tmp_path, monkeypatch, read_only_folder, real_checkpoint):
     (tmp_path / "plain.txt").write_text("just some text\n")
     (tmp_path / "binary.bin").write_bytes(b"\xff\xfe\x00\x81" * 16)
     (tmp_path / "corrupt.pt").write_bytes(b"not a checkpoint")
+    (tmp_path / "corrupt.pt.sha256").write_text(f"{hashlib.sha256(b'not a checkpoint').hexdigest()}  corrupt.pt\n")
+    (tmp_path / "nosum.pt").write_bytes(real_checkpoint)  # a good checkpoint copied without its checksum
     flipped = bytearray(real_checkpoint)
     flipped[len(flipped) // 2] ^= 0x08  # one bit in the middle of torch.save's bytes
     (tmp_path / "flipped.pt").write_bytes(bytes(flipped))
