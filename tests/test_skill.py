@@ -53,13 +53,6 @@ def test_one_model_per_lead_scored_per_point_on_the_same_targets(tmp_path):
         # the climatology is stated once per run: under a year of training, the hour-of-day mean
         assert r["data"]["climatology"]["kind"] == "hour-of-day"
     assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 2
-    # an older record's rows (skill_vs_*) read as today's
-    old = json.loads(json.dumps(recs[1]))
-    for row in old["skill"]["per_point"]:
-        for b in ("persistence", "climatology"):
-            row[f"skill_vs_{b}"] = row.pop(f"mse_skill_vs_{b}")
-    np.testing.assert_allclose(skill.skill_table([old])["mse_skill_vs_persistence"],
-                               table.xs(1, level="lead_hours", drop_level=False)["mse_skill_vs_persistence"])
 
 
 def test_leads_are_checked(capsys):

@@ -12,11 +12,6 @@ from .options import add_results_args, check_results_args, int_list, results_pat
 from .region_common import pick_variants, say_recorded, say_threads
 
 
-def _add_threads(p) -> None:
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: one per core, fewer while other "
-                   "processes keep the cores busy; the records' threads section says which and why)")
-
-
 def add_memory(kinds) -> None:
     p = kinds.add_parser(
         "memory", help="peak memory and step time of dense vs sparse against the area, and the memory model",
@@ -43,7 +38,8 @@ def add_memory(kinds) -> None:
     p.add_argument("--kernel", default="gather", choices=("gather", "csr"),
                    help="how the sparse mix is computed: an index gather or a torch sparse CSR product (default gather)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default cpu")
-    _add_threads(p)
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: one per core, fewer while other "
+                   "processes keep the cores busy; the records' threads section says which and why)")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="save the memory and step-time plot here")
     add_results_args(p)
     p.set_defaults(func=_run_memory, check=_check_memory)

@@ -51,12 +51,6 @@ class SizeConfig:
             raise ConfigError(f"variants {bad or self.variants!r}: choose from {', '.join(VARIANTS)}")
 
 
-def _variant_config(cfg: TrainConfig, variant: str) -> TrainConfig:
-    if variant == "cpu":
-        return replace(cfg, device="cpu")
-    return replace(cfg, device="cuda", cuda_graph=variant == "cuda-graph")
-
-
 def ran_variant(variant: str, record: dict[str, Any]) -> str:
     """The label of what a point measured. Pure: a ``cuda-graph`` point whose record says no graph was
     captured and replayed (refused, or too few full batches) timed eager steps, and is labelled
@@ -86,7 +80,8 @@ def size_experiment(request, cfg: TrainConfig, sc: SizeConfig = SizeConfig(), *,
         windows, info = prepare_windows(replace(request, source=source, points=grid_points(n), box=None), base,
                                         progress=cfg.progress)
         for variant in sc.variants:
-            run_cfg = _variant_config(base, variant)
+            run_cfg = (replace(base, device="cpu") if variant == "cpu" else
+                       replace(base, device="cuda", cuda_graph=variant == "cuda-graph"))
             size = {"points": n, "variant": variant, "train_samples": int(windows.x["train"].shape[0])}
             if variant != "cpu" and no_gpu:
                 rec = skipped_record(run_cfg, no_gpu, data=info, size=size)

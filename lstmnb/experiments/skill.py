@@ -87,7 +87,7 @@ def skill_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     runs = [r for r in records if r.get("status") == "ok" and r.get("skill")]
     rows, pooled = [], []
     for r in runs:
-        per_point = [_renamed(row) for row in r["skill"]["per_point"]]
+        per_point = r["skill"]["per_point"]
         rows += [{**row, "point": _label(row)} for row in per_point]
         pooled.append(_pooled(per_point, r["skill"]["lead_hours"]))
     if not rows:
@@ -98,11 +98,6 @@ def skill_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     table = table.sort_values("point", kind="stable").set_index(["point", "lead_hours"])
     columns = ["targets", *[f"{n}_rmse_k" for n in FORECASTS], "mse_skill_vs_persistence", "mse_skill_vs_climatology"]
     return table[[c for c in columns if c in table]]
-
-
-def _renamed(row: dict[str, Any]) -> dict[str, Any]:
-    """A per-point row of an older record, whose MSE skill scores were named ``skill_vs_*``, as rows are now."""
-    return {("mse_" + k if k.startswith("skill_vs_") else k): v for k, v in row.items()}
 
 
 def plot_skill(table: pd.DataFrame):

@@ -148,10 +148,6 @@ def _kb_bytes(field: str) -> int | None:
     return None if kb is None else kb * 1024
 
 
-def _maxrss_bytes() -> int:
-    return int((process_peak_mb() or 0) * 2**20)  # the process's all-time peak, on every system
-
-
 def run_case(case: MemoryCase) -> dict:
     """Build the model and synthetic inputs for ``case`` in this process, run warm-up + timed steps.
 
@@ -196,7 +192,8 @@ def run_case(case: MemoryCase) -> dict:
         peak = torch.cuda.max_memory_allocated(dev)
     else:
         peak = _kb_bytes("VmHWM") if method.startswith("VmHWM") else None
-        peak = _maxrss_bytes() if peak is None else peak
+        if peak is None:  # the process's all-time peak, on every system
+            peak = int((process_peak_mb() or 0) * 2**20)
     return {"measured_bytes": int(max(0, peak - base)), "step_s": statistics.median(times), "method": method,
             "loss": float(loss.detach())}
 

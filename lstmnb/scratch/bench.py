@@ -62,10 +62,6 @@ def skip_reason(version: str, config: ScratchConfig | None = None) -> str | None
     return None
 
 
-def _device(version: str) -> str:
-    return "cuda" if version in GPU_VERSIONS else "cpu"
-
-
 def versions_table(
     versions: Sequence[str] = VERSIONS,
     config: ScratchConfig | None = None,
@@ -161,7 +157,7 @@ def versions_table(
                     "test_rmse": row["test_rmse"], "units": row["units"],
                     "baselines_test_rmse": row["baselines_test_rmse"],
                 }
-            rec = new_record(EXPERIMENT, status=row["status"], reason=row["reason"], device=_device(v),
+            rec = new_record(EXPERIMENT, status=row["status"], reason=row["reason"], device="cuda" if v in GPU_VERSIONS else "cpu",
                              profile=profile, **fields)
             append_record(rec, record_path)
     return table.drop(columns=["_fit"], errors="ignore")
