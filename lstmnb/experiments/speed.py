@@ -50,22 +50,18 @@ def profile_for(device: torch.device) -> str:
     return _GPU_PROFILES.get(device_label("cuda", torch.cuda.get_device_name(device)), "carc-a100")
 
 
-def recommended_setting(profile: str = "cpu") -> dict[str, Any]:
-    """The measured recommended TrainConfig overrides of a profile (shipped name or .yaml path)."""
-    rec = load_profile(profile).parameters.get("recommended") or {}
-    if not rec:
-        raise ConfigError(f"profile {profile!r} has no recommended setting; measure one with `lstmnb bench speed`")
-    return dict(FAST_SAME_BATCH, **rec)
-
-
 def contender_settings(name: str, profile: str = "cpu") -> dict[str, Any]:
-    """The TrainConfig overrides of one contender (the recommended one from ``profile``)."""
+    """The TrainConfig overrides of one contender (the recommended one: measured, from ``profile``, a shipped
+    name or .yaml path)."""
     if name == "published":
         return dict(PUBLISHED)
     if name == "fast":
         return dict(FAST_SAME_BATCH)
     if name == "recommended":
-        return recommended_setting(profile)
+        rec = load_profile(profile).parameters.get("recommended") or {}
+        if not rec:
+            raise ConfigError(f"profile {profile!r} has no recommended setting; measure one with `lstmnb bench speed`")
+        return dict(FAST_SAME_BATCH, **rec)
     raise ConfigError(f"contender {name!r} is not one of {', '.join(CONTENDERS)}")
 
 
