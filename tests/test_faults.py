@@ -254,7 +254,7 @@ def test_the_command_reads_and_checks_the_checkpoint_once(tmp_path, monkeypatch)
     run_cmd = ["train", "--start", "2020-01-01", "--end", "2020-01-31", "--hidden", "8", "--device", "cpu",
                "--threads", "1", "--no-progress", "--no-record", "--checkpoint", str(tmp_path / "c.pt")]
     assert cli.main(run_cmd + ["--epochs", "1"]) == 0
-    real, checked = checkpoints._verified, []
-    monkeypatch.setattr(checkpoints, "_verified", lambda path, data: checked.append(path) or real(path, data))
+    real, checked = checkpoints._check_digest, []
+    monkeypatch.setattr(checkpoints, "_check_digest", lambda path, data: checked.append(path) or real(path, data))
     assert cli.main(run_cmd + ["--epochs", "2", "--resume"]) == 0
     assert len(checked) == 1 and read_checkpoint(str(tmp_path / "c.pt"))["epoch"] == 2

@@ -49,16 +49,6 @@ def _checksum_lines(path: Path) -> list[tuple[str, bool]]:
     return [(w, len(w) == 64 and all(c in "0123456789abcdef" for c in w)) for w in words] or [("", False)]
 
 
-def checksum_fault(lines: list[tuple[str, bool]]) -> str | None:
-    """Why a checksum file with these ``_checksum_lines`` is itself damaged (a line that is not a SHA-256, text
-    that is not ASCII, no line at all), or None when it is absent or every line holds a SHA-256."""
-    for n, (word, ok) in enumerate(lines, 1):
-        if not ok:
-            return (f"line {n} starts with {word[:20]!r}, not a SHA-256 of 64 hex digits" if word
-                    else "it holds no readable SHA-256 line")
-    return None
-
-
 def sweep_checkpoint_temps(path: str | Path) -> int:
     """Remove the temporaries that killed writers left beside the checkpoint at ``path`` and its checksum
     (``paths.sweep_stale_temps``: a dead process's on this host, or old ones); returns how many."""
@@ -109,8 +99,8 @@ def read_checkpoint(path: str) -> dict[str, Any] | None:
         return None
     try:
         data = p.read_bytes()
-        payload = _verified(p, data)
-        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
+        _check_digest(p, data)
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise ValueError("not an lstmnb checkpoint")
     except CheckpointError:
@@ -130,9 +120,10 @@ def _either_advice(path: Path) -> str:
             f"{sums}), else restore a good copy of both, or delete both to start over")
 
 
-def _verified(path: Path, data: bytes) -> bytes:
-    """The checkpoint file's ``data``, checked against the SHA-256 beside it (CheckpointError when it is missing,
-    damaged or does not match; the files are left as they are)."""
+def _check_digest(path: Path, data: bytes) -> None:
+    """The checkpoint file's ``data`` checked against the SHA-256 beside it: a CheckpointError when that is
+    missing, damaged (a line that is not a SHA-256, text that is not ASCII, no line at all) or does not match;
+    the files are left as they are."""
     sums, lines = checksum_path(path), _checksum_lines(path)
     if not lines:
         raise CheckpointError(f"checkpoint {path} has no {sums.name} beside it, so it cannot be verified (every "
@@ -140,8 +131,10 @@ def _verified(path: Path, data: bytes) -> bytes:
                               f"made without it); copy its {sums.name} beside it, write one if you trust it (sha256sum "
                               f"{path} > {sums}), or replace it: delete it, or give --overwrite-checkpoint instead of "
                               "--resume")
-    fault = checksum_fault(lines)
-    if fault is not None:
+    bad = next(((n, word) for n, (word, ok) in enumerate(lines, 1) if not ok), None)
+    if bad is not None:
+        fault = (f"line {bad[0]} starts with {bad[1][:20]!r}, not a SHA-256 of 64 hex digits" if bad[1]
+                 else "it holds no readable SHA-256 line")
         raise CheckpointError(f"the checksum file {sums} beside checkpoint {path} is damaged ({fault}), so the "
                               f"checkpoint cannot be verified; {_either_advice(path)}")
     have = hashlib.sha256(data).hexdigest()
@@ -149,7 +142,6 @@ def _verified(path: Path, data: bytes) -> bytes:
         raise CheckpointError(f"checkpoint {path} does not match the SHA-256 in {sums.name} ({lines[0][0][:12]}... "
                               f"there, {have[:12]}... now): one of them was changed after it was written (a disk or "
                               f"copy fault, or the checkpoint rewritten by hand); {_either_advice(path)}")
-    return data
 
 
 def refuse_replacing(cfg: TrainConfig) -> None:
