@@ -197,10 +197,13 @@ def override_default(p: argparse.ArgumentParser, dest: str, value, why: str) -> 
 
 
 def train_config_from_args(args: argparse.Namespace, **fixed):
-    """The TrainConfig of ``--preset`` (default recommended) with the options given on top, then ``fixed``."""
+    """The TrainConfig of ``--preset`` (default recommended) with the options given on top, then ``fixed``;
+    validated, a refusal naming the option as typed (``--lr 0 must be a positive number ...``)."""
     import dataclasses
 
     from ..training import TrainConfig, preset_config
+
+    from ..rules import CLI
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
              if f.name != "preset" and hasattr(args, f.name)}
@@ -213,6 +216,7 @@ def train_config_from_args(args: argparse.Namespace, **fixed):
         by = f"--split-dates {dates}" if "split_dates" in given else f"--preset {preset}, which splits by the dates {dates},"
         raise ConfigError(f"--fractions {','.join(f'{v:g}' for v in cfg.fractions)} and {by} both given: the parts "
                           "are split by dates or by fractions; give one of them")
+    cfg.validate(CLI)  # each value named as its option (--lr 0), once: later calls find it checked
     return cfg
 
 
