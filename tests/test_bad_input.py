@@ -620,6 +620,45 @@ def test_the_python_api_refuses_bad_values_in_one_line_before_reading_data(tmp_p
     assert not (tmp_path / "cache").exists() and not (tmp_path / "r.jsonl").exists()
 
 
+def test_one_rule_refuses_the_same_value_at_every_door_as_it_was_given(capsys):
+    """TrainConfig.lr's Rule, declared once beside the field, refuses a rate of 0 from the command line, a notebook
+    parameter and Python, each naming it as it was given there (issue 51)."""
+    from lstmnb.notebooks.params import check_values
+    from lstmnb.training import TrainConfig
+
+    why = r"must be a positive number \(omit it for the rate by lead\)$"
+    assert cli.main(T + ["--lr", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and __import__("re").search(r"error: --lr 0 " + why, err.strip()), err
+    with pytest.raises(ConfigError, match=r"^parameter lr=0 " + why):
+        check_values({"lr": 0}, {"lr": 0.001})
+    with pytest.raises(ConfigError, match=r"^parameter recommended: lr=0 " + why):
+        check_values({"recommended": {"lr": 0}}, {"recommended": {}})
+    with pytest.raises(ConfigError, match=r"^lr=0\.0 " + why):
+        TrainConfig(lr=0.0).validate()
+
+
+def test_a_training_run_checks_its_config_once(tmp_path, monkeypatch, capsys):
+    """`lstmnb train` checks its config once (it was three times: the command's check, the data's preparation
+    and the training); a value changed after a check is checked again."""
+    from lstmnb.training import TrainConfig
+
+    checks = []
+    real = TrainConfig._check_splits
+    monkeypatch.setattr(TrainConfig, "_check_splits", lambda self, say: checks.append(say) or real(self, say))
+    monkeypatch.setenv("LSTMNB_CACHE", str(tmp_path / "cache"))
+    assert cli.main(T + ["--device", "cpu", "--threads", "1", "--results", str(tmp_path / "r.jsonl")]) == 0, \
+        capsys.readouterr().err
+    assert len(checks) == 1
+    cfg = TrainConfig()
+    cfg.validate()
+    cfg.validate()
+    assert len(checks) == 2
+    cfg.epochs = 0
+    with pytest.raises(ConfigError, match="epochs=0"):
+        cfg.validate()
+
+
 @pytest.fixture(scope="module")
 def flawed_stores(small_store, tmp_path_factory):
     """Local stores made from the small store, each with a flaw `train` refuses (issue 49)."""

@@ -95,6 +95,19 @@ def test_a_record_from_a_newer_lstmnb_is_skipped_with_what_to_do(tmp_path):
         assert [r["run_id"] for r in read_records(path)] == [good["run_id"]]
 
 
+def test_the_schema_types_each_training_knob_as_its_rule_does():
+    """The record schema's copy of TrainConfig's knobs (kept here so that records are read without torch) says
+    what each field's Rule says (``training.config.config_schema``): one rule, the copy cannot drift."""
+    from lstmnb.record_schema import SCHEMA
+    from lstmnb.training.config import config_schema
+
+    typed = SCHEMA["properties"]["config"]["properties"]
+    assert {name: typed[name] for name in config_schema() if name in typed} == \
+        {name: rule for name, rule in config_schema().items() if name in typed}
+    assert set(config_schema()) - set(typed) <= {"grad_as_bucket_view", "static_graph", "persistent_workers",
+                                                 "resume", "overwrite_checkpoint", "progress"}  # no reader's
+
+
 @pytest.mark.parametrize("files", [SHIPPED, SHARED], ids=["shipped", "shared"])
 def test_real_records_all_pass_the_config_rules(files):
     if not files:

@@ -198,7 +198,10 @@ def override_default(p: argparse.ArgumentParser, dest: str, value, why: str) -> 
 
 def train_config_from_args(args: argparse.Namespace, **fixed):
     """The TrainConfig of ``--preset`` (default recommended) with the options given on top, then ``fixed``;
-    validated, a refusal naming the option as typed (``--lr 0 must be a positive number ...``)."""
+    validated, a refusal naming the option as typed (``--lr 0 must be a positive number ...``). Made once per
+    command (a sub-command's check and its run share it, as ``request_from_args``)."""
+    if not fixed and getattr(args, "_train_config", None) is not None:
+        return args._train_config
     import dataclasses
 
     from ..training import TrainConfig, preset_config
@@ -217,6 +220,8 @@ def train_config_from_args(args: argparse.Namespace, **fixed):
         raise ConfigError(f"--fractions {','.join(f'{v:g}' for v in cfg.fractions)} and {by} both given: the parts "
                           "are split by dates or by fractions; give one of them")
     cfg.validate(CLI)  # each value named as its option (--lr 0), once: later calls find it checked
+    if not fixed:
+        args._train_config = cfg
     return cfg
 
 

@@ -12,7 +12,6 @@ called (``_reuse``) and its refusal restated as the parameter's, so each rule ke
 from __future__ import annotations
 
 import ast
-import datetime as _dt
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -49,20 +48,16 @@ CHOICE_LISTS = {"input_paths": ("fast", "dataloader"), "strategies": ("dataparal
 
 
 def parse_value(text: str) -> Any:
-    """A ``-p KEY VALUE`` value read as YAML: ``5`` -> 5, ``[5, 10]`` -> list, ``null`` -> None, ``cpu`` -> 'cpu';
-    text that is not YAML, and dates (``2020-01-01``, or ``2021-13-45`` that YAML cannot read), stay text."""
+    """A ``-p KEY VALUE`` value read as YAML the way papermill reads ``-y`` (its loader keeps dates as text):
+    ``5`` -> 5, ``[5, 10]`` -> list, ``null`` -> None, ``cpu`` -> 'cpu', ``2021-01-01`` -> '2021-01-01'; text that
+    is not YAML stays text."""
     import yaml
+    from papermill.iorw import NoDatesSafeLoader
 
     try:
-        value = yaml.safe_load(text)
-    except (yaml.YAMLError, ValueError):  # YAML reads 2021-13-45 as a date and fails with ValueError
-        try:  # a list holding such a date: the list, each item read alone, so the bad one can be named
-            items = yaml.load(text, Loader=yaml.BaseLoader)
-        except yaml.YAMLError:
-            return text
-        return [parse_value(v) for v in items] if isinstance(items, list) and all(
-            isinstance(v, str) for v in items) else text
-    return text if isinstance(value, (_dt.date, _dt.datetime)) else _dates_as_text(value)
+        return yaml.load(text, Loader=NoDatesSafeLoader)
+    except yaml.YAMLError:
+        return text
 
 
 def parse_override(key: str, text: str) -> Any:
@@ -71,17 +66,6 @@ def parse_override(key: str, text: str) -> Any:
     value = parse_value(text)
     if key in {k for k, _ in SPLIT_KEYS} and isinstance(value, str) and "," in value:
         return [part.strip() for part in value.split(",")]
-    return value
-
-
-def _dates_as_text(value: Any) -> Any:
-    """Dates inside a list or mapping as ISO text (``[2021-01-01, 2021-04-01]``: the split dates' strings)."""
-    if isinstance(value, (_dt.date, _dt.datetime)):
-        return value.isoformat()
-    if isinstance(value, list):
-        return [_dates_as_text(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _dates_as_text(v) for k, v in value.items()}
     return value
 
 
