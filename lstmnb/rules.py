@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 from .errors import ConfigError
@@ -77,6 +77,23 @@ def number(lo: float = 0, *, positive: bool = False, **kw: Any) -> Rule:
 
 def choice(choices: tuple[str, ...]) -> Rule:
     return Rule("choice", choices=tuple(choices))
+
+
+def schema_of(config: type) -> dict[str, Any]:
+    """Each field of the dataclass ``config`` as JSON Schema types it: by its Rule (``metadata["rule"]``), else by
+    its annotation (bool, int, float, str, tuple[X, ...]); null allowed where the annotation allows None."""
+    kinds = {"bool": "boolean", "int": "integer", "float": "number", "str": "string"}
+    out: dict[str, Any] = {}
+    for f in fields(config):
+        nullable, rule, base = "None" in str(f.type), f.metadata.get("rule"), str(f.type).split(" |")[0]
+        if base.startswith("tuple["):
+            item = kinds[base[6:].split(",")[0].rstrip("]")]
+            out[f.name] = {"type": ["array", "null"] if nullable else "array", "items": {"type": item}}
+        elif rule is not None:
+            out[f.name] = rule.schema(nullable)
+        else:
+            out[f.name] = {"type": [kinds[base], "null"] if nullable else kinds[base]}
+    return out
 
 
 @dataclass(frozen=True)

@@ -97,15 +97,15 @@ def test_a_record_from_a_newer_lstmnb_is_skipped_with_what_to_do(tmp_path):
 
 def test_the_schema_types_each_training_knob_as_its_rule_does():
     """The record schema's copy of TrainConfig's knobs (kept here so that records are read without torch) says
-    what each field's Rule says (``training.config.config_schema``): one rule, the copy cannot drift."""
+    what each field's Rule says (``rules.schema_of``): one rule, the copy cannot drift."""
     from lstmnb.record_schema import SCHEMA
-    from lstmnb.training.config import config_schema
+    from lstmnb.rules import schema_of
+    from lstmnb.training import TrainConfig
 
-    typed = SCHEMA["properties"]["config"]["properties"]
-    assert {name: typed[name] for name in config_schema() if name in typed} == \
-        {name: rule for name, rule in config_schema().items() if name in typed}
-    assert set(config_schema()) - set(typed) <= {"grad_as_bucket_view", "static_graph", "persistent_workers",
-                                                 "resume", "overwrite_checkpoint", "progress"}  # no reader's
+    typed, ruled = SCHEMA["properties"]["config"]["properties"], schema_of(TrainConfig)
+    assert {name: typed[name] for name in ruled if name in typed} == {n: r for n, r in ruled.items() if n in typed}
+    assert set(ruled) - set(typed) <= {"grad_as_bucket_view", "static_graph", "persistent_workers", "resume",
+                                       "overwrite_checkpoint", "progress"}  # knobs no reader uses
 
 
 @pytest.mark.parametrize("files", [SHIPPED, SHARED], ids=["shipped", "shared"])

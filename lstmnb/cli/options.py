@@ -167,7 +167,7 @@ def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
     import dataclasses
     import typing
 
-    from ..training import PRESETS, TrainConfig
+    from ..training import TrainConfig
 
     hints = typing.get_type_hints(TrainConfig)
     g = p.add_argument_group("training")
@@ -177,7 +177,8 @@ def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
         flag = "--" + f.name.replace("_", "-")
         kind = option_type(f.name, hints[f.name])
         if f.name == "preset":
-            g.add_argument(flag, dest=f.name, choices=tuple(PRESETS), default=argparse.SUPPRESS, help=option_help(f))
+            g.add_argument(flag, dest=f.name, choices=f.metadata["rule"].choices, default=argparse.SUPPRESS,
+                           help=option_help(f))
         elif kind is bool:
             g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                            help=option_help(f))

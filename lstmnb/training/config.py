@@ -256,9 +256,8 @@ class TrainConfig:
         need = 16 * params
         have = host_memory_bytes()
         if need > have:
-            raise ConfigError(f"{say('hidden', h)} with {say('layers', self.layers)} needs {need / 2**30:,.0f} GiB "
-                              "for the weights, "
-                              f"gradients and Adam state alone; this machine has {have / 2**30:,.0f} GiB")
+            raise ConfigError(f"{say('hidden', h)} with {say('layers', self.layers)} needs {need / 2**30:,.0f} GiB for "
+                              f"the weights, gradients and Adam state alone; this machine has {have / 2**30:,.0f} GiB")
 
     def _check_splits(self, say: Spelling) -> None:
         fr, sd = self.fractions, self.split_dates
@@ -373,23 +372,6 @@ def knob_problem(name: str, value: Any) -> str | None:
     gives that field, spelled its own way (a notebook's ``fit_epochs`` is an ``epochs``)."""
     rule = next(f.metadata["rule"] for f in fields(TrainConfig) if f.name == name)
     return _device_problem(value) if rule.kind == "device" else rule.why(value)
-
-
-def config_schema() -> dict[str, Any]:
-    """Every field as the record schema types it (JSON Schema): the field's Rule, null where it may be left out."""
-    kinds = {"bool": "boolean", "int": "integer", "float": "number", "str": "string"}
-    out: dict[str, Any] = {}
-    for f in fields(TrainConfig):
-        nullable, rule = "None" in str(f.type), f.metadata.get("rule")
-        base = str(f.type).split(" |")[0]
-        if base.startswith("tuple["):
-            item = kinds[base[6:].split(",")[0].rstrip("]")]
-            out[f.name] = {"type": ["array", "null"] if nullable else "array", "items": {"type": item}}
-        elif rule is not None:
-            out[f.name] = rule.schema(nullable)
-        else:
-            out[f.name] = {"type": [kinds[base], "null"] if nullable else kinds[base]}
-    return out
 
 
 def config_from_dict(values: dict[str, Any]) -> TrainConfig:
