@@ -17,7 +17,8 @@ INT_MAX = 2**31 - 1  # larger counts are nonsense here, and overflow torch's C i
 @dataclass(frozen=True)
 class Rule:
     """What one value accepts. ``kind``: whole (lo..hi), number (>= lo, > lo where ``open_lo``; up to hi),
-    choice (one of ``choices``), name (non-empty text) or any (checked elsewhere). ``hi`` may be a function
+    choice (one of ``choices``), name (non-empty text), or another kind its config checks itself
+    (TrainConfig's device names). ``hi`` may be a function
     (a limit of this machine). ``note`` ends the refusal in brackets; ``says`` replaces its phrase."""
 
     kind: str
