@@ -32,14 +32,14 @@ def case(id_, argv, *fragments, env=None):
 
 CASES = [
     # --- train: every option out of range, of the wrong type, empty or nonsense ------------------------------
-    case("weight-decay-negative", T + ["--weight-decay", "-1"], "weight_decay=-1.0", ">= 0"),
-    case("blend-unknown", T + ["--blend", "mean"], "blend='mean' is not one of off, persistence, baselines"),
-    case("point-weights-unknown", T + ["--point-weights", "size"], "point_weights='size' is not one of none, persistence"),
-    case("weight-decay-nan", T + ["--weight-decay", "nan"], "weight_decay=nan", ">= 0"),
-    case("split-dates-word", T + ["--split-dates", "abc"], "split_dates=('abc',)", "two dates VAL_START,TEST_START"),
-    case("split-dates-one-date", T + ["--split-dates", "2020-01-20"], "('2020-01-20',)", "two dates"),
+    case("weight-decay-negative", T + ["--weight-decay", "-1"], "--weight-decay -1", ">= 0"),
+    case("blend-unknown", T + ["--blend", "mean"], "--blend mean is not one of off, persistence, baselines"),
+    case("point-weights-unknown", T + ["--point-weights", "size"], "--point-weights size is not one of none, persistence"),
+    case("weight-decay-nan", T + ["--weight-decay", "nan"], "--weight-decay nan", ">= 0"),
+    case("split-dates-word", T + ["--split-dates", "abc"], "--split-dates abc must", "two dates VAL_START,TEST_START"),
+    case("split-dates-one-date", T + ["--split-dates", "2020-01-20"], "--split-dates 2020-01-20 must", "two dates"),
     case("split-dates-not-dates", T + ["--split-dates", "abc,def"], "split date 'abc'", "not a date like"),
-    case("split-dates-reversed", T + ["--split-dates", "2020-01-25,2020-01-20"], "split_dates=", "must not come after"),
+    case("split-dates-reversed", T + ["--split-dates", "2020-01-25,2020-01-20"], "--split-dates 2020-01-25,2020-01-20:", "must not come after"),
     case("split-dates-outside-data", T + ["--split-dates", "2019-01-01,2019-02-01"], "'2019-01-01'",
          "outside the data's time range 2020-01-01..2020-01-31"),
     case("split-dates-and-fractions", T + ["--split-dates", "2020-01-20,2020-01-25", "--fractions", "0.5,0.25,0.25"],
@@ -49,21 +49,21 @@ CASES = [
          "give one of them"),
     case("published-and-fractions", T + ["--preset", "published", "--fractions", "0.7,0.15,0.15"],
          "--preset published, which splits by the dates", "give one of them"),
-    case("seed-huge", T + ["--seed", "1180591620717411303424"], "seed=1180591620717411303424", "<= 18446744073709551615"),
-    case("seed-negative", T + ["--seed", "-1"], "seed=-1", ">= 0"),
+    case("seed-huge", T + ["--seed", "1180591620717411303424"], "--seed 1180591620717411303424", "<= 18446744073709551615"),
+    case("seed-negative", T + ["--seed", "-1"], "--seed -1", ">= 0"),
     case("seed-word", T + ["--seed", "x"], "--seed", "invalid int value: 'x'"),
-    case("grad-clip-negative", T + ["--grad-clip", "-1"], "grad_clip=-1.0", "positive number"),
-    case("grad-clip-zero", T + ["--grad-clip", "0"], "grad_clip=0.0", "omit it for no clipping"),
-    case("grad-clip-nan", T + ["--grad-clip", "nan"], "grad_clip=nan", "positive number"),
-    case("device-empty", T + ["--device", ""], "device=''", "auto, cpu, cuda"),
-    case("device-word", T + ["--device", "gpu"], "device='gpu'", "auto, cpu, cuda"),
-    case("device-bad-index", T + ["--device", "cuda:x"], "device='cuda:x'", "cuda:N"),
+    case("grad-clip-negative", T + ["--grad-clip", "-1"], "--grad-clip -1", "positive number"),
+    case("grad-clip-zero", T + ["--grad-clip", "0"], "--grad-clip 0", "omit it for no clipping"),
+    case("grad-clip-nan", T + ["--grad-clip", "nan"], "--grad-clip nan", "positive number"),
+    case("device-empty", T + ["--device", ""], "--device ''", "auto, cpu, cuda"),
+    case("device-word", T + ["--device", "gpu"], "--device gpu", "auto, cpu, cuda"),
+    case("device-bad-index", T + ["--device", "cuda:x"], "--device cuda:x", "cuda:N"),
     case("start-empty", T + ["--start", ""], "start ''", "ISO date"),
     case("end-empty", T + ["--end", ""], "end ''", "ISO date"),
     case("start-no-such-date", T + ["--start", "2020-13-45"], "start '2020-13-45'", "ISO date"),
     case("start-day-first", T + ["--start", "13/02/2020"], "start '13/02/2020'", "ISO date"),  # was 13 Feb; 01/02: 2 Jan
     case("end-before-start", T + ["--end", "2019-12-01"], "end '2019-12-01'", "before start '2020-01-01'"),
-    case("checkpoint-empty", T + ["--checkpoint", ""], "checkpoint=''", "give a name"),
+    case("checkpoint-empty", T + ["--checkpoint", ""], "--checkpoint ''", "give a name"),
     case("checkpoint-is-folder", T + ["--checkpoint", "{tmp}/adir"], "--checkpoint", "is a folder; give a file path"),
     case("checkpoint-read-only", T + ["--checkpoint", RO + "/ck.pt"], "--checkpoint", "read-only"),
     case("checkpoint-under-a-file", T + ["--checkpoint", "{tmp}/plain.txt/ck.pt"], "plain.txt", "is a file, not a folder"),
@@ -101,7 +101,7 @@ CASES = [
          env={"LSTMNB_RESULTS": " "}),
     case("omp-num-threads-zero", ["results"], "lstmnb results: error: OMP_NUM_THREADS='0'", "whole number >= 1",
          env={"OMP_NUM_THREADS": "0"}),
-    case("resume-without-checkpoint", T + ["--resume"], "resume=True", "needs a checkpoint"),
+    case("resume-without-checkpoint", T + ["--resume"], "--resume", "needs a checkpoint path to resume from (--checkpoint)"),
     case("results-empty", T + ["--results", ""], "--results is empty", ".jsonl file or a folder"),
     # contradictory options that were ignored without a word (rc 0): refused in one line
     case("results-and-no-record", T + ["--results", "{tmp}/r.jsonl", "--no-record"],
@@ -113,16 +113,16 @@ CASES = [
     case("allreduce-results-and-no-record", ["bench", "allreduce", "--no-record", "--results", "{tmp}/r.jsonl"],
          "--results {tmp}/r.jsonl and --no-record", "give one"),
     case("overwrite-checkpoint-without-checkpoint", T + ["--overwrite-checkpoint"],
-         "overwrite_checkpoint=True needs a checkpoint path to replace (--checkpoint)", "leave it out"),
+         "--overwrite-checkpoint needs a checkpoint path to replace (--checkpoint)", "leave it out"),
     case("speed-target-rmse-and-fraction", ["bench", "speed", "--target-rmse", "1", "--target-fraction", "0.5"],
          "--target-rmse 1 and --target-fraction 0.5 both given", "give one"),
     case("results-read-only", T + ["--results", RO + "/r.jsonl"], "--results file", "read-only"),
     case("results-plain-file", T + ["--results", "{tmp}/plain.txt"], "plain.txt", "without the .jsonl suffix"),
     case("results-jsonl-is-folder", T + ["--results", "{tmp}/dir.jsonl"], "dir.jsonl", "is a folder"),
-    case("stop-at-target-without-target", T + ["--stop-at-target"], "stop_at_target=True", "needs target_rmse"),
-    case("dropout-one-layer", T + ["--dropout", "0.5"], "dropout=0.5", "layers >= 2"),
-    case("dropout-one", T + ["--dropout", "1", "--layers", "2"], "dropout=1.0", "[0, 1)"),
-    case("dropout-negative", T + ["--dropout", "-0.1", "--layers", "2"], "dropout=-0.1", ">= 0"),
+    case("stop-at-target-without-target", T + ["--stop-at-target"], "--stop-at-target", "needs --target-rmse"),
+    case("dropout-one-layer", T + ["--dropout", "0.5"], "--dropout 0.5", "--layers >= 2"),
+    case("dropout-one", T + ["--dropout", "1", "--layers", "2"], "--dropout 1 ", "[0, 1)"),
+    case("dropout-negative", T + ["--dropout", "-0.1", "--layers", "2"], "--dropout -0.1", "[0, 1)"),
     case("point-and-box", T + ["--point", "40,280", "--box", "30,50,270,290"], "--point and --box", "give grid points or one box"),
     case("point-latitude", T + ["--point", "91,280"], "latitude 91.0", "-90..90"),
     case("point-south-latitude", T + ["--point", "-91,151"], "latitude -91.0", "-90..90"),
@@ -140,46 +140,46 @@ CASES = [
     case("region-skill-box-over-180", ["region", "skill", "--box", "39,41,-100,100"],
          "box longitudes -100,100 span 200 degrees", "at most 180"),
     case("box-words", T + ["--box", "a,b,c,d"], "'a,b,c,d'", "comma-separated list of numbers"),
-    case("epochs-zero", T + ["--epochs", "0"], "epochs=0", ">= 1"),
+    case("epochs-zero", T + ["--epochs", "0"], "--epochs 0", ">= 1"),
     case("epochs-fraction", T + ["--epochs", "1.5"], "--epochs", "invalid int value: '1.5'"),
-    case("epochs-huge", T + ["--epochs", "99999999999"], "epochs=99999999999", "<= 2147483647"),
-    case("batch-size-zero", T + ["--batch-size", "0"], "batch_size=0", ">= 1"),
-    case("lr-zero", T + ["--lr", "0"], "lr=0.0", "positive number"),
-    case("lr-negative", T + ["--lr", "-1e-3"], "lr=-0.001", "positive number"),
-    case("lr-inf", T + ["--lr", "inf"], "lr=inf", "positive number"),
+    case("epochs-huge", T + ["--epochs", "99999999999"], "--epochs 99999999999", "<= 2147483647"),
+    case("batch-size-zero", T + ["--batch-size", "0"], "--batch-size 0", ">= 1"),
+    case("lr-zero", T + ["--lr", "0"], "--lr 0 ", "positive number"),
+    case("lr-negative", T + ["--lr", "-1e-3"], "--lr -0.001", "positive number"),
+    case("lr-inf", T + ["--lr", "inf"], "--lr inf", "positive number"),
     case("lr-word", T + ["--lr", "fast"], "--lr", "invalid float value: 'fast'"),
-    case("lr-schedule", T + ["--lr-schedule", "linear"], "lr_schedule='linear'", "constant, onecycle, cosine"),
-    case("input-path", T + ["--input-path", "slow"], "input_path='slow'", "fast, dataloader"),
-    case("amp", T + ["--amp", "fp8"], "amp='fp8'", "off, auto, bf16, fp16"),
-    case("strategy", T + ["--strategy", "horovod"], "strategy='horovod'", "single, dataparallel, ddp"),
-    case("nproc-zero", T + ["--nproc", "0"], "nproc=0", ">= 1"),
-    case("nproc-huge", T + ["--nproc", "100000"], "nproc=100000", "<= "),
-    case("num-workers-negative", T + ["--num-workers", "-1"], "num_workers=-1", ">= 0"),
-    case("threads-zero", T + ["--threads", "0"], "threads=0", ">= 1"),
-    case("bucket-cap-zero", T + ["--bucket-cap-mb", "0"], "bucket_cap_mb=0.0", "positive number"),
+    case("lr-schedule", T + ["--lr-schedule", "linear"], "--lr-schedule linear", "constant, onecycle, cosine"),
+    case("input-path", T + ["--input-path", "slow"], "--input-path slow", "fast, dataloader"),
+    case("amp", T + ["--amp", "fp8"], "--amp fp8", "off, auto, bf16, fp16"),
+    case("strategy", T + ["--strategy", "horovod"], "--strategy horovod", "single, dataparallel, ddp"),
+    case("nproc-zero", T + ["--nproc", "0"], "--nproc 0", ">= 1"),
+    case("nproc-huge", T + ["--nproc", "100000"], "--nproc 100000", "<= "),
+    case("num-workers-negative", T + ["--num-workers", "-1"], "--num-workers -1", ">= 0"),
+    case("threads-zero", T + ["--threads", "0"], "--threads 0", ">= 1"),
+    case("bucket-cap-zero", T + ["--bucket-cap-mb", "0"], "--bucket-cap-mb 0", "positive number"),
     # was accepted: the ranks started, then torch's DDP failed with a cut-off TypeError (its bytes overflow an int64)
     case("bucket-cap-beyond-ddp", T + ["--strategy", "ddp", "--nproc", "2", "--bucket-cap-mb", "1e30"],
-         "bucket_cap_mb=1e+30", "positive number of MB up to 1000000"),
-    case("dist-timeout-nan", T + ["--dist-timeout-s", "nan"], "dist_timeout_s=nan", "positive number"),
-    case("dist-timeout-below-a-second", T + ["--dist-timeout-s", "1e-9"], "dist_timeout_s=1e-09", "1 to 604800 s"),
-    case("window-zero", T + ["--window", "0"], "window=0", ">= 1"),
+         "--bucket-cap-mb 1e+30", "positive number of MB up to 1000000"),
+    case("dist-timeout-nan", T + ["--dist-timeout-s", "nan"], "--dist-timeout-s nan", "1 to 604800 s"),
+    case("dist-timeout-below-a-second", T + ["--dist-timeout-s", "1e-9"], "--dist-timeout-s 1e-09", "1 to 604800 s"),
+    case("window-zero", T + ["--window", "0"], "--window 0", ">= 1"),
     case("window-beyond-the-data", T + ["--window", "1000"], "window=1000 h", "longer than the training part"),
-    case("lead-hours-zero", T + ["--lead-hours", "0"], "lead_hours=0", ">= 1"),
-    case("horizon-negative", T + ["--horizon", "-2"], "horizon=-2", ">= 1"),
-    case("hidden-zero", T + ["--hidden", "0"], "hidden=0", ">= 1"),
-    case("hidden-beyond-memory", T + ["--hidden", "1000000"], "hidden=1000000", "GiB"),
-    case("layers-zero", T + ["--layers", "0"], "layers=0", ">= 1"),
-    case("eval-batch-size-zero", T + ["--eval-batch-size", "0"], "eval_batch_size=0", ">= 1"),
-    case("cell", T + ["--cell", "rnn"], "cell='rnn'", "lstm"),
-    case("target-rmse-zero", T + ["--target-rmse", "0"], "target_rmse=0.0", "positive number of kelvin"),
-    case("target-rmse-nan", T + ["--target-rmse", "nan"], "target_rmse=nan", "positive number"),
-    case("patience-zero", T + ["--patience", "0"], "patience=0", ">= 1"),
-    case("fractions-two", T + ["--fractions", "0.5,0.5"], "fractions=(0.5, 0.5)", "three positive numbers"),
-    case("fractions-sum", T + ["--fractions", "0.5,0.5,0.5"], "fractions=(0.5, 0.5, 0.5)", "summing to 1"),
-    case("fractions-nan", T + ["--fractions", "nan,0.5,0.5"], "fractions=(nan, 0.5, 0.5)", "summing to 1"),
+    case("lead-hours-zero", T + ["--lead-hours", "0"], "--lead-hours 0", ">= 1"),
+    case("horizon-negative", T + ["--horizon", "-2"], "--horizon -2", ">= 1"),
+    case("hidden-zero", T + ["--hidden", "0"], "--hidden 0", ">= 1"),
+    case("hidden-beyond-memory", T + ["--hidden", "1000000"], "--hidden 1000000 with --layers 1", "GiB"),
+    case("layers-zero", T + ["--layers", "0"], "--layers 0", ">= 1"),
+    case("eval-batch-size-zero", T + ["--eval-batch-size", "0"], "--eval-batch-size 0", ">= 1"),
+    case("cell", T + ["--cell", "rnn"], "--cell rnn", "lstm"),
+    case("target-rmse-zero", T + ["--target-rmse", "0"], "--target-rmse 0 ", "positive number of kelvin"),
+    case("target-rmse-nan", T + ["--target-rmse", "nan"], "--target-rmse nan", "positive number"),
+    case("patience-zero", T + ["--patience", "0"], "--patience 0", ">= 1"),
+    case("fractions-two", T + ["--fractions", "0.5,0.5"], "--fractions 0.5,0.5 ", "three positive numbers"),
+    case("fractions-sum", T + ["--fractions", "0.5,0.5,0.5"], "--fractions 0.5,0.5,0.5", "summing to 1"),
+    case("fractions-nan", T + ["--fractions", "nan,0.5,0.5"], "--fractions nan,0.5,0.5", "summing to 1"),
     case("fractions-words", T + ["--fractions", "a,b,c"], "'a,b,c'", "comma-separated list of numbers"),
-    case("experiment-empty", T + ["--experiment", ""], "experiment=''", "give a name"),
-    case("profile-name-empty", T + ["--profile", ""], "profile=''", "give a name"),
+    case("experiment-empty", T + ["--experiment", ""], "--experiment ''", "give a name"),
+    case("profile-name-empty", T + ["--profile", ""], "--profile ''", "give a name"),
     case("source-empty", T + ["--source", ""], "source ''", "--source study", "sample (synthetic)"),
     case("source-missing-path", T + ["--source", "/nonexistent/store.zarr"], "'/nonexistent/store.zarr'",
          "neither a known name nor an existing path"),
@@ -280,7 +280,7 @@ CASES = [
     # --- quickstart: checked whole before the training run ------------------------------------------------
     case("qs-profile-unknown", ["quickstart", "--profile", "nope"], "unknown profile 'nope'", "choose from"),
     case("qs-profile-bad-file", ["quickstart", "--profile", "{tmp}/timeout_text.yaml"], "cell_timeout_s=", ">= 1"),
-    case("qs-epochs-zero", ["quickstart", "--epochs", "0"], "epochs=0", ">= 1"),
+    case("qs-epochs-zero", ["quickstart", "--epochs", "0"], "--epochs 0", ">= 1"),
     case("qs-results-read-only", ["quickstart", "--results", RO + "/r.jsonl"], "--results file", "read-only"),
     case("qs-runs-dir-a-file", ["quickstart", "--runs-dir", "{tmp}/plain.txt"], "--runs-dir", "is a file"),
     # --- bench ----------------------------------------------------------------------------------------------
@@ -312,7 +312,7 @@ CASES = [
     case("speed-only-twice", ["bench", "speed", "--only", "published,fast,published"], "--only published,fast,published "
          "repeats published", "give each contender once, e.g. published,fast"),  # ran twice, two identical rows
     case("speed-only-unknown", ["bench", "speed", "--only", "fastest"], "'fastest' not known", "published,fast,recommended"),
-    case("speed-device-empty", ["bench", "speed", "--device", ""], "--device=''", "auto, cpu"),
+    case("speed-device-empty", ["bench", "speed", "--device", ""], "--device ''", "auto, cpu"),
     case("speed-results-empty", ["bench", "speed", "--results", ""], "--results is empty", ".jsonl"),
     case("speed-results-read-only", ["bench", "speed", "--results", RO + "/s.jsonl"], "--results file", "read-only"),
     case("size-points-zero", ["bench", "size", "--points", "0"], "points=(0,)", ">= 1"),
@@ -326,7 +326,7 @@ CASES = [
     case("scaling-comm-steps", ["bench", "scaling", "--comm-steps", "-1"], "comm_split_steps=-1", "0..10000"),
     case("scaling-comm-steps-huge", ["bench", "scaling", "--comm-steps", "999999999999"], "comm_split_steps=999999999999",
          "0..10000"),
-    case("scaling-bucket-cap-beyond-ddp", ["bench", "scaling", "--bucket-cap-mb", "1e30"], "bucket_cap_mb=1e+30",
+    case("scaling-bucket-cap-beyond-ddp", ["bench", "scaling", "--bucket-cap-mb", "1e30"], "--bucket-cap-mb 1e+30",
          "up to 1000000"),
     case("scaling-mode", ["bench", "scaling", "--mode", "diagonal"], "'diagonal'", "choose from 'strong', 'weak', 'both'"),
     case("scaling-plot-folder", ["bench", "scaling", "--device", "cpu", "--plot", "{tmp}/adir"], "--plot", "is a folder"),
@@ -346,8 +346,8 @@ CASES = [
     case("allreduce-max-bytes-memory", ["bench", "allreduce", "--max-bytes", "100000G"], "--max-bytes 107374182400000", "GiB of memory"),
     case("allreduce-min-bytes-inf", ["bench", "allreduce", "--min-bytes", "inf"], "'inf' is not a size", "64K"),
     case("allreduce-device", ["bench", "allreduce", "--device", "tpu"], "device='tpu'", "auto, cpu"),
-    case("allreduce-hidden-zero", ["bench", "allreduce", "--hidden", "0"], "hidden=0", ">= 1"),
-    case("allreduce-cell", ["bench", "allreduce", "--cell", "rnn"], "cell='rnn'", "lstm"),
+    case("allreduce-hidden-zero", ["bench", "allreduce", "--hidden", "0"], "--hidden 0", ">= 1"),
+    case("allreduce-cell", ["bench", "allreduce", "--cell", "rnn"], "--cell rnn", "lstm"),
     case("allreduce-step-zero", ["bench", "allreduce", "--device", "cpu", "--step-s", "0"], "--step-s 0.0", "positive number"),
     # the options as typed (these said "start" and "max_batch", SweepConfig's fields)
     case("sweep-first-batch-zero", ["bench", "batch-sweep", "--first-batch", "0"], "--first-batch 0",
@@ -369,7 +369,7 @@ CASES = [
          "even the 3 x 3 area measured first is predicted to need", "give a smaller --batch"),  # was torch's alloc error
     case("region-scaling-neighbours-zero", ["region", "scaling", "--neighbours", "0"], "--neighbours 0",
          "whole number >= 1"),  # was accepted until the data was read
-    case("nproc-without-parallel", T + ["--nproc", "2"], "nproc=2 needs strategy='ddp'", "one process"),
+    case("nproc-without-parallel", T + ["--nproc", "2"], "--nproc 2 needs --strategy ddp", "one process"),
     case("sweep-memory-cap-negative", ["bench", "batch-sweep", "--memory-cap-mb", "-1"], "--memory-cap-mb -1.0", "positive"),
     case("sweep-memory-cap-inf", ["bench", "batch-sweep", "--memory-cap-mb", "inf"], "--memory-cap-mb inf", "positive"),
     case("sweep-memory-cap-beyond-any-machine", ["bench", "batch-sweep", "--memory-cap-mb", "1e15"],
@@ -623,6 +623,45 @@ def test_the_python_api_refuses_bad_values_in_one_line_before_reading_data(tmp_p
     with pytest.raises(ConfigError, match=message):
         train.run(era5.Request(**request_args), train.TrainConfig(**cfg_args), results=tmp_path / "r.jsonl")
     assert not (tmp_path / "cache").exists() and not (tmp_path / "r.jsonl").exists()
+
+
+def test_one_rule_refuses_the_same_value_at_every_door_as_it_was_given(capsys):
+    """TrainConfig.lr's Rule, declared once beside the field, refuses a rate of 0 from the command line, a notebook
+    parameter and Python, each naming it as it was given there (issue 51)."""
+    from lstmnb.notebooks.params import check_values
+    from lstmnb.training import TrainConfig
+
+    why = r"must be a positive number \(omit it for the rate by lead\)$"
+    assert cli.main(T + ["--lr", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and __import__("re").search(r"error: --lr 0 " + why, err.strip()), err
+    with pytest.raises(ConfigError, match=r"^parameter lr=0 " + why):
+        check_values({"lr": 0}, {"lr": 0.001})
+    with pytest.raises(ConfigError, match=r"^parameter recommended: lr=0 " + why):
+        check_values({"recommended": {"lr": 0}}, {"recommended": {}})
+    with pytest.raises(ConfigError, match=r"^lr=0\.0 " + why):
+        TrainConfig(lr=0.0).validate()
+
+
+def test_a_training_run_checks_its_config_once(tmp_path, monkeypatch, capsys):
+    """`lstmnb train` checks its config once (it was three times: the command's check, the data's preparation
+    and the training); a value changed after a check is checked again."""
+    from lstmnb.training import TrainConfig
+
+    checks = []
+    real = TrainConfig._check_splits
+    monkeypatch.setattr(TrainConfig, "_check_splits", lambda self, say: checks.append(say) or real(self, say))
+    monkeypatch.setenv("LSTMNB_CACHE", str(tmp_path / "cache"))
+    assert cli.main(T + ["--device", "cpu", "--threads", "1", "--results", str(tmp_path / "r.jsonl")]) == 0, \
+        capsys.readouterr().err
+    assert len(checks) == 1
+    cfg = TrainConfig()
+    cfg.validate()
+    cfg.validate()
+    assert len(checks) == 2
+    cfg.epochs = 0
+    with pytest.raises(ConfigError, match="epochs=0"):
+        cfg.validate()
 
 
 @pytest.fixture(scope="module")

@@ -51,9 +51,9 @@ def accepted(tmp_path, overrides, only=None):
     ({"region_sides": [1, 8]}, r"region_sides=\[1, 8\] must be a list of whole numbers >= 2"),
     ({"region_world_sizes": [0]}, r"region_world_sizes=\[0\] must be a list of whole numbers >= 1"),
     # as `lstmnb region memory --budget-gb, --sides`: the machine's memory, the synthetic grid
-    ({"region_budget_gb": 100000}, r"region_budget_gb=100000: this machine has [\d.,]+ GiB of memory; give"),
+    ({"region_budget_gb": 100000}, r"region_budget_gb=100000: --budget-gb 100000: this machine has [\d.,]+ GiB of memory; give"),
     ({"region_sides": [4, 2000]}, r"region_sides=\[4, 2000\]: an area of 2000 rows of the synthetic grid .* "
-                                  r"leaves -90..90 latitude; give sides of at most 601"),
+                                  r"leaves -90..90 latitude; give at most 601 rows"),
     ({"region_variants": ["foo"]}, r"region_variants=\['foo'\] must be a non-empty list of sparse, none, dense"),
     ({"region_box": [1, 2]}, r"region_box=\[1, 2\]: box .* must be 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX"),
     ({"region_box": [95, 100, 0, 1]}, r"region_box=\[95, 100, 0, 1\]: box latitude 95.0 is outside -90..90"),
@@ -66,7 +66,7 @@ def test_region_values_out_of_range_are_refused(tmp_path, overrides, match):
 
 def test_region_world_sizes_are_bounded_by_the_cores(tmp_path):
     n = cpu_cores() + 1  # `lstmnb region scaling --world-sizes`: one core per one-thread rank
-    refused(tmp_path, {"region_world_sizes": [1, n]}, rf"region_world_sizes=\[1, {n}\]: ranks must be in 1..{n - 1}")
+    refused(tmp_path, {"region_world_sizes": [1, n]}, rf"region_world_sizes=\[1, {n}\]: --world-sizes 1,{n}: ranks must be in 1..{n - 1}")
 
 
 # --- 02-05: training settings ------------------------------------------------------------------------
@@ -86,12 +86,12 @@ def test_region_world_sizes_are_bounded_by_the_cores(tmp_path):
     ({"preset": "foo"}, r"preset='foo' is not one of recommended, published"),
     ({"gpu": "cudaXYZ"}, r"gpu='cudaXYZ' must be cuda or cuda:N"),
     ({"gpu": "cpu"}, r"gpu='cpu' must be cuda or cuda:N"),
-    ({"world_sizes": [100000]}, r"world_sizes=\[100000\] must be whole numbers in 1..\d+"),
+    ({"world_sizes": [100000]}, r"world_sizes=\[100000\]: world_sizes=\(100000,\) must be whole numbers in 1..\d+"),
     ({"ddp_ranks": 100000}, r"ddp_ranks=100000 must be a whole number in 2..\d+"),
     ({"ddp_ranks": 1}, r"ddp_ranks=1 must be a whole number in 2..\d+"),  # 05's all-reduce sweep needs two
     ({"epochs_list": [10**12]}, r"epochs_list=\[1000000000000\] must be a whole number >= 1 and <= 2147483647"),
     ({"fit_epochs": 10**12}, r"fit_epochs=1000000000000 must be a whole number >= 1 and <= 2147483647"),
-    ({"size_points": [10**6]}, r"size_points=\[1000000\] must be between 1 and the box's 801 grid cells"),
+    ({"size_points": [10**6]}, r"size_points=\[1000000\]: points=1000000 must be between 1 and the box's 801 grid cells"),
 ])
 def test_training_values_out_of_range_are_refused(tmp_path, overrides, match):
     refused(tmp_path, overrides, match)
@@ -134,10 +134,10 @@ def test_split_dates_are_given_as_the_command_line_gives_them_and_a_bad_one_is_n
 # --- 07: the from-scratch LSTM ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("overrides, match", [
-    ({"scratch_clip": -5}, r"scratch_clip=-5 must be a positive number, or None"),
-    ({"scratch_clip": float("nan")}, r"scratch_clip=nan must be a positive number, or None"),
+    ({"scratch_clip": -5}, r"scratch_clip=-5: clip=-5 must be a positive number, or None"),
+    ({"scratch_clip": float("nan")}, r"scratch_clip=nan: clip=nan must be a positive number, or None"),
     ({"scratch_data": "era5", "scratch_hours": 10**9},
-     r"scratch_hours=1000000000 is more than the default ERA5 .* give 1..\d+"),
+     r"scratch_hours=1000000000: hours=1000000000 is more than the default ERA5 .* give 1..\d+"),
 ])
 def test_scratch_values_out_of_range_are_refused(tmp_path, overrides, match):
     refused(tmp_path, overrides, match)

@@ -36,10 +36,10 @@ def test_cli_train_prints_table_and_appends_record(sample_store_path, tmp_path, 
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--epochs", "0"], "epochs=0 must be a whole number >= 1"),
-    (["--batch-size", "-1"], "batch_size=-1"),
-    (["--window", "0"], "window=0"),
-    (["--device", "tpu"], "device='tpu' is not one of auto, cpu, cuda, cuda:N, mps"),
+    (["--epochs", "0"], "--epochs 0 must be a whole number >= 1"),
+    (["--batch-size", "-1"], "--batch-size -1"),
+    (["--window", "0"], "--window 0"),
+    (["--device", "tpu"], "--device tpu is not one of auto, cpu, cuda, cuda:N, mps"),
     (["--device", "cuda"], "no usable CUDA GPU"),
     (["--variable", "2m_temprature"], "2m_temprature"),
     (["--point", "95,280"], "95"),
@@ -111,7 +111,7 @@ def test_training_options_are_typed_from_the_config_annotations():
 
     parser = build_parser()
     assert train_config_from_args(parser.parse_args(["train"])) == TrainConfig()  # every default kept
-    args = parser.parse_args(["train", "--patience", "3", "--nproc", "2", "--threads", "4", "--grad-clip", "0.5",
+    args = parser.parse_args(["train", "--patience", "3", "--strategy", "ddp", "--nproc", "2", "--threads", "4", "--grad-clip", "0.5",
                               "--target-rmse", "1.5", "--split-dates", "2020-06-01,2020-09-01", "--bucket-cap-mb",
                               "10", "--checkpoint", "c.pt", "--no-progress", "--no-residual"])
     cfg = train_config_from_args(args)
@@ -120,7 +120,7 @@ def test_training_options_are_typed_from_the_config_annotations():
     assert cfg.split_dates == ("2020-06-01", "2020-09-01")
     assert cfg.checkpoint == "c.pt" and cfg.progress is False and cfg.residual is False
     changed = {f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != f.default}
-    assert changed == {"patience", "nproc", "threads", "grad_clip", "target_rmse", "split_dates",
+    assert changed == {"patience", "strategy", "nproc", "threads", "grad_clip", "target_rmse", "split_dates",
                        "bucket_cap_mb", "checkpoint", "progress", "residual"}
     # the split by fractions instead (beside --split-dates it is refused: test_bad_input)
     assert train_config_from_args(parser.parse_args(["train", "--fractions", "0.6,0.2,0.2"])).fractions == (0.6, 0.2, 0.2)

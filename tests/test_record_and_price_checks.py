@@ -95,6 +95,19 @@ def test_a_record_from_a_newer_lstmnb_is_skipped_with_what_to_do(tmp_path):
         assert [r["run_id"] for r in read_records(path)] == [good["run_id"]]
 
 
+def test_the_schema_types_each_training_knob_as_its_rule_does():
+    """The record schema's copy of TrainConfig's knobs (kept here so that records are read without torch) says
+    what each field's Rule says (``rules.schema_of``): one rule, the copy cannot drift."""
+    from lstmnb.record_schema import SCHEMA
+    from lstmnb.rules import schema_of
+    from lstmnb.training import TrainConfig
+
+    typed, ruled = SCHEMA["properties"]["config"]["properties"], schema_of(TrainConfig)
+    assert {name: typed[name] for name in ruled if name in typed} == {n: r for n, r in ruled.items() if n in typed}
+    assert set(ruled) - set(typed) <= {"grad_as_bucket_view", "static_graph", "persistent_workers", "resume",
+                                       "overwrite_checkpoint", "progress"}  # knobs no reader uses
+
+
 @pytest.mark.parametrize("files", [SHIPPED, SHARED], ids=["shipped", "shared"])
 def test_real_records_all_pass_the_config_rules(files):
     if not files:

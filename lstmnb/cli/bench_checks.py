@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .checks import check_profile_name, check_split_dates, check_windows_fit
+from .checks import check_profile_name
 from .options import check_results_args, request_from_args, train_config_from_args
 
 
@@ -11,15 +11,16 @@ def check_training_bench(args, cfg=None, device: bool = True) -> None:
     devices), the request, the results file and the cache."""
     from ..device import resolve_device
     from ..paths import check_cache
+    from ..rules import CLI
 
     cfg = cfg or train_config_from_args(args)
-    cfg.validate()
+    cfg.validate(CLI)
     check_profile_name(cfg.profile)
     if device:
         resolve_device(cfg.device)
     request = request_from_args(args)
-    check_split_dates(cfg, request)
-    check_windows_fit(cfg, request)
+    cfg.check_split_in(request, CLI)
+    cfg.check_windows_fit(request)
     check_results_args(args)
     check_cache()
 

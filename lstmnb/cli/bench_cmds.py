@@ -103,10 +103,12 @@ def _check_bench_speed(args) -> None:
     from ..errors import ConfigError
     from ..experiments.speed import CONTENDERS
     from ..paths import check_cache
-    from ..training.config import check_device_name
+    from ..rules import CLI
+    from ..training.config import knob_problem
 
     request_from_args(args)
-    check_device_name(args.device, "--device")
+    if knob_problem("device", args.device):
+        raise CLI.refuse("device", args.device, knob_problem("device", args.device))
     resolve_device(args.device)
     positive("--repeats", args.repeats)
     positive("--max-epochs", args.max_epochs)
@@ -249,8 +251,10 @@ def _check_bench_allreduce(args) -> None:
 
     from ..training.parallel import check_world_size, ddp_device_kind
 
+    from ..rules import CLI
+
     cfg, acfg = _allreduce_configs(args)
-    cfg.validate()
+    cfg.validate(CLI)
     acfg.validate({"world_size": "--world-size", "min_bytes": "--min-bytes", "max_bytes": "--max-bytes",
                    "factor": "--factor", "budget_s": "--budget-s"})
     resolve_device(acfg.device)

@@ -1,7 +1,8 @@
 """The checks the sub-commands share, run before any work (each sub-command's ``check``): output paths
-(results, plots), the records a reading command is given, split dates against the request, price
-tables, and positive numbers. Each raises a ``lstmnb.errors`` type with one line naming the option,
-the value and what is valid; argument parsing itself stays in ``options``."""
+(results, plots), the records a reading command is given, and positive numbers (a training option's range
+is its TrainConfig field's ``Rule``; split dates against the request: ``TrainConfig.check_data_range``).
+Each raises a ``lstmnb.errors`` type with one line naming the option, the value and what is valid;
+argument parsing itself stays in ``options``."""
 
 from __future__ import annotations
 
@@ -9,48 +10,15 @@ from __future__ import annotations
 def positive(option: str, value, whole: bool = True, none_ok: bool = False, hi: int | None = None) -> None:
     """``value`` a whole number 1..``hi`` (``whole``; by default INT_MAX: larger counts overflow torch's C ints, and
     no run lasts that long) or a positive finite number; else a ConfigError naming ``option``."""
-    import math
-
     from ..errors import ConfigError
-    from ..training.config import INT_MAX
+    from ..rules import INT_MAX, number
+    from ..rules import whole as whole_number
 
     if value is None and none_ok:
         return
-    hi = INT_MAX if hi is None else hi
-    if whole and not (isinstance(value, int) and 1 <= value <= hi):
-        top = f" and <= {hi}" if isinstance(value, int) and value > hi else ""
-        raise ConfigError(f"{option} {value} must be a whole number >= 1{top}")
-    if not whole and not (value > 0 and math.isfinite(value)):
-        raise ConfigError(f"{option} {value} must be a positive number")
-
-
-def check_split_dates(cfg, request) -> None:
-    """--split-dates must fall inside the request's time range (in order; checked by TrainConfig)."""
-    if not cfg.split_dates or request is None:
-        return
-    from ..data import parse_time
-    from ..errors import ConfigError
-
-    start, end = parse_time(request.start), parse_time(request.end, end=True)
-    for d in cfg.split_dates:
-        if not start < parse_time(d) <= end:
-            raise ConfigError(f"split date {d!r} is outside the data's time range {request.start}..{request.end}; "
-                              "both VAL_START,TEST_START must fall after --start and by --end")
-
-
-def check_windows_fit(cfg, request) -> None:
-    """The window, lead and horizon fit every part of the request's hours, split as the run will split them
-    (``windows.split_parts``, ``windows.scored_ranges``): refused before any data is read, not once it is."""
-    if request is None or not isinstance(request.start, str) or not isinstance(request.end, str):
-        return  # the source's own range: known once the store is open
-    import pandas as pd
-
-    from ..data import parse_time
-    from ..windows import scored_ranges, split_parts
-
-    times = pd.date_range(parse_time(request.start), parse_time(request.end, end=True), freq="h")
-    config = cfg.window_config()
-    scored_ranges(split_parts(times, config), config)
+    why = (whole_number(1, INT_MAX if hi is None else hi) if whole else number(positive=True)).why(value)
+    if why:
+        raise ConfigError(f"{option} {value} {why}")
 
 
 def check_results(path, option: str = "--results") -> None:

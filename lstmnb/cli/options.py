@@ -167,7 +167,7 @@ def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
     import dataclasses
     import typing
 
-    from ..training import PRESETS, TrainConfig
+    from ..training import TrainConfig
 
     hints = typing.get_type_hints(TrainConfig)
     g = p.add_argument_group("training")
@@ -177,7 +177,8 @@ def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
         flag = "--" + f.name.replace("_", "-")
         kind = option_type(f.name, hints[f.name])
         if f.name == "preset":
-            g.add_argument(flag, dest=f.name, choices=tuple(PRESETS), default=argparse.SUPPRESS, help=option_help(f))
+            g.add_argument(flag, dest=f.name, choices=f.metadata["rule"].choices, default=argparse.SUPPRESS,
+                           help=option_help(f))
         elif kind is bool:
             g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                            help=option_help(f))
@@ -197,10 +198,16 @@ def override_default(p: argparse.ArgumentParser, dest: str, value, why: str) -> 
 
 
 def train_config_from_args(args: argparse.Namespace, **fixed):
-    """The TrainConfig of ``--preset`` (default recommended) with the options given on top, then ``fixed``."""
+    """The TrainConfig of ``--preset`` (default recommended) with the options given on top, then ``fixed``;
+    validated, a refusal naming the option as typed (``--lr 0 must be a positive number ...``). Made once per
+    command (a sub-command's check and its run share it, as ``request_from_args``)."""
+    if not fixed and getattr(args, "_train_config", None) is not None:
+        return args._train_config
     import dataclasses
 
     from ..training import TrainConfig, preset_config
+
+    from ..rules import CLI
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
              if f.name != "preset" and hasattr(args, f.name)}
@@ -213,6 +220,9 @@ def train_config_from_args(args: argparse.Namespace, **fixed):
         by = f"--split-dates {dates}" if "split_dates" in given else f"--preset {preset}, which splits by the dates {dates},"
         raise ConfigError(f"--fractions {','.join(f'{v:g}' for v in cfg.fractions)} and {by} both given: the parts "
                           "are split by dates or by fractions; give one of them")
+    cfg.validate(CLI)  # each value named as its option (--lr 0), once: later calls find it checked
+    if not fixed:
+        args._train_config = cfg
     return cfg
 
 

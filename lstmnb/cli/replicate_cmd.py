@@ -32,7 +32,9 @@ def _check_replicate(args) -> None:
     from ..device import resolve_device
     from ..paths import check_cache
 
-    _config(args).validate()
+    from ..rules import CLI
+
+    _config(args).validate(CLI)
     resolve_device(args.device)
     check_plot(args.plot)
     check_results_args(args)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .checks import check_plot, check_profile_name, check_records_args, check_split_dates, check_windows_fit
+from .checks import check_plot, check_profile_name, check_records_args
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
                       add_train_args, check_results_args, int_list, read_runs, request_from_args, results_option,
                       results_path, save_plot, train_config_from_args)
@@ -74,9 +74,11 @@ def check_training(cfg, request, args) -> None:
     from ..device import resolve_device
     from ..paths import check_cache, check_writable
 
-    cfg.validate()
-    check_split_dates(cfg, request)
-    check_windows_fit(cfg, request)
+    from ..rules import CLI
+
+    cfg.validate(CLI)
+    cfg.check_split_in(request, CLI)
+    cfg.check_windows_fit(request)
     resolve_device(cfg.device)
     check_profile_name(cfg.profile)
     if cfg.strategy == "ddp" and cfg.nproc:  # before the data is read, not once the ranks start
@@ -308,8 +310,7 @@ def _run_skill(args) -> int:
     from ..experiments import skill
     from ..report import format_table
 
-    cfg = train_config_from_args(args)
-    cfg.validate()
+    cfg = train_config_from_args(args)  # validated there
     records = skill.skill_experiment(request_from_args(args), cfg, args.leads, results=results_path(args),
                                      on_point=lambda r: print(f"  lead {r['skill']['lead_hours']} h: "
                                                               f"{r['metrics']['stop_reason']}"))

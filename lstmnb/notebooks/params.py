@@ -12,9 +12,7 @@ called (``_reuse``) and its refusal restated as the parameter's, so each rule ke
 from __future__ import annotations
 
 import ast
-import datetime as _dt
 import math
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -50,20 +48,16 @@ CHOICE_LISTS = {"input_paths": ("fast", "dataloader"), "strategies": ("dataparal
 
 
 def parse_value(text: str) -> Any:
-    """A ``-p KEY VALUE`` value read as YAML: ``5`` -> 5, ``[5, 10]`` -> list, ``null`` -> None, ``cpu`` -> 'cpu';
-    text that is not YAML, and dates (``2020-01-01``, or ``2021-13-45`` that YAML cannot read), stay text."""
+    """A ``-p KEY VALUE`` value read as YAML the way papermill reads ``-y`` (its loader keeps dates as text):
+    ``5`` -> 5, ``[5, 10]`` -> list, ``null`` -> None, ``cpu`` -> 'cpu', ``2021-01-01`` -> '2021-01-01'; text that
+    is not YAML stays text."""
     import yaml
+    from papermill.iorw import NoDatesSafeLoader
 
     try:
-        value = yaml.safe_load(text)
-    except (yaml.YAMLError, ValueError):  # YAML reads 2021-13-45 as a date and fails with ValueError
-        try:  # a list holding such a date: the list, each item read alone, so the bad one can be named
-            items = yaml.load(text, Loader=yaml.BaseLoader)
-        except yaml.YAMLError:
-            return text
-        return [parse_value(v) for v in items] if isinstance(items, list) and all(
-            isinstance(v, str) for v in items) else text
-    return text if isinstance(value, (_dt.date, _dt.datetime)) else _dates_as_text(value)
+        return yaml.load(text, Loader=NoDatesSafeLoader)
+    except yaml.YAMLError:
+        return text
 
 
 def parse_override(key: str, text: str) -> Any:
@@ -72,17 +66,6 @@ def parse_override(key: str, text: str) -> Any:
     value = parse_value(text)
     if key in {k for k, _ in SPLIT_KEYS} and isinstance(value, str) and "," in value:
         return [part.strip() for part in value.split(",")]
-    return value
-
-
-def _dates_as_text(value: Any) -> Any:
-    """Dates inside a list or mapping as ISO text (``[2021-01-01, 2021-04-01]``: the split dates' strings)."""
-    if isinstance(value, (_dt.date, _dt.datetime)):
-        return value.isoformat()
-    if isinstance(value, list):
-        return [_dates_as_text(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _dates_as_text(v) for k, v in value.items()}
     return value
 
 
@@ -110,7 +93,9 @@ def _kind_ok(value: Any, default: Any) -> bool:
 
 
 def _bad(key: str, value: Any, what: str) -> ConfigError:
-    return ConfigError(f"parameter {key}={value!r} {what}")
+    from ..rules import parameter
+
+    return parameter().refuse(key, value, what)
 
 
 def check_values(values: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> None:
@@ -149,15 +134,11 @@ def check_values(values: Mapping[str, Any], defaults: Mapping[str, Any] | None =
         if not (isinstance(rp, str) or (isinstance(rp, list) and all(isinstance(x, str) and x.strip() for x in rp))):
             raise _bad("results_paths", rp, "must be a folder or a list of results files or folders, e.g. [results]")
     if "gpu" in values:  # well-formed is enough: 04 and 05 record their GPU runs as skipped where it is absent
-        from ..training.config import check_device_name
+        from ..training.config import knob_problem
 
         gpu = values["gpu"]
-        try:
-            check_device_name(gpu, "gpu")
-        except ConfigError:
-            gpu = None
-        if not (isinstance(gpu, str) and gpu.strip().lower().split(":")[0] == "cuda"):
-            raise _bad("gpu", values["gpu"], "must be cuda or cuda:N")
+        if knob_problem("device", gpu) or not gpu.strip().lower().startswith("cuda"):
+            raise _bad("gpu", gpu, "must be cuda or cuda:N")
     _check_request(values)
     _check_training(values)
     _check_settings(values)
@@ -184,42 +165,33 @@ def _check_request(values: Mapping[str, Any]) -> None:
 
 
 def _check_training(values: Mapping[str, Any]) -> None:
+    """The training knobs a notebook declares under TrainConfig's names, and ``recommended``'s mapping of them,
+    by TrainConfig's own rules (``parameter lr=0.0 must be ...``, ``parameter recommended: batch_size=0 ...``)."""
+    from ..rules import parameter
     from ..training.config import config_from_dict
 
     known = {k: values[k] for k in TRAIN_KEYS if k in values}
     rec = values.get("recommended") or {}
     if not isinstance(rec, dict):
         raise _bad("recommended", rec, "must be a mapping of training settings (e.g. {batch_size: 256})")
-    try:
-        for part, kw in (("", known), ("recommended: ", {**known, **rec})):
-            if kw:
-                config_from_dict(kw).validate()
-    except (ConfigError, TypeError) as exc:
-        raise ConfigError(f"parameter {part}{exc}") from None
+    for part, kw in (("", known), ("recommended: ", {**known, **rec})):
+        if kw:
+            try:
+                cfg = config_from_dict(kw)
+            except ConfigError as exc:  # an unknown key
+                raise ConfigError(f"parameter {part}{exc}") from None
+            cfg.validate(parameter(part))
 
 
-# --- the package's own checks, restated as a parameter's ----------------------------------------------
-
-# "name=VALUE must ..." / "name=VALUE is ..." / "name=VALUE: why": the reused check's own name and value
-_OWN_NAME = re.compile(r"^[\w.-]+=(\(.*?\)|\[.*?\]|\S+?)(?= (must|is|are|leaves|needs|gives) |: )")
-_OWN_OPTION = re.compile(r"^(--)?[\w.-]+ \S*: ")  # "--option VALUE: why"
-
-
-def _restate(key: str, value: Any, text: str) -> ConfigError:
-    """A refusal of another check as parameter ``key``'s: one line naming it, its value and the check's why."""
-    m = _OWN_NAME.match(text)
-    if m:
-        return ConfigError(f"parameter {key}={value!r}{text[m.end():]}")
-    m = _OWN_OPTION.match(text)
-    return ConfigError(f"parameter {key}={value!r}: {text[m.end():] if m else text}")
-
+# --- the package's own checks of the settings a parameter gives ----------------------------------------
 
 def _reuse(key: str, value: Any, check: Callable[..., Any], *args: Any) -> Any:
-    """``check(*args)``, the package's own check of the setting ``key`` gives; its refusal as ``key``'s."""
+    """``check(*args)``, the package's own check of the setting ``key`` gives; a refusal names the parameter and
+    its value, then gives the check's own line (``parameter region_box=[1, 2]: box ... must be 4 numbers ...``)."""
     try:
         return check(*args)
     except LstmnbError as exc:
-        raise _restate(key, value, str(exc)) from None
+        raise ConfigError(f"parameter {key}={value!r}: {exc}") from None
 
 
 def _check_settings(values: Mapping[str, Any]) -> None:
@@ -232,20 +204,18 @@ def _check_settings(values: Mapping[str, Any]) -> None:
             raise _bad("region_box", box, "must be 4 numbers [lat_min, lat_max, lon_min, lon_max]")
         kw = {k: values[k] for k in ("source", "start", "end") if k in values}
         _reuse("region_box", box, lambda: check_request(Request(box=tuple(box), points=None, **kw)))
-    if any(k in values for k in EPOCH_KEYS):
-        from ..training.config import TrainConfig
+    from ..training.config import knob_problem
 
-        for key in (k for k in EPOCH_KEYS if k in values):
-            for n in values[key] if isinstance(values[key], list) else [values[key]]:
-                _reuse(key, values[key], TrainConfig(epochs=n).validate)
+    for key in (k for k in EPOCH_KEYS if k in values):  # each an epochs of TrainConfig
+        for n in values[key] if isinstance(values[key], list) else [values[key]]:
+            if knob_problem("epochs", n):
+                raise _bad(key, values[key], knob_problem("epochs", n))
     if "skill_leads" in values:  # as `lstmnb ... --leads` (each once)
         from ..experiments.skill import check_leads
 
         _reuse("skill_leads", values["skill_leads"], check_leads, values["skill_leads"], "skill_leads")
-    if "preset" in values:
-        from ..training.config import preset_config
-
-        _reuse("preset", values["preset"], preset_config, values["preset"])
+    if "preset" in values and knob_problem("preset", values["preset"]):
+        raise _bad("preset", values["preset"], knob_problem("preset", values["preset"]))
     _check_split_dates(values)
     if "world_sizes" in values:  # 05 caps them at the GPUs present; `lstmnb bench scaling`'s range
         from ..experiments.scaling import ScalingConfig
@@ -258,7 +228,7 @@ def _check_settings(values: Mapping[str, Any]) -> None:
         from .lessons import ddp_device
 
         ranks = values["ddp_ranks"]
-        _reuse("ddp_ranks", ranks, AllreduceConfig(world_size=ranks, device="cpu", max_bytes=1024).validate)
+        AllreduceConfig(world_size=ranks, device="cpu", max_bytes=1024).validate({"world_size": "parameter ddp_ranks"})
         kind = "cpu" if ddp_device(values.get("gpu", "cuda"), ranks)[0] == "cpu" else "cuda"  # where 05 runs them
         _reuse("ddp_ranks", ranks, check_world_size, kind, ranks, "ddp_ranks")
     if "size_points" in values:  # as `lstmnb bench size --points`
@@ -280,22 +250,15 @@ def _check_settings(values: Mapping[str, Any]) -> None:
                    str(values.get("device", "cpu")))
         if "region_sides" in values:
             sides = values["region_sides"]
-            _reuse("region_sides", sides, check_areas, [(n, n) for n in sides], f"--sides {','.join(map(str, sides))}")
+            check_areas([(n, n) for n in sides], f"parameter region_sides={sides!r}")
     _check_scratch(values)
-    if values.get("experiment") is not None:  # 06: None shows every experiment; as `lstmnb results --experiment`
-        from types import SimpleNamespace
-
-        from ..cli.checks import check_records_args
-
-        try:
-            check_records_args(SimpleNamespace(paths=None, experiment=values["experiment"]))
-        except ConfigError:
-            raise _bad("experiment", values["experiment"], "is empty; give an experiment name, e.g. epochs "
-                                                           "(null: every experiment)") from None
+    experiment = values.get("experiment")  # 06: None shows every experiment; as `lstmnb results --experiment`
+    if experiment is not None and not (isinstance(experiment, str) and experiment.strip()):
+        raise _bad("experiment", experiment, "is empty; give an experiment name, e.g. epochs (null: every experiment)")
     if values.get("profile") is not None:  # recorded in each record: a profile that exists, as `--profile`
-        from ..cli.checks import check_profile_name
+        from ..profiles import load_profile
 
-        _reuse("profile", values["profile"], check_profile_name, values["profile"])
+        _reuse("profile", values["profile"], load_profile, values["profile"])
 
 
 # the notebook parameters holding split dates, with the preset whose config they go into (None: the notebook's
@@ -313,15 +276,15 @@ def _check_split_dates(values: Mapping[str, Any]) -> None:
 
 
 def _split_config(key: str, sd: Any, preset: str):
+    """The config of ``preset`` split at ``sd`` (None: the preset's split), checked by TrainConfig's rules and
+    refused as parameter ``key``'s."""
+    from ..rules import parameter
     from ..training.config import preset_config
 
-    def made():
-        cfg = preset_config(preset) if sd is None else preset_config(
-            preset, split_dates=tuple(sd) if isinstance(sd, list) else sd)
-        cfg.validate()
-        return cfg
-
-    return _reuse(key, sd, made)
+    cfg = preset_config(preset) if sd is None else preset_config(
+        preset, split_dates=tuple(sd) if isinstance(sd, list) else sd)
+    cfg.validate(parameter(split_dates=key))
+    return cfg
 
 
 def check_dates_per_notebook(defaults: Mapping[str, Mapping[str, Any]], given: Mapping[str, Any]) -> None:
@@ -329,8 +292,8 @@ def check_dates_per_notebook(defaults: Mapping[str, Mapping[str, Any]], given: M
     time range that notebook reads (given start/end, else its own). ``defaults``: per notebook name, its
     parameters' default values. Without it, ``-p end 2020-01-21`` with 02's own fit_split_dates, or with the
     published preset's 2021-01-01 in 03-05, ran 01 and stopped the series at the first training cell."""
-    from ..cli.checks import check_split_dates, check_windows_fit
     from ..data import Request
+    from ..rules import parameter
 
     for name, own in defaults.items():
         seen = {k: given.get(k, v) for k, v in own.items()}
@@ -344,13 +307,13 @@ def check_dates_per_notebook(defaults: Mapping[str, Mapping[str, Any]], given: M
             why = "" if sd is not None else f" (None: the {preset or seen.get('preset', 'recommended')} preset's split)"
             request = Request(start=seen["start"], end=seen["end"])
             try:
-                check_split_dates(cfg, request)
+                cfg.check_split_in(request, parameter(split_dates=key), given=sd)
             except LstmnbError as exc:
-                raise _restate(key, sd, f"{exc}{why}; notebook {name} reads it") from None
+                raise ConfigError(f"{exc}{why}; notebook {name} reads it") from None
             if isinstance(seen.get("window"), int) and isinstance(seen.get("lead_hours", 1), int):
                 cfg = replace(cfg, window=seen["window"], lead_hours=seen.get("lead_hours", cfg.lead_hours))
                 try:
-                    check_windows_fit(cfg, request)
+                    cfg.check_windows_fit(request)
                 except LstmnbError as exc:  # "window=N h ... is longer than the training part ...": the parameter's
                     raise ConfigError(f"parameter {exc}; notebook {name} reads {seen['start']}..{seen['end']}") from None
 
@@ -366,10 +329,10 @@ def _check_scratch(values: Mapping[str, Any]) -> None:
     given = {f.name: values[f"scratch_{f.name}"] for f in fields(ScratchConfig) if f"scratch_{f.name}" in values}
     try:
         ScratchConfig(**given).validate()
-    except ConfigError as exc:
-        name = re.match(r"^(\w+)=", str(exc))
-        key = f"scratch_{name.group(1)}" if name and name.group(1) in given else "scratch settings"
-        raise _restate(key, values.get(key), str(exc)) from None
+    except ConfigError as exc:  # "hours=... is more than ...": the field its message starts with, as scratch_hours
+        name = str(exc).partition("=")[0]
+        key = f"scratch_{name}" if name in given else "scratch settings"
+        raise ConfigError(f"parameter {key}={values.get(key)!r}: {exc}") from None
 
 
 def _check_paths(values: Mapping[str, Any]) -> None:
@@ -385,14 +348,12 @@ def _check_paths(values: Mapping[str, Any]) -> None:
     if isinstance(out, str) and out:  # None or '': the notebooks keep their files off disk
         _reuse("output_dir", out, check_writable, out, "folder", "folder")
     if "results_paths" in values:
-        from types import SimpleNamespace
-
-        from ..cli.checks import check_records_args
-
         paths = values["results_paths"]
         # the series' own results folder is written by its earlier notebooks: it need not exist yet
         own = None if isinstance(results, str) and "{run_dir}" in results else results_dir() if not results \
             else Path(results)
         for p in [paths] if isinstance(paths, str) else paths:
-            if own is None or Path(p).expanduser().resolve() != own.expanduser().resolve():
-                _reuse("results_paths", paths, check_records_args, SimpleNamespace(paths=[p], experiment=None))
+            if (own is None or Path(p).expanduser().resolve() != own.expanduser().resolve()) \
+                    and not Path(p).expanduser().exists():  # as `lstmnb results PATH` requires
+                raise _bad("results_paths", paths, f": results path {p!r} does not exist; give results files "
+                                                   "(.jsonl) or folders")

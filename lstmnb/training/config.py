@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, astuple, dataclass, field, fields
 from typing import Any
-
-import numpy as np
 
 from ..device import DEVICE_CHOICES, host_memory_bytes, local_rank_limit
 from ..errors import ConfigError
-from ..models import ModelConfig
+from ..models import CELLS, ModelConfig
+from ..rules import PYTHON, Rule, Spelling, choice, number, whole
 from ..windows import WindowConfig
 from .blend import BLENDS
 from .presets import PRESET_SOURCES, PRESETS
@@ -26,7 +25,6 @@ LR_SCHEDULES = ("constant", "onecycle", "cosine")
 AMP_MODES = ("off", "auto", "bf16", "fp16")
 STRATEGIES = ("single", "dataparallel", "ddp")
 SEED_MAX = 2**64 - 1  # torch.manual_seed takes seeds up to this
-INT_MAX = 2**31 - 1  # larger counts are nonsense here, and overflow torch's C ints
 DEFAULT_FRACTIONS = (0.7, 0.15, 0.15)
 # collective timeouts: shorter waits time out the ranks' first contact, longer overflow a process group's timedelta
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 7 * 86400.0
@@ -59,9 +57,10 @@ def lead_learning_rate(lead_hours: int) -> float:
     return math.exp(math.log(r0) + f * (math.log(r1) - math.log(r0)))
 
 
-def knob(default: Any, help: str) -> Any:
-    """A TrainConfig field with its one help text (the CLI's option help reads it)."""
-    return field(default=default, metadata={"help": help})
+def knob(default: Any, help: str, rule: Rule | None = None) -> Any:
+    """A TrainConfig field with its one help text (the CLI's option help reads it) and its ``Rule`` (what it
+    accepts: ``validate`` checks it, the record schema types it)."""
+    return field(default=default, metadata={"help": help, "rule": rule})
 
 
 @dataclass
@@ -69,14 +68,16 @@ class TrainConfig:
     """Every knob of one run. The record's ``config`` is this dataclass as a dict."""
 
     # where and how
-    device: str = knob("auto", "auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps")
+    device: str = knob("auto", "auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps", Rule("device"))
     strategy: str = knob("single", (
-        "single device, dataparallel (nn.DataParallel) or ddp (DistributedDataParallel)"))
+        "single device, dataparallel (nn.DataParallel) or ddp (DistributedDataParallel)"), choice(STRATEGIES))
     nproc: int | None = knob(None, (
         "ddp outside torchrun: launch this many local processes (one per GPU, or gloo ranks on CPU); "
-        "dataparallel: GPUs to use (default all)"))
+        "dataparallel: GPUs to use (default all)"), whole(1, local_rank_limit))
     bucket_cap_mb: float = knob(25.0, (
-        "ddp: gradient bucket size in MB, up to 1e6 (all-reduce of a full bucket overlaps the backward)"))
+        "ddp: gradient bucket size in MB, up to 1e6 (all-reduce of a full bucket overlaps the backward)"),
+        number(positive=True, hi=MAX_BUCKET_CAP_MB, unit=" of MB",
+               note="about 1 TB; one bucket that size holds every gradient"))
     grad_as_bucket_view: bool = knob(False, (
         "ddp: let gradients be views into the all-reduce buckets (saves memory and a copy)"))
     static_graph: bool = knob(False, (
@@ -85,28 +86,31 @@ class TrainConfig:
         "ddp, fast path: after the first epoch size each rank's batch from its measured throughput (mixed "
         "or unequal devices)"))
     dist_timeout_s: float = knob(300.0, (
-        "ddp: seconds a collective may wait for the other ranks before the run fails"))
+        "ddp: seconds a collective may wait for the other ranks before the run fails"),
+        number(MIN_TIMEOUT_S, hi=MAX_TIMEOUT_S, says=f"{MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g} s"))
     input_path: str = knob("fast", (
         "fast: whole training set as device tensors, shuffled index batches; dataloader: per-sample "
-        "Dataset + DataLoader (the published setting)"))
-    num_workers: int = knob(2, "DataLoader worker processes (dataloader path)")
+        "Dataset + DataLoader (the published setting)"), choice(INPUT_PATHS))
+    num_workers: int = knob(2, "DataLoader worker processes (dataloader path)", whole(0, local_rank_limit))
     sample_tensors: str = knob("once", (
         "dataloader path: once (float32 windows built once, a sample is a view) or per_sample (each sample's "
-        "tensors made from float64 values in the Dataset's __getitem__, as the study's code did)"))
+        "tensors made from float64 values in the Dataset's __getitem__, as the study's code did)"),
+        choice(SAMPLE_TENSORS))
     pin_memory: bool = knob(True, "pinned host memory for DataLoader batches (CUDA only)")
     persistent_workers: bool = knob(True, (
         "keep the DataLoader's workers alive between epochs (off: started afresh every epoch, as the study's "
         "DataLoader did)"))
     heap: str = knob("kept", (
         "a CPU run's C heap on glibc: kept (freed memory kept for the next step) or system (glibc's default "
-        "thresholds, as the study's runs had); set once per process: a later run cannot put it back"))
+        "thresholds, as the study's runs had); set once per process: a later run cannot put it back"), choice(HEAPS))
     loss_every: int | None = knob(None, (
         "steps between two reads of the loss on the host (the divergence check); none: every step on a CPU, "
-        "every 100 on a GPU (the study read it every step: a host sync per step)"))
-    amp: str = knob("off", "mixed precision on CUDA: off, auto (bf16 where supported, else fp16), bf16, fp16")
+        "every 100 on a GPU (the study read it every step: a host sync per step)"), whole(1))
+    amp: str = knob("off", "mixed precision on CUDA: off, auto (bf16 where supported, else fp16), bf16, fp16",
+        choice(AMP_MODES))
     threads: int | None = knob(None, (
         "torch intra-op threads on CPU (default: one per core, fewer when other processes keep the cores busy; "
-        "the record's threads section says which and why)"))
+        "the record's threads section says which and why)"), whole(1, local_rank_limit))
     fused_adam: bool = knob(True, (
         "Adam's update as one fused kernel (measured no slower on CPU; fewer launches on GPUs)"))
     compile: bool = knob(False, (
@@ -115,19 +119,22 @@ class TrainConfig:
         "CUDA: capture the training step once and replay it (on by default where it applies: one GPU, "
         "fast path, constant lr, amp off or bf16; elsewhere the run is eager and the record says why)"))
     # optimisation
-    epochs: int = knob(30, "training epochs (the cap: --patience stops earlier when validation stops improving)")
+    epochs: int = knob(30, "training epochs (the cap: --patience stops earlier when validation stops improving)",
+        whole(1))
     batch_size: int = knob(256, "samples per optimiser step (ddp: per rank, so a step takes batch_size x ranks; "
-                                  "dataparallel: the whole step's, split over the GPUs)")
+                                  "dataparallel: the whole step's, split over the GPUs)", whole(1))
     lr: float | None = knob(None, "Adam learning rate (default: by lead, 4e-3 up to 6 h ahead, 5e-4 from 24 h, "
-                                  "log-linear between; the record keeps the rate used)")
-    lr_schedule: str = knob("constant", "constant, onecycle or cosine")
-    weight_decay: float = knob(0.0, "Adam weight decay")
-    grad_clip: float | None = knob(None, "clip the gradient norm to this value")
-    seed: int = knob(0, "random seed (runs on CPU are repeatable)")
+                                  "log-linear between; the record keeps the rate used)",
+        number(positive=True, note="omit it for the rate by lead"))
+    lr_schedule: str = knob("constant", "constant, onecycle or cosine", choice(LR_SCHEDULES))
+    weight_decay: float = knob(0.0, "Adam weight decay", number())
+    grad_clip: float | None = knob(None, "clip the gradient norm to this value",
+        number(positive=True, note="omit it for no clipping"))
+    seed: int = knob(0, "random seed (runs on CPU are repeatable)", whole(0, SEED_MAX))
     # samples
-    window: int = knob(24, "input window in hours")
-    lead_hours: int = knob(1, "hours from the last input to the first target")
-    horizon: int = knob(1, "target hours predicted at once")
+    window: int = knob(24, "input window in hours", whole(1))
+    lead_hours: int = knob(1, "hours from the last input to the first target", whole(1))
+    horizon: int = knob(1, "target hours predicted at once", whole(1))
     calendar: bool = knob(True, "add hour-of-day and day-of-year inputs (sin/cos)")
     cycles: bool = knob(True, (
         "add each point's seasonal and diurnal cycles, fitted to the training part, at each input hour plus the "
@@ -138,39 +145,43 @@ class TrainConfig:
         "VAL_START,TEST_START dates instead of fractions (the same date twice: no validation part, as the published "
         "setting)"))
     # model
-    hidden: int = knob(64, "hidden units per layer")
-    layers: int = knob(1, "stacked recurrent layers")
-    dropout: float = knob(0.0, "dropout between layers")
-    cell: str = knob("lstm", "lstm or gru")
+    hidden: int = knob(64, "hidden units per layer", whole(1))
+    layers: int = knob(1, "stacked recurrent layers", whole(1))
+    dropout: float = knob(0.0, "dropout between layers", number(hi=1, open_hi=True, says="a number in [0, 1)"))
+    cell: str = knob("lstm", "lstm or gru", choice(CELLS))
     residual: bool = knob(True, (
         "forecast the change from the last observed value (starts at persistence; part of the recommended "
         "setting)"))
     point_weights: str = knob("persistence", (
         "loss weight of each point's samples: none (plain MSE) or persistence (1 / the point's persistence MSE on "
-        "the training part: a smooth ocean point counts as much as a stormy land point)"))
+        "the training part: a smooth ocean point counts as much as a stormy land point)"), choice(POINT_WEIGHTS))
     blend: str = knob("baselines", (
         "the reported forecast: off (the network's), persistence or baselines (per point, the convex blend of the "
         "network with persistence, or with persistence and climatology, fitted on validation: never worse than "
-        "persistence there)"))
+        "persistence there)"), choice(BLENDS))
     # stopping, checkpoints, bookkeeping
-    target_rmse: float | None = knob(None, "validation RMSE (K) whose time-to-reach is reported")
+    target_rmse: float | None = knob(None, "validation RMSE (K) whose time-to-reach is reported",
+        number(positive=True, unit=" of kelvin"))
     stop_at_target: bool = knob(False, (
         "end the run at the first epoch whose validation RMSE reaches --target-rmse"))
     patience: int | None = knob(5, (
-        "stop after this many epochs without validation improvement and restore the best weights (none: run every epoch)"))
-    checkpoint: str | None = knob(None, "checkpoint file, written atomically after each epoch")
+        "stop after this many epochs without validation improvement and restore the best weights (none: run every "
+        "epoch)"),
+        whole(1))
+    checkpoint: str | None = knob(None, "checkpoint file, written atomically after each epoch",
+        Rule("name", note="leave it out"))
     resume: bool = knob(False, (
         "continue the run in --checkpoint without repeating finished epochs; with no checkpoint there yet, start "
         "one (so one command serves a first run and every requeue of a batch job)"))
     overwrite_checkpoint: bool = knob(False, (
         "let a new run replace the checkpoint already at --checkpoint (without it, a new run refuses that path)"))
-    eval_batch_size: int = knob(8192, "batch size for validation and test predictions")
+    eval_batch_size: int = knob(8192, "batch size for validation and test predictions", whole(1))
     preset: str = knob("recommended", (
         "the setting the other options start from: recommended (measured fastest to a good forecast, early "
         "stopping) or published (the study's setting: 2-layer LSTM, batch 128, Adam 1e-3, DataLoader with 2 "
-        "workers, 5 epochs, trained on 2020 and tested on 2021-01..06, no validation part)"))
-    experiment: str = knob("train", "experiment name stored in the record")
-    profile: str | None = knob(None, "profile name stored in the record")
+        "workers, 5 epochs, trained on 2020 and tested on 2021-01..06, no validation part)"), choice(tuple(PRESETS)))
+    experiment: str = knob("train", "experiment name stored in the record", Rule("name"))
+    profile: str | None = knob(None, "profile name stored in the record", Rule("name", note="leave it out"))
     progress: bool = knob(True, "show progress bars")
 
     def window_config(self) -> WindowConfig:
@@ -196,78 +207,48 @@ class TrainConfig:
                            dropout=self.dropout, horizon=self.horizon, cell=self.cell,
                            residual=self.residual)
 
-    def validate(self) -> None:
-        """Check every value before any work starts; errors name the value and what is allowed."""
-        for name in ("epochs", "batch_size", "window", "lead_hours", "horizon", "hidden", "layers",
-                     "eval_batch_size"):
-            _whole(name, getattr(self, name), 1)
-        _whole("num_workers", self.num_workers, 0, local_rank_limit())
-        _whole("seed", self.seed, 0, SEED_MAX)
-        if self.patience is not None:
-            _whole("patience", self.patience, 1, none_ok=True)
-        if self.loss_every is not None:
-            _whole("loss_every", self.loss_every, 1, none_ok=True)
-        if self.threads is not None:
-            _whole("threads", self.threads, 1, local_rank_limit(), none_ok=True)
-        if self.nproc is not None:
-            _whole("nproc", self.nproc, 1, local_rank_limit(), none_ok=True)
-        for name in ("bucket_cap_mb", "dist_timeout_s"):
-            _number(name, getattr(self, name), positive=True)
-        if self.lr is not None:
-            _number("lr", self.lr, positive=True, off="omit it for the rate by lead")
-        if self.bucket_cap_mb > MAX_BUCKET_CAP_MB:
-            raise ConfigError(f"bucket_cap_mb={self.bucket_cap_mb!r} must be a positive number of MB up to "
-                              f"{MAX_BUCKET_CAP_MB:.0f} (about 1 TB; one bucket that size holds every gradient)")
-        if not MIN_TIMEOUT_S <= self.dist_timeout_s <= MAX_TIMEOUT_S:
-            raise ConfigError(f"dist_timeout_s={self.dist_timeout_s!r} must be {MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g} s")
-        _number("weight_decay", self.weight_decay, positive=False)
-        _number("dropout", self.dropout, positive=False)
-        if self.grad_clip is not None:
-            _number("grad_clip", self.grad_clip, positive=True, off="omit it for no clipping")
-        if self.target_rmse is not None:
-            _number("target_rmse", self.target_rmse, positive=True, unit=" of kelvin")
-        for name, value, choices in (("input_path", self.input_path, INPUT_PATHS), ("blend", self.blend, BLENDS),
-                                     ("sample_tensors", self.sample_tensors, SAMPLE_TENSORS),
-                                     ("heap", self.heap, HEAPS),
-                                     ("point_weights", self.point_weights, POINT_WEIGHTS),
-                                     ("lr_schedule", self.lr_schedule, LR_SCHEDULES),
-                                     ("amp", self.amp, AMP_MODES), ("strategy", self.strategy, STRATEGIES)):
-            if value not in choices:
-                raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
-        check_device_name(self.device)
-        for name in ("checkpoint", "experiment", "profile"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ConfigError(f"{name}={value!r} is empty; give a name" + (" (or leave it out)" if name != "experiment" else ""))
+    def validate(self, say: Spelling = PYTHON) -> None:
+        """Check every value before any work starts: each field by its ``Rule``, then the rules between
+        fields; a refusal names the value as ``say`` spells it (``lr=0.0``, ``--lr 0``, ``parameter lr=0.0``).
+        Checked once per set of values: calling it again on an unchanged config costs nothing."""
+        values = repr(astuple(self))
+        if self.__dict__.get("_checked") == values:
+            return
+        for f in fields(self):
+            value, rule = getattr(self, f.name), f.metadata.get("rule")
+            if rule is None or (value is None and "None" in str(f.type)):
+                continue
+            why = _device_problem(value) if rule.kind == "device" else rule.why(
+                value, say.none if "None" in str(f.type) else "")
+            if why:
+                raise say.refuse(f.name, value, why)
+        k = say.key
         if self.resume and not self.checkpoint:
-            raise ConfigError("resume=True needs a checkpoint path to resume from")
+            raise say.refuse("resume", True, f"needs a checkpoint path to resume from ({k('checkpoint')})")
         if self.overwrite_checkpoint and not self.checkpoint:
-            raise ConfigError("overwrite_checkpoint=True needs a checkpoint path to replace (--checkpoint); "
-                              "without one no checkpoint is written: leave it out")
+            raise say.refuse("overwrite_checkpoint", True, f"needs a checkpoint path to replace ({k('checkpoint')}); "
+                             "without one no checkpoint is written: leave it out")
         if self.resume and self.overwrite_checkpoint:
-            raise ConfigError("resume=True continues the checkpoint and overwrite_checkpoint=True replaces it; "
-                              "choose one")
+            raise ConfigError(f"{say('resume', True)} continues the checkpoint and {say('overwrite_checkpoint', True)} "
+                              "replaces it; choose one")
         if self.stop_at_target and self.target_rmse is None:
-            raise ConfigError("stop_at_target=True needs target_rmse (the validation RMSE in K to stop at)")
-        if self.dropout >= 1:
-            raise ConfigError(f"dropout={self.dropout!r} must be in [0, 1)")
+            raise say.refuse("stop_at_target", True, f"needs {k('target_rmse')} (the validation RMSE in K to stop at)")
         if self.dropout > 0 and self.layers == 1:
-            raise ConfigError(f"dropout={self.dropout!r} acts between stacked layers, and layers=1 has none; "
-                              "use layers >= 2 or dropout 0")
+            raise say.refuse("dropout", self.dropout, f"acts between stacked layers, and {say('layers', 1)} has none; "
+                             f"use {k('layers')} >= 2 or {k('dropout')} 0")
         if self.nproc is not None and self.strategy == "single":
-            raise ConfigError(f"nproc={self.nproc!r} needs strategy='ddp' (processes) or 'dataparallel' (GPUs); "
-                              "a single-device run starts one process")
+            raise say.refuse("nproc", self.nproc, f"needs {say('strategy', 'ddp')} (processes) or 'dataparallel' "
+                             "(GPUs); a single-device run starts one process")
         if self.uneven_shards and (self.strategy != "ddp" or self.input_path != "fast"):
-            raise ConfigError("uneven_shards=True needs strategy='ddp' and input_path='fast' "
-                              f"(got strategy={self.strategy!r}, input_path={self.input_path!r})")
-        if self.preset not in PRESETS:
-            raise ConfigError(f"preset={self.preset!r} is not one of {', '.join(PRESETS)}")
-        self._check_splits()
+            raise say.refuse("uneven_shards", True, f"needs {say('strategy', 'ddp')} and {say('input_path', 'fast')} "
+                             f"(got {say('strategy', self.strategy)}, {say('input_path', self.input_path)})")
+        self._check_splits(say)
         self.window_config().validate()
         self.model_config(1).validate()
-        self._check_model_fits()
+        self._check_model_fits(say)
+        self.__dict__["_checked"] = values
 
-    def _check_model_fits(self) -> None:
+    def _check_model_fits(self, say: Spelling) -> None:
         """Weights, gradients and Adam's two moments (4 float32 copies) must fit in this machine's memory."""
         gates = 4 if self.cell == "lstm" else 3
         h = self.hidden
@@ -275,24 +256,23 @@ class TrainConfig:
         need = 16 * params
         have = host_memory_bytes()
         if need > have:
-            raise ConfigError(f"hidden={h} with layers={self.layers} needs {need / 2**30:,.0f} GiB for the weights, "
-                              f"gradients and Adam state alone; this machine has {have / 2**30:,.0f} GiB")
+            raise ConfigError(f"{say('hidden', h)} with {say('layers', self.layers)} needs {need / 2**30:,.0f} GiB for "
+                              f"the weights, gradients and Adam state alone; this machine has {have / 2**30:,.0f} GiB")
 
-    def _check_splits(self) -> None:
-        fr = self.fractions
+    def _check_splits(self, say: Spelling) -> None:
+        fr, sd = self.fractions, self.split_dates
         if (not isinstance(fr, (tuple, list)) or len(fr) != 3
                 or not all(isinstance(f, (int, float)) and math.isfinite(f) and f > 0 for f in fr)
                 or abs(sum(fr) - 1) > 1e-6):
-            raise ConfigError(f"fractions={tuple(fr) if isinstance(fr, list) else fr!r} must be three positive "
-                              "numbers (train, val, test) summing to 1, e.g. 0.7,0.15,0.15")
-        if self.split_dates is None:
+            raise say.refuse("fractions", tuple(fr) if isinstance(fr, list) else fr, "must be three positive "
+                             "numbers (train, val, test) summing to 1, e.g. 0.7,0.15,0.15")
+        if sd is None:
             return
         if tuple(fr) != DEFAULT_FRACTIONS:
-            raise ConfigError(f"split_dates={self.split_dates!r} and fractions={tuple(fr)!r} both given; "
+            raise ConfigError(f"{say('split_dates', sd)} and {say('fractions', tuple(fr))} both given; "
                               "give one of them")
-        sd = self.split_dates
         if isinstance(sd, str) or not isinstance(sd, (tuple, list)) or len(sd) != 2:
-            raise ConfigError(f"split_dates={sd!r} must be two dates VAL_START,TEST_START, e.g. 2021-01-01,2021-04-01")
+            raise say.refuse("split_dates", sd, "must be two dates VAL_START,TEST_START, e.g. 2021-01-01,2021-04-01")
         import pandas as pd
 
         stamps = []
@@ -302,18 +282,47 @@ class TrainConfig:
             except (ValueError, TypeError, OverflowError):
                 ts = pd.NaT
             if not isinstance(d, str) or ts is pd.NaT:
-                raise ConfigError(f"split date {d!r} is not a date like 2021-01-01 (split_dates=VAL_START,TEST_START)")
+                raise say.refuse("split_dates", sd, f": split date {d!r} is not a date like 2021-01-01 "
+                                 "(VAL_START,TEST_START)")
             stamps.append(ts)
         if not stamps[0] <= stamps[1]:
-            raise ConfigError(f"split_dates={tuple(sd)!r}: the validation start must not come after the test start")
+            raise say.refuse("split_dates", sd, ": the validation start must not come after the test start")
         if not self.has_validation:  # what needs a validation part
-            needs = [f"{name}={value!r}" for name, value, off in (
-                ("patience", self.patience, None), ("blend", self.blend, "off"), ("target_rmse", self.target_rmse, None))
+            needs = [say(name, value) for name, value, off in (
+                    ("patience", self.patience, None), ("blend", self.blend, "off"),
+                    ("target_rmse", self.target_rmse, None))
                 if value != off]
             if needs:
-                raise ConfigError(f"split_dates={tuple(sd)!r} leaves no validation part, which {', '.join(needs)} "
-                                  "need; give an earlier validation start, or patience none, blend off and no "
-                                  "target_rmse")
+                raise say.refuse("split_dates", sd, f"leaves no validation part, which {', '.join(needs)} need; "
+                                 f"give an earlier validation start, or {say.key('patience')} {say.none}, "
+                                 f"{say.key('blend')} off and no {say.key('target_rmse')}")
+
+    def check_split_in(self, request, say: Spelling = PYTHON, given: Any = ...) -> None:
+        """The split dates fall inside the request's time range (checked before any data is read). ``given``: the
+        split dates as the user gave them (None: the preset's), for the message."""
+        if not self.split_dates or request is None:
+            return
+        from ..data import parse_time
+
+        start, end = parse_time(request.start), parse_time(request.end, end=True)
+        for d in self.split_dates:
+            if not start < parse_time(d) <= end:
+                raise say.refuse("split_dates", self.split_dates if given is ... else given, f": split date {d!r} is "
+                                 f"outside the data's time range {request.start}..{request.end}; both VAL_START,"
+                                 f"TEST_START must fall after {say.key('start')} and by {say.key('end')}")
+
+    def check_windows_fit(self, request) -> None:
+        """The window, lead and horizon fit every part of the request's hours, split as the run will split them
+        (``windows.split_parts``, ``windows.scored_ranges``): refused before any data is read, not once it is."""
+        if request is None or not isinstance(request.start, str) or not isinstance(request.end, str):
+            return  # the source's own range: known once the store is open
+        import pandas as pd
+
+        from ..data import parse_time
+        from ..windows import scored_ranges, split_parts
+
+        times = pd.date_range(parse_time(request.start), parse_time(request.end, end=True), freq="h")
+        scored_ranges(split_parts(times, self.window_config()), self.window_config())
 
     @property
     def has_validation(self) -> bool:
@@ -344,25 +353,25 @@ class TrainConfig:
         return key
 
 
-def check_device_name(name: Any, what: str = "device") -> None:
-    """A device name as lstmnb spells it (auto, cpu, cuda, cuda:N, mps), whether or not it is present here."""
+def _device_problem(name: Any) -> str | None:
+    """None for a device name as lstmnb spells it (auto, cpu, cuda, cuda:N, mps), whether or not it is present
+    here; else why it is not one."""
     if not isinstance(name, str) or not _DEVICE.match(name.strip().lower()):
-        raise ConfigError(f"{what}={name!r} is not one of {DEVICE_CHOICES}")
+        return f"is not one of {DEVICE_CHOICES}"
+    return None
 
 
-def _whole(name: str, value: Any, lo: int, hi: int = INT_MAX, none_ok: bool = False) -> None:
-    """``value`` a whole number in lo..hi, else a ConfigError naming it and the range."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
-        top = f" and <= {hi}" if isinstance(value, (int, np.integer)) and value > hi else ""
-        raise ConfigError(f"{name}={value!r} must be a whole number >= {lo}{top}" + (" (or None)" if none_ok else ""))
+def check_device_name(name: Any, what: str = "device") -> None:
+    """A ConfigError where ``name`` is no device name as lstmnb spells it (``what``: the setting that gave it)."""
+    if _device_problem(name):
+        raise ConfigError(f"{what}={name!r} {_device_problem(name)}")
 
 
-def _number(name: str, value: Any, *, positive: bool, off: str = "", unit: str = "") -> None:
-    """``value`` a finite number, > 0 (``positive``) or >= 0; else a ConfigError naming it."""
-    ok = isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or (value <= 0 if positive else value < 0):
-        kind = "a positive number" if positive else "a number >= 0"
-        raise ConfigError(f"{name}={value!r} must be {kind}{unit}" + (f" ({off})" if off else ""))
+def knob_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is refused by the rule of TrainConfig's field ``name`` (None: it passes); for a setting that
+    gives that field, spelled its own way (a notebook's ``fit_epochs`` is an ``epochs``)."""
+    rule = next(f.metadata["rule"] for f in fields(TrainConfig) if f.name == name)
+    return _device_problem(value) if rule.kind == "device" else rule.why(value)
 
 
 def config_from_dict(values: dict[str, Any]) -> TrainConfig:
@@ -377,7 +386,7 @@ def config_from_dict(values: dict[str, Any]) -> TrainConfig:
 def preset_config(name: str = "recommended", **overrides: Any) -> TrainConfig:
     """The TrainConfig of preset ``name`` with ``overrides`` on top (unknown names are an error)."""
     if name not in PRESETS:
-        raise ConfigError(f"preset={name!r} is not one of {', '.join(PRESETS)}")
+        raise PYTHON.refuse("preset", name, knob_problem("preset", name))
     return config_from_dict({**PRESETS[name], "preset": name, **overrides})
 
 
