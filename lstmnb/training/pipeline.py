@@ -173,6 +173,7 @@ def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
     ``records.DEFAULT_FILE``: results/runs.jsonl; None: do not record), once per finished run. When the
     record cannot be written, an ``OutputError`` carries the finished run as ``.result``; a run that
     diverged is recorded, then raised as a ``DivergedError`` carrying it (``train`` returns it instead)."""
+    cfg.validate()  # a bad setting is named before any checkpoint is read
     state = open_checkpoint(cfg)  # read and checked once, before the data (which may be a download)
     windows, info = prepare_windows(request, cfg, progress=cfg.progress)
     result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end, state=state)
