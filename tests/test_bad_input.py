@@ -613,13 +613,16 @@ def test_inputs_judged_with_the_data_give_one_line(sample_store_path, tmp_path, 
     ({"points": (40, 280)}, {}, r"points \(40, 280\) must be a list of \(lat, lon\) pairs"),
     ({"start": "01/02/2020"}, {}, "start '01/02/2020' is not an ISO date"),
     ({"start": __import__("datetime").date(2020, 1, 1)}, {}, r"start datetime.date\(2020, 1, 1\) is not an ISO date"),
-    ({"source": Path("/nonexistent")}, {}, r"^source \w+Path\(.*must be text \(str\(path\) for a local store\)"),
+    ({"source": Path("/nonexistent")}, {}, r"^source \w+Path\(.*must be text \(str\(path\) for a local store\)"),    # the setting is named before the checkpoint it names is read (a file that is no checkpoint)
+    ({}, {"checkpoint": "{tmp}/c.pt", "resume": True, "overwrite_checkpoint": True}, "resume=True continues"),
 ])
 def test_the_python_api_refuses_bad_values_in_one_line_before_reading_data(tmp_path, monkeypatch, request_args,
                                                                            cfg_args, message):
     from lstmnb import era5, train
 
     monkeypatch.setenv("LSTMNB_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "c.pt").write_bytes(b"not a checkpoint")
+    cfg_args = {k: v.replace("{tmp}", str(tmp_path)) if isinstance(v, str) else v for k, v in cfg_args.items()}
     with pytest.raises(ConfigError, match=message):
         train.run(era5.Request(**request_args), train.TrainConfig(**cfg_args), results=tmp_path / "r.jsonl")
     assert not (tmp_path / "cache").exists() and not (tmp_path / "r.jsonl").exists()
