@@ -85,17 +85,16 @@ def _loader_knobs(row: pd.Series) -> dict[str, bool]:
             "persistent_workers": (True if not present(kept) else bool(kept)) and has_workers}
 
 
-def compared_runs(df: pd.DataFrame | None, source: str = MEASURED, *, stopped_early: bool = False) -> pd.DataFrame:
+def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFrame:
     """The runs of one source that enter the comparison, one row each: finished single-device training
     runs outside the batch sweep, speed and parallel experiments; not stopped early (their seconds are not
-    the epochs asked for) unless ``stopped_early`` (skill: their forecasts are as real)."""
+    the epochs asked for)."""
     if df is None or df.empty or "timing.train_s" not in df or "config.epochs" not in df:
         return pd.DataFrame()
     exp = column(df, "experiment").fillna("").astype(str)
     keep = (column(df, "status") == "ok") & column(df, "config.strategy", "single").fillna("single").eq("single")
     keep &= ~exp.isin(NOT_COMPARED) & ~exp.str.startswith(NOT_COMPARED_PREFIXES)
-    if not stopped_early:
-        keep &= ~column(df, "metrics.stopped_early").eq(True)
+    keep &= ~column(df, "metrics.stopped_early").eq(True)
     keep &= column(df, "timing.train_s").notna() & column(df, "config.epochs").notna()
     if not keep.any():
         return pd.DataFrame()
@@ -254,27 +253,6 @@ def own_cpu_speedups(rows: pd.DataFrame, problem: str | None = None, epochs: int
         return pd.DataFrame(columns=SPEEDUP_COLUMNS)
     table["x_own_cpu"] = table["cpu_seconds"] / table["seconds"]
     return table.reindex(columns=SPEEDUP_COLUMNS)
-
-
-def knob_effects(rows: pd.DataFrame, knob: str = "cuda_graph", ignore: tuple[str, ...] = ("amp",)) -> pd.DataFrame:
-    """Where a device column has runs that differ only in ``knob`` (and the ``ignore``d knobs), at the
-    same problem and epochs: the fastest seconds without and with it, and the ratio."""
-    if rows.empty or knob not in rows:
-        return pd.DataFrame()
-    same = [k for k in KNOBS if k != knob and k not in ignore and k in rows]
-    keys = ["source", "column", "problem", "epochs", *same]
-    out = []
-    for _, g in rows.dropna(subset=["seconds"]).groupby(keys, sort=False, dropna=False):
-        flag = g[knob].eq(True)
-        if flag.all() or not flag.any():
-            continue
-        off, on = g[~flag].loc[g[~flag]["seconds"].idxmin()], g[flag].loc[g[flag]["seconds"].idxmin()]
-        out.append({"column": off["column"], "device": off["device"], "problem": off["problem"],
-                    "epochs": off["epochs"], "without": off["setting"], "with": on["setting"],
-                    "same otherwise": all(off.get(k) == on.get(k) for k in ignore),
-                    "seconds without": off["seconds"], "seconds with": on["seconds"],
-                    "x faster": off["seconds"] / on["seconds"]})
-    return pd.DataFrame(out)
 
 
 # --- the study's own comparison, as it published it ---------------------------------------------------------
