@@ -37,7 +37,8 @@ def _site_page(tmp_path, parameters_hidden: bool) -> str:
     folder.mkdir()
     path = folder / "02_model.ipynb"
     nbformat.write(new_notebook(cells=cells), path)
-    index = build_site(SeriesResult("ci", folder, folder / "results", [NotebookRun("02_model", "ok", 1.0, notebook=path)]))
+    runs = [NotebookRun("02_model", "ok", 1.0, notebook=path)]
+    index = build_site(SeriesResult("ci", folder, folder / "results", runs))
     return (index.parent / "02_model.html").read_text()
 
 

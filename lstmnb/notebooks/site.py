@@ -107,9 +107,9 @@ def _contents(result: SeriesResult, rest: list) -> str:
     entries = "\n".join(f"{_title(r)} <{r.name}>" for r in rest)
     toctree = f"```{{toctree}}\n:caption: Notebooks\n:maxdepth: 1\n\n{entries}\n```\n" if rest else ""
     return "\n".join([f"## The notebook series (profile {result.profile})", "",
-                      f"Run folder `{result.run_dir}`; records in `{result.results}`. Every notebook of the series in "
-                      "reading order, as it ran; each ends with what it showed and points to the next; a notebook whose "
-                      "recorded runs were all skipped says why.", "",
+                      f"Run folder `{result.run_dir}`; records in `{result.results}`. Every notebook of the series "
+                      "in reading order, as it ran; each ends with what it showed and points to the next; a notebook "
+                      "whose recorded runs were all skipped says why.", "",
                       "```{raw} html", _status_table(result), "```", "", toctree])
 
 

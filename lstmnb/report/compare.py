@@ -1,9 +1,8 @@
 """The comparison across machines, under the one median rule of ``repeats``: every finished single-device
 training run of every source (the user's records, lstmnb's reference records, the published table) as one row per
 device column x setting x problem x epochs (``comparison_rows``, ``MEDIAN_RULE``); each device's speedup over a
-CPU (its own machine's, or for a published GPU the study's one CPU run); what one knob (CUDA graphs) changes where
-runs differ in it alone; and the study's own published comparison (``published_comparison``: ranked per epochs
-count, its flagged devices named and left out).
+CPU (its own machine's, or for a published GPU the study's one CPU run); and the study's own published comparison
+(``published_comparison``: ranked per epochs count, its flagged devices named and left out).
 """
 
 from __future__ import annotations

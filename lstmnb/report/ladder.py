@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..rungs import BOTH as KINDS
 from ..rungs import RUNGS
-from .labels import column
+from .labels import column, figure
 from .repeats import flag_text, spread
 
 FASTEST_OF = [r.rung for r in RUNGS[:-1]]  # the study's workload: the last rung is another model, never "fastest"
@@ -108,11 +108,6 @@ def machine_words(m: pd.DataFrame) -> str:
             else f"the reference records' machine ({what}; another machine, not this one)")
 
 
-def fmt(x: float) -> str:
-    """A figure to three significant digits, whole numbers from 100 (no exponent)."""
-    return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
-
-
 def _slot(m: pd.DataFrame, device: str, rung: int, applies: bool) -> tuple[float | None, str]:
     """(seconds, label) of one bar: its seconds and x the CPU's rung 0, or why the slot is empty."""
     if not applies:
@@ -124,7 +119,7 @@ def _slot(m: pd.DataFrame, device: str, rung: int, applies: bool) -> tuple[float
         return None, f"not measured here ({status})" if status else "not measured here"
     base = cpu_base(m)
     flag = m[(m.device == device) & (m.rung == rung)].flag.iloc[0] if "flag" in m else ""
-    return s, f"{fmt(s)} s · " + (f"{fmt(base[1] / s)}x this machine's CPU at rung {base[0]}" if base else
+    return s, f"{figure(s)} s · " + (f"{figure(base[1] / s)}x this machine's CPU at rung {base[0]}" if base else
                                   "no CPU run on this machine") + (f" · rough: {flag}" if flag else "")
 
 
@@ -196,8 +191,8 @@ def replication(df: pd.DataFrame | None, published: dict | None = None, reruns: 
         hit = hit[hit.epochs.isin(list(bench["epochs"]))] if len(hit) else hit
         e = int(hit.epochs.max()) if len(hit) else min(bench["epochs"])
         study = {d: v for d, v in bench["epochs"][e].items() if (d == "CPU") == (device == "cpu")}
-        theirs = ", ".join(f"{d} {fmt(v)} s" for d, v in study.items())
-        ours = (f"{fmt(float(hit[hit.epochs == e].seconds.iloc[0]))} s" if len(hit) else "not measured here")
+        theirs = ", ".join(f"{d} {figure(v)} s" for d, v in study.items())
+        ours = (f"{figure(float(hit[hit.epochs == e].seconds.iloc[0]))} s" if len(hit) else "not measured here")
         parts.append(f"the study's {who} {'run' if device == 'cpu' else 'runs'} at {e} epochs: {theirs}; rung 0 (the "
                      f"study's code) on this machine's {who}: {ours}")
     return Replication(". ".join(p[0].upper() + p[1:] for p in parts) + ".", table)

@@ -1,6 +1,5 @@
 """Where every figure comes from: the published figures (package data), always labelled as published, the notes
-that go wherever a device's published figures are shown, the side-by-side form notebooks 03 and 04 use, and
-the study's own comparison (its devices ranked per epochs count, the flagged ones named, never ranked); and the
+that go wherever a device's published figures are shown, the side-by-side form notebooks 03 and 04 use; and the
 provenance of every device column (machine, told apart beyond host names, dates, lstmnb commit, torch and CUDA,
 and its source: measured in the records, lstmnb's shipped reference records, or published).
 
@@ -18,7 +17,7 @@ import pandas as pd
 
 from .labels import column, order_devices, with_device_labels
 
-# --- the published figures, their notes, the study's own comparison -----------------------------------------
+# --- the published figures and their notes ------------------------------------------------------------------
 
 # the three sources a figure can come from, always shown with it
 PUBLISHED = "published"
@@ -85,23 +84,6 @@ def side_by_side(ours: pd.DataFrame, published: pd.DataFrame, blank: str | None 
     return both if blank is None else both.astype(object).where(both.notna(), blank)
 
 
-def published_provenance(published: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Where each published device column comes from: machine, torch, CUDA, input path, as the source states.
-
-    One row per published device, with the columns of ``machines_table`` that the source fills.
-    """
-    pub = (published or load_published())["era5_lstm_gpu_benchmark"]
-    prov = pub.get("provenance") or {}
-    machines = prov.get("machine") or {}
-    rows = []
-    for device in published_epochs_table(published).columns:
-        rows.append({"device": device, "source": PUBLISHED, "machine": machines.get(device, "not stated"),
-                     "dates": "not stated", "lstmnb": "not lstmnb", "torch": prov.get("torch", "not stated"),
-                     "CUDA": prov.get("cuda", "not stated") if device != "CPU" else None,
-                     "input": prov.get("input"), "records": None, "from": pub.get("source")})
-    return pd.DataFrame(rows)
-
-
 def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:
     """The other published figures as tables, keyed by a title that says they are published."""
     pub = published or load_published()
@@ -127,8 +109,6 @@ def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.Da
     return out
 
 
-# Two single runs whose times differ by less than this are called tied: one run each has no spread of its
-# own, and repeats of one training job on one machine differ by more than this (03's repeats show it)
 def over_which_cpu(same_machine: bool, source: str) -> str:
     """The CPU a speedup divides, in the words every label uses: a published GPU's is the study's one CPU run
     (never its own machine's), a record's its own machine's CPU."""
@@ -261,10 +241,15 @@ def provenance_table(records: pd.DataFrame | None = None, reference: pd.DataFram
             none = part["ok"].astype(int).eq(0) & part["skipped"].astype(int).eq(part["records"].astype(int))
             part.loc[none, "source"] = f"{SOURCE_WORDS[source]}: all skipped, nothing measured"
             parts.append(part)
-    if published is not None:
-        pub = published_provenance(published)
-        pub.index = [column_label(PUBLISHED, d) for d in pub["device"]]
-        parts.append(pub)
+    if published is not None:  # each published column as the source states it
+        bench = published["era5_lstm_gpu_benchmark"]
+        prov = bench.get("provenance") or {}
+        machines = prov.get("machine") or {}
+        devices = list(published_epochs_table(published).columns)
+        parts.append(pd.DataFrame([{
+            "source": PUBLISHED, "machine": machines.get(d, "not stated"), "dates": "not stated", "lstmnb": "not lstmnb",
+            "torch": prov.get("torch", "not stated"), "CUDA": prov.get("cuda", "not stated") if d != "CPU" else None,
+        } for d in devices], index=[column_label(PUBLISHED, d) for d in devices]))
     if not parts:
         return pd.DataFrame()
     rows = ["source", "machine", "device name", "dates", "lstmnb", "torch", "CUDA", "records", "skipped"]

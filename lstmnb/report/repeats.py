@@ -2,8 +2,8 @@
 where the repeats disagree by more than ``REPEATS_DISAGREE`` or where other processes kept ``BUSY_CORES`` or
 more cores busy (each record's ``threads`` section says so).
 
-- 03's run table (``timing_rows``, ``timing_note``) and ``unsure_why``, the same mark on every figure of 06
-  that states such a median;
+- 03's run table (``timing_rows``, ``timing_note``) and ``unsure_why``, the same mark wherever 06 states such a
+  median (its comparison rows' ``rough``) and ``flag_text`` on the ladder's rungs;
 - ``median_of_repeats`` for the alternated repeats of 04/05 (steps, DDP runs, all-reduce sweeps), with their
   flags (``flag_text``, ``flag_lines``) and no speedup over a baseline slower than the same work on fewer
   threads (``speedup_note``);

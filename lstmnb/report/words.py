@@ -17,7 +17,7 @@ from . import labels as num
 from .compare import FASTEST, TIED_WITHIN, comparison_epochs, comparison_rows, main_problem, own_cpu_speedups
 from .figures import plot_ladder
 from .labels import LIKE_FOR_LIKE, column, link
-from .ladder import fastest, fmt, ladder_rows, machine_words, machines, panels, rung_name, seconds_at
+from .ladder import fastest, ladder_rows, machine_words, machines, panels, rung_name, seconds_at
 from .published import (
     MEASURED,
     NOTE_MARK,
@@ -54,13 +54,14 @@ def gpu_sentence(m: pd.DataFrame) -> str | None:
     c_r, g_r = int(cpu.rung.min()), int(gpu.rung.min())
     c, g = seconds_at(m, "cpu", c_r), seconds_at(m, "cuda", g_r)
     on = ("on the study's code (rung 0)" if c_r == g_r == 0 else
-          f"on the slowest rungs measured on both (CPU rung {c_r}, {rung_name(m, c_r)}; GPU rung {g_r}, {rung_name(m, g_r)})")
-    text = (f"On {machine_words(m)}, the GPU trains the study's workload ({int(m.epochs.iloc[0])} epochs) {c / g:.2g}x as "
-            f"fast as the same machine's CPU {on}: {fmt(g)} s against {fmt(c)} s")
+          f"on the slowest rungs measured on both (CPU rung {c_r}, {rung_name(m, c_r)}; "
+          f"GPU rung {g_r}, {rung_name(m, g_r)})")
+    text = (f"On {machine_words(m)}, the GPU trains the study's workload ({int(m.epochs.iloc[0])} epochs) "
+            f"{c / g:.2g}x as fast as the same machine's CPU {on}: {num.figure(g)} s against {num.figure(c)} s")
     cb, gb = fastest(m, "cpu"), fastest(m, "cuda")
     if cb and gb and (cb[0], gb[0]) != (c_r, g_r):
         text += (f"; at each one's fastest step {cb[1] / gb[1]:.2g}x (GPU rung {gb[0]}, {rung_name(m, gb[0])}: "
-                 f"{fmt(gb[1])} s; CPU rung {cb[0]}, {rung_name(m, cb[0])}: {fmt(cb[1])} s)")
+                 f"{num.figure(gb[1])} s; CPU rung {cb[0]}, {rung_name(m, cb[0])}: {num.figure(cb[1])} s)")
     return text + "."
 
 
@@ -71,11 +72,11 @@ def cpu_sentence(m: pd.DataFrame) -> str | None:
         return None
     e = int(m.epochs.iloc[0])
     if best[0] == 0:
-        return (f"On {machine_words(m)}, the study's code (rung 0) was the fastest rung of the study's workload measured "
-                f"({fmt(c0)} s for {e} epoch{'s' if e != 1 else ''}): no later rung gained here.")
-    return (f"On {machine_words(m)}, lstmnb's fastest step (rung {best[0]}, {rung_name(m, best[0])}) trains the study's "
-            f"workload ({e} epochs) {c0 / best[1]:.2g}x as fast as the study's code on the same CPU: "
-            f"{fmt(best[1])} s against {fmt(c0)} s.")
+        return (f"On {machine_words(m)}, the study's code (rung 0) was the fastest rung of the study's workload "
+                f"measured ({num.figure(c0)} s for {e} epoch{'s' if e != 1 else ''}): no later rung gained here.")
+    return (f"On {machine_words(m)}, lstmnb's fastest step (rung {best[0]}, {rung_name(m, best[0])}) trains the "
+            f"study's workload ({e} epochs) {c0 / best[1]:.2g}x as fast as the study's code on the same CPU: "
+            f"{num.figure(best[1])} s against {num.figure(c0)} s.")
 
 
 def limits_sentence(m: pd.DataFrame, there: bool = True) -> str | None:
@@ -90,12 +91,12 @@ def limits_sentence(m: pd.DataFrame, there: bool = True) -> str | None:
             slow = float(low.loc[low.rung.idxmin()].seconds)
             parts.append(f"feeding the data (the DataLoader and per-sample tensors) is {1 - fast / slow:.0%} of "
                          f"{where} time at rung {k}" if fast < slow else
-                         f"in-memory batches were no faster than {where} rung {k} ({fmt(fast)} s against "
-                         f"{fmt(slow)} s)")
+                         f"in-memory batches were no faster than {where} rung {k} ({num.figure(fast)} s against "
+                         f"{num.figure(slow)} s)")
     eager, graph = seconds_at(m, "cuda", 4), seconds_at(m, "cuda", 5)
     if eager and graph and graph < eager:
         parts.append(f"launching kernels one by one is {1 - graph / eager:.0%} of the GPU's in-memory eager time "
-                     f"(the CUDA graph leaves {fmt(graph)} s of the device's own work)")
+                     f"(the CUDA graph leaves {num.figure(graph)} s of the device's own work)")
     if not parts:
         return None
     end = (": for a model this small, 'which GPU is fastest' is first a question of how fast the host feeds it "
@@ -117,14 +118,14 @@ def study_sentence(published: dict | None, own: list[pd.DataFrame]) -> str | Non
     ratios = {d: cpu / s for d, s in epochs[top].items() if d != "CPU" and d not in notes}
     flagged = [d for d in epochs[top] if d != "CPU" and d in notes]
     text = (f"The study's {min(ratios.values()):.0f}-{max(ratios.values()):.0f}x is the study's claim: its "
-            f"{', '.join(ratios)} runs over one CPU run of unstated platform ({fmt(cpu)} s for {top} epochs; "
+            f"{', '.join(ratios)} runs over one CPU run of unstated platform ({num.figure(cpu)} s for {top} epochs; "
             f"{' and '.join(flagged)} left out, their figures flagged)")
     here = [(int(m.epochs.iloc[0]), seconds_at(m, "cpu", 0)) for m in own]
     here = [(e, s) for e, s in here if s is not None and e in epochs]
     if here:
         e, s = here[0]
         text += (f"; this machine's CPU does that run's work (the study's code, {e} epochs, where the study's CPU "
-                 f"took {fmt(epochs[e]['CPU'])} s) in {fmt(s)} s")
+                 f"took {num.figure(epochs[e]['CPU'])} s) in {num.figure(s)} s")
     return text + "."
 
 
