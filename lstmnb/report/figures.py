@@ -12,23 +12,6 @@ import pandas as pd
 from .published import MEASURED, PUBLISHED
 
 
-def plain_number(value: float) -> str:
-    """A tick label without exponents: 0.05, 2, 500, 20k, 1.5M."""
-    for div, unit in ((1e6, "M"), (1e4, "k")):
-        if value >= div:
-            return f"{value / (div if unit == 'M' else 1e3):g}{unit}"
-    return f"{value:g}"
-
-
-def plain_log_y(ax) -> None:
-    """Plain tick labels on a log y axis (0.5, 1, 2 instead of 5x10^-1)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: plain_number(v)))
-    ax.yaxis.set_minor_formatter(NullFormatter())
-
-
 def plot_ladder(panels: list[dict[str, Any]]):
     """One panel per machine (``ladder.panels``): each rung's seconds on its CPU and GPU side by side (log axis),
     every bar labelled with its seconds and x that machine's CPU at rung 0, every empty slot saying why."""
@@ -83,7 +66,7 @@ def plot_loss_curves(curves: pd.DataFrame):
     fast input, dashed: DataLoader); the legend below both panels, clear of the curves."""
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
     if curves.empty:
@@ -107,8 +90,10 @@ def plot_loss_curves(curves: pd.DataFrame):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     loss = curves["train_loss"].dropna()
     if len(loss) and loss.min() > 0 and loss.max() / loss.min() > 10:  # a log axis only where it spans decades
-        ax1.set_yscale("log")
-        plain_log_y(ax1)
+        ax1.set_yscale("log")  # with plain tick labels: 0.005, 0.01, 0.02, not 5x10^-3
+        ax1.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax1.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax1.yaxis.set_minor_formatter(NullFormatter())
     ax1.set(xlabel="epoch", ylabel="training loss (MSE, scaled)", title="training loss")
     ax2.set(xlabel="epoch", ylabel="validation RMSE (K)", title="validation RMSE")
     if curves["val_rmse_k"].isna().all():  # the published setting has no validation part: say so, not blank axes

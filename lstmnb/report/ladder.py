@@ -69,19 +69,15 @@ def ladder_table(rows: pd.DataFrame) -> pd.DataFrame:
             .reset_index(drop=True))
 
 
-def _epochs_of(rows: pd.DataFrame) -> int:
-    """The epochs count of a machine's ladder: the one with the most measured rungs (ties: the longest)."""
-    counts = rows[rows.seconds.notna()].groupby("epochs").size()
-    if counts.empty:
-        return int(rows.epochs.max())
-    return int(max(counts.index, key=lambda e: (counts[e], e)))
-
-
 def machines(rows: pd.DataFrame) -> list[pd.DataFrame]:
-    """Each machine's ladder (of ``ladder_rows``) at its epochs count."""
-    if rows.empty:
-        return []
-    return [m[m.epochs == _epochs_of(m)].reset_index(drop=True) for _, m in rows.groupby("machine", sort=False)]
+    """Each machine's ladder (of ``ladder_rows``) at its epochs count: the one with the most measured rungs (ties:
+    the longest)."""
+    out = []
+    for _, m in rows.groupby("machine", sort=False) if not rows.empty else ():
+        counts = m[m.seconds.notna()].groupby("epochs").size()
+        e = max(counts.index, key=lambda e: (counts[e], e)) if len(counts) else m.epochs.max()
+        out.append(m[m.epochs == e].reset_index(drop=True))
+    return out
 
 
 def seconds_at(m: pd.DataFrame, device: str, rung: int) -> float | None:

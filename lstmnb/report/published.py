@@ -127,16 +127,13 @@ def column_label(source: str, device: str, machine: str | None = None, cpu_cores
     """The label of one device column: device (with its cores for a CPU), machine, and the source when it
     is not the user's own records: 'H100 · node7', 'CPU (16 cores) · vm · reference', 'A40 · published'."""
     name = device
-    if device == "CPU" and _is_number(cpu_cores):
+    if device == "CPU" and isinstance(cpu_cores, (int, float)) and not isinstance(cpu_cores, bool) \
+            and cpu_cores == cpu_cores:
         name = f"CPU ({int(cpu_cores)} cores)"
     if source == PUBLISHED:
         return f"{name} · {PUBLISHED}"
     label = f"{name} · {machine or 'unknown host'}"
     return label + (f" · {REFERENCE}" if source == REFERENCE else "")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
 def with_columns(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
@@ -161,12 +158,6 @@ def machine_names(df: pd.DataFrame) -> pd.Series:
     return hosts.where(~several, hosts + " (" + cpus.where(cpus != "", "CPU not stated") + ")")
 
 
-def short_cpu(model: str) -> str:
-    """A CPU model without trademarks and clock: 'Intel(R) Xeon(R) Processor' -> 'Intel Xeon'."""
-    text = re.sub(r"\((R|TM|tm|r)\)|\bCPU\b|\bProcessor\b|@.*$", " ", str(model))
-    return " ".join(text.split()) or str(model)
-
-
 def machine_descriptions(df: pd.DataFrame | None, source: str = MEASURED) -> dict[str, str]:
     """Per machine of a records DataFrame (``machine_names``): host, CPU model and cores, the GPUs its
     finished runs used, and the dates, e.g. 'vm: Intel Xeon, 16 cores, NVIDIA H100 80GB HBM3; 2026-11-22'. What tells two machines apart beyond their host names."""
@@ -176,7 +167,10 @@ def machine_descriptions(df: pd.DataFrame | None, source: str = MEASURED) -> dic
     out = {}
     for machine, g in runs.groupby("machine", sort=False):
         host = str(column(g, "device.hostname").fillna("unknown host").iloc[0])
-        cpu = joined(column(g, "device.cpu_model").dropna().map(short_cpu)) or "CPU not stated"
+        # the CPU model without trademarks and clock: 'Intel(R) Xeon(R) Processor' -> 'Intel Xeon'
+        cpu = joined(column(g, "device.cpu_model").dropna().map(
+            lambda m: " ".join(re.sub(r"\((R|TM|tm|r)\)|\bCPU\b|\bProcessor\b|@.*$", " ", str(m)).split()) or str(m))
+        ) or "CPU not stated"
         cores = column(g, "device.cpu_cores").dropna()
         ok_gpu = g[(column(g, "status") == "ok") & (column(g, "device.kind") == "cuda")]
         gpus = joined(column(ok_gpu, "device.name"))

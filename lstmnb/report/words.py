@@ -160,38 +160,24 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def record_states(df: pd.DataFrame | None, source: str) -> pd.DataFrame:
-    """One row per device column of a records DataFrame: its device, machine, how many records are ok,
-    and the reason of its skipped or failed ones."""
-    if df is None or df.empty:
-        return pd.DataFrame()
-    runs = with_columns(df, source)
-    status = column(runs, "status").fillna("unknown")
-    reason = column(runs, "reason").fillna("no reason given").astype(str)
-    out = []
-    for col, g in runs.groupby("column", sort=False):
-        st, why = status.loc[g.index], reason.loc[g.index]
-        out.append({"column": col, "device": g["device_label"].iloc[0], "machine": g["machine"].iloc[0],
-                    "ok": int((st == "ok").sum()), "skipped": int((st == "skipped").sum()),
-                    "skip_reasons": list(dict.fromkeys(why[st == "skipped"])),
-                    "failed": list(dict.fromkeys(f"{s}: {w}" for s, w in zip(st, why) if s not in ("ok", "skipped")))})
-    return pd.DataFrame(out)
-
-
 def _found_source(df: pd.DataFrame, source: str) -> str:
     """'10 records from 1 machine (vm: AMD EPYC, 2 cores; 2026-11-24): CPU (2 cores) measured (6 finished
     runs); CUDA skipped (4 records: no usable CUDA GPU ...)'."""
-    states = record_states(df, source)
     machines = machine_descriptions(df, source)
+    runs = with_columns(df, source)
+    status = column(runs, "status").fillna("unknown")
+    reason = column(runs, "reason").fillna("no reason given").astype(str)
     parts = []
-    for _, st in states.iterrows():
-        name = st["column"].split(" · ")[0] + (f" on {st['machine']}" if len(machines) > 1 else "")
-        if st["ok"]:
-            parts.append(f"{name} measured ({_n(st['ok'], 'finished run')})")
-        elif st["skipped"]:
-            parts.append(f"{name} skipped, not measured ({_n(st['skipped'], 'record')}: {'; '.join(st['skip_reasons'])})")
+    for col, g in runs.groupby("column", sort=False):  # each device column: measured, skipped (why) or failed
+        st, why = status.loc[g.index], reason.loc[g.index]
+        name = col.split(" · ")[0] + (f" on {g['machine'].iloc[0]}" if len(machines) > 1 else "")
+        if (st == "ok").any():
+            parts.append(f"{name} measured ({_n(int((st == 'ok').sum()), 'finished run')})")
+        elif (st == "skipped").any():
+            parts.append(f"{name} skipped, not measured ({_n(int((st == 'skipped').sum()), 'record')}: "
+                         f"{'; '.join(dict.fromkeys(why[st == 'skipped']))})")
         else:
-            parts.append(f"{name} not measured ({'; '.join(st['failed'])})")
+            parts.append(f"{name} not measured ({'; '.join(dict.fromkeys(f'{s}: {w}' for s, w in zip(st, why)))})")
     where = "; ".join(machines.values())
     return f"{_n(len(df), 'record')} from {_n(len(machines), 'machine')} ({where}): " + "; ".join(parts)
 
