@@ -21,8 +21,7 @@ notebooks = sorted(Path("notebooks").glob("[0-9][0-9]_*.ipynb"))
 missing = [f"wheel: lstmnb/series/{p.name}" for p in notebooks if f"lstmnb/series/{p.name}" not in wheel]
 missing += [f"sdist: notebooks/{p.name}" for p in notebooks if not any(n.endswith(f"/notebooks/{p.name}") for n in sdist)]
 for needed in ("lstmnb/profiles/quick.yaml", "lstmnb/published_figures.yaml", "lstmnb/datasets/era5_t2m_study_points.npz",
-               "lstmnb/datasets/era5_t2m_study_points.NOTICE.txt", "lstmnb/datasets/airline_passengers.csv",
-               "lstmnb/notebooks/report_page.html.j2"):
+               "lstmnb/datasets/era5_t2m_study_points.NOTICE.txt", "lstmnb/datasets/airline_passengers.csv"):
     if needed not in wheel:
         missing.append(f"wheel: {needed}")
 if missing:
@@ -31,10 +30,10 @@ print(f"wheel: {len(wheel)} files, sdist: {len(sdist)} files; both carry the {le
 PY
 python3 -m venv "$WORK/wheel-venv"
 pip_install "$WORK/wheel-venv/bin/python" "torch==2.13.0"
-pip_install "$WORK/wheel-venv/bin/python" "$(ls "$DIST"/*.whl)"
+pip_install "$WORK/wheel-venv/bin/python" "$(ls "$DIST"/*.whl)[site]"  # the site is the rendered report
 mkdir -p "$WORK/empty" && cd "$WORK/empty"
 # the installed package, not the checkout: no source folder on the path, and this folder is empty
 env -u PYTHONPATH "$WORK/wheel-venv/bin/python" -c "import lstmnb, sys; print('lstmnb from', lstmnb.__file__); sys.exit('site-packages' not in lstmnb.__file__)"
 env -u PYTHONPATH PATH="$WORK/wheel-venv/bin:$PATH" lstmnb quickstart --results "$WORK/empty/results"
-ls "$WORK/empty/runs"/*/*/index.html
+ls "$WORK/empty/runs"/*/*/site/index.html
 env -u PYTHONPATH PATH="$WORK/wheel-venv/bin:$PATH" lstmnb notebooks copy "$WORK/empty/my-notebooks"

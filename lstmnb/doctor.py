@@ -155,7 +155,8 @@ def package_checks() -> list[Check]:
     rows = []
     for module, what, status_if_missing in (("gcsfs", "reading ERA5 in the cloud (--source arco-v3)", ABSENT),
                                             ("papermill", "running the notebook series", MISSING),
-                                            ("nbconvert", "rendering the notebooks as HTML", MISSING)):
+                                            ("sphinx", 'the rendered report (the site: pip install "lstmnb[site]")',
+                                             ABSENT)):
         ok, detail = _version(module)
         if ok and module == "gcsfs":
             from .data.stores import gcsfs_path

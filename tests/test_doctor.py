@@ -27,7 +27,7 @@ def test_doctor_reports_this_machine_and_is_ready_for_the_cpu_profile(capsys):
         assert "`lstmnb notebooks run --profile colab-t4` refuses to start here" in t4 and "-p device auto" in t4
         assert main(["notebooks", "run", "--profile", "colab-t4", "--only", "02"]) == 2
         capsys.readouterr()
-    for name in ("gloo", "numba", "numba-cuda", "gcsfs", "papermill", "nbconvert"):
+    for name in ("gloo", "numba", "numba-cuda", "gcsfs", "papermill", "sphinx"):
         assert name in lines, name
     assert out.rstrip().endswith("ready")
 

@@ -129,5 +129,5 @@ def test_first_screen_of_one_machine_gpu_and_cpu_divides_its_own_runs():
 def test_replication_names_every_epoch_and_says_what_was_not_measured():
     rep = report.replication(None)
     assert list(rep.table.epoch) == [1, 2, 3, 4, 5] and (rep.table.verdict == "no rung-0 run here").all()
-    assert "CPU 46.4 s; rung 0 (the study's code) on this machine's CPU: not measured here" in rep.markdown
+    assert "CPU 46.42 s; rung 0 (the study's code) on this machine's CPU: not measured here" in rep.markdown  # as published
     assert "A40 4.34 s; rung 0 (the study's code) on this machine's GPU: not measured here" in rep.markdown

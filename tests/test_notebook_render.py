@@ -1,9 +1,10 @@
-"""The runner's HTML and series index: cells a report hides by tag stay out of the HTML (the Colab cell,
-the parameters and papermill's copy of them), and a notebook whose run records were all skipped is listed
-as skipped with the reason, never as ok."""
+"""The rendered report, the run folder's site: cells a report hides by tag stay out of it (the Colab cell, the
+parameters and papermill's copy of them), and a notebook whose run records were all skipped is listed as
+skipped with the reason, never as ok."""
 
 from __future__ import annotations
 
+import html
 import re
 
 import nbformat
@@ -12,17 +13,15 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 from test_report import run_record
 
 from lstmnb import notebooks, records
-from lstmnb.notebooks import render_html
-from lstmnb.notebooks.series import (
-    NotebookRun,
-    SeriesResult,
-    records_outcome,
-    run_ids,
-    write_index,
-)
+from lstmnb.notebooks.series import NotebookRun, SeriesResult, records_outcome, run_ids
 
 
-def _executed(tmp_path, parameters_hidden: bool):
+def _site_page(tmp_path, parameters_hidden: bool) -> str:
+    """A notebook's page in a site built from it (its stored outputs, not re-executed)."""
+    pytest.importorskip("sphinx")
+    pytest.importorskip("myst_nb")
+    from lstmnb.notebooks.site import build_site
+
     cells = [
         new_markdown_cell("# ANSWER_TITLE"),
         new_markdown_cell("Each rank's gradient $g_r = \\frac{N}{B}\\sum_{i} \\ell_i$ is averaged:\n\n"
@@ -34,36 +33,35 @@ def _executed(tmp_path, parameters_hidden: bool):
                       outputs=[new_output("stream", name="stdout", text="VISIBLE_OUTPUT\n")]),
         new_code_cell("SHOWN_CODE_MARKER = 4"),
     ]
-    path = tmp_path / f"nb_{parameters_hidden}.ipynb"
+    folder = tmp_path / f"run_{parameters_hidden}"
+    folder.mkdir()
+    path = folder / "02_model.ipynb"
     nbformat.write(new_notebook(cells=cells), path)
-    return render_html(path).read_text()
+    runs = [NotebookRun("02_model", "ok", 1.0, notebook=path)]
+    index = build_site(SeriesResult("ci", folder, folder / "results", runs))
+    return (index.parent / "02_model.html").read_text()
 
 
-def test_tagged_cells_stay_out_of_the_html(tmp_path):
-    page = _executed(tmp_path, parameters_hidden=True)
+@pytest.mark.slow
+def test_tagged_cells_stay_out_of_the_report_and_its_math_reads_offline(tmp_path):
+    """The site's page of a notebook leaves out what its tags hide; its equations are MathML (drawn by the
+    browser without MathJax from the web): the inline one inline, the displayed one as a block, no TeX left."""
+    page = _site_page(tmp_path, parameters_hidden=True)
     assert "ANSWER_TITLE" in page and "VISIBLE_OUTPUT" in page and "SHOWN_CODE_MARKER" in page
     for hidden in ("COLAB_MARKER", "PARAM_MARKER", "INJECTED_MARKER", "HIDDEN_CODE_MARKER"):
         assert hidden not in page, hidden
-    assert "overflow-x: auto" in page and "white-space: nowrap" in page  # wide tables scroll in their own box
-    # a parameters cell left visible keeps papermill's injected values visible too
-    page = _executed(tmp_path, parameters_hidden=False)
-    assert "PARAM_MARKER" in page and "INJECTED_MARKER" in page and "COLAB_MARKER" not in page
-
-
-def test_math_is_mathml_that_reads_offline(tmp_path):
-    """The equations of a markdown cell are MathML in the page (drawn by the browser without MathJax from
-    the web): the inline one inline, the displayed one as a block, no TeX left; bad TeX stays visible."""
-    from lstmnb.notebooks.mathml import renderer_class, to_mathml
-
-    page = _executed(tmp_path, parameters_hidden=True)
     assert page.count("<math") == 2 and page.count('display="block"') == 1 and page.count('display="inline"') == 1
     assert page.count("<mfrac>") == 2 and "<munderover>" in page and "<msub><mi>g</mi><mi>r</mi></msub>" in page
     assert "\\frac" not in page and "$g_r" not in page
-    assert not re.search(r"<script[^>]*src=", page)  # no MathJax, no require.js: nothing loaded from the web
-    assert "jp-RenderedHTMLCommon" in page and "ANSWER_TITLE" in page  # still nbconvert's lab page
-    # nbconvert with mistune 2 hands a multi-line block over with its delimiters
-    block = renderer_class()(escape=False).multiline_math("$$\na_t = W x_t\n$$")
-    assert block.startswith('<math') and 'display="block"' in block and "$" not in block
+    assert not re.search(r"<script[^>]*mathjax", page, re.IGNORECASE)
+    # a parameters cell left visible keeps papermill's injected values visible too
+    page = _site_page(tmp_path, parameters_hidden=False)
+    assert "PARAM_MARKER" in page and "INJECTED_MARKER" in page and "COLAB_MARKER" not in page
+
+
+def test_tex_that_cannot_be_read_stays_visible():
+    from lstmnb.notebooks.mathml import to_mathml
+
     assert to_mathml("x^") == "<code class=\"tex\">x^</code>"  # a superscript without its script
 
 
@@ -84,12 +82,14 @@ def test_a_notebook_whose_runs_were_all_skipped_is_skipped(tmp_path):
     runs = [NotebookRun("03_cpu_baseline", "ok", 9.0), NotebookRun("04_single_gpu", status, 4.0, reason=reason)]
     result = SeriesResult("ci", tmp_path, results, runs)
     assert result.ok and result.table().loc["04_single_gpu", "status"] == f"ran; its runs skipped ({reason})"
-    page = write_index(result).read_text()
-    assert "<td>04_single_gpu</td><td>ran; its runs skipped (no CUDA GPU visible on this machine)</td>" in page
-    assert "<td>03_cpu_baseline</td><td>ok</td>" in page
+    from lstmnb.notebooks.site import READING, _status_table
+
+    page = _status_table(result)  # the series' table under the report, on the site's front page
+    assert f"<td>04_single_gpu</td><td>{READING['04']}</td><td>ran; its runs skipped (no CUDA GPU visible on this " \
+           "machine)</td>" in page
+    assert "<td>03_cpu_baseline</td><td>training time on your CPU" in page and "</td><td>ok</td>" in page
     # the reading order: every notebook in series order with its question
-    order = page.split("<ol>")[1].split("</ol>")[0]
-    assert order.index("03_cpu_baseline") < order.index("04_single_gpu") and "training time on your CPU" in order
+    assert page.index("03_cpu_baseline") < page.index("04_single_gpu")
 
 
 def test_the_printed_summary_is_readable_at_100_columns(tmp_path, capsys):
@@ -99,30 +99,33 @@ def test_the_printed_summary_is_readable_at_100_columns(tmp_path, capsys):
     reason = ("no usable CUDA GPU on this machine (torch 2.13.0+cpu, CUDA build: none); the GPU notebooks ran "
               "their cells and recorded every GPU run as skipped with this reason, so the report shows them "
               "as skipped, never as a number")
-    runs = [NotebookRun("03_cpu_baseline", "ok", 9.0, html=tmp_path / "03_cpu_baseline.html"),
-            NotebookRun("04_single_gpu", "skipped", 4.0, html=tmp_path / "04_single_gpu.html", reason=reason)]
-    print_series(SeriesResult("ci", tmp_path / "a-long-run-folder-name" / "20260101-000000", tmp_path, runs))
+    runs = [NotebookRun("03_cpu_baseline", "ok", 9.0), NotebookRun("04_single_gpu", "skipped", 4.0, reason=reason)]
+    print_series(SeriesResult("ci", tmp_path / "a-long-run-folder-name" / "20260101-000000", tmp_path, runs,
+                              site_note="no site: sphinx not installed"))
     out = capsys.readouterr().out
     table = out.split("\nrun folder")[0]
     assert max(len(line) for line in table.splitlines()) <= 100, table
     assert "04_single_gpu runs skipped: no usable CUDA GPU" in out  # it ran; its runs were skipped
     assert " ".join(reason.split()) in " ".join(table.split())  # every word of it, wrapped
-    assert "04_single_gpu.html" in table and str(tmp_path) not in table  # the HTML by name; the folder below
+    assert str(tmp_path) not in table  # the folder below
+    assert "report      no site: sphinx not installed" in out  # no rendered report: said in one line
 
 
 @pytest.mark.slow
-def test_series_index_lists_a_skipped_gpu_notebook_as_skipped(tmp_path, monkeypatch):
+def test_the_report_lists_a_skipped_gpu_notebook_as_skipped(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the kernel sees no GPU: 04 skips on a GPU machine too
     result = notebooks.run_series("ci", only="04", runs_dir=tmp_path, echo=None, progress=False)
     (run,) = result.runs
     assert run.status == "skipped" and "no usable CUDA GPU" in run.reason and result.ok
-    assert f"<td>04_single_gpu</td><td>ran; its runs skipped ({run.reason}" in (result.run_dir / "index.html").read_text()
+    assert result.site == result.run_dir / "site" / "index.html" and not (result.run_dir / "index.html").exists()
+    assert f"<td>ran; its runs skipped ({html.escape(run.reason)}" in result.site.read_text()
+    assert not list(result.run_dir.glob("*.html"))  # the site is the one rendered report
 
 
 @pytest.mark.slow
 def test_figures_reach_the_report_when_the_environment_says_agg(tmp_path, monkeypatch):
     """MPLBACKEND=Agg (SLURM job scripts, headless servers) reaches the kernel; the runner still gets the
-    figure into the executed notebook and its HTML (before, every figure of the series was lost)."""
+    figure into the executed notebook and the report's page (before, every figure of the series was lost)."""
     from lstmnb.profiles import Profile
 
     monkeypatch.setenv("MPLBACKEND", "Agg")
@@ -137,7 +140,7 @@ def test_figures_reach_the_report_when_the_environment_says_agg(tmp_path, monkey
     run = result.runs[0]
     outputs = [o for c in nbformat.read(run.notebook, as_version=4).cells for o in c.get("outputs", [])]
     assert run.status == "ok" and [o["data"].keys() >= {"image/png"} for o in outputs if "data" in o] == [True]
-    assert run.html.read_text().count("data:image/png") >= 1
+    assert "<img" in (result.site.parent / "01_plot.html").read_text()
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ DataParallel record `skipped`; 05's DDP runs for real over gloo)."""
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 
 import nbformat
@@ -222,14 +223,16 @@ def test_ci_series_runs_every_notebook(ci_series):
     skipped = {r.name: r.reason for r in ci_series.runs if r.status == "skipped"}
     assert "04_single_gpu" in skipped and "no usable CUDA GPU" in skipped["04_single_gpu"]  # no GPU experiment ran
     assert "05_multi_gpu" not in skipped  # DDP ran on this CPU, as gloo ranks
-    index = (ci_series.run_dir / "index.html").read_text()
-    assert f"<td>04_single_gpu</td><td>ran; its runs skipped ({skipped['04_single_gpu']})</td>" in index
+    # the rendered report: the site, 06 its front page, every other notebook a page; no other HTML
+    assert ci_series.site == run_dir / "site" / "index.html"
+    index = ci_series.site.read_text()
+    assert f"<td>ran; its runs skipped ({html.escape(skipped['04_single_gpu'])})</td>" in index
     for r in ci_series.runs:
         assert r.status in ("ok", "skipped") and r.seconds > 0
         assert r.notebook == run_dir / f"{r.name}.ipynb" and r.notebook.exists()
-        assert r.html == run_dir / f"{r.name}.html" and r.html.stat().st_size > 10_000
-    assert ci_series.report == run_dir / "06_analysis.html"
-    assert (run_dir / "index.html").exists()
+        if not r.name.startswith("06"):
+            assert (run_dir / "site" / f"{r.name}.html").stat().st_size > 10_000
+    assert not list(run_dir.glob("*.html"))
     assert not list(run_dir.glob(".*running*"))
 
 
@@ -273,15 +276,13 @@ def test_ci_series_records(ci_series):
 def test_ci_series_tables_and_figures(ci_series):
     run_dir = ci_series.run_dir
     figures = {p.stem for p in (run_dir / "figures").glob("*.png")}
-    assert {"01_series", "01_cycles", "02_forecast_week", "03_epochs", "06_loss_curves", "06_seconds",
-            "06_speedup"} <= figures
+    assert {"01_series", "01_cycles", "02_forecast_week", "03_epochs", "06_loss_curves"} <= figures
     assert "06_first_screen" not in figures  # the ci profile runs no ladder: the first screen says how to get one
-    assert "06_samples_per_s" not in figures  # CPU only, nothing to compare per second of samples
     assert (run_dir / "01_subset.csv").stat().st_size > 1000
     (name,) = [p.name for p in (run_dir / "tables").glob("06_epochs_2020-01-01..2020-01-21*DataLoader*.csv")]
     table = (run_dir / "tables" / name).read_text().splitlines()
     assert table[0].startswith("epochs,CPU (") and [line.split(",")[0] for line in table[1:]] == ["1", "2"]
-    for name, n_images in (("01_data_access", 2), ("02_model", 1), ("03_cpu_baseline", 1), ("06_analysis", 3)):
+    for name, n_images in (("01_data_access", 2), ("02_model", 1), ("03_cpu_baseline", 1), ("06_analysis", 1)):
         assert images(run_dir / f"{name}.ipynb") >= n_images, name
     assert {"04_step_times", "05_ddp_scaling", "05_allreduce", "05_amdahl"} <= figures  # measured on this CPU
     assert images(run_dir / "04_single_gpu.ipynb") == 1 and images(run_dir / "05_multi_gpu.ipynb") == 3
@@ -297,7 +298,7 @@ def test_ci_series_tables_and_figures(ci_series):
     assert "Reference, not measured here" in output_text(run_dir / "04_single_gpu.ipynb")
     analysis = output_text(run_dir / "06_analysis.ipynb")
     assert "published" in analysis and "measured here" in analysis
-    assert "published" in (run_dir / "06_analysis.html").read_text()
+    assert "published" in (run_dir / "site" / "index.html").read_text()
 
 
 @pytest.mark.slow
@@ -317,7 +318,7 @@ def test_analysis_merges_records_of_two_machines(tmp_path):
     text = output_text(result.run_dir / "06_analysis.ipynb")
     assert "laptop.jsonl:2: skipped 1 broken record line" in text  # file and line named, good records kept
     assert "6 record(s) from 2 file(s)" in text
-    assert (result.run_dir / "figures" / "06_speedup.png").exists()
+    assert (result.run_dir / "tables" / "06_comparison.csv").exists()  # every source's rows, as the tables use them
 
 
 @pytest.mark.slow
@@ -328,9 +329,8 @@ def test_analysis_of_an_empty_results_folder_says_so(tmp_path):
                                   overrides={"results_paths": [str(empty)]})
     nb = result.run_dir / "06_analysis.ipynb"
     assert "**No run records found in" in output_text(nb)
-    # the first screen still answers, from the published figures alone
-    # no ladder records: no first-screen figure
-    assert {p.stem for p in (result.run_dir / "figures").glob("*.png")} == {"06_speedup"}
+    # no ladder records: no first-screen figure, and no other figure to draw
+    assert not list((result.run_dir / "figures").glob("*.png"))
 
 
 @pytest.mark.slow
@@ -354,7 +354,7 @@ def test_failing_notebook_stops_the_series_and_keeps_what_ran(tmp_path, capsys):
     assert len(err) == 1
     assert "notebook 02_model failed in cell" in err[0] and "ConfigError" in err[0] and "window=0" in err[0]
     (run_dir,) = (runs / "ci").iterdir()
-    assert (run_dir / "01_data_access.ipynb").exists() and (run_dir / "01_data_access.html").exists()
+    assert (run_dir / "01_data_access.ipynb").exists() and (run_dir / "site" / "01_data_access.html").exists()
     assert (run_dir / "02_model.ipynb").exists()  # the failed notebook, with its traceback
     assert not (run_dir / "06_analysis.ipynb").exists()
     assert "failed" in captured.out and "not run" in captured.out  # the summary table
@@ -369,7 +369,7 @@ def test_cell_timeout_names_the_cell(tmp_path):
     assert "notebook 03_cpu_baseline failed in cell " in message and "(In [" in message
     assert "CellTimeoutError" in message and "after 1 second" in message
     assert info.value.series.runs[0].status == "failed"
-    assert info.value.series.runs[0].notebook.exists() and info.value.series.runs[0].html.exists()
+    assert info.value.series.runs[0].notebook.exists() and info.value.series.site.exists()
 
 
 @pytest.mark.slow

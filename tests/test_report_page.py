@@ -79,7 +79,6 @@ def page(own, reference, published):
     rows = report.comparison_rows(own, reference, published)
     text, table = report.findings(own, published, reference)
     return {"rows": rows, "findings": text, "table": table,
-            "seconds": report.seconds_chart(rows, published), "speedup": report.speedup_chart(rows, published),
             "epochs": report.epochs_tables(rows, report.device_notes(published))}
 
 
@@ -98,7 +97,6 @@ def _cross_machine_ratios(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
 
 def test_no_text_divides_by_another_machines_cpu_without_naming_both(page):
     texts = [page["findings"]]
-    texts += list(page["speedup"].data["group"] + " " + page["speedup"].data["label"])
     texts += [" ".join(map(str, r)) for r in page["table"].reset_index().itertuples(index=False)]
     pieces = [p for t in texts for p in re.split(r"(?<=[;.])\s|\n", t)]
     checked = 0
@@ -110,13 +108,9 @@ def test_no_text_divides_by_another_machines_cpu_without_naming_both(page):
                 assert "own machine" not in piece, (ratio, piece)
                 checked += 1
     assert checked >= 1  # the published T4 over the study's CPU is said, with both machines
-    t4 = page["speedup"].data[page["speedup"].data["device"] == "T4"]  # the chart's bar, and the table's row
     t4_row = page["table"].loc[f"T4 · published{report.NOTE_MARK}"]
     assert t4_row["machine"] == "Google Colab"
     assert t4_row["x CPU: over"] == "the study's one CPU run, platform not stated"
-    # the group says which CPU
-    assert list(t4["same_machine"]) == [False] and "platform not stated" in t4["group"].iloc[0]
-    assert "Google Colab" in t4["group"].iloc[0]
 
 
 def test_the_t4_note_stands_with_the_t4_figures(page, own, reference, published):
@@ -125,7 +119,6 @@ def test_the_t4_note_stands_with_the_t4_figures(page, own, reference, published)
     assert "CPU-like" in note
     assert "T4" in published["era5_lstm_gpu_benchmark"]["notes"]  # the shared file's own word on it
     assert note in page["findings"] and f"T4 · published{report.NOTE_MARK}" in page["table"].index
-    assert note in page["seconds"].notes and note in page["speedup"].notes
     tables = {title: (table, notes) for title, table, notes in page["epochs"]}
     published_dl = tables["published problem, published setting, DataLoader path: training seconds"]
     assert f"T4 · published{report.NOTE_MARK}" in published_dl[0].columns and note in published_dl[1]
@@ -179,11 +172,9 @@ def test_reference_means_the_shipped_records_only(page, own, reference, publishe
         texts += [title, *t.columns]
     prov = report.provenance_table(own, reference, published)
     texts += list(prov.columns) + list(prov.index) + [str(v) for v in prov.to_numpy().ravel()]
-    figures = [report.plot_seconds(page["seconds"]),
-               report.plot_speedup(page["speedup"]), report.plot_samples_per_s(report.samples_chart(page["rows"]))]
-    for fig in figures:
-        texts += _figure_texts(fig)
-        plt.close(fig)
+    screen = report.first_screen(own, reference, published)
+    texts += [screen.markdown, *_figure_texts(screen.figure)]
+    plt.close(screen.figure)
     bad = [b for t in texts for b in _reference_uses(str(t))]
     assert not bad, bad
     assert any("reference records" in t for t in texts)  # the word is there, with its one meaning
@@ -209,9 +200,8 @@ def test_one_figure_reads_the_same_everywhere(page):
     tables = {title: t for title, t, _ in page["epochs"]}
     loader = tables["published problem, published setting, DataLoader path: training seconds"]
     assert loader.loc[15, "CPU · laptop"] == "135" and loader.loc[5, "CPU · laptop"] == "45"
-    chart = page["seconds"].data
-    point = chart[(chart["column"] == "CPU · laptop") & (chart["setting"] == report.LIKE_FOR_LIKE)
-                  & (chart["epochs"] == 15)]
+    rows = page["rows"]
+    point = rows[(rows["column"] == "CPU · laptop") & (rows["setting"] == report.LIKE_FOR_LIKE) & (rows["epochs"] == 15)]
     assert point["seconds"].tolist() == pytest.approx([135.0])
     assert report.MEDIAN_RULE.startswith("Every time, samples/s and RMSE shown for a device is the median")
 

@@ -53,7 +53,7 @@ def test_train_and_doctor_leak_no_secret(secret_env, tmp_path):
 
 @pytest.mark.slow
 def test_notebook_run_leaks_no_secret(secret_env, tmp_path):
-    """The notebook that trains and records (02), executed with the ci profile: its notebook, HTML,
+    """The notebook that trains and records (02), executed with the ci profile: its notebook, the site,
     figures, records and the runner's output hold no canary."""
     env, canaries = secret_env
     runs = tmp_path / "runs"

@@ -33,7 +33,8 @@ def add_notebooks(sub, full: bool) -> None:
     run.add_argument("--runs-dir", default="runs", help="where run folders go (default: ./runs)")
     run.add_argument("--notebooks", default=None, help="notebook folder (default: the series lstmnb carries: "
                                                               "a checkout's notebooks/, else the installed copy)")
-    run.add_argument("--no-html", dest="html", action="store_false", help="do not render HTML")
+    run.add_argument("--no-html", dest="html", action="store_false",
+                     help="do not build the rendered report (the run folder's site)")
     run.add_argument("--no-progress", dest="progress", action="store_false", help="no per-cell progress bar")
     run.set_defaults(func=_run_notebooks, check=_check_notebooks_run)
     lst = nsub.add_parser("list", help="show the notebooks (with their parameters) and the profiles")
@@ -73,8 +74,8 @@ def _check_notebooks_run(args) -> None:
 
 
 def print_series(result, width: int = 100) -> None:
-    """The series' outcome, readable at ``width`` columns: one short row per notebook (its HTML by name:
-    the run folder is printed below), then each skipped or failed notebook's reason wrapped beneath."""
+    """The series' outcome, readable at ``width`` columns: one short row per notebook, then each skipped or
+    failed notebook's reason wrapped beneath, the run folder and the rendered report (its site) or why none."""
     import textwrap
 
     import pandas as pd
@@ -82,8 +83,8 @@ def print_series(result, width: int = 100) -> None:
     from ..report import format_table
 
     table = pd.DataFrame([{"notebook": r.name, "status": r.label,
-                           "seconds": round(r.seconds, 1) if r.seconds is not None else None,
-                           "html": r.html.name if r.html else ""} for r in result.runs]).set_index("notebook")
+                           "seconds": round(r.seconds, 1) if r.seconds is not None else None}
+                          for r in result.runs]).set_index("notebook")
     print()
     print(format_table(table, floatfmt="{:,.1f}"))
     for r in result.runs:
@@ -92,12 +93,10 @@ def print_series(result, width: int = 100) -> None:
             print(textwrap.fill(f"{r.name} {r.label}: {why}", width, subsequent_indent="    "))
     print(f"\nrun folder  {result.run_dir}")
     print(f"records     {result.results}")
-    if result.report:
-        print(f"report      {result.report}")
     if result.site:
-        print(f"site        {result.site}  (the report first, every notebook a page, search)")
+        print(f"report      {result.site}  (06 first, every notebook a page, search)")
     elif result.site_note:
-        print(f"site        {result.site_note}")
+        print(f"report      {result.site_note}")
 
 
 def _run_notebooks(args) -> int:
@@ -108,7 +107,7 @@ def _run_notebooks(args) -> int:
         result = run_series(args.profile, overrides=_overrides(args.parameters), only=args.only,
                             runs_dir=args.runs_dir, notebooks=args.notebooks, kernel=args.kernel,
                             cell_timeout_s=args.timeout, html=args.html, progress=args.progress)
-    except NotebookError as exc:
+    except (NotebookError, KeyboardInterrupt) as exc:
         if getattr(exc, "series", None) is not None:
             print_series(exc.series)
         raise

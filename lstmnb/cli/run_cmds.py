@@ -269,7 +269,7 @@ def _run_quickstart(args) -> int:
     print(f"\n== 2/2  the notebook series, profile {args.profile}")
     series = run_series(args.profile, runs_dir=args.runs_dir)
     print_series(series)
-    print(f"\nopen the report: {series.site or series.report}")
+    print(f"\nopen the report: {series.site}" if series.site else f"\n{series.site_note}")
     return 0
 
 

@@ -1,11 +1,10 @@
 """The notebook series: ``runner`` executes the numbered notebooks through papermill with a device
-profile (``lstmnb.profiles``), ``render`` turns each into HTML (without the cells its tags hide),
-``series`` says what happened to each notebook and writes the index; ``steps`` holds what the notebooks
-call, tested here so the notebooks stay thin. See docs/architecture.md."""
+profile (``lstmnb.profiles``), ``series`` says what happened to each notebook, ``site`` renders the run
+folder as the report (06 its front page); ``steps`` holds what the notebooks call, tested here so the
+notebooks stay thin. See docs/architecture.md."""
 
 from ..doctor import installed_kernels
 from .params import parse_value
-from .render import render_html
 from .runner import (INJECTED, NOTEBOOKS_ENV, check_kernel, check_series, find_notebooks, listing,
                      notebook_parameters, notebooks_dir, plan_parameters, run_series, select_notebooks)
 from .series import NotebookRun, SeriesResult
@@ -13,5 +12,5 @@ from .series import NotebookRun, SeriesResult
 __all__ = [
     "INJECTED", "NOTEBOOKS_ENV", "NotebookRun", "SeriesResult", "check_kernel", "check_series", "find_notebooks",
     "installed_kernels", "listing", "notebook_parameters", "notebooks_dir", "parse_value", "plan_parameters",
-    "render_html", "run_series", "select_notebooks",
+    "run_series", "select_notebooks",
 ]

@@ -22,8 +22,7 @@ from ..profiles import Profile, load_profile, profile_names
 from .params import check_dates_per_notebook, check_values, default_value
 from .folder import shipped_folder
 from .kernel_loop import settle_kernel_client, stop_kernels
-from .render import render_html
-from .series import NotebookRun, SeriesResult, records_outcome, run_ids, write_index
+from .series import NotebookRun, SeriesResult, records_outcome, run_ids
 
 NOTEBOOKS_ENV = "LSTMNB_NOTEBOOKS"
 # parameters the runner fills in itself (a notebook may declare them; a profile or -p may still set them)
@@ -265,10 +264,11 @@ def run_series(
     progress: bool = True,
     echo: Callable[[str], None] | None = print,
 ) -> SeriesResult:
-    """Execute the selected notebooks with ``profile``'s parameters (``overrides`` win) and render them.
+    """Execute the selected notebooks with ``profile``'s parameters (``overrides`` win) and build the rendered
+    report, the run folder's site (``html``).
 
     Raises ``NotebookError`` for bad input before any kernel starts, and when a notebook fails (after
-    writing its executed copy and HTML; the result of the earlier notebooks stays in the run folder).
+    writing its executed copy and the site; the result of the earlier notebooks stays in the run folder).
     """
     import papermill
 
@@ -306,11 +306,12 @@ def run_series(
                 execution_timeout=timeout, cwd=None, log_output=False, config=kernel_config(),
                 extra_arguments=KERNEL_ARGUMENTS,
             )
-        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM from the CLI (a SLURM time limit): keep what ran
+        except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM from the CLI (a SLURM time limit): keep what ran
             _keep(partial, out)
             entry.status, entry.notebook = "interrupted", out if out.exists() else None
             entry.seconds = time.perf_counter() - t0
-            write_index(result)  # no HTML: a job at its time limit has seconds left
+            result.site_note = "no site: the series was interrupted (a job at its time limit has seconds left)"
+            stop.series = result  # the summary so far, for the caller to show
             settle_kernel_client()
             stop_kernels()
             raise
@@ -319,11 +320,6 @@ def run_series(
         entry.seconds = time.perf_counter() - t0
         _keep(partial, out)
         entry.notebook = out if out.exists() else None
-        if html and entry.notebook is not None:
-            try:
-                entry.html = render_html(out)
-            except Exception as exc:  # rendering must not hide the notebook's own outcome
-                say(f"    (HTML rendering of {out.name} failed: {type(exc).__name__}: {exc})")
         if failure is not None:
             entry.status = "failed"
             entry.error = _describe_failure(failure, out)
@@ -343,10 +339,11 @@ def run_series(
 
 
 def finish(result: SeriesResult, html: bool, say: Callable[[str], None]) -> None:
-    """The run folder's ``index.html`` and, with HTML and the ``site`` extra, its site (``site/``); a site
-    that cannot be built is said in one line and recorded in ``result.site_note``, never a failed series."""
-    write_index(result)
+    """The rendered report: the run folder's site (``site/``, 06 its front page). A site that cannot be built
+    (the ``site`` extra missing, a failed build) is said in one line and kept in ``result.site_note``, never a
+    failed series and never replaced by other pages."""
     if not html:
+        result.site_note = "no site: not asked for (--no-html)"
         return
     from .site import build_site, site_missing
 

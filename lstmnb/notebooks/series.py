@@ -1,19 +1,16 @@
-"""What happened to each notebook of a series run, and the run folder's ``index.html``.
+"""What happened to each notebook of a series run.
 
 A notebook that ran to the end is ``ok``, unless every run record it wrote was skipped (04 on a machine
-without a GPU): then it is ``skipped`` with the records' reasons, so the index never lists a notebook as
+without a GPU): then it is ``skipped`` with the records' reasons, so the report never lists a notebook as
 ``ok`` whose runs measured nothing, and says "ran; its runs skipped" (04 still teaches its step-time lesson
 on the CPU), never that the notebook itself did not run.
 """
 
 from __future__ import annotations
 
-import html
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-
-from ..paths import atomic_path
 
 
 @dataclass
@@ -24,7 +21,6 @@ class NotebookRun:
     status: str = "not run"  # ok | skipped | failed | interrupted | not run
     seconds: float | None = None
     notebook: Path | None = None
-    html: Path | None = None
     error: str | None = None
     reason: str | None = None  # why a skipped notebook measured nothing (its records' reasons)
 
@@ -35,7 +31,7 @@ class NotebookRun:
 
     @property
     def summary(self) -> str:
-        """The status as the index shows it: 'ran; its runs skipped (no usable CUDA GPU ...)'."""
+        """The status as the report's site shows it: 'ran; its runs skipped (no usable CUDA GPU ...)'."""
         if self.status == "skipped":
             return f"ran; its runs skipped ({self.reason})" if self.reason else "ran; its runs skipped"
         return self.status
@@ -49,27 +45,20 @@ class SeriesResult:
     run_dir: Path
     results: Path
     runs: list[NotebookRun]
-    site: Path | None = None  # the site's index.html (lstmnb.notebooks.site), when one was built
-    site_note: str | None = None  # why there is no site
+    site: Path | None = None  # the rendered report: the site's front page (lstmnb.notebooks.site), when built
+    site_note: str | None = None  # why there is no site, in one line
 
     @property
     def ok(self) -> bool:
         """Every notebook ran to its end (a notebook whose runs were all skipped did)."""
         return all(r.status in ("ok", "skipped") for r in self.runs)
 
-    @property
-    def report(self) -> Path | None:
-        """The HTML of the analysis notebook (06), else the last HTML written."""
-        htmls = [r.html for r in self.runs if r.html]
-        analysis = [h for h in htmls if h.stem.startswith("06")]
-        return (analysis or htmls or [None])[-1]
-
     def table(self):
         import pandas as pd
 
         return pd.DataFrame([{"notebook": r.name, "status": r.summary,
-                              "seconds": round(r.seconds, 1) if r.seconds is not None else None,
-                              "html": str(r.html) if r.html else ""} for r in self.runs]).set_index("notebook")
+                              "seconds": round(r.seconds, 1) if r.seconds is not None else None}
+                             for r in self.runs]).set_index("notebook")
 
 
 def _read(results: Path) -> list[dict]:
@@ -95,50 +84,3 @@ def records_outcome(results: Path, before: set[str]) -> tuple[str, str | None]:
         return "ok", None
     reasons = list(dict.fromkeys(str(r.get("reason") or "no reason given") for r in new))
     return "skipped", "; ".join(reasons)
-
-
-# the reading order the index gives: each notebook's question, by its number
-READING = {
-    "01": "the data: the study's ERA5 at its two points",
-    "02": "the model and its training, against persistence and climatology",
-    "03": "training time on your CPU with the study's setting, beside the study's CPU (and its losses)",
-    "04": "one GPU: the same training, eager and as a CUDA graph, batch and problem size",
-    "05": "data parallelism from first principles, run for real: the whole program, a ring all-reduce "
-          "by hand, DDP, scaling and Amdahl's law",
-    "06": "the answer: how much faster a GPU is, what that rests on, every device side by side",
-    "07": "the LSTM from its equations, and where parallel speed comes from",
-    "08": "a whole area: neighbours, memory, sharding over ranks",
-}
-
-
-def _reading_order(result: SeriesResult) -> str:
-    """An ordered list: every notebook of the run with its question and link; 06 marked as the answer."""
-    items = []
-    for r in result.runs:
-        what = READING.get(r.name[:2])
-        name = (f"<a href={html.escape(r.html.name)!r}>{html.escape(r.name)}</a>" if r.html else html.escape(r.name))
-        items.append(f"<li>{name}{': ' + html.escape(what) if what else ''}"
-                     f"{' <b>(the answer: start here for the result)</b>' if r.name.startswith('06') else ''}</li>")
-    return ("<h2>Reading order</h2><p>Read the notebooks in this order; each ends with what it showed and "
-            f"points to the next.</p><ol>{''.join(items)}</ol>") if items else ""
-
-
-def write_index(result: SeriesResult) -> Path:
-    """``index.html`` in the run folder: the reading order (each notebook's question, linked), then a table
-    with each notebook's status, seconds and HTML."""
-    rows = "".join(
-        f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(r.summary)}</td>"
-        f"<td>{'' if r.seconds is None else f'{r.seconds:.1f}'}</td>"
-        f"<td>{f'<a href={html.escape(r.html.name)!r}>{html.escape(r.html.name)}</a>' if r.html else ''}</td>"
-        f"<td>{html.escape(r.error or '')}</td></tr>"
-        for r in result.runs
-    )
-    page = (f"<!doctype html><meta charset='utf-8'><title>lstmnb {result.profile}</title>"
-            f"<h1>lstmnb notebook series, profile {html.escape(result.profile)}</h1>"
-            f"<p>results: {html.escape(str(result.results))}</p>{_reading_order(result)}<h2>Runs</h2>"
-            f"<table border=1 cellpadding=4><tr><th>notebook</th><th>status</th><th>seconds</th><th>HTML</th>"
-            f"<th>error</th></tr>{rows}</table>")
-    target = result.run_dir / "index.html"
-    with atomic_path(target, suffix=".html") as tmp:
-        tmp.write_text(page, encoding="utf-8")
-    return target

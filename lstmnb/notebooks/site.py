@@ -1,12 +1,14 @@
-"""A run folder as a navigable site: the report (06) is its front page (``<run folder>/site/index.html``, the
-first screen on top), every other executed notebook a page listed under it, a table of contents and search,
-notebooks whose recorded runs were skipped marked, readable from ``file://``.
+"""The rendered report: a run folder as a navigable site, the report (06) its front page
+(``<run folder>/site/index.html``, the first screen on top), every other executed notebook a page listed under
+it with its question and status, a table of contents and search, readable from ``file://`` (math as MathML,
+``mathml``). There is no other rendered page: a run without a site says why in one line.
 
-Built by Sphinx with myst-nb (which reads the executed notebooks as they are, without running them, and
-honours the ``remove-cell``/``remove-input`` tags the HTML rendering uses) and sphinx-book-theme, the
-theme of the field's Jupyter Book cookbooks: Python packages with their web assets prebuilt, so no
-Node.js is needed at run time. They are the optional ``site`` extra (``pip install "lstmnb[site]"``);
-without them the series runs as before and the run says why there is no site.
+Built by Sphinx with myst-nb (which reads the executed notebooks as they are, without running them) and
+sphinx-book-theme, the theme of the field's Jupyter Book cookbooks: Python packages with their web assets
+prebuilt, so no Node.js is needed at run time. Cells tagged ``remove-cell`` are left out (the Colab install
+cell, a parameters cell; papermill's injected parameters follow their cell), cells tagged ``remove-input``
+show their output only, so a page can open on its answer. They are the optional ``site`` extra
+(``pip install "lstmnb[site]"``).
 """
 
 from __future__ import annotations
@@ -19,11 +21,24 @@ from pathlib import Path
 
 from ..paths import atomic_path
 from . import mathml
-from .render import follow_parameters
 from .series import SeriesResult
 
 SITE_PACKAGES = ("sphinx", "myst_nb", "sphinx_book_theme")
 REPORT_PREFIX = "06"  # the analysis notebook: the site's first entry
+REMOVE_CELL = "remove-cell"
+
+# the reading order: each notebook's question, by its number, in the series' table under the report
+READING = {
+    "01": "the data: the study's ERA5 at its two points",
+    "02": "the model and its training, against persistence and climatology",
+    "03": "training time on your CPU with the study's setting, beside the study's CPU (and its losses)",
+    "04": "one GPU: the same training, eager and as a CUDA graph, batch and problem size",
+    "05": "data parallelism from first principles, run for real: the whole program, a ring all-reduce "
+          "by hand, DDP, scaling and Amdahl's law",
+    "06": "the answer: how much faster a GPU is, what that rests on, every device side by side",
+    "07": "the LSTM from its equations, and where parallel speed comes from",
+    "08": "a whole area: neighbours, memory, sharding over ranks",
+}
 
 
 # every output table fits the page: a wide one scrolls sideways in its own box, its headers on one line
@@ -78,11 +93,13 @@ def _title(run) -> str:
 
 
 def _status_table(result: SeriesResult) -> str:
+    """The series in reading order: each notebook, its question, its status and seconds."""
     rows = "".join(
-        f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(r.summary)}</td>"
-        f"<td>{'' if r.seconds is None else f'{r.seconds:.1f}'}</td></tr>" for r in result.runs)
-    return (f"<table class='table'><thead><tr><th>notebook</th><th>status</th><th>seconds</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>")
+        f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(READING.get(r.name[:2], ''))}</td>"
+        f"<td>{html.escape(r.summary)}</td><td>{'' if r.seconds is None else f'{r.seconds:.1f}'}</td></tr>"
+        for r in result.runs)
+    return (f"<table class='table'><thead><tr><th>notebook</th><th>its question</th><th>status</th>"
+            f"<th>seconds</th></tr></thead><tbody>{rows}</tbody></table>")
 
 
 def _contents(result: SeriesResult, rest: list) -> str:
@@ -90,8 +107,9 @@ def _contents(result: SeriesResult, rest: list) -> str:
     entries = "\n".join(f"{_title(r)} <{r.name}>" for r in rest)
     toctree = f"```{{toctree}}\n:caption: Notebooks\n:maxdepth: 1\n\n{entries}\n```\n" if rest else ""
     return "\n".join([f"## The notebook series (profile {result.profile})", "",
-                      f"Run folder `{result.run_dir}`; records in `{result.results}`. Every notebook of the series as "
-                      "it ran; a notebook whose recorded runs were all skipped says why.", "",
+                      f"Run folder `{result.run_dir}`; records in `{result.results}`. Every notebook of the series "
+                      "in reading order, as it ran; each ends with what it showed and points to the next; a notebook "
+                      "whose recorded runs were all skipped says why.", "",
                       "```{raw} html", _status_table(result), "```", "", toctree])
 
 
@@ -100,8 +118,20 @@ def _index(result: SeriesResult, rest: list) -> str:
     return f"# lstmnb notebook series, profile {result.profile}\n\n" + _contents(result, rest)
 
 
+def follow_parameters(nb) -> None:
+    """Tag papermill's ``injected-parameters`` cell ``remove-cell`` when the ``parameters`` cell is: the
+    values a hidden parameters cell received stay hidden with it."""
+    def tags(cell) -> list[str]:
+        return list(cell.get("metadata", {}).get("tags", []))
+
+    if any("parameters" in tags(c) and REMOVE_CELL in tags(c) for c in nb.cells):
+        for cell in nb.cells:
+            if "injected-parameters" in tags(cell) and REMOVE_CELL not in tags(cell):
+                cell.setdefault("metadata", {}).setdefault("tags", []).append(REMOVE_CELL)
+
+
 def _page(run, source: Path, target: Path, contents: str | None = None) -> None:
-    """The executed notebook as a page: parameters hidden as in the HTML; on top, a note where its recorded runs
+    """The executed notebook as a page, its hidden parameters' values hidden too; on top, a note where its recorded runs
     were all skipped, a warning where it failed."""
     import nbformat
 

@@ -1,9 +1,8 @@
 """The comparison across machines, under the one median rule of ``repeats``: every finished single-device
 training run of every source (the user's records, lstmnb's reference records, the published table) as one row per
 device column x setting x problem x epochs (``comparison_rows``, ``MEDIAN_RULE``); each device's speedup over a
-CPU (its own machine's, or for a published GPU the study's one CPU run); what one knob (CUDA graphs) changes where
-runs differ in it alone; and the study's own published comparison (``published_comparison``: ranked per epochs
-count, its flagged devices named and left out).
+CPU (its own machine's, or for a published GPU the study's one CPU run); and the study's own published comparison
+(``published_comparison``: ranked per epochs count, its flagged devices named and left out).
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ from .published import (
     SOURCES,
     column_label,
     device_notes,
-    load_published,
     published_epochs_table,
     with_columns,
 )
@@ -51,12 +49,6 @@ MEDIAN_RULE = ("Every time, samples/s and RMSE shown for a device is the median 
                "(batch-sweep, time-to-accuracy and multi-GPU runs have sections of their own), so the same "
                "figure reads the same everywhere on this page; one whose runs differ by more than "
                f"{REPEATS_DISAGREE:.0%} or ran beside busy processes is a rough figure, as in 03's run table.")
-
-
-def _busy(row: pd.Series) -> str | None:
-    """Why a run's time may be slowed by other processes (its record's ``threads`` section), or None."""
-    threads = {k: row.get(f"threads.{k}") for k in ("busy_cores", "used", "default", "cores")}
-    return busy_while_running({"threads": {k: v for k, v in threads.items() if present(v)}})
 
 
 def _points(row: pd.Series) -> int | None:
@@ -85,17 +77,16 @@ def _loader_knobs(row: pd.Series) -> dict[str, bool]:
             "persistent_workers": (True if not present(kept) else bool(kept)) and has_workers}
 
 
-def compared_runs(df: pd.DataFrame | None, source: str = MEASURED, *, stopped_early: bool = False) -> pd.DataFrame:
+def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFrame:
     """The runs of one source that enter the comparison, one row each: finished single-device training
     runs outside the batch sweep, speed and parallel experiments; not stopped early (their seconds are not
-    the epochs asked for) unless ``stopped_early`` (skill: their forecasts are as real)."""
+    the epochs asked for)."""
     if df is None or df.empty or "timing.train_s" not in df or "config.epochs" not in df:
         return pd.DataFrame()
     exp = column(df, "experiment").fillna("").astype(str)
     keep = (column(df, "status") == "ok") & column(df, "config.strategy", "single").fillna("single").eq("single")
     keep &= ~exp.isin(NOT_COMPARED) & ~exp.str.startswith(NOT_COMPARED_PREFIXES)
-    if not stopped_early:
-        keep &= ~column(df, "metrics.stopped_early").eq(True)
+    keep &= ~column(df, "metrics.stopped_early").eq(True)
     keep &= column(df, "timing.train_s").notna() & column(df, "config.epochs").notna()
     if not keep.any():
         return pd.DataFrame()
@@ -116,7 +107,9 @@ def compared_runs(df: pd.DataFrame | None, source: str = MEASURED, *, stopped_ea
         rows.append({
             "source": source, "column": r["column"], "device": r["device_label"], "machine": r["machine"],
             "setting": setting, "problem": label, "epochs": int(r["config.epochs"]),
-            "seconds": r["timing.train_s"], "samples_per_s": r.get("timing.samples_per_s"), "busy": _busy(r),
+            "seconds": r["timing.train_s"], "samples_per_s": r.get("timing.samples_per_s"), "busy": busy_while_running(
+                {"threads": {k: r.get(f"threads.{k}") for k in ("busy_cores", "used", "default", "cores")
+                             if present(r.get(f"threads.{k}"))}}),
             "train_samples": r.get("data.sizes.train"), "test_rmse_k": r.get("metrics.test_rmse_k"),
             "persistence_rmse_k": r.get("metrics.persistence_rmse_k"),
             "climatology_rmse_k": r.get("metrics.climatology_rmse_k"), "experiment": r.get("experiment"),
@@ -146,33 +139,20 @@ def comparison_rows(records: pd.DataFrame | None = None, reference: pd.DataFrame
         first = groups[["device", "machine", "like_for_like", *KNOBS]].first()
         rough = groups[["seconds", "busy"]].apply(lambda g: unsure_why(g["seconds"], g["busy"])).rename("rough")
         parts.append(agg.join(first).assign(runs=groups.size()).join(rough).reset_index())
-    if published is not None:
-        parts.append(published_rows(published))
+    if published is not None:  # the published epochs x devices table, like for like, seconds only
+        table = published_epochs_table(published)
+        machines = ((published["era5_lstm_gpu_benchmark"].get("provenance") or {}).get("machine")) or {}
+        parts.append(pd.DataFrame([
+            {"source": PUBLISHED, "column": column_label(PUBLISHED, device), "setting": LIKE_FOR_LIKE,
+             "problem": PUBLISHED_PROBLEM_LABEL, "epochs": int(epochs), "seconds": float(seconds), "device": device,
+             "machine": machines.get(device, "not stated"), "like_for_like": True, "input_path": "dataloader",
+             "num_workers": PUBLISHED_WORKERS, **PUBLISHED_SETTING}
+            for device in table.columns for epochs, seconds in table[device].dropna().items()]))
     if not parts:
         return pd.DataFrame()
     rows = pd.concat(parts, ignore_index=True).reindex(columns=ROW_COLUMNS)  # the same columns from any source
-    return sort_rows(rows)
-
-
-def published_rows(published: dict[str, Any] | None = None) -> pd.DataFrame:
-    """The published epochs x devices table as comparison rows (like for like; seconds only)."""
-    published = published or load_published()
-    table = published_epochs_table(published)
-    machines = ((published["era5_lstm_gpu_benchmark"].get("provenance") or {}).get("machine")) or {}
-    rows = []
-    for device in table.columns:
-        for epochs, seconds in table[device].dropna().items():
-            rows.append({"source": PUBLISHED, "column": column_label(PUBLISHED, device), "setting": LIKE_FOR_LIKE,
-                         "problem": PUBLISHED_PROBLEM_LABEL, "epochs": int(epochs), "seconds": float(seconds),
-                         "device": device, "machine": machines.get(device, "not stated"), "like_for_like": True,
-                         "input_path": "dataloader",
-                         "num_workers": PUBLISHED_WORKERS, **PUBLISHED_SETTING})
-    return pd.DataFrame(rows)
-
-
-def sort_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """Rows in reading order: the published problem first, like for like first, devices in the
-    published column order, sources measured, reference, published."""
+    # reading order: the published problem first, like for like first, devices in the published column order,
+    # sources measured, reference, published
     rank = {d: i for i, d in enumerate(order_devices(rows["device"]))}
     key = pd.DataFrame({
         "problem": rows["problem"] != PUBLISHED_PROBLEM_LABEL, "problem_name": rows["problem"],
@@ -180,8 +160,7 @@ def sort_rows(rows: pd.DataFrame) -> pd.DataFrame:
         "device": rows["device"].map(rank), "source": rows["source"].map({s: i for i, s in enumerate(SOURCES)}),
         "column": rows["column"], "epochs": rows["epochs"],
     })
-    order = key.sort_values(list(key.columns)).index
-    return rows.loc[order].reset_index(drop=True)
+    return rows.loc[key.sort_values(list(key.columns)).index].reset_index(drop=True)
 
 
 def comparison_epochs(rows: pd.DataFrame, problem: str = PUBLISHED_PROBLEM_LABEL) -> int | None:
@@ -256,27 +235,6 @@ def own_cpu_speedups(rows: pd.DataFrame, problem: str | None = None, epochs: int
     return table.reindex(columns=SPEEDUP_COLUMNS)
 
 
-def knob_effects(rows: pd.DataFrame, knob: str = "cuda_graph", ignore: tuple[str, ...] = ("amp",)) -> pd.DataFrame:
-    """Where a device column has runs that differ only in ``knob`` (and the ``ignore``d knobs), at the
-    same problem and epochs: the fastest seconds without and with it, and the ratio."""
-    if rows.empty or knob not in rows:
-        return pd.DataFrame()
-    same = [k for k in KNOBS if k != knob and k not in ignore and k in rows]
-    keys = ["source", "column", "problem", "epochs", *same]
-    out = []
-    for _, g in rows.dropna(subset=["seconds"]).groupby(keys, sort=False, dropna=False):
-        flag = g[knob].eq(True)
-        if flag.all() or not flag.any():
-            continue
-        off, on = g[~flag].loc[g[~flag]["seconds"].idxmin()], g[flag].loc[g[flag]["seconds"].idxmin()]
-        out.append({"column": off["column"], "device": off["device"], "problem": off["problem"],
-                    "epochs": off["epochs"], "without": off["setting"], "with": on["setting"],
-                    "same otherwise": all(off.get(k) == on.get(k) for k in ignore),
-                    "seconds without": off["seconds"], "seconds with": on["seconds"],
-                    "x faster": off["seconds"] / on["seconds"]})
-    return pd.DataFrame(out)
-
-
 # --- the study's own comparison, as it published it ---------------------------------------------------------
 
 TIED_WITHIN = 0.10
@@ -294,21 +252,6 @@ class PublishedComparison:
     epochs: int | None
 
 
-def flagged_devices(published: dict[str, Any] | None = None) -> list[str]:
-    """The published devices whose figures are flagged (``provenance.flagged``): named, never ranked."""
-    pub = (published or load_published())["era5_lstm_gpu_benchmark"]
-    return list(((pub.get("provenance") or {}).get("flagged")) or [])
-
-
-def headline_epochs(published: dict[str, Any], records: pd.DataFrame | None = None) -> tuple[int, bool]:
-    """The longest epochs count both the study and the ``records``' runs of the published setting and problem
-    have (like for like), and True; the study's longest and False where the records have none in common."""
-    study = set(published_epochs_table(published).index)
-    rows = comparison_rows(records) if records is not None and not records.empty else pd.DataFrame()
-    mine = set(rows.loc[rows["like_for_like"].astype(bool), "epochs"]) if not rows.empty else set()
-    return int(max(study & mine or study)), bool(study & mine)
-
-
 def _ranked_text(table: pd.DataFrame, epochs: int) -> str:
     at = table[table["epochs"] == epochs]
     ranked = at[at["rank"].map(lambda r: isinstance(r, int))]
@@ -323,12 +266,17 @@ def _ranked_text(table: pd.DataFrame, epochs: int) -> str:
 def published_comparison(published: dict[str, Any] | None, records: pd.DataFrame | None = None) -> PublishedComparison:
     """The study's published table as the study's comparison, per epochs count (5, 10, 15): the devices ranked
     fastest first, each GPU's ratio over the study's one CPU run (platform not stated), the flagged devices
-    (``flagged_devices``) left out of the ranking and named with their notes; never tied on a flagged figure."""
+    (``provenance.flagged``) left out of the ranking and named with their notes; never tied on a flagged figure."""
     if published is None:
         return PublishedComparison("", pd.DataFrame(), None)
     table = published_epochs_table(published)
-    flagged, notes = flagged_devices(published), device_notes(published)
-    epochs, shared = headline_epochs(published, records)
+    flagged = list(((published["era5_lstm_gpu_benchmark"].get("provenance") or {}).get("flagged")) or [])
+    notes = device_notes(published)
+    # the headline: the longest count both the study and the records' like-for-like runs have, else the study's
+    ours = comparison_rows(records) if records is not None and not records.empty else pd.DataFrame()
+    mine = set(ours.loc[ours["like_for_like"].astype(bool), "epochs"]) if not ours.empty else set()
+    shared = set(table.index) & mine
+    epochs = int(max(shared or table.index))
     rows = []
     for e in [epochs] + [x for x in table.index if x != epochs]:
         row = table.loc[e].dropna()

@@ -1,6 +1,5 @@
 """Where every figure comes from: the published figures (package data), always labelled as published, the notes
-that go wherever a device's published figures are shown, the side-by-side form notebooks 03 and 04 use, and
-the study's own comparison (its devices ranked per epochs count, the flagged ones named, never ranked); and the
+that go wherever a device's published figures are shown, the side-by-side form notebooks 03 and 04 use; and the
 provenance of every device column (machine, told apart beyond host names, dates, lstmnb commit, torch and CUDA,
 and its source: measured in the records, lstmnb's shipped reference records, or published).
 
@@ -18,7 +17,7 @@ import pandas as pd
 
 from .labels import column, order_devices, with_device_labels
 
-# --- the published figures, their notes, the study's own comparison -----------------------------------------
+# --- the published figures and their notes ------------------------------------------------------------------
 
 # the three sources a figure can come from, always shown with it
 PUBLISHED = "published"
@@ -85,23 +84,6 @@ def side_by_side(ours: pd.DataFrame, published: pd.DataFrame, blank: str | None 
     return both if blank is None else both.astype(object).where(both.notna(), blank)
 
 
-def published_provenance(published: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Where each published device column comes from: machine, torch, CUDA, input path, as the source states.
-
-    One row per published device, with the columns of ``machines_table`` that the source fills.
-    """
-    pub = (published or load_published())["era5_lstm_gpu_benchmark"]
-    prov = pub.get("provenance") or {}
-    machines = prov.get("machine") or {}
-    rows = []
-    for device in published_epochs_table(published).columns:
-        rows.append({"device": device, "source": PUBLISHED, "machine": machines.get(device, "not stated"),
-                     "dates": "not stated", "lstmnb": "not lstmnb", "torch": prov.get("torch", "not stated"),
-                     "CUDA": prov.get("cuda", "not stated") if device != "CPU" else None,
-                     "input": prov.get("input"), "records": None, "from": pub.get("source")})
-    return pd.DataFrame(rows)
-
-
 def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:
     """The other published figures as tables, keyed by a title that says they are published."""
     pub = published or load_published()
@@ -127,8 +109,6 @@ def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.Da
     return out
 
 
-# Two single runs whose times differ by less than this are called tied: one run each has no spread of its
-# own, and repeats of one training job on one machine differ by more than this (03's repeats show it)
 def over_which_cpu(same_machine: bool, source: str) -> str:
     """The CPU a speedup divides, in the words every label uses: a published GPU's is the study's one CPU run
     (never its own machine's), a record's its own machine's CPU."""
@@ -147,16 +127,13 @@ def column_label(source: str, device: str, machine: str | None = None, cpu_cores
     """The label of one device column: device (with its cores for a CPU), machine, and the source when it
     is not the user's own records: 'H100 · node7', 'CPU (16 cores) · vm · reference', 'A40 · published'."""
     name = device
-    if device == "CPU" and _is_number(cpu_cores):
+    if device == "CPU" and isinstance(cpu_cores, (int, float)) and not isinstance(cpu_cores, bool) \
+            and cpu_cores == cpu_cores:
         name = f"CPU ({int(cpu_cores)} cores)"
     if source == PUBLISHED:
         return f"{name} · {PUBLISHED}"
     label = f"{name} · {machine or 'unknown host'}"
     return label + (f" · {REFERENCE}" if source == REFERENCE else "")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
 
 
 def with_columns(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
@@ -181,12 +158,6 @@ def machine_names(df: pd.DataFrame) -> pd.Series:
     return hosts.where(~several, hosts + " (" + cpus.where(cpus != "", "CPU not stated") + ")")
 
 
-def short_cpu(model: str) -> str:
-    """A CPU model without trademarks and clock: 'Intel(R) Xeon(R) Processor' -> 'Intel Xeon'."""
-    text = re.sub(r"\((R|TM|tm|r)\)|\bCPU\b|\bProcessor\b|@.*$", " ", str(model))
-    return " ".join(text.split()) or str(model)
-
-
 def machine_descriptions(df: pd.DataFrame | None, source: str = MEASURED) -> dict[str, str]:
     """Per machine of a records DataFrame (``machine_names``): host, CPU model and cores, the GPUs its
     finished runs used, and the dates, e.g. 'vm: Intel Xeon, 16 cores, NVIDIA H100 80GB HBM3; 2026-11-22'. What tells two machines apart beyond their host names."""
@@ -196,7 +167,10 @@ def machine_descriptions(df: pd.DataFrame | None, source: str = MEASURED) -> dic
     out = {}
     for machine, g in runs.groupby("machine", sort=False):
         host = str(column(g, "device.hostname").fillna("unknown host").iloc[0])
-        cpu = joined(column(g, "device.cpu_model").dropna().map(short_cpu)) or "CPU not stated"
+        # the CPU model without trademarks and clock: 'Intel(R) Xeon(R) Processor' -> 'Intel Xeon'
+        cpu = joined(column(g, "device.cpu_model").dropna().map(
+            lambda m: " ".join(re.sub(r"\((R|TM|tm|r)\)|\bCPU\b|\bProcessor\b|@.*$", " ", str(m)).split()) or str(m))
+        ) or "CPU not stated"
         cores = column(g, "device.cpu_cores").dropna()
         ok_gpu = g[(column(g, "status") == "ok") & (column(g, "device.kind") == "cuda")]
         gpus = joined(column(ok_gpu, "device.name"))
@@ -261,10 +235,15 @@ def provenance_table(records: pd.DataFrame | None = None, reference: pd.DataFram
             none = part["ok"].astype(int).eq(0) & part["skipped"].astype(int).eq(part["records"].astype(int))
             part.loc[none, "source"] = f"{SOURCE_WORDS[source]}: all skipped, nothing measured"
             parts.append(part)
-    if published is not None:
-        pub = published_provenance(published)
-        pub.index = [column_label(PUBLISHED, d) for d in pub["device"]]
-        parts.append(pub)
+    if published is not None:  # each published column as the source states it
+        bench = published["era5_lstm_gpu_benchmark"]
+        prov = bench.get("provenance") or {}
+        machines = prov.get("machine") or {}
+        devices = list(published_epochs_table(published).columns)
+        parts.append(pd.DataFrame([{
+            "source": PUBLISHED, "machine": machines.get(d, "not stated"), "dates": "not stated", "lstmnb": "not lstmnb",
+            "torch": prov.get("torch", "not stated"), "CUDA": prov.get("cuda", "not stated") if d != "CPU" else None,
+        } for d in devices], index=[column_label(PUBLISHED, d) for d in devices]))
     if not parts:
         return pd.DataFrame()
     rows = ["source", "machine", "device name", "dates", "lstmnb", "torch", "CUDA", "records", "skipped"]

@@ -2,8 +2,8 @@
 where the repeats disagree by more than ``REPEATS_DISAGREE`` or where other processes kept ``BUSY_CORES`` or
 more cores busy (each record's ``threads`` section says so).
 
-- 03's run table (``timing_rows``, ``timing_note``) and ``unsure_why``, the same mark on every figure of 06
-  that states such a median;
+- 03's run table (``timing_rows``, ``timing_note``) and ``unsure_why``, the same mark wherever 06 states such a
+  median (its comparison rows' ``rough``) and ``flag_text`` on the ladder's rungs;
 - ``median_of_repeats`` for the alternated repeats of 04/05 (steps, DDP runs, all-reduce sweeps), with their
   flags (``flag_text``, ``flag_lines``) and no speedup over a baseline slower than the same work on fewer
   threads (``speedup_note``);
@@ -17,6 +17,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from .labels import get
+
 # --- 03's run table: repeated runs as one row, marked where they disagree -----------------------------------
 
 # repeats whose slowest is more than this above their fastest are marked: their median is not one figure
@@ -24,20 +26,6 @@ REPEATS_DISAGREE = 0.20
 # a run that started while others kept at least this many cores busy is marked (it shared its cores)
 BUSY_CORES = 0.5
 MARK = "⚠"
-
-
-def _value(record: dict[str, Any], *keys: str) -> Any:
-    for key in keys[:-1]:
-        record = record.get(key) or {}
-    return record.get(keys[-1])
-
-
-def _setting(record: dict[str, Any]) -> str:
-    """The setting a run timed, by its experiment: the study's (published) or the profile's recommended."""
-    experiment = str(record.get("experiment") or "")
-    if experiment.endswith("-recommended"):
-        return "recommended (profile)"
-    return "published" if _value(record, "config", "preset") == "published" else str(_value(record, "config", "preset"))
 
 
 def spread(values: Sequence[float]) -> float:
@@ -82,13 +70,17 @@ def timing_rows(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     when none."""
     rows = []
     for r in records:
-        if r.get("status") != "ok" or _value(r, "timing", "train_s") is None:
+        if r.get("status") != "ok" or get(r, "timing.train_s") is None:
             continue
-        rows.append({"setting": _setting(r), "input": _value(r, "config", "input_path"),
-                     "batch": _value(r, "config", "batch_size"), "epochs": _value(r, "config", "epochs"),
-                     "seconds": _value(r, "timing", "train_s"), "samples_per_s": _value(r, "timing", "samples_per_s"),
-                     "threads": _value(r, "threads", "used"), "busy": busy_while_running(r),
-                     "rmse": _value(r, "metrics", "test_rmse_k")})
+        # the setting a run timed, by its experiment: the study's (published) or the profile's recommended
+        preset = get(r, "config.preset")
+        setting = ("recommended (profile)" if str(r.get("experiment") or "").endswith("-recommended")
+                   else "published" if preset == "published" else str(preset))
+        rows.append({"setting": setting, "input": get(r, "config.input_path"),
+                     "batch": get(r, "config.batch_size"), "epochs": get(r, "config.epochs"),
+                     "seconds": get(r, "timing.train_s"), "samples_per_s": get(r, "timing.samples_per_s"),
+                     "threads": get(r, "threads.used"), "busy": busy_while_running(r),
+                     "rmse": get(r, "metrics.test_rmse_k")})
     if not rows:
         return pd.DataFrame(columns=["setting", "input", "batch", "epochs", "repeats", "train s (median)",
                                      "spread", "threads", "samples/s", "test RMSE K", "check"])

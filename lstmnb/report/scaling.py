@@ -361,23 +361,3 @@ def cost_table(records: list[dict[str, Any]], prices: dict[str, Any] | None = No
             "best val RMSE K": get(r, "metrics.best_val_rmse_k"),
         })
     return pd.DataFrame(rows).set_index("run_id") if rows else pd.DataFrame()
-
-
-def plot_cost(table: pd.DataFrame):
-    """Cost against wall time per run (log-log), labelled by device and device count."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    cost_col = next((c for c in table.columns if c.startswith("cost ")), None)
-    if table.empty or cost_col is None:
-        ax.set_title("no priced runs")
-        return fig
-    for _, row in table.dropna(subset=[cost_col]).iterrows():
-        ax.scatter(row["wall s"], row[cost_col])
-        ax.annotate(f"{row['device']} x{row['devices']}", (row["wall s"], row[cost_col]), fontsize="small",
-                    xytext=(3, 3), textcoords="offset points")
-    examples = (table["price source"] == "example").any()
-    ax.set(xscale="log", yscale="log", xlabel="wall seconds", ylabel=cost_col,
-           title="cost vs time" + (" (example prices)" if examples else ""))
-    fig.tight_layout()
-    return fig

@@ -242,13 +242,6 @@ STUDY_MODEL = {**{k: PUBLISHED_SETTING[k] for k in ("batch_size", "lr", "residua
                **{k: PUBLISHED_PROBLEM[k] for k in ("window", "hidden", "layers", "lead_hours", "horizon")}}
 
 
-def _test_end(df: pd.DataFrame) -> pd.Series:
-    """Each run's last test hour (``data.split_times.test``), else its last requested day (``data.end``)."""
-    ends = column(df, "data.split_times.test").map(
-        lambda s: str(s[1]) if isinstance(s, (list, tuple)) and len(s) == 2 else None)
-    return ends.fillna(column(df, "data.end"))
-
-
 def _forecast(row: pd.Series) -> str | None:
     """'the study's model, N epochs' for a run of the study's setting, 'recommended (lstmnb)' for the
     recommended preset (', hidden 8' where its window or width is not the study's), None for any other setting
@@ -274,7 +267,9 @@ def study_skill_table(df: pd.DataFrame | None) -> pd.DataFrame:
     keep &= first.fillna("").astype(str).str.startswith(STUDY_TEST_START)
     # and ends where the study's data ends: a run with an earlier --end was scored on fewer hours (its own
     # persistence and climatology too), and the table speaks for 2021-01..06
-    keep &= _test_end(df).fillna("").astype(str).str.startswith(STUDY_TEST_END)
+    ends = column(df, "data.split_times.test").map(  # the last test hour, else the last requested day
+        lambda s: str(s[1]) if isinstance(s, (list, tuple)) and len(s) == 2 else None).fillna(column(df, "data.end"))
+    keep &= ends.fillna("").astype(str).str.startswith(STUDY_TEST_END)
     keep &= column(df, "data.box").isna()
     rows = []
     for _, r in df[keep].iterrows():

@@ -1,19 +1,303 @@
-"""The report's sentences that stand on their own: the glossary (every word the report uses, defined once:
-notebook 06 ends with it and README carries the same text, a test holds the two together), and each notebook's
-closing "What this showed", written from that notebook's own results (records and the tables made from them),
-never fixed text, with a pointer to the next notebook. One function per notebook; each takes what its notebook
-already holds and returns Markdown.
+"""The report's sentences, in one home, each written from records and the tables made from them, never fixed text:
+the first screen's (``first_screen``: at most three sentences whose first ratio is made of one machine's runs,
+the study's ratios last, as its claim), the findings under it (``findings``: what was found, skipped devices as
+skipped, what is missing with the command that fills it, and a table with one row per device column), each
+notebook's closing "What this showed" with a pointer to the next, and the glossary (06 ends with it; README
+carries the same text, a test holds the two together).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from . import labels as num
-from .compare import TIED_WITHIN
+from .compare import FASTEST, TIED_WITHIN, comparison_epochs, comparison_rows, main_problem, own_cpu_speedups
+from .figures import plot_ladder
+from .labels import LIKE_FOR_LIKE, column, link
+from .ladder import fastest, ladder_rows, machine_words, machines, panels, rung_name, seconds_at
+from .published import (
+    MEASURED,
+    NOTE_MARK,
+    PUBLISHED,
+    REFERENCE,
+    device_notes,
+    joined,
+    load_published,
+    machine_descriptions,
+    over_which_cpu,
+    with_columns,
+)
 from .repeats import REPEATS_DISAGREE
+
+# --- the first screen ---------------------------------------------------------------------------------------
+
+@dataclass
+class Screen:
+    markdown: str
+    figure: Any = None  # a matplotlib Figure, or None without ladder records
+    note: str = ""
+    rows: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+HOW_TO_GET_GPU = ("No GPU half here: run 04 on a machine with an NVIDIA GPU (`lstmnb bench ladder --device cuda` "
+                  "records it), or show lstmnb's H100 records beside yours with `-p reference_records true`.")
+
+def gpu_sentence(m: pd.DataFrame) -> str | None:
+    """How much faster the machine's GPU is than its own CPU: on the slowest rungs measured on both (the study's
+    code where both ran it) and at each one's fastest step of the study's workload."""
+    cpu, gpu = m[(m.device == "cpu") & m.seconds.notna()], m[(m.device == "cuda") & m.seconds.notna()]
+    if cpu.empty or gpu.empty:
+        return None
+    c_r, g_r = int(cpu.rung.min()), int(gpu.rung.min())
+    c, g = seconds_at(m, "cpu", c_r), seconds_at(m, "cuda", g_r)
+    on = ("on the study's code (rung 0)" if c_r == g_r == 0 else
+          f"on the slowest rungs measured on both (CPU rung {c_r}, {rung_name(m, c_r)}; "
+          f"GPU rung {g_r}, {rung_name(m, g_r)})")
+    text = (f"On {machine_words(m)}, the GPU trains the study's workload ({int(m.epochs.iloc[0])} epochs) "
+            f"{c / g:.2g}x as fast as the same machine's CPU {on}: {num.figure(g)} s against {num.figure(c)} s")
+    cb, gb = fastest(m, "cpu"), fastest(m, "cuda")
+    if cb and gb and (cb[0], gb[0]) != (c_r, g_r):
+        text += (f"; at each one's fastest step {cb[1] / gb[1]:.2g}x (GPU rung {gb[0]}, {rung_name(m, gb[0])}: "
+                 f"{num.figure(gb[1])} s; CPU rung {cb[0]}, {rung_name(m, cb[0])}: {num.figure(cb[1])} s)")
+    return text + "."
+
+
+def cpu_sentence(m: pd.DataFrame) -> str | None:
+    """The CPU ladder alone: lstmnb's fastest step against the study's code on the same CPU."""
+    c0, best = seconds_at(m, "cpu", 0), fastest(m, "cpu")
+    if c0 is None or best is None:
+        return None
+    e = int(m.epochs.iloc[0])
+    if best[0] == 0:
+        return (f"On {machine_words(m)}, the study's code (rung 0) was the fastest rung of the study's workload "
+                f"measured ({num.figure(c0)} s for {e} epoch{'s' if e != 1 else ''}): no later rung gained here.")
+    return (f"On {machine_words(m)}, lstmnb's fastest step (rung {best[0]}, {rung_name(m, best[0])}) trains the "
+            f"study's workload ({e} epochs) {c0 / best[1]:.2g}x as fast as the study's code on the same CPU: "
+            f"{num.figure(best[1])} s against {num.figure(c0)} s.")
+
+
+def limits_sentence(m: pd.DataFrame, there: bool = True) -> str | None:
+    """What the ladder says limits a small LSTM: feeding the data (the DataLoader rungs against in-memory
+    batches), launching kernels (eager against the CUDA graph), and the device's own work (what is left)."""
+    parts = []
+    for device, where in (("cpu", "the CPU's"), ("cuda", "the GPU's")):
+        low = m[(m.device == device) & (m.rung < 4) & m.seconds.notna()]
+        fast = seconds_at(m, device, 4)
+        if len(low) and fast:
+            k = int(low.rung.min())
+            slow = float(low.loc[low.rung.idxmin()].seconds)
+            parts.append(f"feeding the data (the DataLoader and per-sample tensors) is {1 - fast / slow:.0%} of "
+                         f"{where} time at rung {k}" if fast < slow else
+                         f"in-memory batches were no faster than {where} rung {k} ({num.figure(fast)} s against "
+                         f"{num.figure(slow)} s)")
+    eager, graph = seconds_at(m, "cuda", 4), seconds_at(m, "cuda", 5)
+    if eager and graph and graph < eager:
+        parts.append(f"launching kernels one by one is {1 - graph / eager:.0%} of the GPU's in-memory eager time "
+                     f"(the CUDA graph leaves {num.figure(graph)} s of the device's own work)")
+    if not parts:
+        return None
+    end = (": for a model this small, 'which GPU is fastest' is first a question of how fast the host feeds it "
+           "and launches its kernels, and the GPU's own speed shows only once both are gone (the CUDA-graph rung)"
+           if eager and graph and graph < eager else "")
+    return ("There, " if there else f"On {machine_words(m)}, ") + "; ".join(parts) + end + "."
+
+
+def study_sentence(published: dict | None, own: list[pd.DataFrame]) -> str | None:
+    """The study's ratios, named as the study's claim: its GPUs over its one CPU run, and what this machine's
+    CPU takes for that run's work (the study's code, rung 0)."""
+    table = ((published or {}).get("era5_lstm_gpu_benchmark") or {}) if published else {}
+    epochs = table.get("epochs") or {}
+    if not epochs:
+        return None
+    notes = ((table.get("provenance") or {}).get("notes") or {})
+    top = max(epochs)
+    cpu = epochs[top]["CPU"]
+    ratios = {d: cpu / s for d, s in epochs[top].items() if d != "CPU" and d not in notes}
+    flagged = [d for d in epochs[top] if d != "CPU" and d in notes]
+    text = (f"The study's {min(ratios.values()):.0f}-{max(ratios.values()):.0f}x is the study's claim: its "
+            f"{', '.join(ratios)} runs over one CPU run of unstated platform ({num.figure(cpu)} s for {top} epochs; "
+            f"{' and '.join(flagged)} left out, their figures flagged)")
+    here = [(int(m.epochs.iloc[0]), seconds_at(m, "cpu", 0)) for m in own]
+    here = [(e, s) for e, s in here if s is not None and e in epochs]
+    if here:
+        e, s = here[0]
+        text += (f"; this machine's CPU does that run's work (the study's code, {e} epochs, where the study's CPU "
+                 f"took {num.figure(epochs[e]['CPU'])} s) in {num.figure(s)} s")
+    return text + "."
+
+
+def first_screen(df: pd.DataFrame | None, reference: pd.DataFrame | None = None,
+                 published: dict | None = None) -> Screen:
+    """The figure and at most three sentences that open 06 and the site: per machine measured (the reader's own
+    records first, the ``reference`` records labelled as another machine's), each rung's seconds on its CPU and
+    GPU; the first ratio made of one machine's runs, what limits a small LSTM, and the study's ratios last, as
+    its claim."""
+    published = published if published is not None else load_published()
+    own, ref = ladder_rows(df, "measured here"), ladder_rows(reference, "reference records, another machine")
+    mine = machines(own)
+    every = mine + machines(ref)
+    both = [m for m in every if {"cpu", "cuda"} <= set(m[m.seconds.notna()].device)]
+    if both and (both[0].source.iloc[0] == "measured here" or not mine):  # a GPU and its own CPU: the answer
+        first = gpu_sentence(both[0])
+        limits = limits_sentence(both[0], there=first is not None)
+    else:  # this machine's CPU ladder first; the reference's GPU, labelled, for what limits it
+        first = cpu_sentence(mine[0]) if mine else None
+        limits = (limits_sentence(both[0], there=False) if both else
+                  limits_sentence(mine[0], there=first is not None) if mine else None)
+    sentences = [s for s in (first, limits, study_sentence(published, mine)) if s]
+    if not every:
+        return Screen("No ladder records yet: run 03 (or `lstmnb bench ladder --device cpu`) for this machine's CPU "
+                      "ladder. " + (sentences[0] if sentences else ""), None, HOW_TO_GET_GPU)
+    note = "" if both else HOW_TO_GET_GPU
+    return Screen(" ".join(sentences), plot_ladder(panels(every)), note, pd.concat(every, ignore_index=True))
+
+# --- the findings under it ---------------------------------------------------------------------------
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _found_source(df: pd.DataFrame, source: str) -> str:
+    """'10 records from 1 machine (vm: AMD EPYC, 2 cores; 2026-11-24): CPU (2 cores) measured (6 finished
+    runs); CUDA skipped (4 records: no usable CUDA GPU ...)'."""
+    machines = machine_descriptions(df, source)
+    runs = with_columns(df, source)
+    status = column(runs, "status").fillna("unknown")
+    reason = column(runs, "reason").fillna("no reason given").astype(str)
+    parts = []
+    for col, g in runs.groupby("column", sort=False):  # each device column: measured, skipped (why) or failed
+        st, why = status.loc[g.index], reason.loc[g.index]
+        name = col.split(" · ")[0] + (f" on {g['machine'].iloc[0]}" if len(machines) > 1 else "")
+        if (st == "ok").any():
+            parts.append(f"{name} measured ({_n(int((st == 'ok').sum()), 'finished run')})")
+        elif (st == "skipped").any():
+            parts.append(f"{name} skipped, not measured ({_n(int((st == 'skipped').sum()), 'record')}: "
+                         f"{'; '.join(dict.fromkeys(why[st == 'skipped']))})")
+        else:
+            parts.append(f"{name} not measured ({'; '.join(dict.fromkeys(f'{s}: {w}' for s, w in zip(st, why)))})")
+    where = "; ".join(machines.values())
+    return f"{_n(len(df), 'record')} from {_n(len(machines), 'machine')} ({where}): " + "; ".join(parts)
+
+
+def _found(records: pd.DataFrame | None, reference: pd.DataFrame | None, published: dict | None) -> str:
+    parts = []
+    if records is not None and not records.empty:
+        text = "measured here: " + _found_source(records, MEASURED)
+        diverged = int((column(records, "status") == "diverged").sum())
+        if diverged:  # a run whose loss or forecast went non-finite: an outcome, never a figure
+            text += f"; {diverged} diverged (their reason says at which epoch and step, and what to try)"
+        parts.append(text)
+    else:
+        parts.append("no run records of your own")
+    if reference is not None and not reference.empty:
+        made_by = " @ ".join(v for v in (joined(column(reference, "software.lstmnb")),
+                                          joined(column(reference, "software.git_commit"), short=7)) if v)
+        parts.append("beside them, lstmnb's reference records: " + _found_source(reference, REFERENCE)
+                     + (f" (lstmnb {made_by})" if made_by else ""))
+    if published is not None:
+        notes = device_notes(published)
+        devices = [d + (NOTE_MARK if d in notes else "") for d in published["era5_lstm_gpu_benchmark"]["epochs"][5]]
+        parts.append(f"the published figures of the study ({', '.join(devices)}; see the {link()})")
+    return "**Found:** " + "; ".join(parts) + "."
+
+
+def _missing(records: pd.DataFrame | None, reference: pd.DataFrame | None, rows: pd.DataFrame) -> list[str]:
+    own = rows[rows["source"] == MEASURED] if not rows.empty else rows
+    out = []
+    if records is None or records.empty:
+        out.append("no run records of your own: run the series (`lstmnb notebooks run --profile cpu`, then 04 and "
+                   "05 on GPU machines) and point `results_paths` at the results")
+    else:
+        if own.empty or not (own["device"] == "CPU").any():
+            out.append("no CPU runs measured here: run 03 (`lstmnb notebooks run --profile cpu --only 03`)")
+        if own.empty or not (own["device"] != "CPU").any():
+            note = " (the GPU rows shown are lstmnb's reference records)" if reference is not None and not reference.empty else ""
+            out.append(f"no GPU runs measured here{note}: run 04 on a GPU (`--profile colab-t4` or `carc-a100`)")
+        if own.empty or not own["like_for_like"].astype(bool).any():
+            out.append("no run of the published setting on the DataLoader path for the published problem here: the "
+                       "`cpu` profile's 03 times it (one run: `lstmnb train --preset published --epochs 15`)")
+    multi = False
+    for df in (records, reference):
+        if df is not None and not df.empty and "world_size" in df:
+            multi |= bool(((column(df, "status") == "ok") & (pd.to_numeric(df["world_size"], errors="coerce") >= 2)).any())
+    if not multi:
+        out.append("no multi-GPU records: run 05 on a node with 2+ GPUs (`sbatch carc/ddp_single_node.sbatch`)")
+    return out
+
+
+def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
+                  notes: dict[str, str] | None = None) -> pd.DataFrame:
+    """One row per device column, the user's first: its source and machine, the problem and epochs
+    compared (``problem`` and ``epochs`` where the column has them, else its own most common ones),
+    like-for-like and fastest seconds with each one's speedup over a CPU (its own machine's; a published
+    GPU's over the study's CPU run, which its machine cell names), the fastest setting and its input path,
+    best samples/s, median test RMSE. Figures are text as the report writes them (``labels``); '—' where
+    a figure does not exist; a published device with a note (``notes``, by device) carries its mark."""
+    if rows.empty:
+        return pd.DataFrame()
+    notes = notes or {}
+    speed = own_cpu_speedups(rows, problem, epochs)
+    out = []
+    for col, g in rows.groupby("column", sort=False):
+        at = g[(g["problem"] == problem) & (g["epochs"] == epochs)]
+        if at.empty:  # a column with other runs only: its own problem and epochs, and no speedup
+            own = main_problem(g)
+            at = g[(g["problem"] == own) & (g["epochs"] == comparison_epochs(g, own))]
+        best = at.loc[at["seconds"].idxmin()]
+        lfl = at[at["setting"] == LIKE_FOR_LIKE]["seconds"]
+        mine = speed[speed["column"] == col]
+        x_lfl = mine[mine["setting"] == LIKE_FOR_LIKE]["x_own_cpu"]
+        x_fast = mine[mine["setting"] == FASTEST]["x_own_cpu"]
+        if x_fast.empty:  # one setting each side: fastest against fastest is that setting
+            x_fast = x_lfl if len(at) == 1 else x_fast
+        cross = not mine.empty and not bool(mine["same_machine"].iloc[0])
+        rate = at["samples_per_s"].max() if "samples_per_s" in at else None
+        rmse = at["test_rmse_k"].median() if "test_rmse_k" in at else None
+        setting, _, path = best["setting"].rpartition(" · ")
+        mark = NOTE_MARK if best["source"] == PUBLISHED and best["device"] in notes else ""
+        out.append({
+            "device column": col + mark, "source": best["source"], "machine": best["machine"] or "—",
+            "problem": best["problem"], "epochs": int(best["epochs"]),
+            "like for like s": num.figure(lfl.min()) if len(lfl) else "—",
+            "x CPU, like for like": num.ratio(x_lfl.iloc[0]) if len(x_lfl) else "—",
+            "fastest s": num.figure(best["seconds"]), "fastest setting": setting, "input": path,
+            "x CPU, fastest of each": num.ratio(x_fast.iloc[0]) if len(x_fast) else "—",
+            "x CPU: over": over_which_cpu(not cross, best["source"]) if not mine.empty else "—",
+            "best samples/s": int(round(rate)) if pd.notna(rate) else "—",
+            "test RMSE K": round(float(rmse), 3) if pd.notna(rmse) else "—",
+        })
+    table = pd.DataFrame(out)
+    rank = {s: i for i, s in enumerate((MEASURED, REFERENCE, PUBLISHED))}
+    table = table.iloc[sorted(range(len(table)), key=lambda i: rank[table["source"].iloc[i]])]
+    return table.set_index("device column")
+
+
+def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = None,
+             reference: pd.DataFrame | None = None) -> tuple[str, pd.DataFrame]:
+    """The findings under the first screen: (Markdown bullets, small table) from the user's ``records``,
+    the published figures (``load_published()``, or None to leave them out) and lstmnb's ``reference``
+    records (or None).
+
+    The bullets say which devices and machines were found (skipped ones as skipped), what is missing with the
+    command that fills it, and the notes of the published devices shown (the T4's); what CUDA graphs change is the
+    ladder's, batch size 04's and skill 06's skill table. The table has one row per device column.
+    """
+    rows = comparison_rows(records, reference, published)
+    lines = [_found(records, reference, published)]
+    problem = main_problem(rows)
+    epochs = comparison_epochs(rows, problem) if problem else None
+    missing = _missing(records, reference, rows)
+    if missing:
+        lines.append("**Missing:** " + "; ".join(missing) + ".")
+    shown = set(rows.loc[rows["source"] == PUBLISHED, "device"]) if not rows.empty else set()
+    notes = device_notes(published, shown) if published is not None and shown else {}
+    lines += [f"*{note}*" for note in notes.values()]
+    paragraph = "\n".join(f"- {line}" for line in lines if line)
+    table = summary_table(rows, problem, epochs, notes)
+    return paragraph, table
 
 # --- the glossary -------------------------------------------------------------------------------------------
 
