@@ -143,13 +143,6 @@ def write_atomic(target: str | os.PathLike, payload: bytes) -> Path:
     return Path(target)
 
 
-def _pid_alive(pid: int) -> bool:
-    # psutil, not os.kill(pid, 0): on Windows signal 0 is CTRL_C_EVENT, sent to the process, not a probe
-    import psutil
-
-    return psutil.pid_exists(pid)
-
-
 def sweep_stale_temps(directory: str | os.PathLike, *, final: str | None = None, now: float | None = None,
                       max_age: float = STALE_TMP_SECONDS) -> int:
     """Remove the temporaries of ``atomic_path`` that killed writers left in ``directory`` (only those
@@ -158,6 +151,8 @@ def sweep_stale_temps(directory: str | os.PathLike, *, final: str | None = None,
     Stale: written on this host by a process that is gone, or older than ``max_age`` whoever wrote
     it. A live writer's files (here, or on another host sharing the folder) stay. Returns how many.
     """
+    import psutil  # not os.kill(pid, 0): on Windows signal 0 is CTRL_C_EVENT, sent to the process, not a probe
+
     try:
         entries = list(os.scandir(directory))
     except (FileNotFoundError, NotADirectoryError):
@@ -173,7 +168,7 @@ def sweep_stale_temps(directory: str | os.PathLike, *, final: str | None = None,
         except FileNotFoundError:
             continue
         pid = int(m["pid"])
-        dead_here = m["host"] == HOST and pid != os.getpid() and not _pid_alive(pid)
+        dead_here = m["host"] == HOST and pid != os.getpid() and not psutil.pid_exists(pid)
         if age > max_age or dead_here:
             try:
                 _remove(Path(entry.path))

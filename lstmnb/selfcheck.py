@@ -100,8 +100,8 @@ def ddp(windows, device: str) -> str:
     return f"2 ranks over {p['backend']}, train loss {rec['epochs'][0]['train_loss']:.4f}"
 
 
-def step_losses(windows, device, graph: bool) -> tuple[list[float], Any]:
-    """GRAPH_STEPS steps on the same fixed batches, eager or through the Trainer's CUDA graph."""
+def step_losses(windows, device, graph: bool, steps: int = GRAPH_STEPS) -> tuple[list[float], Any]:
+    """``steps`` steps on the same fixed batches, eager or through the Trainer's CUDA graph."""
     import torch
 
     from .training import Trainer
@@ -110,9 +110,9 @@ def step_losses(windows, device, graph: bool) -> tuple[list[float], Any]:
     tr = Trainer(windows, tiny_config(device=str(device), cuda_graph=graph), device)
     x, y = tr.train_tensors()
     size = tr.cfg.batch_size
-    batches = [torch.arange(k * size, (k + 1) * size, device=device) for k in range(GRAPH_STEPS)]
+    batches = [torch.arange(k * size, (k + 1) * size, device=device) for k in range(steps)]
     if len(batches[-1]) < size or batches[-1][-1] >= x.shape[0]:
-        raise RuntimeError(f"the check's windows hold fewer than {GRAPH_STEPS} batches of {size}")
+        raise RuntimeError(f"the check's windows hold fewer than {steps} batches of {size}")
     if not graph:
         return [float(tr.step(x[i], y[i])) for i in batches], tr
     if tr.graph is None:
@@ -120,21 +120,9 @@ def step_losses(windows, device, graph: bool) -> tuple[list[float], Any]:
     return [float(tr.graph.epoch(IndexBatches(x, y, [i]))[0]) / size for i in batches], tr
 
 
-def eager_steps(windows, device) -> str:
-    losses, _ = step_losses(windows, device, graph=False)
-    if not all(math.isfinite(v) for v in losses):
-        raise RuntimeError(f"non-finite losses {losses}")
-    return f"{len(losses)} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}"
-
-
-def smoke_steps(windows, device) -> str:
-    """A GPU past the first: the model placed on it and ``SMOKE_STEPS`` eager steps (its kernels load and run)."""
-    from .training import Trainer
-
-    tr = Trainer(windows, tiny_config(device=str(device), cuda_graph=False), device)
-    x, y = tr.train_tensors()
-    size = tr.cfg.batch_size
-    losses = [float(tr.step(x[k * size:(k + 1) * size], y[k * size:(k + 1) * size])) for k in range(SMOKE_STEPS)]
+def eager_steps(windows, device, steps: int = GRAPH_STEPS) -> str:
+    """Eager steps; on a GPU past the first, ``SMOKE_STEPS`` of them (``smoke steps``: its kernels load and run)."""
+    losses, _ = step_losses(windows, device, graph=False, steps=steps)
     if not all(math.isfinite(v) for v in losses):
         raise RuntimeError(f"non-finite losses {losses}")
     return f"{len(losses)} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}"
@@ -239,7 +227,7 @@ def gpu_rows(count: int) -> list[Planned]:
     rows: list[Planned] = []
     for i in range(count):
         dev = torch.device("cuda", i)
-        jobs = FULL_GPU_JOBS if i == 0 else (("smoke steps", smoke_steps),)
+        jobs = FULL_GPU_JOBS if i == 0 else (("smoke steps", lambda w, d: eager_steps(w, d, SMOKE_STEPS)),)
         rows += [Planned(str(dev), name, lambda w, f=fn, d=dev: f(w, d)) for name, fn in jobs]
     rows.append(Planned("cuda", "nccl x2", lambda w: ddp(w, "cuda")) if count >= 2 else
                 Planned("cuda", "nccl x2", skip="1 CUDA GPU visible; NCCL with 2 ranks needs 2"))

@@ -7,10 +7,8 @@ may reach back into the previous split: they are observations known at forecast 
 WeatherBench 2's protocol. So validation and test score the same target hours at every lead (their
 inputs come from the part before); the training part's first ``window + lead_hours - 1`` hours have no
 inputs, so its targets start there. Scaling statistics and the climatology come from the training part
-only; metrics are in kelvin; every model result is shown beside persistence and climatology, scored on
-the same targets. The climatology is the standard one (``climatology_kind``): the hour-of-day x
-day-of-year mean of the training part, smoothed over days, where the training part covers a year;
-otherwise the hour-of-day mean of the training part. ``Windows.climatology`` says which.
+only; metrics are in kelvin; every model result is shown beside persistence and climatology (``climate``
+says which climatology; ``Windows.climatology`` records it), scored on the same targets.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from lstmnb.region.grid import Grid
 from lstmnb.models import Forecaster, ModelConfig
 from lstmnb.region.model import (KeyedForecaster, RegionConfig, RegionForecaster, mix_source, region_model,
                                  variant_config)
-from lstmnb.region.relation import csr_layout, dense_from, knn_index, mix_csr, mix_gather
+from lstmnb.region.relation import dense_from, knn_index, mix_gather
 
 
 def test_knn_on_a_grid_is_the_stencil():
@@ -68,9 +68,6 @@ def test_sparse_kernels_equal_the_dense_reference():
     torch.testing.assert_close(dense.gather(2, idx.unsqueeze(0).expand(3, 20, 6)), weight, rtol=0, atol=0)
     assert dense[2, 7, index[7, 4]] == weight[2, 7, 4]
     torch.testing.assert_close(mix_gather(x, idx, weight), reference)
-    crow, col, order = csr_layout(index)
-    torch.testing.assert_close(mix_csr(x.float(), crow, col, order, weight.float()), reference.float(),
-                               rtol=1e-5, atol=1e-5)
 
 
 def _with_random_relation(model: RegionForecaster, seed: int = 1) -> RegionForecaster:
@@ -79,11 +76,10 @@ def _with_random_relation(model: RegionForecaster, seed: int = 1) -> RegionForec
     return model
 
 
-@pytest.mark.parametrize("kernel", ["gather", "csr"])
-def test_sparse_model_equals_dense_model_with_the_same_relation(kernel):
+def test_sparse_model_equals_dense_model_with_the_same_relation():
     g = Grid.square(4, 4)
     x = torch.randn(3, 5, 16, 3, generator=torch.Generator().manual_seed(2))
-    cfg = RegionConfig(n_features=3, n_mixed=2, hidden=8, neighbours=5, kernel=kernel)
+    cfg = RegionConfig(n_features=3, n_mixed=2, hidden=8, neighbours=5)
     sparse = _with_random_relation(region_model(cfg, g, seed=0))
     dense = region_model(RegionConfig(**{**cfg.__dict__, "relation": "dense"}), g, seed=0)
     with torch.no_grad():
@@ -173,7 +169,6 @@ def test_the_mix_reads_neighbours_values_and_recent_changes():
     (dict(neighbours=-1), r"neighbours=-1 must be a whole number >= 0 \(0: no mix\)"),
     (dict(n_mixed=2), r"n_mixed=2 must be a whole number in 1..1 \(n_features\)"),
     (dict(relation="full"), r"relation='full' is not one of \('sparse', 'dense'\)"),
-    (dict(kernel="coo"), r"kernel='coo' is not one of \('gather', 'csr'\)"),
     (dict(channels=0), r"channels=0 must be a whole number >= 1"),
     (dict(hidden=0), r"hidden=0 must be a whole number >= 1"),
 ])

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .bench_checks import check_training_bench, steady_epochs
-from .bench_sizes import bench_batch_sweep, bench_size
+from .bench_sizes import bench_batch_sweep, bench_size, check_training_bench, steady_epochs
 from .checks import check_plot, check_records_args, check_results, positive
 from .options import (CHECKPOINT_OPTIONS, add_records_args, add_request_args, add_results_args, add_train_args,
                       byte_size, check_results_args, int_list, read_runs, request_from_args, results_path, save_plot,

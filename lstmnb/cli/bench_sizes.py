@@ -1,11 +1,40 @@
-"""`lstmnb bench size` and `lstmnb bench batch-sweep`: the problem's size swept, in grid points and in batch size."""
+"""`lstmnb bench size` and `lstmnb bench batch-sweep`: the problem's size swept, in grid points and in batch size;
+and the checks every bench that trains shares."""
 
 from __future__ import annotations
 
-from .bench_checks import check_training_bench, steady_epochs
-from .checks import check_plot, positive
-from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args, int_list,
-                      override_default, request_from_args, results_path, save_plot, train_config_from_args)
+from .checks import check_plot, check_profile_name, positive
+from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args,
+                      check_results_args, int_list, override_default, request_from_args, results_path, save_plot,
+                      train_config_from_args)
+
+
+def check_training_bench(args, cfg=None, device: bool = True) -> None:
+    """What every bench that trains needs: its TrainConfig (and its device, unless the bench picks the
+    devices), the request, the results file and the cache."""
+    from ..device import resolve_device
+    from ..paths import check_cache
+    from ..rules import CLI
+
+    cfg = cfg or train_config_from_args(args)
+    cfg.validate(CLI)
+    check_profile_name(cfg.profile)
+    if device:
+        resolve_device(cfg.device)
+    request = request_from_args(args)
+    cfg.check_split_in(request, CLI)
+    cfg.check_windows_fit(request)
+    check_results_args(args)
+    check_cache()
+
+
+def steady_epochs(option: str, epochs: int | None) -> None:
+    """A bench whose figures are steady epochs (the first, warm-up epoch left out) needs two or more."""
+    from ..errors import ConfigError
+
+    if epochs is not None and epochs < 2:
+        raise ConfigError(f"{option} {epochs} leaves no steady epoch to time (the first is the warm-up, which this "
+                          f"bench leaves out): give {option} 2 or more")
 
 
 def bench_size(kinds, full: bool) -> None:

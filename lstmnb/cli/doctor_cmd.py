@@ -31,19 +31,24 @@ def _check_doctor(args) -> None:
     check_cache()
 
 
-def _run_doctor(args) -> int:
+def _print_row(head: str, detail: str, width: int) -> None:
+    """``head`` then ``detail`` wrapped, its further lines indented under the first."""
     import textwrap
 
+    lines = textwrap.wrap(detail, width) or [""]
+    print(head + lines[0], flush=True)
+    for line in lines[1:]:
+        print(" " * len(head) + line)
+
+
+def _run_doctor(args) -> int:
     from ..doctor import diagnose
 
     rows, ready = diagnose(args.profiles)
     width = max(len(r.name) for r in rows) + 2
     print(f"{'check':<{width}}{'status':<9}detail")
     for r in rows:
-        detail = textwrap.wrap(r.detail, 90) or [""]
-        print(f"{r.name:<{width}}{r.status:<9}{detail[0]}")
-        for line in detail[1:]:
-            print(" " * (width + 9) + line)
+        _print_row(f"{r.name:<{width}}{r.status:<9}", r.detail, 90)
     print("\nok: usable; absent: optional and not here (e.g. a GPU on a CPU machine); missing: needed and not here")
     print("ready" if ready else "not ready: see the 'missing' lines")
     if args.deep:
@@ -53,8 +58,6 @@ def _run_doctor(args) -> int:
 
 def _run_deep(profiles: list[str]) -> bool:
     """`doctor --deep`: the jobs' table as they finish, then whether the profiles' needs passed."""
-    import textwrap
-
     from ..profiles import load_profile
     from ..selfcheck import deep_check, deep_ready
 
@@ -62,10 +65,7 @@ def _run_deep(profiles: list[str]) -> bool:
 
     def show(job) -> None:
         secs = f"{job.seconds:8.1f}" if job.seconds is not None else f"{'-':>8}"
-        lines = textwrap.wrap(job.detail, 80) or [""]
-        print(f"{job.device:<12}{job.name:<18}{job.status:<9}{secs}  {lines[0]}", flush=True)
-        for line in lines[1:]:
-            print(" " * 49 + line)
+        _print_row(f"{job.device:<12}{job.name:<18}{job.status:<9}{secs}  ", job.detail, 80)
 
     jobs = deep_check(on_job=show)
     ok = True

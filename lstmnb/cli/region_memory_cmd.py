@@ -35,8 +35,6 @@ def add_memory(kinds) -> None:
     p.add_argument("--target", default=None, metavar="ROWSxCOLS",
                    help="an area the sparse model must train within the budget, e.g. 60x168 (10,080 cells); "
                         "default: none")
-    p.add_argument("--kernel", default="gather", choices=("gather", "csr"),
-                   help="how the sparse mix is computed: an index gather or a torch sparse CSR product (default gather)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default cpu")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: one per core, fewer while other "
                    "processes keep the cores busy; the records' threads section says which and why)")
@@ -50,7 +48,7 @@ def _memory_case(args):
     from ..region.memory_checks import check_floor
 
     case = MemoryCase(batch=args.batch, window=args.window, hidden=args.hidden, neighbours=args.neighbours,
-                      steps=args.steps, kernel=args.kernel, device=args.device)
+                      steps=args.steps, device=args.device)
     case.validate()
     check_floor(case)  # its smallest area fits the machine, before anything is measured
     return case

@@ -72,7 +72,9 @@ def _check_scratch_bench(args) -> None:
     """Every option, the plot and results paths (and the cache for ERA5 data) before any version trains."""
     import os
 
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before numba or torch loads (see _run_scratch_bench)
+    # idle OpenMP threads of numba and torch busy-wait and starve each other on few cores: set before either
+    # loads (see benchmarks/scratch_versions.py); main runs this check before the run, in the same process
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from ..errors import ConfigError
 
     if args.hours is not None and args.data != "era5":
@@ -105,11 +107,6 @@ def _only_unavailable(versions: list[str], config) -> None:
 
 
 def _run_scratch_bench(args) -> int:
-    import os
-
-    # idle OpenMP threads of numba and torch busy-wait and starve each other on few cores; must be set
-    # before either loads (see benchmarks/scratch_versions.py)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from ..scratch.bench import format_versions, plot_versions, versions_table
 
     path = results_path(args)

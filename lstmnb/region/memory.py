@@ -50,7 +50,6 @@ class MemoryCase:
     ny: int = 10
     nx: int = 10
     variant: str = "sparse"  # 'none', 'sparse' or 'dense'
-    kernel: str = "gather"
     batch: int = 4  # windows per step
     window: int = 24
     n_features: int = 6  # the target, the four calendar inputs and the fitted cycle, as `lstmnb train` reads them
@@ -79,7 +78,7 @@ class MemoryCase:
 
     def model_config(self):
         return variant_config(self.variant, n_features=self.n_features, n_mixed=self.n_mixed, hidden=self.hidden,
-                              neighbours=self.neighbours, kernel=self.kernel, channels=self.channels)
+                              neighbours=self.neighbours, channels=self.channels)
 
 
 def relation_bytes(case: MemoryCase) -> int:
@@ -226,7 +225,7 @@ def failure_reason(exc: BaseException) -> str:
 
 
 def _row(case: MemoryCase, floor_bytes: int) -> dict:
-    return {"ny": case.ny, "nx": case.nx, "cells": case.n_cells, "variant": case.variant, "kernel": case.kernel,
+    return {"ny": case.ny, "nx": case.nx, "cells": case.n_cells, "variant": case.variant,
             "device": case.device, **{f"predicted_{k}": v for k, v in predict_bytes(case, floor_bytes).items()}}
 
 

@@ -29,7 +29,7 @@ from ..errors import ConfigError
 from ..models import Forecaster, ModelConfig
 from . import VARIANTS
 from .grid import Grid
-from .relation import KERNELS, KINDS, NeighbourMix, knn_index, stencil_weights
+from .relation import KINDS, NeighbourMix, knn_index, stencil_weights
 
 
 def check_channels(channels: int, neighbours: int) -> None:
@@ -53,7 +53,6 @@ class RegionConfig:
     horizon: int = 1
     neighbours: int = 8  # k nearest cells mixed into each cell's input; 0: no mix (the point model)
     relation: str = "sparse"  # 'sparse' (k weights per cell) or 'dense' (n weights per cell)
-    kernel: str = "gather"  # how the sparse mix of an area batch is computed: 'gather' or 'csr' (relation.py)
     channels: int = 3  # independent mixes, each its own relation matrix (see relation.stencil_weights)
     residual: bool = True  # forecast the change from the last observed target value
     cell: str = "lstm"
@@ -66,8 +65,6 @@ class RegionConfig:
             raise ConfigError(f"neighbours={self.neighbours!r} must be a whole number >= 0 (0: no mix)")
         if self.relation not in KINDS:
             raise ConfigError(f"relation={self.relation!r} is not one of {KINDS}")
-        if self.kernel not in KERNELS:
-            raise ConfigError(f"kernel={self.kernel!r} is not one of {KERNELS}")
         if not isinstance(self.channels, (int, np.integer)) or self.channels < 1:
             raise ConfigError(f"channels={self.channels!r} must be a whole number >= 1")
         check_channels(self.channels, self.neighbours)
@@ -125,7 +122,7 @@ class RegionForecaster(nn.Module):
                 raise ConfigError(f"neighbours={config.neighbours} needs a neighbour index of shape (cells, "
                                   f"{config.neighbours}); got {None if index is None else np.shape(index)}")
             n_src = np.shape(index)[0] if n_src is None else n_src
-            self.mix = NeighbourMix(index, n_src, config.channels, config.relation, config.kernel, weight)
+            self.mix = NeighbourMix(index, n_src, config.channels, config.relation, weight)
         # built after the mix, whose weights draw nothing from the random state: with the same seed the
         # core starts with the weights the point Trainer gives its Forecaster
         self.core = Forecaster(config.core_config())

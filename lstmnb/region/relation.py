@@ -8,22 +8,16 @@ operator on the neighbours' positions: the mean difference, then the east and no
 squares over the neighbours), then zero; training moves each weight on its own. Sparse, each cell has
 k weights on its k nearest cells (O(n k) memory); dense, every cell has a weight for every cell
 (O(n^2)), which is what made a 10,080-cell area not fit one 16 GB GPU in the study this project grew
-from. Three kernels compute the product A x:
-
-- ``gather`` (the default): ``x[index]`` collects each cell's k neighbours, then one batched product
-  with the weights. Every cell has exactly k neighbours (k nearest cells), so the neighbour list is a
-  regular (n, k) array (the ELL layout), which needs no row pointers; gather and batched matmul are
-  plain dense kernels on every device, their backward is dense too, and the step can be captured as a
-  CUDA graph. Measured on 2 CPU cores (10,080 cells, k = 8, 288 columns, forward and backward): 0.24 s
-  against 1.7 s for CSR, whose backward for the values goes through a sampled dense-dense product.
-- ``csr``: the same weights as a ``torch.sparse_csr_tensor`` times x (cuSPARSE / MKL SpMM), built each
-  step from the learned values; kept because it is the textbook sparse format and to measure it.
-- ``dense``: the n x n matrix itself (``dense_from``), for the comparison and as the test reference.
+from. The sparse product A x is a gather: ``x[index]`` collects each cell's k neighbours, then one batched
+product with the weights. Every cell has exactly k neighbours, so the neighbour list is a regular (n, k)
+array (the ELL layout) with no row pointers; gather and batched matmul are dense kernels on every device,
+their backward is dense too, and the step can be captured as a CUDA graph. Measured on 2 CPU cores (10,080
+cells, k = 8, 288 columns, forward and backward): 0.24 s against 1.7 s for torch's sparse CSR product, whose
+backward for the values goes through a sampled dense-dense product (that kernel was dropped for it). The
+dense relation is the n x n matrix itself (``dense_from``), for the comparison and as the test reference.
 """
 
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 import torch
@@ -31,7 +25,6 @@ from torch import nn
 
 from ..errors import ConfigError
 
-KERNELS = ("gather", "csr")
 KINDS = ("sparse", "dense")
 
 
@@ -97,33 +90,6 @@ def mix_gather(x: torch.Tensor, index: torch.Tensor, weight: torch.Tensor) -> to
     return torch.einsum("nkm,cnk->cnm", x[index], weight)
 
 
-def csr_layout(index: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Row pointers, column indices (sorted within each row, as CSR requires) and the permutation that
-    puts a row's weights in that order."""
-    index = np.asarray(index, dtype=np.int64)
-    n, k = index.shape
-    order = np.argsort(index, axis=1, kind="stable")
-    col = np.take_along_axis(index, order, axis=1)
-    if k > 1 and (np.diff(col, axis=1) == 0).any():
-        raise ConfigError("a cell lists the same neighbour twice; the CSR kernel needs distinct neighbours")
-    crow = np.arange(0, n * k + 1, k, dtype=np.int64)
-    return torch.from_numpy(crow), torch.from_numpy(col.reshape(-1)), torch.from_numpy(order)
-
-
-def mix_csr(x: torch.Tensor, crow: torch.Tensor, col: torch.Tensor, order: torch.Tensor,
-            weight: torch.Tensor) -> torch.Tensor:
-    """As ``mix_gather``, through one sparse CSR matrix per channel built from the learned weights."""
-    n = crow.numel() - 1
-    outs = []
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Ss]parse CSR tensor support is in beta.*")
-        for c in range(weight.shape[0]):
-            values = weight[c].gather(1, order).reshape(-1)
-            a = torch.sparse_csr_tensor(crow, col, values, size=(n, x.shape[0]), check_invariants=False)
-            outs.append(a @ x)
-    return torch.stack(outs)
-
-
 def dense_from(index: torch.Tensor, weight: torch.Tensor, n_src: int) -> torch.Tensor:
     """The dense (C, n, n_src) relation holding ``weight`` at the ``index`` positions, zero elsewhere."""
     c, n, k = weight.shape
@@ -143,18 +109,16 @@ class NeighbourMix(nn.Module):
     """
 
     def __init__(self, index: np.ndarray, n_src: int, channels: int = 3, kind: str = "sparse",
-                 kernel: str = "gather", weight: np.ndarray | None = None):
+                 weight: np.ndarray | None = None):
         super().__init__()
         if kind not in KINDS:
             raise ConfigError(f"relation={kind!r} is not one of {KINDS}")
-        if kernel not in KERNELS:
-            raise ConfigError(f"kernel={kernel!r} is not one of {KERNELS}")
         if not isinstance(channels, (int, np.integer)) or channels < 1:
             raise ConfigError(f"channels={channels!r} must be a whole number >= 1")
         index = np.asarray(index, dtype=np.int64)
         if index.ndim != 2 or index.size == 0 or index.min() < 0 or index.max() >= n_src or index.shape[0] > n_src:
             raise ConfigError(f"neighbour index of shape {index.shape} must be (cells, k) with values in 0..{n_src - 1}")
-        self.kind, self.kernel, self.n_src = kind, kernel, int(n_src)
+        self.kind, self.n_src = kind, int(n_src)
         n, k = index.shape
         idx = torch.from_numpy(index)
         self.register_buffer("index", idx, persistent=False)
@@ -168,24 +132,17 @@ class NeighbourMix(nn.Module):
             self.weight = nn.Parameter(dense_from(idx, start, self.n_src))
         else:
             self.weight = nn.Parameter(start)
-            if kernel == "csr":
-                crow, col, order = csr_layout(index)
-                self.register_buffer("crow", crow, persistent=False)
-                self.register_buffer("col", col, persistent=False)
-                self.register_buffer("order", order, persistent=False)
 
     @property
     def channels(self) -> int:
         return int(self.weight.shape[0])
 
     def product(self, x_src: torch.Tensor) -> torch.Tensor:
-        """A x_src (channels, n, M), by this relation's kind and kernel."""
+        """A x_src (channels, n, M), by this relation's kind."""
         if x_src.shape[0] != self.n_src:
             raise ConfigError(f"the mix expects {self.n_src} source cells; got {x_src.shape[0]}")
         if self.kind == "dense":
             return torch.matmul(self.weight, x_src)
-        if self.kernel == "csr":
-            return mix_csr(x_src, self.crow, self.col, self.order, self.weight)
         return mix_gather(x_src, self.index, self.weight)
 
     def forward(self, x_src: torch.Tensor) -> torch.Tensor:
@@ -202,4 +159,4 @@ class NeighbourMix(nn.Module):
 
     def extra_repr(self) -> str:
         c, n = self.weight.shape[:2]
-        return f"kind={self.kind}, kernel={self.kernel}, channels={c}, cells={n}, sources={self.n_src}"
+        return f"kind={self.kind}, channels={c}, cells={n}, sources={self.n_src}"

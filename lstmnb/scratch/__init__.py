@@ -1,12 +1,7 @@
-"""The from-scratch LSTM: the equations in NumPy with backpropagation through time, then parallel versions.
-
-Versions (all start from the same weights and see the same batches, so they give the same numbers):
-``loops`` (one sample, one step at a time), ``numpy`` (vectorised over the mini-batch), ``numba-cpu``
-(compiled, samples over threads with a gradient reduction), ``numba-cuda`` (one CUDA thread per
-sample), ``numba-cuda-block`` (a CUDA thread block per few samples, a thread per hidden unit, one
-barrier per time step), ``torch`` and ``torch-cuda`` (the same network in PyTorch). Numba and torch are
-imported only when their version is used; a GPU version that cannot start here (``cuda_check``) is a
-reason, never a stopped run.
+"""The from-scratch LSTM: the equations in NumPy with backpropagation through time, then parallel versions
+(``fit.VERSIONS``; docs/architecture.md maps the modules). Every version starts from the same weights and sees
+the same batches, so all give the same numbers. Numba and torch are imported only when their version is used;
+a GPU version that cannot start here (``cuda_check``) is a reason, never a stopped run.
 """
 
 from .data import DATASETS, ScratchData, airline_passengers, load_airline, load_data, prepare_series

@@ -104,63 +104,37 @@ def versions_table(
             except DeviceError as exc:  # a device that looked present but failed to start
                 reasons[v] = str(exc)
 
+    median_s = {v: statistics.median(r.run_s for r in res) for v, res in runs.items() if res and reasons[v] is None}
     rows = []
     for v in versions:
-        res = runs[v]
-        if reasons[v] is not None or not res:
+        fields: dict[str, Any] = {"version": v, "config": {**config.as_dict(), "repeats": repeats},
+                                  "data": {**data.info, "sizes": data.sizes()}}
+        if v not in median_s:
             rows.append({"version": v, "status": "skipped", "reason": reasons[v]})
-            continue
-        run_s = [r.run_s for r in res]
-        median_s = statistics.median(run_s)
-        metrics = evaluate(res[0].theta, shape, data)
-        rows.append({
-            "version": v, "status": "ok", "reason": None,
-            "math": (res[0].backends or {}).get("math"),  # what its matrix products ran in (TF32 shown as such)
-            "compile_s": res[0].compile_s,  # the first warm-up; later repeats reuse the compiled code
-            "run_s": median_s,
-            "s_per_epoch": median_s / config.epochs,
-            "run_s_repeats": run_s,
-            "train_loss": metrics["train_loss"], "val_loss": metrics["val_loss"], "test_loss": metrics["test_loss"],
-            "test_rmse": metrics["test_rmse"], "units": metrics["units"],
-            "baselines_test_rmse": metrics["baselines_test_rmse"],
-            "_fit": res[0],
-        })
-    table = pd.DataFrame(rows).set_index("version")
-    for ref in ("loops", "numpy"):
-        col = f"speedup_vs_{ref}"
-        if ref in table.index and table.loc[ref, "status"] == "ok":
-            table[col] = table.loc[ref, "run_s"] / table["run_s"]
         else:
-            table[col] = np.nan
-
-    if record:
-        for v, row in table.iterrows():
-            fields: dict[str, Any] = {
-                "version": v,
-                "config": {**config.as_dict(), "repeats": repeats},
-                "data": {**data.info, "sizes": data.sizes()},
-            }
-            if row["status"] == "ok":
-                res: FitResult = row["_fit"]
-                fields["backends"] = res.backends
-                fields["timing"] = {
-                    "compile_s": row["compile_s"], "run_s": row["run_s"], "epochs": config.epochs,
-                    "run_s_repeats": row["run_s_repeats"], "s_per_epoch": row["s_per_epoch"],
-                    "speedup_vs_loops": row["speedup_vs_loops"], "speedup_vs_numpy": row["speedup_vs_numpy"],
-                }
-                fields["epochs"] = [
-                    {"epoch": i + 1, "seconds": s, "train_loss": tl, "val_loss": vl}
-                    for i, (s, tl, vl) in enumerate(zip(res.epoch_s, res.train_losses, res.val_losses))
-                ]
-                fields["metrics"] = {
-                    "train_loss": row["train_loss"], "val_loss": row["val_loss"], "test_loss": row["test_loss"],
-                    "test_rmse": row["test_rmse"], "units": row["units"],
-                    "baselines_test_rmse": row["baselines_test_rmse"],
-                }
-            rec = new_record(EXPERIMENT, status=row["status"], reason=row["reason"], device="cuda" if v in GPU_VERSIONS else "cpu",
-                             profile=profile, **fields)
-            append_record(rec, record_path)
-    return table.drop(columns=["_fit"], errors="ignore")
+            res = runs[v][0]  # compile_s: the first warm-up; later repeats reuse the compiled code
+            fields["timing"] = {"compile_s": res.compile_s, "run_s": median_s[v], "epochs": config.epochs,
+                                "run_s_repeats": [r.run_s for r in runs[v]], "s_per_epoch": median_s[v] / config.epochs,
+                                **{f"speedup_vs_{ref}": median_s[ref] / median_s[v] if ref in median_s else np.nan
+                                   for ref in ("loops", "numpy")}}
+            metrics = evaluate(res.theta, shape, data)
+            fields["metrics"] = {k: metrics[k] for k in ("train_loss", "val_loss", "test_loss", "test_rmse", "units",
+                                                         "baselines_test_rmse")}
+            fields["backends"] = res.backends
+            fields["epochs"] = [{"epoch": i + 1, "seconds": s, "train_loss": tl, "val_loss": vl}
+                                for i, (s, tl, vl) in enumerate(zip(res.epoch_s, res.train_losses, res.val_losses))]
+            # the math its matrix products ran in (TF32 shown as such)
+            rows.append({"version": v, "status": "ok", "reason": None, "math": (res.backends or {}).get("math"),
+                         **fields["timing"], **fields["metrics"]})
+        if record:
+            append_record(new_record(EXPERIMENT, status=rows[-1]["status"], reason=rows[-1]["reason"],
+                                     device="cuda" if v in GPU_VERSIONS else "cpu", profile=profile, **fields),
+                          record_path)
+    table = pd.DataFrame(rows).set_index("version").drop(columns=["epochs"], errors="ignore")
+    for ref in ("loops", "numpy"):  # a column even when no version ran
+        if f"speedup_vs_{ref}" not in table:
+            table[f"speedup_vs_{ref}"] = np.nan
+    return table
 
 
 def _ratio(value, digits: int) -> str:
