@@ -55,6 +55,21 @@ def wide_store(tmp_path_factory):
                         blocksize=16384)
 
 
+@pytest.fixture(scope="session")
+def ci_series(tmp_path_factory):
+    """Every notebook executed once with the `ci` profile, as on a machine without a GPU: the kernels see
+    none (CUDA_VISIBLE_DEVICES empty), so on a GPU machine too these tests check what a laptop shows; the
+    GPU notebooks on a GPU are `test_gpu.py`'s. Run once per session: test_notebooks.py reads the whole series,
+    test_notebook_render.py its site's line for 04 (which ran here with no GPU)."""
+    from lstmnb import notebooks
+
+    runs = tmp_path_factory.mktemp("runs")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDA_VISIBLE_DEVICES", "")
+        mp.setenv("LSTMNB_RESULTS", str(runs / "default-results"))  # nothing written into the checkout's results/
+        return notebooks.run_series("ci", runs_dir=runs, echo=None, progress=False)
+
+
 def tiny_epochs_runs(input_paths: list[str]) -> list[dict]:
     """The epochs experiment of the published preset on 20 days of a small real series (window 12, hidden 4, one
     layer, split by fractions), epochs 1 and 2 on ``input_paths``, 3 alternated repeats, not recorded."""

@@ -112,14 +112,14 @@ def test_the_printed_summary_is_readable_at_100_columns(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_the_report_lists_a_skipped_gpu_notebook_as_skipped(tmp_path, monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the kernel sees no GPU: 04 skips on a GPU machine too
-    result = notebooks.run_series("ci", only="04", runs_dir=tmp_path, echo=None, progress=False)
-    (run,) = result.runs
-    assert run.status == "skipped" and "no usable CUDA GPU" in run.reason and result.ok
-    assert result.site == result.run_dir / "site" / "index.html" and not (result.run_dir / "index.html").exists()
-    assert f"<td>ran; its runs skipped ({html.escape(run.reason)}" in result.site.read_text()
-    assert not list(result.run_dir.glob("*.html"))  # the site is the one rendered report
+def test_the_report_lists_a_skipped_gpu_notebook_as_skipped(ci_series):
+    """04 in the `ci` series (conftest.py), whose kernels see no GPU: it skips on a GPU machine too."""
+    (run,) = [r for r in ci_series.runs if r.name == "04_single_gpu"]
+    assert run.status == "skipped" and "no usable CUDA GPU" in run.reason and ci_series.ok
+    assert ci_series.site == ci_series.run_dir / "site" / "index.html"
+    assert not (ci_series.run_dir / "index.html").exists()
+    assert f"<td>ran; its runs skipped ({html.escape(run.reason)}" in ci_series.site.read_text()
+    assert not list(ci_series.run_dir.glob("*.html"))  # the site is the one rendered report
 
 
 @pytest.mark.slow

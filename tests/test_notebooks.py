@@ -202,16 +202,7 @@ def test_cli_list(capsys):
 
 # --- the series on a real kernel -----------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def ci_series(tmp_path_factory):
-    """Every notebook executed once with the `ci` profile, as on a machine without a GPU: the kernels see
-    none (CUDA_VISIBLE_DEVICES empty), so on a GPU machine too these tests check what a laptop shows; the
-    GPU notebooks on a GPU are `test_gpu.py`'s."""
-    runs = tmp_path_factory.mktemp("runs")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CUDA_VISIBLE_DEVICES", "")
-        return notebooks.run_series("ci", runs_dir=runs, echo=None, progress=False)
-
+# ci_series (conftest.py): every notebook executed once with the `ci` profile, shared with test_notebook_render.py
 
 @pytest.mark.slow
 def test_ci_series_runs_every_notebook(ci_series):
