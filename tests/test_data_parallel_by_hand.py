@@ -1,6 +1,8 @@
-"""05's whole data-parallel program and its ring all-reduce, run as the notebook's cells write them, on 2
-and 3 real gloo ranks (no mocks): gradients averaged by hand give DDP's weights and one process's on the
-whole batches; the ring gives dist.all_reduce's sums and each rank sends 2 (N - 1) K / N values."""
+"""05's whole data-parallel program and its ring all-reduce, run as the notebook's cells write them, on 3
+real gloo ranks (no mocks): gradients averaged by hand give DDP's weights and one process's on the whole
+batches; the ring gives dist.all_reduce's sums and each rank sends 2 (N - 1) K / N values. The same programs
+on 2 ranks, and the ring on a K that the ranks do not divide, run in 05 itself in the `ci` series
+(test_notebooks.py checks its tables), so they are not run twice."""
 
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ def one_process(programs) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("ranks", [3])
 def test_gradients_averaged_by_hand_equal_ddp_and_one_process(programs, one_process, ranks):
     by_hand, ddp = weights(programs, ranks, "by-hand"), weights(programs, ranks, "ddp")
     torch.manual_seed(0)
@@ -70,7 +72,7 @@ def test_gradients_averaged_by_hand_equal_ddp_and_one_process(programs, one_proc
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ranks, k", [(2, 6000), (3, 6000), (3, 50497)])
+@pytest.mark.parametrize("ranks, k", [(3, 6000)])
 def test_ring_allreduce_equals_dist_all_reduce_and_sends_2_n_minus_1_k_over_n(programs, ranks, k):
     out = programs / f"ring-{ranks}-{k}.json"
     run(programs / "ring_check.py", ranks, k, 3, 2, out)  # 3 alternated repeats of 2 calls each

@@ -284,6 +284,15 @@ def test_ci_series_tables_and_figures(ci_series):
     # the whole program and the ring by hand ran: equal weights, the ring's sums and bytes, Amdahl's share
     assert "2 ranks by hand vs 1 process, whole batch" in text and "equal within float tolerance" in text
     assert "The ring all-reduce by hand on 3 ranks gave `dist.all_reduce`'s sums" in text
+    # 05's own tables: 2 ranks by hand equal DDP and one process; the ring on a K that 2 and 3 ranks do not divide
+    same = pd.read_csv(run_dir / "tables" / "05_same_weights.csv", index_col=0)
+    assert same["equal within float tolerance"].all() and same["largest weight difference"].iloc[0] <= 1e-6
+    ring = pd.read_csv(run_dir / "tables" / "05_ring.csv", index_col=0)
+    assert list(ring.index) == [2, 3] and (ring["K values"] % ring.index != 0).all()
+    assert (ring["max |ring - all_reduce|"] <= 1e-5).all()  # sums of N float32 values in another order
+    # chunks of K/N rounded: each of the 2 (N - 1) sends is off by at most one value
+    off = (ring["bytes sent per rank"] - ring["2(N-1)K/N x 4 bytes"]).abs()
+    assert (off <= 2 * (ring.index - 1) * 4).all()
     assert "Amdahl's law from these runs: " in text and "serial share s = " in text
     assert "ms per step, synchronised" in output_text(run_dir / "04_single_gpu.ipynb")
     assert "Reference, not measured here" in output_text(run_dir / "04_single_gpu.ipynb")
