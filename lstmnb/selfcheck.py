@@ -155,7 +155,7 @@ def captured_steps(windows, device) -> str:
 def bf16(windows, device) -> str:
     import torch
 
-    from .cuda_env import bf16_native
+    from .machine.cuda import bf16_native
     from .training import Trainer
 
     cap = torch.cuda.get_device_capability(device)
@@ -250,7 +250,7 @@ def plan() -> list[Planned]:
     """This machine's jobs: CPU, the GPUs' (or one skipped row per job without a GPU), Numba engines."""
     import torch
 
-    from .device import no_cuda_reason
+    from .machine.device import no_cuda_reason
 
     rows = [Planned("cpu", "train", cpu_train), Planned("cpu", "ddp gloo x2", lambda w: ddp(w, "cpu"))]
     if not torch.cuda.is_available():

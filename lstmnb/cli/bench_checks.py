@@ -9,7 +9,7 @@ from .options import check_results_args, request_from_args, train_config_from_ar
 def check_training_bench(args, cfg=None, device: bool = True) -> None:
     """What every bench that trains needs: its TrainConfig (and its device, unless the bench picks the
     devices), the request, the results file and the cache."""
-    from ..device import resolve_device
+    from ..machine.device import resolve_device
     from ..paths import check_cache
 
     cfg = cfg or train_config_from_args(args)

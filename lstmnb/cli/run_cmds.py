@@ -70,7 +70,7 @@ def check_training(cfg, request, args) -> None:
     checkpoint (writable; on --resume readable and from the same settings), the records of ``args`` and the cache."""
     from pathlib import Path
 
-    from ..device import resolve_device
+    from ..machine.device import resolve_device
     from ..paths import check_cache, check_writable
 
     cfg.validate()

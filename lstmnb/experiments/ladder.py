@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..device import cpu_threads, device_problem
+from ..machine.device import cpu_threads, device_problem
 from ..errors import ConfigError
 from ..records import Recorder, read_records
 from ..training import preset_config

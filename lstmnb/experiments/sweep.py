@@ -13,8 +13,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..device import indexed, resolve_device
-from ..memory import free_memory, is_oom, proc_status_kb
+from ..machine.device import indexed, resolve_device
+from ..machine.memory import free_memory, is_oom, proc_status_kb
 from ..errors import ConfigError
 from ..errors import said as field_said
 from ..records import Recorder, software_info

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..device import DEVICE_CHOICES, host_memory_bytes, local_rank_limit
+from ..machine.device import DEVICE_CHOICES, host_memory_bytes, local_rank_limit
 from ..errors import ConfigError
 from ..models import ModelConfig
 from ..windows import WindowConfig

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
-from ..device import indexed
+from ..machine.device import indexed
 from .config import TrainConfig
 from .step import StepParts, optimizer_step
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..device import off_the_gpu
+from ..machine.device import off_the_gpu
 from .config import TrainConfig
 
 # Param-group flags that describe how this process steps, not what was learnt: a resumed run keeps its own.

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..device import cpu_threads, resolve_device
+from ..machine.device import cpu_threads, resolve_device
 from ..errors import ConfigError, OutputError
 from ..models import Forecaster
 from ..paths import why_not_written

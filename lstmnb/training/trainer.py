@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..cuda_env import backends_record, prepare_cuda
-from ..device import amp_dtype, clock
-from ..memory import heap_for_run, peak_memory_mb, reset_peak_memory
+from ..machine.cuda import backends_record, prepare_cuda
+from ..machine.device import amp_dtype, clock
+from ..machine.memory import heap_for_run, peak_memory_mb, reset_peak_memory
 from ..models import Forecaster
 from ..records import new_run_id
 from ..windows import Windows

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...device import cuda_missing
+from ...machine.device import cuda_missing
 from ...errors import ConfigError, DeviceError
 from ..trainer import RunResult, Trainer
 from .streams import own_replica_streams

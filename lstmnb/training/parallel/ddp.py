@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ...device import clock
+from ...machine.device import clock
 from ...errors import ConfigError
 from ..guards import min_over_ranks
 from ..trainer import RunResult, Trainer
