@@ -105,10 +105,10 @@ def step_losses(windows, device, graph: bool) -> tuple[list[float], Any]:
     import torch
 
     from .training import Trainer
-    from .training.graphs import IndexBatches
+    from .training.step import IndexBatches
 
     tr = Trainer(windows, tiny_config(device=str(device), cuda_graph=graph), device)
-    x, y = tr.train_tensors()
+    x, y = tr.feed.train_tensors()
     size = tr.cfg.batch_size
     batches = [torch.arange(k * size, (k + 1) * size, device=device) for k in range(GRAPH_STEPS)]
     if len(batches[-1]) < size or batches[-1][-1] >= x.shape[0]:
@@ -132,7 +132,7 @@ def smoke_steps(windows, device) -> str:
     from .training import Trainer
 
     tr = Trainer(windows, tiny_config(device=str(device), cuda_graph=False), device)
-    x, y = tr.train_tensors()
+    x, y = tr.feed.train_tensors()
     size = tr.cfg.batch_size
     losses = [float(tr.step(x[k * size:(k + 1) * size], y[k * size:(k + 1) * size])) for k in range(SMOKE_STEPS)]
     if not all(math.isfinite(v) for v in losses):
@@ -164,7 +164,7 @@ def bf16(windows, device) -> str:
     tr = Trainer(windows, tiny_config(device=str(device), amp="bf16"), device)
     seen: list[torch.dtype] = []
     tr.core.rnn.register_forward_hook(lambda m, i, out: seen.append(out[0].dtype))
-    x, y = tr.train_tensors()
+    x, y = tr.feed.train_tensors()
     loss = float(tr.step(x[:64], y[:64]))
     if not math.isfinite(loss) or seen != [torch.float32]:
         raise RuntimeError(f"loss {loss}, recurrent layer output {seen} (float32 expected under bf16)")

@@ -12,10 +12,9 @@ import torch
 from torch import nn
 
 from lstmnb.models import Forecaster, ModelConfig
-from lstmnb.training.graphs import GraphStep
 from lstmnb.training.guards import DivergenceGuard
 from lstmnb.training.parallel.dataparallel import ReplicaDataParallel
-from lstmnb.training.step import StepParts, make_loss
+from lstmnb.training.step import GraphStep, StepParts, make_loss
 
 
 @pytest.fixture

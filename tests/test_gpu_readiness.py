@@ -25,7 +25,7 @@ from lstmnb.machine.memory import is_oom
 from lstmnb.errors import ConfigError, DeviceError
 from lstmnb.training import TrainConfig, make_optimizer, restore_optimizer, train
 from lstmnb.training.checkpoints import read_checkpoint, save_checkpoint
-from lstmnb.training.graphs import STEPS_TO_CAPTURE, graph_plan, graph_record
+from lstmnb.training.step import STEPS_TO_CAPTURE, graph_plan, graph_record
 from lstmnb.windows import make_windows
 
 

@@ -176,7 +176,7 @@ import json, multiprocessing, sys
 if sys.argv[1] != "default":
     multiprocessing.set_start_method(sys.argv[1])
 from lstmnb.training import TrainConfig
-from lstmnb.training.summary import workers_section
+from lstmnb.training.evaluate import workers_section
 sections = [workers_section(TrainConfig(input_path=p, num_workers=n, persistent_workers=k))
             for p, n, k in (("dataloader", 2, False), ("dataloader", 2, True), ("dataloader", 0, False), ("fast", 2, False))]
 print(json.dumps([sections, multiprocessing.get_start_method(allow_none=True)]))

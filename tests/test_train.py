@@ -255,7 +255,7 @@ def test_fused_and_plain_adam_agree(small_windows):
 
 def test_cuda_graph_is_on_by_default_and_the_record_says_why_a_run_is_eager(small_windows):
     """Graphs are the default; where one cannot apply, the run is eager and the record gives the reason."""
-    from lstmnb.training.graphs import graph_plan
+    from lstmnb.training.step import graph_plan
 
     assert TrainConfig().cuda_graph is True
     rec = train(small_windows, cfg(epochs=1)).record  # pinned to the CPU

@@ -70,7 +70,7 @@ def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int 
     rows = []
     with thread_choice(cfg, dev) as threads:
         tr = Trainer(windows, cfg, dev)
-        x, y = tr.train_tensors()
+        x, y = tr.feed.train_tensors()
 
         def timed(b: int) -> tuple[float, int]:
             xb, yb = x[:b], y[:b]

@@ -1,5 +1,6 @@
-"""The front door of training: prepare the data (extract, window), train on the device and strategy
-the config names, and record the run (once per finished run, however often it is resumed)."""
+"""The front door of training, where a run enters and data flows one way: prepare the data (extract, window),
+train on the device and strategy the config names (``trainer.Trainer`` on one device, ``parallel`` for the
+others), and record the run (once per finished run, however often it is resumed)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from ..windows import Windows, windows_from_dataset
 from . import parallel
 from .checkpoints import check_same_data, load_checkpoint, mark_recorded, recorded_marker, refuse_replacing
 from .config import TrainConfig
+from .evaluate import RunResult
 from .guards import diverged_error
 from .parallel.groups import is_rank_zero
-from .trainer import RunResult, Trainer
+from .trainer import Trainer
 
 
 def check_windows(windows: Windows, cfg: TrainConfig) -> None:

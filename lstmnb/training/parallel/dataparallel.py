@@ -11,7 +11,8 @@ from torch import nn
 
 from ...machine.device import cuda_missing
 from ...errors import ConfigError, DeviceError
-from ..trainer import RunResult, Trainer
+from ..evaluate import RunResult
+from ..trainer import Trainer
 from .streams import own_replica_streams
 
 
