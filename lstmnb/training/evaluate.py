@@ -19,7 +19,7 @@ import itertools
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,8 +31,7 @@ from ..models import Forecaster, count_parameters, flops_per_sample
 from ..records import new_record
 from ..windows import Windows, error_metrics
 
-if TYPE_CHECKING:  # config imports this module's BLENDS
-    from .config import TrainConfig
+# ``cfg`` below is a ``config.TrainConfig``; config imports ``BLENDS`` from here, so this module imports no config
 
 SKILL_SCORE = "MSE skill score: 1 - MSE_model / MSE_baseline (above 0: the model beats the baseline)"
 
@@ -221,7 +220,7 @@ def summarize_timing(history: list[dict[str, Any]], warmup_epochs: int = 1) -> d
     }
 
 
-def workers_section(cfg: TrainConfig) -> dict[str, Any] | None:
+def workers_section(cfg) -> dict[str, Any] | None:
     """How the DataLoader's workers started (the record's ``workers``; None without them): their count, the
     start method (``spawn``, the default of macOS and Windows, and ``forkserver`` start each worker as a fresh
     Python process that imports torch and lstmnb and unpickles the training windows before its first batch;
@@ -242,7 +241,7 @@ def workers_section(cfg: TrainConfig) -> dict[str, Any] | None:
     return section
 
 
-def finish_record(core: Forecaster, windows: Windows, cfg: TrainConfig, device: torch.device,
+def finish_record(core: Forecaster, windows: Windows, cfg, device: torch.device,
                    history: list[dict[str, Any]], stopped_early: bool, data_info: dict[str, Any] | None,
                    stop_reason: str, memory: dict[str, Any], divergence: dict[str, Any] | None = None,
                    warmup_epochs: int = 1, **extra: Any) -> dict[str, Any]:

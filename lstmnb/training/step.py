@@ -1,14 +1,9 @@
-"""The step and what feeds it. ``Feed``: an epoch's batches (the fast path's shuffled index batches on the device,
-or the published path's per-sample Dataset and DataLoader) and the targets with each sample's loss weight;
-``optimizer_step``: one step as a plain function of what it touches (``StepParts``); Adam built for the device
-and restored from any checkpoint; the learning-rate schedule; the step as a CUDA graph (``graph_plan``: whether
-and why not; ``GraphStep``: capture and replays; ``graph_record``: what the record says happened).
-
-The Trainer's eager step and ``GraphStep`` both call ``optimizer_step``, and neither keeps the other alive
-(docs/architecture.md, "Rules": no reference cycles through the Trainer). The graph follows PyTorch's
-whole-network capture (CUDA semantics notes): eager warm-up steps on a side stream, gradients set to None before
-the capture so its backward allocates them from the graph's pool, static inputs refilled before every replay
-(docs/gpu.md gives the sources).
+"""The step and what feeds it: ``Feed`` (an epoch's batches, fast or through a DataLoader, and the loss with
+each sample's weight), ``optimizer_step`` on a ``StepParts`` (what a step touches, never the Trainer: no
+reference cycles, docs/architecture.md), Adam for the device and its checkpointed state, the schedule, and the
+step as a CUDA graph (``graph_plan``, ``GraphStep``, ``graph_record``), captured as PyTorch's whole-network
+recipe says: eager warm-up on a side stream, gradients None before the capture so its backward allocates them
+from the graph's pool, static inputs refilled before every replay (docs/gpu.md gives the sources).
 """
 
 from __future__ import annotations
@@ -19,7 +14,7 @@ import math
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
@@ -29,13 +24,21 @@ from torch.nn import functional as F
 from ..errors import ConfigError
 from ..machine.device import indexed, off_the_gpu
 
-if TYPE_CHECKING:  # config imports this module's POINT_WEIGHTS
-    from .config import TrainConfig
+# ``cfg`` below is a ``config.TrainConfig``; config imports ``POINT_WEIGHTS`` from here, so this module imports
+# no config (it stays below config, no circle)
 
 POINT_WEIGHTS = {
     "none": "every sample counts the same (plain MSE)",
     "persistence": "each point's samples weigh 1 / that point's persistence MSE on the training part (mean 1)",
 }
+
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def weighted_mse(pred: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+    """MSE weighted per sample by the last column of ``yb`` (point weights)."""
+    return torch.mean(yb[:, -1:] * (pred - yb[:, :-1]) ** 2)
 
 
 def sample_weights(windows, how: str) -> np.ndarray | None:
@@ -94,7 +97,8 @@ class Feed:
         self.cfg, self.device, self.gen = cfg, device, gen
         self.x = windows.x["train"]
         weights = sample_weights(windows, cfg.point_weights)
-        self.weighted = weights is not None
+        # the training loss: a plain function (nothing that uses it holds the Trainer or the Feed)
+        self.loss: LossFn = F.mse_loss if weights is None else weighted_mse
         self.y = windows.y["train"] if weights is None else np.concatenate([windows.y["train"], weights[:, None]], 1)
         self.n = self.x.shape[0]
 
@@ -129,7 +133,6 @@ class Feed:
         )
 
     def loader_batches(self, loader):
-        """A DataLoader's batches moved to the run's device."""
         for xb, yb in loader:
             yield xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
 
@@ -143,19 +146,6 @@ class Feed:
             return lambda epoch: self.fast_batches(x, y, self.cfg.batch_size)
         loader = self.make_loader()
         return lambda epoch: self.loader_batches(loader)
-
-
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def weighted_mse(pred: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-    """MSE weighted per sample by the last column of ``yb`` (point weights)."""
-    return torch.mean(yb[:, -1:] * (pred - yb[:, :-1]) ** 2)
-
-
-def make_loss(weighted: bool) -> LossFn:
-    """The training loss: plain MSE, or ``weighted_mse`` when the targets carry a weight column."""
-    return weighted_mse if weighted else F.mse_loss
 
 
 @dataclass
@@ -212,7 +202,7 @@ def _import_dynamo_off_stack() -> None:
     worker.join()
 
 
-def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device,
+def make_optimizer(model: nn.Module, cfg, device: torch.device,
                    capturable: bool = False) -> torch.optim.Optimizer:
     """Adam; fused into one kernel per step where torch supports it on the device, and capturable
     (state on the device, no host sync) when the step is captured as a CUDA graph."""
@@ -246,7 +236,7 @@ def restore_optimizer(opt: torch.optim.Optimizer, saved: dict[str, Any]) -> None
                 state["step"] = step.to(dtype=torch.float32, device=p.device if on_device else "cpu")
 
 
-def make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int):
+def make_scheduler(opt: torch.optim.Optimizer, cfg, steps_per_epoch: int):
     """The learning-rate schedule of ``cfg`` over the run's steps (None: constant)."""
     total = cfg.epochs * steps_per_epoch
     if cfg.lr_schedule == "onecycle":
@@ -265,7 +255,7 @@ STREAM_WARNING = ".*AccumulateGrad.*stream"
 CAPTURABLE_WARNING = "This instance was constructed with capturable=True"
 
 
-def graph_plan(cfg: TrainConfig, device: torch.device, adtype: torch.dtype | None,
+def graph_plan(cfg, device: torch.device, adtype: torch.dtype | None,
                full_batches: int | None = None) -> tuple[bool, str]:
     """Whether the training step is to be captured as a CUDA graph, and why or why not (for the record).
 

@@ -26,8 +26,8 @@ from .checkpoints import CHECKPOINT_FORMAT, check_same_data, load_checkpoint, re
 from .config import TrainConfig, preset_config
 from .evaluate import finish_record, rmse_kelvin
 from .guards import DivergenceGuard, stops_on_divergence
-from .step import (Feed, GraphStep, IndexBatches, StepParts, capture_epoch, graph_plan, graph_record, make_loss,
-                   make_optimizer, make_scheduler, optimizer_step, restore_optimizer)
+from .step import (Feed, GraphStep, IndexBatches, StepParts, capture_epoch, graph_plan, graph_record, make_optimizer,
+                   make_scheduler, optimizer_step, restore_optimizer)
 
 
 class Trainer:
@@ -60,7 +60,7 @@ class Trainer:
         self.opt = make_optimizer(self.core, cfg, device, capturable=self.use_graph)
         # the training set as the epochs take it; with point weights the targets carry a column of loss weights
         self.feed = Feed(windows, cfg, device, self.gen)
-        self.loss = make_loss(self.feed.weighted)  # a plain function: nothing that uses it holds the Trainer
+        self.loss = self.feed.loss
         self.sched = make_scheduler(self.opt, cfg, steps_per_epoch or math.ceil(self.n_train / cfg.batch_size))
         self.scaler = torch.amp.GradScaler("cuda") if self.adtype == torch.float16 else None
         # non-finite figures end the run; the loss is read back every ``loss_every`` steps
@@ -135,7 +135,7 @@ class Trainer:
 
     def step(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         """One optimiser step; returns the detached loss (no host sync). The loss is ``self.loss``:
-        MSE, weighted per sample by the last column of ``yb`` with point weights (``make_loss``)."""
+        MSE, weighted per sample by the last column of ``yb`` with point weights (``Feed.loss``)."""
         return optimizer_step(self.step_parts(), xb, yb, scaler=self.scaler, sched=self.sched)
 
     def run_epoch(self, batches) -> tuple[torch.Tensor, int, float]:
