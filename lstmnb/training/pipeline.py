@@ -115,7 +115,7 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
     with thread_choice(cfg, device) as threads:
         tr = Trainer(windows, cfg, device, model=model)
         tr.restore(state)
-        tr.start_peak_memory()
+        tr.machine.start_peak()
         tr.fit(f"train {device}", on_epoch_end)
         record = tr.finish(data_info, threads=threads)
     return RunResult(record=record, model=tr.core, windows=windows, device=device, history=tr.history)

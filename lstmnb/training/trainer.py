@@ -1,6 +1,6 @@
 """The Trainer: the pieces of a run that every strategy shares (model, optimiser, schedule, RNG, what feeds the
 step, the epoch loop, validation, history and checkpoints), and the record it finishes with its rung of the
-ladder. ``pipeline.train`` drives it on one device; ``parallel`` drives the same object per rank.
+ladder (``with_rung``; ``skipped_record`` for a run that gave no figures).
 
 Timing follows docs/architecture.md: the device is synchronised before every clock read, the first
 (warm-up) epoch is reported apart from the steady epochs, and evaluation time is kept out of training time.
@@ -15,9 +15,8 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from ..machine.cuda import backends_record, prepare_cuda
-from ..machine.device import amp_dtype, clock
-from ..machine.memory import heap_for_run, peak_memory_mb, reset_peak_memory
+from ..machine.device import clock
+from ..machine.run import for_run
 from ..models import Forecaster
 from ..records import new_record, new_run_id
 from ..rungs import rung_of
@@ -33,7 +32,7 @@ from .step import (Feed, GraphStep, IndexBatches, StepParts, capture_epoch, grap
 class Trainer:
     """The pieces of a run that every strategy shares: model, optimiser, schedule, RNG, history, checkpoints.
 
-    ``training.train`` drives it on one device; ``training.parallel`` drives the same object per rank with a
+    ``pipeline.train`` drives it on one device; ``training.parallel`` drives the same object per rank with a
     wrapped model (``self.model``) and its own batches, so the step, timing and checkpoint logic
     exist once.
     """
@@ -43,11 +42,9 @@ class Trainer:
         self.windows, self.cfg, self.device = windows, cfg, device
         self.writer = writer  # False on DDP ranks other than 0: they never write checkpoints
         self._data_identity: dict[str, Any] | None = None  # what a checkpoint of this run was trained on
-        if device.type == "cuda":
-            prepare_cuda()  # before the model reaches the GPU: cuDNN off where torch's cuDNN refuses it
-        # a CPU run's freed C heap is kept for its next step (glibc; heap=kept); the record's memory.heap says how
-        self.heap = heap_for_run(cfg.heap == "kept") if device.type == "cpu" else None
-        self.adtype = amp_dtype(cfg.amp, device)
+        # what the run needs of the machine, asked once: the device made ready, autocast dtype, heap, peak memory
+        self.machine = for_run(device, cfg.amp, cfg.heap)
+        self.adtype = self.machine.adtype
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         # the point Forecaster the config describes, unless the caller brings its own network (region mode's
@@ -74,7 +71,6 @@ class Trainer:
         self.stopped_early = False
         self.stop_reason: str | None = None
         self.run_id = new_run_id()  # kept in the checkpoint: a resumed run records under the same id
-        self.peak_since_reset = False  # set by start_peak_memory: the memory figure is this run's own
         self.x_val = torch.from_numpy(windows.x["val"]).to(device)
         self.y_val = torch.from_numpy(windows.y["val"]).to(device)
 
@@ -122,10 +118,6 @@ class Trainer:
             "generator": self.gen.get_state(), "torch_rng": torch.get_rng_state(),
             "history": self.history, "best": self.best,
         })
-
-    def start_peak_memory(self) -> None:
-        """Reset the peak-memory statistics once the model and data are placed, before the first epoch."""
-        self.peak_since_reset = reset_peak_memory(self.device)
 
     # --- one step, one epoch ----------------------------------------------------------------------
     def step_parts(self) -> StepParts:
@@ -265,10 +257,8 @@ class Trainer:
             return None
         return with_rung(finish_record(self.core, self.windows, self.cfg, self.device, self.history,
                               self.stopped_early, data_info, stop_reason=self.final_stop_reason(),
-                              memory={**peak_memory_mb(self.device, self.peak_since_reset),
-                                      **({"heap": self.heap} if self.heap is not None else {})},
                               cuda_graph=self.graph.record(self.graph_reason) if self.graph is not None
-                              else graph_record(False, self.graph_reason), backends=backends_record(self.device, self.adtype),
+                              else graph_record(False, self.graph_reason), **self.machine.sections(),
                               run_id=self.run_id, warmup_epochs=self.warmup_epochs(), divergence=self.guard.outcome(
                                   self.cfg, resumed=self.start_epoch > 0, history=self.history, best=self.best), **extra))
 

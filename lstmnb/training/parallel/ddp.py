@@ -196,7 +196,7 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
         if options.rank_callback is not None:
             options.rank_callback(rank, entry)
 
-    tr.start_peak_memory()
+    tr.machine.start_peak()
     split = None
     try:
         tr.fit(f"ddp rank 0/{world} {env.device}", epoch_done, batches=batches, reduce=reduce, agree=agree,
