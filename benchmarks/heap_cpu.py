@@ -1,4 +1,4 @@
-"""A CPU run's C heap kept for its next step (`lstmnb.memory.keep_freed_heap`) against glibc's own thresholds.
+"""A CPU run's C heap kept for its next step (`lstmnb.machine.memory.keep_freed_heap`) against glibc's own thresholds.
 
 glibc's malloc gives freed memory back to the system once more than its trim threshold lies free at the
 heap's top, and maps blocks from its mmap threshold up afresh. For the published setting's two-layer LSTM its

@@ -24,7 +24,7 @@ from dataclasses import replace
 from _tiny import DONE  # benchmarks/_tiny.py, beside this script
 from lstmnb import era5, report
 from lstmnb import experiments as bench
-from lstmnb.device import cpu_cores
+from lstmnb.machine.device import cpu_cores
 from lstmnb.training import TrainConfig, prepare_windows
 
 

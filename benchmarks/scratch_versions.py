@@ -157,7 +157,7 @@ def main() -> None:
 
     import numba
 
-    from lstmnb.device import cpu_model
+    from lstmnb.machine.device import cpu_model
     from lstmnb.scratch.bench import format_versions, versions_table
     from lstmnb.scratch.data import default_window, load_data
     from lstmnb.scratch.fit import VERSIONS, ScratchConfig

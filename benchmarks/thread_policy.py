@@ -1,4 +1,4 @@
-"""The CPU thread policy sees the present (``lstmnb.device.cpu_threads``): a run started just after another
+"""The CPU thread policy sees the present (``lstmnb.machine.device.cpu_threads``): a run started just after another
 job ended uses every core, and a run beside a busy process still backs off.
 
 Two scenarios, each repeated, on the study's real ERA5 (its two points, shipped with lstmnb) from 2020-01-01 to
@@ -35,7 +35,7 @@ import torch
 
 from _tiny import DONE  # benchmarks/_tiny.py, beside this script
 from lstmnb.data import Request
-from lstmnb.device import busy_cores, cpu_cores
+from lstmnb.machine.device import busy_cores, cpu_cores
 from lstmnb.training import TrainConfig, prepare_windows, train
 
 

@@ -37,7 +37,7 @@ def gpu_problem(device: str = "cuda", min_gpus: int = 1) -> str | None:
     """None when ``min_gpus`` CUDA GPUs are usable for ``device``; otherwise the reason, in one line."""
     import torch
 
-    from .device import no_cuda_reason
+    from .machine.device import no_cuda_reason
 
     if not str(device).startswith("cuda"):
         return f"device={device!r} is not a CUDA device; this notebook measures GPUs (set device='cuda')"
@@ -46,10 +46,10 @@ def gpu_problem(device: str = "cuda", min_gpus: int = 1) -> str | None:
     count = torch.cuda.device_count()
     if count < min_gpus:
         return f"{count} CUDA GPU(s) visible; this experiment needs at least {min_gpus}"
-    from .device import resolve_device
+    from .machine.device import resolve_device
     from .errors import LstmnbError
 
-    try:  # the run's own refusal: a GPU whose architecture this torch build lacks (cuda_env.arch_problem)
+    try:  # the run's own refusal: a GPU whose architecture this torch build lacks (cuda.arch_problem)
         resolve_device(device)
     except LstmnbError as exc:
         return str(exc)
@@ -100,7 +100,7 @@ def torch_checks() -> list[Check]:
     rows = [Check("python", OK, platform.python_version()),
             Check("torch", OK, f"{torch.__version__} ({'CUDA ' + torch.version.cuda if torch.version.cuda else 'CPU'} build)")]
     if torch.cuda.is_available():
-        from .cuda_env import arch_supported
+        from .machine.cuda import arch_supported
 
         arch = torch.cuda.get_arch_list()
         for i in range(torch.cuda.device_count()):
@@ -115,7 +115,7 @@ def torch_checks() -> list[Check]:
         version = ".".join(map(str, torch.cuda.nccl.version())) if nccl else "not built into torch"
         rows.append(Check("NCCL", OK if nccl else MISSING, version))
     else:
-        from .device import no_cuda_reason
+        from .machine.device import no_cuda_reason
 
         rows.append(Check("GPU", ABSENT, no_cuda_reason()))
     gloo = dist.is_available() and dist.is_gloo_available()
@@ -126,7 +126,7 @@ def torch_checks() -> list[Check]:
 def cudnn_check() -> Check:
     """cuDNN's version, read without torch's GPU check, and whether runs here use it; on a P100/V100 host
     with a cuDNN that refuses them, the fallback and the torch builds that keep cuDNN for those GPUs."""
-    from .cuda_env import OLD_GPU_BUILDS, cudnn_state, version_text
+    from .machine.cuda import OLD_GPU_BUILDS, cudnn_state, version_text
 
     state = cudnn_state()
     if state["version"] is None:

@@ -107,7 +107,7 @@ SCHEMA: dict[str, Any] = {
                     "properties": {"used": {"type": "integer", "minimum": 1}, "policy": {"type": "string"},
                                    "reason": {"type": "string"}}},
         "cuda_graph": _OBJ,
-        # the rung of the ladder the run stands on (training/ladder.py), where it is one
+        # the rung of the ladder the run stands on (rungs.py), where it is one
         "ladder": {"type": "object", "required": ["rung", "name"],
                    "properties": {"rung": {"type": "integer", "minimum": 0}, "name": {"type": "string"}}},
         "skill": _OBJ,

@@ -67,7 +67,7 @@ def software_info() -> dict[str, Any]:
 def _software_facts() -> dict[str, Any]:
     import torch
 
-    from .cuda_env import cudnn_version
+    from .machine.cuda import cudnn_version
 
     return {
         "python": platform.python_version(),
@@ -99,7 +99,7 @@ def new_record(
 ) -> dict[str, Any]:
     """A record with the common fields filled in; ``fields`` adds config, data, epochs, metrics, ...
     ``run_id``: the run's id when it has one already (a checkpointed run); else a new one."""
-    from .device import device_info  # here, not at the top: reading records needs no torch
+    from .machine.device import device_info  # here, not at the top: reading records needs no torch
 
     if status not in STATUSES:
         raise ValueError(f"status {status!r} is not one of {STATUSES}")

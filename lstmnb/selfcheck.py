@@ -105,10 +105,10 @@ def step_losses(windows, device, graph: bool, steps: int = GRAPH_STEPS) -> tuple
     import torch
 
     from .training import Trainer
-    from .training.graphs import IndexBatches
+    from .training.step import IndexBatches
 
     tr = Trainer(windows, tiny_config(device=str(device), cuda_graph=graph), device)
-    x, y = tr.train_tensors()
+    x, y = tr.feed.train_tensors()
     size = tr.cfg.batch_size
     batches = [torch.arange(k * size, (k + 1) * size, device=device) for k in range(steps)]
     if len(batches[-1]) < size or batches[-1][-1] >= x.shape[0]:
@@ -143,7 +143,7 @@ def captured_steps(windows, device) -> str:
 def bf16(windows, device) -> str:
     import torch
 
-    from .cuda_env import bf16_native
+    from .machine.cuda import bf16_native
     from .training import Trainer
 
     cap = torch.cuda.get_device_capability(device)
@@ -152,7 +152,7 @@ def bf16(windows, device) -> str:
     tr = Trainer(windows, tiny_config(device=str(device), amp="bf16"), device)
     seen: list[torch.dtype] = []
     tr.core.rnn.register_forward_hook(lambda m, i, out: seen.append(out[0].dtype))
-    x, y = tr.train_tensors()
+    x, y = tr.feed.train_tensors()
     loss = float(tr.step(x[:64], y[:64]))
     if not math.isfinite(loss) or seen != [torch.float32]:
         raise RuntimeError(f"loss {loss}, recurrent layer output {seen} (float32 expected under bf16)")
@@ -238,7 +238,7 @@ def plan() -> list[Planned]:
     """This machine's jobs: CPU, the GPUs' (or one skipped row per job without a GPU), Numba engines."""
     import torch
 
-    from .device import no_cuda_reason
+    from .machine.device import no_cuda_reason
 
     rows = [Planned("cpu", "train", cpu_train), Planned("cpu", "ddp gloo x2", lambda w: ddp(w, "cpu"))]
     if not torch.cuda.is_available():

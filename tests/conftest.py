@@ -245,7 +245,7 @@ def pytest_collection_modifyitems(config, items):
 
     if torch.cuda.is_available():
         return
-    from lstmnb.device import no_cuda_reason
+    from lstmnb.machine.device import no_cuda_reason
 
     skip = pytest.mark.skip(reason=f"gpu test: {no_cuda_reason()}")
     for item in gpu_items:

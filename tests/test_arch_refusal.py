@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
-from lstmnb.cuda_env import arch_problem
-from lstmnb.device import resolve_device
+from lstmnb.machine.cuda import arch_problem
+from lstmnb.machine.device import resolve_device
 from lstmnb.errors import DeviceError
 from lstmnb.notebooks import steps
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from lstmnb import cli
-from lstmnb.device import cpu_cores
+from lstmnb.machine.device import cpu_cores
 from lstmnb.errors import ConfigError
 
 T = ["train", "--start", "2020-01-01", "--end", "2020-01-31", "--epochs", "1", "--hidden", "8", "--no-progress"]

@@ -90,7 +90,7 @@ def _comm_split_order(env, steps: int):
         return step(xb, yb)
 
     tr.step = noted
-    x, y = tr.train_tensors()
+    x, y = tr.feed.train_tensors()
     return flags, comm_split(tr, ddp, env, x, y, steps)
 
 

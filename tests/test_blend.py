@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from lstmnb.errors import ConfigError
-from lstmnb.training.blend import SOURCES, apply_blend, blend_section, blend_weights, convex_weights, fit_blend
+from lstmnb.training.evaluate import SOURCES, apply_blend, blend_section, blend_weights, convex_weights, fit_blend
 from lstmnb.windows import WindowConfig, make_windows
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lstmnb import cuda_env
+from lstmnb.machine import cuda
 from lstmnb.experiments.speed import matmul_rate
 from lstmnb.scratch.precision import engine_math
 
@@ -36,13 +36,13 @@ def test_reading_the_switches_never_raises_after_the_new_api_set_them(new_api):
     torch.backends.cudnn.rnn.fp32_precision = "ieee"
     with pytest.raises(RuntimeError, match="legacy and new APIs"):  # what torch does, the reason for all this
         torch.backends.cuda.matmul.allow_tf32  # noqa: B018
-    flags = cuda_env.precision_flags()
+    flags = cuda.precision_flags()
     assert flags["matmul_fp32_precision"] == "tf32" and flags["cudnn_rnn_fp32_precision"] == "ieee"
     assert flags["matmul_allow_tf32"] is None and flags["float32_matmul_precision"] is None
     assert flags["cudnn_allow_tf32"] is None  # conv tf32 and rnn ieee: torch refuses one answer for both
-    assert cuda_env.rnn_tf32(flags) is False
+    assert cuda.rnn_tf32(flags) is False
     torch.backends.cudnn.rnn.fp32_precision = "tf32"
-    assert cuda_env.rnn_tf32(cuda_env.precision_flags()) is True
+    assert cuda.rnn_tf32(cuda.precision_flags()) is True
 
 
 def test_the_mfu_reference_sets_and_restores_the_matmul_math_through_the_new_api(new_api):
@@ -55,13 +55,13 @@ def test_the_scratch_engine_turns_the_rnns_tf32_off_through_the_new_api(new_api)
     torch.backends.cudnn.conv.fp32_precision = "ieee"  # rnn stays tf32: the legacy cudnn.allow_tf32 read raises
     with engine_math("torch-cuda"):
         assert torch.backends.cudnn.rnn.fp32_precision == "ieee"
-        assert cuda_env.rnn_tf32(cuda_env.precision_flags()) is False
+        assert cuda.rnn_tf32(cuda.precision_flags()) is False
     assert torch.backends.cudnn.rnn.fp32_precision == "tf32"
 
 
 def test_fp32_math_uses_the_legacy_switches_where_the_new_api_is_missing(monkeypatch):
-    monkeypatch.setattr(cuda_env, "_fp32_node", lambda op: None)  # torch < 2.9
+    monkeypatch.setattr(cuda, "_fp32_node", lambda op: None)  # torch < 2.9
     before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
-    with cuda_env.fp32_math("matmul", True), cuda_env.fp32_math("rnn", False):
+    with cuda.fp32_math("matmul", True), cuda.fp32_math("rnn", False):
         assert torch.get_float32_matmul_precision() == "high" and torch.backends.cudnn.allow_tf32 is False
     assert (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32) == before

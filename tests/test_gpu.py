@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from lstmnb import cuda_env, experiments
+from lstmnb import experiments
+from lstmnb.machine import cuda
 from lstmnb.selfcheck import tiny_windows
 from lstmnb.training import TrainConfig, parallel, train
 
@@ -45,7 +46,7 @@ def test_fast_and_dataloader_paths_train_on_the_gpu(windows):
     assert loader["cuda_graph"]["planned"] is False and loader["cuda_graph"]["used"] is False
     assert "dataloader" in loader["cuda_graph"]["reason"]
     backends = fast["backends"]  # cuDNN on or off and why, TF32 switches, the LSTM's math
-    assert backends["cudnn"]["enabled"] == (cuda_env.cudnn_state()["usable"] and torch.backends.cudnn.enabled)
+    assert backends["cudnn"]["enabled"] == (cuda.cudnn_state()["usable"] and torch.backends.cudnn.enabled)
     assert set(backends["tf32"]) >= {"cudnn_allow_tf32", "matmul_allow_tf32"} and backends["lstm_math"] in ("tf32", "float32")
 
 
@@ -104,7 +105,7 @@ def test_dataparallel_replicas_run_in_bf16_in_their_threads():
     from lstmnb.models import Forecaster, ModelConfig
     from lstmnb.training.parallel.dataparallel import ReplicaDataParallel
 
-    if not cuda_env.bf16_native(torch.cuda.get_device_capability()):
+    if not cuda.bf16_native(torch.cuda.get_device_capability()):
         pytest.skip("no native bfloat16 on this GPU")
     core, seen = Forecaster(ModelConfig(n_features=1, hidden=8)).cuda(), []
     core.head.register_forward_hook(lambda m, i, out: seen.append(out.dtype))  # the replicas share it
@@ -122,7 +123,7 @@ def test_a_cpu_checkpoint_resumes_into_a_captured_graph(windows, tmp_path):
     assert resumed.record["cuda_graph"]["captured_steps"] > 0 and math.isfinite(resumed.record["metrics"]["test_rmse_k"])
 
 
-NO_NATIVE_BF16 = torch.cuda.is_available() and not cuda_env.bf16_native(torch.cuda.get_device_capability())
+NO_NATIVE_BF16 = torch.cuda.is_available() and not cuda.bf16_native(torch.cuda.get_device_capability())
 
 
 @pytest.mark.skipif(NO_NATIVE_BF16, reason="no native bfloat16 on this GPU (SM < 8.0; torch's check counts emulation)")

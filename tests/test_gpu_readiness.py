@@ -19,13 +19,13 @@ import pandas as pd
 import pytest
 import torch
 
-from lstmnb import cuda_env
-from lstmnb.device import amp_choice
-from lstmnb.memory import is_oom
+from lstmnb.machine import cuda
+from lstmnb.machine.device import amp_choice
+from lstmnb.machine.memory import is_oom
 from lstmnb.errors import ConfigError, DeviceError
 from lstmnb.training import TrainConfig, make_optimizer, restore_optimizer, train
 from lstmnb.training.checkpoints import read_checkpoint, save_checkpoint
-from lstmnb.training.graphs import STEPS_TO_CAPTURE, graph_plan, graph_record
+from lstmnb.training.step import STEPS_TO_CAPTURE, graph_plan, graph_record
 from lstmnb.windows import make_windows
 
 
@@ -45,13 +45,13 @@ def cfg(**kw):
 def test_the_cudnn_rule_is_torchs_own_and_names_the_smallest_gpu():
     source = inspect.getsource(torch.backends.cudnn)
     # the installed torch raises on exactly this rule (torch/backends/cudnn/__init__.py, _init)
-    assert f">= {cuda_env.CUDNN_WITHOUT_OLD_GPUS}" in source and f"< {cuda_env.CUDNN_MIN_CAPABILITY}" in source
-    assert cuda_env.cudnn_problem(91002, [(6, 0)]) is None  # cuDNN 9.10 still has Pascal kernels
-    assert cuda_env.cudnn_problem(91100, [(7, 5), (8, 0)]) is None
-    assert cuda_env.cudnn_problem(None, [(6, 0)]) is None and cuda_env.cudnn_problem(91300, []) is None
-    why = cuda_env.cudnn_problem(91300, [(8, 0), (7, 0)])  # any visible GPU below 7.5: torch checks them all
+    assert f">= {cuda.CUDNN_WITHOUT_OLD_GPUS}" in source and f"< {cuda.CUDNN_MIN_CAPABILITY}" in source
+    assert cuda.cudnn_problem(91002, [(6, 0)]) is None  # cuDNN 9.10 still has Pascal kernels
+    assert cuda.cudnn_problem(91100, [(7, 5), (8, 0)]) is None
+    assert cuda.cudnn_problem(None, [(6, 0)]) is None and cuda.cudnn_problem(91300, []) is None
+    why = cuda.cudnn_problem(91300, [(8, 0), (7, 0)])  # any visible GPU below 7.5: torch checks them all
     assert "cuDNN 9.13.0" in why and "SM 7.0" in why and "PyTorch's own CUDA kernels" in why
-    assert cuda_env.version_text(91002) == "9.10.2" and cuda_env.version_text(8907) == "8.9.7"
+    assert cuda.version_text(91002) == "9.10.2" and cuda.version_text(8907) == "8.9.7"
 
 
 def test_software_facts_and_cudnn_state_never_start_cuda_here():
@@ -61,7 +61,7 @@ def test_software_facts_and_cudnn_state_never_start_cuda_here():
         import json, torch
         from lstmnb.records import software_info
         from lstmnb.doctor import cudnn_check
-        from lstmnb.cuda_env import cudnn_version, prepare_cuda
+        from lstmnb.machine.cuda import cudnn_version, prepare_cuda
         enabled = torch.backends.cudnn.enabled
         sw = software_info(); row = cudnn_check(); state = prepare_cuda()
         print(json.dumps({"cudnn": sw["cudnn"], "raw": cudnn_version(), "row": row.status, "usable": state["usable"],
@@ -78,7 +78,7 @@ def test_software_facts_and_cudnn_state_never_start_cuda_here():
 # --- 5, 6: bfloat16 only where native; the LSTM's math -----------------------------------------------
 
 def test_bf16_is_chosen_only_where_the_gpu_has_it_natively():
-    assert cuda_env.bf16_native((8, 0)) and cuda_env.bf16_native((9, 0)) and not cuda_env.bf16_native((7, 5))
+    assert cuda.bf16_native((8, 0)) and cuda.bf16_native((9, 0)) and not cuda.bf16_native((7, 5))
     assert amp_choice("auto", "cuda", (8, 6)) == torch.bfloat16
     for cap in ((6, 0), (7, 0), (7, 5)):  # P100, V100, T4: torch.cuda.is_bf16_supported() says True (emulated)
         assert amp_choice("auto", "cuda", cap) == torch.float16
@@ -90,13 +90,13 @@ def test_bf16_is_chosen_only_where_the_gpu_has_it_natively():
 
 
 def test_the_lstm_math_names_tf32_only_where_cudnn_runs_it_on_tensor_cores():
-    assert cuda_env.lstm_math("cuda", True, True, (8, 0)) == "tf32"
-    assert cuda_env.lstm_math("cuda", True, True, (7, 0)) == "float32"  # V100: no TF32
-    assert cuda_env.lstm_math("cuda", False, True, (8, 0)) == "float32"  # cuDNN off: cuBLAS, TF32 off by default
-    assert cuda_env.lstm_math("cuda", True, False, (9, 0)) == "float32"
-    assert cuda_env.lstm_math("cuda", True, True, (8, 0), torch.float16) == "float16"
-    assert cuda_env.lstm_math("cuda", True, True, (8, 0), torch.bfloat16) == "tf32"  # the LSTM stays float32
-    assert cuda_env.lstm_math("cpu", True, True, None) == "float32"
+    assert cuda.lstm_math("cuda", True, True, (8, 0)) == "tf32"
+    assert cuda.lstm_math("cuda", True, True, (7, 0)) == "float32"  # V100: no TF32
+    assert cuda.lstm_math("cuda", False, True, (8, 0)) == "float32"  # cuDNN off: cuBLAS, TF32 off by default
+    assert cuda.lstm_math("cuda", True, False, (9, 0)) == "float32"
+    assert cuda.lstm_math("cuda", True, True, (8, 0), torch.float16) == "float16"
+    assert cuda.lstm_math("cuda", True, True, (8, 0), torch.bfloat16) == "tf32"  # the LSTM stays float32
+    assert cuda.lstm_math("cpu", True, True, None) == "float32"
 
 
 def test_mfu_reference_rate_is_measured_in_the_math_asked_and_leaves_torchs_setting():
@@ -111,10 +111,10 @@ def test_mfu_reference_rate_is_measured_in_the_math_asked_and_leaves_torchs_sett
 def test_a_build_has_kernels_for_a_gpu_by_sass_major_or_older_ptx():
     cu128 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]  # torch 2.7 cu128 wheels' arch list
     cu126 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
-    assert not cuda_env.arch_supported((6, 0), cu128) and not cuda_env.arch_supported((7, 0), cu128)
-    assert cuda_env.arch_supported((6, 0), cu126) and cuda_env.arch_supported((7, 0), cu126)
-    assert cuda_env.arch_supported((8, 9), cu128)  # sm_86 SASS runs on 8.9
-    assert not cuda_env.arch_supported((10, 3), ["sm_90"]) and cuda_env.arch_supported((10, 3), ["compute_90"])
+    assert not cuda.arch_supported((6, 0), cu128) and not cuda.arch_supported((7, 0), cu128)
+    assert cuda.arch_supported((6, 0), cu126) and cuda.arch_supported((7, 0), cu126)
+    assert cuda.arch_supported((8, 9), cu128)  # sm_86 SASS runs on 8.9
+    assert not cuda.arch_supported((10, 3), ["sm_90"]) and cuda.arch_supported((10, 3), ["compute_90"])
 
 
 # --- 2, 4, 10: the graph plan's inputs and what the record says ---------------------------------------
@@ -365,7 +365,7 @@ def test_a_cpu_runs_optimizers_never_ask_for_a_cuda_stream(monkeypatch):
     """On torch 2.13 (optimizer.py) every Adam step asks torch.accelerator.current_stream() where a GPU is,
     and that starts CUDA; every optimizer lstmnb builds for the CPU skips it. The GPU host is simulated (no
     GPU here); tests/test_gpu.py's twin checks torch.cuda.is_initialized() on a real one."""
-    from lstmnb.device import off_the_gpu
+    from lstmnb.machine.device import off_the_gpu
     from lstmnb.scratch.lstm import LSTMShape, init_params
     from lstmnb.scratch.torch_lstm import TorchEngine
 

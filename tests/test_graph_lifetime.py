@@ -11,8 +11,8 @@ import torch
 
 from lstmnb.selfcheck import tiny_config, tiny_windows
 from lstmnb.training import Trainer
-from lstmnb.training.graphs import STEPS_TO_CAPTURE, GraphStep, capture_epoch
-from lstmnb.training.summary import summarize_timing
+from lstmnb.training.evaluate import summarize_timing
+from lstmnb.training.step import STEPS_TO_CAPTURE, GraphStep, capture_epoch
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def windows():
 
 def test_finished_trainer_with_its_graph_step_is_freed_without_the_cyclic_collector(windows):
     tr = Trainer(windows, tiny_config(device="cpu", epochs=2), torch.device("cpu"))
-    x, y = tr.train_tensors()
+    x, y = tr.feed.train_tensors()
     tr.fit("t", show=False)
     # a CPU run plans no graph; give the finished run the GraphStep a CUDA run keeps, built as __init__ builds it
     tr.graph = GraphStep(tr.step_parts(), tr.device)
@@ -43,7 +43,7 @@ def test_graph_step_eager_path_trains_through_the_parts_alone(windows):
     # the side=False eager path of GraphStep runs the optimiser step from StepParts on any device
     tr = Trainer(windows, tiny_config(device="cpu"), torch.device("cpu"))
     step = GraphStep(tr.step_parts(), tr.device)
-    x, y = tr.train_tensors()
+    x, y = tr.feed.train_tensors()
     before = [p.detach().clone() for p in tr.core.parameters()]
     loss = step._eager(x, y, torch.arange(10), side=False)
     assert torch.isfinite(loss)
@@ -55,10 +55,9 @@ def test_graph_module_does_not_import_the_trainer():
     import ast
     import inspect
 
-    import lstmnb.training.graphs as graphs
+    import lstmnb.training.step as graphs
 
     imported = {n.module for n in ast.walk(ast.parse(inspect.getsource(graphs))) if isinstance(n, ast.ImportFrom)}
-    assert "step" in imported  # the step's pieces come from training/step.py
     assert not any(m and m.split(".")[-1] == "trainer" for m in imported)
 
 

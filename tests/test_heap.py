@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lstmnb.memory import _glibc
+from lstmnb.machine.memory import _glibc
 from lstmnb.training import TrainConfig, train
 from lstmnb.windows import make_windows
 
@@ -19,7 +19,7 @@ GLIBC = _glibc() is not None
 def test_a_system_heap_run_after_a_kept_one_says_the_heap_stayed_kept():
     """heap=system cannot put back what an earlier run of the process kept (glibc has no getter and no undo): the
     record must not claim glibc's thresholds then, and it says to use a fresh process (as the ladder does)."""
-    code = ("import json; from lstmnb.memory import heap_for_run as h; a = h(False); h(True); "
+    code = ("import json; from lstmnb.machine.memory import heap_for_run as h; a = h(False); h(True); "
             "print(json.dumps([a, h(False)]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     fresh, after = json.loads(out.strip().splitlines()[-1])

@@ -1,4 +1,4 @@
-"""The ladder (training/ladder.py, experiments/ladder.py, report/ladder.py): every rung a recorded setting one
+"""The ladder (rungs.py, experiments/ladder.py, report/ladder.py): every rung a recorded setting one
 change from the one before, rung 0 the study's code, and the report's first screen built from the records with
 every ratio in its first sentence made of two runs of one machine."""
 
@@ -15,9 +15,9 @@ from lstmnb.experiments.ladder import ladder_experiment, rung_command
 from lstmnb.records import load_records
 from lstmnb.rungs import RUNGS
 from lstmnb.training import preset_config
-from lstmnb.training.ladder import rung_of, rung_options
-from lstmnb.training.summary import skipped_record
-from lstmnb.training.trainer import WindowDataset
+from lstmnb.rungs import rung_options
+from lstmnb.training import skipped_record
+from lstmnb.training.step import WindowDataset
 
 
 def test_every_rung_is_one_change_and_its_record_names_it():
@@ -30,7 +30,7 @@ def test_every_rung_is_one_change_and_its_record_names_it():
             preset, overrides = rung_options(rung)
             assert cfg == preset_config(preset, epochs=3, device=device, threads=2, experiment="ladder",
                                         progress=False, **overrides)
-            assert rung_of(skipped_record(cfg, "not run here"))["rung"] == rung.rung
+            assert skipped_record(cfg, "not run here").get("ladder")["rung"] == rung.rung
     # one change each: rung k's options differ from rung k-1's in exactly its own change
     for before, after in zip(RUNGS[:-2], RUNGS[1:-1]):
         a, b = rung_options(before)[1], rung_options(after)[1]
@@ -39,14 +39,14 @@ def test_every_rung_is_one_change_and_its_record_names_it():
 
 def test_rung_zero_is_the_studys_code_and_other_work_is_on_no_rung():
     cfg = preset_config("published", device="cpu")
-    assert rung_of(skipped_record(cfg, "x"))["name"] == "the study's code"
+    assert skipped_record(cfg, "x").get("ladder")["name"] == "the study's code"
     for other in (dict(hidden=32), dict(batch_size=256), dict(split_dates=None), dict(num_workers=4),
                   dict(pin_memory=True), dict(amp="bf16")):
-        assert rung_of(skipped_record(preset_config("published", device="cpu", **other), "x")) is None, other
+        assert skipped_record(preset_config("published", device="cpu", **other), "x").get("ladder") is None, other
     # the recommended preset is rung 6 only on the study's split with the same model; not at another size
     _, rec = rung_options(RUNGS[-1])
-    assert rung_of(skipped_record(preset_config("recommended", device="cpu", **rec), "x"))["rung"] == 6
-    assert rung_of(skipped_record(preset_config("recommended", device="cpu", hidden=8, **rec), "x")) is None
+    assert skipped_record(preset_config("recommended", device="cpu", **rec), "x").get("ladder")["rung"] == 6
+    assert skipped_record(preset_config("recommended", device="cpu", hidden=8, **rec), "x").get("ladder") is None
 
 
 def test_per_sample_tensors_are_made_from_float64_values_as_the_studys_dataset():

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lstmnb.device import busy_while
+from lstmnb.machine.device import busy_while
 from lstmnb.errors import ConfigError
 from lstmnb.models import flops_per_sample
 from lstmnb.notebooks import amdahl, lessons
@@ -268,7 +268,7 @@ def test_amdahl_from_the_measured_speedup_and_06s_comm_share():
 
 
 def test_measurable_ranks_are_those_the_cores_allow():
-    from lstmnb.device import cpu_cores
+    from lstmnb.machine.device import cpu_cores
 
     more, why = lessons.measurable_ranks("cpu", [2, 3, cpu_cores() + 1], 2)
     assert more == [n for n in [3] if n <= cpu_cores()]

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from lstmnb import notebooks
-from lstmnb.device import cpu_cores
+from lstmnb.machine.device import cpu_cores
 from lstmnb.doctor import kernel_problem
 from lstmnb.errors import ConfigError, DeviceError
 from lstmnb.notebooks.params import check_values, default_value
@@ -100,7 +100,7 @@ def test_training_values_out_of_range_are_refused(tmp_path, overrides, match):
 def test_ddp_ranks_are_bounded_by_the_devices_they_run_on(tmp_path):
     import torch
 
-    from lstmnb.device import local_rank_limit
+    from lstmnb.machine.device import local_rank_limit
 
     n = cpu_cores() + 1  # without n GPUs 05 runs its DDP ranks on the CPU, one core each
     if n > local_rank_limit() or torch.cuda.device_count() >= n:

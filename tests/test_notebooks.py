@@ -254,7 +254,7 @@ def test_ci_series_records(ci_series):
     # 05: DDP for real on this CPU, one repeat of one rank, two ranks splitting the batch, two ranks a batch each
     ddp = df[(df["status"] == "ok") & df["experiment"].str.startswith("scaling-")]
     # and Amdahl's law checked on 4 ranks (amdahl_ranks) where the machine has 4 cores
-    from lstmnb.device import cpu_cores
+    from lstmnb.machine.device import cpu_cores
 
     more = [("scaling-strong", 4, 32)] if cpu_cores() >= 4 else []
     assert sorted(zip(ddp["experiment"], ddp["world_size"].astype(int), ddp["config.batch_size"])) == sorted([

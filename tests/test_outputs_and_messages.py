@@ -233,7 +233,7 @@ def test_broken_lines_of_a_results_file_are_one_warning_line(tmp_path, capsys):
 def test_a_warning_the_libraries_repeat_is_said_once_in_one_line(tmp_path, capsys):
     # torch warns at every DataLoader it builds when the workers outnumber the cores (training and
     # validation loaders, again after any warnings filter change): the command says it once
-    from lstmnb.device import cpu_cores
+    from lstmnb.machine.device import cpu_cores
 
     argv = ["train", "--start", "2020-01-01", "--end", "2020-01-20", "--epochs", "2", "--hidden", "8", "--device",
             "cpu", "--threads", "1", "--no-progress", "--no-record", "--input-path", "dataloader",

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
-from lstmnb.device import cpu_cores, rank_threads
+from lstmnb.machine.device import cpu_cores, rank_threads
 from lstmnb.training import parallel
 from lstmnb.training.parallel.groups import LAUNCH_ENV, free_port
 from lstmnb.errors import ConfigError, DeviceError

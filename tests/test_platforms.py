@@ -108,7 +108,7 @@ def test_a_results_writer_on_windows_locks_a_byte_no_reader_reads(tmp_path, monk
 
 @pytest.fixture
 def fresh_cpu_model():
-    from lstmnb import device
+    from lstmnb.machine import device
 
     device.cpu_model.cache_clear()
     yield device.cpu_model

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import lstmnb
-from lstmnb import device
+from lstmnb.machine import device
 
 SHIM = Path(__file__).parent / "portable"
 PACKAGE = Path(lstmnb.__file__).parent
@@ -54,7 +54,7 @@ def test_no_cpu_times_at_all_is_a_stated_fallback(monkeypatch):
 
 
 def test_peak_memory_without_a_resettable_mark_says_why():
-    from lstmnb.memory import peak_memory_mb
+    from lstmnb.machine.memory import peak_memory_mb
 
     out = peak_memory_mb(torch.device("cpu"), since_reset=False)
     assert out["peak_mb"] is None and "no per-run peak" in out["note"]
@@ -80,7 +80,7 @@ LINUX_ONLY_OS = {"sched_getaffinity", "sched_setaffinity", "pread", "pwrite"}
 def test_the_package_imports_no_posix_only_module_at_top_level_and_calls_no_linux_only_os_function():
     """Windows cannot import fcntl or resource: they are only imported inside the function that needs
     them (behind a check), and no module calls os's Linux-only functions or opens /proc by itself
-    except the stated fallbacks of ``device.py`` (``cpu_model``) and ``memory.py`` (``reset_peak_memory``,
+    except the stated fallbacks of ``machine/device.py`` (``cpu_model``) and ``machine/memory.py`` (``reset_peak_memory``,
     ``proc_status_kb``)."""
     problems = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -94,7 +94,7 @@ def test_the_package_imports_no_posix_only_module_at_top_level_and_calls_no_linu
                     isinstance(node.value, ast.Name) and node.value.id == "os":
                 problems.append(f"{path.name}:{node.lineno}: os.{node.attr}")
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("/proc/") \
-                    and path.relative_to(PACKAGE).as_posix() not in ("device.py", "memory.py"):
+                    and path.relative_to(PACKAGE).as_posix() not in ("machine/device.py", "machine/memory.py"):
                 problems.append(f"{path.name}:{node.lineno}: {node.value}")
     assert not problems, problems
 
@@ -176,7 +176,7 @@ import json, multiprocessing, sys
 if sys.argv[1] != "default":
     multiprocessing.set_start_method(sys.argv[1])
 from lstmnb.training import TrainConfig
-from lstmnb.training.summary import workers_section
+from lstmnb.training.evaluate import workers_section
 sections = [workers_section(TrainConfig(input_path=p, num_workers=n, persistent_workers=k))
             for p, n, k in (("dataloader", 2, False), ("dataloader", 2, True), ("dataloader", 0, False), ("fast", 2, False))]
 print(json.dumps([sections, multiprocessing.get_start_method(allow_none=True)]))

@@ -306,7 +306,7 @@ def test_torch_cuda_runs_ieee_float32_and_its_record_says_so(tmp_path):
     X, y = toy()
     cfg = ScratchConfig(hidden=SHAPE.hidden, epochs=2, batch_size=8, dtype="float32")
     ref = fit("numpy", SHAPE, X, y, cfg)
-    from lstmnb.cuda_env import precision_flags, rnn_tf32
+    from lstmnb.machine.cuda import precision_flags, rnn_tf32
 
     before = precision_flags()
     got = fit("torch-cuda", SHAPE, X, y, cfg)

@@ -25,7 +25,7 @@ import nbformat
 import pytest
 from conftest import waiting_notebook
 
-from lstmnb.device import device_info
+from lstmnb.machine.device import device_info
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_SLURM = ROOT / "carc" / "local_slurm.sh"

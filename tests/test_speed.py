@@ -165,7 +165,7 @@ def test_mfu_divides_each_run_by_the_gemm_rate_on_that_runs_own_threads(tiny, mo
     import itertools
     import json
 
-    import lstmnb.device as device
+    import lstmnb.machine.device as device
     import lstmnb.experiments.speed as speed
 
     if device.cpu_cores() < 2:

@@ -97,10 +97,10 @@ def test_the_published_presets_dataloader_is_the_studys():
 
     cfg = preset_config("published", device="cpu", progress=False)
     windows, _ = prepare_windows(Request(), cfg, progress=False)
-    loader = Trainer(windows, cfg, torch.device("cpu")).make_loader()
+    loader = Trainer(windows, cfg, torch.device("cpu")).feed.make_loader()
     assert len(loader.dataset) == 17520 and loader.batch_size == 128
     assert (loader.num_workers, loader.pin_memory, loader.persistent_workers) == (2, False, False)
-    own = Trainer(windows, preset_config("published", persistent_workers=True), torch.device("cpu")).make_loader()
+    own = Trainer(windows, preset_config("published", persistent_workers=True), torch.device("cpu")).feed.make_loader()
     assert own.persistent_workers
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from lstmnb.device import cpu_threads, thread_policy
+from lstmnb.machine.device import cpu_threads, thread_policy
 from lstmnb.training import TrainConfig, train
 from lstmnb.windows import make_windows
 
@@ -116,7 +116,7 @@ def test_after_a_job_ends_the_run_takes_the_cores_it_left():
     it (other processes' load measured just before the job and again after the choice, give or take 0.3 of a
     core for their own changes), not the one beside it. On a quiet machine that is every core; the 1-minute load average
     still counts the job then, which is what the policy used to read."""
-    from lstmnb.device import busy_cores
+    from lstmnb.machine.device import busy_cores
 
     cpus = sorted(os.sched_getaffinity(0))
     cores, default = len(cpus), torch.get_num_threads()

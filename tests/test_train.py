@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from lstmnb.errors import CheckpointError, ConfigError, DeviceError
-from lstmnb.device import resolve_device
-from lstmnb.memory import reset_peak_memory
+from lstmnb.machine.device import resolve_device
+from lstmnb.machine.memory import reset_peak_memory
 from lstmnb.training import TrainConfig, config_from_dict, predict, time_to_target, train
 from lstmnb.windows import error_metrics, make_windows
 
@@ -206,7 +206,7 @@ def test_cuda_asked_where_none_exists():
 
 
 def test_a_gpu_index_beyond_those_visible_says_which_there_are_and_what_to_do(monkeypatch):
-    from lstmnb.device import device_problem
+    from lstmnb.machine.device import device_problem
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a one-GPU node, as far as the check asks
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -216,7 +216,7 @@ def test_a_gpu_index_beyond_those_visible_says_which_there_are_and_what_to_do(mo
 
 
 def test_the_no_gpu_reason_names_a_cuda_visible_devices_that_hides_them(monkeypatch):
-    from lstmnb.device import no_cuda_reason
+    from lstmnb.machine.device import no_cuda_reason
 
     monkeypatch.setattr(torch.version, "cuda", "13.0")  # a CUDA build of torch, as on a GPU node
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a job that asked for no GPU, or a test hiding them
@@ -255,7 +255,7 @@ def test_fused_and_plain_adam_agree(small_windows):
 
 def test_cuda_graph_is_on_by_default_and_the_record_says_why_a_run_is_eager(small_windows):
     """Graphs are the default; where one cannot apply, the run is eager and the record gives the reason."""
-    from lstmnb.training.graphs import graph_plan
+    from lstmnb.training.step import graph_plan
 
     assert TrainConfig().cuda_graph is True
     rec = train(small_windows, cfg(epochs=1)).record  # pinned to the CPU

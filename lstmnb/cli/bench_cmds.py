@@ -47,7 +47,7 @@ def _bench_ladder(kinds, full: bool) -> None:
 
 
 def _check_bench_ladder(args) -> None:
-    from ..device import local_rank_limit
+    from ..machine.device import local_rank_limit
     from ..paths import check_cache
 
     positive("--epochs", args.epochs)
@@ -98,7 +98,7 @@ def _bench_speed(kinds, full: bool) -> None:
 
 
 def _check_bench_speed(args) -> None:
-    from ..device import resolve_device
+    from ..machine.device import resolve_device
     from ..errors import ConfigError
     from ..experiments.speed import CONTENDERS
     from ..paths import check_cache
@@ -246,7 +246,7 @@ def _allreduce_configs(args):
 
 
 def _check_bench_allreduce(args) -> None:
-    from ..device import resolve_device
+    from ..machine.device import resolve_device
 
     from ..training.parallel import check_world_size, ddp_device_kind
 

@@ -12,7 +12,7 @@ from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, ad
 def check_training_bench(args, cfg=None, device: bool = True) -> None:
     """What every bench that trains needs: its TrainConfig (and its device, unless the bench picks the
     devices), the request, the results file and the cache."""
-    from ..device import resolve_device
+    from ..machine.device import resolve_device
     from ..paths import check_cache
     from ..rules import CLI
 

@@ -67,7 +67,7 @@ def _target(args) -> tuple[int, int] | None:
 
 
 def _check_memory(args) -> None:
-    from ..device import local_rank_limit, resolve_device
+    from ..machine.device import local_rank_limit, resolve_device
     from ..experiments.region import check_target
     from ..region.memory_checks import check_areas, check_budget
 

@@ -29,7 +29,7 @@ def _config(args):
 
 
 def _check_replicate(args) -> None:
-    from ..device import resolve_device
+    from ..machine.device import resolve_device
     from ..paths import check_cache
 
     from ..rules import CLI

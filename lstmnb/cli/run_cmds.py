@@ -71,7 +71,7 @@ def check_training(cfg, request, args) -> None:
     cache."""
     from pathlib import Path
 
-    from ..device import resolve_device
+    from ..machine.device import resolve_device
     from ..paths import check_cache, check_writable
 
     from ..rules import CLI

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..device import clock, host_memory_bytes
+from ..machine.device import clock, host_memory_bytes
 from ..errors import ConfigError
 from ..errors import said as field_said
 from ..models import Forecaster, count_parameters
@@ -84,7 +84,7 @@ class AllreduceConfig:
         options, e.g. min_bytes as --min-bytes), else by its field (min_bytes=2), and what is allowed."""
         import math
 
-        from ..device import local_rank_limit
+        from ..machine.device import local_rank_limit
         from ..training.config import check_device_name
 
         def said(field: str) -> str:

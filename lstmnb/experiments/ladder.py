@@ -1,4 +1,4 @@
-"""The ladder experiment: every rung of ``training.ladder`` on the CPU and, where there is one, the GPU of this
+"""The ladder experiment: every rung of ``rungs`` on the CPU and, where there is one, the GPU of this
 machine, each run a fresh ``lstmnb train`` process (a process's C heap cannot be put back once a run kept it,
 and the study's DataLoader workers start from a fresh parent too), alternated over rounds; every run's record
 is kept, its rung in ``ladder``. A rung that cannot run here (no GPU) is recorded as skipped with the reason.
@@ -14,12 +14,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..device import cpu_threads, device_problem
+from ..machine.device import cpu_threads, device_problem
 from ..errors import ConfigError
 from ..records import Recorder, read_records
-from ..training import preset_config
-from ..training.ladder import BOTH, Rung, rung_options, rungs_on
-from ..training.summary import skipped_record
+from ..rungs import BOTH, Rung, rung_options, rungs_on
+from ..training import preset_config, skipped_record
 
 
 def rung_command(rung: Rung, device: str, epochs: int, threads: int) -> list[str]:

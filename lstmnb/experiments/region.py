@@ -50,7 +50,7 @@ def region_memory(sides, variants=("sparse", "dense"), budget_bytes: float = 4 *
     base = base or MemoryCase()
     if target is not None:
         check_target(target, budget_bytes, base)
-    from ..device import cpu_threads
+    from ..machine.device import cpu_threads
 
     if base.device == "cpu":
         choice = cpu_threads(threads)
@@ -204,7 +204,7 @@ def one_process(data, model_cfg, cfg, threads: int) -> dict[str, Any]:
 
 def check_world_sizes(world_sizes) -> list[int]:
     """The world sizes, sorted, each a whole number of ranks in 1..cores (one core per one-thread rank)."""
-    from ..device import cpu_cores
+    from ..machine.device import cpu_cores
 
     sizes = sorted({int(w) for w in world_sizes})
     top = cpu_cores()
@@ -237,7 +237,7 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
     for mode in modes:  # every run's settings against the area, before the first one starts
         for w in sizes:
             check_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w))
-    from ..device import cpu_threads
+    from ..machine.device import cpu_threads
 
     policy = cpu_threads()
     runs: dict[tuple[str, int], list[dict]] = {}

@@ -41,7 +41,7 @@ class ScalingConfig:
     def validate(self, cfg) -> None:
         if self.mode not in SCALING_MODES:
             raise ConfigError(f"mode={self.mode!r} is not one of {', '.join(SCALING_MODES)}")
-        from ..device import local_rank_limit
+        from ..machine.device import local_rank_limit
 
         sizes, top = list(self.world_sizes), local_rank_limit()
         if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= top for n in sizes):

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from ..device import no_cuda_reason
+from ..machine.device import no_cuda_reason
 from ..errors import ConfigError
 from ..records import Recorder
 from ..training import TrainConfig, prepare_windows, skipped_record, train

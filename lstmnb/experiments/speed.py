@@ -14,8 +14,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ..cuda_env import fp32_math
-from ..device import clock, indexed, resolve_device
+from ..machine.cuda import fp32_math
+from ..machine.device import clock, indexed, resolve_device
 from ..errors import ConfigError
 from ..profiles import load_profile
 from ..records import Recorder
@@ -109,7 +109,7 @@ def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: i
                 dtype: torch.dtype = torch.float32, precision: str = "float32",
                 gemms: int = GEMMS_PER_SAMPLE) -> float:
     """Measured dense GEMM rate in FLOP/s (median of ``repeats`` samples) on the threads torch uses now.
-    ``precision='tf32'`` measures float32 GEMMs on TF32 tensor cores (``cuda_env.fp32_math`` for the
+    ``precision='tf32'`` measures float32 GEMMs on TF32 tensor cores (``cuda.fp32_math`` for the
     measurement only), the math cuDNN's LSTM uses on Ampere and newer by default. ``warm_up`` runs first.
 
     On a GPU each sample is ``gemms`` GEMMs queued back to back and timed with CUDA events: a GEMM timed
@@ -142,8 +142,8 @@ MATH_LABELS = {"tf32": "on TF32 tensor cores, as cuDNN runs the LSTM here", "flo
 
 def mfu_precision(device: torch.device) -> str:
     """The float32 math the LSTM runs at on ``device`` ('tf32' or 'float32'): MFU's denominator is a GEMM
-    rate in the same math (``cuda_env.lstm_math``), so a TF32 LSTM is not divided by a plain-FP32 rate."""
-    from ..cuda_env import backends_record
+    rate in the same math (``cuda.lstm_math``), so a TF32 LSTM is not divided by a plain-FP32 rate."""
+    from ..machine.cuda import backends_record
 
     backends = backends_record(device)
     return backends["lstm_math"] if backends else "float32"

@@ -13,13 +13,13 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..device import indexed, resolve_device
-from ..memory import free_memory, is_oom, proc_status_kb
+from ..machine.device import indexed, resolve_device
+from ..machine.memory import free_memory, is_oom, proc_status_kb
 from ..errors import ConfigError
 from ..errors import said as field_said
 from ..records import Recorder, software_info
 from ..training import Trainer, skipped_record, train
-from ..training.blend import fit_blend
+from ..training.evaluate import fit_blend
 
 
 MAX_CAP_MB = 2**30  # 1 PiB: more than any machine has, and its bytes still fit the limits' C integers
@@ -133,7 +133,7 @@ def _warm_up(windows, cfg, device: torch.device) -> None:
     torch.cuda.is_available()  # cached by torch after the first call
     tr = Trainer(windows, replace(cfg, strategy="single", checkpoint=None, resume=False), device)
     x = torch.from_numpy(windows.x["train"][:2]).to(device)
-    y = torch.from_numpy(tr.y_train[:2]).to(device)  # the targets as the step takes them (with point weights)
+    y = torch.from_numpy(tr.feed.y[:2]).to(device)  # the targets as the step takes them (with point weights)
     tr.step(x, y)
     del tr
     # the record's blend fit runs numpy's LAPACK, whose OpenBLAS allocates its work buffers on first use (a

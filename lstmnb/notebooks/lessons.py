@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..device import busy_while, clock, cpu_cores
+from ..machine.device import busy_while, clock, cpu_cores
 from ..errors import ConfigError
 from ..records import Recorder
 
@@ -50,7 +50,7 @@ def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int 
     100 times ``steps``): a GPU step of 2.5 ms timed 20 times is 50 ms, short enough for one hiccup of the
     host to move it by half. With the steps timed, the FLOPs a step does (``models.flops_per_sample``),
     the threads and the cores other processes kept busy meanwhile."""
-    from ..device import resolve_device
+    from ..machine.device import resolve_device
     from ..models import flops_per_sample
     from ..training import Trainer, with_overrides
     from ..training.pipeline import thread_choice
@@ -70,7 +70,7 @@ def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int 
     rows = []
     with thread_choice(cfg, dev) as threads:
         tr = Trainer(windows, cfg, dev)
-        x, y = tr.train_tensors()
+        x, y = tr.feed.train_tensors()
 
         def timed(b: int) -> tuple[float, int]:
             xb, yb = x[:b], y[:b]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..device import device_problem
+from ..machine.device import device_problem
 from ..doctor import kernel_problem
 from ..errors import ConfigError, DeviceError, NotebookError
 from ..paths import check_writable, results_dir

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..device import off_the_gpu, resolve_device, synchronize
-from ..memory import proc_status_kb, process_peak_mb, reset_peak_memory
+from ..machine.device import off_the_gpu, resolve_device, synchronize
+from ..machine.memory import proc_status_kb, process_peak_mb, reset_peak_memory
 from ..errors import ConfigError, DeviceError
 from .model import VARIANTS, variant_config
 
@@ -214,7 +214,7 @@ def failure_reason(exc: BaseException) -> str:
     source location torch's allocator puts first ("[enforce fail at alloc_cpu.cpp:127] ...")."""
     import re
 
-    from ..memory import is_oom
+    from ..machine.memory import is_oom
 
     text = re.sub(r"\[enforce fail at [^\]]*\]\s*", "", (str(exc).strip().splitlines() or [""])[0])
     if is_oom(exc):

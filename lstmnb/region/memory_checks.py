@@ -15,7 +15,7 @@ def device_memory(device: str) -> tuple[int, str]:
     GPU's, else this machine's (psutil's total)."""
     import torch
 
-    from ..device import host_memory_bytes
+    from ..machine.device import host_memory_bytes
 
     if device == "cuda" and torch.cuda.is_available():
         return int(torch.cuda.get_device_properties(0).total_memory), "the GPU"

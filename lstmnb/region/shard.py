@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..device import off_the_gpu
+from ..machine.device import off_the_gpu
 from ..errors import ConfigError
 from .bands import AreaPart
 from .data import RegionData

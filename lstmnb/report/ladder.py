@@ -1,4 +1,4 @@
-"""The ladder's data, from its records (``training/ladder.py``): per machine and device each rung's median seconds
+"""The ladder's data, from its records (``lstmnb/rungs.py``): per machine and device each rung's median seconds
 (``ladder_rows``, ``ladder_table``), the bars of the first screen's figure (``panels``: each labelled with x that
 machine's CPU at rung 0, a rung not measured an empty slot saying why), and the replication (``replication``:
 epochs 1-5 of rung 0 beside the study's printed loss and its notebook re-run here). The first screen's

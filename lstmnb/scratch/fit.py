@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..device import host_memory_bytes, local_rank_limit
+from ..machine.device import host_memory_bytes, local_rank_limit
 from ..errors import ConfigError, DeviceError, LstmnbError
 from .data import DATASETS
 from .lstm import (

@@ -5,7 +5,7 @@ The versions table compares implementations of one computation, so every version
 version turns cuDNN's TF32 off while it trains (``engine_math``; cuDNN's RNN on SM >= 8.0 defaults to
 TF32, whose 10-bit mantissa would make it both faster and less exact than the others for a reason that
 is not the implementation). Each record says what ran (``engine_backends``, the record's ``backends``;
-for ``torch-cuda`` it is ``cuda_env.backends_record``, the training records' section, plus ``math``).
+for ``torch-cuda`` it is ``cuda.backends_record``, the training records' section, plus ``math``).
 TF32's own speed belongs to the training benchmarks, whose records carry ``backends.lstm_math``.
 """
 
@@ -25,7 +25,7 @@ def engine_math(version: str) -> Iterator[None]:
     if version != "torch-cuda":
         yield
         return
-    from ..cuda_env import fp32_math
+    from ..machine.cuda import fp32_math
 
     with fp32_math("rnn", tf32=False):
         yield
@@ -40,7 +40,7 @@ def engine_backends(version: str, dtype: Any) -> dict[str, Any]:
         return {"math": math}
     import torch
 
-    from ..cuda_env import backends_record
+    from ..machine.cuda import backends_record
 
     section = backends_record(torch.device("cuda")) or {}
     if math == "float32":

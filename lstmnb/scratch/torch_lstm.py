@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..device import off_the_gpu
+from ..machine.device import off_the_gpu
 from ..errors import ConfigError, DeviceError
 from .lstm import LSTMShape, unpack
 
@@ -76,7 +76,7 @@ def torch_device(version: str) -> str:
     if version == "torch-cuda":
         if not torch.cuda.is_available():
             raise DeviceError("torch-cuda needs a CUDA GPU visible to PyTorch (torch.cuda.is_available() is False)")
-        from ..cuda_env import prepare_cuda
+        from ..machine.cuda import prepare_cuda
 
         prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
         return "cuda"

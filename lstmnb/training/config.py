@@ -9,14 +9,14 @@ import re
 from dataclasses import asdict, astuple, dataclass, field, fields
 from typing import Any
 
-from ..device import DEVICE_CHOICES, host_memory_bytes, local_rank_limit
+from ..machine.device import DEVICE_CHOICES, host_memory_bytes, local_rank_limit
 from ..errors import ConfigError
 from ..models import CELLS, ModelConfig
 from ..rules import PYTHON, Rule, Spelling, choice, number, whole
 from ..windows import WindowConfig
-from .blend import BLENDS
+from .evaluate import BLENDS
 from .presets import PRESET_SOURCES, PRESETS
-from .weighting import POINT_WEIGHTS
+from .step import POINT_WEIGHTS
 
 INPUT_PATHS = ("fast", "dataloader")
 SAMPLE_TENSORS = ("once", "per_sample")

@@ -1,5 +1,6 @@
-"""The front door of training: prepare the data (extract, window), train on the device and strategy
-the config names, and record the run (once per finished run, however often it is resumed)."""
+"""The front door of training, where a run enters and data flows one way: prepare the data (extract, window),
+train on the device and strategy the config names (``trainer.Trainer`` on one device, ``parallel`` for the
+others), and record the run (once per finished run, however often it is resumed)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..device import cpu_threads, resolve_device
+from ..machine.device import cpu_threads, resolve_device
 from ..errors import ConfigError, OutputError
 from ..models import Forecaster
 from ..paths import why_not_written
@@ -20,9 +21,10 @@ from ..windows import Windows, windows_from_dataset
 from . import parallel
 from .checkpoints import check_same_data, mark_recorded, open_checkpoint, recorded_marker
 from .config import TrainConfig
+from .evaluate import RunResult
 from .guards import diverged_error
 from .parallel.groups import is_rank_zero
-from .trainer import RunResult, Trainer
+from .trainer import Trainer
 
 
 def check_windows(windows: Windows, cfg: TrainConfig) -> None:
@@ -118,7 +120,7 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
     with thread_choice(cfg, device) as threads:
         tr = Trainer(windows, cfg, device, model=model)
         tr.restore(state)
-        tr.start_peak_memory()
+        tr.machine.start_peak()
         tr.fit(f"train {device}", on_epoch_end)
         record = tr.finish(data_info, threads=threads)
     return RunResult(record=record, model=tr.core, windows=windows, device=device, history=tr.history)

@@ -20,7 +20,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # per-sample Dataset + DataLoader with 2 workers (the DataLoader's defaults: pageable memory, workers started
     # afresh every epoch), Adam 1e-3 (plain), MSE, 5 fixed epochs, trained on the hours before 2021-01-01 and
     # tested from then on, no validation part; and its code's costs: each sample's tensors made in __getitem__,
-    # glibc's default heap, the loss read back every step, no CUDA graph (rung 0 of the ladder, training/ladder.py)
+    # glibc's default heap, the loss read back every step, no CUDA graph (rung 0 of the ladder, lstmnb/rungs.py)
     "published": dict(epochs=5, patience=None, batch_size=128, hidden=64, layers=2, window=24, lead_hours=1,
                       horizon=1, lr=1e-3, lr_schedule="constant", weight_decay=0.0, residual=False, calendar=False,
                       cycles=False, input_path="dataloader", num_workers=2, pin_memory=False,

@@ -1,16 +1,37 @@
-"""One optimiser step and the training loss, as plain functions of the pieces they use (model,
-optimiser, guard, ...): the Trainer's eager step and the CUDA graph's step (``graphs.GraphStep``) both
-call them, and neither keeps the other alive (docs/architecture.md, "Rules": no reference cycles
-through the Trainer)."""
+"""The step and what feeds it: ``Feed`` (an epoch's batches, fast or through a DataLoader, and the loss with
+each sample's weight), ``optimizer_step`` on a ``StepParts`` (what a step touches, never the Trainer: no
+reference cycles, docs/architecture.md), Adam for the device and its checkpointed state, the schedule, and the
+step as a CUDA graph (``graph_plan``, ``GraphStep``, ``graph_record``), captured as PyTorch's whole-network
+recipe says: eager warm-up on a side stream, gradients None before the capture so its backward allocates them
+from the graph's pool, static inputs refilled before every replay (docs/gpu.md gives the sources).
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib
+import math
+import threading
+import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Iterable
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from ..errors import ConfigError
+from ..machine.device import indexed, off_the_gpu
+
+# ``cfg`` below is a ``config.TrainConfig``; config imports ``POINT_WEIGHTS`` from here, so this module imports
+# no config (it stays below config, no circle)
+
+POINT_WEIGHTS = {
+    "none": "every sample counts the same (plain MSE)",
+    "persistence": "each point's samples weigh 1 / that point's persistence MSE on the training part (mean 1)",
+}
+
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -20,9 +41,111 @@ def weighted_mse(pred: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
     return torch.mean(yb[:, -1:] * (pred - yb[:, :-1]) ** 2)
 
 
-def make_loss(weighted: bool) -> LossFn:
-    """The training loss: plain MSE, or ``weighted_mse`` when the targets carry a weight column."""
-    return weighted_mse if weighted else F.mse_loss
+def sample_weights(windows, how: str) -> np.ndarray | None:
+    """Per training sample its loss weight (float32, mean 1), or None for a plain MSE (``how`` = none).
+
+    With one model for many points a plain MSE is ruled by the points whose weather changes most (a smooth ocean
+    point's persistence error is a tenth of a land point's, so its samples weigh a hundredth as much, and the
+    network may lose to persistence there unseen). Weighing each point's samples by one over its persistence MSE
+    makes the loss the mean of the points' (1 - MSE skill score against persistence)."""
+    if how not in POINT_WEIGHTS:
+        raise ConfigError(f"point_weights={how!r} is not one of {', '.join(POINT_WEIGHTS)}")
+    if how == "none":
+        return None
+    pid = windows.point_index["train"]
+    err = windows.predictions["train"]["persistence"] - windows.to_kelvin(windows.y["train"])
+    per_point = np.bincount(pid, weights=np.mean(err.astype(np.float64) ** 2, axis=1), minlength=len(windows.points))
+    counts = np.bincount(pid, minlength=len(windows.points))
+    mse = per_point / np.maximum(counts, 1)
+    inverse = 1.0 / np.maximum(mse, 1e-6 * max(float(mse.max()), 1e-12))  # a point persistence gets exactly: capped
+    weights = inverse[pid]
+    return (weights / weights.mean()).astype(np.float32)
+
+
+class WindowDataset(torch.utils.data.Dataset):
+    """Per-sample access to windows (the DataLoader path): a view of the float32 windows built once, or with
+    ``per_sample`` each sample's tensors made from float64 values, as the study's Dataset made them."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, per_sample: bool = False):
+        self.per_sample = per_sample
+        self.x, self.y = (x.astype(np.float64), y.astype(np.float64)) if per_sample else (x, y)
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.per_sample:
+            return torch.tensor(self.x[i], dtype=torch.float32), torch.tensor(self.y[i], dtype=torch.float32)
+        return torch.from_numpy(self.x[i]), torch.from_numpy(self.y[i])
+
+
+@dataclass
+class IndexBatches:
+    """One epoch of the fast path as index batches into the training set on the device: a graph gathers
+    its batch itself, so a replay needs one copy of indices instead of a gather and two copies."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    indices: Iterable[torch.Tensor]
+
+
+class Feed:
+    """The training set of one run as its epochs take it: ``x`` and ``y`` (the targets, with point weights a
+    last column of loss weights), shuffled by the run's generator ``gen``. It holds no Trainer."""
+
+    def __init__(self, windows, cfg, device: torch.device, gen: torch.Generator):
+        self.cfg, self.device, self.gen = cfg, device, gen
+        self.x = windows.x["train"]
+        weights = sample_weights(windows, cfg.point_weights)
+        # the training loss: a plain function (nothing that uses it holds the Trainer or the Feed)
+        self.loss: LossFn = F.mse_loss if weights is None else weighted_mse
+        self.y = windows.y["train"] if weights is None else np.concatenate([windows.y["train"], weights[:, None]], 1)
+        self.n = self.x.shape[0]
+
+    def train_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole training set on the device (the fast path's input)."""
+        return torch.from_numpy(self.x).to(self.device), torch.from_numpy(self.y).to(self.device)
+
+    def batch_indices(self, device: torch.device, batch_size: int, shard: tuple[int, int] | None = None):
+        """Shuffled index batches on ``device``; ``shard=(rank, world)`` takes every world-th sample (every rank
+        draws the same permutation from the run's generator and takes its own interleaved share of it)."""
+        perm = torch.randperm(self.n, generator=self.gen).to(device)
+        if shard is not None:
+            rank, world = shard
+            perm = perm[: (self.n // world) * world][rank::world]
+        for i in range(0, perm.numel(), batch_size):
+            yield perm[i : i + batch_size]
+
+    def fast_batches(self, x: torch.Tensor, y: torch.Tensor, batch_size: int, shard: tuple[int, int] | None = None):
+        """``batch_indices`` gathered from device tensors ``x`` and ``y``."""
+        for idx in self.batch_indices(x.device, batch_size, shard):
+            yield x.index_select(0, idx), y.index_select(0, idx)
+
+    def make_loader(self, sampler: torch.utils.data.Sampler | None = None) -> torch.utils.data.DataLoader:
+        """The per-sample Dataset + DataLoader input path (the published one); shuffled by the run's
+        generator, or by ``sampler`` (DDP's DistributedSampler)."""
+        cfg = self.cfg
+        return torch.utils.data.DataLoader(
+            WindowDataset(self.x, self.y, cfg.sample_tensors == "per_sample"), batch_size=cfg.batch_size,
+            shuffle=sampler is None, sampler=sampler, generator=self.gen if sampler is None else None,
+            num_workers=cfg.num_workers, pin_memory=cfg.pin_memory and self.device.type == "cuda",
+            persistent_workers=cfg.persistent_workers and cfg.num_workers > 0,
+        )
+
+    def loader_batches(self, loader):
+        for xb, yb in loader:
+            yield xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
+
+    def whole_set_batches(self, graph: bool) -> Callable[[int], Iterable]:
+        """A function giving each epoch's batches over the whole training set in this process: the fast path
+        (the set moved to the device once, shuffled batches; ``IndexBatches`` for a ``graph``) or the DataLoader."""
+        if self.cfg.input_path == "fast":
+            x, y = self.train_tensors()
+            if graph:
+                return lambda epoch: IndexBatches(x, y, self.batch_indices(x.device, self.cfg.batch_size))
+            return lambda epoch: self.fast_batches(x, y, self.cfg.batch_size)
+        loader = self.make_loader()
+        return lambda epoch: self.loader_batches(loader)
 
 
 @dataclass
@@ -62,3 +185,220 @@ def optimizer_step(p: StepParts, xb: torch.Tensor, yb: torch.Tensor, *, scaler=N
     if sched is not None:
         sched.step()
     return loss.detach()
+
+
+# Param-group flags that describe how this process steps, not what was learnt: a resumed run keeps its own.
+STEP_FLAGS = ("capturable", "fused", "foreach", "differentiable")
+
+
+@functools.cache
+def _import_dynamo_off_stack() -> None:
+    """torch.optim's constructors import ``torch._dynamo`` on their first call (``torch/_compile.py``,
+    ``inner``), and that import leaves reference cycles that hold the frames which called it: the first
+    run of a process (its Trainer, the device's training set) stayed alive until Python's cyclic collector
+    ran. Imported once from a thread of its own, whose stack holds no run; the cost is the same import."""
+    worker = threading.Thread(target=importlib.import_module, args=("torch._dynamo",), daemon=True)
+    worker.start()
+    worker.join()
+
+
+def make_optimizer(model: nn.Module, cfg, device: torch.device,
+                   capturable: bool = False) -> torch.optim.Optimizer:
+    """Adam; fused into one kernel per step where torch supports it on the device, and capturable
+    (state on the device, no host sync) when the step is captured as a CUDA graph."""
+    _import_dynamo_off_stack()
+    kw: dict[str, Any] = {"lr": cfg.learning_rate, "weight_decay": cfg.weight_decay}
+    if capturable:
+        kw["capturable"] = True
+    elif cfg.fused_adam and device.type in ("cpu", "cuda", "mps"):
+        kw["fused"] = True
+    return off_the_gpu(torch.optim.Adam(model.parameters(), **kw), device)
+
+
+def restore_optimizer(opt: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
+    """``opt.load_state_dict(saved)``, keeping ``opt``'s own step flags and putting each ``step`` count where
+    those flags want it.
+
+    ``Optimizer.load_state_dict`` copies the saved groups' flags: a checkpoint of a CUDA-graph run
+    (capturable=True) resumed on a CPU would assert "If capturable=True, params and state_steps must be on
+    supported devices", and a CPU checkpoint resumed for a graph would be fused and not capturable, which
+    a capture refuses. The learnt state (moments, step counts, lr) is what the checkpoint holds; how to step
+    is this run's."""
+    own = [{k: g[k] for k in STEP_FLAGS if k in g} for g in opt.param_groups]
+    opt.load_state_dict(saved)
+    for group, flags in zip(opt.param_groups, own):
+        group.update(flags)
+        on_device = bool(flags.get("capturable") or flags.get("fused"))
+        for p in group["params"]:
+            state = opt.state.get(p, {})
+            step = state.get("step")
+            if isinstance(step, torch.Tensor):  # capturable/fused: float32 on the parameter's device; else CPU
+                state["step"] = step.to(dtype=torch.float32, device=p.device if on_device else "cpu")
+
+
+def make_scheduler(opt: torch.optim.Optimizer, cfg, steps_per_epoch: int):
+    """The learning-rate schedule of ``cfg`` over the run's steps (None: constant)."""
+    total = cfg.epochs * steps_per_epoch
+    if cfg.lr_schedule == "onecycle":
+        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.learning_rate, total_steps=total, pct_start=0.25)
+    if cfg.lr_schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
+    return None
+
+
+GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before the capture (PyTorch's whole-network recipe)
+STEPS_TO_CAPTURE = GRAPH_WARMUP_STEPS + 1  # full batches a run needs before a graph replays anything
+# torch warns when a side-stream backward meets gradients made on the default stream; harmless here
+STREAM_WARNING = ".*AccumulateGrad.*stream"
+# torch/optim/optimizer.py, _accelerator_graph_capture_health_check: once per optimizer whose capturable step
+# runs uncaptured, advising capturable=False; wrong here, where warm-up and smaller batches run so by design
+CAPTURABLE_WARNING = "This instance was constructed with capturable=True"
+
+
+def graph_plan(cfg, device: torch.device, adtype: torch.dtype | None,
+               full_batches: int | None = None) -> tuple[bool, str]:
+    """Whether the training step is to be captured as a CUDA graph, and why or why not (for the record).
+
+    A graph replays fixed kernels on fixed memory: it needs one CUDA device, batches already on the
+    device (fast path), a step that does not change between steps (constant lr, no fp16 loss scaler,
+    no torch.compile graphs of its own), and at least ``STEPS_TO_CAPTURE`` full batches in the run
+    (``full_batches``: full batches per epoch x epochs; None when not known)."""
+    if not cfg.cuda_graph:
+        return False, "turned off (cuda_graph=False)"
+    if device.type != "cuda":
+        return False, f"runs on {device.type}; CUDA graphs need a CUDA GPU"
+    if cfg.strategy != "single":
+        return False, f"strategy={cfg.strategy}; a graph captures one device's step"
+    if cfg.input_path != "fast":
+        return False, "input_path=dataloader; batches come from host workers, not fixed device memory"
+    if cfg.lr_schedule != "constant":
+        return False, f"lr_schedule={cfg.lr_schedule}; a captured step cannot change its learning rate"
+    if adtype == torch.float16:
+        return False, "amp in float16; its loss scaler changes between steps"
+    if cfg.compile:
+        return False, "compile=True; torch.compile manages its own graphs"
+    if full_batches is not None and full_batches < STEPS_TO_CAPTURE:
+        return False, (f"the run has {full_batches} full batch(es) of {cfg.batch_size}; a capture needs "
+                       f"{STEPS_TO_CAPTURE} ({GRAPH_WARMUP_STEPS} eager warm-up steps, then the captured one)")
+    where = f" on {device}" if device.index is not None else ""
+    return True, (f"captured{where} after {GRAPH_WARMUP_STEPS} eager warm-up steps, replayed for every full "
+                  f"batch (the batch gather and the loss sum inside the graph)")
+
+
+def capture_epoch(planned: bool, full_batches_per_epoch: int) -> int:
+    """The epoch (1-based) whose training time includes the eager warm-up and the capture: 1 for an eager
+    run, or for a graph run with at least ``STEPS_TO_CAPTURE`` full batches an epoch; later when each epoch
+    has fewer (with 2 full batches per epoch the capture comes in epoch 2). Epochs up to it are warm-up;
+    the steady median (``evaluate.summarize_timing``) is taken over the epochs after it, so it never mixes
+    eager, capture and replay epochs. Pure."""
+    if not planned or full_batches_per_epoch < 1:
+        return 1
+    return max(1, math.ceil(STEPS_TO_CAPTURE / full_batches_per_epoch))
+
+
+def graph_record(planned: bool, reason: str, *, replays: int = 0, full_batches: int = 0,
+                 steps: int = 0, batch_size: int | None = None) -> dict[str, Any]:
+    """The record's ``cuda_graph``: ``planned`` (the plan), ``used`` (a graph was captured and replayed),
+    ``captured_steps`` (steps replayed from it) and, for a planned run, ``steps`` (all its optimiser
+    steps). Pure."""
+    out: dict[str, Any] = {"planned": planned, "used": planned and replays > 0, "reason": reason,
+                           "captured_steps": replays}
+    if not planned:
+        return out
+    out["steps"] = steps
+    if replays == 0:
+        out["reason"] = (f"planned, but nothing was captured: the run reached {full_batches} full batch(es) of "
+                         f"{batch_size}; a capture needs {STEPS_TO_CAPTURE} ({GRAPH_WARMUP_STEPS} eager warm-up "
+                         f"steps, then the captured one)")
+    return out
+
+
+class GraphStep:
+    """The Trainer's step, captured once and replayed (see the module's docstring).
+
+    Every batch is trained once, as in an eager run: the first full batches train eagerly on a side
+    stream (warm-up), the next one is captured and then replayed (capture alone runs nothing), later
+    ones refill the static indices and replay. A final smaller batch runs eagerly. Everything happens
+    inside ``torch.cuda.device(cuda:N)`` with streams made on that device: ``torch.cuda.graph``'s default
+    capture stream is made once per process on whatever device is current then."""
+
+    def __init__(self, parts: StepParts, device: torch.device):
+        # the step's pieces, not the Trainer: a Trainer that kept a GraphStep that kept the Trainer would
+        # be a reference cycle, holding the device's training set, Adam's state and the graph's memory
+        # pool until Python's cyclic collector ran (torch does not collect when a capture starts)
+        self.parts = parts
+        self.device = indexed(device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: dict[str, torch.Tensor] = {}
+        self.warm = self.replays = self.full_batches = self.steps = 0
+
+    def _eager(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, side: bool) -> torch.Tensor:
+        xb, yb = x.index_select(0, idx), y.index_select(0, idx)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=CAPTURABLE_WARNING)
+            if not side:
+                return self.parts.guard.see(optimizer_step(self.parts, xb, yb))
+            stream = torch.cuda.Stream(device=self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                warnings.filterwarnings("ignore", message=STREAM_WARNING)
+                loss = optimizer_step(self.parts, xb, yb)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        return self.parts.guard.see(loss)
+
+    def _capture(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> None:
+        p = self.parts
+        s = self.static = {"x": x, "y": y, "idx": idx.clone(), "acc": torch.zeros((), device=self.device)}
+        graph = torch.cuda.CUDAGraph()
+        p.opt.zero_grad(set_to_none=True)
+        n = idx.numel()
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream(device=self.device)), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=STREAM_WARNING)
+            xb, yb = s["x"].index_select(0, s["idx"]), s["y"].index_select(0, s["idx"])
+            with torch.autocast("cuda", dtype=p.adtype, enabled=p.adtype is not None):
+                loss = p.loss(p.model(xb).float(), yb)
+            loss.backward()
+            if p.grad_clip:  # the guard keeps the captured norm and reads it after each replay
+                p.guard.norm(nn.utils.clip_grad_norm_(p.core.parameters(), p.grad_clip))
+            p.opt.step()
+            s["acc"].add_(loss.detach(), alpha=n)  # the epoch's loss sum, accumulated by the replays
+            s["loss"] = loss.detach()  # this replay's loss, for the divergence guard
+        # only detached buffers are kept: a captured loss that kept its autograd graph would make later
+        # eager steps warn that an AccumulateGrad node's stream does not match
+        self.graph = graph
+
+    def epoch(self, batches: IndexBatches) -> tuple[torch.Tensor, int]:
+        """Train one epoch; returns (summed loss on the device, samples seen)."""
+        size = self.parts.batch_size
+        with torch.cuda.device(self.device):
+            if self.graph is not None and not (batches.x is self.static["x"] and batches.y is self.static["y"]):
+                self.graph, self.static = None, {}  # new training tensors: capture again (no new warm-up)
+            if self.graph is not None:
+                self.static["acc"].zero_()
+            eager = torch.zeros((), device=self.device)
+            seen = 0
+            for idx in batches.indices:
+                n = idx.numel()
+                seen += n
+                self.steps += 1
+                if n != size:  # the final smaller batch
+                    eager += self._eager(batches.x, batches.y, idx, side=False) * n
+                    continue
+                self.full_batches += 1
+                if self.graph is None and self.warm < GRAPH_WARMUP_STEPS:
+                    self.warm += 1
+                    eager += self._eager(batches.x, batches.y, idx, side=True) * n
+                    continue
+                if self.graph is None:
+                    self._capture(batches.x, batches.y, idx)
+                else:
+                    self.static["idx"].copy_(idx, non_blocking=True)
+                self.graph.replay()
+                self.replays += 1
+                # a copy of this replay's loss (one small kernel): the guard names the first bad step
+                self.parts.guard.see(self.static["loss"].clone())
+            return (eager + self.static["acc"]) if self.graph is not None else eager, seen
+
+    def record(self, reason: str) -> dict[str, Any]:
+        return graph_record(True, reason, replays=self.replays, full_batches=self.full_batches, steps=self.steps,
+                            batch_size=self.parts.batch_size)

@@ -1,5 +1,6 @@
-"""The Trainer: the pieces of a run that every strategy shares (model, optimiser, schedule, RNG,
-the step, the epoch loop, validation, history and checkpoints).
+"""The Trainer: the pieces of a run that every strategy shares (model, optimiser, schedule, RNG, what feeds the
+step, the epoch loop, validation, history and checkpoints), and the record it finishes with its rung of the
+ladder (``with_rung``; ``skipped_record`` for a run that gave no figures).
 
 Timing follows docs/architecture.md: the device is synchronised before every clock read, the first
 (warm-up) epoch is reported apart from the steady epochs, and evaluation time is kept out of training time.
@@ -9,83 +10,29 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-import numpy as np
 import torch
 from torch import nn
 
-from ..cuda_env import backends_record, prepare_cuda
-from ..device import amp_dtype, clock
-from ..memory import heap_for_run, peak_memory_mb, reset_peak_memory
+from ..machine.device import clock
+from ..machine.run import for_run
 from ..models import Forecaster
-from ..records import new_run_id
+from ..records import new_record, new_run_id
+from ..rungs import rung_of
 from ..windows import Windows
-from .blend import apply_blend, blend_weights
 from .checkpoints import CHECKPOINT_FORMAT, check_same_data, load_checkpoint, recorded_marker, save_checkpoint
-from .config import TrainConfig
-from .evaluate import predict, rmse_kelvin
-from .graphs import GraphStep, IndexBatches, capture_epoch, graph_plan, graph_record
-from .optim import make_optimizer, restore_optimizer
+from .config import TrainConfig, preset_config
+from .evaluate import finish_record, rmse_kelvin
 from .guards import DivergenceGuard, stops_on_divergence
-from .step import StepParts, make_loss, optimizer_step
-from .summary import finish_record
-from .weighting import sample_weights
-
-
-class WindowDataset(torch.utils.data.Dataset):
-    """Per-sample access to windows (the DataLoader path): a view of the float32 windows built once, or with
-    ``per_sample`` each sample's tensors made from float64 values, as the study's Dataset made them."""
-
-    def __init__(self, x: np.ndarray, y: np.ndarray, per_sample: bool = False):
-        self.per_sample = per_sample
-        self.x, self.y = (x.astype(np.float64), y.astype(np.float64)) if per_sample else (x, y)
-
-    def __len__(self) -> int:
-        return self.x.shape[0]
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.per_sample:
-            return torch.tensor(self.x[i], dtype=torch.float32), torch.tensor(self.y[i], dtype=torch.float32)
-        return torch.from_numpy(self.x[i]), torch.from_numpy(self.y[i])
-
-
-@dataclass
-class RunResult:
-    """What one run returns: the record (also appended to the results file) and the trained model.
-
-    ``record`` is None on DDP ranks other than 0 (they write nothing)."""
-
-    record: dict[str, Any] | None
-    model: nn.Module
-    windows: Windows
-    device: torch.device
-    history: list[dict[str, Any]] = field(default_factory=list)
-    # where this run's record already was before this call (a finished, recorded run resumed again, or
-    # one killed between its record and the checkpoint's mark): nothing new was appended
-    recorded: str | None = None
-
-    def forecast_kelvin(self, split: str = "test") -> np.ndarray:
-        """The reported forecast of ``split`` in kelvin: the network's, blended per point as the record says."""
-        out = self.windows.to_kelvin(predict(self.model, self.windows.x[split], self.device).cpu().numpy())
-        blend = ((self.record or {}).get("skill") or {}).get("blend")
-        return apply_blend(self.windows, split, out, blend_weights(blend)) if blend else out
-
-
-def _make_scheduler(opt: torch.optim.Optimizer, cfg: TrainConfig, steps_per_epoch: int):
-    total = cfg.epochs * steps_per_epoch
-    if cfg.lr_schedule == "onecycle":
-        return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.learning_rate, total_steps=total, pct_start=0.25)
-    if cfg.lr_schedule == "cosine":
-        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
-    return None
+from .step import (Feed, GraphStep, IndexBatches, StepParts, capture_epoch, graph_plan, graph_record, make_optimizer,
+                   make_scheduler, optimizer_step, restore_optimizer)
 
 
 class Trainer:
     """The pieces of a run that every strategy shares: model, optimiser, schedule, RNG, history, checkpoints.
 
-    ``training.train`` drives it on one device; ``training.parallel`` drives the same object per rank with a
+    ``pipeline.train`` drives it on one device; ``training.parallel`` drives the same object per rank with a
     wrapped model (``self.model``) and its own batches, so the step, timing and checkpoint logic
     exist once.
     """
@@ -95,11 +42,9 @@ class Trainer:
         self.windows, self.cfg, self.device = windows, cfg, device
         self.writer = writer  # False on DDP ranks other than 0: they never write checkpoints
         self._data_identity: dict[str, Any] | None = None  # what a checkpoint of this run was trained on
-        if device.type == "cuda":
-            prepare_cuda()  # before the model reaches the GPU: cuDNN off where torch's cuDNN refuses it
-        # a CPU run's freed C heap is kept for its next step (glibc; heap=kept); the record's memory.heap says how
-        self.heap = heap_for_run(cfg.heap == "kept") if device.type == "cpu" else None
-        self.adtype = amp_dtype(cfg.amp, device)
+        # what the run needs of the machine, asked once: the device made ready, autocast dtype, heap, peak memory
+        self.machine = for_run(device, cfg.amp, cfg.heap)
+        self.adtype = self.machine.adtype
         torch.manual_seed(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         # the point Forecaster the config describes, unless the caller brings its own network (region mode's
@@ -110,12 +55,10 @@ class Trainer:
         self.use_graph, self.graph_reason = graph_plan(cfg, device, self.adtype,
                                                        (self.n_train // cfg.batch_size) * cfg.epochs)
         self.opt = make_optimizer(self.core, cfg, device, capturable=self.use_graph)
-        # the training targets; with point weights each row carries its sample's loss weight as a last column
-        weights = sample_weights(windows, cfg.point_weights)
-        self.weighted = weights is not None
-        self.loss = make_loss(self.weighted)  # a plain function: nothing that uses it holds the Trainer
-        self.y_train = windows.y["train"] if weights is None else np.concatenate([windows.y["train"], weights[:, None]], 1)
-        self.sched = _make_scheduler(self.opt, cfg, steps_per_epoch or math.ceil(self.n_train / cfg.batch_size))
+        # the training set as the epochs take it; with point weights the targets carry a column of loss weights
+        self.feed = Feed(windows, cfg, device, self.gen)
+        self.loss = self.feed.loss
+        self.sched = make_scheduler(self.opt, cfg, steps_per_epoch or math.ceil(self.n_train / cfg.batch_size))
         self.scaler = torch.amp.GradScaler("cuda") if self.adtype == torch.float16 else None
         # non-finite figures end the run; the loss is read back every ``loss_every`` steps
         self.guard = DivergenceGuard(device, scaled=self.scaler is not None, every=cfg.loss_every)
@@ -128,7 +71,6 @@ class Trainer:
         self.stopped_early = False
         self.stop_reason: str | None = None
         self.run_id = new_run_id()  # kept in the checkpoint: a resumed run records under the same id
-        self.peak_since_reset = False  # set by start_peak_memory: the memory figure is this run's own
         self.x_val = torch.from_numpy(windows.x["val"]).to(device)
         self.y_val = torch.from_numpy(windows.y["val"]).to(device)
 
@@ -177,34 +119,6 @@ class Trainer:
             "history": self.history, "best": self.best,
         })
 
-    def start_peak_memory(self) -> None:
-        """Reset the peak-memory statistics once the model and data are placed, before the first epoch."""
-        self.peak_since_reset = reset_peak_memory(self.device)
-
-    # --- batches ----------------------------------------------------------------------------------
-    def batch_indices(self, device: torch.device, batch_size: int, shard: tuple[int, int] | None = None):
-        """Shuffled index batches on ``device``; ``shard=(rank, world)`` takes every world-th sample.
-
-        The permutation comes from the run's generator, so every rank draws the same one and takes
-        its own interleaved share of it.
-        """
-        perm = torch.randperm(self.n_train, generator=self.gen).to(device)
-        if shard is not None:
-            rank, world = shard
-            perm = perm[: (self.n_train // world) * world][rank::world]
-        for i in range(0, perm.numel(), batch_size):
-            yield perm[i : i + batch_size]
-
-    def fast_batches(self, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-                     shard: tuple[int, int] | None = None):
-        """``batch_indices`` gathered from device tensors ``x`` and ``y``."""
-        for idx in self.batch_indices(x.device, batch_size, shard):
-            yield x.index_select(0, idx), y.index_select(0, idx)
-
-    def loader_batches(self, loader):
-        for xb, yb in loader:
-            yield xb.to(self.device, non_blocking=True), yb.to(self.device, non_blocking=True)
-
     # --- one step, one epoch ----------------------------------------------------------------------
     def step_parts(self) -> StepParts:
         """What a step touches now (``self.model`` as a strategy may have wrapped it), without the Trainer."""
@@ -213,7 +127,7 @@ class Trainer:
 
     def step(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         """One optimiser step; returns the detached loss (no host sync). The loss is ``self.loss``:
-        MSE, weighted per sample by the last column of ``yb`` with point weights (``step.make_loss``)."""
+        MSE, weighted per sample by the last column of ``yb`` with point weights (``Feed.loss``)."""
         return optimizer_step(self.step_parts(), xb, yb, scaler=self.scaler, sched=self.sched)
 
     def run_epoch(self, batches) -> tuple[torch.Tensor, int, float]:
@@ -261,33 +175,6 @@ class Trainer:
         self.save()
         return entry
 
-    def train_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The whole training set on the device (the fast path's input)."""
-        w = self.windows
-        return torch.from_numpy(w.x["train"]).to(self.device), torch.from_numpy(self.y_train).to(self.device)
-
-    def make_loader(self, sampler: torch.utils.data.Sampler | None = None) -> torch.utils.data.DataLoader:
-        """The per-sample Dataset + DataLoader input path (the published one); shuffled by the run's
-        generator, or by ``sampler`` (DDP's DistributedSampler)."""
-        cfg, w = self.cfg, self.windows
-        return torch.utils.data.DataLoader(
-            WindowDataset(w.x["train"], self.y_train, cfg.sample_tensors == "per_sample"), batch_size=cfg.batch_size, shuffle=sampler is None,
-            sampler=sampler, generator=self.gen if sampler is None else None, num_workers=cfg.num_workers,
-            pin_memory=cfg.pin_memory and self.device.type == "cuda",
-            persistent_workers=cfg.persistent_workers and cfg.num_workers > 0,
-        )
-
-    def whole_set_batches(self) -> Callable[[int], Iterable]:
-        """A function giving each epoch's batches over the whole training set in this process: the
-        fast path (training set moved to the device once, shuffled index batches) or the DataLoader."""
-        if self.cfg.input_path == "fast":
-            x, y = self.train_tensors()
-            if self.graph is not None:
-                return lambda epoch: IndexBatches(x, y, self.batch_indices(x.device, self.cfg.batch_size))
-            return lambda epoch: self.fast_batches(x, y, self.cfg.batch_size)
-        loader = self.make_loader()
-        return lambda epoch: self.loader_batches(loader)
-
     @stops_on_divergence  # the loop ends at a non-finite loss, gradient norm or forecast (guard.found)
     def fit(self, desc: str, on_epoch_end: Callable[[dict[str, Any]], None] | None = None, *,
             batches: Callable[[int], Iterable] | None = None,
@@ -302,7 +189,7 @@ class Trainer:
         """
         if self.stopped_early:  # resumed after the run had already stopped early: nothing to train
             return
-        batches = batches or self.whole_set_batches()
+        batches = batches or self.feed.whole_set_batches(self.graph is not None)
         bar = self.progress_bar(desc) if show else None
         try:  # the bar is closed also when the run ends diverged (the guard raises out of the loop)
             for epoch in range(self.start_epoch, self.cfg.epochs):
@@ -368,19 +255,17 @@ class Trainer:
         self.restore_best()
         if not self.writer:
             return None
-        return finish_record(self.core, self.windows, self.cfg, self.device, self.history,
+        return with_rung(finish_record(self.core, self.windows, self.cfg, self.device, self.history,
                               self.stopped_early, data_info, stop_reason=self.final_stop_reason(),
-                              memory={**peak_memory_mb(self.device, self.peak_since_reset),
-                                      **({"heap": self.heap} if self.heap is not None else {})},
                               cuda_graph=self.graph.record(self.graph_reason) if self.graph is not None
-                              else graph_record(False, self.graph_reason), backends=backends_record(self.device, self.adtype),
+                              else graph_record(False, self.graph_reason), **self.machine.sections(),
                               run_id=self.run_id, warmup_epochs=self.warmup_epochs(), divergence=self.guard.outcome(
-                                  self.cfg, resumed=self.start_epoch > 0, history=self.history, best=self.best), **extra)
+                                  self.cfg, resumed=self.start_epoch > 0, history=self.history, best=self.best), **extra))
 
     def warmup_epochs(self) -> int:
         """Epochs kept out of the steady timing: the first one, or, for a graph run with fewer than
         ``STEPS_TO_CAPTURE`` full batches an epoch, every epoch up to the one with the capture
-        (``graphs.capture_epoch``), counted from the process's first epoch: a resumed run warms up again."""
+        (``step.capture_epoch``), counted from the process's first epoch: a resumed run warms up again."""
         return capture_epoch(self.use_graph, self.n_train // self.cfg.batch_size)
 
     def progress_bar(self, desc: str):
@@ -389,3 +274,17 @@ class Trainer:
         return tqdm(total=self.cfg.epochs, initial=self.start_epoch, desc=desc, unit="epoch",
                     disable=not self.cfg.progress, leave=False)
 
+
+def skipped_record(cfg: TrainConfig, reason: str, status: str = "skipped", **extra: Any) -> dict[str, Any]:
+    """A record for a run that gave no figures: it could not happen here (no GPU: ``skipped``) or ran out
+    of memory (``oom``); a reason, never a number."""
+    return with_rung(new_record(cfg.experiment, status=status, reason=reason, device=cfg.device,
+                                profile=cfg.profile, config=cfg.as_record(), **extra))
+
+
+def with_rung(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with its rung of the ladder (``rungs.rung_of``, against the presets it compares) where it is one."""
+    rung = rung_of(record, {name: preset_config(name).as_record() for name in ("published", "recommended")})
+    if rung is not None:
+        record["ladder"] = rung
+    return record

@@ -9,9 +9,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...device import cuda_missing
+from ...machine.device import cuda_missing
 from ...errors import ConfigError, DeviceError
-from ..trainer import RunResult, Trainer
+from ..evaluate import RunResult
+from ..trainer import Trainer
 from .streams import own_replica_streams
 
 
@@ -71,7 +72,7 @@ def train_dataparallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
     tr.restore(state)
     own_replica_streams(cfg.seed, list(range(n)), tr.start_epoch)  # each GPU's share of a batch: its own masks
     tr.model = ReplicaDataParallel(tr.core, list(range(n)), tr.adtype)
-    tr.start_peak_memory()  # cuda:0, as every strategy; the other GPUs' peaks below
+    tr.machine.start_peak()  # cuda:0, as every strategy; the other GPUs' peaks below
     for i in range(1, n):
         torch.cuda.reset_peak_memory_stats(i)
     tr.fit(f"dataparallel x{n}", on_epoch_end, world_size=n)

@@ -14,10 +14,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ...device import clock
+from ...machine.device import clock
 from ...errors import ConfigError
 from ..guards import min_over_ranks
-from ..trainer import RunResult, Trainer
+from ..evaluate import RunResult
+from ..trainer import Trainer
 from .groups import DistEnv, barrier, comm_failure, is_comm_failure
 from .shards import ShareBalancer, SlowDown, balanced_sizes, share_batches, weighted_allreduce_hook
 from .streams import own_rank_stream
@@ -147,22 +148,22 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
 
     # the fast path batches from the training set on the device; the DataLoader path needs it there only
     # for comm_split's timed steps, so it is copied then (not held through training for nothing)
-    x_train, y_train = tr.train_tensors() if cfg.input_path == "fast" else (None, None)
+    x_train, y_train = tr.feed.train_tensors() if cfg.input_path == "fast" else (None, None)
     if cfg.input_path == "dataloader":
         # drop_last: the n_train % world samples past the shuffled shards are left out of this epoch, as on the
         # fast path; without it the sampler pads with repeats, trained and counted twice (loss, samples/s)
         sampler = torch.utils.data.distributed.DistributedSampler(range(n_train), num_replicas=world, rank=rank,
                                                                   shuffle=True, seed=cfg.seed, drop_last=True)
-        loader = tr.make_loader(sampler)
+        loader = tr.feed.make_loader(sampler)
     where = ["training"]  # what the ranks were doing, for the error if a peer is lost
 
     def batches(epoch: int):
         if cfg.input_path == "dataloader":
             sampler.set_epoch(epoch)
-            return tr.loader_batches(loader)
+            return tr.feed.loader_batches(loader)
         if cfg.uneven_shards:
             return share_batches(tr, x_train, y_train, sizes, rank)
-        return tr.fast_batches(x_train, y_train, cfg.batch_size, shard=(rank, world))
+        return tr.feed.fast_batches(x_train, y_train, cfg.batch_size, shard=(rank, world))
 
     def reduce(epoch: int, loss_sum: torch.Tensor, seen: int, train_s: float):
         nonlocal sizes
@@ -195,7 +196,7 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
         if options.rank_callback is not None:
             options.rank_callback(rank, entry)
 
-    tr.start_peak_memory()
+    tr.machine.start_peak()
     split = None
     try:
         tr.fit(f"ddp rank 0/{world} {env.device}", epoch_done, batches=batches, reduce=reduce, agree=agree,
@@ -203,7 +204,7 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
         if options.comm_split_steps and tr.guard.found is None:
             where[0] = "the compute vs communication measurement"
             if x_train is None:
-                x_train, y_train = tr.train_tensors()
+                x_train, y_train = tr.feed.train_tensors()
             split = comm_split(tr, ddp, env, x_train, y_train, options.comm_split_steps)
     except Exception as exc:
         if is_comm_failure(exc):

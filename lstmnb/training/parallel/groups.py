@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ...device import cpu_cores, cuda_missing, rank_threads
+from ...machine.device import cpu_cores, cuda_missing, rank_threads
 from ...errors import ConfigError, DeviceError, LstmnbError
 
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -149,7 +149,7 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: in
     """
     kind = ddp_device_kind(device)
     if kind == "cuda":
-        from ...cuda_env import prepare_cuda
+        from ...machine.cuda import prepare_cuda
 
         prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
     if dist.is_initialized():  # the caller (a notebook, a test) created the group

@@ -23,7 +23,7 @@ from ...errors import ConfigError, LstmnbError
 from ...models import Forecaster
 from ...paths import atomic_path
 from ..checkpoints import sweep_checkpoint_temps
-from ..trainer import RunResult
+from ..evaluate import RunResult
 from .ddp import RankOptions, train_rank
 from .groups import (DistEnv, DistributedError, check_world_size, close_distributed, ddp_device_kind, free_port,
                      init_distributed, local_rendezvous_environment)

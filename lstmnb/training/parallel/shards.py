@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ...device import clock
+from ...machine.device import clock
 from ...errors import ConfigError
 from .groups import DistEnv
 

@@ -5,7 +5,7 @@ errors told from others, and freeing a device's cached memory between the points
 Also the C heap of a CPU run (``keep_freed_heap``): on glibc, freed memory is kept for the next step instead of
 being given back to the system and faulted in again.
 
-A leaf like ``device``: torch, psutil and the standard library only.
+Torch, psutil and the standard library only.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""The device, in one place: resolving a name to a torch device, what it is (for records), synchronised
-clocks, the CPU thread policy, and the messages for a GPU that is not there (peak memory and out-of-memory
-detection: ``memory``).
-
-Everything here is a leaf: it imports torch and the standard library, never other lstmnb modules
-except ``errors`` and ``cuda_env`` (another leaf: what the CUDA stack can do; see docs/architecture.md).
-"""
+"""The device: resolving a name to a torch device, what it is (for records), synchronised clocks, the CPU
+thread policy, and the messages for a GPU that is not there. Imports torch, ``errors`` and ``machine.cuda``."""
 
 from __future__ import annotations
 
@@ -19,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .errors import ConfigError, DeviceError
+from ..errors import ConfigError, DeviceError
 
 DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps"
 
@@ -75,7 +70,7 @@ def resolve_device(name: str = "auto") -> torch.device:
         raise DeviceError(problem)
     kind, _, index = name.partition(":")
     if kind == "cuda":
-        from .cuda_env import device_arch_problem, prepare_cuda
+        from .cuda import device_arch_problem, prepare_cuda
 
         for i in [int(index)] if index else range(torch.cuda.device_count()):  # any of them (CUDA_VISIBLE_DEVICES)
             problem = device_arch_problem(i)
@@ -121,9 +116,9 @@ def off_the_gpu(opt: torch.optim.Optimizer, device: torch.device) -> torch.optim
 
 def amp_choice(mode: str, device_type: str, capability: tuple[int, int] | None = None) -> torch.dtype | None:
     """The autocast dtype for ``mode`` on a device of ``device_type`` (a GPU's ``capability``); None means
-    full float32. Pure. bfloat16 only where the GPU computes it natively (``cuda_env.bf16_native``):
+    full float32. Pure. bfloat16 only where the GPU computes it natively (``cuda.bf16_native``):
     ``auto`` takes float16 elsewhere (with a loss scaler), and ``bf16`` on such a GPU is an error."""
-    from .cuda_env import bf16_native
+    from .cuda import bf16_native
 
     if mode == "off":
         return None

@@ -1,0 +1,42 @@
+"""What one run asks of the machine, asked once when its Trainer is made and kept with it (``RunMachine``): the
+device made ready (cuDNN off where torch's cuDNN refuses the GPU), the autocast dtype, a CPU run's C heap; then
+the run's peak memory from its start, and the record's ``memory`` and ``backends`` sections."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .cuda import backends_record, prepare_cuda
+from .device import amp_dtype
+from .memory import heap_for_run, peak_memory_mb, reset_peak_memory
+
+
+@dataclass
+class RunMachine:
+    device: torch.device
+    adtype: torch.dtype | None  # the autocast dtype; None: float32
+    heap: dict[str, Any] | None  # a CPU run's C heap (the record's ``memory.heap``); None elsewhere
+    peak_since_reset: bool = False  # set by ``start_peak``: the memory figure is this run's own
+
+    def start_peak(self) -> None:
+        """Reset the peak-memory statistics once the model and data are placed, before the first epoch."""
+        self.peak_since_reset = reset_peak_memory(self.device)
+
+    def sections(self) -> dict[str, Any]:
+        """The record's ``memory`` (the run's peak, its heap) and ``backends`` (cuDNN, TF32, the LSTM's math)."""
+        memory = peak_memory_mb(self.device, self.peak_since_reset)
+        if self.heap is not None:
+            memory["heap"] = self.heap
+        return {"memory": memory, "backends": backends_record(self.device, self.adtype)}
+
+
+def for_run(device: torch.device, amp: str, heap: str) -> RunMachine:
+    """Ask the machine once what a run on ``device`` needs (``amp`` and ``heap`` as the config names them)."""
+    if device.type == "cuda":
+        prepare_cuda()  # before the model reaches the GPU: cuDNN off where torch's cuDNN refuses it
+    # a CPU run's freed C heap is kept for its next step (glibc; heap=kept)
+    kept = heap_for_run(heap == "kept") if device.type == "cpu" else None
+    return RunMachine(device, amp_dtype(amp, device), kept)
