@@ -30,8 +30,8 @@ _HOMES = {
                  "load_reference_records machine_descriptions machines_table provenance_table published_epochs_table "
                  "published_tables reference_files reference_note side_by_side",
     "repeats": "REPEATS_DISAGREE RULE flag_lines median_of_repeats timing_note timing_rows unsure_why",
-    "compare": "FASTEST MEDIAN_RULE OVER_STUDY_CPU TIED_WITHIN PublishedComparison comparison_epochs comparison_rows "
-               "own_cpu_speedups published_comparison",
+    "compare": "MEDIAN_RULE OVER_STUDY_CPU TIED_WITHIN PublishedComparison comparison_epochs comparison_rows "
+               "published_comparison",
     "ladder": "Replication ladder_rows ladder_table replication",
     "figures": "plot_convergence plot_cost plot_epochs_tables plot_ladder plot_loss_curves",
     "tables": "epochs_device_table epochs_table epochs_tables format_table loss_curves metrics_table rmse_by_device "

@@ -109,14 +109,6 @@ def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.Da
     return out
 
 
-def over_which_cpu(same_machine: bool, source: str) -> str:
-    """The CPU a speedup divides, in the words every label uses: a published GPU's is the study's one CPU run
-    (never its own machine's), a record's its own machine's CPU."""
-    if same_machine:
-        return "its own machine's CPU"
-    return "the study's one CPU run, platform not stated" if source == PUBLISHED else "another machine's CPU"
-
-
 
 # --- where each device column comes from --------------------------------------------------------------------
 

@@ -9,14 +9,15 @@ carries the same text, a test holds the two together).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 import pandas as pd
 
 from . import labels as num
-from .compare import FASTEST, TIED_WITHIN, comparison_epochs, comparison_rows, main_problem, own_cpu_speedups
+from .compare import TIED_WITHIN, comparison_epochs, comparison_rows, main_problem
 from .figures import plot_ladder
-from .labels import LIKE_FOR_LIKE, column, link
+from .labels import column, link
 from .ladder import fastest, ladder_rows, machine_words, machines, panels, rung_name, seconds_at
 from .published import (
     MEASURED,
@@ -27,10 +28,10 @@ from .published import (
     joined,
     load_published,
     machine_descriptions,
-    over_which_cpu,
     with_columns,
 )
 from .repeats import REPEATS_DISAGREE
+from .tables import summary_table
 
 # --- the first screen ---------------------------------------------------------------------------------------
 
@@ -228,53 +229,6 @@ def _missing(records: pd.DataFrame | None, reference: pd.DataFrame | None, rows:
     return out
 
 
-def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
-                  notes: dict[str, str] | None = None) -> pd.DataFrame:
-    """One row per device column, the user's first: its source and machine, the problem and epochs
-    compared (``problem`` and ``epochs`` where the column has them, else its own most common ones),
-    like-for-like and fastest seconds with each one's speedup over a CPU (its own machine's; a published
-    GPU's over the study's CPU run, which its machine cell names), the fastest setting and its input path,
-    best samples/s, median test RMSE. Figures are text as the report writes them (``labels``); '—' where
-    a figure does not exist; a published device with a note (``notes``, by device) carries its mark."""
-    if rows.empty:
-        return pd.DataFrame()
-    notes = notes or {}
-    speed = own_cpu_speedups(rows, problem, epochs)
-    out = []
-    for col, g in rows.groupby("column", sort=False):
-        at = g[(g["problem"] == problem) & (g["epochs"] == epochs)]
-        if at.empty:  # a column with other runs only: its own problem and epochs, and no speedup
-            own = main_problem(g)
-            at = g[(g["problem"] == own) & (g["epochs"] == comparison_epochs(g, own))]
-        best = at.loc[at["seconds"].idxmin()]
-        lfl = at[at["setting"] == LIKE_FOR_LIKE]["seconds"]
-        mine = speed[speed["column"] == col]
-        x_lfl = mine[mine["setting"] == LIKE_FOR_LIKE]["x_own_cpu"]
-        x_fast = mine[mine["setting"] == FASTEST]["x_own_cpu"]
-        if x_fast.empty:  # one setting each side: fastest against fastest is that setting
-            x_fast = x_lfl if len(at) == 1 else x_fast
-        cross = not mine.empty and not bool(mine["same_machine"].iloc[0])
-        rate = at["samples_per_s"].max() if "samples_per_s" in at else None
-        rmse = at["test_rmse_k"].median() if "test_rmse_k" in at else None
-        setting, _, path = best["setting"].rpartition(" · ")
-        mark = NOTE_MARK if best["source"] == PUBLISHED and best["device"] in notes else ""
-        out.append({
-            "device column": col + mark, "source": best["source"], "machine": best["machine"] or "—",
-            "problem": best["problem"], "epochs": int(best["epochs"]),
-            "like for like s": num.figure(lfl.min()) if len(lfl) else "—",
-            "x CPU, like for like": num.ratio(x_lfl.iloc[0]) if len(x_lfl) else "—",
-            "fastest s": num.figure(best["seconds"]), "fastest setting": setting, "input": path,
-            "x CPU, fastest of each": num.ratio(x_fast.iloc[0]) if len(x_fast) else "—",
-            "x CPU: over": over_which_cpu(not cross, best["source"]) if not mine.empty else "—",
-            "best samples/s": int(round(rate)) if pd.notna(rate) else "—",
-            "test RMSE K": round(float(rmse), 3) if pd.notna(rmse) else "—",
-        })
-    table = pd.DataFrame(out)
-    rank = {s: i for i, s in enumerate((MEASURED, REFERENCE, PUBLISHED))}
-    table = table.iloc[sorted(range(len(table)), key=lambda i: rank[table["source"].iloc[i]])]
-    return table.set_index("device column")
-
-
 def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = None,
              reference: pd.DataFrame | None = None) -> tuple[str, pd.DataFrame]:
     """The findings under the first screen: (Markdown bullets, small table) from the user's ``records``,
@@ -301,64 +255,16 @@ def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = No
 
 # --- the glossary -------------------------------------------------------------------------------------------
 
-GLOSSARY: dict[str, str] = {
-    "published setting": "the study's training setting: a 2-layer LSTM with 64 hidden units, 24 h window, 1 h "
-                         "lead, batch 128, Adam at 1e-3, fp32, a DataLoader with 2 workers (`--preset published`).",
-    "published problem": "the study's data and split: its real ERA5 2 m temperature at 40N and 20N, 280E, hourly, "
-                         "trained on 2020 and tested on 2021-01..06.",
-    "like for like": "the published setting on the published problem, on the DataLoader path as the study ran it "
-                     "(2 workers started afresh each epoch, pageable memory): the only runs whose seconds stand "
-                     "beside the study's; anything else is shown under its own labels.",
-    "fast path / fast input": "the training set held as tensors on the device and batches drawn by shuffled "
-                              "index, with no per-sample Python: lstmnb's faster input path.",
-    "DataLoader path": "a per-sample PyTorch `Dataset` read through a `DataLoader` with worker processes, as "
-                       "the study fed its model.",
-    "blend": "lstmnb's reported forecast: per point, a convex mix of the network, persistence and climatology, "
-             "its weights fitted on the validation part (never worse than persistence there).",
-    "cycles input": "an extra input of the fitted seasonal and diurnal cycle of each point, learned from the "
-                    "training part (its seasonal part only where training covers a year; the diurnal part always).",
-    "x CPU": "a GPU's speedup: the seconds of a CPU doing the same work divided by the GPU's; every label says "
-             "which CPU. It is the GPU's own machine's where the records hold one; every published GPU is put over "
-             "the study's one CPU run, whose platform the study does not state.",
-    "persistence": "the baseline forecast that the temperature stays what it was at the last observed hour.",
-    "climatology": "the baseline forecast of the usual temperature for that date and hour (29 February: 28 "
-                   "February's), from the training part (the hour-of-day mean when training is shorter than a year).",
-    "MSE skill score": "1 - MSE_model / MSE_baseline: 0 is as good as the baseline, 1 is perfect, below 0 is "
-                       "worse than the baseline.",
-    "warm-up epoch": "the first epoch of a run (and of each resumption of it), which also pays one-off costs "
-                     "(memory, kernels, worker start); each epoch of the record says whether it was one (`warmup`); "
-                     "steady figures leave them out, the published table's totals include them.",
-    "samples/s": "training samples processed per second of training (an epoch's samples over its seconds).",
-    "MFU": "model FLOPs utilisation: the model's FLOPs per second over this machine's own measured matrix-"
-           "multiply rate (how much of the hardware the training step uses).",
-    "strong scaling": "a fixed global batch split over N workers; speedup = t1 / tN.",
-    "weak scaling": "each worker keeps its batch, so the global batch grows N-fold; scaled speedup = "
-                    "throughput at N / throughput at 1.",
-    "efficiency": "speedup / N: 1.0 means N workers are N times faster.",
-    "all-reduce": "the collective that sums (then averages) every rank's gradients so all ranks take the same "
-                  "step; ring all-reduce moves 2(N-1)K/N values per rank for K parameters.",
-    "busbw": "bus bandwidth of an all-reduce, as nccl-tests define it: algbw (bytes / time) x 2(N-1)/N, "
-             "comparable across N.",
-    "CUDA graph": "a GPU training step recorded once and replayed with one launch, instead of launching each of "
-                  "its kernels from Python every step (`--cuda-graph`).",
-    "launch-bound": "a step whose time is set by the CPU launching many small kernels, not by the GPU's "
-                    "arithmetic: a faster GPU barely helps, a CUDA graph does.",
-    "synthetic vs real data": "real: the study's ERA5 values, shipped with lstmnb (the default); synthetic: "
-                              "lstmnb's made-up weather of the same layout, for areas and region mode, always "
-                              "labelled synthetic.",
-    "reference records": "real run records lstmnb wrote on NVIDIA H100s (another machine: on the study's real data "
-                         "its setting, the recommended setting and the from-scratch engines; on synthetic data the "
-                         "former one-layer setting), shipped with the package and always labelled as such.",
-    "measured here / published": "measured here: your own run records; published: the study's figures as it "
-                                 "printed them (one run each).",
-    "repeats": f"runs of one setting timed several times, alternated; tables show their median and mark rows "
-               f"whose repeats differ by more than {REPEATS_DISAGREE:.0%} or that ran beside busy processes.",
-    "flagged": "a published figure whose note says it cannot be what it says (the T4's CPU-like 10- and 15-epoch "
-               "times, the P100's equal 5- and 10-epoch times): named beside the study's ranking, never ranked or "
-               "called tied.",
-    "tied": f"two single-run times within {TIED_WITHIN:.0%} of each other: within run-to-run noise, so neither is "
-            "called faster.",
-}
+def _glossary() -> dict[str, str]:
+    """The glossary, text shipped as package data (``glossary.yaml``), its thresholds the rules' own."""
+    import yaml
+
+    text = resources.files("lstmnb").joinpath("glossary.yaml").read_text(encoding="utf-8")
+    rule = {"repeats_disagree": REPEATS_DISAGREE, "tied_within": TIED_WITHIN}
+    return {term: words.format(**rule) for term, words in yaml.safe_load(text).items()}
+
+
+GLOSSARY: dict[str, str] = _glossary()
 
 
 def glossary_markdown() -> str:
