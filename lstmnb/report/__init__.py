@@ -8,7 +8,7 @@ use, so ``from lstmnb.report import format_table`` costs the CLI one module):
 - ``labels``: how things are named and figures written (device labels, the published setting and problem,
   defined once, a run's setting and problem, three significant figures)
 - ``published``: where every figure comes from (the published figures and their notes, the provenance of every
-  device column, the shipped reference records)
+  device column and the findings' first line, the shipped reference records)
 - ``repeats``: the one timing rule (the median of repeats, marked rough where they disagree or shared busy cores)
 - ``compare``: the comparison rows across machines under that rule, each device over a CPU; the study's own
   comparison (its devices ranked per epochs count, the flagged ones named, never ranked)

@@ -285,7 +285,7 @@ def _forecast(row: pd.Series) -> str | None:
     (left out)."""
     if all(row.get(f"config.{k}") == v for k, v in STUDY_MODEL.items()):
         n = int(row.get("metrics.epochs_run"))
-        return f"the study's model, {n} epoch{'s' if n != 1 else ''}"
+        return f"the study's model, {num.count(n, 'epoch')}"
     if row.get("config.preset") == "recommended":  # its model is the study's window and width (one layer)
         sizes = [f"{k} {int(row.get(f'config.{k}'))}" for k in ("window", "hidden")
                  if present(row.get(f"config.{k}")) and row.get(f"config.{k}") != PUBLISHED_PROBLEM[k]]

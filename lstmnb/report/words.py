@@ -1,8 +1,8 @@
 """The report's sentences, in one home, each written from records and the tables made from them, never fixed text:
 the first screen's (``first_screen``: at most three sentences whose first ratio is made of one machine's runs,
-the study's ratios last, as its claim), the findings under it (``findings``: what was found, skipped devices as
-skipped, what is missing with the command that fills it, and a table with one row per device column), each
-notebook's closing "What this showed" with a pointer to the next, and the glossary (06 ends with it; README
+the study's ratios last, as its claim), the findings under it (``findings``: what was found, ``published.found``;
+what is missing with the command that fills it; the table, ``tables.summary_table``), each notebook's closing
+"What this showed" with a pointer to the next, and the glossary (``glossary.yaml``; 06 ends with it, README
 carries the same text, a test holds the two together).
 """
 
@@ -17,19 +17,9 @@ import pandas as pd
 from . import labels as num
 from .compare import TIED_WITHIN, comparison_epochs, comparison_rows, main_problem
 from .figures import plot_ladder
-from .labels import column, link
+from .labels import column
 from .ladder import fastest, ladder_rows, machine_words, machines, panels, rung_name, seconds_at
-from .published import (
-    MEASURED,
-    NOTE_MARK,
-    PUBLISHED,
-    REFERENCE,
-    device_notes,
-    joined,
-    load_published,
-    machine_descriptions,
-    with_columns,
-)
+from .published import MEASURED, PUBLISHED, device_notes, found, load_published
 from .repeats import REPEATS_DISAGREE
 from .tables import summary_table
 
@@ -74,7 +64,7 @@ def cpu_sentence(m: pd.DataFrame) -> str | None:
     e = int(m.epochs.iloc[0])
     if best[0] == 0:
         return (f"On {machine_words(m)}, the study's code (rung 0) was the fastest rung of the study's workload "
-                f"measured ({num.figure(c0)} s for {e} epoch{'s' if e != 1 else ''}): no later rung gained here.")
+                f"measured ({num.figure(c0)} s for {num.count(e, 'epoch')}): no later rung gained here.")
     return (f"On {machine_words(m)}, lstmnb's fastest step (rung {best[0]}, {rung_name(m, best[0])}) trains the "
             f"study's workload ({e} epochs) {c0 / best[1]:.2g}x as fast as the study's code on the same CPU: "
             f"{num.figure(best[1])} s against {num.figure(c0)} s.")
@@ -157,54 +147,6 @@ def first_screen(df: pd.DataFrame | None, reference: pd.DataFrame | None = None,
 
 # --- the findings under it ---------------------------------------------------------------------------
 
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _found_source(df: pd.DataFrame, source: str) -> str:
-    """'10 records from 1 machine (vm: AMD EPYC, 2 cores; 2026-11-24): CPU (2 cores) measured (6 finished
-    runs); CUDA skipped (4 records: no usable CUDA GPU ...)'."""
-    machines = machine_descriptions(df, source)
-    runs = with_columns(df, source)
-    status = column(runs, "status").fillna("unknown")
-    reason = column(runs, "reason").fillna("no reason given").astype(str)
-    parts = []
-    for col, g in runs.groupby("column", sort=False):  # each device column: measured, skipped (why) or failed
-        st, why = status.loc[g.index], reason.loc[g.index]
-        name = col.split(" · ")[0] + (f" on {g['machine'].iloc[0]}" if len(machines) > 1 else "")
-        if (st == "ok").any():
-            parts.append(f"{name} measured ({_n(int((st == 'ok').sum()), 'finished run')})")
-        elif (st == "skipped").any():
-            parts.append(f"{name} skipped, not measured ({_n(int((st == 'skipped').sum()), 'record')}: "
-                         f"{'; '.join(dict.fromkeys(why[st == 'skipped']))})")
-        else:
-            parts.append(f"{name} not measured ({'; '.join(dict.fromkeys(f'{s}: {w}' for s, w in zip(st, why)))})")
-    where = "; ".join(machines.values())
-    return f"{_n(len(df), 'record')} from {_n(len(machines), 'machine')} ({where}): " + "; ".join(parts)
-
-
-def _found(records: pd.DataFrame | None, reference: pd.DataFrame | None, published: dict | None) -> str:
-    parts = []
-    if records is not None and not records.empty:
-        text = "measured here: " + _found_source(records, MEASURED)
-        diverged = int((column(records, "status") == "diverged").sum())
-        if diverged:  # a run whose loss or forecast went non-finite: an outcome, never a figure
-            text += f"; {diverged} diverged (their reason says at which epoch and step, and what to try)"
-        parts.append(text)
-    else:
-        parts.append("no run records of your own")
-    if reference is not None and not reference.empty:
-        made_by = " @ ".join(v for v in (joined(column(reference, "software.lstmnb")),
-                                          joined(column(reference, "software.git_commit"), short=7)) if v)
-        parts.append("beside them, lstmnb's reference records: " + _found_source(reference, REFERENCE)
-                     + (f" (lstmnb {made_by})" if made_by else ""))
-    if published is not None:
-        notes = device_notes(published)
-        devices = [d + (NOTE_MARK if d in notes else "") for d in published["era5_lstm_gpu_benchmark"]["epochs"][5]]
-        parts.append(f"the published figures of the study ({', '.join(devices)}; see the {link()})")
-    return "**Found:** " + "; ".join(parts) + "."
-
-
 def _missing(records: pd.DataFrame | None, reference: pd.DataFrame | None, rows: pd.DataFrame) -> list[str]:
     own = rows[rows["source"] == MEASURED] if not rows.empty else rows
     out = []
@@ -220,27 +162,21 @@ def _missing(records: pd.DataFrame | None, reference: pd.DataFrame | None, rows:
         if own.empty or not own["like_for_like"].astype(bool).any():
             out.append("no run of the published setting on the DataLoader path for the published problem here: the "
                        "`cpu` profile's 03 times it (one run: `lstmnb train --preset published --epochs 15`)")
-    multi = False
-    for df in (records, reference):
-        if df is not None and not df.empty and "world_size" in df:
-            multi |= bool(((column(df, "status") == "ok") & (pd.to_numeric(df["world_size"], errors="coerce") >= 2)).any())
-    if not multi:
+    multi = [((column(df, "status") == "ok") & (pd.to_numeric(df["world_size"], errors="coerce") >= 2)).any()
+             for df in (records, reference) if df is not None and not df.empty and "world_size" in df]
+    if not any(multi):
         out.append("no multi-GPU records: run 05 on a node with 2+ GPUs (`sbatch carc/ddp_single_node.sbatch`)")
     return out
 
 
 def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = None,
              reference: pd.DataFrame | None = None) -> tuple[str, pd.DataFrame]:
-    """The findings under the first screen: (Markdown bullets, small table) from the user's ``records``,
-    the published figures (``load_published()``, or None to leave them out) and lstmnb's ``reference``
-    records (or None).
-
-    The bullets say which devices and machines were found (skipped ones as skipped), what is missing with the
-    command that fills it, and the notes of the published devices shown (the T4's); what CUDA graphs change is the
-    ladder's, batch size 04's and skill 06's skill table. The table has one row per device column.
-    """
+    """The findings under the first screen, (Markdown bullets, ``tables.summary_table``), from the user's
+    ``records``, the published figures (or None) and lstmnb's ``reference`` records (or None): the devices and
+    machines found (skipped ones as skipped), what is missing with the command that fills it, and the notes
+    of the published devices shown (the T4's)."""
     rows = comparison_rows(records, reference, published)
-    lines = [_found(records, reference, published)]
+    lines = [found(records, reference, published)]
     problem = main_problem(rows)
     epochs = comparison_epochs(rows, problem) if problem else None
     missing = _missing(records, reference, rows)
@@ -286,10 +222,6 @@ NEXT = {
 def _heading(lines: list[str], nb: str) -> str:
     body = "\n".join(f"- {line}" for line in lines if line)
     return f"## What this showed\n{body}\n\n{NEXT[nb]}"
-
-
-def _epochs(n) -> str:
-    return f"{int(n)} epoch{'' if int(n) == 1 else 's'}"
 
 
 def _k(value: float) -> str:
@@ -355,22 +287,22 @@ def cpu_baseline_conclusion(timings: pd.DataFrame, published_cpu: pd.Series | No
     for path, s in by_path.items():
         if len(s) > 1:
             per = (s.iloc[-1] - s.iloc[0]) / (s.index[-1] - s.index[0])
-            lines.append(f"{path} path: {s.iloc[0]:.1f} s for {_epochs(s.index[0])} to {s.iloc[-1]:.1f} s for "
-                         f"{_epochs(s.index[-1])}, about {per:.2f} s per extra epoch"
+            lines.append(f"{path} path: {s.iloc[0]:.1f} s for {num.count(s.index[0], 'epoch')} to {s.iloc[-1]:.1f} s for "
+                         f"{num.count(s.index[-1], 'epoch')}, about {per:.2f} s per extra epoch"
                          + rough((path, s.index[0]), (path, s.index[-1])) + ".")
     if "fast" in by_path and "dataloader" in by_path:
         both = pd.concat([by_path["fast"], by_path["dataloader"]], axis=1, keys=["fast", "dataloader"]).dropna()
         if not both.empty:
             e = both.index.max()
             ratio = both.loc[e, "dataloader"] / both.loc[e, "fast"]
-            lines.append(f"At {_epochs(e)} the per-sample DataLoader path the study timed takes {ratio:.2f}x the "
+            lines.append(f"At {num.count(e, 'epoch')} the per-sample DataLoader path the study timed takes {ratio:.2f}x the "
                          "time of the fast path on the same work" + rough(("fast", e), ("dataloader", e)) + ".")
     if published_cpu is not None and "dataloader" in by_path:
         common = [e for e in by_path["dataloader"].index if e in published_cpu.dropna().index]
         if common:
             e = max(common)
             mine, theirs = by_path["dataloader"][e], float(published_cpu[e])
-            lines.append(f"Against the study's CPU at {_epochs(e)} (DataLoader path, the same workload): {mine:.1f} s "
+            lines.append(f"Against the study's CPU at {num.count(e, 'epoch')} (DataLoader path, the same workload): {mine:.1f} s "
                          f"here against {theirs:.1f} s there, {theirs / mine:.2f}x as fast" + rough(("dataloader", e)) + ".")
     marked = int((timings["check"] != "").sum())
     lines.append(f"{marked} of {len(timings)} timing row(s) are marked as unsure (repeats that disagree or busy "
@@ -394,7 +326,7 @@ def analysis_conclusion(screen, comparison, records: pd.DataFrame | None) -> str
         at = table[table["epochs"] == comparison.epochs]
         ranked = at[at["rank"].map(lambda r: isinstance(r, int))]
         left = at.drop(ranked.index)["device"].tolist()
-        lines.append(f"The study's published table at {_epochs(comparison.epochs)} ranks "
+        lines.append(f"The study's published table at {num.count(comparison.epochs, 'epoch')} ranks "
                      + ", ".join(ranked["device"]) + " (one run each, not measured here)"
                      + (f"; {' and '.join(left)} are left out as flagged" if left else "") + ".")
     n = 0 if records is None else len(records)
