@@ -11,7 +11,7 @@ from lstmnb.device import busy_while
 from lstmnb.errors import ConfigError
 from lstmnb.models import flops_per_sample
 from lstmnb.notebooks import amdahl, lessons
-from lstmnb.report import allreduce_repeat_table, scaling_repeat_table
+from lstmnb.report import allreduce_table, scaling_repeat_table
 from lstmnb.report.repeats import flag_text, median_of_repeats, speedup_note, spread
 from lstmnb.training import TrainConfig, preset_config
 from test_parallel import synthetic_windows
@@ -171,7 +171,7 @@ def test_ddp_scaling_and_allreduce_on_two_gloo_ranks(tmp_path):
     assert np.isnan(share[("strong", 1)])
 
     sweeps = lessons.allreduce_sweeps(cfg, ranks=2, max_bytes=4096, budget_s=0.005, repeats=2)
-    ar = allreduce_repeat_table(sweeps, step_s=0.01)
+    ar = allreduce_table(sweeps, step_s=0.01)
     assert {1024, 4096} <= set(ar["bytes"]) and (ar["repeats"] == 2).all() and (ar["time us"] > 0).all()
     assert ar["gradients of one step"].sum() == 1
     text = lessons.what_05_showed(table, ar)

@@ -95,27 +95,6 @@ def convergence_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def allreduce_table(rows: list[dict[str, Any]], gradient_bytes: int | None = None,
-                    step_s: float | None = None) -> pd.DataFrame:
-    """All-reduce time and bandwidth per buffer size (GB/s = 1e9 bytes/s; busbw = algbw x 2(n-1)/n).
-
-    With ``step_s`` (a training step's time), the row at the model's gradient size also says which
-    fraction of a step one all-reduce of the gradients takes on this link.
-    """
-    if not rows:
-        return pd.DataFrame()
-    df = pd.DataFrame(rows)
-    df["size"] = df["bytes"].map(_human_bytes)
-    if gradient_bytes:
-        df["gradient size"] = df["bytes"] == gradient_bytes // 4 * 4
-        if step_s:
-            df["share of a step"] = (df["time_us"] / 1e6 / step_s).where(df["gradient size"])
-    cols = ["size", "bytes", "world_size", "backend", "time_us", "algbw_gbps", "busbw_gbps", "gradient size",
-            "share of a step"]
-    names = {"world_size": "ranks", "time_us": "time us", "algbw_gbps": "algbw GB/s", "busbw_gbps": "busbw GB/s"}
-    return df[[c for c in cols if c in df]].rename(columns=names).set_index("size")  # the units in the header
-
-
 def _human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):  # powers of 1024: IEC units
         if n < 1024 or unit == "GiB":
@@ -200,10 +179,11 @@ def scaling_repeat_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     return table[cols].set_index(["mode", "ranks"]).sort_index()
 
 
-def allreduce_repeat_table(sweeps: list[dict[str, Any]], step_s: float | None = None) -> pd.DataFrame:
-    """All-reduce time and bandwidth per message size from repeated sweeps (each ``experiments.allreduce``'s
-    output, with ``busy_cores`` added by the caller): medians, flags, and the row at the model's gradient
-    size marked (with its share of a training step of ``step_s`` seconds, when given)."""
+def allreduce_table(sweeps: list[dict[str, Any]], step_s: float | None = None) -> pd.DataFrame:
+    """All-reduce time and bandwidth per message size (GB/s = 1e9 bytes/s; busbw = algbw x 2(n-1)/n) from
+    one or more sweeps (each ``experiments.allreduce``'s output, ``busy_cores`` added by a caller that knows
+    it) under the one timing rule (``repeats.median_of_repeats``): medians, flags, and the row at the model's
+    gradient size marked (with its share of a training step of ``step_s`` seconds, when given)."""
     from .repeats import median_of_repeats
 
     rows, grad = [], None
