@@ -37,7 +37,7 @@ _HOMES = {
     "tables": "epochs_device_table epochs_table epochs_tables format_table loss_curves metrics_table rmse_by_device "
               "runs_table status_table study_skill_summary study_skill_table",
     "scaling": "SCALING_DEFINITIONS allreduce_table batch_sweep_table convergence_table "
-               "cost_table load_prices price_for scaling_repeat_table scaling_table",
+               "cost_table load_prices price_for scaling_table",
     "words": "GLOSSARY Screen analysis_conclusion cpu_baseline_conclusion findings first_screen glossary_markdown "
              "model_conclusion region_conclusion scratch_conclusion",
 }
