@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nall-reduce, 2 gloo ranks on loopback (GB/s = 1e9 bytes/s; busbw = algbw x 2(n-1)/n = algbw at n=2); "
           f"model gradient {out['gradient_bytes']:,} bytes per step; 'share of a step' uses the weak-scaling "
           f"2-rank step of {step_s * 1e3:.2f} ms")
-    print(report.format_table(report.allreduce_table(out["rows"], out["gradient_bytes"], step_s), floatfmt="{:,.4f}"))
+    print(report.format_table(report.allreduce_table([out], step_s), floatfmt="{:,.4f}"))
 
     if args.uneven:
         demo_cfg = replace(cfg, batch_size=64, epochs=max(3, args.epochs))

@@ -7,11 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lstmnb import records
 from lstmnb.machine.device import busy_while
 from lstmnb.errors import ConfigError
 from lstmnb.models import flops_per_sample
 from lstmnb.notebooks import amdahl, lessons
-from lstmnb.report import allreduce_repeat_table, scaling_repeat_table
+from lstmnb.report import allreduce_table, scaling_table
 from lstmnb.report.repeats import flag_text, median_of_repeats, speedup_note, spread
 from lstmnb.training import TrainConfig, preset_config
 from test_parallel import synthetic_windows
@@ -149,7 +150,7 @@ def test_ddp_scaling_and_allreduce_on_two_gloo_ranks(tmp_path):
     assert [(r["scaling"]["mode"], r["world_size"], r["config"]["batch_size"]) for r in runs] == [
         ("strong", 1, 32), ("strong", 2, 16), ("weak", 2, 32)]
     assert all(r["status"] == "ok" and "busy_cores" in r["threads"] and r["repeat"] == 1 for r in runs)
-    table = scaling_repeat_table(runs)
+    table = scaling_table(runs)
     assert list(table.index) == [("strong", 1), ("strong", 2), ("weak", 1), ("weak", 2)]
     assert list(table["global batch"]) == [32, 32, 32, 64] and (table["input path"] == "fast").all()
     assert table["flag"].str.contains("only 1 repeat").all()
@@ -163,15 +164,16 @@ def test_ddp_scaling_and_allreduce_on_two_gloo_ranks(tmp_path):
     else:
         assert strong.loc[2, "note"].startswith("no speedup")
 
-    # 05's communication share is 06's (report.scaling_table) for the same runs: each run's comm / step
-    share = amdahl.comm_share(runs)
+    # 05's communication share is 06's (report.scaling_table) for the same runs: the median of each run's
+    # comm / step, from the records whether they are passed as records (05) or loaded from files (06)
     fraction = [r["parallel"]["comm_split"]["comm_fraction"] for r in runs if r["world_size"] == 2
                 and r["scaling"]["mode"] == "strong"]
-    assert share[("strong", 2)] == pytest.approx(100 * np.median(fraction))
-    assert np.isnan(share[("strong", 1)])
+    assert table.loc[("strong", 2), "comm %"] == pytest.approx(100 * np.median(fraction))
+    loaded = scaling_table(records.load_records(tmp_path))
+    assert loaded["comm %"].equals(table["comm %"]) and loaded["epoch s"].equals(table["epoch s"])
 
     sweeps = lessons.allreduce_sweeps(cfg, ranks=2, max_bytes=4096, budget_s=0.005, repeats=2)
-    ar = allreduce_repeat_table(sweeps, step_s=0.01)
+    ar = allreduce_table(sweeps, step_s=0.01)
     assert {1024, 4096} <= set(ar["bytes"]) and (ar["repeats"] == 2).all() and (ar["time us"] > 0).all()
     assert ar["gradients of one step"].sum() == 1
     text = lessons.what_05_showed(table, ar)
@@ -236,9 +238,9 @@ def test_bad_lesson_parameters_are_refused_before_any_kernel(tmp_path, only, key
 
 def _shares(t1, step, comm_pct, ranks=2):
     """A ``report.scaling_table``-shaped frame: the one-rank step t1, the N-rank step and its comm %."""
-    index = pd.MultiIndex.from_tuples([("strong", "cpu", "ddp", 1), ("strong", "cpu", "ddp", ranks)],
-                                      names=["mode", "device", "strategy", "world_size"])
-    return pd.DataFrame({"step ms": [t1, step], "comm %": [np.nan, comm_pct]}, index=index)
+    index = pd.MultiIndex.from_tuples([("strong", 1), ("strong", ranks)], names=["mode", "ranks"])
+    return pd.DataFrame({"device": "CPU", "strategy": "ddp", "step ms": [t1, step], "comm %": [np.nan, comm_pct]},
+                        index=index)
 
 
 def test_amdahl_from_the_measured_speedup_and_06s_comm_share():

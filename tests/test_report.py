@@ -203,16 +203,17 @@ def test_scaling_table_speedup_and_efficiency(tmp_path):
     for strategy, rates in (("ddp", {1: 1000.0, 2: 1900.0, 4: 3600.0}), ("dataparallel", {1: 1000.0, 2: 1200.0})):
         for n, rate in rates.items():
             rec = run_record("cuda", "Tesla V100-SXM2-32GB", 3, "fast", 1.0, experiment="scaling-weak", strategy=strategy)
-            rec["timing"]["samples_per_s"] = rate
+            rec["timing"].update(samples_per_s=rate, epoch_s_median=1e4 / rate)
             rec["world_size"] = n
             recs.append(rec)
     recs.append(run_record("cuda", None, 3, "fast", 0, status="skipped", experiment="scaling-weak", strategy="ddp"))
     df = records.load_records(write_jsonl(tmp_path / "runs.jsonl", recs))
-    table = report.scaling_table(df)
-    ddp = table.loc[("weak", "V100", "ddp")]
+    table = report.scaling_table(df).xs("weak", level="mode")
+    ddp, dp = (table[(table["device"] == "V100") & (table["strategy"] == s)] for s in ("ddp", "dataparallel"))
     assert ddp.index.tolist() == [1, 2, 4]
     assert ddp.loc[4, "speedup"] == pytest.approx(3.6) and ddp.loc[4, "efficiency"] == pytest.approx(0.9)
-    assert table.loc[("weak", "V100", "dataparallel", 2), "speedup"] == pytest.approx(1.2)
+    assert dp.loc[2, "speedup"] == pytest.approx(1.2)
+    assert (ddp["repeats"] == 1).all() and ddp["flag"].str.contains("only 1 repeat").all()  # the one timing rule
     assert report.scaling_table(records.load_records(tmp_path / "none")).empty
 
 
@@ -228,9 +229,10 @@ def test_weak_scaling_without_its_own_one_device_run_takes_the_strong_one_of_the
         rec["scaling"] = {"per_device_batch": per_device, "global_batch": per_device * n}
         recs.append(rec)
     table = report.scaling_table(records.load_records(write_jsonl(tmp_path / "runs.jsonl", recs)))
-    weak = table.xs(("weak", "CPU"), level=("mode", "device"))
-    assert weak.loc[("ddp", 2), "speedup"] == pytest.approx(1.8) and weak.loc[("ddp", 2), "efficiency"] == pytest.approx(0.9)
-    assert pd.isna(weak.loc[("dataparallel", 2), "speedup"]), "no one-device run of its strategy"
+    weak = table.xs("weak", level="mode").set_index("strategy", append=True)
+    assert weak.loc[(2, "ddp"), "speedup"] == pytest.approx(1.8) and weak.loc[(2, "ddp"), "efficiency"] == pytest.approx(0.9)
+    assert pd.isna(weak.loc[(2, "dataparallel"), "speedup"]), "no one-device run of its strategy"
+    assert weak.loc[(2, "dataparallel"), "note"] == "no speedup: no one-rank run of the same batch"
 
 
 def test_the_printed_epochs_table_shows_the_training_loss_fall():

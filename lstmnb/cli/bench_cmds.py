@@ -269,7 +269,7 @@ def _run_bench_allreduce(args) -> int:
 
     cfg, acfg = _allreduce_configs(args)
     out = experiments.allreduce(cfg, acfg)
-    print(format_table(allreduce_table(out["rows"], out["gradient_bytes"], args.step_s)))
+    print(format_table(allreduce_table([out], args.step_s)))
     print(f"\nmodel gradient per step: {out['gradient_bytes']:,} bytes (hidden {args.hidden}, layers {args.layers}, "
           f"{args.cell}); busbw = algbw x 2(n-1)/n with n = {args.world_size}")
     path = results_path(args)

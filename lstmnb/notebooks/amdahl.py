@@ -1,27 +1,13 @@
-"""05's Amdahl's law from its own DDP runs: the communication share of a step as 06 computes it for the
-same runs (``report.scaling_table``), and the serial share, bound and predicted speedups it implies."""
+"""05's Amdahl's law from its own DDP runs: from their scaling table (``report.scaling_table``, 06's function,
+so both print the same communication share for the same runs), the serial share, bound and predicted speedups."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import pandas as pd
 
 from ..errors import ConfigError
-
-
-def comm_share(runs: list[dict[str, Any]]) -> pd.Series:
-    """The communication share (%) of a DDP step per (mode, ranks), from the same function and runs as 06's
-    scaling table (``report.scaling_table``: the median over runs of each run's comm / step), so 05 and 06
-    print the same share for the same runs."""
-    from ..report import scaling_table
-
-    table = scaling_table(runs)
-    if table.empty:
-        return pd.Series(dtype=float)
-    flat = table.reset_index().rename(columns={"world_size": "ranks"})
-    return flat.groupby(["mode", "ranks"])["comm %"].median()
 
 
 def amdahl_table(
@@ -37,7 +23,7 @@ def amdahl_table(
     latency steps), and the measured speedup."""
     if ranks < 2:
         raise ConfigError(f"ranks={ranks} must be 2 or more for Amdahl's law")
-    g = shares.xs("strong", level="mode").reset_index().groupby("world_size").median(numeric_only=True)
+    g = shares.xs("strong", level="mode").groupby(level="ranks").median(numeric_only=True)
     speed = measured.get(ranks, float("nan")) if measured is not None else float("nan")
     source = "measured speedup"
     if not speed > 0:

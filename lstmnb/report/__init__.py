@@ -8,7 +8,7 @@ use, so ``from lstmnb.report import format_table`` costs the CLI one module):
 - ``labels``: how things are named and figures written (device labels, the published setting and problem,
   defined once, a run's setting and problem, three significant figures)
 - ``published``: where every figure comes from (the published figures and their notes, the provenance of every
-  device column, the shipped reference records)
+  device column and the findings' first line, the shipped reference records)
 - ``repeats``: the one timing rule (the median of repeats, marked rough where they disagree or shared busy cores)
 - ``compare``: the comparison rows across machines under that rule, each device over a CPU; the study's own
   comparison (its devices ranked per epochs count, the flagged ones named, never ranked)
@@ -30,14 +30,14 @@ _HOMES = {
                  "load_reference_records machine_descriptions machines_table provenance_table published_epochs_table "
                  "published_tables reference_files reference_note side_by_side",
     "repeats": "REPEATS_DISAGREE RULE flag_lines median_of_repeats timing_note timing_rows unsure_why",
-    "compare": "FASTEST MEDIAN_RULE OVER_STUDY_CPU TIED_WITHIN PublishedComparison comparison_epochs comparison_rows "
-               "own_cpu_speedups published_comparison",
+    "compare": "MEDIAN_RULE OVER_STUDY_CPU TIED_WITHIN PublishedComparison comparison_epochs comparison_rows "
+               "published_comparison",
     "ladder": "Replication ladder_rows ladder_table replication",
     "figures": "plot_convergence plot_cost plot_epochs_tables plot_ladder plot_loss_curves",
     "tables": "epochs_device_table epochs_table epochs_tables format_table loss_curves metrics_table rmse_by_device "
               "runs_table status_table study_skill_summary study_skill_table",
-    "scaling": "SCALING_DEFINITIONS allreduce_repeat_table allreduce_table batch_sweep_table convergence_table "
-               "cost_table load_prices price_for scaling_repeat_table scaling_table",
+    "scaling": "SCALING_DEFINITIONS allreduce_table batch_sweep_table convergence_table "
+               "cost_table load_prices price_for scaling_table",
     "words": "GLOSSARY Screen analysis_conclusion cpu_baseline_conclusion findings first_screen glossary_markdown "
              "model_conclusion region_conclusion scratch_conclusion",
 }

@@ -1,8 +1,8 @@
 """The comparison across machines, under the one median rule of ``repeats``: every finished single-device
 training run of every source (the user's records, lstmnb's reference records, the published table) as one row per
-device column x setting x problem x epochs (``comparison_rows``, ``MEDIAN_RULE``); each device's speedup over a
-CPU (its own machine's, or for a published GPU the study's one CPU run); and the study's own published comparison
-(``published_comparison``: ranked per epochs count, its flagged devices named and left out).
+device column x setting x problem x epochs (``comparison_rows``, ``MEDIAN_RULE``); and the study's own published
+comparison (``published_comparison``: ranked per epochs count, each GPU over the study's one CPU run, its flagged
+devices named and left out). A GPU over its own machine's CPU is the ladder's (``ladder``).
 """
 
 from __future__ import annotations
@@ -180,59 +180,6 @@ def main_problem(rows: pd.DataFrame) -> str | None:
         return PUBLISHED_PROBLEM_LABEL
     counts = rows.groupby("problem")["column"].nunique()
     return str(counts.idxmax())
-
-
-# --- each device over a CPU: its own machine's, a published GPU the study's -------------------------
-
-SPEEDUP_COLUMNS = ["source", "machine", "column", "device", "problem", "epochs", "setting", "fastest_setting", "seconds",
-                   "cpu_column", "cpu_machine", "cpu_setting", "cpu_seconds", "x_own_cpu", "same_machine"]
-FASTEST = "fastest of each"  # the setting of a speedup row that puts each side's fastest setting against the other's
-
-
-def own_cpu_speedups(rows: pd.DataFrame, problem: str | None = None, epochs: int | None = None) -> pd.DataFrame:
-    """Each non-CPU device column over the CPU of its own machine (one source, one machine), at the
-    same problem and epochs: per setting both have run (``x_own_cpu`` = CPU seconds / device seconds),
-    then one row with setting ``FASTEST``: the device's fastest setting against the CPU's fastest.
-
-    The published table's GPUs ran on two machines (CARC cluster, Google Colab) and the study timed
-    its CPU on one: a published GPU with no CPU on its machine is put over the study's CPU with
-    ``same_machine`` False, and whatever shows it names both machines. ``problem`` and ``epochs``
-    restrict the rows (default: all)."""
-    if rows.empty:
-        return pd.DataFrame(columns=SPEEDUP_COLUMNS)
-    at = rows.dropna(subset=["seconds"])
-    if problem is not None:
-        at = at[at["problem"] == problem]
-    if epochs is not None:
-        at = at[at["epochs"] == epochs]
-    out = []
-    for (problem_, epochs_), same in at.groupby(["problem", "epochs"], sort=False):
-        study_cpu = same[(same["source"] == PUBLISHED) & (same["device"] == "CPU")]
-        for (source, machine), g in same.groupby(["source", "machine"], sort=False, dropna=False):
-            cpu = g[g["device"] == "CPU"]
-            same_machine = not cpu.empty
-            if cpu.empty and source == PUBLISHED:
-                cpu = study_cpu
-            if cpu.empty:
-                continue
-            for col, dev in g[g["device"] != "CPU"].groupby("column", sort=False):
-                base = {"source": source, "machine": machine, "column": col, "device": dev["device"].iloc[0],
-                        "problem": problem_, "epochs": epochs_, "cpu_column": cpu["column"].iloc[0],
-                        "cpu_machine": cpu["machine"].iloc[0], "same_machine": same_machine}
-                for _, r in dev.iterrows():
-                    match = cpu[cpu["setting"] == r["setting"]]
-                    if not match.empty:
-                        out.append({**base, "setting": r["setting"], "seconds": r["seconds"],
-                                    "cpu_setting": r["setting"], "cpu_seconds": match["seconds"].iloc[0]})
-                quick, cpu_quick = dev.loc[dev["seconds"].idxmin()], cpu.loc[cpu["seconds"].idxmin()]
-                if len(dev) > 1 or len(cpu) > 1:
-                    out.append({**base, "setting": FASTEST, "seconds": quick["seconds"], "fastest_setting": quick["setting"],
-                                "cpu_setting": cpu_quick["setting"], "cpu_seconds": cpu_quick["seconds"]})
-    table = pd.DataFrame(out)
-    if table.empty:
-        return pd.DataFrame(columns=SPEEDUP_COLUMNS)
-    table["x_own_cpu"] = table["cpu_seconds"] / table["seconds"]
-    return table.reindex(columns=SPEEDUP_COLUMNS)
 
 
 # --- the study's own comparison, as it published it ---------------------------------------------------------

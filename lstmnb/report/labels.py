@@ -251,3 +251,8 @@ def rate(value: float) -> str:
         if value >= div:
             return f"{value / div:.3g}{unit}"
     return f"{value:.3g}"
+
+
+def count(n: int, noun: str) -> str:
+    """'1 epoch', '5 epochs', '2 machines'."""
+    return f"{int(n)} {noun}{'' if int(n) == 1 else 's'}"

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..rungs import BOTH as KINDS
 from ..rungs import RUNGS
-from .labels import column, figure
+from .labels import column, count, figure
 from .repeats import flag_text, spread
 
 FASTEST_OF = [r.rung for r in RUNGS[:-1]]  # the study's workload: the last rung is another model, never "fastest"
@@ -139,7 +139,7 @@ def panels(every: list[pd.DataFrame]) -> list[dict[str, Any]]:
         title = (("This machine" if m.source.iloc[0] == "measured here" else "Reference records, another machine")
                  + f": {m.machine.iloc[0].split(' · ', 1)[-1]}" + (f" and {gpu.iloc[0]}" if len(gpu) else ""))
         out.append({"title": title, "rungs": [f"{r.rung} {r.name}" for r in RUNGS], "bars": bars,
-                    "xlabel": f"seconds for {e} epoch{'s' if e != 1 else ''} of the study's workload (log scale)"})
+                    "xlabel": f"seconds for {count(e, 'epoch')} of the study's workload (log scale)"})
     return out
 
 

@@ -1,7 +1,8 @@
 """Where every figure comes from: the published figures (package data), always labelled as published, the notes
 that go wherever a device's published figures are shown, the side-by-side form notebooks 03 and 04 use; and the
 provenance of every device column (machine, told apart beyond host names, dates, lstmnb commit, torch and CUDA,
-and its source: measured in the records, lstmnb's shipped reference records, or published).
+and its source: measured in the records, lstmnb's shipped reference records, or published), in a table and in
+the findings' first line (``found``: each source's records, machines and device columns, skipped ones as skipped).
 
 The reference records are real runs measured by lstmnb on an H100, shipped with the package and loaded apart
 from a user's results, so they are shown beside them and never mixed into them.
@@ -15,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from .labels import column, order_devices, with_device_labels
+from .labels import column, count, link, order_devices, with_device_labels
 
 # --- the published figures and their notes ------------------------------------------------------------------
 
@@ -109,14 +110,6 @@ def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.Da
     return out
 
 
-def over_which_cpu(same_machine: bool, source: str) -> str:
-    """The CPU a speedup divides, in the words every label uses: a published GPU's is the study's one CPU run
-    (never its own machine's), a record's its own machine's CPU."""
-    if same_machine:
-        return "its own machine's CPU"
-    return "the study's one CPU run, platform not stated" if source == PUBLISHED else "another machine's CPU"
-
-
 
 # --- where each device column comes from --------------------------------------------------------------------
 
@@ -192,6 +185,52 @@ def _dates(started: pd.Series) -> str | None:
     if not days:
         return None
     return days[0] if len(days) == 1 else f"{days[0]}..{days[-1]}"
+
+
+def _found_in(df: pd.DataFrame, source: str) -> str:
+    """'10 records from 1 machine (vm: AMD EPYC, 2 cores; 2026-11-24): CPU (2 cores) measured (6 finished
+    runs); CUDA skipped (4 records: no usable CUDA GPU ...)'."""
+    machines = machine_descriptions(df, source)
+    runs = with_columns(df, source)
+    status = column(runs, "status").fillna("unknown")
+    reason = column(runs, "reason").fillna("no reason given").astype(str)
+    parts = []
+    for col, g in runs.groupby("column", sort=False):  # each device column: measured, skipped (why) or failed
+        st, why = status.loc[g.index], reason.loc[g.index]
+        name = col.split(" · ")[0] + (f" on {g['machine'].iloc[0]}" if len(machines) > 1 else "")
+        if (st == "ok").any():
+            parts.append(f"{name} measured ({count(int((st == 'ok').sum()), 'finished run')})")
+        elif (st == "skipped").any():
+            parts.append(f"{name} skipped, not measured ({count(int((st == 'skipped').sum()), 'record')}: "
+                         f"{'; '.join(dict.fromkeys(why[st == 'skipped']))})")
+        else:
+            parts.append(f"{name} not measured ({'; '.join(dict.fromkeys(f'{s}: {w}' for s, w in zip(st, why)))})")
+    where = "; ".join(machines.values())
+    return f"{count(len(df), 'record')} from {count(len(machines), 'machine')} ({where}): " + "; ".join(parts)
+
+
+def found(records: pd.DataFrame | None, reference: pd.DataFrame | None, published: dict | None) -> str:
+    """The findings' first line: what each source holds (``_found_in``), lstmnb's version and commits of the
+    reference records, and the published devices, each flagged one marked."""
+    parts = []
+    if records is not None and not records.empty:
+        text = "measured here: " + _found_in(records, MEASURED)
+        diverged = int((column(records, "status") == "diverged").sum())
+        if diverged:  # a run whose loss or forecast went non-finite: an outcome, never a figure
+            text += f"; {diverged} diverged (their reason says at which epoch and step, and what to try)"
+        parts.append(text)
+    else:
+        parts.append("no run records of your own")
+    if reference is not None and not reference.empty:
+        made_by = " @ ".join(v for v in (joined(column(reference, "software.lstmnb")),
+                                          joined(column(reference, "software.git_commit"), short=7)) if v)
+        parts.append("beside them, lstmnb's reference records: " + _found_in(reference, REFERENCE)
+                     + (f" (lstmnb {made_by})" if made_by else ""))
+    if published is not None:
+        notes = device_notes(published)
+        devices = [d + (NOTE_MARK if d in notes else "") for d in published["era5_lstm_gpu_benchmark"]["epochs"][5]]
+        parts.append(f"the published figures of the study ({', '.join(devices)}; see the {link()})")
+    return "**Found:** " + "; ".join(parts) + "."
 
 
 def machines_table(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from .labels import column, device_label, get, with_device_labels
+from .labels import device_label, get
 
 # --- DDP and DataParallel scaling, convergence, batch sweep, all-reduce -------------------------------------
 
@@ -32,56 +32,6 @@ SCALING_DEFINITIONS = {
 }
 
 
-def scaling_table(runs: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per (mode, device, strategy, world size) of the scaling runs (records of experiment
-    ``scaling-strong`` / ``scaling-weak``, from files via ``load_records`` or a list of records):
-    epoch time, throughput, speedup and efficiency as ``SCALING_DEFINITIONS`` states them (medians
-    over repeats), and the measured compute/communication split per step in ms where it was measured (no
-    communication on one device)."""
-    df = runs if isinstance(runs, pd.DataFrame) else pd.json_normalize(runs, max_level=2)
-    if df.empty or "world_size" not in df:
-        return pd.DataFrame()
-    exp = column(df, "experiment").fillna("")
-    df = df[(column(df, "status") == "ok") & exp.str.startswith("scaling-")].dropna(subset=["world_size"])
-    if df.empty:
-        return pd.DataFrame()
-    df = with_device_labels(df)
-    comm = column(df, "parallel.comm_split.comm_fraction").astype(float)
-    frame = pd.DataFrame({
-        "mode": df["experiment"].str.removeprefix("scaling-"), "device": df["device_label"],
-        "strategy": column(df, "config.strategy").fillna("ddp"), "world_size": df["world_size"].astype(int),
-        "per-device batch": column(df, "scaling.per_device_batch"), "global batch": column(df, "scaling.global_batch"),
-        "epoch s": column(df, "timing.epoch_s_median"), "samples/s": column(df, "timing.samples_per_s"),
-        "step ms": 1e3 * column(df, "parallel.comm_split.step_s").astype(float),
-        "compute ms": 1e3 * column(df, "parallel.comm_split.compute_s").astype(float),
-        "comm ms": 1e3 * column(df, "parallel.comm_split.comm_s").astype(float), "comm %": 100 * comm,
-    }, index=df.index)
-    frame.loc[frame["world_size"] == 1, ["comm ms", "comm %"]] = float("nan")  # one device exchanges nothing
-    keys = ["mode", "device", "strategy", "world_size"]
-    table = frame.groupby(keys, sort=False).median(numeric_only=True).reset_index()
-    out = []
-    for (mode, device, strategy), g in table.groupby(["mode", "device", "strategy"], sort=False):
-        g = g.sort_values("world_size").copy()
-        one = g[g["world_size"] == 1]
-        if one.empty and mode == "weak":  # one device with this batch: the strong runs' one-device run, when its batch matches
-            one = table[(table["mode"] == "strong") & (table["device"] == device) & (table["strategy"] == strategy)
-                        & (table["world_size"] == 1) & (table["global batch"] == g["per-device batch"].iloc[0])]
-        if one.empty:
-            g["speedup"] = float("nan")
-        elif mode == "strong":
-            g["speedup"] = one["epoch s"].iloc[0] / g["epoch s"]
-        else:
-            g["speedup"] = g["samples/s"] / one["samples/s"].iloc[0]
-        g["efficiency"] = g["speedup"] / g["world_size"]
-        out.append(g)
-    cols = keys + ["per-device batch", "global batch", "epoch s", "samples/s", "speedup", "efficiency",
-                   "step ms", "compute ms", "comm ms", "comm %"]
-    table = pd.concat(out)[cols]
-    for name in ("per-device batch", "global batch", "samples/s"):  # counts and a rate: whole numbers
-        table[name] = table[name].round().astype("Int64")
-    return table.set_index(keys).sort_index()
-
-
 def convergence_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     """Validation loss and RMSE per epoch with cumulative wall seconds, one block per (experiment, world size)."""
     rows = []
@@ -93,27 +43,6 @@ def convergence_table(records: list[dict[str, Any]]) -> pd.DataFrame:
                          "epoch": e["epoch"], "cumulative_s": e["cumulative_s"], "val_loss": e["val_loss"],
                          "val_rmse_k": e["val_rmse_k"]})
     return pd.DataFrame(rows)
-
-
-def allreduce_table(rows: list[dict[str, Any]], gradient_bytes: int | None = None,
-                    step_s: float | None = None) -> pd.DataFrame:
-    """All-reduce time and bandwidth per buffer size (GB/s = 1e9 bytes/s; busbw = algbw x 2(n-1)/n).
-
-    With ``step_s`` (a training step's time), the row at the model's gradient size also says which
-    fraction of a step one all-reduce of the gradients takes on this link.
-    """
-    if not rows:
-        return pd.DataFrame()
-    df = pd.DataFrame(rows)
-    df["size"] = df["bytes"].map(_human_bytes)
-    if gradient_bytes:
-        df["gradient size"] = df["bytes"] == gradient_bytes // 4 * 4
-        if step_s:
-            df["share of a step"] = (df["time_us"] / 1e6 / step_s).where(df["gradient size"])
-    cols = ["size", "bytes", "world_size", "backend", "time_us", "algbw_gbps", "busbw_gbps", "gradient size",
-            "share of a step"]
-    names = {"world_size": "ranks", "time_us": "time us", "algbw_gbps": "algbw GB/s", "busbw_gbps": "busbw GB/s"}
-    return df[[c for c in cols if c in df]].rename(columns=names).set_index("size")  # the units in the header
 
 
 def _human_bytes(n: float) -> str:
@@ -136,74 +65,95 @@ def batch_sweep_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("batch size") if rows else pd.DataFrame()
 
 
-# --- scaling and all-reduce from alternated repeats (04/05 on any machine) ------------------------
+def _value(run: dict[str, Any], dotted: str) -> Any:
+    """``run``'s value at ``dotted``, whether the record is nested or flattened to dotted columns, in full or
+    in part (``records.load_records``)."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        head = ".".join(parts[:i])
+        if head in run:
+            return get({"_": run[head]}, ".".join(["_", *parts[i:]]))
+    return None
 
-def _scaling_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+
+def _scaling_rows(runs: pd.DataFrame | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if isinstance(runs, pd.DataFrame):  # load_records' rows, their missing fields NaN
+        runs = [{k: v for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))}
+                for r in runs.to_dict("records")]
     rows = []
-    for r in records:
-        if r.get("status") != "ok" or not str(r.get("experiment", "")).startswith("scaling-"):
+    for r in runs:
+        experiment = str(_value(r, "experiment") or "")
+        if _value(r, "status") != "ok" or not experiment.startswith("scaling-"):
             continue
-        n = int(r.get("world_size") or 1)
-        par = r.get("parallel") or {}
-        split = par.get("comm_split") or {}
-        per_rank = get(r, "scaling.per_device_batch") or get(r, "config.batch_size")
-        threads = par.get("threads_per_rank")
-        row = {"ranks": n, "input path": get(r, "config.input_path"), "per-rank batch": per_rank,
+        n = int(_value(r, "world_size") or 1)
+        split = {k: _value(r, f"parallel.comm_split.{k}") for k in ("step_s", "compute_s", "comm_s", "comm_fraction")}
+        per_rank = _value(r, "scaling.per_device_batch") or _value(r, "config.batch_size")
+        threads = _value(r, "parallel.threads_per_rank")
+        share = split.get("comm_fraction")
+        if share is None and split.get("comm_s") is not None and split.get("step_s"):
+            share = split["comm_s"] / split["step_s"]
+        row = {"device": device_label(_value(r, "device.kind"), _value(r, "device.name")),
+               "strategy": _value(r, "config.strategy") or "ddp", "ranks": n,
+               "input path": _value(r, "config.input_path"), "per-rank batch": per_rank,
                "global batch": per_rank * n if per_rank else None,
                "threads": threads * n if threads else float("nan"),
-               "epoch s": get(r, "timing.epoch_s_median"), "samples/s": get(r, "timing.samples_per_s"),
+               "epoch s": float(_value(r, "timing.epoch_s_median") or "nan"),
+               "samples/s": float(_value(r, "timing.samples_per_s") or "nan"),
                "step ms": 1e3 * split["step_s"] if split.get("step_s") else float("nan"),
                "compute ms": 1e3 * split["compute_s"] if split.get("compute_s") else float("nan"),
                "comm ms": 1e3 * split["comm_s"] if split.get("comm_s") is not None else float("nan"),
-               "busy cores": get(r, "threads.busy_cores")}
+               "comm %": 100 * share if share is not None else float("nan"),
+               "busy cores": _value(r, "threads.busy_cores")}
         # one rank does the same work in both modes: its runs are the baseline of each
-        modes = [get(r, "scaling.mode") or r["experiment"].removeprefix("scaling-")] if n > 1 else ["strong", "weak"]
+        modes = [_value(r, "scaling.mode") or experiment.removeprefix("scaling-")] if n > 1 else ["strong", "weak"]
         rows += [{"mode": m, **row} for m in modes]
     return rows
 
 
-def scaling_repeat_table(records: list[dict[str, Any]]) -> pd.DataFrame:
-    """Strong and weak DDP scaling from repeated runs (``report.repeats``): per (mode, ranks) the medians of
-    epoch time, samples/s and the measured step / compute / communication split, the input path, batches
-    and threads, flags, and speedup and efficiency (as ``SCALING_DEFINITIONS``) only where the baseline
-    (one rank) can carry one; ``note`` says why not where it cannot, or that it is rough."""
+def scaling_table(runs: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFrame:
+    """Strong and weak scaling (DDP or DataParallel) of the ``scaling-*`` runs (records, or the DataFrame of
+    ``load_records``) under the one timing rule (``repeats.median_of_repeats``): per (mode, ranks), with the
+    device, strategy, input path, batches and threads, the medians of epoch time, samples/s and the measured
+    step / compute / communication split (``comm %``: the median of each run's comm / step; none on one rank),
+    flags, and speedup and efficiency (as ``SCALING_DEFINITIONS``) only over a one-rank run of the same
+    device, strategy and batch (the global one for strong scaling, the per-rank one for weak) that can carry
+    one; ``note`` says why not where it cannot, or that it is rough."""
     from .repeats import median_of_repeats, speedup_note
 
-    rows = _scaling_rows(records)
+    rows = _scaling_rows(runs)
     if not rows:
         return pd.DataFrame()
-    keys = ["mode", "ranks", "input path", "per-rank batch", "global batch"]
+    keys = ["mode", "device", "strategy", "ranks", "input path", "per-rank batch", "global batch"]
     table = median_of_repeats(rows, keys, "epoch s").reset_index()
-    table.loc[table["ranks"] == 1, "comm ms"] = float("nan")  # one rank: nothing to exchange, the rest is noise
-    table["comm %"] = 100 * table["comm ms"] / table["step ms"]
+    table.loc[table["ranks"] == 1, ["comm ms", "comm %"]] = float("nan")  # one rank: nothing to exchange
     table["speedup"] = table["efficiency"] = float("nan")
     table["note"] = ""
-    for mode, g in table.groupby("mode", sort=False):
-        one = g[g["ranks"] == 1]
+    for (mode, _, _), g in table.groupby(["mode", "device", "strategy"], sort=False):
+        same = "global batch" if mode == "strong" else "per-rank batch"
+        one = g[(g["ranks"] == 1) & g[same].isin(g.loc[g["ranks"] > 1, same])]
         if one.empty:
-            table.loc[g.index, "note"] = "no speedup: no one-rank run"
+            table.loc[g.index[g["ranks"] > 1], "note"] = "no speedup: no one-rank run of the same batch"
             continue
         base = one.iloc[0]
         ok, why = speedup_note(base, g)
-        table.loc[g.index[g["ranks"] > 1], "note"] = why  # said once per mode, on the rows it concerns
+        table.loc[g.index[g["ranks"] > 1], "note"] = why  # said once per group, on the rows it concerns
         if not ok:
             continue
-        if mode == "strong":
-            speed = base["epoch s"] / g["epoch s"]
-        else:
-            speed = g["samples/s"] / base["samples/s"]
-        table.loc[g.index, "speedup"] = speed
-        table.loc[g.index, "efficiency"] = speed / g["ranks"]
-    table["threads"] = table["threads"].round().astype("Int64")
+        speed = base["epoch s"] / g["epoch s"] if mode == "strong" else g["samples/s"] / base["samples/s"]
+        table.loc[g.index, "speedup"] = speed.where((g["ranks"] > 1) | (g.index == one.index[0]))
+        table.loc[g.index, "efficiency"] = table.loc[g.index, "speedup"] / g["ranks"]
+    for name in ("threads", "per-rank batch", "global batch"):
+        table[name] = table[name].round().astype("Int64")
     cols = keys + ["threads", "repeats", "epoch s", "samples/s", "speedup", "efficiency", "step ms", "compute ms",
                    "comm ms", "comm %", "spread %", "busy cores", "flag", "note"]
-    return table[cols].set_index(["mode", "ranks"]).sort_index()
+    return table[cols].set_index(["mode", "ranks"]).sort_index(kind="stable")
 
 
-def allreduce_repeat_table(sweeps: list[dict[str, Any]], step_s: float | None = None) -> pd.DataFrame:
-    """All-reduce time and bandwidth per message size from repeated sweeps (each ``experiments.allreduce``'s
-    output, with ``busy_cores`` added by the caller): medians, flags, and the row at the model's gradient
-    size marked (with its share of a training step of ``step_s`` seconds, when given)."""
+def allreduce_table(sweeps: list[dict[str, Any]], step_s: float | None = None) -> pd.DataFrame:
+    """All-reduce time and bandwidth per message size (GB/s = 1e9 bytes/s; busbw = algbw x 2(n-1)/n) from
+    one or more sweeps (each ``experiments.allreduce``'s output, ``busy_cores`` added by a caller that knows
+    it) under the one timing rule (``repeats.median_of_repeats``): medians, flags, and the row at the model's
+    gradient size marked (with its share of a training step of ``step_s`` seconds, when given)."""
     from .repeats import median_of_repeats
 
     rows, grad = [], None

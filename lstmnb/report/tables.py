@@ -1,6 +1,7 @@
 """Tables from run records: one run's epochs and metrics, many runs, the published epochs x devices form (per
 device for notebooks 03 and 04; per device column and input path from the comparison rows for 06), accuracy
-per device column, loss curves, status counts; and skill on the study's real data per point.
+per device column, loss curves, status counts, the findings' table (one row per device column); and skill on
+the study's real data per point.
 
 Skill on the study's data is read from run records (their ``skill.per_point`` rows): only finished runs on the
 study's data (``data.source`` ``study``) whose test part is 2021-01-01..06-30, every model and baseline scored
@@ -15,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from . import labels as num
-from .compare import compared_runs
+from .compare import comparison_epochs, compared_runs, main_problem
 from .labels import (
     LIKE_FOR_LIKE,
     PUBLISHED_PROBLEM,
@@ -228,6 +229,42 @@ def epochs_tables(rows: pd.DataFrame, notes: dict[str, str] | None = None) -> li
                     [notes[d] for d in notes if d in noted]))
     return out
 
+
+def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
+                  notes: dict[str, str] | None = None) -> pd.DataFrame:
+    """The findings' table: one row per device column (the user's first), its source and machine, the problem
+    and epochs compared (``problem`` and ``epochs`` where the column has them, else its own most common ones),
+    like-for-like and fastest seconds, the fastest setting and its input path, best samples/s, median test
+    RMSE. Figures are text as the report writes them (``labels``); '—' where a figure does not exist; a
+    published device with a note (``notes``, by device) carries its mark. No speedups: a GPU over its own
+    machine's CPU is the ladder's, a published GPU over the study's CPU run the study's comparison's."""
+    if rows.empty:
+        return pd.DataFrame()
+    out = []
+    for col, g in rows.groupby("column", sort=False):
+        at = g[(g["problem"] == problem) & (g["epochs"] == epochs)]
+        if at.empty:  # a column with other runs only: its own problem and epochs
+            own = main_problem(g)
+            at = g[(g["problem"] == own) & (g["epochs"] == comparison_epochs(g, own))]
+        best = at.loc[at["seconds"].idxmin()]
+        lfl = at[at["setting"] == LIKE_FOR_LIKE]["seconds"]
+        rate = at["samples_per_s"].max() if "samples_per_s" in at else None
+        rmse = at["test_rmse_k"].median() if "test_rmse_k" in at else None
+        setting, _, path = best["setting"].rpartition(" · ")
+        mark = NOTE_MARK if best["source"] == PUBLISHED and best["device"] in (notes or {}) else ""
+        out.append({
+            "device column": col + mark, "source": best["source"], "machine": best["machine"] or "—",
+            "problem": best["problem"], "epochs": int(best["epochs"]),
+            "like for like s": num.figure(lfl.min()) if len(lfl) else "—",
+            "fastest s": num.figure(best["seconds"]), "fastest setting": setting, "input": path,
+            "best samples/s": int(round(rate)) if pd.notna(rate) else "—",
+            "test RMSE K": round(float(rmse), 3) if pd.notna(rmse) else "—",
+        })
+    table = pd.DataFrame(out)
+    rank = {s: i for i, s in enumerate(SOURCES)}
+    table = table.iloc[sorted(range(len(table)), key=lambda i: rank[table["source"].iloc[i]])]
+    return table.set_index("device column")
+
 # --- skill on the study's data, per point and input path ----------------------------------------------------
 
 STUDY_TEST_START = "2021-01-01"
@@ -248,7 +285,7 @@ def _forecast(row: pd.Series) -> str | None:
     (left out)."""
     if all(row.get(f"config.{k}") == v for k, v in STUDY_MODEL.items()):
         n = int(row.get("metrics.epochs_run"))
-        return f"the study's model, {n} epoch{'s' if n != 1 else ''}"
+        return f"the study's model, {num.count(n, 'epoch')}"
     if row.get("config.preset") == "recommended":  # its model is the study's window and width (one layer)
         sizes = [f"{k} {int(row.get(f'config.{k}'))}" for k in ("window", "hidden")
                  if present(row.get(f"config.{k}")) and row.get(f"config.{k}") != PUBLISHED_PROBLEM[k]]

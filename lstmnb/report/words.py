@@ -1,36 +1,27 @@
 """The report's sentences, in one home, each written from records and the tables made from them, never fixed text:
 the first screen's (``first_screen``: at most three sentences whose first ratio is made of one machine's runs,
-the study's ratios last, as its claim), the findings under it (``findings``: what was found, skipped devices as
-skipped, what is missing with the command that fills it, and a table with one row per device column), each
-notebook's closing "What this showed" with a pointer to the next, and the glossary (06 ends with it; README
+the study's ratios last, as its claim), the findings under it (``findings``: what was found, ``published.found``;
+what is missing with the command that fills it; the table, ``tables.summary_table``), each notebook's closing
+"What this showed" with a pointer to the next, and the glossary (``glossary.yaml``; 06 ends with it, README
 carries the same text, a test holds the two together).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 import pandas as pd
 
 from . import labels as num
-from .compare import FASTEST, TIED_WITHIN, comparison_epochs, comparison_rows, main_problem, own_cpu_speedups
+from .compare import TIED_WITHIN, comparison_epochs, comparison_rows, main_problem
 from .figures import plot_ladder
-from .labels import LIKE_FOR_LIKE, column, link
+from .labels import column
 from .ladder import fastest, ladder_rows, machine_words, machines, panels, rung_name, seconds_at
-from .published import (
-    MEASURED,
-    NOTE_MARK,
-    PUBLISHED,
-    REFERENCE,
-    device_notes,
-    joined,
-    load_published,
-    machine_descriptions,
-    over_which_cpu,
-    with_columns,
-)
+from .published import MEASURED, PUBLISHED, device_notes, found, load_published
 from .repeats import REPEATS_DISAGREE
+from .tables import summary_table
 
 # --- the first screen ---------------------------------------------------------------------------------------
 
@@ -73,7 +64,7 @@ def cpu_sentence(m: pd.DataFrame) -> str | None:
     e = int(m.epochs.iloc[0])
     if best[0] == 0:
         return (f"On {machine_words(m)}, the study's code (rung 0) was the fastest rung of the study's workload "
-                f"measured ({num.figure(c0)} s for {e} epoch{'s' if e != 1 else ''}): no later rung gained here.")
+                f"measured ({num.figure(c0)} s for {num.count(e, 'epoch')}): no later rung gained here.")
     return (f"On {machine_words(m)}, lstmnb's fastest step (rung {best[0]}, {rung_name(m, best[0])}) trains the "
             f"study's workload ({e} epochs) {c0 / best[1]:.2g}x as fast as the study's code on the same CPU: "
             f"{num.figure(best[1])} s against {num.figure(c0)} s.")
@@ -156,54 +147,6 @@ def first_screen(df: pd.DataFrame | None, reference: pd.DataFrame | None = None,
 
 # --- the findings under it ---------------------------------------------------------------------------
 
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _found_source(df: pd.DataFrame, source: str) -> str:
-    """'10 records from 1 machine (vm: AMD EPYC, 2 cores; 2026-11-24): CPU (2 cores) measured (6 finished
-    runs); CUDA skipped (4 records: no usable CUDA GPU ...)'."""
-    machines = machine_descriptions(df, source)
-    runs = with_columns(df, source)
-    status = column(runs, "status").fillna("unknown")
-    reason = column(runs, "reason").fillna("no reason given").astype(str)
-    parts = []
-    for col, g in runs.groupby("column", sort=False):  # each device column: measured, skipped (why) or failed
-        st, why = status.loc[g.index], reason.loc[g.index]
-        name = col.split(" · ")[0] + (f" on {g['machine'].iloc[0]}" if len(machines) > 1 else "")
-        if (st == "ok").any():
-            parts.append(f"{name} measured ({_n(int((st == 'ok').sum()), 'finished run')})")
-        elif (st == "skipped").any():
-            parts.append(f"{name} skipped, not measured ({_n(int((st == 'skipped').sum()), 'record')}: "
-                         f"{'; '.join(dict.fromkeys(why[st == 'skipped']))})")
-        else:
-            parts.append(f"{name} not measured ({'; '.join(dict.fromkeys(f'{s}: {w}' for s, w in zip(st, why)))})")
-    where = "; ".join(machines.values())
-    return f"{_n(len(df), 'record')} from {_n(len(machines), 'machine')} ({where}): " + "; ".join(parts)
-
-
-def _found(records: pd.DataFrame | None, reference: pd.DataFrame | None, published: dict | None) -> str:
-    parts = []
-    if records is not None and not records.empty:
-        text = "measured here: " + _found_source(records, MEASURED)
-        diverged = int((column(records, "status") == "diverged").sum())
-        if diverged:  # a run whose loss or forecast went non-finite: an outcome, never a figure
-            text += f"; {diverged} diverged (their reason says at which epoch and step, and what to try)"
-        parts.append(text)
-    else:
-        parts.append("no run records of your own")
-    if reference is not None and not reference.empty:
-        made_by = " @ ".join(v for v in (joined(column(reference, "software.lstmnb")),
-                                          joined(column(reference, "software.git_commit"), short=7)) if v)
-        parts.append("beside them, lstmnb's reference records: " + _found_source(reference, REFERENCE)
-                     + (f" (lstmnb {made_by})" if made_by else ""))
-    if published is not None:
-        notes = device_notes(published)
-        devices = [d + (NOTE_MARK if d in notes else "") for d in published["era5_lstm_gpu_benchmark"]["epochs"][5]]
-        parts.append(f"the published figures of the study ({', '.join(devices)}; see the {link()})")
-    return "**Found:** " + "; ".join(parts) + "."
-
-
 def _missing(records: pd.DataFrame | None, reference: pd.DataFrame | None, rows: pd.DataFrame) -> list[str]:
     own = rows[rows["source"] == MEASURED] if not rows.empty else rows
     out = []
@@ -219,74 +162,21 @@ def _missing(records: pd.DataFrame | None, reference: pd.DataFrame | None, rows:
         if own.empty or not own["like_for_like"].astype(bool).any():
             out.append("no run of the published setting on the DataLoader path for the published problem here: the "
                        "`cpu` profile's 03 times it (one run: `lstmnb train --preset published --epochs 15`)")
-    multi = False
-    for df in (records, reference):
-        if df is not None and not df.empty and "world_size" in df:
-            multi |= bool(((column(df, "status") == "ok") & (pd.to_numeric(df["world_size"], errors="coerce") >= 2)).any())
-    if not multi:
+    multi = [((column(df, "status") == "ok") & (pd.to_numeric(df["world_size"], errors="coerce") >= 2)).any()
+             for df in (records, reference) if df is not None and not df.empty and "world_size" in df]
+    if not any(multi):
         out.append("no multi-GPU records: run 05 on a node with 2+ GPUs (`sbatch carc/ddp_single_node.sbatch`)")
     return out
 
 
-def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
-                  notes: dict[str, str] | None = None) -> pd.DataFrame:
-    """One row per device column, the user's first: its source and machine, the problem and epochs
-    compared (``problem`` and ``epochs`` where the column has them, else its own most common ones),
-    like-for-like and fastest seconds with each one's speedup over a CPU (its own machine's; a published
-    GPU's over the study's CPU run, which its machine cell names), the fastest setting and its input path,
-    best samples/s, median test RMSE. Figures are text as the report writes them (``labels``); '—' where
-    a figure does not exist; a published device with a note (``notes``, by device) carries its mark."""
-    if rows.empty:
-        return pd.DataFrame()
-    notes = notes or {}
-    speed = own_cpu_speedups(rows, problem, epochs)
-    out = []
-    for col, g in rows.groupby("column", sort=False):
-        at = g[(g["problem"] == problem) & (g["epochs"] == epochs)]
-        if at.empty:  # a column with other runs only: its own problem and epochs, and no speedup
-            own = main_problem(g)
-            at = g[(g["problem"] == own) & (g["epochs"] == comparison_epochs(g, own))]
-        best = at.loc[at["seconds"].idxmin()]
-        lfl = at[at["setting"] == LIKE_FOR_LIKE]["seconds"]
-        mine = speed[speed["column"] == col]
-        x_lfl = mine[mine["setting"] == LIKE_FOR_LIKE]["x_own_cpu"]
-        x_fast = mine[mine["setting"] == FASTEST]["x_own_cpu"]
-        if x_fast.empty:  # one setting each side: fastest against fastest is that setting
-            x_fast = x_lfl if len(at) == 1 else x_fast
-        cross = not mine.empty and not bool(mine["same_machine"].iloc[0])
-        rate = at["samples_per_s"].max() if "samples_per_s" in at else None
-        rmse = at["test_rmse_k"].median() if "test_rmse_k" in at else None
-        setting, _, path = best["setting"].rpartition(" · ")
-        mark = NOTE_MARK if best["source"] == PUBLISHED and best["device"] in notes else ""
-        out.append({
-            "device column": col + mark, "source": best["source"], "machine": best["machine"] or "—",
-            "problem": best["problem"], "epochs": int(best["epochs"]),
-            "like for like s": num.figure(lfl.min()) if len(lfl) else "—",
-            "x CPU, like for like": num.ratio(x_lfl.iloc[0]) if len(x_lfl) else "—",
-            "fastest s": num.figure(best["seconds"]), "fastest setting": setting, "input": path,
-            "x CPU, fastest of each": num.ratio(x_fast.iloc[0]) if len(x_fast) else "—",
-            "x CPU: over": over_which_cpu(not cross, best["source"]) if not mine.empty else "—",
-            "best samples/s": int(round(rate)) if pd.notna(rate) else "—",
-            "test RMSE K": round(float(rmse), 3) if pd.notna(rmse) else "—",
-        })
-    table = pd.DataFrame(out)
-    rank = {s: i for i, s in enumerate((MEASURED, REFERENCE, PUBLISHED))}
-    table = table.iloc[sorted(range(len(table)), key=lambda i: rank[table["source"].iloc[i]])]
-    return table.set_index("device column")
-
-
 def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = None,
              reference: pd.DataFrame | None = None) -> tuple[str, pd.DataFrame]:
-    """The findings under the first screen: (Markdown bullets, small table) from the user's ``records``,
-    the published figures (``load_published()``, or None to leave them out) and lstmnb's ``reference``
-    records (or None).
-
-    The bullets say which devices and machines were found (skipped ones as skipped), what is missing with the
-    command that fills it, and the notes of the published devices shown (the T4's); what CUDA graphs change is the
-    ladder's, batch size 04's and skill 06's skill table. The table has one row per device column.
-    """
+    """The findings under the first screen, (Markdown bullets, ``tables.summary_table``), from the user's
+    ``records``, the published figures (or None) and lstmnb's ``reference`` records (or None): the devices and
+    machines found (skipped ones as skipped), what is missing with the command that fills it, and the notes
+    of the published devices shown (the T4's)."""
     rows = comparison_rows(records, reference, published)
-    lines = [_found(records, reference, published)]
+    lines = [found(records, reference, published)]
     problem = main_problem(rows)
     epochs = comparison_epochs(rows, problem) if problem else None
     missing = _missing(records, reference, rows)
@@ -301,64 +191,16 @@ def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = No
 
 # --- the glossary -------------------------------------------------------------------------------------------
 
-GLOSSARY: dict[str, str] = {
-    "published setting": "the study's training setting: a 2-layer LSTM with 64 hidden units, 24 h window, 1 h "
-                         "lead, batch 128, Adam at 1e-3, fp32, a DataLoader with 2 workers (`--preset published`).",
-    "published problem": "the study's data and split: its real ERA5 2 m temperature at 40N and 20N, 280E, hourly, "
-                         "trained on 2020 and tested on 2021-01..06.",
-    "like for like": "the published setting on the published problem, on the DataLoader path as the study ran it "
-                     "(2 workers started afresh each epoch, pageable memory): the only runs whose seconds stand "
-                     "beside the study's; anything else is shown under its own labels.",
-    "fast path / fast input": "the training set held as tensors on the device and batches drawn by shuffled "
-                              "index, with no per-sample Python: lstmnb's faster input path.",
-    "DataLoader path": "a per-sample PyTorch `Dataset` read through a `DataLoader` with worker processes, as "
-                       "the study fed its model.",
-    "blend": "lstmnb's reported forecast: per point, a convex mix of the network, persistence and climatology, "
-             "its weights fitted on the validation part (never worse than persistence there).",
-    "cycles input": "an extra input of the fitted seasonal and diurnal cycle of each point, learned from the "
-                    "training part (its seasonal part only where training covers a year; the diurnal part always).",
-    "x CPU": "a GPU's speedup: the seconds of a CPU doing the same work divided by the GPU's; every label says "
-             "which CPU. It is the GPU's own machine's where the records hold one; every published GPU is put over "
-             "the study's one CPU run, whose platform the study does not state.",
-    "persistence": "the baseline forecast that the temperature stays what it was at the last observed hour.",
-    "climatology": "the baseline forecast of the usual temperature for that date and hour (29 February: 28 "
-                   "February's), from the training part (the hour-of-day mean when training is shorter than a year).",
-    "MSE skill score": "1 - MSE_model / MSE_baseline: 0 is as good as the baseline, 1 is perfect, below 0 is "
-                       "worse than the baseline.",
-    "warm-up epoch": "the first epoch of a run (and of each resumption of it), which also pays one-off costs "
-                     "(memory, kernels, worker start); each epoch of the record says whether it was one (`warmup`); "
-                     "steady figures leave them out, the published table's totals include them.",
-    "samples/s": "training samples processed per second of training (an epoch's samples over its seconds).",
-    "MFU": "model FLOPs utilisation: the model's FLOPs per second over this machine's own measured matrix-"
-           "multiply rate (how much of the hardware the training step uses).",
-    "strong scaling": "a fixed global batch split over N workers; speedup = t1 / tN.",
-    "weak scaling": "each worker keeps its batch, so the global batch grows N-fold; scaled speedup = "
-                    "throughput at N / throughput at 1.",
-    "efficiency": "speedup / N: 1.0 means N workers are N times faster.",
-    "all-reduce": "the collective that sums (then averages) every rank's gradients so all ranks take the same "
-                  "step; ring all-reduce moves 2(N-1)K/N values per rank for K parameters.",
-    "busbw": "bus bandwidth of an all-reduce, as nccl-tests define it: algbw (bytes / time) x 2(N-1)/N, "
-             "comparable across N.",
-    "CUDA graph": "a GPU training step recorded once and replayed with one launch, instead of launching each of "
-                  "its kernels from Python every step (`--cuda-graph`).",
-    "launch-bound": "a step whose time is set by the CPU launching many small kernels, not by the GPU's "
-                    "arithmetic: a faster GPU barely helps, a CUDA graph does.",
-    "synthetic vs real data": "real: the study's ERA5 values, shipped with lstmnb (the default); synthetic: "
-                              "lstmnb's made-up weather of the same layout, for areas and region mode, always "
-                              "labelled synthetic.",
-    "reference records": "real run records lstmnb wrote on NVIDIA H100s (another machine: on the study's real data "
-                         "its setting, the recommended setting and the from-scratch engines; on synthetic data the "
-                         "former one-layer setting), shipped with the package and always labelled as such.",
-    "measured here / published": "measured here: your own run records; published: the study's figures as it "
-                                 "printed them (one run each).",
-    "repeats": f"runs of one setting timed several times, alternated; tables show their median and mark rows "
-               f"whose repeats differ by more than {REPEATS_DISAGREE:.0%} or that ran beside busy processes.",
-    "flagged": "a published figure whose note says it cannot be what it says (the T4's CPU-like 10- and 15-epoch "
-               "times, the P100's equal 5- and 10-epoch times): named beside the study's ranking, never ranked or "
-               "called tied.",
-    "tied": f"two single-run times within {TIED_WITHIN:.0%} of each other: within run-to-run noise, so neither is "
-            "called faster.",
-}
+def _glossary() -> dict[str, str]:
+    """The glossary, text shipped as package data (``glossary.yaml``), its thresholds the rules' own."""
+    import yaml
+
+    text = resources.files("lstmnb").joinpath("glossary.yaml").read_text(encoding="utf-8")
+    rule = {"repeats_disagree": REPEATS_DISAGREE, "tied_within": TIED_WITHIN}
+    return {term: words.format(**rule) for term, words in yaml.safe_load(text).items()}
+
+
+GLOSSARY: dict[str, str] = _glossary()
 
 
 def glossary_markdown() -> str:
@@ -380,10 +222,6 @@ NEXT = {
 def _heading(lines: list[str], nb: str) -> str:
     body = "\n".join(f"- {line}" for line in lines if line)
     return f"## What this showed\n{body}\n\n{NEXT[nb]}"
-
-
-def _epochs(n) -> str:
-    return f"{int(n)} epoch{'' if int(n) == 1 else 's'}"
 
 
 def _k(value: float) -> str:
@@ -449,22 +287,22 @@ def cpu_baseline_conclusion(timings: pd.DataFrame, published_cpu: pd.Series | No
     for path, s in by_path.items():
         if len(s) > 1:
             per = (s.iloc[-1] - s.iloc[0]) / (s.index[-1] - s.index[0])
-            lines.append(f"{path} path: {s.iloc[0]:.1f} s for {_epochs(s.index[0])} to {s.iloc[-1]:.1f} s for "
-                         f"{_epochs(s.index[-1])}, about {per:.2f} s per extra epoch"
+            lines.append(f"{path} path: {s.iloc[0]:.1f} s for {num.count(s.index[0], 'epoch')} to {s.iloc[-1]:.1f} s for "
+                         f"{num.count(s.index[-1], 'epoch')}, about {per:.2f} s per extra epoch"
                          + rough((path, s.index[0]), (path, s.index[-1])) + ".")
     if "fast" in by_path and "dataloader" in by_path:
         both = pd.concat([by_path["fast"], by_path["dataloader"]], axis=1, keys=["fast", "dataloader"]).dropna()
         if not both.empty:
             e = both.index.max()
             ratio = both.loc[e, "dataloader"] / both.loc[e, "fast"]
-            lines.append(f"At {_epochs(e)} the per-sample DataLoader path the study timed takes {ratio:.2f}x the "
+            lines.append(f"At {num.count(e, 'epoch')} the per-sample DataLoader path the study timed takes {ratio:.2f}x the "
                          "time of the fast path on the same work" + rough(("fast", e), ("dataloader", e)) + ".")
     if published_cpu is not None and "dataloader" in by_path:
         common = [e for e in by_path["dataloader"].index if e in published_cpu.dropna().index]
         if common:
             e = max(common)
             mine, theirs = by_path["dataloader"][e], float(published_cpu[e])
-            lines.append(f"Against the study's CPU at {_epochs(e)} (DataLoader path, the same workload): {mine:.1f} s "
+            lines.append(f"Against the study's CPU at {num.count(e, 'epoch')} (DataLoader path, the same workload): {mine:.1f} s "
                          f"here against {theirs:.1f} s there, {theirs / mine:.2f}x as fast" + rough(("dataloader", e)) + ".")
     marked = int((timings["check"] != "").sum())
     lines.append(f"{marked} of {len(timings)} timing row(s) are marked as unsure (repeats that disagree or busy "
@@ -488,7 +326,7 @@ def analysis_conclusion(screen, comparison, records: pd.DataFrame | None) -> str
         at = table[table["epochs"] == comparison.epochs]
         ranked = at[at["rank"].map(lambda r: isinstance(r, int))]
         left = at.drop(ranked.index)["device"].tolist()
-        lines.append(f"The study's published table at {_epochs(comparison.epochs)} ranks "
+        lines.append(f"The study's published table at {num.count(comparison.epochs, 'epoch')} ranks "
                      + ", ".join(ranked["device"]) + " (one run each, not measured here)"
                      + (f"; {' and '.join(left)} are left out as flagged" if left else "") + ".")
     n = 0 if records is None else len(records)
