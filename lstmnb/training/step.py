@@ -1,10 +1,7 @@
-"""The step and what feeds it: ``Feed`` (an epoch's batches, fast or through a DataLoader, and the loss with
-each sample's weight), ``optimizer_step`` on a ``StepParts`` (what a step touches, never the Trainer: no
-reference cycles, docs/architecture.md), Adam for the device and its checkpointed state, the schedule, and the
-step as a CUDA graph (``graph_plan``, ``GraphStep``, ``graph_record``), captured as PyTorch's whole-network
-recipe says: eager warm-up on a side stream, gradients None before the capture so its backward allocates them
-from the graph's pool, static inputs refilled before every replay (docs/gpu.md gives the sources).
-"""
+"""The step and what feeds it: ``Feed`` (an epoch's batches and the weighted loss), ``optimizer_step`` on a
+``StepParts`` (never the Trainer: no reference cycles), Adam and its checkpointed state, the schedule, and the step
+as a CUDA graph (``graph_plan``, ``GraphStep``, ``graph_record``) as PyTorch's whole-network recipe captures it:
+eager warm-up on a side stream, gradients None before the capture, static inputs refilled (docs/gpu.md)."""
 
 from __future__ import annotations
 
@@ -24,8 +21,7 @@ from torch.nn import functional as F
 from ..errors import ConfigError
 from ..machine.device import indexed, off_the_gpu
 
-# ``cfg`` below is a ``config.TrainConfig``; config imports ``POINT_WEIGHTS`` from here, so this module imports
-# no config (it stays below config, no circle)
+# ``cfg`` below is a ``config.TrainConfig``, not imported: config imports ``POINT_WEIGHTS`` from here
 
 POINT_WEIGHTS = {
     "none": "every sample counts the same (plain MSE)",
