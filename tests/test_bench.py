@@ -166,23 +166,24 @@ def test_allreduce_on_gloo_gives_sane_monotone_sizes_and_bandwidths():
 
 @pytest.mark.slow
 def test_batch_sweep_records_oom_under_a_memory_cap(tmp_path):
-    """The cap is a real limit (the process's data segment): the allocator fails, nothing is mocked."""
+    """The cap is a real limit (the process's data segment): the allocator fails, nothing is mocked.
+    The cap sits far from both points' needs (measured on a 2-core Linux box: batch 512 fits in 96 MB, batch
+    2048 asks for one 197 MB block), since what a point's process holds before its batch varies by machine
+    (a 48 MB cap once stopped batch 32 in CI and not on a developer's run)."""
     cfg = TrainConfig(device="cpu", hidden=64, window=24, epochs=1, progress=False, eval_batch_size=512)
     windows = synthetic_windows(cfg, days=100)
-    records = bench.batch_sweep(windows, cfg, bench.SweepConfig(start=32, factor=4, memory_cap_mb=48),
+    records = bench.batch_sweep(windows, cfg, bench.SweepConfig(start=512, factor=4, memory_cap_mb=160),
                                 results=str(tmp_path))
     statuses = [(r["sweep"]["batch_size"], r["status"]) for r in records]
-    assert statuses[0] == (32, "ok") and statuses[-1][1] == "oom", statuses
-    assert all(s == "ok" for _, s in statuses[:-1])
-    assert [b for b, _ in statuses] == [32 * 4**i for i in range(len(statuses))]
+    assert statuses == [(512, "ok"), (2048, "oom")], statuses
     oom = records[-1]
-    assert "out of memory at batch_size=" in oom["reason"] and "48 MB cap" in oom["reason"]
+    assert "out of memory at batch_size=2048" in oom["reason"] and "160 MB cap" in oom["reason"]
     assert "timing" not in oom and "metrics" not in oom  # a reason, never a number
     assert [r["status"] for r in read_records(tmp_path)] == [s for _, s in statuses]
     # the cap was lifted afterwards: a large allocation works again
     assert torch.empty(64 * 2**20, dtype=torch.uint8).numel() == 64 * 2**20
     table = report.batch_sweep_table(records)
-    assert table.loc[32, "final val RMSE K"] > 0 and table.iloc[-1]["status"] == "oom"
+    assert table.loc[512, "final val RMSE K"] > 0 and table.iloc[-1]["status"] == "oom"
 
 
 _SWEEP_TO_STOP = """
