@@ -26,7 +26,7 @@ import xarray as xr
 
 from ..errors import ConfigError, DataError
 from ..datasets.sample import sample_store
-from ..datasets.study import STUDY, check_study_request, study_store
+from ..datasets.study import STUDY, STUDY_POINTS, check_study_request, study_store
 from .stores import ReadStore, StoreError, run, zarr_store
 
 CATALOGUE: dict[str, str] = {
@@ -35,7 +35,7 @@ CATALOGUE: dict[str, str] = {
 }
 SAMPLE = "sample"
 DEFAULT_VARIABLE = "2m_temperature"
-DEFAULT_POINTS: tuple[tuple[float, float], ...] = ((40.0, 280.0), (20.0, 280.0))
+DEFAULT_POINTS = STUDY_POINTS  # a request asks for the study's two points unless told otherwise
 DEFAULT_START = "2020-01-01"
 DEFAULT_END = "2021-06-30"  # inclusive: a date means through 23:00 of that day
 SOURCE_HINT = "use --source study (real ERA5 at the study's two points), sample (synthetic), a catalogue name (" + ", ".join(CATALOGUE) + "), a gs:// URL or a local Zarr path"

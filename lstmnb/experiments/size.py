@@ -12,25 +12,25 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from ..datasets.study import STUDY_POINTS
 from ..machine.device import no_cuda_reason
 from ..errors import ConfigError
 from ..records import Recorder
 from ..training import TrainConfig, prepare_windows, skipped_record, train
 
 VARIANTS = ("cpu", "cuda-eager", "cuda-graph")
-PUBLISHED_POINTS = ((40.0, 280.0), (20.0, 280.0))
 
 
 def grid_points(n: int, lat: tuple[float, float] = (19.0, 41.0), lon: tuple[float, float] = (279.0, 281.0),
                 step: float = 0.25) -> tuple[tuple[float, float], ...]:
-    """``n`` grid points of a lat/lon box: the published two first, then cells spread evenly over the box
+    """``n`` grid points of a lat/lon box: the study's two first, then cells spread evenly over the box
     (the synthetic sample's box by default, 801 cells)."""
     lats = np.arange(lat[1], lat[0] - step / 2, -step)
     lons = np.arange(lon[0], lon[1] + step / 2, step)
     cells = [(float(a), float(o)) for a in lats for o in lons]
     if not 1 <= n <= len(cells):
         raise ConfigError(f"points={n} must be between 1 and the box's {len(cells)} grid cells")
-    chosen = [p for p in PUBLISHED_POINTS if p in cells][:n]
+    chosen = [p for p in STUDY_POINTS if p in cells][:n]
     rest = [c for c in cells if c not in chosen]
     picks = np.linspace(0, len(rest) - 1, n - len(chosen)).round().astype(int) if n > len(chosen) else []
     return tuple(chosen + [rest[i] for i in picks])
