@@ -67,9 +67,3 @@ class DivergedError(LstmnbError):
 class NotebookError(LstmnbError):
     """A notebook failed, or the series was asked for with a profile, notebook or parameter that does not exist."""
 
-
-def said(config: object, field: str, names: dict[str, str] | None = None) -> str:
-    """How an error names a config's field: as ``names`` says (the CLI's option: "--first-batch 0"), else by
-    the field ("start=0")."""
-    name, value = (names or {}).get(field, field), getattr(config, field)
-    return f"{name} {value!r}" if name.startswith("--") else f"{name}={value!r}"

@@ -4,7 +4,9 @@ in ``bench_sizes``)."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
+from ..rules import CLI
 from .bench_sizes import bench_batch_sweep, bench_size, check_training_bench, steady_epochs
 from .checks import check_plot, check_records_args, check_results, positive
 from .options import (CHECKPOINT_OPTIONS, add_records_args, add_request_args, add_results_args, add_train_args,
@@ -102,7 +104,6 @@ def _check_bench_speed(args) -> None:
     from ..errors import ConfigError
     from ..experiments.speed import CONTENDERS
     from ..paths import check_cache
-    from ..rules import CLI
     from ..training.config import knob_problem
 
     request_from_args(args)
@@ -183,7 +184,7 @@ def _check_bench_scaling(args) -> None:
     check_training_bench(args, cfg)
     steady_epochs("--epochs", cfg.epochs)
     for sc in _scaling_configs(args, cfg)[1]:
-        sc.validate(cfg)
+        sc.validate(cfg, replace(CLI, names={"comm_split_steps": "comm_steps"}))
     check_world_size(ddp_device_kind(cfg.device), max(args.world_sizes), "--world-sizes")  # before the data
     check_plot(args.plot)
 
@@ -247,15 +248,11 @@ def _allreduce_configs(args):
 
 def _check_bench_allreduce(args) -> None:
     from ..machine.device import resolve_device
-
     from ..training.parallel import check_world_size, ddp_device_kind
-
-    from ..rules import CLI
 
     cfg, acfg = _allreduce_configs(args)
     cfg.validate(CLI)
-    acfg.validate({"world_size": "--world-size", "min_bytes": "--min-bytes", "max_bytes": "--max-bytes",
-                   "factor": "--factor", "budget_s": "--budget-s"})
+    acfg.validate(CLI)
     resolve_device(acfg.device)
     check_world_size(ddp_device_kind(acfg.device), acfg.world_size, "--world-size")
     positive("--step-s", args.step_s, whole=False, none_ok=True)

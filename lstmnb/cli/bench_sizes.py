@@ -3,6 +3,9 @@ and the checks every bench that trains shares."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ..rules import CLI
 from .checks import check_plot, check_profile_name, positive
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args,
                       check_results_args, int_list, override_default, request_from_args, results_path, save_plot,
@@ -14,7 +17,6 @@ def check_training_bench(args, cfg=None, device: bool = True) -> None:
     devices), the request, the results file and the cache."""
     from ..machine.device import resolve_device
     from ..paths import check_cache
-    from ..rules import CLI
 
     cfg = cfg or train_config_from_args(args)
     cfg.validate(CLI)
@@ -74,7 +76,7 @@ def _check_bench_size(args) -> None:
     from ..experiments.size import grid_points
 
     sc = _size_setup(args)
-    sc.validate()
+    sc.validate(CLI)
     for n in sc.points:
         grid_points(n)
     check_training_bench(args, device=False)
@@ -136,15 +138,13 @@ def _sweep_config(args):
                                    memory_cap_mb=args.memory_cap_mb)
 
 
-# SweepConfig's fields as this command spells them
-SWEEP_OPTIONS = {"start": "--first-batch", "factor": "--factor", "max_batch": "--max-batch",
-                 "memory_cap_mb": "--memory-cap-mb"}
+SWEEP_SPELLING = replace(CLI, names={"start": "first_batch"})  # SweepConfig's fields as this command spells them
 
 
 def _check_bench_batch_sweep(args) -> None:
     check_training_bench(args)
     positive("--memory-cap-mb", args.memory_cap_mb, whole=False, none_ok=True)
-    _sweep_config(args).validate(SWEEP_OPTIONS)
+    _sweep_config(args).validate(SWEEP_SPELLING)
 
 
 def _run_bench_batch_sweep(args) -> int:
@@ -155,7 +155,7 @@ def _run_bench_batch_sweep(args) -> int:
     cfg = train_config_from_args(args)
     sweep = _sweep_config(args)
     windows, info = prepare_windows(request_from_args(args), cfg, progress=cfg.progress)
-    sweep.check_start(windows.x["train"].shape[0], SWEEP_OPTIONS)
+    sweep.check_start(windows.x["train"].shape[0], SWEEP_SPELLING)
     records = experiments.batch_sweep(windows, cfg, sweep, data_info=info, results=results_path(args))
     print(format_table(batch_sweep_table(records)))
     return 0

@@ -76,11 +76,12 @@ def _check_scratch_bench(args) -> None:
     # loads (see benchmarks/scratch_versions.py); main runs this check before the run, in the same process
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from ..errors import ConfigError
+    from ..rules import CLI
 
     if args.hours is not None and args.data != "era5":
         raise ConfigError(f"--hours {args.hours} is for --data era5 (hours of the ERA5 point series); --data "
                           f"{args.data} is a fixed series: leave --hours out")
-    _config(args).validate()
+    _config(args).validate(CLI)
     _only_unavailable(_versions(args), _config(args))
     positive("--repeats", args.repeats)
     check_plot(args.plot)

@@ -11,9 +11,9 @@ import torch.distributed as dist
 
 from ..machine.device import clock, host_memory_bytes
 from ..errors import ConfigError
-from ..errors import said as field_said
 from ..models import Forecaster, count_parameters
 from ..records import new_record
+from ..rules import PYTHON, Spelling
 from ..training.parallel import DistEnv, barrier, spawn
 
 
@@ -79,36 +79,33 @@ class AllreduceConfig:
     max_iters: int = 1000
     timeout_s: float = 120.0
 
-    def validate(self, names: dict[str, str] | None = None) -> None:
-        """Every value before any rank starts; ConfigError naming the value as ``names`` says (the CLI: its
-        options, e.g. min_bytes as --min-bytes), else by its field (min_bytes=2), and what is allowed."""
+    def validate(self, say: Spelling = PYTHON) -> None:
+        """Every value before any rank starts; a refusal names the value as ``say`` spells it (``--min-bytes 2``,
+        ``min_bytes=2``) and says what is allowed."""
         import math
 
         from ..machine.device import local_rank_limit
         from ..training.config import check_device_name
 
-        def said(field: str) -> str:
-            return field_said(self, field, names)
-
         top = local_rank_limit()
         if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or not 2 <= self.world_size <= top:
-            raise ConfigError(f"{said('world_size')} must be a whole number in 2..{top}")
+            raise say.refuse("world_size", self.world_size, f"must be a whole number in 2..{top}")
         check_device_name(self.device)
         if self.min_bytes < 4:
-            raise ConfigError(f"{said('min_bytes')} must be at least 4 (one float32)")
+            raise say.refuse("min_bytes", self.min_bytes, "must be at least 4 (one float32)")
         if self.max_bytes < self.min_bytes:
-            raise ConfigError(f"{said('max_bytes')} is below {said('min_bytes')}; give a largest buffer at least the "
-                              "smallest")
+            raise say.refuse("max_bytes", self.max_bytes, f"is below {say('min_bytes', self.min_bytes)}; give a "
+                             "largest buffer at least the smallest")
         if self.factor < 2:
-            raise ConfigError(f"{said('factor')} must be a whole number >= 2 (each buffer is the last one times it)")
+            raise say.refuse("factor", self.factor, "must be a whole number >= 2 (each buffer is the last one times it)")
         memory = host_memory_bytes()
         if 2 * self.max_bytes * self.world_size > memory:
-            raise ConfigError(f"{said('max_bytes')} on {self.world_size} ranks needs more than this machine's "
-                              f"{memory / 2**30:,.0f} GiB of memory; give a smaller one")
+            raise say.refuse("max_bytes", self.max_bytes, f"on {self.world_size} ranks needs more than this machine's "
+                             f"{memory / 2**30:,.0f} GiB of memory; give a smaller one")
         for name in ("budget_s", "timeout_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
-                raise ConfigError(f"{said(name)} must be a positive number of seconds")
+                raise say.refuse(name, v, "must be a positive number of seconds")
         if not 1 <= self.min_iters <= self.max_iters:
             raise ConfigError(f"min_iters={self.min_iters} and max_iters={self.max_iters} need 1 <= min_iters <= max_iters")
 

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable
 
 from ..errors import ConfigError
 from ..records import Recorder
+from ..rules import PYTHON, Spelling
 from ..training import parallel, train, with_overrides
 from ..training.guards import stop_if_diverged
 
@@ -38,16 +39,16 @@ class ScalingConfig:
             return cfg.batch_size
         return (self.global_batch or cfg.batch_size) // world_size
 
-    def validate(self, cfg) -> None:
+    def validate(self, cfg, say: Spelling = PYTHON) -> None:
         if self.mode not in SCALING_MODES:
-            raise ConfigError(f"mode={self.mode!r} is not one of {', '.join(SCALING_MODES)}")
+            raise say.refuse("mode", self.mode, f"is not one of {', '.join(SCALING_MODES)}")
         from ..machine.device import local_rank_limit
 
         sizes, top = list(self.world_sizes), local_rank_limit()
         if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= top for n in sizes):
-            raise ConfigError(f"world_sizes={self.world_sizes!r} must be whole numbers in 1..{top}")
+            raise say.refuse("world_sizes", self.world_sizes, f"must be whole numbers in 1..{top}")
         if not 0 <= self.comm_split_steps <= MAX_COMM_STEPS:  # its batches are all held while timed
-            raise ConfigError(f"comm_split_steps={self.comm_split_steps} must be 0..{MAX_COMM_STEPS} (0: not measured)")
+            raise say.refuse("comm_split_steps", self.comm_split_steps, f"must be 0..{MAX_COMM_STEPS} (0: not measured)")
         if self.mode == "strong":
             g = self.global_batch or cfg.batch_size
             bad = [n for n in sizes if g % n]

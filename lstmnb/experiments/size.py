@@ -16,6 +16,7 @@ from ..datasets.study import STUDY_POINTS
 from ..machine.device import no_cuda_reason
 from ..errors import ConfigError
 from ..records import Recorder
+from ..rules import PYTHON, Spelling
 from ..training import TrainConfig, prepare_windows, skipped_record, train
 
 VARIANTS = ("cpu", "cuda-eager", "cuda-graph")
@@ -43,12 +44,12 @@ class SizeConfig:
     points: tuple[int, ...] = (2, 8, 32, 128, 512)
     variants: tuple[str, ...] = VARIANTS
 
-    def validate(self) -> None:
+    def validate(self, say: Spelling = PYTHON) -> None:
         if not self.points or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.points):
-            raise ConfigError(f"points={self.points!r} must be whole numbers >= 1")
+            raise say.refuse("points", self.points, "must be whole numbers >= 1")
         bad = [v for v in self.variants if v not in VARIANTS]
         if bad or not self.variants:
-            raise ConfigError(f"variants {bad or self.variants!r}: choose from {', '.join(VARIANTS)}")
+            raise say.refuse("variants", self.variants, f"is not made of {', '.join(VARIANTS)}")
 
 
 def ran_variant(variant: str, record: dict[str, Any]) -> str:

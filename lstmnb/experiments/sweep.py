@@ -16,8 +16,8 @@ import torch
 from ..machine.device import indexed, resolve_device
 from ..machine.memory import free_memory, is_oom, proc_status_kb
 from ..errors import ConfigError
-from ..errors import said as field_said
 from ..records import Recorder, software_info
+from ..rules import PYTHON, Spelling
 from ..training import Trainer, skipped_record, train
 from ..training.evaluate import fit_blend
 
@@ -41,30 +41,25 @@ class SweepConfig:
     max_batch: int | None = None
     memory_cap_mb: float | None = None
 
-    def check_start(self, n_train: int, names: dict[str, str] | None = None) -> None:
+    def check_start(self, n_train: int, say: Spelling = PYTHON) -> None:
         """The first batch is at most the ``n_train`` training samples, or not one point would run (and the
         sweep would print an empty table)."""
         if self.start > n_train:
-            raise ConfigError(f"{field_said(self, 'start', names)} is more than the {n_train} training samples; give at "
-                              f"most {n_train}")
+            raise say.refuse("start", self.start, f"is more than the {n_train} training samples; give at most {n_train}")
 
-    def validate(self, names: dict[str, str] | None = None) -> None:
-        """Each value in range; errors name it as ``names`` says (the CLI: its options, e.g. start as
-        --first-batch), else by its field (start=0)."""
-        def said(field: str) -> str:
-            return field_said(self, field, names)
-
+    def validate(self, say: Spelling = PYTHON) -> None:
+        """Each value in range; a refusal names it as ``say`` spells it (``--first-batch 0``, ``start=0``)."""
         if self.start < 1:
-            raise ConfigError(f"{said('start')} must be a whole number >= 1 (the sweep's first batch size)")
+            raise say.refuse("start", self.start, "must be a whole number >= 1 (the sweep's first batch size)")
         if self.factor < 2:
-            raise ConfigError(f"{said('factor')} must be a whole number >= 2 (each batch size is the last one times it)")
+            raise say.refuse("factor", self.factor, "must be a whole number >= 2 (each batch size is the last one "
+                             "times it)")
         if self.max_batch is not None and self.max_batch < self.start:
-            raise ConfigError(f"{said('max_batch')} is below {said('start')}; give a largest batch size at least the "
-                              "first")
+            raise say.refuse("max_batch", self.max_batch, f"is below {say('start', self.start)}; give a largest batch "
+                             "size at least the first")
         if self.memory_cap_mb is not None and not 0 < self.memory_cap_mb <= MAX_CAP_MB:
-            raise ConfigError(f"{said('memory_cap_mb')} must be a positive number of MB, at most "
-                              f"{MAX_CAP_MB} (1 PiB, beyond any machine's memory)")
-
+            raise say.refuse("memory_cap_mb", self.memory_cap_mb, f"must be a positive number of MB, at most "
+                             f"{MAX_CAP_MB} (1 PiB, beyond any machine's memory)")
 
 
 def check_cpu_cap() -> None:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import ConfigError, LstmnbError
 from ..region import VARIANTS as REGION_VARIANTS  # a leaf: only the names, no torch
+from ..rules import parameter
 
 # TrainConfig fields that notebooks declare under the same name
 TRAIN_KEYS = ("window", "lead_hours", "hidden", "layers", "batch_size", "lr", "seed", "num_workers", "threads",
@@ -93,8 +94,6 @@ def _kind_ok(value: Any, default: Any) -> bool:
 
 
 def _bad(key: str, value: Any, what: str) -> ConfigError:
-    from ..rules import parameter
-
     return parameter().refuse(key, value, what)
 
 
@@ -167,7 +166,6 @@ def _check_request(values: Mapping[str, Any]) -> None:
 def _check_training(values: Mapping[str, Any]) -> None:
     """The training knobs a notebook declares under TrainConfig's names, and ``recommended``'s mapping of them,
     by TrainConfig's own rules (``parameter lr=0.0 must be ...``, ``parameter recommended: batch_size=0 ...``)."""
-    from ..rules import parameter
     from ..training.config import config_from_dict
 
     known = {k: values[k] for k in TRAIN_KEYS if k in values}
@@ -220,22 +218,21 @@ def _check_settings(values: Mapping[str, Any]) -> None:
     if "world_sizes" in values:  # 05 caps them at the GPUs present; `lstmnb bench scaling`'s range
         from ..experiments.scaling import ScalingConfig
 
-        ws = values["world_sizes"]
-        _reuse("world_sizes", ws, ScalingConfig(world_sizes=tuple(ws), mode="weak").validate, None)
+        ScalingConfig(world_sizes=values["world_sizes"], mode="weak").validate(None, parameter())
     if "ddp_ranks" in values:  # as `lstmnb bench allreduce --world-size`: 05's all-reduce sweep runs on them
         from ..experiments.allreduce import AllreduceConfig
         from ..training.parallel import check_world_size
         from .lessons import ddp_device
 
         ranks = values["ddp_ranks"]
-        AllreduceConfig(world_size=ranks, device="cpu", max_bytes=1024).validate({"world_size": "parameter ddp_ranks"})
+        AllreduceConfig(world_size=ranks, device="cpu", max_bytes=1024).validate(parameter(world_size="ddp_ranks"))
         kind = "cpu" if ddp_device(values.get("gpu", "cuda"), ranks)[0] == "cpu" else "cuda"  # where 05 runs them
         _reuse("ddp_ranks", ranks, check_world_size, kind, ranks, "ddp_ranks")
     if "size_points" in values:  # as `lstmnb bench size --points`
         from ..experiments.size import SizeConfig, grid_points
 
         pts = values["size_points"]
-        _reuse("size_points", pts, SizeConfig(points=tuple(pts)).validate)
+        SizeConfig(points=pts).validate(parameter(points="size_points"))
         for n in pts:
             _reuse("size_points", pts, grid_points, n)
     if "region_world_sizes" in values:  # as `lstmnb region scaling --world-sizes`: one core per rank
@@ -278,7 +275,6 @@ def _check_split_dates(values: Mapping[str, Any]) -> None:
 def _split_config(key: str, sd: Any, preset: str):
     """The config of ``preset`` split at ``sd`` (None: the preset's split), checked by TrainConfig's rules and
     refused as parameter ``key``'s."""
-    from ..rules import parameter
     from ..training.config import preset_config
 
     cfg = preset_config(preset) if sd is None else preset_config(
@@ -293,7 +289,6 @@ def check_dates_per_notebook(defaults: Mapping[str, Mapping[str, Any]], given: M
     parameters' default values. Without it, ``-p end 2020-01-21`` with 02's own fit_split_dates, or with the
     published preset's 2021-01-01 in 03-05, ran 01 and stopped the series at the first training cell."""
     from ..data import Request
-    from ..rules import parameter
 
     for name, own in defaults.items():
         seen = {k: given.get(k, v) for k, v in own.items()}
@@ -326,13 +321,8 @@ def _check_scratch(values: Mapping[str, Any]) -> None:
 
     from ..scratch.fit import ScratchConfig
 
-    given = {f.name: values[f"scratch_{f.name}"] for f in fields(ScratchConfig) if f"scratch_{f.name}" in values}
-    try:
-        ScratchConfig(**given).validate()
-    except ConfigError as exc:  # "hours=... is more than ...": the field its message starts with, as scratch_hours
-        name = str(exc).partition("=")[0]
-        key = f"scratch_{name}" if name in given else "scratch settings"
-        raise ConfigError(f"parameter {key}={values.get(key)!r}: {exc}") from None
+    names = {f.name: f"scratch_{f.name}" for f in fields(ScratchConfig)}
+    ScratchConfig(**{f: values[k] for f, k in names.items() if k in values}).validate(parameter(**names))
 
 
 def _check_paths(values: Mapping[str, Any]) -> None:

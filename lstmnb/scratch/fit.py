@@ -16,6 +16,7 @@ import numpy as np
 
 from ..machine.device import host_memory_bytes, local_rank_limit
 from ..errors import ConfigError, DeviceError, LstmnbError
+from ..rules import PYTHON, Spelling
 from .data import DATASETS
 from .lstm import (
     LSTMShape,
@@ -57,33 +58,34 @@ class ScratchConfig:
     shuffle: bool = True
     threads: int | None = None  # CPU threads for numba-cpu and torch (None: the library's default)
 
-    def validate(self) -> None:
+    def validate(self, say: Spelling = PYTHON) -> None:
+        """Every value before any engine starts; a refusal names it as ``say`` spells it (``--hidden 0``)."""
         if self.data not in DATASETS:
-            raise ConfigError(f"data={self.data!r} is not known; choose one of {DATASETS}")
+            raise say.refuse("data", self.data, f"is not known; choose one of {DATASETS}")
         for name in ("window", "hours", "hidden", "epochs", "batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_COUNT:
-                raise ConfigError(f"{name}={value!r} must be a positive whole number, at most {MAX_COUNT}")
+                raise say.refuse(name, value, f"must be a positive whole number, at most {MAX_COUNT}")
         if self.optimizer not in OPTIMIZERS:
-            raise ConfigError(f"optimizer={self.optimizer!r} is not known; choose one of {OPTIMIZERS}")
+            raise say.refuse("optimizer", self.optimizer, f"is not known; choose one of {OPTIMIZERS}")
         if self.data == "era5" and self.hours > ERA5_HOURS:
-            raise ConfigError(f"hours={self.hours} is more than the default ERA5 request has (2020-01-01..2021-06-30); "
-                              f"give 1..{ERA5_HOURS}")
+            raise say.refuse("hours", self.hours, "is more than the default ERA5 request has (2020-01-01..2021-06-30); "
+                             f"give 1..{ERA5_HOURS}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or not 0 <= self.seed < 2**64:
-            raise ConfigError(f"seed={self.seed!r} must be a whole number in 0..{2**64 - 1}")
+            raise say.refuse("seed", self.seed, f"must be a whole number in 0..{2**64 - 1}")
         if not (isinstance(self.lr, (int, float)) and 0 < self.lr < float("inf")):
-            raise ConfigError(f"lr={self.lr!r} must be a positive number")
+            raise say.refuse("lr", self.lr, "must be a positive number")
         if self.clip is not None and not 0 < self.clip < float("inf"):
-            raise ConfigError(f"clip={self.clip!r} must be a positive number, or None (no clipping; on the command "
-                              "line --clip 0)")
+            raise say.refuse("clip", self.clip, "must be a positive number" + (
+                " (0: no clipping)" if say.cli else f", or {say.none} (no clipping)"))
         # the weights, their gradients and Adam's two moments, before any array is made
         need = 4 * 4 * self.hidden * (self.hidden + 2) * resolve_dtype(self.dtype).itemsize
         if need > host_memory_bytes():
-            raise ConfigError(f"hidden={self.hidden} needs {need / 2**30:,.0f} GiB for the weights, gradients and "
-                              f"Adam state alone; this machine has {host_memory_bytes() / 2**30:,.0f} GiB")
+            raise say.refuse("hidden", self.hidden, f"needs {need / 2**30:,.0f} GiB for the weights, gradients and "
+                             f"Adam state alone; this machine has {host_memory_bytes() / 2**30:,.0f} GiB")
         top = local_rank_limit()
         if self.threads is not None and not (isinstance(self.threads, (int, np.integer)) and 1 <= self.threads <= top):
-            raise ConfigError(f"threads={self.threads!r} must be a whole number in 1..{top} or None")
+            raise say.refuse("threads", self.threads, f"must be a whole number in 1..{top} or {say.none}")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
