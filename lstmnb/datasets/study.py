@@ -75,10 +75,6 @@ def study_store(rebuild: bool = False) -> Path:
     return built_store(STUDY_NAME, write_study, "the study's ERA5 store (real data)", rebuild=rebuild)
 
 
-def _same_point(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    return abs(float(a[0]) - b[0]) < 1e-6 and abs(float(a[1]) % 360.0 - b[1]) < 1e-6
-
-
 def check_study_request(points, box, start: pd.Timestamp, end: pd.Timestamp, variables) -> None:
     """A request the study's data cannot serve (another point, a box, hours outside its range, another
     variable) fails here in one line naming what it holds and where more is."""
@@ -86,7 +82,8 @@ def check_study_request(points, box, start: pd.Timestamp, end: pd.Timestamp, var
              "--source arco-v3 (the public ERA5 in the cloud) or --source sample (synthetic, 19-41N 279-281.75E)")
     if box is not None:
         raise ConfigError(f"a box needs an area; {holds}")
-    other = [tuple(p) for p in points if not any(_same_point(p, q) for q in STUDY_POINTS)]
+    other = [tuple(p) for p in points if not any(abs(float(p[0]) - la) < 1e-6 and abs(float(p[1]) % 360.0 - lo) < 1e-6
+                                                 for la, lo in STUDY_POINTS)]
     if other:
         raise ConfigError(f"point {other[0][0]:g},{other[0][1]:g} is not in the study's data; {holds}")
     lo, hi = (pd.Timestamp(t) for t in STUDY_TIMES)

@@ -176,18 +176,15 @@ def skill_table(maps: xr.Dataset, records: dict[str, dict[str, Any]] | None = No
             row["cells better than none"] = float((mse < ref).mean())
         rec = (records or {}).get(name)
         if rec is not None:
-            row.update(k=rec["region"]["neighbours"], epochs=rec["metrics"]["epochs_run"], best_epoch=_best_epoch(rec))
+            epochs = rec.get("epochs") or []
+            row.update(k=rec["region"]["neighbours"], epochs=rec["metrics"]["epochs_run"],
+                       best_epoch=min(epochs, key=lambda e: e["val_rmse_k"])["epoch"] if epochs else None)
         rows.append(row)
     table = pd.DataFrame(rows).set_index("forecast")
     for name in ("k", "epochs", "best_epoch"):  # counts, blank for the baselines: whole numbers, not 8.0
         if name in table:
             table[name] = table[name].astype("Int64")
     return table
-
-
-def _best_epoch(rec: dict[str, Any]) -> int | None:
-    epochs = rec.get("epochs") or []
-    return min(epochs, key=lambda e: e["val_rmse_k"])["epoch"] if epochs else None
 
 
 def flow_table(maps: xr.Dataset, grid: Grid, heading_deg: float = SAMPLE_HEADING_DEG) -> pd.DataFrame:

@@ -60,11 +60,6 @@ def skill_experiment(request, cfg, leads: Iterable[int] = (1, 6, 24), *, results
     return recorder.records
 
 
-def _label(row: dict[str, Any]) -> str:
-    """A point as the user gave it, with the grid cell used: ``40,-80 (cell 40.00N 280.00E)``."""
-    return f"{row['requested']} (cell {row['point']})" if row.get("requested") else str(row["point"])
-
-
 def _pooled(rows: list[dict[str, Any]], lead: int) -> dict[str, Any]:
     """The scores over all points of one lead: each forecast's MSE summed over every point's targets."""
     targets = np.array([r["targets"] for r in rows], dtype=np.float64)
@@ -88,7 +83,9 @@ def skill_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     rows, pooled = [], []
     for r in runs:
         per_point = r["skill"]["per_point"]
-        rows += [{**row, "point": _label(row)} for row in per_point]
+        # each point as the user gave it, with the grid cell used: ``40,-80 (cell 40.00N 280.00E)``
+        rows += [{**row, "point": f"{row['requested']} (cell {row['point']})" if row.get("requested")
+                  else str(row["point"])} for row in per_point]
         pooled.append(_pooled(per_point, r["skill"]["lead_hours"]))
     if not rows:
         return pd.DataFrame()

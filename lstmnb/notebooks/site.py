@@ -113,11 +113,6 @@ def _contents(result: SeriesResult, rest: list) -> str:
                       "```{raw} html", _status_table(result), "```", "", toctree])
 
 
-def _index(result: SeriesResult, rest: list) -> str:
-    """The front page where the series has no report (06 not run): the series' contents alone."""
-    return f"# lstmnb notebook series, profile {result.profile}\n\n" + _contents(result, rest)
-
-
 def follow_parameters(nb) -> None:
     """Tag papermill's ``injected-parameters`` cell ``remove-cell`` when the ``parameters`` cell is: the
     values a hidden parameters cell received stay hidden with it."""
@@ -162,8 +157,9 @@ def build_site(result: SeriesResult) -> Path:
         (src / "conf.py").write_text(_conf(result), encoding="utf-8")
         report = next((r for r in pages if r.name.startswith(REPORT_PREFIX)), None)
         rest = [r for r in pages if r is not report]
-        if report is None:
-            (src / "index.md").write_text(_index(result, rest), encoding="utf-8")
+        if report is None:  # 06 not run: the front page is the series' contents alone
+            (src / "index.md").write_text(f"# lstmnb notebook series, profile {result.profile}\n\n"
+                                          + _contents(result, rest), encoding="utf-8")
         else:  # the report is the front page, its first screen on top
             _page(report, Path(report.notebook), src / "index.ipynb", _contents(result, rest))
         (src / "_static").mkdir()
