@@ -204,8 +204,11 @@ def _scaling_model(args, data=None):
 
 
 def _check_scaling(args) -> None:
+    from dataclasses import replace
+
     from ..experiments.region import check_world_sizes
     from ..paths import check_cache
+    from ..rules import CLI
 
     _area_request(args)
     positive("--lr", args.lr, whole=False)  # its own option (default 0.004), not the rate-by-lead knob
@@ -217,7 +220,7 @@ def _check_scaling(args) -> None:
     positive("--steps", args.steps)
     for mode in args.modes:
         for w in args.world_sizes:
-            _shard_config(args, mode, w).validate()
+            _shard_config(args, mode, w).validate(replace(CLI, names={"world_size": "world_sizes"}))
     check_results_args(args)
     check_cache()
 

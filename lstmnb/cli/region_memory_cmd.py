@@ -46,10 +46,11 @@ def add_memory(kinds) -> None:
 def _memory_case(args):
     from ..region.memory import MemoryCase
     from ..region.memory_checks import check_floor
+    from ..rules import CLI
 
     case = MemoryCase(batch=args.batch, window=args.window, hidden=args.hidden, neighbours=args.neighbours,
                       steps=args.steps, device=args.device)
-    case.validate()
+    case.validate(CLI)
     check_floor(case)  # its smallest area fits the machine, before anything is measured
     return case
 

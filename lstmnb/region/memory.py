@@ -32,11 +32,11 @@ import sys
 import time
 from dataclasses import dataclass
 
-import numpy as np
 
 from ..machine.device import off_the_gpu, resolve_device, synchronize
 from ..machine.memory import proc_status_kb, process_peak_mb, reset_peak_memory
-from ..errors import ConfigError, DeviceError
+from ..errors import DeviceError
+from ..rules import PYTHON, Spelling, whole
 from .model import VARIANTS, variant_config
 
 ADAM_COPIES = 6  # value, gradient, two moments, two temporaries of the update
@@ -65,15 +65,14 @@ class MemoryCase:
     def n_cells(self) -> int:
         return self.ny * self.nx
 
-    def validate(self) -> None:
+    def validate(self, say: Spelling = PYTHON) -> None:
         if self.variant not in VARIANTS:
-            raise ConfigError(f"variant={self.variant!r} is not one of {VARIANTS}")
+            raise say.refuse("variant", self.variant, f"is not one of {VARIANTS}")
         for name in ("ny", "nx", "batch", "window", "steps", "hidden", "channels"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or v < 1:
-                raise ConfigError(f"{name}={v!r} must be a whole number >= 1")
+            if why := whole(1).why(getattr(self, name)):
+                raise say.refuse(name, getattr(self, name), why)
         if self.device not in ("cpu", "cuda"):
-            raise ConfigError(f"device={self.device!r} is not one of ('cpu', 'cuda')")
+            raise say.refuse("device", self.device, "is not one of ('cpu', 'cuda')")
         self.model_config().validate()
 
     def model_config(self):

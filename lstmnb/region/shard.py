@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from ..machine.device import off_the_gpu
 from ..errors import ConfigError
+from ..rules import PYTHON, Spelling, whole
 from .bands import AreaPart
 from .data import RegionData
 from .grid import Grid
@@ -129,15 +130,15 @@ class ShardConfig:
     seed: int = 0
     timeout_s: float = 120.0  # a collective waiting longer fails instead of hanging
 
-    def validate(self) -> None:
+    def validate(self, say: Spelling = PYTHON) -> None:
         if self.mode not in MODES:
-            raise ConfigError(f"mode={self.mode!r} is not one of {MODES}")
+            raise say.refuse("mode", self.mode, f"is not one of {MODES}")
         for name in ("world_size", "steps", "batch_size"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or v < 1:
-                raise ConfigError(f"{name}={v!r} must be a whole number >= 1")
+            if why := whole(1).why(getattr(self, name)):
+                raise say.refuse(name, getattr(self, name), why)
         if self.mode == "windows" and self.batch_size < self.world_size:
-            raise ConfigError(f"batch_size={self.batch_size} gives some of world_size={self.world_size} ranks no window")
+            raise say.refuse("batch_size", self.batch_size, f"gives some of {say('world_size', self.world_size)} "
+                             "ranks no window")
 
 
 def _global_sum(value: torch.Tensor, world: int) -> torch.Tensor:
