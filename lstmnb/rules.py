@@ -5,6 +5,7 @@ Python, ``--lr 0`` on the command line, ``parameter lr=0.0`` for a notebook para
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
@@ -17,9 +18,9 @@ INT_MAX = 2**31 - 1  # larger counts are nonsense here, and overflow torch's C i
 @dataclass(frozen=True)
 class Rule:
     """What one value accepts. ``kind``: whole (lo..hi), number (>= lo, > lo where ``open_lo``; up to hi),
-    choice (one of ``choices``), name (non-empty text), or another kind its config checks itself
-    (TrainConfig's device names). ``hi`` may be a function
-    (a limit of this machine). ``note`` ends the refusal in brackets; ``says`` replaces its phrase."""
+    choice (one of ``choices``), name (non-empty text) or pattern (text matching ``pattern``, any case: one of
+    ``says``). ``hi`` may be a function (a limit of this machine). ``note`` ends the refusal in brackets; ``says``
+    replaces its phrase."""
 
     kind: str
     lo: float = 0
@@ -30,6 +31,7 @@ class Rule:
     note: str = ""
     says: str = ""
     choices: tuple[str, ...] = ()
+    pattern: str = ""
 
     def why(self, value: Any, none: str = "") -> str | None:
         """None when ``value`` passes; else what it must be (``none``: the word for 'left out', when allowed)."""
@@ -57,6 +59,9 @@ class Rule:
         if self.kind == "name":
             return None if isinstance(value, str) and value.strip() else "is empty; give a name" + (
                 f" (or {self.note})" if self.note else "")
+        if self.kind == "pattern":
+            return None if isinstance(value, str) and re.fullmatch(self.pattern, value.strip().lower()) \
+                else f"is not one of {self.says}"
         return None
 
     def schema(self, nullable: bool) -> dict[str, Any]:

@@ -345,7 +345,7 @@ CASES = [
     case("allreduce-factor-one", ["bench", "allreduce", "--factor", "1"], "--factor 1 must be a whole number >= 2"),
     case("allreduce-max-bytes-memory", ["bench", "allreduce", "--max-bytes", "100000G"], "--max-bytes 107374182400000", "GiB of memory"),
     case("allreduce-min-bytes-inf", ["bench", "allreduce", "--min-bytes", "inf"], "'inf' is not a size", "64K"),
-    case("allreduce-device", ["bench", "allreduce", "--device", "tpu"], "device='tpu'", "auto, cpu"),
+    case("allreduce-device", ["bench", "allreduce", "--device", "tpu"], "--device tpu", "auto, cpu"),
     case("allreduce-hidden-zero", ["bench", "allreduce", "--hidden", "0"], "--hidden 0", ">= 1"),
     case("allreduce-cell", ["bench", "allreduce", "--cell", "rnn"], "--cell rnn", "lstm"),
     case("allreduce-step-zero", ["bench", "allreduce", "--device", "cpu", "--step-s", "0"], "--step-s 0.0", "positive number"),

@@ -11,6 +11,7 @@ from lstmnb.errors import CheckpointError, ConfigError, DeviceError
 from lstmnb.machine.device import resolve_device
 from lstmnb.machine.memory import reset_peak_memory
 from lstmnb.training import TrainConfig, config_from_dict, predict, time_to_target, train
+from lstmnb.training.checkpoints import trajectory_key
 from lstmnb.windows import error_metrics, make_windows
 
 
@@ -167,7 +168,7 @@ def test_presets_default_recommended_and_published_exactly():
     assert TrainConfig(lead_hours=24, lr=2e-3).learning_rate == 2e-3
     assert TrainConfig(lead_hours=24).as_record()["lr"] == 5e-4 and TrainConfig().as_record()["lr_by_lead"]
     # a checkpoint of a run at the rate by lead resumes under the same rate given explicitly
-    assert TrainConfig().trajectory_key() == TrainConfig(lr=4e-3).trajectory_key()
+    assert trajectory_key(TrainConfig()) == trajectory_key(TrainConfig(lr=4e-3))
     pub = preset_config("published")
     assert (pub.preset, pub.epochs, pub.patience, pub.batch_size, pub.layers, pub.lr, pub.residual, pub.calendar,
             pub.input_path, pub.num_workers, pub.fused_adam) == ("published", 5, None, 128, 2, 1e-3, False, False,

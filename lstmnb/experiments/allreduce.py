@@ -85,12 +85,13 @@ class AllreduceConfig:
         import math
 
         from ..machine.device import local_rank_limit
-        from ..training.config import check_device_name
+        from ..training.config import knob_problem
 
         top = local_rank_limit()
         if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or not 2 <= self.world_size <= top:
             raise say.refuse("world_size", self.world_size, f"must be a whole number in 2..{top}")
-        check_device_name(self.device)
+        if knob_problem("device", self.device):
+            raise say.refuse("device", self.device, knob_problem("device", self.device))
         if self.min_bytes < 4:
             raise say.refuse("min_bytes", self.min_bytes, "must be at least 4 (one float32)")
         if self.max_bytes < self.min_bytes:

@@ -1,4 +1,4 @@
-"""Training, in the order a run flows: ``config`` (every knob once, with its help; the presets), ``pipeline``
+"""Training, in the order a run flows: ``config`` (every knob once, with its help and rule; the presets), ``pipeline``
 (the front door: prepare data, train, run and record), ``trainer`` (the Trainer: epoch loop, validation,
 history), ``step`` (the batches that feed the step, the step, its optimiser and CUDA graph), ``guards``
 (divergence), ``evaluate`` (the test forecast, its blend and skill, the timing summary and the record),

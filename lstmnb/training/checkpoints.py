@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,25 @@ from ..paths import atomic_path, sweep_stale_temps, why_not_written
 from .config import TrainConfig
 
 CHECKPOINT_FORMAT = 1  # the layout of the saved dict (unchanged by where its checksum lives)
+
+# fields that do not change the trajectory of a run: a checkpoint may be resumed across them
+RESUME_FREE = {"epochs", "resume", "checkpoint", "device", "num_workers", "pin_memory", "persistent_workers",
+               "target_rmse", "sample_tensors", "heap", "loss_every", "patience", "stop_at_target", "compile",
+               "overwrite_checkpoint", "experiment", "blend", "threads", "eval_batch_size", "progress", "profile",
+               "dist_timeout_s", "preset"}
+
+
+def trajectory_key(cfg: TrainConfig) -> dict[str, Any]:
+    """The fields of ``cfg`` that determine the sequence of weights, with the learning rate as used (given or chosen
+    by lead); a resumed checkpoint must match them."""
+    return {**{k: v for k, v in asdict(cfg).items() if k not in RESUME_FREE}, "lr": cfg.learning_rate}
+
+
+def key_differences(cfg: TrainConfig, state: dict[str, Any]) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+    """The fields of ``trajectory_key`` where checkpoint ``state``'s run and ``cfg`` differ, with both keys."""
+    want, have = trajectory_key(cfg), state.get("key", {})
+    return sorted(k for k in set(want) | set(have) if json.dumps(want.get(k), default=str)
+                  != json.dumps(have.get(k), default=str)), want, have
 
 
 def checksum_path(path: str | Path) -> Path:
@@ -162,9 +182,7 @@ def refuse_replacing(cfg: TrainConfig) -> None:
         raise CheckpointError(f"--checkpoint {cfg.checkpoint} already holds a file that is not a readable "
                               "checkpoint; this new run would replace it: --overwrite-checkpoint replaces it, or "
                               "delete it, or give another --checkpoint path")
-    have, want = state.get("key", {}), cfg.trajectory_key()
-    diff = [k for k in sorted(set(want) | set(have)) if json.dumps(want.get(k), default=str)
-            != json.dumps(have.get(k), default=str)]
+    diff, want, have = key_differences(cfg, state)
     setting = (", ".join(f"{k} {have.get(k)!r} there, {want.get(k)!r} here" for k in diff[:3])
                if diff else "the same settings as this one")
     held = f"run {state.get('run_id')} ({len(state.get('history', []))} epoch(s); {setting})"
@@ -186,8 +204,7 @@ def load_checkpoint(path: str, cfg: TrainConfig) -> dict[str, Any] | None:
     state = read_checkpoint(path)
     if state is None:
         return None
-    want, have = cfg.trajectory_key(), state.get("key", {})
-    diff = sorted(k for k in set(want) | set(have) if json.dumps(want.get(k), default=str) != json.dumps(have.get(k), default=str))
+    diff, want, have = key_differences(cfg, state)
     if diff:
         detail = ", ".join(f"{k}: checkpoint {have.get(k)!r} vs now {want.get(k)!r}" for k in diff[:4])
         raise CheckpointError(f"checkpoint {path} is from a different configuration ({detail}); "

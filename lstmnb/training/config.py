@@ -1,21 +1,20 @@
-"""Every knob of a training run, each with its help text written once (field metadata), and the
-checks that reject a bad value before any work starts. The CLI builds its options from these fields.
-"""
+"""Every knob of a training run, each with its help text written once (field metadata), the checks that reject
+a bad value before any work starts, and the named settings a run starts from (``--preset``). The CLI builds its
+options from these fields."""
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, astuple, dataclass, field, fields
 from typing import Any
 
+from ..datasets.study import STUDY_TEST_START
 from ..machine.device import DEVICE_CHOICES, host_memory_bytes, local_rank_limit
 from ..errors import ConfigError
 from ..models import CELLS, ModelConfig
 from ..rules import PYTHON, Rule, Spelling, choice, number, whole
 from ..windows import WindowConfig
 from .evaluate import BLENDS
-from .presets import PRESET_SOURCES, PRESETS
 from .step import POINT_WEIGHTS
 
 INPUT_PATHS = ("fast", "dataloader")
@@ -28,16 +27,50 @@ SEED_MAX = 2**64 - 1  # torch.manual_seed takes seeds up to this
 DEFAULT_FRACTIONS = (0.7, 0.15, 0.15)
 # collective timeouts: shorter waits time out the ranks' first contact, longer overflow a process group's timedelta
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 1.0, 7 * 86400.0
-# DDP's gradient bucket: torch counts it in bytes as a C++ int64 (bucket_cap_mb * 2**20 must fit: above 8.8e12 MB
-# its Reducer's constructor fails with a TypeError in every rank); a bucket larger than all the model's gradients
-# holds them all, so 1e6 MB (about 1 TB) is more than any model here needs
+# DDP's gradient bucket, in bytes a C++ int64 to torch (above 8.8e12 MB its Reducer fails with a TypeError in every
+# rank); 1e6 MB (about 1 TB) holds every gradient of any model here
 MAX_BUCKET_CAP_MB = 1e6
-_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
-# fields that do not change the trajectory of a run: a checkpoint may be resumed across them
-_RESUME_FREE = {"epochs", "resume", "checkpoint", "device", "num_workers", "pin_memory", "persistent_workers", "target_rmse",
-                "sample_tensors", "heap", "loss_every",
-                "patience", "stop_at_target", "compile", "overwrite_checkpoint", "experiment", "blend", "threads", "eval_batch_size", "progress", "profile", "dist_timeout_s", "preset"}
+# Named settings: what each changes from TrainConfig's defaults, which are the recommended one (PRESET_SOURCES).
+PRESETS: dict[str, dict[str, Any]] = {
+    "recommended": {},
+    # the study's setting as its notebook ran it (PRESET_SOURCES; ../shared/DESIGN.md), its code's costs included:
+    # each sample's tensors made in __getitem__, glibc's default heap, the loss read every step (rung 0, rungs.py)
+    "published": dict(epochs=5, patience=None, batch_size=128, hidden=64, layers=2, window=24, lead_hours=1,
+                      horizon=1, lr=1e-3, lr_schedule="constant", weight_decay=0.0, residual=False, calendar=False,
+                      cycles=False, input_path="dataloader", num_workers=2, pin_memory=False,
+                      persistent_workers=False, fused_adam=False, point_weights="none",
+                      blend="off", split_dates=(STUDY_TEST_START, STUDY_TEST_START),
+                      sample_tensors="per_sample", heap="system", loss_every=1, cuda_graph=False),
+}
+
+# Where each preset comes from, and where lstmnb keeps its own rule instead (every record's config.preset_source).
+PRESET_SOURCES: dict[str, dict[str, Any]] = {
+    "recommended": {"source": "measured by lstmnb (README, 'Skill at every point'; benchmarks/train_speed.py)",
+                    "differences": []},
+    "published": {
+        "source": "the study's notebook Parallel_LSTM_Model_run_CARC.ipynb (github.com/yxie7333/cs596final; the "
+                  "Colab run gpu_run.ipynb uses 4 DataLoader workers)",
+        "differences": [
+            "scaling: one mean and std over both points, fitted on the training part (std 9.91 K; the study fitted "
+            "them over the whole file, test hours included: 10.01 K over the CARC notebook's 2020-2021 file, "
+            "10.33 K over the Colab notebook's 2020-01..2021-06), so for the same error in kelvin lstmnb's scaled "
+            "training loss is 2% (CARC) or 9% (Colab) above the study's",
+            "windows stay within a point: 17,520 training samples per epoch (the study joined the two series end "
+            "to end, so 24 of its 17,544 windows span both points)",
+            "test windows may take inputs from the last hours of 2020 (the study windowed the test part alone): "
+            "every model and baseline is scored on every hour of 2021-01..06 (the study computed no test metric, "
+            "it plotted its forecasts; the CARC notebook's test part was the whole of 2021)",
+            "the epoch's training loss is the mean over samples (the study's: the mean over batches, its last "
+            "batch of 8 counting as much as a full one)",
+            "timing: lstmnb times the epochs alone; the CARC notebook's clock also spans creating the model and "
+            "moving it to the device (CUDA start-up on a GPU) and the pause between that cell and the epoch "
+            "loop's (the Colab notebook timed the epoch loop)",
+            "one device, unwrapped, as on CARC (1 GPU); the Colab notebook wrapped the model in nn.DataParallel "
+            "whenever a GPU was visible, one GPU included",
+        ],
+    },
+}
 
 
 # The recommended learning rate by lead (measured on the synthetic sample, README "Skill at every point"): 4e-3 up to
@@ -58,8 +91,7 @@ def lead_learning_rate(lead_hours: int) -> float:
 
 
 def knob(default: Any, help: str, rule: Rule | None = None) -> Any:
-    """A TrainConfig field with its one help text (the CLI's option help reads it) and its ``Rule`` (what it
-    accepts: ``validate`` checks it, the record schema types it)."""
+    """A TrainConfig field with its one help text (the CLI's option help) and its ``Rule`` (validate, the schema)."""
     return field(default=default, metadata={"help": help, "rule": rule})
 
 
@@ -68,7 +100,8 @@ class TrainConfig:
     """Every knob of one run. The record's ``config`` is this dataclass as a dict."""
 
     # where and how
-    device: str = knob("auto", "auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps", Rule("device"))
+    device: str = knob("auto", "auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps",
+        Rule("pattern", pattern=r"auto|cpu|mps|cuda(:\d+)?", says=DEVICE_CHOICES))
     strategy: str = knob("single", (
         "single device, dataparallel (nn.DataParallel) or ddp (DistributedDataParallel)"), choice(STRATEGIES))
     nproc: int | None = knob(None, (
@@ -197,8 +230,7 @@ class TrainConfig:
         return self.lr if self.lr is not None else lead_learning_rate(self.lead_hours)
 
     def as_record(self) -> dict[str, Any]:
-        """The record's ``config``: every knob, with the learning rate used (``lr_by_lead``: chosen by lead) and
-        where the preset comes from (``preset_source``: its source and lstmnb's differences from it)."""
+        """The record's ``config``: every knob, the rate used (``lr_by_lead``: chosen by lead), ``preset_source``."""
         return {**asdict(self), "lr": self.learning_rate, "lr_by_lead": self.lr is None,
                 "preset_source": PRESET_SOURCES.get(self.preset)}
 
@@ -208,9 +240,8 @@ class TrainConfig:
                            residual=self.residual)
 
     def validate(self, say: Spelling = PYTHON) -> None:
-        """Check every value before any work starts: each field by its ``Rule``, then the rules between
-        fields; a refusal names the value as ``say`` spells it (``lr=0.0``, ``--lr 0``, ``parameter lr=0.0``).
-        Checked once per set of values: calling it again on an unchanged config costs nothing."""
+        """Every value before any work starts: each field by its ``Rule``, then the rules between fields, a refusal
+        spelled by ``say`` (``lr=0.0``, ``--lr 0``, ``parameter lr=0.0``); an unchanged config is checked once."""
         values = repr(astuple(self))
         if self.__dict__.get("_checked") == values:
             return
@@ -218,8 +249,7 @@ class TrainConfig:
             value, rule = getattr(self, f.name), f.metadata.get("rule")
             if rule is None or (value is None and "None" in str(f.type)):
                 continue
-            why = _device_problem(value) if rule.kind == "device" else rule.why(
-                value, say.none if "None" in str(f.type) else "")
+            why = rule.why(value, say.none if "None" in str(f.type) else "")
             if why:
                 raise say.refuse(f.name, value, why)
         k = say.key
@@ -288,10 +318,8 @@ class TrainConfig:
         if not stamps[0] <= stamps[1]:
             raise say.refuse("split_dates", sd, ": the validation start must not come after the test start")
         if not self.has_validation:  # what needs a validation part
-            needs = [say(name, value) for name, value, off in (
-                    ("patience", self.patience, None), ("blend", self.blend, "off"),
-                    ("target_rmse", self.target_rmse, None))
-                if value != off]
+            needs = [say(name, value) for name, value, off in (("patience", self.patience, None),
+                     ("blend", self.blend, "off"), ("target_rmse", self.target_rmse, None)) if value != off]
             if needs:
                 raise say.refuse("split_dates", sd, f"leaves no validation part, which {', '.join(needs)} need; "
                                  f"give an earlier validation start, or {say.key('patience')} {say.none}, "
@@ -312,8 +340,8 @@ class TrainConfig:
                                  f"TEST_START must fall after {say.key('start')} and by {say.key('end')}")
 
     def check_windows_fit(self, request) -> None:
-        """The window, lead and horizon fit every part of the request's hours, split as the run will split them
-        (``windows.split_parts``, ``windows.scored_ranges``): refused before any data is read, not once it is."""
+        """The window, lead and horizon fit every part of the request's hours as the run will split them (refused
+        before any data is read, not once it is)."""
         if request is None or not isinstance(request.start, str) or not isinstance(request.end, str):
             return  # the source's own range: known once the store is open
         import pandas as pd
@@ -338,40 +366,17 @@ class TrainConfig:
             return True
 
     def stops_after(self, history: list[dict[str, Any]], best: dict[str, Any]) -> bool:
-        """Early stopping: ``patience`` epochs without a new best validation RMSE, or the target reached
-        when ``stop_at_target`` is set."""
+        """Early stopping: ``patience`` epochs without a new best validation RMSE, or ``target_rmse`` reached."""
         p = self.patience
         if p and best.get("epoch") is not None and len(history) - best["epoch"] >= p:
             return True
         return bool(self.stop_at_target and self.target_rmse is not None and history
                     and history[-1]["val_rmse_k"] <= self.target_rmse)
 
-    def trajectory_key(self) -> dict[str, Any]:
-        """The fields that determine the sequence of weights; a resumed checkpoint must match them."""
-        key = {k: v for k, v in asdict(self).items() if k not in _RESUME_FREE}
-        key["lr"] = self.learning_rate  # the rate used, whether given or chosen by lead
-        return key
-
-
-def _device_problem(name: Any) -> str | None:
-    """None for a device name as lstmnb spells it (auto, cpu, cuda, cuda:N, mps), whether or not it is present
-    here; else why it is not one."""
-    if not isinstance(name, str) or not _DEVICE.match(name.strip().lower()):
-        return f"is not one of {DEVICE_CHOICES}"
-    return None
-
-
-def check_device_name(name: Any, what: str = "device") -> None:
-    """A ConfigError where ``name`` is no device name as lstmnb spells it (``what``: the setting that gave it)."""
-    if _device_problem(name):
-        raise ConfigError(f"{what}={name!r} {_device_problem(name)}")
-
-
 def knob_problem(name: str, value: Any) -> str | None:
     """Why ``value`` is refused by the rule of TrainConfig's field ``name`` (None: it passes); for a setting that
     gives that field, spelled its own way (a notebook's ``fit_epochs`` is an ``epochs``)."""
-    rule = next(f.metadata["rule"] for f in fields(TrainConfig) if f.name == name)
-    return _device_problem(value) if rule.kind == "device" else rule.why(value)
+    return next(f.metadata["rule"] for f in fields(TrainConfig) if f.name == name).why(value)
 
 
 def config_from_dict(values: dict[str, Any]) -> TrainConfig:

@@ -21,7 +21,8 @@ from ..models import Forecaster
 from ..records import new_record, new_run_id
 from ..rungs import rung_of
 from ..windows import Windows
-from .checkpoints import CHECKPOINT_FORMAT, check_same_data, load_checkpoint, recorded_marker, save_checkpoint
+from .checkpoints import (CHECKPOINT_FORMAT, check_same_data, load_checkpoint, recorded_marker, save_checkpoint,
+                          trajectory_key)
 from .config import TrainConfig, preset_config
 from .evaluate import finish_record, rmse_kelvin
 from .guards import DivergenceGuard, stops_on_divergence
@@ -110,7 +111,7 @@ class Trainer:
         if not self.cfg.checkpoint or not self.writer:
             return
         save_checkpoint(self.cfg.checkpoint, {
-            "format": CHECKPOINT_FORMAT, "key": self.cfg.trajectory_key(), "data": self.data_identity(),
+            "format": CHECKPOINT_FORMAT, "key": trajectory_key(self.cfg), "data": self.data_identity(),
             "epoch": len(self.history),
             "run_id": self.run_id,
             "model": self.core.state_dict(), "optimizer": self.opt.state_dict(),
