@@ -370,7 +370,7 @@ CASES = [
     case("region-scaling-neighbours-zero", ["region", "scaling", "--neighbours", "0"], "--neighbours 0",
          "whole number >= 1"),  # was accepted until the data was read
     case("nproc-without-parallel", T + ["--nproc", "2"], "--nproc 2 needs --strategy ddp", "one process"),
-    case("sweep-memory-cap-negative", ["bench", "batch-sweep", "--memory-cap-mb", "-1"], "--memory-cap-mb -1.0", "positive"),
+    case("sweep-memory-cap-negative", ["bench", "batch-sweep", "--memory-cap-mb", "-1"], "--memory-cap-mb -1 ", "positive"),
     case("sweep-memory-cap-inf", ["bench", "batch-sweep", "--memory-cap-mb", "inf"], "--memory-cap-mb inf", "positive"),
     case("sweep-memory-cap-beyond-any-machine", ["bench", "batch-sweep", "--memory-cap-mb", "1e15"],
          "--memory-cap-mb 1e+15", "at most 1073741824 (1 PiB"),

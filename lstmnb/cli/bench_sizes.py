@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..rules import CLI
-from .checks import check_plot, check_profile_name, positive
+from .checks import check_plot, check_profile_name
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args,
                       check_results_args, int_list, override_default, request_from_args, results_path, save_plot,
                       train_config_from_args)
@@ -143,7 +143,6 @@ SWEEP_SPELLING = replace(CLI, names={"start": "first_batch"})  # SweepConfig's f
 
 def _check_bench_batch_sweep(args) -> None:
     check_training_bench(args)
-    positive("--memory-cap-mb", args.memory_cap_mb, whole=False, none_ok=True)
     _sweep_config(args).validate(SWEEP_SPELLING)
 
 

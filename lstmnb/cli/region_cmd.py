@@ -217,7 +217,6 @@ def _check_scaling(args) -> None:
     _scaling_model(args)
     check_world_sizes(args.world_sizes)
     positive("--repeats", args.repeats)
-    positive("--steps", args.steps)
     for mode in args.modes:
         for w in args.world_sizes:
             _shard_config(args, mode, w).validate(replace(CLI, names={"world_size": "world_sizes"}))

@@ -81,7 +81,6 @@ def _check_memory(args) -> None:
     resolve_device(args.device)  # a missing GPU first: its memory is the budget's bound
     check_budget(args.budget_gb, args.device)
     positive("--threads", args.threads, none_ok=True, hi=local_rank_limit())
-    positive("--steps", args.steps)
     target = _target(args)
     if target is not None:
         check_areas([target], f"--target {args.target}")

@@ -83,17 +83,12 @@ def ddp_device_kind(device: str) -> str:
                       f"(NCCL, rank r of a node on cuda:LOCAL_RANK)")
 
 
-def visible_devices(kind: str) -> int:
-    """How many devices of ``kind`` one node offers to DDP ranks: GPUs, or CPU cores for gloo ranks."""
-    return torch.cuda.device_count() if kind == "cuda" else cpu_cores()
-
-
 def check_world_size(kind: str, local_world_size: int, option: str = "--nproc") -> None:
     """Refuse more ranks on this node than it has devices (one GPU, or at least one core, per rank);
     ``option`` is the option that asked for them (the message says what to give it)."""
     if local_world_size < 1:
         raise ConfigError(f"world_size={local_world_size} must be >= 1")
-    have = visible_devices(kind)
+    have = torch.cuda.device_count() if kind == "cuda" else cpu_cores()
     if local_world_size > have:
         what = (f"{have} CUDA GPU(s) visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
                 if kind == "cuda" else f"{have} CPU core(s) available to this process, and each gloo rank needs one")
