@@ -42,10 +42,8 @@ def int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
 
 
-
 def str_list(text: str) -> tuple[str, ...]:
     return tuple(text.split(","))
-
 
 
 def add_request_args(p: argparse.ArgumentParser, places: bool = True) -> None:

@@ -43,7 +43,6 @@ def print_run(record: dict) -> None:
               + (f"{ttt['seconds']:.2f} s (epoch {ttt['epoch']})" if ttt["reached"] else ttt["note"]))
 
 
-
 def add_train(sub, full: bool) -> None:
     p = sub.add_parser(
         "train", help="train and evaluate one forecaster; prints epochs and RMSE vs baselines; appends a record",

@@ -80,7 +80,6 @@ def _check_variables(meta: StoreMeta, variables: tuple[str, ...]) -> None:
             raise ConfigError(f"variable {name!r} has dims {dims}; only single-level (time, latitude, longitude) fields are supported")
 
 
-
 @dataclass(frozen=True)
 class Target:
     """One unit of the cache: a single grid cell or a box of cells (store row/column indices)."""

@@ -84,8 +84,6 @@ def scaling(windows, cfg, sc: ScalingConfig = ScalingConfig(), *, data_info: dic
     return recorder.records
 
 
-
-
 def dataparallel_scaling(windows, data_info: dict[str, Any], base_cfg, world_sizes: Iterable[int], *,
                          mode: str = "weak", results=None) -> list[dict[str, Any]]:
     """``nn.DataParallel`` runs over 1..N GPUs, batches sized by ``ScalingConfig`` as DDP's are.

@@ -49,8 +49,6 @@ def train_parallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
     return launch_train(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, options=options)
 
 
-
-
 __all__ = [
     "DistEnv", "DistributedError", "RankOptions", "ShareBalancer", "balanced_sizes", "barrier", "check_world_size",
     "close_distributed", "comm_split", "ddp_device_kind", "init_distributed", "is_rank_zero", "launch_train",
