@@ -1,6 +1,6 @@
 """The checks the sub-commands share, run before any work (each sub-command's ``check``): output paths
 (results, plots), the records a reading command is given, and positive numbers (a training option's range
-is its TrainConfig field's ``Rule``; split dates against the request: ``TrainConfig.check_data_range``).
+is its TrainConfig field's ``Rule``; split dates against the request: ``TrainConfig.check_split_in``).
 Each raises a ``lstmnb.errors`` type with one line naming the option, the value and what is valid;
 argument parsing itself stays in ``options``."""
 
