@@ -49,7 +49,7 @@ class SizeConfig:
             raise say.refuse("points", self.points, "must be whole numbers >= 1")
         bad = [v for v in self.variants if v not in VARIANTS]
         if bad or not self.variants:
-            raise say.refuse("variants", self.variants, f"is not made of {', '.join(VARIANTS)}")
+            raise say.refuse("variants", self.variants, f"must be one or more of {', '.join(VARIANTS)}")
 
 
 def ran_variant(variant: str, record: dict[str, Any]) -> str:
