@@ -28,13 +28,13 @@ _HOMES = {
               "published_setting_definition setting_label",
     "published": "MEASURED NOTE_MARK PUBLISHED REFERENCE column_label device_notes load_published "
                  "load_reference_records machine_descriptions machines_table provenance_table published_epochs_table "
-                 "published_tables reference_files reference_note side_by_side",
+                 "published_tables reference_files reference_note",
     "repeats": "REPEATS_DISAGREE RULE flag_lines median_of_repeats timing_note timing_rows unsure_why",
     "compare": "MEDIAN_RULE OVER_STUDY_CPU TIED_WITHIN PublishedComparison comparison_epochs comparison_rows "
                "published_comparison",
     "ladder": "Replication ladder_rows ladder_table replication",
-    "figures": "plot_convergence plot_cost plot_epochs_tables plot_ladder plot_loss_curves",
-    "tables": "epochs_device_table epochs_table epochs_tables format_table loss_curves metrics_table rmse_by_device "
+    "figures": "plot_convergence plot_cost plot_ladder plot_loss_curves",
+    "tables": "epochs_table epochs_tables format_table loss_curves metrics_table rmse_by_device "
               "runs_table status_table study_skill_summary study_skill_table",
     "scaling": "SCALING_DEFINITIONS allreduce_table batch_sweep_table convergence_table "
                "cost_table load_prices price_for scaling_table",

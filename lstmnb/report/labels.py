@@ -71,16 +71,14 @@ def with_device_labels(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def ok_single_runs(df: pd.DataFrame, experiment: str | None = None, input_path: str | None = None) -> pd.DataFrame:
-    """Finished single-device runs (status ok), optionally of one experiment and one input path."""
+def ok_single_runs(df: pd.DataFrame, experiment: str | None = None) -> pd.DataFrame:
+    """Finished single-device runs (status ok), optionally of one experiment."""
     if df.empty:
         return df
     keep = column(df, "status") == "ok"
     keep &= column(df, "config.strategy", "single").fillna("single") == "single"
     if experiment is not None:
         keep &= column(df, "experiment") == experiment
-    if input_path is not None:
-        keep &= column(df, "config.input_path") == input_path
     return with_device_labels(df[keep])
 
 # --- the published setting and problem, and how a run's are named -------------------------------------------

@@ -1,6 +1,5 @@
 """Where every figure comes from: the published figures (package data), always labelled as published, the notes
-that go wherever a device's published figures are shown, the side-by-side form notebooks 03 and 04 use; and the
-provenance of every device column (machine, told apart beyond host names, dates, lstmnb commit, torch and CUDA,
+that go wherever a device's published figures are shown; and the provenance of every device column (machine, told apart beyond host names, dates, lstmnb commit, torch and CUDA,
 and its source: measured in the records, lstmnb's shipped reference records, or published), in a table and in
 the findings' first line (``found``: each source's records, machines and device columns, skipped ones as skipped).
 
@@ -63,26 +62,6 @@ def device_notes(published: dict[str, Any] | None = None, devices=None) -> dict[
 
 
 NOTE_MARK = "†"  # put after a device's name wherever a note of ``device_notes`` applies to its figures
-
-
-def side_by_side(ours: pd.DataFrame, published: pd.DataFrame, blank: str | None = None) -> pd.DataFrame:
-    """Our table and the published one per device: columns (device, 'measured here' | 'published').
-    Rows are the epochs either side has; ``blank`` (e.g. "") fills the cells of epochs one side did not
-    run, which otherwise read NaN (the table is then for showing, not computing)."""
-    parts = {}
-    if not ours.empty:
-        parts[MEASURED] = ours
-    if not published.empty:
-        parts[PUBLISHED] = published
-    if not parts:
-        return pd.DataFrame()
-    both = pd.concat(parts, axis=1, names=["source", "device"])
-    both = both.swaplevel(axis=1)
-    devices = order_devices([d for d, _ in both.columns])
-    sources = [s for s in (MEASURED, PUBLISHED) if s in parts]
-    cols = [(d, s) for d in devices for s in sources if (d, s) in both.columns]
-    both = both[cols]
-    return both if blank is None else both.astype(object).where(both.notna(), blank)
 
 
 def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:

@@ -1,6 +1,5 @@
 """Tables from run records: one run's epochs and metrics, many runs, the published epochs x devices form (per
-device for notebooks 03 and 04; per device column and input path from the comparison rows for 06), accuracy
-per device column, loss curves, status counts, the findings' table (one row per device column); and skill on
+device column and input path, from the comparison rows: 03, 04 and 06), accuracy per device column, loss curves, status counts, the findings' table (one row per device column); and skill on
 the study's real data per point.
 
 Skill on the study's data is read from run records (their ``skill.per_point`` rows): only finished runs on the
@@ -123,28 +122,6 @@ def format_table(df: pd.DataFrame, floatfmt: str = "{:,.3f}") -> str:
 
 
 # --- the published experiment's table: epochs x devices ------------------------------------------
-
-def epochs_device_table(df: pd.DataFrame, *, experiment: str | None = "epochs",
-                        input_path: str | None = None) -> pd.DataFrame:
-    """Training seconds in the published form: rows = epochs, columns = devices present (CPU, T4, ...).
-
-    Each cell is the median training seconds over the ok single-device runs with that many epochs on
-    that device, so repeats and records merged from several machines combine.
-    """
-    value = "timing.train_s"
-    runs = ok_single_runs(df, experiment, input_path)
-    if runs.empty or value not in runs or "config.epochs" not in runs:
-        return pd.DataFrame()
-    runs = runs.dropna(subset=[value, "config.epochs"])
-    if runs.empty:
-        return pd.DataFrame()
-    table = runs.pivot_table(index="config.epochs", columns="device_label", values=value, aggfunc="median")
-    table = table[order_devices(table.columns)]
-    table.index = table.index.astype(int)
-    table.index.name = "epochs"
-    table.columns.name = "device"
-    return table
-
 
 def rmse_by_device(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
     """Test RMSE (K) of the model beside persistence and climatology, one row per device column (device on
