@@ -175,7 +175,15 @@ def allreduce_table(sweeps: list[dict[str, Any]], step_s: float | None = None) -
 # --- cost: the price table and each run's cost --------------------------------------------------------------
 
 TABLE_KEYS = ("currency", "devices")  # a price table's keys
-ENTRY_KEYS = ("price_per_device_hour", "match", "example", "note")  # the keys of one entry under devices
+# the keys of one entry under devices: (is the value valid, what is)
+ENTRY_RULES = {
+    "price_per_device_hour": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                              and v >= 0, "a number >= 0 (finite: not .nan or .inf)"),
+    "match": (lambda v: isinstance(v, list) and all(isinstance(m, str) and m.strip() for m in v),
+              "a list of non-empty device or profile names in brackets, e.g. [carc-a100, A100], or [A100] for one"),
+    "example": (lambda v: isinstance(v, bool), "true or false"),
+    "note": (lambda v: v is None or isinstance(v, str), "text"),
+}
 
 
 def _short(value: Any) -> str:
@@ -183,62 +191,28 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check_entry(where: str, name: Any, entry: Any) -> None:
-    """One entry of a price table's ``devices``, or a one-line ConfigError naming the entry, field and value."""
-    from ..errors import ConfigError
-
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"price table {where}: devices key {_short(name)} must be a device or profile name (text)")
-    if not isinstance(entry, dict):
-        raise ConfigError(f"price table {where}: devices.{name}={_short(entry)} must be a mapping with "
-                          f"price_per_device_hour (and optionally match, example, note)")
-    unknown = sorted(map(str, set(entry) - set(ENTRY_KEYS)))
-    if unknown:
-        raise ConfigError(f"price table {where}: devices.{name} has unknown key(s) {unknown}; allowed: "
-                          f"{', '.join(ENTRY_KEYS)}")
-    price = entry.get("price_per_device_hour")
-    if (not isinstance(price, (int, float)) or isinstance(price, bool) or not math.isfinite(price)
-            or price < 0):
-        raise ConfigError(f"price table {where}: devices.{name}.price_per_device_hour={_short(price)} must be a "
-                          f"number >= 0 (finite: not .nan or .inf)")
-    if "match" in entry:
-        match = entry["match"]
-        if (not isinstance(match, list)
-                or not all(isinstance(m, str) and m.strip() for m in match)):
-            raise ConfigError(f"price table {where}: devices.{name}.match={_short(match)} must be a list of non-empty "
-                              "device or profile names in brackets, e.g. [carc-a100, A100], or [A100] for one")
-    if "example" in entry and not isinstance(entry["example"], bool):
-        raise ConfigError(f"price table {where}: devices.{name}.example={_short(entry['example'])} must be true "
-                          "or false")
-    if "note" in entry and not isinstance(entry["note"], (str, type(None))):
-        raise ConfigError(f"price table {where}: devices.{name}.note={_short(entry['note'])} must be text")
-
-
 def load_prices(path: str | os.PathLike | None = None) -> dict[str, Any]:
     """The price table (YAML): the shipped examples, or a user's copy at ``path``; checked on load.
 
-    The table: ``currency`` (default USD) and ``devices``, a mapping of name -> entry; an entry has
-    ``price_per_device_hour`` (a finite number >= 0) and optionally ``match`` (a list of device or profile
-    names, matched case-insensitively: ``[A100]``; a bare string is refused, since it is not a list of
-    names), ``example`` (true or false) and ``note`` (text). Anything else, or a bad value, is a one-line
-    ConfigError naming the table, the entry, the field and what is valid.
+    ``currency`` (default USD) and ``devices``, name -> entry; an entry has ``price_per_device_hour`` and
+    optionally ``match`` (names matched case-insensitively: ``[A100]``), ``example`` and ``note``
+    (``ENTRY_RULES``). Anything else, or a bad value, is a one-line ConfigError naming the table, the entry,
+    the field and what is valid.
     """
     import yaml
 
     from ..errors import ConfigError
 
+    where = "lstmnb/prices.yaml" if path is None else str(Path(path).expanduser())
     if path is None:
         text = resources.files("lstmnb").joinpath("prices.yaml").read_text(encoding="utf-8")
-        where = "lstmnb/prices.yaml"
+    elif not str(path).strip() or not Path(where).is_file():
+        raise ConfigError(f"price table {str(path)!r} is not a file; copy lstmnb/prices.yaml and pass its path")
     else:
-        p = Path(path).expanduser()
-        if not str(path).strip() or not p.is_file():
-            raise ConfigError(f"price table {str(path)!r} is not a file; copy lstmnb/prices.yaml and pass its path")
         try:
-            text = p.read_text(encoding="utf-8")
+            text = Path(where).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"price table {p} cannot be read as text ({type(exc).__name__})") from None
-        where = str(p)
+            raise ConfigError(f"price table {where} cannot be read as text ({type(exc).__name__})") from None
     try:
         prices = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
@@ -252,15 +226,25 @@ def load_prices(path: str | os.PathLike | None = None) -> dict[str, Any]:
     unknown = sorted(map(str, set(prices) - set(TABLE_KEYS)))
     if unknown:
         raise ConfigError(f"price table {where} has unknown key(s) {unknown}; allowed: {', '.join(TABLE_KEYS)}")
-    currency = prices.get("currency", "USD")
+    currency = prices.setdefault("currency", "USD")
     if not isinstance(currency, str) or not currency.strip():
         raise ConfigError(f"price table {where}: currency={_short(currency)} must be a name such as USD or EUR")
     devices = prices.get("devices")
     if not isinstance(devices, dict) or not devices:
         raise ConfigError(f"price table {where} needs a 'devices' mapping of name -> price_per_device_hour")
     for name, entry in devices.items():
-        _check_entry(where, name, entry)
-    prices.setdefault("currency", "USD")
+        at = f"price table {where}: devices.{name}"
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"price table {where}: devices key {_short(name)} must be a device or profile name (text)")
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{at}={_short(entry)} must be a mapping with price_per_device_hour (and optionally "
+                              "match, example, note)")
+        unknown = sorted(map(str, set(entry) - set(ENTRY_RULES)))
+        if unknown:
+            raise ConfigError(f"{at} has unknown key(s) {unknown}; allowed: {', '.join(ENTRY_RULES)}")
+        for key, (valid, what) in ENTRY_RULES.items():
+            if (key in entry or key == "price_per_device_hour") and not valid(entry.get(key)):
+                raise ConfigError(f"{at}.{key}={_short(entry.get(key))} must be {what}")
     return prices
 
 
