@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from .labels import device_label, get
+from .labels import device_label, get, present
 
 # --- DDP and DataParallel scaling, convergence, batch sweep, all-reduce -------------------------------------
 
@@ -65,47 +65,35 @@ def batch_sweep_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("batch size") if rows else pd.DataFrame()
 
 
-def _value(run: dict[str, Any], dotted: str) -> Any:
-    """``run``'s value at ``dotted``, whether the record is nested or flattened to dotted columns, in full or
-    in part (``records.load_records``)."""
-    parts = dotted.split(".")
-    for i in range(len(parts), 0, -1):
-        head = ".".join(parts[:i])
-        if head in run:
-            return get({"_": run[head]}, ".".join(["_", *parts[i:]]))
-    return None
-
-
 def _scaling_rows(runs: pd.DataFrame | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    if isinstance(runs, pd.DataFrame):  # load_records' rows, their missing fields NaN
-        runs = [{k: v for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))}
-                for r in runs.to_dict("records")]
+    # records or load_records' rows, flattened in full to dotted keys; a missing field (NaN) left out
+    flat = pd.json_normalize(runs.to_dict("records") if isinstance(runs, pd.DataFrame) else runs)
     rows = []
-    for r in runs:
-        experiment = str(_value(r, "experiment") or "")
-        if _value(r, "status") != "ok" or not experiment.startswith("scaling-"):
+    for r in ({k: v for k, v in row.items() if present(v)} for row in flat.to_dict("records")):
+        experiment = str(r.get("experiment") or "")
+        if r.get("status") != "ok" or not experiment.startswith("scaling-"):
             continue
-        n = int(_value(r, "world_size") or 1)
-        split = {k: _value(r, f"parallel.comm_split.{k}") for k in ("step_s", "compute_s", "comm_s", "comm_fraction")}
-        per_rank = _value(r, "scaling.per_device_batch") or _value(r, "config.batch_size")
-        threads = _value(r, "parallel.threads_per_rank")
+        n = int(r.get("world_size") or 1)
+        split = {k: r.get(f"parallel.comm_split.{k}") for k in ("step_s", "compute_s", "comm_s", "comm_fraction")}
+        per_rank = r.get("scaling.per_device_batch") or r.get("config.batch_size")
+        threads = r.get("parallel.threads_per_rank")
         share = split.get("comm_fraction")
         if share is None and split.get("comm_s") is not None and split.get("step_s"):
             share = split["comm_s"] / split["step_s"]
-        row = {"device": device_label(_value(r, "device.kind"), _value(r, "device.name")),
-               "strategy": _value(r, "config.strategy") or "ddp", "ranks": n,
-               "input path": _value(r, "config.input_path"), "per-rank batch": per_rank,
+        row = {"device": device_label(r.get("device.kind"), r.get("device.name")),
+               "strategy": r.get("config.strategy") or "ddp", "ranks": n,
+               "input path": r.get("config.input_path"), "per-rank batch": per_rank,
                "global batch": per_rank * n if per_rank else None,
                "threads": threads * n if threads else float("nan"),
-               "epoch s": float(_value(r, "timing.epoch_s_median") or "nan"),
-               "samples/s": float(_value(r, "timing.samples_per_s") or "nan"),
+               "epoch s": float(r.get("timing.epoch_s_median") or "nan"),
+               "samples/s": float(r.get("timing.samples_per_s") or "nan"),
                "step ms": 1e3 * split["step_s"] if split.get("step_s") else float("nan"),
                "compute ms": 1e3 * split["compute_s"] if split.get("compute_s") else float("nan"),
                "comm ms": 1e3 * split["comm_s"] if split.get("comm_s") is not None else float("nan"),
                "comm %": 100 * share if share is not None else float("nan"),
-               "busy cores": _value(r, "threads.busy_cores")}
+               "busy cores": r.get("threads.busy_cores")}
         # one rank does the same work in both modes: its runs are the baseline of each
-        modes = [_value(r, "scaling.mode") or experiment.removeprefix("scaling-")] if n > 1 else ["strong", "weak"]
+        modes = [r.get("scaling.mode") or experiment.removeprefix("scaling-")] if n > 1 else ["strong", "weak"]
         rows += [{"mode": m, **row} for m in modes]
     return rows
 
