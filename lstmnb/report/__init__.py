@@ -28,7 +28,7 @@ _HOMES = {
               "published_setting_definition setting_label",
     "published": "MEASURED NOTE_MARK PUBLISHED REFERENCE column_label device_notes load_published "
                  "load_reference_records machine_descriptions machines_table provenance_table published_epochs_table "
-                 "published_tables reference_files reference_note",
+                 "published_tables reference_note",
     "repeats": "REPEATS_DISAGREE RULE flag_lines median_of_repeats timing_note timing_rows unsure_why",
     "compare": "MEDIAN_RULE OVER_STUDY_CPU TIED_WITHIN PublishedComparison comparison_epochs comparison_rows "
                "published_comparison",

@@ -272,12 +272,6 @@ def provenance_table(records: pd.DataFrame | None = None, reference: pd.DataFram
 
 # --- the reference records shipped with the package ------------------------------------------------
 
-def reference_files() -> list[str]:
-    """Names of the reference record files shipped in ``lstmnb/reference_records/``."""
-    folder = resources.files("lstmnb").joinpath(REFERENCE_PACKAGE)
-    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".jsonl"))
-
-
 def load_reference_records() -> pd.DataFrame:
     """The reference run records shipped with lstmnb (measured by lstmnb on an NVIDIA H100; see the
     README beside them), as ``records.load_records`` gives a user's own: keep them apart from those and
