@@ -128,36 +128,21 @@ def published_setting_definition(published: Mapping[str, Any] | None = None) -> 
             "study's code is listed in each record's `config.preset_source`).")
 
 
+# how each knob is named where it differs from the published setting, in the order a label lists them
+SETTING_WORDS = {"batch_size": lambda v: f"batch {int(v)}", "lr": lambda v: f"lr {v:g}", "residual": lambda v: "residual",
+                 "lr_schedule": lambda v: f"{v} lr", "amp": lambda v: f"AMP {v}", "compile": lambda v: "torch.compile",
+                 "cuda_graph": lambda v: "CUDA graph", "threads": lambda v: f"{int(v)} threads",
+                 "calendar": lambda v: "calendar inputs", "cycles": lambda v: "cycles input",
+                 "point_weights": lambda v: f"{v} point weights", "blend": lambda v: f"{v} blend"}
+
+
 def setting_label(config: Mapping[str, Any]) -> str:
-    """A run's speed settings as they differ from the published ones, then its input path:
-    'published setting · DataLoader', 'batch 256, lr 0.004, residual, AMP auto · fast input'. The DataLoader
-    path's own knobs count where true, ``pin_memory`` and ``persistent_workers`` ('published setting · DataLoader (pinned memory, workers kept)')."""
+    """A run's speed settings as they differ from the published ones (``SETTING_WORDS``), then its input path
+    with the DataLoader's own knobs where set: 'published setting · DataLoader (pinned memory, workers kept)',
+    'batch 256, lr 0.004, residual, AMP auto · fast input'."""
     config = {k: v for k, v in config.items() if present(v)}  # missing knobs take the published value
     c = {**PUBLISHED_SETTING, **config}
-    diffs = []
-    if c["batch_size"] != PUBLISHED_SETTING["batch_size"]:
-        diffs.append(f"batch {int(c['batch_size'])}")
-    if c["lr"] != PUBLISHED_SETTING["lr"]:
-        diffs.append(f"lr {c['lr']:g}")
-    if c["residual"]:
-        diffs.append("residual")
-    if c["lr_schedule"] != "constant":
-        diffs.append(f"{c['lr_schedule']} lr")
-    if c["amp"] not in ("off", None):
-        diffs.append(f"AMP {c['amp']}")
-    if c["compile"]:
-        diffs.append("torch.compile")
-    if c["cuda_graph"]:
-        diffs.append("CUDA graph")
-    if present(c.get("threads")):
-        diffs.append(f"{int(c['threads'])} threads")
-    for knob, word in (("calendar", "calendar inputs"), ("cycles", "cycles input")):
-        if c[knob]:
-            diffs.append(word)
-    if c["point_weights"] != "none":
-        diffs.append(f"{c['point_weights']} point weights")
-    if c["blend"] != "off":
-        diffs.append(f"{c['blend']} blend")
+    diffs = [word(c[k]) for k, word in SETTING_WORDS.items() if c[k] != PUBLISHED_SETTING[k]]
     optimiser = ("batch_size", "lr", "residual", "lr_schedule", "calendar", "cycles", "point_weights", "blend")
     if all(c[k] == PUBLISHED_SETTING[k] for k in optimiser):
         diffs.insert(0, "published setting")  # the same optimisation, only run differently
