@@ -1,8 +1,7 @@
-"""The comparison across machines, under the one median rule of ``repeats``: every finished single-device
-training run of every source (the user's records, lstmnb's reference records, the published table) as one row per
-device column x setting x problem x epochs (``comparison_rows``, ``MEDIAN_RULE``); and the study's own published
-comparison (``published_comparison``: ranked per epochs count, each GPU over the study's one CPU run, its flagged
-devices named and left out). A GPU over its own machine's CPU is the ladder's (``ladder``).
+"""The comparison across machines under ``repeats``' rule: every source's finished single-device training runs
+(the user's, lstmnb's reference records, the published table) as one row per device column x setting x problem x
+epochs (``comparison_rows``); and the study's own comparison (``published_comparison``). A GPU over its own
+machine's CPU is the ladder's.
 """
 
 from __future__ import annotations
@@ -68,9 +67,8 @@ def _places(row: pd.Series) -> tuple | None:
 
 
 def _loader_knobs(row: pd.Series) -> dict[str, bool]:
-    """What the run's DataLoader was asked for beyond the study's (torch's defaults): pinned memory (which the
-    trainer applies on CUDA only; asked for, it names the setting on either device, so a CPU run and a GPU run
-    of one configuration pair up) and workers kept between epochs (records written before that knob kept them)."""
+    """The run's DataLoader knobs beyond the study's (torch's defaults): pinned memory (as asked for, on either
+    device, so a CPU and a GPU run of one configuration pair up) and workers kept (older records kept them)."""
     workers, pinned, kept = (row.get(f"config.{k}") for k in ("num_workers", "pin_memory", "persistent_workers"))
     has_workers = (workers if present(workers) else PUBLISHED_WORKERS) > 0  # missing: as setting_label reads it
     return {"pin_memory": present(pinned) and bool(pinned),
@@ -78,9 +76,8 @@ def _loader_knobs(row: pd.Series) -> dict[str, bool]:
 
 
 def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFrame:
-    """The runs of one source that enter the comparison, one row each: finished single-device training
-    runs outside the batch sweep, speed and parallel experiments; not stopped early (their seconds are not
-    the epochs asked for)."""
+    """The runs of one source that enter the comparison, one row each: finished single-device training runs
+    outside the experiments with tables of their own, not stopped early (their seconds are not the epochs asked)."""
     if df is None or df.empty or "timing.train_s" not in df or "config.epochs" not in df:
         return pd.DataFrame()
     exp = column(df, "experiment").fillna("").astype(str)
@@ -125,10 +122,9 @@ ROW_COLUMNS = ROW_KEYS + ROW_VALUES + ["device", "machine", "like_for_like", *KN
 
 def comparison_rows(records: pd.DataFrame | None = None, reference: pd.DataFrame | None = None,
                     published: dict[str, Any] | None = None) -> pd.DataFrame:
-    """One row per (source, device column, setting, problem, epochs): median training seconds and
-    samples/s over the runs, their count, median test RMSE beside the baselines, and ``rough``: why the
-    seconds are a rough figure (``unsure_why``: 03's rule), '' when not. ``records`` are the
-    user's, ``reference`` lstmnb's reference records, ``published`` the published figures (or None)."""
+    """One row per (source, device column, setting, problem, epochs) of the user's ``records``, lstmnb's
+    ``reference`` records and the ``published`` figures (each or None): median seconds, samples/s and test RMSE
+    beside the baselines, the runs' count and ``rough`` (``unsure_why``, '' when not rough)."""
     parts = []
     for df, source in ((records, MEASURED), (reference, REFERENCE)):
         runs = compared_runs(df, source)
@@ -190,9 +186,8 @@ OVER_STUDY_CPU = "x the study's one CPU run"  # what a published GPU's ratio div
 
 @dataclass
 class PublishedComparison:
-    """The study's own comparison: ``table`` (one row per epochs count and device: its rank, or why it is left
-    out), ``markdown`` (the ranking in words, the headline epochs count first, then the flagged devices' notes)
-    and ``epochs``, the headline count (the longest one both the study and the records have)."""
+    """The study's own comparison: ``table`` (per epochs count and device, its rank or why it is left out),
+    ``markdown`` (the ranking in words, then the flagged devices' notes) and ``epochs``, the headline count."""
 
     markdown: str
     table: pd.DataFrame

@@ -1,10 +1,7 @@
-"""Where every figure comes from: the published figures (package data), always labelled as published, the notes
-that go wherever a device's published figures are shown; and the provenance of every device column (machine, told apart beyond host names, dates, lstmnb commit, torch and CUDA,
-and its source: measured in the records, lstmnb's shipped reference records, or published), in a table and in
-the findings' first line (``found``: each source's records, machines and device columns, skipped ones as skipped).
-
-The reference records are real runs measured by lstmnb on an H100, shipped with the package and loaded apart
-from a user's results, so they are shown beside them and never mixed into them.
+"""Where every figure comes from: the published figures (package data, always labelled so) and the notes shown
+with a device's figures; the provenance of every device column (machine, told apart beyond host names, dates,
+lstmnb commit, torch, CUDA, source), in a table and in the findings' first line (``found``); and lstmnb's
+reference records (real H100 runs, shipped, shown beside a user's records, never mixed into them).
 """
 
 from __future__ import annotations
@@ -213,9 +210,8 @@ def found(records: pd.DataFrame | None, reference: pd.DataFrame | None, publishe
 
 
 def machines_table(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
-    """One row per device column (device on a machine) of a records DataFrame: the machine, device
-    name, CPU, the dates, lstmnb commit(s), torch and CUDA versions, and how many records are ok,
-    skipped or other (oom, failed, diverged). What ``lstmnb results --by machine`` prints."""
+    """One row per device column of a records DataFrame (``lstmnb results --by machine``): machine, device
+    name, CPU, dates, lstmnb commit(s), torch, CUDA, and how many records are ok, skipped or other."""
     if df.empty:
         return pd.DataFrame()
     runs = with_columns(df, source)
@@ -242,9 +238,8 @@ def machines_table(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
 
 def provenance_table(records: pd.DataFrame | None = None, reference: pd.DataFrame | None = None,
                      published: dict[str, Any] | None = None) -> pd.DataFrame:
-    """The provenance of every device column the report shows, as columns (the same labels as the
-    charts' and tables'): source, machine, dates, lstmnb commit, torch, CUDA. ``published`` is the
-    published figures (``load_published()``), or None to leave them out."""
+    """Every device column shown (labelled as the charts are) against its source, machine, dates, lstmnb
+    commit, torch and CUDA; ``published`` (``load_published()``) or None to leave those out."""
     parts = []
     for df, source in ((records, MEASURED), (reference, REFERENCE)):
         if df is not None and not df.empty:
@@ -273,9 +268,8 @@ def provenance_table(records: pd.DataFrame | None = None, reference: pd.DataFram
 # --- the reference records shipped with the package ------------------------------------------------
 
 def load_reference_records() -> pd.DataFrame:
-    """The reference run records shipped with lstmnb (measured by lstmnb on an NVIDIA H100; see the
-    README beside them), as ``records.load_records`` gives a user's own: keep them apart from those and
-    pass them to the report as ``reference``."""
+    """The reference records shipped with lstmnb (an NVIDIA H100; the README beside them), as
+    ``records.load_records`` gives a user's own: pass them to the report apart, as ``reference``."""
     from ..records import load_records
 
     folder = resources.files("lstmnb").joinpath(REFERENCE_PACKAGE)
