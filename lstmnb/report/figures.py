@@ -1,6 +1,5 @@
-"""The report's figures, in one home: the first screen's ladder (each rung's seconds on a machine's CPU and GPU
-side by side), loss curves, convergence and cost. Each draws data its caller made and
-labelled (``ladder``, ``tables``, ``scaling``) and returns a matplotlib Figure.
+"""The report's figures, in one home: the first screen's ladder, loss curves, convergence and cost, each drawn
+from data its caller made and labelled (``ladder``, ``tables``, ``scaling``), each a matplotlib Figure.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""How the report names things and writes figures, in one place: device labels (CPU, T4, ..., H100) and the
-selection of finished single-device runs; the published setting and problem, defined once, and how a run's
-setting and problem are named by how they differ from them ('published setting · DataLoader', 'batch 256,
-lr 0.004 · fast input'; 'published problem', 'window 12, hidden 8'); and how every sentence, table and chart
-label writes a figure (three significant figures for a measurement, a published figure as given: 146.41 s
-stays 146.41 s; whole seconds from 1000 s on).
-
-The published figures come from one study (``published_figures.yaml``, ``era5_lstm_gpu_benchmark``);
-``published_setting_definition`` says what it was, in the words every "published setting" links to.
+"""How the report names things and writes figures, in one place: device labels and finished single-device runs;
+the published setting and problem, defined once (``published_setting_definition``, where every "published
+setting" links), and a run's named by how it differs from them ('batch 256, lr 0.004 · fast input'; 'window 12');
+and how every sentence, table and chart writes a figure (three significant figures; a published one as given).
 """
 
 from __future__ import annotations
@@ -40,10 +35,8 @@ def get(record: dict[str, Any], dotted: str, default: Any = None) -> Any:
 
 
 def device_label(kind: str | None, name: str | None) -> str:
-    """Short column label of a device: 'CPU', 'T4', 'P100', 'V100', 'A40', 'A100'; unknown GPUs keep their name.
-
-    ``kind`` and ``name`` are a record's ``device.kind`` and ``device.name`` (e.g. 'cuda', 'Tesla T4').
-    """
+    """Short label of a record's ``device.kind`` and ``device.name`` ('cuda', 'Tesla T4' -> 'T4'); 'CPU';
+    unknown GPUs keep their name."""
     kind = (kind or "").lower()
     if kind == "cpu":
         return "CPU"

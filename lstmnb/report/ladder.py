@@ -1,8 +1,6 @@
-"""The ladder's data, from its records (``lstmnb/rungs.py``): per machine and device each rung's median seconds
-(``ladder_rows``, ``ladder_table``), the bars of the first screen's figure (``panels``: each labelled with x that
-machine's CPU at rung 0, a rung not measured an empty slot saying why), and the replication (``replication``:
-epochs 1-5 of rung 0 beside the study's printed loss and its notebook re-run here). The first screen's
-sentences are ``words``'; its figure ``figures.plot_ladder``.
+"""The ladder's data (rungs: ``lstmnb/rungs.py``): each rung's median seconds per machine and device
+(``ladder_rows``, ``ladder_table``), the first screen's bars (``panels``, each x that machine's CPU at rung 0, an
+unmeasured rung an empty slot saying why), and the ``replication`` (epochs 1-5 of rung 0 beside the study's loss).
 """
 
 from __future__ import annotations
@@ -150,9 +148,8 @@ class Replication:
 
 
 def replication(df: pd.DataFrame | None, published: dict | None = None, reruns: dict | None = None) -> Replication:
-    """Does lstmnb reproduce the study? The training loss of epochs 1-5 of the study's code (rung 0) beside the
-    study's printed loss and its own notebook re-run, a verdict per epoch; rung 0's seconds on this CPU beside
-    the study's CPU column; the GPU columns measured or not."""
+    """Does lstmnb reproduce the study? Rung 0's training loss of epochs 1-5 beside the study's printed one and
+    its notebook re-run, a verdict per epoch; rung 0's seconds beside the study's CPU and GPU columns."""
     from .published import load_published
 
     published = published if published is not None else load_published()

@@ -99,13 +99,11 @@ def _scaling_rows(runs: pd.DataFrame | list[dict[str, Any]]) -> list[dict[str, A
 
 
 def scaling_table(runs: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFrame:
-    """Strong and weak scaling (DDP or DataParallel) of the ``scaling-*`` runs (records, or the DataFrame of
-    ``load_records``) under the one timing rule (``repeats.median_of_repeats``): per (mode, ranks), with the
-    device, strategy, input path, batches and threads, the medians of epoch time, samples/s and the measured
-    step / compute / communication split (``comm %``: the median of each run's comm / step; none on one rank),
-    flags, and speedup and efficiency (as ``SCALING_DEFINITIONS``) only over a one-rank run of the same
-    device, strategy and batch (the global one for strong scaling, the per-rank one for weak) that can carry
-    one; ``note`` says why not where it cannot, or that it is rough."""
+    """Strong and weak scaling (DDP or DataParallel) of the ``scaling-*`` runs (records or ``load_records``'s
+    DataFrame) under ``repeats.median_of_repeats``, per (mode, ranks): epoch time, samples/s, the step /
+    compute / comm split (``comm %``: median of each run's comm / step; none on one rank), flags; speedup and
+    efficiency (``SCALING_DEFINITIONS``) only over a sound one-rank run of the same device, strategy and batch
+    (global for strong, per-rank for weak), else ``note`` says why (or that it is rough)."""
     from .repeats import median_of_repeats, speedup_note
 
     rows = _scaling_rows(runs)
@@ -138,10 +136,9 @@ def scaling_table(runs: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def allreduce_table(sweeps: list[dict[str, Any]], step_s: float | None = None) -> pd.DataFrame:
-    """All-reduce time and bandwidth per message size (GB/s = 1e9 bytes/s; busbw = algbw x 2(n-1)/n) from
-    one or more sweeps (each ``experiments.allreduce``'s output, ``busy_cores`` added by a caller that knows
-    it) under the one timing rule (``repeats.median_of_repeats``): medians, flags, and the row at the model's
-    gradient size marked (with its share of a training step of ``step_s`` seconds, when given)."""
+    """All-reduce time and bandwidth per message size (GB/s = 1e9 bytes/s; busbw = algbw x 2(n-1)/n) of
+    ``experiments.allreduce`` sweeps (``busy_cores`` added by a caller that knows it) under
+    ``repeats.median_of_repeats``, the model's gradient size marked (its share of a ``step_s`` step if given)."""
     from .repeats import median_of_repeats
 
     rows, grad = [], None
@@ -180,13 +177,9 @@ def _short(value: Any) -> str:
 
 
 def load_prices(path: str | os.PathLike | None = None) -> dict[str, Any]:
-    """The price table (YAML): the shipped examples, or a user's copy at ``path``; checked on load.
-
-    ``currency`` (default USD) and ``devices``, name -> entry; an entry has ``price_per_device_hour`` and
-    optionally ``match`` (names matched case-insensitively: ``[A100]``), ``example`` and ``note``
-    (``ENTRY_RULES``). Anything else, or a bad value, is a one-line ConfigError naming the table, the entry,
-    the field and what is valid.
-    """
+    """The price table (YAML: the shipped examples, or a user's copy at ``path``), checked: ``currency``
+    (default USD) and ``devices``, name -> entry (``ENTRY_RULES``; ``match`` names are case-insensitive).
+    Anything else is a one-line ConfigError naming the table, entry, field and what is valid."""
     import yaml
 
     from ..errors import ConfigError
@@ -258,11 +251,8 @@ def price_for(record: dict[str, Any], prices: dict[str, Any]) -> tuple[str | Non
 
 
 def cost_table(records: list[dict[str, Any]], prices: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Cost per run: devices x wall hours x price per device-hour, with the price's source marked.
-
-    Devices are the run's ``world_size`` (DDP ranks, DataParallel GPUs), else 1. Runs without timing
-    (skipped, oom) are left out; a device with no price shows an empty cost and says so.
-    """
+    """Cost per timed run: devices (``world_size``, else 1) x wall hours x price per device-hour, the price's
+    source marked; a device with no price shows an empty cost and says so."""
     prices = prices or load_prices()
     cur = prices.get("currency", "USD")
     rows = []

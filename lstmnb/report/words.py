@@ -1,9 +1,6 @@
-"""The report's sentences, in one home, each written from records and the tables made from them, never fixed text:
-the first screen's (``first_screen``: at most three sentences whose first ratio is made of one machine's runs,
-the study's ratios last, as its claim), the findings under it (``findings``: what was found, ``published.found``;
-what is missing with the command that fills it; the table, ``tables.summary_table``), each notebook's closing
-"What this showed" with a pointer to the next, and the glossary (``glossary.yaml``; 06 ends with it, README
-carries the same text, a test holds the two together).
+"""The report's sentences, in one home, each written from records, never fixed text: the first screen's
+(``first_screen``), the findings under it (``findings``: what was found, what is missing and the command that
+fills it), each notebook's closing "What this showed", and the glossary (``glossary.yaml``, README's too).
 """
 
 from __future__ import annotations
@@ -122,10 +119,9 @@ def study_sentence(published: dict | None, own: list[pd.DataFrame]) -> str | Non
 
 def first_screen(df: pd.DataFrame | None, reference: pd.DataFrame | None = None,
                  published: dict | None = None) -> Screen:
-    """The figure and at most three sentences that open 06 and the site: per machine measured (the reader's own
-    records first, the ``reference`` records labelled as another machine's), each rung's seconds on its CPU and
-    GPU; the first ratio made of one machine's runs, what limits a small LSTM, and the study's ratios last, as
-    its claim."""
+    """The figure and at most three sentences that open 06 and the site: each machine's rungs on its CPU and
+    GPU (the reader's first, ``reference`` labelled as another machine's); the first ratio of one machine's
+    runs, what limits a small LSTM, the study's ratios last, as its claim."""
     published = published if published is not None else load_published()
     own, ref = ladder_rows(df, "measured here"), ladder_rows(reference, "reference records, another machine")
     mine = machines(own)
@@ -171,10 +167,9 @@ def _missing(records: pd.DataFrame | None, reference: pd.DataFrame | None, rows:
 
 def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = None,
              reference: pd.DataFrame | None = None) -> tuple[str, pd.DataFrame]:
-    """The findings under the first screen, (Markdown bullets, ``tables.summary_table``), from the user's
-    ``records``, the published figures (or None) and lstmnb's ``reference`` records (or None): the devices and
-    machines found (skipped ones as skipped), what is missing with the command that fills it, and the notes
-    of the published devices shown (the T4's)."""
+    """(Markdown bullets, ``tables.summary_table``) from the user's ``records``, the ``published`` figures and
+    lstmnb's ``reference`` records (each or None): what was found (skipped devices as skipped), what is missing
+    with the command that fills it, the notes of the published devices shown."""
     rows = comparison_rows(records, reference, published)
     lines = [found(records, reference, published)]
     problem = main_problem(rows)
