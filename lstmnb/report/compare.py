@@ -50,14 +50,6 @@ MEDIAN_RULE = ("Every time, samples/s and RMSE shown for a device is the median 
                f"{REPEATS_DISAGREE:.0%} or ran beside busy processes is a rough figure, as in 03's run table.")
 
 
-def _points(row: pd.Series) -> int | None:
-    for name in ("data.cells", "data.points"):
-        value = row.get(name)
-        if isinstance(value, list):
-            return len(value)
-    return None
-
-
 def _places(row: pd.Series) -> tuple | None:
     """The run's points as sorted (latitude, longitude east) pairs; None for a box or a record without them."""
     value = row.get("data.points")
@@ -94,7 +86,8 @@ def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFra
         config.update(_loader_knobs(r))
         if present(r.get("cuda_graph.used")):  # what the run did, where the record says (graphs are the default)
             config["cuda_graph"] = bool(r.get("cuda_graph.used"))
-        problem = {"points": _points(r), "places": _places(r),
+        points = next((len(v) for v in (r.get("data.cells"), r.get("data.points")) if isinstance(v, list)), None)
+        problem = {"points": points, "places": _places(r),
                    "start": r.get("data.start"), "end": r.get("data.end"),
                    **{k: r.get(f"config.{k}") for k in ("window", "hidden", "layers", "cell", "lead_hours", "horizon")},
                    **record_problem_data({"kind": r.get("data.kind"), "source": r.get("data.source")},

@@ -53,12 +53,8 @@ def ladder_table(rows: pd.DataFrame) -> pd.DataFrame:
     (else at its slowest CPU rung), test RMSE; a rung that did not run, with its status."""
     if rows.empty:
         return pd.DataFrame()
-    out = []
-    for _, m in rows.groupby("machine", sort=False):
-        base = cpu_base(m)
-        t = m.assign(x=(base[1] / m.seconds) if base else np.nan)
-        out.append(t)
-    t = pd.concat(out)
+    t = pd.concat([m.assign(x=base[1] / m.seconds if (base := cpu_base(m)) else np.nan)
+                   for _, m in rows.groupby("machine", sort=False)])
     t["runs"] = t["runs"].astype("Int64")
     x = "x this machine's CPU at rung 0 (else its lowest CPU rung)"
     return (t.rename(columns={"x": x, "rmse": "test RMSE K", "name": "rung name"})

@@ -99,9 +99,7 @@ def timing_note(table: pd.DataFrame) -> str:
             "every setting once before any twice, so a busy minute does not fall on one row). "
             f"{MARK} marks a row whose repeats differ by more than {REPEATS_DISAGREE:.0%} or that ran while other "
             "processes kept cores busy (its records' `threads` section): read it as a rough figure")
-    if not marked:
-        return rule + "; no row is marked."
-    return rule + f"; {marked} of {len(table)} row(s) marked."
+    return rule + (f"; {marked} of {len(table)} row(s) marked." if marked else "; no row is marked.")
 
 # --- 04/05: medians of alternated repeats, their flags, speedups only over a sound baseline -----------------
 

@@ -10,6 +10,7 @@ from importlib import resources
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from . import labels as num
 from .compare import TIED_WITHIN, comparison_epochs, comparison_rows, main_problem
@@ -180,22 +181,14 @@ def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = No
     shown = set(rows.loc[rows["source"] == PUBLISHED, "device"]) if not rows.empty else set()
     notes = device_notes(published, shown) if published is not None and shown else {}
     lines += [f"*{note}*" for note in notes.values()]
-    paragraph = "\n".join(f"- {line}" for line in lines if line)
-    table = summary_table(rows, problem, epochs, notes)
-    return paragraph, table
+    return "\n".join(f"- {line}" for line in lines if line), summary_table(rows, problem, epochs, notes)
 
 # --- the glossary -------------------------------------------------------------------------------------------
 
-def _glossary() -> dict[str, str]:
-    """The glossary, text shipped as package data (``glossary.yaml``), its thresholds the rules' own."""
-    import yaml
-
-    text = resources.files("lstmnb").joinpath("glossary.yaml").read_text(encoding="utf-8")
-    rule = {"repeats_disagree": REPEATS_DISAGREE, "tied_within": TIED_WITHIN}
-    return {term: words.format(**rule) for term, words in yaml.safe_load(text).items()}
-
-
-GLOSSARY: dict[str, str] = _glossary()
+# the glossary's text is package data (``glossary.yaml``), its thresholds the rules' own
+GLOSSARY: dict[str, str] = {
+    term: words.format(repeats_disagree=REPEATS_DISAGREE, tied_within=TIED_WITHIN) for term, words in
+    yaml.safe_load(resources.files("lstmnb").joinpath("glossary.yaml").read_text(encoding="utf-8")).items()}
 
 
 def glossary_markdown() -> str:
@@ -215,8 +208,7 @@ NEXT = {
 
 
 def _heading(lines: list[str], nb: str) -> str:
-    body = "\n".join(f"- {line}" for line in lines if line)
-    return f"## What this showed\n{body}\n\n{NEXT[nb]}"
+    return "## What this showed\n" + "\n".join(f"- {line}" for line in lines if line) + f"\n\n{NEXT[nb]}"
 
 
 def _k(value: float) -> str:
@@ -227,21 +219,18 @@ def model_conclusion(record: dict[str, Any], skill: pd.DataFrame | None = None) 
     """02: the model's size, how its training ended, its test error against both baselines, and (with the
     skill table) at which leads it beats persistence at every point."""
     m, cfg, model = record.get("metrics") or {}, record.get("config") or {}, record.get("model") or {}
-    lines = []
     params = model.get("parameters")
-    lines.append(f"The forecaster is a {cfg.get('layers', 1)}-layer {str(cfg.get('cell', 'lstm')).upper()} with "
-                 f"{cfg.get('hidden')} hidden units" + (f" ({params:,} parameters)" if params else "")
-                 + f", fed {cfg.get('window')} h windows.")
+    lines = [f"The forecaster is a {cfg.get('layers', 1)}-layer {str(cfg.get('cell', 'lstm')).upper()} with "
+             f"{cfg.get('hidden')} hidden units" + (f" ({params:,} parameters)" if params else "")
+             + f", fed {cfg.get('window')} h windows."]
     if record.get("status") == "ok" and m.get("test_rmse_k") is not None:
         ran = m.get("epochs_run")
         timing = record.get("timing") or {}
         train_s, eval_s = timing.get("train_s"), timing.get("eval_s")
         how = ("stopped early: validation stopped improving" if m.get("stopped_early")
                else "the cap" if ran == cfg.get("epochs") else None)
-        spent = ""
-        if train_s:
-            spent = f" in {train_s:.1f} s of training steps" + (f" ({train_s + eval_s:.1f} s with the validation passes)"
-                                                                 if eval_s else "")
+        spent = (f" in {train_s:.1f} s of training steps" + (f" ({train_s + eval_s:.1f} s with the validation "
+                                                              "passes)" if eval_s else "")) if train_s else ""
         lines.append(f"Training ran {ran} of at most {cfg.get('epochs')} epochs{spent}" + (f" ({how})" if how else "") + ".")
         rmse, pers, clim = m["test_rmse_k"], m.get("persistence_rmse_k"), m.get("climatology_rmse_k")
         verdict = ("beats" if pers is not None and rmse < pers else "does not beat")
@@ -332,13 +321,11 @@ def analysis_conclusion(screen, comparison, records: pd.DataFrame | None) -> str
 def scratch_conclusion(table: pd.DataFrame) -> str:
     """07: the fastest version that ran, how far each step of parallelism took it, what was skipped."""
     ok = table[table["status"] == "ok"] if "status" in table else table
-    lines = []
     if ok.empty:
         return _heading(["No version finished."], "07")
     best = ok["run_s"].idxmin()
-    lines.append(f"Fastest here: `{best}`, {num.seconds(ok.loc[best, 'run_s'])}"
-                 + (f", {ok.loc[best, 'speedup_vs_loops']:.0f}x the Python loops" if "speedup_vs_loops" in ok else "")
-                 + ".")
+    lines = [f"Fastest here: `{best}`, {num.seconds(ok.loc[best, 'run_s'])}"
+             + (f", {ok.loc[best, 'speedup_vs_loops']:.0f}x the Python loops" if "speedup_vs_loops" in ok else "") + "."]
     if "numpy" in ok.index and "loops" in ok.index:
         gain = ok.loc["loops", "run_s"] / ok.loc["numpy", "run_s"]
         runs = ok.loc["numpy", "run_s_repeats"] if "run_s_repeats" in ok else None
