@@ -21,8 +21,6 @@ PUBLISHED = "published"
 MEASURED = "measured here"
 REFERENCE = "reference"  # the run records shipped with lstmnb (lstmnb.report.load_reference_records)
 SOURCES = (MEASURED, REFERENCE, PUBLISHED)
-# how a sentence or a chart's group header names each source
-SOURCE_WORDS = {MEASURED: "measured here", REFERENCE: "reference records", PUBLISHED: "published"}
 
 
 def load_published() -> dict[str, Any]:
@@ -46,16 +44,12 @@ def published_epochs_table(published: dict[str, Any] | None = None) -> pd.DataFr
 def device_notes(published: dict[str, Any] | None = None, devices=None) -> dict[str, str]:
     """The notes a reader must see beside a published device's figures (the T4's), keyed by device,
     each a sentence that names the device and its published seconds; only ``devices`` when given."""
-    pub = (published or load_published())["era5_lstm_gpu_benchmark"]
-    notes = ((pub.get("provenance") or {}).get("notes")) or {}
-    table = published_epochs_table(published or {"era5_lstm_gpu_benchmark": pub})
-    out = {}
-    for device, note in notes.items():
-        if device not in table or (devices is not None and device not in set(devices)):
-            continue
-        seconds = ", ".join(f"{s:g} s for {e}" for e, s in table[device].dropna().items())
-        out[device] = f"{NOTE_MARK} {device} ({PUBLISHED}: {seconds} epochs): {note}."
-    return out
+    published = published or load_published()
+    notes = ((published["era5_lstm_gpu_benchmark"].get("provenance") or {}).get("notes")) or {}
+    table = published_epochs_table(published)
+    return {device: f"{NOTE_MARK} {device} ({PUBLISHED}: "
+                    + ", ".join(f"{s:g} s for {e}" for e, s in table[device].dropna().items()) + f" epochs): {note}."
+            for device, note in notes.items() if device in table and (devices is None or device in set(devices))}
 
 
 NOTE_MARK = "†"  # put after a device's name wherever a note of ``device_notes`` applies to its figures
@@ -158,9 +152,7 @@ def joined(values: pd.Series, short: int | None = None) -> str | None:
 
 def _dates(started: pd.Series) -> str | None:
     days = sorted({str(s)[:10] for s in started.dropna()})
-    if not days:
-        return None
-    return days[0] if len(days) == 1 else f"{days[0]}..{days[-1]}"
+    return (days[0] if len(days) == 1 else f"{days[0]}..{days[-1]}") if days else None
 
 
 def _found_in(df: pd.DataFrame, source: str) -> str:
@@ -246,7 +238,7 @@ def provenance_table(records: pd.DataFrame | None = None, reference: pd.DataFram
             part = machines_table(df, source)
             # a column whose every record was skipped measured nothing: its source cell says so
             none = part["ok"].astype(int).eq(0) & part["skipped"].astype(int).eq(part["records"].astype(int))
-            part.loc[none, "source"] = f"{SOURCE_WORDS[source]}: all skipped, nothing measured"
+            part.loc[none, "source"] = f"{'reference records' if source == REFERENCE else source}: all skipped, nothing measured"
             parts.append(part)
     if published is not None:  # each published column as the source states it
         bench = published["era5_lstm_gpu_benchmark"]
