@@ -115,7 +115,7 @@ def format_table(df: pd.DataFrame, floatfmt: str = "{:,.3f}") -> str:
                         formatters={c: loss for c in df.columns if "loss" in str(c)})
 
 
-# --- the published experiment's table: epochs x devices ------------------------------------------
+# --- per device column: accuracy, loss curves, status, the published epochs x devices form, the findings ---
 
 def rmse_by_device(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
     """Test RMSE (K) of the model beside persistence and climatology per device column, problem, setting and
@@ -186,9 +186,8 @@ def epochs_tables(rows: pd.DataFrame, notes: dict[str, str] | None = None) -> li
         label = {c: c + (NOTE_MARK if s == PUBLISHED and d in noted else "")
                  for c, s, d in zip(g["column"], g["source"], g["device"])}
         table = g.pivot_table(index="epochs", columns="column", values="seconds", aggfunc="first", sort=False)
-        rank = {d: i for i, d in enumerate(order_devices(g["device"]))}
-        order = g.drop_duplicates("column").sort_values(
-            "device", key=lambda d: d.map(rank)).sort_values("source", key=lambda s: s.map(SOURCES.index), kind="stable")
+        # the rows come in the published device order: the measured columns first, then reference, published
+        order = g.drop_duplicates("column").sort_values("source", key=lambda s: s.map(SOURCES.index), kind="stable")
         table = table[list(order["column"])].rename(columns=label).sort_index()
         table = table.map(lambda v: "—" if v != v else num.figure(v))  # as the charts and sentences write seconds
         table.index.name, table.columns.name = "epochs", None
