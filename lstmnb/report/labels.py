@@ -216,19 +216,6 @@ def seconds(value: float) -> str:
     return f"{figure(value)} s"
 
 
-def ratio(value: float) -> str:
-    """A derived ratio, three significant figures: '1.17x', '14.6x'."""
-    return f"{float(value):.3g}x"
-
-
-def rate(value: float) -> str:
-    """Samples per second, short: '25.4k', '1.81M', '950'."""
-    for div, unit in ((1e6, "M"), (1e3, "k")):
-        if value >= div:
-            return f"{value / div:.3g}{unit}"
-    return f"{value:.3g}"
-
-
 def count(n: int, noun: str) -> str:
     """'1 epoch', '5 epochs', '2 machines'."""
     return f"{int(n)} {noun}{'' if int(n) == 1 else 's'}"
