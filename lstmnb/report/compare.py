@@ -21,7 +21,6 @@ from .labels import (
     order_devices,
     present,
     problem_label,
-    record_problem_data,
     setting_label,
 )
 from .published import (
@@ -50,12 +49,24 @@ MEDIAN_RULE = ("Every time, samples/s and RMSE shown for a device is the median 
                f"{REPEATS_DISAGREE:.0%} or ran beside busy processes is a rough figure, as in 03's run table.")
 
 
-def _places(row: pd.Series) -> tuple | None:
-    """The run's points as sorted (latitude, longitude east) pairs; None for a box or a record without them."""
-    value = row.get("data.points")
-    if not isinstance(value, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
-        return None
-    return tuple(sorted((round(float(lat), 4), round(float(lon) % 360, 4)) for lat, lon in value))
+def _problem(r: pd.Series) -> dict[str, Any]:
+    """A run's problem as ``problem_label`` reads it: its points (how many; where, as sorted (latitude, longitude
+    east) pairs), dates, model and lead, data kind (``data.kind``, else from its source) and split (the test start
+    of equal split dates, else how it split)."""
+    pts, kind, source = r.get("data.points"), r.get("data.kind"), r.get("data.source")
+    pairs = isinstance(pts, list) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pts)
+    dates, fractions = r.get("config.split_dates"), r.get("config.fractions")
+    if isinstance(dates, (list, tuple)) and len(dates) == 2:
+        split = str(dates[1])[:10] if str(dates[0])[:10] == str(dates[1])[:10] else f"split at {dates[0]}, {dates[1]}"
+    elif isinstance(fractions, (list, tuple)) and len(fractions) == 3:
+        split = "split " + "/".join(f"{round(100 * float(f))}" for f in fractions)
+    else:
+        split = None
+    places = tuple(sorted((round(float(lat), 4), round(float(lon) % 360, 4)) for lat, lon in pts)) if pairs else None
+    data = kind if present(kind) else ("synthetic" if source == "sample" else "real") if present(source) else None
+    return {"points": next((len(v) for v in (r.get("data.cells"), pts) if isinstance(v, list)), None),
+            "places": places, "start": r.get("data.start"), "end": r.get("data.end"), "data": data, "split": split,
+            **{k: r.get(f"config.{k}") for k in ("window", "hidden", "layers", "cell", "lead_hours", "horizon")}}
 
 
 def _loader_knobs(row: pd.Series) -> dict[str, bool]:
@@ -86,13 +97,7 @@ def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFra
         config.update(_loader_knobs(r))
         if present(r.get("cuda_graph.used")):  # what the run did, where the record says (graphs are the default)
             config["cuda_graph"] = bool(r.get("cuda_graph.used"))
-        points = next((len(v) for v in (r.get("data.cells"), r.get("data.points")) if isinstance(v, list)), None)
-        problem = {"points": points, "places": _places(r),
-                   "start": r.get("data.start"), "end": r.get("data.end"),
-                   **{k: r.get(f"config.{k}") for k in ("window", "hidden", "layers", "cell", "lead_hours", "horizon")},
-                   **record_problem_data({"kind": r.get("data.kind"), "source": r.get("data.source")},
-                                         {"split_dates": r.get("config.split_dates"), "fractions": r.get("config.fractions")})}
-        label = problem_label(problem)
+        label = problem_label(_problem(r))
         setting = setting_label(config)
         rows.append({
             "source": source, "column": r["column"], "device": r["device_label"], "machine": r["machine"],

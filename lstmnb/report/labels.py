@@ -177,22 +177,6 @@ def problem_label(problem: Mapping[str, Any]) -> str:
     return ", ".join(diffs) or PUBLISHED_PROBLEM_LABEL
 
 
-def record_problem_data(data: Mapping[str, Any] | None, config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A record's data kind (``real``/``synthetic``: its ``data.kind``, else from its source; None without a
-    data section) and split (the test start of equal split dates, else how it split), for ``problem_label``."""
-    data, config = data or {}, config or {}
-    kind = data.get("kind") if present(data.get("kind")) else (
-        ("synthetic" if data.get("source") == "sample" else "real") if present(data.get("source")) else None)
-    dates, fractions = config.get("split_dates"), config.get("fractions")
-    if isinstance(dates, (list, tuple)) and len(dates) == 2:
-        split = str(dates[1])[:10] if str(dates[0])[:10] == str(dates[1])[:10] else f"split at {dates[0]}, {dates[1]}"
-    elif isinstance(fractions, (list, tuple)) and len(fractions) == 3:
-        split = "split " + "/".join(f"{round(100 * float(f))}" for f in fractions)
-    else:
-        split = None
-    return {"data": kind, "split": split}
-
-
 def present(value: Any) -> bool:
     """A value the record states (not None, not NaN)."""
     return value is not None and not (isinstance(value, float) and value != value)
