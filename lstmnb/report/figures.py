@@ -83,13 +83,11 @@ def plot_loss_curves(curves: pd.DataFrame):
     return fig
 
 
-def plot_convergence(records: list[dict[str, Any]]):
-    """Validation loss against epoch and against wall time, one line per (experiment, world size)."""
+def plot_convergence(table: pd.DataFrame):
+    """Validation loss against epoch and against wall time, one line per (experiment, world size), from
+    ``scaling.convergence_table``."""
     import matplotlib.pyplot as plt
 
-    from .scaling import convergence_table
-
-    table = convergence_table(records)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for (exp, n), g in table.groupby(["experiment", "world_size"]):
         label = f"{exp}, {n} device{'s' if n > 1 else ''}"

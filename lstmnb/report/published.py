@@ -62,23 +62,18 @@ def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.Da
     if "from_scratch_versions" in pub:
         p = pub["from_scratch_versions"]
         t = pd.DataFrame({"seconds (5 epochs)": p["versions"], "speedup vs sequential": p.get("speedup_vs_sequential", {})})
-        t.index.name = "version"
-        t = t.astype(object).where(t.notna(), "")  # the sequential row is the reference: no speedup of its own
-        out[f"{PUBLISHED}: from-scratch LSTM versions ({p['task']})"] = t
+        # the sequential row is the reference: no speedup of its own
+        out[f"{PUBLISHED}: from-scratch LSTM versions ({p['task']})"] = t.rename_axis("version").astype(object).where(
+            t.notna(), "")
     if "dataparallel_resnet18" in pub:
         p = pub["dataparallel_resnet18"]
-        t = pd.DataFrame.from_dict(p["dataparallel_per_gpu_batch"], orient="index")
-        t.index.name, t.columns.name = "per-GPU batch", "GPUs"
-        out[f"{PUBLISHED}: DataParallel ResNet-18, {p['unit']}"] = t
-    if "distributed_rnn_cost" in pub:
-        p = pub["distributed_rnn_cost"]
-        t = pd.DataFrame(p["runs"]).set_index("setup")
-        out[f"{PUBLISHED}: distributed RNN on AWS, {p['unit']}"] = t
-    if "multi_gpu_spatiotemporal" in pub:
-        p = pub["multi_gpu_spatiotemporal"]
-        out[f"{PUBLISHED}: multi-GPU spatio-temporal network, {p['unit']}"] = pd.DataFrame(p["rows"]).set_index("model")
+        out[f"{PUBLISHED}: DataParallel ResNet-18, {p['unit']}"] = pd.DataFrame.from_dict(
+            p["dataparallel_per_gpu_batch"], orient="index").rename_axis(index="per-GPU batch", columns="GPUs")
+    for key, what, rows, index in (("distributed_rnn_cost", "distributed RNN on AWS", "runs", "setup"),
+                                   ("multi_gpu_spatiotemporal", "multi-GPU spatio-temporal network", "rows", "model")):
+        if key in pub:
+            out[f"{PUBLISHED}: {what}, {pub[key]['unit']}"] = pd.DataFrame(pub[key][rows]).set_index(index)
     return out
-
 
 
 # --- where each device column comes from --------------------------------------------------------------------

@@ -50,7 +50,6 @@ def _human_bytes(n: float) -> str:
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if n == int(n) else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def batch_sweep_table(records: list[dict[str, Any]]) -> pd.DataFrame:
