@@ -34,15 +34,9 @@ SCALING_DEFINITIONS = {
 
 def convergence_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     """Validation loss and RMSE per epoch with cumulative wall seconds, one block per (experiment, world size)."""
-    rows = []
-    for r in records:
-        if r.get("status") != "ok":
-            continue
-        for e in r.get("epochs") or []:
-            rows.append({"experiment": r.get("experiment"), "world_size": int(r.get("world_size") or 1),
-                         "epoch": e["epoch"], "cumulative_s": e["cumulative_s"], "val_loss": e["val_loss"],
-                         "val_rmse_k": e["val_rmse_k"]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"experiment": r.get("experiment"), "world_size": int(r.get("world_size") or 1),
+                          **{k: e[k] for k in ("epoch", "cumulative_s", "val_loss", "val_rmse_k")}}
+                         for r in records if r.get("status") == "ok" for e in r.get("epochs") or []])
 
 
 def _human_bytes(n: float) -> str:
@@ -54,13 +48,10 @@ def _human_bytes(n: float) -> str:
 
 def batch_sweep_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     """Batch size against status, time per epoch, samples/s, peak memory and final validation RMSE."""
-    rows = []
-    for r in records:
-        b = get(r, "sweep.batch_size") or get(r, "config.batch_size")
-        rows.append({"batch size": b, "status": r.get("status"), "epoch s": get(r, "timing.epoch_s_median"),
-                     "samples/s": get(r, "timing.samples_per_s"), "peak MB": get(r, "memory.peak_mb"),
-                     "final val RMSE K": (r.get("epochs") or [{}])[-1].get("val_rmse_k"),
-                     "reason": r.get("reason")})
+    rows = [{"batch size": get(r, "sweep.batch_size") or get(r, "config.batch_size"), "status": r.get("status"),
+             "epoch s": get(r, "timing.epoch_s_median"), "samples/s": get(r, "timing.samples_per_s"),
+             "peak MB": get(r, "memory.peak_mb"), "final val RMSE K": (r.get("epochs") or [{}])[-1].get("val_rmse_k"),
+             "reason": r.get("reason")} for r in records]
     return pd.DataFrame(rows).set_index("batch size") if rows else pd.DataFrame()
 
 

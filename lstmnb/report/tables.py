@@ -148,14 +148,11 @@ def loss_curves(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataF
     if runs.empty or "epochs" not in runs:
         return pd.DataFrame()
     runs = with_columns(runs)
-    rows = []
-    for _, run in runs.iterrows():
-        for entry in run["epochs"] if isinstance(run["epochs"], list) else []:
-            rows.append({"run_id": run.get("run_id"), "device": run["column"],
-                         "input_path": run.get("config.input_path"), "epochs": run.get("config.epochs"),
-                         "val_persistence_rmse_k": run.get("metrics.val_persistence_rmse_k"),
-                         **{k: entry.get(k) for k in ("epoch", "train_loss", "val_loss", "val_rmse_k")}})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"run_id": run.get("run_id"), "device": run["column"],
+                          "input_path": run.get("config.input_path"), "epochs": run.get("config.epochs"),
+                          "val_persistence_rmse_k": run.get("metrics.val_persistence_rmse_k"),
+                          **{k: entry.get(k) for k in ("epoch", "train_loss", "val_loss", "val_rmse_k")}}
+                         for _, run in runs.iterrows() if isinstance(run["epochs"], list) for entry in run["epochs"]])
 
 
 def status_table(df: pd.DataFrame) -> pd.DataFrame:

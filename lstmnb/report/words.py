@@ -293,9 +293,7 @@ def cpu_baseline_conclusion(timings: pd.DataFrame, published_cpu: pd.Series | No
                  "cores): run 03 again on a quiet machine before quoting them."
                  if marked else f"No timing row is marked: the {int(timings['repeats'].min())} repeats of each agree "
                  "and no run shared its cores.")
-    if verdict:
-        lines.append(verdict)
-    return _heading(lines, "03")
+    return _heading([*lines, verdict], "03")  # _heading leaves out a verdict of None
 
 
 def analysis_conclusion(screen, comparison, records: pd.DataFrame | None) -> str:
