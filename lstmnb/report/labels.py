@@ -162,14 +162,9 @@ def problem_label(problem: Mapping[str, Any]) -> str:
         diffs.append("other points")
     if (p.get("start"), p.get("end")) != (ref["start"], ref["end"]) and p.get("start"):
         diffs.append(f"{p['start']}..{p['end']}")
-    for key in ("window", "hidden", "layers"):
-        if present(p.get(key)) and p[key] != ref[key]:
-            diffs.append(f"{key} {int(p[key])}")
-    if p.get("cell") and p["cell"] != ref["cell"]:
-        diffs.append(str(p["cell"]).upper())
-    for key in ("lead_hours", "horizon"):
-        if present(p.get(key)) and p[key] != ref[key]:
-            diffs.append(f"{key.replace('_', ' ')} {int(p[key])}")
+    for key in ("window", "hidden", "layers", "cell", "lead_hours", "horizon"):
+        if p.get(key) not in (None, "", ref[key]):
+            diffs.append(str(p[key]).upper() if key == "cell" else f"{key.replace('_', ' ')} {int(p[key])}")
     if present(p.get("data")) and p["data"] != ref["data"]:
         diffs.append(f"{p['data']} data")
     if present(p.get("split")) and p["split"] != ref["split"]:

@@ -6,14 +6,17 @@ unmeasured rung an empty slot saying why), and the ``replication`` (epochs 1-5 o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from ..rungs import BOTH as KINDS
 from ..rungs import RUNGS
 from .labels import column, count, figure
+from .published import load_published
 from .repeats import flag_text, spread
 
 FASTEST_OF = [r.rung for r in RUNGS[:-1]]  # the study's workload: the last rung is another model, never "fastest"
@@ -146,11 +149,8 @@ class Replication:
 def replication(df: pd.DataFrame | None, published: dict | None = None, reruns: dict | None = None) -> Replication:
     """Does lstmnb reproduce the study? Rung 0's training loss of epochs 1-5 beside the study's printed one and
     its notebook re-run, a verdict per epoch; rung 0's seconds beside the study's CPU and GPU columns."""
-    from .published import load_published
-
-    published = published if published is not None else load_published()
-    bench = published["era5_lstm_gpu_benchmark"]
-    printed = published["era5_lstm_gpu_benchmark"].get("training_loss", {}).get("carc_15_epochs", {})
+    bench = (published if published is not None else load_published())["era5_lstm_gpu_benchmark"]
+    printed = bench.get("training_loss", {}).get("carc_15_epochs", {})
     reruns = reruns if reruns is not None else study_reruns()
     d = df if df is not None and not df.empty and "ladder.rung" in df.columns else pd.DataFrame()
     zero = d[(column(d, "ladder.rung") == 0) & (column(d, "status") == "ok")] if not d.empty else d
@@ -190,9 +190,5 @@ def replication(df: pd.DataFrame | None, published: dict | None = None, reruns: 
 def study_reruns() -> dict:
     """The study's own notebook, run as written on lstmnb's machine (``reference_records/study_reruns.yaml``):
     the training loss it printed per epoch, run to run."""
-    from importlib import resources
-
-    import yaml
-
     path = resources.files("lstmnb").joinpath("reference_records", "study_reruns.yaml")
     return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}

@@ -107,8 +107,7 @@ MIN_REPEATS = 3
 
 RULE = (f"Each row is the median of its repeats, run alternated with the other rows (setting A, B, ..., then "
         f"A, B, ... again). A flag marks a row whose slowest repeat took more than {REPEATS_DISAGREE:.0%} longer "
-        "than its "
-        f"fastest, that has fewer than {MIN_REPEATS} repeats, or that ran while other processes kept "
+        f"than its fastest, that has fewer than {MIN_REPEATS} repeats, or that ran while other processes kept "
         f"{BUSY_CORES} core(s) or more busy; such a row is a rough figure, not a result.")
 
 
