@@ -172,8 +172,7 @@ def main_problem(rows: pd.DataFrame) -> str | None:
         return None
     if (rows["problem"] == PUBLISHED_PROBLEM_LABEL).any():
         return PUBLISHED_PROBLEM_LABEL
-    counts = rows.groupby("problem")["column"].nunique()
-    return str(counts.idxmax())
+    return str(rows.groupby("problem")["column"].nunique().idxmax())
 
 
 # --- the study's own comparison, as it published it ---------------------------------------------------------

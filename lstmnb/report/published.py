@@ -84,14 +84,11 @@ REFERENCE_PACKAGE = "reference_records"
 def column_label(source: str, device: str, machine: str | None = None, cpu_cores: Any = None) -> str:
     """The label of one device column: device (with its cores for a CPU), machine, and the source when it
     is not the user's own records: 'H100 · node7', 'CPU (16 cores) · vm · reference', 'A40 · published'."""
-    name = device
-    if device == "CPU" and isinstance(cpu_cores, (int, float)) and not isinstance(cpu_cores, bool) \
-            and cpu_cores == cpu_cores:
-        name = f"CPU ({int(cpu_cores)} cores)"
+    cores = isinstance(cpu_cores, (int, float)) and not isinstance(cpu_cores, bool) and cpu_cores == cpu_cores
+    name = f"CPU ({int(cpu_cores)} cores)" if device == "CPU" and cores else device
     if source == PUBLISHED:
         return f"{name} · {PUBLISHED}"
-    label = f"{name} · {machine or 'unknown host'}"
-    return label + (f" · {REFERENCE}" if source == REFERENCE else "")
+    return f"{name} · {machine or 'unknown host'}" + (f" · {REFERENCE}" if source == REFERENCE else "")
 
 
 def with_columns(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:

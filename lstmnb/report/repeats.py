@@ -64,10 +64,9 @@ def timing_rows(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     for r in records:
         if r.get("status") != "ok" or get(r, "timing.train_s") is None:
             continue
-        # the setting a run timed, by its experiment: the study's (published) or the profile's recommended
-        preset = get(r, "config.preset")
+        # the setting a run timed: the profile's recommended (by its experiment), else its preset (published)
         setting = ("recommended (profile)" if str(r.get("experiment") or "").endswith("-recommended")
-                   else "published" if preset == "published" else str(preset))
+                   else str(get(r, "config.preset")))
         rows.append({"setting": setting, "input": get(r, "config.input_path"),
                      "batch": get(r, "config.batch_size"), "epochs": get(r, "config.epochs"),
                      "seconds": get(r, "timing.train_s"), "samples_per_s": get(r, "timing.samples_per_s"),

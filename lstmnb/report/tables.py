@@ -222,9 +222,7 @@ def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
             "best samples/s": int(round(rate)) if pd.notna(rate) else "—",
             "test RMSE K": round(float(rmse), 3) if pd.notna(rmse) else "—",
         })
-    table = pd.DataFrame(out)
-    rank = {s: i for i, s in enumerate(SOURCES)}
-    table = table.iloc[sorted(range(len(table)), key=lambda i: rank[table["source"].iloc[i]])]
+    table = pd.DataFrame(out).sort_values("source", key=lambda s: s.map(SOURCES.index), kind="stable")
     return table.set_index("device column")
 
 # --- skill on the study's data, per point and input path ----------------------------------------------------
