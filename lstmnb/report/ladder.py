@@ -101,19 +101,18 @@ def machine_words(m: pd.DataFrame) -> str:
             else f"the reference records' machine ({what}; another machine, not this one)")
 
 
-def _slot(m: pd.DataFrame, device: str, rung: int, applies: bool) -> tuple[float | None, str]:
-    """(seconds, label) of one bar: its seconds and x the CPU's rung 0, or why the slot is empty."""
+def _slot(m: pd.DataFrame, device: str, rung: int, applies: bool) -> dict[str, Any]:
+    """One bar's ``seconds`` and ``label`` (its seconds and x the CPU's rung 0), or None and why it is empty."""
     if not applies:
-        return None, "no such rung on a " + ("CPU" if device == "cpu" else "GPU")
-    s = seconds_at(m, device, rung)
+        return {"seconds": None, "label": "no such rung on a " + ("CPU" if device == "cpu" else "GPU")}
+    hit, s = m[(m.device == device) & (m.rung == rung)], seconds_at(m, device, rung)
     if s is None:
-        hit = m[(m.device == device) & (m.rung == rung)]
         status = hit.status.iloc[0] if len(hit) and "status" in hit and pd.notna(hit.status.iloc[0]) else None
-        return None, f"not measured here ({status})" if status else "not measured here"
-    base = cpu_base(m)
-    flag = m[(m.device == device) & (m.rung == rung)].flag.iloc[0] if "flag" in m else ""
-    return s, f"{figure(s)} s · " + (f"{figure(base[1] / s)}x this machine's CPU at rung {base[0]}" if base else
-                                  "no CPU run on this machine") + (f" · rough: {flag}" if flag else "")
+        return {"seconds": None, "label": f"not measured here ({status})" if status else "not measured here"}
+    base, flag = cpu_base(m), hit.flag.iloc[0] if "flag" in m else ""
+    return {"seconds": s, "label": f"{figure(s)} s · " + (f"{figure(base[1] / s)}x this machine's CPU at rung "
+                                                          f"{base[0]}" if base else "no CPU run on this machine")
+            + (f" · rough: {flag}" if flag else "")}
 
 
 def cpu_base(m: pd.DataFrame) -> tuple[int, float] | None:
@@ -127,11 +126,8 @@ def panels(every: list[pd.DataFrame]) -> list[dict[str, Any]]:
     a bar (y, device, seconds or None, label)."""
     out = []
     for m in every:
-        bars = []
-        for i, r in enumerate(RUNGS):
-            for j, device in enumerate(KINDS):
-                s, label = _slot(m, device, r.rung, device in r.devices)
-                bars.append({"y": i + (j - 0.5) * 0.4, "device": device, "seconds": s, "label": label})
+        bars = [{"y": i + (j - 0.5) * 0.4, "device": device, **_slot(m, device, r.rung, device in r.devices)}
+                for i, r in enumerate(RUNGS) for j, device in enumerate(KINDS)]
         gpu, e = m.gpu.dropna(), int(m.epochs.iloc[0])
         title = (("This machine" if m.source.iloc[0] == "measured here" else "Reference records, another machine")
                  + f": {m.machine.iloc[0].split(' · ', 1)[-1]}" + (f" and {gpu.iloc[0]}" if len(gpu) else ""))
