@@ -267,7 +267,11 @@ def test_ci_series_records(ci_series):
 def test_ci_series_tables_and_figures(ci_series):
     run_dir = ci_series.run_dir
     figures = {p.stem for p in (run_dir / "figures").glob("*.png")}
-    assert {"01_series", "01_cycles", "02_forecast_week", "03_epochs", "06_loss_curves"} <= figures
+    assert {"01_series", "01_cycles", "02_forecast_week", "03_replication", "06_loss_curves"} <= figures
+    # 03's runs in 06's form, one table per input path, and the published CPU column under the published problem alone
+    assert len(list((run_dir / "tables").glob("03_epochs_*.csv"))) == 3
+    study = pd.read_csv(run_dir / "tables" / "03_epochs_published-problem-published-setting-DataLoader-path.csv")
+    assert list(study.columns) == ["epochs", "CPU · published"] and study["epochs"].tolist() == [5, 10, 15]
     assert "06_first_screen" not in figures  # the ci profile runs no ladder: the first screen says how to get one
     assert (run_dir / "01_subset.csv").stat().st_size > 1000
     (name,) = [p.name for p in (run_dir / "tables").glob("06_epochs_2020-01-01..2020-01-21*DataLoader*.csv")]

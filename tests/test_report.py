@@ -86,14 +86,13 @@ def test_records_from_two_machines_merge_into_the_published_form(two_machines):
     assert broken and "laptop/runs.jsonl:4" in broken[0]  # the file and line are named
     assert len(df) == 6 + 1 + 6 + 1  # every good record kept
 
-    table = report.epochs_device_table(df, input_path="dataloader")
+    tables = {title.split(", ")[-1]: t for title, t, _ in report.epochs_tables(report.comparison_rows(df))}
+    table = tables["DataLoader path: training seconds"]
     assert list(table.index) == [5, 10, 15]
-    assert list(table.columns) == ["CPU", "T4"]
-    assert table.loc[10, "CPU"] == pytest.approx(90.0)
-    assert table.loc[15, "T4"] == pytest.approx(22.5)
+    assert list(table.columns) == ["CPU · laptop", "T4 · colab"]
+    assert table.loc[10, "CPU · laptop"] == "90" and table.loc[15, "T4 · colab"] == "22.5"
     # the DataParallel run and the skipped run are not single-device timings
-    fast = report.epochs_device_table(df, input_path="fast")
-    assert fast.loc[5, "T4"] == pytest.approx(1.5)
+    assert tables["fast input path: training seconds"].loc[5, "T4 · colab"] == "1.5"
 
 
 def test_accuracy_never_mixes_epochs_counts(tmp_path):
@@ -110,7 +109,8 @@ def test_accuracy_never_mixes_epochs_counts(tmp_path):
 def test_repeats_take_the_median(tmp_path):
     recs = [run_record("cpu", "cpu", 5, "fast", s) for s in (10.0, 11.0, 30.0)]
     df = records.load_records(write_jsonl(tmp_path / "runs.jsonl", recs))
-    assert report.epochs_device_table(df).loc[5, "CPU"] == pytest.approx(11.0)
+    ((_, table, _),) = report.epochs_tables(report.comparison_rows(df))
+    assert table.loc[5].tolist() == ["11"]
 
 
 def test_accuracy_loss_curves_and_status_per_device_column(two_machines):
@@ -139,14 +139,13 @@ def test_accuracy_loss_curves_and_status_per_device_column(two_machines):
 def test_no_records_give_empty_tables(tmp_path):
     df = records.load_records(tmp_path)
     assert df.empty
-    assert report.epochs_device_table(df).empty
     assert report.rmse_by_device(df).empty and report.loss_curves(df).empty
     assert report.epochs_tables(report.comparison_rows(df)) == []
 
 
 def test_only_skipped_records_give_no_timing_table(tmp_path):
     df = records.load_records(write_jsonl(tmp_path / "runs.jsonl", [run_record("cuda", None, 5, "fast", 0, status="skipped")]))
-    assert report.epochs_device_table(df).empty
+    assert report.epochs_tables(report.comparison_rows(df)) == []
     assert report.status_table(df)["status"].tolist() == ["skipped"]
 
 
@@ -171,19 +170,6 @@ def test_published_figures():
     assert titles and all(t.startswith("published") for t in titles)
 
 
-def test_side_by_side_labels_published_columns():
-    ours = pd.DataFrame({"CPU": [40.0], "A100": [3.0]}, index=pd.Index([5], name="epochs"))
-    both = report.side_by_side(ours, report.published_epochs_table())
-    assert both.columns[0] == ("CPU", report.MEASURED)
-    assert ("CPU", "published") in both.columns and ("A100", report.MEASURED) in both.columns
-    assert ("A100", "published") not in both.columns  # A100 was planned but not published
-    assert [d for d, _ in both.columns][-1] == "A100"
-    assert both[("A100", report.MEASURED)].isna().sum() == 2  # run here at 5 epochs only; published at 5, 10, 15
-    shown = report.side_by_side(ours, report.published_epochs_table(), blank="")
-    assert not shown.isna().any().any() and shown.loc[10, ("A100", report.MEASURED)] == ""
-    assert shown.loc[5, ("CPU", report.MEASURED)] == 40.0
-
-
 def test_plots_return_figures(two_machines):
     import matplotlib
 
@@ -191,9 +177,6 @@ def test_plots_return_figures(two_machines):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         df = records.load_records(two_machines)
-    table = report.epochs_device_table(df, input_path="dataloader")
-    published = report.published_epochs_table()
-    assert len(report.plot_epochs_tables(table, published).axes) == 2
     assert len(report.plot_loss_curves(report.loss_curves(df)).axes) == 2
     assert len(report.plot_loss_curves(pd.DataFrame()).axes) == 2
 

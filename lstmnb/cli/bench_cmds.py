@@ -207,9 +207,10 @@ def _run_bench_scaling(args) -> int:
     print(SCALING_DEFINITIONS["comm"] + "\n")
     print(format_table(scaling_table(records)))
     print("\nconvergence (validation loss per epoch, cumulative wall seconds):")
-    print(format_table(convergence_table(records).set_index(["experiment", "world_size", "epoch"])))
+    convergence = convergence_table(records)
+    print(format_table(convergence.set_index(["experiment", "world_size", "epoch"])))
     if args.plot:
-        save_plot(plot_convergence(records), args.plot)
+        save_plot(plot_convergence(convergence), args.plot)
     return 0
 
 

@@ -1,22 +1,12 @@
-"""From run records to what a reader sees: tables, figures and sentences, and the comparison across machines
-that 06_analysis shows.
+"""From run records to what a reader sees: tables, figures and sentences, 06_analysis's and the site's.
 
-A leaf package: it reads records (dicts or the DataFrame from ``records.load_records``) and never trains or
-extracts anything. Its modules, one job each, and the names this package gives from them (imported on first
-use, so ``from lstmnb.report import format_table`` costs the CLI one module):
-
-- ``labels``: how things are named and figures written (device labels, the published setting and problem,
-  defined once, a run's setting and problem, three significant figures)
-- ``published``: where every figure comes from (the published figures and their notes, the provenance of every
-  device column and the findings' first line, the shipped reference records)
-- ``repeats``: the one timing rule (the median of repeats, marked rough where they disagree or shared busy cores)
-- ``compare``: the comparison rows across machines under that rule, each device over a CPU; the study's own
-  comparison (its devices ranked per epochs count, the flagged ones named, never ranked)
-- ``ladder``: the ladder's rows, the first screen's bars, the replication
-- ``figures``: every figure
-- ``tables``: per-run and per-source tables, accuracy, loss curves, status counts, skill on the study's data
-- ``scaling``: parallel-training (DDP, DataParallel, all-reduce), batch-sweep and cost tables
-- ``words``: every sentence: the first screen's, the findings, each notebook's "What this showed", the glossary
+A leaf package: it reads records (dicts or ``records.load_records``'s DataFrame) and never trains. Its names are
+imported on first use (``from lstmnb.report import format_table`` costs the CLI one module), each from the one
+module of its job: ``labels`` (how things are named and figures written), ``published`` (where every figure comes
+from), ``repeats`` (the one timing rule), ``compare`` (the comparison across machines; the study's own),
+``ladder`` (the ladder and the replication), ``figures`` (every figure), ``tables`` (per-run, per-source and skill
+tables), ``scaling`` (parallel training, batch sweep, cost) and ``words`` (every sentence); docs/architecture.md
+says more of each.
 """
 
 from __future__ import annotations
@@ -28,13 +18,13 @@ _HOMES = {
               "published_setting_definition setting_label",
     "published": "MEASURED NOTE_MARK PUBLISHED REFERENCE column_label device_notes load_published "
                  "load_reference_records machine_descriptions machines_table provenance_table published_epochs_table "
-                 "published_tables reference_files reference_note side_by_side",
+                 "published_tables reference_note",
     "repeats": "REPEATS_DISAGREE RULE flag_lines median_of_repeats timing_note timing_rows unsure_why",
     "compare": "MEDIAN_RULE OVER_STUDY_CPU TIED_WITHIN PublishedComparison comparison_epochs comparison_rows "
                "published_comparison",
     "ladder": "Replication ladder_rows ladder_table replication",
-    "figures": "plot_convergence plot_cost plot_epochs_tables plot_ladder plot_loss_curves",
-    "tables": "epochs_device_table epochs_table epochs_tables format_table loss_curves metrics_table rmse_by_device "
+    "figures": "plot_convergence plot_cost plot_ladder plot_loss_curves",
+    "tables": "epochs_table epochs_tables format_table loss_curves metrics_table rmse_by_device "
               "runs_table status_table study_skill_summary study_skill_table",
     "scaling": "SCALING_DEFINITIONS allreduce_table batch_sweep_table convergence_table "
                "cost_table load_prices price_for scaling_table",

@@ -1,8 +1,7 @@
-"""The comparison across machines, under the one median rule of ``repeats``: every finished single-device
-training run of every source (the user's records, lstmnb's reference records, the published table) as one row per
-device column x setting x problem x epochs (``comparison_rows``, ``MEDIAN_RULE``); and the study's own published
-comparison (``published_comparison``: ranked per epochs count, each GPU over the study's one CPU run, its flagged
-devices named and left out). A GPU over its own machine's CPU is the ladder's (``ladder``).
+"""The comparison across machines under ``repeats``' rule: every source's finished single-device training runs
+(the user's, lstmnb's reference records, the published table) as one row per device column x setting x problem x
+epochs (``comparison_rows``); and the study's own comparison (``published_comparison``). A GPU over its own
+machine's CPU is the ladder's.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from .labels import (
     order_devices,
     present,
     problem_label,
-    record_problem_data,
     setting_label,
 )
 from .published import (
@@ -51,26 +49,29 @@ MEDIAN_RULE = ("Every time, samples/s and RMSE shown for a device is the median 
                f"{REPEATS_DISAGREE:.0%} or ran beside busy processes is a rough figure, as in 03's run table.")
 
 
-def _points(row: pd.Series) -> int | None:
-    for name in ("data.cells", "data.points"):
-        value = row.get(name)
-        if isinstance(value, list):
-            return len(value)
-    return None
-
-
-def _places(row: pd.Series) -> tuple | None:
-    """The run's points as sorted (latitude, longitude east) pairs; None for a box or a record without them."""
-    value = row.get("data.points")
-    if not isinstance(value, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
-        return None
-    return tuple(sorted((round(float(lat), 4), round(float(lon) % 360, 4)) for lat, lon in value))
+def _problem(r: pd.Series) -> dict[str, Any]:
+    """A run's problem as ``problem_label`` reads it: its points (how many; where, as sorted (latitude, longitude
+    east) pairs), dates, model and lead, data kind (``data.kind``, else from its source) and split (the test start
+    of equal split dates, else how it split)."""
+    pts, kind, source = r.get("data.points"), r.get("data.kind"), r.get("data.source")
+    pairs = isinstance(pts, list) and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pts)
+    dates, fractions = r.get("config.split_dates"), r.get("config.fractions")
+    if isinstance(dates, (list, tuple)) and len(dates) == 2:
+        split = str(dates[1])[:10] if str(dates[0])[:10] == str(dates[1])[:10] else f"split at {dates[0]}, {dates[1]}"
+    elif isinstance(fractions, (list, tuple)) and len(fractions) == 3:
+        split = "split " + "/".join(f"{round(100 * float(f))}" for f in fractions)
+    else:
+        split = None
+    places = tuple(sorted((round(float(lat), 4), round(float(lon) % 360, 4)) for lat, lon in pts)) if pairs else None
+    data = kind if present(kind) else ("synthetic" if source == "sample" else "real") if present(source) else None
+    return {"points": next((len(v) for v in (r.get("data.cells"), pts) if isinstance(v, list)), None),
+            "places": places, "start": r.get("data.start"), "end": r.get("data.end"), "data": data, "split": split,
+            **{k: r.get(f"config.{k}") for k in ("window", "hidden", "layers", "cell", "lead_hours", "horizon")}}
 
 
 def _loader_knobs(row: pd.Series) -> dict[str, bool]:
-    """What the run's DataLoader was asked for beyond the study's (torch's defaults): pinned memory (which the
-    trainer applies on CUDA only; asked for, it names the setting on either device, so a CPU run and a GPU run
-    of one configuration pair up) and workers kept between epochs (records written before that knob kept them)."""
+    """The run's DataLoader knobs beyond the study's (torch's defaults): pinned memory (as asked for, on either
+    device, so a CPU and a GPU run of one configuration pair up) and workers kept (older records kept them)."""
     workers, pinned, kept = (row.get(f"config.{k}") for k in ("num_workers", "pin_memory", "persistent_workers"))
     has_workers = (workers if present(workers) else PUBLISHED_WORKERS) > 0  # missing: as setting_label reads it
     return {"pin_memory": present(pinned) and bool(pinned),
@@ -78,9 +79,8 @@ def _loader_knobs(row: pd.Series) -> dict[str, bool]:
 
 
 def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFrame:
-    """The runs of one source that enter the comparison, one row each: finished single-device training
-    runs outside the batch sweep, speed and parallel experiments; not stopped early (their seconds are not
-    the epochs asked for)."""
+    """The runs of one source that enter the comparison, one row each: finished single-device training runs
+    outside the experiments with tables of their own, not stopped early (their seconds are not the epochs asked)."""
     if df is None or df.empty or "timing.train_s" not in df or "config.epochs" not in df:
         return pd.DataFrame()
     exp = column(df, "experiment").fillna("").astype(str)
@@ -97,12 +97,7 @@ def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFra
         config.update(_loader_knobs(r))
         if present(r.get("cuda_graph.used")):  # what the run did, where the record says (graphs are the default)
             config["cuda_graph"] = bool(r.get("cuda_graph.used"))
-        problem = {"points": _points(r), "places": _places(r),
-                   "start": r.get("data.start"), "end": r.get("data.end"),
-                   **{k: r.get(f"config.{k}") for k in ("window", "hidden", "layers", "cell", "lead_hours", "horizon")},
-                   **record_problem_data({"kind": r.get("data.kind"), "source": r.get("data.source")},
-                                         {"split_dates": r.get("config.split_dates"), "fractions": r.get("config.fractions")})}
-        label = problem_label(problem)
+        label = problem_label(_problem(r))
         setting = setting_label(config)
         rows.append({
             "source": source, "column": r["column"], "device": r["device_label"], "machine": r["machine"],
@@ -125,10 +120,9 @@ ROW_COLUMNS = ROW_KEYS + ROW_VALUES + ["device", "machine", "like_for_like", *KN
 
 def comparison_rows(records: pd.DataFrame | None = None, reference: pd.DataFrame | None = None,
                     published: dict[str, Any] | None = None) -> pd.DataFrame:
-    """One row per (source, device column, setting, problem, epochs): median training seconds and
-    samples/s over the runs, their count, median test RMSE beside the baselines, and ``rough``: why the
-    seconds are a rough figure (``unsure_why``: 03's rule), '' when not. ``records`` are the
-    user's, ``reference`` lstmnb's reference records, ``published`` the published figures (or None)."""
+    """One row per (source, device column, setting, problem, epochs) of the user's ``records``, lstmnb's
+    ``reference`` records and the ``published`` figures (each or None): median seconds, samples/s and test RMSE
+    beside the baselines, the runs' count and ``rough`` (``unsure_why``, '' when not rough)."""
     parts = []
     for df, source in ((records, MEASURED), (reference, REFERENCE)):
         runs = compared_runs(df, source)
@@ -178,8 +172,7 @@ def main_problem(rows: pd.DataFrame) -> str | None:
         return None
     if (rows["problem"] == PUBLISHED_PROBLEM_LABEL).any():
         return PUBLISHED_PROBLEM_LABEL
-    counts = rows.groupby("problem")["column"].nunique()
-    return str(counts.idxmax())
+    return str(rows.groupby("problem")["column"].nunique().idxmax())
 
 
 # --- the study's own comparison, as it published it ---------------------------------------------------------
@@ -190,9 +183,8 @@ OVER_STUDY_CPU = "x the study's one CPU run"  # what a published GPU's ratio div
 
 @dataclass
 class PublishedComparison:
-    """The study's own comparison: ``table`` (one row per epochs count and device: its rank, or why it is left
-    out), ``markdown`` (the ranking in words, the headline epochs count first, then the flagged devices' notes)
-    and ``epochs``, the headline count (the longest one both the study and the records have)."""
+    """The study's own comparison: ``table`` (per epochs count and device, its rank or why it is left out),
+    ``markdown`` (the ranking in words, then the flagged devices' notes) and ``epochs``, the headline count."""
 
     markdown: str
     table: pd.DataFrame

@@ -1,6 +1,5 @@
-"""The report's figures, in one home: the first screen's ladder (each rung's seconds on a machine's CPU and GPU
-side by side), epochs x devices bars, loss curves, convergence and cost. Each draws data its caller made and
-labelled (``ladder``, ``tables``, ``scaling``) and returns a matplotlib Figure.
+"""The report's figures, in one home: the first screen's ladder, loss curves, convergence and cost, each drawn
+from data its caller made and labelled (``ladder``, ``tables``, ``scaling``), each a matplotlib Figure.
 """
 
 from __future__ import annotations
@@ -9,7 +8,6 @@ from typing import Any
 
 import pandas as pd
 
-from .published import MEASURED, PUBLISHED
 
 
 def plot_ladder(panels: list[dict[str, Any]]):
@@ -37,26 +35,6 @@ def plot_ladder(panels: list[dict[str, Any]]):
         ax.set_ylim(len(p["rungs"]) - 0.4, -0.6)
         ax.set_title(p["title"], fontsize=9, loc="left", pad=4)
         ax.spines[["top", "right"]].set_visible(False)
-    fig.tight_layout()
-    return fig
-
-
-def plot_epochs_tables(ours: pd.DataFrame, published: pd.DataFrame | None = None):
-    """Grouped bars of training seconds by epochs and device: ours, and the published table beside it. The
-    panels share their y axis and give an epochs count the same colour in both, so bars of equal height mean
-    equal values."""
-    import matplotlib.pyplot as plt
-
-    panels = [(MEASURED, ours)] + ([(PUBLISHED, published)] if published is not None and not published.empty else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4), squeeze=False, sharey=True)
-    colours = {e: f"C{i}" for i, e in enumerate(sorted({e for _, t in panels for e in t.index}))}
-    for ax, (source, table) in zip(axes[0], panels):
-        if table.empty:
-            ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
-        else:
-            table.T.plot.bar(ax=ax, rot=0, color=[colours[e] for e in table.index])
-            ax.legend(title="epochs")
-        ax.set(title=source, xlabel="device", ylabel="training seconds (total)")
     fig.tight_layout()
     return fig
 
@@ -105,13 +83,11 @@ def plot_loss_curves(curves: pd.DataFrame):
     return fig
 
 
-def plot_convergence(records: list[dict[str, Any]]):
-    """Validation loss against epoch and against wall time, one line per (experiment, world size)."""
+def plot_convergence(table: pd.DataFrame):
+    """Validation loss against epoch and against wall time, one line per (experiment, world size), from
+    ``scaling.convergence_table``."""
     import matplotlib.pyplot as plt
 
-    from .scaling import convergence_table
-
-    table = convergence_table(records)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for (exp, n), g in table.groupby(["experiment", "world_size"]):
         label = f"{exp}, {n} device{'s' if n > 1 else ''}"

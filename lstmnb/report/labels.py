@@ -1,12 +1,7 @@
-"""How the report names things and writes figures, in one place: device labels (CPU, T4, ..., H100) and the
-selection of finished single-device runs; the published setting and problem, defined once, and how a run's
-setting and problem are named by how they differ from them ('published setting · DataLoader', 'batch 256,
-lr 0.004 · fast input'; 'published problem', 'window 12, hidden 8'); and how every sentence, table and chart
-label writes a figure (three significant figures for a measurement, a published figure as given: 146.41 s
-stays 146.41 s; whole seconds from 1000 s on).
-
-The published figures come from one study (``published_figures.yaml``, ``era5_lstm_gpu_benchmark``);
-``published_setting_definition`` says what it was, in the words every "published setting" links to.
+"""How the report names things and writes figures, in one place: device labels and finished single-device runs;
+the published setting and problem, defined once (``published_setting_definition``, where every "published
+setting" links), and a run's named by how it differs from them ('batch 256, lr 0.004 · fast input'; 'window 12');
+and how every sentence, table and chart writes a figure (three significant figures; a published one as given).
 """
 
 from __future__ import annotations
@@ -40,10 +35,8 @@ def get(record: dict[str, Any], dotted: str, default: Any = None) -> Any:
 
 
 def device_label(kind: str | None, name: str | None) -> str:
-    """Short column label of a device: 'CPU', 'T4', 'P100', 'V100', 'A40', 'A100'; unknown GPUs keep their name.
-
-    ``kind`` and ``name`` are a record's ``device.kind`` and ``device.name`` (e.g. 'cuda', 'Tesla T4').
-    """
+    """Short label of a record's ``device.kind`` and ``device.name`` ('cuda', 'Tesla T4' -> 'T4'); 'CPU';
+    unknown GPUs keep their name."""
     kind = (kind or "").lower()
     if kind == "cpu":
         return "CPU"
@@ -71,16 +64,14 @@ def with_device_labels(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def ok_single_runs(df: pd.DataFrame, experiment: str | None = None, input_path: str | None = None) -> pd.DataFrame:
-    """Finished single-device runs (status ok), optionally of one experiment and one input path."""
+def ok_single_runs(df: pd.DataFrame, experiment: str | None = None) -> pd.DataFrame:
+    """Finished single-device runs (status ok), optionally of one experiment."""
     if df.empty:
         return df
     keep = column(df, "status") == "ok"
     keep &= column(df, "config.strategy", "single").fillna("single") == "single"
     if experiment is not None:
         keep &= column(df, "experiment") == experiment
-    if input_path is not None:
-        keep &= column(df, "config.input_path") == input_path
     return with_device_labels(df[keep])
 
 # --- the published setting and problem, and how a run's are named -------------------------------------------
@@ -130,36 +121,21 @@ def published_setting_definition(published: Mapping[str, Any] | None = None) -> 
             "study's code is listed in each record's `config.preset_source`).")
 
 
+# how each knob is named where it differs from the published setting, in the order a label lists them
+SETTING_WORDS = {"batch_size": lambda v: f"batch {int(v)}", "lr": lambda v: f"lr {v:g}", "residual": lambda v: "residual",
+                 "lr_schedule": lambda v: f"{v} lr", "amp": lambda v: f"AMP {v}", "compile": lambda v: "torch.compile",
+                 "cuda_graph": lambda v: "CUDA graph", "threads": lambda v: f"{int(v)} threads",
+                 "calendar": lambda v: "calendar inputs", "cycles": lambda v: "cycles input",
+                 "point_weights": lambda v: f"{v} point weights", "blend": lambda v: f"{v} blend"}
+
+
 def setting_label(config: Mapping[str, Any]) -> str:
-    """A run's speed settings as they differ from the published ones, then its input path:
-    'published setting · DataLoader', 'batch 256, lr 0.004, residual, AMP auto · fast input'. The DataLoader
-    path's own knobs count where true, ``pin_memory`` and ``persistent_workers`` ('published setting · DataLoader (pinned memory, workers kept)')."""
+    """A run's speed settings as they differ from the published ones (``SETTING_WORDS``), then its input path
+    with the DataLoader's own knobs where set: 'published setting · DataLoader (pinned memory, workers kept)',
+    'batch 256, lr 0.004, residual, AMP auto · fast input'."""
     config = {k: v for k, v in config.items() if present(v)}  # missing knobs take the published value
     c = {**PUBLISHED_SETTING, **config}
-    diffs = []
-    if c["batch_size"] != PUBLISHED_SETTING["batch_size"]:
-        diffs.append(f"batch {int(c['batch_size'])}")
-    if c["lr"] != PUBLISHED_SETTING["lr"]:
-        diffs.append(f"lr {c['lr']:g}")
-    if c["residual"]:
-        diffs.append("residual")
-    if c["lr_schedule"] != "constant":
-        diffs.append(f"{c['lr_schedule']} lr")
-    if c["amp"] not in ("off", None):
-        diffs.append(f"AMP {c['amp']}")
-    if c["compile"]:
-        diffs.append("torch.compile")
-    if c["cuda_graph"]:
-        diffs.append("CUDA graph")
-    if present(c.get("threads")):
-        diffs.append(f"{int(c['threads'])} threads")
-    for knob, word in (("calendar", "calendar inputs"), ("cycles", "cycles input")):
-        if c[knob]:
-            diffs.append(word)
-    if c["point_weights"] != "none":
-        diffs.append(f"{c['point_weights']} point weights")
-    if c["blend"] != "off":
-        diffs.append(f"{c['blend']} blend")
+    diffs = [word(c[k]) for k, word in SETTING_WORDS.items() if c[k] != PUBLISHED_SETTING[k]]
     optimiser = ("batch_size", "lr", "residual", "lr_schedule", "calendar", "cycles", "point_weights", "blend")
     if all(c[k] == PUBLISHED_SETTING[k] for k in optimiser):
         diffs.insert(0, "published setting")  # the same optimisation, only run differently
@@ -186,35 +162,14 @@ def problem_label(problem: Mapping[str, Any]) -> str:
         diffs.append("other points")
     if (p.get("start"), p.get("end")) != (ref["start"], ref["end"]) and p.get("start"):
         diffs.append(f"{p['start']}..{p['end']}")
-    for key in ("window", "hidden", "layers"):
-        if present(p.get(key)) and p[key] != ref[key]:
-            diffs.append(f"{key} {int(p[key])}")
-    if p.get("cell") and p["cell"] != ref["cell"]:
-        diffs.append(str(p["cell"]).upper())
-    for key in ("lead_hours", "horizon"):
-        if present(p.get(key)) and p[key] != ref[key]:
-            diffs.append(f"{key.replace('_', ' ')} {int(p[key])}")
+    for key in ("window", "hidden", "layers", "cell", "lead_hours", "horizon"):
+        if p.get(key) not in (None, "", ref[key]):
+            diffs.append(str(p[key]).upper() if key == "cell" else f"{key.replace('_', ' ')} {int(p[key])}")
     if present(p.get("data")) and p["data"] != ref["data"]:
         diffs.append(f"{p['data']} data")
     if present(p.get("split")) and p["split"] != ref["split"]:
         diffs.append(str(p["split"]) if "split" in str(p["split"]) else f"test from {p['split']}")
     return ", ".join(diffs) or PUBLISHED_PROBLEM_LABEL
-
-
-def record_problem_data(data: Mapping[str, Any] | None, config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A record's data kind (``real``/``synthetic``: its ``data.kind``, else from its source; None without a
-    data section) and split (the test start of equal split dates, else how it split), for ``problem_label``."""
-    data, config = data or {}, config or {}
-    kind = data.get("kind") if present(data.get("kind")) else (
-        ("synthetic" if data.get("source") == "sample" else "real") if present(data.get("source")) else None)
-    dates, fractions = config.get("split_dates"), config.get("fractions")
-    if isinstance(dates, (list, tuple)) and len(dates) == 2:
-        split = str(dates[1])[:10] if str(dates[0])[:10] == str(dates[1])[:10] else f"split at {dates[0]}, {dates[1]}"
-    elif isinstance(fractions, (list, tuple)) and len(fractions) == 3:
-        split = "split " + "/".join(f"{round(100 * float(f))}" for f in fractions)
-    else:
-        split = None
-    return {"data": kind, "split": split}
 
 
 def present(value: Any) -> bool:
@@ -238,19 +193,6 @@ def figure(value: float) -> str:
 def seconds(value: float) -> str:
     """'8.03 s', '146.41 s'."""
     return f"{figure(value)} s"
-
-
-def ratio(value: float) -> str:
-    """A derived ratio, three significant figures: '1.17x', '14.6x'."""
-    return f"{float(value):.3g}x"
-
-
-def rate(value: float) -> str:
-    """Samples per second, short: '25.4k', '1.81M', '950'."""
-    for div, unit in ((1e6, "M"), (1e3, "k")):
-        if value >= div:
-            return f"{value / div:.3g}{unit}"
-    return f"{value:.3g}"
 
 
 def count(n: int, noun: str) -> str:

@@ -1,21 +1,22 @@
-"""The ladder's data, from its records (``lstmnb/rungs.py``): per machine and device each rung's median seconds
-(``ladder_rows``, ``ladder_table``), the bars of the first screen's figure (``panels``: each labelled with x that
-machine's CPU at rung 0, a rung not measured an empty slot saying why), and the replication (``replication``:
-epochs 1-5 of rung 0 beside the study's printed loss and its notebook re-run here). The first screen's
-sentences are ``words``'; its figure ``figures.plot_ladder``.
+"""The ladder's data (rungs: ``lstmnb/rungs.py``): each rung's median seconds per machine and device
+(``ladder_rows``, ``ladder_table``), the first screen's bars (``panels``, each x that machine's CPU at rung 0, an
+unmeasured rung an empty slot saying why), and the ``replication`` (epochs 1-5 of rung 0 beside the study's loss).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from ..rungs import BOTH as KINDS
 from ..rungs import RUNGS
 from .labels import column, count, figure
+from .published import load_published
 from .repeats import flag_text, spread
 
 FASTEST_OF = [r.rung for r in RUNGS[:-1]]  # the study's workload: the last rung is another model, never "fastest"
@@ -55,12 +56,8 @@ def ladder_table(rows: pd.DataFrame) -> pd.DataFrame:
     (else at its slowest CPU rung), test RMSE; a rung that did not run, with its status."""
     if rows.empty:
         return pd.DataFrame()
-    out = []
-    for _, m in rows.groupby("machine", sort=False):
-        base = cpu_base(m)
-        t = m.assign(x=(base[1] / m.seconds) if base else np.nan)
-        out.append(t)
-    t = pd.concat(out)
+    t = pd.concat([m.assign(x=base[1] / m.seconds if (base := cpu_base(m)) else np.nan)
+                   for _, m in rows.groupby("machine", sort=False)])
     t["runs"] = t["runs"].astype("Int64")
     x = "x this machine's CPU at rung 0 (else its lowest CPU rung)"
     return (t.rename(columns={"x": x, "rmse": "test RMSE K", "name": "rung name"})
@@ -104,19 +101,18 @@ def machine_words(m: pd.DataFrame) -> str:
             else f"the reference records' machine ({what}; another machine, not this one)")
 
 
-def _slot(m: pd.DataFrame, device: str, rung: int, applies: bool) -> tuple[float | None, str]:
-    """(seconds, label) of one bar: its seconds and x the CPU's rung 0, or why the slot is empty."""
+def _slot(m: pd.DataFrame, device: str, rung: int, applies: bool) -> dict[str, Any]:
+    """One bar's ``seconds`` and ``label`` (its seconds and x the CPU's rung 0), or None and why it is empty."""
     if not applies:
-        return None, "no such rung on a " + ("CPU" if device == "cpu" else "GPU")
-    s = seconds_at(m, device, rung)
+        return {"seconds": None, "label": "no such rung on a " + ("CPU" if device == "cpu" else "GPU")}
+    hit, s = m[(m.device == device) & (m.rung == rung)], seconds_at(m, device, rung)
     if s is None:
-        hit = m[(m.device == device) & (m.rung == rung)]
         status = hit.status.iloc[0] if len(hit) and "status" in hit and pd.notna(hit.status.iloc[0]) else None
-        return None, f"not measured here ({status})" if status else "not measured here"
-    base = cpu_base(m)
-    flag = m[(m.device == device) & (m.rung == rung)].flag.iloc[0] if "flag" in m else ""
-    return s, f"{figure(s)} s · " + (f"{figure(base[1] / s)}x this machine's CPU at rung {base[0]}" if base else
-                                  "no CPU run on this machine") + (f" · rough: {flag}" if flag else "")
+        return {"seconds": None, "label": f"not measured here ({status})" if status else "not measured here"}
+    base, flag = cpu_base(m), hit.flag.iloc[0] if "flag" in m else ""
+    return {"seconds": s, "label": f"{figure(s)} s · " + (f"{figure(base[1] / s)}x this machine's CPU at rung "
+                                                          f"{base[0]}" if base else "no CPU run on this machine")
+            + (f" · rough: {flag}" if flag else "")}
 
 
 def cpu_base(m: pd.DataFrame) -> tuple[int, float] | None:
@@ -130,11 +126,8 @@ def panels(every: list[pd.DataFrame]) -> list[dict[str, Any]]:
     a bar (y, device, seconds or None, label)."""
     out = []
     for m in every:
-        bars = []
-        for i, r in enumerate(RUNGS):
-            for j, device in enumerate(KINDS):
-                s, label = _slot(m, device, r.rung, device in r.devices)
-                bars.append({"y": i + (j - 0.5) * 0.4, "device": device, "seconds": s, "label": label})
+        bars = [{"y": i + (j - 0.5) * 0.4, "device": device, **_slot(m, device, r.rung, device in r.devices)}
+                for i, r in enumerate(RUNGS) for j, device in enumerate(KINDS)]
         gpu, e = m.gpu.dropna(), int(m.epochs.iloc[0])
         title = (("This machine" if m.source.iloc[0] == "measured here" else "Reference records, another machine")
                  + f": {m.machine.iloc[0].split(' · ', 1)[-1]}" + (f" and {gpu.iloc[0]}" if len(gpu) else ""))
@@ -150,14 +143,10 @@ class Replication:
 
 
 def replication(df: pd.DataFrame | None, published: dict | None = None, reruns: dict | None = None) -> Replication:
-    """Does lstmnb reproduce the study? The training loss of epochs 1-5 of the study's code (rung 0) beside the
-    study's printed loss and its own notebook re-run, a verdict per epoch; rung 0's seconds on this CPU beside
-    the study's CPU column; the GPU columns measured or not."""
-    from .published import load_published
-
-    published = published if published is not None else load_published()
-    bench = published["era5_lstm_gpu_benchmark"]
-    printed = published["era5_lstm_gpu_benchmark"].get("training_loss", {}).get("carc_15_epochs", {})
+    """Does lstmnb reproduce the study? Rung 0's training loss of epochs 1-5 beside the study's printed one and
+    its notebook re-run, a verdict per epoch; rung 0's seconds beside the study's CPU and GPU columns."""
+    bench = (published if published is not None else load_published())["era5_lstm_gpu_benchmark"]
+    printed = bench.get("training_loss", {}).get("carc_15_epochs", {})
     reruns = reruns if reruns is not None else study_reruns()
     d = df if df is not None and not df.empty and "ladder.rung" in df.columns else pd.DataFrame()
     zero = d[(column(d, "ladder.rung") == 0) & (column(d, "status") == "ok")] if not d.empty else d
@@ -197,9 +186,5 @@ def replication(df: pd.DataFrame | None, published: dict | None = None, reruns: 
 def study_reruns() -> dict:
     """The study's own notebook, run as written on lstmnb's machine (``reference_records/study_reruns.yaml``):
     the training loss it printed per epoch, run to run."""
-    from importlib import resources
-
-    import yaml
-
     path = resources.files("lstmnb").joinpath("reference_records", "study_reruns.yaml")
     return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}

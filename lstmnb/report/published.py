@@ -1,11 +1,7 @@
-"""Where every figure comes from: the published figures (package data), always labelled as published, the notes
-that go wherever a device's published figures are shown, the side-by-side form notebooks 03 and 04 use; and the
-provenance of every device column (machine, told apart beyond host names, dates, lstmnb commit, torch and CUDA,
-and its source: measured in the records, lstmnb's shipped reference records, or published), in a table and in
-the findings' first line (``found``: each source's records, machines and device columns, skipped ones as skipped).
-
-The reference records are real runs measured by lstmnb on an H100, shipped with the package and loaded apart
-from a user's results, so they are shown beside them and never mixed into them.
+"""Where every figure comes from: the published figures (package data, always labelled so) and the notes shown
+with a device's figures; the provenance of every device column (machine, told apart beyond host names, dates,
+lstmnb commit, torch, CUDA, source), in a table and in the findings' first line (``found``); and lstmnb's
+reference records (real H100 runs, shipped, shown beside a user's records, never mixed into them).
 """
 
 from __future__ import annotations
@@ -25,8 +21,6 @@ PUBLISHED = "published"
 MEASURED = "measured here"
 REFERENCE = "reference"  # the run records shipped with lstmnb (lstmnb.report.load_reference_records)
 SOURCES = (MEASURED, REFERENCE, PUBLISHED)
-# how a sentence or a chart's group header names each source
-SOURCE_WORDS = {MEASURED: "measured here", REFERENCE: "reference records", PUBLISHED: "published"}
 
 
 def load_published() -> dict[str, Any]:
@@ -50,39 +44,15 @@ def published_epochs_table(published: dict[str, Any] | None = None) -> pd.DataFr
 def device_notes(published: dict[str, Any] | None = None, devices=None) -> dict[str, str]:
     """The notes a reader must see beside a published device's figures (the T4's), keyed by device,
     each a sentence that names the device and its published seconds; only ``devices`` when given."""
-    pub = (published or load_published())["era5_lstm_gpu_benchmark"]
-    notes = ((pub.get("provenance") or {}).get("notes")) or {}
-    table = published_epochs_table(published or {"era5_lstm_gpu_benchmark": pub})
-    out = {}
-    for device, note in notes.items():
-        if device not in table or (devices is not None and device not in set(devices)):
-            continue
-        seconds = ", ".join(f"{s:g} s for {e}" for e, s in table[device].dropna().items())
-        out[device] = f"{NOTE_MARK} {device} ({PUBLISHED}: {seconds} epochs): {note}."
-    return out
+    published = published or load_published()
+    notes = ((published["era5_lstm_gpu_benchmark"].get("provenance") or {}).get("notes")) or {}
+    table = published_epochs_table(published)
+    return {device: f"{NOTE_MARK} {device} ({PUBLISHED}: "
+                    + ", ".join(f"{s:g} s for {e}" for e, s in table[device].dropna().items()) + f" epochs): {note}."
+            for device, note in notes.items() if device in table and (devices is None or device in set(devices))}
 
 
 NOTE_MARK = "†"  # put after a device's name wherever a note of ``device_notes`` applies to its figures
-
-
-def side_by_side(ours: pd.DataFrame, published: pd.DataFrame, blank: str | None = None) -> pd.DataFrame:
-    """Our table and the published one per device: columns (device, 'measured here' | 'published').
-    Rows are the epochs either side has; ``blank`` (e.g. "") fills the cells of epochs one side did not
-    run, which otherwise read NaN (the table is then for showing, not computing)."""
-    parts = {}
-    if not ours.empty:
-        parts[MEASURED] = ours
-    if not published.empty:
-        parts[PUBLISHED] = published
-    if not parts:
-        return pd.DataFrame()
-    both = pd.concat(parts, axis=1, names=["source", "device"])
-    both = both.swaplevel(axis=1)
-    devices = order_devices([d for d, _ in both.columns])
-    sources = [s for s in (MEASURED, PUBLISHED) if s in parts]
-    cols = [(d, s) for d in devices for s in sources if (d, s) in both.columns]
-    both = both[cols]
-    return both if blank is None else both.astype(object).where(both.notna(), blank)
 
 
 def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:
@@ -92,23 +62,18 @@ def published_tables(published: dict[str, Any] | None = None) -> dict[str, pd.Da
     if "from_scratch_versions" in pub:
         p = pub["from_scratch_versions"]
         t = pd.DataFrame({"seconds (5 epochs)": p["versions"], "speedup vs sequential": p.get("speedup_vs_sequential", {})})
-        t.index.name = "version"
-        t = t.astype(object).where(t.notna(), "")  # the sequential row is the reference: no speedup of its own
-        out[f"{PUBLISHED}: from-scratch LSTM versions ({p['task']})"] = t
+        # the sequential row is the reference: no speedup of its own
+        out[f"{PUBLISHED}: from-scratch LSTM versions ({p['task']})"] = t.rename_axis("version").astype(object).where(
+            t.notna(), "")
     if "dataparallel_resnet18" in pub:
         p = pub["dataparallel_resnet18"]
-        t = pd.DataFrame.from_dict(p["dataparallel_per_gpu_batch"], orient="index")
-        t.index.name, t.columns.name = "per-GPU batch", "GPUs"
-        out[f"{PUBLISHED}: DataParallel ResNet-18, {p['unit']}"] = t
-    if "distributed_rnn_cost" in pub:
-        p = pub["distributed_rnn_cost"]
-        t = pd.DataFrame(p["runs"]).set_index("setup")
-        out[f"{PUBLISHED}: distributed RNN on AWS, {p['unit']}"] = t
-    if "multi_gpu_spatiotemporal" in pub:
-        p = pub["multi_gpu_spatiotemporal"]
-        out[f"{PUBLISHED}: multi-GPU spatio-temporal network, {p['unit']}"] = pd.DataFrame(p["rows"]).set_index("model")
+        out[f"{PUBLISHED}: DataParallel ResNet-18, {p['unit']}"] = pd.DataFrame.from_dict(
+            p["dataparallel_per_gpu_batch"], orient="index").rename_axis(index="per-GPU batch", columns="GPUs")
+    for key, what, rows, index in (("distributed_rnn_cost", "distributed RNN on AWS", "runs", "setup"),
+                                   ("multi_gpu_spatiotemporal", "multi-GPU spatio-temporal network", "rows", "model")):
+        if key in pub:
+            out[f"{PUBLISHED}: {what}, {pub[key]['unit']}"] = pd.DataFrame(pub[key][rows]).set_index(index)
     return out
-
 
 
 # --- where each device column comes from --------------------------------------------------------------------
@@ -119,14 +84,11 @@ REFERENCE_PACKAGE = "reference_records"
 def column_label(source: str, device: str, machine: str | None = None, cpu_cores: Any = None) -> str:
     """The label of one device column: device (with its cores for a CPU), machine, and the source when it
     is not the user's own records: 'H100 · node7', 'CPU (16 cores) · vm · reference', 'A40 · published'."""
-    name = device
-    if device == "CPU" and isinstance(cpu_cores, (int, float)) and not isinstance(cpu_cores, bool) \
-            and cpu_cores == cpu_cores:
-        name = f"CPU ({int(cpu_cores)} cores)"
+    cores = isinstance(cpu_cores, (int, float)) and not isinstance(cpu_cores, bool) and cpu_cores == cpu_cores
+    name = f"CPU ({int(cpu_cores)} cores)" if device == "CPU" and cores else device
     if source == PUBLISHED:
         return f"{name} · {PUBLISHED}"
-    label = f"{name} · {machine or 'unknown host'}"
-    return label + (f" · {REFERENCE}" if source == REFERENCE else "")
+    return f"{name} · {machine or 'unknown host'}" + (f" · {REFERENCE}" if source == REFERENCE else "")
 
 
 def with_columns(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
@@ -182,9 +144,7 @@ def joined(values: pd.Series, short: int | None = None) -> str | None:
 
 def _dates(started: pd.Series) -> str | None:
     days = sorted({str(s)[:10] for s in started.dropna()})
-    if not days:
-        return None
-    return days[0] if len(days) == 1 else f"{days[0]}..{days[-1]}"
+    return (days[0] if len(days) == 1 else f"{days[0]}..{days[-1]}") if days else None
 
 
 def _found_in(df: pd.DataFrame, source: str) -> str:
@@ -234,9 +194,8 @@ def found(records: pd.DataFrame | None, reference: pd.DataFrame | None, publishe
 
 
 def machines_table(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
-    """One row per device column (device on a machine) of a records DataFrame: the machine, device
-    name, CPU, the dates, lstmnb commit(s), torch and CUDA versions, and how many records are ok,
-    skipped or other (oom, failed, diverged). What ``lstmnb results --by machine`` prints."""
+    """One row per device column of a records DataFrame (``lstmnb results --by machine``): machine, device
+    name, CPU, dates, lstmnb commit(s), torch, CUDA, and how many records are ok, skipped or other."""
     if df.empty:
         return pd.DataFrame()
     runs = with_columns(df, source)
@@ -263,16 +222,15 @@ def machines_table(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
 
 def provenance_table(records: pd.DataFrame | None = None, reference: pd.DataFrame | None = None,
                      published: dict[str, Any] | None = None) -> pd.DataFrame:
-    """The provenance of every device column the report shows, as columns (the same labels as the
-    charts' and tables'): source, machine, dates, lstmnb commit, torch, CUDA. ``published`` is the
-    published figures (``load_published()``), or None to leave them out."""
+    """Every device column shown (labelled as the charts are) against its source, machine, dates, lstmnb
+    commit, torch and CUDA; ``published`` (``load_published()``) or None to leave those out."""
     parts = []
     for df, source in ((records, MEASURED), (reference, REFERENCE)):
         if df is not None and not df.empty:
             part = machines_table(df, source)
             # a column whose every record was skipped measured nothing: its source cell says so
             none = part["ok"].astype(int).eq(0) & part["skipped"].astype(int).eq(part["records"].astype(int))
-            part.loc[none, "source"] = f"{SOURCE_WORDS[source]}: all skipped, nothing measured"
+            part.loc[none, "source"] = f"{'reference records' if source == REFERENCE else source}: all skipped, nothing measured"
             parts.append(part)
     if published is not None:  # each published column as the source states it
         bench = published["era5_lstm_gpu_benchmark"]
@@ -293,16 +251,9 @@ def provenance_table(records: pd.DataFrame | None = None, reference: pd.DataFram
 
 # --- the reference records shipped with the package ------------------------------------------------
 
-def reference_files() -> list[str]:
-    """Names of the reference record files shipped in ``lstmnb/reference_records/``."""
-    folder = resources.files("lstmnb").joinpath(REFERENCE_PACKAGE)
-    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".jsonl"))
-
-
 def load_reference_records() -> pd.DataFrame:
-    """The reference run records shipped with lstmnb (measured by lstmnb on an NVIDIA H100; see the
-    README beside them), as ``records.load_records`` gives a user's own: keep them apart from those and
-    pass them to the report as ``reference``."""
+    """The reference records shipped with lstmnb (an NVIDIA H100; the README beside them), as
+    ``records.load_records`` gives a user's own: pass them to the report apart, as ``reference``."""
     from ..records import load_records
 
     folder = resources.files("lstmnb").joinpath(REFERENCE_PACKAGE)

@@ -1,13 +1,8 @@
 """The timing rule, in one home: repeated runs of one setting are one row, the median of their repeats, marked
-where the repeats disagree by more than ``REPEATS_DISAGREE`` or where other processes kept ``BUSY_CORES`` or
-more cores busy (each record's ``threads`` section says so).
-
-- 03's run table (``timing_rows``, ``timing_note``) and ``unsure_why``, the same mark wherever 06 states such a
-  median (its comparison rows' ``rough``) and ``flag_text`` on the ladder's rungs;
-- ``median_of_repeats`` for the alternated repeats of 04/05 (steps, DDP runs, all-reduce sweeps), with their
-  flags (``flag_text``, ``flag_lines``) and no speedup over a baseline slower than the same work on fewer
-  threads (``speedup_note``);
-- ``compare`` builds the comparison across machines on this rule.
+where the repeats disagree by more than ``REPEATS_DISAGREE`` or other processes kept ``BUSY_CORES`` or more cores
+busy (each record's ``threads`` section). 03's run table (``timing_rows``) and 06's comparison rows mark with
+``unsure_why``; the alternated repeats of 04/05 and the ladder's rungs with ``flag_text`` (``median_of_repeats``),
+and no speedup over a baseline slower than the same work on fewer threads (``speedup_note``).
 """
 
 from __future__ import annotations
@@ -48,10 +43,9 @@ def busy_while_running(record: dict[str, Any]) -> str | None:
 
 
 def unsure_why(seconds: Iterable[float], busy: Iterable[str | None]) -> str:
-    """Why the median of one row's repeats is a rough figure, in the words of 03's ``check`` column ('' when
-    nothing makes it so): its repeats' ``seconds`` differ by more than ``REPEATS_DISAGREE``, or some ran
-    beside busy processes (``busy``: each repeat's ``busy_while_running``). The one rule of every sentence or
-    table that shows such a median, so a figure marked in 03 is marked wherever else it is shown."""
+    """Why the median of one row's repeats is rough, in 03's ``check`` words ('' when not): its ``seconds``
+    differ by more than ``REPEATS_DISAGREE``, or some ran beside busy processes (``busy``: each repeat's
+    ``busy_while_running``). A figure marked in 03 is so marked wherever else it is shown."""
     why, differ = [], spread(list(seconds))
     if differ > REPEATS_DISAGREE:
         why.append(f"repeats differ by {differ:.0%}")
@@ -63,19 +57,16 @@ def unsure_why(seconds: Iterable[float], busy: Iterable[str | None]) -> str:
 
 
 def timing_rows(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """One row per (setting, input path, batch, epochs) of finished runs: the median training seconds
-    over its repeats, their spread, the threads the repeats used, the median samples/s (rounded), the
-    median test RMSE in kelvin (what those seconds bought: settings differ in accuracy per epoch), and
-    ``check``: why the row's figure is marked (repeats that disagree, cores kept busy by others), empty
-    when none."""
+    """03's run table, one row per (setting, input path, batch, epochs) of finished runs: the median seconds
+    over its repeats, their spread and threads, median samples/s and test RMSE (what those seconds bought),
+    and ``check`` (``unsure_why``, marked)."""
     rows = []
     for r in records:
         if r.get("status") != "ok" or get(r, "timing.train_s") is None:
             continue
-        # the setting a run timed, by its experiment: the study's (published) or the profile's recommended
-        preset = get(r, "config.preset")
+        # the setting a run timed: the profile's recommended (by its experiment), else its preset (published)
         setting = ("recommended (profile)" if str(r.get("experiment") or "").endswith("-recommended")
-                   else "published" if preset == "published" else str(preset))
+                   else str(get(r, "config.preset")))
         rows.append({"setting": setting, "input": get(r, "config.input_path"),
                      "batch": get(r, "config.batch_size"), "epochs": get(r, "config.epochs"),
                      "seconds": get(r, "timing.train_s"), "samples_per_s": get(r, "timing.samples_per_s"),
@@ -107,9 +98,7 @@ def timing_note(table: pd.DataFrame) -> str:
             "every setting once before any twice, so a busy minute does not fall on one row). "
             f"{MARK} marks a row whose repeats differ by more than {REPEATS_DISAGREE:.0%} or that ran while other "
             "processes kept cores busy (its records' `threads` section): read it as a rough figure")
-    if not marked:
-        return rule + "; no row is marked."
-    return rule + f"; {marked} of {len(table)} row(s) marked."
+    return rule + (f"; {marked} of {len(table)} row(s) marked." if marked else "; no row is marked.")
 
 # --- 04/05: medians of alternated repeats, their flags, speedups only over a sound baseline -----------------
 
@@ -117,8 +106,7 @@ MIN_REPEATS = 3
 
 RULE = (f"Each row is the median of its repeats, run alternated with the other rows (setting A, B, ..., then "
         f"A, B, ... again). A flag marks a row whose slowest repeat took more than {REPEATS_DISAGREE:.0%} longer "
-        "than its "
-        f"fastest, that has fewer than {MIN_REPEATS} repeats, or that ran while other processes kept "
+        f"than its fastest, that has fewer than {MIN_REPEATS} repeats, or that ran while other processes kept "
         f"{BUSY_CORES} core(s) or more busy; such a row is a rough figure, not a result.")
 
 
@@ -137,10 +125,8 @@ def flag_text(n: int, spread_value: float, busy: float | None) -> str:
 
 def median_of_repeats(rows: pd.DataFrame | list[dict[str, Any]], keys: Sequence[str], time_col: str,
                       busy_col: str = "busy cores") -> pd.DataFrame:
-    """One row per ``keys``: the median of every numeric column over the repeats, with ``repeats``,
-    ``spread %`` (of ``time_col``), ``busy cores`` (the most seen during any repeat) and ``flag``.
-
-    ``rows`` holds one row per timed repeat; columns that are not numbers and not keys are dropped."""
+    """One row per ``keys`` of ``rows`` (one per timed repeat): the median of every numeric column, with
+    ``repeats``, ``spread %`` (of ``time_col``), ``busy cores`` (the most in any repeat) and ``flag``."""
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame()
@@ -159,11 +145,9 @@ def median_of_repeats(rows: pd.DataFrame | list[dict[str, Any]], keys: Sequence[
 
 def speedup_note(baseline: pd.Series, others: pd.DataFrame, *, rate_col: str = "samples/s",
                  threads_col: str = "threads") -> tuple[bool, str]:
-    """Whether a speedup over ``baseline`` (a row of ``median_of_repeats``) may be printed, and a note.
-
-    Never when some row of ``others`` doing the same work on fewer threads ran faster than the baseline
-    (then something other than the work slowed it: a speedup over it would be an artefact). A flagged
-    baseline gives a speedup marked rough."""
+    """Whether a speedup over ``baseline`` (a row of ``median_of_repeats``) may be printed, and a note: never
+    when a row of ``others`` ran the same work faster on fewer threads (something else slowed the baseline);
+    marked rough over a flagged baseline."""
     if threads_col in others and threads_col in baseline and rate_col in others:
         fewer = others[(others[threads_col] < baseline[threads_col]) & (others[rate_col] > baseline[rate_col])]
         if not fewer.empty:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from .labels import device_label, get
+from .labels import device_label, get, present
 
 # --- DDP and DataParallel scaling, convergence, batch sweep, all-reduce -------------------------------------
 
@@ -34,15 +34,9 @@ SCALING_DEFINITIONS = {
 
 def convergence_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     """Validation loss and RMSE per epoch with cumulative wall seconds, one block per (experiment, world size)."""
-    rows = []
-    for r in records:
-        if r.get("status") != "ok":
-            continue
-        for e in r.get("epochs") or []:
-            rows.append({"experiment": r.get("experiment"), "world_size": int(r.get("world_size") or 1),
-                         "epoch": e["epoch"], "cumulative_s": e["cumulative_s"], "val_loss": e["val_loss"],
-                         "val_rmse_k": e["val_rmse_k"]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"experiment": r.get("experiment"), "world_size": int(r.get("world_size") or 1),
+                          **{k: e[k] for k in ("epoch", "cumulative_s", "val_loss", "val_rmse_k")}}
+                         for r in records if r.get("status") == "ok" for e in r.get("epochs") or []])
 
 
 def _human_bytes(n: float) -> str:
@@ -50,74 +44,56 @@ def _human_bytes(n: float) -> str:
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if n == int(n) else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def batch_sweep_table(records: list[dict[str, Any]]) -> pd.DataFrame:
     """Batch size against status, time per epoch, samples/s, peak memory and final validation RMSE."""
-    rows = []
-    for r in records:
-        b = get(r, "sweep.batch_size") or get(r, "config.batch_size")
-        rows.append({"batch size": b, "status": r.get("status"), "epoch s": get(r, "timing.epoch_s_median"),
-                     "samples/s": get(r, "timing.samples_per_s"), "peak MB": get(r, "memory.peak_mb"),
-                     "final val RMSE K": (r.get("epochs") or [{}])[-1].get("val_rmse_k"),
-                     "reason": r.get("reason")})
+    rows = [{"batch size": get(r, "sweep.batch_size") or get(r, "config.batch_size"), "status": r.get("status"),
+             "epoch s": get(r, "timing.epoch_s_median"), "samples/s": get(r, "timing.samples_per_s"),
+             "peak MB": get(r, "memory.peak_mb"), "final val RMSE K": (r.get("epochs") or [{}])[-1].get("val_rmse_k"),
+             "reason": r.get("reason")} for r in records]
     return pd.DataFrame(rows).set_index("batch size") if rows else pd.DataFrame()
 
 
-def _value(run: dict[str, Any], dotted: str) -> Any:
-    """``run``'s value at ``dotted``, whether the record is nested or flattened to dotted columns, in full or
-    in part (``records.load_records``)."""
-    parts = dotted.split(".")
-    for i in range(len(parts), 0, -1):
-        head = ".".join(parts[:i])
-        if head in run:
-            return get({"_": run[head]}, ".".join(["_", *parts[i:]]))
-    return None
-
-
 def _scaling_rows(runs: pd.DataFrame | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    if isinstance(runs, pd.DataFrame):  # load_records' rows, their missing fields NaN
-        runs = [{k: v for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))}
-                for r in runs.to_dict("records")]
+    # records or load_records' rows, flattened in full to dotted keys; a missing field (NaN) left out
+    flat = pd.json_normalize(runs.to_dict("records") if isinstance(runs, pd.DataFrame) else runs)
     rows = []
-    for r in runs:
-        experiment = str(_value(r, "experiment") or "")
-        if _value(r, "status") != "ok" or not experiment.startswith("scaling-"):
+    for r in ({k: v for k, v in row.items() if present(v)} for row in flat.to_dict("records")):
+        experiment = str(r.get("experiment") or "")
+        if r.get("status") != "ok" or not experiment.startswith("scaling-"):
             continue
-        n = int(_value(r, "world_size") or 1)
-        split = {k: _value(r, f"parallel.comm_split.{k}") for k in ("step_s", "compute_s", "comm_s", "comm_fraction")}
-        per_rank = _value(r, "scaling.per_device_batch") or _value(r, "config.batch_size")
-        threads = _value(r, "parallel.threads_per_rank")
+        n = int(r.get("world_size") or 1)
+        split = {k: r.get(f"parallel.comm_split.{k}") for k in ("step_s", "compute_s", "comm_s", "comm_fraction")}
+        per_rank = r.get("scaling.per_device_batch") or r.get("config.batch_size")
+        threads = r.get("parallel.threads_per_rank")
         share = split.get("comm_fraction")
         if share is None and split.get("comm_s") is not None and split.get("step_s"):
             share = split["comm_s"] / split["step_s"]
-        row = {"device": device_label(_value(r, "device.kind"), _value(r, "device.name")),
-               "strategy": _value(r, "config.strategy") or "ddp", "ranks": n,
-               "input path": _value(r, "config.input_path"), "per-rank batch": per_rank,
+        row = {"device": device_label(r.get("device.kind"), r.get("device.name")),
+               "strategy": r.get("config.strategy") or "ddp", "ranks": n,
+               "input path": r.get("config.input_path"), "per-rank batch": per_rank,
                "global batch": per_rank * n if per_rank else None,
                "threads": threads * n if threads else float("nan"),
-               "epoch s": float(_value(r, "timing.epoch_s_median") or "nan"),
-               "samples/s": float(_value(r, "timing.samples_per_s") or "nan"),
+               "epoch s": float(r.get("timing.epoch_s_median") or "nan"),
+               "samples/s": float(r.get("timing.samples_per_s") or "nan"),
                "step ms": 1e3 * split["step_s"] if split.get("step_s") else float("nan"),
                "compute ms": 1e3 * split["compute_s"] if split.get("compute_s") else float("nan"),
                "comm ms": 1e3 * split["comm_s"] if split.get("comm_s") is not None else float("nan"),
                "comm %": 100 * share if share is not None else float("nan"),
-               "busy cores": _value(r, "threads.busy_cores")}
+               "busy cores": r.get("threads.busy_cores")}
         # one rank does the same work in both modes: its runs are the baseline of each
-        modes = [_value(r, "scaling.mode") or experiment.removeprefix("scaling-")] if n > 1 else ["strong", "weak"]
+        modes = [r.get("scaling.mode") or experiment.removeprefix("scaling-")] if n > 1 else ["strong", "weak"]
         rows += [{"mode": m, **row} for m in modes]
     return rows
 
 
 def scaling_table(runs: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFrame:
-    """Strong and weak scaling (DDP or DataParallel) of the ``scaling-*`` runs (records, or the DataFrame of
-    ``load_records``) under the one timing rule (``repeats.median_of_repeats``): per (mode, ranks), with the
-    device, strategy, input path, batches and threads, the medians of epoch time, samples/s and the measured
-    step / compute / communication split (``comm %``: the median of each run's comm / step; none on one rank),
-    flags, and speedup and efficiency (as ``SCALING_DEFINITIONS``) only over a one-rank run of the same
-    device, strategy and batch (the global one for strong scaling, the per-rank one for weak) that can carry
-    one; ``note`` says why not where it cannot, or that it is rough."""
+    """Strong and weak scaling (DDP or DataParallel) of the ``scaling-*`` runs (records or ``load_records``'s
+    DataFrame) under ``repeats.median_of_repeats``, per (mode, ranks): epoch time, samples/s, the step /
+    compute / comm split (``comm %``: median of each run's comm / step; none on one rank), flags; speedup and
+    efficiency (``SCALING_DEFINITIONS``) only over a sound one-rank run of the same device, strategy and batch
+    (global for strong, per-rank for weak), else ``note`` says why (or that it is rough)."""
     from .repeats import median_of_repeats, speedup_note
 
     rows = _scaling_rows(runs)
@@ -150,10 +126,9 @@ def scaling_table(runs: pd.DataFrame | list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def allreduce_table(sweeps: list[dict[str, Any]], step_s: float | None = None) -> pd.DataFrame:
-    """All-reduce time and bandwidth per message size (GB/s = 1e9 bytes/s; busbw = algbw x 2(n-1)/n) from
-    one or more sweeps (each ``experiments.allreduce``'s output, ``busy_cores`` added by a caller that knows
-    it) under the one timing rule (``repeats.median_of_repeats``): medians, flags, and the row at the model's
-    gradient size marked (with its share of a training step of ``step_s`` seconds, when given)."""
+    """All-reduce time and bandwidth per message size (GB/s = 1e9 bytes/s; busbw = algbw x 2(n-1)/n) of
+    ``experiments.allreduce`` sweeps (``busy_cores`` added by a caller that knows it) under
+    ``repeats.median_of_repeats``, the model's gradient size marked (its share of a ``step_s`` step if given)."""
     from .repeats import median_of_repeats
 
     rows, grad = [], None
@@ -175,7 +150,15 @@ def allreduce_table(sweeps: list[dict[str, Any]], step_s: float | None = None) -
 # --- cost: the price table and each run's cost --------------------------------------------------------------
 
 TABLE_KEYS = ("currency", "devices")  # a price table's keys
-ENTRY_KEYS = ("price_per_device_hour", "match", "example", "note")  # the keys of one entry under devices
+# the keys of one entry under devices: (is the value valid, what is)
+ENTRY_RULES = {
+    "price_per_device_hour": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                              and v >= 0, "a number >= 0 (finite: not .nan or .inf)"),
+    "match": (lambda v: isinstance(v, list) and all(isinstance(m, str) and m.strip() for m in v),
+              "a list of non-empty device or profile names in brackets, e.g. [carc-a100, A100], or [A100] for one"),
+    "example": (lambda v: isinstance(v, bool), "true or false"),
+    "note": (lambda v: v is None or isinstance(v, str), "text"),
+}
 
 
 def _short(value: Any) -> str:
@@ -183,62 +166,24 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check_entry(where: str, name: Any, entry: Any) -> None:
-    """One entry of a price table's ``devices``, or a one-line ConfigError naming the entry, field and value."""
-    from ..errors import ConfigError
-
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"price table {where}: devices key {_short(name)} must be a device or profile name (text)")
-    if not isinstance(entry, dict):
-        raise ConfigError(f"price table {where}: devices.{name}={_short(entry)} must be a mapping with "
-                          f"price_per_device_hour (and optionally match, example, note)")
-    unknown = sorted(map(str, set(entry) - set(ENTRY_KEYS)))
-    if unknown:
-        raise ConfigError(f"price table {where}: devices.{name} has unknown key(s) {unknown}; allowed: "
-                          f"{', '.join(ENTRY_KEYS)}")
-    price = entry.get("price_per_device_hour")
-    if (not isinstance(price, (int, float)) or isinstance(price, bool) or not math.isfinite(price)
-            or price < 0):
-        raise ConfigError(f"price table {where}: devices.{name}.price_per_device_hour={_short(price)} must be a "
-                          f"number >= 0 (finite: not .nan or .inf)")
-    if "match" in entry:
-        match = entry["match"]
-        if (not isinstance(match, list)
-                or not all(isinstance(m, str) and m.strip() for m in match)):
-            raise ConfigError(f"price table {where}: devices.{name}.match={_short(match)} must be a list of non-empty "
-                              "device or profile names in brackets, e.g. [carc-a100, A100], or [A100] for one")
-    if "example" in entry and not isinstance(entry["example"], bool):
-        raise ConfigError(f"price table {where}: devices.{name}.example={_short(entry['example'])} must be true "
-                          "or false")
-    if "note" in entry and not isinstance(entry["note"], (str, type(None))):
-        raise ConfigError(f"price table {where}: devices.{name}.note={_short(entry['note'])} must be text")
-
-
 def load_prices(path: str | os.PathLike | None = None) -> dict[str, Any]:
-    """The price table (YAML): the shipped examples, or a user's copy at ``path``; checked on load.
-
-    The table: ``currency`` (default USD) and ``devices``, a mapping of name -> entry; an entry has
-    ``price_per_device_hour`` (a finite number >= 0) and optionally ``match`` (a list of device or profile
-    names, matched case-insensitively: ``[A100]``; a bare string is refused, since it is not a list of
-    names), ``example`` (true or false) and ``note`` (text). Anything else, or a bad value, is a one-line
-    ConfigError naming the table, the entry, the field and what is valid.
-    """
+    """The price table (YAML: the shipped examples, or a user's copy at ``path``), checked: ``currency``
+    (default USD) and ``devices``, name -> entry (``ENTRY_RULES``; ``match`` names are case-insensitive).
+    Anything else is a one-line ConfigError naming the table, entry, field and what is valid."""
     import yaml
 
     from ..errors import ConfigError
 
+    where = "lstmnb/prices.yaml" if path is None else str(Path(path).expanduser())
     if path is None:
         text = resources.files("lstmnb").joinpath("prices.yaml").read_text(encoding="utf-8")
-        where = "lstmnb/prices.yaml"
+    elif not str(path).strip() or not Path(where).is_file():
+        raise ConfigError(f"price table {str(path)!r} is not a file; copy lstmnb/prices.yaml and pass its path")
     else:
-        p = Path(path).expanduser()
-        if not str(path).strip() or not p.is_file():
-            raise ConfigError(f"price table {str(path)!r} is not a file; copy lstmnb/prices.yaml and pass its path")
         try:
-            text = p.read_text(encoding="utf-8")
+            text = Path(where).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"price table {p} cannot be read as text ({type(exc).__name__})") from None
-        where = str(p)
+            raise ConfigError(f"price table {where} cannot be read as text ({type(exc).__name__})") from None
     try:
         prices = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
@@ -252,15 +197,25 @@ def load_prices(path: str | os.PathLike | None = None) -> dict[str, Any]:
     unknown = sorted(map(str, set(prices) - set(TABLE_KEYS)))
     if unknown:
         raise ConfigError(f"price table {where} has unknown key(s) {unknown}; allowed: {', '.join(TABLE_KEYS)}")
-    currency = prices.get("currency", "USD")
+    currency = prices.setdefault("currency", "USD")
     if not isinstance(currency, str) or not currency.strip():
         raise ConfigError(f"price table {where}: currency={_short(currency)} must be a name such as USD or EUR")
     devices = prices.get("devices")
     if not isinstance(devices, dict) or not devices:
         raise ConfigError(f"price table {where} needs a 'devices' mapping of name -> price_per_device_hour")
     for name, entry in devices.items():
-        _check_entry(where, name, entry)
-    prices.setdefault("currency", "USD")
+        at = f"price table {where}: devices.{name}"
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"price table {where}: devices key {_short(name)} must be a device or profile name (text)")
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{at}={_short(entry)} must be a mapping with price_per_device_hour (and optionally "
+                              "match, example, note)")
+        unknown = sorted(map(str, set(entry) - set(ENTRY_RULES)))
+        if unknown:
+            raise ConfigError(f"{at} has unknown key(s) {unknown}; allowed: {', '.join(ENTRY_RULES)}")
+        for key, (valid, what) in ENTRY_RULES.items():
+            if (key in entry or key == "price_per_device_hour") and not valid(entry.get(key)):
+                raise ConfigError(f"{at}.{key}={_short(entry.get(key))} must be {what}")
     return prices
 
 
@@ -286,11 +241,8 @@ def price_for(record: dict[str, Any], prices: dict[str, Any]) -> tuple[str | Non
 
 
 def cost_table(records: list[dict[str, Any]], prices: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Cost per run: devices x wall hours x price per device-hour, with the price's source marked.
-
-    Devices are the run's ``world_size`` (DDP ranks, DataParallel GPUs), else 1. Runs without timing
-    (skipped, oom) are left out; a device with no price shows an empty cost and says so.
-    """
+    """Cost per timed run: devices (``world_size``, else 1) x wall hours x price per device-hour, the price's
+    source marked; a device with no price shows an empty cost and says so."""
     prices = prices or load_prices()
     cur = prices.get("currency", "USD")
     rows = []

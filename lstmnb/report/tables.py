@@ -1,12 +1,7 @@
-"""Tables from run records: one run's epochs and metrics, many runs, the published epochs x devices form (per
-device for notebooks 03 and 04; per device column and input path from the comparison rows for 06), accuracy
-per device column, loss curves, status counts, the findings' table (one row per device column); and skill on
-the study's real data per point.
-
-Skill on the study's data is read from run records (their ``skill.per_point`` rows): only finished runs on the
-study's data (``data.source`` ``study``) whose test part is 2021-01-01..06-30, every model and baseline scored
-on the same target hours. Medians over the runs of one forecaster, epochs, input path and lead: runs fed by the
-fast path and by a DataLoader draw other batches, so they are two rows, never one median no run produced.
+"""Tables from run records: one run's epochs and metrics, many runs, the published epochs x devices form (from
+the comparison rows: 03, 04 and 06), accuracy per device column, loss curves, status counts, the findings' table;
+and skill on the study's real data per point (``skill.per_point`` of finished runs tested on 2021-01..06, every
+forecast scored on the same hours; the fast path and a DataLoader draw other batches: two rows, never one median).
 """
 
 from __future__ import annotations
@@ -48,9 +43,8 @@ SKILL_COLUMN = "model's MSE skill score vs row"  # 1 - MSE_model / MSE_row (trai
 
 
 def metrics_table(record: dict[str, Any]) -> pd.DataFrame:
-    """Test RMSE and MAE in kelvin of the reported forecast (and of the network alone, where the reported one
-    is a blend) beside persistence and climatology, with the model's MSE skill score against each baseline
-    (as the record holds it: ``metrics.mse_skill_vs_*``)."""
+    """Test RMSE and MAE (K) of the reported forecast (and of the network alone where that is a blend) beside
+    persistence and climatology, with the model's MSE skill score against each (``metrics.mse_skill_vs_*``)."""
     m = record.get("metrics") or {}
     cell = "LSTM" if (record.get("config") or {}).get("cell", "lstm") == "lstm" else "GRU"
     blended = (record.get("config") or {}).get("blend", "off") != "off" and m.get("network_test_rmse_k") is not None
@@ -107,9 +101,8 @@ def runs_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def format_table(df: pd.DataFrame, floatfmt: str = "{:,.3f}") -> str:
-    """Plain-text rendering for the terminal, ``floatfmt`` for every number but a loss below 1, which gets three
-    significant figures, so a training loss that falls from 0.0049 to 0.0047 reads so (three decimals printed
-    both as 0.005); skill scores, RMSE and seconds keep their decimals, aligned."""
+    """Plain text for the terminal: ``floatfmt`` for every number but a loss below 1, which gets three
+    significant figures (a loss falling from 0.0049 to 0.0047 is not printed 0.005 twice)."""
     if df.empty:
         return "(no rows)"
 
@@ -122,34 +115,11 @@ def format_table(df: pd.DataFrame, floatfmt: str = "{:,.3f}") -> str:
                         formatters={c: loss for c in df.columns if "loss" in str(c)})
 
 
-# --- the published experiment's table: epochs x devices ------------------------------------------
-
-def epochs_device_table(df: pd.DataFrame, *, experiment: str | None = "epochs",
-                        input_path: str | None = None) -> pd.DataFrame:
-    """Training seconds in the published form: rows = epochs, columns = devices present (CPU, T4, ...).
-
-    Each cell is the median training seconds over the ok single-device runs with that many epochs on
-    that device, so repeats and records merged from several machines combine.
-    """
-    value = "timing.train_s"
-    runs = ok_single_runs(df, experiment, input_path)
-    if runs.empty or value not in runs or "config.epochs" not in runs:
-        return pd.DataFrame()
-    runs = runs.dropna(subset=[value, "config.epochs"])
-    if runs.empty:
-        return pd.DataFrame()
-    table = runs.pivot_table(index="config.epochs", columns="device_label", values=value, aggfunc="median")
-    table = table[order_devices(table.columns)]
-    table.index = table.index.astype(int)
-    table.index.name = "epochs"
-    table.columns.name = "device"
-    return table
-
+# --- per device column: accuracy, loss curves, status, the published epochs x devices form, the findings ---
 
 def rmse_by_device(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataFrame:
-    """Test RMSE (K) of the model beside persistence and climatology, one row per device column (device on
-    a machine), problem, setting and epochs count: the medians of ``repeats.MEDIAN_RULE``, so a one-epoch
-    run never blurs a five-epoch one and each RMSE is the one the findings show for that row."""
+    """Test RMSE (K) of the model beside persistence and climatology per device column, problem, setting and
+    epochs count (``compare.MEDIAN_RULE``: a one-epoch run never blurs a five-epoch one)."""
     runs = compared_runs(df)
     if not runs.empty and experiment is not None:
         runs = runs[runs["experiment"] == experiment]
@@ -178,14 +148,11 @@ def loss_curves(df: pd.DataFrame, experiment: str | None = "epochs") -> pd.DataF
     if runs.empty or "epochs" not in runs:
         return pd.DataFrame()
     runs = with_columns(runs)
-    rows = []
-    for _, run in runs.iterrows():
-        for entry in run["epochs"] if isinstance(run["epochs"], list) else []:
-            rows.append({"run_id": run.get("run_id"), "device": run["column"],
-                         "input_path": run.get("config.input_path"), "epochs": run.get("config.epochs"),
-                         "val_persistence_rmse_k": run.get("metrics.val_persistence_rmse_k"),
-                         **{k: entry.get(k) for k in ("epoch", "train_loss", "val_loss", "val_rmse_k")}})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"run_id": run.get("run_id"), "device": run["column"],
+                          "input_path": run.get("config.input_path"), "epochs": run.get("config.epochs"),
+                          "val_persistence_rmse_k": run.get("metrics.val_persistence_rmse_k"),
+                          **{k: entry.get(k) for k in ("epoch", "train_loss", "val_loss", "val_rmse_k")}}
+                         for _, run in runs.iterrows() if isinstance(run["epochs"], list) for entry in run["epochs"]])
 
 
 def status_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -198,12 +165,10 @@ def status_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def epochs_tables(rows: pd.DataFrame, notes: dict[str, str] | None = None) -> list[tuple[str, pd.DataFrame, list[str]]]:
-    """The published form from comparison rows (``repeats.comparison_rows``, so each cell is the same
-    median as everywhere else): seconds, rows = epochs, columns = device columns, one table per problem
-    and input path at the published setting. The published columns stand only beside the published
-    problem on the DataLoader path (what the study timed); a device with a note (``notes``, by device)
-    carries its mark, and the table comes with those notes: (title, table, notes). Cells are text: '—'
-    where a device has no run."""
+    """The published form of ``compare.comparison_rows`` (the same medians as everywhere): (title, table,
+    notes) per problem and input path at the published setting, seconds as text ('—': no run), epochs x device
+    columns. Published columns stand only beside the published problem on the DataLoader path (what the study
+    timed); a device with a note (``notes``, by device) carries its mark and its note."""
     if rows.empty:
         return []
     notes = notes or {}
@@ -218,9 +183,8 @@ def epochs_tables(rows: pd.DataFrame, notes: dict[str, str] | None = None) -> li
         label = {c: c + (NOTE_MARK if s == PUBLISHED and d in noted else "")
                  for c, s, d in zip(g["column"], g["source"], g["device"])}
         table = g.pivot_table(index="epochs", columns="column", values="seconds", aggfunc="first", sort=False)
-        rank = {d: i for i, d in enumerate(order_devices(g["device"]))}
-        order = g.drop_duplicates("column").sort_values(
-            "device", key=lambda d: d.map(rank)).sort_values("source", key=lambda s: s.map(SOURCES.index), kind="stable")
+        # the rows come in the published device order: the measured columns first, then reference, published
+        order = g.drop_duplicates("column").sort_values("source", key=lambda s: s.map(SOURCES.index), kind="stable")
         table = table[list(order["column"])].rename(columns=label).sort_index()
         table = table.map(lambda v: "—" if v != v else num.figure(v))  # as the charts and sentences write seconds
         table.index.name, table.columns.name = "epochs", None
@@ -232,12 +196,10 @@ def epochs_tables(rows: pd.DataFrame, notes: dict[str, str] | None = None) -> li
 
 def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
                   notes: dict[str, str] | None = None) -> pd.DataFrame:
-    """The findings' table: one row per device column (the user's first), its source and machine, the problem
-    and epochs compared (``problem`` and ``epochs`` where the column has them, else its own most common ones),
-    like-for-like and fastest seconds, the fastest setting and its input path, best samples/s, median test
-    RMSE. Figures are text as the report writes them (``labels``); '—' where a figure does not exist; a
-    published device with a note (``notes``, by device) carries its mark. No speedups: a GPU over its own
-    machine's CPU is the ladder's, a published GPU over the study's CPU run the study's comparison's."""
+    """The findings' table, one row per device column (the user's first): source, machine, the problem and
+    epochs compared (``problem`` and ``epochs``, else the column's own), like-for-like and fastest seconds, the
+    fastest setting, best samples/s, median test RMSE; as text ('—': none), a noted device marked. No speedups:
+    those are the ladder's and the study's comparison's."""
     if rows.empty:
         return pd.DataFrame()
     out = []
@@ -260,9 +222,7 @@ def summary_table(rows: pd.DataFrame, problem: str | None, epochs: int | None,
             "best samples/s": int(round(rate)) if pd.notna(rate) else "—",
             "test RMSE K": round(float(rmse), 3) if pd.notna(rmse) else "—",
         })
-    table = pd.DataFrame(out)
-    rank = {s: i for i, s in enumerate(SOURCES)}
-    table = table.iloc[sorted(range(len(table)), key=lambda i: rank[table["source"].iloc[i]])]
+    table = pd.DataFrame(out).sort_values("source", key=lambda s: s.map(SOURCES.index), kind="stable")
     return table.set_index("device column")
 
 # --- skill on the study's data, per point and input path ----------------------------------------------------
@@ -280,9 +240,8 @@ STUDY_MODEL = {**{k: PUBLISHED_SETTING[k] for k in ("batch_size", "lr", "residua
 
 
 def _forecast(row: pd.Series) -> str | None:
-    """'the study's model, N epochs' for a run of the study's setting, 'recommended (lstmnb)' for the
-    recommended preset (', hidden 8' where its window or width is not the study's), None for any other setting
-    (left out)."""
+    """'the study's model, N epochs', 'recommended (lstmnb)' (', hidden 8' where its window or width is not
+    the study's), or None for any other setting (left out)."""
     if all(row.get(f"config.{k}") == v for k, v in STUDY_MODEL.items()):
         n = int(row.get("metrics.epochs_run"))
         return f"the study's model, {num.count(n, 'epoch')}"

@@ -1,9 +1,6 @@
-"""The report's sentences, in one home, each written from records and the tables made from them, never fixed text:
-the first screen's (``first_screen``: at most three sentences whose first ratio is made of one machine's runs,
-the study's ratios last, as its claim), the findings under it (``findings``: what was found, ``published.found``;
-what is missing with the command that fills it; the table, ``tables.summary_table``), each notebook's closing
-"What this showed" with a pointer to the next, and the glossary (``glossary.yaml``; 06 ends with it, README
-carries the same text, a test holds the two together).
+"""The report's sentences, in one home, each written from records, never fixed text: the first screen's
+(``first_screen``), the findings under it (``findings``: what was found, what is missing and the command that
+fills it), each notebook's closing "What this showed", and the glossary (``glossary.yaml``, README's too).
 """
 
 from __future__ import annotations
@@ -13,6 +10,7 @@ from importlib import resources
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from . import labels as num
 from .compare import TIED_WITHIN, comparison_epochs, comparison_rows, main_problem
@@ -122,10 +120,9 @@ def study_sentence(published: dict | None, own: list[pd.DataFrame]) -> str | Non
 
 def first_screen(df: pd.DataFrame | None, reference: pd.DataFrame | None = None,
                  published: dict | None = None) -> Screen:
-    """The figure and at most three sentences that open 06 and the site: per machine measured (the reader's own
-    records first, the ``reference`` records labelled as another machine's), each rung's seconds on its CPU and
-    GPU; the first ratio made of one machine's runs, what limits a small LSTM, and the study's ratios last, as
-    its claim."""
+    """The figure and at most three sentences that open 06 and the site: each machine's rungs on its CPU and
+    GPU (the reader's first, ``reference`` labelled as another machine's); the first ratio of one machine's
+    runs, what limits a small LSTM, the study's ratios last, as its claim."""
     published = published if published is not None else load_published()
     own, ref = ladder_rows(df, "measured here"), ladder_rows(reference, "reference records, another machine")
     mine = machines(own)
@@ -171,10 +168,9 @@ def _missing(records: pd.DataFrame | None, reference: pd.DataFrame | None, rows:
 
 def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = None,
              reference: pd.DataFrame | None = None) -> tuple[str, pd.DataFrame]:
-    """The findings under the first screen, (Markdown bullets, ``tables.summary_table``), from the user's
-    ``records``, the published figures (or None) and lstmnb's ``reference`` records (or None): the devices and
-    machines found (skipped ones as skipped), what is missing with the command that fills it, and the notes
-    of the published devices shown (the T4's)."""
+    """(Markdown bullets, ``tables.summary_table``) from the user's ``records``, the ``published`` figures and
+    lstmnb's ``reference`` records (each or None): what was found (skipped devices as skipped), what is missing
+    with the command that fills it, the notes of the published devices shown."""
     rows = comparison_rows(records, reference, published)
     lines = [found(records, reference, published)]
     problem = main_problem(rows)
@@ -185,22 +181,14 @@ def findings(records: pd.DataFrame | None, published: dict[str, Any] | None = No
     shown = set(rows.loc[rows["source"] == PUBLISHED, "device"]) if not rows.empty else set()
     notes = device_notes(published, shown) if published is not None and shown else {}
     lines += [f"*{note}*" for note in notes.values()]
-    paragraph = "\n".join(f"- {line}" for line in lines if line)
-    table = summary_table(rows, problem, epochs, notes)
-    return paragraph, table
+    return "\n".join(f"- {line}" for line in lines if line), summary_table(rows, problem, epochs, notes)
 
 # --- the glossary -------------------------------------------------------------------------------------------
 
-def _glossary() -> dict[str, str]:
-    """The glossary, text shipped as package data (``glossary.yaml``), its thresholds the rules' own."""
-    import yaml
-
-    text = resources.files("lstmnb").joinpath("glossary.yaml").read_text(encoding="utf-8")
-    rule = {"repeats_disagree": REPEATS_DISAGREE, "tied_within": TIED_WITHIN}
-    return {term: words.format(**rule) for term, words in yaml.safe_load(text).items()}
-
-
-GLOSSARY: dict[str, str] = _glossary()
+# the glossary's text is package data (``glossary.yaml``), its thresholds the rules' own
+GLOSSARY: dict[str, str] = {
+    term: words.format(repeats_disagree=REPEATS_DISAGREE, tied_within=TIED_WITHIN) for term, words in
+    yaml.safe_load(resources.files("lstmnb").joinpath("glossary.yaml").read_text(encoding="utf-8")).items()}
 
 
 def glossary_markdown() -> str:
@@ -220,8 +208,7 @@ NEXT = {
 
 
 def _heading(lines: list[str], nb: str) -> str:
-    body = "\n".join(f"- {line}" for line in lines if line)
-    return f"## What this showed\n{body}\n\n{NEXT[nb]}"
+    return "## What this showed\n" + "\n".join(f"- {line}" for line in lines if line) + f"\n\n{NEXT[nb]}"
 
 
 def _k(value: float) -> str:
@@ -232,21 +219,18 @@ def model_conclusion(record: dict[str, Any], skill: pd.DataFrame | None = None) 
     """02: the model's size, how its training ended, its test error against both baselines, and (with the
     skill table) at which leads it beats persistence at every point."""
     m, cfg, model = record.get("metrics") or {}, record.get("config") or {}, record.get("model") or {}
-    lines = []
     params = model.get("parameters")
-    lines.append(f"The forecaster is a {cfg.get('layers', 1)}-layer {str(cfg.get('cell', 'lstm')).upper()} with "
-                 f"{cfg.get('hidden')} hidden units" + (f" ({params:,} parameters)" if params else "")
-                 + f", fed {cfg.get('window')} h windows.")
+    lines = [f"The forecaster is a {cfg.get('layers', 1)}-layer {str(cfg.get('cell', 'lstm')).upper()} with "
+             f"{cfg.get('hidden')} hidden units" + (f" ({params:,} parameters)" if params else "")
+             + f", fed {cfg.get('window')} h windows."]
     if record.get("status") == "ok" and m.get("test_rmse_k") is not None:
         ran = m.get("epochs_run")
         timing = record.get("timing") or {}
         train_s, eval_s = timing.get("train_s"), timing.get("eval_s")
         how = ("stopped early: validation stopped improving" if m.get("stopped_early")
                else "the cap" if ran == cfg.get("epochs") else None)
-        spent = ""
-        if train_s:
-            spent = f" in {train_s:.1f} s of training steps" + (f" ({train_s + eval_s:.1f} s with the validation passes)"
-                                                                 if eval_s else "")
+        spent = (f" in {train_s:.1f} s of training steps" + (f" ({train_s + eval_s:.1f} s with the validation "
+                                                              "passes)" if eval_s else "")) if train_s else ""
         lines.append(f"Training ran {ran} of at most {cfg.get('epochs')} epochs{spent}" + (f" ({how})" if how else "") + ".")
         rmse, pers, clim = m["test_rmse_k"], m.get("persistence_rmse_k"), m.get("climatology_rmse_k")
         verdict = ("beats" if pers is not None and rmse < pers else "does not beat")
@@ -309,9 +293,7 @@ def cpu_baseline_conclusion(timings: pd.DataFrame, published_cpu: pd.Series | No
                  "cores): run 03 again on a quiet machine before quoting them."
                  if marked else f"No timing row is marked: the {int(timings['repeats'].min())} repeats of each agree "
                  "and no run shared its cores.")
-    if verdict:
-        lines.append(verdict)
-    return _heading(lines, "03")
+    return _heading([*lines, verdict], "03")  # _heading leaves out a verdict of None
 
 
 def analysis_conclusion(screen, comparison, records: pd.DataFrame | None) -> str:
@@ -337,13 +319,11 @@ def analysis_conclusion(screen, comparison, records: pd.DataFrame | None) -> str
 def scratch_conclusion(table: pd.DataFrame) -> str:
     """07: the fastest version that ran, how far each step of parallelism took it, what was skipped."""
     ok = table[table["status"] == "ok"] if "status" in table else table
-    lines = []
     if ok.empty:
         return _heading(["No version finished."], "07")
     best = ok["run_s"].idxmin()
-    lines.append(f"Fastest here: `{best}`, {num.seconds(ok.loc[best, 'run_s'])}"
-                 + (f", {ok.loc[best, 'speedup_vs_loops']:.0f}x the Python loops" if "speedup_vs_loops" in ok else "")
-                 + ".")
+    lines = [f"Fastest here: `{best}`, {num.seconds(ok.loc[best, 'run_s'])}"
+             + (f", {ok.loc[best, 'speedup_vs_loops']:.0f}x the Python loops" if "speedup_vs_loops" in ok else "") + "."]
     if "numpy" in ok.index and "loops" in ok.index:
         gain = ok.loc["loops", "run_s"] / ok.loc["numpy", "run_s"]
         runs = ok.loc["numpy", "run_s_repeats"] if "run_s_repeats" in ok else None
