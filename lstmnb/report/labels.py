@@ -76,7 +76,7 @@ def ok_single_runs(df: pd.DataFrame, experiment: str | None = None) -> pd.DataFr
 
 # --- the published setting and problem, and how a run's are named -------------------------------------------
 
-# the published experiment as the study's notebooks ran it (training.presets.PRESETS["published"], whose source
+# the published experiment as the study's notebooks ran it (training.config.PRESETS["published"], whose source
 # the record states; published_figures.yaml, era5_lstm_gpu_benchmark)
 PUBLISHED_SETTING = {"batch_size": 128, "lr": 0.001, "residual": False, "lr_schedule": "constant", "amp": "off",
                      "compile": False, "cuda_graph": False, "threads": None,
