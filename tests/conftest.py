@@ -1,5 +1,6 @@
-"""Shared fixtures. Every test session gets its own cache directory (LSTMNB_CACHE), so tests never
-touch the user's cache and the embedded sample store is built at most once per session."""
+"""Shared fixtures. Every test session (each pytest-xdist worker's own) gets its own cache directory
+(LSTMNB_CACHE), so tests never touch the user's cache and the embedded sample store is built at most once per
+session. The workers' groups: XDIST_MARKER_GROUPS below."""
 
 from __future__ import annotations
 
@@ -269,13 +270,22 @@ def _xdist_group(item) -> str | None:
     return module if XDIST_MODULE_FIXTURES.get(module) in item.fixturenames else None
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups (its worker registers after conftest)
+def pytest_itemcollected(item):
+    """Each test's xdist group (above), as a marker, and as the suffix ``@group`` of its node id, which is what
+    xdist's scheduler reads. xdist 3.8 writes that suffix into ``item._nodeid``, which pytest 9.2 no longer reads
+    (its node ids are structured: pytest-xdist issue 1386, open): without this, groups are silently ignored."""
+    group = _xdist_group(item)
+    if group is None:
+        return
+    item.add_marker(pytest.mark.xdist_group(group))
+    if getattr(item.config.option, "loadgroup", False) and hasattr(item, "_id"):  # in a worker, with loadgroup
+        from _pytest.nodeid import coerce_node_id
+
+        item._id = coerce_node_id(f"{item.nodeid}@{group}")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Each test's xdist groups (above) as markers. `gpu` tests run real CUDA where a GPU is; elsewhere they
-    are skipped with the reason."""
-    for item in items:
-        if group := _xdist_group(item):
-            item.add_marker(pytest.mark.xdist_group(group))
+    """`gpu` tests run real CUDA where a GPU is; elsewhere they are skipped with the reason."""
     # the marker, not the keyword: keywords hold every parent's name, so a checkout in a folder called
     # "gpu" would make every test a gpu test
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
