@@ -1,5 +1,6 @@
-"""Shared fixtures. Every test session gets its own cache directory (LSTMNB_CACHE), so tests never
-touch the user's cache and the embedded sample store is built at most once per session."""
+"""Shared fixtures. Every test session (each pytest-xdist worker's own) gets its own cache directory
+(LSTMNB_CACHE), so tests never touch the user's cache and the embedded sample store is built at most once per
+session. The workers' groups: XDIST_MARKER_GROUPS below."""
 
 from __future__ import annotations
 
@@ -232,6 +233,55 @@ def cloud_store(gcs_emulator, tmp_path_factory):
     gcs_emulator.make_bucket("lstmnb-test")
     gcs_emulator.upload_dir(local, "lstmnb-test", "ar/era5.zarr")
     return "gs://lstmnb-test/ar/era5.zarr", local
+
+
+# pytest-xdist (pyproject's addopts: -n 2 --dist loadgroup) runs tests on two worker processes, each with its own
+# session: its own LSTMNB_CACHE and temporary folders, its own session fixtures, loopback ports of its own. Tests
+# that must not run beside each other, or that share an expensive fixture (set up once per worker that runs its
+# users), get one xdist_group, and one worker runs each group's tests in turn:
+XDIST_MARKER_GROUPS = {  # marker -> group
+    "slurm": "local SLURM clusters (carc/local_slurm.sh) share one bridge and network for their nodes",
+    "gpu": "one GPU: a test's memory caps and timings must not see another test's work on it",
+}
+XDIST_FIXTURE_GROUPS = {  # session fixture -> group
+    "ci_series": "ci_series",      # the whole notebook series (about 3 minutes), executed once
+    "wide_store": "wide_store",    # a 90-degree-square store (about 25 s to write)
+    "gcs_emulator": "gcs",         # the GCS emulator and the store uploaded to it
+    "cloud_store": "gcs",
+}
+# module-scoped fixtures that train or extract for many seconds: their users run on one worker, grouped by module
+XDIST_MODULE_FIXTURES = {
+    "test_skill_defaults": "runs", "test_ladder": "cpu_ladder", "test_faults": "uninterrupted",
+    "test_data_parallel_by_hand": "one_process", "test_sample": "column", "test_report_conclusions": "runs",
+    "test_report_timing_quality": "runs", "test_report_page": "own", "test_report_findings": "own_records",
+    "test_region_grid": "small_box", "test_region_skill": "small_box",
+}
+
+
+def _xdist_group(item) -> str | None:
+    """A test's one group: by marker, else by session fixture, else by module-scoped fixture."""
+    for marker in XDIST_MARKER_GROUPS:
+        if item.get_closest_marker(marker) is not None:
+            return marker
+    for fixture, group in XDIST_FIXTURE_GROUPS.items():
+        if fixture in item.fixturenames:
+            return group
+    module = item.module.__name__
+    return module if XDIST_MODULE_FIXTURES.get(module) in item.fixturenames else None
+
+
+def pytest_itemcollected(item):
+    """Each test's xdist group (above), as a marker, and as the suffix ``@group`` of its node id, which is what
+    xdist's scheduler reads. xdist 3.8 writes that suffix into ``item._nodeid``, which pytest 9.2 no longer reads
+    (its node ids are structured: pytest-xdist issue 1386, open): without this, groups are silently ignored."""
+    group = _xdist_group(item)
+    if group is None:
+        return
+    item.add_marker(pytest.mark.xdist_group(group))
+    if getattr(item.config.option, "loadgroup", False) and hasattr(item, "_id"):  # in a worker, with loadgroup
+        from _pytest.nodeid import coerce_node_id
+
+        item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
 def pytest_collection_modifyitems(config, items):
