@@ -366,7 +366,7 @@ class TrainConfig:
             return True
 
     def stops_after(self, history: list[dict[str, Any]], best: dict[str, Any]) -> bool:
-        """Early stopping: ``patience`` epochs without a new best validation RMSE, or ``target_rmse`` reached."""
+        """Early stopping: ``patience`` epochs without a new best validation RMSE, or (``stop_at_target``) the target."""
         p = self.patience
         if p and best.get("epoch") is not None and len(history) - best["epoch"] >= p:
             return True
