@@ -294,6 +294,8 @@ def test_ci_series_tables_and_figures(ci_series):
     ring = pd.read_csv(run_dir / "tables" / "05_ring.csv", index_col=0)
     assert list(ring.index) == [2, 3] and (ring["K values"] % ring.index != 0).all()
     assert (ring["max |ring - all_reduce|"] <= 1e-5).all()  # sums of N float32 values in another order
+    # the programs 05 wrote are kept beside its tables (none left in the system's temporary folder)
+    assert sorted(p.name for p in (run_dir / "05_programs").glob("*.py")) == ["ddp_by_hand.py", "ring.py", "ring_check.py"]
     # chunks of K/N rounded: each of the 2 (N - 1) sends is off by at most one value
     off = (ring["bytes sent per rank"] - ring["2(N-1)K/N x 4 bytes"]).abs()
     assert (off <= 2 * (ring.index - 1) * 4).all()
