@@ -13,7 +13,7 @@ reads `subset_temperature_2yrs.csv` beside it; fetch both from the study's repos
 them): its printed "Execution Time" is its seconds. Beside other work the study's loop spins its threads:
 run it on an idle machine.
 
-    python benchmarks/study_loop.py [--rounds 3] [--epochs 5] [--notebook PATH --epochs 15]
+    python benchmarks/study_loop.py [--rounds 5] [--epochs 5] [--notebook PATH --epochs 15]
     python benchmarks/study_loop.py --tiny      # CI: one short round, checks the script and its table
 
 Target this project holds itself to on CPU: rung 0 within 10% of the study's loop (and of its notebook).
@@ -119,7 +119,8 @@ def notebook(path: Path, folder: Path, n: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3, help="alternated rounds (default 3)")
+    ap.add_argument("--rounds", type=int, default=5, help=(
+        "alternated rounds (default 5: on a shared machine one run of the same work varied by a third)"))
     ap.add_argument("--epochs", type=int, default=5, help="epochs per run (default 5; the notebook trains 15)")
     ap.add_argument("--notebook", type=Path, default=None, help="the study's notebook, run as written too")
     ap.add_argument("--tiny", action="store_true", help="one round of one epoch on 30 days (CI: the script runs)")
