@@ -10,9 +10,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ConfigError
-
-OPTIMIZERS = ("sgd", "adam")
 
 
 def clip_grad_norm(grad: np.ndarray, max_norm: float | None) -> float:
@@ -65,10 +62,4 @@ class Adam:
         theta -= (self.lr / bc1) * self.m / denom
 
 
-def make_optimizer(name: str, lr: float) -> SGD | Adam:
-    """An optimiser by name ('sgd' or 'adam')."""
-    if name == "sgd":
-        return SGD(lr=lr)
-    if name == "adam":
-        return Adam(lr=lr)
-    raise ConfigError(f"optimizer={name!r} is not known; choose one of {OPTIMIZERS}")
+OPTIMIZERS = {"sgd": SGD, "adam": Adam}  # by name; ScratchConfig.validate refuses any other
