@@ -104,10 +104,9 @@ def exchange_halo(x_own: torch.Tensor, tile: Tile) -> torch.Tensor:
 
 
 def local_model(full: RegionForecaster, tile: Tile) -> RegionForecaster:
-    """The part of ``full`` one band needs: the shared weights and its cells' rows of the relation."""
+    """The part of ``full`` one band needs: the shared weights and its cells' rows of the relation (sparse, or
+    none: ``check_sharded`` refuses to tile a dense one)."""
     cfg = full.config
-    if cfg.neighbours and cfg.relation != "sparse":
-        raise ConfigError("tiles need relation='sparse' (or neighbours=0): a dense row reaches every cell")
     part = RegionForecaster(cfg, tile.index, tile.sources.size if cfg.neighbours else None)
     state = {k: v for k, v in full.state_dict().items() if not k.startswith("mix.")}
     part.load_state_dict(state, strict=False)
@@ -156,7 +155,6 @@ def train_steps(data: RegionData | AreaPart, model_cfg: RegionConfig, cfg: Shard
     the median seconds per step (the first, warm-up step left out when there are more) and the bytes
     this rank sent per step.
     """
-    cfg.validate()
     full = region_model(model_cfg, data.grid, seed=cfg.seed)
     tile = None
     if cfg.mode == "tiles":
