@@ -8,10 +8,8 @@ once) and stacks its own cells and the halo it received into the mix's source. T
 over every cell of the area, so each rank divides its squared-error sum by the global count; summing
 the shared weights' gradients (LSTM, head) over ranks then gives exactly the one-process gradient, and
 the relation's rows, each owned by one rank, need no reduction. Adam works weight by weight, so each
-rank's update is the one-process update of its weights. A rank holds its band's series only, copied out
-of the area written once to disk (``bands``), and receives its halo rows each step; it builds the whole
-model before keeping its band's part (O(cells x k) weights, small beside the series). Only the sparse
-relation (or none) can be tiled: a dense row reaches every cell.
+rank's update is the one-process update of its weights. What a rank holds (its band's series, no more):
+``bands``. Only the sparse relation (or none) can be tiled: a dense row reaches every cell.
 
 ``windows``: every rank holds the whole area and model and takes its share of each batch's windows;
 all gradients are summed over ranks (the loss is divided by the global count, as above).
