@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
-
 def clip_grad_norm(grad: np.ndarray, max_norm: float | None) -> float:
     """Scale ``grad`` in place so its global 2-norm is at most ``max_norm``; return the norm before.
 
