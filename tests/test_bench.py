@@ -123,8 +123,8 @@ def test_size_ladder_and_bus_bandwidth_convention():
     assert bench.size_ladder(1024, 4096, 4, extra=(2050,)) == [1024, 2048, 4096]  # whole float32s
     with pytest.raises(ConfigError, match="factor >= 2"):
         bench.size_ladder(1024, 4096, 1)
-    with pytest.raises(ConfigError, match="at least 2 ranks"):
-        bench.allreduce_bandwidth(bench.AllreduceConfig(world_size=1))
+    with pytest.raises(ConfigError, match=r"world_size=1 must be a whole number in 2\.\."):  # a bandwidth needs 2 ranks
+        bench.allreduce(TrainConfig(), bench.AllreduceConfig(world_size=1))
 
 
 @pytest.mark.parametrize("inputs", [dict(), dict(calendar=False), dict(cycles=False), dict(calendar=False, cycles=False)])

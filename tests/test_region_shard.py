@@ -9,13 +9,14 @@ import pytest
 import torch
 
 from lstmnb.errors import ConfigError
-from lstmnb.region.data import region_data
+from lstmnb.data import point_label
+from lstmnb.region.data import RegionData
 from lstmnb.region.grid import Grid
 from lstmnb.region.model import RegionConfig, region_model
 from lstmnb.region.relation import knn_index
 from lstmnb.experiments.region import run_sharded
 from lstmnb.region.shard import ShardConfig, local_model, plan_tiles, train_steps
-from lstmnb.windows import WindowConfig
+from lstmnb.windows import WindowConfig, make_windows
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::UserWarning")]
 
@@ -24,7 +25,9 @@ def _data(ny=6, nx=4, hours=240, seed=0):
     rng = np.random.default_rng(seed)
     grid = Grid.square(ny, nx, lat0=45.0)
     values = 280 + 0.3 * np.cumsum(rng.normal(size=(hours, grid.n_cells)), axis=0)
-    return region_data(values, pd.date_range("2020-01-01", periods=hours, freq="h"), grid, WindowConfig(window=6))
+    labels = [point_label(a, b) for a, b in zip(grid.cell_lat, grid.cell_lon)]
+    times = pd.date_range("2020-01-01", periods=hours, freq="h")
+    return RegionData(make_windows(values, times, WindowConfig(window=6), points=labels, keys=True), grid)
 
 
 def test_bands_and_halos():

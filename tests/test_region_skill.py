@@ -13,15 +13,16 @@ import pandas as pd
 import pytest
 
 from lstmnb import era5
+from lstmnb.data import point_label
 from lstmnb.errors import ConfigError
 from lstmnb.experiments.region_skill import (check_neighbours, comparison_panels, flow_table, mse_skill_maps,
                                              region_skill, skill_table, variant_maps, variant_model)
-from lstmnb.region.data import region_data, region_data_from_box
-from lstmnb.region.grid import Grid, box_to_points, flow_halves, flow_position, to_map
+from lstmnb.region.data import RegionData
+from lstmnb.region.grid import Grid, box_to_points, flow_halves, flow_position, grid_of, to_map
 from lstmnb.region.maps import Panel, plot_panels
 from lstmnb.training import preset_config, train
 from lstmnb.training.evaluate import mse_skill_score, score_row
-from lstmnb.windows import WindowConfig, windows_from_dataset
+from lstmnb.windows import WindowConfig, make_windows, windows_from_dataset
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +32,24 @@ def small_box(small_store, tmp_path_factory):
                         cache_dir=tmp_path_factory.mktemp("cache"), progress=False)
 
 
+def region_data(values, times, grid, config) -> RegionData:
+    """A (time, cells) array in kelvin on ``grid`` as keyed RegionData (one series per cell, row-major)."""
+    labels = [point_label(a, b) for a, b in zip(grid.cell_lat, grid.cell_lon)]
+    return RegionData(make_windows(values, times, config, points=labels, keys=True), grid)
+
+
+def box_data(ds, config) -> RegionData:
+    """A box Dataset as keyed RegionData, windowed as `lstmnb train --box` windows it."""
+    return RegionData(windows_from_dataset(box_to_points(ds), config, keys=True), grid_of(ds))
+
+
 def _cfg(**kw):
     return preset_config(device="cpu", window=12, hidden=8, epochs=2, batch_size=64, progress=False, **kw)
 
 
 def test_keyed_windows_are_the_point_pipelines(small_box):
     cfg = WindowConfig(window=12, lead_hours=2, horizon=2, calendar=True)
-    data = region_data_from_box(small_box, cfg)
+    data = box_data(small_box, cfg)
     w = windows_from_dataset(box_to_points(small_box), cfg)
     assert data.n_cells == 12 and data.n_features == 5 and data.n_mixed == 1
     assert data.sizes() == {s: n // 12 for s, n in w.sizes().items()}
@@ -59,7 +71,7 @@ def test_region_none_is_the_point_model_of_train_box(small_box):
     train the same samples in the same batches from the same weights, so every cell's forecast agrees."""
     cfg = _cfg()
     point = train(windows_from_dataset(box_to_points(small_box), cfg.window_config()), cfg)
-    region = region_skill(region_data_from_box(small_box, cfg.window_config()), cfg, variants=("none", "sparse"),
+    region = region_skill(box_data(small_box, cfg.window_config()), cfg, variants=("none", "sparse"),
                           neighbours=(3,))
     none, sparse = region.records["none"], region.records["sparse"]
     rows = {r["point"]: r for r in point.record["skill"]["per_point"]}
@@ -197,7 +209,7 @@ def test_a_long_map_title_is_wrapped_within_the_figure():
 
 
 def test_bad_region_skill_input(small_box):
-    data = region_data_from_box(small_box, WindowConfig(window=12))
+    data = box_data(small_box, WindowConfig(window=12))
     with pytest.raises(ConfigError, match=r"--neighbours 12: a box of 12 cells gives each cell 1..11 neighbours; give "
                                           r"each k in 1..11 \(e.g. --neighbours 8\), a larger box, or --variants none"):
         region_skill(data, _cfg(calendar=False), neighbours=(12,))

@@ -17,13 +17,10 @@ from ..rules import PYTHON, Spelling
 from ..training.parallel import DistEnv, barrier, spawn
 
 
-def gradient_bytes(cfg, n_features: int | None = None) -> int:
-    """Bytes of gradient DDP all-reduces per step for the model ``cfg`` describes (float32 gradients), on
-    ``n_features`` inputs (default: what ``cfg``'s inputs give one variable: 2 m temperature, its calendar
-    and its cycle)."""
-    if n_features is None:
-        n_features = cfg.window_config().n_inputs()
-    return 4 * count_parameters(Forecaster(cfg.model_config(n_features)))
+def gradient_bytes(cfg) -> int:
+    """Bytes of gradient DDP all-reduces per step for the model ``cfg`` describes (float32 gradients), on the
+    inputs ``cfg`` gives one variable (2 m temperature, its calendar and its cycle)."""
+    return 4 * count_parameters(Forecaster(cfg.model_config(cfg.window_config().n_inputs())))
 
 
 def size_ladder(min_bytes: int, max_bytes: int, factor: int = 4, extra: tuple[int, ...] = ()) -> list[int]:
@@ -111,30 +108,24 @@ class AllreduceConfig:
             raise ConfigError(f"min_iters={self.min_iters} and max_iters={self.max_iters} need 1 <= min_iters <= max_iters")
 
 
-def allreduce_bandwidth(acfg: AllreduceConfig = AllreduceConfig(), grad_bytes: int | None = None) -> list[dict]:
-    """Time ``all_reduce`` per buffer size; algbw = bytes / time and busbw = algbw x 2(n-1)/n (nccl-tests).
+def allreduce(cfg, acfg=None) -> dict[str, Any]:
+    """Time ``all_reduce`` per buffer size over ``acfg`` (an ``AllreduceConfig``); algbw = bytes / time and
+    busbw = algbw x 2(n-1)/n (nccl-tests).
 
-    ``grad_bytes`` (a model's gradient per step) is measured as its own size and flagged, so one can
-    read off what an all-reduce of one step's gradients costs on this link.
+    The gradient of the model ``cfg`` describes is measured as its own size and flagged, so one can read
+    off what an all-reduce of one step's gradients costs on this link. Returns {"rows": [...],
+    "gradient_bytes": int}.
     """
-    if acfg.world_size < 2:
-        raise ConfigError(f"world_size={acfg.world_size}: an all-reduce bandwidth needs at least 2 ranks")
-    sizes = size_ladder(acfg.min_bytes, acfg.max_bytes, acfg.factor, (grad_bytes,) if grad_bytes else ())
+    acfg = acfg or AllreduceConfig()
+    acfg.validate()
+    grad = gradient_bytes(cfg)
+    sizes = size_ladder(acfg.min_bytes, acfg.max_bytes, acfg.factor, (grad,))
     rows = spawn(_allreduce_job, acfg.world_size, device=acfg.device, timeout_s=acfg.timeout_s,
                  kwargs={"sizes": sizes, "budget_s": acfg.budget_s, "min_iters": acfg.min_iters,
                          "max_iters": acfg.max_iters})
     for r in rows:
-        r["gradient_size"] = bool(grad_bytes) and r["bytes"] == grad_bytes // 4 * 4
-    return rows
-def allreduce(cfg, acfg=None, n_features: int | None = None) -> dict[str, Any]:
-    """All-reduce bandwidth over ``acfg`` (an ``AllreduceConfig``) with the model's gradient size.
-
-    Returns {"rows": [...], "gradient_bytes": int}; the gradient size is one of the measured points.
-    """
-    acfg = acfg or AllreduceConfig()
-    acfg.validate()
-    grad = gradient_bytes(cfg, n_features)
-    return {"rows": allreduce_bandwidth(acfg, grad_bytes=grad), "gradient_bytes": grad}
+        r["gradient_size"] = r["bytes"] == grad // 4 * 4
+    return {"rows": rows, "gradient_bytes": grad}
 
 
 def allreduce_record(out: dict[str, Any], acfg, cfg) -> dict[str, Any]:

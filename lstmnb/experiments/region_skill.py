@@ -143,8 +143,6 @@ def variant_maps(records: dict[str, dict[str, Any]]) -> xr.Dataset:
             raise DataError(f"run {name!r} was scored on other cells or hours than the first; compare like with like")
         maps[name] = m["model"]
         maps.attrs[f"pooled_rmse_{name}"] = m.attrs["pooled_rmse_model"]
-    if maps is None:
-        raise DataError("no runs to compare")
     return maps[[*records, *BASELINES]]
 
 

@@ -17,12 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import xarray as xr
 
-from ..data import point_label
-from ..errors import ConfigError, DataError
-from ..windows import CALENDAR_FEATURES, CYCLE_FEATURE, WindowConfig, Windows, make_windows, windows_from_dataset
-from .grid import COORD_FEATURES, Grid, box_to_points, grid_of
+from ..windows import CALENDAR_FEATURES, CYCLE_FEATURE, WindowConfig, Windows
+from .grid import COORD_FEATURES, Grid
 
 
 @dataclass
@@ -31,12 +28,6 @@ class RegionData:
 
     windows: Windows
     grid: Grid
-
-    def __post_init__(self) -> None:
-        if self.windows.series is None:
-            raise ConfigError("region data needs keyed windows (make_windows(..., keys=True))")
-        if len(self.windows.points) != self.grid.n_cells:
-            raise DataError(f"{len(self.windows.points)} series for a grid of {self.grid.n_cells} cells")
 
     @property
     def config(self) -> WindowConfig:
@@ -80,23 +71,3 @@ def area_batch(series: np.ndarray, last: np.ndarray, config: WindowConfig, colum
     x = series[last[:, None] + np.arange(1 - c.window, 1)[None, :]][:, :, columns]  # (b, window, cells, f)
     y = series[last[:, None] + c.lead_hours + np.arange(c.horizon)[None, :]][:, :, columns, 0]
     return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y.transpose(0, 2, 1)))
-
-
-def region_data(values: np.ndarray, times, grid: Grid, config: WindowConfig = WindowConfig(), *,
-                features: list[str] | None = None) -> RegionData:
-    """``RegionData`` of a (time, cells) or (time, cells, variables) array in kelvin (variable 0 is the
-    target), cells row-major on ``grid``."""
-    if np.ndim(values) not in (2, 3) or np.shape(values)[1] != grid.n_cells:
-        raise DataError(f"values must be (time, {grid.n_cells} cells[, variables]); got shape {np.shape(values)}")
-    labels = [point_label(a, b) for a, b in zip(grid.cell_lat, grid.cell_lon)]
-    return RegionData(make_windows(values, times, config, features=features, points=labels, keys=True), grid)
-
-
-def region_data_from_box(ds: xr.Dataset, config: WindowConfig = WindowConfig(), *,
-                         coords_as_inputs: bool = False) -> RegionData:
-    """``RegionData`` of a box Dataset from ``lstmnb.data.extract`` (dims time, latitude, longitude), as
-    `lstmnb train --box` windows it (``coords_as_inputs``: the cells' coordinates as inputs too)."""
-    grid = grid_of(ds)
-    points = box_to_points(ds, coords_as_inputs=coords_as_inputs)
-    return RegionData(windows_from_dataset(points, config, keys=True), grid)
-

@@ -62,10 +62,6 @@ class Grid:
         """Longitude of every cell (n_cells,), row-major, unwrapped across the prime meridian."""
         return np.tile(unwrap_lon(self.lon), self.lat.size)
 
-    def cell_rows(self) -> np.ndarray:
-        """The grid row of every cell (n_cells,)."""
-        return np.repeat(np.arange(self.lat.size), self.lon.size)
-
     def band(self, row0: int, row1: int) -> np.ndarray:
         """Cell ids of rows ``row0 .. row1 - 1`` (a contiguous range, row-major)."""
         if not 0 <= row0 <= row1 <= self.lat.size:
@@ -116,7 +112,6 @@ def box_to_points(ds: xr.Dataset, *, coords_as_inputs: bool = False) -> xr.Datas
     ``cell_latitude`` and ``cell_longitude`` (longitude unwrapped across the prime meridian) repeat
     each cell's coordinates at every hour, so windows carry them as inputs.
     """
-    _check_box(ds)
     grid = grid_of(ds)
     ny, nx = grid.shape
     data_vars = {}
@@ -138,7 +133,7 @@ def box_to_points(ds: xr.Dataset, *, coords_as_inputs: bool = False) -> xr.Datas
         "point": ("point", [point_label(a, b) for a, b in zip(lat, lon)]),
         "latitude": ("point", lat.astype(np.float32)),
         "longitude": ("point", lon.astype(np.float32)),
-        "row": ("point", grid.cell_rows()),
+        "row": ("point", np.repeat(np.arange(ny), nx)),
         "col": ("point", np.tile(np.arange(nx), ny)),
     }
     out = xr.Dataset(data_vars, coords=coords, attrs=dict(ds.attrs))

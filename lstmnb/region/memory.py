@@ -25,6 +25,7 @@ uses (tracemalloc does not see it). Where the kernel refuses the reset, the proc
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 import statistics
@@ -118,25 +119,16 @@ def predict_bytes(case: MemoryCase, floor_bytes: int = 0) -> dict[str, int]:
 SEARCH_SIDE = 100_000  # the largest side largest_side looks at (10^10 cells, beyond the globe's 0.25° grid)
 
 
-def largest_side(variant: str, budget_bytes: float, base: MemoryCase = MemoryCase(), floor_bytes: int = 0,
-                 limit: int = SEARCH_SIDE) -> int:
-    """The largest side s whose s x s area's predicted step fits ``budget_bytes`` (0 if none does; ``limit``
-    when that fits too: the search looks no further)."""
-    def fits(s: int) -> bool:
+def largest_side(variant: str, budget_bytes: float, base: MemoryCase = MemoryCase(), floor_bytes: int = 0) -> int:
+    """The largest side s whose s x s area's predicted step fits ``budget_bytes`` (0 if none does; SEARCH_SIDE
+    when that fits too: the search looks no further). The prediction grows with the side: a bisection."""
+    def over(s: int) -> bool:
         case = dataclasses.replace(base, ny=s, nx=s, variant=variant)
-        return predict_bytes(case, floor_bytes)["total"] <= budget_bytes
+        return predict_bytes(case, floor_bytes)["total"] > budget_bytes
 
-    if not fits(2):
-        return 0
-    lo, hi = 2, 2
-    while hi < limit and fits(hi):
-        lo, hi = hi, min(limit, hi * 2)
-    if fits(hi):
-        return hi
-    while hi - lo > 1:  # fits(lo), not fits(hi)
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
+    sides = range(2, SEARCH_SIDE + 1)
+    first_over = bisect.bisect_left(sides, True, key=over)
+    return sides[first_over - 1] if first_over else 0
 
 
 # --- measuring -------------------------------------------------------------------------------------
@@ -147,7 +139,8 @@ def _kb_bytes(field: str) -> int | None:
 
 
 def run_case(case: MemoryCase) -> dict:
-    """Build the model and synthetic inputs for ``case`` in this process, run warm-up + timed steps.
+    """Build the model and synthetic inputs for ``case`` (``measure`` has validated it) in this process, run
+    warm-up + timed steps.
 
     Returns peak bytes of the steps (see the module docstring for how), the median step seconds and
     the method. On CPU call it in a fresh process (``measure``) for a clean peak.
@@ -157,7 +150,6 @@ def run_case(case: MemoryCase) -> dict:
     from .grid import Grid
     from .model import region_model
 
-    case.validate()
     dev = resolve_device(case.device)
     if case.threads:
         torch.set_num_threads(case.threads)
@@ -239,8 +231,7 @@ def measure(case: MemoryCase, floor_bytes: int = 0, timeout_s: float = 600.0) ->
     import subprocess
     from pathlib import Path
 
-    case.validate()
-    row = _row(case, floor_bytes)
+    row = _row(case, floor_bytes)  # the prediction validates the case
     if case.device == "cuda":
         return {**row, **run_case(case), "status": "ok"}
     env = dict(os.environ)
@@ -268,14 +259,9 @@ def measure(case: MemoryCase, floor_bytes: int = 0, timeout_s: float = 600.0) ->
 
 
 def floor_case(base: MemoryCase = MemoryCase()) -> MemoryCase:
-    """The case that measures the runtime's own memory: one step of the sparse model on a 3 x 3 area."""
+    """The case that measures the runtime's own memory (the threads, the kernels' workspaces and caches that every
+    larger case has too): one step of the sparse model on a 3 x 3 area."""
     return dataclasses.replace(base, ny=3, nx=3, variant="sparse", neighbours=min(base.neighbours, 8), steps=1)
-
-
-def floor(base: MemoryCase = MemoryCase()) -> dict:
-    """The runtime's own memory, measured as any case (the threads, the kernels' workspaces and caches that
-    every larger case has too)."""
-    return measure(floor_case(base))
 
 
 def sweep(sides, variants=("sparse", "dense"), budget_bytes: float = 4 * 2**30, base: MemoryCase = MemoryCase(),
@@ -283,7 +269,7 @@ def sweep(sides, variants=("sparse", "dense"), budget_bytes: float = 4 * 2**30, 
     """Square areas of each side in ``sides``, per variant, until the predicted step exceeds ``budget_bytes``.
 
     A variant's first side over budget is listed with status 'over budget' and not run; larger sides
-    are skipped, as are those after a failed case. ``floor_bytes`` (default: measured by ``floor``, or
+    are skipped, as are those after a failed case. ``floor_bytes`` (default: measured on ``floor_case``, or
     0 with ``run=False``) is added to every prediction. With ``run=False`` nothing is measured.
     Returns a DataFrame, one row per (variant, side).
     """
@@ -292,7 +278,7 @@ def sweep(sides, variants=("sparse", "dense"), budget_bytes: float = 4 * 2**30, 
     if floor_bytes is None:
         floor_bytes = 0
         if run:
-            got = floor(base)
+            got = measure(floor_case(base))
             if got["status"] != "ok":
                 raise DeviceError(f"cannot measure even a 3 x 3 area: {got['reason']}")
             floor_bytes = got["measured_bytes"]

@@ -110,11 +110,7 @@ class NeighbourMix(nn.Module):
 
     def __init__(self, index: np.ndarray, n_src: int, channels: int = 3, kind: str = "sparse",
                  weight: np.ndarray | None = None):
-        super().__init__()
-        if kind not in KINDS:
-            raise ConfigError(f"relation={kind!r} is not one of {KINDS}")
-        if not isinstance(channels, (int, np.integer)) or channels < 1:
-            raise ConfigError(f"channels={channels!r} must be a whole number >= 1")
+        super().__init__()  # kind and channels: checked by RegionConfig.validate, the one caller's config
         index = np.asarray(index, dtype=np.int64)
         if index.ndim != 2 or index.size == 0 or index.min() < 0 or index.max() >= n_src or index.shape[0] > n_src:
             raise ConfigError(f"neighbour index of shape {index.shape} must be (cells, k) with values in 0..{n_src - 1}")

@@ -8,10 +8,8 @@ once) and stacks its own cells and the halo it received into the mix's source. T
 over every cell of the area, so each rank divides its squared-error sum by the global count; summing
 the shared weights' gradients (LSTM, head) over ranks then gives exactly the one-process gradient, and
 the relation's rows, each owned by one rank, need no reduction. Adam works weight by weight, so each
-rank's update is the one-process update of its weights. A rank holds its band's series only, copied out
-of the area written once to disk (``bands``), and receives its halo rows each step; it builds the whole
-model before keeping its band's part (O(cells x k) weights, small beside the series). Only the sparse
-relation (or none) can be tiled: a dense row reaches every cell.
+rank's update is the one-process update of its weights. What a rank holds (its band's series, no more):
+``bands``. Only the sparse relation (or none) can be tiled: a dense row reaches every cell.
 
 ``windows``: every rank holds the whole area and model and takes its share of each batch's windows;
 all gradients are summed over ranks (the loss is divided by the global count, as above).
@@ -104,10 +102,9 @@ def exchange_halo(x_own: torch.Tensor, tile: Tile) -> torch.Tensor:
 
 
 def local_model(full: RegionForecaster, tile: Tile) -> RegionForecaster:
-    """The part of ``full`` one band needs: the shared weights and its cells' rows of the relation."""
+    """The part of ``full`` one band needs: the shared weights and its cells' rows of the relation (sparse, or
+    none: ``check_sharded`` refuses to tile a dense one)."""
     cfg = full.config
-    if cfg.neighbours and cfg.relation != "sparse":
-        raise ConfigError("tiles need relation='sparse' (or neighbours=0): a dense row reaches every cell")
     part = RegionForecaster(cfg, tile.index, tile.sources.size if cfg.neighbours else None)
     state = {k: v for k, v in full.state_dict().items() if not k.startswith("mix.")}
     part.load_state_dict(state, strict=False)
@@ -156,7 +153,6 @@ def train_steps(data: RegionData | AreaPart, model_cfg: RegionConfig, cfg: Shard
     the median seconds per step (the first, warm-up step left out when there are more) and the bytes
     this rank sent per step.
     """
-    cfg.validate()
     full = region_model(model_cfg, data.grid, seed=cfg.seed)
     tile = None
     if cfg.mode == "tiles":

@@ -23,13 +23,12 @@ MAX_MESSAGE = 300  # characters of an exception's message kept in a reason
 
 
 def library_version(name: str) -> str:
-    """Installed version of the distribution ``name`` ('not installed' when absent)."""
-    for candidate in (name, name.replace("-", "_")):
-        try:
-            return metadata.version(candidate)
-        except metadata.PackageNotFoundError:
-            continue
-    return "not installed"
+    """Installed version of the distribution ``name`` ('not installed' when absent; importlib normalises
+    the name, so numba-cuda finds numba_cuda's metadata)."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def versions_note(names: tuple[str, ...]) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError, DataError
-from ..windows import SPLITS, Scaler, error_metrics, sliding_windows, split_bounds
+from ..windows import SPLITS, Scaler, sliding_windows, split_bounds
 
 TRANSFORMS = ("none", "logdiff")
 DATASETS = ("airline", "era5")
@@ -66,9 +66,6 @@ class ScratchData:
         if self.transform == "logdiff":  # a change of log value, applied to the last observed value
             return self.baselines[split]["persistence"] * np.exp(z)
         return z
-
-    def baseline_rmse(self, split: str = "test") -> dict[str, float]:
-        return {name: error_metrics(pred, self.truth[split])["rmse"] for name, pred in self.baselines[split].items()}
 
 
 def check_series(values: np.ndarray, name: str = "series") -> np.ndarray:
@@ -147,10 +144,8 @@ def load_era5(window: int = 24, hours: int = 24 * 42, point: int = 0,
     asking only for the days needed. Baselines: persistence (last hour) and the same hour one day
     earlier; with a few weeks of data a climatology of the training part would be a copy of them.
     """
-    try:
-        from .. import data
-    except ImportError as exc:
-        raise DataError(f"the ERA5 pipeline (lstmnb.data) is not available here: {exc}") from None
+    from .. import data
+
     start = pd.Timestamp(data.Request().start)
     end = start + pd.Timedelta(hours=hours)  # ask only for the days needed (the last one inclusive)
     ds = data.extract(data.Request(end=end.strftime("%Y-%m-%d")), progress=False)

@@ -27,7 +27,7 @@ from .lstm import (
     mse,
     resolve_dtype,
 )
-from .optim import OPTIMIZERS, clip_grad_norm, make_optimizer
+from .optim import OPTIMIZERS, clip_grad_norm
 from .precision import engine_backends, engine_math
 
 ERA5_HOURS = 547 * 24  # the default ERA5 request, 2020-01-01..2021-06-30, in hours
@@ -67,7 +67,7 @@ class ScratchConfig:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_COUNT:
                 raise say.refuse(name, value, f"must be a positive whole number, at most {MAX_COUNT}")
         if self.optimizer not in OPTIMIZERS:
-            raise say.refuse("optimizer", self.optimizer, f"is not known; choose one of {OPTIMIZERS}")
+            raise say.refuse("optimizer", self.optimizer, f"is not known; choose one of {tuple(OPTIMIZERS)}")
         if self.data == "era5" and self.hours > ERA5_HOURS:
             raise say.refuse("hours", self.hours, "is more than the default ERA5 request has (2020-01-01..2021-06-30); "
                              f"give 1..{ERA5_HOURS}")
@@ -131,7 +131,7 @@ class HostEngine:
         self.grad_fn = grad_fn
         self.n_samples = n_samples
         self.theta = theta0.copy()
-        self.opt = make_optimizer(config.optimizer, config.lr)
+        self.opt = OPTIMIZERS[config.optimizer](lr=config.lr)
         self.clip = config.clip
 
     def step(self, idx: np.ndarray) -> float:
@@ -160,35 +160,31 @@ def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, th
     without a GPU).
     """
     check_version(version)
-    if version.startswith("numba-cuda"):
-        from .cuda_check import numba_cuda_reason
+    from .cuda_check import numba_cuda_reason, torch_cuda_reason
 
-        reason = numba_cuda_reason()  # before numba.cuda is imported: an import that fails is a reason too
-        if reason is not None:
-            raise DeviceError(reason)
+    # before numba.cuda is imported: an import that fails is a reason too
+    reason = (numba_cuda_reason() if version.startswith("numba-cuda") else
+              torch_cuda_reason() if version == "torch-cuda" else None)
+    if reason is not None:
+        raise DeviceError(reason)
     dtype = resolve_dtype(config.dtype)
     X = np.ascontiguousarray(X, dtype=dtype)
     y = np.ascontiguousarray(y, dtype=dtype)
     theta0 = theta0.astype(dtype)
-    if version == "loops":
-        return HostEngine(lambda th, idx: loss_and_grad_loops(th, X[idx], y[idx], shape), theta0, config, len(X))
-    if version == "numpy":
-        return HostEngine(lambda th, idx: loss_and_grad_numpy(th, X[idx], y[idx], shape), theta0, config, len(X))
+    if version in ("loops", "numpy"):
+        batch_grad = loss_and_grad_loops if version == "loops" else loss_and_grad_numpy
+        return HostEngine(lambda th, idx: batch_grad(th, X[idx], y[idx], shape), theta0, config, len(X))
+    if version.startswith("torch"):
+        from .torch_lstm import TorchEngine
+
+        return TorchEngine(version, shape, X, y, theta0, config.optimizer, config.lr, config.clip)
     if version == "numba-cpu":
-        from .numba_cpu import NumbaCPUGrad
-
-        return HostEngine(NumbaCPUGrad(X, y, shape, config.batch_size, dtype), theta0, config, len(X))
-    if version == "numba-cuda":
-        from .numba_cuda import NumbaCUDAGrad
-
-        return HostEngine(NumbaCUDAGrad(X, y, shape, config.batch_size, dtype), theta0, config, len(X))
-    if version == "numba-cuda-block":
-        from .numba_cuda_block import NumbaCUDABlockGrad
-
-        return HostEngine(NumbaCUDABlockGrad(X, y, shape, config.batch_size, dtype), theta0, config, len(X))
-    from .torch_lstm import TorchEngine
-
-    return TorchEngine(version, shape, X, y, theta0, config.optimizer, config.lr, config.clip)
+        from .numba_cpu import NumbaCPUGrad as Grad
+    elif version == "numba-cuda":
+        from .numba_cuda import NumbaCUDAGrad as Grad
+    else:
+        from .numba_cuda_block import NumbaCUDABlockGrad as Grad
+    return HostEngine(Grad(X, y, shape, config.batch_size, dtype), theta0, config, len(X))
 
 
 @contextmanager

@@ -21,7 +21,7 @@ import numpy as np
 from numba import cuda
 
 from ..errors import DeviceError
-from .cuda_check import numba_cuda_reason, quiet_launches
+from .cuda_check import quiet_launches
 from .lstm import LSTMShape
 from .numba_cpu import sample_loss_grad
 
@@ -80,48 +80,57 @@ def split_params(flat, shape: LSTMShape) -> tuple:
     return tuple(flat[start : start + math.prod(shp)].reshape(shp + rest) for start, shp in shape.offsets().values())
 
 
-class NumbaCUDAGrad:
-    """Device-resident data and workspaces; ``__call__`` gives (mean loss, gradient) for a batch."""
+class DeviceGrad:
+    """What both CUDA versions share: the training data copied to the device once and resident, the batch's
+    sample indices, and the P + 1 numbers (gradient, then summed squared error) that come back per batch.
+    A version's ``launch`` uploads the weights and runs its kernels. ``fit.make_engine`` has asked
+    ``cuda_check.numba_cuda_reason`` before building one."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, shape: LSTMShape, batch_size: int, dtype: np.dtype):
-        reason = numba_cuda_reason()
-        if reason is not None:
-            raise DeviceError(reason)
+        self.dtype = np.dtype(dtype)
         self.H, self.O, self.P = shape.hidden, shape.n_outputs, shape.n_params
-        T = X.shape[1]
-        B = self.batch_size = int(batch_size)
+        self.batch_size = int(batch_size)
         # read-only data: copied once, resident for the whole training run
-        self.d_X = cuda.to_device(np.ascontiguousarray(X, dtype=dtype))
-        self.d_y = cuda.to_device(np.ascontiguousarray(y, dtype=dtype))
-        self.d_theta = cuda.device_array(self.P, dtype=dtype)
-        # per-sample gradients (rows 0..P-1) and losses (row P), batch along the fast axis
-        self.d_parts = cuda.device_array((self.P + 1, B), dtype=dtype)
-        self.d_acts = cuda.device_array((T, 4 * self.H, B), dtype=dtype)
-        self.d_cs = cuda.device_array((T + 1, self.H, B), dtype=dtype)
-        self.d_hs = cuda.device_array((T + 1, self.H, B), dtype=dtype)
-        self.d_tcs = cuda.device_array((T, self.H, B), dtype=dtype)
-        self.d_work = cuda.device_array((3, 4 * self.H, B), dtype=dtype)
-        self.d_out = cuda.device_array(self.P + 1, dtype=dtype)
-        self.d_idx = cuda.device_array(B, dtype=np.int64)  # the batch's sample indices, first len(idx) used
-        self.weights = split_params(self.d_theta, shape)
-        self.grads = split_params(self.d_parts[: self.P], shape)
-        self.losses = self.d_parts[self.P]
+        self.d_X = cuda.to_device(np.ascontiguousarray(X, dtype=self.dtype))
+        self.d_y = cuda.to_device(np.ascontiguousarray(y, dtype=self.dtype))
+        self.d_idx = cuda.device_array(self.batch_size, dtype=np.int64)  # the batch's sample indices, first B used
+        self.d_out = cuda.device_array(self.P + 1, dtype=self.dtype)
 
     def __call__(self, theta: np.ndarray, idx: np.ndarray) -> tuple[float, np.ndarray]:
         B = len(idx)
         if B > self.batch_size:
             raise DeviceError(f"batch of {B} samples is larger than the {self.batch_size} the buffers were sized for")
-        self.d_theta.copy_to_device(np.ascontiguousarray(theta))  # weights: once per batch
         d_idx = self.d_idx[:B]
         d_idx.copy_to_device(np.ascontiguousarray(idx, dtype=np.int64))
-        kind = self.d_theta.dtype.type  # constants in the working dtype (see numba_cpu.sample_loss_grad)
-        scale, one = kind(2.0 / (B * self.O)), kind(1.0)
-        n = self.P + 1
         with quiet_launches():  # a small batch is a small grid: Numba warns of low occupancy, on purpose here
-            per_sample_kernel[math.ceil(B / THREADS_PER_BLOCK), THREADS_PER_BLOCK](
-                self.d_X, self.d_y, d_idx, *self.weights, *self.grads, self.losses,
-                self.d_acts, self.d_cs, self.d_hs, self.d_tcs, self.d_work, scale, one,
-            )
-            reduce_kernel[math.ceil(n / 128), 128](self.d_parts, B, self.d_out, kind(0.0))
-        out = self.d_out.copy_to_host()  # gradient and loss: P + 1 numbers back per batch
+            self.launch(theta, d_idx, B, self.dtype.type(2.0 / (B * self.O)))  # scale in the working dtype
+        out = self.d_out.copy_to_host()  # gradient and squared error: P + 1 numbers back per batch
         return float(out[self.P]) / (B * self.O), out[: self.P].astype(theta.dtype, copy=False)
+
+
+class NumbaCUDAGrad(DeviceGrad):
+    """One thread per sample; ``__call__`` gives (mean loss, gradient) for a batch."""
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, shape: LSTMShape, batch_size: int, dtype: np.dtype):
+        super().__init__(X, y, shape, batch_size, dtype)
+        H, T, B = self.H, X.shape[1], self.batch_size
+        self.d_theta = cuda.device_array(self.P, dtype=self.dtype)
+        # per-sample gradients (rows 0..P-1) and losses (row P), batch along the fast axis
+        self.d_parts = cuda.device_array((self.P + 1, B), dtype=self.dtype)
+        self.d_acts = cuda.device_array((T, 4 * H, B), dtype=self.dtype)
+        self.d_cs = cuda.device_array((T + 1, H, B), dtype=self.dtype)
+        self.d_hs = cuda.device_array((T + 1, H, B), dtype=self.dtype)
+        self.d_tcs = cuda.device_array((T, H, B), dtype=self.dtype)
+        self.d_work = cuda.device_array((3, 4 * H, B), dtype=self.dtype)
+        self.weights = split_params(self.d_theta, shape)
+        self.grads = split_params(self.d_parts[: self.P], shape)
+        self.losses = self.d_parts[self.P]
+
+    def launch(self, theta: np.ndarray, d_idx, B: int, scale) -> None:
+        self.d_theta.copy_to_device(np.ascontiguousarray(theta))  # weights: once per batch
+        kind = self.dtype.type  # constants in the working dtype (see numba_cpu.sample_loss_grad)
+        per_sample_kernel[math.ceil(B / THREADS_PER_BLOCK), THREADS_PER_BLOCK](
+            self.d_X, self.d_y, d_idx, *self.weights, *self.grads, self.losses,
+            self.d_acts, self.d_cs, self.d_hs, self.d_tcs, self.d_work, scale, kind(1.0),
+        )
+        reduce_kernel[math.ceil((self.P + 1) / 128), 128](self.d_parts, B, self.d_out, kind(0.0))

@@ -34,9 +34,10 @@ import math
 import numpy as np
 from numba import cuda, from_dtype
 
-from ..errors import ConfigError, DeviceError
-from .cuda_check import numba_cuda_reason, quiet_launches, simulator_enabled
+from ..errors import ConfigError
+from .cuda_check import simulator_enabled
 from .lstm import LSTMShape
+from .numba_cuda import DeviceGrad, split_params
 
 THREADS_TARGET = 128  # threads per block the default samples-per-block aims at
 MAX_THREADS = 1024  # CUDA's limit per block
@@ -249,37 +250,24 @@ def build_kernels(dtype_name: str, H: int, S: int):
     return lstm_block_kernel, reduce_kernel
 
 
-class NumbaCUDABlockGrad:
-    """Device-resident data and workspaces; ``__call__`` gives (mean loss, gradient) for a batch."""
+class NumbaCUDABlockGrad(DeviceGrad):
+    """A thread block per few samples, a thread per hidden unit; ``__call__`` gives (mean loss, gradient)."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, shape: LSTMShape, batch_size: int, dtype: np.dtype,
                  samples_per_block: int | None = None):
-        reason = numba_cuda_reason()
-        if reason is not None:
-            raise DeviceError(reason)
-        dtype = np.dtype(dtype)
-        self.O = shape.n_outputs
-        H, P = self.H, self.P = shape.hidden, shape.n_params
-        F = shape.n_features
-        S = self.S = samples_per_block or default_samples_per_block(H, batch_size)
-        check_block(H, S, dtype)
-        self.kernel, self.reduce = build_kernels(dtype.name, H, S)
-        T = X.shape[1]
-        self.batch_size = int(batch_size)
-        self.dtype, self.T = dtype, T
-        self.d_X = cuda.to_device(np.ascontiguousarray(X, dtype=dtype))  # read-only data, resident
-        self.d_y = cuda.to_device(np.ascontiguousarray(y, dtype=dtype))
-        self.d_idx = cuda.device_array(self.batch_size, dtype=np.int64)
+        super().__init__(X, y, shape, batch_size, dtype)
+        H, P, F = self.H, self.P, shape.n_features
+        self.S = samples_per_block or default_samples_per_block(H, batch_size)
+        check_block(H, self.S, self.dtype)
+        self.kernel, self.reduce = build_kernels(self.dtype.name, H, self.S)
+        self.T = X.shape[1]
         # weights as they travel each batch: theta, then W_ih^T and W_hh^T (coalesced forward reads)
-        self.d_w = cuda.device_array(P + 4 * H * F + 4 * H * H, dtype=dtype)
-        offsets = shape.offsets()
-        self.weights = {name: self.d_w[start : start + math.prod(shp)].reshape(shp)
-                        for name, (start, shp) in offsets.items()}
+        self.host_w = np.empty(P + 4 * H * F + 4 * H * H, dtype=self.dtype)
+        self.d_w = cuda.device_array(self.host_w.size, dtype=self.dtype)
+        self.weights = split_params(self.d_w[:P], shape)
         self.d_WxT = self.d_w[P : P + 4 * H * F].reshape((F, 4 * H))
         self.d_WhT = self.d_w[P + 4 * H * F :].reshape((H, 4 * H))
-        self.offsets = offsets
-        self.host_w = np.empty(P + 4 * H * F + 4 * H * H, dtype=dtype)
-        self.d_out = cuda.device_array(P + 1, dtype=dtype)
+        self.offsets = shape.offsets()
         self.allocate_workspaces()
         if not simulator_enabled():  # the simulator has no registers to count
             self.fit_registers(explicit=samples_per_block is not None)
@@ -296,11 +284,10 @@ class NumbaCUDABlockGrad:
         self.d_err = cuda.device_array((slots, O), dtype=dtype)
         self.d_parts = cuda.device_array((slots // S, P + 1), dtype=dtype)
 
-    def _kernel_args(self) -> tuple:
-        w = self.weights
-        return (self.d_X, self.d_y, self.d_idx, self.batch_size, self.d_WxT, self.d_WhT, w["W_hh"], w["b"],
-                w["W_out"], w["b_out"], self.dtype.type(1.0), self.d_acts, self.d_cs, self.d_tcs, self.d_hs,
-                self.d_da, self.d_err, self.d_parts)
+    def kernel_args(self, d_idx, B: int, scale) -> tuple:
+        """The block kernel's arguments for a batch of ``B`` samples (indices ``d_idx``) and loss scale."""
+        return (self.d_X, self.d_y, d_idx, B, self.d_WxT, self.d_WhT, *self.weights[1:], scale, self.d_acts,
+                self.d_cs, self.d_tcs, self.d_hs, self.d_da, self.d_err, self.d_parts)
 
     def fit_registers(self, explicit: bool) -> None:
         """Compile the kernel for this run's arguments and check its registers against the GPU's limit per
@@ -308,9 +295,9 @@ class NumbaCUDABlockGrad:
         lowered until it fits (kernels and workspaces made again for the smaller blocks)."""
         limit = cuda.get_current_device().MAX_REGISTERS_PER_BLOCK
         while True:
-            argtypes = tuple(self.kernel.typeof_pyval(a) for a in self._kernel_args())
-            regs = self.kernel.compile(argtypes).regs_per_thread  # the overload later launches use
-            fit = samples_that_fit(self.H, self.S, regs, limit)
+            args = self.kernel_args(self.d_idx, self.batch_size, self.dtype.type(1.0))
+            regs = self.kernel.compile(tuple(self.kernel.typeof_pyval(a) for a in args)).regs_per_thread
+            fit = samples_that_fit(self.H, self.S, regs, limit)  # with the overload later launches use
             if fit == self.S:
                 return
             if explicit or fit == 0:
@@ -331,21 +318,8 @@ class NumbaCUDABlockGrad:
         w[P + 4 * H * F :] = theta[start : start + 4 * H * H].reshape(shp).T.ravel()
         self.d_w.copy_to_device(w)
 
-    def __call__(self, theta: np.ndarray, idx: np.ndarray) -> tuple[float, np.ndarray]:
-        B = len(idx)
-        if B > self.batch_size:
-            raise DeviceError(f"batch of {B} samples is larger than the {self.batch_size} the buffers were sized for")
+    def launch(self, theta: np.ndarray, d_idx, B: int, scale) -> None:
         self.upload_weights(theta)
-        d_idx = self.d_idx[:B]
-        d_idx.copy_to_device(np.ascontiguousarray(idx, dtype=np.int64))
         n_blocks = math.ceil(B / self.S)
-        scale = self.dtype.type(2.0 / (B * self.O))
-        w = self.weights
-        with quiet_launches():
-            self.kernel[n_blocks, (self.H, self.S)](
-                self.d_X, self.d_y, d_idx, B, self.d_WxT, self.d_WhT, w["W_hh"], w["b"], w["W_out"], w["b_out"],
-                scale, self.d_acts, self.d_cs, self.d_tcs, self.d_hs, self.d_da, self.d_err, self.d_parts,
-            )
-            self.reduce[math.ceil((self.P + 1) / REDUCE_THREADS), REDUCE_THREADS](self.d_parts, n_blocks, self.d_out)
-        out = self.d_out.copy_to_host()  # gradient and squared error: P + 1 numbers back per batch
-        return float(out[self.P]) / (B * self.O), out[: self.P].astype(theta.dtype, copy=False)
+        self.kernel[n_blocks, (self.H, self.S)](*self.kernel_args(d_idx, B, scale))
+        self.reduce[math.ceil((self.P + 1) / REDUCE_THREADS), REDUCE_THREADS](self.d_parts, n_blocks, self.d_out)

@@ -10,10 +10,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ConfigError
-
-OPTIMIZERS = ("sgd", "adam")
-
 
 def clip_grad_norm(grad: np.ndarray, max_norm: float | None) -> float:
     """Scale ``grad`` in place so its global 2-norm is at most ``max_norm``; return the norm before.
@@ -65,10 +61,4 @@ class Adam:
         theta -= (self.lr / bc1) * self.m / denom
 
 
-def make_optimizer(name: str, lr: float) -> SGD | Adam:
-    """An optimiser by name ('sgd' or 'adam')."""
-    if name == "sgd":
-        return SGD(lr=lr)
-    if name == "adam":
-        return Adam(lr=lr)
-    raise ConfigError(f"optimizer={name!r} is not known; choose one of {OPTIMIZERS}")
+OPTIMIZERS = {"sgd": SGD, "adam": Adam}  # by name; ScratchConfig.validate refuses any other

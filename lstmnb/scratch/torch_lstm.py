@@ -13,7 +13,6 @@ import numpy as np
 import torch
 
 from ..machine.device import off_the_gpu
-from ..errors import ConfigError, DeviceError
 from .lstm import LSTMShape, unpack
 
 
@@ -52,11 +51,6 @@ def flat_params(model: TorchLSTM) -> np.ndarray:
     return torch.cat([p.detach().reshape(-1) for p in model.trainable()]).cpu().numpy()
 
 
-def flat_grads(model: TorchLSTM) -> np.ndarray:
-    """The gradients autograd left in the model, as one flat vector in our layout."""
-    return torch.cat([p.grad.reshape(-1) for p in model.trainable()]).cpu().numpy()
-
-
 def torch_loss_and_grad(
     theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: LSTMShape
 ) -> tuple[float, np.ndarray]:
@@ -66,21 +60,7 @@ def torch_loss_and_grad(
     yb = torch.from_numpy(np.ascontiguousarray(y))
     loss = torch.nn.functional.mse_loss(model(xb), yb)
     loss.backward()
-    return loss.item(), flat_grads(model)
-
-
-def torch_device(version: str) -> str:
-    """'cpu' for ``torch``; 'cuda' for ``torch-cuda`` when a GPU is present, else DeviceError."""
-    if version == "torch":
-        return "cpu"
-    if version == "torch-cuda":
-        if not torch.cuda.is_available():
-            raise DeviceError("torch-cuda needs a CUDA GPU visible to PyTorch (torch.cuda.is_available() is False)")
-        from ..machine.cuda import prepare_cuda
-
-        prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
-        return "cuda"
-    raise ConfigError(f"{version!r} is not a torch version; choose 'torch' or 'torch-cuda'")
+    return loss.item(), torch.cat([p.grad.reshape(-1) for p in model.trainable()]).numpy()  # our flat layout
 
 
 TORCH_OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
@@ -91,7 +71,11 @@ class TorchEngine:
 
     def __init__(self, version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, theta0: np.ndarray,
                  optimizer: str, lr: float, clip: float | None):
-        self.device = torch_device(version)
+        self.device = "cuda" if version == "torch-cuda" else "cpu"  # torch-cuda: make_engine found a GPU
+        if self.device == "cuda":
+            from ..machine.cuda import prepare_cuda
+
+            prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
         self.model = torch_model(theta0, shape, self.device)
         dtype = self.model.head.weight.dtype
         # copied once (torch.tensor always copies; the arrays may be read-only views) and resident on the device
