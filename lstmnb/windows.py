@@ -45,16 +45,11 @@ class WindowConfig:
         return n_variables + (len(CALENDAR_FEATURES) if self.calendar else 0) + (1 if self.cycles else 0)
 
     def validate(self) -> None:
+        """The window's hours; ``fractions`` are checked where they split the series (``split_bounds``)."""
         for name in ("window", "lead_hours", "horizon"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a positive whole number of hours (>= 1)")
-        if self.split_dates is None:
-            fr = tuple(float(f) for f in self.fractions)
-            if len(fr) != 3 or min(fr) <= 0 or abs(sum(fr) - 1) > 1e-6:
-                raise ConfigError(
-                    f"fractions={self.fractions!r} must be three positive numbers (train, val, test) summing to 1"
-                )
 
 
 def split_bounds(n: int, fractions: Sequence[float] = (0.7, 0.15, 0.15)) -> tuple[slice, slice, slice]:
