@@ -87,6 +87,12 @@ def climatology_statement(train_times: pd.DatetimeIndex) -> dict[str, Any]:
             "line": f"climatology: {CLIMATOLOGIES[kind]} (the training part covers {days:.1f} days: {why})"}
 
 
+def calendar_features(times: pd.DatetimeIndex) -> np.ndarray:
+    """Hour of day and day of year as sin/cos pairs, shape (T, 4): the forecaster's calendar inputs, the first
+    harmonics of the fitted cycles."""
+    return _harmonics(times)[:, [2, 1, 4, 3]]
+
+
 def _harmonics(times: pd.DatetimeIndex, annual: bool = True) -> np.ndarray:
     """Regressors of the fitted cycles at ``times``: a constant and two harmonics of the day (5 columns);
     with ``annual`` also two harmonics of the year and the day's first harmonic times the year's (a diurnal

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .climate import calendar_day, climatology_statement, climatology_table, cycle_fit, cycle_values
+from .climate import calendar_day, calendar_features, climatology_statement, climatology_table, cycle_fit, cycle_values
 from .errors import ConfigError, DataError
 
 SPLITS = ("train", "val", "test")
@@ -132,15 +132,6 @@ def sliding_windows(
     first = window - 1 + lead_hours
     ys = np.lib.stride_tricks.sliding_window_view(v[first : first + n + horizon - 1, 0], horizon)
     return x, np.ascontiguousarray(ys)
-
-
-def calendar_features(times: pd.DatetimeIndex) -> np.ndarray:
-    """Hour of day and day of year as sin/cos pairs, shape (T, 4)."""
-    hour = times.hour.to_numpy() + times.minute.to_numpy() / 60.0
-    doy = times.day_of_year.to_numpy() - 1 + hour / 24.0
-    h = 2 * np.pi * hour / 24.0
-    d = 2 * np.pi * doy / 365.25
-    return np.stack([np.sin(h), np.cos(h), np.sin(d), np.cos(d)], axis=1)
 
 
 def error_metrics(pred: np.ndarray, truth: np.ndarray) -> dict[str, float]:
