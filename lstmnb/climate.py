@@ -40,21 +40,6 @@ def calendar_day(times: pd.DatetimeIndex) -> np.ndarray:
     return doy - (times.is_leap_year & (doy >= 59))  # 59: 29 February of a leap year
 
 
-def _pooled_sums(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sum and count of ``values`` per (calendar day, hour) cell, pooled over +-``smooth_days`` days."""
-    day = calendar_day(times)
-    hour = times.hour.to_numpy()
-    total = np.zeros((YEAR_DAYS, 24))
-    count = np.zeros((YEAR_DAYS, 24))
-    np.add.at(total, (day, hour), values)
-    np.add.at(count, (day, hour), 1)
-    if smooth_days > 0:
-        kernel_days = np.arange(-smooth_days, smooth_days + 1)
-        total = sum(np.roll(total, k, axis=0) for k in kernel_days)
-        count = sum(np.roll(count, k, axis=0) for k in kernel_days)
-    return total, count
-
-
 def training_days(times: pd.DatetimeIndex) -> float:
     """Days from the first to the last hour of ``times``, plus that last hour."""
     times = pd.DatetimeIndex(times)
@@ -84,7 +69,13 @@ def climatology_table(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: 
     hour_mean = np.bincount(hour, weights=values, minlength=24) / np.maximum(np.bincount(hour, minlength=24), 1)
     if climatology_kind(times) == "hour-of-day":
         return np.broadcast_to(hour_mean, (YEAR_DAYS, 24)).copy()
-    total, count = _pooled_sums(values, times, smooth_days)
+    cell = (calendar_day(times), hour)
+    total, count = np.zeros((YEAR_DAYS, 24)), np.zeros((YEAR_DAYS, 24))
+    np.add.at(total, cell, values)
+    np.add.at(count, cell, 1)
+    days = np.arange(-smooth_days, smooth_days + 1)  # each cell pooled with its neighbours, circular in the year
+    total = sum(np.roll(total, k, axis=0) for k in days)
+    count = sum(np.roll(count, k, axis=0) for k in days)
     return np.where(count > 0, total / np.maximum(count, 1), hour_mean[None, :])  # a year leaves no cell empty
 
 
@@ -94,6 +85,12 @@ def climatology_statement(train_times: pd.DatetimeIndex) -> dict[str, Any]:
     why = "a year or more of training data" if kind == "day-of-year" else "less than a year of training data"
     return {"kind": kind, "description": CLIMATOLOGIES[kind], "training_days": round(days, 2),
             "line": f"climatology: {CLIMATOLOGIES[kind]} (the training part covers {days:.1f} days: {why})"}
+
+
+def calendar_features(times: pd.DatetimeIndex) -> np.ndarray:
+    """Hour of day and day of year as sin/cos pairs, shape (T, 4): the forecaster's calendar inputs, the first
+    harmonics of the fitted cycles."""
+    return _harmonics(times)[:, [2, 1, 4, 3]]
 
 
 def _harmonics(times: pd.DatetimeIndex, annual: bool = True) -> np.ndarray:

@@ -25,14 +25,6 @@ class Check:
     detail: str
 
 
-def _version(module: str) -> tuple[bool, str]:
-    try:
-        mod = importlib.import_module(module)
-    except Exception as exc:  # noqa: BLE001 - a broken install reports here as well as a missing one
-        return False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip()
-    return True, str(getattr(mod, "__version__", "installed"))
-
-
 def gpu_problem(device: str = "cuda", min_gpus: int = 1) -> str | None:
     """None when ``min_gpus`` CUDA GPUs are usable for ``device``; otherwise the reason, in one line."""
     import torch
@@ -157,12 +149,17 @@ def package_checks() -> list[Check]:
                                             ("papermill", "running the notebook series", MISSING),
                                             ("sphinx", 'the rendered report (the site: pip install "lstmnb[site]")',
                                              ABSENT)):
-        ok, detail = _version(module)
-        if ok and module == "gcsfs":
+        try:
+            detail = str(getattr(importlib.import_module(module), "__version__", "installed"))
+        except Exception as exc:  # noqa: BLE001 - a broken install reports here as well as a missing one
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip()
+            rows.append(Check(module, status_if_missing, f"{why}; needed for {what}"))
+            continue
+        if module == "gcsfs":
             from .data.stores import gcsfs_path
 
             detail += f", {gcsfs_path()}"
-        rows.append(Check(module, OK if ok else status_if_missing, detail if ok else f"{detail}; needed for {what}"))
+        rows.append(Check(module, OK, detail))
     return rows
 
 
@@ -176,8 +173,7 @@ def profile_checks(names: list[str] | None = None, strict: bool = False) -> list
     rows = []
     for name in names or profile_names():
         prof = load_profile(name)
-        kernel = (f"Jupyter kernel {prof.kernel!r} is not installed (`python -m ipykernel install --user --name "
-                  f"{prof.kernel}`)") if kernel_problem(prof.kernel, kernels) else None
+        kernel = kernel_problem(prof.kernel, kernels)  # not installed, or its Python cannot import lstmnb
         device = str(prof.parameters.get("device", "cpu"))
         gpu = gpu_problem(device) if device.startswith("cuda") else None
         refused = (f"`lstmnb notebooks run --profile {name}` refuses to start here ({gpu}); `-p device auto` runs it "

@@ -143,12 +143,11 @@ def write_atomic(target: str | os.PathLike, payload: bytes) -> Path:
     return Path(target)
 
 
-def sweep_stale_temps(directory: str | os.PathLike, *, final: str | None = None, now: float | None = None,
-                      max_age: float = STALE_TMP_SECONDS) -> int:
+def sweep_stale_temps(directory: str | os.PathLike, *, final: str | None = None) -> int:
     """Remove the temporaries of ``atomic_path`` that killed writers left in ``directory`` (only those
     of the file or folder named ``final`` when given).
 
-    Stale: written on this host by a process that is gone, or older than ``max_age`` whoever wrote
+    Stale: written on this host by a process that is gone, or older than ``STALE_TMP_SECONDS`` whoever wrote
     it. A live writer's files (here, or on another host sharing the folder) stay. Returns how many.
     """
     import psutil  # not os.kill(pid, 0): on Windows signal 0 is CTRL_C_EVENT, sent to the process, not a probe
@@ -157,7 +156,7 @@ def sweep_stale_temps(directory: str | os.PathLike, *, final: str | None = None,
         entries = list(os.scandir(directory))
     except (FileNotFoundError, NotADirectoryError):
         return 0
-    now = time.time() if now is None else now
+    now = time.time()
     removed = 0
     for entry in entries:
         m = _TMP.match(entry.name)
@@ -169,7 +168,7 @@ def sweep_stale_temps(directory: str | os.PathLike, *, final: str | None = None,
             continue
         pid = int(m["pid"])
         dead_here = m["host"] == HOST and pid != os.getpid() and not psutil.pid_exists(pid)
-        if age > max_age or dead_here:
+        if age > STALE_TMP_SECONDS or dead_here:
             try:
                 _remove(Path(entry.path))
                 removed += 1

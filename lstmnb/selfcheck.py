@@ -170,29 +170,28 @@ def memory_cap(windows, device) -> str:
     return f"batch {last['sweep']['batch_size']} past a 4 MB cap recorded as oom"
 
 
-def numba_engine(version: str) -> Callable[[], str]:
-    def job() -> str:
-        from .scratch import LSTMShape, ScratchConfig, init_params, loss_and_grad_numpy
-        from .scratch.cuda_check import numba_cuda_reason, simulator_enabled
-        from .scratch.fit import make_engine
+def numba_engine(version: str) -> str:
+    """A Numba CUDA engine's loss and gradient against NumPy's (float64, one batch)."""
+    from .scratch import LSTMShape, ScratchConfig, init_params, loss_and_grad_numpy
+    from .scratch.cuda_check import numba_cuda_reason, simulator_enabled
+    from .scratch.fit import make_engine
 
-        reason = numba_cuda_reason()
-        if reason is not None:
-            raise Skip(reason)
-        shape = LSTMShape(n_features=1, hidden=16, n_outputs=1)
-        rng = np.random.default_rng(0)
-        X, y = rng.normal(size=(96, 12, 1)), rng.normal(size=(96, 1))
-        theta = init_params(shape, seed=1)
-        engine = make_engine(version, shape, X, y, theta, ScratchConfig(hidden=16, batch_size=64))
-        idx = rng.permutation(96)[:64]
-        loss, grad = engine.grad_fn(theta, idx)
-        ref_loss, ref_grad = loss_and_grad_numpy(theta, X[idx], y[idx], shape)
-        err = float(np.abs(grad - ref_grad).max() / np.abs(ref_grad).max())
-        if not (abs(loss - ref_loss) <= 1e-9 * abs(ref_loss) and err <= 1e-9):
-            raise RuntimeError(f"loss {loss} vs NumPy {ref_loss}, gradient error {err:.1e}")
-        where = " in Numba's CUDA simulator" if simulator_enabled() else ""
-        return f"loss and gradient equal NumPy's{where} (float64, relative error {err:.0e})"
-    return job
+    reason = numba_cuda_reason()
+    if reason is not None:
+        raise Skip(reason)
+    shape = LSTMShape(n_features=1, hidden=16, n_outputs=1)
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(96, 12, 1)), rng.normal(size=(96, 1))
+    theta = init_params(shape, seed=1)
+    engine = make_engine(version, shape, X, y, theta, ScratchConfig(hidden=16, batch_size=64))
+    idx = rng.permutation(96)[:64]
+    loss, grad = engine.grad_fn(theta, idx)
+    ref_loss, ref_grad = loss_and_grad_numpy(theta, X[idx], y[idx], shape)
+    err = float(np.abs(grad - ref_grad).max() / np.abs(ref_grad).max())
+    if not (abs(loss - ref_loss) <= 1e-9 * abs(ref_loss) and err <= 1e-9):
+        raise RuntimeError(f"loss {loss} vs NumPy {ref_loss}, gradient error {err:.1e}")
+    where = " in Numba's CUDA simulator" if simulator_enabled() else ""
+    return f"loss and gradient equal NumPy's{where} (float64, relative error {err:.0e})"
 
 
 # --- running them ------------------------------------------------------------------------------------
@@ -246,7 +245,7 @@ def plan() -> list[Planned]:
                  for name in [n for n, _ in FULL_GPU_JOBS] + ["nccl x2"]]
     else:
         rows += gpu_rows(torch.cuda.device_count())
-    rows += [Planned("numba.cuda", v, lambda w, j=numba_engine(v): j()) for v in ("numba-cuda", "numba-cuda-block")]
+    rows += [Planned("numba.cuda", v, lambda w, v=v: numba_engine(v)) for v in ("numba-cuda", "numba-cuda-block")]
     return rows
 
 

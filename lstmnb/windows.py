@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .climate import calendar_day, climatology_statement, climatology_table, cycle_fit, cycle_values
+from .climate import calendar_day, calendar_features, climatology_statement, climatology_table, cycle_fit, cycle_values
 from .errors import ConfigError, DataError
 
 SPLITS = ("train", "val", "test")
@@ -45,16 +45,11 @@ class WindowConfig:
         return n_variables + (len(CALENDAR_FEATURES) if self.calendar else 0) + (1 if self.cycles else 0)
 
     def validate(self) -> None:
+        """The window's hours; ``fractions`` are checked where they split the series (``split_bounds``)."""
         for name in ("window", "lead_hours", "horizon"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a positive whole number of hours (>= 1)")
-        if self.split_dates is None:
-            fr = tuple(float(f) for f in self.fractions)
-            if len(fr) != 3 or min(fr) <= 0 or abs(sum(fr) - 1) > 1e-6:
-                raise ConfigError(
-                    f"fractions={self.fractions!r} must be three positive numbers (train, val, test) summing to 1"
-                )
 
 
 def split_bounds(n: int, fractions: Sequence[float] = (0.7, 0.15, 0.15)) -> tuple[slice, slice, slice]:
@@ -137,15 +132,6 @@ def sliding_windows(
     first = window - 1 + lead_hours
     ys = np.lib.stride_tricks.sliding_window_view(v[first : first + n + horizon - 1, 0], horizon)
     return x, np.ascontiguousarray(ys)
-
-
-def calendar_features(times: pd.DatetimeIndex) -> np.ndarray:
-    """Hour of day and day of year as sin/cos pairs, shape (T, 4)."""
-    hour = times.hour.to_numpy() + times.minute.to_numpy() / 60.0
-    doy = times.day_of_year.to_numpy() - 1 + hour / 24.0
-    h = 2 * np.pi * hour / 24.0
-    d = 2 * np.pi * doy / 365.25
-    return np.stack([np.sin(h), np.cos(h), np.sin(d), np.cos(d)], axis=1)
 
 
 def error_metrics(pred: np.ndarray, truth: np.ndarray) -> dict[str, float]:

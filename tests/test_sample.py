@@ -15,7 +15,7 @@ import pytest
 import xarray as xr
 
 from lstmnb.data import DEFAULT_POINTS, Request, extract
-from lstmnb.datasets.sample import SAMPLE_NAME, SEA_POINT, is_complete, sample_store, store_problem, write_sample
+from lstmnb.datasets.sample import SAMPLE_NAME, SEA_POINT, sample_store, store_problem, write_sample
 from lstmnb.errors import ConfigError, DataError
 from lstmnb.windows import WindowConfig, make_windows
 
@@ -194,7 +194,7 @@ def test_build_is_atomic_and_cached(tmp_path, monkeypatch):
     # (how long the build takes is not asserted here: a wall-clock limit in a unit test fails on a busy
     # machine; it took 16 s once with three other test runs on the 2 cores, against ~4 s when idle)
     path = sample_store()
-    assert path == half and is_complete(path)
+    assert path == half and store_problem(path) is None
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     assert size < 80e6, f"sample store is {size / 1e6:.0f} MB"
     mtime = (path / ".zmetadata").stat().st_mtime_ns
@@ -211,13 +211,12 @@ def _tiny(path):
 
 def test_store_problem_names_missing_and_cut_files(tmp_path):
     path = _tiny(tmp_path / "s.zarr")
-    assert store_problem(path) is None and is_complete(path)
+    assert store_problem(path) is None
     (path / "2m_temperature" / "7.0.0").unlink()
     chunk = path / "surface_pressure" / "3.0.0"
     chunk.write_bytes(chunk.read_bytes()[:10])
     problem = store_problem(path)
     assert "1 file(s) missing (2m_temperature/7.0.0)" in problem and "surface_pressure/3.0.0" in problem
-    assert not is_complete(path)
     assert store_problem(tmp_path / "none.zarr") == "not built yet"
     (path / ".lstmnb-sample-complete").write_text(json.dumps({"seed": 0}))  # an older lstmnb's marker
     assert "older lstmnb" in store_problem(path)
@@ -268,7 +267,7 @@ def test_killed_first_build_is_swept_and_a_damaged_sample_rebuilt(tmp_path, monk
     assert child.wait() == -signal.SIGKILL, "the build ended before it could be killed"
     assert len(list(cache.glob(f".{SAMPLE_NAME}.*.tmp"))) == 1 and not (cache / SAMPLE_NAME).exists()
     store = sample_store()
-    assert is_complete(store)
+    assert store_problem(store) is None
     assert [p.name for p in cache.glob(f".{SAMPLE_NAME}.*")] == [f".{SAMPLE_NAME}.lock"], "the temporary was swept"
 
     (store / "2m_temperature" / "100.0.0").unlink()

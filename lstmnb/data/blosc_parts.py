@@ -184,51 +184,33 @@ def _streams(head: Header, k: int, comp: bytes) -> list:
     return parts
 
 
-def _shuffled(head: Header) -> bool:
-    return bool(head.flags & _SHUFFLE) and head.typesize > 1 and not head.memcpyed
-
-
-def decode_block(head: Header, k: int, comp: bytes) -> bytes:
-    """The uncompressed bytes of block ``k`` from its compressed bytes ``comp``."""
-    data = b"".join(_streams(head, k, comp))
-    if not _shuffled(head):
-        return bytes(data)
-    n = head.block_len(k) // head.typesize  # shuffled: byte j of every item, then byte j+1, ...
-    body = np.frombuffer(data, dtype=np.uint8, count=n * head.typesize).reshape(head.typesize, n)
-    return body.T.tobytes() + bytes(data[n * head.typesize:])
-
-
 def gather(head: Header, blocks: dict[int, bytes], offsets: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """The items of ``dtype`` at byte ``offsets`` of the chunk, from its compressed ``blocks`` (by index).
 
-    Items are picked straight from the shuffled bytes, without unshuffling whole blocks.
+    Items are picked straight from the shuffled bytes, without unshuffling whole blocks. Items that are not
+    the chunk's own (another size than its typesize, or not aligned to it) raise ValueError: the caller
+    reads such a chunk whole.
     """
     dtype = np.dtype(dtype)
     offsets = np.asarray(offsets, dtype=np.int64)
     size, ts, bs = dtype.itemsize, head.typesize, head.blocksize
+    if size != ts or bs % size or (offsets % size).any():
+        raise ValueError(f"items of {size} bytes in a Blosc chunk of typesize {ts} are read whole")
     out = np.empty(len(offsets), dtype=dtype)
     raw = out.view(np.uint8).reshape(len(offsets), size)
     k_of = offsets // bs
-    if size == ts and bs % size == 0 and not (offsets % size).any():
-        for k in np.unique(k_of):
-            mine = k_of == k
-            streams = [np.frombuffer(x, dtype=np.uint8) for x in _streams(head, int(k), blocks[int(k)])]
-            item = (offsets[mine] - k * bs) // size
-            n = head.block_len(int(k)) // ts
-            if not _shuffled(head):  # streams are consecutive pieces of the block
-                data = streams[0] if len(streams) == 1 else np.concatenate(streams)
-                raw[mine] = data[item[:, None] * size + np.arange(size)[None, :]]
-            elif len(streams) == ts:  # split: stream j holds byte j of every item
-                for j, stream in enumerate(streams):
-                    raw[mine, j] = stream[item]
-            else:
-                raw[mine] = streams[0][np.arange(ts)[None, :] * n + item[:, None]]
-        return out
-    decoded = {k: decode_block(head, k, comp) for k, comp in blocks.items()}
-    for i, off in enumerate(offsets):  # items may cross blocks: the general, slower way
-        k, j = divmod(int(off), bs)
-        piece = decoded[k][j:j + size]
-        if len(piece) < size:
-            piece += decoded[k + 1][:size - len(piece)]
-        raw[i] = np.frombuffer(piece, dtype=np.uint8)
+    shuffled = bool(head.flags & _SHUFFLE) and ts > 1 and not head.memcpyed
+    for k in np.unique(k_of):
+        mine = k_of == k
+        streams = [np.frombuffer(x, dtype=np.uint8) for x in _streams(head, int(k), blocks[int(k)])]
+        item = (offsets[mine] - k * bs) // size
+        n = head.block_len(int(k)) // ts
+        if not shuffled:  # streams are consecutive pieces of the block
+            data = streams[0] if len(streams) == 1 else np.concatenate(streams)
+            raw[mine] = data[item[:, None] * size + np.arange(size)[None, :]]
+        elif len(streams) == ts:  # split: stream j holds byte j of every item
+            for j, stream in enumerate(streams):
+                raw[mine, j] = stream[item]
+        else:
+            raw[mine] = streams[0][np.arange(ts)[None, :] * n + item[:, None]]
     return out

@@ -1,12 +1,9 @@
 """Partial Blosc reads as a zarr-python 3 codec pipeline: a point read fetches only the Blosc blocks that
-hold it.
-
-ARCO-ERA5 keeps one hour of the globe per chunk (4.15 MB as float32, eight Blosc blocks of 512 KB). A
-point series needs one block of each chunk, so ``BloscBlocksPipeline`` asks the store for the chunk's
-header (one small byte range), then for the byte ranges of the blocks that hold the selection, and
-decodes those alone (``blosc_parts``): about a quarter of the bytes and of the decoding a whole read
-costs. A selection covering much of a chunk, a chunk that is not Blosc (or not in a form ``blosc_parts``
-reads), and every write go the default way (``BatchedCodecPipeline``), so results are exactly zarr's.
+hold it (``blosc_parts`` says why that is a quarter of an ARCO-ERA5 chunk). ``BloscBlocksPipeline`` asks the
+store for the chunk's header (one small byte range), then for the byte ranges of the blocks that hold the
+selection, and decodes those alone. A selection covering much of a chunk, a chunk that is not Blosc (or not in
+a form ``blosc_parts`` reads), and every write go the default way (``BatchedCodecPipeline``), so results are
+exactly zarr's.
 
 zarr chooses a codec pipeline class when it opens an array, from its ``codec_pipeline.path`` setting;
 lstmnb registers this class under the ``zarr.codec_pipeline`` entry point, so plain xarray uses it after

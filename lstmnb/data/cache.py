@@ -63,10 +63,6 @@ class BlockCache:
         self.dir = Path(root) / store_id / variable / target / f"b{self.hours}"
         self._listing: dict[int, list[Path]] | None = None  # slot -> its files; see _files
 
-    def sweep(self) -> int:
-        """Remove stale temporary files a killed run left here (see ``paths.sweep_stale_temps``)."""
-        return sweep_stale_temps(self.dir)
-
     def covers(self, slot: int, start: int, stop: int) -> bool:
         """Whether a file of ``slot`` claims store indices ``start..stop-1`` (by name; not verified)."""
         base = slot * self.hours

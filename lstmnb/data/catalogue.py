@@ -238,12 +238,12 @@ def check_selection(request: Request) -> tuple[pd.Timestamp, pd.Timestamp]:
         for pt in request.points:
             if len(pt) != 2:
                 raise ConfigError(f"point {tuple(pt)!r} must be LAT,LON (two numbers), e.g. 40,280 or -33,151")
-            check_lat(pt[0], "point"), check_lon(pt[1], "point")
+            _degrees(pt[0], "point", "latitude"), _degrees(pt[1], "point", "longitude")
     else:
         if len(request.box) != 4:
             raise ConfigError(f"box {tuple(request.box)!r} must be 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
-        la0, la1 = check_lat(request.box[0], "box"), check_lat(request.box[1], "box")
-        check_box_lons(check_lon(request.box[2], "box"), check_lon(request.box[3], "box"))
+        la0, la1 = _degrees(request.box[0], "box", "latitude"), _degrees(request.box[1], "box", "latitude")
+        check_box_lons(_degrees(request.box[2], "box", "longitude"), _degrees(request.box[3], "box", "longitude"))
         if la0 > la1:
             raise ConfigError(f"box lat_min {la0:g} is above lat_max {la1:g}; give LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
     start, end = parse_time(request.start, what="start"), parse_time(request.end, end=True, what="end")
@@ -346,8 +346,13 @@ def point_label(lat: float, lon: float) -> str:
     return f"{abs(lat):.2f}{'N' if lat >= 0 else 'S'} {lon % 360:.2f}E"
 
 
-def _check_degrees(value: float, what: str, axis: str, lo: float, hi: float, valid: str) -> float:
-    """``value`` as a float within ``lo..hi``; a ConfigError naming ``what``, ``axis`` and ``valid`` if not."""
+_DEGREES = {"latitude": (-90.0, 90.0, "-90..90"), "longitude": (-180.0, 360.0, "-180..180 (or 0..360)")}
+
+
+def _degrees(value: float, what: str, axis: str) -> float:
+    """``value`` as a float in the range of ``axis`` (``_DEGREES``); a ConfigError naming ``what`` (a point or
+    the box), the axis and the range if not."""
+    lo, hi, valid = _DEGREES[axis]
     try:
         value = float(value)
     except (TypeError, ValueError):
@@ -355,16 +360,6 @@ def _check_degrees(value: float, what: str, axis: str, lo: float, hi: float, val
     if not lo <= value <= hi or np.isnan(value):
         raise ConfigError(f"{what} {axis} {value} is outside {valid}")
     return value
-
-
-def check_lat(lat: float, what: str) -> float:
-    """A latitude of a point or box (``what``), in -90..90."""
-    return _check_degrees(lat, what, "latitude", -90.0, 90.0, "-90..90")
-
-
-def check_lon(lon: float, what: str) -> float:
-    """A longitude of a point or box (``what``), in -180..180 or 0..360."""
-    return _check_degrees(lon, what, "longitude", -180.0, 360.0, "-180..180 (or 0..360)")
 
 
 def check_box_lons(west: float, east: float) -> None:

@@ -17,7 +17,7 @@ import pandas as pd
 import xarray as xr
 
 from ..errors import DataError, LstmnbError
-from .cache import StoreMeta, as_meta, cached_meta, write_store_meta
+from .cache import StoreMeta, cached_meta, write_store_meta
 from .catalogue import Request, check_selection, data_kind, open_ref, point_label, resolve_source
 from .fetch import CacheMiss, FetchStats, check_sizes, fetch_plan
 from .plan import Plan, make_plan
@@ -48,9 +48,9 @@ def extract(
     """
     check_selection(request)  # what needs no store, before the study's or the sample store is built
     ref = resolve_source(request.source, storage_options)
-    workers = check_sizes(block_hours, concurrency)[1]
-    fetch = dict(cache_dir=cache_dir, progress=progress, refresh=refresh, concurrency=concurrency,
-                 block_hours=block_hours, stats=stats)
+    hours, workers = check_sizes(block_hours, concurrency)
+    fetch = dict(cache_dir=cache_dir, progress=progress, refresh=refresh, concurrency=workers, block_hours=hours,
+                 stats=stats)
     meta = None if refresh else cached_meta(ref, cache_dir)
     offline_error: LstmnbError | None = None
     miss: CacheMiss | None = None
@@ -85,9 +85,8 @@ def extract(
         store.close()
 
 
-def assemble(plan: Plan, ds: "xr.Dataset | StoreMeta", arrays: dict[tuple[str, str], np.ndarray]) -> xr.Dataset:
+def assemble(plan: Plan, meta: StoreMeta, arrays: dict[tuple[str, str], np.ndarray]) -> xr.Dataset:
     """Turn per-(variable, target) arrays into the result Dataset with coordinates and attrs."""
-    meta = as_meta(ds)
     time = xr.DataArray(plan.times, dims="time", name="time")
     data_vars = {}
     if plan.kind == "points":
@@ -130,34 +129,15 @@ def assemble(plan: Plan, ds: "xr.Dataset | StoreMeta", arrays: dict[tuple[str, s
 
 def to_frame(ds: xr.Dataset) -> pd.DataFrame:
     """A tidy table of an extraction: columns time, point, latitude, longitude, variable, value."""
-    variables = [v for v in ds.data_vars]
-    if "point" in ds.dims:
-        flat = ds
-    else:
+    if "point" not in ds.dims:  # a box: one point per cell, named as points are
         flat = ds.stack(point=("latitude", "longitude"))
-        labels = [point_label(a, b) for a, b in zip(flat["latitude"].values, flat["longitude"].values)]
         lat, lon = flat["latitude"].values, flat["longitude"].values
-        flat = flat.drop_vars(["point", "latitude", "longitude"]).assign_coords(
-            point=("point", labels), latitude=("point", lat), longitude=("point", lon))
-    frames = []
-    times = flat["time"].values
-    points = flat["point"].values
-    lat = flat["latitude"].values
-    lon = flat["longitude"].values
-    nt, npnt = len(times), len(points)
-    for v in variables:
-        values = flat[v].transpose("time", "point").values
-        frames.append(pd.DataFrame({
-            "time": np.repeat(times, npnt),
-            "point": np.tile(points.astype(str), nt),
-            "latitude": np.tile(lat, nt),
-            "longitude": np.tile(lon, nt),
-            "variable": v,
-            "value": values.reshape(-1),
-        }))
-    if not frames:
-        return pd.DataFrame(columns=["time", "point", "latitude", "longitude", "variable", "value"])
-    return pd.concat(frames, ignore_index=True)
+        ds = flat.drop_vars(["point", "latitude", "longitude"]).assign_coords(
+            point=[point_label(a, b) for a, b in zip(lat, lon)], latitude=("point", lat), longitude=("point", lon))
+    keys = ["time", "point", "latitude", "longitude"]
+    table = ds.drop_vars([c for c in ds.coords if c not in keys]).to_dataframe(dim_order=["time", "point"])
+    return table.reset_index().melt(id_vars=keys, value_vars=list(ds.data_vars), var_name="variable",
+                                    value_name="value")
 
 
 def summary(ds: xr.Dataset) -> str:

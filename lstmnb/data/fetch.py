@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ConfigError, DataError
-from ..paths import CACHE_ENV, why_not_written
+from ..paths import CACHE_ENV, sweep_stale_temps, why_not_written
 from .cache import DEFAULT_BLOCK_HOURS, Block, BlockCache, extracts_root
 from .plan import Plan
 from .reads import CellReader
@@ -110,8 +110,8 @@ def fetch_plan(
     cache_dir: str | os.PathLike | None = None,
     progress: bool = True,
     refresh: bool = False,
-    concurrency: int | None = None,
-    block_hours: int | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    block_hours: int = DEFAULT_BLOCK_HOURS,
     stats: FetchStats | None = None,
     offline: bool = False,
     store: ReadStore | None = None,
@@ -127,7 +127,7 @@ def fetch_plan(
     """
     if store is None and not offline:
         raise TypeError("fetch_plan needs the plan's open store unless offline")
-    hours, workers = check_sizes(block_hours, concurrency)
+    hours, workers = block_hours, concurrency  # as check_sizes passed them (extract checks them first)
     outer = stats if stats is not None else FetchStats()
     stats = FetchStats() if offline else outer
     t_start = time.perf_counter()
@@ -136,7 +136,7 @@ def fetch_plan(
     slots = range(plan.i0 // hours, (plan.i1 - 1) // hours + 1)
     caches = {(v, t.key): BlockCache(root, store_id, v, t.key, hours) for v in plan.variables for t in plan.targets}
     for cache in caches.values():
-        cache.sweep()  # leftovers of a killed run
+        sweep_stale_temps(cache.dir)  # leftovers of a killed run
     if offline:
         if refresh:
             raise CacheMiss(0, len(caches) * len(slots))
@@ -365,7 +365,7 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats) ->
                         now = time.perf_counter()
                         if now - last_post > 0.25:
                             last_post = now
-                            mb = reader.bytes_read / 1e6
+                            mb = reader.store.bytes_read / 1e6
                             bar.set_postfix_str(f"{mb:,.1f} MB read, {mb / max(now - t_bar, 1e-9):,.1f} MB/s",
                                                 refresh=False)
         if failures:
@@ -378,9 +378,9 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats) ->
     finally:
         if freeze:
             gc.unfreeze()
-        stats.bytes += reader.bytes_read
+        stats.bytes += reader.store.bytes_read
         stats.requests += reader.store.requests
         if bar is not None:
-            mb = reader.bytes_read / 1e6
+            mb = reader.store.bytes_read / 1e6
             bar.set_postfix_str(f"{mb:,.1f} MB read, {mb / max(time.perf_counter() - t_bar, 1e-9):,.1f} MB/s")
             bar.close()

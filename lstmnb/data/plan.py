@@ -74,10 +74,9 @@ def _check_variables(meta: StoreMeta, variables: tuple[str, ...]) -> None:
             hint = f"; did you mean {' or '.join(close)}?" if close else ""
             raise ConfigError(f"unknown variable {name!r}{hint} (this store has: {listing})")
         dims = tuple(meta.variables[name]["dims"])
-        if dims[:1] != ("time",) or not {"latitude", "longitude"} <= set(dims):
-            raise ConfigError(f"variable {name!r} has dims {dims}; only (time, latitude, longitude) fields can be extracted")
-        if len(dims) != 3:
-            raise ConfigError(f"variable {name!r} has dims {dims}; only single-level (time, latitude, longitude) fields are supported")
+        if dims[:1] != ("time",) or sorted(dims[1:]) != ["latitude", "longitude"]:
+            raise ConfigError(f"variable {name!r} has dims {dims}; only single-level (time, latitude, longitude) "
+                              "fields can be extracted")
 
 
 @dataclass(frozen=True)

@@ -47,10 +47,6 @@ class CellReader:
             target = plan.targets[0]
             self.rows, self.cols = _as_slice(target.rows), _as_slice(target.cols)
 
-    @property
-    def bytes_read(self) -> int:
-        return self.store.bytes_read
-
     async def read(self, variable: str, t0: int, t1: int) -> np.ndarray:
         """Hours ``t0 .. t1-1``: (hours, targets) for points, (hours, rows, columns) for a box."""
         array = self.arrays[variable]

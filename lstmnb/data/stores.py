@@ -206,27 +206,15 @@ def _read_file(root: str, key: str, prototype):
 
 
 def _close_session(fs) -> None:
-    """Close ``fs``'s aiohttp session on zarr's loop; where that cannot be waited for (on the loop's own
-    thread, or once it has stopped), close its connections directly, which is what marks it closed."""
+    """Close ``fs``'s aiohttp session on zarr's loop as fsspec closes its own filesystems' sessions: waiting for
+    it, or closing its connections directly where that cannot be waited for (on the loop's own thread, or once
+    the loop has stopped), which is what marks it closed."""
+    from fsspec.implementations.http import HTTPFileSystem
     from zarr.core.sync import _get_loop
 
     session = getattr(fs, "_session", None)
-    if session is None or session.closed:
-        return
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:  # the usual case: called from outside any event loop
-        running = None
-    try:
-        loop = _get_loop()
-        if loop.is_running() and running is not loop:
-            asyncio.run_coroutine_threadsafe(session.close(), loop).result(timeout=2)
-            return
-    except Exception:  # noqa: BLE001 - closing anyway, below
-        pass
-    connector = getattr(session, "_connector", None)
-    if connector is not None:
-        connector._close()
+    if session is not None and not session.closed:
+        HTTPFileSystem.close_session(_get_loop(), session)
 
 
 def _describe(exc: Exception) -> tuple[str, bool]:

@@ -119,25 +119,20 @@ def store_problem(path: str | os.PathLike) -> str | None:
     return "; ".join(parts)
 
 
-def is_complete(path: str | os.PathLike) -> bool:
-    """True when ``path`` holds a finished, intact store (see ``store_problem``)."""
-    return store_problem(path) is None
-
-
-def built_store(name: str, write: Callable[[Path], object], what: str, *, rebuild: bool = False) -> Path:
+def built_store(name: str, write: Callable[[Path], object], what: str) -> Path:
     """The store ``name`` in the user cache, written by ``write(path)`` (atomically) when it is not there,
     unfinished or damaged; a damaged one is rebuilt with a note on stderr naming ``what`` it is (both stores
     are deterministic, so the rebuilt one is the same). Temporaries of killed builds are removed."""
     root = cache_dir()
     sweep_stale_temps(root, final=name)
     target = root / name
-    if not rebuild and _intact(target):
+    if _intact(target):
         return target
     with _build_lock(root, name):
-        problem = None if rebuild else store_problem(target)
-        if problem is None and not rebuild:  # another process built it while this one waited
+        problem = store_problem(target)
+        if problem is None:  # another process built it while this one waited
             return target
-        if problem is not None and target.exists():
+        if target.exists():
             print(f"lstmnb: rebuilding {what} {target} ({problem}); it is deterministic, so the data are the "
                   f"same (10-30 s)", file=sys.stderr)
         try:

@@ -30,7 +30,6 @@ Layout copied from the public store (``arco_layout``), with ``2m_temperature`` (
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -39,7 +38,7 @@ import pandas as pd
 
 from ..errors import ConfigError
 from . import weather
-from .arco_layout import VARIABLE_ATTRS, built_store, is_complete, store_problem, write_store  # noqa: F401 (checks re-exported)
+from .arco_layout import VARIABLE_ATTRS, built_store, store_problem, write_store  # noqa: F401 (its check re-exported)
 
 SAMPLE_NAME = "sample-era5-v3.zarr"  # v2: fronts, cloudy days and showers (issue 14); v3: a strip of sea (issue 24)
 GRID = 0.25  # degrees, as in ARCO-ERA5
@@ -50,15 +49,10 @@ SEA_POINT = (35.0, 281.75)  # an ocean-like point of the default store (small, s
 TIMES = ("2020-01-01T00", "2021-06-30T23")  # the default store's first and last hour (its valid range)
 
 
-@dataclass(frozen=True)
-class _Grid:
-    times: pd.DatetimeIndex
-    lat: np.ndarray  # descending, float32
-    lon: np.ndarray  # ascending in 0..360, float32
-
-
-def _grid(start: str, end: str, lat: Sequence[float], lon: Sequence[float]) -> _Grid:
-    """Check the requested extent and snap it onto the 0.25 degree ARCO grid."""
+def _grid(start: str, end: str, lat: Sequence[float], lon: Sequence[float]
+          ) -> tuple[pd.DatetimeIndex, np.ndarray, np.ndarray]:
+    """Check the requested extent and snap it onto the 0.25 degree ARCO grid: the hours, the latitudes
+    (descending) and the longitudes (ascending in 0..360), float32."""
     try:
         times = pd.date_range(pd.Timestamp(start), pd.Timestamp(end), freq="h")
     except (ValueError, TypeError) as exc:
@@ -77,7 +71,7 @@ def _grid(start: str, end: str, lat: Sequence[float], lon: Sequence[float]) -> _
     west = round(west / GRID) * GRID
     lat_v = (north - GRID * np.arange(n_lat)).astype(np.float32)
     lon_v = (west + GRID * np.arange(n_lon)).astype(np.float32)
-    return _Grid(times, lat_v, lon_v)
+    return times, lat_v, lon_v
 
 
 def write_sample(
@@ -102,17 +96,17 @@ def write_sample(
     unknown = [v for v in variables if v not in VARIABLES]
     if unknown or not variables:
         raise ConfigError(f"sample variables {list(unknown) or '[]'} not available; choose from {list(VARIABLES)}")
-    grid = _grid(start, end, lat, lon)
+    times, lat_v, lon_v = _grid(start, end, lat, lon)
     path = Path(path)
     if path.exists():
         raise ConfigError(f"{path} already exists; write_sample only creates new stores")
-    fields = weather.fields(grid, seed)
+    fields = weather.fields(times, lat_v, lon_v, seed)
     attrs = {"title": "lstmnb synthetic ERA5 sample (ARCO-ERA5 layout; NOT real data)", "lstmnb_sample_seed": int(seed)}
-    return write_store(path, grid.times, grid.lat, grid.lon, {name: fields[name] for name in variables}, attrs,
+    return write_store(path, times, lat_v, lon_v, {name: fields[name] for name in variables}, attrs,
                        blocksize=blocksize, marker={"seed": seed, "variables": list(variables)})
 
 
-def sample_store(rebuild: bool = False) -> Path:
+def sample_store() -> Path:
     """Return the embedded sample store, building it into the user cache (atomically) when it is not
     there, unfinished or damaged (``arco_layout.built_store``)."""
-    return built_store(SAMPLE_NAME, write_sample, "the sample store (synthetic)", rebuild=rebuild)
+    return built_store(SAMPLE_NAME, write_sample, "the sample store (synthetic)")

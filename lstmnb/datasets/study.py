@@ -70,9 +70,9 @@ def write_study(path: str | Path) -> Path:
                        marker={"values_sha256": STUDY_SHA256})
 
 
-def study_store(rebuild: bool = False) -> Path:
+def study_store() -> Path:
     """The study's store in the user cache, built on first use (about a second) and checked."""
-    return built_store(STUDY_NAME, write_study, "the study's ERA5 store (real data)", rebuild=rebuild)
+    return built_store(STUDY_NAME, write_study, "the study's ERA5 store (real data)")
 
 
 def check_study_request(points, box, start: pd.Timestamp, end: pd.Timestamp, variables) -> None:

@@ -259,13 +259,13 @@ def _sea(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> tupl
     return t2m.astype(np.float32), land_sp[:, row]
 
 
-def fields(grid, seed: int) -> dict[str, np.ndarray]:
-    """Synthesize (time, lat, lon) float32 fields (``grid`` has ``times``, ``lat`` and ``lon``) of 2 m
+def fields(times: pd.DatetimeIndex, lat: np.ndarray, lon: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    """Synthesize (time, lat, lon) float32 fields at ``times`` on the grid ``lat`` x ``lon`` of 2 m
     temperature (K) and surface pressure (Pa): land west of ``COAST_LON``, sea east of it."""
-    hours = np.asarray((grid.times - pd.Timestamp("2000-01-01")) / pd.Timedelta(hours=1), dtype=np.float64)
-    sea = (grid.lon % 360.0) > COAST_LON  # longitudes ascend, so the land columns come first
-    shape = (len(grid.times), len(grid.lat), len(grid.lon))
-    parts = [make(hours, grid.lat, grid.lon[cols], seed) for make, cols in ((_land, ~sea), (_sea, sea)) if cols.any()]
+    hours = np.asarray((times - pd.Timestamp("2000-01-01")) / pd.Timedelta(hours=1), dtype=np.float64)
+    sea = (lon % 360.0) > COAST_LON  # longitudes ascend, so the land columns come first
+    shape = (len(times), len(lat), len(lon))
+    parts = [make(hours, lat, lon[cols], seed) for make, cols in ((_land, ~sea), (_sea, sea)) if cols.any()]
     t2m = np.concatenate([p[0].reshape(shape[0], shape[1], -1) for p in parts], axis=2)
     sp = np.concatenate([p[1].reshape(shape[0], shape[1], -1) for p in parts], axis=2)
     # ERA5 values come from 16-bit GRIB packing; quantising likewise keeps the chunks compressible.
