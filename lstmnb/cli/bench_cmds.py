@@ -170,7 +170,7 @@ def _bench_scaling(kinds, full: bool) -> None:
     p.set_defaults(func=_run_bench_scaling, check=_check_bench_scaling)
 
 
-def _scaling_configs(args, cfg):
+def _scaling_configs(args):
     from .. import experiments
 
     modes = ("strong", "weak") if args.mode == "both" else (args.mode,)
@@ -184,7 +184,7 @@ def _check_bench_scaling(args) -> None:
     cfg = train_config_from_args(args)
     check_training(cfg, request_from_args(args), args)
     steady_epochs("--epochs", cfg.epochs)
-    for sc in _scaling_configs(args, cfg)[1]:
+    for sc in _scaling_configs(args)[1]:
         sc.validate(cfg, replace(CLI, names={"comm_split_steps": "comm_steps"}))
     check_world_size(ddp_device_kind(cfg.device), max(args.world_sizes), "--world-sizes")  # before the data
     check_plot(args.plot)
@@ -196,7 +196,7 @@ def _run_bench_scaling(args) -> int:
     from ..training import prepare_windows
 
     cfg = train_config_from_args(args)
-    modes, scs = _scaling_configs(args, cfg)
+    modes, scs = _scaling_configs(args)
     windows, info = prepare_windows(request_from_args(args), cfg, progress=cfg.progress)
     records = []
     for sc in scs:
