@@ -203,7 +203,6 @@ def _check_settings(values: Mapping[str, Any]) -> None:
         _reuse("skill_leads", values["skill_leads"], check_leads, values["skill_leads"], "skill_leads")
     if "preset" in values and knob_problem("preset", values["preset"]):
         raise _bad("preset", values["preset"], knob_problem("preset", values["preset"]))
-    _check_split_dates(values)
     if "world_sizes" in values:  # 05 caps them at the GPUs present; `lstmnb bench scaling`'s range
         from ..experiments.scaling import ScalingConfig
 
@@ -252,43 +251,27 @@ def _check_settings(values: Mapping[str, Any]) -> None:
 SPLIT_KEYS = (("split_dates", "published"), ("fit_split_dates", None))
 
 
-def _check_split_dates(values: Mapping[str, Any]) -> None:
-    """03-05's ``split_dates`` (the published preset) and 02's ``fit_split_dates`` (its ``preset``), as
-    TrainConfig checks them: two dates in order (inside the data's range: ``check_dates_per_notebook``)."""
-    for key, preset in SPLIT_KEYS:
-        sd = values.get(key)
-        if sd is not None:  # None: the preset's split
-            _split_config(key, sd, values.get("preset", "recommended") if preset is None else preset)
-
-
-def _split_config(key: str, sd: Any, preset: str):
-    """The config of ``preset`` split at ``sd`` (None: the preset's split), checked by TrainConfig's rules and
-    refused as parameter ``key``'s."""
-    from ..training.config import preset_config
-
-    cfg = preset_config(preset) if sd is None else preset_config(
-        preset, split_dates=tuple(sd) if isinstance(sd, list) else sd)
-    cfg.validate(parameter(split_dates=key))
-    return cfg
-
-
 def check_dates_per_notebook(defaults: Mapping[str, Mapping[str, Any]], given: Mapping[str, Any]) -> None:
-    """Each notebook's split (given, else its own default; None in 03-05: the published preset's) inside the
-    time range that notebook reads (given start/end, else its own). ``defaults``: per notebook name, its
-    parameters' default values. Without it, ``-p end 2020-01-21`` with 02's own fit_split_dates, or with the
-    published preset's 2021-01-01 in 03-05, ran 01 and stopped the series at the first training cell."""
+    """Each notebook's split (given, else its own default; None in 03-05: the published preset's), as TrainConfig
+    checks it (two dates in order, refused as the parameter's) and inside the time range that notebook reads
+    (given start/end, else its own). ``defaults``: per notebook name, its parameters' default values. Without
+    it, ``-p end 2020-01-21`` with 02's own fit_split_dates, or with the published preset's 2021-01-01 in 03-05,
+    ran 01 and stopped the series at the first training cell."""
     from ..data import Request
+    from ..training.config import preset_config
 
     for name, own in defaults.items():
         seen = {k: given.get(k, v) for k, v in own.items()}
-        if not isinstance(seen.get("start"), str) or not isinstance(seen.get("end"), str):
-            continue
         for key, preset in SPLIT_KEYS:
             if key not in seen or seen[key] is ...:
                 continue
-            sd = seen[key]
-            cfg = _split_config(key, sd, seen.get("preset", "recommended") if preset is None else preset)
-            why = "" if sd is not None else f" (None: the {preset or seen.get('preset', 'recommended')} preset's split)"
+            sd, preset = seen[key], preset or seen.get("preset", "recommended")
+            cfg = preset_config(preset) if sd is None else preset_config(
+                preset, split_dates=tuple(sd) if isinstance(sd, list) else sd)
+            cfg.validate(parameter(split_dates=key))
+            if not isinstance(seen.get("start"), str) or not isinstance(seen.get("end"), str):
+                continue
+            why = "" if sd is not None else f" (None: the {preset} preset's split)"
             request = Request(start=seen["start"], end=seen["end"])
             try:
                 cfg.check_split_in(request, parameter(split_dates=key), given=sd)
