@@ -7,11 +7,12 @@ import argparse
 from dataclasses import replace
 
 from ..rules import CLI
-from .bench_sizes import bench_batch_sweep, bench_size, check_training_bench, steady_epochs
+from .bench_sizes import bench_batch_sweep, bench_size, steady_epochs
 from .checks import check_plot, check_records_args, check_results, positive
 from .options import (CHECKPOINT_OPTIONS, add_records_args, add_request_args, add_results_args, add_train_args,
                       byte_size, check_results_args, int_list, read_runs, request_from_args, results_path, save_plot,
                       train_config_from_args)
+from .run_cmds import check_training
 
 
 def add_bench(sub, full: bool) -> None:
@@ -169,7 +170,7 @@ def _bench_scaling(kinds, full: bool) -> None:
     p.set_defaults(func=_run_bench_scaling, check=_check_bench_scaling)
 
 
-def _scaling_configs(args, cfg):
+def _scaling_configs(args):
     from .. import experiments
 
     modes = ("strong", "weak") if args.mode == "both" else (args.mode,)
@@ -181,9 +182,9 @@ def _check_bench_scaling(args) -> None:
     from ..training.parallel import check_world_size, ddp_device_kind
 
     cfg = train_config_from_args(args)
-    check_training_bench(args, cfg)
+    check_training(cfg, request_from_args(args), args)
     steady_epochs("--epochs", cfg.epochs)
-    for sc in _scaling_configs(args, cfg)[1]:
+    for sc in _scaling_configs(args)[1]:
         sc.validate(cfg, replace(CLI, names={"comm_split_steps": "comm_steps"}))
     check_world_size(ddp_device_kind(cfg.device), max(args.world_sizes), "--world-sizes")  # before the data
     check_plot(args.plot)
@@ -195,7 +196,7 @@ def _run_bench_scaling(args) -> int:
     from ..training import prepare_windows
 
     cfg = train_config_from_args(args)
-    modes, scs = _scaling_configs(args, cfg)
+    modes, scs = _scaling_configs(args)
     windows, info = prepare_windows(request_from_args(args), cfg, progress=cfg.progress)
     records = []
     for sc in scs:

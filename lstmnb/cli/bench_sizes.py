@@ -1,33 +1,15 @@
 """`lstmnb bench size` and `lstmnb bench batch-sweep`: the problem's size swept, in grid points and in batch size;
-and the checks every bench that trains shares."""
+and what the benches whose figures are steady epochs share."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from ..rules import CLI
-from .checks import check_plot, check_profile_name
-from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args,
-                      check_results_args, int_list, override_default, request_from_args, results_path, save_plot,
-                      train_config_from_args)
-
-
-def check_training_bench(args, cfg=None, device: bool = True) -> None:
-    """What every bench that trains needs: its TrainConfig (and its device, unless the bench picks the
-    devices), the request, the results file and the cache."""
-    from ..machine.device import resolve_device
-    from ..paths import check_cache
-
-    cfg = cfg or train_config_from_args(args)
-    cfg.validate(CLI)
-    check_profile_name(cfg.profile)
-    if device:
-        resolve_device(cfg.device)
-    request = request_from_args(args)
-    cfg.check_split_in(request, CLI)
-    cfg.check_windows_fit(request)
-    check_results_args(args)
-    check_cache()
+from .checks import check_plot
+from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args, int_list,
+                      override_default, request_from_args, results_path, save_plot, train_config_from_args)
+from .run_cmds import check_training
 
 
 def steady_epochs(option: str, epochs: int | None) -> None:
@@ -79,7 +61,7 @@ def _check_bench_size(args) -> None:
     sc.validate(CLI)
     for n in sc.points:
         grid_points(n)
-    check_training_bench(args, device=False)
+    check_training(train_config_from_args(args), request_from_args(args), args, device=False)
     steady_epochs("--epochs", train_config_from_args(args).epochs)
     check_plot(args.plot)
 
@@ -142,7 +124,7 @@ SWEEP_SPELLING = replace(CLI, names={"start": "first_batch"})  # SweepConfig's f
 
 
 def _check_bench_batch_sweep(args) -> None:
-    check_training_bench(args)
+    check_training(train_config_from_args(args), request_from_args(args), args)
     _sweep_config(args).validate(SWEEP_SPELLING)
 
 

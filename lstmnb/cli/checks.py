@@ -78,15 +78,6 @@ def check_records_args(args) -> None:
         raise ConfigError("--experiment is empty; give an experiment name or its start (e.g. scaling), or leave it out")
 
 
-def check_profile_name(name: str | None) -> None:
-    """A training run's ``--profile`` names a profile that exists (shipped, or a .yaml file): the record
-    stores it, and the notebooks and `lstmnb doctor` refuse a name that is neither."""
-    if name is not None:
-        from ..profiles import load_profile
-
-        load_profile(name)
-
-
 def check_omp_num_threads(environ) -> None:
     """``OMP_NUM_THREADS``, when set, is what OpenMP accepts: whole numbers >= 1 (a list like 4,2 for nested
     levels; not empty). Checked before torch loads, so libgomp's own message does not come first."""

@@ -39,18 +39,24 @@ def add_data(sub, full: bool) -> None:
     g.add_argument("--overwrite", action="store_true", help="let --csv replace an existing file")
     g.add_argument("--status", action="store_true", help="show what the cache holds and exit")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    p.set_defaults(func=_run_data, check=_check_data)
+    p.set_defaults(func=_run_data, check=lambda args: _check_data(args, p))
 
 
-def _check_data(args) -> None:
+def _check_data(args, parser) -> None:
     """The request, the extraction sizes, the credentials file (whatever the source), the CSV path and
-    the cache, before anything is read or written."""
+    the cache, before anything is read or written; --status with a request or extraction option would show the
+    whole cache as if the option applied."""
     from ..data import check_credentials
     from ..data.fetch import check_sizes
+    from ..errors import ConfigError
     from ..paths import check_cache, check_writable
 
     if args.status:
-        _check_status_alone(args)
+        given = [a.option_strings[0] for a in parser._actions if a.dest not in ("help", "status", "progress")
+                 and getattr(args, a.dest, a.default) != a.default]
+        if given:
+            raise ConfigError(f"--status lists the whole cache and takes no request or extraction options; leave "
+                              f"out {', '.join(given)} (or drop --status to extract)")
         return
     check_credentials(args.credentials)
     request_from_args(args)
@@ -62,25 +68,6 @@ def _check_data(args) -> None:
 
             raise OutputError(f"--csv {args.csv} already exists; give --overwrite to replace it, or another path")
     check_cache()
-
-
-# what `lstmnb data` asks for or extracts, with the value that means "not given": --status lists the whole
-# cache and uses none of them
-_REQUEST_OPTIONS = (("--source", "source", None), ("--variable", "variables", None), ("--point", "points", None),
-                    ("--box", "box", None), ("--start", "start", None), ("--end", "end", None),
-                    ("--refresh", "refresh", False), ("--concurrency", "concurrency", None),
-                    ("--block-hours", "block_hours", None), ("--credentials", "credentials", None), ("--csv", "csv", None),
-                    ("--overwrite", "overwrite", False))
-
-
-def _check_status_alone(args) -> None:
-    """--status with a request or extraction option would show the whole cache as if the option applied."""
-    from ..errors import ConfigError
-
-    given = [option for option, dest, unset in _REQUEST_OPTIONS if getattr(args, dest) != unset]
-    if given:
-        raise ConfigError(f"--status lists the whole cache and takes no request or extraction options; leave out "
-                          f"{', '.join(given)} (or drop --status to extract)")
 
 
 def _check_trainable(ds, cache) -> None:

@@ -288,13 +288,11 @@ def save_plot(fig, path: str | None, option: str = "--plot") -> None:
         print(f"plot       {path}")
 
 
-EXPERIMENT_HELP = "only runs whose experiment name starts with this (scaling: scaling-strong and scaling-weak)"
-
-
 def add_records_args(p: argparse.ArgumentParser) -> None:
     """The records a reading command works on: results files or folders, and an experiment filter."""
     p.add_argument("paths", nargs="*", default=None, help="results files or folders (default: results/)")
-    p.add_argument("--experiment", default=None, help=EXPERIMENT_HELP)
+    p.add_argument("--experiment", default=None,
+                   help="only runs whose experiment name starts with this (scaling: scaling-strong and scaling-weak)")
 
 
 def read_runs(args) -> list[dict]:

@@ -9,7 +9,8 @@ from ..errors import ConfigError
 from ..region import VARIANTS
 from .checks import check_plot, positive
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args,
-                      check_results_args, int_list, results_path, save_plot, str_list, train_config_from_args)
+                      check_results_args, int_list, request_from_args, results_path, save_plot, str_list,
+                      train_config_from_args)
 from .region_common import pick_variants, say_recorded, say_threads
 from .region_memory_cmd import add_memory
 
@@ -71,17 +72,15 @@ def _skill_config(args):
 
 
 def _check_skill(args) -> None:
+    from ..experiments.region_skill import check_mixes
     from .run_cmds import check_training
 
     request = _area_request(args)
-    pick_variants(args.variants)
-    if "sparse" in args.variants or "dense" in args.variants:
-        if not args.neighbours or min(args.neighbours) < 1:
-            raise ConfigError(f"--neighbours {','.join(map(str, args.neighbours))}: each k must be a whole number >= 1")
+    variants = pick_variants(args.variants)
+    if ("sparse" in variants or "dense" in variants) and (not args.neighbours or min(args.neighbours) < 1):
+        raise ConfigError(f"--neighbours {','.join(map(str, args.neighbours))}: each k must be a whole number >= 1")
     positive("--channels", args.channels)
-    from ..experiments.region_skill import check_mixes
-
-    check_mixes(pick_variants(args.variants), args.neighbours, args.channels)
+    check_mixes(variants, args.neighbours, args.channels)
     check_training(_skill_config(args), request, args)
     check_plot(args.plot)
 
@@ -140,8 +139,6 @@ def _say_verdict(flow) -> None:
 
 def _area_request(args):
     """The request of a region command: a box (the default area, or --box), never points."""
-    from .options import request_from_args
-
     if args.points:
         raise ConfigError("region mode works on a box of cells, not on points; give --box "
                           "LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .checks import check_plot, check_profile_name, check_records_args
+from .checks import check_plot, check_records_args
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
                       add_train_args, check_results_args, int_list, read_runs, request_from_args, results_option,
                       results_path, save_plot, train_config_from_args)
@@ -64,22 +64,25 @@ def add_train(sub, full: bool) -> None:
     p.set_defaults(func=_run_train, check=_check_train)
 
 
-def check_training(cfg, request, args) -> None:
-    """Everything a training run needs, before it starts: the config, the request, the device, the
-    checkpoint's path (``training.run`` reads the checkpoint once, before the data), the records of ``args`` and the
-    cache."""
+def check_training(cfg, request, args, device: bool = True) -> None:
+    """Everything a training run (or a bench of them) needs, before it starts: the config, the request, the
+    device (unless the bench picks the devices: ``device``), the profile it records (shipped, or a .yaml file:
+    the notebooks and `lstmnb doctor` refuse a name that is neither), the checkpoint's path (``training.run``
+    reads the checkpoint once, before the data), the records of ``args`` and the cache."""
     from pathlib import Path
 
     from ..machine.device import resolve_device
     from ..paths import check_cache, check_writable
-
+    from ..profiles import load_profile
     from ..rules import CLI
 
     cfg.validate(CLI)
     cfg.check_split_in(request, CLI)
     cfg.check_windows_fit(request)
-    resolve_device(cfg.device)
-    check_profile_name(cfg.profile)
+    if device:
+        resolve_device(cfg.device)
+    if cfg.profile is not None:
+        load_profile(cfg.profile)
     if cfg.strategy == "ddp" and cfg.nproc:  # before the data is read, not once the ranks start
         from ..training.parallel import check_world_size, ddp_device_kind
 

@@ -3,14 +3,12 @@ profile (``lstmnb.profiles``), ``series`` says what happened to each notebook, `
 folder as the report (06 its front page); ``steps`` holds what the notebooks call, tested here so the
 notebooks stay thin. See docs/architecture.md."""
 
-from ..doctor import installed_kernels
 from .params import parse_value
-from .runner import (INJECTED, NOTEBOOKS_ENV, check_kernel, check_series, find_notebooks, listing,
-                     notebook_parameters, notebooks_dir, plan_parameters, run_series, select_notebooks)
+from .runner import (check_series, find_notebooks, listing, notebook_parameters, notebooks_dir, plan_parameters,
+                     run_series, select_notebooks)
 from .series import NotebookRun, SeriesResult
 
 __all__ = [
-    "INJECTED", "NOTEBOOKS_ENV", "NotebookRun", "SeriesResult", "check_kernel", "check_series", "find_notebooks",
-    "installed_kernels", "listing", "notebook_parameters", "notebooks_dir", "parse_value", "plan_parameters",
-    "run_series", "select_notebooks",
+    "NotebookRun", "SeriesResult", "check_series", "find_notebooks", "listing", "notebook_parameters", "notebooks_dir",
+    "parse_value", "plan_parameters", "run_series", "select_notebooks",
 ]

@@ -19,29 +19,31 @@ from typing import Any, Callable, Mapping
 
 from ..errors import ConfigError, LstmnbError
 from ..region import VARIANTS as REGION_VARIANTS  # a leaf: only the names, no torch
-from ..rules import parameter
+from ..rules import choice, number, parameter, whole
 
 # TrainConfig fields that notebooks declare under the same name
 TRAIN_KEYS = ("window", "lead_hours", "hidden", "layers", "batch_size", "lr", "seed", "num_workers", "threads",
               "device", "amp")
 ONE_OR_MANY = ("results_paths",)  # one folder or a list of them (checked below, not by its default's kind)
 REQUEST_KEYS = ("source", "points", "start", "end", "variables")
-POSITIVE_INTS = ("fit_epochs", "repeats", "scaling_epochs", "batch_sweep_start", "batch_sweep_max", "forecast_days",
-                 "scratch_window", "scratch_hours", "scratch_hidden", "scratch_epochs", "scratch_batch_size",
-                 "scratch_repeats", "scratch_forecast_epochs", "step_count", "step_repeats", "ddp_ranks",
-                 "ddp_repeats", "allreduce_max_bytes", "region_epochs", "region_shard_steps", "region_repeats",
-                 "program_steps", "ring_repeats", "ring_calls", "ladder_epochs")
-NON_NEGATIVE_INTS = ("forecast_point", "comm_split_steps", "ladder_rounds")
-POSITIVE_NUMBERS = ("scratch_lr", "allreduce_budget_s", "region_budget_gb")
-FINITE_NUMBERS = ("heading_deg",)  # a direction in degrees: any finite angle (the package bounds none; it wraps)
-INT_LISTS = ("epochs_list", "world_sizes", "size_points", "step_batches", "skill_leads", "region_neighbours",
-             "region_world_sizes")
+# the series' own counts, numbers and choices, by what each accepts (the scratch_* knobs that ScratchConfig has
+# are its to check, ddp_ranks AllreduceConfig's world_size: ``_check_settings``); a count is at most INT_MAX,
+# an epochs count as TrainConfig's epochs
+RULES = {
+    **dict.fromkeys(("fit_epochs", "repeats", "scaling_epochs", "batch_sweep_start", "batch_sweep_max",
+                     "forecast_days", "scratch_repeats", "scratch_forecast_epochs", "step_count", "step_repeats",
+                     "ddp_repeats", "allreduce_max_bytes", "region_epochs", "region_shard_steps", "region_repeats",
+                     "program_steps", "ring_repeats", "ring_calls", "ladder_epochs"), whole(1)),
+    **dict.fromkeys(("forecast_point", "comm_split_steps", "ladder_rounds"), whole(0)),
+    **dict.fromkeys(("allreduce_budget_s", "region_budget_gb"), number(positive=True)),
+    "heading_deg": number(-math.inf, says="a finite number"),  # a direction: any finite angle (it wraps)
+    "scaling_mode": choice(("strong", "weak", "both")),
+    "ddp_input_path": choice(("fast", "dataloader")),
+    "scratch_dtype": choice(("float64", "float32")),
+}
+INT_LISTS = ("epochs_list", "world_sizes", "step_batches", "skill_leads", "region_neighbours", "region_world_sizes")
 # lists whose whole numbers start above 1: `lstmnb region memory --sides` (sides >= 2)
 INT_LIST_MINIMUMS = {"region_sides": 2, "ring_ranks": 2, "amdahl_ranks": 2}
-# epoch counts: each as TrainConfig's epochs (1..its INT_MAX)
-EPOCH_KEYS = ("fit_epochs", "scaling_epochs", "region_epochs", "epochs_list", "ladder_epochs")
-CHOICES = {"scaling_mode": ("strong", "weak", "both"), "ddp_input_path": ("fast", "dataloader"), "scratch_optimizer": ("adam", "sgd"),
-           "scratch_dtype": ("float64", "float32"), "scratch_data": ("airline", "era5")}
 CHOICE_LISTS = {"input_paths": ("fast", "dataloader"), "strategies": ("dataparallel", "ddp"),
                 "scratch_versions": ("loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch",
                                      "torch-cuda"),
@@ -105,25 +107,16 @@ def check_values(values: Mapping[str, Any], defaults: Mapping[str, Any] | None =
         default = ... if key in ONE_OR_MANY else (defaults or {}).get(key, ...)
         if not _kind_ok(value, default):
             raise _bad(key, value, f"must be a {type(default).__name__} like its default {default!r}")
-    for key in POSITIVE_INTS + NON_NEGATIVE_INTS:
-        lo = 1 if key in POSITIVE_INTS else 0
-        if key in values and (isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < lo):
-            raise _bad(key, values[key], f"must be a whole number >= {lo}")
-    for key in POSITIVE_NUMBERS:
-        v = values.get(key, 1)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
-            raise _bad(key, v, "must be a positive number")
-    for key in FINITE_NUMBERS:
-        v = values.get(key, 0.0)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise _bad(key, v, "must be a finite number")
+    for key, rule in RULES.items():
+        if key in values and (why := rule.why(values[key])):
+            raise _bad(key, values[key], why)
     for key, lo in {**dict.fromkeys(INT_LISTS, 1), **INT_LIST_MINIMUMS}.items():
         v = values.get(key, [lo])
         if not isinstance(v, list) or not v or any(isinstance(n, bool) or not isinstance(n, int) or n < lo for n in v):
             raise _bad(key, v, f"must be a list of whole numbers >= {lo}, e.g. [{lo}, {lo + 1}]")
-    for key, choices in CHOICES.items():
-        if key in values and values[key] not in choices:
-            raise _bad(key, values[key], f"is not one of {', '.join(choices)}")
+    for n in values.get("epochs_list") or ():  # each an epochs of TrainConfig
+        if why := whole(1).why(n):
+            raise _bad("epochs_list", values["epochs_list"], why)
     for key, choices in CHOICE_LISTS.items():
         v = values.get(key, [choices[0]])
         if not isinstance(v, list) or not v or any(x not in choices for x in v):
@@ -204,17 +197,12 @@ def _check_settings(values: Mapping[str, Any]) -> None:
         _reuse("region_box", box, lambda: check_request(Request(box=tuple(box), points=None, **kw)))
     from ..training.config import knob_problem
 
-    for key in (k for k in EPOCH_KEYS if k in values):  # each an epochs of TrainConfig
-        for n in values[key] if isinstance(values[key], list) else [values[key]]:
-            if knob_problem("epochs", n):
-                raise _bad(key, values[key], knob_problem("epochs", n))
     if "skill_leads" in values:  # as `lstmnb ... --leads` (each once)
         from ..experiments.skill import check_leads
 
         _reuse("skill_leads", values["skill_leads"], check_leads, values["skill_leads"], "skill_leads")
     if "preset" in values and knob_problem("preset", values["preset"]):
         raise _bad("preset", values["preset"], knob_problem("preset", values["preset"]))
-    _check_split_dates(values)
     if "world_sizes" in values:  # 05 caps them at the GPUs present; `lstmnb bench scaling`'s range
         from ..experiments.scaling import ScalingConfig
 
@@ -263,43 +251,27 @@ def _check_settings(values: Mapping[str, Any]) -> None:
 SPLIT_KEYS = (("split_dates", "published"), ("fit_split_dates", None))
 
 
-def _check_split_dates(values: Mapping[str, Any]) -> None:
-    """03-05's ``split_dates`` (the published preset) and 02's ``fit_split_dates`` (its ``preset``), as
-    TrainConfig checks them: two dates in order (inside the data's range: ``check_dates_per_notebook``)."""
-    for key, preset in SPLIT_KEYS:
-        sd = values.get(key)
-        if sd is not None:  # None: the preset's split
-            _split_config(key, sd, values.get("preset", "recommended") if preset is None else preset)
-
-
-def _split_config(key: str, sd: Any, preset: str):
-    """The config of ``preset`` split at ``sd`` (None: the preset's split), checked by TrainConfig's rules and
-    refused as parameter ``key``'s."""
-    from ..training.config import preset_config
-
-    cfg = preset_config(preset) if sd is None else preset_config(
-        preset, split_dates=tuple(sd) if isinstance(sd, list) else sd)
-    cfg.validate(parameter(split_dates=key))
-    return cfg
-
-
 def check_dates_per_notebook(defaults: Mapping[str, Mapping[str, Any]], given: Mapping[str, Any]) -> None:
-    """Each notebook's split (given, else its own default; None in 03-05: the published preset's) inside the
-    time range that notebook reads (given start/end, else its own). ``defaults``: per notebook name, its
-    parameters' default values. Without it, ``-p end 2020-01-21`` with 02's own fit_split_dates, or with the
-    published preset's 2021-01-01 in 03-05, ran 01 and stopped the series at the first training cell."""
+    """Each notebook's split (given, else its own default; None in 03-05: the published preset's), as TrainConfig
+    checks it (two dates in order, refused as the parameter's) and inside the time range that notebook reads
+    (given start/end, else its own). ``defaults``: per notebook name, its parameters' default values. Without
+    it, ``-p end 2020-01-21`` with 02's own fit_split_dates, or with the published preset's 2021-01-01 in 03-05,
+    ran 01 and stopped the series at the first training cell."""
     from ..data import Request
+    from ..training.config import preset_config
 
     for name, own in defaults.items():
         seen = {k: given.get(k, v) for k, v in own.items()}
-        if not isinstance(seen.get("start"), str) or not isinstance(seen.get("end"), str):
-            continue
         for key, preset in SPLIT_KEYS:
             if key not in seen or seen[key] is ...:
                 continue
-            sd = seen[key]
-            cfg = _split_config(key, sd, seen.get("preset", "recommended") if preset is None else preset)
-            why = "" if sd is not None else f" (None: the {preset or seen.get('preset', 'recommended')} preset's split)"
+            sd, preset = seen[key], preset or seen.get("preset", "recommended")
+            cfg = preset_config(preset) if sd is None else preset_config(
+                preset, split_dates=tuple(sd) if isinstance(sd, list) else sd)
+            cfg.validate(parameter(split_dates=key))
+            if not isinstance(seen.get("start"), str) or not isinstance(seen.get("end"), str):
+                continue
+            why = "" if sd is not None else f" (None: the {preset} preset's split)"
             request = Request(start=seen["start"], end=seen["end"])
             try:
                 cfg.check_split_in(request, parameter(split_dates=key), given=sd)

@@ -104,14 +104,6 @@ def plan_parameters(notebooks: Sequence[Path], base: Mapping[str, Any], override
     return {nb: {k: v for k, v in merged.items() if k in declared[nb]} for nb in notebooks}
 
 
-def check_kernel(name: str) -> None:
-    """Fail before any work when kernel ``name`` is not installed, naming the ones that are (the same
-    check as `lstmnb doctor`)."""
-    problem = kernel_problem(name)
-    if problem:
-        raise NotebookError(problem)
-
-
 # --- running -------------------------------------------------------------------------------------
 
 def new_run_dir(runs_dir: str | os.PathLike, profile: str) -> Path:
@@ -205,7 +197,8 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
     check_dates_per_notebook(own, given)
     if any("device" in declared[nb] for nb in selected):  # 06 alone reads records: any machine will do
         check_profile_device(prof.name, given.get("device"), other_device)
-    check_kernel(kernel_name)
+    if problem := kernel_problem(kernel_name):  # not installed: names the ones that are, as `lstmnb doctor` does
+        raise NotebookError(problem)
     check_writable(runs_dir, "folder", "--runs-dir")
     results = overrides.get("results", prof.parameters.get("results"))
     if results not in (None, "") and "{run_dir}" not in str(results):

@@ -53,13 +53,6 @@ class SeriesResult:
         """Every notebook ran to its end (a notebook whose runs were all skipped did)."""
         return all(r.status in ("ok", "skipped") for r in self.runs)
 
-    def table(self):
-        import pandas as pd
-
-        return pd.DataFrame([{"notebook": r.name, "status": r.summary,
-                              "seconds": round(r.seconds, 1) if r.seconds is not None else None}
-                             for r in self.runs]).set_index("notebook")
-
 
 def _read(results: Path) -> list[dict]:
     from ..records import read_records

@@ -86,35 +86,24 @@ def make_config(preset: str = "recommended", **knobs: Any):
     return cfg
 
 
-def output_folder(output_dir: str | Path | None) -> Path | None:
-    """The folder for a notebook's files (figures, tables, subsets), created; None keeps files off disk."""
+def _save(output_dir: str | Path | None, name: str, write) -> Path | None:
+    """``write(tmp)``, then renamed onto ``<output_dir>/<name>`` (its folders created); None keeps files off disk."""
     if not output_dir:
         return None
-    path = Path(output_dir)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    target = Path(output_dir) / name
+    with atomic_path(target, suffix=target.suffix) as tmp:
+        write(tmp)
+    return target
 
 
 def save_figure(fig, output_dir: str | Path | None, name: str) -> Path | None:
     """Write ``fig`` as ``<output_dir>/figures/<name>.png`` atomically; no-op without an output folder."""
-    folder = output_folder(output_dir)
-    if folder is None:
-        return None
-    target = folder / "figures" / f"{name}.png"
-    with atomic_path(target, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    return target
+    return _save(output_dir, f"figures/{name}.png", lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight"))
 
 
 def save_table(df: pd.DataFrame, output_dir: str | Path | None, name: str) -> Path | None:
     """Write ``df`` as ``<output_dir>/tables/<name>.csv`` atomically; no-op without an output folder."""
-    folder = output_folder(output_dir)
-    if folder is None:
-        return None
-    target = folder / "tables" / f"{name}.csv"
-    with atomic_path(target, suffix=".csv") as tmp:
-        df.to_csv(tmp)
-    return target
+    return _save(output_dir, f"tables/{name}.csv", df.to_csv)
 
 
 def show_table(df: pd.DataFrame) -> None:
@@ -190,13 +179,7 @@ def save_subset(ds, output_dir: str | Path | None, name: str = "subset") -> Path
     """Write the extracted series as a tidy CSV (time, point, latitude, longitude, variable, value)."""
     from .. import data
 
-    folder = output_folder(output_dir)
-    if folder is None:
-        return None
-    target = folder / f"{name}.csv"
-    with atomic_path(target, suffix=".csv") as tmp:
-        data.to_frame(ds).to_csv(tmp, index=False)
-    return target
+    return _save(output_dir, f"{name}.csv", lambda tmp: data.to_frame(ds).to_csv(tmp, index=False))
 
 
 # --- 02: windows, baselines, model --------------------------------------------------------------
