@@ -16,7 +16,6 @@ from torch import nn
 
 from ...machine.device import clock
 from ...errors import ConfigError
-from ..guards import min_over_ranks
 from ..evaluate import RunResult
 from ..trainer import Trainer
 from .groups import DistEnv, barrier, comm_failure, is_comm_failure
@@ -133,7 +132,7 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
                  writer=env.is_writer)
     tr.restore(state)
     own_rank_stream(cfg.seed, rank, tr.start_epoch)  # the weights agree; the dropout masks need not
-    tr.guard.combine = min_over_ranks  # every rank stops at the first non-finite figure of any rank
+    tr.guard.ranks = True  # every rank stops at the first non-finite figure of any rank
     ddp = wrap_ddp(tr.core, cfg, env)
     tr.model = torch.compile(ddp) if cfg.compile else ddp  # compile the DDP module, as PyTorch advises
     if options.slowdown_s_per_sample.get(rank):
