@@ -18,7 +18,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..errors import ConfigError
 from ..machine.device import indexed, off_the_gpu
 
 # ``cfg`` below is a ``config.TrainConfig``, not imported: config imports ``POINT_WEIGHTS`` from here
@@ -44,8 +43,6 @@ def sample_weights(windows, how: str) -> np.ndarray | None:
     point's persistence error is a tenth of a land point's, so its samples weigh a hundredth as much, and the
     network may lose to persistence there unseen). Weighing each point's samples by one over its persistence MSE
     makes the loss the mean of the points' (1 - MSE skill score against persistence)."""
-    if how not in POINT_WEIGHTS:
-        raise ConfigError(f"point_weights={how!r} is not one of {', '.join(POINT_WEIGHTS)}")
     if how == "none":
         return None
     pid = windows.point_index["train"]
