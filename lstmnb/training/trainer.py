@@ -31,12 +31,8 @@ from .step import (Feed, GraphStep, IndexBatches, StepParts, capture_epoch, grap
 
 
 class Trainer:
-    """The pieces of a run that every strategy shares: model, optimiser, schedule, RNG, history, checkpoints.
-
-    ``pipeline.train`` drives it on one device; ``training.parallel`` drives the same object per rank with a
-    wrapped model (``self.model``) and its own batches, so the step, timing and checkpoint logic
-    exist once.
-    """
+    """``pipeline.train`` drives it on one device; ``training.parallel`` drives the same object per rank with a
+    wrapped model (``self.model``) and its own batches, so the step, timing and checkpoint logic exist once."""
 
     def __init__(self, windows: Windows, cfg: TrainConfig, device: torch.device, *,
                  steps_per_epoch: int | None = None, writer: bool = True, model: nn.Module | None = None):
