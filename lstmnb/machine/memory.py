@@ -101,7 +101,7 @@ def reset_peak_memory(device: torch.device) -> bool:
     if not sys.platform.startswith("linux"):  # macOS, Windows: no resettable peak (see peak_memory_mb)
         return False
     libc = _glibc()
-    if libc is not None:  # the heap's free memory back to the system: what an earlier run left free is not this run's
+    if libc is not None:  # free heap back to the system: what an earlier run left free is not this run's
         libc.malloc_trim(0)
     try:
         with open("/proc/self/clear_refs", "w") as fh:  # portable: Linux only (checked above)

@@ -192,7 +192,8 @@ class Trainer:
                 entry = self.end_epoch(loss, train_s, seen, **extra, **more)
                 bar.update(1)
                 val = entry["val_rmse_k"]
-                bar.set_postfix(loss=f"{entry['train_loss']:.4f}", **({} if val is None else {"val_rmse": f"{val:.3f}K"}))
+                bar.set_postfix(loss=f"{entry['train_loss']:.4f}",
+                                **({} if val is None else {"val_rmse": f"{val:.3f}K"}))
                 if on_epoch_end is not None:
                     on_epoch_end(entry)
                 stop = self.should_stop()
