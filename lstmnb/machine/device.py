@@ -319,14 +319,6 @@ SLURM_FIELDS = {"job_id": "SLURM_JOB_ID", "job_name": "SLURM_JOB_NAME", "cluster
                 "array_job_id": "SLURM_ARRAY_JOB_ID", "array_task_id": "SLURM_ARRAY_TASK_ID"}
 
 
-def slurm_job() -> dict[str, Any] | None:
-    """The SLURM job this process runs in (ids, partition, nodes; numbers as ints), or None outside SLURM."""
-    if "SLURM_JOB_ID" not in os.environ:
-        return None
-    values = {key: os.environ[var] for key, var in SLURM_FIELDS.items() if var in os.environ}
-    return {key: int(v) if v.isdigit() else v for key, v in values.items()}
-
-
 def device_info(device: str | None = None) -> dict[str, Any]:
     """Kind, name, count and memory of ``device`` ('cpu', 'cuda', 'cuda:1', 'mps'), plus the host CPU and,
     inside a SLURM job, the job (``slurm``)."""
@@ -347,8 +339,9 @@ def device_info(device: str | None = None) -> dict[str, Any]:
         # the core count means the timings of this run were taken under contention
         "load_avg": [round(v, 2) for v in _load_average()],
     }
-    if slurm := slurm_job():
-        info["slurm"] = slurm
+    if "SLURM_JOB_ID" in os.environ:  # the job (ids, partition, nodes; numbers as ints)
+        values = {key: os.environ[var] for key, var in SLURM_FIELDS.items() if var in os.environ}
+        info["slurm"] = {key: int(v) if v.isdigit() else v for key, v in values.items()}
     if kind == "cuda" and torch.cuda.is_available():
         index = int(device.split(":")[1]) if device and ":" in device else torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)

@@ -352,13 +352,17 @@ class TrainConfig:
         times = pd.date_range(parse_time(request.start), parse_time(request.end, end=True), freq="h")
         scored_ranges(split_parts(times, self.window_config()), self.window_config())
 
-    def stops_after(self, history: list[dict[str, Any]], best: dict[str, Any]) -> bool:
-        """Early stopping: ``patience`` epochs without a new best validation RMSE, or (``stop_at_target``) the target."""
+    def stops_after(self, history: list[dict[str, Any]], best: dict[str, Any]) -> str | None:
+        """Why early stopping ends a run after ``history`` (None: it goes on): (``stop_at_target``) the target
+        reached, or ``patience`` epochs without a new best validation RMSE (``best``: that epoch's)."""
+        target = self.target_rmse
+        if self.stop_at_target and target is not None and history and history[-1]["val_rmse_k"] <= target:
+            return f"validation RMSE reached the target {target:.3f} K"
         p = self.patience
         if p and best.get("epoch") is not None and len(history) - best["epoch"] >= p:
-            return True
-        return bool(self.stop_at_target and self.target_rmse is not None and history
-                    and history[-1]["val_rmse_k"] <= self.target_rmse)
+            return (f"validation RMSE did not improve for {p} epochs; the best epoch's weights (epoch {best['epoch']}, "
+                    f"{best['val_rmse_k']:.3f} K) are kept")
+        return None
 
 def knob_problem(name: str, value: Any) -> str | None:
     """Why ``value`` is refused by the rule of TrainConfig's field ``name`` (None: it passes); for a setting that

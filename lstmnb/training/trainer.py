@@ -208,14 +208,9 @@ class Trainer:
     def should_stop(self) -> bool:
         """Early stopping as the config says (``TrainConfig.stops_after``); once stopped, it stays stopped,
         and ``stop_reason`` says why."""
-        if not self.stopped_early and self.cfg.stops_after(self.history, self.best):
-            self.stopped_early = True
-            cfg = self.cfg
-            if cfg.stop_at_target and cfg.target_rmse is not None and self.history[-1]["val_rmse_k"] <= cfg.target_rmse:
-                self.stop_reason = f"validation RMSE reached the target {cfg.target_rmse:.3f} K"
-            else:
-                self.stop_reason = (f"validation RMSE did not improve for {cfg.patience} epochs; the best epoch's "
-                                    f"weights (epoch {self.best['epoch']}, {self.best['val_rmse_k']:.3f} K) are kept")
+        if not self.stopped_early:
+            self.stop_reason = self.cfg.stops_after(self.history, self.best)
+            self.stopped_early = self.stop_reason is not None
         return self.stopped_early
 
     def final_stop_reason(self) -> str:
