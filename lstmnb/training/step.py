@@ -250,12 +250,9 @@ CAPTURABLE_WARNING = "This instance was constructed with capturable=True"
 
 def graph_plan(cfg, device: torch.device, adtype: torch.dtype | None,
                full_batches: int | None = None) -> tuple[bool, str]:
-    """Whether the training step is to be captured as a CUDA graph, and why or why not (for the record).
-
-    A graph replays fixed kernels on fixed memory: it needs one CUDA device, batches already on the
-    device (fast path), a step that does not change between steps (constant lr, no fp16 loss scaler,
-    no torch.compile graphs of its own), and at least ``STEPS_TO_CAPTURE`` full batches in the run
-    (``full_batches``: full batches per epoch x epochs; None when not known)."""
+    """Whether the training step is to be captured as a CUDA graph, and why or why not (for the record; each
+    reason says what a graph, fixed kernels on fixed memory, needs). ``full_batches``: full batches per epoch x
+    epochs (None when not known)."""
     if not cfg.cuda_graph:
         return False, "turned off (cuda_graph=False)"
     if device.type != "cuda":
