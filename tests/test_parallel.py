@@ -193,6 +193,12 @@ def test_two_gloo_ranks_match_one_process_on_the_combined_batch(tmp_path):
     assert ddp.record["epochs"][0]["samples_per_s"] > 0
     state = read_checkpoint(str(tmp_path / "ck.pt"))  # rank 0's checkpoint, complete (its checksum holds)
     assert state["epoch"] == 1 and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    # resumed: the checkpoint train() read once reaches both launched ranks, which continue its run
+    more = train(windows, replace(base, strategy="ddp", nproc=2, batch_size=16, epochs=2, resume=True,
+                                  checkpoint=str(tmp_path / "ck.pt")))
+    assert more.record["run_id"] == ddp.record["run_id"] and [e["epoch"] for e in more.record["epochs"]] == [1, 2]
+    assert more.record["epochs"][0] == ddp.record["epochs"][0]
+    assert read_checkpoint(str(tmp_path / "ck.pt"))["epoch"] == 2
 
 
 @pytest.mark.slow

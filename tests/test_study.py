@@ -75,7 +75,7 @@ def test_the_published_preset_is_the_studys_setting():
     assert (cfg.input_path, cfg.num_workers, cfg.lr, cfg.fused_adam, cfg.epochs, cfg.patience) == \
         ("dataloader", 2, 1e-3, False, 5, None)
     assert (cfg.residual, cfg.calendar, cfg.cycles, cfg.point_weights, cfg.blend) == (False, False, False, "none", "off")
-    assert not cfg.has_validation and cfg.split_dates == ("2021-01-01", "2021-01-01")
+    assert cfg.split_dates == ("2021-01-01", "2021-01-01")  # the same date twice: no validation part
     source = cfg.as_record()["preset_source"]
     assert "Parallel_LSTM_Model_run_CARC.ipynb" in source["source"] and len(source["differences"]) == 6
     # the study's DataLoader(batch_size=128, shuffle=True, num_workers=2) kept torch's defaults: pageable host

@@ -3,7 +3,7 @@ GPUs' compute capabilities, native bfloat16, the TF32 math modes, and whether th
 kernels for a GPU. docs/gpu.md says which source or document each rule follows.
 
 It imports torch and ``errors`` only. Nothing here initialises CUDA unless a
-CUDA device is in use (``cuda_capabilities`` does; ``cudnn_version`` does not), so a CPU run, a record's
+CUDA device is in use (``cudnn_state`` does; ``cudnn_version`` does not), so a CPU run, a record's
 software section and a memory-capped child never start the CUDA driver through this module.
 """
 
@@ -62,19 +62,13 @@ def cudnn_problem(version: int | None, capabilities: list[tuple[int, int]]) -> s
             f"the LSTM runs on PyTorch's own CUDA kernels (cuDNN off for this process)")
 
 
-def cuda_capabilities() -> list[tuple[int, int]]:
-    """(major, minor) of every visible CUDA GPU; [] without one. Initialises CUDA when there is a GPU."""
-    if not torch.cuda.is_available():
-        return []
-    return [tuple(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())]
-
-
 @functools.cache
 def cudnn_state() -> dict[str, Any]:
     """cuDNN in this process: its version, whether lstmnb lets runs use it, and why not. Decided once:
-    the GPUs and the linked cuDNN do not change while the process lives."""
+    the GPUs and the linked cuDNN do not change while the process lives. Initialises CUDA when there is a GPU."""
     version = cudnn_version()
-    reason = cudnn_problem(version, cuda_capabilities())
+    gpus = range(torch.cuda.device_count()) if torch.cuda.is_available() else []
+    reason = cudnn_problem(version, [tuple(torch.cuda.get_device_capability(i)) for i in gpus])
     return {"version": version, "usable": reason is None, "reason": reason}
 
 
@@ -214,12 +208,3 @@ def arch_problem(name: str, capability: tuple[int, int], arch_list: list[str]) -
     return (f"{name} (SM {major}.{minor}, sm_{major}{minor}) has no kernels in this torch build (its architectures: "
             f"{have}); install {OLD_GPU_BUILDS}, or use --device cpu")
 
-
-def device_arch_problem(index: int) -> str | None:
-    """``arch_problem`` for visible CUDA GPU ``index`` with this torch build's arch list. An empty arch list
-    (a build that does not report one) is not refused."""
-    arch = torch.cuda.get_arch_list()
-    if not arch:
-        return None
-    cap = tuple(torch.cuda.get_device_capability(index))
-    return arch_problem(f"cuda:{index} {torch.cuda.get_device_name(index)}", cap, arch)

@@ -70,11 +70,13 @@ def resolve_device(name: str = "auto") -> torch.device:
         raise DeviceError(problem)
     kind, _, index = name.partition(":")
     if kind == "cuda":
-        from .cuda import device_arch_problem, prepare_cuda
+        from .cuda import arch_problem, prepare_cuda
 
+        arch = torch.cuda.get_arch_list()  # empty: a build that does not report one, which is not refused
         for i in [int(index)] if index else range(torch.cuda.device_count()):  # any of them (CUDA_VISIBLE_DEVICES)
-            problem = device_arch_problem(i)
-            if problem is not None:  # training would die at the first kernel: "no kernel image is available"
+            problem = arch and arch_problem(f"cuda:{i} {torch.cuda.get_device_name(i)}",
+                                            tuple(torch.cuda.get_device_capability(i)), arch)
+            if problem:  # training would die at the first kernel: "no kernel image is available"
                 raise DeviceError(f"device={name!r}: {problem}")
         prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
     return torch.device(name)
@@ -134,13 +136,6 @@ def amp_choice(mode: str, device_type: str, capability: tuple[int, int] | None =
                           f"bfloat16 (SM 8.0 and newer do); use amp='fp16'" if capability else
                           "amp='bf16' asked for, but no CUDA GPU capability is known; use amp='fp16'")
     return torch.bfloat16 if native else torch.float16
-
-
-def amp_dtype(mode: str, device: torch.device) -> torch.dtype | None:
-    """``amp_choice`` for ``device`` (its own capability: cuda:N, not the current device)."""
-    native_question = device.type == "cuda" and mode in ("auto", "bf16")
-    capability = tuple(torch.cuda.get_device_capability(indexed(device))) if native_question else None
-    return amp_choice(mode, device.type, capability)
 
 
 # --- what the device is (the record's ``device`` section) -------------------------------------------
@@ -213,46 +208,24 @@ def rank_threads(cores: int, local_world: int, requested: int | None = None) -> 
             "reason": f"{cores} core(s) shared by the {local_world} rank(s) on this node; --threads N chooses"}
 
 
-def _ticks(cpus: set[int] | None) -> tuple[int, int] | None:
-    """(busy, all) CPU seconds since boot of ``cpus`` (None: every core), from psutil's per-core times
-    (Linux, macOS, Windows), or None where the system gives none. Busy is all but idle and iowait
-    (user, nice, system, irq, softirq and steal: a hypervisor's other guests count as busy)."""
-    import psutil
-
-    try:
-        per_core = psutil.cpu_times(percpu=True)
-    except (OSError, psutil.Error, NotImplementedError):
-        return None
-    busy = total = 0.0
-    for i, t in enumerate(per_core):
-        if cpus is not None and i not in cpus:
-            continue
-        idle = t.idle + getattr(t, "iowait", 0.0)
-        all_ = sum(t)  # every field of the system's tuple (guest time is already inside user on Linux)
-        all_ -= getattr(t, "guest", 0.0) + getattr(t, "guest_nice", 0.0)
-        busy += all_ - idle
-        total += all_
-    return (busy, total) if total > 0 else None
-
-
 def busy_cores(window_s: float = BUSY_WINDOW_S, cpus: set[int] | None = None) -> dict[str, float] | None:
     """How many of ``cpus`` (default: the cores this process may run on; every core where the system
     has no affinity, as on macOS) were busy over the next ``window_s`` seconds: ``others`` (every process
     but this one) and ``own`` (this process's CPU time); None where the system gives no per-core CPU
-    times. What the machine is doing now, not in the last minute."""
+    times. What the machine is doing now, not in the last minute. Busy is psutil's ``cpu_percent``: all but
+    idle and iowait (a hypervisor's other guests count as busy)."""
+    import psutil
+
     if cpus is None:
         allowed = _affinity()
         cpus = set(allowed) if allowed else set(range(os.cpu_count() or 1))
-    cpus = set(cpus)
-    before, own0, t0 = _ticks(cpus), os.times(), time.perf_counter()
-    if before is None:
+    own0, t0 = os.times(), time.perf_counter()
+    try:
+        percent = psutil.cpu_percent(interval=window_s, percpu=True)
+    except (OSError, psutil.Error, NotImplementedError):
         return None
-    time.sleep(window_s)
-    after, own1, elapsed = _ticks(cpus), os.times(), time.perf_counter() - t0
-    if after is None:
-        return None
-    spent = max(after[1] - before[1], 1e-9)
-    busy = (after[0] - before[0]) / spent * len(cpus)  # busy share of the CPU time, in cores
+    own1, elapsed = os.times(), time.perf_counter() - t0
+    busy = sum(p for i, p in enumerate(percent) if i in cpus) / 100  # in cores
     own = ((own1.user - own0.user) + (own1.system - own0.system)) / elapsed
     return {"others": max(0.0, busy - own), "own": own, "window_s": elapsed}
 
@@ -346,14 +319,6 @@ SLURM_FIELDS = {"job_id": "SLURM_JOB_ID", "job_name": "SLURM_JOB_NAME", "cluster
                 "array_job_id": "SLURM_ARRAY_JOB_ID", "array_task_id": "SLURM_ARRAY_TASK_ID"}
 
 
-def slurm_job() -> dict[str, Any] | None:
-    """The SLURM job this process runs in (ids, partition, nodes; numbers as ints), or None outside SLURM."""
-    if "SLURM_JOB_ID" not in os.environ:
-        return None
-    values = {key: os.environ[var] for key, var in SLURM_FIELDS.items() if var in os.environ}
-    return {key: int(v) if v.isdigit() else v for key, v in values.items()}
-
-
 def device_info(device: str | None = None) -> dict[str, Any]:
     """Kind, name, count and memory of ``device`` ('cpu', 'cuda', 'cuda:1', 'mps'), plus the host CPU and,
     inside a SLURM job, the job (``slurm``)."""
@@ -374,8 +339,9 @@ def device_info(device: str | None = None) -> dict[str, Any]:
         # the core count means the timings of this run were taken under contention
         "load_avg": [round(v, 2) for v in _load_average()],
     }
-    if slurm := slurm_job():
-        info["slurm"] = slurm
+    if "SLURM_JOB_ID" in os.environ:  # the job (ids, partition, nodes; numbers as ints)
+        values = {key: os.environ[var] for key, var in SLURM_FIELDS.items() if var in os.environ}
+        info["slurm"] = {key: int(v) if v.isdigit() else v for key, v in values.items()}
     if kind == "cuda" and torch.cuda.is_available():
         index = int(device.split(":")[1]) if device and ":" in device else torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)

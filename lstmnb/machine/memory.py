@@ -87,14 +87,6 @@ def heap_for_run(keep: bool) -> dict[str, Any]:
             else "not glibc: the system's allocator as it is"}
 
 
-def trim_heap() -> None:
-    """Give the C heap's free memory back to the system (glibc's ``malloc_trim``), so that a run's peak starts
-    from what is in use, not from what an earlier run left free; nothing elsewhere."""
-    libc = _glibc()
-    if libc is not None:
-        libc.malloc_trim(0)
-
-
 def reset_peak_memory(device: torch.device) -> bool:
     """Start a run's peak-memory window; True if the peak read at the end will be this run's own.
 
@@ -108,7 +100,9 @@ def reset_peak_memory(device: torch.device) -> bool:
         return True
     if not sys.platform.startswith("linux"):  # macOS, Windows: no resettable peak (see peak_memory_mb)
         return False
-    trim_heap()  # what an earlier run left free (``keep_freed_heap``) is not this run's
+    libc = _glibc()
+    if libc is not None:  # free heap back to the system: what an earlier run left free is not this run's
+        libc.malloc_trim(0)
     try:
         with open("/proc/self/clear_refs", "w") as fh:  # portable: Linux only (checked above)
             fh.write("5")

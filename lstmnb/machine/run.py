@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from .cuda import backends_record, prepare_cuda
-from .device import amp_dtype
+from .device import amp_choice, indexed
 from .memory import heap_for_run, peak_memory_mb, reset_peak_memory
 
 
@@ -39,4 +39,7 @@ def for_run(device: torch.device, amp: str, heap: str) -> RunMachine:
         prepare_cuda()  # before the model reaches the GPU: cuDNN off where torch's cuDNN refuses it
     # a CPU run's freed C heap is kept for its next step (glibc; heap=kept)
     kept = heap_for_run(heap == "kept") if device.type == "cpu" else None
-    return RunMachine(device, amp_dtype(amp, device), kept)
+    # the autocast dtype by the run's own GPU's capability (cuda:N, not the current device)
+    capability = (tuple(torch.cuda.get_device_capability(indexed(device)))
+                  if device.type == "cuda" and amp in ("auto", "bf16") else None)
+    return RunMachine(device, amp_choice(amp, device.type, capability), kept)

@@ -192,22 +192,17 @@ def refuse_replacing(cfg: TrainConfig) -> None:
 
 
 def open_checkpoint(cfg: TrainConfig) -> dict[str, Any] | None:
-    """What a run of ``cfg`` starts from, read and checked once before any work: the checkpoint it resumes
-    (``load_checkpoint``; None when there is none yet), or None for a new run, refused where it would replace a
-    checkpoint (``refuse_replacing``)."""
+    """What a run of ``cfg`` starts from, read and checked once before any work: the checkpoint it resumes,
+    made with ``cfg``'s trajectory (None when there is none yet), or None for a new run, refused where it would
+    replace a checkpoint (``refuse_replacing``)."""
     refuse_replacing(cfg)
-    return load_checkpoint(cfg.checkpoint, cfg) if cfg.resume else None
-
-
-def load_checkpoint(path: str, cfg: TrainConfig) -> dict[str, Any] | None:
-    """The checkpoint at ``path`` if it exists, after checking it was made with ``cfg``'s trajectory."""
-    state = read_checkpoint(path)
+    state = read_checkpoint(cfg.checkpoint) if cfg.resume else None
     if state is None:
         return None
     diff, want, have = key_differences(cfg, state)
     if diff:
         detail = ", ".join(f"{k}: checkpoint {have.get(k)!r} vs now {want.get(k)!r}" for k in diff[:4])
-        raise CheckpointError(f"checkpoint {path} is from a different configuration ({detail}); "
+        raise CheckpointError(f"checkpoint {cfg.checkpoint} is from a different configuration ({detail}); "
                               f"use the same settings to resume, or another --checkpoint path")
     return state
 

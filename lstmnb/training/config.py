@@ -317,7 +317,7 @@ class TrainConfig:
             stamps.append(ts)
         if not stamps[0] <= stamps[1]:
             raise say.refuse("split_dates", sd, ": the validation start must not come after the test start")
-        if not self.has_validation:  # what needs a validation part
+        if stamps[0] == stamps[1]:  # no validation part (the published setting): what needs one
             needs = [say(name, value) for name, value, off in (("patience", self.patience, None),
                      ("blend", self.blend, "off"), ("target_rmse", self.target_rmse, None)) if value != off]
             if needs:
@@ -352,26 +352,17 @@ class TrainConfig:
         times = pd.date_range(parse_time(request.start), parse_time(request.end, end=True), freq="h")
         scored_ranges(split_parts(times, self.window_config()), self.window_config())
 
-    @property
-    def has_validation(self) -> bool:
-        """False when ``split_dates`` gives the same date twice: no validation part (the published setting)."""
-        sd = self.split_dates
-        if sd is None or isinstance(sd, str) or len(sd) != 2:
-            return True
-        import pandas as pd
-
-        try:
-            return pd.Timestamp(str(sd[0])) != pd.Timestamp(str(sd[1]))
-        except (ValueError, TypeError):
-            return True
-
-    def stops_after(self, history: list[dict[str, Any]], best: dict[str, Any]) -> bool:
-        """Early stopping: ``patience`` epochs without a new best validation RMSE, or (``stop_at_target``) the target."""
+    def stops_after(self, history: list[dict[str, Any]], best: dict[str, Any]) -> str | None:
+        """Why early stopping ends a run after ``history`` (None: it goes on): (``stop_at_target``) the target
+        reached, or ``patience`` epochs without a new best validation RMSE (``best``: that epoch's)."""
+        target = self.target_rmse
+        if self.stop_at_target and target is not None and history and history[-1]["val_rmse_k"] <= target:
+            return f"validation RMSE reached the target {target:.3f} K"
         p = self.patience
         if p and best.get("epoch") is not None and len(history) - best["epoch"] >= p:
-            return True
-        return bool(self.stop_at_target and self.target_rmse is not None and history
-                    and history[-1]["val_rmse_k"] <= self.target_rmse)
+            return (f"validation RMSE did not improve for {p} epochs; the best epoch's weights (epoch {best['epoch']}, "
+                    f"{best['val_rmse_k']:.3f} K) are kept")
+        return None
 
 def knob_problem(name: str, value: Any) -> str | None:
     """Why ``value`` is refused by the rule of TrainConfig's field ``name`` (None: it passes); for a setting that

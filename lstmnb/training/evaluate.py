@@ -90,15 +90,6 @@ def score_row(point: str, lead_hours: int, targets: int, mse: dict[str, float]) 
             **{f"mse_skill_vs_{b}": mse_skill_score(mse["model"], mse[b]) for b in ("persistence", "climatology")}}
 
 
-def skill_section(w, pred, network=None, blend: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A record's ``skill`` section: the lead, ``per_point_scores`` (a box run's: every cell's) and the blend
-    that made the reported forecast (``fit_blend``)."""
-    out = {"lead_hours": w.config.lead_hours, "score": SKILL_SCORE, "per_point": per_point_scores(w, pred, network)}
-    if blend is not None:
-        out["blend"] = blend
-    return out
-
-
 SOURCES = ("model", "persistence", "climatology")  # the network's forecast and the two baselines
 # what each choice of TrainConfig.blend may combine
 BLENDS = {"off": ("model",), "persistence": ("model", "persistence"), "baselines": SOURCES}
@@ -255,11 +246,12 @@ def finish_record(core: Forecaster, windows: Windows, cfg, device: torch.device,
     data.update(sizes=windows.sizes(), split_times=windows.split_times, scored=windows.scored,
                 features=windows.features, cells=windows.points, climatology=windows.climatology)
     model = {"parameters": count_parameters(core), "flops_per_sample": flops_per_sample(core.config, cfg.window)}
+    extra.update(device=str(device), profile=cfg.profile, config=cfg.as_record(), data=data, epochs=history,
+                 memory=memory, model=model)
     if divergence is not None:
         finished = {"timing": summarize_timing(history, warmup_epochs)} if history else {}
-        return new_record(cfg.experiment, status="diverged", reason=divergence["message"], device=str(device),
-                          profile=cfg.profile, config=cfg.as_record(), data=data, epochs=history, memory=memory,
-                          model=model, divergence=divergence, **finished, **extra)
+        return new_record(cfg.experiment, status="diverged", reason=divergence["message"], divergence=divergence,
+                          **finished, **extra)
     network = windows.to_kelvin(predict(core, windows.x["test"], device, cfg.eval_batch_size).cpu().numpy())
     # the reported forecast: per point, the blend of the network and the baselines fitted on validation
     network_val = (windows.to_kelvin(predict(core, windows.x["val"], device, cfg.eval_batch_size).cpu().numpy())
@@ -286,12 +278,11 @@ def finish_record(core: Forecaster, windows: Windows, cfg, device: torch.device,
         "epochs_run": len(history), "stopped_early": stopped_early, "stop_reason": stop_reason,
     }
     return new_record(
-        cfg.experiment, status="ok", device=str(device), profile=cfg.profile,
-        config=cfg.as_record(), data=data, epochs=history, timing=timing, memory=memory,
-        metrics=metrics, model=model,
+        cfg.experiment, status="ok", timing=timing, metrics=metrics,
         # per point (a box: per cell), beside both baselines, with the blend that made the reported forecast
-        skill=skill_section(windows, pred, network if cfg.blend != "off" else None,
-                            blend_section(windows, cfg.blend, network_val, weights)),
+        skill={"lead_hours": windows.config.lead_hours, "score": SKILL_SCORE,
+               "per_point": per_point_scores(windows, pred, network if cfg.blend != "off" else None),
+               "blend": blend_section(windows, cfg.blend, network_val, weights)},
         **extra,
     )
 

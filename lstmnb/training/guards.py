@@ -20,9 +20,8 @@ its job), so gradient norms are not checked there.
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -33,45 +32,24 @@ _NONE = 2**62  # "no bad step" in the reduction over ranks
 
 
 class Diverged(Exception):
-    """Raised inside the epoch loop at the first non-finite figure; ``stops_on_divergence`` ends the
-    loop there. ``info`` is the record's ``divergence`` section (without its message)."""
+    """Raised inside the epoch loop at the first non-finite figure; ``Trainer.fit`` ends the loop there.
+    ``info`` is the record's ``divergence`` section (without its message)."""
 
     def __init__(self, info: dict[str, Any]):
         super().__init__(info["what"])
         self.info = info
 
 
-def stops_on_divergence(fit: Callable) -> Callable:
-    """Wrap the Trainer's epoch loop: a ``Diverged`` ends it (``trainer.guard.found`` says where)."""
-
-    @functools.wraps(fit)
-    def wrapper(self, *args, **kwargs):
-        try:
-            return fit(self, *args, **kwargs)
-        except Diverged:
-            return None
-
-    return wrapper
-
-
-def min_over_ranks(key: torch.Tensor) -> torch.Tensor:
-    """The smallest ``key`` over the DDP ranks (every rank gets it): the first bad step of any rank."""
-    import torch.distributed as dist
-
-    dist.all_reduce(key, op=dist.ReduceOp.MIN)
-    return key
-
-
 class DivergenceGuard:
     """Watches one Trainer's figures; ``found`` is the record's ``divergence`` section once one went bad.
 
     ``scaled``: float16 autocast with a GradScaler (gradient norms of skipped steps are expected to
-    overflow). ``combine``: set by DDP to ``min_over_ranks``; then checks happen at epoch ends only."""
+    overflow). ``ranks``: set by DDP; then checks happen at epoch ends only, over all ranks."""
 
     def __init__(self, device: torch.device, *, scaled: bool = False, every: int | None = None):
         self.device, self.scaled = device, scaled
         self.every = every or (1 if device.type == "cpu" else GPU_CHECK_EVERY)
-        self.combine: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self.ranks = False  # DDP: the first bad step is the smallest over the ranks
         self.found: dict[str, Any] | None = None
         self.epoch, self.steps, self.checked = 0, 0, 0
         self._losses: list[torch.Tensor] = []
@@ -102,7 +80,7 @@ class DivergenceGuard:
             norm = self._static_norm.detach().clone()  # a replay: the graph's norm of this step
         self._losses.append(loss)
         self._norms.append(norm)
-        if self.combine is None and len(self._losses) >= self.every:
+        if not self.ranks and len(self._losses) >= self.every:
             self._check()
         return loss
 
@@ -143,10 +121,13 @@ class DivergenceGuard:
         bad = self._first_bad()
         self.checked += len(self._losses)
         self._losses, self._norms = [], []
-        if self.combine is not None:  # every rank takes part, whether or not its own figures went bad
+        if self.ranks:  # every rank takes part, whether or not its own figures went bad
+            import torch.distributed as dist
+
             key = torch.tensor([_NONE if bad is None else bad[0] * 2 + (bad[1] == "gradient norm")],
                                dtype=torch.int64, device=self.device)
-            first = int(self.combine(key).item())
+            dist.all_reduce(key, op=dist.ReduceOp.MIN)
+            first = int(key.item())
             if first == _NONE:
                 return
             step, what = first // 2, "gradient norm" if first % 2 else "training loss"
@@ -156,7 +137,7 @@ class DivergenceGuard:
             self._stop({"epoch": self.epoch, "step": bad[0], "what": bad[1], "value": bad[2]})
 
     def _stop(self, info: dict[str, Any]) -> None:
-        info["steps_per_check"] = None if self.combine is not None else self.every
+        info["steps_per_check"] = None if self.ranks else self.every
         self.found = info
         raise Diverged(info)
 

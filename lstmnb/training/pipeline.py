@@ -38,18 +38,11 @@ def check_windows(windows: Windows, cfg: TrainConfig) -> None:
     # says: a note. Under DDP the step's batch is the per-rank batch times the ranks; uneven shards refuse it
     # in the ranks themselves (their shares need whole global batches)
     n_train = windows.x["train"].shape[0]
-    world = ddp_world_size(cfg)
+    world = int(cfg.nproc or os.environ.get("WORLD_SIZE") or 1) if cfg.strategy == "ddp" else 1  # its ranks
     if cfg.batch_size * world > n_train and not (world > 1 and cfg.uneven_shards) and is_rank_zero():
         given = f"batch_size={cfg.batch_size}" + (f" per rank x {world} ranks = {cfg.batch_size * world}" if world > 1 else "")
         warnings.warn(f"{given} is more than the {n_train} training samples of this data: each "
                       f"epoch is one step of all {n_train} (the record's data.sizes.train)", stacklevel=3)
-
-
-def ddp_world_size(cfg: TrainConfig) -> int:
-    """The ranks a DDP run of ``cfg`` has (``nproc`` local processes, else the launcher's WORLD_SIZE); 1 otherwise."""
-    if cfg.strategy != "ddp":
-        return 1
-    return int(cfg.nproc or os.environ.get("WORLD_SIZE") or 1)
 
 
 @contextmanager
@@ -57,10 +50,8 @@ def thread_choice(cfg: TrainConfig, device: torch.device | None) -> Iterator[dic
     """Torch's intra-op threads for this run, chosen by ``device.thread_policy`` on a CPU (an explicit
     ``cfg.threads`` wins anywhere), and put back as they were afterwards."""
     before = torch.get_num_threads()
-    if device is not None and device.type == "cpu":
+    if cfg.threads or (device is not None and device.type == "cpu"):
         choice = cpu_threads(cfg.threads)
-    elif cfg.threads:
-        choice = {"used": cfg.threads, "policy": "explicit", "reason": "threads set by the caller (--threads)"}
     else:
         where = device.type if device is not None else f"strategy {cfg.strategy}"
         choice = {"used": before, "policy": "default", "reason": f"runs on {where}; the load policy is for CPU runs"}

@@ -18,7 +18,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..errors import ConfigError
 from ..machine.device import indexed, off_the_gpu
 
 # ``cfg`` below is a ``config.TrainConfig``, not imported: config imports ``POINT_WEIGHTS`` from here
@@ -44,8 +43,6 @@ def sample_weights(windows, how: str) -> np.ndarray | None:
     point's persistence error is a tenth of a land point's, so its samples weigh a hundredth as much, and the
     network may lose to persistence there unseen). Weighing each point's samples by one over its persistence MSE
     makes the loss the mean of the points' (1 - MSE skill score against persistence)."""
-    if how not in POINT_WEIGHTS:
-        raise ConfigError(f"point_weights={how!r} is not one of {', '.join(POINT_WEIGHTS)}")
     if how == "none":
         return None
     pid = windows.point_index["train"]
@@ -253,12 +250,9 @@ CAPTURABLE_WARNING = "This instance was constructed with capturable=True"
 
 def graph_plan(cfg, device: torch.device, adtype: torch.dtype | None,
                full_batches: int | None = None) -> tuple[bool, str]:
-    """Whether the training step is to be captured as a CUDA graph, and why or why not (for the record).
-
-    A graph replays fixed kernels on fixed memory: it needs one CUDA device, batches already on the
-    device (fast path), a step that does not change between steps (constant lr, no fp16 loss scaler,
-    no torch.compile graphs of its own), and at least ``STEPS_TO_CAPTURE`` full batches in the run
-    (``full_batches``: full batches per epoch x epochs; None when not known)."""
+    """Whether the training step is to be captured as a CUDA graph, and why or why not (for the record; each
+    reason says what a graph, fixed kernels on fixed memory, needs). ``full_batches``: full batches per epoch x
+    epochs (None when not known)."""
     if not cfg.cuda_graph:
         return False, "turned off (cuda_graph=False)"
     if device.type != "cuda":

@@ -9,6 +9,7 @@ Timing follows docs/architecture.md: the device is synchronised before every clo
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from typing import Any, Callable, Iterable
 
@@ -21,28 +22,22 @@ from ..models import Forecaster
 from ..records import new_record, new_run_id
 from ..rungs import rung_of
 from ..windows import Windows
-from .checkpoints import (CHECKPOINT_FORMAT, check_same_data, load_checkpoint, recorded_marker, save_checkpoint,
-                          trajectory_key)
+from .checkpoints import CHECKPOINT_FORMAT, recorded_marker, save_checkpoint, trajectory_key
 from .config import TrainConfig, preset_config
 from .evaluate import finish_record, rmse_kelvin
-from .guards import DivergenceGuard, stops_on_divergence
+from .guards import Diverged, DivergenceGuard
 from .step import (Feed, GraphStep, IndexBatches, StepParts, capture_epoch, graph_plan, graph_record, make_optimizer,
                    make_scheduler, optimizer_step, restore_optimizer)
 
 
 class Trainer:
-    """The pieces of a run that every strategy shares: model, optimiser, schedule, RNG, history, checkpoints.
-
-    ``pipeline.train`` drives it on one device; ``training.parallel`` drives the same object per rank with a
-    wrapped model (``self.model``) and its own batches, so the step, timing and checkpoint logic
-    exist once.
-    """
+    """``pipeline.train`` drives it on one device; ``training.parallel`` drives the same object per rank with a
+    wrapped model (``self.model``) and its own batches, so the step, timing and checkpoint logic exist once."""
 
     def __init__(self, windows: Windows, cfg: TrainConfig, device: torch.device, *,
                  steps_per_epoch: int | None = None, writer: bool = True, model: nn.Module | None = None):
         self.windows, self.cfg, self.device = windows, cfg, device
         self.writer = writer  # False on DDP ranks other than 0: they never write checkpoints
-        self._data_identity: dict[str, Any] | None = None  # what a checkpoint of this run was trained on
         # what the run needs of the machine, asked once: the device made ready, autocast dtype, heap, peak memory
         self.machine = for_run(device, cfg.amp, cfg.heap)
         self.adtype = self.machine.adtype
@@ -58,7 +53,6 @@ class Trainer:
         self.opt = make_optimizer(self.core, cfg, device, capturable=self.use_graph)
         # the training set as the epochs take it; with point weights the targets carry a column of loss weights
         self.feed = Feed(windows, cfg, device, self.gen)
-        self.loss = self.feed.loss
         self.sched = make_scheduler(self.opt, cfg, steps_per_epoch or math.ceil(self.n_train / cfg.batch_size))
         self.scaler = torch.amp.GradScaler("cuda") if self.adtype == torch.float16 else None
         # non-finite figures end the run; the loss is read back every ``loss_every`` steps
@@ -76,15 +70,12 @@ class Trainer:
         self.y_val = torch.from_numpy(windows.y["val"]).to(device)
 
     # --- state ------------------------------------------------------------------------------------
-    def restore(self, state: dict[str, Any] | None = None) -> bool:
-        """Load ``cfg.checkpoint`` (or ``state``, already loaded from it) when resuming; True if a
-        checkpoint was found. A run that had stopped early stays stopped; a run that was recorded and
-        is finished keeps its mark; one resumed for more epochs becomes a new run."""
-        if state is None and self.cfg.resume:
-            state = load_checkpoint(self.cfg.checkpoint, self.cfg)
+    def restore(self, state: dict[str, Any] | None) -> None:
+        """Continue from checkpoint ``state`` (None: a new run), read and checked once by ``pipeline.train``
+        (``checkpoints.open_checkpoint``, ``check_same_data``). A run that had stopped early stays stopped; a
+        run that was recorded and is finished keeps its mark; one resumed for more epochs becomes a new run."""
         if state is None:
-            return False
-        check_same_data(self.cfg.checkpoint, state, self.data_identity())
+            return
         self.core.load_state_dict(state["model"])
         restore_optimizer(self.opt, state["optimizer"])  # this run's step flags, whatever device saved it
         if self.sched is not None and state.get("scheduler"):
@@ -98,20 +89,18 @@ class Trainer:
             self.should_stop()
         if state.get("recorded") and recorded_marker(state, self.cfg) is None:
             self.run_id = new_run_id()  # training on past a recorded run: its result is another run's
-        return True
 
+    @functools.cached_property
     def data_identity(self) -> dict[str, Any]:
         """``Windows.identity`` of this run's windows, worked out once (it digests the training targets)."""
-        if self._data_identity is None:
-            self._data_identity = self.windows.identity()
-        return self._data_identity
+        return self.windows.identity()
 
     def save(self) -> None:
         """Write the checkpoint atomically (a crash mid-write leaves the previous one intact)."""
         if not self.cfg.checkpoint or not self.writer:
             return
         save_checkpoint(self.cfg.checkpoint, {
-            "format": CHECKPOINT_FORMAT, "key": trajectory_key(self.cfg), "data": self.data_identity(),
+            "format": CHECKPOINT_FORMAT, "key": trajectory_key(self.cfg), "data": self.data_identity,
             "epoch": len(self.history),
             "run_id": self.run_id,
             "model": self.core.state_dict(), "optimizer": self.opt.state_dict(),
@@ -123,12 +112,12 @@ class Trainer:
     # --- one step, one epoch ----------------------------------------------------------------------
     def step_parts(self) -> StepParts:
         """What a step touches now (``self.model`` as a strategy may have wrapped it), without the Trainer."""
-        return StepParts(model=self.model, core=self.core, opt=self.opt, loss=self.loss, guard=self.guard,
+        return StepParts(model=self.model, core=self.core, opt=self.opt, loss=self.feed.loss, guard=self.guard,
                          adtype=self.adtype, grad_clip=self.cfg.grad_clip, batch_size=self.cfg.batch_size)
 
     def step(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        """One optimiser step; returns the detached loss (no host sync). The loss is ``self.loss``:
-        MSE, weighted per sample by the last column of ``yb`` with point weights (``Feed.loss``)."""
+        """One optimiser step; returns the detached loss (no host sync). The loss is
+        ``Feed.loss``: MSE, weighted per sample by the last column of ``yb`` with point weights."""
         return optimizer_step(self.step_parts(), xb, yb, scaler=self.scaler, sched=self.sched)
 
     def run_epoch(self, batches) -> tuple[torch.Tensor, int, float]:
@@ -139,13 +128,11 @@ class Trainer:
         self.guard.start_epoch(len(self.history) + 1)
         if isinstance(batches, IndexBatches):
             loss_sum, seen = self.graph.epoch(batches)  # each step's loss goes through self.guard too
-            self.guard.end_epoch()
-            return loss_sum, seen, clock(self.device) - t0
-        loss_sum = torch.zeros((), device=self.device)
-        seen = 0
-        for xb, yb in batches:
-            loss_sum += self.guard.see(self.step(xb, yb)) * xb.shape[0]
-            seen += xb.shape[0]
+        else:
+            loss_sum, seen = torch.zeros((), device=self.device), 0
+            for xb, yb in batches:
+                loss_sum += self.guard.see(self.step(xb, yb)) * xb.shape[0]
+                seen += xb.shape[0]
         self.guard.end_epoch()
         return loss_sum, seen, clock(self.device) - t0
 
@@ -176,7 +163,6 @@ class Trainer:
         self.save()
         return entry
 
-    @stops_on_divergence  # the loop ends at a non-finite loss, gradient norm or forecast (guard.found)
     def fit(self, desc: str, on_epoch_end: Callable[[dict[str, Any]], None] | None = None, *,
             batches: Callable[[int], Iterable] | None = None,
             reduce: Callable[[int, torch.Tensor, int, float], tuple[float, int, float, dict[str, Any]]] | None = None,
@@ -186,13 +172,17 @@ class Trainer:
         ``batches(epoch)`` gives an epoch's batches (default: the whole set in this process);
         ``reduce(epoch, loss_sum, seen, seconds)`` combines the ranks' figures into (mean loss, samples,
         seconds, extra entry fields); ``agree(stop)`` makes every rank take rank 0's stopping decision.
-        A single process passes none of them.
+        A single process passes none of them. The loop ends early at a non-finite loss, gradient norm or
+        forecast (``Diverged``; ``self.guard.found`` says where).
         """
         if self.stopped_early:  # resumed after the run had already stopped early: nothing to train
             return
+        from tqdm.auto import tqdm
+
         batches = batches or self.feed.whole_set_batches(self.graph is not None)
-        bar = self.progress_bar(desc) if show else None
-        try:  # the bar is closed also when the run ends diverged (the guard raises out of the loop)
+        bar = tqdm(total=self.cfg.epochs, initial=self.start_epoch, desc=desc, unit="epoch",
+                   disable=not (show and self.cfg.progress), leave=False)
+        try:
             for epoch in range(self.start_epoch, self.cfg.epochs):
                 loss_sum, seen, train_s = self.run_epoch(batches(epoch))
                 if reduce is not None:
@@ -200,31 +190,27 @@ class Trainer:
                 else:
                     loss, more = loss_sum.item() / seen, {}
                 entry = self.end_epoch(loss, train_s, seen, **extra, **more)
-                if bar is not None:
-                    bar.update(1)
-                    val = entry["val_rmse_k"]
-                    bar.set_postfix(loss=f"{entry['train_loss']:.4f}", **({} if val is None else {"val_rmse": f"{val:.3f}K"}))
+                bar.update(1)
+                val = entry["val_rmse_k"]
+                bar.set_postfix(loss=f"{entry['train_loss']:.4f}",
+                                **({} if val is None else {"val_rmse": f"{val:.3f}K"}))
                 if on_epoch_end is not None:
                     on_epoch_end(entry)
                 stop = self.should_stop()
                 self.stopped_early = agree(stop) if agree is not None else stop
                 if self.stopped_early:
                     break
+        except Diverged:
+            pass
         finally:
-            if bar is not None:
-                bar.close()
+            bar.close()
 
     def should_stop(self) -> bool:
         """Early stopping as the config says (``TrainConfig.stops_after``); once stopped, it stays stopped,
         and ``stop_reason`` says why."""
-        if not self.stopped_early and self.cfg.stops_after(self.history, self.best):
-            self.stopped_early = True
-            cfg = self.cfg
-            if cfg.stop_at_target and cfg.target_rmse is not None and self.history[-1]["val_rmse_k"] <= cfg.target_rmse:
-                self.stop_reason = f"validation RMSE reached the target {cfg.target_rmse:.3f} K"
-            else:
-                self.stop_reason = (f"validation RMSE did not improve for {cfg.patience} epochs; the best epoch's "
-                                    f"weights (epoch {self.best['epoch']}, {self.best['val_rmse_k']:.3f} K) are kept")
+        if not self.stopped_early:
+            self.stop_reason = self.cfg.stops_after(self.history, self.best)
+            self.stopped_early = self.stop_reason is not None
         return self.stopped_early
 
     def final_stop_reason(self) -> str:
@@ -241,11 +227,6 @@ class Trainer:
                     f"the best epoch's weights (epoch {self.best['epoch']}) are kept")
         return cap
 
-    def restore_best(self) -> None:
-        """The best epoch's weights when early stopping kept them (``patience``)."""
-        if self.cfg.patience and self.best.get("state") is not None:
-            self.core.load_state_dict(self.best["state"])
-
     def finish(self, data_info: dict[str, Any] | None, **extra: Any) -> dict[str, Any] | None:
         """Restore the best weights when early stopping, evaluate on test, build the record.
 
@@ -253,7 +234,8 @@ class Trainer:
         costs a test-set evaluation and a git subprocess. It still restores the best weights, so its
         returned model is the writer's.
         """
-        self.restore_best()
+        if self.cfg.patience and self.best.get("state") is not None:
+            self.core.load_state_dict(self.best["state"])
         if not self.writer:
             return None
         return with_rung(finish_record(self.core, self.windows, self.cfg, self.device, self.history,
@@ -268,12 +250,6 @@ class Trainer:
         ``STEPS_TO_CAPTURE`` full batches an epoch, every epoch up to the one with the capture
         (``step.capture_epoch``), counted from the process's first epoch: a resumed run warms up again."""
         return capture_epoch(self.use_graph, self.n_train // self.cfg.batch_size)
-
-    def progress_bar(self, desc: str):
-        from tqdm.auto import tqdm
-
-        return tqdm(total=self.cfg.epochs, initial=self.start_epoch, desc=desc, unit="epoch",
-                    disable=not self.cfg.progress, leave=False)
 
 
 def skipped_record(cfg: TrainConfig, reason: str, status: str = "skipped", **extra: Any) -> dict[str, Any]:

@@ -30,13 +30,11 @@ def train_parallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
     """``train.train`` for strategies other than single: DataParallel here, DDP as a rank or by launching ranks.
 
     Under torchrun (or in a process group the caller made) this process is one rank; otherwise
-    ``cfg.nproc`` (default 1) local processes are started (each reads the checkpoint itself). ``state``:
-    the checkpoint the caller already loaded for ``cfg.resume``.
+    ``cfg.nproc`` (default 1) local processes are started. ``state``: the checkpoint the caller already
+    loaded for ``cfg.resume``.
     """
     if cfg.strategy == "dataparallel":
         return train_dataparallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, state=state)
-    if cfg.strategy != "ddp":
-        raise ConfigError(f"strategy={cfg.strategy!r} is not one of dataparallel, ddp")
     if (dist.is_available() and dist.is_initialized()) or under_launcher():
         if cfg.nproc and under_launcher() and cfg.nproc != int(os.environ["WORLD_SIZE"]):
             raise ConfigError(f"nproc={cfg.nproc} but the launcher started WORLD_SIZE={os.environ['WORLD_SIZE']} "
@@ -46,7 +44,7 @@ def train_parallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
                             state=state)
         close_distributed(env)
         return result
-    return launch_train(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, options=options)
+    return launch_train(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, options=options, state=state)
 
 
 __all__ = [

@@ -16,7 +16,6 @@ from torch import nn
 
 from ...machine.device import clock
 from ...errors import ConfigError
-from ..guards import min_over_ranks
 from ..evaluate import RunResult
 from ..trainer import Trainer
 from .groups import DistEnv, barrier, comm_failure, is_comm_failure
@@ -133,7 +132,7 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
                  writer=env.is_writer)
     tr.restore(state)
     own_rank_stream(cfg.seed, rank, tr.start_epoch)  # the weights agree; the dropout masks need not
-    tr.guard.combine = min_over_ranks  # every rank stops at the first non-finite figure of any rank
+    tr.guard.ranks = True  # every rank stops at the first non-finite figure of any rank
     ddp = wrap_ddp(tr.core, cfg, env)
     tr.model = torch.compile(ddp) if cfg.compile else ddp  # compile the DDP module, as PyTorch advises
     if options.slowdown_s_per_sample.get(rank):
@@ -206,28 +205,24 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
             if x_train is None:
                 x_train, y_train = tr.feed.train_tensors()
             split = comm_split(tr, ddp, env, x_train, y_train, options.comm_split_steps)
-    except Exception as exc:
-        if is_comm_failure(exc):
-            raise comm_failure(exc, env, cfg.dist_timeout_s, where[0]) from exc
-        raise
-    parallel_info = {
-        "strategy": "ddp", "backend": env.backend, "world_size": world, "local_world_size": env.local_world_size,
-        "nodes": max(1, world // max(1, env.local_world_size)), "per_rank_batch": cfg.batch_size,
-        "global_batch": cfg.batch_size * world, "bucket_cap_mb": cfg.bucket_cap_mb,
-        "grad_as_bucket_view": cfg.grad_as_bucket_view, "static_graph": cfg.static_graph,
-        "uneven_shards": cfg.uneven_shards, "shard_sizes": sizes if cfg.uneven_shards else None,
-        "threads_per_rank": env.threads["used"] if env.threads else None,
-        "comm_split": split,
-    }
-    threads = {"threads": env.threads} if env.threads else {}  # CPU ranks: their share of the node's cores
-    # None on ranks that do not write
-    record = tr.finish(data_info, world_size=world, parallel=parallel_info, **threads)
-    try:
+        parallel_info = {
+            "strategy": "ddp", "backend": env.backend, "world_size": world, "local_world_size": env.local_world_size,
+            "nodes": max(1, world // max(1, env.local_world_size)), "per_rank_batch": cfg.batch_size,
+            "global_batch": cfg.batch_size * world, "bucket_cap_mb": cfg.bucket_cap_mb,
+            "grad_as_bucket_view": cfg.grad_as_bucket_view, "static_graph": cfg.static_graph,
+            "uneven_shards": cfg.uneven_shards, "shard_sizes": sizes if cfg.uneven_shards else None,
+            "threads_per_rank": env.threads["used"] if env.threads else None,
+            "comm_split": split,
+        }
+        threads = {"threads": env.threads} if env.threads else {}  # CPU ranks: their share of the node's cores
+        # None on ranks that do not write
+        record = tr.finish(data_info, world_size=world, parallel=parallel_info, **threads)
         # every rank waits for rank 0's record: a rank that tears its group down while rank 0 still
         # works can abort (gloo: SIGABRT in the early rank), so the ranks leave together
+        where[0] = "the end of the run"
         barrier(env)
     except Exception as exc:
         if is_comm_failure(exc):
-            raise comm_failure(exc, env, cfg.dist_timeout_s, "the end of the run") from exc
+            raise comm_failure(exc, env, cfg.dist_timeout_s, where[0]) from exc
         raise
     return RunResult(record=record, model=tr.core, windows=windows, device=env.device, history=tr.history)

@@ -198,10 +198,10 @@ def _stop(processes) -> None:
         p.join(10)
 
 
-def _train_job(env: DistEnv, windows, cfg, data_info, options: RankOptions, queue=None) -> dict[str, Any]:
+def _train_job(env: DistEnv, windows, cfg, data_info, options: RankOptions, state, queue=None) -> dict[str, Any]:
     """One spawned rank of ``launch_train``: train, and relay rank 0's epoch entries to the launcher."""
     relay = (lambda entry: queue.put(entry)) if (queue is not None and env.is_writer) else None
-    result = train_rank(windows, cfg, env, data_info=data_info, on_epoch_end=relay, options=options)
+    result = train_rank(windows, cfg, env, data_info=data_info, on_epoch_end=relay, options=options, state=state)
     if not env.is_writer:
         return {}
     return {"record": result.record, "state": {k: v.cpu() for k, v in result.model.state_dict().items()},
@@ -210,9 +210,11 @@ def _train_job(env: DistEnv, windows, cfg, data_info, options: RankOptions, queu
 
 def launch_train(windows, cfg, world_size: int | None = None, *, data_info: dict[str, Any] | None = None,
                  on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
-                 options: RankOptions | None = None, deadline_s: float | None = None, backend: str | None = None):
+                 options: RankOptions | None = None, deadline_s: float | None = None, backend: str | None = None,
+                 state: dict[str, Any] | None = None):
     """A DDP run of ``world_size`` (default ``cfg.nproc``) local processes; returns rank 0's ``RunResult``.
-    ``backend='gloo'`` with a CUDA device lets the ranks share GPUs (see ``init_distributed``).
+    ``backend='gloo'`` with a CUDA device lets the ranks share GPUs (see ``init_distributed``). ``state``: the
+    checkpoint the run continues, as ``pipeline.train`` read it (the ranks do not read it again).
 
     ``on_epoch_end`` runs here, in the caller's process, with rank 0's epoch entries as they finish, so a
     notebook can plot live. The returned model lives on the CPU.
@@ -222,7 +224,8 @@ def launch_train(windows, cfg, world_size: int | None = None, *, data_info: dict
     cfg.validate()
     try:
         out = spawn(_train_job, world, device=cfg.device, timeout_s=cfg.dist_timeout_s, threads=cfg.threads,
-                    kwargs={"windows": windows, "cfg": cfg, "data_info": data_info, "options": options or RankOptions()},
+                    kwargs={"windows": windows, "cfg": cfg, "data_info": data_info, "options": options or RankOptions(),
+                            "state": state},
                     on_message=on_epoch_end, deadline_s=deadline_s, backend=backend)
     except BaseException:
         if cfg.checkpoint:  # rank 0 may have been stopped mid-write: its temporaries go, the last checkpoint stays

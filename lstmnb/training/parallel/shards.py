@@ -54,9 +54,6 @@ class ShareBalancer:
         self._start: float | None = None
         self._ready: float | None = None
 
-    def _now(self) -> float:
-        return clock(self.env.device)
-
     def close_step(self) -> None:
         if self._start is not None and self._ready is not None:
             self.compute_s += self._ready - self._start
@@ -67,7 +64,7 @@ class ShareBalancer:
             return
         self.close_step()
         self.samples += int(args[0].shape[0])
-        self._start = self._now()
+        self._start = clock(self.env.device)
 
     def throughput(self) -> float:
         self.close_step()
@@ -79,7 +76,7 @@ def weighted_allreduce_hook(state, bucket):
     bucket by this rank's batch share, then SUM across ranks. No annotations: DDP checks them as objects,
     and this module's postponed annotations would be strings."""
     if state.measuring:
-        state._ready = state._now()
+        state._ready = clock(state.env.device)
     buf = bucket.buffer()
     buf.mul_(state.weight)
     fut = dist.all_reduce(buf, async_op=True).get_future()
