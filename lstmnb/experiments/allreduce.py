@@ -17,10 +17,10 @@ from ..rules import PYTHON, Spelling
 from ..training.parallel import DistEnv, barrier, spawn
 
 
-def gradient_bytes(cfg) -> int:
-    """Bytes of gradient DDP all-reduces per step for the model ``cfg`` describes (float32 gradients), on the
-    inputs ``cfg`` gives one variable (2 m temperature, its calendar and its cycle)."""
-    return 4 * count_parameters(Forecaster(cfg.model_config(cfg.window_config().n_inputs())))
+def gradient_bytes(cfg, n_features: int | None = None) -> int:
+    """Bytes of gradient DDP all-reduces per step for the model ``cfg`` describes (float32 gradients), on
+    ``n_features`` inputs (default: what ``cfg`` gives one variable: 2 m temperature, its calendar and cycle)."""
+    return 4 * count_parameters(Forecaster(cfg.model_config(n_features or cfg.window_config().n_inputs())))
 
 
 def size_ladder(min_bytes: int, max_bytes: int, factor: int = 4, extra: tuple[int, ...] = ()) -> list[int]:
@@ -108,17 +108,17 @@ class AllreduceConfig:
             raise ConfigError(f"min_iters={self.min_iters} and max_iters={self.max_iters} need 1 <= min_iters <= max_iters")
 
 
-def allreduce(cfg, acfg=None) -> dict[str, Any]:
+def allreduce(cfg, acfg=None, n_features: int | None = None) -> dict[str, Any]:
     """Time ``all_reduce`` per buffer size over ``acfg`` (an ``AllreduceConfig``); algbw = bytes / time and
     busbw = algbw x 2(n-1)/n (nccl-tests).
 
-    The gradient of the model ``cfg`` describes is measured as its own size and flagged, so one can read
-    off what an all-reduce of one step's gradients costs on this link. Returns {"rows": [...],
-    "gradient_bytes": int}.
+    The gradient of the model ``cfg`` describes (on ``n_features`` inputs) is measured as its own size and
+    flagged, so one can read off what an all-reduce of one step's gradients costs on this link. Returns
+    {"rows": [...], "gradient_bytes": int}.
     """
     acfg = acfg or AllreduceConfig()
     acfg.validate()
-    grad = gradient_bytes(cfg)
+    grad = gradient_bytes(cfg, n_features)
     sizes = size_ladder(acfg.min_bytes, acfg.max_bytes, acfg.factor, (grad,))
     rows = spawn(_allreduce_job, acfg.world_size, device=acfg.device, timeout_s=acfg.timeout_s,
                  kwargs={"sizes": sizes, "budget_s": acfg.budget_s, "min_iters": acfg.min_iters,
