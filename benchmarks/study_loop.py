@@ -4,8 +4,19 @@ The loop is lstmnb's own re-implementation of the study's notebook (Parallel_LST
 github.com/yxie7333/cs596final): a per-sample `Dataset` that makes each window's tensors from float64 values in
 `__getitem__`, `DataLoader(batch_size=128, shuffle=True, num_workers=2)`, `nn.LSTM(1, 64, num_layers=2)` +
 `nn.Linear(64, 1)` on the last step, Adam 1e-3, `MSELoss`, `loss.item()` every step, `time.time()` around the
-epoch loop. It reads the same shipped data as lstmnb and keeps windows within a point (as lstmnb does: the
-study joined the two series end to end), so both train on the same 17,520 samples in 137 steps an epoch.
+epoch loop. It reads the same shipped data as lstmnb and keeps windows within a point (as lstmnb does), so
+both train on the same 17,520 samples in 137 steps an epoch; a second copy of the loop joins the two points'
+series end to end, as the notebook did (17,544 samples, 138 steps: the last batch holds 8 samples, not 112).
+That difference moves a run between regimes of glibc's heap: glibc's mmap and trim thresholds adapt to the
+largest mapped block freed, and where they settle decides how much of each step's freed memory goes back to
+the system and is faulted in again (the cost rung 2 of the ladder removes). Without DataLoader workers
+(4 epochs, glibc's threshold probed after each), the first epoch's last batch of 112 samples freed a block
+of some 21-25 MB that lifted them, and the later epochs took half the time; a last batch of 8 never did.
+With the 2 workers, 15 epochs: 11.2-11.6 million faults on the joined series, 8.4-8.7 million on the
+kept-apart one, and now and then a run of either trips them early (0.4-1.2 million, a third less time).
+The table shows each run's minor page faults
+(this process's finished children, DataLoader workers included; process start included): unlike seconds they
+do not move with the machine's load, and they name the regime a run landed in.
 Every run is a fresh process on glibc's default heap (as the study's was: a heap kept by an earlier run
 cannot be put back), the contenders alternate, and the medians of the rounds are compared. With
 `--notebook PATH`, the study's notebook itself runs too, as written, with papermill (it trains 15 epochs and
@@ -37,7 +48,7 @@ from _tiny import DONE  # benchmarks/_tiny.py, beside this script
 TINY_END, TINY_SPLIT, TINY_TRAIN_HOURS = "2020-01-30T23", "2020-01-21", 20 * 24
 
 
-def study_loop(epochs: int, tiny: bool, seed: int = 0) -> dict:
+def study_loop(epochs: int, tiny: bool, joined: bool = False, seed: int = 0) -> dict:
     """The study's loop in this process: its seconds, mean loss per epoch, samples and steps per epoch."""
     import numpy as np
     import torch
@@ -70,7 +81,8 @@ def study_loop(epochs: int, tiny: bool, seed: int = 0) -> dict:
     train_part = values[times < np.datetime64(STUDY_TEST_START)].astype(np.float64)
     train_part = train_part[:TINY_TRAIN_HOURS] if tiny else train_part
     scaled = (train_part - train_part.mean()) / (train_part.std() + 1e-8)  # one mean and std over both points
-    data = ConcatDataset([HourlyWindows(scaled[:, p]) for p in range(scaled.shape[1])])
+    points = [scaled[:, p] for p in range(scaled.shape[1])]
+    data = HourlyWindows(np.concatenate(points)) if joined else ConcatDataset([HourlyWindows(s) for s in points])
     torch.manual_seed(seed)
     loader = DataLoader(data, batch_size=128, shuffle=True, num_workers=2)
     start = time.time()
@@ -89,6 +101,16 @@ def study_loop(epochs: int, tiny: bool, seed: int = 0) -> dict:
             steps += 1
         losses.append(total / steps)
     return {"seconds": time.time() - start, "losses": losses, "samples": len(data), "steps": steps}
+
+
+def child_faults() -> int | None:
+    """Minor page faults of this process's finished children (and theirs) so far; None where the system has no
+    ``getrusage`` (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
 
 
 def rung0(epochs: int, threads: int, tiny: bool, folder: Path, n: int) -> dict:
@@ -124,23 +146,24 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=5, help="epochs per run (default 5; the notebook trains 15)")
     ap.add_argument("--notebook", type=Path, default=None, help="the study's notebook, run as written too")
     ap.add_argument("--tiny", action="store_true", help="one round of one epoch on 30 days (CI: the script runs)")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=("apart", "joined"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:  # one run of the study's loop in this fresh process
-        print(json.dumps(study_loop(args.epochs, args.tiny)))
+        print(json.dumps(study_loop(args.epochs, args.tiny, joined=args.child == "joined")))
         return
     import torch
 
     rounds, epochs = (1, 1) if args.tiny else (args.rounds, args.epochs)
     threads = torch.get_num_threads()
-    me = [sys.executable, __file__, "--child", "--epochs", str(epochs)] + (["--tiny"] if args.tiny else [])
 
-    def loop(folder: Path, n: int) -> dict:
-        out = subprocess.run(me, capture_output=True, text=True, check=True, env={**os.environ})
-        return json.loads(out.stdout.strip().splitlines()[-1])
+    def loop(series: str):
+        me = [sys.executable, __file__, "--child", series, "--epochs", str(epochs)] + (["--tiny"] if args.tiny else [])
+        return lambda folder, n: json.loads(subprocess.run(me, capture_output=True, text=True, check=True)
+                                            .stdout.strip().splitlines()[-1])
 
-    contenders = {"study loop": loop,
-                  "rung 0 (--preset published)": lambda f, n: rung0(epochs, threads, args.tiny, f, n)}
+    rung, same = "rung 0 (--preset published)", "study loop"
+    contenders = {same: loop("apart"), "study loop, series joined": loop("joined"),
+                  rung: lambda f, n: rung0(epochs, threads, args.tiny, f, n)}
     if args.notebook is not None:
         contenders["study notebook"] = lambda f, n: notebook(args.notebook.resolve(), f, n)
     print(f"torch {torch.__version__}, {threads} intra-op threads, {os.cpu_count()} cores; {rounds} round(s) of "
@@ -149,18 +172,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for name in (list(contenders) if r % 2 == 0 else list(contenders)[::-1]):
+                before = child_faults()
                 runs[name].append(contenders[name](Path(tmp), r))
-    print(f"{'':28} {'seconds (median)':>17} {'each round':>24} {'samples/epoch':>14} {'steps/epoch':>12} "
-          f"{'loss, epochs 1-5':>36}")
+                runs[name][-1]["faults"] = None if before is None else child_faults() - before
+    print(f"{'':28} {'seconds (median)':>17} {'each round':>26} {'page faults (millions)':>24} "
+          f"{'samples/epoch':>14} {'steps/epoch':>12} {'loss, epochs 1-5':>36}")
     medians = {name: statistics.median(x["seconds"] for x in results) for name, results in runs.items()}
     for name, results in runs.items():
         secs = ", ".join(f"{x['seconds']:.2f}" for x in results)
+        faults = ", ".join("n/a" if x["faults"] is None else f"{x['faults'] / 1e6:.2f}" for x in results)
         losses = " ".join(f"{v:.4f}" for v in results[0]["losses"][:5])
-        print(f"{name:28} {medians[name]:17.2f} {secs:>24} {results[0]['samples']:14,} {results[0]['steps']:12,} "
-              f"{losses:>36}")
-    for other in (n for n in contenders if n != "rung 0 (--preset published)"):
-        ratio = medians["rung 0 (--preset published)"] / medians[other]
-        print(f"\nrung 0 / {other}: {ratio:.2f}x the time (target: within 10%, i.e. 0.90x to 1.10x)")
+        print(f"{name:28} {medians[name]:17.2f} {secs:>26} {faults:>24} {results[0]['samples']:14,} "
+              f"{results[0]['steps']:12,} {losses:>36}")
+    print(f"\nrung 0 / {same} (the same {runs[same][0]['samples']:,} samples): {medians[rung] / medians[same]:.2f}x the time (target: "
+          "within 10%, i.e. 0.90x to 1.10x)")
+    if "study notebook" in runs:
+        nb = medians["study notebook"]
+        print(f"rung 0 / study notebook: {medians[rung] / nb:.2f}x the time; study loop, series joined / study "
+              f"notebook: {medians['study loop, series joined'] / nb:.2f}x (the same samples). Where the "
+              "page faults differ by millions, the runs ran on glibc's heap in different regimes (see the top).")
     print(DONE)
 
 

@@ -36,11 +36,13 @@ def proc_status_kb(field: str) -> int | None:
 
 # glibc's malloc (mallopt's parameters, malloc.h): blocks from the mmap threshold up get a mapping of their own,
 # unmapped when freed, and free memory at the heap's top beyond the trim threshold goes back to the system. Its
-# defaults adapt to the largest block freed, and for the two-layer LSTM of the published setting they settle where
-# every step gives back and faults in again some 17 MB (1.7 million page faults in 3 epochs against 115,000 with
-# the thresholds below: 0.54x the training time, 0.65x the CPU time on 2 busy cores; the recommended setting's
-# one layer is not affected: benchmarks/heap_cpu.py). 32 MiB is the largest mmap threshold glibc accepts on
-# 64-bit; up to 64 MiB of freed heap stays with the process.
+# defaults adapt to the largest mapped block freed, and for the two-layer LSTM of the published setting they mostly
+# settle where every step gives back and faults in again some 17 MB (1.7 million page faults in 3 epochs against
+# 115,000 with the thresholds below: 0.54x the training time, 0.65x the CPU time on 2 busy cores; the recommended
+# setting's one layer is not affected: benchmarks/heap_cpu.py). Where they settle depends on the run (the sizes
+# of its blocks and the order they are freed in): 15-epoch runs of the study's code fell between 0.4 and 11.6
+# million page faults and up to a third of the time apart (benchmarks/study_loop.py). 32 MiB is the
+# largest mmap threshold glibc accepts on 64-bit; up to 64 MiB of freed heap stays with the process.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 HEAP_MMAP_THRESHOLD, HEAP_TRIM_THRESHOLD = 32 * 2**20, 64 * 2**20
 
