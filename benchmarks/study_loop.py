@@ -103,16 +103,6 @@ def study_loop(epochs: int, tiny: bool, joined: bool = False, seed: int = 0) -> 
     return {"seconds": time.time() - start, "losses": losses, "samples": len(data), "steps": steps}
 
 
-def child_faults() -> int | None:
-    """Minor page faults of this process's finished children (and theirs) so far; None where the system has no
-    ``getrusage`` (Windows)."""
-    try:
-        import resource
-    except ImportError:
-        return None
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
-
-
 def rung0(epochs: int, threads: int, tiny: bool, folder: Path, n: int) -> dict:
     """`lstmnb train --preset published` in a fresh process: its record's seconds of training."""
     out = folder / f"rung0-{n}.jsonl"
@@ -153,6 +143,8 @@ def main() -> None:
         return
     import torch
 
+    from lstmnb.machine.memory import page_faults
+
     rounds, epochs = (1, 1) if args.tiny else (args.rounds, args.epochs)
     threads = torch.get_num_threads()
 
@@ -172,9 +164,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for name in (list(contenders) if r % 2 == 0 else list(contenders)[::-1]):
-                before = child_faults()
+                before = page_faults()  # this process waits: the difference is the run's (its processes')
                 runs[name].append(contenders[name](Path(tmp), r))
-                runs[name][-1]["faults"] = None if before is None else child_faults() - before
+                runs[name][-1]["faults"] = None if before is None else page_faults() - before
     print(f"{'':28} {'seconds (median)':>17} {'each round':>26} {'page faults (millions)':>24} "
           f"{'samples/epoch':>14} {'steps/epoch':>12} {'loss, epochs 1-5':>36}")
     medians = {name: statistics.median(x["seconds"] for x in results) for name, results in runs.items()}

@@ -3,6 +3,7 @@ change from the one before, rung 0 the study's code, and the report's first scre
 every ratio in its first sentence made of two runs of one machine."""
 
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -81,6 +82,11 @@ def test_the_cpu_ladder_runs_every_rung_in_a_fresh_process_and_records_it(cpu_la
     heaps = {r["ladder"]["rung"]: r["memory"]["heap"]["policy"] for r in cpu}
     assert heaps[0] == heaps[1] == "system"  # fresh processes: the study's heap, never one a rung before kept
     assert all(r["data"]["sizes"]["train"] == 17520 for r in cpu)  # the study's workload on every rung
+    faults = {r["ladder"]["rung"]: r["memory"].get("page_faults") for r in cpu}
+    if sys.platform != "win32":  # getrusage: the run's own page faults, DataLoader workers included
+        assert all(isinstance(n, int) and n > 0 for n in faults.values()), faults
+    if heaps[2] == "kept":  # glibc: the kept heap is not faulted in again every step (measured: ~10x fewer)
+        assert faults[2] < faults[1], faults
     gpu = [r for r in records if r["device"]["kind"] == "cuda"]
     assert [r["ladder"]["rung"] for r in gpu] == [r.rung for r in RUNGS if "cuda" in r.devices]
     if not torch.cuda.is_available():
@@ -107,6 +113,10 @@ def test_first_screen_from_cpu_records_alone_says_how_to_get_the_gpu_half(cpu_la
     table = report.ladder_table(screen.rows)
     assert list(table.rung) == [0, 1, 2, 4, 6] + [0, 1, 3, 4, 5, 6]
     assert table[table.device == "cuda"].seconds.isna().all()  # skipped: an empty slot, never a number
+    if sys.platform != "win32":  # each CPU rung's page faults, in millions, beside its seconds
+        faults = table[table.device == "cpu"]["page faults, millions (CPU)"]
+        assert list(faults) == [pytest.approx(r["memory"]["page_faults"] / 1e6) for r in records
+                                if r["device"]["kind"] == "cpu"]
 
 
 def test_first_screen_of_one_machine_gpu_and_cpu_divides_its_own_runs():

@@ -89,6 +89,17 @@ def heap_for_run(keep: bool) -> dict[str, Any]:
             else "not glibc: the system's allocator as it is"}
 
 
+def page_faults() -> int | None:
+    """Minor page faults so far of this process and its finished children (DataLoader workers once an epoch ends);
+    None where the system has no ``getrusage`` (Windows). A CPU run on glibc's own heap faults its freed memory in
+    again every step, more or less by where glibc's thresholds settled: the count names the regime a run ran in."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return sum(resource.getrusage(who).ru_minflt for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+
+
 def reset_peak_memory(device: torch.device) -> bool:
     """Start a run's peak-memory window; True if the peak read at the end will be this run's own.
 

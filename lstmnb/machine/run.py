@@ -11,7 +11,7 @@ import torch
 
 from .cuda import backends_record, prepare_cuda
 from .device import amp_choice, indexed
-from .memory import heap_for_run, peak_memory_mb, reset_peak_memory
+from .memory import heap_for_run, page_faults, peak_memory_mb, reset_peak_memory
 
 
 @dataclass
@@ -20,16 +20,22 @@ class RunMachine:
     adtype: torch.dtype | None  # the autocast dtype; None: float32
     heap: dict[str, Any] | None  # a CPU run's C heap (the record's ``memory.heap``); None elsewhere
     peak_since_reset: bool = False  # set by ``start_peak``: the memory figure is this run's own
+    faults_at_start: int | None = None  # a CPU run's page faults when ``start_peak`` was called
 
     def start_peak(self) -> None:
-        """Reset the peak-memory statistics once the model and data are placed, before the first epoch."""
+        """Reset the peak-memory statistics once the model and data are placed, before the first epoch (and, on a
+        CPU, start counting page faults)."""
         self.peak_since_reset = reset_peak_memory(self.device)
+        self.faults_at_start = page_faults() if self.device.type == "cpu" else None
 
     def sections(self) -> dict[str, Any]:
-        """The record's ``memory`` (the run's peak, its heap) and ``backends`` (cuDNN, TF32, the LSTM's math)."""
+        """The record's ``memory`` (the run's peak, its heap, a CPU run's page faults since ``start_peak``) and
+        ``backends`` (cuDNN, TF32, the LSTM's math)."""
         memory = peak_memory_mb(self.device, self.peak_since_reset)
         if self.heap is not None:
             memory["heap"] = self.heap
+        if self.faults_at_start is not None and (now := page_faults()) is not None:
+            memory["page_faults"] = now - self.faults_at_start
         return {"memory": memory, "backends": backends_record(self.device, self.adtype)}
 
 

@@ -38,11 +38,12 @@ def ladder_rows(df: pd.DataFrame | None, source: str) -> pd.DataFrame:
         "rung": column(d, "ladder.rung").astype(int), "name": column(d, "ladder.name"), "status": column(d, "status"),
         "reason": column(d, "reason"), "seconds": pd.to_numeric(column(d, "timing.train_s"), errors="coerce"),
         "rmse": pd.to_numeric(column(d, "metrics.test_rmse_k"), errors="coerce"),
+        "faults": pd.to_numeric(column(d, "memory.page_faults"), errors="coerce") / 1e6,  # a CPU run's heap regime
     })
     ok = t[(t.status == "ok") & t.seconds.notna()]
     keys = ["source", "machine", "epochs", "device", "rung", "name"]
     rows = (ok.groupby(keys).agg(seconds=("seconds", "median"), runs=("seconds", "size"), rmse=("rmse", "median"),
-                                 gpu=("gpu", "first"), spread=("seconds", spread)).reset_index().assign(status="ok"))
+                                 faults=("faults", "median"), gpu=("gpu", "first"), spread=("seconds", spread)).reset_index().assign(status="ok"))
     rows["flag"] = [flag_text(n, sp, None) for n, sp in zip(rows.runs, rows.spread)]  # the report's one rule
     rows["runs"] = rows["runs"].astype(int)
     not_ok = t[~t.index.isin(ok.index)].drop_duplicates(keys)
@@ -53,16 +54,17 @@ def ladder_rows(df: pd.DataFrame | None, source: str) -> pd.DataFrame:
 
 def ladder_table(rows: pd.DataFrame) -> pd.DataFrame:
     """The ladder's rows as a table to read: machine, device, rung, seconds, runs, x the machine's CPU at rung 0
-    (else at its slowest CPU rung), test RMSE; a rung that did not run, with its status."""
+    (else at its slowest CPU rung), test RMSE, a CPU run's page faults (its heap's regime: millions apart on glibc's
+    own heap); a rung that did not run, with its status."""
     if rows.empty:
         return pd.DataFrame()
     t = pd.concat([m.assign(x=base[1] / m.seconds if (base := cpu_base(m)) else np.nan)
                    for _, m in rows.groupby("machine", sort=False)])
     t["runs"] = t["runs"].astype("Int64")
-    x = "x this machine's CPU at rung 0 (else its lowest CPU rung)"
-    return (t.rename(columns={"x": x, "rmse": "test RMSE K", "name": "rung name"})
-            [["machine", "epochs", "device", "rung", "rung name", "seconds", "runs", x, "test RMSE K", "status",
-              "flag"]]
+    x, faults = "x this machine's CPU at rung 0 (else its lowest CPU rung)", "page faults, millions (CPU)"
+    return (t.rename(columns={"x": x, "rmse": "test RMSE K", "name": "rung name", "faults": faults})
+            [["machine", "epochs", "device", "rung", "rung name", "seconds", "runs", x, "test RMSE K", faults,
+              "status", "flag"]]
             .reset_index(drop=True))
 
 
