@@ -14,9 +14,8 @@ the system and is faulted in again (the cost rung 2 of the ladder removes). With
 of some 21-25 MB that lifted them, and the later epochs took half the time; a last batch of 8 never did.
 With the 2 workers, 15 epochs: 11.2-11.6 million faults on the joined series, 8.4-8.7 million on the
 kept-apart one, and now and then a run of either trips them early (0.4-1.2 million, a third less time).
-The table shows each run's minor page faults
-(this process's finished children, DataLoader workers included; process start included): unlike seconds they
-do not move with the machine's load, and they name the regime a run landed in.
+The table shows each run's minor page faults (its processes', DataLoader workers and process start included):
+unlike seconds they do not move with the machine's load, and they name the regime a run landed in.
 Every run is a fresh process on glibc's default heap (as the study's was: a heap kept by an earlier run
 cannot be put back), the contenders alternate, and the medians of the rounds are compared. With
 `--notebook PATH`, the study's notebook itself runs too, as written, with papermill (it trains 15 epochs and
@@ -176,8 +175,8 @@ def main() -> None:
         losses = " ".join(f"{v:.4f}" for v in results[0]["losses"][:5])
         print(f"{name:28} {medians[name]:17.2f} {secs:>26} {faults:>24} {results[0]['samples']:14,} "
               f"{results[0]['steps']:12,} {losses:>36}")
-    print(f"\nrung 0 / {same} (the same {runs[same][0]['samples']:,} samples): {medians[rung] / medians[same]:.2f}x the time (target: "
-          "within 10%, i.e. 0.90x to 1.10x)")
+    print(f"\nrung 0 / {same} (the same {runs[same][0]['samples']:,} samples): {medians[rung] / medians[same]:.2f}x "
+          "the time (target: within 10%, i.e. 0.90x to 1.10x)")
     if "study notebook" in runs:
         nb = medians["study notebook"]
         print(f"rung 0 / study notebook: {medians[rung] / nb:.2f}x the time; study loop, series joined / study "

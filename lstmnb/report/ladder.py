@@ -43,7 +43,8 @@ def ladder_rows(df: pd.DataFrame | None, source: str) -> pd.DataFrame:
     ok = t[(t.status == "ok") & t.seconds.notna()]
     keys = ["source", "machine", "epochs", "device", "rung", "name"]
     rows = (ok.groupby(keys).agg(seconds=("seconds", "median"), runs=("seconds", "size"), rmse=("rmse", "median"),
-                                 faults=("faults", "median"), gpu=("gpu", "first"), spread=("seconds", spread)).reset_index().assign(status="ok"))
+                                 faults=("faults", "median"), gpu=("gpu", "first"), spread=("seconds", spread))
+            .reset_index().assign(status="ok"))
     rows["flag"] = [flag_text(n, sp, None) for n, sp in zip(rows.runs, rows.spread)]  # the report's one rule
     rows["runs"] = rows["runs"].astype(int)
     not_ok = t[~t.index.isin(ok.index)].drop_duplicates(keys)
