@@ -69,6 +69,8 @@ def _run_bench_ladder(args) -> int:
     devices = ("cpu", "cuda") if args.device == "all" else (args.device,)
     def say(r: dict) -> None:
         done = f", {r['timing']['train_s']:.2f} s" if r.get("timing") else f" ({r['reason']})"
+        faults = (r.get("memory") or {}).get("page_faults")  # a CPU run's: the regime its heap ran in
+        done += f", {faults / 1e6:.2f} million page faults" if faults is not None else ""
         print(f"{r['device']['kind']} rung {r['ladder']['rung']} ({r['ladder']['name']}): {r['status']}{done}")
 
     records = ladder_experiment(args.epochs, args.rounds, devices, results=results_path(args), threads=args.threads,
