@@ -36,13 +36,11 @@ def proc_status_kb(field: str) -> int | None:
 
 # glibc's malloc (mallopt's parameters, malloc.h): blocks from the mmap threshold up get a mapping of their own,
 # unmapped when freed, and free memory at the heap's top beyond the trim threshold goes back to the system. Its
-# defaults adapt to the largest mapped block freed, and for the two-layer LSTM of the published setting they mostly
+# defaults adapt to the largest mapped block freed, and for the published setting's two-layer LSTM they mostly
 # settle where every step gives back and faults in again some 17 MB (1.7 million page faults in 3 epochs against
-# 115,000 with the thresholds below: 0.54x the training time, 0.65x the CPU time on 2 busy cores; the recommended
-# setting's one layer is not affected: benchmarks/heap_cpu.py). Where they settle depends on the run (the sizes
-# of its blocks and the order they are freed in): 15-epoch runs of the study's code fell between 0.4 and 11.6
-# million page faults and up to a third of the time apart (benchmarks/study_loop.py). 32 MiB is the
-# largest mmap threshold glibc accepts on 64-bit; up to 64 MiB of freed heap stays with the process.
+# 115,000 with the thresholds below: 0.54x the training time; benchmarks/heap_cpu.py), but not always: runs of the
+# study's code fell 0.4 to 11.6 million faults apart (benchmarks/study_loop.py). 32 MiB is the largest mmap
+# threshold glibc accepts on 64-bit; up to 64 MiB of freed heap stays with the process.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 HEAP_MMAP_THRESHOLD, HEAP_TRIM_THRESHOLD = 32 * 2**20, 64 * 2**20
 
@@ -90,9 +88,8 @@ def heap_for_run(keep: bool) -> dict[str, Any]:
 
 
 def page_faults() -> int | None:
-    """Minor page faults so far of this process and its finished children (DataLoader workers once an epoch ends);
-    None where the system has no ``getrusage`` (Windows). A CPU run on glibc's own heap faults its freed memory in
-    again every step, more or less by where glibc's thresholds settled: the count names the regime a run ran in."""
+    """Minor page faults so far of this process and its finished children (DataLoader workers once an epoch ends),
+    the regime a CPU run's heap ran in; None without ``getrusage`` (Windows)."""
     try:
         import resource
     except ImportError:

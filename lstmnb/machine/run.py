@@ -20,17 +20,15 @@ class RunMachine:
     adtype: torch.dtype | None  # the autocast dtype; None: float32
     heap: dict[str, Any] | None  # a CPU run's C heap (the record's ``memory.heap``); None elsewhere
     peak_since_reset: bool = False  # set by ``start_peak``: the memory figure is this run's own
-    faults_at_start: int | None = None  # a CPU run's page faults when ``start_peak`` was called
+    faults_at_start: int | None = None  # set by ``start_peak`` on a CPU
 
     def start_peak(self) -> None:
-        """Reset the peak-memory statistics once the model and data are placed, before the first epoch (and, on a
-        CPU, start counting page faults)."""
+        """Reset the peak memory (and on a CPU count page faults from here) once model and data are placed."""
         self.peak_since_reset = reset_peak_memory(self.device)
         self.faults_at_start = page_faults() if self.device.type == "cpu" else None
 
     def sections(self) -> dict[str, Any]:
-        """The record's ``memory`` (the run's peak, its heap, a CPU run's page faults since ``start_peak``) and
-        ``backends`` (cuDNN, TF32, the LSTM's math)."""
+        """The record's ``memory`` (peak, heap, page faults) and ``backends`` (cuDNN, TF32, the LSTM's math)."""
         memory = peak_memory_mb(self.device, self.peak_since_reset)
         if self.heap is not None:
             memory["heap"] = self.heap
