@@ -1,5 +1,5 @@
 """04 and 05 on any machine: medians of alternated repeats and their flags, the guard on speedups, a step's
-time against its batch, and DDP scaling and the all-reduce over a real 2-rank gloo group."""
+time against its batch (05's DDP scaling on real gloo ranks: the `ci` series, test_notebooks.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lstmnb import records
 from lstmnb.machine.device import busy_while
 from lstmnb.errors import ConfigError
 from lstmnb.models import flops_per_sample
 from lstmnb.notebooks import amdahl, lessons
-from lstmnb.report import allreduce_table, scaling_table
 from lstmnb.report.repeats import flag_text, median_of_repeats, speedup_note, spread
 from lstmnb.training import TrainConfig, preset_config
 from test_parallel import synthetic_windows
@@ -143,43 +141,6 @@ def test_reference_step_table_is_the_h100_records_of_the_study_setting():
 
 
 @pytest.mark.slow
-def test_ddp_scaling_and_allreduce_on_two_gloo_ranks(tmp_path):
-    cfg = TrainConfig(device="cpu", hidden=8, window=12, batch_size=32, epochs=2, progress=False, input_path="fast")
-    windows = synthetic_windows(cfg, days=10)
-    runs = lessons.ddp_scaling(windows, None, cfg, ranks=2, repeats=1, comm_split_steps=2, results=tmp_path)
-    assert [(r["scaling"]["mode"], r["world_size"], r["config"]["batch_size"]) for r in runs] == [
-        ("strong", 1, 32), ("strong", 2, 16), ("weak", 2, 32)]
-    assert all(r["status"] == "ok" and "busy_cores" in r["threads"] and r["repeat"] == 1 for r in runs)
-    table = scaling_table(runs)
-    assert list(table.index) == [("strong", 1), ("strong", 2), ("weak", 1), ("weak", 2)]
-    assert list(table["global batch"]) == [32, 32, 32, 64] and (table["input path"] == "fast").all()
-    assert table["flag"].str.contains("only 1 repeat").all()
-    one = table[table.index.get_level_values("ranks") == 1]  # one rank exchanges nothing: no comm figure
-    assert one["comm ms"].isna().all() and one["comm %"].isna().all() and (one["step ms"] > 0).all()
-    assert np.isfinite(table.loc[("strong", 2), "comm ms"])
-    strong = table.xs("strong", level=0)
-    if np.isfinite(strong.loc[2, "speedup"]):
-        assert strong.loc[2, "speedup"] == pytest.approx(strong.loc[1, "epoch s"] / strong.loc[2, "epoch s"])
-        assert strong.loc[2, "efficiency"] == pytest.approx(strong.loc[2, "speedup"] / 2)
-    else:
-        assert strong.loc[2, "note"].startswith("no speedup")
-
-    # 05's communication share is 06's (report.scaling_table) for the same runs: the median of each run's
-    # comm / step, from the records whether they are passed as records (05) or loaded from files (06)
-    fraction = [r["parallel"]["comm_split"]["comm_fraction"] for r in runs if r["world_size"] == 2
-                and r["scaling"]["mode"] == "strong"]
-    assert table.loc[("strong", 2), "comm %"] == pytest.approx(100 * np.median(fraction))
-    loaded = scaling_table(records.load_records(tmp_path))
-    assert loaded["comm %"].equals(table["comm %"]) and loaded["epoch s"].equals(table["epoch s"])
-
-    sweeps = lessons.allreduce_sweeps(cfg, ranks=2, max_bytes=4096, budget_s=0.005, repeats=2)
-    ar = allreduce_table(sweeps, step_s=0.01)
-    assert {1024, 4096} <= set(ar["bytes"]) and (ar["repeats"] == 2).all() and (ar["time us"] > 0).all()
-    assert ar["gradients of one step"].sum() == 1
-    text = lessons.what_05_showed(table, ar)
-    assert "Strong scaling to 2 ranks" in text and "Weak scaling to 2 ranks" in text and "all-reduce" in text
-
-
 def test_a_flagged_all_reduce_row_is_read_as_rough():
     ar = pd.DataFrame({"bytes": [1024, 201988], "time us": [1581.0, 564.0], "busbw GB/s": [0.0006, 0.358],
                        "gradients of one step": [False, True], "flag": ["", "repeats differ 560%"]},

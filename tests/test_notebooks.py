@@ -308,6 +308,43 @@ def test_ci_series_tables_and_figures(ci_series):
 
 
 @pytest.mark.slow
+def test_ci_series_05_scaling_is_06s_for_the_same_runs(ci_series):
+    """05's DDP runs on 2 real gloo ranks: its scaling table (as 05 saved it) is the one 06 builds from the
+    records (``report.scaling_table``): the same epoch times and the same communication share."""
+    import numpy as np
+
+    from lstmnb.report import scaling_table
+
+    table = pd.read_csv(ci_series.run_dir / "tables" / "05_ddp_scaling.csv", index_col=[0, 1])
+    assert list(table.index) == [("strong", 1), ("strong", 2), ("weak", 1), ("weak", 2)]
+    assert list(table["global batch"]) == [128, 128, 128, 256] and (table["input path"] == "fast").all()
+    assert table["flag"].str.contains("only 1 repeat").all()
+    one = table[table.index.get_level_values("ranks") == 1]  # one rank exchanges nothing: no comm figure
+    assert one["comm ms"].isna().all() and one["comm %"].isna().all() and (one["step ms"] > 0).all()
+    assert np.isfinite(table.loc[("strong", 2), "comm ms"])
+    strong = table.xs("strong", level=0)
+    if np.isfinite(strong.loc[2, "speedup"]):
+        assert strong.loc[2, "speedup"] == pytest.approx(strong.loc[1, "epoch s"] / strong.loc[2, "epoch s"])
+        assert strong.loc[2, "efficiency"] == pytest.approx(strong.loc[2, "speedup"] / 2)
+    else:
+        assert strong.loc[2, "note"].startswith("no speedup")
+    # 06's table from the records: the comm share is the median of each run's comm / step, in both
+    runs = [r for r in records.read_records(ci_series.results) if r.get("status") == "ok"
+            and r["experiment"].startswith("scaling-")]
+    fraction = [r["parallel"]["comm_split"]["comm_fraction"] for r in runs
+                if r["world_size"] == 2 and r["scaling"]["mode"] == "strong"]
+    assert table.loc[("strong", 2), "comm %"] == pytest.approx(100 * np.median(fraction))
+    loaded = scaling_table(records.load_records(ci_series.results))
+    for column in ("comm %", "epoch s"):
+        assert loaded[column].to_numpy() == pytest.approx(table[column].to_numpy(), nan_ok=True)
+    allreduce = pd.read_csv(ci_series.run_dir / "tables" / "05_allreduce.csv")
+    assert {1024, 16384} <= set(allreduce["bytes"]) and (allreduce["time us"] > 0).all()
+    assert allreduce["gradients of one step"].sum() == 1
+    text = output_text(ci_series.run_dir / "05_multi_gpu.ipynb")
+    assert "Weak scaling to 2 ranks" in text and "all-reduce" in text
+
+
+@pytest.mark.slow
 def test_analysis_merges_records_of_two_machines(tmp_path):
     from test_report import run_record, write_jsonl
 

@@ -1,4 +1,4 @@
-"""Notebook 07 executes end to end through papermill with small parameters and leaves its records."""
+"""Notebook 07: committed clean, and executed end to end through papermill (in the `ci` series) with its records."""
 
 from __future__ import annotations
 
@@ -21,27 +21,21 @@ def test_notebook_is_committed_clean_with_a_parameters_cell():
 
 
 @pytest.mark.slow
-def test_notebook_runs_with_small_parameters(tmp_path):
-    papermill = pytest.importorskip("papermill")
+def test_notebook_runs_in_the_ci_series_and_leaves_its_records(ci_series):
+    """07 as the `ci` series ran it (conftest.py), on a machine without a GPU."""
     from lstmnb.records import read_records
 
-    out = tmp_path / "07.ipynb"
-    results = tmp_path / "results"
-    papermill.execute_notebook(
-        str(NOTEBOOK), str(out), kernel_name="python3", progress_bar=False, cwd=str(tmp_path),
-        parameters={"scratch_epochs": 2, "scratch_forecast_epochs": 3, "scratch_hidden": 8,
-                    "scratch_versions": ["loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch"],
-                    "output_dir": str(tmp_path), "results": str(results), "profile": "test"},
-    )
-    recs = read_records(results)
-    assert [r["version"] for r in recs] == ["loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch"]
-    assert all(r["profile"] == "test" and r["experiment"] == "scratch_versions" for r in recs)
-    assert {p.name for p in (tmp_path / "figures").glob("*.png")} == {"07_data.png", "07_versions.png",
-                                                                       "07_forecast.png"}
-    text = "".join(o.get("text", "") for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"
-                   for o in c.outputs)
+    recs = [r for r in read_records(ci_series.results) if r["experiment"] == "scratch_versions"]
+    assert [r["version"] for r in recs] == ["loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch",
+                                            "torch-cuda"]
+    assert all(r["profile"] == "ci" for r in recs)
+    assert {"07_data", "07_versions", "07_forecast"} <= {p.stem for p in (ci_series.run_dir / "figures").glob("*.png")}
+    text = "".join(o.get("text", "") for c in nbformat.read(ci_series.run_dir / "07_from_scratch_lstm.ipynb",
+                                                            as_version=4).cells
+                   if c.cell_type == "code" for o in c.outputs)
     assert "numpy" in text and "seasonal_naive" in text
     by_version = {r["version"]: r for r in recs}
+    assert all(by_version[v]["status"] == "ok" for v in ("loops", "numpy", "numba-cpu", "torch"))
     for v in ("numba-cuda", "numba-cuda-block"):  # without a GPU: skipped with the reason, and the notebook went on
-        if by_version[v]["status"] == "skipped":
-            assert "cannot start" in by_version[v]["reason"] and "numpy " in by_version[v]["reason"]
+        assert by_version[v]["status"] == "skipped"
+        assert "cannot start" in by_version[v]["reason"] and "numpy " in by_version[v]["reason"]
