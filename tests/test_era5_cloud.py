@@ -331,10 +331,16 @@ def test_disk_full_keeps_the_cache_consistent(small_store, tmp_path):
     xr.testing.assert_identical(ds, fresh)  # the kept hours are exactly right
 
 
-def test_cached_request_works_offline(cloud_store, gcs_emulator, emulator_via, tmp_path):
+def test_cached_request_works_offline(cloud_store, gcs_emulator, emulator_via, tmp_path, monkeypatch):
     """A request whose blocks are all cached is answered from the cache and the kept store metadata,
     with the store unreachable; one that needs new blocks says what is cached and what is missing."""
     import socket
+
+    from lstmnb.data import stores
+
+    # each look at the gone store waits out the opening's deadline (8 s; test_unreachable_and_absent_stores
+    # waits it): 1 s here says the same
+    monkeypatch.setattr(stores, "PROBE_DEADLINE", 1.0)
 
     url, _ = cloud_store
     kw = dict(variables=TWO_VARS, start="2020-01-01", end="2020-01-02")
