@@ -158,13 +158,14 @@ def _check_ddp_record(rec: dict, job_id: int, name: str, world_size: int, nodes:
 @pytest.mark.slow
 @pytest.mark.parametrize("cluster", [1], indirect=True, ids=["one-node"])
 def test_carc_scripts_run_under_slurm(cluster):
-    """The three carc/ scripts, submitted together to a one-node cluster with 2 CPUs (they run in turn)."""
+    """The three carc/ scripts, submitted together to a one-node cluster with 2 CPUs: the 2-rank job first, then
+    the two one-CPU jobs beside each other."""
     out = cluster["out"]
     single = _submit(cluster, "lstmnb-ddp", "ddp_single_node.sbatch", ["--cpus-per-task=2"],
                      ["2", *DATA, *TINY], RESULTS=str(out / "single"))
-    multi = _submit(cluster, "lstmnb-ddp-mn", "ddp_multi_node.sbatch", ["--nodes=1", "--cpus-per-task=2"],
+    multi = _submit(cluster, "lstmnb-ddp-mn", "ddp_multi_node.sbatch", ["--nodes=1", "--cpus-per-task=1"],
                     TINY, RESULTS=str(out / "multi"), DATA_ARGS=" ".join(DATA), RDZV_PORT=str(_free_port()))
-    series = _submit(cluster, "lstmnb-series", "run_profile.sbatch", ["--cpus-per-task=2"],
+    series = _submit(cluster, "lstmnb-series", "run_profile.sbatch", ["--cpus-per-task=1"],
                      ["ci", "--only", "02", "--runs-dir", str(out / "runs"), "--no-html"])
     single_id, _ = _finish(cluster, "lstmnb-ddp", single)
     multi_id, _ = _finish(cluster, "lstmnb-ddp-mn", multi)
