@@ -67,16 +67,17 @@ def test_emulator_extraction_equals_local(cloud_store, tmp_path):
 
 
 def test_retries_recover_from_transient_failures(cloud_store, gcs_emulator, emulator_via, tmp_path):
-    """gs:// through gcsfs (which retries on its own policy) and http:// through lstmnb's retries."""
+    """gs:// through gcsfs (which retries on its own policy, after 1-2 s first) and http:// through lstmnb's
+    retries (twice here)."""
     url, local = cloud_store
-    faults = Faults(flaky=r"2m_temperature/\d+\.\d+\.\d+", every=2, fail_times=2)
+    faults = Faults(flaky=r"2m_temperature/\d+\.\d+\.\d+", every=2, fail_times=1)
     with Proxy(gcs_emulator.url, faults=faults) as proxy:
         emulator_via(proxy.url)
         got = extract(Request(source=url, start="2020-01-01", end="2020-01-02"), cache_dir=tmp_path,
                       progress=False, concurrency=EMULATOR)
     want = extract(Request(source=str(local), start="2020-01-01", end="2020-01-02"), cache_dir=tmp_path / "l",
                    progress=False)
-    assert faults.injected >= 40, "about half of the 48 chunks failed twice before succeeding"
+    assert faults.injected >= 20, "about half of the 48 chunks failed once before succeeding"
     np.testing.assert_array_equal(got["2m_temperature"].values, want["2m_temperature"].values)
     faults = Faults(flaky=r"2m_temperature/\d+\.\d+\.\d+", every=2, fail_times=2)
     with StaticServer(local, faults=faults) as server:
