@@ -56,19 +56,42 @@ def wide_store(tmp_path_factory):
                         blocksize=16384)
 
 
+def fake_secrets(folder: Path) -> tuple[dict[str, str], set[str]]:
+    """Fake credentials (canaries, unique to this call) as environment variables, a fake service-account file
+    in ``folder`` among them; returns (the variables, the canary strings that must never be written)."""
+    import json
+    import uuid
+
+    tag = uuid.uuid4().hex
+    canaries = {f"canary-{what}-{tag}" for what in ("aws", "token", "hf", "github", "plain", "key", "email", "id")}
+    account = folder / "service-account.json"
+    account.write_text(json.dumps({"type": "service_account", "client_email": f"canary-email-{tag}@x.invalid",
+                                   "private_key": f"canary-key-{tag}", "private_key_id": f"canary-id-{tag}"}))
+    return {"AWS_SECRET_ACCESS_KEY": f"canary-aws-{tag}", "GCS_OAUTH_TOKEN": f"canary-token-{tag}",
+            "HF_TOKEN": f"canary-hf-{tag}", "GITHUB_TOKEN": f"canary-github-{tag}",
+            "LSTMNB_UNRELATED_SETTING": f"canary-plain-{tag}", "GOOGLE_APPLICATION_CREDENTIALS": str(account)}, canaries
+
+
 @pytest.fixture(scope="session")
 def ci_series(tmp_path_factory):
     """Every notebook executed once with the `ci` profile, as on a machine without a GPU: the kernels see
     none (CUDA_VISIBLE_DEVICES empty), so on a GPU machine too these tests check what a laptop shows; the
-    GPU notebooks on a GPU are `test_gpu.py`'s. Run once per session: test_notebooks.py reads the whole series,
-    test_notebook_render.py its site's line for 04 (which ran here with no GPU)."""
+    GPU notebooks on a GPU are `test_gpu.py`'s. Fake credentials are in the environment (``.canaries``,
+    test_secrets.py), and the runner's lines are kept (``.said``). Run once per session: test_notebooks.py
+    reads the whole series, test_notebook_render.py its site's line for 04 (which ran here with no GPU)."""
     from lstmnb import notebooks
 
     runs = tmp_path_factory.mktemp("runs")
+    secrets, canaries = fake_secrets(tmp_path_factory.mktemp("secrets"))
+    said: list[str] = []
     with pytest.MonkeyPatch.context() as mp:
+        for name, value in secrets.items():
+            mp.setenv(name, value)
         mp.setenv("CUDA_VISIBLE_DEVICES", "")
         mp.setenv("LSTMNB_RESULTS", str(runs / "default-results"))  # nothing written into the checkout's results/
-        return notebooks.run_series("ci", runs_dir=runs, echo=None, progress=False)
+        result = notebooks.run_series("ci", runs_dir=runs, echo=said.append, progress=False)
+    result.canaries, result.said = canaries, said
+    return result
 
 
 def tiny_epochs_runs(input_paths: list[str]) -> list[dict]:

@@ -3,29 +3,20 @@ fake secrets (canaries) in the environment of real runs, then every byte they wr
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
+from conftest import fake_secrets
 
 
 @pytest.fixture
 def secret_env(tmp_path, sample_store_path):
-    """The session's environment plus fake credentials; returns (env, the canary strings)."""
-    tag = uuid.uuid4().hex
-    canaries = {f"canary-{what}-{tag}" for what in ("aws", "token", "hf", "github", "plain", "key")}
-    account = tmp_path / "service-account.json"
-    account.write_text(json.dumps({"type": "service_account", "client_email": f"canary-email-{tag}@x.invalid",
-                                   "private_key": f"canary-key-{tag}", "private_key_id": f"canary-id-{tag}"}))
-    canaries |= {f"canary-email-{tag}", f"canary-id-{tag}"}
-    env = {**os.environ, "AWS_SECRET_ACCESS_KEY": f"canary-aws-{tag}", "GCS_OAUTH_TOKEN": f"canary-token-{tag}",
-           "HF_TOKEN": f"canary-hf-{tag}", "GITHUB_TOKEN": f"canary-github-{tag}",
-           "LSTMNB_UNRELATED_SETTING": f"canary-plain-{tag}", "GOOGLE_APPLICATION_CREDENTIALS": str(account)}
-    return env, canaries
+    """The session's environment plus fake credentials (conftest.fake_secrets); returns (env, the canaries)."""
+    secrets, canaries = fake_secrets(tmp_path)
+    return {**os.environ, **secrets}, canaries
 
 
 def _leaks(texts: dict[str, bytes], canaries: set[str]) -> list[str]:
@@ -52,14 +43,10 @@ def test_train_and_doctor_leak_no_secret(secret_env, tmp_path):
 
 
 @pytest.mark.slow
-def test_notebook_run_leaks_no_secret(secret_env, tmp_path):
-    """The notebook that trains and records (02), executed with the ci profile: its notebook, the site,
-    figures, records and the runner's output hold no canary."""
-    env, canaries = secret_env
-    runs = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "lstmnb", "notebooks", "run", "--profile", "ci", "--only", "02",
-                           "--runs-dir", str(runs), "--no-progress"], env=env, capture_output=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    written = _written(runs)
+def test_notebook_series_leaks_no_secret(ci_series):
+    """The whole notebook series, executed with the ci profile and fake credentials in its environment
+    (conftest.ci_series): its notebooks, the site, figures, tables, records and the runner's lines hold no
+    canary."""
+    written = _written(ci_series.run_dir)
     assert any(p.endswith(".html") for p in written) and any(p.endswith("runs.jsonl") for p in written)
-    assert _leaks({**written, "stdout": proc.stdout, "stderr": proc.stderr}, canaries) == []
+    assert _leaks({**written, "runner": "\n".join(ci_series.said).encode()}, ci_series.canaries) == []
