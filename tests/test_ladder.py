@@ -106,7 +106,7 @@ def test_first_screen_from_cpu_records_alone_says_how_to_get_the_gpu_half(cpu_la
     cpu = {r["ladder"]["rung"]: r["timing"]["train_s"] for r in records if r["device"]["kind"] == "cpu"}
     best = min((s, k) for k, s in cpu.items() if k < 6)
     assert _ratio(screen.markdown) == pytest.approx(float(f"{cpu[0] / best[0]:.2g}"))  # same machine's runs
-    # (b) with the reference records: this machine's CPU ladder still first, the H100's panel labelled
+    # (b) with the reference records: this machine's CPU ladder still first, the H200's panel labelled
     with_ref = report.first_screen(df, report.load_reference_records())
     assert len(with_ref.figure.axes) == 2 and with_ref.markdown.startswith("On this machine")
     assert "reference records' machine" in with_ref.markdown and with_ref.note == ""
@@ -120,20 +120,26 @@ def test_first_screen_from_cpu_records_alone_says_how_to_get_the_gpu_half(cpu_la
 
 
 def test_first_screen_of_one_machine_gpu_and_cpu_divides_its_own_runs():
-    """(c) One machine's CPU and GPU records (the shipped H100 records of the study's setting stand in): the first
-    ratio is that machine's GPU over its own CPU, recomputed here from the records."""
+    """(c) One machine's CPU and GPU records (the shipped H200 ladder of 2026-11-30 stands in): the first ratio is
+    that machine's GPU over its own CPU at rung 0, recomputed here from the records; the H100 machine of the same
+    host name and CPU model (2026-11-27) stays another machine, its runs never mixed into the H200's."""
     ref = report.load_reference_records()
     screen = report.first_screen(None, ref)
-    assert screen.figure is not None and screen.note == ""
-    ladder = ref[ref["ladder.rung"].notna() & (ref.status == "ok") & (ref["config.epochs"] == 5)]
-    cpu = ladder[ladder["device.kind"] == "cpu"].sort_values("ladder.rung")
-    gpu = ladder[ladder["device.kind"] == "cuda"].sort_values("ladder.rung")
-    assert set(cpu["device.hostname"]) == set(gpu["device.hostname"])  # one machine
-    c = cpu["timing.train_s"].iloc[0]
-    g = gpu[gpu["ladder.rung"] == gpu["ladder.rung"].min()]["timing.train_s"].median()
-    assert _ratio(screen.markdown) == pytest.approx(float(f"{c / g:.2g}"))
-    assert "another machine" in screen.markdown and "study's claim" in screen.markdown
+    assert screen.figure is not None and len(screen.figure.axes) == 1 and screen.note == ""
+    ladder = ref[ref["ladder.rung"].notna() & (ref.status == "ok") & ref["started"].str.startswith("2026-11-30")]
+    cpu, gpu = (ladder[ladder["device.kind"] == k].set_index("ladder.rung")["timing.train_s"] for k in ("cpu", "cuda"))
+    assert sorted(cpu.index) == [0, 1, 2, 4, 6] and sorted(gpu.index) == [0, 1, 3, 4, 5, 6]  # every rung, once
+    assert screen.markdown.startswith("On the reference records' machine (NVIDIA H200 and its host CPU")
+    assert _ratio(screen.markdown) == pytest.approx(float(f"{cpu[0] / gpu[0]:.2g}"))
+    assert "study's code (rung 0)" in screen.markdown and "study's claim" in screen.markdown
     assert screen.markdown.count(". ") <= 3
+    rows = screen.rows
+    assert set(rows.gpu.dropna()) == {"NVIDIA H200"} and rows.machine.str.startswith("vm (H200)").all()
+    assert dict(zip(rows[rows.device == "cuda"].rung, rows[rows.device == "cuda"].seconds)) == dict(gpu)
+    # the tables keep the two machines apart too: the CPU runs of each day go with that day's GPU
+    every = report.ladder_rows(ref, "reference")
+    assert set(every.machine.str.split(" · ").str[0]) == {"vm (H100)", "vm (H200)"}
+    assert set(every[every.machine.str.startswith("vm (H100)")].gpu.dropna()) == {"NVIDIA H100 80GB HBM3"}
 
 
 def test_replication_names_every_epoch_and_says_what_was_not_measured():

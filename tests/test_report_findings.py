@@ -19,7 +19,7 @@ from lstmnb import records, report
 
 SHARED_RECORDS = Path(__file__).resolve().parents[2] / "shared" / "records"
 REFERENCE_FILES = ["h100-cli-runs.jsonl", "h100-notebook-series.jsonl", "h100-scratch-and-sweep.jsonl",
-                   "h100-study-setting-corrected.jsonl", "h100-study-setting.jsonl"]
+                   "h100-study-setting-corrected.jsonl", "h100-study-setting.jsonl", "h200-ladder.jsonl"]
 
 
 def raw_reference() -> list[dict]:
@@ -75,12 +75,14 @@ def test_reference_records_ship_with_the_package(reference):
     shipped = resources.files("lstmnb").joinpath("reference_records")
     assert sorted(p.name for p in shipped.iterdir() if p.name.endswith(".jsonl")) == REFERENCE_FILES
     raw = raw_reference()
-    assert len(reference) == len(raw) == 66
+    assert len(reference) == len(raw) == 77
     assert set(reference["device.hostname"]) == {"vm"}
-    assert set(reference["software.git_commit"].str[:7]) == {"dc6aa31", "a7631a2", "7a75be1"}
-    assert {report.device_label(k, n) for k, n in zip(reference["device.kind"], reference["device.name"])} == {"CPU", "H100"}
+    assert set(reference["software.git_commit"].str[:7]) == {"dc6aa31", "a7631a2", "7a75be1", "0711b99"}
+    labels = {report.device_label(k, n) for k, n in zip(reference["device.kind"], reference["device.name"])}
+    assert labels == {"CPU", "H100", "H200"}
     note = report.reference_note()
-    assert "H100" in note and all(s in note for s in ("dc6aa31", "2026-11-22", "3763319", "7a75be1", "2026-11-27"))
+    assert all(s in note for s in ("H100", "H200", "dc6aa31", "2026-11-22", "3763319", "7a75be1", "2026-11-27",
+                                   "0711b99", "2026-11-30"))
     if SHARED_RECORDS.exists():  # the package copy is the shared measurement, unedited
         for name in [n for n in REFERENCE_FILES if (SHARED_RECORDS / n).exists()]:
             shipped = Path(report.__file__).resolve().parent.parent / "reference_records" / name
@@ -148,30 +150,32 @@ def test_runs_at_other_points_are_another_problem():
     assert rows.set_index("problem")["runs"].to_dict() == {"other points": 1, report.PUBLISHED_PROBLEM_LABEL: 1}
 
 
-def test_findings_from_the_h100_reference_records(reference, published):
+def test_findings_from_the_reference_records(reference, published):
     raw = raw_reference()
     text, table = report.findings(pd.DataFrame(), published, reference)
     pub = published["era5_lstm_gpu_benchmark"]["epochs"][5]  # the table is at 5 epochs, where most columns have runs
-    assert "lstmnb's reference records: 66 records from 1 machine (vm: Intel Xeon, 16 cores, NVIDIA H100 80GB HBM3; " \
-           "2026-11-22..2026-11-27): H100 measured" in text
-    assert "(lstmnb 0.1.0 @ dc6aa31, 7a75be1, a7631a2)" in text  # every commit the records name, not the first machine row's
-    # like for like: the study's loader (pageable memory, workers afresh each epoch); the earlier DataLoader run
-    # pinned memory and kept its workers, and is labelled so
-    (h100_study,), (cpu_study,) = ([r["timing"]["train_s"] for r in raw if r["experiment"] == "train"
-                                    and r["device"]["kind"] == kind and r["config"]["input_path"] == "dataloader"
-                                    and r["data"]["source"] == "study" and r["config"]["pin_memory"] is False
-                                    and r["config"]["persistent_workers"] is False] for kind in ("cuda", "cpu"))
-    assert "published setting · DataLoader (pinned memory, workers kept)" in set(
-        report.comparison_rows(None, reference, None)["setting"])
+    assert "lstmnb's reference records: 77 records from 2 machines (vm: Intel Xeon, 16 cores, NVIDIA H100 80GB HBM3; " \
+           "2026-11-22..2026-11-27; vm: Intel Xeon, 16 cores, NVIDIA H200; 2026-11-30): H100 on vm (H100) measured" in text
+    # every commit the records name, not the first machine row's
+    assert "(lstmnb 0.1.0 @ dc6aa31, 7a75be1, a7631a2, 0711b99)" in text
+    # like for like is the study's code (rung 0: a tensor per sample, the study's loader, the loss read every step):
+    # the H200 ladder's; the earlier H100 DataLoader runs pinned memory and kept workers, or read the loss every 100
+    # steps (rung 3), and are labelled so, never like for like
+    (h200_study,), (cpu_study,) = ([r["timing"]["train_s"] for r in raw if (r.get("ladder") or {}).get("rung") == 0
+                                    and r["device"]["kind"] == kind] for kind in ("cuda", "cpu"))
+    settings = set(report.comparison_rows(None, reference, None)["setting"])
+    assert {"published setting · DataLoader (pinned memory, workers kept)",
+            "published setting, loss read every 100 steps · DataLoader"} <= settings
     assert "no run records of your own" in text
     assert "no multi-GPU records: run 05 on a node with 2+ GPUs" in text
 
-    h100 = table.loc["H100 · vm · reference"]
-    assert float(h100["fastest s"]) > 0 and "CUDA graph" in h100["fastest setting"]
-    # like for like at 5 epochs; the CPU of the same machine on the same setting is its own row
-    assert h100["like for like s"] == f"{h100_study:.3g}"
-    assert table.loc["CPU (16 cores) · vm · reference", "like for like s"] == f"{cpu_study:.3g}"
-    assert h100["problem"] == report.PUBLISHED_PROBLEM_LABEL and h100["epochs"] == 5
+    h200, h100 = table.loc["H200 · vm (H200) · reference"], table.loc["H100 · vm (H100) · reference"]
+    assert float(h200["fastest s"]) > 0 and "CUDA graph" in h200["fastest setting"] and "CUDA graph" in h100["fastest setting"]
+    # like for like at 5 epochs; the CPU of the same machine on the same setting is its own row, the ladder's
+    # explicit --threads (the count the run would have taken anyway) no difference
+    assert h200["like for like s"] == f"{h200_study:.3g}" and h100["like for like s"] == "—"
+    assert table.loc["CPU (16 cores) · vm (H200) · reference", "like for like s"] == f"{cpu_study:.3g}"
+    assert h200["problem"] == report.PUBLISHED_PROBLEM_LABEL and h200["epochs"] == 5
     # published seconds as published (two decimals), never rounded to three figures
     assert table.loc["A40 · published", "like for like s"] == f"{pub['A40']:g}"
     # no speedups here: a GPU over its own CPU is the ladder's, over the study's CPU run the study's comparison's
@@ -208,7 +212,8 @@ def test_mixed_records_make_one_report(own_records, reference, published):
     assert prov.loc["source", "CUDA · laptop"] == "measured here: all skipped, nothing measured"
     assert prov.loc["source", "CPU · laptop"] == report.MEASURED
     assert prov.loc["torch", here] == __import__("torch").__version__
-    assert prov.loc["lstmnb", "H100 · vm · reference"] == "0.1.0 @ dc6aa31, 7a75be1, a7631a2"
+    assert prov.loc["lstmnb", "H100 · vm (H100) · reference"] == "0.1.0 @ dc6aa31, 7a75be1, a7631a2"
+    assert prov.loc["lstmnb", "H200 · vm (H200) · reference"] == "0.1.0 @ 0711b99"
     assert prov.loc["CUDA", "A40 · published"] == "11.8" and prov.loc["dates", "A40 · published"] == "not stated"
 
 
@@ -277,7 +282,7 @@ def test_notebook_06_opens_with_our_measurement_and_shows_reference_records_apar
     assert {"06_first_screen", "06_loss_curves"} <= figures  # the reference ladder drawn; no other comparison chart
     assert (result.run_dir / "tables" / "06_published_comparison.csv").exists()
     findings = pd.read_csv(result.run_dir / "tables" / "06_findings.csv", index_col=0)
-    assert {"CPU · laptop", "H100 · vm · reference", "A40 · published"} <= set(findings.index)
+    assert {"CPU · laptop", "H200 · vm (H200) · reference", "A40 · published"} <= set(findings.index)
     assert own.read_bytes() == before  # the reference records were shown, never written into the user's results
     own_records = records.load_records(own.parent)
     assert len(own_records) == len(laptop) and set(own_records["device.hostname"]) == {"laptop"}

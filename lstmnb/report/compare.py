@@ -97,6 +97,9 @@ def compared_runs(df: pd.DataFrame | None, source: str = MEASURED) -> pd.DataFra
         config.update(_loader_knobs(r))
         if present(r.get("cuda_graph.used")):  # what the run did, where the record says (graphs are the default)
             config["cuda_graph"] = bool(r.get("cuda_graph.used"))
+        if present(config.get("threads")) and config["threads"] == r.get("threads.default"):
+            config["threads"] = None  # the count the run would have taken unasked (the ladder asks it): no change
+        config["rung"] = r.get("ladder.name") if 0 < (r.get("ladder.rung") or 0) < 4 else None  # a DataLoader rung's
         label = problem_label(_problem(r))
         setting = setting_label(config)
         rows.append({

@@ -9,7 +9,6 @@ from typing import Any
 import pandas as pd
 
 
-
 def plot_ladder(panels: list[dict[str, Any]]):
     """One panel per machine (``ladder.panels``): each rung's seconds on its CPU and GPU side by side (log axis),
     every bar labelled with its seconds and x that machine's CPU at rung 0, every empty slot saying why."""

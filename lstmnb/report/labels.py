@@ -79,7 +79,7 @@ def ok_single_runs(df: pd.DataFrame, experiment: str | None = None) -> pd.DataFr
 # the published experiment as the study's notebooks ran it (training.config.PRESETS["published"], whose source
 # the record states; published_figures.yaml, era5_lstm_gpu_benchmark)
 PUBLISHED_SETTING = {"batch_size": 128, "lr": 0.001, "residual": False, "lr_schedule": "constant", "amp": "off",
-                     "compile": False, "cuda_graph": False, "threads": None,
+                     "compile": False, "cuda_graph": False, "threads": None, "rung": None,  # rung: a later ladder rung
                      # the inputs and the reported forecast (records written before these knobs had them so)
                      "calendar": False, "cycles": False, "point_weights": "none", "blend": "off"}
 PUBLISHED_WORKERS = 2
@@ -124,7 +124,7 @@ def published_setting_definition(published: Mapping[str, Any] | None = None) -> 
 # how each knob is named where it differs from the published setting, in the order a label lists them
 SETTING_WORDS = {"batch_size": lambda v: f"batch {int(v)}", "lr": lambda v: f"lr {v:g}", "residual": lambda v: "residual",
                  "lr_schedule": lambda v: f"{v} lr", "amp": lambda v: f"AMP {v}", "compile": lambda v: "torch.compile",
-                 "cuda_graph": lambda v: "CUDA graph", "threads": lambda v: f"{int(v)} threads",
+                 "cuda_graph": lambda v: "CUDA graph", "threads": lambda v: f"{int(v)} threads", "rung": str,
                  "calendar": lambda v: "calendar inputs", "cycles": lambda v: "cycles input",
                  "point_weights": lambda v: f"{v} point weights", "blend": lambda v: f"{v} blend"}
 

@@ -16,7 +16,7 @@ import yaml
 from ..rungs import BOTH as KINDS
 from ..rungs import RUNGS
 from .labels import column, count, figure
-from .published import load_published
+from .published import load_published, machine_names
 from .repeats import flag_text, spread
 
 FASTEST_OF = [r.rung for r in RUNGS[:-1]]  # the study's workload: the last rung is another model, never "fastest"
@@ -33,7 +33,7 @@ def ladder_rows(df: pd.DataFrame | None, source: str) -> pd.DataFrame:
     kind = column(d, "device.kind").fillna(column(d, "config.device").astype(str).str.split(":").str[0])
     t = pd.DataFrame({
         "source": source,
-        "machine": column(d, "device.hostname").fillna("?") + " · " + column(d, "device.cpu_model").fillna("?"),
+        "machine": machine_names(d) + " · " + column(d, "device.cpu_model").fillna("?"),
         "device": kind, "gpu": column(d, "device.name").where(kind == "cuda"), "epochs": column(d, "config.epochs"),
         "rung": column(d, "ladder.rung").astype(int), "name": column(d, "ladder.name"), "status": column(d, "status"),
         "reason": column(d, "reason"), "seconds": pd.to_numeric(column(d, "timing.train_s"), errors="coerce"),
@@ -71,13 +71,13 @@ def ladder_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 def machines(rows: pd.DataFrame) -> list[pd.DataFrame]:
     """Each machine's ladder (of ``ladder_rows``) at its epochs count: the one with the most measured rungs (ties:
-    the longest)."""
+    the longest); the machine whose ladder has the most measured rungs first."""
     out = []
     for _, m in rows.groupby("machine", sort=False) if not rows.empty else ():
         counts = m[m.seconds.notna()].groupby("epochs").size()
         e = max(counts.index, key=lambda e: (counts[e], e)) if len(counts) else m.epochs.max()
         out.append(m[m.epochs == e].reset_index(drop=True))
-    return out
+    return sorted(out, key=lambda m: -int(m.seconds.notna().sum()))
 
 
 def seconds_at(m: pd.DataFrame, device: str, rung: int) -> float | None:
@@ -158,8 +158,7 @@ def replication(df: pd.DataFrame | None, published: dict | None = None, reruns: 
     for e in range(1, 6):
         ours = [run[e - 1] for run in losses if len(run) >= e]
         mine = float(np.median(ours)) if ours else None
-        again = (reruns.get("train_loss") or {}).get(e, [])
-        study = printed.get(e)
+        again, study = (reruns.get("train_loss") or {}).get(e, []), printed.get(e)
         lo, hi = min([study, *again]), max([study, *again])
         spread = (f"; the study's notebook re-run here: {lo / study - 1:+.0%} to {hi / study - 1:+.0%}"
                   if again else "; the study's run-to-run spread not measured")

@@ -1,7 +1,7 @@
 """Where every figure comes from: the published figures (package data, always labelled so) and the notes shown
 with a device's figures; the provenance of every device column (machine, told apart beyond host names, dates,
 lstmnb commit, torch, CUDA, source), in a table and in the findings' first line (``found``); and lstmnb's
-reference records (real H100 runs, shipped, shown beside a user's records, never mixed into them).
+reference records (real H100 and H200 runs, shipped, shown beside a user's records, never mixed into them).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from .labels import column, count, link, order_devices, with_device_labels
+from .labels import column, count, device_label, link, order_devices, with_device_labels
 
 # --- the published figures and their notes ------------------------------------------------------------------
 
@@ -105,12 +105,20 @@ def with_columns(df: pd.DataFrame, source: str = MEASURED) -> pd.DataFrame:
 
 
 def machine_names(df: pd.DataFrame) -> pd.Series:
-    """The machine of each record: its host name, with the CPU model added where records of one host
-    name come from different CPUs (two cloud machines both called 'vm' stay two machines)."""
+    """The machine of each record: its host name, with its CPU model where one host name had several, and the GPU
+    its host ran that day where one such name ran several ('vm (H200)' and 'vm (H100)': alike in name and CPU)."""
     hosts = column(df, "device.hostname").map(lambda v: str(v) if isinstance(v, str) and v else "unknown host")
     cpus = column(df, "device.cpu_model").map(lambda v: v if isinstance(v, str) else "")
     several = cpus.groupby(hosts).transform("nunique") > 1
-    return hosts.where(~several, hosts + " (" + cpus.where(cpus != "", "CPU not stated") + ")")
+    names = hosts.where(~several, hosts + " (" + cpus.where(cpus != "", "CPU not stated") + ")")
+    gpus = pd.Series([device_label(k, n) if k == "cuda" and isinstance(n, str) else None for k, n in
+                      zip(column(df, "device.kind"), column(df, "device.name"))], index=df.index, dtype=object)
+    if not (split := gpus.groupby(names).transform("nunique") > 1).any():
+        return names
+    day = column(df, "started").astype(str).str[:10]
+    ran = gpus.dropna().groupby([names, day]).agg(lambda g: "+".join(sorted(set(g))))  # each host's GPUs each day
+    return pd.Series([f"{n} ({ran[(n, d)]})" if s and (n, d) in ran.index else n for n, d, s in zip(names, day, split)],
+                     index=df.index)
 
 
 def machine_descriptions(df: pd.DataFrame | None, source: str = MEASURED) -> dict[str, str]:
@@ -252,7 +260,7 @@ def provenance_table(records: pd.DataFrame | None = None, reference: pd.DataFram
 # --- the reference records shipped with the package ------------------------------------------------
 
 def load_reference_records() -> pd.DataFrame:
-    """The reference records shipped with lstmnb (an NVIDIA H100; the README beside them), as
+    """The reference records shipped with lstmnb (an NVIDIA H100 and an H200; the README beside them), as
     ``records.load_records`` gives a user's own: pass them to the report apart, as ``reference``."""
     from ..records import load_records
 

@@ -73,21 +73,18 @@ def runs_table(df: pd.DataFrame) -> pd.DataFrame:
         "device.name": "device name", "profile": "profile", "data.source": "source", "data.box": "box",
         "data.variables": "variables", "config.preset": "preset", "config.lead_hours": "lead h",
         "config.seed": "seed", "config.input_path": "input", "config.batch_size": "batch", "config.lr": "lr",
-        "config.residual": "residual", "config.variant": "variant", "config.epochs": "epochs", "metrics.epochs_run": "epochs run",
-        "timing.train_s": "train s",
-        "timing.samples_per_s": "samples/s", "metrics.test_rmse_k": "test RMSE K",
-        "metrics.persistence_rmse_k": "persistence K", "metrics.climatology_rmse_k": "climatology K",
+        "config.residual": "residual", "config.variant": "variant", "config.epochs": "epochs",
+        "metrics.epochs_run": "epochs run", "timing.train_s": "train s", "timing.samples_per_s": "samples/s",
+        "metrics.test_rmse_k": "test RMSE K", "metrics.persistence_rmse_k": "persistence K",
+        "metrics.climatology_rmse_k": "climatology K",
         # region mode's own figures: what it ran on and what it measured
-        "region.variant": "region variant", "region.neighbours": "k", "region.mode": "region mode", "region.cells": "cells",
-        "region.peak_mib": "peak MiB", "region.step_s": "step s", "region.speedup": "speedup",
-        "device.load_avg": "load (1/5/15 min)",
-        "reason": "reason",
-    }
+        "region.variant": "region variant", "region.neighbours": "k", "region.mode": "region mode",
+        "region.cells": "cells", "region.peak_mib": "peak MiB", "region.step_s": "step s", "region.speedup": "speedup",
+        "device.load_avg": "load (1/5/15 min)", "reason": "reason"}
     present = {k: v for k, v in cols.items() if k in df}
     out = df[list(present)].rename(columns=present)
-    for name in ("cells", "k"):
-        if name in out:
-            out[name] = out[name].astype("Int64")
+    for name in [n for n in ("cells", "k") if n in out]:
+        out[name] = out[name].astype("Int64")
     for name in ("box", "variables"):  # lists, written as the options take them
         if name in out:
             out[name] = out[name].map(lambda v: ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)

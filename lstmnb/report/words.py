@@ -31,8 +31,8 @@ class Screen:
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-HOW_TO_GET_GPU = ("No GPU half here: run 04 on a machine with an NVIDIA GPU (`lstmnb bench ladder --device cuda` "
-                  "records it), or show lstmnb's H100 records beside yours with `-p reference_records true`.")
+HOW_TO_GET_GPU = ("No GPU half here: run 04 on a machine with an NVIDIA GPU (`lstmnb bench ladder --device cuda`), "
+                  "or show lstmnb's reference records (an H200 and an H100, each with its CPU): `-p reference_records true`.")
 
 def gpu_sentence(m: pd.DataFrame) -> str | None:
     """How much faster the machine's GPU is than its own CPU: on the slowest rungs measured on both (the study's
@@ -71,17 +71,17 @@ def cpu_sentence(m: pd.DataFrame) -> str | None:
 def limits_sentence(m: pd.DataFrame, there: bool = True) -> str | None:
     """What the ladder says limits a small LSTM: feeding the data (the DataLoader rungs against in-memory
     batches), launching kernels (eager against the CUDA graph), and the device's own work (what is left)."""
-    parts = []
+    feed, parts = [], []
     for device, where in (("cpu", "the CPU's"), ("cuda", "the GPU's")):
-        low = m[(m.device == device) & (m.rung < 4) & m.seconds.notna()]
-        fast = seconds_at(m, device, 4)
+        low, fast = m[(m.device == device) & (m.rung < 4) & m.seconds.notna()], seconds_at(m, device, 4)
         if len(low) and fast:
-            k = int(low.rung.min())
-            slow = float(low.loc[low.rung.idxmin()].seconds)
-            parts.append(f"feeding the data (the DataLoader and per-sample tensors) is {1 - fast / slow:.0%} of "
-                         f"{where} time at rung {k}" if fast < slow else
-                         f"in-memory batches were no faster than {where} rung {k} ({num.figure(fast)} s against "
-                         f"{num.figure(slow)} s)")
+            k, slow = int(low.rung.min()), float(low.loc[low.rung.idxmin()].seconds)
+            if fast < slow:
+                feed.append(f"{1 - fast / slow:.0%} of {where} time at rung {k}")
+            else:
+                parts.append(f"in-memory batches were no faster than {where} rung {k} ({num.figure(fast)} s against "
+                             f"{num.figure(slow)} s)")
+    parts[:0] = ["feeding the data (the DataLoader and per-sample tensors) is " + " and ".join(feed)] if feed else []
     eager, graph = seconds_at(m, "cuda", 4), seconds_at(m, "cuda", 5)
     if eager and graph and graph < eager:
         parts.append(f"launching kernels one by one is {1 - graph / eager:.0%} of the GPU's in-memory eager time "
@@ -126,7 +126,7 @@ def first_screen(df: pd.DataFrame | None, reference: pd.DataFrame | None = None,
     published = published if published is not None else load_published()
     own, ref = ladder_rows(df, "measured here"), ladder_rows(reference, "reference records, another machine")
     mine = machines(own)
-    every = mine + machines(ref)
+    every = mine + machines(ref)[:1]  # the reference's most complete ladder (its others are in the tables below)
     both = [m for m in every if {"cpu", "cuda"} <= set(m[m.seconds.notna()].device)]
     if both and (both[0].source.iloc[0] == "measured here" or not mine):  # a GPU and its own CPU: the answer
         first = gpu_sentence(both[0])
@@ -211,10 +211,6 @@ def _heading(lines: list[str], nb: str) -> str:
     return "## What this showed\n" + "\n".join(f"- {line}" for line in lines if line) + f"\n\n{NEXT[nb]}"
 
 
-def _k(value: float) -> str:
-    return f"{value:.2f} K"
-
-
 def model_conclusion(record: dict[str, Any], skill: pd.DataFrame | None = None) -> str:
     """02: the model's size, how its training ended, its test error against both baselines, and (with the
     skill table) at which leads it beats persistence at every point."""
@@ -234,8 +230,8 @@ def model_conclusion(record: dict[str, Any], skill: pd.DataFrame | None = None) 
         lines.append(f"Training ran {ran} of at most {cfg.get('epochs')} epochs{spent}" + (f" ({how})" if how else "") + ".")
         rmse, pers, clim = m["test_rmse_k"], m.get("persistence_rmse_k"), m.get("climatology_rmse_k")
         verdict = ("beats" if pers is not None and rmse < pers else "does not beat")
-        lines.append(f"On the test part its reported forecast errs by {_k(rmse)} RMSE at a {cfg.get('lead_hours', 1)} h "
-                     f"lead: it {verdict} persistence ({_k(pers)})" + (f" and climatology ({_k(clim)})" if clim else "")
+        lines.append(f"On the test part its reported forecast errs by {rmse:.2f} K RMSE at a {cfg.get('lead_hours', 1)} h "
+                     f"lead: it {verdict} persistence ({pers:.2f} K)" + (f" and climatology ({clim:.2f} K)" if clim else "")
                      + (f", an MSE skill score of {m['mse_skill_vs_persistence']:.2f} against persistence"
                         if m.get("mse_skill_vs_persistence") is not None else "") + ".")
     else:
