@@ -313,7 +313,7 @@ def scan_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> Reco
                 if problem is not None:
                     invalid.append((lineno, f"field {problem}"))
                     continue
-                rec.setdefault("_file", str(file))
+                rec["_file"] = str(file)  # where this read found it (a copied record may carry a stale one)
                 found.records.append(rec)
         found.broken += len(broken)
         found.invalid += len(invalid)

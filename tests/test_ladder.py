@@ -75,9 +75,11 @@ def cpu_ladder(tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_cpu_ladder_runs_every_rung_in_a_fresh_process_and_records_it(cpu_ladder):
-    records, _ = cpu_ladder
+    records, df = cpu_ladder
     cpu = [r for r in records if r["device"]["kind"] == "cpu"]
     assert [r["ladder"]["rung"] for r in cpu] == [r.rung for r in RUNGS if "cpu" in r.devices]
+    assert not [r for r in records if "_file" in r]  # no record written names a temporary file it came through
+    assert df["_file"].str.endswith("runs.jsonl").all()  # read back: the results file itself
     assert all(r["status"] == "ok" and r["timing"]["train_s"] > 0 for r in cpu), [r.get("reason") for r in cpu]
     heaps = {r["ladder"]["rung"]: r["memory"]["heap"]["policy"] for r in cpu}
     assert heaps[0] == heaps[1] == "system"  # fresh processes: the study's heap, never one a rung before kept

@@ -44,7 +44,7 @@ def _run_rung(rung: Rung, device: str, epochs: int, threads: int, folder: Path, 
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     got = read_records(out) if out.exists() else []
     if done.returncode == 0 and got:
-        return got[-1]
+        return {k: v for k, v in got[-1].items() if k != "_file"}  # the temporary file is gone: no record's source
     lines = [line for line in (done.stderr or done.stdout or "").splitlines() if line.strip()]
     why = lines[-1] if lines else f"exit status {done.returncode}"
     preset, overrides = rung_options(rung)
