@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,7 +13,6 @@ from lstmnb.cli import main
 from lstmnb.records import read_records
 from lstmnb.report.tables import SKILL_COLUMN
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_model.ipynb"
 SMALL = ["--end", "2020-01-31", "--window", "12", "--hidden", "8", "--epochs", "2", "--device", "cpu", "--no-progress"]
 POINTS = ["--source", "sample", "--point", "40,-80", "--point", "35,281.75"]
 
@@ -61,8 +59,7 @@ def test_train_prints_and_records_the_mse_skill_score(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_skill_table_records_and_notebook_02_share_one_definition(tmp_path, capsys):
-    papermill = pytest.importorskip("papermill")
+def test_skill_table_and_records_share_one_definition(tmp_path, capsys):
     # the command's table and its records
     results = tmp_path / "cli"
     assert main(["skill", *POINTS, *SMALL, "--leads", "1,3", "--results", str(results)]) == 0
@@ -81,20 +78,16 @@ def test_skill_table_records_and_notebook_02_share_one_definition(tmp_path, caps
     assert "MSE skill score, 1 - MSE_model / MSE_baseline" in out
     assert out.count("climatology: ") == 1 and out.count("reported forecast: ") == 1  # once per command
 
-    # notebook 02 with small parameters: its skill figure's data
-    nb_dir = tmp_path / "nb"
-    papermill.execute_notebook(
-        str(NOTEBOOK), str(tmp_path / "02.ipynb"), kernel_name="python3", progress_bar=False, cwd=str(tmp_path),
-        parameters={"source": "sample", "fit_split_dates": None,  # other points than the study data holds
-                    "points": [[40, -80], [35, 281.75]], "end": "2020-01-31", "window": 12, "hidden": 8, "fit_epochs": 2,
-                    "skill_leads": [1, 3], "device": "cpu", "results": str(nb_dir / "results"), "output_dir": str(nb_dir)},
-    )
-    figure = pd.read_csv(nb_dir / "tables" / "02_skill.csv")
-    assert (nb_dir / "figures" / "02_skill.png").is_file()
-    assert list(figure["point"].unique()) == ["40,-80 (cell 40.00N 280.00E)", "35,281.75 (cell 35.00N 281.75E)",
+
+def test_notebook_02s_skill_figure_is_its_records_skill(ci_series):
+    """Notebook 02 as the `ci` series ran it (the study's points, leads 1 and 3): its skill figure's data."""
+    figure = pd.read_csv(ci_series.run_dir / "tables" / "02_skill.csv")
+    assert (ci_series.run_dir / "figures" / "02_skill.png").is_file()
+    assert list(figure["point"].unique()) == ["40,280 (cell 40.00N 280.00E)", "20,280 (cell 20.00N 280.00E)",
                                               "all points (pooled)"]
     check_rows(figure.to_dict("records"))
-    nb_records = [r for r in read_records(nb_dir / "results") if r["experiment"] == "skill"]
+    nb_records = [r for r in read_records(ci_series.results) if r["experiment"] == "skill"]
+    assert sorted(r["config"]["lead_hours"] for r in nb_records) == [1, 3]
     for r in nb_records:
         check_rows(r["skill"]["per_point"])
     # the notebook's pooled rows are its records' pooled figures
