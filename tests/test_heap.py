@@ -60,20 +60,20 @@ print(json.dumps({"faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt -
 @pytest.mark.slow
 @pytest.mark.skipif(not GLIBC, reason="glibc's malloc thresholds only")
 def test_published_epoch_stops_faulting_its_buffers_in_again_with_the_same_loss():
-    """Measured here: glibc's own thresholds fault some 720,000-810,000 pages in during this run (its LSTM's
-    buffers given back and taken again every step), the kept heap about 85,000; the loss is the same bit for bit.
-    glibc's thresholds adapt to the order of the frees, and in about one fresh process in six (2 of 12 seen here,
-    the same code and venv) they settled early and faulted only some 105,000 pages: the glibc variant is run
-    again, up to four times, until it shows the excess the kept heap avoids."""
+    """Measured here: the kept heap faults some 83,000-86,000 pages in during this run (the buffers once), with
+    the same loss bit for bit as glibc's own thresholds. Those fault 700,000-810,000 pages in (the LSTM's buffers
+    given back and taken again every step) in most fresh processes, but they adapt to the order of the frees, and
+    in some processes settle early at 88,000-120,000 (2 of 12 on this machine; in one CI, 4 in a row): so the
+    test holds the kept heap to the buffers once and to no more than glibc's (within a quarter), whichever regime
+    glibc ran in; benchmarks/heap_cpu.py measures the difference."""
     def child(variant):
         out = subprocess.run([sys.executable, "-c", _CHILD, variant], capture_output=True, text=True, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    kept, tries = child("kept"), []
-    while len(tries) < 4 and (not tries or tries[-1]["faults"] <= 2 * kept["faults"]):
-        tries.append(child("glibc"))
-    assert all(t["loss"] == kept["loss"] for t in tries)
-    assert kept["faults"] * 2 < tries[-1]["faults"], (kept, tries)
+    kept, glibc = child("kept"), child("glibc")
+    assert glibc["loss"] == kept["loss"]
+    assert kept["faults"] < 200_000, kept  # about 330 MiB faulted in once; every step again, 700,000 and more
+    assert kept["faults"] <= 1.25 * glibc["faults"], (kept, glibc)
 
 
 @pytest.mark.slow
