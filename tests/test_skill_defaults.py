@@ -20,8 +20,9 @@ LEADS = (1, 6, 24)
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     # the recommended setting, as `lstmnb skill` runs it, validated on 2020-10..12 and tested on the study's test part;
-    # one thread, as the load policy mostly chooses beside the other pytest-xdist worker: two, chosen in a lull of
-    # that worker's, then share a core with it and spin (this fixture took 64 to 192 s in the suite)
+    # one thread: beside the other pytest-xdist worker the load policy mostly chooses one anyway, and two, chosen
+    # in a lull of that worker's, would share a core with it and spin (this fixture took 64 to 192 s in suites;
+    # 63 s on one thread beside one busy core)
     cfg = preset_config(device="cpu", progress=False, split_dates=("2020-10-01", "2021-01-01"), threads=1)
     return {r["config"]["lead_hours"]: r for r in skill.skill_experiment(Request(), cfg, LEADS,
                                                                           results=tmp_path_factory.mktemp("skill"))}
