@@ -189,17 +189,12 @@ def _area_file(data):
 
 def one_process(data, model_cfg, cfg, threads: int) -> dict[str, Any]:
     """The unsharded steps in this process on ``threads`` intra-op threads (put back afterwards)."""
-    import torch
-
+    from ..machine.device import torch_threads
     from ..region.shard import train_steps
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         out = train_steps(data, model_cfg, dataclasses.replace(cfg, mode="windows", world_size=1))
-        return {**out, "held_bytes": int(data.windows.series.nbytes)}
-    finally:
-        torch.set_num_threads(before)
+    return {**out, "held_bytes": int(data.windows.series.nbytes)}
 
 
 def check_world_sizes(world_sizes) -> list[int]:

@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from ..machine.cuda import fp32_math
-from ..machine.device import clock, indexed, resolve_device
+from ..machine.device import clock, indexed, resolve_device, torch_threads
 from ..errors import ConfigError
 from ..profiles import load_profile
 from ..records import Recorder
@@ -93,16 +93,6 @@ def warm_up(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, dev: torch.devi
     while clock(dev) - t0 < seconds:
         for _ in range(8 if dev.type == "cuda" else 1):
             torch.mm(a, b, out=out)
-
-
-def matmul_rate_on(threads: int, device: str | torch.device = "cpu", **kwargs: Any) -> float:
-    """``matmul_rate`` on ``threads`` intra-op threads (a run's own, from its record), put back afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        return matmul_rate(device, **kwargs)
-    finally:
-        torch.set_num_threads(before)
 
 
 def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: int = 7,
@@ -219,7 +209,8 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
             # MFU's denominator on the threads this run trained on: the load policy decides afresh at every
             # call, so a rate taken under a decision of its own could be a 1-thread rate beside a 2-thread run
             threads = rec["threads"]["used"]
-            rates.append(matmul_rate_on(threads, dev, precision=precision))
+            with torch_threads(threads):
+                rates.append(matmul_rate(dev, precision=precision))
             rec["contender"] = name
             rec["mfu_reference"] = {"matmul_flops_per_s": rates[-1], "precision": precision, "threads": threads,
                                     "gemms_per_sample": GEMMS_PER_SAMPLE if dev.type == "cuda" else 1}

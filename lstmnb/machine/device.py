@@ -10,6 +10,8 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -254,6 +256,17 @@ def busy_while(fn, *args: Any, **kwargs: Any) -> tuple[Any, float | None]:
     out = fn(*args, **kwargs)
     elapsed = max(time.perf_counter() - t0, 1e-6)
     return out, max(0.0, (machine_busy() - m0 - (own() - o0)) / elapsed)
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Torch's intra-op threads set to ``n`` inside the block, put back as they were afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def cpu_threads(requested: int | None = None) -> dict[str, Any]:

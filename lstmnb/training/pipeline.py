@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..machine.device import cpu_threads, resolve_device
+from ..machine.device import cpu_threads, resolve_device, torch_threads
 from ..errors import ConfigError, OutputError
 from ..models import Forecaster
 from ..paths import why_not_written
@@ -49,17 +49,14 @@ def check_windows(windows: Windows, cfg: TrainConfig) -> None:
 def thread_choice(cfg: TrainConfig, device: torch.device | None) -> Iterator[dict[str, Any]]:
     """Torch's intra-op threads for this run, chosen by ``device.thread_policy`` on a CPU (an explicit
     ``cfg.threads`` wins anywhere), and put back as they were afterwards."""
-    before = torch.get_num_threads()
     if cfg.threads or (device is not None and device.type == "cpu"):
         choice = cpu_threads(cfg.threads)
     else:
         where = device.type if device is not None else f"strategy {cfg.strategy}"
-        choice = {"used": before, "policy": "default", "reason": f"runs on {where}; the load policy is for CPU runs"}
-    torch.set_num_threads(choice["used"])
-    try:
+        choice = {"used": torch.get_num_threads(), "policy": "default",
+                  "reason": f"runs on {where}; the load policy is for CPU runs"}
+    with torch_threads(choice["used"]):
         yield choice
-    finally:
-        torch.set_num_threads(before)
 
 
 def recorded_run(windows: Windows, cfg: TrainConfig, state: dict[str, Any] | None) -> RunResult | None:

@@ -147,32 +147,31 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: in
         from ...machine.cuda import prepare_cuda
 
         prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
-    if dist.is_initialized():  # the caller (a notebook, a test) created the group
-        rank, world = dist.get_rank(), dist.get_world_size()
-        local_rank = int(os.environ.get("LOCAL_RANK", rank))
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        backend, owns = dist.get_backend(), False
-        if kind == "cuda":  # as for a group made here: collectives and streams on this rank's own GPU
-            torch.cuda.set_device(local_rank % torch.cuda.device_count())
-    else:
+    owns = not dist.is_initialized()  # else the caller (a notebook, a test) created the group
+    if owns:
         missing = [k for k in LAUNCH_ENV if k not in os.environ]
         if missing:
             raise ConfigError(f"strategy='ddp' needs a launcher: run under torchrun, or give nproc / --nproc N "
                               f"to start local processes (missing environment: {', '.join(missing)})")
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        local_rank = int(os.environ.get("LOCAL_RANK", rank))
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        sharing = kind == "cuda" and backend == "gloo"
-        if not sharing:
-            check_world_size(kind, local_world)
-        backend, owns = backend or ("nccl" if kind == "cuda" else "gloo"), True
-        if kind == "cuda":
-            torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    else:
+        rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if owns and not (kind == "cuda" and backend == "gloo"):  # gloo ranks may share a GPU
+        check_world_size(kind, local_world)
+    # collectives and streams on this rank's own GPU, whoever made the group
+    dev = torch.device("cuda", local_rank % torch.cuda.device_count()) if kind == "cuda" else torch.device("cpu")
+    if kind == "cuda":
+        torch.cuda.set_device(dev)
+    if owns:
+        backend = backend or ("nccl" if kind == "cuda" else "gloo")
         dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s))
+    else:
+        backend = dist.get_backend()
     chosen = rank_threads(cpu_cores(), local_world, threads) if kind == "cpu" else None
     if chosen is not None:
         torch.set_num_threads(chosen["used"])
-    dev = torch.device("cuda", local_rank % torch.cuda.device_count()) if kind == "cuda" else torch.device("cpu")
     return DistEnv(rank, world, local_rank, local_world, backend, dev, owns, chosen)
 
 

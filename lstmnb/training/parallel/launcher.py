@@ -124,8 +124,6 @@ def _died_after_its_work(workdir: Path, exc: BaseException, world: int) -> bool:
     written and the dead rank had closed its group (every rank met at the group's last barrier). gloo can
     abort a process at exit (SIGABRT, 'terminate called without an active exception'); that loses nothing,
     so it is a warning, not a failed job."""
-    import warnings
-
     i = getattr(exc, "error_index", None)
     if i is None or not (workdir / "result.pt").exists() or not (workdir / f"done-rank{i}").exists():
         return False
