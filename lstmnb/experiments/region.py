@@ -80,10 +80,8 @@ def region_memory(sides, variants=("sparse", "dense"), budget_bytes: float = 4 *
             reason = (f"predicted {row['predicted_total'] / 2**30:.2f} GiB, over the {budget_bytes / 2**30:g} GiB "
                       "budget: not run")
         case = dataclasses.replace(base, ny=int(row["ny"]), nx=int(row["nx"]), variant=row["variant"])
-        measured = row.get("measured_bytes")
-        measured = None if measured is None or pd.isna(measured) else int(measured)
-        step = row.get("step_s")
-        step = None if step is None or pd.isna(step) else float(step)
+        measured = None if pd.isna(row.get("measured_bytes")) else int(row["measured_bytes"])  # None or NaN: none
+        step = None if pd.isna(row.get("step_s")) else float(row["step_s"])
         recorder.add(new_record(
             MEMORY, status=status, reason=reason, device=base.device, profile=profile, config=dataclasses.asdict(case),
             data={"source": "synthetic", "shape": [case.ny, case.nx]}, threads=choice,
@@ -93,8 +91,7 @@ def region_memory(sides, variants=("sparse", "dense"), budget_bytes: float = 4 *
             timing={"step_s": step},
             region={"variant": row["variant"], "cells": int(row["cells"]), "target": bool(row.get("target", False)),
                     "peak_mib": None if measured is None else measured / MiB, "step_s": step}))
-    df.attrs["records"] = recorder.records
-    df.attrs["threads"] = choice
+    df.attrs.update(records=recorder.records, threads=choice)
     return df
 
 
@@ -150,9 +147,7 @@ def run_sharded(data, model_cfg, cfg, threads: int | None = 1, area=None) -> dic
     ``region.bands.AreaFile`` (a study of many runs writes it once); None: written here for this run.
 
     Returns rank 0's losses (the area's loss after each step), the slowest rank's median step seconds,
-    and every rank's cells, bytes of series held and bytes sent per step. A failing rank stops all; the
-    error says which.
-    """
+    and every rank's cells, bytes of series held and bytes sent per step."""
     from ..region.shard import check_sharded
     from ..training.parallel import spawn
 
@@ -212,15 +207,13 @@ def check_world_sizes(world_sizes) -> list[int]:
 def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *, repeats: int = 1,
                    data_info: dict | None = None, results=None,
                    profile: str | None = None, on_point: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
-    """Step time of tiles vs windows on N ranks of one thread against one process with N threads, for each
-    N of ``world_sizes`` (N = 1: the one-thread process alone), alternating ``repeats`` times; medians.
+    """Step time of tiles vs windows against one process at equal total threads (the module's docstring) for
+    each N of ``world_sizes`` (N = 1: the one-thread process alone), alternating ``repeats`` times; medians.
 
-    Returns a table with the speed-up at equal total threads, the halo bytes each rank sends per step,
-    the MiB of series the largest rank holds (tiles: its band's cells; windows: the area) and the largest
-    relative difference of the loss from the one-process loss; one record per (mode, N),
-    and one per one-process N, each with a ``threads`` section: the threads each process ran (``used``),
-    and the cores the CPU policy finds free now (``free_now``, with its reason), which says whether both
-    sides had their cores to themselves."""
+    Returns a table with the speed-up, the halo bytes each rank sends per step, the MiB of series the largest
+    rank holds (tiles: its band's cells; windows: the area) and the largest relative difference of the loss
+    from the one-process loss; one record per (mode, N) and per one-process N, whose ``threads`` section also
+    holds the cores the CPU policy finds free now (``free_now``): whether both sides had their cores alone."""
     from ..region.shard import MODES, ShardConfig, check_sharded
 
     modes = tuple(modes or MODES)

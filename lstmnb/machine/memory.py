@@ -1,11 +1,7 @@
 """Memory, per run: the peak a run reached on its device (CUDA's allocator statistics; on a CPU Linux's
 resettable resident-set high-water mark, elsewhere the process's all-time peak, said so), out-of-memory
-errors told from others, and freeing a device's cached memory between the points of a study.
-
-Also the C heap of a CPU run (``keep_freed_heap``): on glibc, freed memory is kept for the next step instead of
-being given back to the system and faulted in again.
-
-Torch, psutil and the standard library only.
+errors told from others, freeing a device's cached memory between the points of a study, and a CPU run's C
+heap (``keep_freed_heap``: on glibc, freed memory is kept for the next step, not given back and faulted in again).
 """
 
 from __future__ import annotations
@@ -100,11 +96,9 @@ def page_faults() -> int | None:
 def reset_peak_memory(device: torch.device) -> bool:
     """Start a run's peak-memory window; True if the peak read at the end will be this run's own.
 
-    CUDA: the allocator's peak statistics. CPU (and MPS, whose figure is the process's resident set):
-    Linux keeps a resettable resident-set high-water mark (writing 5 to /proc/self/clear_refs sets
-    VmHWM to the current RSS). getrusage's max RSS cannot be reset: it is the process's all-time
-    peak, so a sweep would record its largest point for every point.
-    """
+    CUDA: the allocator's peak statistics. CPU (and MPS, whose figure is the process's resident set): Linux's
+    resettable high-water mark (writing 5 to /proc/self/clear_refs sets VmHWM to the current RSS); getrusage's
+    max RSS is the process's all-time peak, so a sweep would record its largest point for every point."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return True

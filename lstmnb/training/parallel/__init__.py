@@ -1,12 +1,7 @@
-"""Multi-device training: DataParallel, and DistributedDataParallel under torchrun or self-launched.
-
-DDP runs one process per device: NCCL on GPUs, gloo on CPU. Every rank drives the same ``Trainer`` as a
-single-device run (so step, epoch loop, timing and checkpoint logic exist once); ``ddp`` wraps its
-model, gives each rank its share of every global batch, reduces the epoch figures across ranks and
-lets only rank 0 write. ``uneven_shards`` sizes each rank's share from its measured first-epoch
-throughput (``shards``). Outside ``torchrun`` the ranks are started as local processes (``launcher``),
-and rank 0 hands its result back to the caller.
-"""
+"""Multi-device training: DataParallel (``dataparallel``), and DistributedDataParallel, one process per device
+(NCCL on GPUs, gloo on CPU), each rank driving the same ``Trainer`` as a single-device run (``ddp``), under
+torchrun or started as local processes (``launcher``); ``groups`` joins them, ``shards`` sizes uneven shares
+and ``streams`` gives each its own dropout."""
 
 from __future__ import annotations
 

@@ -117,13 +117,11 @@ def _shard_sizes(cfg, world: int, options: RankOptions) -> list[int]:
 def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None = None,
                on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
                options: RankOptions | None = None, state: dict[str, Any] | None = None) -> RunResult:
-    """Train as one DDP rank; returns the same ``RunResult`` as ``training.train`` (the record on rank 0;
-    None on the other ranks, which write nothing and so skip the test evaluation that makes it).
+    """Train as one DDP rank; returns ``training.train``'s ``RunResult`` (the record None past rank 0).
 
-    ``cfg.batch_size`` is per rank: the global batch is batch_size x world_size, and one epoch covers
-    the training set once across all ranks (all but the n_train % world_size samples shuffled last, on both
-    input paths: none is taken twice). Loss and sample counts are summed across ranks, epoch time
-    is the slowest rank's. Only rank 0 writes the checkpoint.
+    ``cfg.batch_size`` is per rank, and one epoch covers the training set once across all ranks (all but the
+    n_train % world_size samples shuffled last, on both input paths: none is taken twice). Loss and sample
+    counts are summed across ranks, epoch time is the slowest rank's.
     """
     options = options or RankOptions()
     world, rank = env.world_size, env.rank
