@@ -114,8 +114,7 @@ def allreduce(cfg, acfg=None, n_features: int | None = None) -> dict[str, Any]:
 
     The gradient of the model ``cfg`` describes (on ``n_features`` inputs) is measured as its own size and
     flagged, so one can read off what an all-reduce of one step's gradients costs on this link. Returns
-    {"rows": [...], "gradient_bytes": int}.
-    """
+    {"rows": [...], "gradient_bytes": int}."""
     acfg = acfg or AllreduceConfig()
     acfg.validate()
     grad = gradient_bytes(cfg, n_features)

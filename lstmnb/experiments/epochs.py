@@ -13,12 +13,8 @@ from ..training import train, with_overrides
 def epochs_experiment(windows, data_info: dict[str, Any], base_cfg, epochs_list: Iterable[int],
                       input_paths: Iterable[str] = ("fast", "dataloader"), *, results,
                       repeats: int = 1, experiment: str = "epochs") -> list[dict[str, Any]]:
-    """Train one run per (input path, epochs, repeat) as in the published table, appending each record;
-    the repeats alternate (all rows once, then all again).
-
-    Each epochs value is a run of its own, warm-up included, because that is what the published
-    table timed. Returns the records (also appended to ``results`` unless it is None).
-    """
+    """Train one run per (input path, epochs, repeat), the repeats alternated (all rows once, then all again);
+    returns the records (also appended to ``results`` unless it is None)."""
     epochs_list = [int(e) for e in epochs_list]
     if not epochs_list or min(epochs_list) < 1:
         raise ConfigError(f"epochs_list={epochs_list!r} must be a non-empty list of whole numbers >= 1")

@@ -1,8 +1,7 @@
 """The ladder experiment: every rung of ``rungs`` on the CPU and, where there is one, the GPU of this
 machine, each run a fresh ``lstmnb train`` process (a process's C heap cannot be put back once a run kept it,
 and the study's DataLoader workers start from a fresh parent too), alternated over rounds; every run's record
-is kept, its rung in ``ladder``. A rung that cannot run here (no GPU) is recorded as skipped with the reason.
-"""
+is kept, its rung in ``ladder``. A rung that cannot run here (no GPU) is recorded as skipped with the reason."""
 
 from __future__ import annotations
 

@@ -9,8 +9,7 @@ equal total threads: N ranks of one thread each against one process with N threa
 medians over repeats, so neither side has cores the other lacks.
 
 The models, the memory model and the rank logic live in ``lstmnb.region``; sharded ranks are started by
-``training.parallel.spawn``, as DDP ranks are.
-"""
+``training.parallel.spawn``, as DDP ranks are."""
 
 from __future__ import annotations
 

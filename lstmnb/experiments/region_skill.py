@@ -8,8 +8,7 @@ validation and its stop reason, the CPU thread policy and the run record with ev
 the same forecasts), and ``sparse`` and ``dense`` differ from it only by the neighbour mix. Sparse tries
 each k of ``neighbours`` and keeps the one with the best validation RMSE; dense starts from that k's
 stencil. Each variant's chosen run is compared with ``none`` per cell: RMSE difference and MSE skill
-score, split into the cells the weather reaches first (upstream) and last (downstream).
-"""
+score, split into the cells the weather reaches first (upstream) and last (downstream)."""
 
 from __future__ import annotations
 

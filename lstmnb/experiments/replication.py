@@ -7,8 +7,7 @@ MSE averaged over the epoch's samples, where the study averaged over batches, in
 over both points fitted on the training part, std 9.91 K against the study's 10.01 K on CARC and 10.33 K on
 Colab: for the same error lstmnb's figure is 2% or 9% higher). The two are compared as they are, with a
 tolerance far wider than these differences. The same losses from the same samples per epoch are the
-evidence that a timing of this preset times the study's workload.
-"""
+evidence that a timing of this preset times the study's workload."""
 
 from __future__ import annotations
 

@@ -26,8 +26,7 @@ class ScalingConfig:
 
     strong: the global batch stays ``global_batch`` (default: the run's batch_size) and each of N
     ranks takes global_batch / N; weak: each rank keeps the run's batch_size, so the global batch
-    grows with N.
-    """
+    grows with N."""
 
     world_sizes: tuple[int, ...] = (1, 2)
     mode: str = "strong"
@@ -35,9 +34,7 @@ class ScalingConfig:
     comm_split_steps: int = 20  # steps timed with and without the gradient all-reduce per world size
 
     def per_device_batch(self, cfg, world_size: int) -> int:
-        if self.mode == "weak":
-            return cfg.batch_size
-        return (self.global_batch or cfg.batch_size) // world_size
+        return cfg.batch_size if self.mode == "weak" else (self.global_batch or cfg.batch_size) // world_size
 
     def validate(self, cfg, say: Spelling = PYTHON) -> None:
         if self.mode not in SCALING_MODES:
@@ -65,8 +62,7 @@ def scaling(windows, cfg, sc: ScalingConfig = ScalingConfig(), *, data_info: dic
 
     Each record carries ``world_size``, the batch per device and globally, per-epoch validation loss
     and cumulative seconds (for convergence vs epoch and vs wall time), and ``parallel.comm_split``:
-    the same steps timed with the gradient all-reduce and under ``no_sync``.
-    """
+    the same steps timed with the gradient all-reduce and under ``no_sync``."""
     sc.validate(cfg)
     parallel.check_world_size(parallel.ddp_device_kind(cfg.device), max(sc.world_sizes))
     recorder = Recorder(results, on_point)
@@ -89,8 +85,7 @@ def dataparallel_scaling(windows, data_info: dict[str, Any], base_cfg, world_siz
     """``nn.DataParallel`` runs over 1..N GPUs, batches sized by ``ScalingConfig`` as DDP's are.
 
     weak: each GPU keeps ``batch_size`` (DataParallel's global batch is batch_size x N); strong: the
-    global batch stays ``batch_size``. Records carry ``world_size`` like the DDP scaling records.
-    """
+    global batch stays ``batch_size``. Records carry ``world_size`` like the DDP scaling records."""
     world_sizes = [int(n) for n in world_sizes]
     sc = ScalingConfig(world_sizes=tuple(world_sizes), mode=mode, comm_split_steps=0)
     sc.validate(base_cfg)
@@ -112,8 +107,7 @@ def uneven_demo(windows, cfg, slow_rank: int = 1, seconds_per_sample: float = 2e
     """The same DDP run with one rank made slower, with even shards and with throughput-sized shards.
 
     Returns {"even": record, "balanced": record}. The slowdown is a fixed sleep per training sample
-    on ``slow_rank`` (a device that much slower); the balanced run measures it in its first epoch.
-    """
+    on ``slow_rank`` (a device that much slower); the balanced run measures it in its first epoch."""
     opts = parallel.RankOptions(slowdown_s_per_sample={slow_rank: seconds_per_sample})
     out = {}
     for name, uneven in (("even", False), ("balanced", True)):

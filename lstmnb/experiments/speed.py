@@ -2,8 +2,7 @@
 FLOPs utilisation (MFU) against this machine's own measured matmul rate.
 
 Three contenders train the same model on the same windows, alternated over repeats so that drift
-of a shared machine hits all of them alike; medians are reported.
-"""
+of a shared machine hits all of them alike; medians are reported."""
 
 from __future__ import annotations
 
@@ -174,8 +173,7 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
 
     The target is ``target_rmse`` (K), else ``target_fraction`` (None: 0.9) of persistence's validation RMSE.
     ``windows`` may be given to skip extraction (tests use tiny ones); ``base`` supplies settings
-    that all contenders share (e.g. a smaller hidden size in tests).
-    """
+    that all contenders share (e.g. a smaller hidden size in tests)."""
     from tqdm.auto import tqdm
 
     if repeats < 1 or max_epochs < 1:

@@ -33,8 +33,7 @@ class SweepConfig:
     per-process fraction, on CPU through the process's data-segment limit (RLIMIT_DATA) set to what
     it uses now plus the cap. Either way an allocation past the cap really fails, so the sweep's OOM
     handling is what a real device limit exercises. A capped point runs in a child process of its
-    own: the cap, and what it needs (small thread stacks), never touch the caller's process.
-    """
+    own: the cap, and what it needs (small thread stacks), never touch the caller's process."""
 
     start: int = 32
     factor: int = 4
@@ -246,8 +245,7 @@ def batch_sweep(windows, cfg, sweep: SweepConfig = SweepConfig(), *, data_info: 
     A point that runs out of memory is recorded with status ``oom`` and ends the sweep (a capped point
     whose process dies for another reason: ``failed``, with the reason); memory is freed
     between points. Each ok record has time per epoch and the final validation RMSE, so speed and
-    quality can be read side by side. Under ``memory_cap_mb`` each point runs in a child process.
-    """
+    quality can be read side by side. Under ``memory_cap_mb`` each point runs in a child process."""
     sweep.validate()
     device = resolve_device(cfg.device)
     n_train = windows.x["train"].shape[0]

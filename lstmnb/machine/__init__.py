@@ -5,5 +5,4 @@ cuDNN, bf16, TF32, kernels for a GPU), ``memory`` (a run's peak memory, the C he
 
 A leaf: it imports torch, psutil, the standard library and ``lstmnb.errors`` only; anything may use it.
 Import the module you need (``from lstmnb.machine.device import resolve_device``): this file imports nothing,
-so reading records or parsing options pays for no torch.
-"""
+so reading records or parsing options pays for no torch."""

@@ -3,8 +3,7 @@ GPUs' compute capabilities, native bfloat16, the TF32 math modes, and whether th
 kernels for a GPU. docs/gpu.md says which source or document each rule follows.
 
 Nothing here initialises CUDA unless a CUDA device is in use (``cudnn_state`` does; ``cudnn_version`` does
-not), so a CPU run, a record's software section and a memory-capped child never start the CUDA driver here.
-"""
+not), so a CPU run, a record's software section and a memory-capped child never start the CUDA driver here."""
 
 from __future__ import annotations
 

@@ -180,8 +180,7 @@ def thread_policy(cores: int, busy: float | None, default: int, *, own: float = 
     process on 2 cores). ``busy`` is how many of the ``cores`` other processes kept busy over the last
     ``window_s`` seconds (``busy_cores``; this process's own ``own`` is already left out); the run takes the
     cores they leave, rounded, at least one. ``load_1min`` is only recorded, for comparison: the load
-    average keeps a finished job's load for a minute, so it is not what the choice reads.
-    """
+    average keeps a finished job's load for a minute, so it is not what the choice reads."""
     base: dict[str, Any] = {"cores": cores, "default": default,
                             "busy_cores": None if busy is None else round(busy, 2), "own_busy": round(own, 2),
                             "window_s": None if window_s is None else round(window_s, 3),
@@ -272,21 +271,14 @@ def torch_threads(n: int) -> Iterator[None]:
 def cpu_threads(requested: int | None = None) -> dict[str, Any]:
     """``thread_policy`` with this machine's cores, the cores other processes keep busy now (measured over
     ``BUSY_WINDOW_S``, only when neither ``requested`` nor ``OMP_NUM_THREADS`` decides) and torch's default."""
+    import psutil
+
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
     env_threads = torch.get_num_threads() if env.isdigit() and int(env) > 0 else None
     seen = busy_cores() if requested is None and env_threads is None else None
-    load = _load_average()[0]
     return thread_policy(cpu_cores(), None if seen is None else seen["others"], torch.get_num_threads(),
                          own=seen["own"] if seen else 0.0, window_s=seen["window_s"] if seen else None,
-                         load_1min=load, requested=requested, env_threads=env_threads)
-
-
-def _load_average() -> tuple[float, float, float]:
-    """The 1, 5 and 15 minute load averages (psutil's: the system's own on Linux and macOS, emulated on Windows,
-    where the first call gives zeros)."""
-    import psutil
-
-    return psutil.getloadavg()
+                         load_1min=psutil.getloadavg()[0], requested=requested, env_threads=env_threads)
 
 
 # fixed for the process: the system is asked once, not twice per record
@@ -349,8 +341,9 @@ def device_info(device: str | None = None) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "hostname": platform.node(),
         # runnable processes (1, 5, 15 min) when the record was made: on a shared machine a load above
-        # the core count means the timings of this run were taken under contention
-        "load_avg": [round(v, 2) for v in _load_average()],
+        # the core count means the timings of this run were taken under contention (psutil emulates it on
+        # Windows, where the first call gives zeros)
+        "load_avg": [round(v, 2) for v in psutil.getloadavg()],
     }
     if "SLURM_JOB_ID" in os.environ:  # the job (ids, partition, nodes; numbers as ints)
         values = {key: os.environ[var] for key, var in SLURM_FIELDS.items() if var in os.environ}

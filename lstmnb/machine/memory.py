@@ -1,8 +1,7 @@
 """Memory, per run: the peak a run reached on its device (CUDA's allocator statistics; on a CPU Linux's
 resettable resident-set high-water mark, elsewhere the process's all-time peak, said so), out-of-memory
 errors told from others, freeing a device's cached memory between the points of a study, and a CPU run's C
-heap (``keep_freed_heap``: on glibc, freed memory is kept for the next step, not given back and faulted in again).
-"""
+heap (``keep_freed_heap``: on glibc, freed memory is kept for the next step, not given back and faulted in again)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,7 @@ history), ``step`` (the batches that feed the step, the step, its optimiser and 
 ``checkpoints`` and ``parallel`` (DDP, DataParallel).
 
 ``from lstmnb import train`` gives this package (documented API): ``train.run(request, train.TrainConfig())``.
-See docs/architecture.md.
-"""
+See docs/architecture.md."""
 
 from .checkpoints import CHECKPOINT_FORMAT
 from .config import (AMP_MODES, INPUT_PATHS, LR_SCHEDULES, PRESETS, STRATEGIES, TrainConfig, config_from_dict,

@@ -14,8 +14,7 @@ state, history) refuses the file instead of resuming from it. While a new checkp
 one, the checksum file lists both digests (the old one hashed from the file at the path), so a kill at any
 moment, however many saves were killed before, leaves a file its checksum accepts. Every save writes the
 checksum, so a file without one (an older lstmnb's, a foreign one, a copy made without it) is refused in one
-line. A run reads its checkpoint once, before any work (``open_checkpoint``); read one with ``read_checkpoint``.
-"""
+line. A run reads its checkpoint once, before any work (``open_checkpoint``); read one with ``read_checkpoint``."""
 
 from __future__ import annotations
 

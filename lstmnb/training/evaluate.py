@@ -10,8 +10,7 @@ forecast lose to persistence on the validation part; where the network is worse 
 point (a smooth ocean point, whose small errors weigh nothing in a loss pooled over stormy land points),
 that point's forecast leans on persistence instead. At long leads climatology earns weight too: errors
 of persistence and climatology are only partly correlated, so a blend beats both. The weights are
-fitted on validation only, never on test; the record keeps them (``skill.blend``).
-"""
+fitted on validation only, never on test; the record keeps them (``skill.blend``)."""
 
 from __future__ import annotations
 

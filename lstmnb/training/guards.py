@@ -15,8 +15,7 @@ DDP ranks check at the end of each epoch only, together: every rank's first bad 
 the smallest across ranks, so all ranks stop at the same point and no rank is left waiting in a
 collective. A non-finite gradient where no norm is computed shows one step later, as the loss of the
 weights it produced. With float16 autocast the GradScaler skips steps whose gradients overflow (that is
-its job), so gradient norms are not checked there.
-"""
+its job), so gradient norms are not checked there."""
 
 from __future__ import annotations
 

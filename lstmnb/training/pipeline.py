@@ -84,8 +84,7 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
     was recorded trains nothing and returns that record (``RunResult.recorded`` says where it is).
     ``model``: a network of the caller's to train instead of the point Forecaster (one device, no
     checkpoint; region mode's neighbour models). ``state``: what ``open_checkpoint(cfg)`` gave the caller
-    (``run`` reads it before the data); by default it is read here.
-    """
+    (``run`` reads it before the data); by default it is read here."""
     cfg.validate()
     check_windows(windows, cfg)
     if model is not None and (cfg.strategy != "single" or cfg.checkpoint):
@@ -118,8 +117,7 @@ def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress:
     """Extract (or read from cache) the request's series and window it as ``cfg`` says (``keys``: as keyed
     windows, see ``windows.make_windows``).
 
-    Returns (windows, data_info) where data_info is the record's ``data`` section.
-    """
+    Returns (windows, data_info) where data_info is the record's ``data`` section."""
     from .. import data
 
     cfg.validate()  # before the extraction, which may be a download

@@ -143,16 +143,13 @@ class Feed:
 
 @dataclass
 class StepParts:
-    """What a training step touches, and nothing that holds the Trainer: ``model`` (what runs the
-    forward pass, perhaps compiled or wrapped), ``core`` (its parameters, clipped), ``opt``, ``loss``,
-    ``guard`` (the divergence guard, which sees gradient norms and losses), the autocast dtype and the
-    clipping norm."""
+    """What a training step touches, and nothing that holds the Trainer."""
 
-    model: nn.Module
-    core: nn.Module
+    model: nn.Module  # what runs the forward pass, perhaps compiled or wrapped
+    core: nn.Module  # its parameters, clipped
     opt: torch.optim.Optimizer
     loss: LossFn
-    guard: object
+    guard: object  # the divergence guard, which sees gradient norms and losses
     adtype: torch.dtype | None
     grad_clip: float | None
     batch_size: int
@@ -241,6 +238,7 @@ def make_scheduler(opt: torch.optim.Optimizer, cfg, steps_per_epoch: int):
 
 GRAPH_WARMUP_STEPS = 3  # eager steps on a side stream before the capture (PyTorch's whole-network recipe)
 STEPS_TO_CAPTURE = GRAPH_WARMUP_STEPS + 1  # full batches a run needs before a graph replays anything
+CAPTURE_NEEDS = f"a capture needs {STEPS_TO_CAPTURE} ({GRAPH_WARMUP_STEPS} eager warm-up steps, then the captured one)"
 # torch warns when a side-stream backward meets gradients made on the default stream; harmless here
 STREAM_WARNING = ".*AccumulateGrad.*stream"
 # torch/optim/optimizer.py, _accelerator_graph_capture_health_check: once per optimizer whose capturable step
@@ -268,8 +266,7 @@ def graph_plan(cfg, device: torch.device, adtype: torch.dtype | None,
     if cfg.compile:
         return False, "compile=True; torch.compile manages its own graphs"
     if full_batches is not None and full_batches < STEPS_TO_CAPTURE:
-        return False, (f"the run has {full_batches} full batch(es) of {cfg.batch_size}; a capture needs "
-                       f"{STEPS_TO_CAPTURE} ({GRAPH_WARMUP_STEPS} eager warm-up steps, then the captured one)")
+        return False, f"the run has {full_batches} full batch(es) of {cfg.batch_size}; {CAPTURE_NEEDS}"
     where = f" on {device}" if device.index is not None else ""
     return True, (f"captured{where} after {GRAPH_WARMUP_STEPS} eager warm-up steps, replayed for every full "
                   f"batch (the batch gather and the loss sum inside the graph)")
@@ -298,8 +295,7 @@ def graph_record(planned: bool, reason: str, *, replays: int = 0, full_batches: 
     out["steps"] = steps
     if replays == 0:
         out["reason"] = (f"planned, but nothing was captured: the run reached {full_batches} full batch(es) of "
-                         f"{batch_size}; a capture needs {STEPS_TO_CAPTURE} ({GRAPH_WARMUP_STEPS} eager warm-up "
-                         f"steps, then the captured one)")
+                         f"{batch_size}; {CAPTURE_NEEDS}")
     return out
 
 

@@ -3,8 +3,7 @@ step, the epoch loop, validation, history and checkpoints), and the record it fi
 ladder (``with_rung``; ``skipped_record`` for a run that gave no figures).
 
 Timing follows docs/architecture.md: the device is synchronised before every clock read, the first
-(warm-up) epoch is reported apart from the steady epochs, and evaluation time is kept out of training time.
-"""
+(warm-up) epoch is reported apart from the steady epochs, and evaluation time is kept out of training time."""
 
 from __future__ import annotations
 
@@ -116,8 +115,7 @@ class Trainer:
                          adtype=self.adtype, grad_clip=self.cfg.grad_clip, batch_size=self.cfg.batch_size)
 
     def step(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        """One optimiser step; returns the detached loss (no host sync). The loss is
-        ``Feed.loss``: MSE, weighted per sample by the last column of ``yb`` with point weights."""
+        """One optimiser step on ``Feed.loss``; returns the detached loss (no host sync)."""
         return optimizer_step(self.step_parts(), xb, yb, scaler=self.scaler, sched=self.sched)
 
     def run_epoch(self, batches) -> tuple[torch.Tensor, int, float]:
@@ -173,8 +171,7 @@ class Trainer:
         ``reduce(epoch, loss_sum, seen, seconds)`` combines the ranks' figures into (mean loss, samples,
         seconds, extra entry fields); ``agree(stop)`` makes every rank take rank 0's stopping decision.
         A single process passes none of them. The loop ends early at a non-finite loss, gradient norm or
-        forecast (``Diverged``; ``self.guard.found`` says where).
-        """
+        forecast (``Diverged``; ``self.guard.found`` says where)."""
         if self.stopped_early:  # resumed after the run had already stopped early: nothing to train
             return
         from tqdm.auto import tqdm
@@ -228,12 +225,8 @@ class Trainer:
         return cap
 
     def finish(self, data_info: dict[str, Any] | None, **extra: Any) -> dict[str, Any] | None:
-        """Restore the best weights when early stopping, evaluate on test, build the record.
-
-        A DDP rank that does not write returns None: its record would be discarded, and building it
-        costs a test-set evaluation and a git subprocess. It still restores the best weights, so its
-        returned model is the writer's.
-        """
+        """Restore the best weights when early stopping, evaluate on test, build the record. A DDP rank that
+        does not write returns None (no test evaluation and git subprocess for a record it would discard)."""
         if self.cfg.patience and self.best.get("state") is not None:
             self.core.load_state_dict(self.best["state"])
         if not self.writer:
@@ -246,9 +239,8 @@ class Trainer:
                                   self.cfg, resumed=self.start_epoch > 0, history=self.history, best=self.best), **extra))
 
     def warmup_epochs(self) -> int:
-        """Epochs kept out of the steady timing: the first one, or, for a graph run with fewer than
-        ``STEPS_TO_CAPTURE`` full batches an epoch, every epoch up to the one with the capture
-        (``step.capture_epoch``), counted from the process's first epoch: a resumed run warms up again."""
+        """Epochs kept out of the steady timing (``step.capture_epoch``), counted from the process's first epoch:
+        a resumed run warms up again."""
         return capture_epoch(self.use_graph, self.n_train // self.cfg.batch_size)
 
 

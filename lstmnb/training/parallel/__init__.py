@@ -26,8 +26,7 @@ def train_parallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
 
     Under torchrun (or in a process group the caller made) this process is one rank; otherwise
     ``cfg.nproc`` (default 1) local processes are started. ``state``: the checkpoint the caller already
-    loaded for ``cfg.resume``.
-    """
+    loaded for ``cfg.resume``."""
     if cfg.strategy == "dataparallel":
         return train_dataparallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, state=state)
     if (dist.is_available() and dist.is_initialized()) or under_launcher():

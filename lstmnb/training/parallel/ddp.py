@@ -62,8 +62,7 @@ def comm_split(tr: Trainer, ddp: nn.parallel.DistributedDataParallel, env: DistE
     alternated ``COMM_SPLIT_REPEATS`` times after a warm-up; the medians are compared.
 
     The difference is the communication the backward pass could not hide, measured rather than
-    inferred. Model, optimiser and schedule are restored afterwards, so the run's results are unchanged.
-    """
+    inferred. Model, optimiser and schedule are restored afterwards, so the run's results are unchanged."""
     saved = copy.deepcopy({"model": tr.core.state_dict(), "opt": tr.opt.state_dict(),
                            "sched": tr.sched.state_dict() if tr.sched is not None else None})
     b = tr.cfg.batch_size
@@ -121,8 +120,7 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
 
     ``cfg.batch_size`` is per rank, and one epoch covers the training set once across all ranks (all but the
     n_train % world_size samples shuffled last, on both input paths: none is taken twice). Loss and sample
-    counts are summed across ranks, epoch time is the slowest rank's.
-    """
+    counts are summed across ranks, epoch time is the slowest rank's."""
     options = options or RankOptions()
     world, rank = env.world_size, env.rank
     n_train = windows.x["train"].shape[0]

@@ -2,8 +2,7 @@
 and leaving the group, and turning a lost peer into one clear error.
 
 NCCL on GPUs, gloo on CPU; ``init_distributed`` reads the launcher's environment (torchrun, or
-``launcher.spawn`` for local ranks).
-"""
+``launcher.spawn`` for local ranks)."""
 
 from __future__ import annotations
 
@@ -140,8 +139,7 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: in
     fail instead of hanging. CPU ranks get ``threads`` intra-op threads (default: the node's cores
     divided among its ranks, so ranks do not fight over cores). ``backend='gloo'`` on CUDA lets several
     ranks share a GPU (rank r on cuda:r mod GPUs): a correctness check of the multi-rank CUDA path on a
-    one-GPU machine, not a way to measure speed.
-    """
+    one-GPU machine, not a way to measure speed."""
     kind = ddp_device_kind(device)
     if kind == "cuda":
         from ...machine.cuda import prepare_cuda

@@ -80,8 +80,7 @@ def _launch_error(workdir: Path, exc: BaseException, world: int, exitcodes: dict
 
     In order: a rank's own error (bad input, a bug), then a rank that died without a word (killed,
     crashed; under NCCL a SIGABRT is NCCL's watchdog ending a rank whose collective timed out or whose
-    peer failed, before Python could report it), then a rank's report that it lost contact with the others.
-    """
+    peer failed, before Python could report it), then a rank's report that it lost contact with the others."""
     reports = []
     for f in sorted(workdir.glob("error-rank*.json")):
         try:
@@ -141,8 +140,7 @@ def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwar
 
     Returns rank 0's return value. If any rank fails, the others are stopped and the clearest error is
     raised here: the failing rank's own message, or which rank died and how. ``deadline_s`` bounds the
-    whole job. With ``on_message``, ``fn`` gets a ``queue`` whose items are passed to it as they arrive.
-    """
+    whole job. With ``on_message``, ``fn`` gets a ``queue`` whose items are passed to it as they arrive."""
     import torch.multiprocessing as mp
 
     kind = ddp_device_kind(device)
@@ -215,8 +213,7 @@ def launch_train(windows, cfg, world_size: int | None = None, *, data_info: dict
     checkpoint the run continues, as ``pipeline.train`` read it (the ranks do not read it again).
 
     ``on_epoch_end`` runs here, in the caller's process, with rank 0's epoch entries as they finish, so a
-    notebook can plot live. The returned model lives on the CPU.
-    """
+    notebook can plot live. The returned model lives on the CPU."""
     world = world_size or cfg.nproc or 1
     cfg = replace(cfg, strategy="ddp", nproc=world)
     cfg.validate()

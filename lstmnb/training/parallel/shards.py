@@ -20,8 +20,7 @@ def balanced_sizes(global_batch: int, throughputs: list[float]) -> list[int]:
     """Split ``global_batch`` samples among ranks in proportion to their samples/s (each >= 1, exact sum).
 
     Largest-remainder rounding, so the sizes add up to the global batch and the step count per epoch
-    does not change when the shares do.
-    """
+    does not change when the shares do."""
     n = len(throughputs)
     if global_batch < n:
         raise ConfigError(f"global batch {global_batch} is smaller than world_size={n}; each rank needs a sample")
@@ -44,8 +43,7 @@ class ShareBalancer:
     Rank r's gradient is a mean over its b_r samples; scaling it by b_r / B before a SUM all-reduce
     gives the mean over the whole global batch B, as one process on that batch would compute. While
     ``measuring``, each step's local compute time runs from the forward pre-hook to the moment the last
-    gradient bucket is ready (before any wait for other ranks), so the throughput is the rank's own.
-    """
+    gradient bucket is ready (before any wait for other ranks), so the throughput is the rank's own."""
 
     def __init__(self, env: DistEnv, weight: float):
         self.env, self.weight = env, weight

@@ -7,8 +7,7 @@ So after the weights are made, each part past the first draws from a stream of i
 the seed, its rank (or GPU) and the epoch it starts at (a resumed run starts new streams there; rank 0
 continues the checkpoint's). Rank 0 and cuda:0 keep the seed's stream: one rank draws what a
 one-process run draws. The batches' order comes from the Trainer's own generator, never from these
-streams, so every rank still takes its share of the same permutation.
-"""
+streams, so every rank still takes its share of the same permutation."""
 
 from __future__ import annotations
 
