@@ -53,12 +53,10 @@ def _allreduce_job(env: DistEnv, sizes: list[int], budget_s: float, min_iters: i
             dist.all_reduce(buf)
         t = torch.tensor([(clock(env.device) - t0) / iters], dtype=torch.float64, device=env.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        sec = t.item()
-        n = env.world_size
+        sec, n = t.item(), env.world_size
         algbw = nbytes / sec / 1e9
         rows.append({"bytes": nbytes, "world_size": n, "backend": env.backend, "device": str(env.device),
-                     "iters": iters, "time_us": sec * 1e6, "algbw_gbps": algbw,
-                     "busbw_gbps": algbw * 2 * (n - 1) / n})
+                     "iters": iters, "time_us": sec * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * 2 * (n - 1) / n})
     return rows
 
 
@@ -135,5 +133,3 @@ def allreduce_record(out: dict[str, Any], acfg, cfg) -> dict[str, Any]:
                                  "backend": out["rows"][0]["backend"] if out["rows"] else None,
                                  "config": asdict(acfg)},
                       config=asdict(cfg))
-
-

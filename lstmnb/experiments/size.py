@@ -149,4 +149,3 @@ def format_size_table(table: pd.DataFrame) -> pd.DataFrame:
         out[col] = table[col].map(lambda v, f=fmt[col[0]]: "-" if pd.isna(v) else f.format(v))
     out.columns = [f"{a} {b}" for a, b in table.columns]
     return out
-

@@ -52,16 +52,14 @@ def profile_for(device: torch.device) -> str:
 def contender_settings(name: str, profile: str = "cpu") -> dict[str, Any]:
     """The TrainConfig overrides of one contender (the recommended one: measured, from ``profile``, a shipped
     name or .yaml path)."""
-    if name == "published":
-        return dict(PUBLISHED)
-    if name == "fast":
-        return dict(FAST_SAME_BATCH)
-    if name == "recommended":
-        rec = load_profile(profile).parameters.get("recommended") or {}
-        if not rec:
-            raise ConfigError(f"profile {profile!r} has no recommended setting; measure one with `lstmnb bench speed`")
-        return dict(FAST_SAME_BATCH, **rec)
-    raise ConfigError(f"contender {name!r} is not one of {', '.join(CONTENDERS)}")
+    if name not in CONTENDERS:
+        raise ConfigError(f"contender {name!r} is not one of {', '.join(CONTENDERS)}")
+    if name != "recommended":
+        return dict(PUBLISHED if name == "published" else FAST_SAME_BATCH)
+    rec = load_profile(profile).parameters.get("recommended") or {}
+    if not rec:
+        raise ConfigError(f"profile {profile!r} has no recommended setting; measure one with `lstmnb bench speed`")
+    return dict(FAST_SAME_BATCH, **rec)
 
 
 GEMMS_PER_SAMPLE = 30  # a GPU sample: back-to-back GEMMs between two CUDA events, one synchronisation

@@ -205,4 +205,3 @@ def arch_problem(name: str, capability: tuple[int, int], arch_list: list[str]) -
     have = " ".join(arch_list) or "none"
     return (f"{name} (SM {major}.{minor}, sm_{major}{minor}) has no kernels in this torch build (its architectures: "
             f"{have}); install {OLD_GPU_BUILDS}, or use --device cpu")
-

@@ -81,4 +81,3 @@ def train_dataparallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
             "peak_mb_per_gpu": [torch.cuda.max_memory_allocated(i) / 2**20 for i in range(n)]}
     record = tr.finish(data_info, world_size=n, parallel=info)
     return RunResult(record=record, model=tr.core, windows=windows, device=device, history=tr.history)
-
