@@ -233,8 +233,7 @@ def _capped_point(windows, point, data_info, cap_mb: float) -> tuple[dict[str, A
     kind, value = answer
     if kind == "error":
         raise value
-    rec, oom = value
-    return rec, oom, "oom"
+    return (*value, "oom")  # _point's (record, oom reason)
 
 
 def batch_sweep(windows, cfg, sweep: SweepConfig = SweepConfig(), *, data_info: dict[str, Any] | None = None,

@@ -16,9 +16,8 @@ from .step import WindowDataset, make_optimizer, restore_optimizer
 from .trainer import Trainer, skipped_record
 
 __all__ = [
-    "AMP_MODES", "CHECKPOINT_FORMAT", "INPUT_PATHS", "LR_SCHEDULES", "PRESETS", "RunResult", "STRATEGIES", "TrainConfig",
-    "Trainer", "WindowDataset", "check_windows", "config_from_dict", "make_optimizer", "predict",
-    "preset_config", "prepare_windows", "record_run", "restore_optimizer", "rmse_kelvin", "run", "skipped_record", "summarize_timing",
-    "thread_choice", "time_to_target", "train",
-    "with_overrides",
+    "AMP_MODES", "CHECKPOINT_FORMAT", "INPUT_PATHS", "LR_SCHEDULES", "PRESETS", "RunResult", "STRATEGIES",
+    "TrainConfig", "Trainer", "WindowDataset", "check_windows", "config_from_dict", "make_optimizer", "predict",
+    "preset_config", "prepare_windows", "record_run", "restore_optimizer", "rmse_kelvin", "run", "skipped_record",
+    "summarize_timing", "thread_choice", "time_to_target", "train", "with_overrides",
 ]
