@@ -305,16 +305,11 @@ class TrainConfig:
             raise say.refuse("split_dates", sd, "must be two dates VAL_START,TEST_START, e.g. 2021-01-01,2021-04-01")
         import pandas as pd
 
-        stamps = []
-        for d in sd:
-            try:
-                ts = pd.Timestamp(str(d))
-            except (ValueError, TypeError, OverflowError):
-                ts = pd.NaT
+        stamps = [pd.to_datetime(str(d), errors="coerce") for d in sd]  # NaT: not a date
+        for d, ts in zip(sd, stamps):
             if not isinstance(d, str) or ts is pd.NaT:
                 raise say.refuse("split_dates", sd, f": split date {d!r} is not a date like 2021-01-01 "
                                  "(VAL_START,TEST_START)")
-            stamps.append(ts)
         if not stamps[0] <= stamps[1]:
             raise say.refuse("split_dates", sd, ": the validation start must not come after the test start")
         if stamps[0] == stamps[1]:  # no validation part (the published setting): what needs one
