@@ -237,5 +237,4 @@ def region_windows(request, cfg, *, progress: bool = True):
         raise ConfigError("region mode works on a box of cells, not on points; give --box LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
     windows, info = prepare_windows(request, cfg, progress=progress, keys=True)
     grid = Grid(np.asarray(info["grid"]["latitude"], dtype=np.float64), np.asarray(info["grid"]["longitude"], dtype=np.float64))
-    ny, nx = grid.shape
-    return RegionData(windows, grid), {**info, "shape": [ny, nx]}
+    return RegionData(windows, grid), {**info, "shape": list(grid.shape)}
