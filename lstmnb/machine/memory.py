@@ -5,6 +5,7 @@ heap (``keep_freed_heap``: on glibc, freed memory is kept for the next step, not
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import platform
@@ -19,13 +20,10 @@ def proc_status_kb(field: str) -> int | None:
     (every system but Linux: ``peak_memory_mb`` then says why and gives psutil's process-wide figure)."""
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        with open("/proc/self/status") as fh:  # portable: Linux only, returned early above
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as fh:  # Linux only
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
     return None
 
 

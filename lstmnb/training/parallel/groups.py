@@ -6,6 +6,7 @@ NCCL on GPUs, gloo on CPU; ``init_distributed`` reads the launcher's environment
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import socket
@@ -177,10 +178,8 @@ def close_distributed(env: DistEnv) -> None:
     """Destroy the process group if this module created it, once every rank has got here: a rank that
     tears its group down while another still talks to it can abort (gloo: SIGABRT at exit)."""
     if env.owns_group and dist.is_initialized():
-        try:
+        with contextlib.suppress(Exception):  # a peer already gone: nothing left to wait for
             barrier(env)
-        except Exception:  # noqa: BLE001 - a peer already gone: nothing left to wait for
-            pass
         dist.destroy_process_group()
 
 

@@ -3,6 +3,7 @@ result comes back to the caller; a failing rank stops the others, and the cleare
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -83,10 +84,8 @@ def _launch_error(workdir: Path, exc: BaseException, world: int, exitcodes: dict
     peer failed, before Python could report it), then a rank's report that it lost contact with the others."""
     reports = []
     for f in sorted(workdir.glob("error-rank*.json")):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a report half-written by a killed rank
             reports.append(json.loads(f.read_text()))
-        except (OSError, ValueError):
-            pass
     own = [r for r in reports if r["type"] != "DistributedError"]
     if own:
         r = own[0]
