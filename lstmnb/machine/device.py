@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import torch
@@ -290,7 +290,7 @@ def cpu_model() -> str:
 
 
 def _named_cpu() -> str | None:
-    try:
+    with suppress(OSError, subprocess.SubprocessError):
         if sys.platform.startswith("linux"):
             with open("/proc/cpuinfo") as fh:  # portable: Linux only (checked above)
                 for line in fh:
@@ -305,8 +305,6 @@ def _named_cpu() -> str | None:
 
             with winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE, r"HARDWARE\DESCRIPTION\System\CentralProcessor\0") as key:
                 return str(winreg.QueryValueEx(key, "ProcessorNameString")[0]).strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
     return None
 
 
