@@ -7,6 +7,7 @@ Timing follows docs/architecture.md: the device is synchronised before every clo
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
@@ -177,9 +178,8 @@ class Trainer:
         from tqdm.auto import tqdm
 
         batches = batches or self.feed.whole_set_batches(self.graph is not None)
-        bar = tqdm(total=self.cfg.epochs, initial=self.start_epoch, desc=desc, unit="epoch",
-                   disable=not (show and self.cfg.progress), leave=False)
-        try:
+        with tqdm(total=self.cfg.epochs, initial=self.start_epoch, desc=desc, unit="epoch",
+                  disable=not (show and self.cfg.progress), leave=False) as bar, contextlib.suppress(Diverged):
             for epoch in range(self.start_epoch, self.cfg.epochs):
                 loss_sum, seen, train_s = self.run_epoch(batches(epoch))
                 if reduce is not None:
@@ -197,10 +197,6 @@ class Trainer:
                 self.stopped_early = agree(stop) if agree is not None else stop
                 if self.stopped_early:
                     break
-        except Diverged:
-            pass
-        finally:
-            bar.close()
 
     def should_stop(self) -> bool:
         """Early stopping as the config says (``TrainConfig.stops_after``); once stopped, it stays stopped,
