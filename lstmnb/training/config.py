@@ -104,53 +104,42 @@ class TrainConfig:
         Rule("pattern", pattern=r"auto|cpu|mps|cuda(:\d+)?", says=DEVICE_CHOICES))
     strategy: str = knob("single", (
         "single device, dataparallel (nn.DataParallel) or ddp (DistributedDataParallel)"), choice(STRATEGIES))
-    nproc: int | None = knob(None, (
-        "ddp outside torchrun: launch this many local processes (one per GPU, or gloo ranks on CPU); "
-        "dataparallel: GPUs to use (default all)"), whole(1, local_rank_limit))
+    nproc: int | None = knob(None, "ddp outside torchrun: launch this many local processes (one per GPU, or gloo ranks "
+        "on CPU); dataparallel: GPUs to use (default all)", whole(1, local_rank_limit))
     bucket_cap_mb: float = knob(25.0, (
         "ddp: gradient bucket size in MB, up to 1e6 (all-reduce of a full bucket overlaps the backward)"),
         number(positive=True, hi=MAX_BUCKET_CAP_MB, unit=" of MB",
                note="about 1 TB; one bucket that size holds every gradient"))
     grad_as_bucket_view: bool = knob(False, (
         "ddp: let gradients be views into the all-reduce buckets (saves memory and a copy)"))
-    static_graph: bool = knob(False, (
-        "ddp: declare the graph identical every step (DDP skips per-step bookkeeping)"))
-    uneven_shards: bool = knob(False, (
-        "ddp, fast path: after the first epoch size each rank's batch from its measured throughput (mixed "
-        "or unequal devices)"))
-    dist_timeout_s: float = knob(300.0, (
-        "ddp: seconds a collective may wait for the other ranks before the run fails"),
+    static_graph: bool = knob(False, "ddp: declare the graph identical every step (DDP skips per-step bookkeeping)")
+    uneven_shards: bool = knob(False, "ddp, fast path: after the first epoch size each rank's batch from its measured "
+        "throughput (mixed or unequal devices)")
+    dist_timeout_s: float = knob(300.0, "ddp: seconds a collective may wait for the other ranks before the run fails",
         number(MIN_TIMEOUT_S, hi=MAX_TIMEOUT_S, says=f"{MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g} s"))
-    input_path: str = knob("fast", (
-        "fast: whole training set as device tensors, shuffled index batches; dataloader: per-sample "
-        "Dataset + DataLoader (the published setting)"), choice(INPUT_PATHS))
+    input_path: str = knob("fast", "fast: whole training set as device tensors, shuffled index batches; dataloader: "
+        "per-sample Dataset + DataLoader (the published setting)", choice(INPUT_PATHS))
     num_workers: int = knob(2, "DataLoader worker processes (dataloader path)", whole(0, local_rank_limit))
-    sample_tensors: str = knob("once", (
-        "dataloader path: once (float32 windows built once, a sample is a view) or per_sample (each sample's "
-        "tensors made from float64 values in the Dataset's __getitem__, as the study's code did)"),
-        choice(SAMPLE_TENSORS))
+    sample_tensors: str = knob("once", "dataloader path: once (float32 windows built once, a sample is a view) or "
+        "per_sample (each sample's tensors made from float64 values in the Dataset's __getitem__, as the study's code "
+        "did)", choice(SAMPLE_TENSORS))
     pin_memory: bool = knob(True, "pinned host memory for DataLoader batches (CUDA only)")
-    persistent_workers: bool = knob(True, (
-        "keep the DataLoader's workers alive between epochs (off: started afresh every epoch, as the study's "
-        "DataLoader did)"))
+    persistent_workers: bool = knob(True, "keep the DataLoader's workers alive between epochs (off: started afresh "
+        "every epoch, as the study's DataLoader did)")
     heap: str = knob("kept", (
         "a CPU run's C heap on glibc: kept (freed memory kept for the next step) or system (glibc's default "
         "thresholds, as the study's runs had); set once per process: a later run cannot put it back"), choice(HEAPS))
-    loss_every: int | None = knob(None, (
-        "steps between two reads of the loss on the host (the divergence check); none: every step on a CPU, "
-        "every 100 on a GPU (the study read it every step: a host sync per step)"), whole(1))
+    loss_every: int | None = knob(None, "steps between two reads of the loss on the host (the divergence check); none: "
+        "every step on a CPU, every 100 on a GPU (the study read it every step: a host sync per step)", whole(1))
     amp: str = knob("off", "mixed precision on CUDA: off, auto (bf16 where supported, else fp16), bf16, fp16",
         choice(AMP_MODES))
-    threads: int | None = knob(None, (
-        "torch intra-op threads on CPU (default: one per core, fewer when other processes keep the cores busy; "
-        "the record's threads section says which and why)"), whole(1, local_rank_limit))
+    threads: int | None = knob(None, "torch intra-op threads on CPU (default: one per core, fewer when other processes "
+        "keep the cores busy; the record's threads section says which and why)", whole(1, local_rank_limit))
     fused_adam: bool = knob(True, (
         "Adam's update as one fused kernel (measured no slower on CPU; fewer launches on GPUs)"))
-    compile: bool = knob(False, (
-        "torch.compile the model (measured no faster on CPU: the LSTM is one library kernel)"))
-    cuda_graph: bool = knob(True, (
-        "CUDA: capture the training step once and replay it (on by default where it applies: one GPU, "
-        "fast path, constant lr, amp off or bf16; elsewhere the run is eager and the record says why)"))
+    compile: bool = knob(False, "torch.compile the model (measured no faster on CPU: the LSTM is one library kernel)")
+    cuda_graph: bool = knob(True, "CUDA: capture the training step once and replay it (on by default where it applies: "
+        "one GPU, fast path, constant lr, amp off or bf16; elsewhere the run is eager and the record says why)")
     # optimisation
     epochs: int = knob(30, "training epochs (the cap: --patience stops earlier when validation stops improving)",
         whole(1))
@@ -174,38 +163,31 @@ class TrainConfig:
         "lead as an input (the last one is the fitted cycle at the target hour)"))
     fractions: tuple[float, float, float] = knob(DEFAULT_FRACTIONS, (
         "train,val,test fractions of the time range (chronological)"))
-    split_dates: tuple[str, str] | None = knob(None, (
-        "VAL_START,TEST_START dates instead of fractions (the same date twice: no validation part, as the published "
-        "setting)"))
+    split_dates: tuple[str, str] | None = knob(None, "VAL_START,TEST_START dates instead of fractions (the same date "
+        "twice: no validation part, as the published setting)")
     # model
     hidden: int = knob(64, "hidden units per layer", whole(1))
     layers: int = knob(1, "stacked recurrent layers", whole(1))
     dropout: float = knob(0.0, "dropout between layers", number(hi=1, open_hi=True, says="a number in [0, 1)"))
     cell: str = knob("lstm", "lstm or gru", choice(CELLS))
-    residual: bool = knob(True, (
-        "forecast the change from the last observed value (starts at persistence; part of the recommended "
-        "setting)"))
+    residual: bool = knob(True, "forecast the change from the last observed value (starts at persistence; part of the "
+        "recommended setting)")
     point_weights: str = knob("persistence", (
         "loss weight of each point's samples: none (plain MSE) or persistence (1 / the point's persistence MSE on "
         "the training part: a smooth ocean point counts as much as a stormy land point)"), choice(POINT_WEIGHTS))
-    blend: str = knob("baselines", (
-        "the reported forecast: off (the network's), persistence or baselines (per point, the convex blend of the "
-        "network with persistence, or with persistence and climatology, fitted on validation: never worse than "
-        "persistence there)"), choice(BLENDS))
+    blend: str = knob("baselines", "the reported forecast: off (the network's), persistence or baselines (per point, "
+        "the convex blend of the network with persistence, or with persistence and climatology, fitted on validation: "
+        "never worse than persistence there)", choice(BLENDS))
     # stopping, checkpoints, bookkeeping
     target_rmse: float | None = knob(None, "validation RMSE (K) whose time-to-reach is reported",
         number(positive=True, unit=" of kelvin"))
-    stop_at_target: bool = knob(False, (
-        "end the run at the first epoch whose validation RMSE reaches --target-rmse"))
-    patience: int | None = knob(5, (
-        "stop after this many epochs without validation improvement and restore the best weights (none: run every "
-        "epoch)"),
-        whole(1))
+    stop_at_target: bool = knob(False, "end the run at the first epoch whose validation RMSE reaches --target-rmse")
+    patience: int | None = knob(5, "stop after this many epochs without validation improvement and restore the best "
+        "weights (none: run every epoch)", whole(1))
     checkpoint: str | None = knob(None, "checkpoint file, written atomically after each epoch",
         Rule("name", note="leave it out"))
-    resume: bool = knob(False, (
-        "continue the run in --checkpoint without repeating finished epochs; with no checkpoint there yet, start "
-        "one (so one command serves a first run and every requeue of a batch job)"))
+    resume: bool = knob(False, "continue the run in --checkpoint without repeating finished epochs; with no checkpoint "
+        "there yet, start one (so one command serves a first run and every requeue of a batch job)")
     overwrite_checkpoint: bool = knob(False, (
         "let a new run replace the checkpoint already at --checkpoint (without it, a new run refuses that path)"))
     eval_batch_size: int = knob(8192, "batch size for validation and test predictions", whole(1))
