@@ -95,8 +95,7 @@ def dataparallel_scaling(windows, data_info: dict[str, Any], base_cfg, world_siz
         cfg = with_overrides(base_cfg, strategy="dataparallel", nproc=n, batch_size=per * n,
                              experiment=f"scaling-{mode}", checkpoint=None, resume=False)
         record = train(windows, cfg, data_info=data_info).record
-        record["scaling"] = {"mode": mode, "world_sizes": world_sizes, "per_device_batch": per,
-                             "global_batch": per * n}
+        record["scaling"] = {"mode": mode, "world_sizes": world_sizes, "per_device_batch": per, "global_batch": per * n}
         stop_if_diverged(record, results)
         recorder.add(record)
     return recorder.records

@@ -199,8 +199,7 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
     for rep in range(repeats):
         order = names if rep % 2 == 0 else names[::-1]  # alternate so drift hits all contenders alike
         for name in order:
-            cfg = replace(base, **settings[name], target_rmse=target, stop_at_target=True,
-                          seed=base.seed + rep)
+            cfg = replace(base, **settings[name], target_rmse=target, stop_at_target=True, seed=base.seed + rep)
             rec = train(windows, cfg, data_info=info).record
             # MFU's denominator on the threads this run trained on: the load policy decides afresh at every
             # call, so a rate taken under a decision of its own could be a 1-thread rate beside a 2-thread run

@@ -122,8 +122,7 @@ def peak_memory_mb(device: torch.device, since_reset: bool = True) -> dict[str, 
     hwm_kb = proc_status_kb("VmHWM") if since_reset else None
     out: dict[str, Any] = {"kind": "process_peak_rss", "peak_mb": hwm_kb / 1024 if hwm_kb is not None else None}
     if hwm_kb is None:
-        # macOS and Windows keep only the process's all-time peak (getrusage's max RSS, Windows' peak
-        # working set), which cannot be reset per run: recorded apart, under its own name, with the reason
+        # the process's all-time peak (process_peak_mb), which no reset reaches: apart, under its own name
         out["note"] = (f"no per-run peak on {platform.system() or 'this system'} (needs Linux's resettable "
                        "VmHWM through /proc/self/clear_refs); process_peak_mb is the process's all-time peak")
         out["process_peak_mb"] = process_peak_mb()

@@ -192,8 +192,7 @@ def _import_dynamo_off_stack() -> None:
     worker.join()
 
 
-def make_optimizer(model: nn.Module, cfg, device: torch.device,
-                   capturable: bool = False) -> torch.optim.Optimizer:
+def make_optimizer(model: nn.Module, cfg, device: torch.device, capturable: bool = False) -> torch.optim.Optimizer:
     """Adam; fused into one kernel per step where torch supports it on the device, and capturable
     (state on the device, no host sync) when the step is captured as a CUDA graph."""
     _import_dynamo_off_stack()

@@ -124,8 +124,7 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
     options = options or RankOptions()
     world, rank = env.world_size, env.rank
     n_train = windows.x["train"].shape[0]
-    tr = Trainer(windows, cfg, env.device, steps_per_epoch=steps_per_epoch(n_train, cfg, world),
-                 writer=env.is_writer)
+    tr = Trainer(windows, cfg, env.device, steps_per_epoch=steps_per_epoch(n_train, cfg, world), writer=env.is_writer)
     tr.restore(state)
     own_rank_stream(cfg.seed, rank, tr.start_epoch)  # the weights agree; the dropout masks need not
     tr.guard.ranks = True  # every rank stops at the first non-finite figure of any rank
