@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,11 +67,7 @@ class BlockCache:
     def covers(self, slot: int, start: int, stop: int) -> bool:
         """Whether a file of ``slot`` claims store indices ``start..stop-1`` (by name; not verified)."""
         base = slot * self.hours
-        for path in self._files(slot):
-            parsed = _parse(path.name)
-            if parsed and parsed[0] == slot and base + parsed[1] <= start and stop <= base + parsed[2]:
-                return True
-        return False
+        return any(base + a <= start and stop <= base + b for _, a, b, _ in (_parse(p.name) for p in self._files(slot)))
 
     def _files(self, slot: int) -> list[Path]:
         """The files of ``slot``, from one listing of the folder taken when first needed.
@@ -130,15 +127,13 @@ class BlockCache:
         return final
 
 
+_NAME = re.compile(r"(\d+)_(\d+)-(\d+)_([0-9a-f]+)\.npy")  # what BlockCache.write names a file
+
+
 def _parse(name: str) -> tuple[int, int, int, int] | None:
     """(slot, a, b, crc) from a block file name, or None if the name is not ours."""
-    try:
-        stem = name[:-4] if name.endswith(".npy") else None
-        slot_s, rng, crc_s = stem.split("_")  # type: ignore[union-attr]
-        a_s, b_s = rng.split("-")
-        return int(slot_s), int(a_s), int(b_s), int(crc_s, 16)
-    except (AttributeError, ValueError):
-        return None
+    match = _NAME.fullmatch(name)
+    return (int(match[1]), int(match[2]), int(match[3]), int(match[4], 16)) if match else None
 
 
 def _load(path: Path, slot: int, hours: int) -> Block | None:

@@ -17,6 +17,7 @@ import os
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
+from itertools import groupby
 
 import numpy as np
 
@@ -204,16 +205,11 @@ def _runs(needs, variables: tuple[str, ...], hours: int) -> list[tuple[str, int,
     size = max(1, min(RUN_HOURS, hours // 8))
     runs = []
     for v in variables:
-        start = prev = None
-        for t in sorted(t for vv, t in needs if vv == v):
-            if start is not None and t == prev + 1 and t // size == start // size:
-                prev = t
-                continue
-            if start is not None:
-                runs.append((v, start, prev + 1))
-            start = prev = t
-        if start is not None:
-            runs.append((v, start, prev + 1))
+        # consecutive hours keep the same hour minus position; a run also stays within one aligned stretch
+        ordered = enumerate(sorted(t for vv, t in needs if vv == v))
+        for _, run in groupby(ordered, key=lambda it: (it[1] - it[0], it[1] // size)):
+            hours_of_run = [t for _, t in run]
+            runs.append((v, hours_of_run[0], hours_of_run[-1] + 1))
     return sorted(runs, key=lambda r: (r[1], variables.index(r[0])))
 
 

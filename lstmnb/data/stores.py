@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import sys
 import weakref
 from dataclasses import dataclass
 
@@ -229,16 +230,10 @@ def _describe(exc: Exception) -> tuple[str, bool]:
     name = type(exc).__name__
     if isinstance(exc, PermissionError) or "Forbidden" in text:
         return f"{name}: {text}: access denied; check --credentials (anonymous by default)", False
-    transient = isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)) or _aiohttp_error(exc)
+    aiohttp = sys.modules.get("aiohttp")  # an aiohttp error comes only from an aiohttp already imported
+    transient = (isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError))
+                 or (aiohttp is not None and isinstance(exc, aiohttp.ClientError)))
     return f"{name}: {text}".rstrip(": "), transient
-
-
-def _aiohttp_error(exc: Exception) -> bool:
-    try:
-        import aiohttp
-    except ImportError:
-        return False
-    return isinstance(exc, aiohttp.ClientError)
 
 
 def run(coro):
