@@ -12,6 +12,8 @@ which bytes of a chunk to fetch. The values read are then decoded as xarray deco
 from __future__ import annotations
 
 import numpy as np
+import xarray as xr
+import zarr
 
 from .blosc_pipeline import PATH, WHOLE_PATH
 from .plan import Plan
@@ -27,8 +29,6 @@ class CellReader:
     """
 
     def __init__(self, plan: Plan, store: ReadStore, partial_reads: bool = True):
-        import zarr
-
         self.store = store
         self.kind = plan.kind
         pipeline = PATH if partial_reads else WHOLE_PATH
@@ -69,8 +69,6 @@ def _mask_and_scale(cf: dict | None):
     fills = [np.asarray(v, dtype=np.float64).ravel() for k, v in cf.items() if k in ("_FillValue", "missing_value")]
     if len(fills) == len(cf) and (not fills or np.isnan(np.concatenate(fills)).all()):
         return None
-    import xarray as xr
-
     def decode(values: np.ndarray) -> np.ndarray:
         var = xr.Variable(tuple(f"d{i}" for i in range(values.ndim)), values, attrs=dict(cf))
         return np.asarray(xr.conventions.decode_cf_variable("v", var, decode_times=False, decode_timedelta=False).values)
