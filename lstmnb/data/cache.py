@@ -266,8 +266,6 @@ def status(root: str | os.PathLike | None = None) -> list[dict]:
     base = extracts_root(root)
     rows = []
     grids: dict[str, tuple | None] = {}
-    if not base.is_dir():
-        return rows
     for bdir in sorted(base.glob("*/*/*/b*")):
         # A running extraction may be replacing files meanwhile (a checkpointed part by a wider one):
         # files gone by the time they are looked at are skipped, and per slot the widest one counts.

@@ -271,8 +271,7 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats) ->
     step = max(1, hours // 4)  # a checkpoint keeps at least this many new hours
 
     def frontier() -> int:
-        live = [p.frontier() for p in pending.values() if not p.failed]
-        return min(live, default=plan.i1)
+        return min((p.frontier() for p in pending.values() if not p.failed), default=plan.i1)
 
     def checkpoint(front: int) -> bool:
         """Write the received prefix of every slot holding the frontier back; True if it moved."""

@@ -137,12 +137,9 @@ def largest_side(variant: str, budget_bytes: float, base: MemoryCase = MemoryCas
 # --- measuring -------------------------------------------------------------------------------------
 
 def run_case(case: MemoryCase) -> dict:
-    """Build the model and synthetic inputs for ``case`` (``measure`` has validated it) in this process, run
-    warm-up + timed steps.
-
-    Returns peak bytes of the steps (see the module docstring for how), the median step seconds and
-    the method. On CPU call it in a fresh process (``measure``) for a clean peak.
-    """
+    """One warm-up and ``case.steps`` timed steps on synthetic inputs in this process (``measure`` has validated
+    the case): the steps' peak bytes (how: the module's text), the median step seconds, the method and the loss.
+    On CPU, call it in a fresh process (``measure``) for a clean peak."""
     import torch
 
     from .grid import Grid
@@ -216,11 +213,8 @@ def _row(case: MemoryCase, floor_bytes: int) -> dict:
 
 def measure(case: MemoryCase, floor_bytes: int = 0, timeout_s: float = 600.0) -> dict:
     """``run_case`` in a fresh Python process (CPU) or in this one (CUDA), beside the prediction (with
-    ``floor_bytes`` for the runtime).
-
-    A case that fails, is killed (out of memory) or runs past ``timeout_s`` comes back with ``status``
-    'failed' and the reason.
-    """
+    ``floor_bytes`` for the runtime). A case that fails, is killed (out of memory) or runs past ``timeout_s``
+    comes back with ``status`` 'failed' and the reason."""
     row = _row(case, floor_bytes)  # the prediction validates the case
     if case.device == "cuda":
         return {**row, **run_case(case), "status": "ok"}

@@ -186,17 +186,14 @@ class KeyedForecaster(nn.Module):
 
 def region_model(config: RegionConfig, grid: Grid, seed: int | None = 0) -> RegionForecaster:
     """The region forecaster for ``grid``: its neighbours the ``config.neighbours`` nearest cells, its
-    relation starting from the stencil on their positions (``relation.stencil_weights``).
-
-    ``seed`` fixes the initial weights (None: torch's current random state).
-    """
+    relation starting from the stencil on their positions (``relation.stencil_weights``); ``seed`` fixes the
+    initial weights (None: torch's current random state)."""
     config.validate()
     index = weight = None
     if config.neighbours:
         index = knn_index(grid.cell_lat, grid.cell_lon, config.neighbours)
         weight = stencil_weights(grid.cell_lat, grid.cell_lon, index, config.channels)
-    if seed is None:
-        return RegionForecaster(config, index, weight=weight)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with torch.random.fork_rng(devices=[], enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
         return RegionForecaster(config, index, weight=weight)

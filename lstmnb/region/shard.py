@@ -157,9 +157,7 @@ def train_steps(data: RegionData | AreaPart, model_cfg: RegionConfig, cfg: Shard
     tile = None
     if cfg.mode == "tiles":
         tile = plan_tiles(data.grid, full.mix.index.numpy() if full.mix is not None else None, world)[rank]
-        model = local_model(full, tile) if world > 1 else full
-    else:
-        model = full
+    model = local_model(full, tile) if tile is not None and world > 1 else full
     local = model.local_parameters() if cfg.mode == "tiles" else []
     shared = model.shared_parameters() if local else list(model.parameters())
     opt = off_the_gpu(torch.optim.Adam(model.parameters(), lr=cfg.lr), next(model.parameters()).device)
