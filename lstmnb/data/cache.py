@@ -6,16 +6,15 @@ Layout under ``<cache>/extracts``::
 
 A *target* is one grid cell (``cell-r<row>-c<col>``) or one box of cells; a *slot* is a fixed run of
 ``hours`` store time steps (slot k holds store indices k*hours ... (k+1)*hours-1), and a file holds the
-contiguous part ``a..b-1`` of its slot. A file is complete by construction (written to a temporary
-name, then renamed) and carries the CRC32 of its bytes in its name, so a truncated or corrupt file is
-detected, deleted and fetched again, never silently used. Slots are shared by every request that
-touches the same cells, so overlapping requests reuse each other's work.
+contiguous part ``a..b-1`` of its slot. A file is complete by construction (``paths.write_atomic``: a
+temporary name, then renamed) and carries the CRC32 of its bytes in its name, so a truncated or corrupt
+file is detected, deleted and fetched again, never silently used. Slots are shared by every request that
+touches the same cells, so overlapping requests reuse each other's work. A run removes the stale
+temporaries it finds in the folders it uses (``paths.sweep_stale_temps``: from a dead process on this
+host, or old), never those of a live extraction.
 
 ``<store_id>/store-meta.json`` keeps what checking a request needs (time axis, grid, attributes,
 variables), so a request whose blocks are all cached is answered without reaching the store.
-Files are written with ``paths.atomic_path``; a run removes the stale temporaries it finds in the
-folders it uses (``paths.sweep_stale_temps``: from a dead process on this host, or old) and never
-those of a live extraction.
 """
 
 from __future__ import annotations

@@ -207,13 +207,10 @@ def _runs(needs, variables: tuple[str, ...], hours: int) -> list[tuple[str, int,
 
 
 def _run(plan, reader, pending, needs, done, workers, hours, progress, stats) -> None:
-    """Read the needed chunks concurrently, in time order, writing each slot as it completes.
-
-    A run of hours is submitted only while it ends within ``hours`` of the frontier (the first needed
-    hour not in the cache), so a kill loses at most one block of reads. When the window reaches that
-    bound, the oldest slots' received prefixes are checkpointed (at least a quarter block each time),
-    which moves the frontier on without draining the pipeline at slot boundaries.
-    """
+    """Read the needed chunks concurrently, in time order, writing each slot as it completes. A run of hours
+    goes out only while it ends within ``hours`` of the frontier (the first needed hour not in the cache);
+    at that bound the oldest slots' received prefixes are checkpointed (at least a quarter block each time),
+    which moves the frontier on without draining the pipeline at slot boundaries."""
     index = {t.key: i for i, t in enumerate(plan.targets)}  # a points read: one value per target, in order
     order = _runs(needs, plan.variables, hours)
     per_hour: dict[int, int] = {}

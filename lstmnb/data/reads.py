@@ -21,12 +21,10 @@ from .stores import ReadStore, run
 
 
 class CellReader:
-    """Reads the plan's cells of one variable over a run of hours, as a coroutine on zarr's event loop.
-
-    A points read gives one value per target (in target order) per hour, a box read the box's
-    (rows, columns) array per hour. ``partial_reads=False`` opens the arrays with ``WholeChunksPipeline``, which
-    reads every chunk whole as zarr's default does (the extraction benchmark shows what reading only the blocks gains).
-    """
+    """Reads the plan's cells as a coroutine on zarr's event loop: per hour one value per target (in target
+    order) for points, the box's (rows, columns) array for a box. ``partial_reads=False`` opens the arrays with
+    ``WholeChunksPipeline``, which reads every chunk whole as zarr's default does (the extraction benchmark
+    shows what reading only the blocks gains)."""
 
     def __init__(self, plan: Plan, store: ReadStore, partial_reads: bool = True):
         self.store = store

@@ -104,12 +104,8 @@ def mix_source(x: torch.Tensor, n_mixed: int) -> torch.Tensor:
 
 
 class RegionForecaster(nn.Module):
-    """The point model per cell with a learned neighbour mix (see the module's docstring), on area batches.
-
-    ``index`` (cells, neighbours) lists each cell's neighbours among ``n_src`` source cells (default:
-    the cells themselves; a shard's source is its own rows plus halo rows), and ``weight`` (channels,
-    cells, neighbours) the relation's starting weights (see ``NeighbourMix``).
-    """
+    """The point model per cell with a learned neighbour mix (see the module's docstring), on area batches;
+    ``index``, ``n_src`` (default: the index's cells) and ``weight`` as ``NeighbourMix`` takes them."""
 
     def __init__(self, config: RegionConfig, index: np.ndarray | None = None, n_src: int | None = None,
                  weight: np.ndarray | None = None):
