@@ -54,29 +54,28 @@ class BloscBlocksPipeline(BatchedCodecPipeline):
     """zarr's default pipeline, except that reads of a small part of a Blosc chunk fetch only its blocks."""
 
     @property
-    def _blosc(self) -> bool:
-        """Whether chunks are plain C-order items compressed by Blosc alone (zarr v2 or v3 metadata)."""
-        if self.array_array_codecs:
-            return False
+    def _blosc(self) -> tuple[str, int] | None:
+        """Blosc's (codec name, shuffle) in numcodecs' terms where chunks are plain C-order items compressed
+        by Blosc alone (zarr v2 or v3 metadata), else None."""
         codec, after = self.array_bytes_codec, self.bytes_bytes_codecs
+        if self.array_array_codecs:
+            return None
         if isinstance(codec, V2Codec):  # zarr v2: numcodecs' compressor, no filters
-            return not after and not codec.filters and getattr(codec.compressor, "codec_id", None) == "blosc"
+            blosc = codec.compressor
+            plain = not after and not codec.filters and getattr(blosc, "codec_id", None) == "blosc"
+            return (blosc.cname, blosc.shuffle) if plain else None
         little = isinstance(codec, BytesCodec) and getattr(codec.endian, "value", codec.endian) in (None, "little")
-        return little and len(after) == 1 and isinstance(after[0], BloscCodec)
+        if not (little and len(after) == 1 and isinstance(after[0], BloscCodec)):
+            return None
+        cname, shuffle = (getattr(v, "value", v) for v in (after[0].cname, after[0].shuffle))
+        return cname, blosc_parts.BITSHUFFLE if shuffle == "bitshuffle" else 1
 
     @property
     def _in_parts(self) -> bool:
         """Whether chunks can be read in parts: Blosc with a codec and shuffle ``blosc_parts`` decodes (what
         a chunk holds is checked again by its header)."""
-        if not self._blosc or getattr(self, "_whole", False):
-            return False
-        if isinstance(self.array_bytes_codec, V2Codec):
-            blosc = self.array_bytes_codec.compressor
-            return blosc_parts.readable(blosc.cname, blosc.shuffle)
-        blosc = self.bytes_bytes_codecs[0]
-        shuffle = getattr(blosc.shuffle, "value", blosc.shuffle)
-        return blosc_parts.readable(getattr(blosc.cname, "value", blosc.cname),
-                                    blosc_parts.BITSHUFFLE if shuffle == "bitshuffle" else 1)
+        blosc = None if getattr(self, "_whole", False) else self._blosc
+        return blosc is not None and blosc_parts.readable(*blosc)
 
     async def read(self, batch_info, out, drop_axes: tuple[int, ...] = ()) -> None:
         batch_info = list(batch_info)
@@ -144,7 +143,7 @@ class BloscBlocksPipeline(BatchedCodecPipeline):
         decoded right here: zarr decodes each chunk in a worker thread, and for the study's store (13,128
         chunks of 8 bytes) the hops cost more than the decoding."""
         batch = list(chunk_bytes_and_specs)
-        if not self._blosc:
+        if self._blosc is None:
             return await super().decode_batch(batch)
         out: list = [None] * len(batch)
         rest = []

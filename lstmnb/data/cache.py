@@ -6,16 +6,15 @@ Layout under ``<cache>/extracts``::
 
 A *target* is one grid cell (``cell-r<row>-c<col>``) or one box of cells; a *slot* is a fixed run of
 ``hours`` store time steps (slot k holds store indices k*hours ... (k+1)*hours-1), and a file holds the
-contiguous part ``a..b-1`` of its slot. A file is complete by construction (written to a temporary
-name, then renamed) and carries the CRC32 of its bytes in its name, so a truncated or corrupt file is
-detected, deleted and fetched again, never silently used. Slots are shared by every request that
-touches the same cells, so overlapping requests reuse each other's work.
+contiguous part ``a..b-1`` of its slot. A file is complete by construction (``paths.write_atomic``: a
+temporary name, then renamed) and carries the CRC32 of its bytes in its name, so a truncated or corrupt
+file is detected, deleted and fetched again, never silently used. Slots are shared by every request that
+touches the same cells, so overlapping requests reuse each other's work. A run removes the stale
+temporaries it finds in the folders it uses (``paths.sweep_stale_temps``: from a dead process on this
+host, or old), never those of a live extraction.
 
 ``<store_id>/store-meta.json`` keeps what checking a request needs (time axis, grid, attributes,
 variables), so a request whose blocks are all cached is answered without reaching the store.
-Files are written with ``paths.atomic_path``; a run removes the stale temporaries it finds in the
-folders it uses (``paths.sweep_stale_temps``: from a dead process on this host, or old) and never
-those of a live extraction.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,11 +66,7 @@ class BlockCache:
     def covers(self, slot: int, start: int, stop: int) -> bool:
         """Whether a file of ``slot`` claims store indices ``start..stop-1`` (by name; not verified)."""
         base = slot * self.hours
-        for path in self._files(slot):
-            parsed = _parse(path.name)
-            if parsed and parsed[0] == slot and base + parsed[1] <= start and stop <= base + parsed[2]:
-                return True
-        return False
+        return any(base + a <= start and stop <= base + b for _, a, b, _ in (_parse(p.name) for p in self._files(slot)))
 
     def _files(self, slot: int) -> list[Path]:
         """The files of ``slot``, from one listing of the folder taken when first needed.
@@ -130,15 +126,13 @@ class BlockCache:
         return final
 
 
+_NAME = re.compile(r"(\d+)_(\d+)-(\d+)_([0-9a-f]+)\.npy")  # what BlockCache.write names a file
+
+
 def _parse(name: str) -> tuple[int, int, int, int] | None:
     """(slot, a, b, crc) from a block file name, or None if the name is not ours."""
-    try:
-        stem = name[:-4] if name.endswith(".npy") else None
-        slot_s, rng, crc_s = stem.split("_")  # type: ignore[union-attr]
-        a_s, b_s = rng.split("-")
-        return int(slot_s), int(a_s), int(b_s), int(crc_s, 16)
-    except (AttributeError, ValueError):
-        return None
+    match = _NAME.fullmatch(name)
+    return (int(match[1]), int(match[2]), int(match[3]), int(match[4], 16)) if match else None
 
 
 def _load(path: Path, slot: int, hours: int) -> Block | None:
@@ -271,8 +265,6 @@ def status(root: str | os.PathLike | None = None) -> list[dict]:
     base = extracts_root(root)
     rows = []
     grids: dict[str, tuple | None] = {}
-    if not base.is_dir():
-        return rows
     for bdir in sorted(base.glob("*/*/*/b*")):
         # A running extraction may be replacing files meanwhile (a checkpointed part by a wider one):
         # files gone by the time they are looked at are skipped, and per slot the widest one counts.

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib.util
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,8 +154,6 @@ def resolve_source(source: str = STUDY, storage_options: dict | None = None) -> 
 
 def _require_cloud_packages(url: str) -> None:
     """Remote stores need the `cloud` extra (gcsfs, fsspec, aiohttp, google-auth); say how to get it."""
-    import importlib.util
-
     needed = ["fsspec", "aiohttp"] + (["gcsfs"] if url.startswith(("gs://", "gcs://")) else [])
     missing = [m for m in needed if importlib.util.find_spec(m) is None]
     if missing:
@@ -260,8 +260,6 @@ UNCONSOLIDATED = "Failed to open Zarr store with consolidated metadata"  # how x
 def open_ref(ref: StoreRef, store: ReadStore | None = None) -> xr.Dataset:
     """Open a resolved store lazily (no dask) with xarray, on ``store`` (made here when not given: see
     ``stores.zarr_store``), with one clear error when it cannot be read."""
-    import warnings
-
     store = store if store is not None else zarr_store(ref.url, ref.remote, ref.storage_options)
     if ref.remote:
         try:
@@ -301,8 +299,6 @@ def _pass_on(said: list, ref: StoreRef) -> None:
     """Say again the warnings that opening ``ref`` raised, but xarray's five lines on a store without
     consolidated metadata as one of ours, and only for a remote store: there opening pays a round trip per
     array's metadata (a local one costs nothing to speak of), and the store's owner can consolidate it."""
-    import warnings
-
     for w in said:
         if not str(w.message).startswith(UNCONSOLIDATED):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

@@ -87,33 +87,23 @@ def extract(
 
 def assemble(plan: Plan, meta: StoreMeta, arrays: dict[tuple[str, str], np.ndarray]) -> xr.Dataset:
     """Turn per-(variable, target) arrays into the result Dataset with coordinates and attrs."""
-    time = xr.DataArray(plan.times, dims="time", name="time")
-    data_vars = {}
     if plan.kind == "points":
-        rows = [t.rows[0] for t in plan.targets]
-        cols = [t.cols[0] for t in plan.targets]
-        lat = plan.lat[rows].astype(np.float32)
-        lon = plan.lon[cols].astype(np.float32)
-        labels = [point_label(a, b) for a, b in zip(lat, lon)]
-        for v in plan.variables:
-            values = np.stack([arrays[(v, t.key)] for t in plan.targets], axis=1).astype(np.float32)
-            data_vars[v] = (("time", "point"), values, dict(meta.variables[v]["attrs"]))
-        coords = {
-            "time": time, "point": ("point", labels),
-            "latitude": ("point", lat), "longitude": ("point", lon),
-            "requested_latitude": ("point", np.array([p[0] for p in plan.requested], dtype=np.float32)),
-            "requested_longitude": ("point", np.array([p[1] for p in plan.requested], dtype=np.float32)),
-        }
+        lat = plan.lat[[t.rows[0] for t in plan.targets]].astype(np.float32)
+        lon = plan.lon[[t.cols[0] for t in plan.targets]].astype(np.float32)
+        requested = np.array(plan.requested, dtype=np.float32).reshape(-1, 2)
+        dims = ("time", "point")
+        coords = {"point": ("point", [point_label(a, b) for a, b in zip(lat, lon)]),
+                  "latitude": ("point", lat), "longitude": ("point", lon),
+                  "requested_latitude": ("point", requested[:, 0]), "requested_longitude": ("point", requested[:, 1])}
+        values = {v: np.stack([arrays[(v, t.key)] for t in plan.targets], axis=1) for v in plan.variables}
     else:
         target = plan.targets[0]
-        lat = plan.lat[list(target.rows)].astype(np.float32)
-        lon = plan.lon[list(target.cols)].astype(np.float32)
-        for v in plan.variables:
-            data_vars[v] = (("time", "latitude", "longitude"), arrays[(v, target.key)].astype(np.float32),
-                           dict(meta.variables[v]["attrs"]))
-        coords = {"time": time, "latitude": lat, "longitude": lon}
-    out = xr.Dataset(data_vars, coords=coords)
-    req = asdict(plan.request)
+        dims = ("time", "latitude", "longitude")
+        coords = {"latitude": plan.lat[list(target.rows)].astype(np.float32),
+                  "longitude": plan.lon[list(target.cols)].astype(np.float32)}
+        values = {v: arrays[(v, target.key)] for v in plan.variables}
+    data_vars = {v: (dims, values[v].astype(np.float32), dict(meta.variables[v]["attrs"])) for v in plan.variables}
+    out = xr.Dataset(data_vars, coords={"time": xr.DataArray(plan.times, dims="time", name="time"), **coords})
     out.attrs.update(
         source=plan.ref.source,
         source_url=plan.ref.url,
@@ -122,7 +112,7 @@ def assemble(plan: Plan, meta: StoreMeta, arrays: dict[tuple[str, str], np.ndarr
         start=str(pd.Timestamp(plan.times[0])),
         end=str(pd.Timestamp(plan.times[-1])),
         selection=plan.kind,
-        request=json.dumps(req),
+        request=json.dumps(asdict(plan.request)),
     )
     return out
 

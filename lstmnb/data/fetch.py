@@ -17,6 +17,7 @@ import os
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
+from itertools import groupby
 
 import numpy as np
 
@@ -134,42 +135,40 @@ def fetch_plan(
     root = extracts_root(cache_dir)
     store_id = plan.ref.store_id
     slots = range(plan.i0 // hours, (plan.i1 - 1) // hours + 1)
+    span = {slot: (max(plan.i0, slot * hours), min(plan.i1, (slot + 1) * hours)) for slot in slots}  # the plan's part
     caches = {(v, t.key): BlockCache(root, store_id, v, t.key, hours) for v in plan.variables for t in plan.targets}
+    blocks = len(caches) * len(slots)
     for cache in caches.values():
         sweep_stale_temps(cache.dir)  # leftovers of a killed run
     if offline:
         if refresh:
-            raise CacheMiss(0, len(caches) * len(slots))
-        covered = sum(cache.covers(slot, max(plan.i0, slot * hours), min(plan.i1, (slot + 1) * hours))
-                      for cache in caches.values() for slot in slots)
-        if covered < len(caches) * len(slots):
-            raise CacheMiss(covered, len(caches) * len(slots))
+            raise CacheMiss(0, blocks)
+        covered = sum(cache.covers(slot, *span[slot]) for cache in caches.values() for slot in slots)
+        if covered < blocks:
+            raise CacheMiss(covered, blocks)
 
     done: dict[tuple[str, str, int], Block] = {}
     pending: dict[tuple[str, str, int], _Pending] = {}
     needs: dict[tuple[str, int], list[tuple[str, int]]] = {}
-    for v in plan.variables:
-        for target in plan.targets:
-            cache = caches[(v, target.key)]
-            shape = () if plan.kind == "points" else (len(target.rows), len(target.cols))
-            for slot in slots:
-                a, b = max(plan.i0, slot * hours), min(plan.i1, (slot + 1) * hours)
-                have = None if refresh else cache.read(slot)
-                if have is not None and have.start <= a and b <= have.stop:
-                    done[(v, target.key, slot)] = have
-                    stats.blocks_cached += 1
-                    continue
-                if have is not None and (have.stop < a or have.start > b):
-                    have = None  # disjoint parts are not merged; the new part replaces it
-                lo = a if have is None else min(a, have.start)
-                hi = b if have is None else max(b, have.stop)
-                missing = {t for t in range(lo, hi) if have is None or not have.start <= t < have.stop}
-                pending[(v, target.key, slot)] = _Pending(cache, slot, lo, hi, shape, have, missing)
-                for t in missing:
-                    needs.setdefault((v, t), []).append((target.key, slot))
+    shapes = {t.key: () if plan.kind == "points" else (len(t.rows), len(t.cols)) for t in plan.targets}
+    for (v, key), cache in caches.items():
+        for slot, (a, b) in span.items():
+            have = None if refresh else cache.read(slot)
+            if have is not None and have.start <= a and b <= have.stop:
+                done[(v, key, slot)] = have
+                stats.blocks_cached += 1
+                continue
+            if have is not None and (have.stop < a or have.start > b):
+                have = None  # disjoint parts are not merged; the new part replaces it
+            lo = a if have is None else min(a, have.start)
+            hi = b if have is None else max(b, have.stop)
+            missing = {t for t in range(lo, hi) if have is None or not have.start <= t < have.stop}
+            pending[(v, key, slot)] = _Pending(cache, slot, lo, hi, shapes[key], have, missing)
+            for t in missing:
+                needs.setdefault((v, t), []).append((key, slot))
 
     if needs and offline:
-        raise CacheMiss(len(caches) * len(slots) - len(pending), len(caches) * len(slots))  # damaged files
+        raise CacheMiss(blocks - len(pending), blocks)  # damaged files
     if needs:
         reader = CellReader(plan, store, partial_reads)
         store.requests = store.bytes_read = 0  # from here on: chunk reads only
@@ -179,16 +178,11 @@ def fetch_plan(
         for name in ("blocks_cached", "seconds"):
             setattr(outer, name, getattr(outer, name) + getattr(stats, name))
 
-    out: dict[tuple[str, str], np.ndarray] = {}
-    for v in plan.variables:
-        for target in plan.targets:
-            parts = []
-            for slot in slots:
-                blk = done[(v, target.key, slot)]
-                a, b = max(plan.i0, slot * hours), min(plan.i1, (slot + 1) * hours)
-                parts.append(blk.data[a - blk.start:b - blk.start])
-            out[(v, target.key)] = np.concatenate(parts, axis=0).astype(np.float32, copy=False)
-    return out
+    def kept(key: tuple[str, str], slot: int) -> np.ndarray:
+        block, (a, b) = done[(*key, slot)], span[slot]
+        return block.data[a - block.start:b - block.start]
+
+    return {key: np.concatenate([kept(key, slot) for slot in slots]).astype(np.float32, copy=False) for key in caches}
 
 
 # hours per zarr read: one call per hour cost about a third more (720 hours of an ARCO-sized local store, two
@@ -204,27 +198,19 @@ def _runs(needs, variables: tuple[str, ...], hours: int) -> list[tuple[str, int,
     size = max(1, min(RUN_HOURS, hours // 8))
     runs = []
     for v in variables:
-        start = prev = None
-        for t in sorted(t for vv, t in needs if vv == v):
-            if start is not None and t == prev + 1 and t // size == start // size:
-                prev = t
-                continue
-            if start is not None:
-                runs.append((v, start, prev + 1))
-            start = prev = t
-        if start is not None:
-            runs.append((v, start, prev + 1))
+        # consecutive hours keep the same hour minus position; a run also stays within one aligned stretch
+        ordered = enumerate(sorted(t for vv, t in needs if vv == v))
+        for _, run in groupby(ordered, key=lambda it: (it[1] - it[0], it[1] // size)):
+            hours_of_run = [t for _, t in run]
+            runs.append((v, hours_of_run[0], hours_of_run[-1] + 1))
     return sorted(runs, key=lambda r: (r[1], variables.index(r[0])))
 
 
 def _run(plan, reader, pending, needs, done, workers, hours, progress, stats) -> None:
-    """Read the needed chunks concurrently, in time order, writing each slot as it completes.
-
-    A run of hours is submitted only while it ends within ``hours`` of the frontier (the first needed
-    hour not in the cache), so a kill loses at most one block of reads. When the window reaches that
-    bound, the oldest slots' received prefixes are checkpointed (at least a quarter block each time),
-    which moves the frontier on without draining the pipeline at slot boundaries.
-    """
+    """Read the needed chunks concurrently, in time order, writing each slot as it completes. A run of hours
+    goes out only while it ends within ``hours`` of the frontier (the first needed hour not in the cache);
+    at that bound the oldest slots' received prefixes are checkpointed (at least a quarter block each time),
+    which moves the frontier on without draining the pipeline at slot boundaries."""
     index = {t.key: i for i, t in enumerate(plan.targets)}  # a points read: one value per target, in order
     order = _runs(needs, plan.variables, hours)
     per_hour: dict[int, int] = {}
@@ -282,8 +268,7 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats) ->
     step = max(1, hours // 4)  # a checkpoint keeps at least this many new hours
 
     def frontier() -> int:
-        live = [p.frontier() for p in pending.values() if not p.failed]
-        return min(live, default=plan.i1)
+        return min((p.frontier() for p in pending.values() if not p.failed), default=plan.i1)
 
     def checkpoint(front: int) -> bool:
         """Write the received prefix of every slot holding the frontier back; True if it moved."""

@@ -105,14 +105,6 @@ class Plan:
     requested: list[tuple[float, float]] = field(default_factory=list)
     cf: dict[str, dict] = field(default_factory=dict)  # variable -> its CF mask and scale (StoreMeta's "cf")
 
-    @property
-    def rows(self) -> np.ndarray:
-        return np.unique(np.concatenate([t.rows for t in self.targets]))
-
-    @property
-    def cols(self) -> np.ndarray:
-        return np.unique(np.concatenate([t.cols for t in self.targets]))
-
 
 def _coverage(lat: np.ndarray, lon: np.ndarray) -> str:
     return f"latitude {lat.min():g}..{lat.max():g}, longitude {lon_span(lon)}"

@@ -12,6 +12,8 @@ which bytes of a chunk to fetch. The values read are then decoded as xarray deco
 from __future__ import annotations
 
 import numpy as np
+import xarray as xr
+import zarr
 
 from .blosc_pipeline import PATH, WHOLE_PATH
 from .plan import Plan
@@ -19,16 +21,12 @@ from .stores import ReadStore, run
 
 
 class CellReader:
-    """Reads the plan's cells of one variable over a run of hours, as a coroutine on zarr's event loop.
-
-    A points read gives one value per target (in target order) per hour, a box read the box's
-    (rows, columns) array per hour. ``partial_reads=False`` opens the arrays with ``WholeChunksPipeline``, which
-    reads every chunk whole as zarr's default does (the extraction benchmark shows what reading only the blocks gains).
-    """
+    """Reads the plan's cells as a coroutine on zarr's event loop: per hour one value per target (in target
+    order) for points, the box's (rows, columns) array for a box. ``partial_reads=False`` opens the arrays with
+    ``WholeChunksPipeline``, which reads every chunk whole as zarr's default does (the extraction benchmark
+    shows what reading only the blocks gains)."""
 
     def __init__(self, plan: Plan, store: ReadStore, partial_reads: bool = True):
-        import zarr
-
         self.store = store
         self.kind = plan.kind
         pipeline = PATH if partial_reads else WHOLE_PATH
@@ -69,8 +67,6 @@ def _mask_and_scale(cf: dict | None):
     fills = [np.asarray(v, dtype=np.float64).ravel() for k, v in cf.items() if k in ("_FillValue", "missing_value")]
     if len(fills) == len(cf) and (not fills or np.isnan(np.concatenate(fills)).all()):
         return None
-    import xarray as xr
-
     def decode(values: np.ndarray) -> np.ndarray:
         var = xr.Variable(tuple(f"d{i}" for i in range(values.ndim)), values, attrs=dict(cf))
         return np.asarray(xr.conventions.decode_cf_variable("v", var, decode_times=False, decode_timedelta=False).values)

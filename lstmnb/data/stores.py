@@ -11,13 +11,8 @@ obstore's store and fsspec's read equally fast (benchmarks/era5_extract.py).
 ``ReadStore`` wraps that store: it fetches what opening a store reads in one round trip, counts requests
 and bytes (what ``FetchStats`` reports), retries transient failures (connection errors, stalls, HTTP
 408/429/5xx) with backoff per ``RetryPolicy``, and turns what is left into ``StoreError``, one line
-naming the key. gcsfs retries inside itself (six tries
-over about 30 s, its own policy), so for ``gs://`` stores the wrapper does not retry again.
-
-gcsfs picks its filesystem class from ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` when first imported; its
-default since 2026 is an experimental zonal/HNS path (gRPC, the Storage Control API) that a standard
-bucket such as ARCO-ERA5's does not need and that stalls where gRPC cannot reach Google. lstmnb's own
-store object uses gcsfs's standard HTTP class unless the user set that variable.
+naming the key. gcsfs retries inside itself (six tries over about 30 s, its own policy), so for ``gs://``
+stores the wrapper does not retry again.
 """
 
 from __future__ import annotations
@@ -25,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import sys
 import weakref
 from dataclasses import dataclass
 
@@ -66,7 +62,9 @@ class StoreError(Exception):
 
 def gcsfs_class():
     """The gcsfs filesystem class lstmnb reads ``gs://`` with: the standard HTTP one, unless the user set
-    ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` (then gcsfs's own choice for that setting)."""
+    ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` (then gcsfs's own choice for that setting). gcsfs's default since
+    2026 is an experimental zonal/HNS path (gRPC, the Storage Control API) that a standard bucket such as
+    ARCO-ERA5's does not need and that stalls where gRPC cannot reach Google."""
     import gcsfs
     import gcsfs.core
 
@@ -229,16 +227,10 @@ def _describe(exc: Exception) -> tuple[str, bool]:
     name = type(exc).__name__
     if isinstance(exc, PermissionError) or "Forbidden" in text:
         return f"{name}: {text}: access denied; check --credentials (anonymous by default)", False
-    transient = isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError)) or _aiohttp_error(exc)
+    aiohttp = sys.modules.get("aiohttp")  # an aiohttp error comes only from an aiohttp already imported
+    transient = (isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError))
+                 or (aiohttp is not None and isinstance(exc, aiohttp.ClientError)))
     return f"{name}: {text}".rstrip(": "), transient
-
-
-def _aiohttp_error(exc: Exception) -> bool:
-    try:
-        import aiohttp
-    except ImportError:
-        return False
-    return isinstance(exc, aiohttp.ClientError)
 
 
 def run(coro):

@@ -17,9 +17,8 @@ import json
 import os
 import sys
 import zlib
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -128,7 +127,9 @@ def built_store(name: str, write: Callable[[Path], object], what: str) -> Path:
     target = root / name
     if _intact(target):
         return target
-    with _build_lock(root, name):
+    # one builder at a time per store and cache folder (the others wait, then find it built)
+    lock_file = os.open(root / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    with os.fdopen(lock_file, "r+b") as lock, locked(lock.fileno()):
         problem = store_problem(target)
         if problem is None:  # another process built it while this one waited
             return target
@@ -161,14 +162,3 @@ def _intact(target: Path) -> bool:
 
 _INTACT: set[tuple] = set()  # stores found intact in this process (a memo, not a switch)
 
-
-@contextmanager
-def _build_lock(root: Path, name: str) -> Iterator[None]:
-    """One builder at a time per store and cache folder (other processes wait, then find it built): an
-    exclusive lock (``paths.locked``) on a lock file."""
-    fd = os.open(root / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        with locked(fd):
-            yield
-    finally:
-        os.close(fd)

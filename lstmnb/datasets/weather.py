@@ -264,10 +264,8 @@ def fields(times: pd.DatetimeIndex, lat: np.ndarray, lon: np.ndarray, seed: int)
     temperature (K) and surface pressure (Pa): land west of ``COAST_LON``, sea east of it."""
     hours = np.asarray((times - pd.Timestamp("2000-01-01")) / pd.Timedelta(hours=1), dtype=np.float64)
     sea = (lon % 360.0) > COAST_LON  # longitudes ascend, so the land columns come first
-    shape = (len(times), len(lat), len(lon))
     parts = [make(hours, lat, lon[cols], seed) for make, cols in ((_land, ~sea), (_sea, sea)) if cols.any()]
-    t2m = np.concatenate([p[0].reshape(shape[0], shape[1], -1) for p in parts], axis=2)
-    sp = np.concatenate([p[1].reshape(shape[0], shape[1], -1) for p in parts], axis=2)
+    t2m, sp = (np.concatenate([p[k].reshape(len(times), len(lat), -1) for p in parts], axis=2) for k in (0, 1))
     # ERA5 values come from 16-bit GRIB packing; quantising likewise keeps the chunks compressible.
     return {
         "2m_temperature": (np.round(t2m * 512.0) / 512.0).astype(np.float32),

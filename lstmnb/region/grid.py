@@ -91,16 +91,12 @@ class Grid:
         return cls(lat0 - step * np.arange(ny), (lon0 + step * np.arange(nx)) % 360.0)
 
 
-def _check_box(ds: xr.Dataset) -> None:
-    if "latitude" not in ds.dims or "longitude" not in ds.dims or "time" not in ds.dims:
+def grid_of(ds: xr.Dataset) -> Grid:
+    """The grid of a box Dataset from ``lstmnb.data.extract`` (dims time, latitude, longitude)."""
+    if not {"time", "latitude", "longitude"} <= set(ds.dims):
         raise DataError(f"a box needs dims time, latitude, longitude; got dims {dict(ds.sizes)}")
     if not ds.data_vars:
         raise DataError("the box holds no variables")
-
-
-def grid_of(ds: xr.Dataset) -> Grid:
-    """The grid of a box Dataset from ``lstmnb.data.extract`` (dims time, latitude, longitude)."""
-    _check_box(ds)
     return Grid(ds["latitude"].values.astype(np.float64), ds["longitude"].values.astype(np.float64))
 
 
@@ -159,8 +155,8 @@ def record_maps(record: dict) -> xr.Dataset:
     (lat, lon) maps: the record's ``skill`` rows (one per cell, row-major) on its ``data.grid``.
     ``attrs`` hold each one's RMSE pooled over all cells (weighted by each cell's targets), the lead and
     the test period (first .. last target day)."""
-    grid_info = (record.get("data") or {}).get("grid")
-    rows = (record.get("skill") or {}).get("per_point")
+    data = record.get("data") or {}
+    grid_info, rows = data.get("grid"), (record.get("skill") or {}).get("per_point")
     if not grid_info or not rows:
         raise DataError(f"run {record.get('run_id')} holds no per-cell scores: only a box run "
                         "(`lstmnb train --box ...`, `lstmnb region skill`) has a map")
@@ -168,12 +164,10 @@ def record_maps(record: dict) -> xr.Dataset:
     targets = np.array([r["targets"] for r in rows], dtype=np.float64)
     values, pooled = {}, {}
     for name in ("model", *BASELINES):
-        rmse = np.array([r[f"{name}_rmse_k"] for r in rows], dtype=np.float64)
-        values[name] = rmse
+        values[name] = rmse = np.array([r[f"{name}_rmse_k"] for r in rows], dtype=np.float64)
         pooled[f"pooled_rmse_{name}"] = float(np.sqrt(np.sum(rmse ** 2 * targets) / targets.sum()))
-    scored = ((record.get("data") or {}).get("scored") or {}).get("test") or {}
+    scored = (data.get("scored") or {}).get("test") or {}
     period = f"{str(scored['first'])[:10]} .. {str(scored['last'])[:10]}" if scored.get("first") else "test part"
-    data = record.get("data") or {}
     kind = data.get("kind") or ("synthetic" if data.get("source") == "sample" else None)
     return to_map(values, grid, attrs={**pooled, "split": "test", "units": "K", "period": period,
                                        "lead_hours": record["skill"].get("lead_hours"), "data_kind": kind})

@@ -49,10 +49,9 @@ def plot_panels(panels: list[Panel], title: str):
         values = np.asarray(p.data.values, dtype=np.float64)
         cols = np.arange(p.data.sizes["longitude"])  # columns in order: a box across 0E stays in one piece
         style = {"cmap": KINDS[p.kind]}
-        extend = "neither"
+        extend = "min" if p.kind == "skill" and np.nanmin(values) < -1 else "neither"
         if p.kind == "skill":  # a skill score is at most 1: one scale -1..1 for every panel, lower values clipped
             style.update(vmin=-1.0, vmax=1.0)
-            extend = "min" if np.nanmin(values) < -1 else "neither"
         elif p.kind != "level":
             lim = float(np.nanmax(np.abs(values))) or 1.0
             style.update(vmin=-lim, vmax=lim)

@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import json
 import os
+import re
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
-
+from pathlib import Path
 
 from ..machine.device import off_the_gpu, resolve_device, synchronize
 from ..machine.memory import proc_status_kb, process_peak_mb, reset_peak_memory
@@ -133,18 +136,10 @@ def largest_side(variant: str, budget_bytes: float, base: MemoryCase = MemoryCas
 
 # --- measuring -------------------------------------------------------------------------------------
 
-def _kb_bytes(field: str) -> int | None:
-    kb = proc_status_kb(field)
-    return None if kb is None else kb * 1024
-
-
 def run_case(case: MemoryCase) -> dict:
-    """Build the model and synthetic inputs for ``case`` (``measure`` has validated it) in this process, run
-    warm-up + timed steps.
-
-    Returns peak bytes of the steps (see the module docstring for how), the median step seconds and
-    the method. On CPU call it in a fresh process (``measure``) for a clean peak.
-    """
+    """One warm-up and ``case.steps`` timed steps on synthetic inputs in this process (``measure`` has validated
+    the case): the steps' peak bytes (how: the module's text), the median step seconds, the method and the loss.
+    On CPU, call it in a fresh process (``measure``) for a clean peak."""
     import torch
 
     from .grid import Grid
@@ -163,7 +158,7 @@ def run_case(case: MemoryCase) -> dict:
     if dev.type == "cuda":
         base, method = torch.cuda.memory_allocated(dev), "torch.cuda.max_memory_allocated"
     else:
-        base = _kb_bytes("VmRSS") or 0
+        base = (proc_status_kb("VmRSS") or 0) * 1024
         method = "VmHWM after clear_refs" if reset else "ru_maxrss (no reset possible)"
     model = region_model(case.model_config(), grid, seed=0).to(dev)
     opt = off_the_gpu(torch.optim.Adam(model.parameters(), lr=1e-3), dev)
@@ -181,17 +176,15 @@ def run_case(case: MemoryCase) -> dict:
     if dev.type == "cuda":
         peak = torch.cuda.max_memory_allocated(dev)
     else:
-        peak = _kb_bytes("VmHWM") if method.startswith("VmHWM") else None
-        if peak is None:  # the process's all-time peak, on every system
-            peak = int((process_peak_mb() or 0) * 2**20)
+        kb = proc_status_kb("VmHWM") if method.startswith("VmHWM") else None
+        # without a reset high-water mark, the process's all-time peak (on every system)
+        peak = kb * 1024 if kb is not None else int((process_peak_mb() or 0) * 2**20)
     return {"measured_bytes": int(max(0, peak - base)), "step_s": statistics.median(times), "method": method,
             "loss": float(loss.detach())}
 
 
 def _main() -> None:
     """Entry of the measuring process: a MemoryCase as JSON on stdin, the result as JSON on stdout."""
-    import json
-
     case = MemoryCase(**json.loads(sys.stdin.read()))
     try:
         out = run_case(case)
@@ -203,8 +196,6 @@ def _main() -> None:
 def failure_reason(exc: BaseException) -> str:
     """Why a case failed, in one short line: out of memory said so with what was asked, without the C++
     source location torch's allocator puts first ("[enforce fail at alloc_cpu.cpp:127] ...")."""
-    import re
-
     from ..machine.memory import is_oom
 
     text = re.sub(r"\[enforce fail at [^\]]*\]\s*", "", (str(exc).strip().splitlines() or [""])[0])
@@ -222,15 +213,8 @@ def _row(case: MemoryCase, floor_bytes: int) -> dict:
 
 def measure(case: MemoryCase, floor_bytes: int = 0, timeout_s: float = 600.0) -> dict:
     """``run_case`` in a fresh Python process (CPU) or in this one (CUDA), beside the prediction (with
-    ``floor_bytes`` for the runtime).
-
-    A case that fails, is killed (out of memory) or runs past ``timeout_s`` comes back with ``status``
-    'failed' and the reason.
-    """
-    import json
-    import subprocess
-    from pathlib import Path
-
+    ``floor_bytes`` for the runtime). A case that fails, is killed (out of memory) or runs past ``timeout_s``
+    comes back with ``status`` 'failed' and the reason."""
     row = _row(case, floor_bytes)  # the prediction validates the case
     if case.device == "cuda":
         return {**row, **run_case(case), "status": "ok"}

@@ -104,12 +104,8 @@ def mix_source(x: torch.Tensor, n_mixed: int) -> torch.Tensor:
 
 
 class RegionForecaster(nn.Module):
-    """The point model per cell with a learned neighbour mix (see the module's docstring), on area batches.
-
-    ``index`` (cells, neighbours) lists each cell's neighbours among ``n_src`` source cells (default:
-    the cells themselves; a shard's source is its own rows plus halo rows), and ``weight`` (channels,
-    cells, neighbours) the relation's starting weights (see ``NeighbourMix``).
-    """
+    """The point model per cell with a learned neighbour mix (see the module's docstring), on area batches;
+    ``index``, ``n_src`` (default: the index's cells) and ``weight`` as ``NeighbourMix`` takes them."""
 
     def __init__(self, config: RegionConfig, index: np.ndarray | None = None, n_src: int | None = None,
                  weight: np.ndarray | None = None):
@@ -186,17 +182,14 @@ class KeyedForecaster(nn.Module):
 
 def region_model(config: RegionConfig, grid: Grid, seed: int | None = 0) -> RegionForecaster:
     """The region forecaster for ``grid``: its neighbours the ``config.neighbours`` nearest cells, its
-    relation starting from the stencil on their positions (``relation.stencil_weights``).
-
-    ``seed`` fixes the initial weights (None: torch's current random state).
-    """
+    relation starting from the stencil on their positions (``relation.stencil_weights``); ``seed`` fixes the
+    initial weights (None: torch's current random state)."""
     config.validate()
     index = weight = None
     if config.neighbours:
         index = knn_index(grid.cell_lat, grid.cell_lon, config.neighbours)
         weight = stencil_weights(grid.cell_lat, grid.cell_lon, index, config.channels)
-    if seed is None:
-        return RegionForecaster(config, index, weight=weight)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with torch.random.fork_rng(devices=[], enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
         return RegionForecaster(config, index, weight=weight)

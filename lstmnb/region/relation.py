@@ -124,10 +124,7 @@ class NeighbourMix(nn.Module):
             start = torch.as_tensor(np.asarray(weight, dtype=np.float32))
             if tuple(start.shape) != (channels, n, k):
                 raise ConfigError(f"starting weights of shape {tuple(start.shape)}; expected {(channels, n, k)}")
-        if kind == "dense":
-            self.weight = nn.Parameter(dense_from(idx, start, self.n_src))
-        else:
-            self.weight = nn.Parameter(start)
+        self.weight = nn.Parameter(dense_from(idx, start, self.n_src) if kind == "dense" else start)
 
     @property
     def channels(self) -> int:

@@ -157,9 +157,7 @@ def train_steps(data: RegionData | AreaPart, model_cfg: RegionConfig, cfg: Shard
     tile = None
     if cfg.mode == "tiles":
         tile = plan_tiles(data.grid, full.mix.index.numpy() if full.mix is not None else None, world)[rank]
-        model = local_model(full, tile) if world > 1 else full
-    else:
-        model = full
+    model = local_model(full, tile) if tile is not None and world > 1 else full
     local = model.local_parameters() if cfg.mode == "tiles" else []
     shared = model.shared_parameters() if local else list(model.parameters())
     opt = off_the_gpu(torch.optim.Adam(model.parameters(), lr=cfg.lr), next(model.parameters()).device)
@@ -185,10 +183,8 @@ def train_steps(data: RegionData | AreaPart, model_cfg: RegionConfig, cfg: Shard
         if world > 1:
             flat = torch.cat([p.grad.reshape(-1) for p in shared])
             dist.all_reduce(flat)
-            offset = 0
-            for p in shared:
-                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-                offset += p.numel()
+            for p, summed in zip(shared, flat.split([p.numel() for p in shared])):
+                p.grad.copy_(summed.view_as(p))
         if cfg.clip is not None:  # the global gradient norm, as clip_grad_norm_ on one process sees it
             local_sq = sum(((p.grad ** 2).sum() for p in local), torch.zeros(()))
             local_sq = _global_sum(local_sq, world) if local else local_sq
