@@ -69,16 +69,9 @@ def _software_facts() -> dict[str, Any]:
 
     from .machine.cuda import cudnn_version
 
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": cudnn_version(),
-        "numpy": np.__version__,
-        "lstmnb": __version__,
-        "git_commit": git_commit(),
-        "platform": platform.platform(),
-    }
+    return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cudnn": cudnn_version(), "numpy": np.__version__, "lstmnb": __version__, "git_commit": git_commit(),
+            "platform": platform.platform()}
 
 
 def new_run_id() -> str:
@@ -87,35 +80,18 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def new_record(
-    experiment: str,
-    *,
-    status: str = "ok",
-    reason: str | None = None,
-    device: str | None = "cpu",
-    profile: str | None = None,
-    run_id: str | None = None,
-    **fields: Any,
-) -> dict[str, Any]:
+def new_record(experiment: str, *, status: str = "ok", reason: str | None = None, device: str | None = "cpu",
+               profile: str | None = None, run_id: str | None = None, **fields: Any) -> dict[str, Any]:
     """A record with the common fields filled in; ``fields`` adds config, data, epochs, metrics, ...
     ``run_id``: the run's id when it has one already (a checkpointed run); else a new one."""
     from .machine.device import device_info  # here, not at the top: reading records needs no torch
 
     if status not in STATUSES:
         raise ValueError(f"status {status!r} is not one of {STATUSES}")
-    record: dict[str, Any] = {
-        "schema": SCHEMA,
-        "run_id": run_id or new_run_id(),
-        "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "experiment": experiment,
-        "status": status,
-        "reason": reason,
-        "device": device_info(device),
-        "software": software_info(),
-        "profile": profile,
-    }
-    record.update(fields)
-    return record
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return {"schema": SCHEMA, "run_id": run_id or new_run_id(), "started": started, "experiment": experiment,
+            "status": status, "reason": reason, "device": device_info(device), "software": software_info(),
+            "profile": profile, **fields}
 
 
 def _jsonable(obj: Any) -> Any:
@@ -336,10 +312,7 @@ def load_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> "pd.
     """
     import pandas as pd
 
-    records = read_records(paths)
-    if not records:
-        return pd.DataFrame()
-    return pd.json_normalize(records, max_level=2)
+    return pd.json_normalize(read_records(paths), max_level=2)  # no records: an empty DataFrame
 
 
 class Recorder:
