@@ -49,13 +49,8 @@ class Forecaster(nn.Module):
         config.validate()
         self.config = config
         rnn = nn.LSTM if config.cell == "lstm" else nn.GRU
-        self.rnn = rnn(
-            input_size=config.n_features,
-            hidden_size=config.hidden,
-            num_layers=config.layers,
-            dropout=config.dropout if config.layers > 1 else 0.0,
-            batch_first=True,
-        )
+        self.rnn = rnn(input_size=config.n_features, hidden_size=config.hidden, num_layers=config.layers,
+                       dropout=config.dropout if config.layers > 1 else 0.0, batch_first=True)
         self.head = nn.Linear(config.hidden, config.horizon)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
