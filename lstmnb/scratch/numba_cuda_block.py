@@ -98,11 +98,9 @@ def samples_that_fit(hidden: int, samples: int, regs_per_thread: int, regs_per_b
 
 @functools.cache
 def build_kernels(dtype_name: str, H: int, S: int):
-    """The forward+backward kernel and the reduction kernel for one dtype, hidden size and block shape.
-
-    H and S are compile-time constants (they size the shared buffers); constants typed in the working
-    dtype keep float32 arithmetic in float32.
-    """
+    """The forward+backward kernel and the reduction kernel for one dtype, hidden size H and S samples per
+    block (compile-time constants: they size the shared buffers); constants typed in the working dtype keep
+    float32 arithmetic in float32."""
     nb_dtype = from_dtype(np.dtype(dtype_name))
     scalar = np.dtype(dtype_name).type
     ZERO, HALF, ONE = scalar(0.0), scalar(0.5), scalar(1.0)
