@@ -54,7 +54,7 @@ class Forecaster(nn.Module):
         self.head = nn.Linear(config.hidden, config.horizon)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _bf16_autocast(x):
+        if x.is_cuda and torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16:
             # cuDNN's RNN autocast wrapper casts to float16 whatever autocast's dtype is (ATen's
             # cudnn/AutocastRNN.cpp): under bf16 autocast the recurrence would run in fp16 without a loss
             # scaler. It runs in float32 instead; the head stays under autocast.
@@ -67,13 +67,6 @@ class Forecaster(nn.Module):
             # start from persistence: the network only has to learn the correction to the last value
             y = y + x[:, -1, :1]
         return y
-
-
-def _bf16_autocast(x: torch.Tensor) -> bool:
-    """Whether ``x`` is on a GPU inside a bfloat16 autocast region."""
-    if not x.is_cuda:
-        return False
-    return torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16
 
 
 def count_parameters(model: nn.Module) -> int:
