@@ -260,13 +260,9 @@ class RecordsRead:
 
 def scan_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> RecordsRead:
     """Read every record in the given files or folders (searched recursively for ``*.jsonl``), each
-    checked against the record schema (``record_schema``): what ``read_records`` and the messages of
-    the commands that read records use.
-
-    Lines that are not JSON objects, and records that fail the schema, are skipped and listed in
-    ``faults`` (``RecordsRead.warn`` says them: per file and fault, how many, their line numbers and the
-    first one's reason; for a failing record, the field and why). Good records are never dropped.
-    """
+    checked against the record schema (``record_schema``): what ``read_records`` and the messages of the
+    commands that read records use. Lines that are not JSON objects, and records that fail the schema, are
+    skipped and listed in ``faults`` (``RecordsRead.warn`` says them); good records are never dropped."""
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     found = RecordsRead(paths=[Path(p) for p in paths])
     found.files, found.missing = _record_files(found.paths)
