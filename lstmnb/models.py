@@ -41,8 +41,7 @@ class Forecaster(nn.Module):
     """Many-to-one recurrent forecaster: input (batch, window, features) -> (batch, horizon).
 
     With ``residual`` the output is the last observed target plus the head's correction, so an
-    untrained model already forecasts persistence and training refines it.
-    """
+    untrained model already forecasts persistence and training refines it."""
 
     def __init__(self, config: ModelConfig = ModelConfig()):
         super().__init__()
@@ -82,8 +81,7 @@ def flops_per_sample(config: ModelConfig, window: int) -> dict[str, int]:
     (LSTM: c = f*c + i*g and h = o*tanh(c), 4*H; GRU: n = tanh(.. + r*(W h)) and h = (1-z)*n + z*h, 4*H).
     Activations (sigmoid, tanh) are not counted, as is usual. The head adds 2*H*horizon + horizon once.
     Training is taken as 3x forward (the backward pass costs about twice the forward), the
-    convention used for model FLOPs utilisation (Chowdhery et al. 2022, PaLM, appendix B).
-    """
+    convention used for model FLOPs utilisation (Chowdhery et al. 2022, PaLM, appendix B)."""
     config.validate()
     g = _GATES[config.cell]
     h = config.hidden

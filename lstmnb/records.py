@@ -138,8 +138,7 @@ def append_record(record: dict[str, Any], path: "str | os.PathLike | _DefaultFil
 
     The line is written with one ``write`` on an ``O_APPEND`` descriptor under an exclusive lock, and
     flushed to disk: concurrent writers (several ranks or jobs) never interleave, and a crash can at
-    worst leave a final partial line, which ``read_records`` skips with a warning.
-    """
+    worst leave a final partial line, which ``read_records`` skips with a warning."""
     return _append(record, path, once=False)[0]
 
 
@@ -304,8 +303,7 @@ def read_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list
 def load_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> "pd.DataFrame":
     """Records as a DataFrame with nested fields flattened to dotted columns (``config.batch_size``).
 
-    List-valued fields (``epochs``) stay as Python lists in their column.
-    """
+    List-valued fields (``epochs``) stay as Python lists in their column."""
     import pandas as pd
 
     return pd.json_normalize(read_records(paths), max_level=2)  # no records: an empty DataFrame

@@ -108,8 +108,7 @@ def sliding_windows(values: np.ndarray, window: int, lead_hours: int = 1, horizo
     """Inputs ``X[i] = values[i:i+window]`` and targets ``y[i, k] = values[i+window-1+lead_hours+k, 0]``.
 
     ``values`` is (T,) or (T, F); the target is feature 0. Built from strided views (no Python loop
-    over samples), then copied once into contiguous arrays. Returns X (N, window, F), y (N, horizon).
-    """
+    over samples), then copied once into contiguous arrays. Returns X (N, window, F), y (N, horizon)."""
     v = np.asarray(values)
     if v.ndim == 1:
         v = v[:, None]
@@ -140,8 +139,7 @@ class Windows:
     ``scored[split]`` states what every model and baseline is scored on there: the first and last first
     target hour (``first``, ``last``), how many target hours per point (``count``), the points and the
     pooled ``samples``. ``climatology`` says which climatology the baseline is (``climatology_statement``;
-    its ``line`` is what a command prints once); this module never prints.
-    """
+    its ``line`` is what a command prints once); this module never prints."""
 
     config: WindowConfig
     x: dict[str, np.ndarray]  # split -> (N, window, F)
@@ -186,8 +184,7 @@ def scored_ranges(bounds: Sequence[slice], config: WindowConfig) -> list[tuple[i
     """Per split, the first-target hours ``[lo, hi)`` (indices into the series) under the target-time rule.
 
     A sample with first target hour ``j`` has inputs ``j - lead - window + 1 .. j - lead`` and targets
-    ``j .. j + horizon - 1``; all its targets lie in the split of ``j``, its inputs may lie before it.
-    """
+    ``j .. j + horizon - 1``; all its targets lie in the split of ``j``, its inputs may lie before it."""
     need = config.window + config.lead_hours - 1  # hours of inputs before the first possible target
     out = []
     for name, sl in zip(SPLITS, bounds):
@@ -250,8 +247,7 @@ def make_windows(values: np.ndarray, times: pd.DatetimeIndex | Sequence, config:
     model serves all points. Baselines are computed on exactly the same target samples.
 
     With ``keys``, ``x[split]`` holds each sample's (point, last input hour) as (N, 2) int64 and ``series``
-    the scaled inputs they index: the same samples, for a model that gathers windows itself (region mode).
-    """
+    the scaled inputs they index: the same samples, for a model that gathers windows itself (region mode)."""
     config.validate()
     v, times = series_array(values, times)
     n_t, n_p, n_v = v.shape

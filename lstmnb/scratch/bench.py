@@ -69,8 +69,7 @@ def versions_table(versions: Sequence[str] = VERSIONS, config: ScratchConfig | N
     """Train every version ``repeats`` times (alternating) and return the versions table (DataFrame).
 
     Unavailable GPU versions appear as ``skipped`` rows with their reason (and a ``skipped`` record),
-    never as a number. Records go to ``record_path`` (default results/runs.jsonl) when ``record``.
-    """
+    never as a number. Records go to ``record_path`` (default results/runs.jsonl) when ``record``."""
     import pandas as pd
 
     from ..records import append_record, new_record

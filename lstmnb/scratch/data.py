@@ -87,8 +87,7 @@ def prepare_series(values: np.ndarray, *, window: int, period: int, transform: s
 
     ``period`` is the seasonal period in steps (12 months, 24 hours): the seasonal-naive baseline
     predicts the value one period before the target; persistence predicts the last observed value.
-    ``transform='logdiff'`` models changes of log values (positive series only).
-    """
+    ``transform='logdiff'`` models changes of log values (positive series only)."""
     if transform not in TRANSFORMS:
         raise ConfigError(f"transform={transform!r} is not known; choose one of {TRANSFORMS}")
     v = check_series(values, name)
@@ -128,8 +127,7 @@ def load_era5(window: int = 24, hours: int = 24 * 42) -> ScratchData:
 
     Comes from the core pipeline (``lstmnb.data.extract``: the study's real ERA5 shipped with lstmnb),
     asking only for the days needed. Baselines: persistence (last hour) and the same hour one day
-    earlier; with a few weeks of data a climatology of the training part would be a copy of them.
-    """
+    earlier; with a few weeks of data a climatology of the training part would be a copy of them."""
     from .. import data
 
     start = pd.Timestamp(data.Request().start)

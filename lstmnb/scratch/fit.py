@@ -144,8 +144,7 @@ def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, th
 
     Raises ConfigError for an unknown version and DeviceError when it cannot start here
     (``numba-cuda*`` whose probe kernel fails: no GPU, no driver, a broken compiler; ``torch-cuda``
-    without a GPU).
-    """
+    without a GPU)."""
     check_version(version)
     from .cuda_check import numba_cuda_reason, torch_cuda_reason
 
@@ -223,8 +222,7 @@ def fit(version: str, shape: LSTMShape, X_train: np.ndarray, y_train: np.ndarray
     """Train ``version`` for ``config.epochs`` epochs and time it.
 
     compile_s is the warm-up call (JIT compilation or cache load, CUDA context); epoch_s the wall
-    time of each epoch's optimiser steps, with the device synchronised before each clock read.
-    """
+    time of each epoch's optimiser steps, with the device synchronised before each clock read."""
     config.validate()
     check_version(version)
     check_batch(X_train, y_train, shape)

@@ -76,8 +76,7 @@ def init_params(shape: LSTMShape, seed: int = 0, dtype: str = "float64") -> np.n
     """Initial weights as PyTorch draws them, U(-1/sqrt(H), 1/sqrt(H)), with a forget-gate bias of 1.
 
     The forget bias of 1 (Jozefowicz et al., 2015) lets the cell state carry information early in
-    training. Every version starts from this same vector.
-    """
+    training. Every version starts from this same vector."""
     rng = np.random.default_rng(seed)
     k = 1.0 / np.sqrt(shape.hidden)
     theta = rng.uniform(-k, k, size=shape.n_params)
@@ -112,8 +111,7 @@ def forward(theta: np.ndarray, X: np.ndarray, shape: LSTMShape) -> tuple[np.ndar
     """Predictions (B, O) for a batch X (B, T, F), and the activations BPTT needs.
 
     The input projection for all time steps is one matrix product; only the recurrent product
-    ``h_{t-1} W_hh^T`` has to stay inside the loop over time.
-    """
+    ``h_{t-1} W_hh^T`` has to stay inside the loop over time."""
     p = unpack(theta, shape)
     B, T, _ = X.shape
     H = shape.hidden
@@ -147,8 +145,7 @@ def loss_and_grad_numpy(theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: 
     """MSE loss and its gradient (flat, like theta) by backpropagation through time, batched.
 
     Backward in time carries dh (from the read-out and from step t+1) and dc; the weight gradients
-    of all steps are then one matrix product each over (time x batch).
-    """
+    of all steps are then one matrix product each over (time x batch)."""
     p = unpack(theta, shape)
     B, T, F = X.shape
     H = shape.hidden
@@ -187,8 +184,7 @@ def loss_and_grad_loops(theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: 
     """The same loss and gradient, one sample and one time step at a time (the slow reference).
 
     Python loops over samples and over time; only the small per-sample matrix-vector products use
-    NumPy. Nothing is batched, so this is what "serial" means for the later versions.
-    """
+    NumPy. Nothing is batched, so this is what "serial" means for the later versions."""
     p = unpack(theta, shape)
     B, T, _ = X.shape
     H, O = shape.hidden, shape.n_outputs

@@ -37,8 +37,7 @@ def sample_loss_grad(x, y, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out
 
     ``one`` is 1 in the working dtype, and every constant is made from it: an untyped literal such as
     ``0.0`` is a float64, and Numba would carry the whole computation in float64 from it (on a T4, float64
-    runs at 1/32 of the float32 rate). The caller passes ``scale`` in the working dtype too.
-    """
+    runs at 1/32 of the float32 rate). The caller passes ``scale`` in the working dtype too."""
     zero = one - one
     two = one + one
     T = x.shape[0]
@@ -142,8 +141,7 @@ def batch_loss_grad(X, Y, idx, theta, H, scale, one, parts, acts, cs, hs, tcs, w
     """Sum of squared errors over the samples ``idx`` and the gradient of the mean, both reduced.
 
     parts (n_parts, P) are the threads' private gradients; acts, cs, hs, tcs, work hold one
-    workspace per part. Returns (sum of squared errors, gradient).
-    """
+    workspace per part. Returns (sum of squared errors, gradient)."""
     F = X.shape[2]
     O = Y.shape[1]
     n_parts = parts.shape[0]
