@@ -100,10 +100,8 @@ def _jsonable(obj: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
+    if isinstance(obj, (np.ndarray, np.generic)):  # a numpy scalar's tolist() is its item()
         return _jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        return _jsonable(obj.item())
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, (Path, _dt.date, _dt.datetime)):
