@@ -2,14 +2,11 @@
 the climatology baseline (``climatology_table``, of the kind ``climatology_kind`` says) and the fitted
 cycles that the forecaster may take as an input (``cycle_fit``/``cycle_values``).
 
-The climatology is the standard one: the hour-of-day x day-of-year mean of the training part, smoothed over
-+-7 days, where the training part covers a year; otherwise the hour-of-day mean of the training part (a
-day-of-year table from less than a year leaves most days to a fallback and ends weaker than the plain
-hour-of-day mean). The fitted cycles are a few harmonics of the year and the day (and their product: a
-diurnal cycle that changes with the season), fitted by least squares. Unlike the day-of-year table, which
-with one year of training holds that year's weather smoothed over two weeks, the fit has too few degrees of
-freedom to carry the training part's weather, so a network that learns from it on the training part learns
-what it will also find at forecast time.
+The fitted cycles are a few harmonics of the year and the day (and their product: a diurnal cycle that
+changes with the season), fitted by least squares. Unlike the day-of-year table, which with one year of
+training holds that year's weather smoothed over two weeks, the fit has too few degrees of freedom to carry
+the training part's weather, so a network that learns from it on the training part learns what it will
+also find at forecast time.
 """
 
 from __future__ import annotations

@@ -134,13 +134,10 @@ def numba_checks() -> list[Check]:
     from .scratch.cuda_check import library_version, numba_cuda_reason
 
     version = library_version("numba")
-    rows = [Check("numba", OK if version != "not installed" else MISSING, version)]
     if version == "not installed":
-        return rows
-    reason = numba_cuda_reason()
-    rows.append(Check("numba-cuda", OK if reason is None else ABSENT,
-                      f"usable ({library_version('numba-cuda')})" if reason is None else reason))
-    return rows
+        return [Check("numba", MISSING, version)]
+    reason, usable = numba_cuda_reason(), f"usable ({library_version('numba-cuda')})"
+    return [Check("numba", OK, version), Check("numba-cuda", OK if reason is None else ABSENT, reason or usable)]
 
 
 def package_checks() -> list[Check]:

@@ -41,25 +41,19 @@ class Forecaster(nn.Module):
     """Many-to-one recurrent forecaster: input (batch, window, features) -> (batch, horizon).
 
     With ``residual`` the output is the last observed target plus the head's correction, so an
-    untrained model already forecasts persistence and training refines it.
-    """
+    untrained model already forecasts persistence and training refines it."""
 
     def __init__(self, config: ModelConfig = ModelConfig()):
         super().__init__()
         config.validate()
         self.config = config
         rnn = nn.LSTM if config.cell == "lstm" else nn.GRU
-        self.rnn = rnn(
-            input_size=config.n_features,
-            hidden_size=config.hidden,
-            num_layers=config.layers,
-            dropout=config.dropout if config.layers > 1 else 0.0,
-            batch_first=True,
-        )
+        self.rnn = rnn(input_size=config.n_features, hidden_size=config.hidden, num_layers=config.layers,
+                       dropout=config.dropout if config.layers > 1 else 0.0, batch_first=True)
         self.head = nn.Linear(config.hidden, config.horizon)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _bf16_autocast(x):
+        if x.is_cuda and torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16:
             # cuDNN's RNN autocast wrapper casts to float16 whatever autocast's dtype is (ATen's
             # cudnn/AutocastRNN.cpp): under bf16 autocast the recurrence would run in fp16 without a loss
             # scaler. It runs in float32 instead; the head stays under autocast.
@@ -72,13 +66,6 @@ class Forecaster(nn.Module):
             # start from persistence: the network only has to learn the correction to the last value
             y = y + x[:, -1, :1]
         return y
-
-
-def _bf16_autocast(x: torch.Tensor) -> bool:
-    """Whether ``x`` is on a GPU inside a bfloat16 autocast region."""
-    if not x.is_cuda:
-        return False
-    return torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") == torch.bfloat16
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -94,8 +81,7 @@ def flops_per_sample(config: ModelConfig, window: int) -> dict[str, int]:
     (LSTM: c = f*c + i*g and h = o*tanh(c), 4*H; GRU: n = tanh(.. + r*(W h)) and h = (1-z)*n + z*h, 4*H).
     Activations (sigmoid, tanh) are not counted, as is usual. The head adds 2*H*horizon + horizon once.
     Training is taken as 3x forward (the backward pass costs about twice the forward), the
-    convention used for model FLOPs utilisation (Chowdhery et al. 2022, PaLM, appendix B).
-    """
+    convention used for model FLOPs utilisation (Chowdhery et al. 2022, PaLM, appendix B)."""
     config.validate()
     g = _GATES[config.cell]
     h = config.hidden

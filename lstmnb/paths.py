@@ -68,8 +68,7 @@ def check_writable(path: str | os.PathLike, kind: str = "file", what: str = "out
     Rejects an empty name, a folder where a file is meant and the reverse, a file in the way of a
     folder to be created, and a read-only place (found by creating and removing a probe file in the
     nearest existing folder, so it holds for root and read-only mounts too). Creates nothing that
-    stays. Returns the path; raises ``OutputError`` naming ``what``, the path and why.
-    """
+    stays. Returns the path; raises ``OutputError`` naming ``what``, the path and why."""
     if kind not in ("file", "folder"):
         raise ValueError(f"kind={kind!r} is not 'file' or 'folder'")
     text = os.fspath(path) if path is not None else ""
@@ -114,8 +113,7 @@ def atomic_path(target: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     Works for files (flushed to disk before the rename) and directories (a Zarr store): an
     interrupted write never leaves a half-written ``target``, and an existing ``target`` survives
     until the new one is complete. ``suffix`` ends the temporary name (matplotlib picks the format
-    from it). A killed writer's leftover is removed later by ``sweep_stale_temps``.
-    """
+    from it). A killed writer's leftover is removed later by ``sweep_stale_temps``."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(target, suffix)
@@ -148,8 +146,7 @@ def sweep_stale_temps(directory: str | os.PathLike, *, final: str | None = None)
     of the file or folder named ``final`` when given).
 
     Stale: written on this host by a process that is gone, or older than ``STALE_TMP_SECONDS`` whoever wrote
-    it. A live writer's files (here, or on another host sharing the folder) stay. Returns how many.
-    """
+    it. A live writer's files (here, or on another host sharing the folder) stay. Returns how many."""
     import psutil  # not os.kill(pid, 0): on Windows signal 0 is CTRL_C_EVENT, sent to the process, not a probe
 
     try:
@@ -169,11 +166,8 @@ def sweep_stale_temps(directory: str | os.PathLike, *, final: str | None = None)
         pid = int(m["pid"])
         dead_here = m["host"] == HOST and pid != os.getpid() and not psutil.pid_exists(pid)
         if age > STALE_TMP_SECONDS or dead_here:
-            try:
-                _remove(Path(entry.path))
-                removed += 1
-            except FileNotFoundError:
-                pass
+            _remove(Path(entry.path))  # a file another sweep removed first raises nothing
+            removed += 1
     return removed
 
 

@@ -36,9 +36,8 @@ def _whole(lowest: int, null: bool = False) -> dict[str, Any]:
 # The config knobs the readers use (the report's settings and problem labels, its tables and findings, the
 # notebooks' lessons), typed as each TrainConfig field's Rule says (rules.schema_of(TrainConfig); a copy, so that
 # records are read without torch: tests/test_record_and_price_checks.py keeps it equal), as every writer records
-# them (training.config.TrainConfig.as_record; the all-reduce
-# experiment's plain asdict, whose lr is null; the from-scratch and region experiments' own configs). Not
-# required: older records and other experiments' configs lack some; other keys are free.
+# them (TrainConfig.as_record; the all-reduce experiment's plain asdict, whose lr is null; the from-scratch and
+# region experiments' own configs). Not required: older records and other configs lack some; other keys are free.
 _CONFIG = {
     "type": ["object", "null"],
     "properties": {

@@ -69,16 +69,9 @@ def _software_facts() -> dict[str, Any]:
 
     from .machine.cuda import cudnn_version
 
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": cudnn_version(),
-        "numpy": np.__version__,
-        "lstmnb": __version__,
-        "git_commit": git_commit(),
-        "platform": platform.platform(),
-    }
+    return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cudnn": cudnn_version(), "numpy": np.__version__, "lstmnb": __version__, "git_commit": git_commit(),
+            "platform": platform.platform()}
 
 
 def new_run_id() -> str:
@@ -87,35 +80,18 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def new_record(
-    experiment: str,
-    *,
-    status: str = "ok",
-    reason: str | None = None,
-    device: str | None = "cpu",
-    profile: str | None = None,
-    run_id: str | None = None,
-    **fields: Any,
-) -> dict[str, Any]:
+def new_record(experiment: str, *, status: str = "ok", reason: str | None = None, device: str | None = "cpu",
+               profile: str | None = None, run_id: str | None = None, **fields: Any) -> dict[str, Any]:
     """A record with the common fields filled in; ``fields`` adds config, data, epochs, metrics, ...
     ``run_id``: the run's id when it has one already (a checkpointed run); else a new one."""
     from .machine.device import device_info  # here, not at the top: reading records needs no torch
 
     if status not in STATUSES:
         raise ValueError(f"status {status!r} is not one of {STATUSES}")
-    record: dict[str, Any] = {
-        "schema": SCHEMA,
-        "run_id": run_id or new_run_id(),
-        "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "experiment": experiment,
-        "status": status,
-        "reason": reason,
-        "device": device_info(device),
-        "software": software_info(),
-        "profile": profile,
-    }
-    record.update(fields)
-    return record
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return {"schema": SCHEMA, "run_id": run_id or new_run_id(), "started": started, "experiment": experiment,
+            "status": status, "reason": reason, "device": device_info(device), "software": software_info(),
+            "profile": profile, **fields}
 
 
 def _jsonable(obj: Any) -> Any:
@@ -124,10 +100,8 @@ def _jsonable(obj: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
+    if isinstance(obj, (np.ndarray, np.generic)):  # a numpy scalar's tolist() is its item()
         return _jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        return _jsonable(obj.item())
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, (Path, _dt.date, _dt.datetime)):
@@ -162,8 +136,7 @@ def append_record(record: dict[str, Any], path: "str | os.PathLike | _DefaultFil
 
     The line is written with one ``write`` on an ``O_APPEND`` descriptor under an exclusive lock, and
     flushed to disk: concurrent writers (several ranks or jobs) never interleave, and a crash can at
-    worst leave a final partial line, which ``read_records`` skips with a warning.
-    """
+    worst leave a final partial line, which ``read_records`` skips with a warning."""
     return _append(record, path, once=False)[0]
 
 
@@ -284,13 +257,9 @@ class RecordsRead:
 
 def scan_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> RecordsRead:
     """Read every record in the given files or folders (searched recursively for ``*.jsonl``), each
-    checked against the record schema (``record_schema``): what ``read_records`` and the messages of
-    the commands that read records use.
-
-    Lines that are not JSON objects, and records that fail the schema, are skipped and listed in
-    ``faults`` (``RecordsRead.warn`` says them: per file and fault, how many, their line numbers and the
-    first one's reason; for a failing record, the field and why). Good records are never dropped.
-    """
+    checked against the record schema (``record_schema``): what ``read_records`` and the messages of the
+    commands that read records use. Lines that are not JSON objects, and records that fail the schema, are
+    skipped and listed in ``faults`` (``RecordsRead.warn`` says them); good records are never dropped."""
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     found = RecordsRead(paths=[Path(p) for p in paths])
     found.files, found.missing = _record_files(found.paths)
@@ -332,14 +301,10 @@ def read_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list
 def load_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> "pd.DataFrame":
     """Records as a DataFrame with nested fields flattened to dotted columns (``config.batch_size``).
 
-    List-valued fields (``epochs``) stay as Python lists in their column.
-    """
+    List-valued fields (``epochs``) stay as Python lists in their column."""
     import pandas as pd
 
-    records = read_records(paths)
-    if not records:
-        return pd.DataFrame()
-    return pd.json_normalize(records, max_level=2)
+    return pd.json_normalize(read_records(paths), max_level=2)  # no records: an empty DataFrame
 
 
 class Recorder:

@@ -1,11 +1,9 @@
 """The ladder: the study's workload timed rung by rung, from the study's own code to lstmnb's fastest step.
 
-Rung 0 is the study's code as its notebook ran it (``--preset published``): a tensor made per sample in the
-Dataset's ``__getitem__``, a shuffled DataLoader with 2 workers started afresh each epoch and pageable
-memory, glibc's default heap, the loss read back every step. Each later rung makes one change on the one
-before; a change that means nothing on a device (the heap is a CPU run's, a CUDA graph a GPU's) is not a
-rung there. The last rung is the recommended setting: another model and optimiser, on the same data and
-epochs, labelled as such with its accuracy beside it.
+Rung 0 is the study's code as its notebook ran it (``--preset published``); each later rung makes one change
+on the one before (``RUNGS`` says what each is and changes); a change that means nothing on a device (the heap
+is a CPU run's, a CUDA graph a GPU's) is not a rung there. The last rung is the recommended setting, labelled
+as such with its accuracy beside it.
 
 A record says its rung (``ladder``: rung, name, change), worked out here from what the run did (its config,
 the heap its record states, whether a CUDA graph was used) and on what data, so that any run of the study's
@@ -87,15 +85,12 @@ def _step(record: dict[str, Any], kind: str) -> dict[str, Any]:
     cfg = record["config"]
     ran = record.get("memory")  # a run that ran says its heap (none said: glibc's own); a skipped one, its config's
     heap = (ran.get("heap") or {}).get("policy") if ran else cfg.get("heap")
-    every = cfg.get("loss_every")
     graph = record.get("cuda_graph")  # a skipped run has none: what it would have done
     used = graph.get("used") if graph else cfg.get("cuda_graph") and cfg.get("input_path") == "fast"
-    return {
-        "input": cfg.get("input_path"), "tensors": cfg.get("sample_tensors", "once"),
-        "heap": (heap == "kept") if kind == "cpu" else None,
-        "every": (every or (1 if kind == "cpu" else 100)) if kind == "cuda" else None,
-        "graph": bool(used) if kind == "cuda" else None,
-    }
+    return {"input": cfg.get("input_path"), "tensors": cfg.get("sample_tensors", "once"),
+            "heap": (heap == "kept") if kind == "cpu" else None,
+            "every": (cfg.get("loss_every") or 100) if kind == "cuda" else None,  # none said: every 100 steps
+            "graph": bool(used) if kind == "cuda" else None}
 
 
 def _expected(rung: Rung, kind: str) -> dict[str, Any]:

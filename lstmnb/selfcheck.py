@@ -58,17 +58,16 @@ def one_line(exc: BaseException) -> str:
 
 
 def tiny_windows():
-    """40 days of two synthetic diurnal series, windowed (no data store needed)."""
+    """40 days of two synthetic diurnal series, windowed as ``tiny_config`` says (no data store needed)."""
     import pandas as pd
 
-    from .training import TrainConfig
     from .windows import make_windows
 
     t = pd.date_range("2020-01-01", periods=24 * 40, freq="h")
     h = np.arange(len(t))
     rng = np.random.default_rng(0)
     v = np.stack([285 + 6 * np.sin(2 * np.pi * h / 24 + p) + rng.normal(0, 0.3, len(t)) for p in (0.0, 1.0)], 1)
-    return make_windows(v, t, TrainConfig(window=12).window_config())
+    return make_windows(v, t, tiny_config().window_config())
 
 
 def tiny_config(**kw: Any):

@@ -70,10 +70,8 @@ def split_by_dates(times: pd.DatetimeIndex, val_start: str, test_start: str) -> 
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"split dates {val_start!r}, {test_start!r} are not dates: {exc}") from None
     if not times[0] < v <= t <= times[-1]:
-        raise ConfigError(
-            f"split dates must satisfy {times[0]} < validation start ({v}) <= test start ({t}) <= {times[-1]} "
-            "(the same date twice: no validation part)"
-        )
+        raise ConfigError(f"split dates must satisfy {times[0]} < validation start ({v}) <= test start ({t}) <= "
+                          f"{times[-1]} (the same date twice: no validation part)")
     a = int(times.searchsorted(v))
     b = int(times.searchsorted(t))
     return slice(0, a), slice(a, b), slice(b, len(times))
@@ -90,10 +88,8 @@ class Scaler:
     def fit(cls, train_values: np.ndarray) -> "Scaler":
         v = np.asarray(train_values, dtype=np.float64)
         v = v.reshape(-1, v.shape[-1]) if v.ndim > 1 else v.reshape(-1, 1)
-        mean = v.mean(axis=0)
         std = v.std(axis=0)
-        std = np.where(std > 0, std, 1.0)
-        return cls(mean=mean, std=std)
+        return cls(mean=v.mean(axis=0), std=np.where(std > 0, std, 1.0))
 
     def transform(self, x: np.ndarray) -> np.ndarray:
         """Standardise ``x`` whose last axis holds the features (a 1-D series is feature 0)."""
@@ -107,14 +103,12 @@ class Scaler:
         return np.asarray(x) * self.std.reshape(-1)[feature] + self.mean.reshape(-1)[feature]
 
 
-def sliding_windows(
-    values: np.ndarray, window: int, lead_hours: int = 1, horizon: int = 1
-) -> tuple[np.ndarray, np.ndarray]:
+def sliding_windows(values: np.ndarray, window: int, lead_hours: int = 1, horizon: int = 1
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """Inputs ``X[i] = values[i:i+window]`` and targets ``y[i, k] = values[i+window-1+lead_hours+k, 0]``.
 
     ``values`` is (T,) or (T, F); the target is feature 0. Built from strided views (no Python loop
-    over samples), then copied once into contiguous arrays. Returns X (N, window, F), y (N, horizon).
-    """
+    over samples), then copied once into contiguous arrays. Returns X (N, window, F), y (N, horizon)."""
     v = np.asarray(values)
     if v.ndim == 1:
         v = v[:, None]
@@ -123,10 +117,8 @@ def sliding_windows(
     span = window + lead_hours - 1 + horizon
     n = v.shape[0] - span + 1
     if n <= 0:
-        raise ConfigError(
-            f"window={window} h + lead_hours={lead_hours} + horizon={horizon} needs at least {span} hours; "
-            f"this part of the series has {v.shape[0]}"
-        )
+        raise ConfigError(f"window={window} h + lead_hours={lead_hours} + horizon={horizon} needs at least {span} "
+                          f"hours; this part of the series has {v.shape[0]}")
     xs = np.lib.stride_tricks.sliding_window_view(v[: n + window - 1], window, axis=0)  # (N, F, window)
     x = np.ascontiguousarray(xs.transpose(0, 2, 1))
     first = window - 1 + lead_hours
@@ -147,8 +139,7 @@ class Windows:
     ``scored[split]`` states what every model and baseline is scored on there: the first and last first
     target hour (``first``, ``last``), how many target hours per point (``count``), the points and the
     pooled ``samples``. ``climatology`` says which climatology the baseline is (``climatology_statement``;
-    its ``line`` is what a command prints once); this module never prints.
-    """
+    its ``line`` is what a command prints once); this module never prints."""
 
     config: WindowConfig
     x: dict[str, np.ndarray]  # split -> (N, window, F)
@@ -193,8 +184,7 @@ def scored_ranges(bounds: Sequence[slice], config: WindowConfig) -> list[tuple[i
     """Per split, the first-target hours ``[lo, hi)`` (indices into the series) under the target-time rule.
 
     A sample with first target hour ``j`` has inputs ``j - lead - window + 1 .. j - lead`` and targets
-    ``j .. j + horizon - 1``; all its targets lie in the split of ``j``, its inputs may lie before it.
-    """
+    ``j .. j + horizon - 1``; all its targets lie in the split of ``j``, its inputs may lie before it."""
     need = config.window + config.lead_hours - 1  # hours of inputs before the first possible target
     out = []
     for name, sl in zip(SPLITS, bounds):
@@ -205,14 +195,11 @@ def scored_ranges(bounds: Sequence[slice], config: WindowConfig) -> list[tuple[i
         if hi <= lo:
             hours = sl.stop - sl.start
             if name == "train":
-                raise ConfigError(
-                    f"window={config.window} h (+ lead {config.lead_hours} h, horizon {config.horizon} h) is longer "
-                    f"than the training part ({hours} hours); use a shorter window or a longer time range"
-                )
-            raise ConfigError(
-                f"the {name} part has {hours} hours, fewer than horizon={config.horizon}; "
-                f"use a shorter horizon or a longer time range"
-            )
+                raise ConfigError(f"window={config.window} h (+ lead {config.lead_hours} h, horizon "
+                                  f"{config.horizon} h) is longer than the training part ({hours} hours); use a "
+                                  "shorter window or a longer time range")
+            raise ConfigError(f"the {name} part has {hours} hours, fewer than horizon={config.horizon}; "
+                              "use a shorter horizon or a longer time range")
         out.append((lo, hi))
     return out
 
@@ -251,23 +238,16 @@ def split_parts(times: pd.DatetimeIndex, config: WindowConfig) -> tuple[slice, s
     return split_bounds(len(times), config.fractions)
 
 
-def make_windows(
-    values: np.ndarray,
-    times: pd.DatetimeIndex | Sequence,
-    config: WindowConfig = WindowConfig(),
-    *,
-    features: Sequence[str] | None = None,
-    points: Sequence[str] | None = None,
-    keys: bool = False,
-) -> Windows:
+def make_windows(values: np.ndarray, times: pd.DatetimeIndex | Sequence, config: WindowConfig = WindowConfig(), *,
+                 features: Sequence[str] | None = None, points: Sequence[str] | None = None, keys: bool = False
+                 ) -> Windows:
     """Split by target time, scale and window a (time,), (time, point) or (time, point, variable) array in kelvin.
 
     Feature 0 is the target. Each point is windowed on its own and the samples are pooled, so one
     model serves all points. Baselines are computed on exactly the same target samples.
 
     With ``keys``, ``x[split]`` holds each sample's (point, last input hour) as (N, 2) int64 and ``series``
-    the scaled inputs they index: the same samples, for a model that gathers windows itself (region mode).
-    """
+    the scaled inputs they index: the same samples, for a model that gathers windows itself (region mode)."""
     config.validate()
     v, times = series_array(values, times)
     n_t, n_p, n_v = v.shape
@@ -278,27 +258,25 @@ def make_windows(
     ranges = scored_ranges(bounds, config)
     train_part, train_times = v[bounds[0]], times[bounds[0]]
     scaler = Scaler.fit(train_part.reshape(-1, n_v))
-    inputs = scaler.transform(v)
-    cal = calendar_features(times) if config.calendar else None
-    if cal is not None:
-        features = features + list(CALENDAR_FEATURES)
-        # calendar inputs are already in [-1, 1]; extend the scaler with identity entries
-        scaler = Scaler(np.concatenate([scaler.mean, np.zeros(4)]), np.concatenate([scaler.std, np.ones(4)]))
-
     W, L, H = config.window, config.lead_hours, config.horizon
-    cycle = None
+    inputs = [scaler.transform(v)]  # (time, point, F): the variables, then the calendar and the cycle where on
+    if config.calendar:
+        inputs.append(np.broadcast_to(calendar_features(times)[:, None], (n_t, n_p, len(CALENDAR_FEATURES))))
+        features = features + list(CALENDAR_FEATURES)
     if config.cycles:  # each hour's fitted cycle L hours later (at the last input hour: the target's), scaled as the target
-        cycle = (cycle_values(cycle_fit(train_part[:, :, 0], train_times), times + pd.Timedelta(hours=L))
-                 - scaler.mean[0]) / scaler.std[0]
+        cycle = cycle_values(cycle_fit(train_part[:, :, 0], train_times), times + pd.Timedelta(hours=L))
+        inputs.append(((cycle - scaler.mean[0]) / scaler.std[0])[:, :, None])
         features = features + [CYCLE_FEATURE]
-        scaler = Scaler(np.concatenate([scaler.mean, [0.0]]), np.concatenate([scaler.std, [1.0]]))
+    series = np.concatenate(inputs, axis=2)
+    # the calendar inputs are already in [-1, 1] and the cycle is scaled: identity entries in the scaler
+    extra = series.shape[2] - n_v
+    scaler = Scaler(np.concatenate([scaler.mean, np.zeros(extra)]), np.concatenate([scaler.std, np.ones(extra)]))
     clim = [climatology_table(train_part[:, p, 0], train_times) for p in range(n_p)]
 
     xs, ys, tts, pidx, baselines, split_times, scored, predictions = {}, {}, {}, {}, {}, {}, {}, {}
     for name, sl, (lo, hi) in zip(SPLITS, bounds, ranges):
         if hi == lo:  # an empty part (no validation part): no samples, no baseline figures
-            n_f = (2 if keys else n_v + (4 if cal is not None else 0) + (cycle is not None))
-            xs[name] = np.zeros((0, *(() if keys else (W,)), n_f), np.int64 if keys else np.float32)
+            xs[name] = np.zeros((0, 2) if keys else (0, W, series.shape[2]), np.int64 if keys else np.float32)
             ys[name], tts[name] = np.zeros((0, H), np.float32), np.zeros(0, "datetime64[ns]")
             pidx[name] = np.zeros(0, np.int16)
             split_times[name], scored[name] = None, {"first": None, "last": None, "count": 0, "points": n_p, "samples": 0}
@@ -320,11 +298,9 @@ def make_windows(
         for p in range(n_p):
             if keys:  # the window ending at hour lo - L + i, and its targets from hour lo + i on
                 x = np.stack([np.full(n, p), np.arange(lo - L, hi - L)], axis=1)
-                y = np.lib.stride_tricks.sliding_window_view(inputs[lo : hi - 1 + H, p, 0], H)
+                y = np.lib.stride_tricks.sliding_window_view(series[lo : hi - 1 + H, p, 0], H)
             else:
-                part = np.concatenate([inputs[span, p, :], *([cal[span]] if cal is not None else []),
-                                       *([cycle[span, p, None]] if cycle is not None else [])], axis=1)
-                x, y = sliding_windows(part, W, L, H)
+                x, y = sliding_windows(series[span, p, :], W, L, H)
             raw = v[:, p, 0]
             truth.append(np.lib.stride_tricks.sliding_window_view(raw[lo : hi - 1 + H], H))
             pers.append(np.repeat(raw[lo - L : hi - L, None], H, axis=1))
@@ -336,26 +312,17 @@ def make_windows(
         pidx[name] = np.repeat(np.arange(n_p, dtype=np.int16), n)
         truth_k = np.concatenate(truth)
         predictions[name] = {"persistence": np.concatenate(pers), "climatology": np.concatenate(clim_pred)}
-        baselines[name] = {
-            "persistence": error_metrics(predictions[name]["persistence"], truth_k),
-            "climatology": error_metrics(predictions[name]["climatology"], truth_k),
-        }
-    return Windows(
-        config=config, x=xs, y=ys, target_times=tts, point_index=pidx, scaler=scaler,
-        baselines=baselines, features=features, points=points, split_times=split_times,
-        scored=scored, climatology=climatology_statement(train_times), predictions=predictions,
-        series=np.concatenate([inputs, *([np.broadcast_to(cal[:, None], (n_t, n_p, 4))] if cal is not None else []),
-                               *([cycle[:, :, None]] if cycle is not None else [])], axis=2).astype(np.float32)
-        if keys else None,
-    )
+        baselines[name] = {b: error_metrics(pred, truth_k) for b, pred in predictions[name].items()}
+    return Windows(config=config, x=xs, y=ys, target_times=tts, point_index=pidx, scaler=scaler,
+                   baselines=baselines, features=features, points=points, split_times=split_times, scored=scored,
+                   climatology=climatology_statement(train_times), predictions=predictions,
+                   series=series.astype(np.float32) if keys else None)
 
 
 def windows_from_dataset(ds, config: WindowConfig = WindowConfig(), *, keys: bool = False) -> Windows:
     """``make_windows`` for a point Dataset from ``lstmnb.era5.extract`` (dims time, point)."""
     if config.target not in ds.data_vars:
-        raise ConfigError(
-            f"target variable {config.target!r} is not in the data; it has {sorted(ds.data_vars)}"
-        )
+        raise ConfigError(f"target variable {config.target!r} is not in the data; it has {sorted(ds.data_vars)}")
     names = [config.target] + [v for v in ds.data_vars if v != config.target]
     if "point" not in ds.dims:
         raise DataError(f"windows need a point series (dims time, point); got dims {dict(ds.sizes)}")

@@ -63,21 +63,13 @@ def skip_reason(version: str, config: ScratchConfig | None = None) -> str | None
     return None
 
 
-def versions_table(
-    versions: Sequence[str] = VERSIONS,
-    config: ScratchConfig | None = None,
-    *,
-    repeats: int = 3,
-    data: ScratchData | None = None,
-    record: bool = True,
-    record_path: str | os.PathLike | None = None,
-    profile: str | None = None,
-):
+def versions_table(versions: Sequence[str] = VERSIONS, config: ScratchConfig | None = None, *, repeats: int = 3,
+                   data: ScratchData | None = None, record: bool = True, record_path: str | os.PathLike | None = None,
+                   profile: str | None = None):
     """Train every version ``repeats`` times (alternating) and return the versions table (DataFrame).
 
     Unavailable GPU versions appear as ``skipped`` rows with their reason (and a ``skipped`` record),
-    never as a number. Records go to ``record_path`` (default results/runs.jsonl) when ``record``.
-    """
+    never as a number. Records go to ``record_path`` (default results/runs.jsonl) when ``record``."""
     import pandas as pd
 
     from ..records import append_record, new_record
@@ -202,20 +194,16 @@ def plot_versions(table):
 
     ok = table[table["status"] == "ok"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    names = list(ok.index)
-    x = np.arange(len(names))
+    x = np.arange(len(ok))
     ax1.bar(x, ok["run_s"], color="tab:blue", label="run (N epochs)")
     ax1.bar(x, ok["compile_s"], bottom=ok["run_s"], color="tab:orange", hatch="//", alpha=0.6, label="compile / warm-up")
-    ax1.set_yscale("log")
-    ax1.set_xticks(x, names, rotation=30)
-    ax1.set_ylabel("seconds")
-    ax1.set_title("wall time")
+    ax1.set(yscale="log", ylabel="seconds", title="wall time")
     ax1.legend(fontsize=8)
     ax2.bar(x, ok["speedup_vs_numpy"], color="tab:green")
     ax2.axhline(1.0, color="k", lw=0.8)
-    ax2.set_xticks(x, names, rotation=30)
-    ax2.set_ylabel("x faster than numpy")
-    ax2.set_title("speedup (run time)")
+    ax2.set(ylabel="x faster than numpy", title="speedup (run time)")
+    for ax in (ax1, ax2):
+        ax.set_xticks(x, list(ok.index), rotation=30)
     skipped = table[table["status"] != "ok"]
     if len(skipped):
         fig.text(0.01, 0.01, "skipped: " + ", ".join(skipped.index), fontsize=8)

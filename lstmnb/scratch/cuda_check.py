@@ -11,6 +11,7 @@ Nothing here imports numba or torch until a check is asked for.
 from __future__ import annotations
 
 import functools
+import importlib
 import re
 import warnings
 from contextlib import contextmanager
@@ -54,14 +55,12 @@ def start_failure(engine: str, exc: BaseException, libs: tuple[str, ...] = NUMBA
 def performance_warnings() -> tuple[type[Warning], ...]:
     """Numba's NumbaPerformanceWarning class(es): numba's own and numba-cuda's where it has its own (looked
     up once: engines enter ``quiet_launches`` on every batch)."""
-    found: list[type[Warning]] = []
+    found: dict[type[Warning], None] = {}  # in order, each once
     for module in ("numba.core.errors", "numba.cuda.core.errors"):
         try:
-            cls = getattr(__import__(module, fromlist=["NumbaPerformanceWarning"]), "NumbaPerformanceWarning")
+            found[importlib.import_module(module).NumbaPerformanceWarning] = None
         except (ImportError, AttributeError):
             continue
-        if cls not in found:
-            found.append(cls)
     return tuple(found)
 
 

@@ -80,22 +80,14 @@ def check_series(values: np.ndarray, name: str = "series") -> np.ndarray:
     return v
 
 
-def prepare_series(
-    values: np.ndarray,
-    *,
-    window: int,
-    period: int,
-    transform: str = "none",
-    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15),
-    name: str = "series",
-    units: str = "",
-) -> ScratchData:
+def prepare_series(values: np.ndarray, *, window: int, period: int, transform: str = "none",
+                   fractions: tuple[float, float, float] = (0.7, 0.15, 0.15), name: str = "series", units: str = ""
+                   ) -> ScratchData:
     """Split, scale and window one series for next-step forecasting.
 
     ``period`` is the seasonal period in steps (12 months, 24 hours): the seasonal-naive baseline
     predicts the value one period before the target; persistence predicts the last observed value.
-    ``transform='logdiff'`` models changes of log values (positive series only).
-    """
+    ``transform='logdiff'`` models changes of log values (positive series only)."""
     if transform not in TRANSFORMS:
         raise ConfigError(f"transform={transform!r} is not known; choose one of {TRANSFORMS}")
     v = check_series(values, name)
@@ -115,53 +107,41 @@ def prepare_series(
         truth[split] = v[target]
         seasonal = np.where(target >= period, v[np.maximum(target - period, 0)], np.nan)
         baselines[split] = {"persistence": v[target - 1], "seasonal_naive": seasonal}
-    info = {
-        "source": name,
-        "length": int(len(v)),
-        "window": int(window),
-        "transform": transform,
-        "period": int(period),
-        "fractions": list(fractions),
-    }
+    info = {"source": name, "length": int(len(v)), "window": int(window), "transform": transform,
+            "period": int(period), "fractions": list(fractions)}
     return ScratchData(name, units, X, y, truth, baselines, scaler, transform, info)
 
 
-def load_airline(window: int = 12, fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)) -> ScratchData:
+def load_airline(window: int = 12) -> ScratchData:
     """Airline passengers, log-differenced, windows of ``window`` months, seasonal-naive baseline."""
     series = airline_passengers()
     data = prepare_series(series.to_numpy(), window=window, period=12, transform="logdiff",
-                          fractions=fractions, name="airline_passengers", units="thousand passengers")
+                          name="airline_passengers", units="thousand passengers")
     data.info["time_range"] = [str(series.index[0].date()), str(series.index[-1].date())]
     data.info["citation"] = "Box, Jenkins and Reinsel, Time Series Analysis, series G"
     return data
 
 
-def load_era5(window: int = 24, hours: int = 24 * 42, point: int = 0,
-              fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)) -> ScratchData:
-    """The first ``hours`` of 2 m temperature at one point of the default ERA5 request (kelvin).
+def load_era5(window: int = 24, hours: int = 24 * 42) -> ScratchData:
+    """The first ``hours`` of 2 m temperature at the first point of the default ERA5 request (kelvin).
 
     Comes from the core pipeline (``lstmnb.data.extract``: the study's real ERA5 shipped with lstmnb),
     asking only for the days needed. Baselines: persistence (last hour) and the same hour one day
-    earlier; with a few weeks of data a climatology of the training part would be a copy of them.
-    """
+    earlier; with a few weeks of data a climatology of the training part would be a copy of them."""
     from .. import data
 
     start = pd.Timestamp(data.Request().start)
     end = start + pd.Timedelta(hours=hours)  # ask only for the days needed (the last one inclusive)
     ds = data.extract(data.Request(end=end.strftime("%Y-%m-%d")), progress=False)
-    da = ds["2m_temperature"]
+    da = ds["2m_temperature"].isel(time=slice(0, hours))
     if "point" in da.dims:
-        if not 0 <= point < da.sizes["point"]:
-            raise ConfigError(f"point={point} is outside the {da.sizes['point']} points of the request")
-        da = da.isel(point=point)
-    da = da.isel(time=slice(0, hours))
+        da = da.isel(point=0)
     if da.sizes["time"] < hours:
         raise ConfigError(f"hours={hours} asked for, but the default request has {da.sizes['time']} hours")
-    data = prepare_series(da.values, window=window, period=24, transform="none", fractions=fractions,
-                          name="era5_2m_temperature", units="K")
+    data = prepare_series(da.values, window=window, period=24, name="era5_2m_temperature", units="K")
     times = pd.DatetimeIndex(da["time"].values)
     data.info["time_range"] = [str(times[0]), str(times[-1])]
-    data.info["point"] = int(point)
+    data.info["point"] = 0
     return data
 
 

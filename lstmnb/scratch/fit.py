@@ -16,28 +16,15 @@ import numpy as np
 
 from ..machine.device import host_memory_bytes, local_rank_limit
 from ..errors import ConfigError, DeviceError, LstmnbError
-from ..rules import PYTHON, Spelling
+from ..rules import INT_MAX, PYTHON, Spelling
 from .data import DATASETS
-from .lstm import (
-    LSTMShape,
-    check_batch,
-    init_params,
-    loss_and_grad_loops,
-    loss_and_grad_numpy,
-    mse,
-    resolve_dtype,
-)
+from .lstm import LSTMShape, check_batch, init_params, loss_and_grad_loops, loss_and_grad_numpy, mse, resolve_dtype
 from .optim import OPTIMIZERS, clip_grad_norm
 from .precision import engine_backends, engine_math
 
 ERA5_HOURS = 547 * 24  # the default ERA5 request, 2020-01-01..2021-06-30, in hours
 VERSIONS = ("loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch", "torch-cuda")
-# versions that need an optional compiler or device; one that cannot start raises DeviceError (never
-# another exception), so a versions table records it as skipped and goes on
-STARTABLE = ("numba-cpu", "numba-cuda", "numba-cuda-block", "torch-cuda")
-
-
-MAX_COUNT = 2**31 - 1  # larger counts are nonsense here, and overflow C ints (as TrainConfig's INT_MAX)
+STARTABLE = ("numba-cpu", "numba-cuda", "numba-cuda-block", "torch-cuda")  # need an optional compiler or device
 
 
 @dataclass
@@ -64,8 +51,8 @@ class ScratchConfig:
             raise say.refuse("data", self.data, f"is not known; choose one of {DATASETS}")
         for name in ("window", "hours", "hidden", "epochs", "batch_size"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_COUNT:
-                raise say.refuse(name, value, f"must be a positive whole number, at most {MAX_COUNT}")
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= INT_MAX:
+                raise say.refuse(name, value, f"must be a positive whole number, at most {INT_MAX}")
         if self.optimizer not in OPTIMIZERS:
             raise say.refuse("optimizer", self.optimizer, f"is not known; choose one of {tuple(OPTIMIZERS)}")
         if self.data == "era5" and self.hours > ERA5_HOURS:
@@ -157,8 +144,7 @@ def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, th
 
     Raises ConfigError for an unknown version and DeviceError when it cannot start here
     (``numba-cuda*`` whose probe kernel fails: no GPU, no driver, a broken compiler; ``torch-cuda``
-    without a GPU).
-    """
+    without a GPU)."""
     check_version(version)
     from .cuda_check import numba_cuda_reason, torch_cuda_reason
 
@@ -191,7 +177,8 @@ def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, th
 def engine_start(version: str):
     """Building an engine and its first call (compilation, device start-up): for the versions in
     STARTABLE any failure other than the project's own errors becomes a DeviceError naming the
-    exception and the library versions, e.g. numba-cuda whose compiler breaks under a newer NumPy."""
+    exception and the library versions (e.g. numba-cuda whose compiler breaks under a newer NumPy),
+    so a versions table records the version as skipped and goes on."""
     try:
         yield
     except LstmnbError:
@@ -230,21 +217,12 @@ def batches(n: int, batch_size: int, epochs: int, seed: int, shuffle: bool = Tru
         yield [order[i : i + batch_size] for i in range(0, n, batch_size)]
 
 
-def fit(
-    version: str,
-    shape: LSTMShape,
-    X_train: np.ndarray,
-    y_train: np.ndarray,
-    config: ScratchConfig,
-    *,
-    X_val: np.ndarray | None = None,
-    y_val: np.ndarray | None = None,
-) -> FitResult:
+def fit(version: str, shape: LSTMShape, X_train: np.ndarray, y_train: np.ndarray, config: ScratchConfig, *,
+        X_val: np.ndarray | None = None, y_val: np.ndarray | None = None) -> FitResult:
     """Train ``version`` for ``config.epochs`` epochs and time it.
 
     compile_s is the warm-up call (JIT compilation or cache load, CUDA context); epoch_s the wall
-    time of each epoch's optimiser steps, with the device synchronised before each clock read.
-    """
+    time of each epoch's optimiser steps, with the device synchronised before each clock read."""
     config.validate()
     check_version(version)
     check_batch(X_train, y_train, shape)
@@ -258,23 +236,17 @@ def fit(
             t0 = time.perf_counter()
             engine.warmup()
             engine.sync()
-            compile_s = time.perf_counter() - t0
+            result = FitResult(theta0, time.perf_counter() - t0, [], [], [], [])
 
-        epoch_s: list[float] = []
-        step_losses: list[float] = []
-        train_losses: list[float] = []
-        val_losses: list[float] = []
         for epoch_batches in batches(len(X_train), config.batch_size, config.epochs, config.seed, config.shuffle):
-            losses = []
             t0 = time.perf_counter()
-            for idx in epoch_batches:
-                losses.append(engine.step(idx))
+            losses = [engine.step(idx) for idx in epoch_batches]
             engine.sync()
-            epoch_s.append(time.perf_counter() - t0)
-            step_losses.extend(losses)
-            train_losses.append(float(np.mean(losses)))
+            result.epoch_s.append(time.perf_counter() - t0)
+            result.step_losses.extend(losses)
+            result.train_losses.append(float(np.mean(losses)))
             if X_val is not None:
-                val_losses.append(mse(engine.params().astype(np.float64), X_val, y_val, shape))
-        theta = engine.params()
-        backends = engine_backends(version, theta0.dtype)
-    return FitResult(theta, compile_s, epoch_s, step_losses, train_losses, val_losses, backends)
+                result.val_losses.append(mse(engine.params().astype(np.float64), X_val, y_val, shape))
+        result.theta = engine.params()
+        result.backends = engine_backends(version, theta0.dtype)
+    return result

@@ -15,6 +15,7 @@ flat vectors, so optimisers, clipping and comparisons are written once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,28 +49,19 @@ class LSTMShape:
         F, H, O = self.n_features, self.hidden, self.n_outputs
         out: dict[str, tuple[int, tuple[int, ...]]] = {}
         pos = 0
-        for name, shp in (
-            ("W_ih", (4 * H, F)),
-            ("W_hh", (4 * H, H)),
-            ("b", (4 * H,)),
-            ("W_out", (O, H)),
-            ("b_out", (O,)),
-        ):
+        for name, shp in (("W_ih", (4 * H, F)), ("W_hh", (4 * H, H)), ("b", (4 * H,)), ("W_out", (O, H)),
+                          ("b_out", (O,))):
             out[name] = (pos, shp)
-            pos += int(np.prod(shp))
+            pos += math.prod(shp)
         return out
 
 
 def unpack(theta: np.ndarray, shape: LSTMShape) -> dict[str, np.ndarray]:
     """Views (no copies) of the parameters inside the flat vector ``theta``."""
     if theta.ndim != 1 or theta.size != shape.n_params:
-        raise ConfigError(
-            f"theta has shape {theta.shape}; an LSTM with {shape} needs a flat vector of {shape.n_params}"
-        )
-    return {
-        name: theta[start : start + int(np.prod(shp))].reshape(shp)
-        for name, (start, shp) in shape.offsets().items()
-    }
+        raise ConfigError(f"theta has shape {theta.shape}; an LSTM with {shape} needs a flat vector of "
+                          f"{shape.n_params}")
+    return {name: theta[start : start + math.prod(shp)].reshape(shp) for name, (start, shp) in shape.offsets().items()}
 
 
 def resolve_dtype(dtype: str | np.dtype) -> np.dtype:
@@ -84,14 +76,11 @@ def init_params(shape: LSTMShape, seed: int = 0, dtype: str = "float64") -> np.n
     """Initial weights as PyTorch draws them, U(-1/sqrt(H), 1/sqrt(H)), with a forget-gate bias of 1.
 
     The forget bias of 1 (Jozefowicz et al., 2015) lets the cell state carry information early in
-    training. Every version starts from this same vector.
-    """
+    training. Every version starts from this same vector."""
     rng = np.random.default_rng(seed)
     k = 1.0 / np.sqrt(shape.hidden)
     theta = rng.uniform(-k, k, size=shape.n_params)
-    p = unpack(theta, shape)
-    H = shape.hidden
-    p["b"][H : 2 * H] = 1.0
+    unpack(theta, shape)["b"][shape.hidden : 2 * shape.hidden] = 1.0  # the forget gate's bias
     return theta.astype(resolve_dtype(dtype))
 
 
@@ -122,8 +111,7 @@ def forward(theta: np.ndarray, X: np.ndarray, shape: LSTMShape) -> tuple[np.ndar
     """Predictions (B, O) for a batch X (B, T, F), and the activations BPTT needs.
 
     The input projection for all time steps is one matrix product; only the recurrent product
-    ``h_{t-1} W_hh^T`` has to stay inside the loop over time.
-    """
+    ``h_{t-1} W_hh^T`` has to stay inside the loop over time."""
     p = unpack(theta, shape)
     B, T, _ = X.shape
     H = shape.hidden
@@ -153,14 +141,11 @@ def mse(theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: LSTMShape) -> fl
     return float(np.mean((predict(theta, X, shape) - y) ** 2))
 
 
-def loss_and_grad_numpy(
-    theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: LSTMShape
-) -> tuple[float, np.ndarray]:
+def loss_and_grad_numpy(theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: LSTMShape) -> tuple[float, np.ndarray]:
     """MSE loss and its gradient (flat, like theta) by backpropagation through time, batched.
 
     Backward in time carries dh (from the read-out and from step t+1) and dc; the weight gradients
-    of all steps are then one matrix product each over (time x batch).
-    """
+    of all steps are then one matrix product each over (time x batch)."""
     p = unpack(theta, shape)
     B, T, F = X.shape
     H = shape.hidden
@@ -195,14 +180,11 @@ def loss_and_grad_numpy(
     return loss, grad
 
 
-def loss_and_grad_loops(
-    theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: LSTMShape
-) -> tuple[float, np.ndarray]:
+def loss_and_grad_loops(theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: LSTMShape) -> tuple[float, np.ndarray]:
     """The same loss and gradient, one sample and one time step at a time (the slow reference).
 
     Python loops over samples and over time; only the small per-sample matrix-vector products use
-    NumPy. Nothing is batched, so this is what "serial" means for the later versions.
-    """
+    NumPy. Nothing is batched, so this is what "serial" means for the later versions."""
     p = unpack(theta, shape)
     B, T, _ = X.shape
     H, O = shape.hidden, shape.n_outputs
@@ -218,10 +200,7 @@ def loss_and_grad_loops(
         gates = []
         for t in range(T):
             a = W_ih @ x[t] + W_hh @ h[t] + b
-            i = sigmoid(a[:H])
-            f = sigmoid(a[H : 2 * H])
-            gg = np.tanh(a[2 * H : 3 * H])
-            o = sigmoid(a[3 * H :])
+            i, f, gg, o = sigmoid(a[:H]), sigmoid(a[H : 2 * H]), np.tanh(a[2 * H : 3 * H]), sigmoid(a[3 * H :])
             c.append(f * c[t] + i * gg)
             h.append(o * np.tanh(c[t + 1]))
             gates.append((i, f, gg, o))
@@ -236,9 +215,8 @@ def loss_and_grad_loops(
             i, f, gg, o = gates[t]
             tc = np.tanh(c[t + 1])
             dc = dc + dh * o * (1.0 - tc * tc)
-            da = np.concatenate(
-                [dc * gg * i * (1 - i), dc * c[t] * f * (1 - f), dc * i * (1 - gg * gg), dh * tc * o * (1 - o)]
-            )
+            da = np.concatenate([dc * gg * i * (1 - i), dc * c[t] * f * (1 - f), dc * i * (1 - gg * gg),
+                                 dh * tc * o * (1 - o)])
             g["W_ih"] += np.outer(da, x[t])
             g["W_hh"] += np.outer(da, h[t])
             g["b"] += da

@@ -37,8 +37,7 @@ def sample_loss_grad(x, y, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out
 
     ``one`` is 1 in the working dtype, and every constant is made from it: an untyped literal such as
     ``0.0`` is a float64, and Numba would carry the whole computation in float64 from it (on a T4, float64
-    runs at 1/32 of the float32 rate). The caller passes ``scale`` in the working dtype too.
-    """
+    runs at 1/32 of the float32 rate). The caller passes ``scale`` in the working dtype too."""
     zero = one - one
     two = one + one
     T = x.shape[0]
@@ -114,6 +113,11 @@ def sample_loss_grad(x, y, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out
     return loss
 
 
+def workspace_shapes(T: int, H: int) -> tuple[tuple[int, int], ...]:
+    """The shapes of ``sample_loss_grad``'s workspaces for one sample of T steps: acts, cs, hs, tcs, work."""
+    return (T, 4 * H), (T + 1, H), (T + 1, H), (T, H), (3, 4 * H)
+
+
 # Reassociation lets LLVM vectorise the dot products (sums in a different order: same numbers to
 # rounding). No 'nnan'/'ninf' flags: exp(-s) may legitimately overflow to inf for saturated gates.
 FASTMATH = {"reassoc", "contract", "arcp", "nsz"}
@@ -137,8 +141,7 @@ def batch_loss_grad(X, Y, idx, theta, H, scale, one, parts, acts, cs, hs, tcs, w
     """Sum of squared errors over the samples ``idx`` and the gradient of the mean, both reduced.
 
     parts (n_parts, P) are the threads' private gradients; acts, cs, hs, tcs, work hold one
-    workspace per part. Returns (sum of squared errors, gradient).
-    """
+    workspace per part. Returns (sum of squared errors, gradient)."""
     F = X.shape[2]
     O = Y.shape[1]
     n_parts = parts.shape[0]
@@ -171,21 +174,16 @@ class NumbaCPUGrad:
     def __init__(self, X: np.ndarray, y: np.ndarray, shape: LSTMShape, batch_size: int, dtype: np.dtype):
         self.X = np.ascontiguousarray(X, dtype=dtype)
         self.y = np.ascontiguousarray(y, dtype=dtype)
-        H = self.H = int(shape.hidden)
-        T = X.shape[1]
+        self.H = int(shape.hidden)
         self.n_parts = max(1, min(get_num_threads(), batch_size))
         self.parts = np.zeros((self.n_parts, shape.n_params), dtype=dtype)
-        self.acts = np.zeros((self.n_parts, T, 4 * H), dtype=dtype)
-        self.cs = np.zeros((self.n_parts, T + 1, H), dtype=dtype)
-        self.hs = np.zeros((self.n_parts, T + 1, H), dtype=dtype)
-        self.tcs = np.zeros((self.n_parts, T, H), dtype=dtype)
-        self.work = np.zeros((self.n_parts, 3, 4 * H), dtype=dtype)
+        self.work = [np.zeros((self.n_parts, *shp), dtype=dtype) for shp in workspace_shapes(X.shape[1], self.H)]
 
     def __call__(self, theta: np.ndarray, idx: np.ndarray) -> tuple[float, np.ndarray]:
         n_out = self.y.shape[1]
         kind = self.X.dtype.type  # constants in the working dtype (see sample_loss_grad)
         sse, grad = batch_loss_grad(
             self.X, self.y, np.asarray(idx, np.int64), theta, self.H, kind(2.0 / (len(idx) * n_out)), kind(1.0),
-            self.parts, self.acts, self.cs, self.hs, self.tcs, self.work,
+            self.parts, *self.work,
         )
         return float(sse) / (len(idx) * n_out), grad

@@ -7,10 +7,7 @@ over the bus. Each thread writes its gradient into its own column of a (paramete
 and the workspaces are laid out with the batch as the last (fastest) axis, so neighbouring threads
 touch neighbouring addresses (coalesced memory access). A second kernel, one thread per parameter,
 sums the columns: the reduction happens on the device and one vector of P + 1 numbers (gradient and
-loss) comes back.
-
-Tested on CPU-only machines with Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` set before
-numba is imported): the simulator runs the same kernels as Python threads, for correctness only.
+loss) comes back. Tested on CPU-only machines under Numba's CUDA simulator (``cuda_check``).
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from numba import cuda
 from ..errors import DeviceError
 from .cuda_check import quiet_launches
 from .lstm import LSTMShape
-from .numba_cpu import sample_loss_grad
+from .numba_cpu import sample_loss_grad, workspace_shapes
 
 THREADS_PER_BLOCK = 64
 
@@ -32,32 +29,18 @@ sample_loss_grad_dev = cuda.jit(device=True)(sample_loss_grad)
 
 
 @cuda.jit
-def per_sample_kernel(X, Y, idx, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out, gb_out, losses,
+def per_sample_kernel(X, Y, idx, W_ih, W_hh, b, W_out, b_out, grad, gW_ih, gW_hh, gb, gW_out, gb_out, losses,
                       acts, cs, hs, tcs, work, scale, one):  # pragma: no cover - compiled
-    """Thread s: forward + BPTT of sample idx[s]; its gradient goes to column s of each g* array.
-    ``scale`` and ``one`` come in the working dtype, so float32 data is computed in float32."""
+    """Thread s: forward + BPTT of sample idx[s]; its gradient goes to column s of ``grad`` (P, batch), which
+    the g* arrays view. ``scale`` and ``one`` come in the working dtype, so float32 data is computed in float32."""
     s = cuda.grid(1)
-    zero = one - one
     if s < idx.shape[0]:
-        gW_ih_s = gW_ih[:, :, s]
-        gW_hh_s = gW_hh[:, :, s]
-        gb_s = gb[:, s]
-        gW_out_s = gW_out[:, :, s]
-        gb_out_s = gb_out[:, s]
-        for r in range(gW_hh_s.shape[0]):
-            gb_s[r] = zero
-            for j in range(gW_ih_s.shape[1]):
-                gW_ih_s[r, j] = zero
-            for k in range(gW_hh_s.shape[1]):
-                gW_hh_s[r, k] = zero
-        for q in range(gb_out_s.shape[0]):
-            gb_out_s[q] = zero
-            for k in range(gW_out_s.shape[1]):
-                gW_out_s[q, k] = zero
+        for p in range(grad.shape[0]):  # the sample's column starts at zero: sample_loss_grad adds to it
+            grad[p, s] = one - one
         n = idx[s]
         losses[s] = sample_loss_grad_dev(
-            X[n], Y[n], W_ih, W_hh, b, W_out, b_out, gW_ih_s, gW_hh_s, gb_s, gW_out_s, gb_out_s,
-            acts[:, :, s], cs[:, :, s], hs[:, :, s], tcs[:, :, s], work[:, :, s], scale, one,
+            X[n], Y[n], W_ih, W_hh, b, W_out, b_out, gW_ih[:, :, s], gW_hh[:, :, s], gb[:, s], gW_out[:, :, s],
+            gb_out[:, s], acts[:, :, s], cs[:, :, s], hs[:, :, s], tcs[:, :, s], work[:, :, s], scale, one,
         )
 
 
@@ -81,10 +64,9 @@ def split_params(flat, shape: LSTMShape) -> tuple:
 
 
 class DeviceGrad:
-    """What both CUDA versions share: the training data copied to the device once and resident, the batch's
-    sample indices, and the P + 1 numbers (gradient, then summed squared error) that come back per batch.
-    A version's ``launch`` uploads the weights and runs its kernels. ``fit.make_engine`` has asked
-    ``cuda_check.numba_cuda_reason`` before building one."""
+    """What both CUDA versions share: the resident training data, the batch's sample indices, and the P + 1
+    numbers (gradient, then summed squared error) that come back per batch. A version's ``launch`` uploads
+    the weights and runs its kernels. ``fit.make_engine`` has asked ``cuda_check.numba_cuda_reason`` first."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, shape: LSTMShape, batch_size: int, dtype: np.dtype):
         self.dtype = np.dtype(dtype)
@@ -117,11 +99,7 @@ class NumbaCUDAGrad(DeviceGrad):
         self.d_theta = cuda.device_array(self.P, dtype=self.dtype)
         # per-sample gradients (rows 0..P-1) and losses (row P), batch along the fast axis
         self.d_parts = cuda.device_array((self.P + 1, B), dtype=self.dtype)
-        self.d_acts = cuda.device_array((T, 4 * H, B), dtype=self.dtype)
-        self.d_cs = cuda.device_array((T + 1, H, B), dtype=self.dtype)
-        self.d_hs = cuda.device_array((T + 1, H, B), dtype=self.dtype)
-        self.d_tcs = cuda.device_array((T, H, B), dtype=self.dtype)
-        self.d_work = cuda.device_array((3, 4 * H, B), dtype=self.dtype)
+        self.d_work = [cuda.device_array((*shp, B), dtype=self.dtype) for shp in workspace_shapes(T, H)]
         self.weights = split_params(self.d_theta, shape)
         self.grads = split_params(self.d_parts[: self.P], shape)
         self.losses = self.d_parts[self.P]
@@ -130,7 +108,7 @@ class NumbaCUDAGrad(DeviceGrad):
         self.d_theta.copy_to_device(np.ascontiguousarray(theta))  # weights: once per batch
         kind = self.dtype.type  # constants in the working dtype (see numba_cpu.sample_loss_grad)
         per_sample_kernel[math.ceil(B / THREADS_PER_BLOCK), THREADS_PER_BLOCK](
-            self.d_X, self.d_y, d_idx, *self.weights, *self.grads, self.losses,
-            self.d_acts, self.d_cs, self.d_hs, self.d_tcs, self.d_work, scale, kind(1.0),
+            self.d_X, self.d_y, d_idx, *self.weights, self.d_parts[: self.P], *self.grads, self.losses,
+            *self.d_work, scale, kind(1.0),
         )
         reduce_kernel[math.ceil((self.P + 1) / 128), 128](self.d_parts, B, self.d_out, kind(0.0))

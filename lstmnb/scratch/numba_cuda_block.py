@@ -36,7 +36,7 @@ from numba import cuda, from_dtype
 
 from ..errors import ConfigError
 from .cuda_check import simulator_enabled
-from .lstm import LSTMShape
+from .lstm import LSTMShape, unpack
 from .numba_cuda import DeviceGrad, split_params
 
 THREADS_TARGET = 128  # threads per block the default samples-per-block aims at
@@ -98,11 +98,9 @@ def samples_that_fit(hidden: int, samples: int, regs_per_thread: int, regs_per_b
 
 @functools.cache
 def build_kernels(dtype_name: str, H: int, S: int):
-    """The forward+backward kernel and the reduction kernel for one dtype, hidden size and block shape.
-
-    H and S are compile-time constants (they size the shared buffers); constants typed in the working
-    dtype keep float32 arithmetic in float32.
-    """
+    """The forward+backward kernel and the reduction kernel for one dtype, hidden size H and S samples per
+    block (compile-time constants: they size the shared buffers); constants typed in the working dtype keep
+    float32 arithmetic in float32."""
     nb_dtype = from_dtype(np.dtype(dtype_name))
     scalar = np.dtype(dtype_name).type
     ZERO, HALF, ONE = scalar(0.0), scalar(0.5), scalar(1.0)
@@ -267,7 +265,7 @@ class NumbaCUDABlockGrad(DeviceGrad):
         self.weights = split_params(self.d_w[:P], shape)
         self.d_WxT = self.d_w[P : P + 4 * H * F].reshape((F, 4 * H))
         self.d_WhT = self.d_w[P + 4 * H * F :].reshape((H, 4 * H))
-        self.offsets = shape.offsets()
+        self.shape = shape
         self.allocate_workspaces()
         if not simulator_enabled():  # the simulator has no registers to count
             self.fit_registers(explicit=samples_per_block is not None)
@@ -308,14 +306,10 @@ class NumbaCUDABlockGrad(DeviceGrad):
 
     def upload_weights(self, theta: np.ndarray) -> None:
         """theta and the transposed input and recurrent weights, in one copy to the device."""
-        P, H = self.P, self.H
-        F = self.d_WxT.shape[0]
-        w = self.host_w
-        w[:P] = theta
-        start, shp = self.offsets["W_ih"]
-        w[P : P + 4 * H * F] = theta[start : start + 4 * H * F].reshape(shp).T.ravel()
-        start, shp = self.offsets["W_hh"]
-        w[P + 4 * H * F :] = theta[start : start + 4 * H * H].reshape(shp).T.ravel()
+        p, w, n = unpack(theta, self.shape), self.host_w, self.P + 4 * self.H * self.shape.n_features
+        w[: self.P] = theta
+        w[self.P : n] = p["W_ih"].T.ravel()
+        w[n:] = p["W_hh"].T.ravel()
         self.d_w.copy_to_device(w)
 
     def launch(self, theta: np.ndarray, d_idx, B: int, scale) -> None:

@@ -15,8 +15,7 @@ def clip_grad_norm(grad: np.ndarray, max_norm: float | None) -> float:
     """Scale ``grad`` in place so its global 2-norm is at most ``max_norm``; return the norm before.
 
     Same rule as PyTorch: multiply by min(1, max_norm / (norm + 1e-6)). Clipping keeps one exploding
-    step of backpropagation through time from throwing the weights away.
-    """
+    step of backpropagation through time from throwing the weights away."""
     norm = float(np.sqrt(np.dot(grad, grad)))
     if max_norm is not None:
         coef = max_norm / (norm + 1e-6)

@@ -51,9 +51,7 @@ def flat_params(model: TorchLSTM) -> np.ndarray:
     return torch.cat([p.detach().reshape(-1) for p in model.trainable()]).cpu().numpy()
 
 
-def torch_loss_and_grad(
-    theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: LSTMShape
-) -> tuple[float, np.ndarray]:
+def torch_loss_and_grad(theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: LSTMShape) -> tuple[float, np.ndarray]:
     """Loss and gradient by PyTorch autograd for the given weights and batch (on CPU)."""
     model = torch_model(theta, shape)
     xb = torch.from_numpy(np.ascontiguousarray(X))
