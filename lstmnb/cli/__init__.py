@@ -111,17 +111,11 @@ def join_negative_values(argv: list[str], options: set[str]) -> list[str]:
     """``--point -33,151`` as ``--point=-33,151``: argparse reads a value starting with '-' as an option
     unless it is a plain negative number, so southern latitudes and western longitudes need the join."""
     out: list[str] = []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--":
-            return out + argv[i:]
-        if a in options and i + 1 < len(argv) and _NUMBER_LIKE.match(argv[i + 1]):
-            out.append(f"{a}={argv[i + 1]}")
-            i += 2
-            continue
-        out.append(a)
-        i += 1
+    for a in argv:
+        if out and out[-1] in options and _NUMBER_LIKE.match(a) and "--" not in out:
+            out[-1] = f"{out[-1]}={a}"
+        else:
+            out.append(a)
     return out
 
 

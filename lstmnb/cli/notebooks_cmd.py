@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+FOLDER_HELP = "notebook folder (default: the series lstmnb carries: a checkout's notebooks/, else the installed copy)"
+
+
 def add_notebooks(sub, full: bool) -> None:
     p = sub.add_parser(
         "notebooks", help="run the notebook series with a device profile (papermill), list notebooks and profiles, or copy them to edit",
@@ -31,15 +34,13 @@ def add_notebooks(sub, full: bool) -> None:
     run.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the profile's)")
     run.add_argument("--timeout", type=int, default=None, help="seconds allowed per cell (default: the profile's)")
     run.add_argument("--runs-dir", default="runs", help="where run folders go (default: ./runs)")
-    run.add_argument("--notebooks", default=None, help="notebook folder (default: the series lstmnb carries: "
-                                                              "a checkout's notebooks/, else the installed copy)")
+    run.add_argument("--notebooks", default=None, help=FOLDER_HELP)
     run.add_argument("--no-html", dest="html", action="store_false",
                      help="do not build the rendered report (the run folder's site)")
     run.add_argument("--no-progress", dest="progress", action="store_false", help="no per-cell progress bar")
     run.set_defaults(func=_run_notebooks, check=_check_notebooks_run)
     lst = nsub.add_parser("list", help="show the notebooks (with their parameters) and the profiles")
-    lst.add_argument("--notebooks", default=None, help="notebook folder (default: the series lstmnb carries: "
-                                                              "a checkout's notebooks/, else the installed copy)")
+    lst.add_argument("--notebooks", default=None, help=FOLDER_HELP)
     lst.set_defaults(func=_list_notebooks, check=lambda args: _notebooks_folder(args.notebooks))
     cp = nsub.add_parser("copy", help="copy the notebook series into a folder, to open and edit there",
                          description="Copy the numbered notebooks this installation carries into DIR; then open "

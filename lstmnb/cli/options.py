@@ -14,11 +14,20 @@ def float_pair(text: str) -> tuple[float, float]:
     return lat, lon
 
 
-def float_list(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+def _comma_list(kind, what: str):
+    """The argparse type of a comma-separated list of ``kind`` (a tuple); ``what`` names its items in errors."""
+    def parse(text: str) -> tuple:
+        try:
+            return tuple(kind(v) for v in text.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {what}") from None
+
+    return parse
+
+
+float_list = _comma_list(float, "numbers")
+int_list = _comma_list(int, "whole numbers")
+str_list = _comma_list(str, "words")
 
 
 def byte_size(text: str) -> int:
@@ -33,17 +42,6 @@ def byte_size(text: str) -> int:
     if size < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size >= 1 byte (e.g. 1024, 64K, 16M or 1G)")
     return size
-
-
-def int_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
-
-
-def str_list(text: str) -> tuple[str, ...]:
-    return tuple(text.split(","))
 
 
 def add_request_args(p: argparse.ArgumentParser, places: bool = True) -> None:
@@ -174,14 +172,9 @@ def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
             continue
         flag = "--" + f.name.replace("_", "-")
         kind = option_type(f.name, hints[f.name])
-        if f.name == "preset":
-            g.add_argument(flag, dest=f.name, choices=f.metadata["rule"].choices, default=argparse.SUPPRESS,
-                           help=option_help(f))
-        elif kind is bool:
-            g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                           help=option_help(f))
-        else:
-            g.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS, help=option_help(f))
+        how = ({"choices": f.metadata["rule"].choices} if f.name == "preset"
+               else {"action": argparse.BooleanOptionalAction} if kind is bool else {"type": kind})
+        g.add_argument(flag, dest=f.name, default=argparse.SUPPRESS, help=option_help(f), **how)
 
 
 def override_default(p: argparse.ArgumentParser, dest: str, value, why: str) -> None:
@@ -203,9 +196,8 @@ def train_config_from_args(args: argparse.Namespace, **fixed):
         return args._train_config
     import dataclasses
 
-    from ..training import TrainConfig, preset_config
-
     from ..rules import CLI
+    from ..training import TrainConfig, preset_config
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
              if f.name != "preset" and hasattr(args, f.name)}

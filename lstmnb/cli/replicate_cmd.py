@@ -31,7 +31,6 @@ def _config(args):
 def _check_replicate(args) -> None:
     from ..machine.device import resolve_device
     from ..paths import check_cache
-
     from ..rules import CLI
 
     _config(args).validate(CLI)
