@@ -135,17 +135,12 @@ def series_frame(ds, variable: str = "2m_temperature") -> pd.DataFrame:
 
 def daily_cycle(series: pd.DataFrame) -> pd.DataFrame:
     """Mean anomaly from each point's mean by hour of day (UTC): the diurnal cycle."""
-    anomaly = series - series.mean()
-    out = anomaly.groupby(series.index.hour).mean()
-    out.index.name = "hour (UTC)"
-    return out
+    return (series - series.mean()).groupby(series.index.hour).mean().rename_axis("hour (UTC)")
 
 
 def seasonal_cycle(series: pd.DataFrame) -> pd.DataFrame:
     """Monthly means per point (kelvin): the seasonal cycle over the extracted range."""
-    out = series.resample("MS").mean()
-    out.index.name = "month"
-    return out
+    return series.resample("MS").mean().rename_axis("month")
 
 
 def plot_series(series: pd.DataFrame):
@@ -218,15 +213,10 @@ def forecast_frame(result, point: int = 0, days: float = 7) -> pd.DataFrame:
     pick = w.point_index["test"] == point
     if not pick.any():
         raise ConfigError(f"point={point} is not in the test part; points are 0..{len(w.points) - 1} ({w.points})")
-    times = pd.DatetimeIndex(w.target_times["test"][pick])
-    forecast = result.forecast_kelvin("test")[pick, 0]
-    truth = w.to_kelvin(w.y["test"][pick, 0])
-    persistence = w.to_kelvin(w.x["test"][pick, -1, 0])
-    frame = pd.DataFrame({"truth": truth, "forecast": forecast, "persistence": persistence}, index=times)
-    t0 = times[0]
-    frame = frame[(frame.index >= t0) & (frame.index < t0 + pd.Timedelta(days=days))]
-    frame.index.name = "time"
-    return frame
+    times = pd.DatetimeIndex(w.target_times["test"][pick], name="time")
+    frame = pd.DataFrame({"truth": w.to_kelvin(w.y["test"][pick, 0]), "forecast": result.forecast_kelvin("test")[pick, 0],
+                          "persistence": w.to_kelvin(w.x["test"][pick, -1, 0])}, index=times)
+    return frame[(times >= times[0]) & (times < times[0] + pd.Timedelta(days=days))]
 
 
 def plot_forecast(frame: pd.DataFrame, title: str = ""):
