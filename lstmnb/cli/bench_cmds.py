@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from ..errors import ConfigError, DataError
 from ..rules import CLI
 from .bench_sizes import bench_batch_sweep, bench_size, steady_epochs
 from .checks import check_plot, check_records_args, check_results, positive
@@ -104,7 +105,6 @@ def _bench_speed(kinds, full: bool) -> None:
 
 def _check_bench_speed(args) -> None:
     from ..machine.device import resolve_device
-    from ..errors import ConfigError
     from ..experiments.speed import CONTENDERS
     from ..paths import check_cache
     from ..training.config import knob_problem
@@ -300,7 +300,6 @@ def _check_bench_cost(args) -> None:
 
 
 def _run_bench_cost(args) -> int:
-    from ..errors import DataError
     from ..report import cost_table, format_table, load_prices, plot_cost
 
     runs = read_runs(args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..errors import ConfigError
 from ..rules import CLI
 from .checks import check_plot
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args, int_list,
@@ -14,8 +15,6 @@ from .run_cmds import check_training
 
 def steady_epochs(option: str, epochs: int | None) -> None:
     """A bench whose figures are steady epochs (the first, warm-up epoch left out) needs two or more."""
-    from ..errors import ConfigError
-
     if epochs is not None and epochs < 2:
         raise ConfigError(f"{option} {epochs} leaves no steady epoch to time (the first is the warm-up, which this "
                           f"bench leaves out): give {option} 2 or more")

@@ -6,14 +6,14 @@ argument parsing itself stays in ``options``."""
 
 from __future__ import annotations
 
+from ..errors import ConfigError, DataError, OutputError
+from ..rules import INT_MAX, number
+from ..rules import whole as whole_number
+
 
 def positive(option: str, value, whole: bool = True, none_ok: bool = False, hi: int | None = None) -> None:
     """``value`` a whole number 1..``hi`` (``whole``; by default INT_MAX: larger counts overflow torch's C ints, and
     no run lasts that long) or a positive finite number; else a ConfigError naming ``option``."""
-    from ..errors import ConfigError
-    from ..rules import INT_MAX, number
-    from ..rules import whole as whole_number
-
     if value is None and none_ok:
         return
     why = (whole_number(1, INT_MAX if hi is None else hi) if whole else number(positive=True)).why(value)
@@ -27,7 +27,6 @@ def check_results(path, option: str = "--results") -> None:
         return
     from pathlib import Path
 
-    from ..errors import OutputError
     from ..paths import check_writable
     from ..records import runs_path
 
@@ -46,7 +45,6 @@ def check_plot(path: str | None, option: str = "--plot") -> None:
         return
     from pathlib import Path
 
-    from ..errors import ConfigError
     from ..paths import check_writable
 
     suffix = Path(path).suffix.lower().lstrip(".")
@@ -66,7 +64,6 @@ def check_records_args(args) -> None:
     import os
     from pathlib import Path
 
-    from ..errors import ConfigError, DataError
     from ..paths import RESULTS_ENV
 
     if not args.paths and (os.environ.get(RESULTS_ENV) or "-").strip() == "":  # as train says it (check_results)
@@ -82,8 +79,6 @@ def check_omp_num_threads(environ) -> None:
     """``OMP_NUM_THREADS``, when set, is what OpenMP accepts: whole numbers >= 1 (a list like 4,2 for nested
     levels; not empty). Checked before torch loads, so libgomp's own message does not come first."""
     import re
-
-    from ..errors import ConfigError
 
     value = environ.get("OMP_NUM_THREADS")
     if value is None:  # set but empty is no number either: libgomp warns about it before torch's first line

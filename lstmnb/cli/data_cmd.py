@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import ConfigError, DataError, OutputError
 from .options import add_request_args, request_from_args
 
 
@@ -48,7 +49,6 @@ def _check_data(args, parser) -> None:
     whole cache as if the option applied."""
     from ..data import check_credentials
     from ..data.fetch import check_sizes
-    from ..errors import ConfigError
     from ..paths import check_cache, check_writable
 
     if args.status:
@@ -64,8 +64,6 @@ def _check_data(args, parser) -> None:
     if args.csv is not None:
         csv = check_writable(args.csv, "file", "--csv")
         if csv.exists() and not args.overwrite:
-            from ..errors import OutputError
-
             raise OutputError(f"--csv {args.csv} already exists; give --overwrite to replace it, or another path")
     check_cache()
 
@@ -75,7 +73,6 @@ def _check_trainable(ds, cache) -> None:
     hourly steps, no repeated or missing hour, no NaN): a store ``train`` refuses is refused here too."""
     import numpy as np
 
-    from ..errors import DataError
     from ..windows import series_array
 
     values = [ds[v].transpose("time", ...).values.reshape(ds.sizes["time"], -1) for v in ds.data_vars]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import NotebookError
+
 FOLDER_HELP = "notebook folder (default: the series lstmnb carries: a checkout's notebooks/, else the installed copy)"
 
 
@@ -101,7 +103,6 @@ def print_series(result, width: int = 100) -> None:
 
 
 def _run_notebooks(args) -> int:
-    from ..errors import NotebookError
     from ..notebooks import run_series
 
     try:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import ConfigError, DataError, OutputError
+from ..rules import CLI
+
 
 def float_pair(text: str) -> tuple[float, float]:
     try:
@@ -75,7 +78,6 @@ def request_from_args(args: argparse.Namespace):
     if getattr(args, "_request", None) is not None:
         return args._request
     from .. import data
-    from ..errors import ConfigError
 
     kw = {"source": args.source}
     if args.variables:
@@ -196,7 +198,6 @@ def train_config_from_args(args: argparse.Namespace, **fixed):
         return args._train_config
     import dataclasses
 
-    from ..rules import CLI
     from ..training import TrainConfig, preset_config
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
@@ -204,8 +205,6 @@ def train_config_from_args(args: argparse.Namespace, **fixed):
     preset = getattr(args, "preset", "recommended")
     cfg = preset_config(preset, **{**given, **fixed})
     if "fractions" in given and cfg.split_dates is not None:  # TrainConfig cannot tell default fractions given
-        from ..errors import ConfigError
-
         dates = ",".join(cfg.split_dates)
         by = f"--split-dates {dates}" if "split_dates" in given else f"--preset {preset}, which splits by the dates {dates},"
         raise ConfigError(f"--fractions {','.join(f'{v:g}' for v in cfg.fractions)} and {by} both given: the parts "
@@ -248,8 +247,6 @@ def check_results_args(args) -> None:
     from .checks import check_results
 
     if getattr(args, "no_record", False) and getattr(args, "results", None) is not None:
-        from ..errors import ConfigError
-
         raise ConfigError(f"--results {args.results} and --no-record both given: one appends the records there, the "
                           "other writes none; give one")
     check_results(results_path(args), results_option(args))
@@ -258,7 +255,6 @@ def check_results_args(args) -> None:
 def write_output(path: str, option: str, write, kept: str, suffix: str = "") -> None:
     """``write(tmp)`` to a temporary beside ``path``, renamed onto it when complete; a write that fails
     after the work is an OutputError (exit status 1) naming ``option`` and saying what is ``kept``."""
-    from ..errors import OutputError
     from ..paths import atomic_path, why_not_written
 
     try:
@@ -291,7 +287,6 @@ def read_runs(args) -> list[dict]:
     """The valid records in ``args.paths`` (default: the results folder) whose experiment starts with
     ``args.experiment``; a DataError saying why there are none: nothing there (missing), empty files,
     only corrupt lines, or only other experiments."""
-    from ..errors import DataError
     from ..paths import results_dir
     from ..records import scan_records
 

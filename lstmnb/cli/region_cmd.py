@@ -7,6 +7,7 @@ import argparse
 
 from ..errors import ConfigError
 from ..region import VARIANTS
+from ..rules import CLI
 from .checks import check_plot, positive
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args,
                       check_results_args, int_list, request_from_args, results_path, save_plot, str_list,
@@ -205,7 +206,6 @@ def _check_scaling(args) -> None:
 
     from ..experiments.region import check_world_sizes
     from ..paths import check_cache
-    from ..rules import CLI
 
     _area_request(args)
     positive("--lr", args.lr, whole=False)  # its own option (default 0.004), not the rate-by-lead knob

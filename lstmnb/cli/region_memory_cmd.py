@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError
+from ..rules import CLI
 from .checks import check_plot, positive
 from .options import add_results_args, check_results_args, int_list, results_path, save_plot, str_list
 from .region_common import pick_variants, say_recorded, say_threads
@@ -46,7 +47,6 @@ def add_memory(kinds) -> None:
 def _memory_case(args):
     from ..region.memory import MemoryCase
     from ..region.memory_checks import check_floor
-    from ..rules import CLI
 
     case = MemoryCase(batch=args.batch, window=args.window, hidden=args.hidden, neighbours=args.neighbours,
                       steps=args.steps, device=args.device)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..errors import ConfigError, DivergedError, OutputError
+from ..rules import CLI
 from .checks import check_plot, check_records_args
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
                       add_train_args, check_results_args, int_list, read_runs, request_from_args, results_option,
@@ -74,7 +76,6 @@ def check_training(cfg, request, args, device: bool = True) -> None:
     from ..machine.device import resolve_device
     from ..paths import check_cache, check_writable
     from ..profiles import load_profile
-    from ..rules import CLI
 
     cfg.validate(CLI)
     cfg.check_split_in(request, CLI)
@@ -88,7 +89,6 @@ def check_training(cfg, request, args, device: bool = True) -> None:
 
         check_world_size(ddp_device_kind(cfg.device), cfg.nproc)
     if cfg.checkpoint and results_path(args) is not None:
-        from ..errors import ConfigError
         from ..records import runs_path
 
         if runs_path(Path(results_path(args)).expanduser()).resolve() == Path(cfg.checkpoint).resolve():
@@ -102,8 +102,6 @@ def check_training(cfg, request, args, device: bool = True) -> None:
 
 
 def _check_train(args) -> None:
-    from ..errors import ConfigError
-
     request = request_from_args(args)
     if args.map is not None and request.box is None:
         raise ConfigError(f"--map {args.map}: a map needs a box of cells; give --box LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
@@ -148,7 +146,6 @@ def train_and_print(request, cfg, results, map_path: str | None = None) -> None:
     cannot be written, the run is printed (with the record as one JSON line to keep) before the error."""
     import json
 
-    from ..errors import DivergedError, OutputError
     from ..records import runs_path
     from ..training import run
     from ..training.parallel import is_rank_zero
@@ -202,8 +199,6 @@ def add_results(sub, full: bool) -> None:
 
 
 def _check_results(args) -> None:
-    from ..errors import ConfigError
-
     if args.last < 0:
         raise ConfigError(f"--last {args.last} must be >= 0 (0 shows all runs)")
     check_records_args(args)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..errors import ConfigError, DeviceError
+from ..rules import CLI
 from .checks import check_plot, positive
 from .options import add_results_args, check_results_args, results_path, save_plot
 
@@ -45,8 +47,6 @@ def add_scratch(sub, full: bool) -> None:
 
 def _versions(args) -> list[str]:
     """The versions asked for, each a known one, each once in the order given (the default: all)."""
-    from ..errors import ConfigError
-
     if args.versions is None:
         return list(SCRATCH_VERSIONS)
     versions = list(dict.fromkeys(v.strip() for v in args.versions.split(",")))
@@ -75,9 +75,6 @@ def _check_scratch_bench(args) -> None:
     # idle OpenMP threads of numba and torch busy-wait and starve each other on few cores: set before either
     # loads (see benchmarks/scratch_versions.py); main runs this check before the run, in the same process
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from ..errors import ConfigError
-    from ..rules import CLI
-
     if args.hours is not None and args.data != "era5":
         raise ConfigError(f"--hours {args.hours} is for --data era5 (hours of the ERA5 point series); --data "
                           f"{args.data} is a fixed series: leave --hours out")
@@ -97,7 +94,6 @@ def _only_unavailable(versions: list[str], config) -> None:
     gives (exit 0), so it is refused. A CPU version among them runs, and the others are skipped rows beside it."""
     if not all("cuda" in v for v in versions):
         return
-    from ..errors import DeviceError
     from ..scratch.bench import skip_reason
 
     reasons = {v: skip_reason(v, config) for v in versions}
