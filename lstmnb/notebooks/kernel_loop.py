@@ -33,33 +33,20 @@ def stop_kernels(timeout_s: float = 5.0) -> None:
     DataLoader workers). nbclient shuts its kernel down when the execution is cancelled, but gracefully and
     only as far as the settling allows; a kernel left running would go on in its cell, then notice its parent
     is gone and say so on the terminal after the command's last line."""
+    from contextlib import suppress
+
     import psutil
 
-    kernels = [p for p in psutil.Process().children() if _is_kernel(p)]
     tree = []
-    for k in kernels:
-        try:
-            tree += [k, *k.children(recursive=True)]
-        except psutil.Error:
-            continue
+    for k in psutil.Process().children():
+        with suppress(psutil.Error):  # a process gone meanwhile
+            if any("ipykernel" in part for part in k.cmdline()):
+                tree += [k, *k.children(recursive=True)]
     for p in tree:
-        try:
+        with suppress(psutil.Error):
             p.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(tree, timeout=timeout_s)
     for p in alive:
-        try:
+        with suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(alive, timeout=timeout_s)
-
-
-def _is_kernel(proc) -> bool:
-    import psutil
-
-    try:
-        return any("ipykernel" in part for part in proc.cmdline())
-    except psutil.Error:
-        return False

@@ -1,13 +1,10 @@
-"""The papermill runner: a device profile + the numbered notebooks -> executed notebooks + HTML.
-
-``run_series`` checks everything it can before starting a kernel (profile, notebook names, every
-override against the notebooks' own ``parameters`` cells, the kernel), then executes the notebooks
-in order into ``runs/<profile>/<timestamp>/``, renders each to HTML beside it, and stops at the first
-failing notebook with a message naming the notebook and the cell, keeping what ran before.
-"""
+"""The papermill runner: a device profile + the numbered notebooks -> executed notebooks in
+``runs/<profile>/<timestamp>/`` and their site; everything is checked before a kernel starts (``check_series``),
+and the first failing notebook stops the series, named with its cell, keeping what ran before."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import time
@@ -113,17 +110,14 @@ def new_run_dir(runs_dir: str | os.PathLike, profile: str) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     for i in range(1000):
         path = base / (stamp if i == 0 else f"{stamp}-{i}")
-        try:
+        with contextlib.suppress(FileExistsError):
             path.mkdir()
             return path.resolve()
-        except FileExistsError:
-            continue
     raise NotebookError(f"cannot create a new run folder under {base}")
 
 
 def resolve_results(value: Any, run_dir: Path) -> Path:
     """The results folder from a profile/override value: None -> ./results, '{run_dir}' expanded, absolute."""
-
     if value in (None, ""):
         return results_dir().resolve()
     return Path(str(value).format(run_dir=run_dir)).expanduser().resolve()
@@ -142,9 +136,8 @@ def _failing_cell(notebook: Path) -> tuple[int | None, int | None, str]:
     except Exception:  # the partial file may be unreadable after a crash
         return None, None, ""
     meta = [c.get("metadata", {}).get("papermill", {}) for c in nb.cells]
-    hits = [i for i, m in enumerate(meta) if m.get("status") in ("failed", "running")]
-    if not hits:
-        hits = [i for i, m in enumerate(meta) if m.get("start_time")][-1:]
+    hits = ([i for i, m in enumerate(meta) if m.get("status") in ("failed", "running")]
+            or [i for i, m in enumerate(meta) if m.get("start_time")][-1:])
     if not hits:
         return None, None, ""
     cell = nb.cells[hits[0]]
@@ -299,20 +292,20 @@ def run_series(
                 execution_timeout=timeout, cwd=None, log_output=False, config=kernel_config(),
                 extra_arguments=KERNEL_ARGUMENTS,
             )
-        except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM from the CLI (a SLURM time limit): keep what ran
-            _keep(partial, out)
-            entry.status, entry.notebook = "interrupted", out if out.exists() else None
-            entry.seconds = time.perf_counter() - t0
-            result.site_note = "no site: the series was interrupted (a job at its time limit has seconds left)"
-            stop.series = result  # the summary so far, for the caller to show
-            settle_kernel_client()
-            stop_kernels()
-            raise
-        except Exception as exc:  # papermill, nbclient and the kernel raise many kinds; report them all
+        # Ctrl-C, or SIGTERM from the CLI (a SLURM time limit), keeps what ran; papermill, nbclient and the
+        # kernel raise many kinds of failure: all are reported
+        except (KeyboardInterrupt, Exception) as exc:
             failure = exc
         entry.seconds = time.perf_counter() - t0
         _keep(partial, out)
         entry.notebook = out if out.exists() else None
+        if isinstance(failure, KeyboardInterrupt):
+            entry.status = "interrupted"
+            result.site_note = "no site: the series was interrupted (a job at its time limit has seconds left)"
+            failure.series = result  # the summary so far, for the caller to show
+            settle_kernel_client()
+            stop_kernels()
+            raise failure
         if failure is not None:
             entry.status = "failed"
             entry.error = _describe_failure(failure, out)
