@@ -6,6 +6,10 @@ argument parsing itself stays in ``options``."""
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
+
 from ..errors import ConfigError, DataError, OutputError
 from ..rules import INT_MAX, number
 from ..rules import whole as whole_number
@@ -25,8 +29,6 @@ def check_results(path, option: str = "--results") -> None:
     """Records can be appended at ``path`` (a .jsonl file, or a folder for runs.jsonl; None: not recording)."""
     if path is None:
         return
-    from pathlib import Path
-
     from ..paths import check_writable
     from ..records import runs_path
 
@@ -43,8 +45,6 @@ def check_plot(path: str | None, option: str = "--plot") -> None:
     """A plot can be written at ``path``, in a format matplotlib knows from its suffix (none: png)."""
     if path is None:
         return
-    from pathlib import Path
-
     from ..paths import check_writable
 
     suffix = Path(path).suffix.lower().lstrip(".")
@@ -61,9 +61,6 @@ def check_plot(path: str | None, option: str = "--plot") -> None:
 def check_records_args(args) -> None:
     """Named results files or folders exist ($LSTMNB_RESULTS, when they are not named, is not blank); the
     experiment filter is not empty."""
-    import os
-    from pathlib import Path
-
     from ..paths import RESULTS_ENV
 
     if not args.paths and (os.environ.get(RESULTS_ENV) or "-").strip() == "":  # as train says it (check_results)
@@ -78,8 +75,6 @@ def check_records_args(args) -> None:
 def check_omp_num_threads(environ) -> None:
     """``OMP_NUM_THREADS``, when set, is what OpenMP accepts: whole numbers >= 1 (a list like 4,2 for nested
     levels; not empty). Checked before torch loads, so libgomp's own message does not come first."""
-    import re
-
     value = environ.get("OMP_NUM_THREADS")
     if value is None:  # set but empty is no number either: libgomp warns about it before torch's first line
         return

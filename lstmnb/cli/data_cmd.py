@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError, DataError, OutputError
-from .options import add_request_args, request_from_args
+from .options import add_request_args, request_from_args, write_output
 
 
 def add_data(sub, full: bool) -> None:
@@ -84,10 +84,9 @@ def _check_trainable(ds, cache) -> None:
 
 def _run_data(args) -> int:
     from .. import data
+    from ..data.cache import extracts_root, status
 
     if args.status:
-        from ..data.cache import extracts_root, status
-
         rows = status()
         print(f"cache: {extracts_root()}")
         if not rows:
@@ -105,15 +104,10 @@ def _run_data(args) -> int:
     options = {"token": args.credentials} if args.credentials else None
     ds = data.extract(request, progress=args.progress, refresh=args.refresh, storage_options=options,
                       concurrency=args.concurrency, block_hours=args.block_hours)
-    from ..data.cache import extracts_root
-
     _check_trainable(ds, extracts_root())
     print(data.summary(ds))
-
     print(f"cached     {extracts_root()}")
     if args.csv:
-        from .options import write_output
-
         write_output(args.csv, "--csv", lambda tmp: data.to_frame(ds).to_csv(tmp, index=False),
                      "the series is in the cache (lstmnb data --status)")
         print(f"csv        {args.csv}")

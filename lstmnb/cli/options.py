@@ -4,6 +4,12 @@ TrainConfig field with its help from the field's metadata, results files, list a
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
+import re
+import types
+import typing
+from pathlib import Path
 
 from ..errors import ConfigError, DataError, OutputError
 from ..rules import CLI
@@ -123,9 +129,6 @@ def _or_none(kind):
 def option_type(name: str, hint):
     """What argparse parses a TrainConfig field with, from its annotation: ``X | None`` as ``X`` or the
     word 'none', ``tuple[X, ...]`` as a comma-separated list of X; bool is returned as is (a --flag/--no-flag)."""
-    import types
-    import typing
-
     optional = False
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         (hint,) = (a for a in typing.get_args(hint) if a is not type(None))
@@ -162,9 +165,6 @@ def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
     with the field's help text. An option not given keeps the value of ``--preset`` (default: recommended).
     Callers add them only to the sub-command that parses (building them imports torch, about a second,
     which `lstmnb data` and `lstmnb --help` do not need)."""
-    import dataclasses
-    import typing
-
     from ..training import TrainConfig
 
     hints = typing.get_type_hints(TrainConfig)
@@ -182,8 +182,6 @@ def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
 def override_default(p: argparse.ArgumentParser, dest: str, value, why: str) -> None:
     """A training option whose default this sub-command changes: the new default, and its help says so
     (in place of TrainConfig's default)."""
-    import re
-
     p.set_defaults(**{dest: value})
     for action in p._actions:
         if action.dest == dest and action.help:
@@ -196,8 +194,6 @@ def train_config_from_args(args: argparse.Namespace, **fixed):
     command (a sub-command's check and its run share it, as ``request_from_args``)."""
     if not fixed and getattr(args, "_train_config", None) is not None:
         return args._train_config
-    import dataclasses
-
     from ..training import TrainConfig, preset_config
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
@@ -232,8 +228,6 @@ def results_path(args):
 def results_option(args) -> str:
     """What the user set the results path with, for messages: --results, else $LSTMNB_RESULTS when it is set,
     else the default (results/)."""
-    import os
-
     from ..paths import RESULTS_ENV
 
     if getattr(args, "results", None) is not None:
@@ -269,8 +263,6 @@ def write_output(path: str, option: str, write, kept: str, suffix: str = "") -> 
 def save_plot(fig, path: str | None, option: str = "--plot") -> None:
     """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf; none: png)."""
     if path:
-        from pathlib import Path
-
         write_output(path, option, lambda tmp: fig.savefig(tmp, dpi=120, bbox_inches="tight"),  # suptitles stay in
                      "the table above is the result", suffix=Path(path).suffix or ".png")
         print(f"plot       {path}")

@@ -4,6 +4,7 @@ sharding over ranks), each a thin call into ``lstmnb.experiments`` that prints t
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from ..errors import ConfigError
 from ..region import VARIANTS
@@ -202,8 +203,6 @@ def _scaling_model(args, data=None):
 
 
 def _check_scaling(args) -> None:
-    from dataclasses import replace
-
     from ..experiments.region import check_world_sizes
     from ..paths import check_cache
 

@@ -5,6 +5,7 @@ the areas against the synthetic grid) before anything is measured."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from ..errors import ConfigError
 from ..rules import CLI
@@ -97,8 +98,6 @@ def _check_memory(args) -> None:
 
 
 def _run_memory(args) -> int:
-    import dataclasses
-
     import pandas as pd
 
     from ..experiments.region import region_memory

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from ..errors import ConfigError, DivergedError, OutputError
 from ..rules import CLI
 from .checks import check_plot, check_records_args
@@ -71,8 +74,6 @@ def check_training(cfg, request, args, device: bool = True) -> None:
     device (unless the bench picks the devices: ``device``), the profile it records (shipped, or a .yaml file:
     the notebooks and `lstmnb doctor` refuse a name that is neither), the checkpoint's path (``training.run``
     reads the checkpoint once, before the data), the records of ``args`` and the cache."""
-    from pathlib import Path
-
     from ..machine.device import resolve_device
     from ..paths import check_cache, check_writable
     from ..profiles import load_profile
@@ -144,8 +145,6 @@ def train_and_print(request, cfg, results, map_path: str | None = None) -> None:
     """``train.run`` (appending the record to ``results`` unless None), then the run as `print_run` shows
     it and where the record went; under torchrun only rank 0 prints (and records). When the record
     cannot be written, the run is printed (with the record as one JSON line to keep) before the error."""
-    import json
-
     from ..records import runs_path
     from ..training import run
     from ..training.parallel import is_rank_zero

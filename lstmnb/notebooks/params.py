@@ -41,9 +41,9 @@ RULES = {
     "ddp_input_path": choice(("fast", "dataloader")),
     "scratch_dtype": choice(("float64", "float32")),
 }
-INT_LISTS = ("epochs_list", "world_sizes", "step_batches", "skill_leads", "region_neighbours", "region_world_sizes")
-# lists whose whole numbers start above 1: `lstmnb region memory --sides` (sides >= 2)
-INT_LIST_MINIMUMS = {"region_sides": 2, "ring_ranks": 2, "amdahl_ranks": 2}
+# lists of whole numbers, by their least (2 for ranks, and for sides as `lstmnb region memory --sides` takes them)
+INT_LISTS = {**dict.fromkeys(("epochs_list", "world_sizes", "step_batches", "skill_leads", "region_neighbours",
+                              "region_world_sizes"), 1), "region_sides": 2, "ring_ranks": 2, "amdahl_ranks": 2}
 CHOICE_LISTS = {"input_paths": ("fast", "dataloader"), "strategies": ("dataparallel", "ddp"),
                 "scratch_versions": ("loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch",
                                      "torch-cuda"),
@@ -110,7 +110,7 @@ def check_values(values: Mapping[str, Any], defaults: Mapping[str, Any] | None =
     for key, rule in RULES.items():
         if key in values and (why := rule.why(values[key])):
             raise _bad(key, values[key], why)
-    for key, lo in {**dict.fromkeys(INT_LISTS, 1), **INT_LIST_MINIMUMS}.items():
+    for key, lo in INT_LISTS.items():
         v = values.get(key, [lo])
         if not isinstance(v, list) or not v or any(isinstance(n, bool) or not isinstance(n, int) or n < lo for n in v):
             raise _bad(key, v, f"must be a list of whole numbers >= {lo}, e.g. [{lo}, {lo + 1}]")
