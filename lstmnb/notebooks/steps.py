@@ -15,9 +15,15 @@ from typing import Any
 
 import pandas as pd
 
+from .. import data
+from ..doctor import gpu_problem
 from ..errors import ConfigError
+from ..models import Forecaster, count_parameters, flops_per_sample
 from ..paths import atomic_path
-from ..records import append_record
+from ..records import Recorder, append_record
+from ..report import runs_table
+from ..training import preset_config, skipped_record, train, with_overrides
+from ..training.guards import stop_if_diverged
 
 # tqdm.auto warns once per kernel when ipywidgets is absent and falls back to a text bar, which is fine
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -60,8 +66,6 @@ def make_request(source: str | None = None, points: Sequence[Sequence[float]] | 
                  variables: Sequence[str] = ("2m_temperature",), box: Sequence[float] | None = None):
     """A ``data.Request`` from notebook parameters (lists from papermill become tuples); ``source`` None: the
     study's real ERA5 for points, the synthetic sample for a box."""
-    from .. import data
-
     return data.Request(
         source=source, variables=tuple(variables),
         points=tuple(tuple(float(v) for v in p) for p in points) if points and box is None else None,
@@ -75,8 +79,6 @@ def make_config(preset: str = "recommended", **knobs: Any):
 
     (A profile's measured ``recommended`` setting is applied on top with ``train.with_overrides``.)
     """
-    from ..training import preset_config
-
     values = {k: v for k, v in knobs.items() if v is not None}
     for key in ("fractions", "split_dates"):
         if key in values and isinstance(values[key], list):
@@ -172,8 +174,6 @@ def plot_cycles(series: pd.DataFrame):
 
 def save_subset(ds, output_dir: str | Path | None, name: str = "subset") -> Path | None:
     """Write the extracted series as a tidy CSV (time, point, latitude, longitude, variable, value)."""
-    from .. import data
-
     return _save(output_dir, f"{name}.csv", lambda tmp: data.to_frame(ds).to_csv(tmp, index=False))
 
 
@@ -194,8 +194,6 @@ def windows_table(windows) -> pd.DataFrame:
 
 def model_table(cfg, n_features: int, n_train: int | None = None) -> pd.DataFrame:
     """Parameters and FLOPs (per sample, and per epoch when ``n_train`` is given) of the forecaster."""
-    from ..models import Forecaster, count_parameters, flops_per_sample
-
     mc = cfg.model_config(n_features)
     flops = flops_per_sample(mc, cfg.window)
     row = {"cell": mc.cell, "layers": mc.layers, "hidden": mc.hidden, "inputs": n_features, "window (h)": cfg.window,
@@ -239,8 +237,6 @@ def plot_forecast(frame: pd.DataFrame, title: str = ""):
 def runs_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per record: ``report.runs_table``'s columns plus the warm-up and median epoch seconds,
     leaving out columns that no record fills."""
-    from ..report import runs_table
-
     df = pd.json_normalize(records, max_level=2)
     if df.empty:
         return df
@@ -255,10 +251,6 @@ def runs_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
 def eager_vs_graph(windows, data_info: dict[str, Any], base_cfg, epochs: int, *, results) -> tuple[pd.DataFrame, str]:
     """The same fast-path run eager and with the step captured as a CUDA graph: a table and one sentence
     saying why they differ (or why no graph was used). Both records are appended to ``results``."""
-    from ..records import Recorder
-    from ..training import train, with_overrides
-    from ..training.guards import stop_if_diverged
-
     recorder = Recorder(results)
     for name, on in (("eager", False), ("CUDA graph", True)):
         cfg = with_overrides(base_cfg, input_path="fast", cuda_graph=on, epochs=int(epochs),
@@ -288,15 +280,11 @@ def graph_sentence(graph: dict[str, Any], eager: dict[str, Any], batch_size: int
 def gpu_check(device: str = "cuda", min_gpus: int = 1) -> str | None:
     """None when ``min_gpus`` CUDA GPUs are usable for ``device``; otherwise the reason, in one line
     (the check `lstmnb doctor` makes)."""
-    from ..doctor import gpu_problem
-
     return gpu_problem(device, min_gpus)
 
 
 def record_skipped(cfg, reason: str, results, **extra: Any) -> dict[str, Any]:
     """Append a ``skipped`` record (a reason, never a number) to ``results`` (None: do not) and return it."""
-    from ..training import skipped_record
-
     record = skipped_record(cfg, reason, **extra)
     append_record(record, results)
     return record
