@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from ..errors import LstmnbError, Terminated, one_line_warnings
+from ..paths import why_not_written
 from . import bench_cmds, data_cmd, doctor_cmd, notebooks_cmd, region_cmd, replicate_cmd, run_cmds, scratch_cmd
 from .checks import check_omp_num_threads
 
@@ -186,8 +187,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"lstmnb {where}: error: {exc}", file=sys.stderr)
             return getattr(exc, "exit_status", 2)
         except OSError as exc:  # e.g. a write that failed after the checks: disk full, a folder removed meanwhile
-            from ..paths import why_not_written
-
             name = f"{exc.filename}: " if exc.filename else ""
             print(f"lstmnb {where}: error: {name}{why_not_written(exc)}", file=sys.stderr)
             return 1

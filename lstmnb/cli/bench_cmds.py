@@ -7,6 +7,7 @@ import argparse
 from dataclasses import replace
 
 from ..errors import ConfigError, DataError
+from ..paths import check_cache
 from ..rules import CLI
 from .bench_sizes import bench_batch_sweep, bench_size, steady_epochs
 from .checks import check_plot, check_records_args, check_results, positive
@@ -52,7 +53,6 @@ def _bench_ladder(kinds, full: bool) -> None:
 
 def _check_bench_ladder(args) -> None:
     from ..machine.device import local_rank_limit
-    from ..paths import check_cache
 
     positive("--epochs", args.epochs)
     positive("--rounds", args.rounds)
@@ -106,7 +106,6 @@ def _bench_speed(kinds, full: bool) -> None:
 def _check_bench_speed(args) -> None:
     from ..machine.device import resolve_device
     from ..experiments.speed import CONTENDERS
-    from ..paths import check_cache
     from ..training.config import knob_problem
 
     request_from_args(args)

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from ..errors import ConfigError, DataError, OutputError
+from ..paths import RESULTS_ENV, check_writable
 from ..rules import INT_MAX, number
 from ..rules import whole as whole_number
 
@@ -29,7 +30,6 @@ def check_results(path, option: str = "--results") -> None:
     """Records can be appended at ``path`` (a .jsonl file, or a folder for runs.jsonl; None: not recording)."""
     if path is None:
         return
-    from ..paths import check_writable
     from ..records import runs_path
 
     if not str(path).strip():
@@ -45,8 +45,6 @@ def check_plot(path: str | None, option: str = "--plot") -> None:
     """A plot can be written at ``path``, in a format matplotlib knows from its suffix (none: png)."""
     if path is None:
         return
-    from ..paths import check_writable
-
     suffix = Path(path).suffix.lower().lstrip(".")
     if suffix:
         from matplotlib.backend_bases import FigureCanvasBase
@@ -61,8 +59,6 @@ def check_plot(path: str | None, option: str = "--plot") -> None:
 def check_records_args(args) -> None:
     """Named results files or folders exist ($LSTMNB_RESULTS, when they are not named, is not blank); the
     experiment filter is not empty."""
-    from ..paths import RESULTS_ENV
-
     if not args.paths and (os.environ.get(RESULTS_ENV) or "-").strip() == "":  # as train says it (check_results)
         raise ConfigError(f"${RESULTS_ENV} is empty; give a .jsonl file or a folder, or unset it for ./results")
     for p in args.paths or ():

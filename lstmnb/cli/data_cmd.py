@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import ConfigError, DataError, OutputError
+from ..paths import check_cache, check_writable
 from .options import add_request_args, request_from_args, write_output
 
 
@@ -49,7 +50,6 @@ def _check_data(args, parser) -> None:
     whole cache as if the option applied."""
     from ..data import check_credentials
     from ..data.fetch import check_sizes
-    from ..paths import check_cache, check_writable
 
     if args.status:
         given = [a.option_strings[0] for a in parser._actions if a.dest not in ("help", "status", "progress")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..paths import check_cache
+
 
 def add_doctor(sub, full: bool) -> None:
     p = sub.add_parser(
@@ -23,7 +25,6 @@ def add_doctor(sub, full: bool) -> None:
 def _check_doctor(args) -> None:
     """The named profiles exist, and the cache folder (where every command keeps the sample and the
     extracted series) can be written: a cache on a file is not 'ready'."""
-    from ..paths import check_cache
     from ..profiles import load_profile
 
     for name in args.profiles or ():

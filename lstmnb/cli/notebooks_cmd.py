@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import NotebookError
+from ..paths import check_cache
 
 FOLDER_HELP = "notebook folder (default: the series lstmnb carries: a checkout's notebooks/, else the installed copy)"
 
@@ -69,7 +70,6 @@ def _check_notebooks_run(args) -> None:
     """Profile, notebooks, parameter names and values, kernel, timeout, run folder and the cache, before
     any kernel starts (run_series checks them again, for callers from Python)."""
     from ..notebooks import check_series
-    from ..paths import check_cache
 
     check_series(args.profile, overrides=_overrides(args.parameters), only=args.only, runs_dir=args.runs_dir,
                  notebooks=args.notebooks, kernel=args.kernel, cell_timeout_s=args.timeout)

@@ -12,6 +12,7 @@ import typing
 from pathlib import Path
 
 from ..errors import ConfigError, DataError, OutputError
+from ..paths import RESULTS_ENV, atomic_path, results_dir, why_not_written
 from ..rules import CLI
 
 
@@ -220,16 +221,12 @@ def add_results_args(p: argparse.ArgumentParser) -> None:
 def results_path(args):
     if getattr(args, "no_record", False):
         return None
-    from ..paths import results_dir
-
     return args.results if args.results is not None else str(results_dir())
 
 
 def results_option(args) -> str:
     """What the user set the results path with, for messages: --results, else $LSTMNB_RESULTS when it is set,
     else the default (results/)."""
-    from ..paths import RESULTS_ENV
-
     if getattr(args, "results", None) is not None:
         return "--results"
     return f"${RESULTS_ENV}" if os.environ.get(RESULTS_ENV) else "default results"
@@ -249,8 +246,6 @@ def check_results_args(args) -> None:
 def write_output(path: str, option: str, write, kept: str, suffix: str = "") -> None:
     """``write(tmp)`` to a temporary beside ``path``, renamed onto it when complete; a write that fails
     after the work is an OutputError (exit status 1) naming ``option`` and saying what is ``kept``."""
-    from ..paths import atomic_path, why_not_written
-
     try:
         with atomic_path(path, suffix=suffix) as tmp:
             write(tmp)
@@ -279,7 +274,6 @@ def read_runs(args) -> list[dict]:
     """The valid records in ``args.paths`` (default: the results folder) whose experiment starts with
     ``args.experiment``; a DataError saying why there are none: nothing there (missing), empty files,
     only corrupt lines, or only other experiments."""
-    from ..paths import results_dir
     from ..records import scan_records
 
     paths = args.paths or [results_dir()]

@@ -7,6 +7,7 @@ import argparse
 from dataclasses import replace
 
 from ..errors import ConfigError
+from ..paths import check_cache
 from ..region import VARIANTS
 from ..rules import CLI
 from .checks import check_plot, positive
@@ -204,7 +205,6 @@ def _scaling_model(args, data=None):
 
 def _check_scaling(args) -> None:
     from ..experiments.region import check_world_sizes
-    from ..paths import check_cache
 
     _area_request(args)
     positive("--lr", args.lr, whole=False)  # its own option (default 0.004), not the rate-by-lead knob

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..paths import check_cache
 from ..rules import CLI
 from .checks import check_plot
 from .options import add_results_args, check_results_args, results_path, save_plot
@@ -31,7 +32,6 @@ def _config(args):
 
 def _check_replicate(args) -> None:
     from ..machine.device import resolve_device
-    from ..paths import check_cache
 
     _config(args).validate(CLI)
     resolve_device(args.device)

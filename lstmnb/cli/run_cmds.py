@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError, DivergedError, OutputError
+from ..paths import check_cache, check_writable
 from ..rules import CLI
 from .checks import check_plot, check_records_args
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
@@ -75,7 +76,6 @@ def check_training(cfg, request, args, device: bool = True) -> None:
     the notebooks and `lstmnb doctor` refuse a name that is neither), the checkpoint's path (``training.run``
     reads the checkpoint once, before the data), the records of ``args`` and the cache."""
     from ..machine.device import resolve_device
-    from ..paths import check_cache, check_writable
     from ..profiles import load_profile
 
     cfg.validate(CLI)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import ConfigError, DeviceError
+from ..paths import check_cache
 from ..rules import CLI
 from .checks import check_plot, positive
 from .options import add_results_args, check_results_args, results_path, save_plot
@@ -84,8 +85,6 @@ def _check_scratch_bench(args) -> None:
     check_plot(args.plot)
     check_results_args(args)
     if args.data == "era5":
-        from ..paths import check_cache
-
         check_cache()
 
 
