@@ -28,7 +28,6 @@ from ..report import load_reference_records
 from ..report.repeats import median_of_repeats
 from ..training import Trainer, with_overrides
 from ..training.pipeline import thread_choice
-from .steps import make_request
 
 REFERENCE_LABEL = ("another machine's: lstmnb's shipped reference records of 2026-11-27, an NVIDIA H100 "
                    "(16-core Xeon host) on the study's setting and its real ERA5")
@@ -195,6 +194,8 @@ def ddp_device(gpu: str, ranks: int) -> tuple[str, str]:
 def scaling_request(source, points, start: str, days: int | None, cfg):
     """The request and config of 05's DDP runs: the notebook's data, or only its first ``days`` days (the
     last of them tested) so that a quick profile's nine runs stay short. Returns (request, cfg)."""
+    from .steps import make_request  # here: importing steps sets up a notebook kernel (figures_inline)
+
     if days is None:
         return None, cfg
     if isinstance(days, bool) or not isinstance(days, int) or days < 14:

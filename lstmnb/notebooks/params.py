@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import ast
 import math
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..errors import ConfigError, LstmnbError
+from ..paths import check_writable, results_dir
+from ..profiles import load_profile
 from ..region import VARIANTS as REGION_VARIANTS  # a leaf: only the names, no torch
 from ..rules import choice, number, parameter, whole
 
@@ -241,8 +243,6 @@ def _check_settings(values: Mapping[str, Any]) -> None:
     if experiment is not None and not (isinstance(experiment, str) and experiment.strip()):
         raise _bad("experiment", experiment, "is empty; give an experiment name, e.g. epochs (null: every experiment)")
     if values.get("profile") is not None:  # recorded in each record: a profile that exists, as `--profile`
-        from ..profiles import load_profile
-
         _reuse("profile", values["profile"], load_profile, values["profile"])
 
 
@@ -289,8 +289,6 @@ def _check_scratch(values: Mapping[str, Any]) -> None:
     """07's ``scratch_*`` settings, as ``ScratchConfig.validate`` checks them (``lstmnb scratch``'s options)."""
     if not any(k.startswith("scratch_") for k in values):
         return
-    from dataclasses import fields
-
     from ..scratch.fit import ScratchConfig
 
     names = {f.name: f"scratch_{f.name}" for f in fields(ScratchConfig)}
@@ -300,8 +298,6 @@ def _check_scratch(values: Mapping[str, Any]) -> None:
 def _check_paths(values: Mapping[str, Any]) -> None:
     """The folders a series writes and reads: output_dir writable (as the runner checks results), results
     not blank, and every results_paths entry present (as `lstmnb results PATH` requires)."""
-    from ..paths import check_writable, results_dir
-
     results = values.get("results")
     if isinstance(results, str) and not results.strip():  # `--results` must not be empty either (cli.checks)
         raise _bad("results", results, "is empty; give a results folder or .jsonl file (null: ./results, or "
