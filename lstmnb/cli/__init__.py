@@ -173,9 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 1
     expand_home(args)
-    where = " ".join(filter(None, (args.command, getattr(args, "notebooks_command", None),
-                                   getattr(args, "bench_kind", None), getattr(args, "region_kind", None),
-                                   getattr(args, "scratch_command", None))))
+    where = chosen_parser(parser, args).prog  # `lstmnb bench scaling`, as its parse errors name it
     with warnings.catch_warnings(), stop_on_sigterm():
         warnings.showwarning = one_line_warnings()
         try:
@@ -184,16 +182,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 check(args)
             result = args.func(args)
         except LstmnbError as exc:
-            print(f"lstmnb {where}: error: {exc}", file=sys.stderr)
+            print(f"{where}: error: {exc}", file=sys.stderr)
             return getattr(exc, "exit_status", 2)
         except OSError as exc:  # e.g. a write that failed after the checks: disk full, a folder removed meanwhile
             name = f"{exc.filename}: " if exc.filename else ""
-            print(f"lstmnb {where}: error: {name}{why_not_written(exc)}", file=sys.stderr)
+            print(f"{where}: error: {name}{why_not_written(exc)}", file=sys.stderr)
             return 1
         except KeyboardInterrupt as exc:
             how = ("stopped by SIGTERM (a SLURM time limit, scancel or kill)" if isinstance(exc, Terminated)
                    else "interrupted")
-            print(f"lstmnb {where}: {how}; finished work (cache blocks, records, checkpoints, executed "
+            print(f"{where}: {how}; finished work (cache blocks, records, checkpoints, executed "
                   "notebooks) is kept", file=sys.stderr)
             return 143 if isinstance(exc, Terminated) else 130
     return int(result or 0)
