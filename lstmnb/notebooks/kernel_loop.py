@@ -3,12 +3,13 @@ stopped, so the command's last line is its own and no kernel outlives it."""
 
 from __future__ import annotations
 
+import asyncio
+from contextlib import suppress
+
 
 def settle_kernel_client(limit_s: float = 15.0) -> None:
     """After an interruption, cancel and run out what the kernel client left pending on this thread's loop, and
     let no task the kernel's death ended print "Task exception was never retrieved" at exit (not in JupyterLab)."""
-    import asyncio
-
     from jupyter_core.utils import ensure_event_loop
     from nbclient.exceptions import CellControlSignal, DeadKernelError
 
@@ -33,8 +34,6 @@ def stop_kernels(timeout_s: float = 5.0) -> None:
     DataLoader workers). nbclient shuts its kernel down when the execution is cancelled, but gracefully and
     only as far as the settling allows; a kernel left running would go on in its cell, then notice its parent
     is gone and say so on the terminal after the command's last line."""
-    from contextlib import suppress
-
     import psutil
 
     tree = []

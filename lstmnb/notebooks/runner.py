@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import nbformat
+
 from ..machine.device import device_problem
 from ..doctor import kernel_problem
 from ..errors import ConfigError, DeviceError, NotebookError
@@ -20,6 +22,7 @@ from .params import check_dates_per_notebook, check_values, default_value
 from .folder import shipped_folder
 from .kernel_loop import settle_kernel_client, stop_kernels
 from .series import NotebookRun, SeriesResult, records_outcome, run_ids
+from .site import build_site, site_missing
 
 NOTEBOOKS_ENV = "LSTMNB_NOTEBOOKS"
 # parameters the runner fills in itself (a notebook may declare them; a profile or -p may still set them)
@@ -129,8 +132,6 @@ def _failing_cell(notebook: Path) -> tuple[int | None, int | None, str]:
     That is the cell papermill marked failed or left running; after a timeout or a dead kernel
     papermill marks it completed, so then it is the last cell that started.
     """
-    import nbformat
-
     try:
         nb = nbformat.read(notebook, as_version=4)
     except Exception:  # the partial file may be unreadable after a crash
@@ -331,8 +332,6 @@ def finish(result: SeriesResult, html: bool, say: Callable[[str], None]) -> None
     if not html:
         result.site_note = "no site: not asked for (--no-html)"
         return
-    from .site import build_site, site_missing
-
     result.site_note = site_missing()
     if result.site_note is None:
         try:
@@ -351,8 +350,6 @@ def _keep(partial: Path, out: Path) -> None:
 
 def listing(notebooks: str | os.PathLike | None = None) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str, str]]]:
     """(notebooks: name, first heading, parameters; profiles: name, label, device, kernel) for ``notebooks list``."""
-    import nbformat
-
     nbs = []
     for path in find_notebooks(notebooks):
         nb = nbformat.read(path, as_version=4)

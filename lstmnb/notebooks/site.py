@@ -14,10 +14,13 @@ show their output only, so a page can open on its answer. They are the optional 
 from __future__ import annotations
 
 import html
+import importlib.util
 import shutil
 import tempfile
 import warnings
 from pathlib import Path
+
+import nbformat
 
 from ..paths import atomic_path
 from . import mathml
@@ -51,8 +54,6 @@ TABLE_CSS = """\
 
 def site_missing() -> str | None:
     """Why no site can be built here (a package of the ``site`` extra missing), or None."""
-    import importlib.util
-
     missing = [name for name in SITE_PACKAGES if importlib.util.find_spec(name) is None]
     if missing:
         return (f"no site: {', '.join(missing)} not installed (the optional 'site' extra: "
@@ -128,8 +129,6 @@ def follow_parameters(nb) -> None:
 def _page(run, source: Path, target: Path, contents: str | None = None) -> None:
     """The executed notebook as a page, its hidden parameters' values hidden too; on top, a note where its recorded runs
     were all skipped, a warning where it failed."""
-    import nbformat
-
     nb = nbformat.read(source, as_version=4)
     follow_parameters(nb)
     if run.status == "skipped":
