@@ -67,8 +67,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "training. Start with `lstmnb quickstart`; every sub-command has its own --help."
         ),
         epilog=ENVIRONMENT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"lstmnb {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, add in COMMANDS:

@@ -27,8 +27,7 @@ def bench_size(kinds, full: bool) -> None:
                     "first), on the CPU and on a GPU eager and with a CUDA graph, and prints samples/s, seconds "
                     "per epoch, the GPU's speedup over the CPU and the crossover: the fewest points at which the "
                     "GPU is faster. Without a GPU the GPU rows are recorded as skipped. Defaults: 2 epochs "
-                    "(warm-up + one timed) on 2020-01-01..2020-03-31.",
-    )
+                    "(warm-up + one timed) on 2020-01-01..2020-03-31.")
     add_request_args(p, places=False)  # the sizes' grid points are its own (--points): no --point or --box
     if full:
         add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "input_path", "device", "cuda_graph",
@@ -98,8 +97,7 @@ def bench_batch_sweep(kinds, full: bool) -> None:
                     "training set), recording each point (ok, or oom where memory ran out; the sweep stops "
                     "there). --memory-cap-mb limits memory per point (GPU: allocator fraction; CPU: the "
                     "process's data-segment limit, Linux only), so the out-of-memory path can be seen on any "
-                    "GPU or Linux machine.",
-    )
+                    "GPU or Linux machine.")
     add_request_args(p)
     if full:
         add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "batch_size", "experiment"))

@@ -11,8 +11,7 @@ def add_doctor(sub, full: bool) -> None:
         description="Check the torch build, CUDA and cuDNN, the GPUs (memory, capability), NCCL and gloo, numba "
                     "and numba-cuda, gcsfs, the notebook runner and the Jupyter kernels the profiles name, and "
                     "print one table. Exit status 1 when something the named profiles (default: cpu) or the "
-                    "notebook runner need is missing.",
-    )
+                    "notebook runner need is missing.")
     p.add_argument("--profile", dest="profiles", action="append", metavar="NAME",
                    help="a profile whose needs must be met (its kernel; its GPU for a GPU profile); repeatable")
     p.add_argument("--deep", action="store_true",

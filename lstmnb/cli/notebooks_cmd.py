@@ -14,8 +14,7 @@ def add_notebooks(sub, full: bool) -> None:
     p = sub.add_parser(
         "notebooks", help="run the notebook series with a device profile (papermill), list notebooks and profiles, or copy them to edit",
         description="Run the numbered notebooks through papermill with a device profile's parameters, write the "
-                    "executed notebooks and their HTML to runs/<profile>/<timestamp>/, and print a summary.",
-    )
+                    "executed notebooks and their HTML to runs/<profile>/<timestamp>/, and print a summary.")
     nsub = p.add_subparsers(dest="notebooks_command", metavar="ACTION", required=True)
     run = nsub.add_parser(
         "run", help="execute the series (or some notebooks) with a profile",
@@ -27,8 +26,7 @@ def add_notebooks(sub, full: bool) -> None:
                "  lstmnb notebooks run --profile cpu -p epochs_list '[5]' -p input_paths '[dataloader]'\n"
                "  lstmnb notebooks run --profile cpu --only 06 -p results_paths '[results, ~/carc-results]'\n"
                "  lstmnb notebooks run --profile carc-v100 --kernel lstmnb",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--profile", required=True, help="profile name (see `lstmnb notebooks list`) or a .yaml path")
     run.add_argument("-p", "--parameter", dest="parameters", nargs=2, action="append", default=[],
                      metavar=("KEY", "VALUE"), help="override a notebook parameter; VALUE is read as YAML "

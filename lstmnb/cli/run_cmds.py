@@ -59,8 +59,7 @@ def add_train(sub, full: bool) -> None:
                     "batch 256, Adam 4e-3, up to 30 epochs with early stopping on validation; the reported forecast "
                     "is per point the blend with persistence and climatology fitted on validation); "
                     "--preset published gives the study's setting exactly (2-layer LSTM, batch 128, Adam 1e-3, "
-                    "DataLoader with 2 workers, 5 epochs, trained on 2020, tested on 2021-01..06).",
-    )
+                    "DataLoader with 2 workers, 5 epochs, trained on 2020, tested on 2021-01..06).")
     add_request_args(p)
     if full:
         add_train_args(p)
@@ -225,8 +224,7 @@ def add_quickstart(sub, full: bool) -> None:
                     "setting: residual LSTM, batch 256, Adam 4e-3, early stopping on validation), print the "
                     "results beside persistence and climatology, then run the notebook series with a quick CPU "
                     "profile and print where the HTML report is. About 6 minutes on 2 CPU cores, up to twice "
-                    "that while other jobs keep them busy (README: the quick profile, per notebook).",
-    )
+                    "that while other jobs keep them busy (README: the quick profile, per notebook).")
     p.add_argument("--profile", default="quick", help="profile for the notebook series (default: quick)")
     p.add_argument("--epochs", type=int, default=None, help="epoch cap of the default run (default: the preset's, 30; "
                                                              "early stopping ends it sooner only if validation stops "
@@ -276,8 +274,7 @@ def add_skill(sub, full: bool) -> None:
                     "same data and print, per point (as given, with the grid cell used, in the order given) and "
                     "lead, and pooled over the points, the test RMSE of the reported forecast, the network alone, "
                     "persistence and climatology on the same target hours, and the MSE skill score against each "
-                    "baseline (1 - MSE / MSE of the baseline: above 0 beats it).",
-    )
+                    "baseline (1 - MSE / MSE of the baseline: above 0 beats it).")
     add_request_args(p)
     if full:
         add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "lead_hours", "experiment"))

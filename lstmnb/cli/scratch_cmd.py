@@ -25,8 +25,7 @@ def add_scratch(sub, full: bool) -> None:
                     "(versions alternated over repeats; medians quoted), print compile and run time, speedup "
                     "against loops and numpy, final train/test loss and test RMSE beside the baselines, and "
                     "append one record per version (experiment scratch_versions). GPU versions without a GPU "
-                    "are recorded as skipped.",
-    )
+                    "are recorded as skipped.")
     b.add_argument("--versions", default=None,
                    help="comma-separated versions, each run once (default all: " + ",".join(SCRATCH_VERSIONS) + ")")
     b.add_argument("--data", default="airline", help="airline (default) or era5 (the study's real ERA5 at 40N 280E)")

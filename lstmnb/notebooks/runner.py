@@ -98,8 +98,7 @@ def plan_parameters(notebooks: Sequence[Path], base: Mapping[str, Any], override
         where = ", ".join(nb.stem for nb in notebooks)
         raise NotebookError(
             f"parameter(s) {', '.join(map(repr, unknown))} not declared by {where}; "
-            f"their parameters: {', '.join(sorted(known))}"
-        )
+            f"their parameters: {', '.join(sorted(known))}")
     merged = {**base, **overrides}
     return {nb: {k: v for k, v in merged.items() if k in declared[nb]} for nb in notebooks}
 
@@ -238,19 +237,10 @@ def kernel_config():
     return config
 
 
-def run_series(
-    profile: str | Profile,
-    *,
-    overrides: Mapping[str, Any] | None = None,
-    only: Iterable[str] | str | None = None,
-    runs_dir: str | os.PathLike = "runs",
-    notebooks: str | os.PathLike | None = None,
-    kernel: str | None = None,
-    cell_timeout_s: int | None = None,
-    html: bool = True,
-    progress: bool = True,
-    echo: Callable[[str], None] | None = print,
-) -> SeriesResult:
+def run_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None = None,
+               only: Iterable[str] | str | None = None, runs_dir: str | os.PathLike = "runs",
+               notebooks: str | os.PathLike | None = None, kernel: str | None = None, cell_timeout_s: int | None = None,
+               html: bool = True, progress: bool = True, echo: Callable[[str], None] | None = print) -> SeriesResult:
     """Execute the selected notebooks with ``profile``'s parameters (``overrides`` win) and build the rendered
     report, the run folder's site (``html``).
 
@@ -291,8 +281,7 @@ def run_series(
             papermill.execute_notebook(
                 str(nb), str(partial), parameters=plans[nb], kernel_name=kernel_name, progress_bar=progress,
                 execution_timeout=timeout, cwd=None, log_output=False, config=kernel_config(),
-                extra_arguments=KERNEL_ARGUMENTS,
-            )
+                extra_arguments=KERNEL_ARGUMENTS)
         # Ctrl-C, or SIGTERM from the CLI (a SLURM time limit), keeps what ran; papermill, nbclient and the
         # kernel raise many kinds of failure: all are reported
         except (KeyboardInterrupt, Exception) as exc:
@@ -315,8 +304,7 @@ def run_series(
             kept = [r.name for r in runs if r.notebook is not None]
             err = NotebookError(
                 f"notebook {nb.stem} failed in {entry.error}; the series stopped. Executed notebook: "
-                f"{out if out.exists() else '(not written)'}; kept in {run_dir}: {', '.join(kept) or 'nothing'}"
-            )
+                f"{out if out.exists() else '(not written)'}; kept in {run_dir}: {', '.join(kept) or 'nothing'}")
             err.series = result  # the summary so far, for the caller to show
             raise err from None
         entry.status, entry.reason = records_outcome(results, before)

@@ -69,8 +69,7 @@ def make_request(source: str | None = None, points: Sequence[Sequence[float]] | 
     return data.Request(
         source=source, variables=tuple(variables),
         points=tuple(tuple(float(v) for v in p) for p in points) if points and box is None else None,
-        box=tuple(float(v) for v in box) if box is not None else None, start=str(start), end=str(end),
-    )
+        box=tuple(float(v) for v in box) if box is not None else None, start=str(start), end=str(end))
 
 
 def make_config(preset: str = "recommended", **knobs: Any):
