@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from ..paths import check_cache
 
 
@@ -32,13 +34,9 @@ def _check_doctor(args) -> None:
 
 
 def _print_row(head: str, detail: str, width: int) -> None:
-    """``head`` then ``detail`` wrapped, its further lines indented under the first."""
-    import textwrap
-
-    lines = textwrap.wrap(detail, width) or [""]
-    print(head + lines[0], flush=True)
-    for line in lines[1:]:
-        print(" " * len(head) + line)
+    """``head`` then ``detail`` wrapped at ``width``, its further lines indented under the first."""
+    indent = " " * len(head)
+    print(textwrap.fill(detail, width + len(head), initial_indent=head, subsequent_indent=indent) or head, flush=True)
 
 
 def _run_doctor(args) -> int:

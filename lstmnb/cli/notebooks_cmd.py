@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from ..errors import NotebookError
 from ..paths import check_cache
@@ -77,8 +78,6 @@ def _check_notebooks_run(args) -> None:
 def print_series(result, width: int = 100) -> None:
     """The series' outcome, readable at ``width`` columns: one short row per notebook, then each skipped or
     failed notebook's reason wrapped beneath, the run folder and the rendered report (its site) or why none."""
-    import textwrap
-
     import pandas as pd
 
     from ..report import format_table
