@@ -85,15 +85,11 @@ def default_value(declared: Mapping[str, Any]) -> Any:
 def _kind_ok(value: Any, default: Any) -> bool:
     if value is None or default is None or default is ...:
         return True
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, int):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    for kind in (str, list, dict):
+    if isinstance(default, (int, float)) and isinstance(value, bool) != isinstance(default, bool):
+        return False  # True is no number here, nor 1 a flag
+    for kind, accepted in ((bool, bool), (int, int), (float, (int, float)), (str, str), (list, list), (dict, dict)):
         if isinstance(default, kind):
-            return isinstance(value, kind)
+            return isinstance(value, accepted)
     return True
 
 
