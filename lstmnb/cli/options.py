@@ -14,6 +14,7 @@ from pathlib import Path
 from ..errors import ConfigError, DataError, OutputError
 from ..paths import RESULTS_ENV, atomic_path, results_dir, why_not_written
 from ..rules import CLI
+from .checks import check_results
 
 
 def float_pair(text: str) -> tuple[float, float]:
@@ -130,11 +131,10 @@ def _or_none(kind):
 def option_type(name: str, hint):
     """What argparse parses a TrainConfig field with, from its annotation: ``X | None`` as ``X`` or the
     word 'none', ``tuple[X, ...]`` as a comma-separated list of X; bool is returned as is (a --flag/--no-flag)."""
-    optional = False
+    wrap = lambda kind: kind
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         (hint,) = (a for a in typing.get_args(hint) if a is not type(None))
-        optional = True
-    wrap = _or_none if optional else (lambda kind: kind)
+        wrap = _or_none
     if typing.get_origin(hint) is tuple:
         items = set(typing.get_args(hint)) - {Ellipsis}
         lists = {float: float_list, int: int_list, str: str_list}
@@ -235,8 +235,6 @@ def results_option(args) -> str:
 def check_results_args(args) -> None:
     """``checks.check_results`` for the results path of ``args``, naming where that path came from; --results
     with --no-record (which would ignore it) is refused."""
-    from .checks import check_results
-
     if getattr(args, "no_record", False) and getattr(args, "results", None) is not None:
         raise ConfigError(f"--results {args.results} and --no-record both given: one appends the records there, the "
                           "other writes none; give one")
