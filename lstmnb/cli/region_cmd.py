@@ -54,7 +54,6 @@ def _add_skill(kinds, full: bool) -> None:
                "--plot skill.png",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_request_args(p)
-    p.set_defaults(box=tuple(float(v) for v in SKILL_BOX.split(",")))
     if full:
         add_train_args(p, skip=_NOT_FOR_REGIONS)
     g = p.add_argument_group("region model")
@@ -67,7 +66,7 @@ def _add_skill(kinds, full: bool) -> None:
     g.add_argument("--plot", default=None, metavar="FILE.png",
                    help="save the maps: none's RMSE, each variant's RMSE and its difference from none")
     add_results_args(p)
-    p.set_defaults(func=_run_skill, check=_check_skill)
+    p.set_defaults(func=_run_skill, check=_check_skill, box=tuple(float(v) for v in SKILL_BOX.split(",")))
 
 
 def _skill_config(args):
@@ -164,7 +163,6 @@ def _add_scaling(kinds) -> None:
                "example:\n  lstmnb region scaling --box 39,40,279,280 --world-sizes 1,2 --steps 5",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_request_args(p)
-    p.set_defaults(box=tuple(float(v) for v in SCALING_BOX.split(",")))
     g = p.add_argument_group("scaling")
     g.add_argument("--window", type=int, default=24, help="input hours (default 24)")
     g.add_argument("--hidden", type=int, default=32, help="LSTM hidden units, shared by all cells (default 32)")
@@ -177,7 +175,7 @@ def _add_scaling(kinds) -> None:
     g.add_argument("--batch-size", type=int, default=8, help="time windows per step (default 8)")
     g.add_argument("--repeats", type=int, default=3, help="alternating runs of each side; medians (default 3)")
     add_results_args(p)
-    p.set_defaults(func=_run_scaling, check=_check_scaling)
+    p.set_defaults(func=_run_scaling, check=_check_scaling, box=tuple(float(v) for v in SCALING_BOX.split(",")))
 
 
 def _scaling_train_config(args):

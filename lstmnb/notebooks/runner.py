@@ -19,7 +19,7 @@ from ..errors import ConfigError, DeviceError, NotebookError
 from ..paths import check_writable, results_dir
 from ..profiles import Profile, load_profile, profile_names
 from .params import check_dates_per_notebook, check_values, default_value
-from .folder import shipped_folder
+from .folder import PATTERN, shipped_folder
 from .kernel_loop import settle_kernel_client, stop_kernels
 from .series import NotebookRun, SeriesResult, records_outcome, run_ids
 from .site import build_site, site_missing
@@ -53,7 +53,7 @@ def notebooks_dir(folder: str | os.PathLike | None = None) -> Path:
 def find_notebooks(folder: str | os.PathLike | None = None) -> list[Path]:
     """The numbered notebooks (``NN_name.ipynb``) in order."""
     root = notebooks_dir(folder)
-    found = sorted(p for p in root.glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("."))
+    found = sorted(root.glob(PATTERN))  # a name starting with a dot (a running copy) never matches
     if not found:
         raise NotebookError(f"no numbered notebooks (NN_name.ipynb) in {root}")
     return found
