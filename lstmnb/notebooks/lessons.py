@@ -135,10 +135,9 @@ def step_sentence(table: pd.DataFrame, fit: dict[str, float]) -> str:
             f"(Python, operator dispatch; on a GPU the kernel launches), and about {fit['per_sample_us']:.1f} µs "
             f"per sample of arithmetic on top. The two are equal near batch {cross:,.0f}: below it a step is "
             f"overhead-bound (time nearly flat, few useful FLOP/s), above it arithmetic-bound (time grows in "
-            f"proportion to the batch). A device with far more arithmetic per second, "
-            f"a GPU, shrinks the per-sample part but not the fixed one, so for a small model it moves that "
-            f"crossing to far larger batches: on the reference H100 below, even a step replayed as a CUDA graph "
-            f"takes the same time at batch 32 and 128."
+            f"proportion to the batch). A device with far more arithmetic per second, a GPU, shrinks the per-sample "
+            f"part but not the fixed one, so for a small model it moves that crossing to far larger batches: on the "
+            f"reference H100 below, even a step replayed as a CUDA graph takes the same time at batch 32 and 128."
             + (f" Above batch {fit['best_batch']:,} a sample costs more again (on a CPU most likely its data "
                f"outgrowing the caches), so the per-sample figure is taken up to that batch." if fit.get("best_batch", 0) < table.index.max()
                else ""))
@@ -287,8 +286,8 @@ def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: 
         f"{_fmt(steps_table.loc[small, 'step ms'])} ms at batch {small} and {_fmt(steps_table.loc[big, 'step ms'])} ms "
         f"at batch {big}: {big // small}x the samples for "
         f"{_fmt(steps_table.loc[big, 'step ms'] / steps_table.loc[small, 'step ms'], 1)}x the time.",
-        f"- Every step paid about {_fmt(fit['fixed_ms'])} ms whatever its "
-        f"batch ({_fmt(100 * fit['fixed_share_smallest'], 0)}% of the smallest batch's step), and "
+        f"- Every step paid about {_fmt(fit['fixed_ms'])} ms whatever its batch "
+        f"({_fmt(100 * fit['fixed_share_smallest'], 0)}% of the smallest batch's step), and "
         f"{_fmt(fit['per_sample_us'])} µs per sample on top. The useful FLOP rate was "
         f"{_fmt(steps_table.loc[small, 'GFLOP/s'], 1)} GFLOP/s at batch {small}, "
         f"{_fmt(steps_table.loc[big, 'GFLOP/s'], 1)} at batch {big} and at best "
@@ -365,11 +364,9 @@ def what_05_showed(scaling_table: pd.DataFrame, allreduce_table: pd.DataFrame, r
         if not grad.empty:
             g = grad.iloc[0]
             lines.append(f"- One step's gradients ({grad.index[0]}) took {_fmt(g['time us'], 0)} µs to all-reduce "
-                         f"({_fmt(g['busbw GB/s'], 3)} GB/s bus bandwidth); the smallest message "
-                         f"({allreduce_table.index[allreduce_table['bytes'].argmin()]}) took "
+                         f"({_fmt(g['busbw GB/s'], 3)} GB/s bus bandwidth); the smallest message ({small.name}) took "
                          f"{_fmt(small['time us'], 0)} µs at {_fmt(small['busbw GB/s'], 4)} GB/s and the largest "
-                         f"({allreduce_table.index[allreduce_table['bytes'].argmax()]}) {_fmt(big['time us'], 0)} µs "
-                         f"at {_fmt(big['busbw GB/s'], 3)} GB/s."
+                         f"({big.name}) {_fmt(big['time us'], 0)} µs at {_fmt(big['busbw GB/s'], 3)} GB/s."
                          + (f" Flagged: {g['flag']}; read these times as rough." if g["flag"] else ""))
     lines.append("- Next: `06_analysis` puts every run of the series beside the study's published table.")
     return "\n".join(lines)

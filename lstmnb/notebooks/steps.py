@@ -211,7 +211,8 @@ def forecast_frame(result, point: int = 0, days: float = 7) -> pd.DataFrame:
     if not pick.any():
         raise ConfigError(f"point={point} is not in the test part; points are 0..{len(w.points) - 1} ({w.points})")
     times = pd.DatetimeIndex(w.target_times["test"][pick], name="time")
-    frame = pd.DataFrame({"truth": w.to_kelvin(w.y["test"][pick, 0]), "forecast": result.forecast_kelvin("test")[pick, 0],
+    frame = pd.DataFrame({"truth": w.to_kelvin(w.y["test"][pick, 0]),
+                          "forecast": result.forecast_kelvin("test")[pick, 0],
                           "persistence": w.to_kelvin(w.x["test"][pick, -1, 0])}, index=times)
     return frame[(times >= times[0]) & (times < times[0] + pd.Timedelta(days=days))]
 
