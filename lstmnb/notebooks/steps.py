@@ -8,11 +8,14 @@ running inside Jupyter; inside a Jupyter kernel, importing this module makes fig
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
 import pandas as pd
 
 from .. import data
@@ -40,11 +43,8 @@ def figures_inline() -> bool:
     with every figure lost: ``lstmnb notebooks run`` starts its kernels with ``--matplotlib=inline``,
     and this does the same for a kernel that JupyterLab or Colab started. True where it switched.
     """
-    import sys
-
     if "ipykernel" not in sys.modules:  # not in a kernel (a script, pytest): nothing to show inline
         return False
-    import matplotlib
     from IPython import get_ipython
 
     shell = get_ipython()
@@ -146,8 +146,6 @@ def seasonal_cycle(series: pd.DataFrame) -> pd.DataFrame:
 
 def plot_series(series: pd.DataFrame):
     """The hourly series per point, with daily means over it."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(11, 3.6))
     for i, col in enumerate(series.columns):
         ax.plot(series.index, series[col], lw=0.3, color=f"C{i}", alpha=0.6)
@@ -160,8 +158,6 @@ def plot_series(series: pd.DataFrame):
 
 def plot_cycles(series: pd.DataFrame):
     """Diurnal cycle (anomaly by hour of day) and seasonal cycle (monthly mean) side by side."""
-    import matplotlib.pyplot as plt
-
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.4))
     daily_cycle(series).plot(ax=ax1, marker=".")
     ax1.set(ylabel="anomaly (K)", title="daily cycle")
@@ -219,8 +215,6 @@ def forecast_frame(result, point: int = 0, days: float = 7) -> pd.DataFrame:
 
 def plot_forecast(frame: pd.DataFrame, title: str = ""):
     """Forecast vs truth (and persistence) over a test week."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(11, 3.6))
     ax.plot(frame.index, frame["truth"], color="k", lw=1.4, label="truth")
     ax.plot(frame.index, frame["forecast"], color="C3", lw=1.1, label="LSTM forecast")
