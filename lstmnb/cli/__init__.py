@@ -2,8 +2,7 @@
 
 Sub-command modules import nothing heavy at module level; only the sub-command that will parse builds
 its slow options (``full``), so `lstmnb --help` and `lstmnb data` do not import torch. Errors of our own
-(``LstmnbError``) print as one line and exit with status 2; no traceback.
-"""
+(``LstmnbError``) print as one line and exit with status 2; no traceback."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 step's time against its batch (the fixed per-step cost every step pays), DDP strong and weak scaling and
 the all-reduce over real ranks (gloo on a CPU, NCCL on GPUs), each timed as alternated repeats and
 summarised by ``report.repeats``; the GPU lessons from the shipped reference records, labelled as
-another machine's; and each notebook's "what this showed", written from its own numbers.
-"""
+another machine's; and each notebook's "what this showed", written from its own numbers."""
 
 from __future__ import annotations
 

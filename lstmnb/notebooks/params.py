@@ -6,8 +6,7 @@ the parameters the package knows are checked for range: the data request (source
 end, variables) as ``lstmnb.data.check_request`` does, the training knobs as ``TrainConfig.validate``
 does (``recommended`` included), and the series' own counts, lists and choices here. Where the package
 already checks a setting (the CLI option, the config or the experiment that takes it), that check is
-called (``_reuse``) and its refusal restated as the parameter's, so each rule keeps one home.
-"""
+called (``_reuse``) and its refusal restated as the parameter's, so each rule keeps one home."""
 
 from __future__ import annotations
 

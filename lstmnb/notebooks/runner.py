@@ -89,8 +89,7 @@ def plan_parameters(notebooks: Sequence[Path], base: Mapping[str, Any], override
     """Per notebook, the parameters it declares from ``base`` (profile + runner) with ``overrides`` winning.
 
     An override that none of the selected notebooks declares is an error naming what they do declare,
-    instead of papermill's warning after the fact.
-    """
+    instead of papermill's warning after the fact."""
     declared = declared or {nb: notebook_parameters(nb) for nb in notebooks}
     known = set().union(*(set(declared[nb]) for nb in notebooks)) if notebooks else set()
     unknown = sorted(k for k in overrides if k not in known)
@@ -129,8 +128,7 @@ def _failing_cell(notebook: Path) -> tuple[int | None, int | None, str]:
     """(index, execution count, first source line) of the cell that stopped the notebook.
 
     That is the cell papermill marked failed or left running; after a timeout or a dead kernel
-    papermill marks it completed, so then it is the last cell that started.
-    """
+    papermill marks it completed, so then it is the last cell that started."""
     try:
         nb = nbformat.read(notebook, as_version=4)
     except Exception:  # the partial file may be unreadable after a crash
@@ -225,8 +223,7 @@ def kernel_config():
     ``auto`` when pyzmq has Curve and the kernelspec declares ``supported_encryption: curve`` (ipykernel's
     own spec does): so the transport is configured, not the message filtered. Older jupyter_client has no
     such option, and ``auto`` is refused where pyzmq lacks Curve: both keep the default (unencrypted
-    loopback TCP, as before).
-    """
+    loopback TCP, as before)."""
     import zmq
     from jupyter_client.manager import KernelManager
     from traitlets.config import Config
@@ -245,8 +242,7 @@ def run_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None = 
     report, the run folder's site (``html``).
 
     Raises ``NotebookError`` for bad input before any kernel starts, and when a notebook fails (after
-    writing its executed copy and the site; the result of the earlier notebooks stays in the run folder).
-    """
+    writing its executed copy and the site; the result of the earlier notebooks stays in the run folder)."""
     import papermill
 
     overrides = dict(overrides or {})

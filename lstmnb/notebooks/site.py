@@ -8,8 +8,7 @@ sphinx-book-theme, the theme of the field's Jupyter Book cookbooks: Python packa
 prebuilt, so no Node.js is needed at run time. Cells tagged ``remove-cell`` are left out (the Colab install
 cell, a parameters cell; papermill's injected parameters follow their cell), cells tagged ``remove-input``
 show their output only, so a page can open on its answer. They are the optional ``site`` extra
-(``pip install "lstmnb[site]"``).
-"""
+(``pip install "lstmnb[site]"``)."""
 
 from __future__ import annotations
 

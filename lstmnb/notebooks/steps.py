@@ -3,8 +3,7 @@
 Each function takes the notebook's parameters (plain values that papermill can inject) and returns
 data: a request, a config, a table, a figure, the records of an experiment. Nothing here depends on
 running inside Jupyter; inside a Jupyter kernel, importing this module makes figures show inline
-(``figures_inline``).
-"""
+(``figures_inline``)."""
 
 from __future__ import annotations
 
@@ -41,8 +40,7 @@ def figures_inline() -> bool:
     ipykernel makes figures inline by setting ``MPLBACKEND`` only where it is unset, so a session that
     exports ``MPLBACKEND=Agg`` (SLURM job scripts, cluster modules, headless servers) opens the notebooks
     with every figure lost: ``lstmnb notebooks run`` starts its kernels with ``--matplotlib=inline``,
-    and this does the same for a kernel that JupyterLab or Colab started. True where it switched.
-    """
+    and this does the same for a kernel that JupyterLab or Colab started. True where it switched."""
     if "ipykernel" not in sys.modules:  # not in a kernel (a script, pytest): nothing to show inline
         return False
     from IPython import get_ipython
@@ -76,8 +74,7 @@ def make_config(preset: str = "recommended", **knobs: Any):
     """A ``TrainConfig`` from notebook knobs on top of ``preset`` (recommended, or published for the
     epochs experiments); None values keep the preset's value, unknown names are an error.
 
-    (A profile's measured ``recommended`` setting is applied on top with ``train.with_overrides``.)
-    """
+    (A profile's measured ``recommended`` setting is applied on top with ``train.with_overrides``.)"""
     values = {k: v for k, v in knobs.items() if v is not None}
     for key in ("fractions", "split_dates"):
         if key in values and isinstance(values[key], list):
