@@ -7,6 +7,7 @@ its slow options (``full``), so `lstmnb --help` and `lstmnb data` do not import 
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
 import re
 import signal
@@ -16,6 +17,7 @@ import warnings
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
+from .. import __version__
 from ..errors import LstmnbError, Terminated, one_line_warnings
 from ..paths import why_not_written
 from . import bench_cmds, data_cmd, doctor_cmd, notebooks_cmd, region_cmd, replicate_cmd, run_cmds, scratch_cmd
@@ -57,8 +59,6 @@ class Parser(argparse.ArgumentParser):
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser, or with ``command`` one whose other sub-commands keep their help line but skip
     options that are slow to build (training options import torch)."""
-    from .. import __version__
-
     parser = Parser(
         prog="lstmnb",
         description=(
@@ -123,8 +123,6 @@ def printable_anywhere(*streams) -> None:
     tables' em dash (no value) and middle dot (a setting and its input path) on a Windows pipe or file in a
     code page that has neither (cp932, the Japanese one), or in a POSIX locale of ASCII or Latin-1.
     Jupyter's streams (no ``reconfigure``) and UTF-8 ones are left as they are."""
-    import codecs
-
     for stream in streams:
         encoding = getattr(stream, "encoding", None)
         if (hasattr(stream, "reconfigure") and getattr(stream, "errors", None) == "strict" and encoding
