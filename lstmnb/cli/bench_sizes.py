@@ -94,10 +94,9 @@ def bench_batch_sweep(kinds, full: bool) -> None:
     p = kinds.add_parser(
         "batch-sweep", help="batch size x4 from 32 until out of memory: time per epoch and validation RMSE",
         description="Trains on one device at batch sizes --first-batch, x--factor, ... up to --max-batch (default: the "
-                    "training set), recording each point (ok, or oom where memory ran out; the sweep stops "
-                    "there). --memory-cap-mb limits memory per point (GPU: allocator fraction; CPU: the "
-                    "process's data-segment limit, Linux only), so the out-of-memory path can be seen on any "
-                    "GPU or Linux machine.")
+                    "training set), recording each point (ok, or oom where memory ran out; the sweep stops there). "
+                    "--memory-cap-mb limits memory per point (GPU: allocator fraction; CPU: the process's data-segment "
+                    "limit, Linux only), so the out-of-memory path can be seen on any GPU or Linux machine.")
     add_request_args(p)
     if full:
         add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "batch_size", "experiment"))

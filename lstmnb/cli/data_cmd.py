@@ -12,13 +12,12 @@ from .options import add_request_args, request_from_args, write_output
 def add_data(sub, full: bool) -> None:
     p = sub.add_parser(
         "data", help="extract ERA5 point or box series into the local cache (progress bar, resumable)",
-        description="Extract ERA5 series for points or a lat/lon box and keep them in the local cache, so "
-                    "training and notebooks read them instantly afterwards. With no options it extracts the "
-                    "published request (2 m temperature at 40N and 20N, 280E, 2020-01-01..2021-06-30) from "
-                    "the study's real ERA5 shipped with lstmnb, offline; a --box comes from the synthetic sample "
-                    "(--source sample). Use --source arco-v3 for any point, box or date of ERA5 in the cloud "
-                    "(anonymous access). An interrupted extraction resumes where it stopped: finished "
-                    "blocks stay in the cache.",
+        description="Extract ERA5 series for points or a lat/lon box and keep them in the local cache, so training and "
+                    "notebooks read them instantly afterwards. With no options it extracts the published request (2 m "
+                    "temperature at 40N and 20N, 280E, 2020-01-01..2021-06-30) from the study's real ERA5 shipped with "
+                    "lstmnb, offline; a --box comes from the synthetic sample (--source sample). Use --source arco-v3 "
+                    "for any point, box or date of ERA5 in the cloud (anonymous access). An interrupted extraction "
+                    "resumes where it stopped: finished blocks stay in the cache.",
         epilog="examples:\n"
                "  lstmnb data                                   # the default request, the study's real data\n"
                "  lstmnb data --source arco-v3 --point 40,-80 --start 2020-01-01 --end 2020-12-31\n"
