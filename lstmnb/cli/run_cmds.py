@@ -210,10 +210,8 @@ def _run_results(args) -> int:
     df = pd.json_normalize(read_runs(args), max_level=2)
     if args.by == "machine":
         print(format_table(machines_table(df)))
-        return 0
-    if args.last:
-        df = df.tail(args.last)
-    print(format_table(runs_table(df)))
+    else:  # --last 0: every run
+        print(format_table(runs_table(df.tail(args.last) if args.last else df)))
     return 0
 
 

@@ -75,10 +75,8 @@ def make_config(preset: str = "recommended", **knobs: Any):
     epochs experiments); None values keep the preset's value, unknown names are an error.
 
     (A profile's measured ``recommended`` setting is applied on top with ``train.with_overrides``.)"""
-    values = {k: v for k, v in knobs.items() if v is not None}
-    for key in ("fractions", "split_dates"):
-        if key in values and isinstance(values[key], list):
-            values[key] = tuple(values[key])
+    values = {k: tuple(v) if k in ("fractions", "split_dates") and isinstance(v, list) else v
+              for k, v in knobs.items() if v is not None}
     cfg = preset_config(preset, **values)
     cfg.validate()
     return cfg
