@@ -94,8 +94,7 @@ def _run_data(args) -> int:
 
         from ..report import format_table
 
-        table = pd.DataFrame(rows).set_index("store")
-        table["MB"] = table["bytes"] / 1e6
+        table = pd.DataFrame(rows).set_index("store").assign(MB=lambda t: t["bytes"] / 1e6)
         print(format_table(table[["variable", "area", "blocks", "hours", "MB"]], floatfmt="{:,.2f}"))
         return 0
     request = request_from_args(args)

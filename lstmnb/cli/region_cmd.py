@@ -235,9 +235,8 @@ def _run_scaling(args) -> int:
     print(format_table(table.set_index(["mode", "threads"]), "{:,.6g}"))
     free = table.attrs["threads"]
     print(f"cores free now: {free['used']} ({free['reason']})")
-    for r in table.attrs["records"]:
-        if r["threads"].get("note"):
-            print(f"note: {r['threads']['note']}")
-            break
+    note = next((r["threads"]["note"] for r in table.attrs["records"] if r["threads"].get("note")), None)
+    if note:  # the first run's that has one
+        print(f"note: {note}")
     say_recorded(table.attrs["records"], args)
     return 0

@@ -171,9 +171,7 @@ def reference_step_table() -> pd.DataFrame:
                      "step ms": 1e3 * r["timing.epoch_s_median"] / steps, "samples/s": r["timing.samples_per_s"],
                      "GFLOP/s": r.get("timing.train_flops_per_s", float("nan")) / 1e9})
     out = pd.DataFrame(rows)
-    if out.empty:
-        return out
-    return out.groupby(["setting", "CUDA graph", "batch"]).median(numeric_only=True).sort_index()
+    return out if out.empty else out.groupby(["setting", "CUDA graph", "batch"]).median(numeric_only=True).sort_index()
 
 
 # --- 05: DDP scaling and all-reduce over real ranks --------------------------------------------------
