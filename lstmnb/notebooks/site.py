@@ -86,7 +86,7 @@ def _conf(result: SeriesResult) -> str:
 def _title(run) -> str:
     """The navigation's name of a page: a notebook whose recorded runs were all skipped still ran (04's step
     times on a CPU), so it says so rather than reading as a notebook that was skipped."""
-    name = run.name.replace("_", " ", 1).replace("_", " ")
+    name = run.name.replace("_", " ")
     if run.status == "skipped":
         return f"{name} (ran; its recorded runs skipped)"
     return name if run.status == "ok" else f"{name} ({run.label})"
