@@ -2,12 +2,12 @@
 
 Sub-command modules import nothing heavy at module level; only the sub-command that will parse builds
 its slow options (``full``), so `lstmnb --help` and `lstmnb data` do not import torch. Errors of our own
-(``LstmnbError``) print as one line and exit with status 2; no traceback.
-"""
+(``LstmnbError``) print as one line and exit with status 2; no traceback."""
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
 import re
 import signal
@@ -17,7 +17,9 @@ import warnings
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
+from .. import __version__
 from ..errors import LstmnbError, Terminated, one_line_warnings
+from ..paths import why_not_written
 from . import bench_cmds, data_cmd, doctor_cmd, notebooks_cmd, region_cmd, replicate_cmd, run_cmds, scratch_cmd
 from .checks import check_omp_num_threads
 
@@ -57,8 +59,6 @@ class Parser(argparse.ArgumentParser):
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser, or with ``command`` one whose other sub-commands keep their help line but skip
     options that are slow to build (training options import torch)."""
-    from .. import __version__
-
     parser = Parser(
         prog="lstmnb",
         description=(
@@ -66,8 +66,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "training. Start with `lstmnb quickstart`; every sub-command has its own --help."
         ),
         epilog=ENVIRONMENT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"lstmnb {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, add in COMMANDS:
@@ -111,17 +110,11 @@ def join_negative_values(argv: list[str], options: set[str]) -> list[str]:
     """``--point -33,151`` as ``--point=-33,151``: argparse reads a value starting with '-' as an option
     unless it is a plain negative number, so southern latitudes and western longitudes need the join."""
     out: list[str] = []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--":
-            return out + argv[i:]
-        if a in options and i + 1 < len(argv) and _NUMBER_LIKE.match(argv[i + 1]):
-            out.append(f"{a}={argv[i + 1]}")
-            i += 2
-            continue
-        out.append(a)
-        i += 1
+    for a in argv:
+        if out and out[-1] in options and _NUMBER_LIKE.match(a) and "--" not in out:
+            out[-1] = f"{out[-1]}={a}"
+        else:
+            out.append(a)
     return out
 
 
@@ -130,8 +123,6 @@ def printable_anywhere(*streams) -> None:
     tables' em dash (no value) and middle dot (a setting and its input path) on a Windows pipe or file in a
     code page that has neither (cp932, the Japanese one), or in a POSIX locale of ASCII or Latin-1.
     Jupyter's streams (no ``reconfigure``) and UTF-8 ones are left as they are."""
-    import codecs
-
     for stream in streams:
         encoding = getattr(stream, "encoding", None)
         if (hasattr(stream, "reconfigure") and getattr(stream, "errors", None) == "strict" and encoding
@@ -178,9 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 1
     expand_home(args)
-    where = " ".join(filter(None, (args.command, getattr(args, "notebooks_command", None),
-                                   getattr(args, "bench_kind", None), getattr(args, "region_kind", None),
-                                   getattr(args, "scratch_command", None))))
+    where = chosen_parser(parser, args).prog  # `lstmnb bench scaling`, as its parse errors name it
     with warnings.catch_warnings(), stop_on_sigterm():
         warnings.showwarning = one_line_warnings()
         try:
@@ -189,18 +178,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 check(args)
             result = args.func(args)
         except LstmnbError as exc:
-            print(f"lstmnb {where}: error: {exc}", file=sys.stderr)
+            print(f"{where}: error: {exc}", file=sys.stderr)
             return getattr(exc, "exit_status", 2)
         except OSError as exc:  # e.g. a write that failed after the checks: disk full, a folder removed meanwhile
-            from ..paths import why_not_written
-
             name = f"{exc.filename}: " if exc.filename else ""
-            print(f"lstmnb {where}: error: {name}{why_not_written(exc)}", file=sys.stderr)
+            print(f"{where}: error: {name}{why_not_written(exc)}", file=sys.stderr)
             return 1
         except KeyboardInterrupt as exc:
             how = ("stopped by SIGTERM (a SLURM time limit, scancel or kill)" if isinstance(exc, Terminated)
                    else "interrupted")
-            print(f"lstmnb {where}: {how}; finished work (cache blocks, records, checkpoints, executed "
+            print(f"{where}: {how}; finished work (cache blocks, records, checkpoints, executed "
                   "notebooks) is kept", file=sys.stderr)
             return 143 if isinstance(exc, Terminated) else 130
     return int(result or 0)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from ..errors import ConfigError, DataError
+from ..paths import check_cache
 from ..rules import CLI
 from .bench_sizes import bench_batch_sweep, bench_size, steady_epochs
 from .checks import check_plot, check_records_args, check_results, positive
@@ -37,8 +39,7 @@ def _bench_ladder(kinds, full: bool) -> None:
                     "runs on the same threads (chosen once at the start: all cores on an idle machine, fewer "
                     "where other processes keep cores busy): run it on an idle machine.",
         epilog="example:\n  lstmnb bench ladder --epochs 5 --rounds 3 --device cpu",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("cpu", "cuda", "all"), default="all",
                    help="cpu, cuda or all (default: all; without a GPU its rungs are recorded as skipped)")
     p.add_argument("--epochs", type=int, default=5, help="epochs per run (default 5; the study timed 5, 10, 15)")
@@ -51,7 +52,6 @@ def _bench_ladder(kinds, full: bool) -> None:
 
 def _check_bench_ladder(args) -> None:
     from ..machine.device import local_rank_limit
-    from ..paths import check_cache
 
     positive("--epochs", args.epochs)
     positive("--rounds", args.rounds)
@@ -87,8 +87,7 @@ def _bench_speed(kinds, full: bool) -> None:
                     "path, and the recommended fast setting, alternating them over repeats, and prints medians: "
                     "samples/s, seconds per epoch, seconds to a target validation RMSE (default 10% below "
                     "persistence), training FLOP/s as a fraction of this machine's measured float32 matmul rate, "
-                    "and ratios against the published setting.",
-    )
+                    "and ratios against the published setting.")
     add_request_args(p)
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     p.add_argument("--repeats", type=int, default=3, help="runs per setting; medians are reported (default 3)")
@@ -104,9 +103,7 @@ def _bench_speed(kinds, full: bool) -> None:
 
 def _check_bench_speed(args) -> None:
     from ..machine.device import resolve_device
-    from ..errors import ConfigError
     from ..experiments.speed import CONTENDERS
-    from ..paths import check_cache
     from ..training.config import knob_problem
 
     request_from_args(args)
@@ -141,8 +138,7 @@ def _run_bench_speed(args) -> int:
     report = speed.speed_benchmark(
         request_from_args(args), device=args.device, repeats=args.repeats, max_epochs=args.max_epochs,
         target_rmse=args.target_rmse, target_fraction=args.target_fraction,
-        only=args.only.split(",") if args.only else None, results=args.results,
-    )
+        only=args.only.split(",") if args.only else None, results=args.results)
     print(speed.format_report(report))
     return 0
 
@@ -157,8 +153,7 @@ def _bench_scaling(kinds, full: bool) -> None:
         epilog="examples:\n"
                "  lstmnb bench scaling --device cpu --world-sizes 1,2 --epochs 3\n"
                "  lstmnb bench scaling --device cuda --world-sizes 1,2,4 --mode both --batch-size 256",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_request_args(p)
     if full:
         add_train_args(p, skip=("strategy", "nproc", "experiment", *CHECKPOINT_OPTIONS))
@@ -223,8 +218,7 @@ def _bench_allreduce(kinds, full: bool) -> None:
         description="Times torch.distributed.all_reduce on float32 buffers from --min-bytes to --max-bytes "
                     "(x --factor) plus the model's gradient size, over --world-size local ranks (NCCL on GPUs, "
                     "gloo on CPU). algbw = bytes / time; busbw = algbw x 2(n-1)/n, as nccl-tests define it. "
-                    "GB/s means 1e9 bytes per second.",
-    )
+                    "GB/s means 1e9 bytes per second.")
     p.add_argument("--world-size", type=int, default=2, help="ranks (default 2)")
     p.add_argument("--device", default="auto", help="auto, cpu (gloo) or cuda (NCCL) (default auto)")
     p.add_argument("--min-bytes", type=byte_size, default=1024, help="smallest buffer (default 1K)")
@@ -283,8 +277,7 @@ def _bench_cost(kinds, full: bool) -> None:
     p = kinds.add_parser(
         "cost", help="cost per run from a price table (per device-hour): table and optional plot",
         description="Cost of each recorded run: devices x wall hours x price per device-hour. The shipped "
-                    "prices are examples; copy lstmnb/prices.yaml, set your own and pass --prices.",
-    )
+                    "prices are examples; copy lstmnb/prices.yaml, set your own and pass --prices.")
     add_records_args(p)
     p.add_argument("--prices", default=None, help="your price table (YAML); default: the shipped examples")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="save the cost vs time plot here")
@@ -300,7 +293,6 @@ def _check_bench_cost(args) -> None:
 
 
 def _run_bench_cost(args) -> int:
-    from ..errors import DataError
     from ..report import cost_table, format_table, load_prices, plot_cost
 
     runs = read_runs(args)

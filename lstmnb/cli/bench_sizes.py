@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..errors import ConfigError
 from ..rules import CLI
 from .checks import check_plot
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args, int_list,
@@ -14,8 +15,6 @@ from .run_cmds import check_training
 
 def steady_epochs(option: str, epochs: int | None) -> None:
     """A bench whose figures are steady epochs (the first, warm-up epoch left out) needs two or more."""
-    from ..errors import ConfigError
-
     if epochs is not None and epochs < 2:
         raise ConfigError(f"{option} {epochs} leaves no steady epoch to time (the first is the warm-up, which this "
                           f"bench leaves out): give {option} 2 or more")
@@ -28,8 +27,7 @@ def bench_size(kinds, full: bool) -> None:
                     "first), on the CPU and on a GPU eager and with a CUDA graph, and prints samples/s, seconds "
                     "per epoch, the GPU's speedup over the CPU and the crossover: the fewest points at which the "
                     "GPU is faster. Without a GPU the GPU rows are recorded as skipped. Defaults: 2 epochs "
-                    "(warm-up + one timed) on 2020-01-01..2020-03-31.",
-    )
+                    "(warm-up + one timed) on 2020-01-01..2020-03-31.")
     add_request_args(p, places=False)  # the sizes' grid points are its own (--points): no --point or --box
     if full:
         add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "input_path", "device", "cuda_graph",
@@ -96,11 +94,9 @@ def bench_batch_sweep(kinds, full: bool) -> None:
     p = kinds.add_parser(
         "batch-sweep", help="batch size x4 from 32 until out of memory: time per epoch and validation RMSE",
         description="Trains on one device at batch sizes --first-batch, x--factor, ... up to --max-batch (default: the "
-                    "training set), recording each point (ok, or oom where memory ran out; the sweep stops "
-                    "there). --memory-cap-mb limits memory per point (GPU: allocator fraction; CPU: the "
-                    "process's data-segment limit, Linux only), so the out-of-memory path can be seen on any "
-                    "GPU or Linux machine.",
-    )
+                    "training set), recording each point (ok, or oom where memory ran out; the sweep stops there). "
+                    "--memory-cap-mb limits memory per point (GPU: allocator fraction; CPU: the process's data-segment "
+                    "limit, Linux only), so the out-of-memory path can be seen on any GPU or Linux machine.")
     add_request_args(p)
     if full:
         add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "batch_size", "experiment"))

@@ -6,14 +6,19 @@ argument parsing itself stays in ``options``."""
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
+
+from ..errors import ConfigError, DataError, OutputError
+from ..paths import RESULTS_ENV, check_writable
+from ..rules import INT_MAX, number
+from ..rules import whole as whole_number
+
 
 def positive(option: str, value, whole: bool = True, none_ok: bool = False, hi: int | None = None) -> None:
     """``value`` a whole number 1..``hi`` (``whole``; by default INT_MAX: larger counts overflow torch's C ints, and
     no run lasts that long) or a positive finite number; else a ConfigError naming ``option``."""
-    from ..errors import ConfigError
-    from ..rules import INT_MAX, number
-    from ..rules import whole as whole_number
-
     if value is None and none_ok:
         return
     why = (whole_number(1, INT_MAX if hi is None else hi) if whole else number(positive=True)).why(value)
@@ -25,10 +30,6 @@ def check_results(path, option: str = "--results") -> None:
     """Records can be appended at ``path`` (a .jsonl file, or a folder for runs.jsonl; None: not recording)."""
     if path is None:
         return
-    from pathlib import Path
-
-    from ..errors import OutputError
-    from ..paths import check_writable
     from ..records import runs_path
 
     if not str(path).strip():
@@ -44,11 +45,6 @@ def check_plot(path: str | None, option: str = "--plot") -> None:
     """A plot can be written at ``path``, in a format matplotlib knows from its suffix (none: png)."""
     if path is None:
         return
-    from pathlib import Path
-
-    from ..errors import ConfigError
-    from ..paths import check_writable
-
     suffix = Path(path).suffix.lower().lstrip(".")
     if suffix:
         from matplotlib.backend_bases import FigureCanvasBase
@@ -63,12 +59,6 @@ def check_plot(path: str | None, option: str = "--plot") -> None:
 def check_records_args(args) -> None:
     """Named results files or folders exist ($LSTMNB_RESULTS, when they are not named, is not blank); the
     experiment filter is not empty."""
-    import os
-    from pathlib import Path
-
-    from ..errors import ConfigError, DataError
-    from ..paths import RESULTS_ENV
-
     if not args.paths and (os.environ.get(RESULTS_ENV) or "-").strip() == "":  # as train says it (check_results)
         raise ConfigError(f"${RESULTS_ENV} is empty; give a .jsonl file or a folder, or unset it for ./results")
     for p in args.paths or ():
@@ -81,10 +71,6 @@ def check_records_args(args) -> None:
 def check_omp_num_threads(environ) -> None:
     """``OMP_NUM_THREADS``, when set, is what OpenMP accepts: whole numbers >= 1 (a list like 4,2 for nested
     levels; not empty). Checked before torch loads, so libgomp's own message does not come first."""
-    import re
-
-    from ..errors import ConfigError
-
     value = environ.get("OMP_NUM_THREADS")
     if value is None:  # set but empty is no number either: libgomp warns about it before torch's first line
         return

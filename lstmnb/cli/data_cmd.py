@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import argparse
 
-from .options import add_request_args, request_from_args
+from ..errors import ConfigError, DataError, OutputError
+from ..paths import check_cache, check_writable
+from .options import add_request_args, request_from_args, write_output
 
 
 def add_data(sub, full: bool) -> None:
     p = sub.add_parser(
         "data", help="extract ERA5 point or box series into the local cache (progress bar, resumable)",
-        description="Extract ERA5 series for points or a lat/lon box and keep them in the local cache, so "
-                    "training and notebooks read them instantly afterwards. With no options it extracts the "
-                    "published request (2 m temperature at 40N and 20N, 280E, 2020-01-01..2021-06-30) from "
-                    "the study's real ERA5 shipped with lstmnb, offline; a --box comes from the synthetic sample "
-                    "(--source sample). Use --source arco-v3 for any point, box or date of ERA5 in the cloud "
-                    "(anonymous access). An interrupted extraction resumes where it stopped: finished "
-                    "blocks stay in the cache.",
+        description="Extract ERA5 series for points or a lat/lon box and keep them in the local cache, so training and "
+                    "notebooks read them instantly afterwards. With no options it extracts the published request (2 m "
+                    "temperature at 40N and 20N, 280E, 2020-01-01..2021-06-30) from the study's real ERA5 shipped with "
+                    "lstmnb, offline; a --box comes from the synthetic sample (--source sample). Use --source arco-v3 "
+                    "for any point, box or date of ERA5 in the cloud (anonymous access). An interrupted extraction "
+                    "resumes where it stopped: finished blocks stay in the cache.",
         epilog="examples:\n"
                "  lstmnb data                                   # the default request, the study's real data\n"
                "  lstmnb data --source arco-v3 --point 40,-80 --start 2020-01-01 --end 2020-12-31\n"
                "  lstmnb data --box 38,42,279,281 --variable 2m_temperature --variable surface_pressure\n"
                "  lstmnb data --status                          # what is cached, and where",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_request_args(p)
     g = p.add_argument_group("extraction")
     g.add_argument("--refresh", action="store_true", help="ignore cached blocks and fetch everything again")
@@ -48,8 +48,6 @@ def _check_data(args, parser) -> None:
     whole cache as if the option applied."""
     from ..data import check_credentials
     from ..data.fetch import check_sizes
-    from ..errors import ConfigError
-    from ..paths import check_cache, check_writable
 
     if args.status:
         given = [a.option_strings[0] for a in parser._actions if a.dest not in ("help", "status", "progress")
@@ -64,8 +62,6 @@ def _check_data(args, parser) -> None:
     if args.csv is not None:
         csv = check_writable(args.csv, "file", "--csv")
         if csv.exists() and not args.overwrite:
-            from ..errors import OutputError
-
             raise OutputError(f"--csv {args.csv} already exists; give --overwrite to replace it, or another path")
     check_cache()
 
@@ -75,7 +71,6 @@ def _check_trainable(ds, cache) -> None:
     hourly steps, no repeated or missing hour, no NaN): a store ``train`` refuses is refused here too."""
     import numpy as np
 
-    from ..errors import DataError
     from ..windows import series_array
 
     values = [ds[v].transpose("time", ...).values.reshape(ds.sizes["time"], -1) for v in ds.data_vars]
@@ -87,10 +82,9 @@ def _check_trainable(ds, cache) -> None:
 
 def _run_data(args) -> int:
     from .. import data
+    from ..data.cache import extracts_root, status
 
     if args.status:
-        from ..data.cache import extracts_root, status
-
         rows = status()
         print(f"cache: {extracts_root()}")
         if not rows:
@@ -100,23 +94,17 @@ def _run_data(args) -> int:
 
         from ..report import format_table
 
-        table = pd.DataFrame(rows).set_index("store")
-        table["MB"] = table["bytes"] / 1e6
+        table = pd.DataFrame(rows).set_index("store").assign(MB=lambda t: t["bytes"] / 1e6)
         print(format_table(table[["variable", "area", "blocks", "hours", "MB"]], floatfmt="{:,.2f}"))
         return 0
     request = request_from_args(args)
     options = {"token": args.credentials} if args.credentials else None
     ds = data.extract(request, progress=args.progress, refresh=args.refresh, storage_options=options,
                       concurrency=args.concurrency, block_hours=args.block_hours)
-    from ..data.cache import extracts_root
-
     _check_trainable(ds, extracts_root())
     print(data.summary(ds))
-
     print(f"cached     {extracts_root()}")
     if args.csv:
-        from .options import write_output
-
         write_output(args.csv, "--csv", lambda tmp: data.to_frame(ds).to_csv(tmp, index=False),
                      "the series is in the cache (lstmnb data --status)")
         print(f"csv        {args.csv}")

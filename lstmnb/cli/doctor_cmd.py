@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import textwrap
+
+from ..paths import check_cache
+
 
 def add_doctor(sub, full: bool) -> None:
     p = sub.add_parser(
@@ -9,8 +13,7 @@ def add_doctor(sub, full: bool) -> None:
         description="Check the torch build, CUDA and cuDNN, the GPUs (memory, capability), NCCL and gloo, numba "
                     "and numba-cuda, gcsfs, the notebook runner and the Jupyter kernels the profiles name, and "
                     "print one table. Exit status 1 when something the named profiles (default: cpu) or the "
-                    "notebook runner need is missing.",
-    )
+                    "notebook runner need is missing.")
     p.add_argument("--profile", dest="profiles", action="append", metavar="NAME",
                    help="a profile whose needs must be met (its kernel; its GPU for a GPU profile); repeatable")
     p.add_argument("--deep", action="store_true",
@@ -23,7 +26,6 @@ def add_doctor(sub, full: bool) -> None:
 def _check_doctor(args) -> None:
     """The named profiles exist, and the cache folder (where every command keeps the sample and the
     extracted series) can be written: a cache on a file is not 'ready'."""
-    from ..paths import check_cache
     from ..profiles import load_profile
 
     for name in args.profiles or ():
@@ -32,13 +34,9 @@ def _check_doctor(args) -> None:
 
 
 def _print_row(head: str, detail: str, width: int) -> None:
-    """``head`` then ``detail`` wrapped, its further lines indented under the first."""
-    import textwrap
-
-    lines = textwrap.wrap(detail, width) or [""]
-    print(head + lines[0], flush=True)
-    for line in lines[1:]:
-        print(" " * len(head) + line)
+    """``head`` then ``detail`` wrapped at ``width``, its further lines indented under the first."""
+    indent = " " * len(head)
+    print(textwrap.fill(detail, width + len(head), initial_indent=head, subsequent_indent=indent) or head, flush=True)
 
 
 def _run_doctor(args) -> int:

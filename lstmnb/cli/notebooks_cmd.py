@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
+
+from ..errors import NotebookError
+from ..paths import check_cache
+
+FOLDER_HELP = "notebook folder (default: the series lstmnb carries: a checkout's notebooks/, else the installed copy)"
+
 
 def add_notebooks(sub, full: bool) -> None:
     p = sub.add_parser(
         "notebooks", help="run the notebook series with a device profile (papermill), list notebooks and profiles, or copy them to edit",
         description="Run the numbered notebooks through papermill with a device profile's parameters, write the "
-                    "executed notebooks and their HTML to runs/<profile>/<timestamp>/, and print a summary.",
-    )
+                    "executed notebooks and their HTML to runs/<profile>/<timestamp>/, and print a summary.")
     nsub = p.add_subparsers(dest="notebooks_command", metavar="ACTION", required=True)
     run = nsub.add_parser(
         "run", help="execute the series (or some notebooks) with a profile",
@@ -21,8 +27,7 @@ def add_notebooks(sub, full: bool) -> None:
                "  lstmnb notebooks run --profile cpu -p epochs_list '[5]' -p input_paths '[dataloader]'\n"
                "  lstmnb notebooks run --profile cpu --only 06 -p results_paths '[results, ~/carc-results]'\n"
                "  lstmnb notebooks run --profile carc-v100 --kernel lstmnb",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--profile", required=True, help="profile name (see `lstmnb notebooks list`) or a .yaml path")
     run.add_argument("-p", "--parameter", dest="parameters", nargs=2, action="append", default=[],
                      metavar=("KEY", "VALUE"), help="override a notebook parameter; VALUE is read as YAML "
@@ -31,15 +36,13 @@ def add_notebooks(sub, full: bool) -> None:
     run.add_argument("--kernel", default=None, help="Jupyter kernel name (default: the profile's)")
     run.add_argument("--timeout", type=int, default=None, help="seconds allowed per cell (default: the profile's)")
     run.add_argument("--runs-dir", default="runs", help="where run folders go (default: ./runs)")
-    run.add_argument("--notebooks", default=None, help="notebook folder (default: the series lstmnb carries: "
-                                                              "a checkout's notebooks/, else the installed copy)")
+    run.add_argument("--notebooks", default=None, help=FOLDER_HELP)
     run.add_argument("--no-html", dest="html", action="store_false",
                      help="do not build the rendered report (the run folder's site)")
     run.add_argument("--no-progress", dest="progress", action="store_false", help="no per-cell progress bar")
     run.set_defaults(func=_run_notebooks, check=_check_notebooks_run)
     lst = nsub.add_parser("list", help="show the notebooks (with their parameters) and the profiles")
-    lst.add_argument("--notebooks", default=None, help="notebook folder (default: the series lstmnb carries: "
-                                                              "a checkout's notebooks/, else the installed copy)")
+    lst.add_argument("--notebooks", default=None, help=FOLDER_HELP)
     lst.set_defaults(func=_list_notebooks, check=lambda args: _notebooks_folder(args.notebooks))
     cp = nsub.add_parser("copy", help="copy the notebook series into a folder, to open and edit there",
                          description="Copy the numbered notebooks this installation carries into DIR; then open "
@@ -66,7 +69,6 @@ def _check_notebooks_run(args) -> None:
     """Profile, notebooks, parameter names and values, kernel, timeout, run folder and the cache, before
     any kernel starts (run_series checks them again, for callers from Python)."""
     from ..notebooks import check_series
-    from ..paths import check_cache
 
     check_series(args.profile, overrides=_overrides(args.parameters), only=args.only, runs_dir=args.runs_dir,
                  notebooks=args.notebooks, kernel=args.kernel, cell_timeout_s=args.timeout)
@@ -76,8 +78,6 @@ def _check_notebooks_run(args) -> None:
 def print_series(result, width: int = 100) -> None:
     """The series' outcome, readable at ``width`` columns: one short row per notebook, then each skipped or
     failed notebook's reason wrapped beneath, the run folder and the rendered report (its site) or why none."""
-    import textwrap
-
     import pandas as pd
 
     from ..report import format_table
@@ -100,7 +100,6 @@ def print_series(result, width: int = 100) -> None:
 
 
 def _run_notebooks(args) -> int:
-    from ..errors import NotebookError
     from ..notebooks import run_series
 
     try:

@@ -4,6 +4,17 @@ TrainConfig field with its help from the field's metadata, results files, list a
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
+import re
+import types
+import typing
+from pathlib import Path
+
+from ..errors import ConfigError, DataError, OutputError
+from ..paths import RESULTS_ENV, atomic_path, results_dir, why_not_written
+from ..rules import CLI
+from .checks import check_results
 
 
 def float_pair(text: str) -> tuple[float, float]:
@@ -14,11 +25,20 @@ def float_pair(text: str) -> tuple[float, float]:
     return lat, lon
 
 
-def float_list(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+def _comma_list(kind, what: str):
+    """The argparse type of a comma-separated list of ``kind`` (a tuple); ``what`` names its items in errors."""
+    def parse(text: str) -> tuple:
+        try:
+            return tuple(kind(v) for v in text.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {what}") from None
+
+    return parse
+
+
+float_list = _comma_list(float, "numbers")
+int_list = _comma_list(int, "whole numbers")
+str_list = _comma_list(str, "words")
 
 
 def byte_size(text: str) -> int:
@@ -33,17 +53,6 @@ def byte_size(text: str) -> int:
     if size < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size >= 1 byte (e.g. 1024, 64K, 16M or 1G)")
     return size
-
-
-def int_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
-
-
-def str_list(text: str) -> tuple[str, ...]:
-    return tuple(text.split(","))
 
 
 def add_request_args(p: argparse.ArgumentParser, places: bool = True) -> None:
@@ -77,7 +86,6 @@ def request_from_args(args: argparse.Namespace):
     if getattr(args, "_request", None) is not None:
         return args._request
     from .. import data
-    from ..errors import ConfigError
 
     kw = {"source": args.source}
     if args.variables:
@@ -123,14 +131,10 @@ def _or_none(kind):
 def option_type(name: str, hint):
     """What argparse parses a TrainConfig field with, from its annotation: ``X | None`` as ``X`` or the
     word 'none', ``tuple[X, ...]`` as a comma-separated list of X; bool is returned as is (a --flag/--no-flag)."""
-    import types
-    import typing
-
-    optional = False
+    wrap = lambda kind: kind
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         (hint,) = (a for a in typing.get_args(hint) if a is not type(None))
-        optional = True
-    wrap = _or_none if optional else (lambda kind: kind)
+        wrap = _or_none
     if typing.get_origin(hint) is tuple:
         items = set(typing.get_args(hint)) - {Ellipsis}
         lists = {float: float_list, int: int_list, str: str_list}
@@ -162,9 +166,6 @@ def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
     with the field's help text. An option not given keeps the value of ``--preset`` (default: recommended).
     Callers add them only to the sub-command that parses (building them imports torch, about a second,
     which `lstmnb data` and `lstmnb --help` do not need)."""
-    import dataclasses
-    import typing
-
     from ..training import TrainConfig
 
     hints = typing.get_type_hints(TrainConfig)
@@ -174,21 +175,14 @@ def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
             continue
         flag = "--" + f.name.replace("_", "-")
         kind = option_type(f.name, hints[f.name])
-        if f.name == "preset":
-            g.add_argument(flag, dest=f.name, choices=f.metadata["rule"].choices, default=argparse.SUPPRESS,
-                           help=option_help(f))
-        elif kind is bool:
-            g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                           help=option_help(f))
-        else:
-            g.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS, help=option_help(f))
+        how = ({"choices": f.metadata["rule"].choices} if f.name == "preset"
+               else {"action": argparse.BooleanOptionalAction} if kind is bool else {"type": kind})
+        g.add_argument(flag, dest=f.name, default=argparse.SUPPRESS, help=option_help(f), **how)
 
 
 def override_default(p: argparse.ArgumentParser, dest: str, value, why: str) -> None:
     """A training option whose default this sub-command changes: the new default, and its help says so
     (in place of TrainConfig's default)."""
-    import re
-
     p.set_defaults(**{dest: value})
     for action in p._actions:
         if action.dest == dest and action.help:
@@ -201,19 +195,13 @@ def train_config_from_args(args: argparse.Namespace, **fixed):
     command (a sub-command's check and its run share it, as ``request_from_args``)."""
     if not fixed and getattr(args, "_train_config", None) is not None:
         return args._train_config
-    import dataclasses
-
     from ..training import TrainConfig, preset_config
-
-    from ..rules import CLI
 
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
              if f.name != "preset" and hasattr(args, f.name)}
     preset = getattr(args, "preset", "recommended")
     cfg = preset_config(preset, **{**given, **fixed})
     if "fractions" in given and cfg.split_dates is not None:  # TrainConfig cannot tell default fractions given
-        from ..errors import ConfigError
-
         dates = ",".join(cfg.split_dates)
         by = f"--split-dates {dates}" if "split_dates" in given else f"--preset {preset}, which splits by the dates {dates},"
         raise ConfigError(f"--fractions {','.join(f'{v:g}' for v in cfg.fractions)} and {by} both given: the parts "
@@ -233,18 +221,12 @@ def add_results_args(p: argparse.ArgumentParser) -> None:
 def results_path(args):
     if getattr(args, "no_record", False):
         return None
-    from ..paths import results_dir
-
     return args.results if args.results is not None else str(results_dir())
 
 
 def results_option(args) -> str:
     """What the user set the results path with, for messages: --results, else $LSTMNB_RESULTS when it is set,
     else the default (results/)."""
-    import os
-
-    from ..paths import RESULTS_ENV
-
     if getattr(args, "results", None) is not None:
         return "--results"
     return f"${RESULTS_ENV}" if os.environ.get(RESULTS_ENV) else "default results"
@@ -253,11 +235,7 @@ def results_option(args) -> str:
 def check_results_args(args) -> None:
     """``checks.check_results`` for the results path of ``args``, naming where that path came from; --results
     with --no-record (which would ignore it) is refused."""
-    from .checks import check_results
-
     if getattr(args, "no_record", False) and getattr(args, "results", None) is not None:
-        from ..errors import ConfigError
-
         raise ConfigError(f"--results {args.results} and --no-record both given: one appends the records there, the "
                           "other writes none; give one")
     check_results(results_path(args), results_option(args))
@@ -266,9 +244,6 @@ def check_results_args(args) -> None:
 def write_output(path: str, option: str, write, kept: str, suffix: str = "") -> None:
     """``write(tmp)`` to a temporary beside ``path``, renamed onto it when complete; a write that fails
     after the work is an OutputError (exit status 1) naming ``option`` and saying what is ``kept``."""
-    from ..errors import OutputError
-    from ..paths import atomic_path, why_not_written
-
     try:
         with atomic_path(path, suffix=suffix) as tmp:
             write(tmp)
@@ -281,8 +256,6 @@ def write_output(path: str, option: str, write, kept: str, suffix: str = "") -> 
 def save_plot(fig, path: str | None, option: str = "--plot") -> None:
     """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf; none: png)."""
     if path:
-        from pathlib import Path
-
         write_output(path, option, lambda tmp: fig.savefig(tmp, dpi=120, bbox_inches="tight"),  # suptitles stay in
                      "the table above is the result", suffix=Path(path).suffix or ".png")
         print(f"plot       {path}")
@@ -299,8 +272,6 @@ def read_runs(args) -> list[dict]:
     """The valid records in ``args.paths`` (default: the results folder) whose experiment starts with
     ``args.experiment``; a DataError saying why there are none: nothing there (missing), empty files,
     only corrupt lines, or only other experiments."""
-    from ..errors import DataError
-    from ..paths import results_dir
     from ..records import scan_records
 
     paths = args.paths or [results_dir()]

@@ -4,9 +4,12 @@ sharding over ranks), each a thin call into ``lstmnb.experiments`` that prints t
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from ..errors import ConfigError
+from ..paths import check_cache
 from ..region import VARIANTS
+from ..rules import CLI
 from .checks import check_plot, positive
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args,
                       check_results_args, int_list, request_from_args, results_path, save_plot, str_list,
@@ -51,7 +54,6 @@ def _add_skill(kinds, full: bool) -> None:
                "--plot skill.png",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_request_args(p)
-    p.set_defaults(box=tuple(float(v) for v in SKILL_BOX.split(",")))
     if full:
         add_train_args(p, skip=_NOT_FOR_REGIONS)
     g = p.add_argument_group("region model")
@@ -64,7 +66,7 @@ def _add_skill(kinds, full: bool) -> None:
     g.add_argument("--plot", default=None, metavar="FILE.png",
                    help="save the maps: none's RMSE, each variant's RMSE and its difference from none")
     add_results_args(p)
-    p.set_defaults(func=_run_skill, check=_check_skill)
+    p.set_defaults(func=_run_skill, check=_check_skill, box=tuple(float(v) for v in SKILL_BOX.split(",")))
 
 
 def _skill_config(args):
@@ -161,7 +163,6 @@ def _add_scaling(kinds) -> None:
                "example:\n  lstmnb region scaling --box 39,40,279,280 --world-sizes 1,2 --steps 5",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_request_args(p)
-    p.set_defaults(box=tuple(float(v) for v in SCALING_BOX.split(",")))
     g = p.add_argument_group("scaling")
     g.add_argument("--window", type=int, default=24, help="input hours (default 24)")
     g.add_argument("--hidden", type=int, default=32, help="LSTM hidden units, shared by all cells (default 32)")
@@ -174,7 +175,7 @@ def _add_scaling(kinds) -> None:
     g.add_argument("--batch-size", type=int, default=8, help="time windows per step (default 8)")
     g.add_argument("--repeats", type=int, default=3, help="alternating runs of each side; medians (default 3)")
     add_results_args(p)
-    p.set_defaults(func=_run_scaling, check=_check_scaling)
+    p.set_defaults(func=_run_scaling, check=_check_scaling, box=tuple(float(v) for v in SCALING_BOX.split(",")))
 
 
 def _scaling_train_config(args):
@@ -201,11 +202,7 @@ def _scaling_model(args, data=None):
 
 
 def _check_scaling(args) -> None:
-    from dataclasses import replace
-
     from ..experiments.region import check_world_sizes
-    from ..paths import check_cache
-    from ..rules import CLI
 
     _area_request(args)
     positive("--lr", args.lr, whole=False)  # its own option (default 0.004), not the rate-by-lead knob
@@ -238,9 +235,8 @@ def _run_scaling(args) -> int:
     print(format_table(table.set_index(["mode", "threads"]), "{:,.6g}"))
     free = table.attrs["threads"]
     print(f"cores free now: {free['used']} ({free['reason']})")
-    for r in table.attrs["records"]:
-        if r["threads"].get("note"):
-            print(f"note: {r['threads']['note']}")
-            break
+    note = next((r["threads"]["note"] for r in table.attrs["records"] if r["threads"].get("note")), None)
+    if note:  # the first run's that has one
+        print(f"note: {note}")
     say_recorded(table.attrs["records"], args)
     return 0

@@ -5,8 +5,10 @@ the areas against the synthetic grid) before anything is measured."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from ..errors import ConfigError
+from ..rules import CLI
 from .checks import check_plot, positive
 from .options import add_results_args, check_results_args, int_list, results_path, save_plot, str_list
 from .region_common import pick_variants, say_recorded, say_threads
@@ -46,7 +48,6 @@ def add_memory(kinds) -> None:
 def _memory_case(args):
     from ..region.memory import MemoryCase
     from ..region.memory_checks import check_floor
-    from ..rules import CLI
 
     case = MemoryCase(batch=args.batch, window=args.window, hidden=args.hidden, neighbours=args.neighbours,
                       steps=args.steps, device=args.device)
@@ -97,8 +98,6 @@ def _check_memory(args) -> None:
 
 
 def _run_memory(args) -> int:
-    import dataclasses
-
     import pandas as pd
 
     from ..experiments.region import region_memory

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..paths import check_cache
+from ..rules import CLI
 from .checks import check_plot
 from .options import add_results_args, check_results_args, results_path, save_plot
 
@@ -12,8 +14,7 @@ def add_replicate(sub, full: bool) -> None:
         description="Train --preset published (the study's setting: 2-layer LSTM, hidden 64, batch 128, DataLoader "
                     "with 2 workers, Adam 1e-3, trained on 2020, tested on 2021-01..06) on the study's real ERA5 at "
                     "its two points, print the mean training loss of each epoch beside what the study's notebooks "
-                    "printed, say how close they are, and append the run record. About 15 s for 5 epochs on 2 cores.",
-    )
+                    "printed, say how close they are, and append the run record. About 15 s for 5 epochs on 2 cores.")
     p.add_argument("--epochs", type=int, default=5, help="epochs (default 5; the study printed up to 15)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps or auto")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="save the losses per epoch as a plot here")
@@ -30,9 +31,6 @@ def _config(args):
 
 def _check_replicate(args) -> None:
     from ..machine.device import resolve_device
-    from ..paths import check_cache
-
-    from ..rules import CLI
 
     _config(args).validate(CLI)
     resolve_device(args.device)

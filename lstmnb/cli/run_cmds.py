@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from ..errors import ConfigError, DivergedError, OutputError
+from ..paths import check_cache, check_writable
+from ..rules import CLI
 from .checks import check_plot, check_records_args
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
                       add_train_args, check_results_args, int_list, read_runs, request_from_args, results_option,
@@ -53,8 +59,7 @@ def add_train(sub, full: bool) -> None:
                     "batch 256, Adam 4e-3, up to 30 epochs with early stopping on validation; the reported forecast "
                     "is per point the blend with persistence and climatology fitted on validation); "
                     "--preset published gives the study's setting exactly (2-layer LSTM, batch 128, Adam 1e-3, "
-                    "DataLoader with 2 workers, 5 epochs, trained on 2020, tested on 2021-01..06).",
-    )
+                    "DataLoader with 2 workers, 5 epochs, trained on 2020, tested on 2021-01..06).")
     add_request_args(p)
     if full:
         add_train_args(p)
@@ -69,12 +74,8 @@ def check_training(cfg, request, args, device: bool = True) -> None:
     device (unless the bench picks the devices: ``device``), the profile it records (shipped, or a .yaml file:
     the notebooks and `lstmnb doctor` refuse a name that is neither), the checkpoint's path (``training.run``
     reads the checkpoint once, before the data), the records of ``args`` and the cache."""
-    from pathlib import Path
-
     from ..machine.device import resolve_device
-    from ..paths import check_cache, check_writable
     from ..profiles import load_profile
-    from ..rules import CLI
 
     cfg.validate(CLI)
     cfg.check_split_in(request, CLI)
@@ -88,7 +89,6 @@ def check_training(cfg, request, args, device: bool = True) -> None:
 
         check_world_size(ddp_device_kind(cfg.device), cfg.nproc)
     if cfg.checkpoint and results_path(args) is not None:
-        from ..errors import ConfigError
         from ..records import runs_path
 
         if runs_path(Path(results_path(args)).expanduser()).resolve() == Path(cfg.checkpoint).resolve():
@@ -102,8 +102,6 @@ def check_training(cfg, request, args, device: bool = True) -> None:
 
 
 def _check_train(args) -> None:
-    from ..errors import ConfigError
-
     request = request_from_args(args)
     if args.map is not None and request.box is None:
         raise ConfigError(f"--map {args.map}: a map needs a box of cells; give --box LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
@@ -146,9 +144,6 @@ def train_and_print(request, cfg, results, map_path: str | None = None) -> None:
     """``train.run`` (appending the record to ``results`` unless None), then the run as `print_run` shows
     it and where the record went; under torchrun only rank 0 prints (and records). When the record
     cannot be written, the run is printed (with the record as one JSON line to keep) before the error."""
-    import json
-
-    from ..errors import DivergedError, OutputError
     from ..records import runs_path
     from ..training import run
     from ..training.parallel import is_rank_zero
@@ -202,8 +197,6 @@ def add_results(sub, full: bool) -> None:
 
 
 def _check_results(args) -> None:
-    from ..errors import ConfigError
-
     if args.last < 0:
         raise ConfigError(f"--last {args.last} must be >= 0 (0 shows all runs)")
     check_records_args(args)
@@ -217,10 +210,8 @@ def _run_results(args) -> int:
     df = pd.json_normalize(read_runs(args), max_level=2)
     if args.by == "machine":
         print(format_table(machines_table(df)))
-        return 0
-    if args.last:
-        df = df.tail(args.last)
-    print(format_table(runs_table(df)))
+    else:  # --last 0: every run
+        print(format_table(runs_table(df.tail(args.last) if args.last else df)))
     return 0
 
 
@@ -231,8 +222,7 @@ def add_quickstart(sub, full: bool) -> None:
                     "setting: residual LSTM, batch 256, Adam 4e-3, early stopping on validation), print the "
                     "results beside persistence and climatology, then run the notebook series with a quick CPU "
                     "profile and print where the HTML report is. About 6 minutes on 2 CPU cores, up to twice "
-                    "that while other jobs keep them busy (README: the quick profile, per notebook).",
-    )
+                    "that while other jobs keep them busy (README: the quick profile, per notebook).")
     p.add_argument("--profile", default="quick", help="profile for the notebook series (default: quick)")
     p.add_argument("--epochs", type=int, default=None, help="epoch cap of the default run (default: the preset's, 30; "
                                                              "early stopping ends it sooner only if validation stops "
@@ -282,8 +272,7 @@ def add_skill(sub, full: bool) -> None:
                     "same data and print, per point (as given, with the grid cell used, in the order given) and "
                     "lead, and pooled over the points, the test RMSE of the reported forecast, the network alone, "
                     "persistence and climatology on the same target hours, and the MSE skill score against each "
-                    "baseline (1 - MSE / MSE of the baseline: above 0 beats it).",
-    )
+                    "baseline (1 - MSE / MSE of the baseline: above 0 beats it).")
     add_request_args(p)
     if full:
         add_train_args(p, skip=(*PARALLEL_OPTIONS, *CHECKPOINT_OPTIONS, "lead_hours", "experiment"))

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
+from ..errors import ConfigError, DeviceError
+from ..paths import check_cache
+from ..rules import CLI
 from .checks import check_plot, positive
 from .options import add_results_args, check_results_args, results_path, save_plot
 
@@ -20,8 +25,7 @@ def add_scratch(sub, full: bool) -> None:
                     "(versions alternated over repeats; medians quoted), print compile and run time, speedup "
                     "against loops and numpy, final train/test loss and test RMSE beside the baselines, and "
                     "append one record per version (experiment scratch_versions). GPU versions without a GPU "
-                    "are recorded as skipped.",
-    )
+                    "are recorded as skipped.")
     b.add_argument("--versions", default=None,
                    help="comma-separated versions, each run once (default all: " + ",".join(SCRATCH_VERSIONS) + ")")
     b.add_argument("--data", default="airline", help="airline (default) or era5 (the study's real ERA5 at 40N 280E)")
@@ -45,8 +49,6 @@ def add_scratch(sub, full: bool) -> None:
 
 def _versions(args) -> list[str]:
     """The versions asked for, each a known one, each once in the order given (the default: all)."""
-    from ..errors import ConfigError
-
     if args.versions is None:
         return list(SCRATCH_VERSIONS)
     versions = list(dict.fromkeys(v.strip() for v in args.versions.split(",")))
@@ -70,14 +72,9 @@ def _config(args):
 
 def _check_scratch_bench(args) -> None:
     """Every option, the plot and results paths (and the cache for ERA5 data) before any version trains."""
-    import os
-
     # idle OpenMP threads of numba and torch busy-wait and starve each other on few cores: set before either
     # loads (see benchmarks/scratch_versions.py); main runs this check before the run, in the same process
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from ..errors import ConfigError
-    from ..rules import CLI
-
     if args.hours is not None and args.data != "era5":
         raise ConfigError(f"--hours {args.hours} is for --data era5 (hours of the ERA5 point series); --data "
                           f"{args.data} is a fixed series: leave --hours out")
@@ -87,8 +84,6 @@ def _check_scratch_bench(args) -> None:
     check_plot(args.plot)
     check_results_args(args)
     if args.data == "era5":
-        from ..paths import check_cache
-
         check_cache()
 
 
@@ -97,7 +92,6 @@ def _only_unavailable(versions: list[str], config) -> None:
     gives (exit 0), so it is refused. A CPU version among them runs, and the others are skipped rows beside it."""
     if not all("cuda" in v for v in versions):
         return
-    from ..errors import DeviceError
     from ..scratch.bench import skip_reason
 
     reasons = {v: skip_reason(v, config) for v in versions}

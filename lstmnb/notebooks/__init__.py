@@ -6,9 +6,6 @@ notebooks stay thin. See docs/architecture.md."""
 from .params import parse_value
 from .runner import (check_series, find_notebooks, listing, notebook_parameters, notebooks_dir, plan_parameters,
                      run_series, select_notebooks)
-from .series import NotebookRun, SeriesResult
 
-__all__ = [
-    "NotebookRun", "SeriesResult", "check_series", "find_notebooks", "listing", "notebook_parameters", "notebooks_dir",
-    "parse_value", "plan_parameters", "run_series", "select_notebooks",
-]
+__all__ = ["check_series", "find_notebooks", "listing", "notebook_parameters", "notebooks_dir", "parse_value",
+           "plan_parameters", "run_series", "select_notebooks"]

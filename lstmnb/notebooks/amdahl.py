@@ -37,12 +37,6 @@ def amdahl_table(
         grown = 1 / (rest + (1 - rest) / n + comm * (n - 1) / (ranks - 1))
         got = measured.get(n, float("nan")) if measured is not None else float("nan")
         rows.append({"ranks": n, "Amdahl": 1 / (s + (1 - s) / n), "comm growing as N - 1": grown, "measured": got})
-    fit = {
-        "speedup": speed,
-        "from": source,
-        "comm share of the step": f,
-        "serial share": s,
-        "comm share of s": min(ranks * comm / (ranks - 1), s),
-        "bound": 1 / s if s > 0 else float("inf"),
-    }
+    fit = {"speedup": speed, "from": source, "comm share of the step": f, "serial share": s,
+           "comm share of s": min(ranks * comm / (ranks - 1), s), "bound": 1 / s if s > 0 else float("inf")}
     return fit, pd.DataFrame(rows).set_index("ranks")

@@ -2,8 +2,7 @@
 
 In a checkout the series is ``notebooks/`` beside the package; a wheel carries the same files as
 ``lstmnb/series/`` (pyproject.toml maps the folder into the package), so a plain ``pip install`` runs the series
-from any folder.
-"""
+from any folder."""
 
 from __future__ import annotations
 

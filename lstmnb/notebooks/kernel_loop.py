@@ -3,12 +3,13 @@ stopped, so the command's last line is its own and no kernel outlives it."""
 
 from __future__ import annotations
 
+import asyncio
+from contextlib import suppress
+
 
 def settle_kernel_client(limit_s: float = 15.0) -> None:
     """After an interruption, cancel and run out what the kernel client left pending on this thread's loop, and
     let no task the kernel's death ended print "Task exception was never retrieved" at exit (not in JupyterLab)."""
-    import asyncio
-
     from jupyter_core.utils import ensure_event_loop
     from nbclient.exceptions import CellControlSignal, DeadKernelError
 
@@ -35,31 +36,16 @@ def stop_kernels(timeout_s: float = 5.0) -> None:
     is gone and say so on the terminal after the command's last line."""
     import psutil
 
-    kernels = [p for p in psutil.Process().children() if _is_kernel(p)]
     tree = []
-    for k in kernels:
-        try:
-            tree += [k, *k.children(recursive=True)]
-        except psutil.Error:
-            continue
+    for k in psutil.Process().children():
+        with suppress(psutil.Error):  # a process gone meanwhile
+            if any("ipykernel" in part for part in k.cmdline()):
+                tree += [k, *k.children(recursive=True)]
     for p in tree:
-        try:
+        with suppress(psutil.Error):
             p.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(tree, timeout=timeout_s)
     for p in alive:
-        try:
+        with suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(alive, timeout=timeout_s)
-
-
-def _is_kernel(proc) -> bool:
-    import psutil
-
-    try:
-        return any("ipykernel" in part for part in proc.cmdline())
-    except psutil.Error:
-        return False

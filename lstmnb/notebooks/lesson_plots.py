@@ -3,6 +3,7 @@ the all-reduce against message size. Every point is a median of repeats; flagged
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import pandas as pd
 
 HOLLOW = "hollow marker, written rough: flagged (repeats disagree, too few, or the cores were busy)"
@@ -21,8 +22,6 @@ def _markers(ax, x, y, flags, color, label):
 def plot_step_times(table: pd.DataFrame, reference: pd.DataFrame | None = None, device: str = "this machine"):
     """Step time (left) and FLOP rate (right) against batch on this device; the reference H100's eager and
     graph steps beside them when given (labelled another machine's)."""
-    import matplotlib.pyplot as plt
-
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
     b = pd.Series(table.index, index=table.index)
     _markers(ax1, b, table["step ms"], table["flag"], "C0", f"{device} (measured here)")
@@ -46,8 +45,6 @@ def plot_step_times(table: pd.DataFrame, reference: pd.DataFrame | None = None, 
 
 def plot_scaling(table: pd.DataFrame):
     """Epoch time per mode and ranks (left) and each step's compute and un-hidden communication (right)."""
-    import matplotlib.pyplot as plt
-
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
     rows = table.reset_index()
     names = [f"{m}\n{n} rank{'s' if n > 1 else ''}\nbatch {int(g)}" for m, n, g in
@@ -74,8 +71,6 @@ def plot_scaling(table: pd.DataFrame):
 
 def plot_allreduce(table: pd.DataFrame):
     """All-reduce time and bus bandwidth against message size, the gradient size of one step marked."""
-    import matplotlib.pyplot as plt
-
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
     x = table["bytes"]
     _markers(ax1, x, table["time us"], table["flag"], "C0", "median time")
@@ -95,8 +90,6 @@ def plot_allreduce(table: pd.DataFrame):
 def plot_amdahl(table: pd.DataFrame, fit: dict[str, float], rough: tuple[int, ...] = ()):
     """Amdahl's speedup against ranks (and with the all-reduce growing), the bound 1/s, the measured points
     (written 'rough' beside those of the rank counts in ``rough``: flagged rows)."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     n = table.index
     ax.plot(n, n, ":", color="grey", label="ideal: N times faster")

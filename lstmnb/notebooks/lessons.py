@@ -2,8 +2,7 @@
 step's time against its batch (the fixed per-step cost every step pays), DDP strong and weak scaling and
 the all-reduce over real ranks (gloo on a CPU, NCCL on GPUs), each timed as alternated repeats and
 summarised by ``report.repeats``; the GPU lessons from the shipped reference records, labelled as
-another machine's; and each notebook's "what this showed", written from its own numbers.
-"""
+another machine's; and each notebook's "what this showed", written from its own numbers."""
 
 from __future__ import annotations
 
@@ -15,10 +14,19 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
-from ..machine.device import busy_while, clock, cpu_cores
+from ..doctor import gpu_problem
 from ..errors import ConfigError
+from ..experiments.allreduce import AllreduceConfig, allreduce
+from ..experiments.scaling import ScalingConfig, scaling
+from ..machine.device import busy_while, clock, cpu_cores, resolve_device
+from ..models import flops_per_sample
 from ..records import Recorder
+from ..report import load_reference_records
+from ..report.repeats import median_of_repeats
+from ..training import Trainer, with_overrides
+from ..training.pipeline import thread_choice
 
 REFERENCE_LABEL = ("another machine's: lstmnb's shipped reference records of 2026-11-27, an NVIDIA H100 "
                    "(16-core Xeon host) on the study's setting and its real ERA5")
@@ -50,11 +58,6 @@ def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int 
     100 times ``steps``): a GPU step of 2.5 ms timed 20 times is 50 ms, short enough for one hiccup of the
     host to move it by half. With the steps timed, the FLOPs a step does (``models.flops_per_sample``),
     the threads and the cores other processes kept busy meanwhile."""
-    from ..machine.device import resolve_device
-    from ..models import flops_per_sample
-    from ..training import Trainer, with_overrides
-    from ..training.pipeline import thread_choice
-
     check_repeats(repeats)
     if steps < 1 or not batches or any(int(b) < 1 for b in batches):
         raise ConfigError(f"steps={steps} and batches={list(batches)} must be >= 1")
@@ -95,8 +98,6 @@ def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int 
 
 def step_time_table(rows: pd.DataFrame) -> pd.DataFrame:
     """``step_times`` as medians per batch with their flags (``report.repeats``)."""
-    from ..report.repeats import median_of_repeats
-
     table = median_of_repeats(rows.drop(columns=["repeat"]), ["batch", "input path", "device", "threads"], "step ms")
     if "steps" in table:
         table["steps"] = table["steps"].round().astype(int)  # the median count of the repeats' timed steps
@@ -133,10 +134,9 @@ def step_sentence(table: pd.DataFrame, fit: dict[str, float]) -> str:
             f"(Python, operator dispatch; on a GPU the kernel launches), and about {fit['per_sample_us']:.1f} µs "
             f"per sample of arithmetic on top. The two are equal near batch {cross:,.0f}: below it a step is "
             f"overhead-bound (time nearly flat, few useful FLOP/s), above it arithmetic-bound (time grows in "
-            f"proportion to the batch). A device with far more arithmetic per second, "
-            f"a GPU, shrinks the per-sample part but not the fixed one, so for a small model it moves that "
-            f"crossing to far larger batches: on the reference H100 below, even a step replayed as a CUDA graph "
-            f"takes the same time at batch 32 and 128."
+            f"proportion to the batch). A device with far more arithmetic per second, a GPU, shrinks the per-sample "
+            f"part but not the fixed one, so for a small model it moves that crossing to far larger batches: on the "
+            f"reference H100 below, even a step replayed as a CUDA graph takes the same time at batch 32 and 128."
             + (f" Above batch {fit['best_batch']:,} a sample costs more again (on a CPU most likely its data "
                f"outgrowing the caches), so the per-sample figure is taken up to that batch." if fit.get("best_batch", 0) < table.index.max()
                else ""))
@@ -157,8 +157,6 @@ def reference_step_table() -> pd.DataFrame:
     eager and as a CUDA graph, and the recommended setting's batch sweep. Per (setting, CUDA graph, batch):
     step time from epoch time and steps per epoch, samples/s and the FLOP rate. Labelled
     ``REFERENCE_LABEL``; the former synthetic one-layer records (2026-11-22) are left out."""
-    from ..report import load_reference_records
-
     df = load_reference_records()
     pick = df[(df["status"] == "ok") & (df["device.kind"] == "cuda") & (df["data.source"] == "study")
               & df["started"].astype(str).str.startswith("2026-11-27") & (df["config.input_path"] == "fast")
@@ -173,9 +171,7 @@ def reference_step_table() -> pd.DataFrame:
                      "step ms": 1e3 * r["timing.epoch_s_median"] / steps, "samples/s": r["timing.samples_per_s"],
                      "GFLOP/s": r.get("timing.train_flops_per_s", float("nan")) / 1e9})
     out = pd.DataFrame(rows)
-    if out.empty:
-        return out
-    return out.groupby(["setting", "CUDA graph", "batch"]).median(numeric_only=True).sort_index()
+    return out if out.empty else out.groupby(["setting", "CUDA graph", "batch"]).median(numeric_only=True).sort_index()
 
 
 # --- 05: DDP scaling and all-reduce over real ranks --------------------------------------------------
@@ -184,8 +180,6 @@ def reference_step_table() -> pd.DataFrame:
 def ddp_device(gpu: str, ranks: int) -> tuple[str, str]:
     """Where 05's DDP runs go: ``gpu`` when ``ranks`` CUDA GPUs are usable, else the CPU (gloo ranks
     sharing its cores); with the sentence that says which and why."""
-    from ..doctor import gpu_problem
-
     why = gpu_problem(gpu, ranks)
     if why is None:
         return gpu, f"DDP runs on {ranks} GPUs (NCCL), one process per GPU."
@@ -196,8 +190,7 @@ def ddp_device(gpu: str, ranks: int) -> tuple[str, str]:
 def scaling_request(source, points, start: str, days: int | None, cfg):
     """The request and config of 05's DDP runs: the notebook's data, or only its first ``days`` days (the
     last of them tested) so that a quick profile's nine runs stay short. Returns (request, cfg)."""
-    from .steps import make_request
-    from ..training import with_overrides
+    from .steps import make_request  # here: importing steps sets up a notebook kernel (figures_inline)
 
     if days is None:
         return None, cfg
@@ -213,12 +206,9 @@ def ddp_scaling(windows, data_info: dict[str, Any] | None, cfg, *, ranks: int = 
                 comm_split_steps: int = 20, results=None, more_ranks: Sequence[int] = ()) -> list[dict[str, Any]]:
     """Strong and weak DDP scaling, alternated: each repeat runs one rank at ``cfg.batch_size``, ``ranks``
     ranks splitting it (strong) and ``ranks`` ranks at ``cfg.batch_size`` each (weak), then strong scaling on
-    each of ``more_ranks`` (Amdahl's law checked beyond ``ranks``), on the GPUs or, on a
-    CPU, as gloo ranks with one thread each (unless ``cfg.threads`` says otherwise). Each record gains
-    ``threads`` (per rank, and the cores other
-    processes kept busy during the run) and is appended to ``results``."""
-    from ..experiments.scaling import ScalingConfig, scaling
-
+    each of ``more_ranks`` (Amdahl's law checked beyond ``ranks``), on the GPUs or, on a CPU, as gloo ranks with
+    one thread each (unless ``cfg.threads`` says otherwise). Each record gains ``threads`` (per rank, and the
+    cores other processes kept busy during the run) and is appended to ``results``."""
     check_repeats(repeats)
     if cfg.device == "cpu" and cfg.threads is None:
         # one thread per rank: N ranks use N cores, the resources grow with N as with N GPUs, and no
@@ -248,8 +238,6 @@ def allreduce_sweeps(cfg, *, ranks: int = 2, max_bytes: int = 4 * 2**20, budget_
                      repeats: int = 3, n_features: int = 1) -> list[dict[str, Any]]:
     """``repeats`` all-reduce bandwidth sweeps (``experiments.allreduce``: 1 KiB to ``max_bytes`` by x4 and
     the model's gradient size) over ``ranks`` ranks, each with the cores others kept busy meanwhile."""
-    from ..experiments.allreduce import AllreduceConfig, allreduce
-
     check_repeats(repeats)
     device = "cpu" if cfg.device == "cpu" else "auto"
     acfg = AllreduceConfig(world_size=ranks, device=device, max_bytes=max_bytes, budget_s=budget_s)
@@ -263,8 +251,6 @@ def allreduce_sweeps(cfg, *, ranks: int = 2, max_bytes: int = 4 * 2**20, budget_
 def measurable_ranks(device: str, wanted: Sequence[int], ranks: int) -> tuple[list[int], str]:
     """The rank counts of ``wanted`` (besides ``ranks``) that this machine can run one per core (a CPU) or
     one per GPU, with a sentence naming those left out and why."""
-    import torch
-
     have = cpu_cores() if device == "cpu" else torch.cuda.device_count()
     what = "core(s)" if device == "cpu" else "GPU(s)"
     more = sorted({int(n) for n in wanted if int(n) != ranks and 1 < int(n) <= have})
@@ -297,8 +283,8 @@ def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: 
         f"{_fmt(steps_table.loc[small, 'step ms'])} ms at batch {small} and {_fmt(steps_table.loc[big, 'step ms'])} ms "
         f"at batch {big}: {big // small}x the samples for "
         f"{_fmt(steps_table.loc[big, 'step ms'] / steps_table.loc[small, 'step ms'], 1)}x the time.",
-        f"- Every step paid about {_fmt(fit['fixed_ms'])} ms whatever its "
-        f"batch ({_fmt(100 * fit['fixed_share_smallest'], 0)}% of the smallest batch's step), and "
+        f"- Every step paid about {_fmt(fit['fixed_ms'])} ms whatever its batch "
+        f"({_fmt(100 * fit['fixed_share_smallest'], 0)}% of the smallest batch's step), and "
         f"{_fmt(fit['per_sample_us'])} µs per sample on top. The useful FLOP rate was "
         f"{_fmt(steps_table.loc[small, 'GFLOP/s'], 1)} GFLOP/s at batch {small}, "
         f"{_fmt(steps_table.loc[big, 'GFLOP/s'], 1)} at batch {big} and at best "
@@ -375,11 +361,9 @@ def what_05_showed(scaling_table: pd.DataFrame, allreduce_table: pd.DataFrame, r
         if not grad.empty:
             g = grad.iloc[0]
             lines.append(f"- One step's gradients ({grad.index[0]}) took {_fmt(g['time us'], 0)} µs to all-reduce "
-                         f"({_fmt(g['busbw GB/s'], 3)} GB/s bus bandwidth); the smallest message "
-                         f"({allreduce_table.index[allreduce_table['bytes'].argmin()]}) took "
+                         f"({_fmt(g['busbw GB/s'], 3)} GB/s bus bandwidth); the smallest message ({small.name}) took "
                          f"{_fmt(small['time us'], 0)} µs at {_fmt(small['busbw GB/s'], 4)} GB/s and the largest "
-                         f"({allreduce_table.index[allreduce_table['bytes'].argmax()]}) {_fmt(big['time us'], 0)} µs "
-                         f"at {_fmt(big['busbw GB/s'], 3)} GB/s."
+                         f"({big.name}) {_fmt(big['time us'], 0)} µs at {_fmt(big['busbw GB/s'], 3)} GB/s."
                          + (f" Flagged: {g['flag']}; read these times as rough." if g["flag"] else ""))
     lines.append("- Next: `06_analysis` puts every run of the series beside the study's published table.")
     return "\n".join(lines)

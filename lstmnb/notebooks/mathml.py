@@ -3,8 +3,7 @@ so that a report read offline (a cluster's run folder copied to a laptop, a trai
 TeX: Sphinx's pages otherwise leave the TeX for MathJax, loaded from the web.
 
 latex2mathml does the conversion; TeX it cannot read stays visible as TeX in a ``code`` element (and the
-page still renders). A Sphinx extension registering the ``mathml`` math renderer, named in the site's conf.py.
-"""
+page still renders). A Sphinx extension registering the ``mathml`` math renderer, named in the site's conf.py."""
 
 from __future__ import annotations
 

@@ -6,18 +6,19 @@ the parameters the package knows are checked for range: the data request (source
 end, variables) as ``lstmnb.data.check_request`` does, the training knobs as ``TrainConfig.validate``
 does (``recommended`` included), and the series' own counts, lists and choices here. Where the package
 already checks a setting (the CLI option, the config or the experiment that takes it), that check is
-called (``_reuse``) and its refusal restated as the parameter's, so each rule keeps one home.
-"""
+called (``_reuse``) and its refusal restated as the parameter's, so each rule keeps one home."""
 
 from __future__ import annotations
 
 import ast
 import math
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..errors import ConfigError, LstmnbError
+from ..paths import check_writable, results_dir
+from ..profiles import load_profile
 from ..region import VARIANTS as REGION_VARIANTS  # a leaf: only the names, no torch
 from ..rules import choice, number, parameter, whole
 
@@ -41,9 +42,9 @@ RULES = {
     "ddp_input_path": choice(("fast", "dataloader")),
     "scratch_dtype": choice(("float64", "float32")),
 }
-INT_LISTS = ("epochs_list", "world_sizes", "step_batches", "skill_leads", "region_neighbours", "region_world_sizes")
-# lists whose whole numbers start above 1: `lstmnb region memory --sides` (sides >= 2)
-INT_LIST_MINIMUMS = {"region_sides": 2, "ring_ranks": 2, "amdahl_ranks": 2}
+# lists of whole numbers, by their least (2 for ranks, and for sides as `lstmnb region memory --sides` takes them)
+INT_LISTS = {**dict.fromkeys(("epochs_list", "world_sizes", "step_batches", "skill_leads", "region_neighbours",
+                              "region_world_sizes"), 1), "region_sides": 2, "ring_ranks": 2, "amdahl_ranks": 2}
 CHOICE_LISTS = {"input_paths": ("fast", "dataloader"), "strategies": ("dataparallel", "ddp"),
                 "scratch_versions": ("loops", "numpy", "numba-cpu", "numba-cuda", "numba-cuda-block", "torch",
                                      "torch-cuda"),
@@ -83,15 +84,11 @@ def default_value(declared: Mapping[str, Any]) -> Any:
 def _kind_ok(value: Any, default: Any) -> bool:
     if value is None or default is None or default is ...:
         return True
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, int):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    for kind in (str, list, dict):
+    if isinstance(default, (int, float)) and isinstance(value, bool) != isinstance(default, bool):
+        return False  # True is no number here, nor 1 a flag
+    for kind, accepted in ((bool, bool), (int, int), (float, (int, float)), (str, str), (list, list), (dict, dict)):
         if isinstance(default, kind):
-            return isinstance(value, kind)
+            return isinstance(value, accepted)
     return True
 
 
@@ -110,7 +107,7 @@ def check_values(values: Mapping[str, Any], defaults: Mapping[str, Any] | None =
     for key, rule in RULES.items():
         if key in values and (why := rule.why(values[key])):
             raise _bad(key, values[key], why)
-    for key, lo in {**dict.fromkeys(INT_LISTS, 1), **INT_LIST_MINIMUMS}.items():
+    for key, lo in INT_LISTS.items():
         v = values.get(key, [lo])
         if not isinstance(v, list) or not v or any(isinstance(n, bool) or not isinstance(n, int) or n < lo for n in v):
             raise _bad(key, v, f"must be a list of whole numbers >= {lo}, e.g. [{lo}, {lo + 1}]")
@@ -241,8 +238,6 @@ def _check_settings(values: Mapping[str, Any]) -> None:
     if experiment is not None and not (isinstance(experiment, str) and experiment.strip()):
         raise _bad("experiment", experiment, "is empty; give an experiment name, e.g. epochs (null: every experiment)")
     if values.get("profile") is not None:  # recorded in each record: a profile that exists, as `--profile`
-        from ..profiles import load_profile
-
         _reuse("profile", values["profile"], load_profile, values["profile"])
 
 
@@ -289,8 +284,6 @@ def _check_scratch(values: Mapping[str, Any]) -> None:
     """07's ``scratch_*`` settings, as ``ScratchConfig.validate`` checks them (``lstmnb scratch``'s options)."""
     if not any(k.startswith("scratch_") for k in values):
         return
-    from dataclasses import fields
-
     from ..scratch.fit import ScratchConfig
 
     names = {f.name: f"scratch_{f.name}" for f in fields(ScratchConfig)}
@@ -300,8 +293,6 @@ def _check_scratch(values: Mapping[str, Any]) -> None:
 def _check_paths(values: Mapping[str, Any]) -> None:
     """The folders a series writes and reads: output_dir writable (as the runner checks results), results
     not blank, and every results_paths entry present (as `lstmnb results PATH` requires)."""
-    from ..paths import check_writable, results_dir
-
     results = values.get("results")
     if isinstance(results, str) and not results.strip():  # `--results` must not be empty either (cli.checks)
         raise _bad("results", results, "is empty; give a results folder or .jsonl file (null: ./results, or "

@@ -1,18 +1,17 @@
-"""The papermill runner: a device profile + the numbered notebooks -> executed notebooks + HTML.
-
-``run_series`` checks everything it can before starting a kernel (profile, notebook names, every
-override against the notebooks' own ``parameters`` cells, the kernel), then executes the notebooks
-in order into ``runs/<profile>/<timestamp>/``, renders each to HTML beside it, and stops at the first
-failing notebook with a message naming the notebook and the cell, keeping what ran before.
-"""
+"""The papermill runner: a device profile + the numbered notebooks -> executed notebooks in
+``runs/<profile>/<timestamp>/`` and their site; everything is checked before a kernel starts (``check_series``),
+and the first failing notebook stops the series, named with its cell, keeping what ran before."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import nbformat
 
 from ..machine.device import device_problem
 from ..doctor import kernel_problem
@@ -20,9 +19,10 @@ from ..errors import ConfigError, DeviceError, NotebookError
 from ..paths import check_writable, results_dir
 from ..profiles import Profile, load_profile, profile_names
 from .params import check_dates_per_notebook, check_values, default_value
-from .folder import shipped_folder
+from .folder import PATTERN, shipped_folder
 from .kernel_loop import settle_kernel_client, stop_kernels
 from .series import NotebookRun, SeriesResult, records_outcome, run_ids
+from .site import build_site, site_missing
 
 NOTEBOOKS_ENV = "LSTMNB_NOTEBOOKS"
 # parameters the runner fills in itself (a notebook may declare them; a profile or -p may still set them)
@@ -53,7 +53,7 @@ def notebooks_dir(folder: str | os.PathLike | None = None) -> Path:
 def find_notebooks(folder: str | os.PathLike | None = None) -> list[Path]:
     """The numbered notebooks (``NN_name.ipynb``) in order."""
     root = notebooks_dir(folder)
-    found = sorted(p for p in root.glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("."))
+    found = sorted(root.glob(PATTERN))  # a name starting with a dot (a running copy) never matches
     if not found:
         raise NotebookError(f"no numbered notebooks (NN_name.ipynb) in {root}")
     return found
@@ -89,8 +89,7 @@ def plan_parameters(notebooks: Sequence[Path], base: Mapping[str, Any], override
     """Per notebook, the parameters it declares from ``base`` (profile + runner) with ``overrides`` winning.
 
     An override that none of the selected notebooks declares is an error naming what they do declare,
-    instead of papermill's warning after the fact.
-    """
+    instead of papermill's warning after the fact."""
     declared = declared or {nb: notebook_parameters(nb) for nb in notebooks}
     known = set().union(*(set(declared[nb]) for nb in notebooks)) if notebooks else set()
     unknown = sorted(k for k in overrides if k not in known)
@@ -98,8 +97,7 @@ def plan_parameters(notebooks: Sequence[Path], base: Mapping[str, Any], override
         where = ", ".join(nb.stem for nb in notebooks)
         raise NotebookError(
             f"parameter(s) {', '.join(map(repr, unknown))} not declared by {where}; "
-            f"their parameters: {', '.join(sorted(known))}"
-        )
+            f"their parameters: {', '.join(sorted(known))}")
     merged = {**base, **overrides}
     return {nb: {k: v for k, v in merged.items() if k in declared[nb]} for nb in notebooks}
 
@@ -113,17 +111,14 @@ def new_run_dir(runs_dir: str | os.PathLike, profile: str) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     for i in range(1000):
         path = base / (stamp if i == 0 else f"{stamp}-{i}")
-        try:
+        with contextlib.suppress(FileExistsError):
             path.mkdir()
             return path.resolve()
-        except FileExistsError:
-            continue
     raise NotebookError(f"cannot create a new run folder under {base}")
 
 
 def resolve_results(value: Any, run_dir: Path) -> Path:
     """The results folder from a profile/override value: None -> ./results, '{run_dir}' expanded, absolute."""
-
     if value in (None, ""):
         return results_dir().resolve()
     return Path(str(value).format(run_dir=run_dir)).expanduser().resolve()
@@ -133,18 +128,14 @@ def _failing_cell(notebook: Path) -> tuple[int | None, int | None, str]:
     """(index, execution count, first source line) of the cell that stopped the notebook.
 
     That is the cell papermill marked failed or left running; after a timeout or a dead kernel
-    papermill marks it completed, so then it is the last cell that started.
-    """
-    import nbformat
-
+    papermill marks it completed, so then it is the last cell that started."""
     try:
         nb = nbformat.read(notebook, as_version=4)
     except Exception:  # the partial file may be unreadable after a crash
         return None, None, ""
     meta = [c.get("metadata", {}).get("papermill", {}) for c in nb.cells]
-    hits = [i for i, m in enumerate(meta) if m.get("status") in ("failed", "running")]
-    if not hits:
-        hits = [i for i, m in enumerate(meta) if m.get("start_time")][-1:]
+    hits = ([i for i, m in enumerate(meta) if m.get("status") in ("failed", "running")]
+            or [i for i, m in enumerate(meta) if m.get("start_time")][-1:])
     if not hits:
         return None, None, ""
     cell = nb.cells[hits[0]]
@@ -232,8 +223,7 @@ def kernel_config():
     ``auto`` when pyzmq has Curve and the kernelspec declares ``supported_encryption: curve`` (ipykernel's
     own spec does): so the transport is configured, not the message filtered. Older jupyter_client has no
     such option, and ``auto`` is refused where pyzmq lacks Curve: both keep the default (unencrypted
-    loopback TCP, as before).
-    """
+    loopback TCP, as before)."""
     import zmq
     from jupyter_client.manager import KernelManager
     from traitlets.config import Config
@@ -244,25 +234,15 @@ def kernel_config():
     return config
 
 
-def run_series(
-    profile: str | Profile,
-    *,
-    overrides: Mapping[str, Any] | None = None,
-    only: Iterable[str] | str | None = None,
-    runs_dir: str | os.PathLike = "runs",
-    notebooks: str | os.PathLike | None = None,
-    kernel: str | None = None,
-    cell_timeout_s: int | None = None,
-    html: bool = True,
-    progress: bool = True,
-    echo: Callable[[str], None] | None = print,
-) -> SeriesResult:
+def run_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None = None,
+               only: Iterable[str] | str | None = None, runs_dir: str | os.PathLike = "runs",
+               notebooks: str | os.PathLike | None = None, kernel: str | None = None, cell_timeout_s: int | None = None,
+               html: bool = True, progress: bool = True, echo: Callable[[str], None] | None = print) -> SeriesResult:
     """Execute the selected notebooks with ``profile``'s parameters (``overrides`` win) and build the rendered
     report, the run folder's site (``html``).
 
     Raises ``NotebookError`` for bad input before any kernel starts, and when a notebook fails (after
-    writing its executed copy and the site; the result of the earlier notebooks stays in the run folder).
-    """
+    writing its executed copy and the site; the result of the earlier notebooks stays in the run folder)."""
     import papermill
 
     overrides = dict(overrides or {})
@@ -297,22 +277,21 @@ def run_series(
             papermill.execute_notebook(
                 str(nb), str(partial), parameters=plans[nb], kernel_name=kernel_name, progress_bar=progress,
                 execution_timeout=timeout, cwd=None, log_output=False, config=kernel_config(),
-                extra_arguments=KERNEL_ARGUMENTS,
-            )
-        except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM from the CLI (a SLURM time limit): keep what ran
-            _keep(partial, out)
-            entry.status, entry.notebook = "interrupted", out if out.exists() else None
-            entry.seconds = time.perf_counter() - t0
-            result.site_note = "no site: the series was interrupted (a job at its time limit has seconds left)"
-            stop.series = result  # the summary so far, for the caller to show
-            settle_kernel_client()
-            stop_kernels()
-            raise
-        except Exception as exc:  # papermill, nbclient and the kernel raise many kinds; report them all
+                extra_arguments=KERNEL_ARGUMENTS)
+        # Ctrl-C, or SIGTERM from the CLI (a SLURM time limit), keeps what ran; papermill, nbclient and the
+        # kernel raise many kinds of failure: all are reported
+        except (KeyboardInterrupt, Exception) as exc:
             failure = exc
         entry.seconds = time.perf_counter() - t0
         _keep(partial, out)
         entry.notebook = out if out.exists() else None
+        if isinstance(failure, KeyboardInterrupt):
+            entry.status = "interrupted"
+            result.site_note = "no site: the series was interrupted (a job at its time limit has seconds left)"
+            failure.series = result  # the summary so far, for the caller to show
+            settle_kernel_client()
+            stop_kernels()
+            raise failure
         if failure is not None:
             entry.status = "failed"
             entry.error = _describe_failure(failure, out)
@@ -321,8 +300,7 @@ def run_series(
             kept = [r.name for r in runs if r.notebook is not None]
             err = NotebookError(
                 f"notebook {nb.stem} failed in {entry.error}; the series stopped. Executed notebook: "
-                f"{out if out.exists() else '(not written)'}; kept in {run_dir}: {', '.join(kept) or 'nothing'}"
-            )
+                f"{out if out.exists() else '(not written)'}; kept in {run_dir}: {', '.join(kept) or 'nothing'}")
             err.series = result  # the summary so far, for the caller to show
             raise err from None
         entry.status, entry.reason = records_outcome(results, before)
@@ -338,8 +316,6 @@ def finish(result: SeriesResult, html: bool, say: Callable[[str], None]) -> None
     if not html:
         result.site_note = "no site: not asked for (--no-html)"
         return
-    from .site import build_site, site_missing
-
     result.site_note = site_missing()
     if result.site_note is None:
         try:
@@ -358,8 +334,6 @@ def _keep(partial: Path, out: Path) -> None:
 
 def listing(notebooks: str | os.PathLike | None = None) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str, str]]]:
     """(notebooks: name, first heading, parameters; profiles: name, label, device, kernel) for ``notebooks list``."""
-    import nbformat
-
     nbs = []
     for path in find_notebooks(notebooks):
         nb = nbformat.read(path, as_version=4)

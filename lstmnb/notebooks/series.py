@@ -1,10 +1,7 @@
-"""What happened to each notebook of a series run.
-
-A notebook that ran to the end is ``ok``, unless every run record it wrote was skipped (04 on a machine
-without a GPU): then it is ``skipped`` with the records' reasons, so the report never lists a notebook as
-``ok`` whose runs measured nothing, and says "ran; its runs skipped" (04 still teaches its step-time lesson
-on the CPU), never that the notebook itself did not run.
-"""
+"""What happened to each notebook of a series run. A notebook that ran to the end is ``ok``, unless every run
+record it wrote was skipped (04 without a GPU): then it is ``skipped`` with the records' reasons, so the report
+never lists as ``ok`` a notebook whose runs measured nothing, nor says that it did not run (it did: 04 still
+teaches its step-time lesson on the CPU)."""
 
 from __future__ import annotations
 

@@ -8,16 +8,18 @@ sphinx-book-theme, the theme of the field's Jupyter Book cookbooks: Python packa
 prebuilt, so no Node.js is needed at run time. Cells tagged ``remove-cell`` are left out (the Colab install
 cell, a parameters cell; papermill's injected parameters follow their cell), cells tagged ``remove-input``
 show their output only, so a page can open on its answer. They are the optional ``site`` extra
-(``pip install "lstmnb[site]"``).
-"""
+(``pip install "lstmnb[site]"``)."""
 
 from __future__ import annotations
 
 import html
+import importlib.util
 import shutil
 import tempfile
 import warnings
 from pathlib import Path
+
+import nbformat
 
 from ..paths import atomic_path
 from . import mathml
@@ -51,8 +53,6 @@ TABLE_CSS = """\
 
 def site_missing() -> str | None:
     """Why no site can be built here (a package of the ``site`` extra missing), or None."""
-    import importlib.util
-
     missing = [name for name in SITE_PACKAGES if importlib.util.find_spec(name) is None]
     if missing:
         return (f"no site: {', '.join(missing)} not installed (the optional 'site' extra: "
@@ -86,7 +86,7 @@ def _conf(result: SeriesResult) -> str:
 def _title(run) -> str:
     """The navigation's name of a page: a notebook whose recorded runs were all skipped still ran (04's step
     times on a CPU), so it says so rather than reading as a notebook that was skipped."""
-    name = run.name.replace("_", " ", 1).replace("_", " ")
+    name = run.name.replace("_", " ")
     if run.status == "skipped":
         return f"{name} (ran; its recorded runs skipped)"
     return name if run.status == "ok" else f"{name} ({run.label})"
@@ -128,8 +128,6 @@ def follow_parameters(nb) -> None:
 def _page(run, source: Path, target: Path, contents: str | None = None) -> None:
     """The executed notebook as a page, its hidden parameters' values hidden too; on top, a note where its recorded runs
     were all skipped, a warning where it failed."""
-    import nbformat
-
     nb = nbformat.read(source, as_version=4)
     follow_parameters(nb)
     if run.status == "skipped":

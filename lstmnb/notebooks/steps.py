@@ -3,21 +3,29 @@
 Each function takes the notebook's parameters (plain values that papermill can inject) and returns
 data: a request, a config, a table, a figure, the records of an experiment. Nothing here depends on
 running inside Jupyter; inside a Jupyter kernel, importing this module makes figures show inline
-(``figures_inline``).
-"""
+(``figures_inline``)."""
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
 import pandas as pd
 
+from .. import data
+from ..doctor import gpu_problem
 from ..errors import ConfigError
+from ..models import Forecaster, count_parameters, flops_per_sample
 from ..paths import atomic_path
-from ..records import append_record
+from ..records import Recorder, append_record
+from ..report import runs_table
+from ..training import preset_config, skipped_record, train, with_overrides
+from ..training.guards import stop_if_diverged
 
 # tqdm.auto warns once per kernel when ipywidgets is absent and falls back to a text bar, which is fine
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -32,13 +40,9 @@ def figures_inline() -> bool:
     ipykernel makes figures inline by setting ``MPLBACKEND`` only where it is unset, so a session that
     exports ``MPLBACKEND=Agg`` (SLURM job scripts, cluster modules, headless servers) opens the notebooks
     with every figure lost: ``lstmnb notebooks run`` starts its kernels with ``--matplotlib=inline``,
-    and this does the same for a kernel that JupyterLab or Colab started. True where it switched.
-    """
-    import sys
-
+    and this does the same for a kernel that JupyterLab or Colab started. True where it switched."""
     if "ipykernel" not in sys.modules:  # not in a kernel (a script, pytest): nothing to show inline
         return False
-    import matplotlib
     from IPython import get_ipython
 
     shell = get_ipython()
@@ -60,27 +64,19 @@ def make_request(source: str | None = None, points: Sequence[Sequence[float]] | 
                  variables: Sequence[str] = ("2m_temperature",), box: Sequence[float] | None = None):
     """A ``data.Request`` from notebook parameters (lists from papermill become tuples); ``source`` None: the
     study's real ERA5 for points, the synthetic sample for a box."""
-    from .. import data
-
     return data.Request(
         source=source, variables=tuple(variables),
         points=tuple(tuple(float(v) for v in p) for p in points) if points and box is None else None,
-        box=tuple(float(v) for v in box) if box is not None else None, start=str(start), end=str(end),
-    )
+        box=tuple(float(v) for v in box) if box is not None else None, start=str(start), end=str(end))
 
 
 def make_config(preset: str = "recommended", **knobs: Any):
     """A ``TrainConfig`` from notebook knobs on top of ``preset`` (recommended, or published for the
     epochs experiments); None values keep the preset's value, unknown names are an error.
 
-    (A profile's measured ``recommended`` setting is applied on top with ``train.with_overrides``.)
-    """
-    from ..training import preset_config
-
-    values = {k: v for k, v in knobs.items() if v is not None}
-    for key in ("fractions", "split_dates"):
-        if key in values and isinstance(values[key], list):
-            values[key] = tuple(values[key])
+    (A profile's measured ``recommended`` setting is applied on top with ``train.with_overrides``.)"""
+    values = {k: tuple(v) if k in ("fractions", "split_dates") and isinstance(v, list) else v
+              for k, v in knobs.items() if v is not None}
     cfg = preset_config(preset, **values)
     cfg.validate()
     return cfg
@@ -135,23 +131,16 @@ def series_frame(ds, variable: str = "2m_temperature") -> pd.DataFrame:
 
 def daily_cycle(series: pd.DataFrame) -> pd.DataFrame:
     """Mean anomaly from each point's mean by hour of day (UTC): the diurnal cycle."""
-    anomaly = series - series.mean()
-    out = anomaly.groupby(series.index.hour).mean()
-    out.index.name = "hour (UTC)"
-    return out
+    return (series - series.mean()).groupby(series.index.hour).mean().rename_axis("hour (UTC)")
 
 
 def seasonal_cycle(series: pd.DataFrame) -> pd.DataFrame:
     """Monthly means per point (kelvin): the seasonal cycle over the extracted range."""
-    out = series.resample("MS").mean()
-    out.index.name = "month"
-    return out
+    return series.resample("MS").mean().rename_axis("month")
 
 
 def plot_series(series: pd.DataFrame):
     """The hourly series per point, with daily means over it."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(11, 3.6))
     for i, col in enumerate(series.columns):
         ax.plot(series.index, series[col], lw=0.3, color=f"C{i}", alpha=0.6)
@@ -164,8 +153,6 @@ def plot_series(series: pd.DataFrame):
 
 def plot_cycles(series: pd.DataFrame):
     """Diurnal cycle (anomaly by hour of day) and seasonal cycle (monthly mean) side by side."""
-    import matplotlib.pyplot as plt
-
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.4))
     daily_cycle(series).plot(ax=ax1, marker=".")
     ax1.set(ylabel="anomaly (K)", title="daily cycle")
@@ -177,8 +164,6 @@ def plot_cycles(series: pd.DataFrame):
 
 def save_subset(ds, output_dir: str | Path | None, name: str = "subset") -> Path | None:
     """Write the extracted series as a tidy CSV (time, point, latitude, longitude, variable, value)."""
-    from .. import data
-
     return _save(output_dir, f"{name}.csv", lambda tmp: data.to_frame(ds).to_csv(tmp, index=False))
 
 
@@ -199,8 +184,6 @@ def windows_table(windows) -> pd.DataFrame:
 
 def model_table(cfg, n_features: int, n_train: int | None = None) -> pd.DataFrame:
     """Parameters and FLOPs (per sample, and per epoch when ``n_train`` is given) of the forecaster."""
-    from ..models import Forecaster, count_parameters, flops_per_sample
-
     mc = cfg.model_config(n_features)
     flops = flops_per_sample(mc, cfg.window)
     row = {"cell": mc.cell, "layers": mc.layers, "hidden": mc.hidden, "inputs": n_features, "window (h)": cfg.window,
@@ -218,21 +201,15 @@ def forecast_frame(result, point: int = 0, days: float = 7) -> pd.DataFrame:
     pick = w.point_index["test"] == point
     if not pick.any():
         raise ConfigError(f"point={point} is not in the test part; points are 0..{len(w.points) - 1} ({w.points})")
-    times = pd.DatetimeIndex(w.target_times["test"][pick])
-    forecast = result.forecast_kelvin("test")[pick, 0]
-    truth = w.to_kelvin(w.y["test"][pick, 0])
-    persistence = w.to_kelvin(w.x["test"][pick, -1, 0])
-    frame = pd.DataFrame({"truth": truth, "forecast": forecast, "persistence": persistence}, index=times)
-    t0 = times[0]
-    frame = frame[(frame.index >= t0) & (frame.index < t0 + pd.Timedelta(days=days))]
-    frame.index.name = "time"
-    return frame
+    times = pd.DatetimeIndex(w.target_times["test"][pick], name="time")
+    frame = pd.DataFrame({"truth": w.to_kelvin(w.y["test"][pick, 0]),
+                          "forecast": result.forecast_kelvin("test")[pick, 0],
+                          "persistence": w.to_kelvin(w.x["test"][pick, -1, 0])}, index=times)
+    return frame[(times >= times[0]) & (times < times[0] + pd.Timedelta(days=days))]
 
 
 def plot_forecast(frame: pd.DataFrame, title: str = ""):
     """Forecast vs truth (and persistence) over a test week."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(11, 3.6))
     ax.plot(frame.index, frame["truth"], color="k", lw=1.4, label="truth")
     ax.plot(frame.index, frame["forecast"], color="C3", lw=1.1, label="LSTM forecast")
@@ -249,8 +226,6 @@ def plot_forecast(frame: pd.DataFrame, title: str = ""):
 def runs_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per record: ``report.runs_table``'s columns plus the warm-up and median epoch seconds,
     leaving out columns that no record fills."""
-    from ..report import runs_table
-
     df = pd.json_normalize(records, max_level=2)
     if df.empty:
         return df
@@ -265,10 +240,6 @@ def runs_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
 def eager_vs_graph(windows, data_info: dict[str, Any], base_cfg, epochs: int, *, results) -> tuple[pd.DataFrame, str]:
     """The same fast-path run eager and with the step captured as a CUDA graph: a table and one sentence
     saying why they differ (or why no graph was used). Both records are appended to ``results``."""
-    from ..records import Recorder
-    from ..training import train, with_overrides
-    from ..training.guards import stop_if_diverged
-
     recorder = Recorder(results)
     for name, on in (("eager", False), ("CUDA graph", True)):
         cfg = with_overrides(base_cfg, input_path="fast", cuda_graph=on, epochs=int(epochs),
@@ -298,15 +269,11 @@ def graph_sentence(graph: dict[str, Any], eager: dict[str, Any], batch_size: int
 def gpu_check(device: str = "cuda", min_gpus: int = 1) -> str | None:
     """None when ``min_gpus`` CUDA GPUs are usable for ``device``; otherwise the reason, in one line
     (the check `lstmnb doctor` makes)."""
-    from ..doctor import gpu_problem
-
     return gpu_problem(device, min_gpus)
 
 
 def record_skipped(cfg, reason: str, results, **extra: Any) -> dict[str, Any]:
     """Append a ``skipped`` record (a reason, never a number) to ``results`` (None: do not) and return it."""
-    from ..training import skipped_record
-
     record = skipped_record(cfg, reason, **extra)
     append_record(record, results)
     return record
