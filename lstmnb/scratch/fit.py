@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..machine.device import host_memory_bytes, local_rank_limit
+from ..machine.device import host_memory_bytes, local_rank_limit, torch_threads
 from ..errors import ConfigError, DeviceError, LstmnbError
 from ..rules import INT_MAX, PYTHON, Spelling
 from .data import DATASETS
@@ -91,23 +91,21 @@ def cpu_threads(version: str, threads: int | None):
     if threads is None or version not in ("numba-cpu", "torch"):
         yield
         return
-    if version == "numba-cpu":
-        import numba
+    if version == "torch":
+        with torch_threads(threads):
+            yield
+        return
+    import numba
 
-        if threads > numba.config.NUMBA_NUM_THREADS:
-            raise ConfigError(f"threads={threads} is more than numba's {numba.config.NUMBA_NUM_THREADS} "
-                              "(NUMBA_NUM_THREADS)")
-        get_threads, set_threads = numba.get_num_threads, numba.set_num_threads
-    else:
-        import torch
-
-        get_threads, set_threads = torch.get_num_threads, torch.set_num_threads
-    old = get_threads()
-    set_threads(threads)
+    if threads > numba.config.NUMBA_NUM_THREADS:
+        raise ConfigError(f"threads={threads} is more than numba's {numba.config.NUMBA_NUM_THREADS} "
+                          "(NUMBA_NUM_THREADS)")
+    old = numba.get_num_threads()
+    numba.set_num_threads(threads)
     try:
         yield
     finally:
-        set_threads(old)
+        numba.set_num_threads(old)
 
 
 class HostEngine:
