@@ -4,9 +4,10 @@ A leaf package: it reads records (dicts or ``records.load_records``'s DataFrame)
 imported on first use (``from lstmnb.report import format_table`` costs the CLI one module), each from the one
 module of its job: ``labels`` (how things are named and figures written), ``published`` (where every figure comes
 from), ``repeats`` (the one timing rule), ``compare`` (the comparison across machines; the study's own),
-``ladder`` (the ladder and the replication), ``figures`` (every figure), ``tables`` (per-run, per-source and skill
-tables), ``scaling`` (parallel training, batch sweep, cost), ``words`` (the first screen's and the findings' sentences,
-the glossary) and ``conclusions`` (each notebook's "What this showed"); docs/architecture.md says more of each.
+``ladder`` (the ladder and the replication), ``figures`` (the report's charts), ``tables`` (per-run, per-source
+and skill tables), ``scaling`` (parallel training, batch sweep, cost), ``words`` (the first screen's and the
+findings' sentences, the glossary) and ``conclusions`` (each notebook's "What this showed"); docs/architecture.md
+says more of each.
 """
 
 from __future__ import annotations
