@@ -30,7 +30,6 @@ from ..training import Trainer, with_overrides
 from ..training.pipeline import thread_choice
 
 
-
 def source_code(obj: Any) -> str:
     """The source of a function, method or class of the package (compiled functions too), dedented."""
     return textwrap.dedent(inspect.getsource(getattr(obj, "py_func", obj)))
