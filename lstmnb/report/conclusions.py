@@ -114,7 +114,7 @@ def _fmt(v: float, digits: int = 2) -> str:
 
 
 def single_gpu_conclusion(steps_table: pd.DataFrame, fit: dict[str, float], reference: pd.DataFrame, device: str,
-                   sync: pd.DataFrame | None = None) -> str:
+                          sync: pd.DataFrame | None = None) -> str:
     """04: its own step times against the batch, the same step timed without and with synchronising (``sync``:
     one row, those two columns in ms) and the reference records' eager and graph step (``reference``:
     ``notebooks.lessons.reference_step_table``)."""
@@ -154,7 +154,7 @@ def single_gpu_conclusion(steps_table: pd.DataFrame, fit: dict[str, float], refe
 
 
 def multi_gpu_conclusion(scaling_table: pd.DataFrame, allreduce_table: pd.DataFrame, ring: pd.DataFrame | None = None,
-                   amdahl: tuple[dict[str, float], pd.DataFrame] | None = None) -> str:
+                         amdahl: tuple[dict[str, float], pd.DataFrame] | None = None) -> str:
     """05: its own scaling and all-reduce tables, the ring by hand (one row per ranks) and Amdahl's law
     (``notebooks.amdahl.amdahl_table``'s output)."""
     lines = []
