@@ -10,9 +10,7 @@ import pytest
 from lstmnb.machine.device import busy_while
 from lstmnb.errors import ConfigError
 from lstmnb.models import flops_per_sample
-from lstmnb import report
 from lstmnb.notebooks import amdahl, lessons
-from lstmnb.report.labels import SWEEP_SETTING
 from lstmnb.report.repeats import flag_text, median_of_repeats, speedup_note, spread
 from lstmnb.training import TrainConfig, preset_config
 from test_parallel import synthetic_windows
@@ -121,24 +119,24 @@ def test_reference_step_table_is_the_h100_records_of_the_study_setting():
     """04 sets the reader's device beside the H100 records of 2026-11-27 on the study's data (the study's
     setting eager and as a graph, the recommended setting's batch sweep), not the synthetic ones of 11-22."""
     ref = lessons.reference_step_table()
-    assert set(ref.index.get_level_values(0)) == {report.STUDY_SETTING, SWEEP_SETTING}
-    study = ref.xs(report.STUDY_SETTING, level=0)
+    assert set(ref.index.get_level_values(0)) == {lessons.STUDY_SETTING, lessons.SWEEP_SETTING}
+    study = ref.xs(lessons.STUDY_SETTING, level=0)
     eager, graph = study.xs(False, level=0), study.xs(True, level=0)
     assert list(eager.index) == [128] == list(graph.index)  # the study's batch, never the former 64
     # 5 epochs of 137 steps: the eager runs' 0.482 and 0.439 s per epoch, the graph's 0.0338 and 0.0339 s
     assert eager.loc[128, "step ms"] == pytest.approx(1e3 * (0.482132 + 0.439109) / 2 / 137, rel=1e-3)
     assert graph.loc[128, "step ms"] < eager.loc[128, "step ms"] / 10  # the graph's lesson, from the records
-    assert list(ref.xs(SWEEP_SETTING, level=0).index.get_level_values("batch")) == [32, 128, 512, 2048, 8192]
-    assert "2026-11-27" in report.REFERENCE_LABEL and "study's setting" in report.REFERENCE_LABEL
-    text = report.single_gpu_conclusion(pd.DataFrame({"step ms": [1.0, 2.0], "GFLOP/s": [0.5, 4.0],
-                                                      "flag": ["", ""]}, index=[16, 256]),
-                                        {"fixed_ms": 0.9, "per_sample_us": 4.0, "fixed_share_smallest": 0.9}, ref, "cpu")
+    assert list(ref.xs(lessons.SWEEP_SETTING, level=0).index.get_level_values("batch")) == [32, 128, 512, 2048, 8192]
+    assert "2026-11-27" in lessons.REFERENCE_LABEL and "study's setting" in lessons.REFERENCE_LABEL
+    text = lessons.what_04_showed(pd.DataFrame({"step ms": [1.0, 2.0], "GFLOP/s": [0.5, 4.0], "flag": ["", ""]},
+                                               index=[16, 256]), {"fixed_ms": 0.9, "per_sample_us": 4.0,
+                                                                  "fixed_share_smallest": 0.9}, ref, "cpu")
     assert "batch 16 and 2.00 ms at batch 256: 16x the samples for 2.0x the time" in text
-    assert "another machine's" in text and "Next, **05**" in text and text.startswith("## What this showed\n- ")
+    assert "another machine's" in text and "05_multi_gpu" in text
     sync = pd.DataFrame([[9.61, 9.70]], index=["cpu, batch 128"], columns=["no sync", "synchronised"])
-    text = report.single_gpu_conclusion(pd.DataFrame({"step ms": [1.0, 2.0], "GFLOP/s": [0.5, 4.0],
-                                                      "flag": ["", ""]}, index=[16, 256]),
-                                        {"fixed_ms": 0.9, "per_sample_us": 4.0, "fixed_share_smallest": 0.9}, ref, "cpu", sync)
+    text = lessons.what_04_showed(pd.DataFrame({"step ms": [1.0, 2.0], "GFLOP/s": [0.5, 4.0], "flag": ["", ""]},
+                                               index=[16, 256]), {"fixed_ms": 0.9, "per_sample_us": 4.0,
+                                                                  "fixed_share_smallest": 0.9}, ref, "cpu", sync)
     assert "a step (cpu, batch 128) took 9.610 ms; read after the device had finished, 9.700 ms: on a CPU" in text
 
 
@@ -147,11 +145,11 @@ def test_a_flagged_all_reduce_row_is_read_as_rough():
     ar = pd.DataFrame({"bytes": [1024, 201988], "time us": [1581.0, 564.0], "busbw GB/s": [0.0006, 0.358],
                        "gradients of one step": [False, True], "flag": ["", "repeats differ 560%"]},
                       index=pd.Index(["1 KiB", "197.3 KiB"], name="size"))
-    text = report.multi_gpu_conclusion(pd.DataFrame(), ar)
+    text = lessons.what_05_showed(pd.DataFrame(), ar)
     assert "One step's gradients (197.3 KiB) took 564 µs" in text
     assert "Flagged: repeats differ 560%; read these times as rough." in text
     ar["flag"] = ""
-    assert "Flagged" not in report.multi_gpu_conclusion(pd.DataFrame(), ar)
+    assert "Flagged" not in lessons.what_05_showed(pd.DataFrame(), ar)
 
 
 def test_step_sentence_follows_the_numbers():
@@ -226,7 +224,7 @@ def test_amdahl_from_the_measured_speedup_and_06s_comm_share():
     # slower on 2 ranks than on 1: no gain at all, s = 1
     fit, table = amdahl.amdahl_table(_shares(10.0, 12.0, 20.0), 2)
     assert fit["serial share"] == 1.0 and (table["Amdahl"] == 1.0).all()
-    assert "allows no speedup on any number of ranks" in report.multi_gpu_conclusion(pd.DataFrame(), pd.DataFrame(),
+    assert "allows no speedup on any number of ranks" in lessons.what_05_showed(pd.DataFrame(), pd.DataFrame(),
                                                                                 amdahl=(fit, table))
     with pytest.raises(ConfigError, match="ranks=1"):
         amdahl.amdahl_table(_shares(10.0, 7.0, 10.0), 1)

@@ -1,4 +1,4 @@
-"""Each notebook's "What this showed" (report.conclusions) is written from its own results: real records
+"""Each notebook's "What this showed" (report.words) is written from its own results: real records
 of tiny runs here, so every number in the text is the records' number, and changing the results changes
 the text."""
 

@@ -1,8 +1,8 @@
 """What 04 and 05 run and say on any machine, a GPU or not: the package's own source on the page, a
 step's time against its batch (the fixed per-step cost every step pays), DDP strong and weak scaling and
 the all-reduce over real ranks (gloo on a CPU, NCCL on GPUs), each timed as alternated repeats and
-summarised by ``report.repeats``; and the GPU lessons from the shipped reference records, labelled as
-another machine's (what 04 and 05 showed is ``report.conclusions``')."""
+summarised by ``report.repeats``; the GPU lessons from the shipped reference records, labelled as
+another machine's; and each notebook's "what this showed", written from its own numbers."""
 
 from __future__ import annotations
 
@@ -24,10 +24,14 @@ from ..machine.device import busy_while, clock, cpu_cores, resolve_device
 from ..models import flops_per_sample
 from ..records import Recorder
 from ..report import load_reference_records
-from ..report.labels import STUDY_SETTING, SWEEP_SETTING
 from ..report.repeats import median_of_repeats
 from ..training import Trainer, with_overrides
 from ..training.pipeline import thread_choice
+
+REFERENCE_LABEL = ("another machine's: lstmnb's shipped reference records of 2026-11-27, an NVIDIA H100 "
+                   "(16-core Xeon host) on the study's setting and its real ERA5")
+STUDY_SETTING = "study's setting (2 layers, batch 128)"
+SWEEP_SETTING = "recommended setting (1 layer, residual)"
 
 
 def source_code(obj: Any) -> str:
@@ -152,7 +156,7 @@ def reference_step_table() -> pd.DataFrame:
     """The H100 reference records of 2026-11-27 on the study's data, fast input path: the study's setting
     eager and as a CUDA graph, and the recommended setting's batch sweep. Per (setting, CUDA graph, batch):
     step time from epoch time and steps per epoch, samples/s and the FLOP rate. Labelled
-    ``report.REFERENCE_LABEL``; the former synthetic one-layer records (2026-11-22) are left out."""
+    ``REFERENCE_LABEL``; the former synthetic one-layer records (2026-11-22) are left out."""
     df = load_reference_records()
     pick = df[(df["status"] == "ok") & (df["device.kind"] == "cuda") & (df["data.source"] == "study")
               & df["started"].astype(str).str.startswith("2026-11-27") & (df["config.input_path"] == "fast")
@@ -260,3 +264,106 @@ def ring_allreduce_bytes(n_params: int, ranks: int, bytes_per_value: int = 4) ->
     if ranks < 1:
         raise ConfigError(f"ranks={ranks} must be >= 1")
     return 2 * (ranks - 1) / ranks * n_params * bytes_per_value
+
+
+# --- "what this showed" ------------------------------------------------------------------------------
+
+
+def _fmt(v: float, digits: int = 2) -> str:
+    return "n/a" if v is None or not np.isfinite(v) else f"{v:,.{digits}f}"
+
+
+def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: pd.DataFrame, device: str,
+                   sync: pd.DataFrame | None = None) -> str:
+    """04's conclusions from its own step times, the same step timed without and with synchronising
+    (``sync``: one row, those two columns in ms) and the reference records, as Markdown bullets."""
+    small, big = steps_table.index.min(), steps_table.index.max()
+    lines = [
+        f"- On this machine ({device}) one training step of the study's model took "
+        f"{_fmt(steps_table.loc[small, 'step ms'])} ms at batch {small} and {_fmt(steps_table.loc[big, 'step ms'])} ms "
+        f"at batch {big}: {big // small}x the samples for "
+        f"{_fmt(steps_table.loc[big, 'step ms'] / steps_table.loc[small, 'step ms'], 1)}x the time.",
+        f"- Every step paid about {_fmt(fit['fixed_ms'])} ms whatever its batch "
+        f"({_fmt(100 * fit['fixed_share_smallest'], 0)}% of the smallest batch's step), and "
+        f"{_fmt(fit['per_sample_us'])} µs per sample on top. The useful FLOP rate was "
+        f"{_fmt(steps_table.loc[small, 'GFLOP/s'], 1)} GFLOP/s at batch {small}, "
+        f"{_fmt(steps_table.loc[big, 'GFLOP/s'], 1)} at batch {big} and at best "
+        f"{_fmt(steps_table['GFLOP/s'].max(), 1)} (batch {steps_table['GFLOP/s'].idxmax()}).",
+    ]
+    flagged = int((steps_table["flag"] != "").sum())
+    if flagged:
+        lines.append(f"- {flagged} of {len(steps_table)} rows are flagged (see the table): read them as rough.")
+    if not reference.empty and STUDY_SETTING in reference.index.get_level_values(0):
+        study = reference.xs(STUDY_SETTING, level=0)
+        if {True, False} <= set(study.index.get_level_values(0)):
+            eager, graph = study.xs(False, level=0), study.xs(True, level=0)
+            b = min(set(graph.index) & set(eager.index))
+            lines.append(
+                f"- On the reference H100 ({REFERENCE_LABEL}) an eager step at batch {b} took "
+                f"{_fmt(eager.loc[b, 'step ms'], 3)} ms and the same step replayed as a CUDA graph "
+                f"{_fmt(graph.loc[b, 'step ms'], 3)} ms: launches, not arithmetic, set a small LSTM's step time "
+                f"on a GPU.")
+    if sync is not None and not sync.empty:
+        no_sync, synced = (float(v) for v in sync.iloc[0, :2])
+        lines.append(f"- Timed without synchronising, a step ({sync.index[0]}) took {_fmt(no_sync, 3)} ms; read "
+                     f"after the device had finished, {_fmt(synced, 3)} ms"
+                     + (": on a CPU both read finished work." if not str(device).startswith("cuda") else
+                        ": the unsynchronised clock counted the launches, not the work."))
+    lines.append("- Next: `05_multi_gpu` splits each batch among several processes (data parallelism) and "
+                 "measures what the gradient all-reduce costs.")
+    return "\n".join(lines)
+
+
+def what_05_showed(scaling_table: pd.DataFrame, allreduce_table: pd.DataFrame, ring: pd.DataFrame | None = None,
+                   amdahl: tuple[dict[str, float], pd.DataFrame] | None = None) -> str:
+    """05's conclusions from its own scaling and all-reduce tables, the ring by hand (one row per ranks)
+    and Amdahl's law (``amdahl_table``'s output), as Markdown bullets."""
+    lines = []
+    if ring is not None and not ring.empty:
+        for n, r in ring.iterrows():
+            lines.append(f"- The ring all-reduce by hand on {n} ranks gave `dist.all_reduce`'s sums (largest "
+                         f"difference {r['max |ring - all_reduce|']:.1e}); each rank sent {int(r['bytes sent per rank']):,} "
+                         f"bytes against 2(N-1)K/N x 4 = {r['2(N-1)K/N x 4 bytes']:,.0f}, in {_fmt(r['ring us'], 0)} µs "
+                         f"against {_fmt(r['all_reduce us'], 0)} µs for `dist.all_reduce` (medians).")
+    if amdahl is not None and amdahl[0]["serial share"] >= 1:
+        lines.append("- Amdahl's law from these runs: the ranks were no faster than one rank (serial share s = 1), "
+                     "so the law allows no speedup on any number of ranks here; read the flags above.")
+    elif amdahl is not None:
+        fit, table = amdahl
+        far = table.index.max()
+        lines.append(f"- Amdahl's law from these runs: a serial share s = {_fmt(fit['serial share'])} of the "
+                     f"one-rank step (the all-reduce {_fmt(fit['comm share of s'])} of it) allows at most "
+                     f"{_fmt(fit['bound'], 1)}x on any number of ranks; it predicts "
+                     f"{_fmt(table.loc[far, 'Amdahl'])}x at {far} ranks, "
+                     f"{_fmt(table.loc[far, 'comm growing as N - 1'])}x with the all-reduce growing with them.")
+    for mode in ("strong", "weak"):
+        if scaling_table.empty or mode not in scaling_table.index.get_level_values(0):
+            continue
+        g = scaling_table.xs(mode, level=0)
+        top = g.index.max()
+        row = g.loc[top]
+        if np.isfinite(row["speedup"]):
+            what = (f"{'speedup' if mode == 'strong' else 'scaled speedup'} {_fmt(row['speedup'])}x, "
+                    f"efficiency {_fmt(row['efficiency'])}")
+        else:
+            what = row["note"] or "no speedup"
+        lines.append(f"- {mode.capitalize()} scaling to {top} ranks ({row['input path']} input path, "
+                     f"per-rank batch {int(row['per-rank batch'])}, {_fmt(row['threads'], 0)} threads in all): "
+                     f"{_fmt(row['epoch s'])} s per epoch against {_fmt(g.loc[1, 'epoch s'])} s on one rank; "
+                     f"{what}." + (f" Flagged: {row['flag']}." if row["flag"] else ""))
+        if mode == "strong" and np.isfinite(row.get("comm ms", np.nan)):
+            lines.append(f"- Of a {_fmt(row['step ms'])} ms step on {top} ranks, {_fmt(row['comm ms'])} ms "
+                         f"({_fmt(row['comm %'], 0)}%) was the gradient all-reduce the backward pass did not hide.")
+    if not allreduce_table.empty:
+        grad = allreduce_table[allreduce_table["gradients of one step"]]
+        big = allreduce_table.loc[allreduce_table["bytes"].idxmax()]
+        small = allreduce_table.loc[allreduce_table["bytes"].idxmin()]
+        if not grad.empty:
+            g = grad.iloc[0]
+            lines.append(f"- One step's gradients ({grad.index[0]}) took {_fmt(g['time us'], 0)} µs to all-reduce "
+                         f"({_fmt(g['busbw GB/s'], 3)} GB/s bus bandwidth); the smallest message ({small.name}) took "
+                         f"{_fmt(small['time us'], 0)} µs at {_fmt(small['busbw GB/s'], 4)} GB/s and the largest "
+                         f"({big.name}) {_fmt(big['time us'], 0)} µs at {_fmt(big['busbw GB/s'], 3)} GB/s."
+                         + (f" Flagged: {g['flag']}; read these times as rough." if g["flag"] else ""))
+    lines.append("- Next: `06_analysis` puts every run of the series beside the study's published table.")
+    return "\n".join(lines)

@@ -4,9 +4,8 @@ A leaf package: it reads records (dicts or ``records.load_records``'s DataFrame)
 imported on first use (``from lstmnb.report import format_table`` costs the CLI one module), each from the one
 module of its job: ``labels`` (how things are named and figures written), ``published`` (where every figure comes
 from), ``repeats`` (the one timing rule), ``compare`` (the comparison across machines; the study's own),
-``ladder`` (the ladder and the replication), ``figures`` (the report's charts), ``tables`` (per-run, per-source
-and skill tables), ``scaling`` (parallel training, batch sweep, cost), ``words`` (the first screen's and the
-findings' sentences, the glossary) and ``conclusions`` (each notebook's "What this showed"); docs/architecture.md
+``ladder`` (the ladder and the replication), ``figures`` (every figure), ``tables`` (per-run, per-source and skill
+tables), ``scaling`` (parallel training, batch sweep, cost) and ``words`` (every sentence); docs/architecture.md
 says more of each.
 """
 
@@ -15,8 +14,8 @@ from __future__ import annotations
 import importlib
 
 _HOMES = {
-    "labels": "DEVICE_ORDER LIKE_FOR_LIKE PUBLISHED_PROBLEM_LABEL REFERENCE_LABEL STUDY_SETTING device_label "
-              "order_devices problem_label published_setting_definition setting_label",
+    "labels": "DEVICE_ORDER LIKE_FOR_LIKE PUBLISHED_PROBLEM_LABEL device_label order_devices problem_label "
+              "published_setting_definition setting_label",
     "published": "MEASURED NOTE_MARK PUBLISHED REFERENCE column_label device_notes load_published "
                  "load_reference_records machine_descriptions machines_table provenance_table published_epochs_table "
                  "published_tables reference_note",
@@ -29,9 +28,8 @@ _HOMES = {
               "runs_table status_table study_skill_summary study_skill_table",
     "scaling": "SCALING_DEFINITIONS allreduce_table batch_sweep_table convergence_table "
                "cost_table load_prices price_for scaling_table",
-    "words": "GLOSSARY Screen findings first_screen glossary_markdown",
-    "conclusions": "analysis_conclusion cpu_baseline_conclusion model_conclusion multi_gpu_conclusion "
-                   "region_conclusion scratch_conclusion single_gpu_conclusion",
+    "words": "GLOSSARY Screen analysis_conclusion cpu_baseline_conclusion findings first_screen glossary_markdown "
+             "model_conclusion region_conclusion scratch_conclusion",
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names.split()}
 __all__ = sorted(_HOME)

@@ -172,13 +172,6 @@ def problem_label(problem: Mapping[str, Any]) -> str:
     return ", ".join(diffs) or PUBLISHED_PROBLEM_LABEL
 
 
-# the reference records' two settings in 04's step table, and how 04 names the machine they ran on
-REFERENCE_LABEL = ("another machine's: lstmnb's shipped reference records of 2026-11-27, an NVIDIA H100 "
-                   "(16-core Xeon host) on the study's setting and its real ERA5")
-STUDY_SETTING = "study's setting (2 layers, batch 128)"
-SWEEP_SETTING = "recommended setting (1 layer, residual)"
-
-
 def present(value: Any) -> bool:
     """A value the record states (not None, not NaN)."""
     return value is not None and not (isinstance(value, float) and value != value)
