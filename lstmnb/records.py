@@ -32,13 +32,6 @@ SCHEMA = VERSION  # the schema number every record written here carries
 RUNS_FILE = "runs.jsonl"
 
 
-# once per process, not a git subprocess per record (the code this process runs was imported once anyway)
-@functools.lru_cache(maxsize=None)
-def git_commit() -> str | None:
-    """The commit of the lstmnb checkout this code runs from, when it is a git checkout (see ``commit_of``)."""
-    return commit_of(Path(__file__).resolve().parent)
-
-
 def commit_of(folder: Path) -> str | None:
     """HEAD's commit of the git checkout holding ``folder``, with ``-dirty`` appended (git's own word, as
     ``git describe --dirty`` writes it) when tracked files under ``folder`` differ from it: the code that
@@ -70,8 +63,8 @@ def _software_facts() -> dict[str, Any]:
     from .machine.cuda import cudnn_version
 
     return {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cudnn": cudnn_version(), "numpy": np.__version__, "lstmnb": __version__, "git_commit": git_commit(),
-            "platform": platform.platform()}
+            "cudnn": cudnn_version(), "numpy": np.__version__, "lstmnb": __version__,
+            "git_commit": commit_of(Path(__file__).resolve().parent), "platform": platform.platform()}
 
 
 def new_run_id() -> str:
@@ -197,20 +190,6 @@ def _holds_run(fd: int, size: int, run_id: str | None) -> bool:
     return False
 
 
-def _record_files(paths: list[Path]) -> tuple[list[Path], list[Path]]:
-    """(the .jsonl files in ``paths``, folders searched recursively; the paths that do not exist)."""
-    files: list[Path] = []
-    missing: list[Path] = []
-    for p in paths:
-        if p.is_dir():
-            files.extend(sorted(p.rglob("*.jsonl")))
-        elif p.exists():
-            files.append(p)
-        else:
-            missing.append(p)
-    return files, missing
-
-
 class BrokenRecordsWarning(UserWarning):
     """A results file holds lines that are not records, or records that fail the record schema (one
     warning per file and fault, with the count, the first lines and the first failing field)."""
@@ -262,7 +241,8 @@ def scan_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> Reco
     skipped and listed in ``faults`` (``RecordsRead.warn`` says them); good records are never dropped."""
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     found = RecordsRead(paths=[Path(p) for p in paths])
-    found.files, found.missing = _record_files(found.paths)
+    found.missing = [p for p in found.paths if not p.exists()]  # folders are searched recursively
+    found.files = [f for p in found.paths if p.exists() for f in (sorted(p.rglob("*.jsonl")) if p.is_dir() else [p])]
     for file in found.files:
         broken: list[tuple[int, str]] = []
         invalid: list[tuple[int, str]] = []

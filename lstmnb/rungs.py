@@ -93,15 +93,6 @@ def _step(record: dict[str, Any], kind: str) -> dict[str, Any]:
             "graph": bool(used) if kind == "cuda" else None}
 
 
-def _expected(rung: Rung, kind: str) -> dict[str, Any]:
-    """The step of ``rung`` on a device kind, as ``_step`` describes a record's."""
-    _, o = rung_options(rung)
-    return {"input": o.get("input_path", "dataloader"), "tensors": o.get("sample_tensors", "per_sample"),
-            "heap": o.get("heap") == "kept" if kind == "cpu" else None,
-            "every": (o.get("loss_every", 1) or 100) if kind == "cuda" else None,
-            "graph": bool(o.get("cuda_graph")) if kind == "cuda" else None}
-
-
 def _study_data(record: dict[str, Any]) -> bool:
     """Trained on the study's data with its split: every hour of 2020 in training, none in validation, and
     scored on 2021-01..06. A record without a data section (a skipped run) is judged by its config."""
@@ -133,8 +124,9 @@ def rung_of(record: dict[str, Any], presets: Mapping[str, dict[str, Any]]) -> di
     if name == "recommended":
         found = [RUNGS[RECOMMENDED]] if cfg.get("input_path") == "fast" else []
     else:
-        step = _step(record, kind)
-        found = [r for r in rungs_on(kind) if r.rung != RECOMMENDED and _expected(r, kind) == step]
+        step = _step(record, kind)  # against each rung's step as the published preset with its changes takes it
+        found = [r for r in rungs_on(kind) if r.rung != RECOMMENDED
+                 and _step({"config": {**presets[name], **rung_options(r)[1]}}, kind) == step]
     if not found:
         return None
     r = found[0]
