@@ -16,17 +16,22 @@ from lstmnb.windows import make_windows
 GLIBC = _glibc() is not None
 
 
-def test_a_system_heap_run_after_a_kept_one_says_the_heap_stayed_kept():
+@pytest.mark.parametrize("libc", ["this one", "not glibc"])
+def test_a_system_heap_run_after_a_kept_one_says_the_heap_stayed_kept(libc):
     """heap=system cannot put back what an earlier run of the process kept (glibc has no getter and no undo): the
-    record must not claim glibc's thresholds then, and it says to use a fresh process (as the ladder does)."""
-    code = ("import json; from lstmnb.machine.memory import heap_for_run as h; a = h(False); h(True); "
+    record must not claim glibc's thresholds then, and it says to use a fresh process (as the ladder does). Where
+    the C library is not glibc (macOS, Windows, musl: here its probe answers None), nothing was kept: both say so."""
+    probe = "m._glibc = lambda: None; " if libc == "not glibc" else ""
+    code = (f"import json; import lstmnb.machine.memory as m; {probe}h = m.heap_for_run; a = h(False); h(True); "
             "print(json.dumps([a, h(False)]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     fresh, after = json.loads(out.strip().splitlines()[-1])
     assert fresh["policy"] == "system"
-    if GLIBC:
+    if GLIBC and libc == "this one":
         assert "glibc's default" in fresh["reason"]
         assert after["policy"] == "kept" and "fresh process" in after["reason"]
+    else:
+        assert after == fresh and fresh["reason"] == "not glibc: the system's allocator as it is"
 
 
 def test_cpu_run_records_how_its_heap_was_kept():

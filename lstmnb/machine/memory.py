@@ -72,13 +72,12 @@ def keep_freed_heap() -> dict[str, Any]:
 def heap_for_run(keep: bool) -> dict[str, Any]:
     """A CPU run's C heap, the record's ``memory.heap``: kept (``keep_freed_heap``) when ``keep``; else glibc's
     default thresholds, unless an earlier run in this process already kept it, which glibc cannot undo."""
-    if keep:
+    if keep or _glibc() is None:  # not glibc: the system's allocator either way
         return keep_freed_heap()
     if keep_freed_heap.cache_info().currsize:
         return {**keep_freed_heap(), "reason": "heap=system was asked, but an earlier run in this process had kept "
                                                "freed memory, which glibc cannot undo: run it in a fresh process"}
-    return {"policy": "system", "reason": "glibc's default thresholds (heap=system)" if _glibc() is not None
-            else "not glibc: the system's allocator as it is"}
+    return {"policy": "system", "reason": "glibc's default thresholds (heap=system)"}
 
 
 def page_faults() -> int | None:
