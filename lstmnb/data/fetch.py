@@ -43,17 +43,9 @@ class _Pending:
     shape: tuple[int, ...]
     have: Block | None
     missing: set[int]
+    frontier: int  # the first hour this slot needs that is not in the cache (before it: cached, or checkpointed)
     values: dict[int, np.ndarray] = field(default_factory=dict)
-    kept: int | None = None  # hours start..kept-1 are in the cache as a checkpoint
     failed: bool = False
-    first: int = 0  # the first hour this slot needed when the run began
-
-    def __post_init__(self) -> None:
-        self.first = min(self.missing, default=self.stop)
-
-    def frontier(self) -> int:
-        """The first hour this slot needs that is not in the cache."""
-        return self.kept if self.kept is not None else self.first
 
     def received_to(self) -> int:
         """End of the run of received hours from ``start`` (checkpoints only when nothing was cached)."""
@@ -163,7 +155,7 @@ def fetch_plan(
             lo = a if have is None else min(a, have.start)
             hi = b if have is None else max(b, have.stop)
             missing = {t for t in range(lo, hi) if have is None or not have.start <= t < have.stop}
-            pending[(v, key, slot)] = _Pending(cache, slot, lo, hi, shapes[key], have, missing)
+            pending[(v, key, slot)] = _Pending(cache, slot, lo, hi, shapes[key], have, missing, min(missing, default=hi))
             for t in missing:
                 needs.setdefault((v, t), []).append((key, slot))
 
@@ -268,19 +260,19 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats) ->
     step = max(1, hours // 4)  # a checkpoint keeps at least this many new hours
 
     def frontier() -> int:
-        return min((p.frontier() for p in pending.values() if not p.failed), default=plan.i1)
+        return min((p.frontier for p in pending.values() if not p.failed), default=plan.i1)
 
     def checkpoint(front: int) -> bool:
         """Write the received prefix of every slot holding the frontier back; True if it moved."""
         moved = False
         for p in list(pending.values()):
-            if p.failed or p.frontier() != front:
+            if p.failed or p.frontier != front:
                 continue
             upto = p.received_to()
             if upto - front < step:
                 return moved
             write(p, p.part(upto))
-            p.kept = upto
+            p.frontier = upto  # hours start..upto-1 are in the cache as a checkpoint
             moved = True
         return moved
 

@@ -25,6 +25,8 @@ import weakref
 from dataclasses import dataclass
 
 from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import _get_loop  # zarr 3.1's event-loop thread, where the stores' sessions live (pinned: see
+from zarr.core.sync import sync as run  # blosc_pipeline); run(coro) runs a coroutine there and waits for it
 from zarr.storage import FsspecStore, LocalStore, WrapperStore
 
 from ..errors import ConfigError
@@ -208,7 +210,6 @@ def _close_session(fs) -> None:
     it, or closing its connections directly where that cannot be waited for (on the loop's own thread, or once
     the loop has stopped), which is what marks it closed."""
     from fsspec.implementations.http import HTTPFileSystem
-    from zarr.core.sync import _get_loop
 
     session = getattr(fs, "_session", None)
     if session is not None and not session.closed:
@@ -233,15 +234,6 @@ def _describe(exc: Exception) -> tuple[str, bool]:
     return f"{name}: {text}".rstrip(": "), transient
 
 
-def run(coro):
-    """Run ``coro`` on zarr's event-loop thread (where the stores' sessions live) and wait for it."""
-    from zarr.core.sync import sync
-
-    return sync(coro)
-
-
 def submit(coro):
     """Schedule ``coro`` on zarr's event-loop thread; a concurrent.futures.Future of its result."""
-    from zarr.core.sync import _get_loop  # zarr 3.1's loop thread (pinned: see blosc_pipeline)
-
     return asyncio.run_coroutine_threadsafe(coro, _get_loop())

@@ -31,12 +31,8 @@ _NONE = 2**62  # "no bad step" in the reduction over ranks
 
 
 class Diverged(Exception):
-    """Raised inside the epoch loop at the first non-finite figure; ``Trainer.fit`` ends the loop there.
-    ``info`` is the record's ``divergence`` section (without its message)."""
-
-    def __init__(self, info: dict[str, Any]):
-        super().__init__(info["what"])
-        self.info = info
+    """Raised inside the epoch loop at the first non-finite figure; ``Trainer.fit`` ends the loop there (the guard's
+    ``found`` holds the record's ``divergence`` section)."""
 
 
 class DivergenceGuard:
@@ -138,7 +134,7 @@ class DivergenceGuard:
     def _stop(self, info: dict[str, Any]) -> None:
         info["steps_per_check"] = None if self.ranks else self.every
         self.found = info
-        raise Diverged(info)
+        raise Diverged(info["what"])
 
     # --- the outcome ------------------------------------------------------------------------------
     def outcome(self, cfg, *, resumed: bool, history: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, Any] | None:
