@@ -50,7 +50,13 @@ COMMANDS = (
 
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors: `lstmnb train: error: argument --epochs: invalid int value: 'x'`
-    and where to read more, instead of the whole usage block (sub-parsers inherit the class)."""
+    and where to read more, instead of the whole usage block (sub-parsers inherit the class). An epilog (the
+    examples, the environment) is printed as written."""
+
+    def __init__(self, *args, **kwargs):
+        if kwargs.get("epilog"):
+            kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
@@ -65,8 +71,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "Train LSTM forecasters of ERA5 2 m temperature and measure how CPUs and GPUs speed up "
             "training. Start with `lstmnb quickstart`; every sub-command has its own --help."
         ),
-        epilog=ENVIRONMENT,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=ENVIRONMENT)
     parser.add_argument("--version", action="version", version=f"lstmnb {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, add in COMMANDS:
@@ -213,6 +218,3 @@ def stop_on_sigterm() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGTERM, before)
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -3,7 +3,6 @@ in ``bench_sizes``)."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 
 from ..errors import ConfigError, DataError
@@ -38,8 +37,7 @@ def _bench_ladder(kinds, full: bool) -> None:
                     "record says its rung; prints the medians and each rung against the CPU's rung 0. Every rung "
                     "runs on the same threads (chosen once at the start: all cores on an idle machine, fewer "
                     "where other processes keep cores busy): run it on an idle machine.",
-        epilog="example:\n  lstmnb bench ladder --epochs 5 --rounds 3 --device cpu",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog="example:\n  lstmnb bench ladder --epochs 5 --rounds 3 --device cpu")
     p.add_argument("--device", choices=("cpu", "cuda", "all"), default="all",
                    help="cpu, cuda or all (default: all; without a GPU its rungs are recorded as skipped)")
     p.add_argument("--epochs", type=int, default=5, help="epochs per run (default 5; the study timed 5, 10, 15)")
@@ -152,8 +150,7 @@ def _bench_scaling(kinds, full: bool) -> None:
                     "--batch-size is the global batch in strong scaling and the per-device batch in weak.",
         epilog="examples:\n"
                "  lstmnb bench scaling --device cpu --world-sizes 1,2 --epochs 3\n"
-               "  lstmnb bench scaling --device cuda --world-sizes 1,2,4 --mode both --batch-size 256",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+               "  lstmnb bench scaling --device cuda --world-sizes 1,2,4 --mode both --batch-size 256")
     add_request_args(p)
     if full:
         add_train_args(p, skip=("strategy", "nproc", "experiment", *CHECKPOINT_OPTIONS))

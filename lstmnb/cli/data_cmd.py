@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 
 from ..errors import ConfigError, DataError, OutputError
 from ..paths import check_cache, check_writable
@@ -22,8 +21,7 @@ def add_data(sub, full: bool) -> None:
                "  lstmnb data                                   # the default request, the study's real data\n"
                "  lstmnb data --source arco-v3 --point 40,-80 --start 2020-01-01 --end 2020-12-31\n"
                "  lstmnb data --box 38,42,279,281 --variable 2m_temperature --variable surface_pressure\n"
-               "  lstmnb data --status                          # what is cached, and where",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+               "  lstmnb data --status                          # what is cached, and where")
     add_request_args(p)
     g = p.add_argument_group("extraction")
     g.add_argument("--refresh", action="store_true", help="ignore cached blocks and fetch everything again")

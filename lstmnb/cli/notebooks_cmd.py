@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import textwrap
 
 from ..errors import NotebookError
@@ -26,8 +25,7 @@ def add_notebooks(sub, full: bool) -> None:
                "  lstmnb notebooks run --profile ci --only 01,03\n"
                "  lstmnb notebooks run --profile cpu -p epochs_list '[5]' -p input_paths '[dataloader]'\n"
                "  lstmnb notebooks run --profile cpu --only 06 -p results_paths '[results, ~/carc-results]'\n"
-               "  lstmnb notebooks run --profile carc-v100 --kernel lstmnb",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+               "  lstmnb notebooks run --profile carc-v100 --kernel lstmnb")
     run.add_argument("--profile", required=True, help="profile name (see `lstmnb notebooks list`) or a .yaml path")
     run.add_argument("-p", "--parameter", dest="parameters", nargs=2, action="append", default=[],
                      metavar=("KEY", "VALUE"), help="override a notebook parameter; VALUE is read as YAML "

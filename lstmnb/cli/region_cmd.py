@@ -3,7 +3,6 @@ sharding over ranks), each a thin call into ``lstmnb.experiments`` that prints t
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 
 from ..errors import ConfigError
@@ -51,8 +50,7 @@ def _add_skill(kinds, full: bool) -> None:
                     "and last (downstream). One record per run, with every cell's scores.",
         epilog=f"default area: --box {SKILL_BOX} (9 x 5 cells of the sample), 2020-01-01 .. 2021-06-30\n"
                "example:\n  lstmnb region skill --box 39,40,279,280 --end 2020-03-31 --epochs 3 --neighbours 8 "
-               "--plot skill.png",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+               "--plot skill.png")
     add_request_args(p)
     if full:
         add_train_args(p, skip=_NOT_FOR_REGIONS)
@@ -69,10 +67,6 @@ def _add_skill(kinds, full: bool) -> None:
     p.set_defaults(func=_run_skill, check=_check_skill, box=tuple(float(v) for v in SKILL_BOX.split(",")))
 
 
-def _skill_config(args):
-    return train_config_from_args(args, experiment="region-skill")
-
-
 def _check_skill(args) -> None:
     from ..experiments.region_skill import check_mixes
     from .run_cmds import check_training
@@ -83,7 +77,7 @@ def _check_skill(args) -> None:
         raise ConfigError(f"--neighbours {','.join(map(str, args.neighbours))}: each k must be a whole number >= 1")
     positive("--channels", args.channels)
     check_mixes(variants, args.neighbours, args.channels)
-    check_training(_skill_config(args), request, args)
+    check_training(train_config_from_args(args), request, args)
     check_plot(args.plot)
 
 
@@ -104,7 +98,7 @@ def _run_skill(args) -> int:
               f"{r['metrics']['stop_reason']}{'; chosen by validation' if r['region']['chosen'] and len(r['region']['tried_neighbours']) > 1 else ''}",
               flush=True)
 
-    cfg = _skill_config(args)
+    cfg = train_config_from_args(args)  # region_skill names the experiment
     data, info = region_windows(_area_request(args), cfg, progress=cfg.progress)
     got = region_skill(data, cfg, pick_variants(args.variants), args.neighbours, args.channels, data_info=info,
                        results=results_path(args), on_epoch=epoch, on_point=finished)
@@ -160,8 +154,7 @@ def _add_scaling(kinds) -> None:
                     "step, the speed-up, halo bytes per rank and step, and the largest relative difference of the "
                     "loss from the one-process loss (float rounding only).",
         epilog=f"default area: --box {SCALING_BOX} (9 x 9 cells of the sample), 2020-01-01 .. 2021-06-30\n"
-               "example:\n  lstmnb region scaling --box 39,40,279,280 --world-sizes 1,2 --steps 5",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+               "example:\n  lstmnb region scaling --box 39,40,279,280 --world-sizes 1,2 --steps 5")
     add_request_args(p)
     g = p.add_argument_group("scaling")
     g.add_argument("--window", type=int, default=24, help="input hours (default 24)")

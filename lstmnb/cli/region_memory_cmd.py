@@ -4,7 +4,6 @@ the areas against the synthetic grid) before anything is measured."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 
 from ..errors import ConfigError
@@ -23,8 +22,7 @@ def add_memory(kinds) -> None:
                     "square area each variant fits in the budget, and --target trained by the sparse model. "
                     "Synthetic inputs: memory and speed do not depend on the values. Each process runs the "
                     "threads the CPU policy chooses now.",
-        epilog="example:\n  lstmnb region memory --sides 10,20,40,60,80 --budget-gb 2 --plot memory.png",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog="example:\n  lstmnb region memory --sides 10,20,40,60,80 --budget-gb 2 --plot memory.png")
     p.add_argument("--sides", type=int_list, default=(10, 20, 40, 60, 80), help="sides of the square areas, in cells "
                    "(default 10,20,40,60,80)")
     p.add_argument("--variants", type=str_list, default=("sparse", "dense"), help="default sparse,dense")

@@ -23,16 +23,11 @@ def add_replicate(sub, full: bool) -> None:
     p.set_defaults(func=_run_replicate, check=_check_replicate)
 
 
-def _config(args):
-    from ..training import preset_config
-
-    return preset_config("published", epochs=args.epochs, device=args.device, experiment="replication")
-
-
 def _check_replicate(args) -> None:
     from ..machine.device import resolve_device
+    from ..training import preset_config
 
-    _config(args).validate(CLI)
+    preset_config("published", epochs=args.epochs, device=args.device, experiment="replication").validate(CLI)
     resolve_device(args.device)
     check_plot(args.plot)
     check_results_args(args)

@@ -283,7 +283,8 @@ def run_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None = 
         except (KeyboardInterrupt, Exception) as exc:
             failure = exc
         entry.seconds = time.perf_counter() - t0
-        _keep(partial, out)
+        if partial.exists():  # papermill's progressively written copy onto its final name: never half a file
+            os.replace(partial, out)
         entry.notebook = out if out.exists() else None
         if isinstance(failure, KeyboardInterrupt):
             entry.status = "interrupted"
@@ -324,12 +325,6 @@ def finish(result: SeriesResult, html: bool, say: Callable[[str], None]) -> None
             result.site_note = f"no site: its build failed ({type(exc).__name__}: {exc})"
     if result.site_note:
         say(f"    ({result.site_note})")
-
-
-def _keep(partial: Path, out: Path) -> None:
-    """Move papermill's progressively written copy onto its final name (one rename: never half a file)."""
-    if partial.exists():
-        os.replace(partial, out)
 
 
 def listing(notebooks: str | os.PathLike | None = None) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str, str]]]:
