@@ -204,8 +204,7 @@ def _run_bench_scaling(args) -> int:
     print("\nconvergence (validation loss per epoch, cumulative wall seconds):")
     convergence = convergence_table(records)
     print(format_table(convergence.set_index(["experiment", "world_size", "epoch"])))
-    if args.plot:
-        save_plot(plot_convergence(convergence), args.plot)
+    save_plot(lambda: plot_convergence(convergence), args.plot)
     return 0
 
 
@@ -299,8 +298,7 @@ def _run_bench_cost(args) -> int:
     print(format_table(table))
     if (table["price source"] == "example").any():
         print("\nprices marked 'example' are illustrative defaults; pass --prices with your own rates")
-    if args.plot:
-        save_plot(plot_cost(table), args.plot)
+    save_plot(lambda: plot_cost(table), args.plot)
     return 0
 
 

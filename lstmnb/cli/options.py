@@ -254,8 +254,10 @@ def write_output(path: str, option: str, write, kept: str, suffix: str = "") -> 
 
 
 def save_plot(fig, path: str | None, option: str = "--plot") -> None:
-    """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf; none: png)."""
+    """Save a figure atomically (matplotlib picks the format from the suffix: png, svg, pdf; none: png); ``fig`` may
+    be a function drawing it, called only when there is a ``path``."""
     if path:
+        fig = fig() if callable(fig) else fig
         write_output(path, option, lambda tmp: fig.savefig(tmp, dpi=120, bbox_inches="tight"),  # suptitles stay in
                      "the table above is the result", suffix=Path(path).suffix or ".png")
         print(f"plot       {path}")

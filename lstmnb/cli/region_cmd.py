@@ -116,8 +116,7 @@ def _run_skill(args) -> int:
             _say_verdict(got.flow)
     say_threads(next(iter(got.records.values()))["threads"])
     print(data.windows.climatology["line"])  # which climatology the baseline is, once
-    if args.plot:
-        save_plot(plot_panels(comparison_panels(maps), comparison_title(maps)), args.plot)
+    save_plot(lambda: plot_panels(comparison_panels(maps), comparison_title(maps)), args.plot)
     say_recorded(got.runs, args)
     return 0
 

@@ -134,7 +134,6 @@ def _run_memory(args) -> int:
         print(f"target {ny} x {nx} ({ny * nx:,} cells), sparse: {what}; dense would need "
               f"{dense / 2**30:.1f} GiB (predicted, not run)")
     say_threads(df.attrs["threads"])
-    if args.plot:
-        save_plot(plot_memory(df, budget), args.plot)
+    save_plot(lambda: plot_memory(df, budget), args.plot)
     say_recorded(df.attrs["records"], args)
     return 0

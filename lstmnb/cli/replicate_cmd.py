@@ -49,6 +49,5 @@ def _run_replicate(args) -> int:
     m, t = record["metrics"], record["timing"]
     print(f"test RMSE 2021-01..06: {m['test_rmse_k']:.3f} K (persistence {m['persistence_rmse_k']:.3f} K); "
           f"{t['train_s']:.1f} s of training on {record['device']['kind']} ({record['device']['name']})")
-    if args.plot:
-        save_plot(replication.plot_losses(table), args.plot)
+    save_plot(lambda: replication.plot_losses(table), args.plot)
     return 0

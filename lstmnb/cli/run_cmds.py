@@ -312,7 +312,6 @@ def _run_skill(args) -> int:
           "same target hours at every lead")
     if records:
         print_forecast_notes(records[0])
-    if args.plot:
-        save_plot(skill.plot_skill(table), args.plot)
+    save_plot(lambda: skill.plot_skill(table), args.plot)
     return 0
 

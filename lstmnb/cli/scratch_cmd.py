@@ -108,6 +108,5 @@ def _run_scratch_bench(args) -> int:
     table = versions_table(_versions(args), _config(args), repeats=args.repeats, record=path is not None,
                            record_path=path)
     print(format_versions(table))
-    if args.plot:
-        save_plot(plot_versions(table), args.plot)
+    save_plot(lambda: plot_versions(table), args.plot)
     return 0
