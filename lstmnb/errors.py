@@ -52,9 +52,7 @@ class OutputError(LstmnbError):
     """An output that cannot be written: a read-only place, a file where a folder is meant or the reverse.
 
     ``exit_status`` is 2 when found before any work (nothing ran); a write that fails after the work
-    sets 1 (the work's results were printed first)."""
-
-    exit_status = 2
+    sets 1 (the work's results were printed first); the CLI's default, 2, otherwise."""
 
 
 class DivergedError(LstmnbError):

@@ -83,12 +83,7 @@ def flops_per_sample(config: ModelConfig, window: int) -> dict[str, int]:
     Training is taken as 3x forward (the backward pass costs about twice the forward), the
     convention used for model FLOPs utilisation (Chowdhery et al. 2022, PaLM, appendix B)."""
     config.validate()
-    g = _GATES[config.cell]
-    h = config.hidden
-    total = 0
-    for layer in range(config.layers):
-        i = config.n_features if layer == 0 else h
-        per_step = 2 * g * h * (i + h) + 2 * g * h + 4 * h
-        total += per_step * window
-    total += 2 * h * config.horizon + config.horizon
+    g, h = _GATES[config.cell], config.hidden
+    inputs = [config.n_features] + [h] * (config.layers - 1)  # each layer's input size
+    total = window * sum(2 * g * h * (i + h) + 2 * g * h + 4 * h for i in inputs) + 2 * h * config.horizon + config.horizon
     return {"forward": int(total), "training": int(3 * total)}
