@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -19,7 +20,7 @@ from ...errors import ConfigError
 from ..evaluate import RunResult
 from ..trainer import Trainer
 from .groups import DistEnv, barrier, comm_failure, is_comm_failure
-from .shards import ShareBalancer, SlowDown, balanced_sizes, share_batches, weighted_allreduce_hook
+from .shards import ShareBalancer, balanced_sizes, share_batches, weighted_allreduce_hook
 from .streams import own_rank_stream
 
 
@@ -130,8 +131,9 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
     tr.guard.ranks = True  # every rank stops at the first non-finite figure of any rank
     ddp = wrap_ddp(tr.core, cfg, env)
     tr.model = torch.compile(ddp) if cfg.compile else ddp  # compile the DDP module, as PyTorch advises
-    if options.slowdown_s_per_sample.get(rank):
-        tr.core.register_forward_hook(SlowDown(options.slowdown_s_per_sample[rank]))
+    slow = options.slowdown_s_per_sample.get(rank)  # a slower device on purpose, to show and test the balancing
+    if slow:  # a fixed time per training sample of each forward
+        tr.core.register_forward_hook(lambda m, args, out: time.sleep(slow * args[0].shape[0]) if m.training else None)
     sizes = _shard_sizes(cfg, world, options)
     balancer = None
     if cfg.uneven_shards:

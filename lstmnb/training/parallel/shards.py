@@ -1,12 +1,9 @@
 """Uneven shards for DDP: each rank's share of the global batch sized from its measured throughput, so
-a slower device does not hold back the fast ones; the comm hook that weights gradients by share; and a
-forward hook that makes a rank slower on purpose (to demonstrate and test the balancing)."""
+a slower device does not hold back the fast ones; the comm hook that weights gradients by share."""
 
 from __future__ import annotations
 
 import math
-import time
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -88,14 +85,3 @@ def share_batches(tr, x: torch.Tensor, y: torch.Tensor, sizes: list[int], rank: 
     for i in range(tr.n_train // total):
         idx = perm[i * total + lo : i * total + lo + b]
         yield x.index_select(0, idx), y.index_select(0, idx)
-
-
-class SlowDown:
-    """Forward hook that makes a rank slower by a fixed time per training sample (a slower device)."""
-
-    def __init__(self, seconds_per_sample: float):
-        self.seconds_per_sample = seconds_per_sample
-
-    def __call__(self, module: nn.Module, args: tuple, output: Any) -> None:
-        if module.training:
-            time.sleep(self.seconds_per_sample * int(args[0].shape[0]))
