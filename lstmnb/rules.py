@@ -85,6 +85,17 @@ def choice(choices: tuple[str, ...]) -> Rule:
     return Rule("choice", choices=tuple(choices))
 
 
+def known(names: Any, choices: tuple[str, ...], typed: str, hint: str = "") -> list[str]:
+    """A list option's names (``--variants``, ``--versions``, ...): each once, in the order given, each one of
+    ``choices``; else one line naming the option as typed (``typed``), the unknown names and the choices."""
+    names = list(dict.fromkeys(names))
+    bad = [n for n in names if n not in choices]
+    if bad or not names:
+        raise ConfigError(f"{typed}: {', '.join(map(repr, bad)) or 'none given'} not known; choose from "
+                          f"{','.join(choices)}{hint}")
+    return names
+
+
 def schema_of(config: type) -> dict[str, Any]:
     """Each field of the dataclass ``config`` as JSON Schema types it: by its Rule (``metadata["rule"]``), else by
     its annotation (bool, int, float, str, tuple[X, ...]); null allowed where the annotation allows None."""

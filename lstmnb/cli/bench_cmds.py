@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from ..errors import ConfigError, DataError
 from ..paths import check_cache
-from ..rules import CLI
+from ..rules import CLI, known
 from .bench_sizes import bench_batch_sweep, bench_size, steady_epochs
 from .checks import check_plot, check_records_args, check_results, positive
 from .options import (CHECKPOINT_OPTIONS, add_records_args, add_request_args, add_results_args, add_train_args,
@@ -119,9 +119,7 @@ def _check_bench_speed(args) -> None:
         raise ConfigError(f"--target-fraction {args.target_fraction} must be in (0, 1]: the target is that fraction of "
                           "persistence's validation RMSE (0.9: 10% below it)")
     only = args.only.split(",") if args.only is not None else list(CONTENDERS)
-    bad = [n for n in only if n not in CONTENDERS]
-    if bad or not only:
-        raise ConfigError(f"--only {args.only!r}: {', '.join(map(repr, bad))} not known; choose from {','.join(CONTENDERS)}")
+    known(only, CONTENDERS, f"--only {args.only!r}")
     twice = sorted({n for n in only if only.count(n) > 1})
     if twice:  # it ran them twice as often, and printed each row twice
         raise ConfigError(f"--only {args.only} repeats {','.join(twice)}; give each contender once, e.g. "

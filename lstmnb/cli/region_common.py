@@ -3,19 +3,14 @@ lines (the threads the runs used, where the records went)."""
 
 from __future__ import annotations
 
-from ..errors import ConfigError
 from ..region import VARIANTS
+from ..rules import known
 from .options import results_path
 
 
 def pick_variants(given: tuple[str, ...]) -> tuple[str, ...]:
     """The variants named by --variants, each once, in the order given; a ConfigError names any unknown one."""
-    names = tuple(dict.fromkeys(given))
-    bad = [v for v in names if v not in VARIANTS]
-    if bad or not names:
-        raise ConfigError(f"--variants {','.join(given)}: {', '.join(map(repr, bad)) or 'none given'} not known; "
-                          f"choose from {','.join(VARIANTS)}")
-    return names
+    return tuple(known(given, VARIANTS, f"--variants {','.join(given)}"))
 
 
 def say_recorded(records: list[dict], args) -> None:

@@ -6,7 +6,7 @@ import os
 
 from ..errors import ConfigError, DeviceError
 from ..paths import check_cache
-from ..rules import CLI
+from ..rules import CLI, known
 from .checks import check_plot, positive
 from .options import add_results_args, check_results_args, results_path, save_plot
 
@@ -51,12 +51,8 @@ def _versions(args) -> list[str]:
     """The versions asked for, each a known one, each once in the order given (the default: all)."""
     if args.versions is None:
         return list(SCRATCH_VERSIONS)
-    versions = list(dict.fromkeys(v.strip() for v in args.versions.split(",")))
-    bad = [v for v in versions if v not in SCRATCH_VERSIONS]
-    if bad or not versions:
-        raise ConfigError(f"--versions {args.versions!r}: {', '.join(map(repr, bad))} not known; choose from "
-                          f"{','.join(SCRATCH_VERSIONS)} (comma-separated; leave it out for all)")
-    return versions
+    return known((v.strip() for v in args.versions.split(",")), SCRATCH_VERSIONS, f"--versions {args.versions!r}",
+                 " (comma-separated; leave it out for all)")
 
 
 def _config(args):

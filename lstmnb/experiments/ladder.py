@@ -16,6 +16,7 @@ from typing import Any
 from ..machine.device import cpu_threads, device_problem
 from ..errors import ConfigError
 from ..records import Recorder, read_records
+from ..rules import known
 from ..rungs import BOTH, Rung, rung_options, rungs_on
 from ..training import preset_config, skipped_record
 
@@ -60,10 +61,7 @@ def ladder_experiment(epochs: int = 5, rounds: int = 1, devices: Iterable[str] =
     rung). Returns the records, also appended to ``results`` (None: not recorded); a GPU that is not here gives
     one ``skipped`` record per rung."""
 
-    devices = list(dict.fromkeys(devices))
-    bad = [d for d in devices if d not in BOTH]
-    if bad or not devices:
-        raise ConfigError(f"devices={devices!r}: choose from {', '.join(BOTH)}")
+    devices = known(devices, BOTH, f"devices={devices!r}")
     for name, value in (("epochs", epochs), ("rounds", rounds)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name}={value!r} must be a whole number >= 1")

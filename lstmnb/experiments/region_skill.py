@@ -25,6 +25,7 @@ from ..records import Recorder
 from ..region import VARIANTS
 from ..region.grid import BASELINES, Grid, flow_halves, record_maps
 from ..region.maps import Panel, map_title, rmse_panels
+from ..rules import known
 from ..training.evaluate import mse_skill_score
 from ..training.guards import stop_if_diverged
 
@@ -92,10 +93,7 @@ def region_skill(data, cfg, variants=VARIANTS, neighbours=(8,), channels: int = 
     validation chose it)."""
     from ..training import train, with_overrides
 
-    variants = tuple(dict.fromkeys(variants))
-    bad = [v for v in variants if v not in VARIANTS]
-    if bad or not variants:
-        raise ConfigError(f"variants {variants!r}: choose from {', '.join(VARIANTS)}")
+    variants = tuple(known(variants, VARIANTS, f"variants={variants!r}"))
     check_neighbours(variants, neighbours, data.n_cells)
     check_mixes(variants, neighbours, channels)
     run_cfg = with_overrides(cfg, experiment=SKILL, profile=profile or cfg.profile, checkpoint=None, resume=False)
