@@ -225,11 +225,6 @@ class StoreMeta:
                    np.asarray(d["longitude"], dtype=np.float64), dict(d["attrs"]), dict(d["variables"]))
 
 
-def as_meta(ds: "xr.Dataset | StoreMeta") -> StoreMeta:
-    """``ds`` itself when it is a StoreMeta, else what an opened store's Dataset says."""
-    return ds if isinstance(ds, StoreMeta) else StoreMeta.from_dataset(ds)
-
-
 def cached_meta(ref: StoreRef, cache_dir: str | os.PathLike | None = None) -> StoreMeta | None:
     """The metadata kept for this store in the block cache, or None."""
     raw = read_store_meta(cache_dir, ref.store_id)

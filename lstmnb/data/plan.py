@@ -19,7 +19,7 @@ from ..errors import ConfigError, DataError
 from .catalogue import SAMPLE, Request, StoreRef, check_selection, open_ref, parse_time, resolve_source
 from ..datasets.sample import TIMES as SAMPLE_TIMES
 from ..datasets.study import STUDY, STUDY_TIMES
-from .cache import StoreMeta, as_meta, cached_meta
+from .cache import StoreMeta, cached_meta
 
 
 def valid_range(ds: "xr.Dataset | StoreMeta") -> tuple[pd.Timestamp, pd.Timestamp]:
@@ -131,7 +131,7 @@ def _spacing(values: np.ndarray) -> float:
 def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> Plan:
     """Check ``request`` against the opened store (or its cached metadata) and resolve it to indices;
     raise on bad input."""
-    meta = as_meta(ds)
+    meta = ds if isinstance(ds, StoreMeta) else StoreMeta.from_dataset(ds)  # an opened store's Dataset, or its meta
     start, end = check_selection(request)
     variables = tuple(request.variables) if not isinstance(request.variables, str) else (request.variables,)
     _check_variables(meta, variables)

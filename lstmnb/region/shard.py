@@ -65,13 +65,12 @@ def plan_tiles(grid: Grid, index: np.ndarray | None, world_size: int) -> list[Ti
     for rank, rows in enumerate(bands):
         cells = grid.band(int(rows[0]), int(rows[-1]) + 1)
         recv: dict[int, np.ndarray] = {}
+        sources, local = cells, None
         if index is not None:
             needed = np.unique(index[cells])
             halo = needed[owner[needed] != rank]
             recv = {int(r): halo[owner[halo] == r] for r in np.unique(owner[halo])}
-        sources = np.concatenate([cells, *recv.values()]) if recv else cells
-        local = None
-        if index is not None:
+            sources = np.concatenate([cells, *recv.values()]) if recv else cells
             where = np.full(grid.n_cells, -1, dtype=np.int64)
             where[sources] = np.arange(sources.size)
             local = where[index[cells]]
@@ -204,9 +203,9 @@ def check_sharded(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig) -
     relation (or none) and one band of rows per rank."""
     cfg.validate()
     model_cfg.validate()
-    if cfg.mode == "tiles" and model_cfg.neighbours and model_cfg.relation != "sparse":
-        raise ConfigError("tiles need relation='sparse' (or neighbours=0): a dense row reaches every cell")
     if cfg.mode == "tiles":
+        if model_cfg.neighbours and model_cfg.relation != "sparse":
+            raise ConfigError("tiles need relation='sparse' (or neighbours=0): a dense row reaches every cell")
         plan_tiles(data.grid, None, cfg.world_size)
     elif min(cfg.batch_size, data.sizes()["train"]) < cfg.world_size:
         raise ConfigError(f"{data.sizes()['train']} training windows give some of world_size={cfg.world_size} "
