@@ -1,5 +1,6 @@
 """Options shared by the sub-commands (argument parsing only): the data request, one option per
-TrainConfig field with its help from the field's metadata, results files, list and size types."""
+TrainConfig field with its help from the field's metadata, results files, list and size types; the lines
+that close a run's output."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, DataError, OutputError
 from ..paths import RESULTS_ENV, atomic_path, results_dir, why_not_written
-from ..rules import CLI
+from ..rules import CLI, known
 from .checks import check_results
 
 
@@ -222,6 +223,25 @@ def results_path(args):
     if getattr(args, "no_record", False):
         return None
     return args.results if args.results is not None else str(results_dir())
+
+
+def say_recorded(records: list[dict], args) -> None:
+    from ..records import runs_path
+
+    path = results_path(args)
+    if path is not None and records:
+        print(f"{len(records)} record(s) appended to {runs_path(path)}")
+
+
+def say_threads(threads: dict) -> None:
+    print(f"threads: {threads['used']} ({threads['policy']}): {threads['reason']}")
+
+
+def pick_variants(given: tuple[str, ...]) -> tuple[str, ...]:
+    """The region variants named by --variants, each once, in the order given; a ConfigError names any unknown."""
+    from ..region import VARIANTS
+
+    return tuple(known(given, VARIANTS, f"--variants {','.join(given)}"))
 
 
 def results_option(args) -> str:

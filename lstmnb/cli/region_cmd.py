@@ -11,9 +11,8 @@ from ..region import VARIANTS
 from ..rules import CLI
 from .checks import check_plot, positive
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args,
-                      check_results_args, int_list, request_from_args, results_path, save_plot, str_list,
-                      train_config_from_args)
-from .region_common import pick_variants, say_recorded, say_threads
+                      check_results_args, int_list, pick_variants, request_from_args, results_path, save_plot,
+                      say_recorded, say_threads, str_list, train_config_from_args)
 from .region_memory_cmd import add_memory
 
 SKILL_BOX = "38,40,279,280"  # 9 x 5 cells of the synthetic sample (around 39N 80W)

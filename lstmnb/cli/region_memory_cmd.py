@@ -9,8 +9,8 @@ import dataclasses
 from ..errors import ConfigError
 from ..rules import CLI
 from .checks import check_plot, positive
-from .options import add_results_args, check_results_args, int_list, results_path, save_plot, str_list
-from .region_common import pick_variants, say_recorded, say_threads
+from .options import (add_results_args, check_results_args, int_list, pick_variants, results_path, save_plot,
+                      say_recorded, say_threads, str_list)
 
 
 def add_memory(kinds) -> None:

@@ -11,7 +11,7 @@ from ..rules import CLI
 from .checks import check_plot, check_records_args
 from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
                       add_train_args, check_results_args, int_list, read_runs, request_from_args, results_option,
-                      results_path, save_plot, train_config_from_args)
+                      results_path, save_plot, say_threads, train_config_from_args)
 from .notebooks_cmd import print_series
 
 
@@ -33,9 +33,8 @@ def print_run(record: dict) -> None:
           f"{warm_text}, median epoch {t['epoch_s_median']:.2f} s, {t['samples_per_s']:,.0f} samples/s")
     if record["metrics"].get("stop_reason"):
         print(f"stopped after {record['metrics']['epochs_run']} epoch(s): {record['metrics']['stop_reason']}")
-    threads = record.get("threads") or {}
-    if threads:
-        print(f"threads: {threads['used']} ({threads['policy']}): {threads['reason']}")
+    if record.get("threads"):
+        say_threads(record["threads"])
     graph = record.get("cuda_graph") or {}
     if record["device"]["kind"] == "cuda" and graph:
         replayed = f"; {graph['captured_steps']} of {graph['steps']} steps replayed" if graph.get("used") else ""

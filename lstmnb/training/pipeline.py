@@ -123,17 +123,15 @@ def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress:
     cfg.validate()  # before the extraction, which may be a download
     request = request or data.Request()
     ds = data.extract(request, progress=progress)
-    grid = None
+    grid = {}
     if "latitude" in ds.dims and "longitude" in ds.dims:  # a box: one series per cell, one global model
         from ..region.grid import box_to_points
 
-        grid = {"latitude": ds["latitude"].values.tolist(), "longitude": ds["longitude"].values.tolist()}
+        # the cells' grid (row-major, as the points are), so records can draw maps
+        grid = {"grid": {"latitude": ds["latitude"].values.tolist(), "longitude": ds["longitude"].values.tolist()}}
         ds = box_to_points(ds)
     windows = windows_from_dataset(ds, cfg.window_config(), keys=keys)
-    info = {**request.as_record(), "cells": int(ds.sizes["point"]), "hours": int(ds.sizes["time"])}
-    if grid is not None:  # the cells' grid (row-major, as the points are), so records can draw maps
-        info["grid"] = grid
-    return windows, info
+    return windows, {**request.as_record(), "cells": int(ds.sizes["point"]), "hours": int(ds.sizes["time"]), **grid}
 
 
 def record_run(result: RunResult, cfg: TrainConfig, results=DEFAULT_FILE) -> None:

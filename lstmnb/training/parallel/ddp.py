@@ -4,6 +4,7 @@ ranks, rank 0 deciding when to stop, and only rank 0 writing."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import statistics
@@ -74,10 +75,7 @@ def comm_split(tr: Trainer, ddp: nn.parallel.DistributedDataParallel, env: DistE
         barrier(env)
         t0 = clock(env.device)
         for xb, yb in batches:
-            if no_sync:
-                with ddp.no_sync():
-                    tr.step(xb, yb)
-            else:
+            with ddp.no_sync() if no_sync else contextlib.nullcontext():
                 tr.step(xb, yb)
         t = torch.tensor([clock(env.device) - t0], dtype=torch.float64, device=env.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
