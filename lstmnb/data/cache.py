@@ -41,7 +41,8 @@ META_NAME = "store-meta.json"
 
 
 def extracts_root(root: str | os.PathLike | None = None) -> Path:
-    """Where extracted blocks live: ``<root or the user cache>/extracts``."""
+    """Where extracted blocks live: ``root`` itself when given (a caller's own cache folder), else
+    ``<the user cache>/extracts``."""
     return Path(root) if root is not None else cache_dir() / "extracts"
 
 
