@@ -250,22 +250,18 @@ def graph_plan(cfg, device: torch.device, adtype: torch.dtype | None,
     """Whether the training step is to be captured as a CUDA graph, and why or why not (for the record; each
     reason says what a graph, fixed kernels on fixed memory, needs). ``full_batches``: full batches per epoch x
     epochs (None when not known)."""
-    if not cfg.cuda_graph:
-        return False, "turned off (cuda_graph=False)"
-    if device.type != "cuda":
-        return False, f"runs on {device.type}; CUDA graphs need a CUDA GPU"
-    if cfg.strategy != "single":
-        return False, f"strategy={cfg.strategy}; a graph captures one device's step"
-    if cfg.input_path != "fast":
-        return False, "input_path=dataloader; batches come from host workers, not fixed device memory"
-    if cfg.lr_schedule != "constant":
-        return False, f"lr_schedule={cfg.lr_schedule}; a captured step cannot change its learning rate"
-    if adtype == torch.float16:
-        return False, "amp in float16; its loss scaler changes between steps"
-    if cfg.compile:
-        return False, "compile=True; torch.compile manages its own graphs"
-    if full_batches is not None and full_batches < STEPS_TO_CAPTURE:
-        return False, f"the run has {full_batches} full batch(es) of {cfg.batch_size}; {CAPTURE_NEEDS}"
+    for refused, why in (
+            (not cfg.cuda_graph, "turned off (cuda_graph=False)"),
+            (device.type != "cuda", f"runs on {device.type}; CUDA graphs need a CUDA GPU"),
+            (cfg.strategy != "single", f"strategy={cfg.strategy}; a graph captures one device's step"),
+            (cfg.input_path != "fast", "input_path=dataloader; batches come from host workers, not fixed device memory"),
+            (cfg.lr_schedule != "constant", f"lr_schedule={cfg.lr_schedule}; a captured step cannot change its learning rate"),
+            (adtype == torch.float16, "amp in float16; its loss scaler changes between steps"),
+            (cfg.compile, "compile=True; torch.compile manages its own graphs"),
+            (full_batches is not None and full_batches < STEPS_TO_CAPTURE,
+             f"the run has {full_batches} full batch(es) of {cfg.batch_size}; {CAPTURE_NEEDS}")):
+        if refused:  # the first that applies
+            return False, why
     where = f" on {device}" if device.index is not None else ""
     return True, (f"captured{where} after {GRAPH_WARMUP_STEPS} eager warm-up steps, replayed for every full "
                   f"batch (the batch gather and the loss sum inside the graph)")
