@@ -11,24 +11,21 @@ TF32's own speed belongs to the training benchmarks, whose records carry ``backe
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import numpy as np
 
 MATH_LABELS = {"tf32": "TF32", "float32": "float32", "float64": "float64", "float16": "float16"}
 
 
-@contextmanager
-def engine_math(version: str) -> Iterator[None]:
+def engine_math(version: str) -> AbstractContextManager:
     """While a version trains: for ``torch-cuda``, cuDNN's TF32 off (restored after); others unchanged."""
     if version != "torch-cuda":
-        yield
-        return
+        return nullcontext()
     from ..machine.cuda import fp32_math
 
-    with fp32_math("rnn", tf32=False):
-        yield
+    return fp32_math("rnn", tf32=False)
 
 
 def engine_backends(version: str, dtype: Any) -> dict[str, Any]:
