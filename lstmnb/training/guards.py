@@ -90,12 +90,11 @@ class DivergenceGuard:
         and no later step's loss would show it."""
         for what, value in (("mean training loss", train_loss), ("validation forecast (RMSE)", val_rmse)):
             if value is not None and not math.isfinite(value):
-                self._stop({"epoch": self.epoch, "step": None, "what": what, "value": value})
+                self._stop(None, what, value)
         if val_rmse is None:
             finite = [torch.isfinite(w).all() for w in weights]
             if finite and not bool(torch.stack(finite).all()):  # one transfer
-                self._stop({"epoch": self.epoch, "step": None,
-                            "what": "update of the epoch's last step (the weights it left)", "value": None})
+                self._stop(None, "update of the epoch's last step (the weights it left)", None)
 
     # --- checking ---------------------------------------------------------------------------------
     def _first_bad(self) -> tuple[int, str, float] | None:
@@ -129,12 +128,12 @@ class DivergenceGuard:
             mine = bad is not None and (bad[0], bad[1]) == (step, what)
             bad = (step, what if mine else f"{what} (on another rank)", bad[2] if mine else None)
         if bad is not None:
-            self._stop({"epoch": self.epoch, "step": bad[0], "what": bad[1], "value": bad[2]})
+            self._stop(*bad)
 
-    def _stop(self, info: dict[str, Any]) -> None:
-        info["steps_per_check"] = None if self.ranks else self.every
-        self.found = info
-        raise Diverged(info["what"])
+    def _stop(self, step: int | None, what: str, value: float | None) -> None:
+        self.found = {"epoch": self.epoch, "step": step, "what": what, "value": value,
+                      "steps_per_check": None if self.ranks else self.every}
+        raise Diverged(what)
 
     # --- the outcome ------------------------------------------------------------------------------
     def outcome(self, cfg, *, resumed: bool, history: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, Any] | None:
