@@ -76,8 +76,7 @@ def sweep_checkpoint_temps(path: str | Path) -> int:
 
 
 def _write_digests(path: Path, digests: list[str]) -> None:
-    target = checksum_path(path)
-    with atomic_path(target) as tmp:
+    with atomic_path(checksum_path(path)) as tmp:
         tmp.write_text("".join(f"{d}  {path.name}\n" for d in digests), encoding="ascii")
 
 
@@ -134,9 +133,8 @@ def read_checkpoint(path: str) -> dict[str, Any] | None:
 
 def _either_advice(path: Path) -> str:
     """What to do when the checkpoint at ``path`` or its checksum file may be the damaged one."""
-    sums = checksum_path(path)
     return (f"both were left as they are: if you trust the checkpoint, write its checksum anew (sha256sum {path} > "
-            f"{sums}), else restore a good copy of both, or delete both to start over")
+            f"{checksum_path(path)}), else restore a good copy of both, or delete both to start over")
 
 
 def _check_digest(path: Path, data: bytes) -> None:
