@@ -155,9 +155,8 @@ def run_sharded(data, model_cfg, cfg, threads: int | None = 1, area=None) -> dic
         ranks = spawn(_sharded_rank, cfg.world_size, device="cpu", kwargs=dict(area=area, model_cfg=model_cfg,
                       cfg=cfg), timeout_s=cfg.timeout_s, threads=threads)
     return {"mode": cfg.mode, "world_size": cfg.world_size, "losses": ranks[0]["losses"],
-            "step_s": max(r["step_s"] for r in ranks), "cells": [r["cells"] for r in ranks],
-            "held_bytes": [r["held_bytes"] for r in ranks],
-            "bytes_sent_per_step": [r["bytes_sent_per_step"] for r in ranks]}
+            "step_s": max(r["step_s"] for r in ranks),
+            **{key: [r[key] for r in ranks] for key in ("cells", "held_bytes", "bytes_sent_per_step")}}
 
 
 @contextlib.contextmanager
@@ -239,14 +238,14 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
     recorder = Recorder(results, on_point)
     info = data_info or {"cells": data.n_cells, "shape": list(data.grid.shape)}
     base = {**dataclasses.asdict(model_cfg), **dataclasses.asdict(cfg)}
+    median_step = {key: statistics.median(g["step_s"] for g in got) for key, got in runs.items()}
+    fewest = median_step[("one process", sizes[0])]
     rows = []
     for (mode, w), got in runs.items():
-        step = statistics.median(g["step_s"] for g in got)
-        one_step = statistics.median(g["step_s"] for g in runs[("one process", w)])
+        step, one_step = median_step[(mode, w)], median_step[("one process", w)]
         speedup = one_step / step if step > 0 else math.nan
         # no speed-up from a baseline that ran slower than the same work on fewer threads: its threads shared
         # cores with other processes (they spin), so the ratio would measure the load, not the sharding
-        fewest = statistics.median(g["step_s"] for g in runs[("one process", sizes[0])])
         withheld = None
         if mode != "one process" and w > sizes[0] and one_step > fewest:
             withheld = (f"no speed-up: one process of {w} threads ({one_step:.3g} s a step) ran slower than one of "
