@@ -50,8 +50,7 @@ def predict(model: nn.Module, x: np.ndarray | torch.Tensor, device: torch.device
 def rmse_kelvin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target_std: float,
                 batch_size: int) -> tuple[float, float]:
     """(scaled MSE, RMSE in kelvin) of ``model`` on (x, y) already on the device."""
-    pred = predict(model, x, x.device, batch_size)
-    mse = F.mse_loss(pred, y.float()).item()
+    mse = F.mse_loss(predict(model, x, x.device, batch_size), y.float()).item()
     return mse, math.sqrt(mse) * target_std
 
 
@@ -260,11 +259,10 @@ def finish_record(core: Forecaster, windows: Windows, cfg, device: torch.device,
     truth = windows.to_kelvin(windows.y["test"])
     test, alone = error_metrics(pred, truth), error_metrics(network, truth)
     base = windows.baselines["test"]
-    flops = model["flops_per_sample"]
     timing = summarize_timing(history, warmup_epochs)
     timing["time_to_target"] = time_to_target(history, cfg.target_rmse)
     if timing["samples_per_s"]:
-        timing["train_flops_per_s"] = timing["samples_per_s"] * flops["training"]
+        timing["train_flops_per_s"] = timing["samples_per_s"] * model["flops_per_sample"]["training"]
     metrics = {
         "test_rmse_k": test["rmse"], "test_mae_k": test["mae"],
         "persistence_rmse_k": base["persistence"]["rmse"], "persistence_mae_k": base["persistence"]["mae"],
