@@ -84,7 +84,6 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"])
         self.history, self.best, self.start_epoch = state["history"], state["best"], state["epoch"]
         self.run_id = state.get("run_id") or self.run_id
-        self.stopped_early = False
         if self.history:  # a run that had already stopped early stays stopped, and says why
             self.should_stop()
         if state.get("recorded") and recorded_marker(state, self.cfg) is None:
@@ -101,8 +100,7 @@ class Trainer:
             return
         save_checkpoint(self.cfg.checkpoint, {
             "format": CHECKPOINT_FORMAT, "key": trajectory_key(self.cfg), "data": self.data_identity,
-            "epoch": len(self.history),
-            "run_id": self.run_id,
+            "epoch": len(self.history), "run_id": self.run_id,
             "model": self.core.state_dict(), "optimizer": self.opt.state_dict(),
             "scheduler": self.sched.state_dict() if self.sched is not None else None,
             "generator": self.gen.get_state(), "torch_rng": torch.get_rng_state(),
