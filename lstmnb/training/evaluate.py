@@ -190,8 +190,7 @@ def summarize_timing(history: list[dict[str, Any]], warmup_epochs: int = 1) -> d
     (each process's first epoch, or every epoch up to a late CUDA graph capture, ``step.capture_epoch``: a
     resumed run warms up again), and the first ``warmup_epochs`` of a history from before the marks. With no
     epoch after them the medians fall back to all epochs, and ``steady_epochs`` says 0."""
-    w = max(1, warmup_epochs)
-    warm = [i < w or bool(h.get("warmup")) for i, h in enumerate(history)]
+    warm = [i < max(1, warmup_epochs) or bool(h.get("warmup")) for i, h in enumerate(history)]
     train_s = [h["train_s"] for h in history]
     steady = [h for h, x in zip(history, warm) if not x] or history
     sps = [h["samples_per_s"] for h in steady]
