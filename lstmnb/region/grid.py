@@ -132,10 +132,7 @@ def box_to_points(ds: xr.Dataset, *, coords_as_inputs: bool = False) -> xr.Datas
         "row": ("point", np.repeat(np.arange(ny), nx)),
         "col": ("point", np.tile(np.arange(nx), ny)),
     }
-    out = xr.Dataset(data_vars, coords=coords, attrs=dict(ds.attrs))
-    out.attrs["selection"] = "points"
-    out.attrs["box_shape"] = f"{ny}x{nx}"
-    return out
+    return xr.Dataset(data_vars, coords=coords, attrs={**ds.attrs, "selection": "points", "box_shape": f"{ny}x{nx}"})
 
 
 def to_map(values: dict[str, np.ndarray], grid: Grid, *, attrs: dict | None = None) -> xr.Dataset:

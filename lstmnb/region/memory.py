@@ -316,10 +316,7 @@ def plot_memory(df, budget_bytes: float | None = None):
     if budget_bytes:
         ax_m.axhline(budget_bytes / 2**20, color="grey", ls="--", label="budget")
     for ax, what in ((ax_m, "peak memory of a step (MiB)"), (ax_t, "seconds per training step")):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("cells in the area")
-        ax.set_ylabel(what)
+        ax.set(xscale="log", yscale="log", xlabel="cells in the area", ylabel=what)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()

@@ -93,8 +93,7 @@ def mix_gather(x: torch.Tensor, index: torch.Tensor, weight: torch.Tensor) -> to
 def dense_from(index: torch.Tensor, weight: torch.Tensor, n_src: int) -> torch.Tensor:
     """The dense (C, n, n_src) relation holding ``weight`` at the ``index`` positions, zero elsewhere."""
     c, n, k = weight.shape
-    out = weight.new_zeros(c, n, n_src)
-    return out.scatter(2, index.unsqueeze(0).expand(c, n, k), weight)
+    return weight.new_zeros(c, n, n_src).scatter(2, index.unsqueeze(0).expand(c, n, k), weight)
 
 
 class NeighbourMix(nn.Module):
