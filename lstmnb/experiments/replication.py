@@ -72,11 +72,10 @@ def closeness(record: dict[str, Any], published: dict[str, Any] | None = None) -
     table = loss_table(record, published).set_index("epoch")
     compared = [e for e in CLOSE_EPOCHS if e in table.index and pd.notna(table.loc[e, "study (CARC)"])]
     worst = max((abs(float(table.loc[e, "difference vs CARC"])) for e in compared), default=None)
-    study = study_losses(published)
     return {"epochs_compared": compared, "largest_difference": worst,
             "reproduced": worst is not None and worst <= TOLERANCE, "tolerance": TOLERANCE,
             "samples_per_epoch": int(((record.get("data") or {}).get("sizes") or {}).get("train", 0)),
-            "study_samples_per_epoch": study["samples_per_epoch"]}
+            "study_samples_per_epoch": study_losses(published)["samples_per_epoch"]}
 
 
 def longest_run(records: list[dict[str, Any]], input_path: str = "dataloader") -> dict[str, Any] | None:

@@ -70,9 +70,8 @@ def scaling(windows, cfg, sc: ScalingConfig = ScalingConfig(), *, data_info: dic
         per = sc.per_device_batch(cfg, n)
         point = replace(cfg, strategy="ddp", nproc=n, batch_size=per, checkpoint=None, resume=False,
                         experiment=f"scaling-{sc.mode}")
-        result = parallel.launch_train(windows, point, n, data_info=data_info,
-                                       options=parallel.RankOptions(comm_split_steps=sc.comm_split_steps))
-        rec = result.record
+        rec = parallel.launch_train(windows, point, n, data_info=data_info,
+                                    options=parallel.RankOptions(comm_split_steps=sc.comm_split_steps)).record
         rec["scaling"] = {"mode": sc.mode, "world_sizes": list(sc.world_sizes), "per_device_batch": per,
                           "global_batch": per * n}
         stop_if_diverged(rec, results)

@@ -227,7 +227,6 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
             })
             bar.update(1)
     bar.close()
-    flops_rate = statistics.median(rates)
     runs = pd.DataFrame(rows)
     med = runs.groupby("contender", sort=False).agg(
         batch=("batch", "first"), input=("input", "first"), samples_per_s=("samples_per_s", "median"),
@@ -252,8 +251,8 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
             notes.append(f"{name}: target {target:.3f} K " + _time_to_target_text(row, max_epochs)
                          + " in at least one repeat")
     return SpeedReport(runs=runs, table=med, target_rmse_k=target, val_persistence_rmse_k=val_pers,
-                       matmul_flops=flops_rate, device=str(dev), matmul_precision=precision, max_epochs=max_epochs,
-                       repeats=repeats, notes=notes)
+                       matmul_flops=statistics.median(rates), device=str(dev), matmul_precision=precision,
+                       max_epochs=max_epochs, repeats=repeats, notes=notes)
 
 
 def format_report(rep: SpeedReport) -> str:
