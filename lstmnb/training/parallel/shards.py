@@ -74,8 +74,7 @@ def weighted_allreduce_hook(state, bucket):
         state._ready = clock(state.env.device)
     buf = bucket.buffer()
     buf.mul_(state.weight)
-    fut = dist.all_reduce(buf, async_op=True).get_future()
-    return fut.then(lambda f: f.value()[0])
+    return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
 
 
 def share_batches(tr, x: torch.Tensor, y: torch.Tensor, sizes: list[int], rank: int):
