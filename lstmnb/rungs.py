@@ -74,10 +74,7 @@ def rung_options(rung: Rung) -> tuple[str, dict[str, Any]]:
     preset on the study's split."""
     if rung.rung == RECOMMENDED:
         return "recommended", dict(RECOMMENDED_OVERRIDES)
-    changes: dict[str, Any] = {}
-    for r in RUNGS[1:rung.rung + 1]:
-        changes.update(r.overrides)
-    return "published", changes
+    return "published", {k: v for r in RUNGS[1:rung.rung + 1] for k, v in r.overrides.items()}
 
 
 def _step(record: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -109,9 +106,7 @@ def rung_of(record: dict[str, Any], presets: Mapping[str, dict[str, Any]]) -> di
     """The record's rung (``{"rung", "name", "change"}``), or None where the run is not one of the ladder's.
     ``presets``: the ``published`` and ``recommended`` presets' config records (``TrainConfig.as_record``)."""
     cfg = record.get("config")
-    if not isinstance(cfg, dict) or not _study_data(record):
-        return None
-    if any(cfg.get(k) != v for k, v in ONE_DEVICE.items()):
+    if not isinstance(cfg, dict) or not _study_data(record) or any(cfg.get(k) != v for k, v in ONE_DEVICE.items()):
         return None
     device = record.get("device")
     kind = (device.get("kind") if isinstance(device, dict) else None) or str(cfg.get("device", "")).split(":")[0]
@@ -122,12 +117,9 @@ def rung_of(record: dict[str, Any], presets: Mapping[str, dict[str, Any]]) -> di
     if any(cfg.get(k) != presets[name][k] for k in keys):  # "lr": the learning rate used
         return None
     if name == "recommended":
-        found = [RUNGS[RECOMMENDED]] if cfg.get("input_path") == "fast" else []
+        found = RUNGS[RECOMMENDED] if cfg.get("input_path") == "fast" else None
     else:
         step = _step(record, kind)  # against each rung's step as the published preset with its changes takes it
-        found = [r for r in rungs_on(kind) if r.rung != RECOMMENDED
-                 and _step({"config": {**presets[name], **rung_options(r)[1]}}, kind) == step]
-    if not found:
-        return None
-    r = found[0]
-    return {"rung": r.rung, "name": r.name, "change": r.change}
+        found = next((r for r in rungs_on(kind) if r.rung != RECOMMENDED
+                      and _step({"config": {**presets[name], **rung_options(r)[1]}}, kind) == step), None)
+    return None if found is None else {"rung": found.rung, "name": found.name, "change": found.change}
