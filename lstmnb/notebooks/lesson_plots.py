@@ -72,11 +72,9 @@ def plot_scaling(table: pd.DataFrame):
 def plot_allreduce(table: pd.DataFrame):
     """All-reduce time and bus bandwidth against message size, the gradient size of one step marked."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
-    x = table["bytes"]
-    _markers(ax1, x, table["time us"], table["flag"], "C0", "median time")
-    _markers(ax2, x, table["busbw GB/s"], table["flag"], "C0", "median bus bandwidth")
     grad = table[table["gradients of one step"]]
-    for ax, col in ((ax1, "time us"), (ax2, "busbw GB/s")):
+    for ax, col, label in ((ax1, "time us", "median time"), (ax2, "busbw GB/s", "median bus bandwidth")):
+        _markers(ax, table["bytes"], table[col], table["flag"], "C0", label)
         if not grad.empty:
             ax.plot(grad["bytes"], grad[col], "*", color="C3", ms=14, label="one step's gradients")
         ax.set(xscale="log", yscale="log", xlabel="message size (bytes)")

@@ -22,7 +22,7 @@ from ..doctor import gpu_problem
 from ..errors import ConfigError
 from ..models import Forecaster, count_parameters, flops_per_sample
 from ..paths import atomic_path
-from ..records import Recorder, append_record
+from ..records import Recorder
 from ..report import runs_table
 from ..training import preset_config, skipped_record, train, with_overrides
 from ..training.guards import stop_if_diverged
@@ -45,10 +45,8 @@ def figures_inline() -> bool:
         return False
     from IPython import get_ipython
 
-    shell = get_ipython()
-    if shell is None or getattr(shell, "kernel", None) is None:
-        return False
-    if matplotlib.get_backend().lower() not in FILE_ONLY_BACKENDS:
+    shell = get_ipython()  # None outside IPython: it has no kernel either
+    if getattr(shell, "kernel", None) is None or matplotlib.get_backend().lower() not in FILE_ONLY_BACKENDS:
         return False
     shell.run_line_magic("matplotlib", "inline")
     return True
@@ -124,8 +122,7 @@ def store_variables(ds) -> pd.DataFrame:
 
 def series_frame(ds, variable: str = "2m_temperature") -> pd.DataFrame:
     """One column per point (kelvin), indexed by time, from a point extraction."""
-    da = ds[variable]
-    return pd.DataFrame(da.transpose("time", "point").values, index=pd.DatetimeIndex(ds["time"].values),
+    return pd.DataFrame(ds[variable].transpose("time", "point").values, index=pd.DatetimeIndex(ds["time"].values),
                         columns=[str(p) for p in ds["point"].values])
 
 
@@ -274,6 +271,4 @@ def gpu_check(device: str = "cuda", min_gpus: int = 1) -> str | None:
 
 def record_skipped(cfg, reason: str, results, **extra: Any) -> dict[str, Any]:
     """Append a ``skipped`` record (a reason, never a number) to ``results`` (None: do not) and return it."""
-    record = skipped_record(cfg, reason, **extra)
-    append_record(record, results)
-    return record
+    return Recorder(results).add(skipped_record(cfg, reason, **extra))
