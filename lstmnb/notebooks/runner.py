@@ -66,7 +66,7 @@ def select_notebooks(available: Sequence[Path], only: Iterable[str] | str | None
     tokens = [t.strip() for t in (only.split(",") if isinstance(only, str) else only) if t and t.strip()]
     chosen: set[Path] = set()
     for token in tokens:
-        stem = token[:-6] if token.endswith(".ipynb") else token
+        stem = token.removesuffix(".ipynb")
         hits = [p for p in available if p.stem == stem or p.stem.split("_", 1)[0] == stem]
         if not hits:
             names = ", ".join(p.stem for p in available)
@@ -91,7 +91,7 @@ def plan_parameters(notebooks: Sequence[Path], base: Mapping[str, Any], override
     An override that none of the selected notebooks declares is an error naming what they do declare,
     instead of papermill's warning after the fact."""
     declared = declared or {nb: notebook_parameters(nb) for nb in notebooks}
-    known = set().union(*(set(declared[nb]) for nb in notebooks)) if notebooks else set()
+    known = set().union(*(declared[nb] for nb in notebooks))
     unknown = sorted(k for k in overrides if k not in known)
     if unknown:
         where = ", ".join(nb.stem for nb in notebooks)
@@ -177,7 +177,7 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
         raise ConfigError(f"kernel {kernel_name!r} is empty; give a Jupyter kernel name (see `lstmnb doctor`)")
     plan_parameters(selected, {}, overrides, declared)  # names first: a typo is named as such
     every = declared if only is None else {nb: notebook_parameters(nb) for nb in find_notebooks(notebooks)}
-    known = set(INJECTED).union(*(set(d) for d in every.values()))
+    known = set(INJECTED).union(*every.values())
     stray = sorted(set(prof.parameters) - known)
     if stray:
         raise NotebookError(f"profile {prof.name!r}: parameter(s) {', '.join(map(repr, stray))} are declared by no "
@@ -335,8 +335,5 @@ def listing(notebooks: str | os.PathLike | None = None) -> tuple[list[tuple[str,
         heading = next((c.source.strip().splitlines()[0].lstrip("# ") for c in nb.cells
                         if c.cell_type == "markdown" and c.source.strip()), "")
         nbs.append((path.stem, heading, ", ".join(notebook_parameters(path))))
-    profs = []
-    for name in profile_names():
-        p = load_profile(name)
-        profs.append((name, p.label, str(p.parameters.get("device", "")), p.kernel))
-    return nbs, profs
+    profiles = map(load_profile, profile_names())  # a shipped profile's name is the one it was loaded by
+    return nbs, [(p.name, p.label, str(p.parameters.get("device", "")), p.kernel) for p in profiles]

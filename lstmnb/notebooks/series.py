@@ -72,5 +72,4 @@ def records_outcome(results: Path, before: set[str]) -> tuple[str, str | None]:
     new = [r for r in _read(results) if str(r.get("run_id")) not in before]
     if not new or any(r.get("status") != "skipped" for r in new):
         return "ok", None
-    reasons = list(dict.fromkeys(str(r.get("reason") or "no reason given") for r in new))
-    return "skipped", "; ".join(reasons)
+    return "skipped", "; ".join(dict.fromkeys(str(r.get("reason") or "no reason given") for r in new))  # each once
