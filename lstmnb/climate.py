@@ -111,8 +111,7 @@ def cycle_fit(values: np.ndarray, times: pd.DatetimeIndex) -> np.ndarray:
     ``times``. The year's harmonics only where ``times`` cover a year: fitted to a few weeks they follow
     those weeks' weather and, carried months ahead, leave any range the network was trained on."""
     v = np.asarray(values, dtype=np.float64)
-    annual = covers_a_year(times)
-    return np.linalg.lstsq(_harmonics(times, annual), v.reshape(len(v), -1), rcond=None)[0]
+    return np.linalg.lstsq(_harmonics(times, covers_a_year(times)), v.reshape(len(v), -1), rcond=None)[0]
 
 
 def cycle_values(coef: np.ndarray, times: pd.DatetimeIndex) -> np.ndarray:

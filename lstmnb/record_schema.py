@@ -148,7 +148,7 @@ def record_problem(record: Any) -> str | None:
     if error.validator == "required":  # the missing field is named in the message, not the path
         missing = next((n for n in error.validator_value if isinstance(error.instance, dict) and n not in error.instance),
                        None)
-        field = ".".join(filter(None, (field, str(missing) if missing else None)))
+        field = ".".join(filter(None, (field, missing)))  # a required field's name is text
         return f"{field or '(record)'}: missing"
     value = repr(error.instance)
     value = value if len(value) <= 40 else value[:37] + "..."

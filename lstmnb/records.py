@@ -178,8 +178,7 @@ def _holds_run(fd: int, size: int, run_id: str | None) -> bool:
     if not run_id:
         return False
     needle = json.dumps(run_id).encode()
-    data = _read_at(fd, size, 0)
-    for raw in data.splitlines():
+    for raw in _read_at(fd, size, 0).splitlines():
         if needle in raw:
             try:
                 rec = json.loads(raw)
@@ -258,8 +257,7 @@ def scan_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> Reco
                 except ValueError as exc:
                     broken.append((lineno, str(exc).split(":")[0]))
                     continue
-                problem = record_problem(rec)
-                if problem is not None:
+                if (problem := record_problem(rec)) is not None:
                     invalid.append((lineno, f"field {problem}"))
                     continue
                 rec["_file"] = str(file)  # where this read found it (a copied record may carry a stale one)

@@ -39,11 +39,10 @@ def source_code(obj: Any) -> str:
     return textwrap.dedent(inspect.getsource(getattr(obj, "py_func", obj)))
 
 
-def check_repeats(repeats: int) -> int:
+def check_repeats(repeats: int) -> None:
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ConfigError(f"repeats={repeats!r} must be a whole number >= 1 (3 or more for a median the "
                           f"tables trust)")
-    return repeats
 
 
 # --- 04: a step's time against its batch --------------------------------------------------------------

@@ -165,11 +165,10 @@ def build_site(result: SeriesResult) -> Path:
         for run in rest:
             _page(run, Path(run.notebook), src / f"{run.name}.ipynb")
         with atomic_path(target) as out:
-            doctrees = src / ".doctrees"
             with warnings.catch_warnings():  # the theme's deprecation notes about Sphinx's API are not the reader's
                 warnings.simplefilter("ignore", DeprecationWarning)
                 warnings.simplefilter("ignore", PendingDeprecationWarning)
-                app = Sphinx(str(src), str(src), str(out), str(doctrees), "html", status=None, warning=None,
+                app = Sphinx(str(src), str(src), str(out), str(src / ".doctrees"), "html", status=None, warning=None,
                              freshenv=True, verbosity=0)
                 app.build()
             if app.statuscode:
