@@ -9,7 +9,7 @@ import re
 import shutil
 import socket
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
 
@@ -194,11 +194,9 @@ def locked(fd: int) -> Iterator[None]:
         here = os.lseek(fd, 0, os.SEEK_CUR)
         os.lseek(fd, _LOCK_BYTE, os.SEEK_SET)
         while True:  # LK_LOCK gives up after 10 tries a second apart; a writer may hold it longer
-            try:
+            with suppress(OSError):  # not yet: try again
                 msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
                 break
-            except OSError:
-                continue
         os.lseek(fd, here, os.SEEK_SET)
         try:
             yield

@@ -57,11 +57,9 @@ def copy_series(dest: str | os.PathLike, *, overwrite: bool = False) -> list[Pat
     target, notebooks = check_copy(dest, overwrite=overwrite)
     try:
         target.mkdir(parents=True, exist_ok=True)
-        copies = []
         for nb in notebooks:
             with atomic_path(target / nb.name, suffix=".ipynb") as tmp:
                 shutil.copyfile(nb, tmp)
-            copies.append(target / nb.name)
     except OSError as exc:
         raise NotebookError(f"cannot copy the notebooks into {target}: {exc.strerror or exc}") from None
-    return copies
+    return [target / nb.name for nb in notebooks]

@@ -198,8 +198,8 @@ def _check_settings(values: Mapping[str, Any]) -> None:
         from ..experiments.skill import check_leads
 
         _reuse("skill_leads", values["skill_leads"], check_leads, values["skill_leads"], "skill_leads")
-    if "preset" in values and knob_problem("preset", values["preset"]):
-        raise _bad("preset", values["preset"], knob_problem("preset", values["preset"]))
+    if "preset" in values and (why := knob_problem("preset", values["preset"])):
+        raise _bad("preset", values["preset"], why)
     if "world_sizes" in values:  # 05 caps them at the GPUs present; `lstmnb bench scaling`'s range
         from ..experiments.scaling import ScalingConfig
 
