@@ -65,9 +65,8 @@ def write_store(path: str | os.PathLike, times: pd.DatetimeIndex, lat: np.ndarra
         # Write the chunk files directly: zarr's per-chunk machinery takes ~10 s for 13k chunks,
         # plain file writes take well under one. Keys follow the v2 layout: "<t>.0.0".
         data = np.ascontiguousarray(values, dtype=np.float32)
-        var_dir = path / name
         for t in range(nt):
-            (var_dir / f"{t}.0.0").write_bytes(compressor.encode(data[t]))
+            (path / name / f"{t}.0.0").write_bytes(compressor.encode(data[t]))
     zarr.consolidate_metadata(path, zarr_format=2)
     (path / DONE).write_text(json.dumps({**(marker or {}), "files": files_of(path)}))
     return path
@@ -105,14 +104,11 @@ def store_problem(path: str | os.PathLike) -> str | None:
     have = files_of(path)
     missing = sorted(k for k in files if k not in have)
     changed = sorted(k for k, want in files.items() if k in have and have[k] != want)
-    if not missing and not changed:
-        return None
-    parts = [f"{len(missing)} file(s) missing ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})"] \
-        if missing else []
-    if changed:
-        parts.append(f"{len(changed)} file(s) cut or changed, by size or checksum ({', '.join(changed[:3])}"
-                     f"{', ...' if len(changed) > 3 else ''})")
-    return "; ".join(parts)
+    parts = []
+    for names, what in ((missing, "missing"), (changed, "cut or changed, by size or checksum")):
+        if names:
+            parts.append(f"{len(names)} file(s) {what} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})")
+    return "; ".join(parts) or None
 
 
 def built_store(name: str, write: Callable[[Path], object], what: str) -> Path:
