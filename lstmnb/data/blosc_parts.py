@@ -146,9 +146,8 @@ def _decompress(codec: int, data, size: int):
 
         _DECODERS.update({1: numcodecs.LZ4(), 3: numcodecs.Zlib(), 4: numcodecs.Zstd()})
     if codec == 1:  # LZ4 block format; numcodecs.LZ4 wants the decoded size as a 4-byte prefix
-        out = _DECODERS[1].decode(b"".join((struct.pack("<I", size), data)))
-    else:
-        out = _DECODERS[codec].decode(data)
+        data = struct.pack("<I", size) + data
+    out = _DECODERS[codec].decode(data)
     if memoryview(out).nbytes != size:
         raise ValueError(f"a Blosc stream decoded to {memoryview(out).nbytes} bytes, expected {size}")
     return out

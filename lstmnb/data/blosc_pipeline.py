@@ -20,6 +20,7 @@ output selection, whether the chunk is complete) that this class reads.
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -78,20 +79,18 @@ class BloscBlocksPipeline(BatchedCodecPipeline):
         return blosc is not None and blosc_parts.readable(*blosc)
 
     async def read(self, batch_info, out, drop_axes: tuple[int, ...] = ()) -> None:
-        batch_info = list(batch_info)
-        small = []
-        if self._in_parts:
-            for item in batch_info:
-                _, spec, chunk_selection, _, complete = item
-                cells = int(np.prod(spec.shape))
-                if (not complete and cells <= MAX_CELLS and spec.order == "C"
-                        and spec.dtype.to_native_dtype().byteorder != ">"):
-                    flat = _positions(tuple(spec.shape))[chunk_selection]
-                    if flat.size * 2 < cells:
-                        small.append((item, flat))
-        chosen = {id(item) for item, _ in small}
-        rest = [item for item in batch_info if id(item) not in chosen]
-        jobs = [self._read_blocks(item, flat, out, drop_axes) for item, flat in small]
+        in_parts = self._in_parts
+        jobs, rest = [], []
+        for item in batch_info:
+            _, spec, chunk_selection, _, complete = item
+            cells = math.prod(spec.shape)
+            if (in_parts and not complete and cells <= MAX_CELLS and spec.order == "C"
+                    and spec.dtype.to_native_dtype().byteorder != ">"):
+                flat = _positions(tuple(spec.shape))[chunk_selection]
+                if flat.size * 2 < cells:
+                    jobs.append(self._read_blocks(item, flat, out, drop_axes))
+                    continue
+            rest.append(item)
         if rest:
             jobs.append(super().read(rest, out, drop_axes))
         await asyncio.gather(*jobs)
