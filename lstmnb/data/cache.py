@@ -81,14 +81,12 @@ class BlockCache:
             listing: dict[int, list[Path]] = {}
             try:
                 with os.scandir(self.dir) as entries:
-                    for entry in entries:
+                    for entry in sorted(entries, key=lambda e: e.name):  # each slot's files in name order
                         parsed = _parse(entry.name)
                         if parsed is not None:
                             listing.setdefault(parsed[0], []).append(Path(entry.path))
             except (FileNotFoundError, NotADirectoryError):
                 pass
-            for paths in listing.values():
-                paths.sort()
             self._listing = listing
         return self._listing.setdefault(slot, [])  # a list the writes and removals below keep right
 
@@ -160,8 +158,7 @@ def write_store_meta(root: str | os.PathLike | None, store_id: str, meta: dict) 
     folder = extracts_root(root) / store_id
     folder.mkdir(parents=True, exist_ok=True)
     sweep_stale_temps(folder)
-    payload = json.dumps({"crc32": zlib.crc32(body.encode()), "meta": body}).encode()
-    return write_atomic(folder / META_NAME, payload)
+    return write_atomic(folder / META_NAME, json.dumps({"crc32": zlib.crc32(body.encode()), "meta": body}).encode())
 
 
 def read_store_meta(root: str | os.PathLike | None, store_id: str) -> dict | None:
@@ -218,10 +215,8 @@ class StoreMeta:
     @classmethod
     def from_json(cls, d: dict) -> "StoreMeta":
         t = d["time"]
-        if "values" in t:
-            ticks = np.asarray(t["values"], dtype=np.int64)
-        else:
-            ticks = t["start"] + t["step"] * np.arange(t["count"], dtype=np.int64)
+        ticks = (np.asarray(t["values"], dtype=np.int64) if "values" in t
+                 else t["start"] + t["step"] * np.arange(t["count"], dtype=np.int64))
         return cls(ticks.astype(f"datetime64[{t['unit']}]"), np.asarray(d["latitude"], dtype=np.float64),
                    np.asarray(d["longitude"], dtype=np.float64), dict(d["attrs"]), dict(d["variables"]))
 
