@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import os
 import time
+from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -132,10 +133,8 @@ def fetch_plan(
     blocks = len(caches) * len(slots)
     for cache in caches.values():
         sweep_stale_temps(cache.dir)  # leftovers of a killed run
-    if offline:
-        if refresh:
-            raise CacheMiss(0, blocks)
-        covered = sum(cache.covers(slot, *span[slot]) for cache in caches.values() for slot in slots)
+    if offline:  # with refresh, no cached block counts
+        covered = 0 if refresh else sum(cache.covers(slot, *span[slot]) for cache in caches.values() for slot in slots)
         if covered < blocks:
             raise CacheMiss(covered, blocks)
 
@@ -205,9 +204,7 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats) ->
     which moves the frontier on without draining the pipeline at slot boundaries."""
     index = {t.key: i for i, t in enumerate(plan.targets)}  # a points read: one value per target, in order
     order = _runs(needs, plan.variables, hours)
-    per_hour: dict[int, int] = {}
-    for _, t in needs:
-        per_hour[t] = per_hour.get(t, 0) + 1
+    per_hour = Counter(t for _, t in needs)  # reads each hour still waits for
 
     bar = None
     if progress:
