@@ -84,15 +84,13 @@ def zarr_store(url: str, remote: bool, storage_options: dict | None = None, *, c
                retry: RetryPolicy | None = None) -> "ReadStore":
     """A read-only zarr store of ``url`` (a local path when not ``remote``), wrapped in ``ReadStore``."""
     retry = retry or RetryPolicy()
-    options = dict(storage_options or {})
     if not remote:
         return ReadStore(LocalStore(url, read_only=True), retry, url)
     if url.startswith(("gs://", "gcs://")):
         session = {"connector": run(_connector(connections))}  # made on zarr's loop, where gcsfs uses it
         fs = gcsfs_class()(asynchronous=True, skip_instance_cache=True, session_kwargs=session,
-                           **{"token": "anon", **options})
-        path = url.split("://", 1)[1]
-        return ReadStore(FsspecStore(fs, path=path, read_only=True), RetryPolicy(attempts=1), url)
+                           **{"token": "anon", **(storage_options or {})})
+        return ReadStore(FsspecStore(fs, path=url.split("://", 1)[1], read_only=True), RetryPolicy(attempts=1), url)
     if url.startswith(("http://", "https://")):
         from fsspec.implementations.http import HTTPFileSystem
 
@@ -103,7 +101,7 @@ def zarr_store(url: str, remote: bool, storage_options: dict | None = None, *, c
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=retry.timeout, sock_read=retry.timeout)
             return aiohttp.ClientSession(connector=await _connector(connections), timeout=timeout, **kwargs)
 
-        fs = HTTPFileSystem(asynchronous=True, skip_instance_cache=True, get_client=client, **options)
+        fs = HTTPFileSystem(asynchronous=True, skip_instance_cache=True, get_client=client, **(storage_options or {}))
         return ReadStore(FsspecStore(fs, path=url.rstrip("/"), read_only=True), retry, url)
     raise ConfigError(f"unsupported store URL {url!r}; use gs://, http(s):// or a local path")
 
@@ -122,8 +120,7 @@ class ReadStore(WrapperStore):
         super().__init__(store)
         self.retry = retry
         self.url = url
-        self.requests = 0
-        self.bytes_read = 0
+        self.requests = self.bytes_read = 0
         self._kept: dict = {}  # key -> what open_metadata fetched (None: absent)
         # a local store's whole files are read right here, on zarr's loop: LocalStore sends each read to a
         # worker thread, and for the study's store (13,128 chunks of 8 bytes) the hops cost more than the reads
