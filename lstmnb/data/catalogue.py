@@ -130,10 +130,8 @@ def source_text(source) -> str:
 def resolve_source(source: str = STUDY, storage_options: dict | None = None) -> StoreRef:
     """Turn a source name into a ``StoreRef`` (building the study's or the sample store on first use)."""
     source = source_text(source)
-    if source == SAMPLE:
-        return StoreRef(source, str(sample_store()), False, {})
-    if source == STUDY:
-        return StoreRef(source, str(study_store()), False, {})
+    if source in (SAMPLE, STUDY):
+        return StoreRef(source, str(sample_store() if source == SAMPLE else study_store()), False, {})
     url = CATALOGUE.get(source, source)
     if "://" in url:
         _require_cloud_packages(url)
@@ -222,9 +220,9 @@ def check_request(request: Request, storage_options: dict | None = None) -> Requ
     return request
 
 
-def check_selection(request: Request) -> tuple[pd.Timestamp, pd.Timestamp]:
+def check_selection(request: Request) -> tuple[pd.Timestamp, pd.Timestamp, tuple[str, ...]]:
     """The request's variable names, points or box and times, each checked on its own (no store);
-    returns the (start, end) times. ``check_request`` and ``make_plan`` both rest on it."""
+    returns the (start, end) times and the variables (a tuple). ``check_request`` and ``make_plan`` both rest on it."""
     variables = (request.variables,) if isinstance(request.variables, str) else tuple(request.variables or ())
     if not variables or any(not isinstance(v, str) or not v.strip() for v in variables):
         raise ConfigError(f"variables {variables!r}: give at least one name, e.g. 2m_temperature")
@@ -251,7 +249,7 @@ def check_selection(request: Request) -> tuple[pd.Timestamp, pd.Timestamp]:
         raise ConfigError(f"end {request.end!r} is before start {request.start!r}")
     if isinstance(request.source, str) and request.source.strip() == STUDY:  # what the shipped data can serve
         check_study_request(request.points, request.box, start, end, variables)
-    return start, end
+    return start, end, variables
 
 
 UNCONSOLIDATED = "Failed to open Zarr store with consolidated metadata"  # how xarray's five-line warning begins
@@ -291,21 +289,17 @@ def open_ref(ref: StoreRef, store: ReadStore | None = None) -> xr.Dataset:
                         "it where it can be listed (gs://, a local path)")
     if missing:
         raise DataError(f"{ref.url} lacks the ERA5 coordinates {missing}; expected time, latitude, longitude")
-    _pass_on(said, ref)
-    return ds
-
-
-def _pass_on(said: list, ref: StoreRef) -> None:
-    """Say again the warnings that opening ``ref`` raised, but xarray's five lines on a store without
-    consolidated metadata as one of ours, and only for a remote store: there opening pays a round trip per
-    array's metadata (a local one costs nothing to speak of), and the store's owner can consolidate it."""
+    # Say again the warnings that opening ``ref`` raised, but xarray's five lines on a store without
+    # consolidated metadata as one of ours, and only for a remote store: there opening pays a round trip per
+    # array's metadata (a local one costs nothing to speak of), and the store's owner can consolidate it.
     for w in said:
         if not str(w.message).startswith(UNCONSOLIDATED):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         elif ref.remote:
             warnings.warn(f"{ref.url} has no consolidated metadata, so opening it reads each array's metadata "
                           "separately (slower); zarr.consolidate_metadata on the store writes it once",
-                          RuntimeWarning, stacklevel=3)
+                          RuntimeWarning, stacklevel=2)
+    return ds
 
 
 def open_store(source: str = STUDY, storage_options: dict | None = None) -> xr.Dataset:

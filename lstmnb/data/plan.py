@@ -132,8 +132,7 @@ def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> 
     """Check ``request`` against the opened store (or its cached metadata) and resolve it to indices;
     raise on bad input."""
     meta = ds if isinstance(ds, StoreMeta) else StoreMeta.from_dataset(ds)  # an opened store's Dataset, or its meta
-    start, end = check_selection(request)
-    variables = tuple(request.variables) if not isinstance(request.variables, str) else (request.variables,)
+    start, end, variables = check_selection(request)
     _check_variables(meta, variables)
     lo, hi = valid_range(meta)
     if start < lo or end > hi:
