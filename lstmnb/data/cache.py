@@ -113,15 +113,12 @@ class BlockCache:
         name = f"{block.slot:08d}_{a:04d}-{b:04d}_{zlib.crc32(payload):08x}.npy"
         final = write_atomic(self.dir / name, payload)
         files = self._files(block.slot)
-        kept = [final]
-        for other in files:
-            if other != final:
-                parsed = _parse(other.name)
-                if parsed and parsed[1] >= a and parsed[2] <= b:
-                    other.unlink(missing_ok=True)
-                else:
-                    kept.append(other)
-        files[:] = sorted(kept)
+        for other in [p for p in files if p != final]:
+            parsed = _parse(other.name)
+            if parsed and parsed[1] >= a and parsed[2] <= b:
+                other.unlink(missing_ok=True)
+                files.remove(other)
+        files[:] = sorted({final, *files})
         return final
 
 
