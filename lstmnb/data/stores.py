@@ -169,13 +169,13 @@ class ReadStore(WrapperStore):
         tries = f" (after {retry.attempts} attempts)" if retry.attempts > 1 else ""
         raise StoreError(f"{last} reading {key}{tries}")
 
-    async def open_metadata(self, retry: RetryPolicy = PROBE_RETRY) -> bool:
+    async def open_metadata(self) -> bool:
         """Fetch what opening the store reads first (its metadata in either Zarr format, the first chunk of
         each ERA5 coordinate) all at once, and keep it for the reads that follow: one round trip where
         xarray, asking for them one after another, would wait for about eight. Whether the store has Zarr
         metadata at all; ``StoreError`` when it cannot be read or gives no answer in ``PROBE_DEADLINE``."""
         proto = default_buffer_prototype()
-        tasks = [asyncio.ensure_future(self._retrying(k, self._store.get, k, proto, None, retry=retry))
+        tasks = [asyncio.ensure_future(self._retrying(k, self._store.get, k, proto, None, retry=PROBE_RETRY))
                  for k in OPENING_KEYS]
         done, _ = await asyncio.wait(tasks, timeout=PROBE_DEADLINE, return_when=asyncio.FIRST_COMPLETED)
         try:

@@ -225,8 +225,7 @@ def _surface(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, wx: dict[str, 
 
 def _land(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(time, cells) 2 m temperature and surface pressure of land cells."""
-    wx = _weather(hours, lat, lon, seed)
-    return _surface(hours, lat, lon, wx, np.random.default_rng([seed, 3]))
+    return _surface(hours, lat, lon, _weather(hours, lat, lon, seed), np.random.default_rng([seed, 3]))
 
 
 def _sea(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
