@@ -37,10 +37,8 @@ def airline_passengers() -> pd.Series:
     """The 144 monthly airline passenger totals (thousands), indexed by month start, 1949-01 to 1960-12."""
     with resources.files("lstmnb").joinpath("datasets/airline_passengers.csv").open() as fh:
         df = pd.read_csv(fh, comment="#")
-    series = pd.Series(df["passengers"].to_numpy(dtype=np.float64), index=pd.to_datetime(df["month"]),
-                       name="passengers")
-    series.index.name = "month"
-    return series
+    # the index keeps the column's name, "month"
+    return pd.Series(df["passengers"].to_numpy(dtype=np.float64), index=pd.to_datetime(df["month"]), name="passengers")
 
 
 @dataclass
