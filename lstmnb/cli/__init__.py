@@ -178,9 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings(), stop_on_sigterm():
         warnings.showwarning = one_line_warnings()
         try:
-            check = getattr(args, "check", None)
-            if check is not None:  # every option and output of the sub-command, before any work
-                check(args)
+            args.check(args)  # every option and output of the sub-command, before any work
             result = args.func(args)
         except LstmnbError as exc:
             print(f"{where}: error: {exc}", file=sys.stderr)
