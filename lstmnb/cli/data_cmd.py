@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from ..errors import ConfigError, DataError, OutputError
 from ..paths import check_cache, check_writable
 from .options import add_request_args, request_from_args, write_output
@@ -95,9 +94,8 @@ def _run_data(args) -> int:
         table = pd.DataFrame(rows).set_index("store").assign(MB=lambda t: t["bytes"] / 1e6)
         print(format_table(table[["variable", "area", "blocks", "hours", "MB"]], floatfmt="{:,.2f}"))
         return 0
-    request = request_from_args(args)
-    options = {"token": args.credentials} if args.credentials else None
-    ds = data.extract(request, progress=args.progress, refresh=args.refresh, storage_options=options,
+    ds = data.extract(request_from_args(args), progress=args.progress, refresh=args.refresh,
+                      storage_options={"token": args.credentials} if args.credentials else None,
                       concurrency=args.concurrency, block_hours=args.block_hours)
     _check_trainable(ds, extracts_root())
     print(data.summary(ds))
