@@ -50,10 +50,12 @@ def add_notebooks(sub, full: bool) -> None:
     cp.set_defaults(func=_copy_notebooks, check=_check_copy)
 
 
-def _overrides(pairs) -> dict:
+def _series_options(args) -> dict:
+    """The options `notebooks run` passes to check_series and run_series alike (its -p overrides parsed)."""
     from ..notebooks.params import parse_override
 
-    return {key: parse_override(key, value) for key, value in pairs}
+    return dict(overrides={key: parse_override(key, value) for key, value in args.parameters}, only=args.only,
+                runs_dir=args.runs_dir, notebooks=args.notebooks, kernel=args.kernel, cell_timeout_s=args.timeout)
 
 
 def _notebooks_folder(folder) -> None:
@@ -68,8 +70,7 @@ def _check_notebooks_run(args) -> None:
     any kernel starts (run_series checks them again, for callers from Python)."""
     from ..notebooks import check_series
 
-    check_series(args.profile, overrides=_overrides(args.parameters), only=args.only, runs_dir=args.runs_dir,
-                 notebooks=args.notebooks, kernel=args.kernel, cell_timeout_s=args.timeout)
+    check_series(args.profile, **_series_options(args))
     check_cache()
 
 
@@ -101,9 +102,7 @@ def _run_notebooks(args) -> int:
     from ..notebooks import run_series
 
     try:
-        result = run_series(args.profile, overrides=_overrides(args.parameters), only=args.only,
-                            runs_dir=args.runs_dir, notebooks=args.notebooks, kernel=args.kernel,
-                            cell_timeout_s=args.timeout, html=args.html, progress=args.progress)
+        result = run_series(args.profile, **_series_options(args), html=args.html, progress=args.progress)
     except (NotebookError, KeyboardInterrupt) as exc:
         if getattr(exc, "series", None) is not None:
             print_series(exc.series)
