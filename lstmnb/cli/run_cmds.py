@@ -87,14 +87,14 @@ def check_training(cfg, request, args, device: bool = True) -> None:
         from ..training.parallel import check_world_size, ddp_device_kind
 
         check_world_size(ddp_device_kind(cfg.device), cfg.nproc)
-    if cfg.checkpoint and results_path(args) is not None:
+    if cfg.checkpoint:
         from ..records import runs_path
 
-        if runs_path(Path(results_path(args)).expanduser()).resolve() == Path(cfg.checkpoint).resolve():
-            raise ConfigError(f"--checkpoint {cfg.checkpoint} and {results_option(args)} {results_path(args)} are the "
+        results = results_path(args)
+        if results is not None and runs_path(Path(results).expanduser()).resolve() == Path(cfg.checkpoint).resolve():
+            raise ConfigError(f"--checkpoint {cfg.checkpoint} and {results_option(args)} {results} are the "
                               "same file: each epoch's checkpoint would replace the records and the record land in "
                               "the checkpoint; give two paths")
-    if cfg.checkpoint:
         check_writable(cfg.checkpoint, "file", "--checkpoint")  # read and checked once by the run, before the data
     check_results_args(args)
     check_cache()
