@@ -304,16 +304,13 @@ class NumbaCUDABlockGrad(DeviceGrad):
             self.kernel, self.reduce = build_kernels(self.dtype.name, self.H, self.S)
             self.allocate_workspaces()
 
-    def upload_weights(self, theta: np.ndarray) -> None:
-        """theta and the transposed input and recurrent weights, in one copy to the device."""
+    def launch(self, theta: np.ndarray, d_idx, B: int, scale) -> None:
+        # theta and the transposed input and recurrent weights, in one copy to the device
         p, w, n = unpack(theta, self.shape), self.host_w, self.P + 4 * self.H * self.shape.n_features
         w[: self.P] = theta
         w[self.P : n] = p["W_ih"].T.ravel()
         w[n:] = p["W_hh"].T.ravel()
         self.d_w.copy_to_device(w)
-
-    def launch(self, theta: np.ndarray, d_idx, B: int, scale) -> None:
-        self.upload_weights(theta)
         n_blocks = math.ceil(B / self.S)
         self.kernel[n_blocks, (self.H, self.S)](*self.kernel_args(d_idx, B, scale))
         self.reduce[math.ceil((self.P + 1) / REDUCE_THREADS), REDUCE_THREADS](self.d_parts, n_blocks, self.d_out)
