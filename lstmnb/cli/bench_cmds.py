@@ -73,8 +73,7 @@ def _run_bench_ladder(args) -> int:
 
     records = ladder_experiment(args.epochs, args.rounds, devices, results=results_path(args), threads=args.threads,
                                 on_point=say)
-    print()
-    print(format_table(ladder_table(ladder_rows(pd.json_normalize(records, max_level=2), "measured here"))))
+    print("\n" + format_table(ladder_table(ladder_rows(pd.json_normalize(records, max_level=2), "measured here"))))
     return 0
 
 

@@ -84,8 +84,7 @@ def print_series(result, width: int = 100) -> None:
     table = pd.DataFrame([{"notebook": r.name, "status": r.label,
                            "seconds": round(r.seconds, 1) if r.seconds is not None else None}
                           for r in result.runs]).set_index("notebook")
-    print()
-    print(format_table(table, floatfmt="{:,.1f}"))
+    print("\n" + format_table(table, floatfmt="{:,.1f}"))
     for r in result.runs:
         why = r.reason if r.status == "skipped" else r.error if r.status == "failed" else None
         if why:

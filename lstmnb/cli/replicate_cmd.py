@@ -44,8 +44,7 @@ def _run_replicate(args) -> int:
     table = replication.loss_table(record)
     with pd.option_context("display.width", 100):
         print(format_table(replication.shown_table(table)))
-    print()
-    print(replication.verdict(record))
+    print("\n" + replication.verdict(record))
     m, t = record["metrics"], record["timing"]
     print(f"test RMSE 2021-01..06: {m['test_rmse_k']:.3f} K (persistence {m['persistence_rmse_k']:.3f} K); "
           f"{t['train_s']:.1f} s of training on {record['device']['kind']} ({record['device']['name']})")

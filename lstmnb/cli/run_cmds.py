@@ -23,8 +23,7 @@ def print_run(record: dict) -> None:
     if data.get("source"):
         print(f"data: {data['source']} ({data.get('kind', 'real')} data), {data.get('start')} .. {data.get('end')}")
     print(format_table(epochs_table(record)))
-    print()
-    print(format_table(metrics_table(record)))
+    print("\n" + format_table(metrics_table(record)))
     t = record["timing"]
     n_warm = t.get("warmup_epochs", 1)  # more than 1: a late CUDA graph capture, or a resumed run's restart
     warm_text = (f"warm-up {n_warm} epochs {t['warmup_s']:.2f} s" if n_warm > 1 and t.get("warmup_s") is not None
