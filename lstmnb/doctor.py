@@ -29,7 +29,8 @@ def gpu_problem(device: str = "cuda", min_gpus: int = 1) -> str | None:
     """None when ``min_gpus`` CUDA GPUs are usable for ``device``; otherwise the reason, in one line."""
     import torch
 
-    from .machine.device import no_cuda_reason
+    from .errors import LstmnbError
+    from .machine.device import no_cuda_reason, resolve_device
 
     if not str(device).startswith("cuda"):
         return f"device={device!r} is not a CUDA device; this notebook measures GPUs (set device='cuda')"
@@ -38,9 +39,6 @@ def gpu_problem(device: str = "cuda", min_gpus: int = 1) -> str | None:
     count = torch.cuda.device_count()
     if count < min_gpus:
         return f"{count} CUDA GPU(s) visible; this experiment needs at least {min_gpus}"
-    from .machine.device import resolve_device
-    from .errors import LstmnbError
-
     try:  # the run's own refusal: a GPU whose architecture this torch build lacks (cuda.arch_problem)
         resolve_device(device)
     except LstmnbError as exc:
