@@ -57,8 +57,7 @@ def split_bounds(n: int, fractions: Sequence[float] = (0.7, 0.15, 0.15)) -> tupl
     fr = np.asarray(fractions, dtype=float)
     if fr.shape != (3,) or (fr <= 0).any() or abs(fr.sum() - 1) > 1e-6:
         raise ConfigError(f"fractions={tuple(fractions)!r} must be three positive numbers summing to 1")
-    a = int(round(n * fr[0]))
-    b = int(round(n * (fr[0] + fr[1])))
+    a, b = int(round(n * fr[0])), int(round(n * (fr[0] + fr[1])))
     return slice(0, a), slice(a, b), slice(b, n)
 
 
@@ -72,8 +71,7 @@ def split_by_dates(times: pd.DatetimeIndex, val_start: str, test_start: str) -> 
     if not times[0] < v <= t <= times[-1]:
         raise ConfigError(f"split dates must satisfy {times[0]} < validation start ({v}) <= test start ({t}) <= "
                           f"{times[-1]} (the same date twice: no validation part)")
-    a = int(times.searchsorted(v))
-    b = int(times.searchsorted(t))
+    a, b = int(times.searchsorted(v)), int(times.searchsorted(t))
     return slice(0, a), slice(a, b), slice(b, len(times))
 
 
