@@ -99,9 +99,8 @@ def lstm_math(device_type: str, cudnn_on: bool, cudnn_allow_tf32: bool, capabili
     through cuBLAS, whose TF32 switch (``torch.backends.cuda.matmul.allow_tf32``) is off by default."""
     if device_type == "cuda" and amp == torch.float16:
         return "float16"
-    if device_type != "cuda" or capability is None or tuple(capability) < TF32_MIN_CAPABILITY:
-        return "float32"
-    return "tf32" if cudnn_on and cudnn_allow_tf32 else "float32"
+    tf32_cores = device_type == "cuda" and capability is not None and tuple(capability) >= TF32_MIN_CAPABILITY
+    return "tf32" if tf32_cores and cudnn_on and cudnn_allow_tf32 else "float32"
 
 
 def _read(getter: Callable[[], Any]) -> Any:
@@ -171,8 +170,7 @@ def backends_record(device: torch.device, amp: torch.dtype | None = None) -> dic
     return {"cudnn": {"version": state["version"], "enabled": on,
                       "reason": state["reason"] or (None if on else "turned off by the caller")},
             "tf32": flags,
-            "lstm_math": lstm_math("cuda", on, rnn_tf32(flags), torch.cuda.get_device_capability(index),
-                                   amp)}
+            "lstm_math": lstm_math("cuda", on, rnn_tf32(flags), torch.cuda.get_device_capability(index), amp)}
 
 
 def arch_supported(capability: tuple[int, int], arch_list: list[str]) -> bool:
