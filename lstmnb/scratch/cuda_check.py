@@ -110,12 +110,10 @@ def torch_cuda_reason() -> str | None:
     """None when PyTorch can run an operation on a CUDA GPU here, else why not."""
     try:
         import torch
-    except Exception as exc:
-        return start_failure("torch-cuda", exc, TORCH_LIBS)
-    if not torch.cuda.is_available():
-        return (f"torch-cuda cannot start: no CUDA GPU visible to PyTorch (torch.cuda.is_available() is False; "
-                f"{versions_note(TORCH_LIBS)}, built with CUDA {torch.version.cuda})")
-    try:
+
+        if not torch.cuda.is_available():
+            return (f"torch-cuda cannot start: no CUDA GPU visible to PyTorch (torch.cuda.is_available() is False; "
+                    f"{versions_note(TORCH_LIBS)}, built with CUDA {torch.version.cuda})")
         value = float((torch.arange(4.0, device="cuda") ** 2).sum().item())
         if value != 14.0:
             raise RuntimeError(f"a sum of squares on the GPU gave {value} instead of 14")
