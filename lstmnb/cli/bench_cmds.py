@@ -165,8 +165,8 @@ def _scaling_configs(args):
     from .. import experiments
 
     modes = ("strong", "weak") if args.mode == "both" else (args.mode,)
-    return modes, [experiments.ScalingConfig(world_sizes=args.world_sizes, mode=m, comm_split_steps=args.comm_steps)
-                   for m in modes]
+    return [experiments.ScalingConfig(world_sizes=args.world_sizes, mode=m, comm_split_steps=args.comm_steps)
+            for m in modes]
 
 
 def _check_bench_scaling(args) -> None:
@@ -175,7 +175,7 @@ def _check_bench_scaling(args) -> None:
     cfg = train_config_from_args(args)
     check_training(cfg, request_from_args(args), args)
     steady_epochs("--epochs", cfg.epochs)
-    for sc in _scaling_configs(args)[1]:
+    for sc in _scaling_configs(args):
         sc.validate(cfg, replace(CLI, names={"comm_split_steps": "comm_steps"}))
     check_world_size(ddp_device_kind(cfg.device), max(args.world_sizes), "--world-sizes")  # before the data
     check_plot(args.plot)
@@ -187,15 +187,15 @@ def _run_bench_scaling(args) -> int:
     from ..training import prepare_windows
 
     cfg = train_config_from_args(args)
-    modes, scs = _scaling_configs(args)
+    scs = _scaling_configs(args)
     windows, info = prepare_windows(request_from_args(args), cfg, progress=cfg.progress)
     records = []
     for sc in scs:
         records += experiments.scaling(windows, cfg, sc, data_info=info, results=results_path(args),
                                  on_point=lambda r: print(f"  world_size {r['world_size']}: "
                                                           f"{r['timing']['epoch_s_median']:.3f} s/epoch"))
-    for m in modes:
-        print(f"\n{SCALING_DEFINITIONS[m]}")
+    for sc in scs:
+        print(f"\n{SCALING_DEFINITIONS[sc.mode]}")
     print(SCALING_DEFINITIONS["comm"] + "\n")
     print(format_table(scaling_table(records)))
     print("\nconvergence (validation loss per epoch, cumulative wall seconds):")
