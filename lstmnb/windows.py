@@ -1,14 +1,12 @@
 """Chronological splits by target time, scaling fitted on train only, vectorised windows, and baselines.
 
-Rules (DESIGN.md, "Training rules"): splits are train, then validation, then test in time. A sample
-belongs to the split that holds its target hours: its first target hour and, with ``horizon > 1``, all
-the others lie in one split (samples whose targets would straddle a boundary are dropped). Its inputs
-may reach back into the previous split: they are observations known at forecast time, as in
-WeatherBench 2's protocol. So validation and test score the same target hours at every lead (their
-inputs come from the part before); the training part's first ``window + lead_hours - 1`` hours have no
-inputs, so its targets start there. Scaling statistics and the climatology come from the training part
-only; metrics are in kelvin; every model result is shown beside persistence and climatology (``climate``
-says which climatology; ``Windows.climatology`` records it), scored on the same targets.
+Rules (DESIGN.md, "Training rules"): train, validation and test follow in time. A sample belongs to the split that
+holds all its target hours (samples whose targets would straddle a boundary are dropped); its inputs may reach back
+into the previous split, being observations known at forecast time (WeatherBench 2's protocol). So validation and
+test score the same target hours at every lead; the training part's first ``window + lead_hours - 1`` hours have no
+inputs, so its targets start there. Scaling statistics and the climatology come from the training part only; metrics
+are in kelvin; every model result is shown beside persistence and climatology (``climate`` says which climatology;
+``Windows.climatology`` records it), scored on the same targets.
 """
 
 from __future__ import annotations
@@ -105,8 +103,7 @@ def sliding_windows(values: np.ndarray, window: int, lead_hours: int = 1, horizo
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Inputs ``X[i] = values[i:i+window]`` and targets ``y[i, k] = values[i+window-1+lead_hours+k, 0]``.
 
-    ``values`` is (T,) or (T, F); the target is feature 0. Built from strided views (no Python loop
-    over samples), then copied once into contiguous arrays. Returns X (N, window, F), y (N, horizon)."""
+    ``values`` is (T,) or (T, F); returns X (N, window, F), y (N, horizon), from strided views copied once."""
     v = np.asarray(values)
     if v.ndim == 1:
         v = v[:, None]
@@ -186,11 +183,10 @@ def scored_ranges(bounds: Sequence[slice], config: WindowConfig) -> list[tuple[i
     need = config.window + config.lead_hours - 1  # hours of inputs before the first possible target
     out = []
     for name, sl in zip(SPLITS, bounds):
-        if name == "val" and sl.stop == sl.start:  # no validation part (split dates equal): no samples
-            out.append((sl.start, sl.start))
-            continue
         lo, hi = max(sl.start, need), sl.stop - config.horizon + 1
-        if hi <= lo:
+        if name == "val" and sl.stop == sl.start:  # no validation part (split dates equal): no samples
+            lo = hi = sl.start
+        elif hi <= lo:
             hours = sl.stop - sl.start
             if name == "train":
                 raise ConfigError(f"window={config.window} h (+ lead {config.lead_hours} h, horizon "
@@ -207,10 +203,8 @@ def series_array(values, times) -> tuple[np.ndarray, pd.DatetimeIndex]:
     with its times, checked: one time per step, the steps one hour apart (windows, leads and horizons count
     steps as hours: across a gap a '1 h' lead would be longer), no missing (NaN) hour."""
     v = np.asarray(values, dtype=np.float64)
-    if v.ndim == 1:
-        v = v[:, None, None]
-    elif v.ndim == 2:
-        v = v[:, :, None]
+    if v.ndim in (1, 2):  # (time,) -> (time, 1, 1), (time, point) -> (time, point, 1)
+        v = v.reshape(v.shape + (1,) * (3 - v.ndim))
     if v.ndim != 3:
         raise DataError(f"values must be (time,), (time, point) or (time, point, variable); got {v.shape}")
     times = pd.DatetimeIndex(times)
@@ -241,11 +235,10 @@ def make_windows(values: np.ndarray, times: pd.DatetimeIndex | Sequence, config:
                  ) -> Windows:
     """Split by target time, scale and window a (time,), (time, point) or (time, point, variable) array in kelvin.
 
-    Feature 0 is the target. Each point is windowed on its own and the samples are pooled, so one
-    model serves all points. Baselines are computed on exactly the same target samples.
-
-    With ``keys``, ``x[split]`` holds each sample's (point, last input hour) as (N, 2) int64 and ``series``
-    the scaled inputs they index: the same samples, for a model that gathers windows itself (region mode)."""
+    Feature 0 is the target. Each point is windowed on its own and the samples pooled, so one model serves all
+    points; baselines are scored on exactly the same target samples. With ``keys``, ``x[split]`` holds each sample's
+    (point, last input hour) as (N, 2) int64 and ``series`` the scaled inputs they index: the same samples, for a
+    model that gathers windows itself (region mode)."""
     config.validate()
     v, times = series_array(values, times)
     n_t, n_p, n_v = v.shape
