@@ -1,12 +1,10 @@
-"""What the weather of a place is expected to be at a time of day and year, from the training part only:
-the climatology baseline (``climatology_table``, of the kind ``climatology_kind`` says) and the fitted
-cycles that the forecaster may take as an input (``cycle_fit``/``cycle_values``).
-
-The fitted cycles are a few harmonics of the year and the day (and their product: a diurnal cycle that
-changes with the season), fitted by least squares. Unlike the day-of-year table, which with one year of
-training holds that year's weather smoothed over two weeks, the fit has too few degrees of freedom to carry
-the training part's weather, so a network that learns from it on the training part learns what it will
-also find at forecast time.
+"""What the weather of a place is expected to be at a time of day and year, from the training part only: the
+climatology baseline (``climatology_table``, of the kind ``climatology_kind`` says) and the fitted cycles that the
+forecaster may take as an input (``cycle_fit``/``cycle_values``): a few harmonics of the year and the day (and their
+product: a diurnal cycle that changes with the season), fitted by least squares. Unlike the day-of-year table, which
+with one year of training holds that year's weather smoothed over two weeks, the fit has too few degrees of freedom
+to carry the training part's weather, so what a network learns from it on the training part it will also find at
+forecast time.
 """
 
 from __future__ import annotations
@@ -21,17 +19,14 @@ CLIMATOLOGIES = {  # what each kind of climatology is, as records and outputs st
     "day-of-year": f"hour-of-day x day-of-year mean of the training part, smoothed over +-{SMOOTH_DAYS} days",
     "hour-of-day": "hour-of-day mean of the training part",
 }
-
-
 YEAR_DAYS = 365  # the climatology's rows: the days of a year without 29 February (``calendar_day``)
 
 
 def calendar_day(times: pd.DatetimeIndex) -> np.ndarray:
-    """Each time's row in the climatology: its day of a 365-day year (0 = 1 January, 364 = 31 December),
-    so that a date has the same row in every year. A leap year's days from 1 March on are one less than
-    their day of the year, and 29 February shares 28 February's row: by the plain day of the year, 1 March
-    2021 would read the row of 29 February 2020, every later date of a normal year the day before's
-    climate of a leap year, and 31 December of a leap year a row no other year fills."""
+    """Each time's row in the climatology: its day of a 365-day year (0 = 1 January, 364 = 31 December), so that a
+    date has the same row in every year: 29 February shares 28 February's row, and a leap year's days from 1 March on
+    are one less than their day of the year (by the plain day of the year, 1 March 2021 would read the row of 29
+    February 2020, and 31 December of a leap year a row no other year fills)."""
     times = pd.DatetimeIndex(times)
     doy = times.day_of_year.to_numpy() - 1
     return doy - (times.is_leap_year & (doy >= 59))  # 59: 29 February of a leap year
@@ -49,17 +44,16 @@ def covers_a_year(times: pd.DatetimeIndex) -> bool:
 
 
 def climatology_kind(train_times: pd.DatetimeIndex) -> str:
-    """The standard climatology for a training part: ``day-of-year`` (hour-of-day x day-of-year mean,
-    smoothed over days) where it covers a year, else ``hour-of-day`` (a day-of-year table from less than a
-    year leaves most days of the year to a fallback, and ends weaker than the plain hour-of-day mean)."""
+    """The standard climatology for a training part: ``day-of-year`` where it covers a year, else ``hour-of-day`` (a
+    day-of-year table from less than a year leaves most days to a fallback, weaker than the hour-of-day mean)."""
     return "day-of-year" if covers_a_year(train_times) else "hour-of-day"
 
 
 def climatology_table(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: int = SMOOTH_DAYS) -> np.ndarray:
-    """The climatology (365 days x 24 hours, a row per ``calendar_day``) of one series' training part, of the
-    kind ``climatology_kind`` gives: with a year of data the hour-of-day x day-of-year mean averaged over
-    +-``smooth_days`` days (circular in the year; pooling neighbouring days makes it a mean, not a copy of
-    last year's weather), otherwise the hour-of-day mean on every day."""
+    """The climatology (365 days x 24 hours, a row per ``calendar_day``) of one series' training part, of the kind
+    ``climatology_kind`` gives: with a year of data the hour-of-day x day-of-year mean averaged over +-``smooth_days``
+    days (circular in the year; pooling neighbouring days makes it a mean, not a copy of last year's weather),
+    otherwise the hour-of-day mean on every day."""
     times = pd.DatetimeIndex(times)
     values = np.asarray(values, dtype=np.float64)
     hour = times.hour.to_numpy()
@@ -85,8 +79,7 @@ def climatology_statement(train_times: pd.DatetimeIndex) -> dict[str, Any]:
 
 
 def calendar_features(times: pd.DatetimeIndex) -> np.ndarray:
-    """Hour of day and day of year as sin/cos pairs, shape (T, 4): the forecaster's calendar inputs, the first
-    harmonics of the fitted cycles."""
+    """Hour of day and day of year as sin/cos pairs (T, 4): the calendar inputs, the fitted cycles' first harmonics."""
     return _harmonics(times)[:, [2, 1, 4, 3]]
 
 

@@ -1,17 +1,16 @@
 """The project's own exception types: each message says what was wrong and what is allowed.
 
-The CLI prints these as one line (no traceback) and exits with the error's ``exit_status`` (2: bad input,
-found before any work); warnings, ours and the libraries', as one line each, each text once
-(``one_line_warnings``).
+The CLI prints these as one line (no traceback) and exits with the error's ``exit_status`` (2: bad input, found
+before any work); warnings, ours and the libraries', as one line each, each text once (``one_line_warnings``).
 """
 
 import sys
 
 
 def one_line_warnings(prefix: str = "lstmnb"):
-    """A ``warnings.showwarning`` that says each warning as one line (``PREFIX: warning: ...``, not Python's
-    two with the source line) and each text once: a library warning repeated by every loader or epoch (or
-    again after a filter change resets Python's own once-only registry) is news only the first time."""
+    """A ``warnings.showwarning`` that says each warning as one line (``PREFIX: warning: ...``, not Python's two
+    with the source line) and each text once: a library warning repeated by every loader or epoch (or again after a
+    filter change resets Python's own once-only registry) is news only the first time."""
     said: set[str] = set()
 
     def show(message, category, filename, lineno, file=None, line=None) -> None:
@@ -50,9 +49,8 @@ class CheckpointError(LstmnbError):
 
 class OutputError(LstmnbError):
     """An output that cannot be written: a read-only place, a file where a folder is meant or the reverse.
-
-    ``exit_status`` is 2 when found before any work (nothing ran); a write that fails after the work
-    sets 1 (the work's results were printed first); the CLI's default, 2, otherwise."""
+    ``exit_status``: 1 where a write fails after the work (its results were printed first; the writer sets it), else
+    the CLI's default, 2 (found before any work: nothing ran)."""
 
 
 class DivergedError(LstmnbError):

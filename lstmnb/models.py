@@ -1,7 +1,5 @@
-"""The PyTorch forecaster: a stacked LSTM (or GRU) over the window, a linear head for the horizon.
-
-Also parameter and FLOP counts, so throughput can be turned into model FLOPs utilisation.
-"""
+"""The PyTorch forecaster (a stacked LSTM or GRU over the window, a linear head for the horizon), and parameter and
+FLOP counts, so throughput can be turned into model FLOPs utilisation."""
 
 from __future__ import annotations
 
@@ -62,10 +60,7 @@ class Forecaster(nn.Module):
         else:
             out, _ = self.rnn(x)
         y = self.head(out[:, -1])
-        if self.config.residual:
-            # start from persistence: the network only has to learn the correction to the last value
-            y = y + x[:, -1, :1]
-        return y
+        return y + x[:, -1, :1] if self.config.residual else y
 
 
 def count_parameters(model: nn.Module) -> int:

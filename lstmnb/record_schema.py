@@ -1,11 +1,9 @@
-"""The run record's schema: the types of the fields every reader relies on, and what each kind of record
-must hold, as a JSON Schema (draft 2020-12) checked by ``jsonschema``.
-
-Kinds: every record has the common fields (schema, run_id, started, experiment, status, device); a
-record that gave no figures (status skipped, oom, failed, diverged) says why in ``reason``; a diverged
-run says where in ``divergence``; a finished training run (status ok, with ``epochs``) has ``timing`` and
-``metrics``. The ``config`` knobs the report reads are typed too (whole numbers >= their lowest legal value,
-numbers, text, true/false; null only where a writer records one), none of them required. Fields the schema
+"""The run record's schema, as a JSON Schema (draft 2020-12) checked by ``jsonschema``: the types of the fields every
+reader relies on, and what each kind of record must hold. Every record has the common fields (schema, run_id,
+started, experiment, status, device); one that gave no figures (status skipped, oom, failed, diverged) says why in
+``reason``; a diverged run says where in ``divergence``; a finished training run (status ok, with ``epochs``) has
+``timing`` and ``metrics``. The ``config`` knobs the report reads are typed too (whole numbers >= their lowest legal
+value, numbers, text, true/false; null only where a writer records one), none of them required. Fields the schema
 does not name are allowed, so experiments may add their own; a named field present with the wrong type fails.
 ``records.read_records`` skips a failing record with a warning naming the file, the line and the field.
 """
@@ -57,8 +55,6 @@ _CONFIG = {
         "split_dates": {"type": ["array", "null"], "items": {"type": "string"}},
     },
 }
-
-
 VERSION = 1  # the record layout this lstmnb writes and reads (each record's ``schema``)
 
 SCHEMA: dict[str, Any] = {
@@ -72,36 +68,25 @@ SCHEMA: dict[str, Any] = {
         "started": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}"},  # ISO time
         "experiment": {"type": "string", "minLength": 1},
         "status": {"enum": list(STATUSES)},
-        "reason": _STR,
-        "profile": _STR,
-        "device": {
-            "type": "object", "required": ["kind"],
-            "properties": {"kind": {"type": "string", "minLength": 1}, "name": _STR, "hostname": _STR,
-                           "cpu_model": _STR, "count": _INT, "cpu_cores": _INT, "memory_gb": _NUM,
-                           "load_avg": {"type": ["array", "null"], "items": _NUM}},
-        },
+        "reason": _STR, "profile": _STR,
+        "device": {"type": "object", "required": ["kind"], "properties": {"kind": {"type": "string", "minLength": 1},
+            "name": _STR, "hostname": _STR, "cpu_model": _STR, "count": _INT, "cpu_cores": _INT, "memory_gb": _NUM,
+            "load_avg": {"type": ["array", "null"], "items": _NUM}}},
         "software": {"type": "object", "properties": {"torch": _STR, "cuda": _STR, "lstmnb": _STR,
                                                       "git_commit": _STR, "python": _STR}},
         # sections a run without figures may leave empty (a sweep's oom point made without data_info: null)
-        "config": _CONFIG,
-        "data": _OBJ,
-        "model": _OBJ,
-        "memory": _OBJ,
-        "epochs": {
-            "type": "array",
-            "items": {"type": "object", "properties": {
-                "epoch": {"type": "integer"}, "warmup": {"type": "boolean"},
-                **_numbers("train_s", "eval_s", "cumulative_s", "train_loss", "val_loss", "val_rmse_k",
-                           "samples_per_s", "seconds")}},
-        },
+        "config": _CONFIG, "data": _OBJ, "model": _OBJ, "memory": _OBJ,
+        "epochs": {"type": "array", "items": {"type": "object", "properties": {
+            "epoch": {"type": "integer"}, "warmup": {"type": "boolean"},
+            **_numbers("train_s", "eval_s", "cumulative_s", "train_loss", "val_loss", "val_rmse_k", "samples_per_s",
+                       "seconds")}}},
         "timing": {"type": "object", "properties": {
             **_numbers("train_s", "eval_s", "wall_s", "warmup_epoch_s", "warmup_s", "epoch_s_median", "samples_per_s", "step_s"),
             "cumulative_s": {"type": "array", "items": _NUM}}},
         "metrics": {"type": "object", "properties": {
             **_numbers("test_rmse_k", "test_mae_k", "persistence_rmse_k", "climatology_rmse_k", "best_val_rmse_k"),
             "epochs_run": _INT, "stopped_early": {"type": ["boolean", "null"]}, "stop_reason": _STR}},
-        "world_size": _INT,
-        "parallel": _OBJ,
+        "world_size": _INT, "parallel": _OBJ,
         "threads": {"type": "object", "required": ["used", "policy", "reason"],
                     "properties": {"used": {"type": "integer", "minimum": 1}, "policy": {"type": "string"},
                                    "reason": {"type": "string"}}},
@@ -109,8 +94,7 @@ SCHEMA: dict[str, Any] = {
         # the rung of the ladder the run stands on (rungs.py), where it is one
         "ladder": {"type": "object", "required": ["rung", "name"],
                    "properties": {"rung": {"type": "integer", "minimum": 0}, "name": {"type": "string"}}},
-        "skill": _OBJ,
-        "allreduce": {"type": "object"},
+        "skill": _OBJ, "allreduce": {"type": "object"},
         "divergence": {"type": "object", "required": ["epoch", "what"],
                        "properties": {"epoch": {"type": "integer"}, "step": _INT, "what": {"type": "string"}}},
     },

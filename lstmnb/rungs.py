@@ -1,18 +1,16 @@
 """The ladder: the study's workload timed rung by rung, from the study's own code to lstmnb's fastest step.
 
-Rung 0 is the study's code as its notebook ran it (``--preset published``); each later rung makes one change
-on the one before (``RUNGS`` says what each is and changes); a change that means nothing on a device (the heap
-is a CPU run's, a CUDA graph a GPU's) is not a rung there. The last rung is the recommended setting, labelled
-as such with its accuracy beside it.
+Rung 0 is the study's code as its notebook ran it (``--preset published``); each later rung makes one change on the
+one before (``RUNGS``); a change that means nothing on a device (the heap is a CPU run's, a CUDA graph a GPU's) is
+not a rung there. The last rung is the recommended setting, labelled as such with its accuracy beside it.
 
-A record says its rung (``ladder``: rung, name, change), worked out here from what the run did (its config,
-the heap its record states, whether a CUDA graph was used) and on what data, so that any run of the study's
-workload finds its place, ``lstmnb train --preset published`` included, and older records too (where a
-knob is missing, the behaviour lstmnb had before it existed). ``experiments.ladder`` runs every rung in a
-fresh process: the heap of a process cannot be put back once a run kept it (``machine.memory.keep_freed_heap``).
-
-The rungs are plain data (the report draws them too); ``rung_of`` takes the presets it compares a record with
-from its caller (``training.trainer.with_rung``), so this module imports no training code: anything may use it.
+A record's rung (``ladder``: rung, name, change) is worked out here from what the run did (its config, the heap its
+record states, whether a CUDA graph was used) and on what data, so that any run of the study's workload finds its
+place, ``lstmnb train --preset published`` and older records included (a missing knob: lstmnb's behaviour before it
+existed). ``experiments.ladder`` runs every rung in a fresh process: a process's heap cannot be put back once a run
+kept it (``machine.memory.keep_freed_heap``). The rungs are plain data (the report draws them too); ``rung_of`` takes
+the presets it compares a record with from its caller (``training.trainer.with_rung``): this module imports no
+training code, so anything may use it.
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
-"""`lstmnb doctor --deep`: short real jobs on every device present, each ``ok``, ``failed`` (one line why)
-or ``skipped`` (why), with its time, within a budget that grows with the GPUs (``deep_budget``: about
-two minutes on one). The first command to run on a new node.
+"""`lstmnb doctor --deep`: short real jobs on every device present, each ``ok``, ``failed`` (one line why) or
+``skipped`` (why), with its time, within a budget that grows with the GPUs (``deep_budget``: about two minutes on
+one). The first command to run on a new node; ``doctor`` (the quick, import-level report) stays separate.
 
-CPU: a training run and a 2-rank DDP run over gloo (a real process group). The first CUDA GPU: eager
-steps, the same steps captured as a CUDA graph (losses equal to the eager ones), bfloat16 where the GPU
-has it natively, the CUDA memory cap with a batch past it recorded as ``oom``; each other GPU: a short
-smoke job (a few eager steps); NCCL with 2 ranks where there are 2 GPUs; each Numba CUDA engine against
-NumPy's gradient. Every failure, a sticky CUDA error met by the closing synchronisation included, is a
-``failed`` row (``run_job``), never a traceback. ``deep_ready`` says whether what a profile needs passed.
-``doctor`` (the quick, import-level report) stays separate.
+CPU: a training run and a 2-rank DDP run over gloo (a real process group). The first CUDA GPU: eager steps, the same
+steps captured as a CUDA graph (losses equal to the eager ones), bfloat16 where the GPU has it natively, the CUDA
+memory cap with a batch past it recorded as ``oom``; each other GPU: a short smoke job (a few eager steps); NCCL with
+2 ranks where there are 2 GPUs; each Numba CUDA engine against NumPy's gradient. Every failure, a sticky CUDA error
+met by the closing synchronisation included, is a ``failed`` row (``run_job``), never a traceback. ``deep_ready``
+says whether what a profile needs passed.
 """
 
 from __future__ import annotations
@@ -211,9 +210,9 @@ FULL_GPU_JOBS = (("eager steps", eager_steps), ("captured steps", captured_steps
 
 
 def deep_budget(gpus: int) -> float:
-    """The deep check's seconds on a node with ``gpus`` visible GPUs: ``BUDGET_S`` for the CPU jobs, the
-    full checks on the first GPU, NCCL and the Numba engines, plus ``SMOKE_S`` per further GPU (its smoke
-    job), so an 8-GPU node does not spend the budget before its last GPUs and NCCL. Pure."""
+    """Seconds for ``gpus`` visible GPUs: ``BUDGET_S`` for the CPU jobs, the full checks on the first GPU, NCCL and
+    the Numba engines, plus ``SMOKE_S`` per further GPU (its smoke job), so an 8-GPU node does not spend the budget
+    before its last GPUs and NCCL. Pure."""
     return BUDGET_S + SMOKE_S * max(0, gpus - 1)
 
 
@@ -258,9 +257,8 @@ def _settle(device: str) -> None:
 
 
 def run_job(p: Planned, windows: Any, over_budget: str | None = None) -> Job:
-    """One planned job as a row: ``ok``, ``skipped`` (``Skip``, a skip planned, or ``over_budget``: why it
-    did not start) or ``failed`` with the one-line reason. Any exception, the closing synchronisation's
-    included, becomes a ``failed`` row, never a traceback."""
+    """One planned job as a row: ``ok``, ``skipped`` (``Skip``, a skip planned, or ``over_budget``: why it did not
+    start) or ``failed`` with the one-line reason (any exception, the closing synchronisation's included)."""
     if p.run is None:
         return Job(p.device, p.name, SKIPPED, None, p.skip or "", p.unproven)
     if over_budget is not None:
@@ -283,8 +281,7 @@ def run_job(p: Planned, windows: Any, over_budget: str | None = None) -> Job:
 
 
 def deep_check(budget_s: float | None = None, on_job: Callable[[Job], None] | None = None) -> list[Job]:
-    """Run every job of ``plan()`` in order within ``budget_s`` seconds (default ``deep_budget`` of the
-    visible GPUs); each becomes a ``Job`` row."""
+    """Every job of ``plan()``, in order, as a ``Job`` row, within ``budget_s`` s (default: ``deep_budget``)."""
     import torch
 
     start = time.perf_counter()
@@ -309,8 +306,8 @@ def needed(job: Job, profile_device: str) -> bool:
 
 
 def deep_ready(jobs: list[Job], profile_device: str) -> tuple[bool, list[Job]]:
-    """(ready, the jobs that block it): a needed job that failed, or was skipped leaving it unproven
-    (its device missing here, or the budget spent). Pure."""
+    """(ready, the jobs that block it): a needed job that failed, or was skipped leaving it unproven (its device
+    missing here, or the budget spent). Pure."""
     blocking = [j for j in jobs if needed(j, profile_device)
                 and (j.status == FAILED or (j.status == SKIPPED and j.unproven))]
     return not blocking, blocking
