@@ -55,14 +55,13 @@ def installed_kernels() -> dict[str, str]:
 
 
 def kernel_problem(name: str, kernels: dict[str, str] | None = None) -> str | None:
-    """None when Jupyter kernel ``name`` is installed and its Python can import lstmnb; otherwise what is
-    wrong and how to fix it (a user-level kernel of another Python shadows this environment's own)."""
+    """None when Jupyter kernel ``name`` is installed and its Python can import lstmnb; otherwise what is wrong and
+    how to fix it (a user-level kernel of another Python shadows this environment's own)."""
     kernels = installed_kernels() if kernels is None else kernels
     install = f"`{sys.executable} -m ipykernel install --user --name {name}`"
     if name not in kernels:
-        have = ", ".join(sorted(kernels)) or "none"
-        return (f"Jupyter kernel {name!r} is not installed (installed: {have}); install one for this Python with "
-                f"{install}, or pass --kernel with an installed name")
+        return (f"Jupyter kernel {name!r} is not installed (installed: {', '.join(sorted(kernels)) or 'none'}); "
+                f"install one for this Python with {install}, or pass --kernel with an installed name")
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
     try:

@@ -63,12 +63,10 @@ def why_not_written(exc: OSError) -> str:
 
 
 def check_writable(path: str | os.PathLike, kind: str = "file", what: str = "output") -> Path:
-    """Check, before any work, that ``path`` can be written as a ``kind`` ('file' or 'folder').
-
-    Rejects an empty name, a folder where a file is meant and the reverse, a file in the way of a
-    folder to be created, and a read-only place (found by creating and removing a probe file in the
-    nearest existing folder, so it holds for root and read-only mounts too). Creates nothing that
-    stays. Returns the path; raises ``OutputError`` naming ``what``, the path and why."""
+    """Check, before any work, that ``path`` can be written as a ``kind`` ('file' or 'folder'): not an empty name, a
+    folder where a file is meant or the reverse, a file in the way of a folder to be created, or a read-only place
+    (found by creating and removing a probe file in the nearest existing folder, so it holds for root and read-only
+    mounts too). Creates nothing that stays. Returns the path; else ``OutputError`` naming ``what``, the path, why."""
     if kind not in ("file", "folder"):
         raise ValueError(f"kind={kind!r} is not 'file' or 'folder'")
     text = os.fspath(path) if path is not None else ""
@@ -110,10 +108,9 @@ def temp_path(target: str | os.PathLike, suffix: str = "") -> Path:
 def atomic_path(target: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``target``; rename it onto ``target`` only if the block succeeds.
 
-    Works for files (flushed to disk before the rename) and directories (a Zarr store): an
-    interrupted write never leaves a half-written ``target``, and an existing ``target`` survives
-    until the new one is complete. ``suffix`` ends the temporary name (matplotlib picks the format
-    from it). A killed writer's leftover is removed later by ``sweep_stale_temps``."""
+    For files (flushed to disk before the rename) and directories (a Zarr store): an interrupted write never leaves a
+    half-written ``target``, and an existing ``target`` survives until the new one is complete. ``suffix`` ends the
+    temporary name (matplotlib picks the format from it). ``sweep_stale_temps`` removes a killed writer's leftover."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(target, suffix)
@@ -142,19 +139,17 @@ def write_atomic(target: str | os.PathLike, payload: bytes) -> Path:
 
 
 def sweep_stale_temps(directory: str | os.PathLike, *, final: str | None = None) -> int:
-    """Remove the temporaries of ``atomic_path`` that killed writers left in ``directory`` (only those
-    of the file or folder named ``final`` when given).
-
-    Stale: written on this host by a process that is gone, or older than ``STALE_TMP_SECONDS`` whoever wrote
-    it. A live writer's files (here, or on another host sharing the folder) stay. Returns how many."""
+    """Remove (and count) the temporaries of ``atomic_path`` that killed writers left in ``directory``, only those of
+    the file or folder named ``final`` when given. Stale: written on this host by a process that is gone, or older
+    than ``STALE_TMP_SECONDS`` whoever wrote it; a live writer's files (here, or on another host sharing the folder)
+    stay."""
     import psutil  # not os.kill(pid, 0): on Windows signal 0 is CTRL_C_EVENT, sent to the process, not a probe
 
     try:
         entries = list(os.scandir(directory))
     except (FileNotFoundError, NotADirectoryError):
         return 0
-    now = time.time()
-    removed = 0
+    now, removed = time.time(), 0
     for entry in entries:
         m = _TMP.match(entry.name)
         if m is None or (final is not None and m["final"] != final):
@@ -183,11 +178,11 @@ _LOCK_BYTE = 2**31 - 2  # the byte ``locked`` holds on Windows: past any results
 
 @contextmanager
 def locked(fd: int) -> Iterator[None]:
-    """Hold an exclusive lock on the open file ``fd`` itself (waiting for other processes' locks): flock on
-    POSIX, msvcrt's lock of one byte far past the records on Windows, whose byte locks also stop other
-    processes' reads (a reader must never meet a writer's lock; SQLite keeps its lock bytes past the data for
-    the same reason). Hand-written rather than filelock's, which locks a second file beside the target: a
-    results folder keeps only its records. Also the lock of a store's builders, on their lock file."""
+    """Hold an exclusive lock on the open file ``fd`` itself (waiting for other processes' locks): flock on POSIX,
+    msvcrt's lock of one byte far past the records on Windows, whose byte locks also stop other processes' reads (a
+    reader must never meet a writer's lock; SQLite keeps its lock bytes past the data for the same reason).
+    Hand-written rather than filelock's, which locks a second file beside the target: a results folder keeps only its
+    records. Also the lock of a store's builders, on their lock file."""
     if os.name == "nt":
         import msvcrt
 

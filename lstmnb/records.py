@@ -124,12 +124,10 @@ def runs_path(path: str | os.PathLike | _DefaultFile = DEFAULT_FILE) -> Path:
 
 
 def append_record(record: dict[str, Any], path: "str | os.PathLike | _DefaultFile | None") -> Path | None:
-    """Append ``record`` as one line to ``path`` (see ``DEFAULT_FILE``; None: do nothing, return None)
-    without ever rewriting the file.
-
-    The line is written with one ``write`` on an ``O_APPEND`` descriptor under an exclusive lock, and
-    flushed to disk: concurrent writers (several ranks or jobs) never interleave, and a crash can at
-    worst leave a final partial line, which ``read_records`` skips with a warning."""
+    """Append ``record`` as one line to ``path`` (see ``DEFAULT_FILE``; None: do nothing, return None), never
+    rewriting the file: one ``write`` on an ``O_APPEND`` descriptor under an exclusive lock, flushed to disk, so
+    concurrent writers (several ranks or jobs) never interleave and a crash can at worst leave a final partial line,
+    which ``read_records`` skips with a warning."""
     return _append(record, path, once=False)[0]
 
 
@@ -277,9 +275,8 @@ def read_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> list
 
 
 def load_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> "pd.DataFrame":
-    """Records as a DataFrame with nested fields flattened to dotted columns (``config.batch_size``).
-
-    List-valued fields (``epochs``) stay as Python lists in their column."""
+    """Records as a DataFrame with nested fields flattened to dotted columns (``config.batch_size``); list-valued
+    fields (``epochs``) stay as Python lists in their column."""
     import pandas as pd
 
     return pd.json_normalize(read_records(paths), max_level=2)  # no records: an empty DataFrame

@@ -129,12 +129,11 @@ def error_metrics(pred: np.ndarray, truth: np.ndarray) -> dict[str, float]:
 
 @dataclass
 class Windows:
-    """Model-ready samples (scaled, float32) per split, plus what is needed to speak in kelvin.
-
-    ``scored[split]`` states what every model and baseline is scored on there: the first and last first
-    target hour (``first``, ``last``), how many target hours per point (``count``), the points and the
-    pooled ``samples``. ``climatology`` says which climatology the baseline is (``climatology_statement``;
-    its ``line`` is what a command prints once); this module never prints."""
+    """Model-ready samples (scaled, float32) per split, plus what is needed to speak in kelvin. ``scored[split]``
+    states what every model and baseline is scored on there: the first and last first target hour (``first``,
+    ``last``), how many target hours per point (``count``), the points and the pooled ``samples``. ``climatology``
+    says which climatology the baseline is (``climatology_statement``; its ``line`` is what a command prints once);
+    this module never prints."""
 
     config: WindowConfig
     x: dict[str, np.ndarray]  # split -> (N, window, F)

@@ -1,7 +1,5 @@
-"""Device profiles: the YAML files in ``lstmnb/profiles/`` (runner settings + notebook parameters).
-
-A leaf module, so the notebook runner and the speed benchmark read the same files the same way.
-"""
+"""Device profiles: the YAML files in ``lstmnb/profiles/`` (runner settings + notebook parameters). A leaf module,
+so the notebook runner and the speed benchmark read the same files the same way."""
 
 from __future__ import annotations
 
@@ -69,8 +67,7 @@ def load_profile(name: str) -> Profile:
     if not isinstance(data, dict):
         raise NotebookError(f"profile {name} must be a YAML mapping of {', '.join(RUNNER_KEYS)}; "
                             f"it is a {type(data).__name__}")
-    unknown = sorted(map(str, set(data) - set(RUNNER_KEYS)))
-    if unknown:
+    if unknown := sorted(map(str, set(data) - set(RUNNER_KEYS))):
         raise NotebookError(f"profile {pname!r} has unknown key(s) {unknown}; allowed: {', '.join(RUNNER_KEYS)}")
     params = data.get("parameters") or {}
     if not isinstance(params, dict):
