@@ -5,8 +5,7 @@ holds all its target hours (samples whose targets would straddle a boundary are 
 into the previous split, being observations known at forecast time (WeatherBench 2's protocol). So validation and
 test score the same target hours at every lead; the training part's first ``window + lead_hours - 1`` hours have no
 inputs, so its targets start there. Scaling statistics and the climatology come from the training part only; metrics
-are in kelvin; every model result is shown beside persistence and climatology (``climate`` says which climatology;
-``Windows.climatology`` records it), scored on the same targets.
+are in kelvin; every model result is shown beside persistence and climatology (``climate``), scored on the same targets.
 """
 
 from __future__ import annotations
