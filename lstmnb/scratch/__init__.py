@@ -1,7 +1,7 @@
 """The from-scratch LSTM: the equations in NumPy with backpropagation through time, then parallel versions
-(``fit.VERSIONS``; docs/architecture.md maps the modules). Every version starts from the same weights and sees
-the same batches, so all give the same numbers. Numba and torch are imported only when their version is used;
-a GPU version that cannot start here (``cuda_check``) is a reason, never a stopped run.
+(``fit.VERSIONS``; docs/architecture.md maps the modules), all from the same weights on the same batches, so all give
+the same numbers. Numba and torch are imported only when their version is used; a GPU version that cannot start here
+(``cuda_check``) is a reason, never a stopped run.
 """
 
 from .data import DATASETS, ScratchData, airline_passengers, load_airline, load_data, prepare_series
@@ -10,8 +10,7 @@ from .lstm import LSTMShape, forward, init_params, loss_and_grad_loops, loss_and
 from .optim import Adam, SGD, clip_grad_norm
 
 __all__ = [
-    "VERSIONS", "DATASETS", "ScratchConfig", "FitResult", "fit", "check_version",
-    "LSTMShape", "init_params", "unpack", "forward", "predict", "mse", "loss_and_grad_numpy", "loss_and_grad_loops",
-    "SGD", "Adam", "clip_grad_norm",
+    "VERSIONS", "DATASETS", "ScratchConfig", "FitResult", "fit", "check_version", "LSTMShape", "init_params", "unpack",
+    "forward", "predict", "mse", "loss_and_grad_numpy", "loss_and_grad_loops", "SGD", "Adam", "clip_grad_norm",
     "ScratchData", "airline_passengers", "load_airline", "load_data", "prepare_series",
 ]

@@ -1,10 +1,9 @@
 """The versions table: every version trained from the same weights on the same batches, timed.
 
-For each version: compile time (the warm-up call: JIT compilation or cache load, CUDA context)
-apart from run time (the optimiser steps of N epochs), speedups against ``loops`` and ``numpy``,
-final train/test loss, and one run record (experiment ``scratch_versions``). Versions are run in
-turn within each repeat (loops, numpy, ..., then again), so a slow patch of a shared machine hits
-all of them, and the run time quoted is the median over repeats.
+Per version: compile time (the warm-up call: JIT compilation or cache load, CUDA context) apart from run time (the
+optimiser steps of N epochs), speedups against ``loops`` and ``numpy``, final train/test loss, and one run record
+(experiment ``scratch_versions``). Versions run in turn within each repeat (loops, numpy, ..., then again), so a slow
+patch of a shared machine hits all of them; the run time quoted is the median over repeats.
 """
 
 from __future__ import annotations
@@ -40,26 +39,24 @@ def evaluate(theta: np.ndarray, shape: LSTMShape, data: ScratchData) -> dict[str
 
 
 def skip_reason(version: str, config: ScratchConfig | None = None) -> str | None:
-    """Why ``version`` cannot be timed here (None when it can). GPU versions are asked by launching a
-    tiny kernel once (see ``cuda_check``): no GPU, no driver or a compiler that fails all give a reason
-    with the library versions; under Numba's CUDA simulator the kernels run but their times mean nothing.
-    With ``config``, a network too large for numba-cuda-block's thread blocks is a reason too."""
+    """Why ``version`` cannot be timed here (None when it can): a GPU version's tiny kernel fails to launch
+    (``cuda_check``; the reason names the library versions), Numba's CUDA simulator is on (its times mean nothing), or,
+    with ``config``, the network is too large for numba-cuda-block's thread blocks."""
     from .cuda_check import numba_cuda_reason, simulator_enabled, torch_cuda_reason
 
-    if version.startswith("numba-cuda"):
-        reason = numba_cuda_reason()
-        if reason is None and simulator_enabled():
-            return "NUMBA_ENABLE_CUDASIM=1: the CUDA simulator checks correctness only; its times mean nothing"
-        if reason is None and version == "numba-cuda-block" and config is not None:
-            from .numba_cuda_block import check_block, default_samples_per_block
-
-            try:
-                check_block(config.hidden, default_samples_per_block(config.hidden, config.batch_size), config.dtype)
-            except ConfigError as exc:
-                return str(exc)
+    if not version.startswith("numba-cuda"):
+        return torch_cuda_reason() if version == "torch-cuda" else None
+    if (reason := numba_cuda_reason()) is not None:
         return reason
-    if version == "torch-cuda":
-        return torch_cuda_reason()
+    if simulator_enabled():
+        return "NUMBA_ENABLE_CUDASIM=1: the CUDA simulator checks correctness only; its times mean nothing"
+    if version == "numba-cuda-block" and config is not None:
+        from .numba_cuda_block import check_block, default_samples_per_block
+
+        try:
+            check_block(config.hidden, default_samples_per_block(config.hidden, config.batch_size), config.dtype)
+        except ConfigError as exc:
+            return str(exc)
     return None
 
 
@@ -68,8 +65,8 @@ def versions_table(versions: Sequence[str] = VERSIONS, config: ScratchConfig | N
                    profile: str | None = None):
     """Train every version ``repeats`` times (alternating) and return the versions table (DataFrame).
 
-    Unavailable GPU versions appear as ``skipped`` rows with their reason (and a ``skipped`` record),
-    never as a number. Records go to ``record_path`` (default results/runs.jsonl) when ``record``."""
+    Unavailable GPU versions are ``skipped`` rows with their reason (and a ``skipped`` record), never a number.
+    Records go to ``record_path`` (default results/runs.jsonl) when ``record``."""
     import pandas as pd
 
     from ..records import append_record, new_record
@@ -88,9 +85,7 @@ def versions_table(versions: Sequence[str] = VERSIONS, config: ScratchConfig | N
     reasons = {v: skip_reason(v, config) for v in versions}
     runs: dict[str, list[FitResult]] = {v: [] for v in versions}
     for _ in range(repeats):
-        for v in versions:
-            if reasons[v] is not None:
-                continue
+        for v in (v for v in versions if reasons[v] is None):  # lazy: a version that fails is skipped from then on
             try:
                 runs[v].append(fit(v, shape, data.X["train"], data.y["train"], config,
                                    X_val=data.X["val"], y_val=data.y["val"]))
@@ -122,9 +117,8 @@ def versions_table(versions: Sequence[str] = VERSIONS, config: ScratchConfig | N
                                      device="cuda" if v in GPU_VERSIONS else "cpu", profile=profile, **fields),
                           record_path)
     table = pd.DataFrame(rows).set_index("version").drop(columns=["epochs"], errors="ignore")
-    for ref in ("loops", "numpy"):  # a column even when no version ran
-        if f"speedup_vs_{ref}" not in table:
-            table[f"speedup_vs_{ref}"] = np.nan
+    for col in ("speedup_vs_loops", "speedup_vs_numpy"):  # a column even when no version ran
+        table[col] = table.get(col, np.nan)
     return table
 
 
@@ -134,8 +128,7 @@ def _ratio(value, digits: int) -> str:
 
 
 def format_versions(table) -> str:
-    """The versions table as aligned text (skipped rows say why; a reason shared by several rows is printed
-    once, the later rows name the row that says it)."""
+    """The versions table as aligned text; skipped rows say why (each reason once: later rows name the first)."""
     w = max([len("version"), *(len(str(v)) for v in table.index)])
     lines = [f"{'version':<{w}} {'status':<8} {'math':<7} {'compile_s':>9} {'run_s':>8} {'s/epoch':>8} "
              f"{'vs loops':>8} {'vs numpy':>8} {'train_loss':>10} {'test_loss':>9} {'test_rmse':>9}"]
@@ -165,9 +158,8 @@ def _times(ratio: float) -> str:
 
 
 def versions_notes(table) -> str:
-    """What the versions table says, as Markdown bullets: numba-cpu against numpy (and its one-off compile
-    time), a thread per hidden unit against a thread per sample on a GPU, the versions that did not run, and
-    the largest difference in final training loss between the versions that did."""
+    """What the versions table says, as Markdown bullets: numba-cpu against numpy, a thread per hidden unit against a
+    thread per sample on a GPU, the versions that did not run, and the largest final train-loss difference."""
     ok = table[table["status"] == "ok"]
     lines = []
     if "numpy" in ok.index and "numba-cpu" in ok.index:

@@ -1,11 +1,10 @@
-"""Can a GPU engine start here? Each is asked by doing the real thing once: compile and launch a tiny
-kernel (numba-cuda) or run a tiny operation on the GPU (torch-cuda), catching whatever goes wrong.
+"""Can a GPU engine start here? Each is asked by doing the real thing once: compile and launch a tiny kernel
+(numba-cuda) or run a tiny operation on the GPU (torch-cuda), catching whatever goes wrong.
 
-No version guessing: a numba-cuda that cannot compile under the installed NumPy (for example
-``AttributeError: module 'numpy' has no attribute 'row_stack'`` raised inside numba-cuda's compiler),
-a missing driver and an absent GPU all show up the same way, as an exception from the attempt. The
-answer is a reason (one line, with the library versions involved) or None, computed once per process.
-Nothing here imports numba or torch until a check is asked for.
+No version guessing: a numba-cuda that cannot compile under the installed NumPy (e.g. ``AttributeError: module 'numpy'
+has no attribute 'row_stack'`` inside its compiler), a missing driver and an absent GPU all show up as an exception
+from the attempt. The answer is a reason (one line, with the library versions involved) or None, computed once per
+process. Nothing here imports numba or torch until a check is asked for.
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ MAX_MESSAGE = 300  # characters of an exception's message kept in a reason
 
 
 def library_version(name: str) -> str:
-    """Installed version of the distribution ``name`` ('not installed' when absent; importlib normalises
-    the name, so numba-cuda finds numba_cuda's metadata)."""
+    """Installed version of ``name`` ('not installed' when absent; importlib normalises numba-cuda to numba_cuda)."""
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
@@ -42,8 +40,7 @@ TORCH_LIBS = ("numpy", "torch")
 
 
 def start_failure(engine: str, exc: BaseException, libs: tuple[str, ...] = NUMBA_LIBS) -> str:
-    """One line saying why ``engine`` could not start: the exception's type and message (whitespace
-    collapsed, shortened) and the versions of the libraries involved."""
+    """One line: why ``engine`` could not start (exception type, message collapsed and shortened, library versions)."""
     message = re.sub(r"\s+", " ", str(exc)).strip().rstrip(":").rstrip()  # numba's driver errors end in ':'
     if len(message) > MAX_MESSAGE:
         message = message[: MAX_MESSAGE - 3] + "..."
@@ -53,8 +50,8 @@ def start_failure(engine: str, exc: BaseException, libs: tuple[str, ...] = NUMBA
 
 @functools.cache
 def performance_warnings() -> tuple[type[Warning], ...]:
-    """Numba's NumbaPerformanceWarning class(es): numba's own and numba-cuda's where it has its own (looked
-    up once: engines enter ``quiet_launches`` on every batch)."""
+    """Numba's NumbaPerformanceWarning class(es), numba's and numba-cuda's own where it has one (looked up once:
+    engines enter ``quiet_launches`` on every batch)."""
     found: dict[type[Warning], None] = {}  # in order, each once
     for module in ("numba.core.errors", "numba.cuda.core.errors"):
         try:
@@ -66,9 +63,8 @@ def performance_warnings() -> tuple[type[Warning], ...]:
 
 @contextmanager
 def quiet_launches():
-    """Silence NumbaPerformanceWarning (low occupancy of a small grid, host arrays copied) for the
-    kernel launches inside the block: the engines choose their grids on purpose, and a user cannot act
-    on the warning. Other warnings pass through."""
+    """Silence NumbaPerformanceWarning (low occupancy of a small grid, host arrays copied) inside the block: the
+    engines choose their grids on purpose and a user cannot act on it. Other warnings pass through."""
     with warnings.catch_warnings():
         for cls in performance_warnings():
             warnings.simplefilter("ignore", cls)

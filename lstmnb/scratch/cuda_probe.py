@@ -1,8 +1,6 @@
-"""A four-thread kernel that uses what the CUDA engines use (shared memory, a block barrier, exp and
-tanh, float32), launched once by ``cuda_check.numba_cuda_reason`` to learn whether numba.cuda works here.
-
-It lives in its own module, imported only by that check, because Numba's CUDA simulator swaps the
-module-level name ``cuda`` of a kernel's module for its fake: the kernel must see ``cuda`` as a global.
+"""A four-thread kernel using what the CUDA engines use (shared memory, a block barrier, exp and tanh, float32),
+launched once by ``cuda_check.numba_cuda_reason`` to learn whether numba.cuda works here. Its own module, imported only
+by that check, because Numba's CUDA simulator swaps a kernel module's global ``cuda`` for its fake.
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ def probe_kernel(x, out):  # pragma: no cover - compiled
 
 
 def launch_probe_kernel(quiet) -> None:
-    """Compile and launch the probe (inside the context manager ``quiet``) and check its numbers;
-    raises whatever goes wrong (compilation, driver, device)."""
+    """Compile and launch the probe (inside the context manager ``quiet``), check its numbers; raises any failure."""
     x = np.linspace(-1.0, 1.0, 4, dtype=np.float32)
     d_x = cuda.to_device(x)
     d_out = cuda.device_array(4, dtype=np.float32)

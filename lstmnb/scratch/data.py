@@ -1,15 +1,11 @@
-"""Data for the from-scratch LSTM: the airline passengers series and an ERA5 point series.
+"""Data for the from-scratch LSTM: the airline passengers series and an ERA5 point series, both by the project's rules
+(docs/architecture.md): chronological train/val/test splits, no window crossing a split boundary, scaling statistics
+from the training part only.
 
-Both follow the project's rules (docs/architecture.md): chronological train/val/test splits,
-no window crossing a split boundary, scaling statistics from the training part only.
-
-Airline passengers: monthly totals of international airline passengers (thousands), January 1949
-to December 1960, 144 values; Box, Jenkins and Reinsel, *Time Series Analysis: Forecasting and
-Control*, series G. The series grows and its seasonal swing grows with it, so a model trained on
-1949-1957 levels would have to extrapolate; the standard remedy (Box and Jenkins' log transform,
-then differencing) is used here: the LSTM sees month-on-month changes of log passengers and
-predicts the next one, and predictions are turned back into passengers for the error in the
-units of the data.
+Airline passengers: monthly totals of international airline passengers (thousands), 1949-01 to 1960-12, 144 values;
+Box, Jenkins and Reinsel, *Time Series Analysis: Forecasting and Control*, series G. The series and its seasonal swing
+grow, so a model trained on 1949-1957 levels would have to extrapolate; hence Box and Jenkins' remedy: the LSTM sees
+month-on-month changes of log passengers, and its predictions are turned back into passengers for the error in units.
 """
 
 from __future__ import annotations
@@ -83,18 +79,15 @@ def prepare_series(values: np.ndarray, *, window: int, period: int, transform: s
                    ) -> ScratchData:
     """Split, scale and window one series for next-step forecasting.
 
-    ``period`` is the seasonal period in steps (12 months, 24 hours): the seasonal-naive baseline
-    predicts the value one period before the target; persistence predicts the last observed value.
-    ``transform='logdiff'`` models changes of log values (positive series only)."""
+    ``period`` is the seasonal period in steps (12 months, 24 hours): the seasonal-naive baseline predicts the value one
+    period before the target; persistence the last observed value. ``transform='logdiff'`` models changes of log values
+    (positive series only)."""
     if transform not in TRANSFORMS:
         raise ConfigError(f"transform={transform!r} is not known; choose one of {TRANSFORMS}")
     v = check_series(values, name)
-    if transform == "logdiff":
-        if (v <= 0).any():
-            raise DataError(f"transform='logdiff' needs a positive series; {name} has values <= 0")
-        z, offset = np.diff(np.log(v)), 1
-    else:
-        z, offset = v, 0
+    if transform == "logdiff" and (v <= 0).any():
+        raise DataError(f"transform='logdiff' needs a positive series; {name} has values <= 0")
+    z, offset = (np.diff(np.log(v)), 1) if transform == "logdiff" else (v, 0)
     bounds = split_bounds(len(z), fractions)
     scaler = Scaler.fit(z[bounds[0]])
     zs = scaler.transform(z)
@@ -115,17 +108,16 @@ def load_airline(window: int = 12) -> ScratchData:
     series = airline_passengers()
     data = prepare_series(series.to_numpy(), window=window, period=12, transform="logdiff",
                           name="airline_passengers", units="thousand passengers")
-    data.info["time_range"] = [str(series.index[0].date()), str(series.index[-1].date())]
-    data.info["citation"] = "Box, Jenkins and Reinsel, Time Series Analysis, series G"
+    data.info.update(time_range=[str(series.index[0].date()), str(series.index[-1].date())],
+                     citation="Box, Jenkins and Reinsel, Time Series Analysis, series G")
     return data
 
 
 def load_era5(window: int = 24, hours: int = 24 * 42) -> ScratchData:
     """The first ``hours`` of 2 m temperature at the first point of the default ERA5 request (kelvin).
 
-    Comes from the core pipeline (``lstmnb.data.extract``: the study's real ERA5 shipped with lstmnb),
-    asking only for the days needed. Baselines: persistence (last hour) and the same hour one day
-    earlier; with a few weeks of data a climatology of the training part would be a copy of them."""
+    From the core pipeline (``lstmnb.data.extract``: the study's real ERA5 shipped with lstmnb). Baselines: persistence
+    (last hour) and the same hour one day earlier; with a few weeks of data a training climatology would copy them."""
     from .. import data
 
     start = pd.Timestamp(data.Request().start)
@@ -138,8 +130,7 @@ def load_era5(window: int = 24, hours: int = 24 * 42) -> ScratchData:
         raise ConfigError(f"hours={hours} asked for, but the default request has {da.sizes['time']} hours")
     data = prepare_series(da.values, window=window, period=24, name="era5_2m_temperature", units="K")
     times = pd.DatetimeIndex(da["time"].values)
-    data.info["time_range"] = [str(times[0]), str(times[-1])]
-    data.info["point"] = 0
+    data.info.update(time_range=[str(times[0]), str(times[-1])], point=0)
     return data
 
 
