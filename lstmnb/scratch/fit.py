@@ -1,8 +1,8 @@
 """Training any version: one config, one engine per version, the same batches in the same order.
 
-Every version starts from ``init_params(shape, seed)`` and sees the batches of one seeded shuffle,
-so their loss trajectories agree to rounding. Only the training data update the weights; the
-validation part is evaluated after each epoch for monitoring, outside the timed region.
+Every version starts from ``init_params(shape, seed)`` and sees the batches of one seeded shuffle, so their loss
+trajectories agree to rounding. Only the training data update the weights; validation is evaluated after each epoch
+for monitoring, outside the timed region.
 """
 
 from __future__ import annotations
@@ -140,9 +140,8 @@ def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, th
                 config: ScratchConfig):
     """The training engine of one version on the training data X (N, T, F), y (N, O).
 
-    Raises ConfigError for an unknown version and DeviceError when it cannot start here
-    (``numba-cuda*`` whose probe kernel fails: no GPU, no driver, a broken compiler; ``torch-cuda``
-    without a GPU)."""
+    Raises ConfigError for an unknown version and DeviceError when it cannot start here (``numba-cuda*`` whose probe
+    kernel fails: no GPU, no driver, a broken compiler; ``torch-cuda`` without a GPU)."""
     check_version(version)
     from .cuda_check import numba_cuda_reason, torch_cuda_reason
 
@@ -152,8 +151,7 @@ def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, th
     if reason is not None:
         raise DeviceError(reason)
     dtype = resolve_dtype(config.dtype)
-    X = np.ascontiguousarray(X, dtype=dtype)
-    y = np.ascontiguousarray(y, dtype=dtype)
+    X, y = (np.ascontiguousarray(a, dtype=dtype) for a in (X, y))
     theta0 = theta0.astype(dtype)
     if version in ("loops", "numpy"):
         batch_grad = loss_and_grad_loops if version == "loops" else loss_and_grad_numpy
@@ -173,10 +171,9 @@ def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, th
 
 @contextmanager
 def engine_start(version: str):
-    """Building an engine and its first call (compilation, device start-up): for the versions in
-    STARTABLE any failure other than the project's own errors becomes a DeviceError naming the
-    exception and the library versions (e.g. numba-cuda whose compiler breaks under a newer NumPy),
-    so a versions table records the version as skipped and goes on."""
+    """Building an engine and its first call (compilation, device start-up): for the versions in STARTABLE any failure
+    other than the project's own errors becomes a DeviceError naming the exception and the library versions (e.g.
+    numba-cuda whose compiler breaks under a newer NumPy), so a versions table records it as skipped and goes on."""
     try:
         yield
     except LstmnbError:
@@ -217,10 +214,8 @@ def batches(n: int, batch_size: int, epochs: int, seed: int, shuffle: bool = Tru
 
 def fit(version: str, shape: LSTMShape, X_train: np.ndarray, y_train: np.ndarray, config: ScratchConfig, *,
         X_val: np.ndarray | None = None, y_val: np.ndarray | None = None) -> FitResult:
-    """Train ``version`` for ``config.epochs`` epochs and time it.
-
-    compile_s is the warm-up call (JIT compilation or cache load, CUDA context); epoch_s the wall
-    time of each epoch's optimiser steps, with the device synchronised before each clock read."""
+    """Train ``version`` for ``config.epochs`` epochs and time it: compile_s is the warm-up call (JIT compilation or
+    cache load, CUDA context); epoch_s the wall time of each epoch's steps, the device synchronised before each read."""
     config.validate()
     check_version(version)
     check_batch(X_train, y_train, shape)

@@ -1,16 +1,16 @@
 """The LSTM from its equations: parameter layout, NumPy forward pass and backpropagation through time.
 
-One layer, many-to-one: the hidden state after the last input step goes through a linear read-out.
-Gates in PyTorch's order (input i, forget f, cell candidate g, output o), so weights map one to one
-onto ``torch.nn.LSTM`` (with its second bias ``bias_hh`` held at zero)::
+One layer, many-to-one: the hidden state after the last input step goes through a linear read-out. Gates in PyTorch's
+order (input i, forget f, cell candidate g, output o), so weights map one to one onto ``torch.nn.LSTM`` (its second
+bias ``bias_hh`` held at zero)::
 
     a_t = W_ih x_t + W_hh h_{t-1} + b            (4H pre-activations)
     i, f, o = sigmoid(a_i), sigmoid(a_f), sigmoid(a_o);  g = tanh(a_g)
     c_t = f * c_{t-1} + i * g;   h_t = o * tanh(c_t)
     y_hat = W_out h_T + b_out;   loss = mean((y_hat - y)^2)
 
-All parameters live in one flat vector ``theta`` (layout below); every version takes and returns
-flat vectors, so optimisers, clipping and comparisons are written once.
+All parameters live in one flat vector ``theta`` (``LSTMShape.offsets``); every version takes and returns flat vectors,
+so optimisers, clipping and comparisons are written once.
 """
 
 from __future__ import annotations
@@ -73,10 +73,8 @@ def resolve_dtype(dtype: str | np.dtype) -> np.dtype:
 
 
 def init_params(shape: LSTMShape, seed: int = 0, dtype: str = "float64") -> np.ndarray:
-    """Initial weights as PyTorch draws them, U(-1/sqrt(H), 1/sqrt(H)), with a forget-gate bias of 1.
-
-    The forget bias of 1 (Jozefowicz et al., 2015) lets the cell state carry information early in
-    training. Every version starts from this same vector."""
+    """Initial weights as PyTorch draws them, U(-1/sqrt(H), 1/sqrt(H)), with a forget-gate bias of 1 (Jozefowicz et
+    al., 2015: the cell state carries information early in training). Every version starts from this vector."""
     rng = np.random.default_rng(seed)
     k = 1.0 / np.sqrt(shape.hidden)
     theta = rng.uniform(-k, k, size=shape.n_params)
@@ -108,10 +106,8 @@ def sigmoid(a: np.ndarray) -> np.ndarray:
 
 
 def forward(theta: np.ndarray, X: np.ndarray, shape: LSTMShape) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Predictions (B, O) for a batch X (B, T, F), and the activations BPTT needs.
-
-    The input projection for all time steps is one matrix product; only the recurrent product
-    ``h_{t-1} W_hh^T`` has to stay inside the loop over time."""
+    """Predictions (B, O) for a batch X (B, T, F), and the activations BPTT needs. The input projection of all time
+    steps is one matrix product; only the recurrent ``h_{t-1} W_hh^T`` stays inside the loop over time."""
     p = unpack(theta, shape)
     B, T, _ = X.shape
     H = shape.hidden
@@ -142,10 +138,8 @@ def mse(theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: LSTMShape) -> fl
 
 
 def loss_and_grad_numpy(theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: LSTMShape) -> tuple[float, np.ndarray]:
-    """MSE loss and its gradient (flat, like theta) by backpropagation through time, batched.
-
-    Backward in time carries dh (from the read-out and from step t+1) and dc; the weight gradients
-    of all steps are then one matrix product each over (time x batch)."""
+    """MSE loss and its gradient (flat, like theta) by backpropagation through time, batched. Backward in time carries
+    dh (from the read-out and from step t+1) and dc; each weight gradient is then one product over (time x batch)."""
     p = unpack(theta, shape)
     B, T, F = X.shape
     H = shape.hidden
@@ -181,10 +175,8 @@ def loss_and_grad_numpy(theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: 
 
 
 def loss_and_grad_loops(theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: LSTMShape) -> tuple[float, np.ndarray]:
-    """The same loss and gradient, one sample and one time step at a time (the slow reference).
-
-    Python loops over samples and over time; only the small per-sample matrix-vector products use
-    NumPy. Nothing is batched, so this is what "serial" means for the later versions."""
+    """The same loss and gradient, one sample and one time step at a time (the slow reference): Python loops over
+    samples and time, NumPy only for the per-sample matrix-vector products. This is what "serial" means later."""
     p = unpack(theta, shape)
     B, T, _ = X.shape
     H, O = shape.hidden, shape.n_outputs

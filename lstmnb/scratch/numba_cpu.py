@@ -1,18 +1,14 @@
 """The ``numba-cpu`` version: the scalar per-sample kernel compiled by Numba, samples split over threads.
 
-Parallel idea: the samples of a mini-batch are independent until their gradients are summed. The
-batch is cut into one contiguous part per thread (``prange``); each thread runs forward + BPTT for
-its samples and accumulates into its own private gradient row, so no two threads ever write the
-same memory. A second parallel loop then reduces the private rows into one gradient (a reduction
-over threads). Compiled functions are cached on disk (``cache=True``), so only the first run on a
-machine pays the compile time.
+Parallel idea: the samples of a mini-batch are independent until their gradients are summed. The batch is cut into one
+contiguous part per thread (``prange``); each thread runs forward + BPTT for its samples into its own private gradient
+row, so no two threads write the same memory, and a second parallel loop reduces the rows into one gradient. Compiled
+functions are cached on disk (``cache=True``): only the first run on a machine pays the compile time.
 
-``sample_loss_grad`` is plain Python on purpose: ``numba.njit`` compiles it here, and
-``numba.cuda.jit(device=True)`` compiles the very same function into the per-thread work of the
-CUDA version, so the two compiled versions share one source for the arithmetic. It lives in this
-file, next to the cached functions that call it, because Numba's on-disk cache checks only the
-modification time of the file a cached function is defined in: a kernel in another file could be
-edited without the cached caller noticing.
+``sample_loss_grad`` is plain Python on purpose: ``numba.njit`` compiles it here and ``numba.cuda.jit(device=True)``
+into the per-thread work of the CUDA version, one source for both. It lives next to the cached functions that call it
+because Numba's on-disk cache checks only the modification time of the cached function's own file: a kernel in another
+file could be edited without the cached caller noticing.
 """
 
 from __future__ import annotations
@@ -29,15 +25,14 @@ def sample_loss_grad(x, y, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out
                      acts, cs, hs, tcs, work, scale, one):  # pragma: no cover - compiled
     """Squared error of one sample (summed over outputs); adds ``scale`` x its gradient into the g* arrays.
 
-    x (T, F) inputs; y (O,) targets; weights as in ``LSTMShape.offsets`` and gradient arrays of the
-    same shapes; workspaces acts (T, 4H), cs and hs (T+1, H), tcs (T, H) for tanh(c_t), work (3, 4H)
-    for dh, dc and the gate gradients. ``scale`` is 2 / (batch x outputs), the derivative of the mean
-    squared error. tanh and sigmoid are written with ``exp``: a compiled scalar ``exp`` costs a
-    quarter of a scalar ``tanh``, and each step needs 5H of them.
+    x (T, F) inputs; y (O,) targets; weights as in ``LSTMShape.offsets`` and gradient arrays of the same shapes;
+    workspaces acts (T, 4H), cs and hs (T+1, H), tcs (T, H) for tanh(c_t), work (3, 4H) for dh, dc and the gate
+    gradients. ``scale`` is 2 / (batch x outputs), the derivative of the MSE. tanh and sigmoid are written with ``exp``:
+    a compiled scalar ``exp`` costs a quarter of a scalar ``tanh``, and each step needs 5H of them.
 
-    ``one`` is 1 in the working dtype, and every constant is made from it: an untyped literal such as
-    ``0.0`` is a float64, and Numba would carry the whole computation in float64 from it (on a T4, float64
-    runs at 1/32 of the float32 rate). The caller passes ``scale`` in the working dtype too."""
+    ``one`` is 1 in the working dtype, and every constant is made from it (``scale`` comes in that dtype too): an
+    untyped literal such as ``0.0`` is a float64, and Numba would carry the whole computation in float64 from it (on a
+    T4, float64 runs at 1/32 of the float32 rate)."""
     zero = one - one
     two = one + one
     T = x.shape[0]
@@ -118,8 +113,8 @@ def workspace_shapes(T: int, H: int) -> tuple[tuple[int, int], ...]:
     return (T, 4 * H), (T + 1, H), (T + 1, H), (T, H), (3, 4 * H)
 
 
-# Reassociation lets LLVM vectorise the dot products (sums in a different order: same numbers to
-# rounding). No 'nnan'/'ninf' flags: exp(-s) may legitimately overflow to inf for saturated gates.
+# Reassociation lets LLVM vectorise the dot products (sums in a different order: same numbers to rounding).
+# No 'nnan'/'ninf' flags: exp(-s) may legitimately overflow to inf for saturated gates.
 FASTMATH = {"reassoc", "contract", "arcp", "nsz"}
 
 sample_loss_grad_nb = njit(cache=True, nogil=True, fastmath=FASTMATH)(sample_loss_grad)
@@ -138,10 +133,8 @@ def unpack_nb(v, F, H, O):  # pragma: no cover - compiled
 
 @njit(parallel=True, cache=True, fastmath=FASTMATH)
 def batch_loss_grad(X, Y, idx, theta, H, scale, one, parts, acts, cs, hs, tcs, work):  # pragma: no cover - compiled
-    """Sum of squared errors over the samples ``idx`` and the gradient of the mean, both reduced.
-
-    parts (n_parts, P) are the threads' private gradients; acts, cs, hs, tcs, work hold one
-    workspace per part. Returns (sum of squared errors, gradient)."""
+    """(sum of squared errors, gradient of the mean) over the samples ``idx``, both reduced. parts (n_parts, P) are the
+    threads' private gradients; acts, cs, hs, tcs, work hold one workspace per part."""
     F = X.shape[2]
     O = Y.shape[1]
     n_parts = parts.shape[0]

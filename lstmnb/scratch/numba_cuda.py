@@ -1,13 +1,11 @@
 """The ``numba-cuda`` version: one CUDA thread per sample, gradients reduced on the device.
 
-Parallel idea: the same per-sample kernel as ``numba-cpu``, but each sample of the mini-batch gets
-its own GPU thread. The training inputs and targets are copied to the device once and stay
-resident; per batch only the weights (a few thousand numbers) and the batch's sample indices go
-over the bus. Each thread writes its gradient into its own column of a (parameters x batch) buffer,
-and the workspaces are laid out with the batch as the last (fastest) axis, so neighbouring threads
-touch neighbouring addresses (coalesced memory access). A second kernel, one thread per parameter,
-sums the columns: the reduction happens on the device and one vector of P + 1 numbers (gradient and
-loss) comes back. Tested on CPU-only machines under Numba's CUDA simulator (``cuda_check``).
+Parallel idea: the per-sample kernel of ``numba-cpu``, one GPU thread per sample of the mini-batch. The training data
+are copied to the device once and stay resident; per batch only the weights (a few thousand numbers) and the batch's
+sample indices go over the bus. Each thread writes its gradient into its own column of a (parameters x batch) buffer,
+and the workspaces have the batch as the last (fastest) axis, so neighbouring threads touch neighbouring addresses
+(coalesced). A second kernel, one thread per parameter, sums the columns on the device, and P + 1 numbers (gradient
+and loss) come back. Tested on CPU-only machines under Numba's CUDA simulator (``cuda_check``).
 """
 
 from __future__ import annotations
@@ -24,15 +22,14 @@ from .numba_cpu import sample_loss_grad, workspace_shapes
 
 THREADS_PER_BLOCK = 64
 
-
 sample_loss_grad_dev = cuda.jit(device=True)(sample_loss_grad)
 
 
 @cuda.jit
 def per_sample_kernel(X, Y, idx, W_ih, W_hh, b, W_out, b_out, grad, gW_ih, gW_hh, gb, gW_out, gb_out, losses,
                       acts, cs, hs, tcs, work, scale, one):  # pragma: no cover - compiled
-    """Thread s: forward + BPTT of sample idx[s]; its gradient goes to column s of ``grad`` (P, batch), which
-    the g* arrays view. ``scale`` and ``one`` come in the working dtype, so float32 data is computed in float32."""
+    """Thread s: forward + BPTT of sample idx[s] into column s of ``grad`` (P, batch), which the g* arrays view.
+    ``scale`` and ``one`` come in the working dtype, so float32 data is computed in float32."""
     s = cuda.grid(1)
     if s < idx.shape[0]:
         for p in range(grad.shape[0]):  # the sample's column starts at zero: sample_loss_grad adds to it
@@ -46,8 +43,7 @@ def per_sample_kernel(X, Y, idx, W_ih, W_hh, b, W_out, b_out, grad, gW_ih, gW_hh
 
 @cuda.jit
 def reduce_kernel(parts, B, out, zero):  # pragma: no cover - compiled
-    """Thread p: out[p] = sum over the batch of parts[p, :B] (gradient entries and, last, the loss), summed in
-    the working dtype (``zero`` is its 0)."""
+    """Thread p: out[p] = sum of parts[p, :B] (gradient entries, then the loss), from the working dtype's ``zero``."""
     p = cuda.grid(1)
     if p < out.shape[0]:
         total = zero
@@ -57,16 +53,16 @@ def reduce_kernel(parts, B, out, zero):  # pragma: no cover - compiled
 
 
 def split_params(flat, shape: LSTMShape) -> tuple:
-    """Views of W_ih, W_hh, b, W_out, b_out (the layout of ``LSTMShape.offsets``) inside a flat vector,
-    or inside the rows of a (P, ...) array whose trailing axes (here the batch) are kept."""
+    """Views of W_ih, W_hh, b, W_out, b_out (``LSTMShape.offsets``) inside a flat vector, or inside the rows of a
+    (P, ...) array whose trailing axes (here the batch) are kept."""
     rest = tuple(flat.shape[1:])
     return tuple(flat[start : start + math.prod(shp)].reshape(shp + rest) for start, shp in shape.offsets().values())
 
 
 class DeviceGrad:
-    """What both CUDA versions share: the resident training data, the batch's sample indices, and the P + 1
-    numbers (gradient, then summed squared error) that come back per batch. A version's ``launch`` uploads
-    the weights and runs its kernels. ``fit.make_engine`` has asked ``cuda_check.numba_cuda_reason`` first."""
+    """What both CUDA versions share: the resident training data, the batch's sample indices, and the P + 1 numbers
+    (gradient, then summed squared error) back per batch. A version's ``launch`` uploads the weights and runs its
+    kernels. ``fit.make_engine`` has asked ``cuda_check.numba_cuda_reason`` first."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, shape: LSTMShape, batch_size: int, dtype: np.dtype):
         self.dtype = np.dtype(dtype)

@@ -1,29 +1,24 @@
 """The ``numba-cuda-block`` version: a thread block per sample (or a few), a thread per hidden unit.
 
-Parallel idea, beyond ``numba-cuda`` (one thread runs a whole sample serially): inside each sample the
-H hidden units are computed at once, and the samples of the batch are spread over the grid.
+Beyond ``numba-cuda`` (one thread runs a whole sample serially): inside each sample the H hidden units are computed at
+once, and the samples of the batch are spread over the grid.
 
-* Block = S samples x H threads (``blockDim = (H, S)``). Thread k of a sample computes the four gate
-  pre-activations of unit k (four independent dot products: the gates run side by side in the
-  thread's pipeline), then c_t and h_t of unit k. c_t stays in the thread's register; h_t goes to
-  shared memory, double-buffered, so **one** ``cuda.syncthreads()`` per time step is enough: step t
-  reads buffer t % 2 and writes the other, and a thread can only overwrite a buffer after every thread
-  has passed the barrier of the step that read it.
-* Backward (BPTT) the same way: thread k forms the four gate gradients of unit k from dh and dc (dc in
-  its register), writes them to shared memory (double-buffered), one barrier, then dh_{t-1}[k] =
-  sum_r W_hh[r, k] da_t[r] over all 4H rows.
-* Then threads are spread over all parameters (every hidden unit and gate): each entry of the
-  gradient is summed over the block's samples and time steps into the block's row of a
-  (blocks x parameters) buffer, and a second kernel sums the rows (one thread per parameter).
-* Weights are read from global memory (cached), laid out so that neighbouring threads read
-  neighbouring addresses: W_ih^T and W_hh^T for the forward pass, W_hh for the backward pass.
+* Block = S samples x H threads (``blockDim = (H, S)``). Thread k of a sample computes the four gate pre-activations
+  of unit k (four independent dot products, side by side in the thread's pipeline), then c_t (kept in its register)
+  and h_t (to shared memory, double-buffered, so **one** ``cuda.syncthreads()`` per step is enough: step t reads
+  buffer t % 2 and writes the other, overwritten only after every thread passed the barrier of the step that read it).
+* Backward (BPTT) the same way: thread k forms unit k's four gate gradients from dh and dc (dc in its register), writes
+  them to shared memory (double-buffered), one barrier, then dh_{t-1}[k] = sum_r W_hh[r, k] da_t[r] over all 4H rows.
+* Then threads are spread over all parameters: each gradient entry is summed over the block's samples and time steps
+  into the block's row of a (blocks x parameters) buffer, and a second kernel sums the rows (a thread per parameter).
+* Weights are read from global memory (cached), laid out so that neighbouring threads read neighbouring addresses:
+  W_ih^T and W_hh^T for the forward pass, W_hh for the backward pass.
 
-Why not one thread per gate row (4H threads per sample)? The four gates of a unit would then sit in
-four threads, and c_t needs all four: a second barrier per step, or warp shuffles, which Numba's CUDA
-simulator (the only way to test CUDA kernels without a GPU) cannot run.
+Why not a thread per gate row (4H per sample)? c_t needs all four gates of a unit: a second barrier per step, or warp
+shuffles, which Numba's CUDA simulator (the only way to test CUDA kernels without a GPU) cannot run.
 
-Numbers from the same equations as ``loss_and_grad_numpy``; tested under the simulator. Kernels are
-compiled once per (dtype, hidden, samples per block), at the first launch.
+Numbers from the equations of ``loss_and_grad_numpy``; tested under the simulator. Kernels are compiled once per
+(dtype, hidden, samples per block), at the first launch.
 """
 
 from __future__ import annotations
@@ -44,8 +39,8 @@ MAX_THREADS = 1024  # CUDA's limit per block
 SHARED_BYTES = 48 * 1024  # static shared memory a block may use without opting in
 REDUCE_THREADS = 128
 WARP = 32
-# Registers are given to a block per warp, in units of 256 (CUDA C Programming Guide, "Compute
-# Capabilities" table, and NVIDIA's occupancy calculator: allocation unit 256, warp granularity, SM 5.0-9.0).
+# Registers are given to a block per warp, in units of 256 (CUDA C Programming Guide, "Compute Capabilities" table,
+# and NVIDIA's occupancy calculator: allocation unit 256, warp granularity, SM 5.0-9.0).
 REGISTER_UNIT = 256
 
 
@@ -75,10 +70,9 @@ def registers_per_block(threads: int, regs_per_thread: int) -> int:
 
 
 def check_registers(hidden: int, samples: int, dtype: np.dtype, regs_per_thread: int, regs_per_block: int) -> None:
-    """ConfigError when the block's threads need more registers than the GPU gives one block (the launch
-    would fail with 'too many resources requested'). ``regs_per_thread`` is the compiled kernel's own
-    count (it grows with the dtype: a float64 value takes two registers); ``regs_per_block`` the GPU's
-    limit (``MAX_REGISTERS_PER_BLOCK``, 65536 on SM 5.0 and newer). Pure."""
+    """ConfigError when the block's threads need more registers than the GPU gives one block (the launch would fail
+    with 'too many resources requested'). ``regs_per_thread`` is the compiled kernel's own count (a float64 value takes
+    two registers); ``regs_per_block`` the GPU's limit (``MAX_REGISTERS_PER_BLOCK``, 65536 on SM >= 5.0). Pure."""
     need = registers_per_block(hidden * samples, regs_per_thread)
     if need > regs_per_block:
         raise ConfigError(f"numba-cuda-block: a block of hidden x samples_per_block = {hidden} x {samples} threads "
@@ -88,8 +82,7 @@ def check_registers(hidden: int, samples: int, dtype: np.dtype, regs_per_thread:
 
 
 def samples_that_fit(hidden: int, samples: int, regs_per_thread: int, regs_per_block: int) -> int:
-    """The most samples per block, at most ``samples``, whose threads' registers fit in a block; 0 when
-    not even one sample does. Pure."""
+    """The most samples per block, at most ``samples``, whose threads' registers fit in a block; 0 if none. Pure."""
     for s in range(int(samples), 0, -1):
         if registers_per_block(hidden * s, regs_per_thread) <= regs_per_block:
             return s
@@ -98,9 +91,8 @@ def samples_that_fit(hidden: int, samples: int, regs_per_thread: int, regs_per_b
 
 @functools.cache
 def build_kernels(dtype_name: str, H: int, S: int):
-    """The forward+backward kernel and the reduction kernel for one dtype, hidden size H and S samples per
-    block (compile-time constants: they size the shared buffers); constants typed in the working dtype keep
-    float32 arithmetic in float32."""
+    """The forward+backward kernel and the reduction kernel for one dtype, hidden size H and S samples per block
+    (compile-time constants: they size the shared buffers); constants in the working dtype keep float32 in float32."""
     nb_dtype = from_dtype(np.dtype(dtype_name))
     scalar = np.dtype(dtype_name).type
     ZERO, HALF, ONE = scalar(0.0), scalar(0.5), scalar(1.0)
@@ -109,8 +101,8 @@ def build_kernels(dtype_name: str, H: int, S: int):
     @cuda.jit
     def lstm_block_kernel(X, Y, idx, B, WxT, WhT, Wh, b, W_out, b_out, scale,
                           acts, cs, tcs, hs, da, err, parts):  # pragma: no cover - compiled
-        """Block blk: forward, loss and BPTT of batch slots blk*S ... blk*S+S-1, then their gradient
-        (and, last, their summed squared error) into parts[blk]."""
+        """Block blk: forward, loss and BPTT of batch slots blk*S ... blk*S+S-1, then their gradient (and, last,
+        their summed squared error) into parts[blk]."""
         k = cuda.threadIdx.x  # hidden unit
         sl = cuda.threadIdx.y  # sample slot inside the block
         blk = cuda.blockIdx.x
@@ -274,12 +266,9 @@ class NumbaCUDABlockGrad(DeviceGrad):
         """Per-slot workspaces for blocks of ``self.S`` samples (every slot of every block has its own)."""
         H, O, P, T, S, dtype = self.H, self.O, self.P, self.T, self.S, self.dtype
         slots = math.ceil(self.batch_size / S) * S
-        self.d_acts = cuda.device_array((slots, T, 4 * H), dtype=dtype)
-        self.d_da = cuda.device_array((slots, T, 4 * H), dtype=dtype)
-        self.d_cs = cuda.device_array((slots, T + 1, H), dtype=dtype)
-        self.d_hs = cuda.device_array((slots, T + 1, H), dtype=dtype)
-        self.d_tcs = cuda.device_array((slots, T, H), dtype=dtype)
-        self.d_err = cuda.device_array((slots, O), dtype=dtype)
+        per_slot = ((T, 4 * H), (T, 4 * H), (T + 1, H), (T + 1, H), (T, H), (O,))
+        self.d_acts, self.d_da, self.d_cs, self.d_hs, self.d_tcs, self.d_err = (
+            cuda.device_array((slots, *shp), dtype=dtype) for shp in per_slot)
         self.d_parts = cuda.device_array((slots // S, P + 1), dtype=dtype)
 
     def kernel_args(self, d_idx, B: int, scale) -> tuple:
@@ -288,9 +277,9 @@ class NumbaCUDABlockGrad(DeviceGrad):
                 self.d_cs, self.d_tcs, self.d_hs, self.d_da, self.d_err, self.d_parts)
 
     def fit_registers(self, explicit: bool) -> None:
-        """Compile the kernel for this run's arguments and check its registers against the GPU's limit per
-        block: an explicit ``samples_per_block`` that does not fit is a ConfigError; the default one is
-        lowered until it fits (kernels and workspaces made again for the smaller blocks)."""
+        """Compile the kernel for this run's arguments and check its registers against the GPU's limit per block: an
+        explicit ``samples_per_block`` that does not fit is a ConfigError; the default one is lowered until it fits
+        (kernels and workspaces made again for the smaller blocks)."""
         limit = cuda.get_current_device().MAX_REGISTERS_PER_BLOCK
         while True:
             args = self.kernel_args(self.d_idx, self.batch_size, self.dtype.type(1.0))

@@ -1,7 +1,6 @@
-"""Gradient clipping, mini-batch SGD and Adam on flat parameter vectors.
-
-Written to give the same numbers as ``torch.nn.utils.clip_grad_norm_``, ``torch.optim.SGD`` and
-``torch.optim.Adam`` (Kingma and Ba, 2015), so the PyTorch version follows the same trajectory.
+"""Gradient clipping, mini-batch SGD and Adam on flat parameter vectors, giving the same numbers as
+``torch.nn.utils.clip_grad_norm_``, ``torch.optim.SGD`` and ``torch.optim.Adam`` (Kingma and Ba, 2015), so the PyTorch
+version follows the same trajectory.
 """
 
 from __future__ import annotations
@@ -12,10 +11,8 @@ import numpy as np
 
 
 def clip_grad_norm(grad: np.ndarray, max_norm: float | None) -> float:
-    """Scale ``grad`` in place so its global 2-norm is at most ``max_norm``; return the norm before.
-
-    Same rule as PyTorch: multiply by min(1, max_norm / (norm + 1e-6)). Clipping keeps one exploding
-    step of backpropagation through time from throwing the weights away."""
+    """Scale ``grad`` in place so its global 2-norm is at most ``max_norm``; return the norm before. PyTorch's rule:
+    multiply by min(1, max_norm / (norm + 1e-6)). Keeps one exploding BPTT step from throwing the weights away."""
     norm = float(np.sqrt(np.dot(grad, grad)))
     if max_norm is not None:
         coef = max_norm / (norm + 1e-6)
@@ -48,8 +45,7 @@ class Adam:
 
     def step(self, theta: np.ndarray, grad: np.ndarray) -> None:
         if self.m is None:
-            self.m = np.zeros_like(theta)
-            self.v = np.zeros_like(theta)
+            self.m, self.v = np.zeros_like(theta), np.zeros_like(theta)
         self.t += 1
         self.m += (1.0 - self.beta1) * (grad - self.m)
         self.v *= self.beta2

@@ -1,12 +1,11 @@
 """The math each from-scratch version's matrix products run in, set and recorded.
 
-The versions table compares implementations of one computation, so every version runs IEEE float32
-(or float64, ``ScratchConfig.dtype``): the Numba kernels are plain float32, and the ``torch-cuda``
-version turns cuDNN's TF32 off while it trains (``engine_math``; cuDNN's RNN on SM >= 8.0 defaults to
-TF32, whose 10-bit mantissa would make it both faster and less exact than the others for a reason that
-is not the implementation). Each record says what ran (``engine_backends``, the record's ``backends``;
-for ``torch-cuda`` it is ``cuda.backends_record``, the training records' section, plus ``math``).
-TF32's own speed belongs to the training benchmarks, whose records carry ``backends.lstm_math``.
+The versions table compares implementations of one computation, so every version runs IEEE float32 (or float64,
+``ScratchConfig.dtype``): the Numba kernels are plain float32, and ``torch-cuda`` turns cuDNN's TF32 off while it
+trains (``engine_math``; cuDNN's RNN on SM >= 8.0 defaults to TF32, whose 10-bit mantissa would make it faster and
+less exact for a reason that is not the implementation). Each record says what ran (``engine_backends``, the record's
+``backends``; for ``torch-cuda`` the training records' section ``cuda.backends_record`` plus ``math``). TF32's own
+speed belongs to the training benchmarks, whose records carry ``backends.lstm_math``.
 """
 
 from __future__ import annotations
@@ -29,9 +28,8 @@ def engine_math(version: str) -> AbstractContextManager:
 
 
 def engine_backends(version: str, dtype: Any) -> dict[str, Any]:
-    """The record's ``backends`` for a version that trained with parameters of ``dtype``: ``math``
-    ('float64', 'float32' or 'tf32') and, for ``torch-cuda``, cuDNN and the TF32 switches as they were
-    (call it inside ``engine_math``)."""
+    """The record's ``backends`` for a version trained with parameters of ``dtype``: ``math`` ('float64', 'float32' or
+    'tf32') and, for ``torch-cuda``, cuDNN and the TF32 switches as they were (call it inside ``engine_math``)."""
     math = "float64" if np.dtype(dtype) == np.float64 else "float32"
     if version != "torch-cuda":
         return {"math": math}

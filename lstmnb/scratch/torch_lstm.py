@@ -1,10 +1,9 @@
 """The ``torch`` versions: the same network as ``torch.nn.LSTM`` + ``nn.Linear``, trained by PyTorch.
 
-Parallel idea: nothing written by hand. PyTorch runs the batched matrix products of each time step
-on its multithreaded CPU kernels (``torch``) or on cuDNN's fused LSTM kernels (``torch-cuda``), and
-autograd does the backpropagation through time. The weights are loaded from the same flat vector
-as every other version; ``bias_hh`` is held at zero (our LSTM has one bias per gate), so the
-optimiser, the clipping and therefore the whole trajectory are the same.
+Nothing written by hand: PyTorch runs each time step's batched matrix products on its multithreaded CPU kernels
+(``torch``) or cuDNN's fused LSTM kernels (``torch-cuda``), and autograd does BPTT. The weights come from the same flat
+vector as every other version, ``bias_hh`` held at zero (our LSTM has one bias per gate), so the optimiser, the
+clipping and the whole trajectory are the same.
 """
 
 from __future__ import annotations
