@@ -1,8 +1,7 @@
 """The from-scratch LSTM: the equations in NumPy with backpropagation through time, then parallel versions
 (``fit.VERSIONS``; docs/architecture.md maps the modules), all from the same weights on the same batches, so all give
 the same numbers. Numba and torch are imported only when their version is used; a GPU version that cannot start here
-(``cuda_check``) is a reason, never a stopped run.
-"""
+(``cuda_check``) is a reason, never a stopped run."""
 
 from .data import DATASETS, ScratchData, airline_passengers, load_airline, load_data, prepare_series
 from .fit import VERSIONS, FitResult, ScratchConfig, check_version, fit

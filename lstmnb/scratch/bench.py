@@ -3,8 +3,7 @@
 Per version: compile time (the warm-up call: JIT compilation or cache load, CUDA context) apart from run time (the
 optimiser steps of N epochs), speedups against ``loops`` and ``numpy``, final train/test loss, and one run record
 (experiment ``scratch_versions``). Versions run in turn within each repeat (loops, numpy, ..., then again), so a slow
-patch of a shared machine hits all of them; the run time quoted is the median over repeats.
-"""
+patch of a shared machine hits all of them; the run time quoted is the median over repeats."""
 
 from __future__ import annotations
 
@@ -31,10 +30,9 @@ def evaluate(theta: np.ndarray, shape: LSTMShape, data: ScratchData) -> dict[str
     theta = theta.astype(np.float64)
     pred = {s: predict(theta, data.X[s], shape) for s in SPLITS}  # one forward pass per split
     out: dict[str, Any] = {f"{s}_loss": float(np.mean((pred[s] - data.y[s]) ** 2)) for s in SPLITS}
-    out["test_rmse"] = error_metrics(data.to_units(pred["test"], "test"), data.truth["test"])["rmse"]
-    out["units"] = data.units
-    out["baselines_test_rmse"] = {name: error_metrics(baseline, data.truth["test"])["rmse"]
-                                  for name, baseline in data.baselines["test"].items()}
+    truth = data.truth["test"]
+    out.update(test_rmse=error_metrics(data.to_units(pred["test"], "test"), truth)["rmse"], units=data.units,
+               baselines_test_rmse={k: error_metrics(p, truth)["rmse"] for k, p in data.baselines["test"].items()})
     return out
 
 
@@ -63,10 +61,9 @@ def skip_reason(version: str, config: ScratchConfig | None = None) -> str | None
 def versions_table(versions: Sequence[str] = VERSIONS, config: ScratchConfig | None = None, *, repeats: int = 3,
                    data: ScratchData | None = None, record: bool = True, record_path: str | os.PathLike | None = None,
                    profile: str | None = None):
-    """Train every version ``repeats`` times (alternating) and return the versions table (DataFrame).
-
-    Unavailable GPU versions are ``skipped`` rows with their reason (and a ``skipped`` record), never a number.
-    Records go to ``record_path`` (default results/runs.jsonl) when ``record``."""
+    """Train every version ``repeats`` times (alternating) and return the versions table (DataFrame). Unavailable GPU
+    versions are ``skipped`` rows with their reason (and a ``skipped`` record), never a number. Records go to
+    ``record_path`` (default results/runs.jsonl) when ``record``."""
     import pandas as pd
 
     from ..records import append_record, new_record
@@ -105,8 +102,7 @@ def versions_table(versions: Sequence[str] = VERSIONS, config: ScratchConfig | N
                                 "run_s_repeats": [r.run_s for r in runs[v]], "s_per_epoch": median_s[v] / config.epochs,
                                 **{f"speedup_vs_{ref}": median_s[ref] / median_s[v] if ref in median_s else np.nan
                                    for ref in ("loops", "numpy")}}
-            fields["metrics"] = evaluate(res.theta, shape, data)
-            fields["backends"] = res.backends
+            fields.update(metrics=evaluate(res.theta, shape, data), backends=res.backends)
             fields["epochs"] = [{"epoch": i + 1, "seconds": s, "train_loss": tl, "val_loss": vl}
                                 for i, (s, tl, vl) in enumerate(zip(res.epoch_s, res.train_losses, res.val_losses))]
             # the math its matrix products ran in (TF32 shown as such)
@@ -169,8 +165,7 @@ def versions_notes(table) -> str:
     if "numba-cuda" in ok.index and "numba-cuda-block" in ok.index:
         r = ok.loc["numba-cuda", "run_s"] / ok.loc["numba-cuda-block", "run_s"]
         lines.append(f"- a thread per hidden unit (numba-cuda-block) instead of a thread per sample (numba-cuda): "
-                     f"{_times(r)}; against numpy "
-                     f"**{ok.loc['numba-cuda-block', 'speedup_vs_numpy']:.2f}x**.")
+                     f"{_times(r)}; against numpy **{ok.loc['numba-cuda-block', 'speedup_vs_numpy']:.2f}x**.")
     skipped = [str(v) for v in table.index[table["status"] != "ok"]]
     if skipped:
         lines.append(f"- not run here: {', '.join(f'**{v}**' for v in skipped)} (the table above says why)")

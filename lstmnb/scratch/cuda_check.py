@@ -1,11 +1,9 @@
-"""Can a GPU engine start here? Each is asked by doing the real thing once: compile and launch a tiny kernel
-(numba-cuda) or run a tiny operation on the GPU (torch-cuda), catching whatever goes wrong.
-
-No version guessing: a numba-cuda that cannot compile under the installed NumPy (e.g. ``AttributeError: module 'numpy'
-has no attribute 'row_stack'`` inside its compiler), a missing driver and an absent GPU all show up as an exception
-from the attempt. The answer is a reason (one line, with the library versions involved) or None, computed once per
-process. Nothing here imports numba or torch until a check is asked for.
-"""
+"""Can a GPU engine start here? Each is asked by doing the real thing once (compile and launch a tiny kernel for
+numba-cuda, run a tiny operation on the GPU for torch-cuda), catching whatever goes wrong. No version guessing: a
+numba-cuda that cannot compile under the installed NumPy (e.g. ``AttributeError: module 'numpy' has no attribute
+'row_stack'`` inside its compiler), a missing driver and an absent GPU all show up as an exception from the attempt.
+The answer is a reason (one line, with the library versions involved) or None, computed once per process. Nothing
+here imports numba or torch until a check is asked for."""
 
 from __future__ import annotations
 
@@ -50,8 +48,7 @@ def start_failure(engine: str, exc: BaseException, libs: tuple[str, ...] = NUMBA
 
 @functools.cache
 def performance_warnings() -> tuple[type[Warning], ...]:
-    """Numba's NumbaPerformanceWarning class(es), numba's and numba-cuda's own where it has one (looked up once:
-    engines enter ``quiet_launches`` on every batch)."""
+    """NumbaPerformanceWarning of numba and numba-cuda's own if any (cached: ``quiet_launches`` runs every batch)."""
     found: dict[type[Warning], None] = {}  # in order, each once
     for module in ("numba.core.errors", "numba.cuda.core.errors"):
         try:

@@ -1,7 +1,6 @@
 """A four-thread kernel using what the CUDA engines use (shared memory, a block barrier, exp and tanh, float32),
 launched once by ``cuda_check.numba_cuda_reason`` to learn whether numba.cuda works here. Its own module, imported only
-by that check, because Numba's CUDA simulator swaps a kernel module's global ``cuda`` for its fake.
-"""
+by that check, because Numba's CUDA simulator swaps a kernel module's global ``cuda`` for its fake."""
 
 from __future__ import annotations
 

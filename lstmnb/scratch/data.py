@@ -1,12 +1,10 @@
 """Data for the from-scratch LSTM: the airline passengers series and an ERA5 point series, both by the project's rules
 (docs/architecture.md): chronological train/val/test splits, no window crossing a split boundary, scaling statistics
-from the training part only.
-
-Airline passengers: monthly totals of international airline passengers (thousands), 1949-01 to 1960-12, 144 values;
-Box, Jenkins and Reinsel, *Time Series Analysis: Forecasting and Control*, series G. The series and its seasonal swing
-grow, so a model trained on 1949-1957 levels would have to extrapolate; hence Box and Jenkins' remedy: the LSTM sees
-month-on-month changes of log passengers, and its predictions are turned back into passengers for the error in units.
-"""
+from the training part only. Airline passengers: monthly totals of international airline passengers (thousands), 1949-01
+to 1960-12, 144 values; Box, Jenkins and Reinsel, *Time Series Analysis: Forecasting and Control*, series G. The series
+and its seasonal swing grow, so a model trained on 1949-1957 levels would have to extrapolate; hence Box and Jenkins'
+remedy: the LSTM sees month-on-month changes of log passengers, and its predictions are turned back into passengers for
+the error in units."""
 
 from __future__ import annotations
 
@@ -77,11 +75,9 @@ def check_series(values: np.ndarray, name: str = "series") -> np.ndarray:
 def prepare_series(values: np.ndarray, *, window: int, period: int, transform: str = "none",
                    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15), name: str = "series", units: str = ""
                    ) -> ScratchData:
-    """Split, scale and window one series for next-step forecasting.
-
-    ``period`` is the seasonal period in steps (12 months, 24 hours): the seasonal-naive baseline predicts the value one
-    period before the target; persistence the last observed value. ``transform='logdiff'`` models changes of log values
-    (positive series only)."""
+    """Split, scale and window one series for next-step forecasting. ``period`` is the seasonal period in steps (12
+    months, 24 hours): the seasonal-naive baseline predicts the value one period before the target, persistence the
+    last observed value. ``transform='logdiff'`` models changes of log values (positive series only)."""
     if transform not in TRANSFORMS:
         raise ConfigError(f"transform={transform!r} is not known; choose one of {TRANSFORMS}")
     v = check_series(values, name)
@@ -114,14 +110,12 @@ def load_airline(window: int = 12) -> ScratchData:
 
 
 def load_era5(window: int = 24, hours: int = 24 * 42) -> ScratchData:
-    """The first ``hours`` of 2 m temperature at the first point of the default ERA5 request (kelvin).
-
-    From the core pipeline (``lstmnb.data.extract``: the study's real ERA5 shipped with lstmnb). Baselines: persistence
-    (last hour) and the same hour one day earlier; with a few weeks of data a training climatology would copy them."""
+    """The first ``hours`` of 2 m temperature (K) at the first point of the default ERA5 request, from the core
+    pipeline (``lstmnb.data.extract``: the study's real ERA5 shipped with lstmnb). Baselines: persistence (last hour)
+    and the same hour one day earlier; with a few weeks of data a training climatology would copy them."""
     from .. import data
 
-    start = pd.Timestamp(data.Request().start)
-    end = start + pd.Timedelta(hours=hours)  # ask only for the days needed (the last one inclusive)
+    end = pd.Timestamp(data.Request().start) + pd.Timedelta(hours=hours)  # only the days needed (the last inclusive)
     ds = data.extract(data.Request(end=end.strftime("%Y-%m-%d")), progress=False)
     da = ds["2m_temperature"].isel(time=slice(0, hours))
     if "point" in da.dims:

@@ -2,8 +2,7 @@
 
 Every version starts from ``init_params(shape, seed)`` and sees the batches of one seeded shuffle, so their loss
 trajectories agree to rounding. Only the training data update the weights; validation is evaluated after each epoch
-for monitoring, outside the timed region.
-"""
+for monitoring, outside the timed region."""
 
 from __future__ import annotations
 
@@ -138,10 +137,9 @@ class HostEngine:
 
 def make_engine(version: str, shape: LSTMShape, X: np.ndarray, y: np.ndarray, theta0: np.ndarray,
                 config: ScratchConfig):
-    """The training engine of one version on the training data X (N, T, F), y (N, O).
-
-    Raises ConfigError for an unknown version and DeviceError when it cannot start here (``numba-cuda*`` whose probe
-    kernel fails: no GPU, no driver, a broken compiler; ``torch-cuda`` without a GPU)."""
+    """The training engine of one version on the training data X (N, T, F), y (N, O); a ConfigError for an unknown
+    version, a DeviceError when it cannot start here (``numba-cuda*`` whose probe kernel fails: no GPU, no driver, a
+    broken compiler; ``torch-cuda`` without a GPU)."""
     check_version(version)
     from .cuda_check import numba_cuda_reason, torch_cuda_reason
 

@@ -10,11 +10,11 @@ bias ``bias_hh`` held at zero)::
     y_hat = W_out h_T + b_out;   loss = mean((y_hat - y)^2)
 
 All parameters live in one flat vector ``theta`` (``LSTMShape.offsets``); every version takes and returns flat vectors,
-so optimisers, clipping and comparisons are written once.
-"""
+so optimisers, clipping and comparisons are written once."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -47,13 +47,9 @@ class LSTMShape:
     def offsets(self) -> dict[str, tuple[int, tuple[int, ...]]]:
         """Start offset and shape of each parameter inside ``theta`` (row-major, PyTorch layout)."""
         F, H, O = self.n_features, self.hidden, self.n_outputs
-        out: dict[str, tuple[int, tuple[int, ...]]] = {}
-        pos = 0
-        for name, shp in (("W_ih", (4 * H, F)), ("W_hh", (4 * H, H)), ("b", (4 * H,)), ("W_out", (O, H)),
-                          ("b_out", (O,))):
-            out[name] = (pos, shp)
-            pos += math.prod(shp)
-        return out
+        shapes = {"W_ih": (4 * H, F), "W_hh": (4 * H, H), "b": (4 * H,), "W_out": (O, H), "b_out": (O,)}
+        starts = itertools.accumulate((math.prod(shp) for shp in shapes.values()), initial=0)
+        return {name: (start, shp) for (name, shp), start in zip(shapes.items(), starts)}
 
 
 def unpack(theta: np.ndarray, shape: LSTMShape) -> dict[str, np.ndarray]:
@@ -187,9 +183,7 @@ def loss_and_grad_loops(theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: 
     total = 0.0
     for n in range(B):
         x = X[n]
-        h = [np.zeros(H, dtype=theta.dtype)]
-        c = [np.zeros(H, dtype=theta.dtype)]
-        gates = []
+        h, c, gates = [np.zeros(H, dtype=theta.dtype)], [np.zeros(H, dtype=theta.dtype)], []
         for t in range(T):
             a = W_ih @ x[t] + W_hh @ h[t] + b
             i, f, gg, o = sigmoid(a[:H]), sigmoid(a[H : 2 * H]), np.tanh(a[2 * H : 3 * H]), sigmoid(a[3 * H :])

@@ -6,10 +6,8 @@ row, so no two threads write the same memory, and a second parallel loop reduces
 functions are cached on disk (``cache=True``): only the first run on a machine pays the compile time.
 
 ``sample_loss_grad`` is plain Python on purpose: ``numba.njit`` compiles it here and ``numba.cuda.jit(device=True)``
-into the per-thread work of the CUDA version, one source for both. It lives next to the cached functions that call it
-because Numba's on-disk cache checks only the modification time of the cached function's own file: a kernel in another
-file could be edited without the cached caller noticing.
-"""
+into the per-thread work of the CUDA version, one source for both. It lives next to its cached callers because Numba's
+on-disk cache checks only the modification time of the cached function's own file."""
 
 from __future__ import annotations
 
@@ -23,16 +21,13 @@ from .lstm import LSTMShape
 
 def sample_loss_grad(x, y, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out, gb_out,
                      acts, cs, hs, tcs, work, scale, one):  # pragma: no cover - compiled
-    """Squared error of one sample (summed over outputs); adds ``scale`` x its gradient into the g* arrays.
-
-    x (T, F) inputs; y (O,) targets; weights as in ``LSTMShape.offsets`` and gradient arrays of the same shapes;
-    workspaces acts (T, 4H), cs and hs (T+1, H), tcs (T, H) for tanh(c_t), work (3, 4H) for dh, dc and the gate
-    gradients. ``scale`` is 2 / (batch x outputs), the derivative of the MSE. tanh and sigmoid are written with ``exp``:
-    a compiled scalar ``exp`` costs a quarter of a scalar ``tanh``, and each step needs 5H of them.
-
-    ``one`` is 1 in the working dtype, and every constant is made from it (``scale`` comes in that dtype too): an
-    untyped literal such as ``0.0`` is a float64, and Numba would carry the whole computation in float64 from it (on a
-    T4, float64 runs at 1/32 of the float32 rate)."""
+    """Squared error of one sample (summed over outputs); adds ``scale`` x its gradient into the g* arrays. x (T, F)
+    inputs; y (O,) targets; weights as in ``LSTMShape.offsets`` and gradient arrays of the same shapes; workspaces
+    acts (T, 4H), cs and hs (T+1, H), tcs (T, H) for tanh(c_t), work (3, 4H) for dh, dc and the gate gradients.
+    ``scale`` is 2 / (batch x outputs), the derivative of the MSE. tanh and sigmoid are written with ``exp``: a compiled
+    scalar ``exp`` costs a quarter of a scalar ``tanh``, and each step needs 5H of them. ``one`` is 1 in the working
+    dtype, and every constant is made from it (``scale`` comes in that dtype too): from an untyped literal such as
+    ``0.0``, a float64, Numba would carry everything in float64 (on a T4, 1/32 of the float32 rate)."""
     zero = one - one
     two = one + one
     T = x.shape[0]
@@ -165,8 +160,7 @@ class NumbaCPUGrad:
     """Workspaces sized once for a batch size; ``__call__`` gives (mean loss, gradient) for a batch."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, shape: LSTMShape, batch_size: int, dtype: np.dtype):
-        self.X = np.ascontiguousarray(X, dtype=dtype)
-        self.y = np.ascontiguousarray(y, dtype=dtype)
+        self.X, self.y = (np.ascontiguousarray(a, dtype=dtype) for a in (X, y))
         self.H = int(shape.hidden)
         self.n_parts = max(1, min(get_num_threads(), batch_size))
         self.parts = np.zeros((self.n_parts, shape.n_params), dtype=dtype)

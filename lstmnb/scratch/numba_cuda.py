@@ -1,12 +1,11 @@
 """The ``numba-cuda`` version: one CUDA thread per sample, gradients reduced on the device.
 
-Parallel idea: the per-sample kernel of ``numba-cpu``, one GPU thread per sample of the mini-batch. The training data
-are copied to the device once and stay resident; per batch only the weights (a few thousand numbers) and the batch's
-sample indices go over the bus. Each thread writes its gradient into its own column of a (parameters x batch) buffer,
-and the workspaces have the batch as the last (fastest) axis, so neighbouring threads touch neighbouring addresses
-(coalesced). A second kernel, one thread per parameter, sums the columns on the device, and P + 1 numbers (gradient
-and loss) come back. Tested on CPU-only machines under Numba's CUDA simulator (``cuda_check``).
-"""
+The per-sample kernel of ``numba-cpu`` on a GPU. The training data are copied to the device once and stay resident;
+per batch only the weights (a few thousand numbers) and the batch's sample indices go over the bus. Each thread writes
+its gradient into its own column of a (parameters x batch) buffer, and the workspaces have the batch as the last
+(fastest) axis, so neighbouring threads touch neighbouring addresses (coalesced). A second kernel, one thread per
+parameter, sums the columns on the device, and P + 1 numbers (gradient, then loss) come back. Tested on CPU-only
+machines under Numba's CUDA simulator (``cuda_check``)."""
 
 from __future__ import annotations
 
@@ -60,17 +59,15 @@ def split_params(flat, shape: LSTMShape) -> tuple:
 
 
 class DeviceGrad:
-    """What both CUDA versions share: the resident training data, the batch's sample indices, and the P + 1 numbers
-    (gradient, then summed squared error) back per batch. A version's ``launch`` uploads the weights and runs its
-    kernels. ``fit.make_engine`` has asked ``cuda_check.numba_cuda_reason`` first."""
+    """What both CUDA versions share: resident data, the batch's indices and the P + 1 numbers back; a version's
+    ``launch`` uploads the weights and runs its kernels. ``fit.make_engine`` has asked ``cuda_check`` first."""
 
     def __init__(self, X: np.ndarray, y: np.ndarray, shape: LSTMShape, batch_size: int, dtype: np.dtype):
         self.dtype = np.dtype(dtype)
         self.H, self.O, self.P = shape.hidden, shape.n_outputs, shape.n_params
         self.batch_size = int(batch_size)
         # read-only data: copied once, resident for the whole training run
-        self.d_X = cuda.to_device(np.ascontiguousarray(X, dtype=self.dtype))
-        self.d_y = cuda.to_device(np.ascontiguousarray(y, dtype=self.dtype))
+        self.d_X, self.d_y = (cuda.to_device(np.ascontiguousarray(a, dtype=self.dtype)) for a in (X, y))
         self.d_idx = cuda.device_array(self.batch_size, dtype=np.int64)  # the batch's sample indices, first B used
         self.d_out = cuda.device_array(self.P + 1, dtype=self.dtype)
 

@@ -1,7 +1,8 @@
 """The ``numba-cuda-block`` version: a thread block per sample (or a few), a thread per hidden unit.
 
-Beyond ``numba-cuda`` (one thread runs a whole sample serially): inside each sample the H hidden units are computed at
-once, and the samples of the batch are spread over the grid.
+Beyond ``numba-cuda`` (one thread runs a whole sample serially): a sample's H hidden units are computed at once, the
+batch's samples spread over the grid. Numbers from the equations of ``loss_and_grad_numpy``, tested under the simulator;
+kernels compiled once per (dtype, hidden, samples per block), at the first launch.
 
 * Block = S samples x H threads (``blockDim = (H, S)``). Thread k of a sample computes the four gate pre-activations
   of unit k (four independent dot products, side by side in the thread's pipeline), then c_t (kept in its register)
@@ -15,11 +16,7 @@ once, and the samples of the batch are spread over the grid.
   W_ih^T and W_hh^T for the forward pass, W_hh for the backward pass.
 
 Why not a thread per gate row (4H per sample)? c_t needs all four gates of a unit: a second barrier per step, or warp
-shuffles, which Numba's CUDA simulator (the only way to test CUDA kernels without a GPU) cannot run.
-
-Numbers from the equations of ``loss_and_grad_numpy``; tested under the simulator. Kernels are compiled once per
-(dtype, hidden, samples per block), at the first launch.
-"""
+shuffles, which Numba's CUDA simulator (the only way to test CUDA kernels without a GPU) cannot run."""
 
 from __future__ import annotations
 
@@ -278,8 +275,7 @@ class NumbaCUDABlockGrad(DeviceGrad):
 
     def fit_registers(self, explicit: bool) -> None:
         """Compile the kernel for this run's arguments and check its registers against the GPU's limit per block: an
-        explicit ``samples_per_block`` that does not fit is a ConfigError; the default one is lowered until it fits
-        (kernels and workspaces made again for the smaller blocks)."""
+        explicit ``samples_per_block`` that does not fit is a ConfigError; the default is lowered until it fits."""
         limit = cuda.get_current_device().MAX_REGISTERS_PER_BLOCK
         while True:
             args = self.kernel_args(self.d_idx, self.batch_size, self.dtype.type(1.0))

@@ -1,7 +1,6 @@
 """Gradient clipping, mini-batch SGD and Adam on flat parameter vectors, giving the same numbers as
 ``torch.nn.utils.clip_grad_norm_``, ``torch.optim.SGD`` and ``torch.optim.Adam`` (Kingma and Ba, 2015), so the PyTorch
-version follows the same trajectory.
-"""
+version follows the same trajectory."""
 
 from __future__ import annotations
 

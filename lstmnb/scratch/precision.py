@@ -1,12 +1,9 @@
 """The math each from-scratch version's matrix products run in, set and recorded.
 
 The versions table compares implementations of one computation, so every version runs IEEE float32 (or float64,
-``ScratchConfig.dtype``): the Numba kernels are plain float32, and ``torch-cuda`` turns cuDNN's TF32 off while it
-trains (``engine_math``; cuDNN's RNN on SM >= 8.0 defaults to TF32, whose 10-bit mantissa would make it faster and
-less exact for a reason that is not the implementation). Each record says what ran (``engine_backends``, the record's
-``backends``; for ``torch-cuda`` the training records' section ``cuda.backends_record`` plus ``math``). TF32's own
-speed belongs to the training benchmarks, whose records carry ``backends.lstm_math``.
-"""
+``ScratchConfig.dtype``): the Numba kernels are plain float32, and ``torch-cuda`` turns off cuDNN's TF32 (its RNN's
+default on SM >= 8.0: a 10-bit mantissa, faster and less exact for a reason that is not the implementation) while it
+trains. ``engine_backends`` records what ran; TF32's own speed belongs to the training benchmarks (``lstm_math``)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Nothing written by hand: PyTorch runs each time step's batched matrix products on its multithreaded CPU kernels
 (``torch``) or cuDNN's fused LSTM kernels (``torch-cuda``), and autograd does BPTT. The weights come from the same flat
 vector as every other version, ``bias_hh`` held at zero (our LSTM has one bias per gate), so the optimiser, the
-clipping and the whole trajectory are the same.
-"""
+clipping and the whole trajectory are the same."""
 
 from __future__ import annotations
 
@@ -53,8 +52,7 @@ def flat_params(model: TorchLSTM) -> np.ndarray:
 def torch_loss_and_grad(theta: np.ndarray, X: np.ndarray, y: np.ndarray, shape: LSTMShape) -> tuple[float, np.ndarray]:
     """Loss and gradient by PyTorch autograd for the given weights and batch (on CPU)."""
     model = torch_model(theta, shape)
-    xb = torch.from_numpy(np.ascontiguousarray(X))
-    yb = torch.from_numpy(np.ascontiguousarray(y))
+    xb, yb = (torch.from_numpy(np.ascontiguousarray(a)) for a in (X, y))
     loss = torch.nn.functional.mse_loss(model(xb), yb)
     loss.backward()
     return loss.item(), torch.cat([p.grad.reshape(-1) for p in model.trainable()]).numpy()  # our flat layout
@@ -76,8 +74,7 @@ class TorchEngine:
         self.model = torch_model(theta0, shape, self.device)
         dtype = self.model.head.weight.dtype
         # copied once (torch.tensor always copies; the arrays may be read-only views) and resident on the device
-        self.X = torch.tensor(X, dtype=dtype, device=self.device)
-        self.y = torch.tensor(y, dtype=dtype, device=self.device)
+        self.X, self.y = (torch.tensor(a, dtype=dtype, device=self.device) for a in (X, y))
         # the name is one of optim.OPTIMIZERS (ScratchConfig.validate checks it)
         self.opt = off_the_gpu(TORCH_OPTIMIZERS[optimizer](self.model.trainable(), lr=lr), torch.device(self.device))
         self.clip = clip
