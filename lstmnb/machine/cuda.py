@@ -1,9 +1,7 @@
-"""What this process's CUDA stack can do, decided from facts before anything fails: cuDNN against the
-GPUs' compute capabilities, native bfloat16, the TF32 math modes, and whether the torch build carries
-kernels for a GPU. docs/gpu.md says which source or document each rule follows.
-
-Nothing here initialises CUDA unless a CUDA device is in use (``cudnn_state`` does; ``cudnn_version`` does
-not), so a CPU run, a record's software section and a memory-capped child never start the CUDA driver here."""
+"""What this process's CUDA stack can do, decided from facts before anything fails: cuDNN against the GPUs' compute
+capabilities, native bfloat16, the TF32 math modes, and whether the torch build carries kernels for a GPU (docs/gpu.md
+gives each rule's source). Nothing here initialises CUDA unless a CUDA device is in use (``cudnn_state`` does;
+``cudnn_version`` does not), so a CPU run, a record's software section and a memory-capped child never start it."""
 
 from __future__ import annotations
 
@@ -30,9 +28,8 @@ OLD_GPU_BUILDS = ("a torch whose bundled cuDNN is 9.10 or older (torch.backends.
 
 
 def cudnn_version() -> int | None:
-    """The cuDNN version torch is linked with (e.g. 91002), or None without cuDNN. Read straight from
-    ``torch._C._cudnn.getVersionInt``: ``torch.backends.cudnn.version()`` runs the SM check that raises on a
-    P100/V100 host and initialises CUDA to make it."""
+    """The cuDNN version torch is linked with (e.g. 91002), or None without cuDNN. Read from ``torch._C._cudnn``:
+    ``torch.backends.cudnn.version()`` runs the SM check that raises on a P100/V100 host and initialises CUDA."""
     lib = getattr(torch._C, "_cudnn", None)
     if lib is None or not torch.backends.cudnn.is_available():
         return None
@@ -51,10 +48,8 @@ def version_text(version: int | None) -> str:
 def cudnn_problem(version: int | None, capabilities: list[tuple[int, int]]) -> str | None:
     """Why cuDNN cannot be used with these GPUs (torch would raise), or None. Pure: the rule of torch's
     ``torch.backends.cudnn._init``, which looks at the smallest capability of every visible GPU."""
-    if version is None or not capabilities or version < CUDNN_WITHOUT_OLD_GPUS:
-        return None
-    low = min(capabilities)
-    if low >= CUDNN_MIN_CAPABILITY:
+    low = min(capabilities, default=CUDNN_MIN_CAPABILITY)  # no GPU: nothing to refuse
+    if version is None or version < CUDNN_WITHOUT_OLD_GPUS or low >= CUDNN_MIN_CAPABILITY:
         return None
     return (f"cuDNN {version_text(version)} has no kernels for SM < 7.5 and a visible GPU is SM {low[0]}.{low[1]}; "
             f"the LSTM runs on PyTorch's own CUDA kernels (cuDNN off for this process)")
@@ -62,8 +57,8 @@ def cudnn_problem(version: int | None, capabilities: list[tuple[int, int]]) -> s
 
 @functools.cache
 def cudnn_state() -> dict[str, Any]:
-    """cuDNN in this process: its version, whether lstmnb lets runs use it, and why not. Decided once:
-    the GPUs and the linked cuDNN do not change while the process lives. Initialises CUDA when there is a GPU."""
+    """cuDNN in this process: its version, whether lstmnb lets runs use it, and why not. Decided once: the GPUs and
+    the linked cuDNN do not change while the process lives. Initialises CUDA when there is a GPU."""
     version = cudnn_version()
     gpus = range(torch.cuda.device_count()) if torch.cuda.is_available() else []
     reason = cudnn_problem(version, [tuple(torch.cuda.get_device_capability(i)) for i in gpus])
@@ -71,14 +66,11 @@ def cudnn_state() -> dict[str, Any]:
 
 
 def prepare_cuda() -> dict[str, Any]:
-    """Call before a model touches a CUDA device. Where torch's cuDNN refuses the visible GPUs, cuDNN is
-    turned off for the rest of the process, so the LSTM runs on PyTorch's native CUDA kernels instead of
-    raising in ``Module.to('cuda')``.
-
-    Process-wide on purpose (docs/gpu.md): torch's check looks at every visible GPU, so no device of this
-    process can use cuDNN, and a run's model outlives the run (``RunResult.model``, a notebook's forecast
-    cell): a switch scoped to the run would let the next forward pass raise. It is set only when the
-    facts require it and never turned back on."""
+    """Call before a model touches a CUDA device. Where torch's cuDNN refuses the visible GPUs, cuDNN is turned off
+    for the rest of the process, so the LSTM runs on PyTorch's native CUDA kernels instead of raising in
+    ``Module.to('cuda')``. Process-wide on purpose (docs/gpu.md): torch's check looks at every visible GPU, and a
+    run's model outlives the run (``RunResult.model``, a notebook's forecast cell), so a switch scoped to the run
+    would let the next forward pass raise. Set only when the facts require it; never turned back on."""
     state = cudnn_state()
     if not state["usable"] and torch.backends.cudnn.enabled:
         torch.backends.cudnn.enabled = False
@@ -93,10 +85,10 @@ def bf16_native(capability: tuple[int, int]) -> bool:
 
 def lstm_math(device_type: str, cudnn_on: bool, cudnn_allow_tf32: bool, capability: tuple[int, int] | None,
               amp: torch.dtype | None = None) -> str:
-    """The math the LSTM's matrix products use: 'float16' under fp16 autocast on a GPU; 'tf32' when cuDNN
-    runs it with TF32 allowed on a GPU with TF32 tensor cores; else 'float32' (bf16 autocast included:
-    ``models.Forecaster`` keeps the recurrence in float32 there). Pure. PyTorch's native CUDA LSTM goes
-    through cuBLAS, whose TF32 switch (``torch.backends.cuda.matmul.allow_tf32``) is off by default."""
+    """The math the LSTM's matrix products use: 'float16' under fp16 autocast on a GPU; 'tf32' when cuDNN runs it
+    with TF32 allowed on a GPU with TF32 tensor cores; else 'float32' (bf16 autocast included: ``models.Forecaster``
+    keeps the recurrence in float32 there). Pure. PyTorch's native CUDA LSTM goes through cuBLAS, whose TF32 switch
+    (``torch.backends.cuda.matmul.allow_tf32``) is off by default."""
     if device_type == "cuda" and amp == torch.float16:
         return "float16"
     tf32_cores = device_type == "cuda" and capability is not None and tuple(capability) >= TF32_MIN_CAPABILITY
@@ -119,8 +111,8 @@ def _fp32_node(op: str) -> Any:
 
 
 def precision_flags() -> dict[str, Any]:
-    """torch's float32 math switches as they are now (the record's ``backends.tf32``): the legacy ones (None
-    where torch refuses the read) and, where it exists, the new API's precision of the matmul and the RNN."""
+    """torch's float32 math switches as they are now (the record's ``backends.tf32``): the legacy ones (None where
+    torch refuses the read) and, where it exists, the new API's precision of the matmul and the RNN."""
     flags: dict[str, Any] = {
         "cudnn_allow_tf32": _read(lambda: bool(torch.backends.cudnn.allow_tf32)),
         "matmul_allow_tf32": _read(lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
@@ -142,8 +134,8 @@ def rnn_tf32(flags: dict[str, Any]) -> bool:
 
 @contextmanager
 def fp32_math(op: str, tf32: bool) -> Iterator[None]:
-    """``op``'s float32 math ('matmul' or 'rnn') TF32 or IEEE inside the block, restored after: through the
-    new API where it exists (a legacy read after the user set the new API raises), else the legacy switch
+    """``op``'s float32 math ('matmul' or 'rnn') TF32 or IEEE inside the block, restored after: through the new API
+    where it exists (a legacy read after the user set the new API raises), else the legacy switch
     (``cuda.matmul.allow_tf32`` is what ``set_float32_matmul_precision('high')`` sets)."""
     node = _fp32_node(op)
     if node is not None:
@@ -175,12 +167,10 @@ def backends_record(device: torch.device, amp: torch.dtype | None = None) -> dic
 
 def arch_supported(capability: tuple[int, int], arch_list: list[str]) -> bool:
     """Whether a torch build whose ``torch.cuda.get_arch_list()`` is ``arch_list`` has kernels for a GPU of
-    ``capability``. Pure. SASS for sm_XY runs on the same major version with minor >= Y; PTX for
-    compute_XY is compiled at load time for any GPU >= X.Y (CUDA C Programming Guide, "Binary
-    Compatibility" and "PTX Compatibility")."""
+    ``capability``. Pure. SASS for sm_XY runs on the same major version with minor >= Y; PTX for compute_XY is
+    compiled at load time for any GPU >= X.Y (CUDA C Programming Guide, "Binary" and "PTX Compatibility")."""
     major, minor = capability
-    for arch in arch_list:
-        kind, _, digits = arch.partition("_")
+    for kind, _, digits in (arch.partition("_") for arch in arch_list):
         if not digits[:-1].isdigit() or not digits[-1].isdigit():
             continue
         a_major, a_minor = int(digits[:-1]), int(digits[-1])
@@ -192,11 +182,9 @@ def arch_supported(capability: tuple[int, int], arch_list: list[str]) -> bool:
 
 
 def arch_problem(name: str, capability: tuple[int, int], arch_list: list[str]) -> str | None:
-    """None when a torch build whose arch list is ``arch_list`` has kernels for GPU ``name`` of
-    ``capability`` (``arch_supported``); otherwise the refusal, in one line naming the GPU, the build's
-    architectures and the fix. Pure: ``device.resolve_device`` asks it before a run starts, so a P100 or
-    V100 under a CUDA >= 12.8 wheel stops there instead of at the first kernel ("no kernel image is
-    available")."""
+    """None when ``arch_supported``; otherwise the refusal, in one line naming the GPU, the build's architectures
+    and the fix. Pure: ``device.resolve_device`` asks it before a run starts, so a P100 or V100 under a CUDA >= 12.8
+    wheel stops there instead of at the first kernel ("no kernel image is available")."""
     if arch_supported(capability, arch_list):
         return None
     major, minor = capability

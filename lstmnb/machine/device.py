@@ -1,5 +1,5 @@
-"""The device: resolving a name to a torch device, what it is (for records), synchronised clocks, the CPU
-thread policy, and the messages for a GPU that is not there. Imports torch, ``errors`` and ``machine.cuda``."""
+"""The device: resolving a name to a torch device, what it is (for records), synchronised clocks, the CPU thread
+policy, and the messages for a GPU that is not there. Imports torch, psutil, ``errors`` and ``machine.cuda``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
+import psutil
 import torch
 
 from ..errors import ConfigError, DeviceError
@@ -37,10 +38,9 @@ def cuda_missing(asked: str, hint: str = "use --device cpu") -> str:
 
 
 def device_problem(name: str, hint: str = "use --device cpu") -> str | None:
-    """Why the device ``name`` cannot be used on this machine, or None (``auto`` always can); a name that
-    is no device is a ``ConfigError``. Asked without creating a CUDA context (nothing is taken on the
-    GPU), so a launcher can ask before its workers start; the build's GPU architectures are left to
-    ``resolve_device``. ``hint`` ends the message: what to do instead."""
+    """Why the device ``name`` cannot be used on this machine, or None (``auto`` always can); a name that is no
+    device is a ``ConfigError``. Asked without creating a CUDA context, so a launcher can ask before its workers
+    start; the build's GPU architectures are left to ``resolve_device``. ``hint`` ends the message: what to do."""
     name = (name or "auto").strip().lower()
     if name == "auto":
         return None
@@ -100,28 +100,28 @@ def synchronize(device: torch.device) -> None:
 
 
 def clock(device: torch.device) -> float:
-    """``time.perf_counter()`` after the device's queued work has finished: the one way lstmnb reads a
-    clock around device work (DESIGN: synchronise before every clock read)."""
+    """``time.perf_counter()`` after the device's queued work has finished: the one way lstmnb reads a clock around
+    device work (DESIGN: synchronise before every clock read)."""
     synchronize(device)
     return time.perf_counter()
 
 
 def off_the_gpu(opt: torch.optim.Optimizer, device: torch.device) -> torch.optim.Optimizer:
-    """``opt``, whose steps start no CUDA when ``device`` is not a GPU. From torch 2.12, Adam's step (and
-    most others') first checks for a CUDA-graph capture by asking for the current accelerator stream, which
-    starts CUDA on a machine with a GPU (``torch.accelerator.current_stream``, ``_accelerator_getStream``
-    initialises the device): a CPU run there would hold a CUDA context on GPU 0 (each CPU DDP rank one) and
-    pay its start inside its first timed epoch. An optimizer of CPU tensors is never captured, so its step
-    skips that check (a private torch method: on a torch without it, this sets an unused attribute)."""
+    """``opt``, whose steps start no CUDA when ``device`` is not a GPU. From torch 2.12, Adam's step (and most
+    others') first checks for a CUDA-graph capture by asking for the current accelerator stream, which starts CUDA on
+    a machine with a GPU (``_accelerator_getStream`` initialises the device): a CPU run there would hold a CUDA
+    context on GPU 0 (each CPU DDP rank one) and pay its start inside its first timed epoch. An optimizer of CPU
+    tensors is never captured, so its step skips that check (a private torch method: on a torch without it, this
+    sets an unused attribute)."""
     if device.type != "cuda":
         opt._accelerator_graph_capture_health_check = lambda: None
     return opt
 
 
 def amp_choice(mode: str, device_type: str, capability: tuple[int, int] | None = None) -> torch.dtype | None:
-    """The autocast dtype for ``mode`` on a device of ``device_type`` (a GPU's ``capability``); None means
-    full float32. Pure. bfloat16 only where the GPU computes it natively (``cuda.bf16_native``):
-    ``auto`` takes float16 elsewhere (with a loss scaler), and ``bf16`` on such a GPU is an error."""
+    """The autocast dtype for ``mode`` on a device of ``device_type`` (a GPU's ``capability``); None means full
+    float32. Pure. bfloat16 only where the GPU computes it natively (``cuda.bf16_native``): ``auto`` takes float16
+    elsewhere (with a loss scaler), and ``bf16`` on such a GPU is an error."""
     from .cuda import bf16_native
 
     if mode == "off":
@@ -143,10 +143,8 @@ def amp_choice(mode: str, device_type: str, capability: tuple[int, int] | None =
 # --- what the device is (the record's ``device`` section) -------------------------------------------
 
 def _affinity() -> list[int] | None:
-    """The CPUs this process may run on where the system says (Linux and Windows, through psutil; SLURM
-    and taskset limits count), else None (macOS has no affinity)."""
-    import psutil
-
+    """The CPUs this process may run on where the system says (Linux and Windows, through psutil; SLURM and taskset
+    limits count), else None (macOS has no affinity)."""
     try:
         return sorted(psutil.Process().cpu_affinity())
     except (AttributeError, NotImplementedError, OSError, psutil.Error):
@@ -160,8 +158,8 @@ def cpu_cores() -> int:
 
 
 def local_rank_limit() -> int:
-    """The most local processes or CPU threads a run may start (DDP ranks, all-reduce ranks, --threads): more
-    only contend."""
+    """The most local processes or CPU threads a run may start (DDP ranks, all-reduce ranks, --threads): more only
+    contend."""
     return max(64, 4 * (os.cpu_count() or 1))
 
 
@@ -173,14 +171,13 @@ def thread_policy(cores: int, busy: float | None, default: int, *, own: float = 
                   env_threads: int | None = None) -> dict[str, Any]:
     """How many intra-op threads a CPU run uses, and why (the record's ``threads`` section). Pure.
 
-    ``requested`` (``--threads``) always wins, then an ``OMP_NUM_THREADS`` the user set
-    (``env_threads``). Otherwise torch's ``default`` (one per core) is cut when other processes keep
-    the cores busy now: OpenMP threads spin while they wait for each other, so a thread that shares its
-    core with another busy process stalls the whole step (measured: an epoch 2.3x slower beside one busy
-    process on 2 cores). ``busy`` is how many of the ``cores`` other processes kept busy over the last
-    ``window_s`` seconds (``busy_cores``; this process's own ``own`` is already left out); the run takes the
-    cores they leave, rounded, at least one. ``load_1min`` is only recorded, for comparison: the load
-    average keeps a finished job's load for a minute, so it is not what the choice reads."""
+    ``requested`` (``--threads``) always wins, then an ``OMP_NUM_THREADS`` the user set (``env_threads``). Otherwise
+    torch's ``default`` (one per core) is cut when other processes keep the cores busy now: OpenMP threads spin while
+    they wait for each other, so a thread that shares its core with another busy process stalls the whole step
+    (measured: an epoch 2.3x slower beside one busy process on 2 cores). ``busy`` is how many of the ``cores`` other
+    processes kept busy over the last ``window_s`` seconds (``busy_cores``; this process's own ``own`` is left out);
+    the run takes the cores they leave, rounded, at least one. ``load_1min`` is only recorded, for comparison: the
+    load average keeps a finished job's load for a minute, so it is not what the choice reads."""
     base: dict[str, Any] = {"cores": cores, "default": default,
                             "busy_cores": None if busy is None else round(busy, 2), "own_busy": round(own, 2),
                             "window_s": None if window_s is None else round(window_s, 3),
@@ -200,8 +197,8 @@ def thread_policy(cores: int, busy: float | None, default: int, *, own: float = 
 
 
 def rank_threads(cores: int, local_world: int, requested: int | None = None) -> dict[str, Any]:
-    """The ``threads`` section of a CPU rank of a DDP job (``requested``: ``--threads``, per rank): the
-    node's cores shared among its ranks, at least one each, so that ranks do not spin on each other's cores."""
+    """The ``threads`` section of a CPU rank of a DDP job (``requested``: ``--threads``, per rank): the node's cores
+    shared among its ranks, at least one each, so that ranks do not spin on each other's cores."""
     if requested is not None:
         return {"cores": cores, "used": requested, "policy": "explicit",
                 "reason": "threads per rank set by the caller (--threads)"}
@@ -210,13 +207,11 @@ def rank_threads(cores: int, local_world: int, requested: int | None = None) -> 
 
 
 def busy_cores(window_s: float = BUSY_WINDOW_S, cpus: set[int] | None = None) -> dict[str, float] | None:
-    """How many of ``cpus`` (default: the cores this process may run on; every core where the system
-    has no affinity, as on macOS) were busy over the next ``window_s`` seconds: ``others`` (every process
-    but this one) and ``own`` (this process's CPU time); None where the system gives no per-core CPU
-    times. What the machine is doing now, not in the last minute. Busy is psutil's ``cpu_percent``: all but
-    idle and iowait (a hypervisor's other guests count as busy)."""
-    import psutil
-
+    """How many of ``cpus`` (default: the cores this process may run on; every core where the system has no
+    affinity, as on macOS) were busy over the next ``window_s`` seconds: ``others`` (every process but this one) and
+    ``own`` (this process's CPU time); None where the system gives no per-core CPU times. What the machine is doing
+    now, not in the last minute. Busy is psutil's ``cpu_percent``: all but idle and iowait (a hypervisor's other
+    guests count as busy)."""
     if cpus is None:
         allowed = _affinity()
         cpus = set(allowed) if allowed else set(range(os.cpu_count() or 1))
@@ -232,11 +227,9 @@ def busy_cores(window_s: float = BUSY_WINDOW_S, cpus: set[int] | None = None) ->
 
 
 def busy_while(fn, *args: Any, **kwargs: Any) -> tuple[Any, float | None]:
-    """``fn(*args, **kwargs)`` and how many cores other processes kept busy while it ran: all the machine's
-    busy CPU time over the call, less this process's and its finished children's (the ranks of a DDP run
-    it started), per second of the call. None where the system has no CPU time counters."""
-    import psutil
-
+    """``fn(*args, **kwargs)`` and how many cores other processes kept busy while it ran: all the machine's busy CPU
+    time over the call, less this process's and its finished children's (the ranks of a DDP run it started), per
+    second of the call. None where the system has no CPU time counters."""
     def machine_busy() -> float:
         t = psutil.cpu_times()
         # Linux counts a hypervisor guest's time inside user and nice already; psutil lists it apart too
@@ -271,8 +264,6 @@ def torch_threads(n: int) -> Iterator[None]:
 def cpu_threads(requested: int | None = None) -> dict[str, Any]:
     """``thread_policy`` with this machine's cores, the cores other processes keep busy now (measured over
     ``BUSY_WINDOW_S``, only when neither ``requested`` nor ``OMP_NUM_THREADS`` decides) and torch's default."""
-    import psutil
-
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
     env_threads = torch.get_num_threads() if env.isdigit() and int(env) > 0 else None
     seen = busy_cores() if requested is None and env_threads is None else None
@@ -309,9 +300,6 @@ def _named_cpu() -> str | None:
 
 
 def host_memory_bytes() -> int:
-    """This machine's physical memory in bytes."""
-    import psutil
-
     return int(psutil.virtual_memory().total)
 
 
@@ -323,10 +311,8 @@ SLURM_FIELDS = {"job_id": "SLURM_JOB_ID", "job_name": "SLURM_JOB_NAME", "cluster
 
 
 def device_info(device: str | None = None) -> dict[str, Any]:
-    """Kind, name, count and memory of ``device`` ('cpu', 'cuda', 'cuda:1', 'mps'), plus the host CPU and,
-    inside a SLURM job, the job (``slurm``)."""
-    import psutil
-
+    """Kind, name, count and memory of ``device`` ('cpu', 'cuda', 'cuda:1', 'mps'), plus the host CPU and, inside a
+    SLURM job, the job (``slurm``)."""
     kind = (device or "cpu").split(":")[0]
     info: dict[str, Any] = {
         "kind": kind,
@@ -338,9 +324,8 @@ def device_info(device: str | None = None) -> dict[str, Any]:
         "cpu_physical_cores": psutil.cpu_count(logical=False),
         "torch_threads": torch.get_num_threads(),
         "hostname": platform.node(),
-        # runnable processes (1, 5, 15 min) when the record was made: on a shared machine a load above
-        # the core count means the timings of this run were taken under contention (psutil emulates it on
-        # Windows, where the first call gives zeros)
+        # runnable processes (1, 5, 15 min) when the record was made: a load above the core count means this run was
+        # timed under contention (psutil emulates it on Windows, where the first call gives zeros)
         "load_avg": [round(v, 2) for v in psutil.getloadavg()],
     }
     if "SLURM_JOB_ID" in os.environ:  # the job (ids, partition, nodes; numbers as ints)
@@ -349,12 +334,8 @@ def device_info(device: str | None = None) -> dict[str, Any]:
     if kind == "cuda" and torch.cuda.is_available():
         index = int(device.split(":")[1]) if device and ":" in device else torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)
-        info.update(
-            name=props.name,
-            count=torch.cuda.device_count(),
-            memory_gb=round(props.total_memory / 2**30, 1),
-            capability=f"{props.major}.{props.minor}",
-        )
+        info.update(name=props.name, count=torch.cuda.device_count(), memory_gb=round(props.total_memory / 2**30, 1),
+                    capability=f"{props.major}.{props.minor}")
     elif kind == "cuda":
         info.update(name=None, count=0, memory_gb=None, note="no CUDA device visible")
     elif kind == "mps":

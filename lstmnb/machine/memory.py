@@ -1,23 +1,25 @@
-"""Memory, per run: the peak a run reached on its device (CUDA's allocator statistics; on a CPU Linux's
-resettable resident-set high-water mark, elsewhere the process's all-time peak, said so), out-of-memory
-errors told from others, freeing a device's cached memory between the points of a study, and a CPU run's C
-heap (``keep_freed_heap``: on glibc, freed memory is kept for the next step, not given back and faulted in again)."""
+"""Memory, per run: the peak a run reached on its device (CUDA's allocator statistics; on a CPU Linux's resettable
+resident-set high-water mark, elsewhere the process's all-time peak, said so), out-of-memory errors told from others,
+freeing a device's cached memory between the points of a study, and a CPU run's C heap (``keep_freed_heap``: on
+glibc, freed memory is kept for the next step, not given back and faulted in again)."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import functools
+import gc
 import platform
 import sys
 from typing import Any
 
+import psutil
 import torch
 
 
 def proc_status_kb(field: str) -> int | None:
-    """One ``kB`` field of /proc/self/status (VmHWM, VmData, VmRSS, ...), or None where there is none
-    (every system but Linux: ``peak_memory_mb`` then says why and gives psutil's process-wide figure)."""
+    """One ``kB`` field of /proc/self/status (VmHWM, VmData, VmRSS, ...), or None where there is none (every system
+    but Linux: ``peak_memory_mb`` then says why and gives psutil's process-wide figure)."""
     if not sys.platform.startswith("linux"):
         return None
     with contextlib.suppress(OSError, ValueError, IndexError):
@@ -30,11 +32,11 @@ def proc_status_kb(field: str) -> int | None:
 
 # glibc's malloc (mallopt's parameters, malloc.h): blocks from the mmap threshold up get a mapping of their own,
 # unmapped when freed, and free memory at the heap's top beyond the trim threshold goes back to the system. Its
-# defaults adapt to the largest mapped block freed, and for the published setting's two-layer LSTM they mostly
-# settle where every step gives back and faults in again some 17 MB (1.7 million page faults in 3 epochs against
-# 115,000 with the thresholds below: 0.54x the training time; benchmarks/heap_cpu.py), but not always: runs of the
-# study's code fell 0.4 to 11.6 million faults apart (benchmarks/study_loop.py). 32 MiB is the largest mmap
-# threshold glibc accepts on 64-bit; up to 64 MiB of freed heap stays with the process.
+# defaults adapt to the largest mapped block freed, and for the published setting's two-layer LSTM mostly settle
+# where every step gives back and faults in again some 17 MB (1.7 million page faults in 3 epochs against 115,000
+# with the thresholds below: 0.54x the training time; benchmarks/heap_cpu.py), but not always: runs of the study's
+# code fell 0.4 to 11.6 million faults apart (benchmarks/study_loop.py). 32 MiB is the largest mmap threshold glibc
+# accepts on 64-bit; up to 64 MiB of freed heap stays with the process.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 HEAP_MMAP_THRESHOLD, HEAP_TRIM_THRESHOLD = 32 * 2**20, 64 * 2**20
 
@@ -54,10 +56,9 @@ def _glibc() -> Any:
 @functools.lru_cache(maxsize=None)
 def keep_freed_heap() -> dict[str, Any]:
     """Set glibc's mmap and trim thresholds (``HEAP_*``) for the process, once; the record's ``memory.heap``.
-
-    Process-wide, and decided by facts, not callers (docs/architecture.md, "Rules"): glibc has no getter for
-    the thresholds, and setting either turns their adaptation off, so they cannot be put back after a run.
-    Elsewhere (macOS, Windows, musl) the system's allocator is left as it is, and the section says so."""
+    Process-wide, and decided by facts, not callers (docs/architecture.md, "Rules"): glibc has no getter for the
+    thresholds, and setting either turns their adaptation off, so they cannot be put back after a run. Elsewhere
+    (macOS, Windows, musl) the system's allocator is left as it is, and the section says so."""
     libc = _glibc()
     if libc is None:
         return {"policy": "system", "reason": "not glibc: the system's allocator as it is"}
@@ -91,11 +92,10 @@ def page_faults() -> int | None:
 
 
 def reset_peak_memory(device: torch.device) -> bool:
-    """Start a run's peak-memory window; True if the peak read at the end will be this run's own.
-
-    CUDA: the allocator's peak statistics. CPU (and MPS, whose figure is the process's resident set): Linux's
-    resettable high-water mark (writing 5 to /proc/self/clear_refs sets VmHWM to the current RSS); getrusage's
-    max RSS is the process's all-time peak, so a sweep would record its largest point for every point."""
+    """Start a run's peak-memory window; True if the peak read at the end will be this run's own. CUDA: the
+    allocator's peak statistics. CPU (and MPS, whose figure is the process's resident set): Linux's resettable
+    high-water mark (writing 5 to /proc/self/clear_refs sets VmHWM to the current RSS); getrusage's max RSS is the
+    process's all-time peak, so a sweep would record its largest point for every point."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return True
@@ -114,15 +114,14 @@ def reset_peak_memory(device: torch.device) -> bool:
 
 
 def peak_memory_mb(device: torch.device, since_reset: bool = True) -> dict[str, Any]:
-    """Peak memory of the run since ``reset_peak_memory``: CUDA allocator for GPUs, the process's
-    resident-set high-water mark otherwise. ``since_reset=False`` (the reset was not possible) gives
-    None for the CPU figure rather than a process-lifetime peak presented as the run's."""
+    """Peak memory of the run since ``reset_peak_memory``: CUDA allocator for GPUs, the process's resident-set
+    high-water mark otherwise. ``since_reset=False`` (the reset was not possible) gives None for the CPU figure rather
+    than a process-lifetime peak presented as the run's (that one goes apart, as ``process_peak_mb``)."""
     if device.type == "cuda":
         return {"kind": "cuda_max_allocated", "peak_mb": torch.cuda.max_memory_allocated(device) / 2**20}
     hwm_kb = proc_status_kb("VmHWM") if since_reset else None
     out: dict[str, Any] = {"kind": "process_peak_rss", "peak_mb": hwm_kb / 1024 if hwm_kb is not None else None}
     if hwm_kb is None:
-        # the process's all-time peak (process_peak_mb), which no reset reaches: apart, under its own name
         out["note"] = (f"no per-run peak on {platform.system() or 'this system'} (needs Linux's resettable "
                        "VmHWM through /proc/self/clear_refs); process_peak_mb is the process's all-time peak")
         out["process_peak_mb"] = process_peak_mb()
@@ -130,10 +129,8 @@ def peak_memory_mb(device: torch.device, since_reset: bool = True) -> dict[str, 
 
 
 def process_peak_mb() -> float | None:
-    """The process's all-time peak resident set in MiB (Windows: the peak working set; elsewhere getrusage's
-    max RSS, bytes on macOS and KiB on Linux), or None where the system gives neither."""
-    import psutil
-
+    """The process's all-time peak resident set in MiB (Windows: the peak working set; elsewhere getrusage's max
+    RSS, bytes on macOS and KiB on Linux), or None where the system gives neither."""
     peak = getattr(psutil.Process().memory_info(), "peak_wset", None)
     if peak is not None:
         return peak / 2**20
@@ -151,18 +148,15 @@ OOM_MESSAGES = ("out of memory", "can't allocate memory", "cublas_status_alloc_f
 
 
 def is_oom(exc: BaseException) -> bool:
-    """True for an out-of-memory failure: CUDA's allocator, a CUDA library's workspace (cuBLAS, cuDNN,
-    cuSOLVER, cuFFT report ``*_ALLOC_FAILED``) or the CPU allocator (a failed malloc)."""
+    """True for an out-of-memory failure: CUDA's allocator, a CUDA library's workspace (cuBLAS, cuDNN, cuSOLVER,
+    cuFFT report ``*_ALLOC_FAILED``) or the CPU allocator (a failed malloc)."""
     if isinstance(exc, (MemoryError, getattr(torch, "OutOfMemoryError", MemoryError))):
         return True
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and any(m in text for m in OOM_MESSAGES)
+    return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MESSAGES)
 
 
 def free_memory(device: torch.device) -> None:
     """Give cached memory back between runs (Python's garbage and, on CUDA, the allocator's cache)."""
-    import gc
-
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
