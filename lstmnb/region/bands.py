@@ -1,15 +1,12 @@
 """What a sharded rank holds of the area: the series of the cells it computes on, and no more.
 
-``RegionData`` keeps a whole area in one process. Sharded ranks are processes of their own, and handing
-each of them the RegionData would give each the whole area (``training.parallel.spawn`` pickles the same
-arguments for every rank). So the parent writes the area's scaled series once, as a ``.npy`` file in a
-temporary folder (``AreaFile.write``), and each rank memory-maps it and copies out its own cells
-(``AreaFile.load``): a tiles rank its band's cells, a windows rank every cell. A tiles rank's halo rows
-arrive from their owners at every step (``shard.exchange_halo``), never from the file. Beside its cells'
-series a rank holds each split's input hours (one number per sample, shared by every cell), the grid's
-coordinates and the model, built whole and then cut to its band (O(cells x k) weights, small beside the
-series). The file costs the parent disk space the size of the series, for the length of the study.
-"""
+Handing each rank the whole-area ``RegionData`` would give each the whole area (``training.parallel.spawn`` pickles the
+same arguments for every rank). So the parent writes the area's scaled series once, as a ``.npy`` file in a temporary
+folder (``AreaFile.write``; disk the size of the series, for the length of the study), and each rank memory-maps it and
+copies out its own cells (``AreaFile.load``): a tiles rank its band's cells, a windows rank every cell. A tiles rank's
+halo rows arrive from their owners at every step (``shard.exchange_halo``), never from the file. Beside its cells'
+series a rank holds each split's input hours (one number per sample, shared by every cell), the grid's coordinates and
+the model, built whole and then cut to its band (O(cells x k) weights, small beside the series)."""
 
 from __future__ import annotations
 
@@ -26,8 +23,8 @@ from .grid import Grid
 
 @dataclass(frozen=True)
 class AreaFile:
-    """An area's scaled series on disk (``path``, (time, cells, features) float32), with what a rank needs
-    to cut windows from it: each split's last input hours, the windows' config and the grid."""
+    """An area's scaled series on disk (``path``, (time, cells, features) float32), with what a rank needs to cut
+    windows from it: each split's last input hours, the windows' config and the grid."""
 
     path: str
     last_inputs: dict[str, np.ndarray]
@@ -55,8 +52,8 @@ class AreaFile:
 
 @dataclass
 class AreaPart:
-    """One rank's cells of an ``AreaFile``: ``RegionData``'s batches for those cells, asked for by their
-    global ids; ``n_cells`` and ``grid`` stay the area's (the loss is a mean over every cell of it)."""
+    """One rank's cells of an ``AreaFile``: ``RegionData``'s batches for those cells, asked for by their global ids;
+    ``n_cells`` and ``grid`` stay the area's (the loss is a mean over every cell of it)."""
 
     series: np.ndarray
     cells: np.ndarray | None  # global ids of the columns of ``series``; None: every cell
@@ -76,7 +73,6 @@ class AreaPart:
 
     @property
     def held_bytes(self) -> int:
-        """The bytes of series this rank holds."""
         return int(self.series.nbytes)
 
     def sizes(self) -> dict[str, int]:

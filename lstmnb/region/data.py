@@ -1,15 +1,11 @@
 """A box's data as the point pipeline makes it, keyed, plus whole-area batches.
 
-The samples are the point pipeline's (``windows.make_windows`` on one series per cell, with
-``keys=True``): the same splits, scaling, calendar inputs, targets and baselines as `lstmnb train --box`,
-in the same order, but each sample is a (cell, last input hour) key into the scaled series instead of a
-copy of its window. So the point Trainer trains the region model on exactly the point model's batches
-(``model.KeyedForecaster`` gathers the windows, its neighbours' too), and a 10,080-cell area costs its
-series once, not once per window.
-
-The sharding and memory studies step whole areas instead: ``RegionData.batch`` gives windows that hold
-every cell (or a band of cells) at the same hours.
-"""
+The samples are the point pipeline's (``windows.make_windows`` on one series per cell, with ``keys=True``): the same
+splits, scaling, calendar inputs, targets and baselines as `lstmnb train --box`, in the same order, but each sample is
+a (cell, last input hour) key into the scaled series instead of a copy of its window. So the point Trainer trains the
+region model on exactly the point model's batches (``model.KeyedForecaster`` gathers the windows, its neighbours'
+too), and a 10,080-cell area costs its series once, not once per window. The sharding and memory studies step whole
+areas instead: ``RegionData.batch`` gives windows that hold every cell (or a band of cells) at the same hours."""
 
 from __future__ import annotations
 
@@ -57,16 +53,15 @@ class RegionData:
 
     def batch(self, split: str, ids: np.ndarray | None = None, cells: np.ndarray | slice = slice(None)
               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs (batch, window, cells, features) and scaled targets (batch, cells, horizon) of samples
-        ``ids`` of ``split`` (all when None), for ``cells`` (all by default)."""
+        """``area_batch`` of samples ``ids`` of ``split`` (all when None), for ``cells`` (all by default)."""
         last = self.last_input(split) if ids is None else self.last_input(split)[np.asarray(ids)]
         return area_batch(self.windows.series, last, self.config, cells)
 
 
 def area_batch(series: np.ndarray, last: np.ndarray, config: WindowConfig, columns: np.ndarray | slice = slice(None)
                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The windows ending at hours ``last`` of a (time, cells, features) ``series``, for its ``columns``:
-    inputs (batch, window, cells, features) and scaled targets (batch, cells, horizon)."""
+    """The windows ending at hours ``last`` of a (time, cells, features) ``series``, for its ``columns``: inputs
+    (batch, window, cells, features) and scaled targets (batch, cells, horizon)."""
     c = config
     x = series[last[:, None] + np.arange(1 - c.window, 1)[None, :]][:, :, columns]  # (b, window, cells, f)
     y = series[last[:, None] + c.lead_hours + np.arange(c.horizon)[None, :]][:, :, columns, 0]

@@ -1,14 +1,11 @@
 """A box of grid cells: its grid, and its data as one series per cell.
 
-``lstmnb.data.extract`` returns a box as (time, latitude, longitude), and a box across the prime meridian
-with its columns in west-to-east order (longitude 358 ... 359.75, 0 ... 2). ``box_to_points`` turns such
-a box into the point layout (time, point) that ``lstmnb.windows.windows_from_dataset`` windows, so the
-point model trains on all cells at once as one global model; with ``coords_as_inputs`` the cell's
-latitude and longitude become inputs too, so the shared model can tell the cells apart.
-
-Per-cell scores become (latitude, longitude) maps (``to_map``; ``record_maps`` from a box run's record;
-``maps`` draws them), and cells are placed along the direction the weather moves (``flow_halves``).
-"""
+``lstmnb.data.extract`` returns a box as (time, latitude, longitude), a box across the prime meridian with its
+columns in west-to-east order (longitude 358 ... 359.75, 0 ... 2). ``box_to_points`` turns it into the point layout
+(time, point) that ``lstmnb.windows.windows_from_dataset`` windows, so the point model trains on all cells at once as
+one global model (``coords_as_inputs``: with each cell's latitude and longitude as inputs, so the shared model can
+tell the cells apart). Per-cell scores become (latitude, longitude) maps (``to_map``; ``record_maps`` from a box
+run's record; ``maps`` draws them), and cells are placed along the direction the weather moves (``flow_halves``)."""
 
 from __future__ import annotations
 
@@ -26,15 +23,10 @@ COORD_FEATURES = ("cell_latitude", "cell_longitude")  # the inputs box_to_points
 
 
 def unwrap_lon(lon: np.ndarray) -> np.ndarray:
-    """Longitudes in degrees east, continuous from the first one on (358, 359.75, 0 -> 358, 359.75, 360).
-
-    A box across the prime meridian keeps its west-to-east order but jumps from 359.75 to 0; as an input
-    feature, or for distances along the row, the jump would look like half the globe.
-    """
+    """Longitudes in degrees east, continuous from the first one on (358, 359.75, 0 -> 358, 359.75, 360): as an
+    input feature, or for distances along the row, a box's jump from 359.75 to 0 would look like half the globe."""
     lon = np.asarray(lon, dtype=np.float64)
-    if lon.size == 0:
-        return lon
-    return lon[0] + np.mod(lon - lon[0], 360.0)
+    return lon if lon.size == 0 else lon[0] + np.mod(lon - lon[0], 360.0)
 
 
 @dataclass(frozen=True)
@@ -101,13 +93,10 @@ def grid_of(ds: xr.Dataset) -> Grid:
 
 
 def box_to_points(ds: xr.Dataset, *, coords_as_inputs: bool = False) -> xr.Dataset:
-    """A box (time, latitude, longitude) as one series per cell (time, point), cells in row-major order.
-
-    Coordinates per point: its label (as ``lstmnb.data`` names points), latitude and longitude (as
-    stored), and its grid ``row`` and ``col``. With ``coords_as_inputs``, data variables
-    ``cell_latitude`` and ``cell_longitude`` (longitude unwrapped across the prime meridian) repeat
-    each cell's coordinates at every hour, so windows carry them as inputs.
-    """
+    """A box (time, latitude, longitude) as one series per cell (time, point), cells in row-major order. Coordinates
+    per point: its label (as ``lstmnb.data`` names points), latitude and longitude (as stored), and its grid ``row``
+    and ``col``. With ``coords_as_inputs``, data variables ``cell_latitude`` and ``cell_longitude`` (longitude
+    unwrapped across the prime meridian) repeat each cell's coordinates at every hour, so windows carry them."""
     grid = grid_of(ds)
     ny, nx = grid.shape
     data_vars = {}
@@ -124,14 +113,9 @@ def box_to_points(ds: xr.Dataset, *, coords_as_inputs: bool = False) -> xr.Datas
             data_vars[name] = (("time", "point"), np.broadcast_to(v.astype(np.float32), (nt, v.size)).copy(),
                                {"units": "degrees"})
     lat, lon = grid.cell_lat, np.tile(grid.lon, ny)
-    coords = {
-        "time": ds["time"].values,
-        "point": ("point", [point_label(a, b) for a, b in zip(lat, lon)]),
-        "latitude": ("point", lat.astype(np.float32)),
-        "longitude": ("point", lon.astype(np.float32)),
-        "row": ("point", np.repeat(np.arange(ny), nx)),
-        "col": ("point", np.tile(np.arange(nx), ny)),
-    }
+    coords = {"time": ds["time"].values, "point": ("point", [point_label(a, b) for a, b in zip(lat, lon)]),
+              "latitude": ("point", lat.astype(np.float32)), "longitude": ("point", lon.astype(np.float32)),
+              "row": ("point", np.repeat(np.arange(ny), nx)), "col": ("point", np.tile(np.arange(nx), ny))}
     return xr.Dataset(data_vars, coords=coords, attrs={**ds.attrs, "selection": "points", "box_shape": f"{ny}x{nx}"})
 
 
@@ -148,10 +132,9 @@ def to_map(values: dict[str, np.ndarray], grid: Grid, *, attrs: dict | None = No
 
 
 def record_maps(record: dict) -> xr.Dataset:
-    """Per-cell test RMSE (K) of the model, persistence and climatology of a box run's record, as
-    (lat, lon) maps: the record's ``skill`` rows (one per cell, row-major) on its ``data.grid``.
-    ``attrs`` hold each one's RMSE pooled over all cells (weighted by each cell's targets), the lead and
-    the test period (first .. last target day)."""
+    """Per-cell test RMSE (K) of the model, persistence and climatology of a box run's record, as (lat, lon) maps:
+    the record's ``skill`` rows (one per cell, row-major) on its ``data.grid``. ``attrs`` hold each one's RMSE pooled
+    over all cells (weighted by each cell's targets), the lead and the test period (first .. last target day)."""
     data = record.get("data") or {}
     grid_info, rows = data.get("grid"), (record.get("skill") or {}).get("per_point")
     if not grid_info or not rows:
@@ -171,8 +154,8 @@ def record_maps(record: dict) -> xr.Dataset:
 
 
 def flow_position(grid: Grid, heading_deg: float) -> np.ndarray:
-    """Each cell's distance (km, row-major) along the direction the weather moves (``heading_deg``,
-    counter-clockwise from east), from the box's centre: low where the weather arrives first."""
+    """Each cell's distance (km, row-major) along the direction the weather moves (``heading_deg``, counter-clockwise
+    from east), from the box's centre: low where the weather arrives first."""
     lat, lon = grid.cell_lat, grid.cell_lon
     east = (lon - lon.mean()) * KM_PER_DEG * np.cos(np.radians(lat))
     north = (lat - lat.mean()) * KM_PER_DEG
@@ -181,9 +164,9 @@ def flow_position(grid: Grid, heading_deg: float) -> np.ndarray:
 
 
 def flow_halves(grid: Grid, heading_deg: float) -> np.ndarray:
-    """'upstream' for the half of the cells the weather reaches first, 'downstream' for the half it reaches
-    last (row-major; with an odd count the middle cell goes downstream). Upstream cells have few neighbours
-    upwind inside the box: what their neighbours show has mostly passed them already."""
+    """'upstream' for the half of the cells the weather reaches first, 'downstream' for the half it reaches last
+    (row-major; with an odd count the middle cell goes downstream). Upstream cells have few neighbours upwind inside
+    the box: what their neighbours show has mostly passed them already."""
     order = np.argsort(flow_position(grid, heading_deg), kind="stable")
     out = np.full(grid.n_cells, "downstream", dtype=object)
     out[order[: grid.n_cells // 2]] = "upstream"

@@ -1,27 +1,21 @@
 """Memory and step time of the region forecaster against the area's size: dense vs sparse relation.
 
-The memory model of one training step (forward, backward, Adam), in float32 copies of the relation's
-weights R (dense: ``channels * n^2`` weights; sparse: ``channels * n * k``) and the activations A that
-the per-cell LSTM keeps for its backward pass (O(n), ``activation_bytes``):
+The memory model of one training step (forward, backward, Adam), in float32 copies of the relation's weights R (dense:
+``channels * n^2`` weights; sparse: ``channels * n * k``) and the activations A that the per-cell LSTM keeps for its
+backward pass (O(n), ``activation_bytes``). At the start of the backward pass the activations are all alive, beside the
+weights and Adam's two moments (``zero_grad`` freed the previous gradient): A + 3R. In Adam's step the activations are
+gone, and the weights, their gradient, the two moments and two temporaries of the update (``sqrt(v) / c`` is built out
+of place) are alive: 6R. The peak is the larger, ``max(A + 3R, 6R)``. For the dense relation R = 4 * channels * n^2
+bytes grows with the fourth power of a square area's side, and once 6R passes A + 3R the dense model's memory is its
+relation's. The sparse relation adds its (n, k) index and the gathered neighbour inputs kept for the backward pass to A;
+both O(n k). PyTorch's own runtime (threads, kernels' buffers) is a constant ``floor`` measured on a 3 x 3 area.
 
-- at the start of the backward pass the activations are all alive, beside the weights and Adam's two
-  moments (the previous gradient was freed by ``zero_grad``): A + 3R;
-- in Adam's step the activations are gone, and the weights, their gradient, the two moments and two
-  temporaries of the update (``sqrt(v) / c`` is built out of place) are alive: 6R.
-
-The peak is the larger of the two, ``max(A + 3R, 6R)``. For the dense relation R = 4 * channels * n^2
-bytes grows with the fourth power of a square area's side, and once 6R passes A + 3R the dense model's
-memory is its relation's. The sparse relation adds its (n, k) index and the gathered neighbour inputs
-kept for the backward pass to A; both O(n k). PyTorch's own runtime (threads, kernels' buffers) is a
-constant ``floor`` measured on a 3 x 3 area.
-
-Measured on CPU, each case runs in a fresh Python process (glibc told to return freed blocks of 1 MiB
-and more at once, ``MALLOC_MMAP_THRESHOLD_``), and its peak is the kernel's high-water mark
-of resident memory (VmHWM, reset through ``/proc/self/clear_refs`` once the process has built its
-inputs) minus the resident memory at that moment: the step's own memory, whatever allocator PyTorch
-uses (tracemalloc does not see it). Where the kernel refuses the reset, the process's peak
-(``ru_maxrss``) is used and the method says so. On a GPU, PyTorch's allocator statistics give the peak.
-"""
+Measured on CPU, each case runs in a fresh Python process (glibc told to return freed blocks of 1 MiB and more at once,
+``MALLOC_MMAP_THRESHOLD_``), and its peak is the kernel's high-water mark of resident memory (VmHWM, reset through
+``/proc/self/clear_refs`` once the process has built its inputs) minus the resident memory at that moment: the step's
+own memory, whatever allocator PyTorch uses (tracemalloc does not see it). Where the kernel refuses the reset, the
+process's peak (``ru_maxrss``) is used and the method says so. On a GPU, PyTorch's allocator statistics give the
+peak."""
 
 from __future__ import annotations
 
@@ -86,21 +80,17 @@ class MemoryCase:
 
 def relation_bytes(case: MemoryCase) -> int:
     """Bytes of one float32 copy of the relation's learned weights (0 without a relation)."""
-    n, k, c = case.n_cells, case.neighbours, case.channels
     if case.variant == "none":
         return 0
-    return FLOAT * c * n * (n if case.variant == "dense" else k)
+    return FLOAT * case.channels * case.n_cells * (case.n_cells if case.variant == "dense" else case.neighbours)
 
 
 def activation_bytes(case: MemoryCase) -> int:
-    """Bytes kept for the backward pass, O(cells): the LSTM's and, for the sparse relation, its gather's.
-
-    Per sequence (one cell of one window) and step, PyTorch's LSTM keeps its input row
-    (``input_size``), the four gates, the cell state and its tanh, and the hidden state, and its
-    backward pass allocates gradient buffers of the same size: about 2 * (input_size + 8 * hidden)
-    floats. The sparse gather keeps the (n, k, batch * window * 2 n_mixed) neighbour values and changes and the
-    (n, k) int64 index.
-    """
+    """Bytes kept for the backward pass, O(cells): the LSTM's and, for the sparse relation, its gather's. Per
+    sequence (one cell of one window) and step, PyTorch's LSTM keeps its input row (``input_size``), the four gates,
+    the cell state and its tanh, and the hidden state, and its backward pass allocates gradient buffers of the same
+    size: about 2 * (input_size + 8 * hidden) floats. The sparse gather keeps the (n, k, batch * window * 2 n_mixed)
+    neighbour values and changes and the (n, k) int64 index."""
     mcfg = case.model_config()
     sequences_steps = case.batch * case.n_cells * case.window
     lstm = 2 * FLOAT * sequences_steps * (mcfg.input_size + 8 * case.hidden)
@@ -111,8 +101,8 @@ def activation_bytes(case: MemoryCase) -> int:
 
 
 def predict_bytes(case: MemoryCase, floor_bytes: int = 0) -> dict[str, int]:
-    """The memory model (see the module's docstring): {'relation_weights', 'activations', 'total'} bytes,
-    ``total`` = floor + max(A + 3R, 6R)."""
+    """The memory model (the module's docstring) in bytes: relation_weights, activations, and ``total`` = floor +
+    max(A + 3R, 6R)."""
     case.validate()
     rel, act = relation_bytes(case), activation_bytes(case)
     return {"relation_weights": rel, "activations": act,
@@ -123,8 +113,8 @@ SEARCH_SIDE = 100_000  # the largest side largest_side looks at (10^10 cells, be
 
 
 def largest_side(variant: str, budget_bytes: float, base: MemoryCase = MemoryCase(), floor_bytes: int = 0) -> int:
-    """The largest side s whose s x s area's predicted step fits ``budget_bytes`` (0 if none does; SEARCH_SIDE
-    when that fits too: the search looks no further). The prediction grows with the side: a bisection."""
+    """The largest side s whose s x s area's predicted step fits ``budget_bytes`` (0 if none does; SEARCH_SIDE when
+    that fits too: the search looks no further). The prediction grows with the side: a bisection."""
     def over(s: int) -> bool:
         case = dataclasses.replace(base, ny=s, nx=s, variant=variant)
         return predict_bytes(case, floor_bytes)["total"] > budget_bytes
@@ -137,9 +127,9 @@ def largest_side(variant: str, budget_bytes: float, base: MemoryCase = MemoryCas
 # --- measuring -------------------------------------------------------------------------------------
 
 def run_case(case: MemoryCase) -> dict:
-    """One warm-up and ``case.steps`` timed steps on synthetic inputs in this process (``measure`` has validated
-    the case): the steps' peak bytes (how: the module's text), the median step seconds, the method and the loss.
-    On CPU, call it in a fresh process (``measure``) for a clean peak."""
+    """One warm-up and ``case.steps`` timed steps on synthetic inputs in this process (``measure`` has validated the
+    case; on CPU, call it in a fresh process, as ``measure`` does, for a clean peak): the steps' peak bytes (how: the
+    module's text), the median step seconds, the method and the loss."""
     import torch
 
     from .grid import Grid
@@ -194,8 +184,8 @@ def _main() -> None:
 
 
 def failure_reason(exc: BaseException) -> str:
-    """Why a case failed, in one short line: out of memory said so with what was asked, without the C++
-    source location torch's allocator puts first ("[enforce fail at alloc_cpu.cpp:127] ...")."""
+    """Why a case failed, in one short line: out of memory said so with what was asked, without the C++ source
+    location torch's allocator puts first ("[enforce fail at alloc_cpu.cpp:127] ...")."""
     from ..machine.memory import is_oom
 
     text = re.sub(r"\[enforce fail at [^\]]*\]\s*", "", (str(exc).strip().splitlines() or [""])[0])
@@ -212,18 +202,18 @@ def _row(case: MemoryCase, floor_bytes: int) -> dict:
 
 
 def measure(case: MemoryCase, floor_bytes: int = 0, timeout_s: float = 600.0) -> dict:
-    """``run_case`` in a fresh Python process (CPU) or in this one (CUDA), beside the prediction (with
-    ``floor_bytes`` for the runtime). A case that fails, is killed (out of memory) or runs past ``timeout_s``
-    comes back with ``status`` 'failed' and the reason."""
+    """``run_case`` in a fresh Python process (CPU) or in this one (CUDA), beside the prediction (with ``floor_bytes``
+    for the runtime). A case that fails, is killed (out of memory) or runs past ``timeout_s`` comes back with
+    ``status`` 'failed' and the reason."""
     row = _row(case, floor_bytes)  # the prediction validates the case
     if case.device == "cuda":
         return {**row, **run_case(case), "status": "ok"}
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])  # this copy of lstmnb, whatever the child's path says
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    # glibc serves blocks of 1 MiB and more by mmap and unmaps them when freed: resident memory then
-    # follows the live tensors, not what the heap kept of freed ones (its threshold otherwise grows to
-    # 32 MiB, and a relation of 20 MB per copy measured 100 MB more than one of 64 MB)
+    # glibc serves blocks of 1 MiB and more by mmap and unmaps them when freed: resident memory then follows the live
+    # tensors, not what the heap kept of freed ones (its threshold otherwise grows to 32 MiB, and a relation of 20 MB
+    # per copy measured 100 MB more than one of 64 MB)
     env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 20))
     try:
         proc = subprocess.run([sys.executable, "-c", "from lstmnb.region.memory import _main; _main()"],
@@ -250,22 +240,18 @@ def floor_case(base: MemoryCase = MemoryCase()) -> MemoryCase:
 
 def sweep(sides, variants=("sparse", "dense"), budget_bytes: float = 4 * 2**30, base: MemoryCase = MemoryCase(),
           floor_bytes: int | None = None, run: bool = True, echo=None):
-    """Square areas of each side in ``sides``, per variant, until the predicted step exceeds ``budget_bytes``.
-
-    A variant's first side over budget is listed with status 'over budget' and not run; larger sides
-    are skipped, as are those after a failed case. ``floor_bytes`` (default: measured on ``floor_case``, or
-    0 with ``run=False``) is added to every prediction. With ``run=False`` nothing is measured.
-    Returns a DataFrame, one row per (variant, side).
-    """
+    """Square areas of each side in ``sides``, per variant, until the predicted step exceeds ``budget_bytes``: a
+    DataFrame, one row per (variant, side). A variant's first side over budget is listed with status 'over budget'
+    and not run; larger sides are skipped, as are those after a failed case. ``floor_bytes`` (default: measured on
+    ``floor_case``, or 0 with ``run=False``) is added to every prediction. With ``run=False`` nothing is measured."""
     import pandas as pd
 
-    if floor_bytes is None:
-        floor_bytes = 0
-        if run:
-            got = measure(floor_case(base))
-            if got["status"] != "ok":
-                raise DeviceError(f"cannot measure even a 3 x 3 area: {got['reason']}")
-            floor_bytes = got["measured_bytes"]
+    if floor_bytes is None and run:
+        got = measure(floor_case(base))
+        if got["status"] != "ok":
+            raise DeviceError(f"cannot measure even a 3 x 3 area: {got['reason']}")
+        floor_bytes = got["measured_bytes"]
+    floor_bytes = 0 if floor_bytes is None else floor_bytes
     rows = []
     for variant in variants:
         for side in sorted(int(s) for s in sides):

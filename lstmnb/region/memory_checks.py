@@ -1,6 +1,6 @@
-"""What `lstmnb region memory` checks before anything is measured: the budget and the smallest case
-against the memory of the device the cases run on (a CUDA GPU's, else this machine's), and the areas
-against the synthetic grid they are built on."""
+"""What `lstmnb region memory` checks before anything is measured: the budget and the smallest case against the
+memory of the device the cases run on (a CUDA GPU's, else this machine's), and the areas against the synthetic grid
+they are built on."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from .memory import MemoryCase, floor_case, predict_bytes
 
 
 def device_memory(device: str) -> tuple[int, str]:
-    """The memory a case on ``device`` can use, in bytes, and what holds it: for ``cuda`` the first visible
-    GPU's, else this machine's (psutil's total)."""
+    """The memory a case on ``device`` can use, in bytes, and what holds it: for ``cuda`` the first visible GPU's,
+    else this machine's (psutil's total)."""
     import torch
 
     from ..machine.device import host_memory_bytes
@@ -23,8 +23,8 @@ def device_memory(device: str) -> tuple[int, str]:
 
 
 def check_floor(base: MemoryCase) -> None:
-    """A ConfigError, before anything is measured, where even the floor's 3 x 3 case is predicted to need
-    more memory than the device has (its batch, window and hidden size alone)."""
+    """A ConfigError where even the floor's 3 x 3 case is predicted to need more memory than the device has (its
+    batch, window and hidden size alone)."""
     need = predict_bytes(floor_case(base))["total"]
     have, where = device_memory(base.device)
     if need > have:
@@ -34,8 +34,8 @@ def check_floor(base: MemoryCase) -> None:
 
 
 def check_budget(budget_gb: float, device: str) -> None:
-    """A ConfigError where the budget (GiB) is more memory than ``device`` has: cases the memory model lets
-    through would then fail to allocate, or drive the machine into swap."""
+    """A ConfigError where the budget (GiB) is more memory than ``device`` has: cases the memory model lets through
+    would then fail to allocate, or drive the machine into swap."""
     have, where = device_memory(device)
     if budget_gb * 2**30 > have:
         top = np.floor(have / 2**30 * 10) / 10
@@ -44,15 +44,15 @@ def check_budget(budget_gb: float, device: str) -> None:
 
 
 def check_areas(areas, option: str) -> None:
-    """Every (rows, columns) area fits the synthetic grid the cases are built on (``Grid.square``: 0.25
-    degree cells from 60N, at most once round the globe), before any case runs; ``option`` names them in
-    the refusal (--sides: square areas)."""
+    """Every (rows, columns) area fits the synthetic grid the cases are built on (``Grid.square``: 0.25 degree cells
+    from 60N, at most once round the globe), before any case runs; ``option`` names them in the refusal (--sides:
+    square areas)."""
     from .grid import Grid
 
     rows, cols = Grid.square_limits()
+    advice = (f"give sides of at most {min(rows, cols)}" if option.startswith("--sides") else
+              f"give at most {rows} rows and {cols} columns")
     for ny, nx in areas:
-        advice = (f"give sides of at most {min(rows, cols)}" if option.startswith("--sides") else
-                  f"give at most {rows} rows and {cols} columns")
         if ny > rows:
             raise ConfigError(f"{option}: an area of {ny} rows of the synthetic grid (0.25 degree cells from 60N) "
                               f"leaves -90..90 latitude; {advice}")

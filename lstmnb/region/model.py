@@ -1,21 +1,18 @@
-"""The region forecaster: the point model (``models.Forecaster``), shared by every cell, fed at each hour
-with the cell's own inputs and a learned mix of its neighbours' weather (``relation``).
+"""The region forecaster: the point model (``models.Forecaster``), shared by every cell, fed at each hour with the
+cell's own inputs and a learned mix of its neighbours' weather (``relation``).
 
-What the mix reads, per neighbour and hour: its weather variables and their change over the past hour,
-each as a difference from the cell's own (``mix_source``). Fronts and waves move: a neighbour upwind
-that has just cooled says what reaches this cell next, and its recent change says it most directly.
-The mix is linear, so it is computed for every hour of the window in one product (no loop over time);
-the shared LSTM then runs once over all sequences. Variants:
+What the mix reads, per neighbour and hour: its weather variables and their change over the past hour, each as a
+difference from the cell's own (``mix_source``). Fronts and waves move: a neighbour upwind that has just cooled says
+what reaches this cell next, and its recent change says it most directly. The mix is linear, so it is computed for
+every hour of the window in one product (no loop over time); the shared LSTM then runs once over all sequences.
+Variants: ``relation='sparse'``, k learned weights per cell and channel on its k nearest cells (O(n k));
+``relation='dense'``, a learned n x n matrix per channel (O(n^2)), starting from the sparse weights; ``neighbours=0``
+(variant ``none``), no mix: exactly the point Forecaster of ``lstmnb train --box`` (same inputs, same residual head),
+which is why the comparison is fair.
 
-- ``relation='sparse'``: k learned weights per cell and channel on its k nearest cells (O(n k));
-- ``relation='dense'``: a learned n x n matrix per channel (O(n^2)), starting from the sparse weights;
-- ``neighbours=0`` (variant ``none``): no mix; the model is then exactly the point Forecaster of
-  ``lstmnb train --box`` (same inputs, same residual head), which is why the comparison is fair.
-
-Two input layouts, one model: an area batch (batch, window, cells, features) -> (batch, cells, horizon),
-which the memory and sharding studies step, and keyed samples (``KeyedForecaster``: one cell and hour per
-sample, as the point pipeline's windows), which the point Trainer trains.
-"""
+Two input layouts, one model: an area batch (batch, window, cells, features) -> (batch, cells, horizon), which the
+memory and sharding studies step, and keyed samples (``KeyedForecaster``: one cell and hour per sample, as the point
+pipeline's windows), which the point Trainer trains."""
 
 from __future__ import annotations
 
@@ -33,8 +30,8 @@ from .relation import KINDS, NeighbourMix, knn_index, stencil_weights
 
 
 def check_channels(channels: int, neighbours: int) -> None:
-    """At most max(3, k) channels for k neighbours: k mixes of k neighbours span every other (3 are always
-    allowed: the mean and the two gradients that ``relation.stencil_weights`` starts from)."""
+    """At most max(3, k) channels for k neighbours: k mixes of k neighbours span every other (3 are always allowed:
+    the mean and the two gradients that ``relation.stencil_weights`` starts from)."""
     top = max(3, neighbours)
     if neighbours and channels > top:
         raise ConfigError(f"channels={channels} must be 1..{top}: each channel mixes the {neighbours} neighbours, "
@@ -43,8 +40,8 @@ def check_channels(channels: int, neighbours: int) -> None:
 
 @dataclass(frozen=True)
 class RegionConfig:
-    """The region forecaster's shape. Input 0 is the target; the first ``n_mixed`` inputs are the weather
-    variables the mix reads (calendar and coordinate inputs come after them and are not mixed)."""
+    """The region forecaster's shape. Input 0 is the target; the first ``n_mixed`` inputs are the weather variables
+    the mix reads (calendar and coordinate inputs come after them and are not mixed)."""
 
     n_features: int = 1  # inputs per cell and hour
     n_mixed: int = 1  # the leading inputs that neighbours contribute (weather variables)
@@ -86,8 +83,8 @@ class RegionConfig:
 
 
 def variant_config(variant: str, **shape) -> RegionConfig:
-    """The ``RegionConfig`` of a named variant (``VARIANTS``), with ``shape`` (hidden, neighbours, n_features,
-    ...) for the rest: 'sparse' mixes k nearest cells, 'dense' all n, 'none' no cell (neighbours 0)."""
+    """The ``RegionConfig`` of a named variant (``VARIANTS``), with ``shape`` (hidden, neighbours, n_features, ...)
+    for the rest: 'sparse' mixes k nearest cells, 'dense' all n, 'none' no cell (neighbours 0)."""
     if variant not in VARIANTS:
         raise ConfigError(f"variant {variant!r} is not one of {', '.join(VARIANTS)}")
     if variant == "none":
@@ -96,16 +93,16 @@ def variant_config(variant: str, **shape) -> RegionConfig:
 
 
 def mix_source(x: torch.Tensor, n_mixed: int) -> torch.Tensor:
-    """What the mix reads from (..., window, sources, features) inputs: the first ``n_mixed`` features and
-    their change since the hour before (0 at the window's first hour), (..., window, sources, 2 n_mixed)."""
+    """What the mix reads from (..., window, sources, features) inputs: the first ``n_mixed`` features and their
+    change since the hour before (0 at the window's first hour), (..., window, sources, 2 n_mixed)."""
     m = x[..., :n_mixed]
     change = torch.cat([torch.zeros_like(m[:, :1]), m[:, 1:] - m[:, :-1]], dim=1)
     return torch.cat([m, change], dim=-1)
 
 
 class RegionForecaster(nn.Module):
-    """The point model per cell with a learned neighbour mix (see the module's docstring), on area batches;
-    ``index``, ``n_src`` (default: the index's cells) and ``weight`` as ``NeighbourMix`` takes them."""
+    """The point model per cell with a learned neighbour mix (see the module's docstring), on area batches; ``index``,
+    ``n_src`` (default: the index's cells) and ``weight`` as ``NeighbourMix`` takes them."""
 
     def __init__(self, config: RegionConfig, index: np.ndarray | None = None, n_src: int | None = None,
                  weight: np.ndarray | None = None):
@@ -119,20 +116,19 @@ class RegionForecaster(nn.Module):
                                   f"{config.neighbours}); got {None if index is None else np.shape(index)}")
             n_src = np.shape(index)[0] if n_src is None else n_src
             self.mix = NeighbourMix(index, n_src, config.channels, config.relation, weight)
-        # built after the mix, whose weights draw nothing from the random state: with the same seed the
-        # core starts with the weights the point Trainer gives its Forecaster
+        # built after the mix, whose weights draw nothing from the random state: with the same seed the core starts
+        # with the weights the point Trainer gives its Forecaster
         self.core = Forecaster(config.core_config())
 
     def forward(self, x: torch.Tensor, x_src: torch.Tensor | None = None) -> torch.Tensor:
-        """x (batch, window, cells, features), x_src (batch, window, sources, features), the mix's source
-        cells (default ``x``) -> (batch, cells, horizon)."""
+        """x (batch, window, cells, features), x_src (batch, window, sources, features), the mix's source cells
+        (default ``x``) -> (batch, cells, horizon)."""
         b, t, n, f = x.shape
         parts = [x.permute(0, 2, 1, 3)]  # (b, n, t, f)
         if self.mix is not None:
             src = mix_source(x if x_src is None else x_src, self.config.n_mixed)
             m = src.shape[3]
-            flat = src.permute(2, 0, 1, 3).reshape(src.shape[2], b * t * m)  # one column per (b, t, m)
-            mixed = self.mix(flat)  # (c, n, b*t*m)
+            mixed = self.mix(src.permute(2, 0, 1, 3).reshape(src.shape[2], b * t * m))  # (c, n, b*t*m)
             c = mixed.shape[0]
             parts.append(mixed.view(c, n, b, t, m).permute(2, 1, 3, 0, 4).reshape(b, n, t, c * m))
         y = self.core(torch.cat(parts, dim=-1).reshape(b * n, t, self.config.input_size))
@@ -149,10 +145,10 @@ class RegionForecaster(nn.Module):
 
 
 class KeyedForecaster(nn.Module):
-    """The region model on keyed windows (``windows.make_windows(keys=True)``): (batch, 2) keys, each a
-    sample's (cell, last input hour), -> (batch, horizon). Each sample's window and its neighbours' are
-    gathered from ``series`` (time, cells, features). The point Trainer trains it on the point pipeline's
-    samples, batches and loss; without a mix it is the point Forecaster on the cell's own window."""
+    """The region model on keyed windows (``windows.make_windows(keys=True)``): (batch, 2) keys, each a sample's
+    (cell, last input hour), -> (batch, horizon). Each sample's window and its neighbours' are gathered from
+    ``series`` (time, cells, features). The point Trainer trains it on the point pipeline's samples, batches and
+    loss; without a mix it is the point Forecaster on the cell's own window."""
 
     def __init__(self, region: RegionForecaster, series: np.ndarray | torch.Tensor, window: int):
         super().__init__()
@@ -172,18 +168,16 @@ class KeyedForecaster(nn.Module):
         if mix is None:
             return self.region.core(own)
         m = self.region.config.n_mixed
-        if mix.kind == "dense":
-            src = self.series[hours, :, :m]  # (B, window, cells, m)
-        else:
-            src = self.series[hours[:, :, None], mix.index[cells][:, None, :], :m]  # (B, window, k, m)
+        src = (self.series[hours, :, :m] if mix.kind == "dense"  # (B, window, cells, m)
+               else self.series[hours[:, :, None], mix.index[cells][:, None, :], :m])  # (B, window, k, m)
         mixed = mix.for_samples(mix_source(src, m), mix_source(own[:, :, None, :m], m)[:, :, 0], cells)
         return self.region.core(torch.cat([own, mixed], dim=-1))
 
 
 def region_model(config: RegionConfig, grid: Grid, seed: int | None = 0) -> RegionForecaster:
-    """The region forecaster for ``grid``: its neighbours the ``config.neighbours`` nearest cells, its
-    relation starting from the stencil on their positions (``relation.stencil_weights``); ``seed`` fixes the
-    initial weights (None: torch's current random state)."""
+    """The region forecaster for ``grid``: its neighbours the ``config.neighbours`` nearest cells, its relation
+    starting from the stencil on their positions (``relation.stencil_weights``); ``seed`` fixes the initial weights
+    (None: torch's current random state)."""
     config.validate()
     index = weight = None
     if config.neighbours:

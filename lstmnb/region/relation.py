@@ -1,21 +1,18 @@
 """Which cells mix with which, and the learned mix itself.
 
-The relation is a matrix A (cells x source cells) per mixing channel, applied to differences from the
-cell's own input (its weather and that weather's change over the past hour, ``model.mix_source``):
-cell i sees sum_j A[i, j] (x_j - x_i), zero where the field is flat, so the mix speaks
-of gradients and fronts rather than repeating the cell's level. Each channel starts as a discrete
-operator on the neighbours' positions: the mean difference, then the east and north gradients (least
-squares over the neighbours), then zero; training moves each weight on its own. Sparse, each cell has
-k weights on its k nearest cells (O(n k) memory); dense, every cell has a weight for every cell
-(O(n^2)), which is what made a 10,080-cell area not fit one 16 GB GPU in the study this project grew
-from. The sparse product A x is a gather: ``x[index]`` collects each cell's k neighbours, then one batched
-product with the weights. Every cell has exactly k neighbours, so the neighbour list is a regular (n, k)
-array (the ELL layout) with no row pointers; gather and batched matmul are dense kernels on every device,
-their backward is dense too, and the step can be captured as a CUDA graph. Measured on 2 CPU cores (10,080
-cells, k = 8, 288 columns, forward and backward): 0.24 s against 1.7 s for torch's sparse CSR product, whose
-backward for the values goes through a sampled dense-dense product (that kernel was dropped for it). The
-dense relation is the n x n matrix itself (``dense_from``), for the comparison and as the test reference.
-"""
+The relation is a matrix A (cells x source cells) per mixing channel, applied to differences from the cell's own input
+(its weather and that weather's change over the past hour, ``model.mix_source``): cell i sees sum_j A[i, j] (x_j - x_i),
+zero where the field is flat, so the mix speaks of gradients and fronts rather than repeating the cell's level. Each
+channel starts as a discrete operator on the neighbours' positions (the mean difference, then the east and north
+gradients by least squares over the neighbours, then zero); training moves each weight on its own. Sparse, each cell has
+k weights on its k nearest cells (O(n k) memory); dense, a weight for every cell (O(n^2)), which is what made a
+10,080-cell area not fit one 16 GB GPU in the study this project grew from. The sparse product A x is a gather
+(``x[index]``: each cell's k neighbours), then one batched product with the weights. Every cell has exactly k
+neighbours, so the neighbour list is a regular (n, k) array (ELL layout) without row pointers: gather, batched matmul
+and their backward are dense kernels on every device, and the step can be captured as a CUDA graph. Measured on 2 CPU
+cores (10,080 cells, k = 8, 288 columns, forward and backward): 0.24 s against 1.7 s for torch's sparse CSR product,
+whose backward for the values goes through a sampled dense-dense product. The dense relation is the n x n matrix itself
+(``dense_from``), for the comparison and as the test reference."""
 
 from __future__ import annotations
 
@@ -29,8 +26,8 @@ KINDS = ("sparse", "dense")
 
 
 def unit_vectors(lat: np.ndarray, lon: np.ndarray) -> np.ndarray:
-    """Cells as points on the unit sphere (n, 3): chord distance orders cells as great-circle distance does,
-    across the prime meridian and near the poles alike."""
+    """Cells as points on the unit sphere (n, 3): chord distance orders cells as great-circle distance does, across
+    the prime meridian and near the poles alike."""
     la, lo = np.radians(np.asarray(lat, dtype=np.float64)), np.radians(np.asarray(lon, dtype=np.float64))
     return np.stack([np.cos(la) * np.cos(lo), np.cos(la) * np.sin(lo), np.sin(la)], axis=1)
 
@@ -39,14 +36,12 @@ TIE = 1e-12  # chord distances (unit sphere) this close are one distance: a 0.25
 
 
 def knn_index(lat: np.ndarray, lon: np.ndarray, k: int) -> np.ndarray:
-    """For every cell, its ``k`` nearest other cells (n, k), nearest first (scipy's k-d tree).
-
-    On a regular lat/lon grid equatorward of about 54 degrees, k = 4 is the east, west, north and south
-    neighbours and k = 8 adds the diagonals (the 3 x 3 stencil); poleward, the meridians converge and
-    cells two columns away come before the diagonals. Cells at equal distance go in the grid's order (the
-    lower cell id first), so a tie at the k-th neighbour (common at a box's edges: north and south, or
-    two cells two columns away, are equally far) is settled by a rule, not by the tree's internal order.
-    """
+    """For every cell, its ``k`` nearest other cells (n, k), nearest first (scipy's k-d tree). On a regular lat/lon
+    grid equatorward of about 54 degrees, k = 4 is the east, west, north and south neighbours and k = 8 adds the
+    diagonals (the 3 x 3 stencil); poleward, the meridians converge and cells two columns away come before the
+    diagonals. Cells at equal distance go in the grid's order (the lower cell id first), so a tie at the k-th
+    neighbour (common at a box's edges: north and south, or two cells two columns away, are equally far) is settled
+    by a rule, not by the tree's internal order."""
     from scipy.spatial import cKDTree
 
     pts = unit_vectors(lat, lon)
@@ -68,9 +63,9 @@ def knn_index(lat: np.ndarray, lon: np.ndarray, k: int) -> np.ndarray:
 
 
 def stencil_weights(lat: np.ndarray, lon: np.ndarray, index: np.ndarray, channels: int) -> np.ndarray:
-    """Starting weights (channels, n, k) on the neighbours' positions: channel 0 the mean difference,
-    1 the east gradient and 2 the north gradient per degree (least squares over each cell's neighbours,
-    east distances shrunk by cos(latitude)), further channels zero."""
+    """Starting weights (channels, n, k) on the neighbours' positions: channel 0 the mean difference, 1 the east
+    gradient and 2 the north gradient per degree (least squares over each cell's neighbours, east distances shrunk by
+    cos(latitude)), further channels zero."""
     lat, lon = np.asarray(lat, dtype=np.float64), np.asarray(lon, dtype=np.float64)
     index = np.asarray(index, dtype=np.int64)
     n, k = index.shape
@@ -98,14 +93,11 @@ def dense_from(index: torch.Tensor, weight: torch.Tensor, n_src: int) -> torch.T
 
 class NeighbourMix(nn.Module):
     """The learned relation: ``forward(x_src)`` (n_src, M) -> (channels, n, M), each channel
-    ``sum_j A[i, j] (x_j - x_i)``, where the first n sources are the cells themselves.
-
-    ``index`` (n, k) lists each cell's neighbours among the ``n_src`` source cells (the cells themselves,
-    or, in a shard, its own cells followed by halo rows). ``weight`` (channels, n, k) gives the starting
-    weights (``stencil_weights``; default: the mean difference in every channel). ``kind='dense'`` learns
-    all n x n_src weights, starting from the same values (zero off the neighbour lists), so the two
-    variants begin as the same model.
-    """
+    ``sum_j A[i, j] (x_j - x_i)``, where the first n sources are the cells themselves. ``index`` (n, k) lists each
+    cell's neighbours among the ``n_src`` source cells (the cells themselves, or, in a shard, its own cells followed
+    by halo rows). ``weight`` (channels, n, k) gives the starting weights (``stencil_weights``; default: the mean
+    difference in every channel). ``kind='dense'`` learns all n x n_src weights, starting from the same values (zero
+    off the neighbour lists), so the two variants begin as the same model."""
 
     def __init__(self, index: np.ndarray, n_src: int, channels: int = 3, kind: str = "sparse",
                  weight: np.ndarray | None = None):
@@ -115,15 +107,14 @@ class NeighbourMix(nn.Module):
             raise ConfigError(f"neighbour index of shape {index.shape} must be (cells, k) with values in 0..{n_src - 1}")
         self.kind, self.n_src = kind, int(n_src)
         n, k = index.shape
-        idx = torch.from_numpy(index)
-        self.register_buffer("index", idx, persistent=False)
+        self.register_buffer("index", torch.from_numpy(index), persistent=False)
         if weight is None:
             start = torch.full((channels, n, k), 1.0 / k)
         else:
             start = torch.as_tensor(np.asarray(weight, dtype=np.float32))
             if tuple(start.shape) != (channels, n, k):
                 raise ConfigError(f"starting weights of shape {tuple(start.shape)}; expected {(channels, n, k)}")
-        self.weight = nn.Parameter(dense_from(idx, start, self.n_src) if kind == "dense" else start)
+        self.weight = nn.Parameter(dense_from(self.index, start, self.n_src) if kind == "dense" else start)
 
     @property
     def channels(self) -> int:
@@ -142,9 +133,9 @@ class NeighbourMix(nn.Module):
         return self.product(x_src) - self.weight.sum(dim=2, keepdim=True) * x_src[:n]
 
     def for_samples(self, src: torch.Tensor, own: torch.Tensor, cells: torch.Tensor) -> torch.Tensor:
-        """The same mix for samples of single cells: ``src`` (batch, window, S, M) each sample's sources (its
-        k neighbours, or every cell for the dense relation), ``own`` (batch, window, M) its own values,
-        ``cells`` (batch,) its cell -> (batch, window, channels * M), channel-major as in an area batch."""
+        """The same mix for samples of single cells: ``src`` (batch, window, S, M) each sample's sources (its k
+        neighbours, or every cell for the dense relation), ``own`` (batch, window, M) its own values, ``cells``
+        (batch,) its cell -> (batch, window, channels * M), channel-major as in an area batch."""
         w = self.weight[:, cells]  # (channels, batch, S): the sample's row of the relation
         mixed = torch.einsum("bwsm,cbs->bwcm", src, w) - w.sum(dim=2).T[:, None, :, None] * own[:, :, None, :]
         return mixed.reshape(*mixed.shape[:2], -1)

@@ -1,24 +1,19 @@
-"""The region split over DDP ranks: row bands (tiles) with halo rows exchanged each step, or plain data
-parallelism over time windows; both give the one-process loss.
+"""The region split over DDP ranks: row bands (tiles) with halo rows exchanged each step, or plain data parallelism over
+time windows; both give the one-process loss. ``lstmnb.experiments.region`` starts the ranks
+(``training.parallel.spawn``) and records the runs.
 
-``tiles``: rank r owns a band of grid rows: its cells' series, their rows of the relation, and the loss
-on them. A cell's neighbours may lie in another band; those cells are the band's halo. Every step each
-rank sends the other ranks the rows of its batch that their halos need (point-to-point, all posted at
-once) and stacks its own cells and the halo it received into the mix's source. The loss is the mean
-over every cell of the area, so each rank divides its squared-error sum by the global count; summing
-the shared weights' gradients (LSTM, head) over ranks then gives exactly the one-process gradient, and
-the relation's rows, each owned by one rank, need no reduction. Adam works weight by weight, so each
-rank's update is the one-process update of its weights. What a rank holds (its band's series, no more):
-``bands``. Only the sparse relation (or none) can be tiled: a dense row reaches every cell.
+``tiles``: rank r owns a band of grid rows (``bands``: its cells' series and no more), their rows of the relation, and
+the loss on them. A cell's neighbours in another band are the band's halo: every step each rank sends the others the
+rows of its batch that their halos need (point-to-point, all posted at once) and stacks its own cells and the halo it
+received into the mix's source. The mix acts on inputs, so a rank could read its halo from the store instead; the
+exchange keeps what every rank reads strictly its own band's cells, as a mix of neighbours' hidden states would require.
+Only the sparse relation (or none) can be tiled: a dense row reaches every cell.
 
-``windows``: every rank holds the whole area and model and takes its share of each batch's windows;
-all gradients are summed over ranks (the loss is divided by the global count, as above).
-
-The mix acts on inputs, so a rank could read its halo from the store instead; the exchange keeps what
-every rank reads strictly its own band's cells, as a mix of neighbours' hidden states would require.
-
-``lstmnb.experiments.region`` starts the ranks (``training.parallel.spawn``) and records the runs.
-"""
+``windows``: every rank holds the whole area and model and takes its share of each batch's windows. Either way the loss
+is the mean over every cell of the area, so each rank divides its squared-error sum by the global count: summing the
+shared weights' gradients (LSTM, head; in ``windows`` all of them) over ranks then gives exactly the one-process
+gradient, and the relation's rows, each owned by one tiles rank, need no reduction. Adam works weight by weight, so each
+rank's update is the one-process update of its weights."""
 
 from __future__ import annotations
 
@@ -54,8 +49,8 @@ class Tile:
 
 
 def plan_tiles(grid: Grid, index: np.ndarray | None, world_size: int) -> list[Tile]:
-    """Split ``grid`` into ``world_size`` bands of rows (sizes differ by at most one) and work out each
-    band's halo from the global neighbour ``index`` (cells, k), or no halo when it is None."""
+    """Split ``grid`` into ``world_size`` bands of rows (sizes differ by at most one) and work out each band's halo
+    from the global neighbour ``index`` (cells, k), or no halo when it is None."""
     ny, nx = grid.shape
     if not isinstance(world_size, (int, np.integer)) or not 1 <= world_size <= ny:
         raise ConfigError(f"world_size={world_size!r} must be a whole number in 1..{ny} (one band of rows per rank)")
@@ -83,8 +78,8 @@ def plan_tiles(grid: Grid, index: np.ndarray | None, world_size: int) -> list[Ti
 
 
 def exchange_halo(x_own: torch.Tensor, tile: Tile) -> torch.Tensor:
-    """The mix's source (batch, window, sources, features): this rank's cells, then the halo rows
-    received from their owners; this rank's cells that others need are sent at the same time."""
+    """The mix's source (batch, window, sources, features): this rank's cells, then the halo rows received from their
+    owners; this rank's cells that others need are sent at the same time."""
     if not tile.send and not tile.recv:
         return x_own
     ops, bufs = [], []
@@ -101,12 +96,10 @@ def exchange_halo(x_own: torch.Tensor, tile: Tile) -> torch.Tensor:
 
 
 def local_model(full: RegionForecaster, tile: Tile) -> RegionForecaster:
-    """The part of ``full`` one band needs: the shared weights and its cells' rows of the relation (sparse, or
-    none: ``check_sharded`` refuses to tile a dense one)."""
-    cfg = full.config
-    part = RegionForecaster(cfg, tile.index, tile.sources.size if cfg.neighbours else None)
-    state = {k: v for k, v in full.state_dict().items() if not k.startswith("mix.")}
-    part.load_state_dict(state, strict=False)
+    """The part of ``full`` one band needs: the shared weights and its cells' rows of the relation (sparse, or none:
+    ``check_sharded`` refuses to tile a dense one)."""
+    part = RegionForecaster(full.config, tile.index, tile.sources.size if full.config.neighbours else None)
+    part.load_state_dict({k: v for k, v in full.state_dict().items() if not k.startswith("mix.")}, strict=False)
     if part.mix is not None:
         with torch.no_grad():
             part.mix.weight.copy_(full.mix.weight[:, torch.from_numpy(tile.cells)])
@@ -137,25 +130,15 @@ class ShardConfig:
                              "ranks no window")
 
 
-def _global_sum(value: torch.Tensor, world: int) -> torch.Tensor:
-    if world > 1:
-        dist.all_reduce(value)
-    return value
-
-
 def train_steps(data: RegionData | AreaPart, model_cfg: RegionConfig, cfg: ShardConfig, rank: int = 0,
                 world: int = 1) -> dict:
-    """This rank's part of ``cfg.steps`` training steps (the whole run when ``world`` is 1), on the whole
-    area's ``RegionData`` or on the ``AreaPart`` a rank holds (its band's cells for tiles).
-
-    Every rank draws the same batches. Returns the area's loss after each step (identical on all ranks),
-    the median seconds per step (the first, warm-up step left out when there are more) and the bytes
-    this rank sent per step.
-    """
+    """This rank's part of ``cfg.steps`` training steps (the whole run when ``world`` is 1), on the whole area's
+    ``RegionData`` or on the ``AreaPart`` a rank holds (its band's cells for tiles). Every rank draws the same
+    batches. Returns the area's loss after each step (identical on all ranks), the median seconds per step (the
+    first, warm-up step left out when there are more) and the bytes this rank sent per step."""
     full = region_model(model_cfg, data.grid, seed=cfg.seed)
-    tile = None
-    if cfg.mode == "tiles":
-        tile = plan_tiles(data.grid, full.mix.index.numpy() if full.mix is not None else None, world)[rank]
+    index = full.mix.index.numpy() if full.mix is not None else None
+    tile = plan_tiles(data.grid, index, world)[rank] if cfg.mode == "tiles" else None
     model = local_model(full, tile) if tile is not None and world > 1 else full
     local = model.local_parameters() if cfg.mode == "tiles" else []
     shared = model.shared_parameters() if local else list(model.parameters())
@@ -186,21 +169,25 @@ def train_steps(data: RegionData | AreaPart, model_cfg: RegionConfig, cfg: Shard
                 p.grad.copy_(summed.view_as(p))
         if cfg.clip is not None:  # the global gradient norm, as clip_grad_norm_ on one process sees it
             local_sq = sum(((p.grad ** 2).sum() for p in local), torch.zeros(()))
-            local_sq = _global_sum(local_sq, world) if local else local_sq
+            if local and world > 1:
+                dist.all_reduce(local_sq)
             norm = torch.sqrt(local_sq + sum((p.grad ** 2).sum() for p in shared))
             scale = torch.clamp(cfg.clip / (norm + 1e-6), max=1.0)
             for p in model.parameters():
                 p.grad.mul_(scale)
         opt.step()
-        losses.append(float(_global_sum(loss.detach().clone(), world)))
+        total = loss.detach().clone()
+        if world > 1:
+            dist.all_reduce(total)
+        losses.append(float(total))
         times.append(time.perf_counter() - t0)
     return {"losses": losses, "step_s": float(np.median(times[1:] if len(times) > 1 else times)), "bytes_sent_per_step": int(sent),
             "cells": int(tile.cells.size) if tile is not None else data.n_cells}
 
 
 def check_sharded(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig) -> None:
-    """What a sharded run needs, checked before any rank starts: the configs, and for tiles a sparse
-    relation (or none) and one band of rows per rank."""
+    """What a sharded run needs, checked before any rank starts: the configs, and for tiles a sparse relation (or
+    none) and one band of rows per rank."""
     cfg.validate()
     model_cfg.validate()
     if cfg.mode == "tiles":
