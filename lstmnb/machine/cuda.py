@@ -155,8 +155,7 @@ def backends_record(device: torch.device, amp: torch.dtype | None = None) -> dic
     and why), the TF32 switches and the LSTM's math; None for other devices."""
     if device.type != "cuda":
         return None
-    state = cudnn_state()
-    flags = precision_flags()
+    state, flags = cudnn_state(), precision_flags()
     index = device.index if device.index is not None else torch.cuda.current_device()
     on = state["usable"] and bool(torch.backends.cudnn.enabled)
     return {"cudnn": {"version": state["version"], "enabled": on,

@@ -62,11 +62,8 @@ def resolve_device(name: str = "auto") -> torch.device:
     """``auto`` picks CUDA, then MPS, then CPU; an explicit device that is not present is an error."""
     name = (name or "auto").strip().lower()
     if name == "auto":
-        if torch.cuda.is_available():
-            return resolve_device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
+        name = ("cuda" if torch.cuda.is_available() else "mps"
+                if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available() else "cpu")
     problem = device_problem(name)
     if problem is not None:
         raise DeviceError(problem)
@@ -169,15 +166,14 @@ BUSY_WINDOW_S = 0.2  # how long ``cpu_threads`` watches the cores before a CPU r
 def thread_policy(cores: int, busy: float | None, default: int, *, own: float = 0.0, window_s: float | None = None,
                   load_1min: float | None = None, requested: int | None = None,
                   env_threads: int | None = None) -> dict[str, Any]:
-    """How many intra-op threads a CPU run uses, and why (the record's ``threads`` section). Pure.
-
-    ``requested`` (``--threads``) always wins, then an ``OMP_NUM_THREADS`` the user set (``env_threads``). Otherwise
-    torch's ``default`` (one per core) is cut when other processes keep the cores busy now: OpenMP threads spin while
-    they wait for each other, so a thread that shares its core with another busy process stalls the whole step
-    (measured: an epoch 2.3x slower beside one busy process on 2 cores). ``busy`` is how many of the ``cores`` other
-    processes kept busy over the last ``window_s`` seconds (``busy_cores``; this process's own ``own`` is left out);
-    the run takes the cores they leave, rounded, at least one. ``load_1min`` is only recorded, for comparison: the
-    load average keeps a finished job's load for a minute, so it is not what the choice reads."""
+    """How many intra-op threads a CPU run uses, and why (the record's ``threads`` section). Pure. ``requested``
+    (``--threads``) always wins, then an ``OMP_NUM_THREADS`` the user set (``env_threads``). Otherwise torch's
+    ``default`` (one per core) is cut when other processes keep the cores busy now: OpenMP threads spin while they wait
+    for each other, so a thread that shares its core with another busy process stalls the whole step (measured: an epoch
+    2.3x slower beside one busy process on 2 cores). ``busy`` is how many of the ``cores`` other processes kept busy
+    over the last ``window_s`` seconds (``busy_cores``; this process's own ``own`` is left out); the run takes the cores
+    they leave, rounded, at least one. ``load_1min`` is only recorded, for comparison: the load average keeps a finished
+    job's load for a minute, so it is not what the choice reads."""
     base: dict[str, Any] = {"cores": cores, "default": default,
                             "busy_cores": None if busy is None else round(busy, 2), "own_busy": round(own, 2),
                             "window_s": None if window_s is None else round(window_s, 3),
@@ -207,11 +203,11 @@ def rank_threads(cores: int, local_world: int, requested: int | None = None) -> 
 
 
 def busy_cores(window_s: float = BUSY_WINDOW_S, cpus: set[int] | None = None) -> dict[str, float] | None:
-    """How many of ``cpus`` (default: the cores this process may run on; every core where the system has no
-    affinity, as on macOS) were busy over the next ``window_s`` seconds: ``others`` (every process but this one) and
-    ``own`` (this process's CPU time); None where the system gives no per-core CPU times. What the machine is doing
-    now, not in the last minute. Busy is psutil's ``cpu_percent``: all but idle and iowait (a hypervisor's other
-    guests count as busy)."""
+    """How many of ``cpus`` (default: the cores this process may run on; every core where the system has no affinity, as
+    on macOS) were busy over the next ``window_s`` seconds: ``others`` (every process but this one) and ``own`` (this
+    process's CPU time); None where the system gives no per-core CPU times. What the machine is doing now, not in the
+    last minute. Busy is psutil's ``cpu_percent``: all but idle and iowait (a hypervisor's other guests count as
+    busy)."""
     if cpus is None:
         allowed = _affinity()
         cpus = set(allowed) if allowed else set(range(os.cpu_count() or 1))
@@ -315,15 +311,9 @@ def device_info(device: str | None = None) -> dict[str, Any]:
     SLURM job, the job (``slurm``)."""
     kind = (device or "cpu").split(":")[0]
     info: dict[str, Any] = {
-        "kind": kind,
-        "name": cpu_model(),
-        "count": 1,
-        "memory_gb": round(host_memory_bytes() / 2**30, 1),
-        "cpu_model": cpu_model(),
-        "cpu_cores": os.cpu_count(),
-        "cpu_physical_cores": psutil.cpu_count(logical=False),
-        "torch_threads": torch.get_num_threads(),
-        "hostname": platform.node(),
+        "kind": kind, "name": cpu_model(), "count": 1, "memory_gb": round(host_memory_bytes() / 2**30, 1),
+        "cpu_model": cpu_model(), "cpu_cores": os.cpu_count(), "cpu_physical_cores": psutil.cpu_count(logical=False),
+        "torch_threads": torch.get_num_threads(), "hostname": platform.node(),
         # runnable processes (1, 5, 15 min) when the record was made: a load above the core count means this run was
         # timed under contention (psutil emulates it on Windows, where the first call gives zeros)
         "load_avg": [round(v, 2) for v in psutil.getloadavg()],

@@ -22,11 +22,10 @@ def proc_status_kb(field: str) -> int | None:
     but Linux: ``peak_memory_mb`` then says why and gives psutil's process-wide figure)."""
     if not sys.platform.startswith("linux"):
         return None
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        with open("/proc/self/status") as fh:  # portable: Linux only (returned above)
-            for line in fh:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as fh:  # Linux (above)
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
     return None
 
 
@@ -59,8 +58,7 @@ def keep_freed_heap() -> dict[str, Any]:
     Process-wide, and decided by facts, not callers (docs/architecture.md, "Rules"): glibc has no getter for the
     thresholds, and setting either turns their adaptation off, so they cannot be put back after a run. Elsewhere
     (macOS, Windows, musl) the system's allocator is left as it is, and the section says so."""
-    libc = _glibc()
-    if libc is None:
+    if (libc := _glibc()) is None:
         return {"policy": "system", "reason": "not glibc: the system's allocator as it is"}
     ok = libc.mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD) == 1 and libc.mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD) == 1
     if not ok:  # pragma: no cover - a glibc that refuses the values
@@ -101,8 +99,7 @@ def reset_peak_memory(device: torch.device) -> bool:
         return True
     if not sys.platform.startswith("linux"):  # macOS, Windows: no resettable peak (see peak_memory_mb)
         return False
-    libc = _glibc()
-    if libc is not None:  # free heap back to the system: what an earlier run left free is not this run's
+    if (libc := _glibc()) is not None:  # free heap back to the system: what an earlier run left free is not this run's
         libc.malloc_trim(0)
     try:
         with open("/proc/self/clear_refs", "w") as fh:  # portable: Linux only (checked above)

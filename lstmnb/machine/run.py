@@ -41,7 +41,6 @@ def for_run(device: torch.device, amp: str, heap: str) -> RunMachine:
     """Ask the machine once what a run on ``device`` needs (``amp`` and ``heap`` as the config names them)."""
     if device.type == "cuda":
         prepare_cuda()  # before the model reaches the GPU: cuDNN off where torch's cuDNN refuses it
-    # a CPU run's freed C heap is kept for its next step (glibc; heap=kept)
     kept = heap_for_run(heap == "kept") if device.type == "cpu" else None
     # the autocast dtype by the run's own GPU's capability (cuda:N, not the current device)
     capability = (tuple(torch.cuda.get_device_capability(indexed(device)))
