@@ -49,9 +49,8 @@ COMMANDS = (
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: `lstmnb train: error: argument --epochs: invalid int value: 'x'`
-    and where to read more, instead of the whole usage block (sub-parsers inherit the class). An epilog (the
-    examples, the environment) is printed as written."""
+    """argparse whose errors are one line and where to read more (`lstmnb train: error: argument --epochs: invalid
+    int value: 'x'`), not the whole usage block; sub-parsers inherit it. An epilog is printed as written."""
 
     def __init__(self, *args, **kwargs):
         if kwargs.get("epilog"):
@@ -87,15 +86,6 @@ def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     return parser
 
 
-def unknown_arguments(parser: argparse.ArgumentParser, extra: list[str]) -> None:
-    """argparse's 'unrecognized arguments' error from the sub-command itself, naming its closest option."""
-    import difflib
-
-    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
-    near = difflib.get_close_matches(extra[0].split("=")[0], options, n=1) if extra[0].startswith("--") else []
-    parser.error(f"unrecognized arguments: {' '.join(extra)}" + (f"; did you mean {near[0]}?" if near else ""))
-
-
 _NUMBER_LIKE = re.compile(r"^-\.?\d")
 
 
@@ -124,10 +114,9 @@ def join_negative_values(argv: list[str], options: set[str]) -> list[str]:
 
 
 def printable_anywhere(*streams) -> None:
-    """Text streams whose encoding is not UTF-8 print '?' for a character it lacks instead of raising: the
-    tables' em dash (no value) and middle dot (a setting and its input path) on a Windows pipe or file in a
-    code page that has neither (cp932, the Japanese one), or in a POSIX locale of ASCII or Latin-1.
-    Jupyter's streams (no ``reconfigure``) and UTF-8 ones are left as they are."""
+    """Non-UTF-8 text streams print '?' for a character their encoding lacks instead of raising (the tables' em dash
+    and middle dot on a Windows code page such as cp932, or a POSIX locale of ASCII or Latin-1). Jupyter's streams
+    (no ``reconfigure``) and UTF-8 ones are left as they are."""
     for stream in streams:
         encoding = getattr(stream, "encoding", None)
         if (hasattr(stream, "reconfigure") and getattr(stream, "errors", None) == "strict" and encoding
@@ -141,10 +130,8 @@ PATH_OPTIONS = ("results", "checkpoint", "plot", "map", "csv", "runs_dir", "path
 
 
 def expand_home(args: argparse.Namespace) -> None:
-    """``~`` in a path option as the user's home, as the checks before any work read it (``check_writable``):
-    cmd and PowerShell hand ``~`` to a program as it is typed, and so does a POSIX shell in ``--results=~/r``;
-    written literally, the work went to a folder named ``~`` in the current one after the check had passed
-    for the home folder."""
+    """``~`` in a path option as the user's home, as the checks before any work read it (``check_writable``): cmd,
+    PowerShell and a POSIX shell in ``--results=~/r`` pass ``~`` as typed, which would write to a folder named ``~``."""
     for name in PATH_OPTIONS:
         value = getattr(args, name, None)
         if isinstance(value, str):
@@ -166,8 +153,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(command)
     try:
         args, extra = parser.parse_known_args(join_negative_values(argv, value_options(parser)))
-        if extra:  # said by the sub-command that was given them, with the nearest option it has
-            unknown_arguments(chosen_parser(parser, args), extra)
+        if extra:  # argparse's error, said by the sub-command that was given them, with its nearest option
+            import difflib
+
+            sub = chosen_parser(parser, args)
+            options = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
+            near = difflib.get_close_matches(extra[0].split("=")[0], options, n=1) if extra[0].startswith("--") else []
+            sub.error(f"unrecognized arguments: {' '.join(extra)}" + (f"; did you mean {near[0]}?" if near else ""))
     except SystemExit as exc:  # --help, --version (0) and parse errors (2, one line printed): a status, not an exit
         return exc.code if isinstance(exc.code, int) else 1
     if not getattr(args, "func", None):
@@ -198,11 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 @contextmanager
 def stop_on_sigterm() -> Iterator[None]:
-    """While a command runs, SIGTERM raises ``Terminated`` (a ``KeyboardInterrupt``) in the main thread, so
-    a job stopped by SLURM's time limit keeps its finished work as Ctrl-C does (Python's default would end
-    the process where it stands); the earlier handler is put back afterwards. Not in a torchrun worker: its
-    agent stops the workers with SIGTERM when one fails, and a rank waiting in a collective runs no Python
-    handler until the agent's SIGKILL, so there the default (end at once) is kept."""
+    """While a command runs, SIGTERM raises ``Terminated`` (a ``KeyboardInterrupt``) in the main thread, so a job
+    stopped by SLURM's time limit keeps its finished work as Ctrl-C does; the earlier handler is put back afterwards.
+    Not in a torchrun worker: its agent stops the workers with SIGTERM when one fails, and a rank waiting in a
+    collective runs no Python handler until the agent's SIGKILL, so there the default (end at once) is kept."""
     if threading.current_thread() is not threading.main_thread() or "TORCHELASTIC_RUN_ID" in os.environ:
         yield  # signal handlers: main thread only
         return

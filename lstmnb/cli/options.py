@@ -1,6 +1,5 @@
-"""Options shared by the sub-commands (argument parsing only): the data request, one option per
-TrainConfig field with its help from the field's metadata, results files, list and size types; the lines
-that close a run's output."""
+"""Options shared by the sub-commands (argument parsing only): the data request, one option per TrainConfig field
+with its help from the field's metadata, results files, list and size types; the lines that close a run's output."""
 
 from __future__ import annotations
 
@@ -79,11 +78,9 @@ def add_request_args(p: argparse.ArgumentParser, places: bool = True) -> None:
 
 
 def request_from_args(args: argparse.Namespace):
-    """The data request of ``args``, checked before any work: everything that needs no store, and its times
-    fitted to the store's valid range (``data.fit_times``: a local store without --start/--end uses its
-    whole range, where the sample and the cloud stores keep the published dates; an --end past the store is
-    clipped), each change said in one line.
-    Worked out once per command (a sub-command's check and its run share it)."""
+    """The data request of ``args``, checked before any work, its times fitted to the store's valid range
+    (``data.fit_times``: a local store without --start/--end uses its whole range; an --end past the store is
+    clipped), each change said in one line. Made once per command (a sub-command's check and its run share it)."""
     if getattr(args, "_request", None) is not None:
         return args._request
     from .. import data
@@ -106,8 +103,7 @@ def request_from_args(args: argparse.Namespace):
     request, notes = data.Request(**kw), []
     source = request.source.strip() if isinstance(request.source, str) else ""
     local = source not in (data.SAMPLE, data.STUDY) and source not in data.CATALOGUE and "://" not in source
-    # the published dates stay the default of the study's data and the sample (their whole range) and of the cloud
-    # stores (decades long)
+    # the published dates stay the default of the study's data, the sample (their whole range) and the cloud stores
     start_given, end_given = args.start is not None or not local, args.end is not None or not local
     if args.end is not None or local:
         token = getattr(args, "credentials", None)  # `lstmnb data --credentials`: the store is opened with them
@@ -146,15 +142,6 @@ def option_type(name: str, hint):
     raise TypeError(f"TrainConfig.{name}: no command-line option type for {hint!r}; teach lstmnb.cli.options.option_type")
 
 
-def option_help(f) -> str:
-    """A training option's help: the field's text, its default, and what the published preset uses instead."""
-    from ..training import PRESETS
-
-    published = PRESETS["published"]
-    extra = f"; published: {published[f.name]}" if f.name in published else ""
-    return f.metadata.get("help", "") + f" (default: {f.default}{extra})"
-
-
 # TrainConfig fields that only some sub-commands act on: the others leave them out (``skip``) rather than
 # offer options that would do nothing
 CHECKPOINT_OPTIONS = ("checkpoint", "resume", "overwrite_checkpoint")  # one training run's checkpoint
@@ -163,13 +150,12 @@ PARALLEL_OPTIONS = ("strategy", "nproc", *DDP_OPTIONS)  # single-device studies 
 
 
 def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-    """One option per TrainConfig field, typed from its annotation (`--batch-size 256`, `--no-progress`),
-    with the field's help text. An option not given keeps the value of ``--preset`` (default: recommended).
-    Callers add them only to the sub-command that parses (building them imports torch, about a second,
-    which `lstmnb data` and `lstmnb --help` do not need)."""
-    from ..training import TrainConfig
+    """One option per TrainConfig field, typed from its annotation (`--batch-size 256`, `--no-progress`), its help the
+    field's text, its default and the published preset's value; an option not given keeps the value of ``--preset``
+    (default: recommended). Added only to the sub-command that parses: building them imports torch (about a second)."""
+    from ..training import PRESETS, TrainConfig
 
-    hints = typing.get_type_hints(TrainConfig)
+    hints, published = typing.get_type_hints(TrainConfig), PRESETS["published"]
     g = p.add_argument_group("training")
     for f in dataclasses.fields(TrainConfig):
         if f.name in skip:
@@ -178,12 +164,13 @@ def add_train_args(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> No
         kind = option_type(f.name, hints[f.name])
         how = ({"choices": f.metadata["rule"].choices} if f.name == "preset"
                else {"action": argparse.BooleanOptionalAction} if kind is bool else {"type": kind})
-        g.add_argument(flag, dest=f.name, default=argparse.SUPPRESS, help=option_help(f), **how)
+        extra = f"; published: {published[f.name]}" if f.name in published else ""
+        g.add_argument(flag, dest=f.name, default=argparse.SUPPRESS, **how,
+                       help=f.metadata.get("help", "") + f" (default: {f.default}{extra})")
 
 
 def override_default(p: argparse.ArgumentParser, dest: str, value, why: str) -> None:
-    """A training option whose default this sub-command changes: the new default, and its help says so
-    (in place of TrainConfig's default)."""
+    """A training option whose default this sub-command changes, its help saying so (in place of TrainConfig's)."""
     p.set_defaults(**{dest: value})
     for action in p._actions:
         if action.dest == dest and action.help:
@@ -245,8 +232,7 @@ def pick_variants(given: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def results_option(args) -> str:
-    """What the user set the results path with, for messages: --results, else $LSTMNB_RESULTS when it is set,
-    else the default (results/)."""
+    """What set the results path, for messages: --results, else $LSTMNB_RESULTS when it is set, else the default."""
     if getattr(args, "results", None) is not None:
         return "--results"
     return f"${RESULTS_ENV}" if os.environ.get(RESULTS_ENV) else "default results"
@@ -291,9 +277,8 @@ def add_records_args(p: argparse.ArgumentParser) -> None:
 
 
 def read_runs(args) -> list[dict]:
-    """The valid records in ``args.paths`` (default: the results folder) whose experiment starts with
-    ``args.experiment``; a DataError saying why there are none: nothing there (missing), empty files,
-    only corrupt lines, or only other experiments."""
+    """The valid records in ``args.paths`` (default: the results folder) whose experiment starts with ``args.experiment``;
+    a DataError saying why there are none: missing, empty files, only corrupt lines, or only other experiments."""
     from ..records import scan_records
 
     paths = args.paths or [results_dir()]
