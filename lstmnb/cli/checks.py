@@ -1,8 +1,6 @@
-"""The checks the sub-commands share, run before any work (each sub-command's ``check``): output paths
-(results, plots), the records a reading command is given, and positive numbers (a training option's range
-is its TrainConfig field's ``Rule``; split dates against the request: ``TrainConfig.check_split_in``).
-Each raises a ``lstmnb.errors`` type with one line naming the option, the value and what is valid;
-argument parsing itself stays in ``options``."""
+"""The checks the sub-commands share, run before any work (each sub-command's ``check``): output paths, the records a
+reading command is given, positive numbers (a training option's range is its TrainConfig field's ``Rule``). Each raises
+a ``lstmnb.errors`` type with one line naming the option, the value and what is valid."""
 
 from __future__ import annotations
 
@@ -57,8 +55,8 @@ def check_plot(path: str | None, option: str = "--plot") -> None:
 
 
 def check_records_args(args) -> None:
-    """Named results files or folders exist ($LSTMNB_RESULTS, when they are not named, is not blank); the
-    experiment filter is not empty."""
+    """Named results files or folders exist ($LSTMNB_RESULTS, when none is named, is not blank); --experiment is
+    not empty."""
     if not args.paths and (os.environ.get(RESULTS_ENV) or "-").strip() == "":  # as train says it (check_results)
         raise ConfigError(f"${RESULTS_ENV} is empty; give a .jsonl file or a folder, or unset it for ./results")
     for p in args.paths or ():

@@ -112,23 +112,17 @@ def _run_skill(args) -> int:
                   f"{got.flow.attrs['heading_deg']:+.0f} degrees from east): upstream = the half of the cells it "
                   "reaches first")
             print(format_table(got.flow, "{:,.4f}"))
-            _say_verdict(got.flow)
+            for name in got.flow.index.get_level_values("forecast").unique():  # a mixing variant: does it beat none
+                t = got.flow.loc[name]
+                where = [w for w in ("upstream", "downstream") if t.loc[w, "difference (K)"] < 0]
+                overall = t.loc["all", "difference (K)"]
+                print(f"{name} {'beats' if overall < 0 else 'does not beat'} the point model on average "
+                      f"({overall:+.4f} K per cell); better on average in {' and '.join(where) or 'neither half'}")
     say_threads(next(iter(got.records.values()))["threads"])
     print(data.windows.climatology["line"])  # which climatology the baseline is, once
     save_plot(lambda: plot_panels(comparison_panels(maps), comparison_title(maps)), args.plot)
     say_recorded(got.runs, args)
     return 0
-
-
-def _say_verdict(flow) -> None:
-    """One plain sentence per mixing variant: does it beat the point model, and where."""
-    for name in flow.index.get_level_values("forecast").unique():
-        t = flow.loc[name]
-        where = [w for w in ("upstream", "downstream") if t.loc[w, "difference (K)"] < 0]
-        overall = t.loc["all", "difference (K)"]
-        verdict = "beats" if overall < 0 else "does not beat"
-        print(f"{name} {verdict} the point model on average ({overall:+.4f} K per cell); better on average in "
-              f"{' and '.join(where) or 'neither half'}")
 
 
 def _area_request(args):

@@ -68,10 +68,9 @@ def add_train(sub, full: bool) -> None:
 
 
 def check_training(cfg, request, args, device: bool = True) -> None:
-    """Everything a training run (or a bench of them) needs, before it starts: the config, the request, the
-    device (unless the bench picks the devices: ``device``), the profile it records (shipped, or a .yaml file:
-    the notebooks and `lstmnb doctor` refuse a name that is neither), the checkpoint's path (``training.run``
-    reads the checkpoint once, before the data), the records of ``args`` and the cache."""
+    """Everything a training run (or a bench of them) needs, before it starts: the config, the request, the device
+    (unless the bench picks the devices: ``device``), the profile it records (shipped, or a .yaml file), the
+    checkpoint's path (``training.run`` reads it once, before the data), the records of ``args`` and the cache."""
     from ..machine.device import resolve_device
     from ..profiles import load_profile
 
@@ -239,8 +238,7 @@ def _quickstart_config(args):
 
 
 def _check_quickstart(args) -> None:
-    """The training run's settings and outputs, and the notebook series' profile, notebooks, kernel and
-    run folder, all before the training starts."""
+    """The training run's settings and outputs, and the notebook series' profile, notebooks, kernel and run folder."""
     check_training(_quickstart_config(args), None, args)
     if args.notebooks:
         from ..notebooks.runner import check_series
