@@ -86,10 +86,8 @@ def notebook_parameters(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
 
 def plan_parameters(notebooks: Sequence[Path], base: Mapping[str, Any], overrides: Mapping[str, Any],
                     declared: Mapping[Path, Mapping[str, Any]] | None = None) -> dict[Path, dict[str, Any]]:
-    """Per notebook, the parameters it declares from ``base`` (profile + runner) with ``overrides`` winning.
-
-    An override that none of the selected notebooks declares is an error naming what they do declare,
-    instead of papermill's warning after the fact."""
+    """Per notebook, the parameters it declares from ``base`` (profile + runner), ``overrides`` winning. An override
+    that no selected notebook declares is an error naming what they declare (not papermill's warning afterwards)."""
     declared = declared or {nb: notebook_parameters(nb) for nb in notebooks}
     known = set().union(*(declared[nb] for nb in notebooks))
     unknown = sorted(k for k in overrides if k not in known)
@@ -117,18 +115,9 @@ def new_run_dir(runs_dir: str | os.PathLike, profile: str) -> Path:
     raise NotebookError(f"cannot create a new run folder under {base}")
 
 
-def resolve_results(value: Any, run_dir: Path) -> Path:
-    """The results folder from a profile/override value: None -> ./results, '{run_dir}' expanded, absolute."""
-    if value in (None, ""):
-        return results_dir().resolve()
-    return Path(str(value).format(run_dir=run_dir)).expanduser().resolve()
-
-
 def _failing_cell(notebook: Path) -> tuple[int | None, int | None, str]:
-    """(index, execution count, first source line) of the cell that stopped the notebook.
-
-    That is the cell papermill marked failed or left running; after a timeout or a dead kernel
-    papermill marks it completed, so then it is the last cell that started."""
+    """(index, execution count, first source line) of the cell that stopped the notebook: the one papermill marked
+    failed or left running, else (a timeout or a dead kernel, which papermill marks completed) the last that started."""
     try:
         nb = nbformat.read(notebook, as_version=4)
     except Exception:  # the partial file may be unreadable after a crash
@@ -161,10 +150,10 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
                  only: Iterable[str] | str | None = None, runs_dir: str | os.PathLike = "runs",
                  notebooks: str | os.PathLike | None = None, kernel: str | None = None,
                  cell_timeout_s: int | None = None, other_device: str = "pass -p device auto"):
-    """Everything ``run_series`` checks before it creates anything: the profile, the notebooks, every
-    override's name and every parameter's value, the cell timeout, the kernel and the run folder.
-    ``other_device``: how the caller's user runs elsewhere than the profile's absent device.
-    Returns (profile, notebooks, their declared parameters, kernel name, timeout)."""
+    """Everything ``run_series`` checks before it creates anything: the profile, the notebooks, every override's name
+    and every parameter's value, the cell timeout, the kernel and the run folder. ``other_device``: how the caller's
+    user runs elsewhere than the profile's absent device. Returns (profile, notebooks, declared parameters, kernel
+    name, timeout)."""
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     overrides = dict(overrides or {})
     selected = select_notebooks(find_notebooks(notebooks), only)
@@ -198,9 +187,8 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
 
 
 def check_profile_device(profile: str, device, other_device: str) -> None:
-    """A profile whose device this machine lacks (a GPU profile on a laptop or a CPU node) is refused in one
-    line before any kernel starts, where a selected notebook trains on it (declares ``device``): otherwise 01
-    runs and the series stops in 02's first training cell."""
+    """A profile whose device this machine lacks (a GPU profile on a laptop) is refused in one line before any kernel
+    starts where a selected notebook trains on it (declares ``device``), not in 02's first training cell."""
     if not isinstance(device, str):
         return  # no device parameter: the notebooks' own default (auto)
     problem = device_problem(device, hint=f"run profile {profile!r} where that device is, or {other_device}")
@@ -208,22 +196,17 @@ def check_profile_device(profile: str, device, other_device: str) -> None:
         raise DeviceError(f"profile {profile!r}: {problem}")
 
 
-# the figures in the notebooks' outputs whatever MPLBACKEND says: with MPLBACKEND=Agg in the environment (SLURM
-# job scripts, headless servers) the kernel inherits it and every figure is drawn nowhere, so the report has none.
-# IPython's --matplotlib option selects the inline backend at kernel start, over the environment variable.
+# figures in the notebooks' outputs whatever MPLBACKEND says (a kernel inheriting SLURM's or a headless server's Agg
+# draws them nowhere): IPython's --matplotlib option selects the inline backend at kernel start, over the variable
 KERNEL_ARGUMENTS = ["--matplotlib=inline"]
 
 
 def kernel_config():
-    """The notebook client's configuration: the kernel's sockets encrypted where it can be done.
-
-    ipykernel (7.x: kernelapp.py, ``init_sockets``) logs "Kernel is running over TCP without encryption"
-    at start-up whenever its TCP sockets have no CurveZMQ keys, and that line reached every run's output.
-    jupyter_client (8.10+: ``KernelManager.transport_encryption``) provisions the keys itself with
-    ``auto`` when pyzmq has Curve and the kernelspec declares ``supported_encryption: curve`` (ipykernel's
-    own spec does): so the transport is configured, not the message filtered. Older jupyter_client has no
-    such option, and ``auto`` is refused where pyzmq lacks Curve: both keep the default (unencrypted
-    loopback TCP, as before)."""
+    """The notebook client's configuration: the kernel's sockets encrypted where possible, since ipykernel 7
+    (``init_sockets``) logs "Kernel is running over TCP without encryption" into every run's output when they have no
+    CurveZMQ keys. jupyter_client 8.10+ provisions the keys with ``KernelManager.transport_encryption = "auto"`` when
+    pyzmq has Curve and the kernelspec declares ``supported_encryption: curve`` (ipykernel's does). Older
+    jupyter_client lacks the option, and ``auto`` is refused without Curve: both keep unencrypted loopback TCP."""
     import zmq
     from jupyter_client.manager import KernelManager
     from traitlets.config import Config
@@ -238,11 +221,9 @@ def run_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None = 
                only: Iterable[str] | str | None = None, runs_dir: str | os.PathLike = "runs",
                notebooks: str | os.PathLike | None = None, kernel: str | None = None, cell_timeout_s: int | None = None,
                html: bool = True, progress: bool = True, echo: Callable[[str], None] | None = print) -> SeriesResult:
-    """Execute the selected notebooks with ``profile``'s parameters (``overrides`` win) and build the rendered
-    report, the run folder's site (``html``).
-
-    Raises ``NotebookError`` for bad input before any kernel starts, and when a notebook fails (after
-    writing its executed copy and the site; the result of the earlier notebooks stays in the run folder)."""
+    """Execute the selected notebooks with ``profile``'s parameters (``overrides`` win) and build the run folder's
+    site (``html``). Raises ``NotebookError`` for bad input before any kernel starts, and when a notebook fails (after
+    writing its executed copy and the site; the earlier notebooks' results stay in the run folder)."""
     import papermill
 
     overrides = dict(overrides or {})
@@ -251,7 +232,9 @@ def run_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None = 
         cell_timeout_s=cell_timeout_s)
 
     run_dir = new_run_dir(runs_dir, prof.name)
-    results = resolve_results(overrides.get("results", prof.parameters.get("results")), run_dir)
+    value = overrides.get("results", prof.parameters.get("results"))  # None or '': ./results; '{run_dir}' expanded
+    results = (Path(str(value).format(run_dir=run_dir)).expanduser() if value not in (None, "")
+               else results_dir()).resolve()
     runner = (prof.name, prof.label, str(run_dir), str(results), [str(results)])  # in the order of INJECTED
     base = {**prof.parameters, **dict(zip(INJECTED, runner, strict=True))}
     if "results_paths" in overrides:  # one path or a list; '~' expanded here, where the user typed it
