@@ -1,8 +1,7 @@
-"""What 04 and 05 run and say on any machine, a GPU or not: the package's own source on the page, a
-step's time against its batch (the fixed per-step cost every step pays), DDP strong and weak scaling and
-the all-reduce over real ranks (gloo on a CPU, NCCL on GPUs), each timed as alternated repeats and
-summarised by ``report.repeats``; the GPU lessons from the shipped reference records, labelled as
-another machine's; and each notebook's "what this showed", written from its own numbers."""
+"""What 04 and 05 run and say on any machine, a GPU or not: the package's own source on the page, a step's time
+against its batch (the fixed per-step cost), DDP strong and weak scaling and the all-reduce over real ranks (gloo on a
+CPU, NCCL on GPUs), each timed as alternated repeats summarised by ``report.repeats``; the GPU lessons from the shipped
+reference records, labelled as another machine's; and each notebook's "what this showed", from its own numbers."""
 
 from __future__ import annotations
 
@@ -41,8 +40,7 @@ def source_code(obj: Any) -> str:
 
 def check_repeats(repeats: int) -> None:
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ConfigError(f"repeats={repeats!r} must be a whole number >= 1 (3 or more for a median the "
-                          f"tables trust)")
+        raise ConfigError(f"repeats={repeats!r} must be a whole number >= 1 (3 or more for a median the tables trust)")
 
 
 # --- 04: a step's time against its batch --------------------------------------------------------------
@@ -50,13 +48,11 @@ def check_repeats(repeats: int) -> None:
 
 def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int = 20, repeats: int = 3,
                min_s: float = 0.2) -> pd.DataFrame:
-    """One row per (repeat, batch): the seconds of one optimiser step of the package's ``Trainer.step`` on
-    ``device`` (eager: no CUDA graph), the batch sizes alternated within each repeat. Each measurement
-    times ``steps`` steps or, where they would take less than ``min_s`` seconds, as many as fill about
-    ``min_s`` (the count read off the second of two warm-up steps, as ``timeit``'s autorange does; at most
-    100 times ``steps``): a GPU step of 2.5 ms timed 20 times is 50 ms, short enough for one hiccup of the
-    host to move it by half. With the steps timed, the FLOPs a step does (``models.flops_per_sample``),
-    the threads and the cores other processes kept busy meanwhile."""
+    """One row per (repeat, batch): the seconds of one optimiser step of ``Trainer.step`` on ``device`` (eager: no
+    CUDA graph), batch sizes alternated within each repeat, with the steps timed, a step's FLOPs, the threads and the
+    cores other processes kept busy. Each measurement times ``steps`` steps or, where they take under ``min_s``
+    seconds, as many as fill about ``min_s`` (counted off the second of two warm-up steps, as ``timeit``'s autorange;
+    at most 100 x ``steps``): a 2.5 ms GPU step timed 20 times is 50 ms, which one host hiccup can move by half."""
     check_repeats(repeats)
     if steps < 1 or not batches or any(int(b) < 1 for b in batches):
         raise ConfigError(f"steps={steps} and batches={list(batches)} must be >= 1")
@@ -104,13 +100,11 @@ def step_time_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def fixed_step_cost(table: pd.DataFrame) -> dict[str, float]:
-    """Split a step's median time into a part every step pays whatever its batch (Python, operator
-    dispatch; on a GPU the kernel launches) and a part per sample: ``per_sample_us`` is the slope from the
-    smallest batch to ``best_batch``, the batch of the highest throughput (samples per ms: where the
-    arithmetic runs fastest; a larger batch whose time per sample rises again, its data outgrowing the
-    caches, does not set it), ``fixed_ms`` what is left of the smallest batch's step after its samples'
-    share (0 at least), ``fixed_share_smallest`` that part's share of the smallest batch's step. Needs two
-    batch sizes or more."""
+    """Split a step's median time into a part every step pays whatever its batch (Python, operator dispatch; on a GPU
+    the kernel launches) and a part per sample: ``per_sample_us`` is the slope from the smallest batch to
+    ``best_batch``, the batch of the highest throughput (a larger batch whose data outgrows the caches does not set
+    it), ``fixed_ms`` what is left of the smallest batch's step after its samples' share (0 at least),
+    ``fixed_share_smallest`` that part's share of the smallest batch's step. Needs two batch sizes or more."""
     table = table.sort_index()
     b = np.asarray(table.index, dtype=float)
     t = np.asarray(table["step ms"], dtype=float)
@@ -141,21 +135,10 @@ def step_sentence(table: pd.DataFrame, fit: dict[str, float]) -> str:
                else ""))
 
 
-def _graph_used(r: pd.Series) -> bool:
-    """Whether a record's run replayed a CUDA graph: ``cuda_graph.used`` where the record has it, else (the
-    reference records predate that field) its ``config.cuda_graph``."""
-    for key in ("cuda_graph.used", "config.cuda_graph"):
-        v = r.get(key)
-        if isinstance(v, (bool, np.bool_)):
-            return bool(v)
-    return False
-
-
 def reference_step_table() -> pd.DataFrame:
-    """The H100 reference records of 2026-11-27 on the study's data, fast input path: the study's setting
-    eager and as a CUDA graph, and the recommended setting's batch sweep. Per (setting, CUDA graph, batch):
-    step time from epoch time and steps per epoch, samples/s and the FLOP rate. Labelled
-    ``REFERENCE_LABEL``; the former synthetic one-layer records (2026-11-22) are left out."""
+    """The H100 reference records of 2026-11-27 on the study's data, fast input path: the study's setting eager and as
+    a CUDA graph, and the recommended setting's batch sweep. Per (setting, CUDA graph, batch): step time (epoch time /
+    steps per epoch), samples/s and FLOP rate. The former synthetic one-layer records (2026-11-22) are left out."""
     df = load_reference_records()
     pick = df[(df["status"] == "ok") & (df["device.kind"] == "cuda") & (df["data.source"] == "study")
               & df["started"].astype(str).str.startswith("2026-11-27") & (df["config.input_path"] == "fast")
@@ -165,8 +148,11 @@ def reference_step_table() -> pd.DataFrame:
         if r["experiment"] == "train" and r["config.layers"] != 2:
             continue  # the recommended setting's one run: its batch sweep stands for it
         steps = math.ceil(r["data.sizes.train"] / r["config.batch_size"])
+        # a CUDA graph replayed: cuda_graph.used, else (the reference records predate that field) config.cuda_graph
+        graph = next((bool(v) for v in (r.get("cuda_graph.used"), r.get("config.cuda_graph"))
+                      if isinstance(v, (bool, np.bool_))), False)
         rows.append({"setting": STUDY_SETTING if r["experiment"] == "train" else SWEEP_SETTING,
-                     "CUDA graph": _graph_used(r), "batch": int(r["config.batch_size"]),
+                     "CUDA graph": graph, "batch": int(r["config.batch_size"]),
                      "step ms": 1e3 * r["timing.epoch_s_median"] / steps, "samples/s": r["timing.samples_per_s"],
                      "GFLOP/s": r.get("timing.train_flops_per_s", float("nan")) / 1e9})
     out = pd.DataFrame(rows)
