@@ -1,7 +1,6 @@
-"""The notebook series: ``runner`` executes the numbered notebooks through papermill with a device
-profile (``lstmnb.profiles``), ``series`` says what happened to each notebook, ``site`` renders the run
-folder as the report (06 its front page); ``steps`` holds what the notebooks call, tested here so the
-notebooks stay thin. See docs/architecture.md."""
+"""The notebook series: ``runner`` executes the numbered notebooks through papermill with a device profile, ``series``
+says what happened to each, ``site`` renders the run folder as the report (06 its front page); ``steps`` holds what
+the notebooks call, tested here so the notebooks stay thin. See docs/architecture.md."""
 
 from .params import parse_value
 from .runner import (check_series, find_notebooks, listing, notebook_parameters, notebooks_dir, plan_parameters,

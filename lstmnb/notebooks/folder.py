@@ -1,8 +1,5 @@
-"""Where the notebook series lives (its folder), and a copy of it for users who want to edit it.
-
-In a checkout the series is ``notebooks/`` beside the package; a wheel carries the same files as
-``lstmnb/series/`` (pyproject.toml maps the folder into the package), so a plain ``pip install`` runs the series
-from any folder."""
+"""Where the notebook series lives, and a copy of it for users who want to edit it: in a checkout ``notebooks/`` beside
+the package; a wheel carries the same files as ``lstmnb/series/`` (pyproject.toml maps the folder into the package)."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ def shipped_folder() -> Path | None:
     """The series this installation carries: the checkout's ``notebooks/`` (an editable install or a
     clone on the path), else the copy inside the installed package; None when neither holds notebooks."""
     checkout = _PACKAGE.parent
-    for folder in ((checkout / "notebooks") if (checkout / "pyproject.toml").is_file() else None,
-                   _PACKAGE / "series"):
+    for folder in ((checkout / "notebooks") if (checkout / "pyproject.toml").is_file() else None, _PACKAGE / "series"):
         if folder is not None and any(folder.glob(PATTERN)):
             return folder
     return None
@@ -51,9 +47,8 @@ def check_copy(dest: str | os.PathLike, *, overwrite: bool = False) -> tuple[Pat
 
 
 def copy_series(dest: str | os.PathLike, *, overwrite: bool = False) -> list[Path]:
-    """Copy the shipped notebooks into ``dest`` (created if needed) and return the copies. Notebooks that
-    are already there are kept, and nothing is copied, unless ``overwrite``: a user's edits are never lost
-    by accident. Each file is written atomically."""
+    """Copy the shipped notebooks into ``dest`` (created if needed), each atomically, and return the copies; unless
+    ``overwrite``, notebooks already there refuse the whole copy, so a user's edits are never lost by accident."""
     target, notebooks = check_copy(dest, overwrite=overwrite)
     try:
         target.mkdir(parents=True, exist_ok=True)

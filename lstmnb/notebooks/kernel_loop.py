@@ -16,9 +16,8 @@ def settle_kernel_client(limit_s: float = 15.0) -> None:
     loop = ensure_event_loop()
     if loop.is_running():
         return
-    # the cell's task may end by itself as the interruption lands (the kernel was interrupted too: a terminal's
-    # Ctrl-C reaches the whole process group) with nbclient's error for the cell or the dead kernel: the
-    # interruption is the command's outcome, and these are not reported
+    # the cell's task may end by itself as the interruption lands (a terminal's Ctrl-C reaches the kernel too) with
+    # nbclient's error for the cell or the dead kernel: the interruption is the command's outcome, not these
     abandoned = (CellControlSignal, DeadKernelError)
     loop.set_exception_handler(lambda lp, context: None if isinstance(context.get("exception"), abandoned)
                                else lp.default_exception_handler(context))
@@ -31,9 +30,8 @@ def settle_kernel_client(limit_s: float = 15.0) -> None:
 
 def stop_kernels(timeout_s: float = 5.0) -> None:
     """Stop every Jupyter kernel this process started that is still running, with what it started (DDP ranks,
-    DataLoader workers). nbclient shuts its kernel down when the execution is cancelled, but gracefully and
-    only as far as the settling allows; a kernel left running would go on in its cell, then notice its parent
-    is gone and say so on the terminal after the command's last line."""
+    DataLoader workers): nbclient's graceful shutdown on cancelling goes only as far as the settling allows, and a
+    kernel left running would say on the terminal, after the command's last line, that its parent is gone."""
     import psutil
 
     tree = []

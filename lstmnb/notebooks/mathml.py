@@ -1,9 +1,7 @@
-"""The notebooks' math in the rendered report (``site``) as MathML, which every current browser draws itself,
-so that a report read offline (a cluster's run folder copied to a laptop, a train) shows equations, not raw
-TeX: Sphinx's pages otherwise leave the TeX for MathJax, loaded from the web.
-
-latex2mathml does the conversion; TeX it cannot read stays visible as TeX in a ``code`` element (and the
-page still renders). A Sphinx extension registering the ``mathml`` math renderer, named in the site's conf.py."""
+"""The notebooks' math in the rendered report (``site``) as MathML, which browsers draw themselves, so that a report
+read offline shows equations, not the raw TeX that Sphinx leaves for MathJax (loaded from the web). latex2mathml
+converts; TeX it cannot read stays visible in a ``code`` element. A Sphinx extension registering the ``mathml`` math
+renderer, named in the site's conf.py."""
 
 from __future__ import annotations
 

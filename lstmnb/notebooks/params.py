@@ -1,12 +1,8 @@
-"""Notebook parameter values: ``-p KEY VALUE`` read as YAML, and every value of a series (profile and
-overrides) checked before any kernel starts, with the same checks the CLI gives the same settings.
-
-A value must have the kind of its notebook's default (a list where the default is a list, ...), and
-the parameters the package knows are checked for range: the data request (source, points, start,
-end, variables) as ``lstmnb.data.check_request`` does, the training knobs as ``TrainConfig.validate``
-does (``recommended`` included), and the series' own counts, lists and choices here. Where the package
-already checks a setting (the CLI option, the config or the experiment that takes it), that check is
-called (``_reuse``) and its refusal restated as the parameter's, so each rule keeps one home."""
+"""Notebook parameter values: ``-p KEY VALUE`` read as YAML, and every value of a series (profile and overrides)
+checked before any kernel starts. A value must have the kind of its notebook's default; the parameters the package
+knows are checked for range: the data request as ``lstmnb.data.check_request``, the training knobs as
+``TrainConfig.validate`` (``recommended`` included), the series' own counts, lists and choices here. Where a CLI
+option, config or experiment already checks a setting, that check is called (``_reuse``): each rule has one home."""
 
 from __future__ import annotations
 
@@ -97,9 +93,8 @@ def _bad(key: str, value: Any, what: str) -> ConfigError:
 
 
 def check_values(values: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> None:
-    """Raise ConfigError naming the first parameter whose value is of the wrong kind or out of range.
-
-    ``defaults``: each parameter's default value (``default_value``), for the kind check."""
+    """Raise ConfigError naming the first parameter whose value is of the wrong kind or out of range; ``defaults``:
+    each parameter's default value (``default_value``), for the kind check."""
     for key, value in values.items():
         default = ... if key in ONE_OR_MANY else (defaults or {}).get(key, ...)
         if not _kind_ok(value, default):
@@ -174,8 +169,8 @@ def _check_training(values: Mapping[str, Any]) -> None:
 # --- the package's own checks of the settings a parameter gives ----------------------------------------
 
 def _reuse(key: str, value: Any, check: Callable[..., Any], *args: Any) -> Any:
-    """``check(*args)``, the package's own check of the setting ``key`` gives; a refusal names the parameter and
-    its value, then gives the check's own line (``parameter region_box=[1, 2]: box ... must be 4 numbers ...``)."""
+    """``check(*args)``, the package's own check of the setting ``key`` gives, its refusal restated as the parameter's
+    (``parameter region_box=[1, 2]: box ... must be 4 numbers ...``)."""
     try:
         return check(*args)
     except LstmnbError as exc:
@@ -248,10 +243,8 @@ SPLIT_KEYS = (("split_dates", "published"), ("fit_split_dates", None))
 
 def check_dates_per_notebook(defaults: Mapping[str, Mapping[str, Any]], given: Mapping[str, Any]) -> None:
     """Each notebook's split (given, else its own default; None in 03-05: the published preset's), as TrainConfig
-    checks it (two dates in order, refused as the parameter's) and inside the time range that notebook reads
-    (given start/end, else its own). ``defaults``: per notebook name, its parameters' default values. Without
-    it, ``-p end 2020-01-21`` with 02's own fit_split_dates, or with the published preset's 2021-01-01 in 03-05,
-    ran 01 and stopped the series at the first training cell."""
+    checks it and inside the time range that notebook reads (given start/end, else its own), so that e.g. ``-p end
+    2020-01-21`` is refused before 01 runs. ``defaults``: per notebook name, its parameters' default values."""
     from ..data import Request
     from ..training.config import preset_config
 

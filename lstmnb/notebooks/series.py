@@ -1,7 +1,6 @@
-"""What happened to each notebook of a series run. A notebook that ran to the end is ``ok``, unless every run
-record it wrote was skipped (04 without a GPU): then it is ``skipped`` with the records' reasons, so the report
-never lists as ``ok`` a notebook whose runs measured nothing, nor says that it did not run (it did: 04 still
-teaches its step-time lesson on the CPU)."""
+"""What happened to each notebook of a series run. A notebook that ran to the end is ``ok``, unless every run record
+it wrote was skipped (04 without a GPU): then it is ``skipped`` with the records' reasons, never listed as ``ok`` nor
+as not run (04 still teaches its step-time lesson on the CPU)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
-"""The rendered report: a run folder as a navigable site, the report (06) its front page
-(``<run folder>/site/index.html``, the first screen on top), every other executed notebook a page listed under
-it with its question and status, a table of contents and search, readable from ``file://`` (math as MathML,
-``mathml``). There is no other rendered page: a run without a site says why in one line.
+"""The rendered report: a run folder as a navigable site (``<run folder>/site/index.html``), the report (06) its front
+page, every other executed notebook a page listed under it with its question and status, with contents and search,
+readable from ``file://`` (math as MathML, ``mathml``). A run without a site says why in one line.
 
-Built by Sphinx with myst-nb (which reads the executed notebooks as they are, without running them) and
-sphinx-book-theme, the theme of the field's Jupyter Book cookbooks: Python packages with their web assets
-prebuilt, so no Node.js is needed at run time. Cells tagged ``remove-cell`` are left out (the Colab install
-cell, a parameters cell; papermill's injected parameters follow their cell), cells tagged ``remove-input``
-show their output only, so a page can open on its answer. They are the optional ``site`` extra
-(``pip install "lstmnb[site]"``)."""
+Built by Sphinx with myst-nb (which shows the executed notebooks without running them) and sphinx-book-theme (the
+Jupyter Book cookbooks' theme; its web assets prebuilt, so no Node.js at run time): the optional ``site`` extra. Cells
+tagged ``remove-cell`` are left out (the Colab install cell, a parameters cell with papermill's injected one), cells
+tagged ``remove-input`` show their output only, so a page can open on its answer."""
 
 from __future__ import annotations
 
@@ -84,8 +81,7 @@ def _conf(result: SeriesResult) -> str:
 
 
 def _title(run) -> str:
-    """The navigation's name of a page: a notebook whose recorded runs were all skipped still ran (04's step
-    times on a CPU), so it says so rather than reading as a notebook that was skipped."""
+    """The navigation's name of a page; a notebook whose recorded runs were all skipped says that it still ran."""
     name = run.name.replace("_", " ")
     if run.status == "skipped":
         return f"{name} (ran; its recorded runs skipped)"

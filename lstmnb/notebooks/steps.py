@@ -1,9 +1,6 @@
-"""The steps the notebook series calls, kept here so that they are tested and the notebooks stay short.
-
-Each function takes the notebook's parameters (plain values that papermill can inject) and returns
-data: a request, a config, a table, a figure, the records of an experiment. Nothing here depends on
-running inside Jupyter; inside a Jupyter kernel, importing this module makes figures show inline
-(``figures_inline``)."""
+"""The steps the notebook series calls, kept here so that they are tested and the notebooks stay short: each takes
+the notebook's parameters (plain values papermill can inject) and returns data (a request, config, table, figure,
+records). Nothing needs Jupyter; in a Jupyter kernel, importing it makes figures show inline (``figures_inline``)."""
 
 from __future__ import annotations
 
@@ -35,12 +32,10 @@ FILE_ONLY_BACKENDS = frozenset({"agg", "cairo", "pdf", "pgf", "ps", "svg", "temp
 
 
 def figures_inline() -> bool:
-    """In a Jupyter kernel whose matplotlib backend draws to files only, switch to the inline backend.
-
-    ipykernel makes figures inline by setting ``MPLBACKEND`` only where it is unset, so a session that
-    exports ``MPLBACKEND=Agg`` (SLURM job scripts, cluster modules, headless servers) opens the notebooks
-    with every figure lost: ``lstmnb notebooks run`` starts its kernels with ``--matplotlib=inline``,
-    and this does the same for a kernel that JupyterLab or Colab started. True where it switched."""
+    """In a Jupyter kernel whose matplotlib backend draws to files only, switch to the inline backend; True where it
+    switched. ipykernel sets ``MPLBACKEND`` only where it is unset, so a session exporting ``MPLBACKEND=Agg`` (SLURM
+    job scripts, headless servers) loses every figure: ``lstmnb notebooks run`` starts its kernels with
+    ``--matplotlib=inline``, and this does the same for a kernel that JupyterLab or Colab started."""
     if "ipykernel" not in sys.modules:  # not in a kernel (a script, pytest): nothing to show inline
         return False
     from IPython import get_ipython
@@ -69,10 +64,9 @@ def make_request(source: str | None = None, points: Sequence[Sequence[float]] | 
 
 
 def make_config(preset: str = "recommended", **knobs: Any):
-    """A ``TrainConfig`` from notebook knobs on top of ``preset`` (recommended, or published for the
-    epochs experiments); None values keep the preset's value, unknown names are an error.
-
-    (A profile's measured ``recommended`` setting is applied on top with ``train.with_overrides``.)"""
+    """A ``TrainConfig`` from notebook knobs on top of ``preset`` (recommended, or published for the epochs
+    experiments); None values keep the preset's value, unknown names are an error. (A profile's measured
+    ``recommended`` setting is applied on top with ``train.with_overrides``.)"""
     values = {k: tuple(v) if k in ("fractions", "split_dates") and isinstance(v, list) else v
               for k, v in knobs.items() if v is not None}
     cfg = preset_config(preset, **values)
@@ -192,8 +186,7 @@ def model_table(cfg, n_features: int, n_train: int | None = None) -> pd.DataFram
 
 
 def forecast_frame(result, point: int = 0, days: float = 7) -> pd.DataFrame:
-    """Truth, forecast and persistence (K) at one point over the first ``days`` of the test part (first
-    target hour)."""
+    """Truth, forecast and persistence (K) at one point over the first ``days`` of the test part (first target hour)."""
     w = result.windows
     pick = w.point_index["test"] == point
     if not pick.any():
@@ -253,8 +246,7 @@ def eager_vs_graph(windows, data_info: dict[str, Any], base_cfg, epochs: int, *,
 
 
 def graph_sentence(graph: dict[str, Any], eager: dict[str, Any], batch_size: int) -> str:
-    """Why the graph run and the eager run differ, from their records: a speedup only where the record
-    says a graph was captured and replayed (``cuda_graph.used``), else why none was."""
+    """Why the graph and eager runs differ, from their records: a speedup only where ``cuda_graph.used``, else why."""
     if not graph["cuda_graph"]["used"]:
         return f"No graph was captured: {graph['cuda_graph']['reason']}."
     ratio = graph["timing"]["samples_per_s"] / eager["timing"]["samples_per_s"]
@@ -264,8 +256,7 @@ def graph_sentence(graph: dict[str, Any], eager: dict[str, Any], batch_size: int
 
 
 def gpu_check(device: str = "cuda", min_gpus: int = 1) -> str | None:
-    """None when ``min_gpus`` CUDA GPUs are usable for ``device``; otherwise the reason, in one line
-    (the check `lstmnb doctor` makes)."""
+    """None when ``min_gpus`` CUDA GPUs are usable for ``device``, else the reason in one line (`lstmnb doctor`'s)."""
     return gpu_problem(device, min_gpus)
 
 
