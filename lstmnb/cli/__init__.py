@@ -1,8 +1,7 @@
 """The ``lstmnb`` command: argument parsing only, each sub-command a thin call into the package.
 
-Sub-command modules import nothing heavy at module level; only the sub-command that will parse builds
-its slow options (``full``), so `lstmnb --help` and `lstmnb data` do not import torch. Errors of our own
-(``LstmnbError``) print as one line and exit with status 2; no traceback."""
+Sub-command modules import nothing heavy at module level; only the sub-command that will parse builds its slow options
+(``full``), so `lstmnb --help` and `lstmnb data` skip torch. Our errors (``LstmnbError``) print one line and exit 2."""
 
 from __future__ import annotations
 

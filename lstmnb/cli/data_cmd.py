@@ -40,9 +40,8 @@ def add_data(sub, full: bool) -> None:
 
 
 def _check_data(args, parser) -> None:
-    """The request, the extraction sizes, the credentials file (whatever the source), the CSV path and
-    the cache, before anything is read or written; --status with a request or extraction option would show the
-    whole cache as if the option applied."""
+    """The request, the extraction sizes, the credentials file (whatever the source), the CSV path and the cache;
+    --status with a request or extraction option is refused (it would show the whole cache as if the option applied)."""
     from ..data import check_credentials
     from ..data.fetch import check_sizes
 

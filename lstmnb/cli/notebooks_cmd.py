@@ -66,8 +66,7 @@ def _notebooks_folder(folder) -> None:
 
 
 def _check_notebooks_run(args) -> None:
-    """Profile, notebooks, parameter names and values, kernel, timeout, run folder and the cache, before
-    any kernel starts (run_series checks them again, for callers from Python)."""
+    """Profile, notebooks, parameters, kernel, timeout, run folder and cache, before any kernel starts."""
     from ..notebooks import check_series
 
     check_series(args.profile, **_series_options(args))
@@ -75,8 +74,8 @@ def _check_notebooks_run(args) -> None:
 
 
 def print_series(result, width: int = 100) -> None:
-    """The series' outcome, readable at ``width`` columns: one short row per notebook, then each skipped or
-    failed notebook's reason wrapped beneath, the run folder and the rendered report (its site) or why none."""
+    """The series' outcome at ``width`` columns: a row per notebook, skipped or failed ones' reasons wrapped beneath,
+    the run folder and the site or why none."""
     import pandas as pd
 
     from ..report import format_table

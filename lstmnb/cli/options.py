@@ -142,8 +142,7 @@ def option_type(name: str, hint):
     raise TypeError(f"TrainConfig.{name}: no command-line option type for {hint!r}; teach lstmnb.cli.options.option_type")
 
 
-# TrainConfig fields that only some sub-commands act on: the others leave them out (``skip``) rather than
-# offer options that would do nothing
+# TrainConfig fields only some sub-commands act on: the others ``skip`` them rather than offer options doing nothing
 CHECKPOINT_OPTIONS = ("checkpoint", "resume", "overwrite_checkpoint")  # one training run's checkpoint
 DDP_OPTIONS = ("bucket_cap_mb", "grad_as_bucket_view", "static_graph", "uneven_shards", "dist_timeout_s")
 PARALLEL_OPTIONS = ("strategy", "nproc", *DDP_OPTIONS)  # single-device studies run one process
@@ -178,9 +177,8 @@ def override_default(p: argparse.ArgumentParser, dest: str, value, why: str) -> 
 
 
 def train_config_from_args(args: argparse.Namespace, **fixed):
-    """The TrainConfig of ``--preset`` (default recommended) with the options given on top, then ``fixed``;
-    validated, a refusal naming the option as typed (``--lr 0 must be a positive number ...``). Made once per
-    command (a sub-command's check and its run share it, as ``request_from_args``)."""
+    """The TrainConfig of ``--preset`` (default recommended) with the options given on top, then ``fixed``; validated,
+    a refusal naming the option as typed (``--lr 0 must be ...``). Made once per command, as ``request_from_args``."""
     if not fixed and getattr(args, "_train_config", None) is not None:
         return args._train_config
     from ..training import TrainConfig, preset_config

@@ -35,8 +35,6 @@ def add_region(sub, full: bool) -> None:
     _add_scaling(kinds)
 
 
-# --- skill ------------------------------------------------------------------------------------------
-
 def _add_skill(kinds, full: bool) -> None:
     p = kinds.add_parser(
         "skill", help="train the point model and the neighbour variants on a box; compare them cell by cell",
@@ -132,8 +130,6 @@ def _area_request(args):
                           "LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
     return request_from_args(args)
 
-
-# --- scaling ----------------------------------------------------------------------------------------
 
 def _add_scaling(kinds) -> None:
     p = kinds.add_parser(

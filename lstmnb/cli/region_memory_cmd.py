@@ -1,6 +1,5 @@
-"""`lstmnb region memory`: peak memory and step time of the dense and sparse region models against the
-area, beside the memory model; its options checked against this machine (the budget against its memory,
-the areas against the synthetic grid) before anything is measured."""
+"""`lstmnb region memory`: peak memory and step time of the dense and sparse region models against the area, beside the
+memory model; the budget checked against this machine's memory, the areas against the synthetic grid, before any run."""
 
 from __future__ import annotations
 

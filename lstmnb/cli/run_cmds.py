@@ -138,9 +138,8 @@ def print_forecast_notes(record: dict) -> None:
 
 
 def train_and_print(request, cfg, results, map_path: str | None = None) -> None:
-    """``train.run`` (appending the record to ``results`` unless None), then the run as `print_run` shows
-    it and where the record went; under torchrun only rank 0 prints (and records). When the record
-    cannot be written, the run is printed (with the record as one JSON line to keep) before the error."""
+    """``train.run`` (appending the record to ``results`` unless None), then the run as `print_run` shows it and where
+    the record went (rank 0 only under torchrun); a record that cannot be written is printed as a JSON line to keep."""
     from ..records import runs_path
     from ..training import run
     from ..training.parallel import is_rank_zero

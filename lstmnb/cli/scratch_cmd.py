@@ -84,8 +84,8 @@ def _check_scratch_bench(args) -> None:
 
 
 def _only_unavailable(versions: list[str], config) -> None:
-    """Every version asked for is a GPU one that cannot run here: a table of skipped rows would be all the run
-    gives (exit 0), so it is refused. A CPU version among them runs, and the others are skipped rows beside it."""
+    """Refuses versions that are all GPU ones unable to run here (the run would give only skipped rows, exit 0); a CPU
+    version among them runs, the others skipped rows beside it."""
     if not all("cuda" in v for v in versions):
         return
     from ..scratch.bench import skip_reason
