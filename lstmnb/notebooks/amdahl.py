@@ -13,14 +13,13 @@ from ..errors import ConfigError
 def amdahl_table(
     shares: pd.DataFrame, ranks: int, measured: pd.Series | None = None, predict: Sequence[int] = (1, 2, 4, 8, 16, 32)
 ) -> tuple[dict[str, float], pd.DataFrame]:
-    """Amdahl's law from strong-scaling runs on N = ``ranks`` ranks. ``measured``: the speedups measured
-    per rank count (epoch times); where N's is missing, the step times of ``shares`` stand in.
-    ``shares``: ``report.scaling_table`` of the runs, whose ``comm %`` (the all-reduce's share f of the
-    N-rank step) is the communication share 06 prints. Amdahl's t_N / t1 = s + (1 - s) / N, solved for the
-    measured S = t1 / t_N, gives the serial share s = (N / S - 1) / (N - 1) (the Karp-Flatt metric); the
-    all-reduce, f t_N = f t1 / S, is N f / ((N - 1) S) of it. Returns s and its parts, and per rank
-    count M Amdahl's 1 / (s + (1 - s) / M), the same with the all-reduce growing as M - 1 (the ring's
-    latency steps), and the measured speedup."""
+    """Amdahl's law from strong-scaling runs on N = ``ranks`` ranks. ``measured``: the speedups measured per rank
+    count (epoch times); where N's is missing, the step times of ``shares`` stand in. ``shares``:
+    ``report.scaling_table`` of the runs, whose ``comm %`` (the all-reduce's share f of the N-rank step) is the
+    communication share 06 prints. Amdahl's t_N / t1 = s + (1 - s) / N, solved for the measured S = t1 / t_N, gives the
+    serial share s = (N / S - 1) / (N - 1) (the Karp-Flatt metric); the all-reduce, f t_N = f t1 / S, is
+    N f / ((N - 1) S) of it. Returns s and its parts, and per rank count M Amdahl's 1 / (s + (1 - s) / M), the same
+    with the all-reduce growing as M - 1 (the ring's latency steps), and the measured speedup."""
     if ranks < 2:
         raise ConfigError(f"ranks={ranks} must be 2 or more for Amdahl's law")
     g = shares.xs("strong", level="mode").groupby(level="ranks").median(numeric_only=True)

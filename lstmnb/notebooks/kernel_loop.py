@@ -29,9 +29,8 @@ def settle_kernel_client(limit_s: float = 15.0) -> None:
 
 
 def stop_kernels(timeout_s: float = 5.0) -> None:
-    """Stop every Jupyter kernel this process started that is still running, with what it started (DDP ranks,
-    DataLoader workers): nbclient's graceful shutdown on cancelling goes only as far as the settling allows, and a
-    kernel left running would say on the terminal, after the command's last line, that its parent is gone."""
+    """Stop every kernel this process started that still runs, with its children (DDP ranks, DataLoader workers), which
+    nbclient's partial shutdown on cancel can leave to print, after the command's last line, that its parent is gone."""
     import psutil
 
     tree = []

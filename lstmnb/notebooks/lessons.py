@@ -1,7 +1,7 @@
-"""What 04 and 05 run and say on any machine, a GPU or not: the package's own source on the page, a step's time
-against its batch (the fixed per-step cost), DDP strong and weak scaling and the all-reduce over real ranks (gloo on a
-CPU, NCCL on GPUs), each timed as alternated repeats summarised by ``report.repeats``; the GPU lessons from the shipped
-reference records, labelled as another machine's; and each notebook's "what this showed", from its own numbers."""
+"""What 04 and 05 run and say on any machine: the package's own source on the page, a step's time against its batch,
+DDP scaling and the all-reduce over real ranks (gloo on a CPU, NCCL on GPUs), each timed as alternated repeats
+(``report.repeats``); the GPU lessons from the shipped reference records, labelled as another machine's; and each
+notebook's "what this showed", from its own numbers."""
 
 from __future__ import annotations
 
@@ -48,11 +48,11 @@ def check_repeats(repeats: int) -> None:
 
 def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int = 20, repeats: int = 3,
                min_s: float = 0.2) -> pd.DataFrame:
-    """One row per (repeat, batch): the seconds of one optimiser step of ``Trainer.step`` on ``device`` (eager: no
-    CUDA graph), batch sizes alternated within each repeat, with the steps timed, a step's FLOPs, the threads and the
-    cores other processes kept busy. Each measurement times ``steps`` steps or, where they take under ``min_s``
-    seconds, as many as fill about ``min_s`` (counted off the second of two warm-up steps, as ``timeit``'s autorange;
-    at most 100 x ``steps``): a 2.5 ms GPU step timed 20 times is 50 ms, which one host hiccup can move by half."""
+    """One row per (repeat, batch): the seconds of one eager optimiser step of ``Trainer.step`` on ``device``, batch
+    sizes alternated within each repeat, with the steps timed, a step's FLOPs, the threads and the busy cores. Each
+    measurement times ``steps`` steps or, if under ``min_s`` seconds, as many as fill about ``min_s`` (counted off the
+    second of two warm-up steps, as ``timeit``'s autorange; at most 100 x ``steps``): one host hiccup can move 20 GPU
+    steps of 2.5 ms by half."""
     check_repeats(repeats)
     if steps < 1 or not batches or any(int(b) < 1 for b in batches):
         raise ConfigError(f"steps={steps} and batches={list(batches)} must be >= 1")
@@ -163,8 +163,7 @@ def reference_step_table() -> pd.DataFrame:
 
 
 def ddp_device(gpu: str, ranks: int) -> tuple[str, str]:
-    """Where 05's DDP runs go: ``gpu`` when ``ranks`` CUDA GPUs are usable, else the CPU (gloo ranks
-    sharing its cores); with the sentence that says which and why."""
+    """Where 05's DDP runs go: ``gpu`` when ``ranks`` CUDA GPUs are usable, else the CPU; with a sentence saying why."""
     why = gpu_problem(gpu, ranks)
     if why is None:
         return gpu, f"DDP runs on {ranks} GPUs (NCCL), one process per GPU."
@@ -196,8 +195,7 @@ def ddp_scaling(windows, data_info: dict[str, Any] | None, cfg, *, ranks: int = 
     cores other processes kept busy during the run) and is appended to ``results``."""
     check_repeats(repeats)
     if cfg.device == "cpu" and cfg.threads is None:
-        # one thread per rank: N ranks use N cores, the resources grow with N as with N GPUs, and no
-        # OpenMP threads of one rank spin against each other or against other processes' work
+        # one thread per rank: N ranks use N cores, as N GPUs, and no rank's OpenMP threads spin against other work
         cfg = replace(cfg, threads=1)
     uneven = [n for n in (ranks, *more_ranks) if cfg.batch_size % n]
     if uneven:

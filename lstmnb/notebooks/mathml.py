@@ -1,7 +1,6 @@
-"""The notebooks' math in the rendered report (``site``) as MathML, which browsers draw themselves, so that a report
-read offline shows equations, not the raw TeX that Sphinx leaves for MathJax (loaded from the web). latex2mathml
-converts; TeX it cannot read stays visible in a ``code`` element. A Sphinx extension registering the ``mathml`` math
-renderer, named in the site's conf.py."""
+"""A Sphinx extension (named in the site's conf.py): the notebooks' math in the rendered report as MathML, which
+browsers draw themselves, so that a report read offline shows equations, not the raw TeX that Sphinx leaves for
+MathJax (loaded from the web). latex2mathml converts; TeX it cannot read stays visible in a ``code`` element."""
 
 from __future__ import annotations
 

@@ -23,9 +23,8 @@ TRAIN_KEYS = ("window", "lead_hours", "hidden", "layers", "batch_size", "lr", "s
               "device", "amp")
 ONE_OR_MANY = ("results_paths",)  # one folder or a list of them (checked below, not by its default's kind)
 REQUEST_KEYS = ("source", "points", "start", "end", "variables")
-# the series' own counts, numbers and choices, by what each accepts (the scratch_* knobs that ScratchConfig has
-# are its to check, ddp_ranks AllreduceConfig's world_size: ``_check_settings``); a count is at most INT_MAX,
-# an epochs count as TrainConfig's epochs
+# the series' own counts, numbers and choices, by what each accepts (ScratchConfig's scratch_* knobs and ddp_ranks are
+# checked in ``_check_settings``); a count is at most INT_MAX, an epochs count as TrainConfig's epochs
 RULES = {
     **dict.fromkeys(("fit_epochs", "repeats", "scaling_epochs", "batch_sweep_start", "batch_sweep_max",
                      "forecast_days", "scratch_repeats", "scratch_forecast_epochs", "step_count", "step_repeats",
@@ -49,8 +48,7 @@ CHOICE_LISTS = {"input_paths": ("fast", "dataloader"), "strategies": ("dataparal
 
 def parse_value(text: str) -> Any:
     """A ``-p KEY VALUE`` value read as YAML the way papermill reads ``-y`` (its loader keeps dates as text):
-    ``5`` -> 5, ``[5, 10]`` -> list, ``null`` -> None, ``cpu`` -> 'cpu', ``2021-01-01`` -> '2021-01-01'; text that
-    is not YAML stays text."""
+    ``5`` -> 5, ``[5, 10]`` -> list, ``null`` -> None, ``cpu`` -> 'cpu', ``2021-01-01`` -> '2021-01-01', else text."""
     import yaml
     from papermill.iorw import NoDatesSafeLoader
 

@@ -150,10 +150,9 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
                  only: Iterable[str] | str | None = None, runs_dir: str | os.PathLike = "runs",
                  notebooks: str | os.PathLike | None = None, kernel: str | None = None,
                  cell_timeout_s: int | None = None, other_device: str = "pass -p device auto"):
-    """Everything ``run_series`` checks before it creates anything: the profile, the notebooks, every override's name
-    and every parameter's value, the cell timeout, the kernel and the run folder. ``other_device``: how the caller's
-    user runs elsewhere than the profile's absent device. Returns (profile, notebooks, declared parameters, kernel
-    name, timeout)."""
+    """Everything ``run_series`` checks before it creates anything (profile, notebooks, every override's name and
+    parameter's value, cell timeout, kernel, run folder); ``other_device``: how the caller's user runs elsewhere than
+    the profile's absent device. Returns (profile, notebooks, declared parameters, kernel name, timeout)."""
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     overrides = dict(overrides or {})
     selected = select_notebooks(find_notebooks(notebooks), only)
@@ -202,11 +201,10 @@ KERNEL_ARGUMENTS = ["--matplotlib=inline"]
 
 
 def kernel_config():
-    """The notebook client's configuration: the kernel's sockets encrypted where possible, since ipykernel 7
-    (``init_sockets``) logs "Kernel is running over TCP without encryption" into every run's output when they have no
-    CurveZMQ keys. jupyter_client 8.10+ provisions the keys with ``KernelManager.transport_encryption = "auto"`` when
-    pyzmq has Curve and the kernelspec declares ``supported_encryption: curve`` (ipykernel's does). Older
-    jupyter_client lacks the option, and ``auto`` is refused without Curve: both keep unencrypted loopback TCP."""
+    """The notebook client's configuration: the kernel's sockets encrypted where possible, since ipykernel 7 logs
+    "Kernel is running over TCP without encryption" into every run's output when they have no CurveZMQ keys.
+    jupyter_client 8.10+ provisions the keys (``KernelManager.transport_encryption = "auto"``) when pyzmq has Curve and
+    the kernelspec declares ``supported_encryption: curve``; otherwise the default, unencrypted loopback TCP, stays."""
     import zmq
     from jupyter_client.manager import KernelManager
     from traitlets.config import Config
@@ -294,9 +292,8 @@ def run_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None = 
 
 
 def finish(result: SeriesResult, html: bool, say: Callable[[str], None]) -> None:
-    """The rendered report: the run folder's site (``site/``, 06 its front page). A site that cannot be built
-    (the ``site`` extra missing, a failed build) is said in one line and kept in ``result.site_note``, never a
-    failed series and never replaced by other pages."""
+    """The run folder's site (``site/``, 06 its front page); a site that cannot be built (the ``site`` extra missing, a
+    failed build) is said in one line and kept in ``result.site_note``, never a failed series nor other pages."""
     if not html:
         result.site_note = "no site: not asked for (--no-html)"
         return

@@ -1,6 +1,5 @@
-"""The rendered report: a run folder as a navigable site (``<run folder>/site/index.html``), the report (06) its front
-page, every other executed notebook a page listed under it with its question and status, with contents and search,
-readable from ``file://`` (math as MathML, ``mathml``). A run without a site says why in one line.
+"""The rendered report: a run folder as a site (``<run folder>/site/index.html``) readable from ``file://`` (math as
+MathML), the report (06) its front page, every other executed notebook a page listed under it with its status.
 
 Built by Sphinx with myst-nb (which shows the executed notebooks without running them) and sphinx-book-theme (the
 Jupyter Book cookbooks' theme; its web assets prebuilt, so no Node.js at run time): the optional ``site`` extra. Cells

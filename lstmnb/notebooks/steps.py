@@ -32,10 +32,9 @@ FILE_ONLY_BACKENDS = frozenset({"agg", "cairo", "pdf", "pgf", "ps", "svg", "temp
 
 
 def figures_inline() -> bool:
-    """In a Jupyter kernel whose matplotlib backend draws to files only, switch to the inline backend; True where it
-    switched. ipykernel sets ``MPLBACKEND`` only where it is unset, so a session exporting ``MPLBACKEND=Agg`` (SLURM
-    job scripts, headless servers) loses every figure: ``lstmnb notebooks run`` starts its kernels with
-    ``--matplotlib=inline``, and this does the same for a kernel that JupyterLab or Colab started."""
+    """In a Jupyter kernel whose matplotlib backend draws to files only (a session exporting ``MPLBACKEND=Agg``, which
+    ipykernel keeps), switch to the inline backend, as ``lstmnb notebooks run``'s ``--matplotlib=inline`` does for its
+    kernels; True where it switched."""
     if "ipykernel" not in sys.modules:  # not in a kernel (a script, pytest): nothing to show inline
         return False
     from IPython import get_ipython
@@ -64,9 +63,8 @@ def make_request(source: str | None = None, points: Sequence[Sequence[float]] | 
 
 
 def make_config(preset: str = "recommended", **knobs: Any):
-    """A ``TrainConfig`` from notebook knobs on top of ``preset`` (recommended, or published for the epochs
-    experiments); None values keep the preset's value, unknown names are an error. (A profile's measured
-    ``recommended`` setting is applied on top with ``train.with_overrides``.)"""
+    """A ``TrainConfig`` from notebook knobs on top of ``preset``; None values keep the preset's value, unknown names
+    are an error. (A profile's measured ``recommended`` setting is applied on top with ``train.with_overrides``.)"""
     values = {k: tuple(v) if k in ("fractions", "split_dates") and isinstance(v, list) else v
               for k, v in knobs.items() if v is not None}
     cfg = preset_config(preset, **values)
