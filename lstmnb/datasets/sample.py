@@ -1,30 +1,23 @@
-"""The embedded ERA5 sample: a small synthetic Zarr store in exactly the ARCO-ERA5 layout.
-
-Everything in lstmnb runs offline against this store, through the same ``open_zarr`` -> tidy series
-code path as the cloud store. The values are synthetic but are meant to be as hard for persistence as
-real mid-latitude hourly 2 m temperature (issue 14: on a real ERA5 month at five British Isles points,
-1 h persistence was about 0.8 K, 24 h persistence 2.0-2.5 K, climatology about 2.4 K), so that a model
-that fails on real data fails here too. Besides seasonal and diurnal cycles that depend on latitude
-and local solar time, the weather has
-- air masses and fronts: regimes lasting days whose changes are cold fronts (several kelvin within an
-  hour or two) or slower warm fronts, with a cloud band and a pressure trough, travelling east-south-east
-  across the area so that neighbouring cells see them minutes apart and cells 4 degrees south hours later;
-- cloud cover that comes with the air mass: overcast days have a nearly flat diurnal cycle, clear days
-  the full one;
+"""The embedded ERA5 sample: a small synthetic Zarr store in the ARCO-ERA5 layout (``arco_layout``), with
+``2m_temperature`` (K) and ``surface_pressure`` (Pa), so everything runs offline through the cloud store's code
+path. Outputs and records say its data are synthetic. The values are meant to be as hard for persistence as real
+mid-latitude hourly 2 m temperature (issue 14: on a real ERA5 month at five British Isles points, 1 h persistence
+was about 0.8 K, 24 h 2.0-2.5 K, climatology about 2.4 K), so a model that fails on real data fails here too.
+Besides seasonal and diurnal cycles by latitude and local solar time, the weather (``weather``) has
+- air masses and fronts: regimes lasting days, changing by cold fronts (several kelvin within an hour or two)
+  or slower warm fronts, with a cloud band and a pressure trough, travelling east-south-east so that
+  neighbouring cells see them minutes apart and cells 4 degrees south hours later;
+- cloud cover by air mass: overcast days have a nearly flat diurnal cycle, clear days the full one;
 - travelling synoptic waves with periods of 2-7 days, whose amplitudes wax and wane;
-- mesoscale weather, coherent over about a degree: smooth local anomalies, passing cloud, and showers
-  in the afternoon (frequent in the tropics, in mid-latitudes mostly in summer) that cool within the hour;
-- a sea east of 281.125E (``weather.COAST_LON``; the default store's three easternmost columns), where
-  the air follows the water: a small diurnal cycle, a damped and late seasonal cycle, and air masses that
-  arrive slowly and weakened, so hourly changes are small and smooth (issue 24: at a real ocean point,
-  1 h persistence was 0.10 K, 6 h 0.40 K, 24 h 0.90 K; at 35N 281.75E here 0.08, 0.43 and 0.79 K). The
-  column next to the coast is half land, half sea. It is where a model trained on all points at once can
-  lose to persistence while winning on the pooled figures.
-Mid-latitude weather is stronger and more frequent than tropical; all of it is deterministic for a seed.
-The land cells are the same whether or not a store reaches the sea.
-
-Layout copied from the public store (``arco_layout``), with ``2m_temperature`` (K) and ``surface_pressure``
-(Pa). Wherever it is used, outputs and records say its data are synthetic.
+- mesoscale weather coherent over about a degree: local anomalies, passing cloud, and afternoon showers
+  (frequent in the tropics, in mid-latitudes mostly in summer) that cool within the hour;
+- a sea east of 281.125E (``weather.COAST_LON``; the default store's three easternmost columns; the column next
+  to the coast is half land) where the air follows the water: small diurnal cycle, damped and late seasonal
+  cycle, air masses arriving slowly and weakened (issue 24: at a real ocean point, 1 h persistence was 0.10 K,
+  6 h 0.40 K, 24 h 0.90 K; at 35N 281.75E here 0.08, 0.43 and 0.79 K). There a model trained on all points at
+  once can lose to persistence while winning on the pooled figures.
+Mid-latitude weather is stronger and more frequent than tropical; all of it is deterministic for a seed, and
+the land cells are the same whether or not a store reaches the sea.
 """
 
 from __future__ import annotations
@@ -74,24 +67,14 @@ def _grid(start: str, end: str, lat: Sequence[float], lon: Sequence[float]
     return times, lat_v, lon_v
 
 
-def write_sample(
-    path: str | os.PathLike,
-    *,
-    start: str = TIMES[0],
-    end: str = TIMES[1],
-    lat: Sequence[float] = DEFAULT_LAT,
-    lon: Sequence[float] = DEFAULT_LON,
-    variables: Sequence[str] | None = None,
-    seed: int = 0,
-    blocksize: int = 0,
-) -> Path:
-    """Write a deterministic synthetic store in the ARCO-ERA5 layout at ``path`` and return it.
-
-    ``lat`` is (north, south) and ``lon`` (west, east) in degrees, snapped to the 0.25 degree grid.
-    ``blocksize``: Blosc's block size in bytes; 0 lets Blosc choose, as for the public store (small
-    blocks make a small store's chunks hold many blocks, as the public store's 4 MB chunks do).
-    ``path`` must not exist yet; callers wanting atomicity write through ``paths.atomic_path``.
-    """
+def write_sample(path: str | os.PathLike, *, start: str = TIMES[0], end: str = TIMES[1],
+                 lat: Sequence[float] = DEFAULT_LAT, lon: Sequence[float] = DEFAULT_LON,
+                 variables: Sequence[str] | None = None, seed: int = 0, blocksize: int = 0) -> Path:
+    """Write a deterministic synthetic store in the ARCO-ERA5 layout at ``path`` (which must not exist yet; for
+    atomicity write through ``paths.atomic_path``) and return it. ``lat`` is (north, south) and ``lon`` (west,
+    east) in degrees, snapped to the 0.25 degree grid. ``blocksize``: Blosc's block size in bytes; 0 lets Blosc
+    choose, as for the public store (small blocks make a small store's chunks hold many blocks, as the public
+    store's 4 MB chunks do)."""
     variables = tuple(variables) if variables is not None else VARIABLES
     unknown = [v for v in variables if v not in VARIABLES]
     if unknown or not variables:
