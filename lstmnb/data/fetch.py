@@ -1,13 +1,12 @@
 """Block-wise concurrent extraction: read each needed one-hour chunk once, fill cache blocks in order.
 
-The plan's time range is cut into cache slots (``cache``). Slots already cached are read from
-disk; for the rest, every (variable, hour) is read once through zarr (``reads``: runs of hours, many
-in flight on zarr's event loop), every target (cell or box) takes its values from it, and a slot is
-written to the cache the moment its last hour arrives. Reads stay pipelined across slot boundaries,
-but never more than one block's worth of hours is read (or in flight) without being kept: when the
-window would go further, the oldest unfinished slot's received prefix is written as a partial block
-(a checkpoint, at most a few per slot). So a killed run redoes at most one block of reads, and resumes
-from the checkpoint.
+The plan's time range is cut into cache slots (``cache``). Cached slots are read from disk; for the rest, every
+(variable, hour) is read once through zarr (``reads``: runs of hours, many in flight on zarr's event loop), every
+target (cell or box) takes its values from it, and a slot is written to the cache the moment its last hour
+arrives. Reads stay pipelined across slot boundaries, but never more than one block's worth of hours is read (or
+in flight) without being kept: when the window would go further, the oldest unfinished slot's received prefix is
+written as a partial block (a checkpoint, at most a few per slot). So a killed run redoes at most one block of
+reads, and resumes from the checkpoint.
 """
 
 from __future__ import annotations
@@ -98,25 +97,15 @@ def check_sizes(block_hours: int | None, concurrency: int | None) -> tuple[int, 
     return hours, workers
 
 
-def fetch_plan(
-    plan: Plan,
-    *,
-    cache_dir: str | os.PathLike | None = None,
-    progress: bool = True,
-    refresh: bool = False,
-    concurrency: int = DEFAULT_CONCURRENCY,
-    block_hours: int = DEFAULT_BLOCK_HOURS,
-    stats: FetchStats | None = None,
-    offline: bool = False,
-    store: ReadStore | None = None,
-    partial_reads: bool = True,
-) -> dict[tuple[str, str], np.ndarray]:
+def fetch_plan(plan: Plan, *, cache_dir: str | os.PathLike | None = None, progress: bool = True,
+               refresh: bool = False, concurrency: int = DEFAULT_CONCURRENCY, block_hours: int = DEFAULT_BLOCK_HOURS,
+               stats: FetchStats | None = None, offline: bool = False, store: ReadStore | None = None,
+               partial_reads: bool = True) -> dict[tuple[str, str], np.ndarray]:
     """Return {(variable, target key): array over plan's hours}, from the cache where possible.
 
-    ``offline``: serve from the cache only; raise ``CacheMiss`` (touching nothing remote, counting
-    nothing in ``stats``) when any block is missing or damaged. ``store``: the open store (with its
-    retry policy) the plan was made on, read for what the cache lacks (the caller closes it); needed
-    unless ``offline``.
+    ``offline``: serve from the cache only; raise ``CacheMiss`` (touching nothing remote, counting nothing in
+    ``stats``) when any block is missing or damaged. ``store``: the open store (with its retry policy) the plan
+    was made on, read for what the cache lacks (the caller closes it); needed unless ``offline``.
     ``partial_reads``: read only the Blosc blocks that hold the cells where possible (else whole chunks).
     """
     if store is None and not offline:
@@ -249,10 +238,8 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats) ->
         try:
             p.cache.write(block)
         except OSError as exc:
-            raise DataError(
-                f"cannot write a cache block under {p.cache.dir}: {why_not_written(exc)}; finished "
-                f"blocks are kept and this one is redone next time (set {CACHE_ENV} to move the cache)"
-            ) from None
+            raise DataError(f"cannot write a cache block under {p.cache.dir}: {why_not_written(exc)}; finished blocks "
+                            f"are kept and this one is redone next time (set {CACHE_ENV} to move the cache)") from None
 
     step = max(1, hours // 4)  # a checkpoint keeps at least this many new hours
 
@@ -276,19 +263,18 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats) ->
     in_flight: dict[Future, tuple[str, int, int]] = {}
     position = 0  # next entry of ``order`` to submit
     failures: list[DataError] = []
-    # The objects that exist before the read (a notebook's torch, xarray, pandas: a million or more)
-    # stay out of the garbage collector's full passes until it ends. A read makes many short-lived
-    # objects (tasks, requests, buffers), which now and then sets off a full pass over every object;
-    # in the extraction benchmark one such pass stopped the event loop for about 50 ms of a 0.3 s read.
-    # A process that froze objects itself (before forking workers, say) is left as it is.
+    # The objects that exist before the read (a notebook's torch, xarray, pandas: a million or more) stay out of
+    # the garbage collector's full passes until it ends: the read's many short-lived objects now and then set off
+    # a full pass over every object, which in the extraction benchmark stopped the event loop for about 50 ms of a
+    # 0.3 s read. A process that froze objects itself (before forking workers, say) is left as it is.
     freeze = gc.get_freeze_count() == 0
     if freeze:
         gc.freeze()
     try:
-        # Reads are coroutines on zarr's event loop (no thread per read), a run of hours each. Over HTTP, a
-        # point read is a header request then a block request per hour: twice as many hours in flight as
-        # connections keep every connection busy (aiohttp queues the requests beyond ``workers``, so later
-        # chunks' headers go out while earlier chunks wait for their blocks).
+        # Reads are coroutines on zarr's event loop (no thread per read), a run of hours each. Over HTTP, a point
+        # read is a header request then a block request per hour: twice as many hours in flight as connections
+        # keep every connection busy (aiohttp queues the requests beyond ``workers``, so later chunks' headers go
+        # out while earlier chunks wait for their blocks).
         depth = max(1, 2 * workers // max(t1 - t0 for _, t0, t1 in order)) if order else 1
         exhausted = False
         front = frontier()
