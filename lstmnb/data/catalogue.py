@@ -1,11 +1,10 @@
-"""What to extract and where from: the store catalogue, the request, resolving and opening a source,
-and the checks a request's times and coordinates pass before any store is asked.
+"""What to extract and where from: the store catalogue, the request, resolving and opening a source, and the
+checks a request's times and coordinates pass before any store is asked.
 
-A source is the study's real ERA5 at its two points (``study``, the default for points), the synthetic
-sample (``sample``, the default for a box), a catalogue key, a ``gs://`` or ``http(s)://`` URL, or a local Zarr
-path; ``resolve_source`` turns it into a ``StoreRef`` (location, credentials, a stable id for the
-block cache) and fails with one line naming what is wrong (unknown name, missing path, missing cloud
-packages or credentials). ``open_ref``/``open_store`` open it lazily with xarray on a zarr store
+A source is the study's real ERA5 at its two points (``study``, the default for points), the synthetic sample
+(``sample``, the default for a box), a catalogue key, a ``gs://`` or ``http(s)://`` URL, or a local Zarr path.
+``resolve_source`` turns it into a ``StoreRef`` (location, credentials, a stable id for the block cache) or fails
+with one line naming what is wrong. ``open_ref``/``open_store`` open it lazily with xarray on a zarr store
 (``stores``); a remote store's metadata comes in one round trip first, so that an unreachable one fails fast.
 """
 
@@ -45,10 +44,10 @@ SOURCE_HINT = "use --source study (real ERA5 at the study's two points), sample 
 
 @dataclass(frozen=True)
 class Request:
-    """What to extract. ``points`` are (lat, lon) with lon in -180..180 or 0..360;
-    ``box`` is (lat_min, lat_max, lon_min, lon_max); give one of the two. The default points (the
-    published ones) give way to a box: ``Request(box=...)`` is a box request. ``source`` defaults to the
-    study's real ERA5 for points and to the synthetic sample for a box (the study's data has no area)."""
+    """What to extract. ``points`` are (lat, lon) with lon in -180..180 or 0..360; ``box`` is (lat_min, lat_max,
+    lon_min, lon_max); give one of the two (the default points give way to a box: ``Request(box=...)`` is a box
+    request). ``source`` defaults to the study's real ERA5 for points, the synthetic sample for a box (the study's
+    data has no area)."""
 
     source: str | None = None
     variables: tuple[str, ...] = (DEFAULT_VARIABLE,)
@@ -209,10 +208,8 @@ def check_credentials(token: Any) -> None:
 
 
 def check_request(request: Request, storage_options: dict | None = None) -> Request:
-    """Every check of ``request`` that needs no store: source, variable names, points or box, times.
-
-    The store-dependent checks (variables present, times and cells inside the store) follow in
-    ``make_plan``. Builds nothing (neither the study's nor the sample store is made here)."""
+    """Every check of ``request`` that needs no store (source, variable names, points or box, times), building
+    nothing (not the study's or the sample store); the checks against the store follow in ``make_plan``."""
     source = source_text(request.source)
     if source not in (SAMPLE, STUDY):
         resolve_source(source, storage_options)

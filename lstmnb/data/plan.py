@@ -1,9 +1,8 @@
 """A request checked against a store and resolved to store indices: the ``Plan`` the fetch follows.
 
-``make_plan`` checks the variables (known, single-level fields), the time range (within the store's
-valid range) and the points or box (inside the grid), and turns them into time indices and targets:
-one grid cell per point (two points in one cell share it) or one box of cells. A target is the unit
-of the block cache.
+``make_plan`` checks the variables (known, single-level fields), the time range (within the store's valid range)
+and the points or box (inside the grid), and turns them into time indices and targets, the units of the block
+cache: one grid cell per point (two points in one cell share it) or one box of cells.
 """
 
 from __future__ import annotations
@@ -35,11 +34,11 @@ def valid_range(ds: "xr.Dataset | StoreMeta") -> tuple[pd.Timestamp, pd.Timestam
 
 def fit_times(request: Request, *, start_given: bool, end_given: bool,
               storage_options: dict | None = None) -> tuple[Request, list[str]]:
-    """``request`` with its times fitted to its store's valid range, and one line per change for the user
-    (the CLI asks this for a local store, and wherever --end is given):
-    a time not given (``start_given``/``end_given`` False) becomes the store's first or last valid hour, and
-    an end past the store's last valid hour is clipped to it. The store's metadata come from the cache
-    where kept, else from the store; the sample's and the study's ranges are known without building them."""
+    """``request`` with its times fitted to its store's valid range, and one line per change for the user (the
+    CLI asks this for a local store, and wherever --end is given): a time not given (``start_given``/``end_given``
+    False) becomes the store's first or last valid hour, and an end past the store's last valid hour is clipped
+    to it. The store's metadata come from the cache where kept, else from the store; the sample's and the study's
+    ranges are known without building them."""
     if request.source.strip() in (SAMPLE, STUDY):
         lo, hi = (pd.Timestamp(t) for t in (SAMPLE_TIMES if request.source.strip() == SAMPLE else STUDY_TIMES))
     else:
@@ -129,17 +128,15 @@ def _spacing(values: np.ndarray) -> float:
 
 
 def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> Plan:
-    """Check ``request`` against the opened store (or its cached metadata) and resolve it to indices;
-    raise on bad input."""
-    meta = ds if isinstance(ds, StoreMeta) else StoreMeta.from_dataset(ds)  # an opened store's Dataset, or its meta
+    """Check ``request`` against the opened store (or its cached metadata) and resolve it to indices; raise on
+    bad input."""
+    meta = ds if isinstance(ds, StoreMeta) else StoreMeta.from_dataset(ds)
     start, end, variables = check_selection(request)
     _check_variables(meta, variables)
     lo, hi = valid_range(meta)
     if start < lo or end > hi:
-        raise ConfigError(
-            f"time range {start:%Y-%m-%dT%H}..{end:%Y-%m-%dT%H} is outside this store's valid range "
-            f"{lo:%Y-%m-%dT%H}..{hi:%Y-%m-%dT%H}"
-        )
+        raise ConfigError(f"time range {start:%Y-%m-%dT%H}..{end:%Y-%m-%dT%H} is outside this store's valid range "
+                          f"{lo:%Y-%m-%dT%H}..{hi:%Y-%m-%dT%H}")
     times = meta.times
     i0 = int(np.searchsorted(times, np.datetime64(start), "left"))
     i1 = int(np.searchsorted(times, np.datetime64(end), "right"))
@@ -159,9 +156,7 @@ def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> 
             dist = np.abs((lon - plon % 360.0 + 180.0) % 360.0 - 180.0)
             c = int(np.argmin(dist))
             if abs(lat[r] - plat) > dlat / 2 + 1e-6 or dist[c] > dlon / 2 + 1e-6:
-                raise DataError(
-                    f"point ({plat:g}, {plon:g}) is outside this store's grid ({_coverage(lat, lon)})"
-                )
+                raise DataError(f"point ({plat:g}, {plon:g}) is outside this store's grid ({_coverage(lat, lon)})")
             if (r, c) not in seen:
                 seen.add((r, c))
                 targets.append(Target(f"cell-r{r}-c{c}", (r,), (c,)))
@@ -181,9 +176,7 @@ def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> 
             east = np.nonzero(lon <= b + eps)[0]
             cols = np.concatenate([west[np.argsort(lon[west])], east[np.argsort(lon[east])]])
         if rows.size == 0 or cols.size == 0:
-            raise DataError(
-                f"box {tuple(request.box)} selects no grid cells; this store covers {_coverage(lat, lon)}"
-            )
+            raise DataError(f"box {tuple(request.box)} selects no grid cells; this store covers {_coverage(lat, lon)}")
         key = f"box-r{rows[0]}-{rows[-1]}-c{cols[0]}-{cols[-1]}-n{cols.size}"
         targets.append(Target(key, tuple(int(r) for r in rows), tuple(int(c) for c in cols)))
         kind = "box"
