@@ -1,14 +1,12 @@
-"""Stores in the ARCO-ERA5 layout that lstmnb builds itself: writing one, checking it, building it once
-into the user cache.
+"""Stores in the ARCO-ERA5 layout that lstmnb builds itself: writing, checking, building once into the user cache.
 
-Two stores are made this way, the real ERA5 of the study's two points (``study``) and the synthetic
-sample (``sample``). Both copy the public store's layout, so the code path from ``open_zarr`` to a tidy
-series is the one the cloud store takes: variables with dims (time, latitude, longitude), latitude
-descending and longitude in 0..360 (float32), time hourly as int64 hours since 1900-01-01, one time step
-per chunk, Blosc-LZ4 with byte shuffle (zarr format 2), consolidated metadata, and the
-``valid_time_start``/``valid_time_stop`` dataset attributes. A completion marker written last lists
-every file with its size and CRC32, so a store that lost, cut or changed a file is found out before
-anything reads it (``store_problem``) and rebuilt.
+Two stores are made this way, the real ERA5 of the study's two points (``study``) and the synthetic sample (``sample``).
+Both copy the public store's layout, so the code path from ``open_zarr`` to a tidy series is the one the cloud store
+takes: variables with dims (time, latitude, longitude), latitude descending and longitude in 0..360 (float32), time
+hourly as int64 hours since 1900-01-01, one time step per chunk, Blosc-LZ4 with byte shuffle (zarr format 2),
+consolidated metadata, and the ``valid_time_start``/``valid_time_stop`` dataset attributes. A completion marker written
+last lists every file with its size and CRC32, so a store that lost, cut or changed a file is found out before anything
+reads it (``store_problem``) and rebuilt.
 """
 
 from __future__ import annotations
@@ -57,13 +55,11 @@ def write_store(path: str | os.PathLike, times: pd.DatetimeIndex, lat: np.ndarra
     group = zarr.open_group(path, mode="r+", zarr_format=2)
     nt, ny, nx = len(times), len(lat), len(lon)
     for name, values in fields.items():
-        arr = group.create_array(
-            name, shape=(nt, ny, nx), chunks=(1, ny, nx), dtype="float32", fill_value=np.nan,
-            compressors=compressor, chunk_key_encoding={"name": "v2", "separator": "."},
-        )
+        arr = group.create_array(name, shape=(nt, ny, nx), chunks=(1, ny, nx), dtype="float32", fill_value=np.nan,
+                                 compressors=compressor, chunk_key_encoding={"name": "v2", "separator": "."})
         arr.attrs.update({**VARIABLE_ATTRS.get(name, {}), "_ARRAY_DIMENSIONS": ["time", "latitude", "longitude"]})
-        # Write the chunk files directly: zarr's per-chunk machinery takes ~10 s for 13k chunks,
-        # plain file writes take well under one. Keys follow the v2 layout: "<t>.0.0".
+        # Write the chunk files directly (v2 keys "<t>.0.0"): zarr's per-chunk machinery takes ~10 s for 13k
+        # chunks, plain file writes well under one.
         data = np.ascontiguousarray(values, dtype=np.float32)
         for t in range(nt):
             (path / name / f"{t}.0.0").write_bytes(compressor.encode(data[t]))
@@ -74,9 +70,8 @@ def write_store(path: str | os.PathLike, times: pd.DatetimeIndex, lat: np.ndarra
 
 def files_of(path: Path) -> dict[str, list[int]]:
     """Every file of the store below ``path`` (but the marker) with its [size in bytes, CRC32 of its content].
-
-    Reading all of them costs about twice what their sizes alone do (measured on the sample store's
-    26,272 files with a warm page cache: 0.7 s against 0.3 s; benchmarks/integrity_cost.py)."""
+    Reading all of them costs about twice what their sizes alone do (the sample store's 26,272 files with a warm
+    page cache: 0.7 s against 0.3 s; benchmarks/integrity_cost.py)."""
     out: dict[str, list[int]] = {}
     for root, _, names in os.walk(path):
         for name in names:
@@ -88,9 +83,8 @@ def files_of(path: Path) -> dict[str, list[int]]:
 
 
 def store_problem(path: str | os.PathLike) -> str | None:
-    """What is wrong with the built store at ``path`` (None: finished and intact): missing, unfinished, or
-    files missing, or of another size or content (CRC32) than when it was written (checked against its
-    marker)."""
+    """What is wrong with the built store at ``path`` (None: finished and intact): missing, unfinished, or files
+    missing, or of another size or content (CRC32) than when it was written (checked against its marker)."""
     path = Path(path)
     if not path.is_dir():
         return "not built yet"
@@ -104,10 +98,8 @@ def store_problem(path: str | os.PathLike) -> str | None:
     have = files_of(path)
     missing = sorted(k for k in files if k not in have)
     changed = sorted(k for k, want in files.items() if k in have and have[k] != want)
-    parts = []
-    for names, what in ((missing, "missing"), (changed, "cut or changed, by size or checksum")):
-        if names:
-            parts.append(f"{len(names)} file(s) {what} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})")
+    parts = [f"{len(names)} file(s) {what} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+             for names, what in ((missing, "missing"), (changed, "cut or changed, by size or checksum")) if names]
     return "; ".join(parts) or None
 
 
@@ -139,17 +131,16 @@ def built_store(name: str, write: Callable[[Path], object], what: str) -> Path:
 
 
 def _intact(target: Path) -> bool:
-    """``store_problem`` is None, checked once per process for a store whose folders are unchanged (a deleted
-    or added file changes its folder's mtime; the check reads every file: 0.7 s for the sample's 26,000 when
-    they are in the page cache)."""
+    """``store_problem`` is None, checked (reading every file: ``files_of``) once per process for a store whose
+    folders are unchanged (a deleted or added file changes its folder's mtime)."""
     try:
-        key = (str(target), tuple(os.stat(d).st_mtime_ns for d in (target, *(p for p in target.iterdir() if p.is_dir()))))
+        folders = (target, *(p for p in target.iterdir() if p.is_dir()))
+        key = (str(target), tuple(os.stat(d).st_mtime_ns for d in folders))
     except OSError:
         return False
-    if key not in _INTACT:
-        if store_problem(target) is not None:
-            return False
-        _INTACT.add(key)
+    if key not in _INTACT and store_problem(target) is not None:
+        return False
+    _INTACT.add(key)
     return True
 
 
