@@ -1,20 +1,18 @@
-"""Partial Blosc reads as a zarr-python 3 codec pipeline: a point read fetches only the Blosc blocks that
-hold it (``blosc_parts`` says why that is a quarter of an ARCO-ERA5 chunk). ``BloscBlocksPipeline`` asks the
-store for the chunk's header (one small byte range), then for the byte ranges of the blocks that hold the
-selection, and decodes those alone. A selection covering much of a chunk, a chunk that is not Blosc (or not in
-a form ``blosc_parts`` reads), and every write go the default way (``BatchedCodecPipeline``), so results are
-exactly zarr's.
+"""Partial Blosc reads as a zarr-python 3 codec pipeline: a point read fetches only the Blosc blocks that hold it
+(``blosc_parts`` says why that is a quarter of an ARCO-ERA5 chunk). ``BloscBlocksPipeline`` asks the store for the
+chunk's header (one small byte range), then for the byte ranges of the blocks that hold the selection, and decodes
+those alone. A selection covering much of a chunk, a chunk that is not Blosc (or not in a form ``blosc_parts``
+reads), and every write go the default way (``BatchedCodecPipeline``), so results are exactly zarr's.
 
-zarr chooses a codec pipeline class when it opens an array, from its ``codec_pipeline.path`` setting;
-lstmnb registers this class under the ``zarr.codec_pipeline`` entry point, so plain xarray uses it after
-one line::
+zarr chooses a codec pipeline class when it opens an array, from its ``codec_pipeline.path`` setting; lstmnb
+registers this class under the ``zarr.codec_pipeline`` entry point, so plain xarray uses it after one line::
 
     zarr.config.set({"codec_pipeline.path": "lstmnb.data.blosc_pipeline.BloscBlocksPipeline"})
     ds = xr.open_zarr("gs://gcp-public-data-arco-era5/ar/...", chunks=None)  # then select points
 
-``BatchedCodecPipeline`` lives in ``zarr.core`` (not zarr's public API): pyproject pins zarr's minor
-version (3.1) for it, and for ``read``'s batch-item layout (byte getter, chunk spec, chunk selection,
-output selection, whether the chunk is complete) that this class reads.
+``BatchedCodecPipeline`` lives in ``zarr.core`` (not zarr's public API): pyproject pins zarr's minor version (3.1)
+for it, and for ``read``'s batch-item layout (byte getter, chunk spec, chunk selection, output selection, whether
+the chunk is complete) that this class reads.
 """
 
 from __future__ import annotations
@@ -137,9 +135,8 @@ class BloscBlocksPipeline(BatchedCodecPipeline):
         out[out_selection] = values
 
     async def decode_batch(self, chunk_bytes_and_specs):
-        """zarr's decoding, after checking each Blosc chunk's length against its header (c-blosc trusts the
-        header and would read past a chunk cut short, returning plausible numbers). Small chunks are
-        decoded right here: zarr decodes each chunk in a worker thread, and for the study's store (13,128
+        """zarr's decoding, after checking each Blosc chunk's length against its header (``stated_size``). Small
+        chunks are decoded right here: zarr decodes each chunk in a worker thread, and for the study's store (13,128
         chunks of 8 bytes) the hops cost more than the decoding."""
         batch = list(chunk_bytes_and_specs)
         if self._blosc is None:
