@@ -1,9 +1,9 @@
 """The front door of data access: ``extract`` a request as float32 series, and show the result.
 
-``extract`` resolves the source, checks the request against the store (or, when every block is
-cached, against the store metadata kept in the cache, without reaching the store), fetches what the
-cache lacks (``fetch``) and assembles one Dataset: dims (time, point) for points, (time, latitude,
-longitude) for a box. ``to_frame`` makes it a tidy table, ``summary`` a few lines for people.
+``extract`` resolves the source, checks the request against the store (or, when every block is cached, against
+the store metadata kept in the cache, without reaching the store), fetches what the cache lacks (``fetch``) and
+assembles one Dataset: dims (time, point) for points, (time, latitude, longitude) for a box. ``to_frame`` makes
+it a tidy table, ``summary`` a few lines for people.
 """
 
 from __future__ import annotations
@@ -24,28 +24,16 @@ from .plan import Plan, make_plan
 from .stores import RetryPolicy, zarr_store
 
 
-def extract(
-    request: Request,
-    *,
-    cache_dir: str | os.PathLike | None = None,
-    progress: bool = True,
-    refresh: bool = False,
-    storage_options: dict | None = None,
-    concurrency: int | None = None,
-    block_hours: int | None = None,
-    stats: FetchStats | None = None,
-    retry: RetryPolicy | None = None,
-    partial_reads: bool = True,
-) -> xr.Dataset:
+def extract(request: Request, *, cache_dir: str | os.PathLike | None = None, progress: bool = True,
+            refresh: bool = False, storage_options: dict | None = None, concurrency: int | None = None,
+            block_hours: int | None = None, stats: FetchStats | None = None, retry: RetryPolicy | None = None,
+            partial_reads: bool = True) -> xr.Dataset:
     """Extract ``request`` as float32 series (points: dims time, point; box: time, latitude, longitude).
-
-    Finished time blocks are cached (see ``cache``); the same or an overlapping request later
-    reads them instead of the store, and an interrupted one fetches only the missing blocks.
-    ``refresh`` ignores and overwrites cached blocks. ``cache_dir`` is the root of the block cache
-    (default ``<user cache>/extracts``). Pass a ``FetchStats`` as ``stats`` to learn how
-    many chunks were read and blocks reused. ``partial_reads=False`` reads whole chunks even where
-    reading only the Blosc blocks that hold the cells would do (to measure what that saves).
-    """
+    Finished time blocks are cached (``cache``): the same or an overlapping request later reads them instead of the
+    store, and an interrupted one fetches only the missing blocks. ``refresh`` ignores and overwrites cached blocks.
+    ``cache_dir``: the block cache's root (default ``<user cache>/extracts``). ``stats``: a ``FetchStats`` to learn
+    how many chunks were read and blocks reused. ``partial_reads=False`` reads whole chunks even where reading only
+    the Blosc blocks that hold the cells would do (to measure what that saves)."""
     check_selection(request)  # what needs no store, before the study's or the sample store is built
     ref = resolve_source(request.source, storage_options)
     hours, workers = check_sizes(block_hours, concurrency)

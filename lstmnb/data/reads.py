@@ -1,12 +1,11 @@
 """The cells of one variable over a run of hours, read through zarr: what the fetch scheduler asks for.
 
 ``CellReader`` opens the plan's arrays with zarr-python 3's asynchronous API on the extraction's store
-(``stores.ReadStore``), with lstmnb's partial-Blosc codec pipeline (``blosc_pipeline``) unless whole
-chunks were asked for, and reads a point request's cells by coordinate selection and a box by
-orthogonal selection. Everything a store layout needs (zarr v2 or v3, Blosc or other codecs, sharding,
-several hours per chunk, missing chunks read as the fill value) is zarr's; the pipeline only decides
-which bytes of a chunk to fetch. The values read are then decoded as xarray decodes them (``_FillValue`` and
-``missing_value`` to NaN, ``scale_factor``/``add_offset`` applied), from what the opened Dataset's encoding said.
+(``stores.ReadStore``) and lstmnb's partial-Blosc codec pipeline (``blosc_pipeline``, unless whole chunks were
+asked for), and reads points by coordinate selection, a box by orthogonal selection. Store layouts (zarr v2 or v3,
+Blosc or other codecs, sharding, several hours per chunk, missing chunks as the fill value) are zarr's business;
+the pipeline only picks which bytes of a chunk to fetch. Values are then decoded as xarray decodes them, from the
+Dataset's encoding (``_FillValue`` and ``missing_value`` to NaN, ``scale_factor``/``add_offset`` applied).
 """
 
 from __future__ import annotations
@@ -21,10 +20,9 @@ from .stores import ReadStore, run
 
 
 class CellReader:
-    """Reads the plan's cells as a coroutine on zarr's event loop: per hour one value per target (in target
-    order) for points, the box's (rows, columns) array for a box. ``partial_reads=False`` opens the arrays with
-    ``WholeChunksPipeline``, which reads every chunk whole as zarr's default does (the extraction benchmark
-    shows what reading only the blocks gains)."""
+    """Reads the plan's cells as a coroutine on zarr's event loop: per hour one value per target (in target order)
+    for points, the box's (rows, columns) array for a box. ``partial_reads=False`` opens the arrays with
+    ``WholeChunksPipeline``, which reads every chunk whole as zarr's default does."""
 
     def __init__(self, plan: Plan, store: ReadStore, partial_reads: bool = True):
         self.store = store

@@ -1,18 +1,15 @@
-"""The zarr store a source is read through, and what lstmnb adds around it: one-round-trip opening,
-retries, counts.
+"""The zarr store a source is read through, and what lstmnb adds around it: one-round-trip opening, retries, counts.
 
-``zarr_store`` makes a zarr-python 3 store for a resolved source: zarr's ``LocalStore`` for a path, and
-zarr's ``FsspecStore`` for a URL, on gcsfs for ``gs://`` (anonymous by default, credentials through
-google-auth) and on fsspec's aiohttp filesystem for ``http(s)://`` (one pooled session with as many
-connections as the extraction keeps requests in flight). obstore's GCS store was tried too: it asks for
-object paths that the GCS emulator the tests run does not serve (HTTP 501), so gcsfs it is; for HTTP,
+``zarr_store`` makes a zarr-python 3 store: zarr's ``LocalStore`` for a path, zarr's ``FsspecStore`` for a URL, on gcsfs
+for ``gs://`` (anonymous by default, credentials through google-auth) and on fsspec's aiohttp filesystem for
+``http(s)://`` (one pooled session with as many connections as the extraction keeps requests in flight). obstore's GCS
+store asks for object paths that the GCS emulator the tests run does not serve (HTTP 501), so gcsfs it is; for HTTP,
 obstore's store and fsspec's read equally fast (benchmarks/era5_extract.py).
 
-``ReadStore`` wraps that store: it fetches what opening a store reads in one round trip, counts requests
-and bytes (what ``FetchStats`` reports), retries transient failures (connection errors, stalls, HTTP
-408/429/5xx) with backoff per ``RetryPolicy``, and turns what is left into ``StoreError``, one line
-naming the key. gcsfs retries inside itself (six tries over about 30 s, its own policy), so for ``gs://``
-stores the wrapper does not retry again.
+``ReadStore`` wraps that store: it fetches what opening a store reads in one round trip, counts requests and bytes (what
+``FetchStats`` reports), retries transient failures (connection errors, stalls, HTTP 408/429/5xx) with backoff per
+``RetryPolicy``, and turns what is left into ``StoreError``, one line naming the key. gcsfs retries inside itself (six
+tries over about 30 s, its own policy), so ``gs://`` stores are not retried again.
 """
 
 from __future__ import annotations
