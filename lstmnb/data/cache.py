@@ -1,14 +1,13 @@
 """The local block cache of extracted ERA5 series: self-verifying files, written atomically.
 
-Layout under ``<cache>/extracts``: ``<store_id>/<variable>/<target>/b<hours>/<slot>_<a>-<b>_<crc32>.npy``. A
-*target* is one grid cell (``cell-r<row>-c<col>``) or one box of cells; a *slot* is a fixed run of ``hours`` store
-time steps (slot k holds store indices k*hours ... (k+1)*hours-1), shared by every request that touches the same
-cells; a file holds the contiguous part ``a..b-1`` of its slot. A file is complete by construction
-(``paths.write_atomic``) and its name carries the CRC32 of its bytes, so a truncated or corrupt file is deleted
-and fetched again, never used. A run removes the stale temporaries it finds in the folders it uses
-(``paths.sweep_stale_temps``: from a dead process on this host, or old), never those of a live extraction.
-``<store_id>/store-meta.json`` keeps what checking a request needs (time axis, grid, attributes, variables), so
-a request whose blocks are all cached is answered without reaching the store.
+Layout under ``<cache>/extracts``: ``<store_id>/<variable>/<target>/b<hours>/<slot>_<a>-<b>_<crc32>.npy``. A *target* is
+one grid cell (``cell-r<row>-c<col>``) or one box of cells; a *slot* is a fixed run of ``hours`` store time steps (slot
+k holds store indices k*hours ... (k+1)*hours-1), shared by every request that touches the same cells; a file holds the
+contiguous part ``a..b-1`` of its slot. A file is complete by construction (``paths.write_atomic``) and its name carries
+the CRC32 of its bytes, so a truncated or corrupt file is deleted and fetched again, never used. A run removes the stale
+temporaries it finds in the folders it uses (``paths.sweep_stale_temps``: from a dead process on this host, or old),
+never those of a live extraction. ``<store_id>/store-meta.json`` keeps what checking a request needs (time axis, grid,
+attributes, variables), so a request whose blocks are all cached is answered without reaching the store.
 """
 
 from __future__ import annotations
@@ -65,8 +64,7 @@ class BlockCache:
     def _files(self, slot: int) -> list[Path]:
         """The files of ``slot``, from one listing of the folder taken when first needed (a listing per question
         was quadratic in the blocks: 5.5 s for 3,330). This cache's own writes and removals keep it right; files
-        another process writes meanwhile are not seen, as if they came just after (a fresh ``BlockCache`` sees them).
-        """
+        another process writes meanwhile are not seen, as if written just after (a fresh ``BlockCache`` sees them)."""
         if self._listing is None:
             listing: dict[int, list[Path]] = {}
             try:

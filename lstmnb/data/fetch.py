@@ -1,12 +1,11 @@
 """Block-wise concurrent extraction: read each needed one-hour chunk once, fill cache blocks in order.
 
 The plan's time range is cut into cache slots (``cache``). Cached slots are read from disk; for the rest, every
-(variable, hour) is read once through zarr (``reads``: runs of hours, many in flight on zarr's event loop), every
-target (cell or box) takes its values from it, and a slot is written to the cache the moment its last hour
-arrives. Reads stay pipelined across slot boundaries, but never more than one block's worth of hours is read (or
-in flight) without being kept: when the window would go further, the oldest unfinished slot's received prefix is
-written as a partial block (a checkpoint, at most a few per slot). So a killed run redoes at most one block of
-reads, and resumes from the checkpoint.
+(variable, hour) is read once through zarr (``reads``: runs of hours, many in flight on zarr's event loop), every target
+(cell or box) takes its values from it, and a slot is written to the cache the moment its last hour arrives. Reads stay
+pipelined across slot boundaries, but never more than one block's worth of hours is read (or in flight) without being
+kept: when the window would go further, the oldest unfinished slot's received prefix is written as a partial block (a
+checkpoint, at most a few per slot). So a killed run redoes at most one block of reads, and resumes from the checkpoint.
 """
 
 from __future__ import annotations
@@ -101,13 +100,11 @@ def fetch_plan(plan: Plan, *, cache_dir: str | os.PathLike | None = None, progre
                refresh: bool = False, concurrency: int = DEFAULT_CONCURRENCY, block_hours: int = DEFAULT_BLOCK_HOURS,
                stats: FetchStats | None = None, offline: bool = False, store: ReadStore | None = None,
                partial_reads: bool = True) -> dict[tuple[str, str], np.ndarray]:
-    """Return {(variable, target key): array over plan's hours}, from the cache where possible.
-
-    ``offline``: serve from the cache only; raise ``CacheMiss`` (touching nothing remote, counting nothing in
-    ``stats``) when any block is missing or damaged. ``store``: the open store (with its retry policy) the plan
-    was made on, read for what the cache lacks (the caller closes it); needed unless ``offline``.
-    ``partial_reads``: read only the Blosc blocks that hold the cells where possible (else whole chunks).
-    """
+    """Return {(variable, target key): array over plan's hours}, from the cache where possible. ``offline``: serve
+    from the cache only; raise ``CacheMiss`` (touching nothing remote, counting nothing in ``stats``) when any block
+    is missing or damaged. ``store``: the open store (with its retry policy) the plan was made on, read for what the
+    cache lacks (the caller closes it); needed unless ``offline``. ``partial_reads``: read only the Blosc blocks
+    that hold the cells where possible (else whole chunks)."""
     if store is None and not offline:
         raise TypeError("fetch_plan needs the plan's open store unless offline")
     hours, workers = block_hours, concurrency  # as check_sizes passed them (extract checks them first)

@@ -1,12 +1,11 @@
 """The study's real ERA5: hourly 2 m temperature at its two points, shipped inside lstmnb, as a store.
 
-The values are the ones the replicated study trained and tested on (its public repository's
-``subset_temperature.csv``, which its notebook extracted from ARCO-ERA5 v2): 40N 280E (land, the
-Appalachians) and 20N 280E (open sea between Cuba and Jamaica), every hour from 2020-01-01 00:00 to
-2021-06-30 23:00 UTC, float32 kelvin as the store holds them (81 KB compressed, ``era5_t2m_study_points.npz``
-beside this module, with its notice). On first use they become a store in the ARCO-ERA5 layout in the user
-cache (``arco_layout``), checked against the SHA-256 of the values, so every run reads them through the
-path the cloud store takes. It is the default source of the point experiments (``--source study``).
+The values are the ones the replicated study trained and tested on (its public repository's ``subset_temperature.csv``,
+which its notebook extracted from ARCO-ERA5 v2): 40N 280E (land, the Appalachians) and 20N 280E (open sea between Cuba
+and Jamaica), every hour from 2020-01-01 00:00 to 2021-06-30 23:00 UTC, float32 kelvin as the store holds them (81 KB
+compressed, ``era5_t2m_study_points.npz`` beside this module, with its notice). On first use they become a store in the
+ARCO-ERA5 layout in the user cache (``arco_layout``), checked against the SHA-256 of the values, so every run reads them
+through the path the cloud store takes. It is the default source of the point experiments (``--source study``).
 """
 
 from __future__ import annotations

@@ -40,17 +40,13 @@ def _step(x: np.ndarray) -> np.ndarray:
 
 
 def _regime_track(rng: np.random.Generator, t0: float, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The weather of one air-mass track at its reference point on ``n`` steps of ``_TRACK_DT`` hours
-    from hour ``t0``: temperature anomaly (unit variance), cloudiness (a unit-variance index; positive is
-    overcast), pressure troughs.
-
-    Regimes last days (gamma distributed, mean 60 h) with independent temperature levels; a change to a
-    colder one is a cold front (tanh width about 1 h: most of the drop within two hours), to a warmer one
-    a warm front (width 3-8 h). Each regime has its own cloud cover, mostly clear or mostly overcast; the
-    clouds arrive a few hours before the front, with a cloud band and a pressure trough at the front.
-    (Tracks are blended between latitudes; cloudiness is blended as an index, not as a cover fraction,
-    so that averaging two tracks does not turn clear and overcast days into half-cloudy ones.)
-    """
+    """The weather of one air-mass track at its reference point on ``n`` steps of ``_TRACK_DT`` hours from hour ``t0``:
+    temperature anomaly (unit variance), cloudiness (a unit-variance index; positive is overcast), pressure troughs.
+    Regimes last days (gamma distributed, mean 60 h) with independent temperature levels; a change to a colder one is a
+    cold front (tanh width about 1 h), to a warmer one a warm front (width 3-8 h). Each regime has its own cloud cover,
+    mostly clear or mostly overcast, arriving a few hours before the front, with a cloud band and a pressure trough at
+    the front. Cloudiness is an index, not a cover fraction, so that blending tracks between latitudes does not turn
+    clear and overcast days into half-cloudy ones."""
     t = t0 + _TRACK_DT * np.arange(n)
     gaps = rng.gamma(2.5, 24.0, size=int(n * _TRACK_DT / 30) + 10)
     t_k = t0 + np.cumsum(gaps)
@@ -118,9 +114,8 @@ def _weather(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> 
     rng = np.random.default_rng([seed, 1])
     out = {k: np.zeros((nt, nc), np.float32) for k in ("front", "cloud", "trough")}
 
-    # air-mass tracks every 10 degrees of latitude, blended with Gaussian weights (5 degrees) that keep
-    # unit variance; each moves east-south-east to south-east at its own speed, and a cell reads it with
-    # its own delay
+    # air-mass tracks every 10 degrees of latitude, blended with Gaussian weights (5 degrees) that keep unit variance;
+    # each moves east-south-east to south-east at its own speed, and a cell reads it with its own delay
     centres = np.arange(-80.0, 81.0, 10.0)
     w = np.exp(-0.5 * ((lat_f[None, :] - centres[:, None]) / 5.0) ** 2)
     w /= np.sqrt((w**2).sum(axis=0))
