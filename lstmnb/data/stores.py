@@ -139,8 +139,12 @@ class ReadStore(WrapperStore):
     async def get(self, key, prototype, byte_range=None):
         if byte_range is None and key in self._kept:  # fetched with the store's opening
             return self._kept[key]
-        if self._root is not None and byte_range is None:
-            value = _read_file(self._root, key, prototype)
+        if self._root is not None and byte_range is None:  # the whole file, None when there is none (as LocalStore)
+            try:
+                with open(os.path.join(self._root, *key.split("/")), "rb") as fh:
+                    value = prototype.buffer.from_bytes(fh.read())
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                value = None
         else:
             value = await self._retrying(key, self._store.get, key, prototype, byte_range)
         self.requests += 1  # only zarr's event-loop thread reads: no lock needed
@@ -188,15 +192,6 @@ class ReadStore(WrapperStore):
         self.bytes_read += sum(len(v) for v in got if v is not None)
         self._kept = dict(zip(OPENING_KEYS, got))
         return any(self._kept[k] is not None for k in OPENING_KEYS[:3])
-
-
-def _read_file(root: str, key: str, prototype):
-    """The whole file of ``key`` under ``root`` as a zarr buffer; None when there is none (as LocalStore)."""
-    try:
-        with open(os.path.join(root, *key.split("/")), "rb") as fh:
-            return prototype.buffer.from_bytes(fh.read())
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
 
 
 def _close_session(fs) -> None:
