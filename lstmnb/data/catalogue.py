@@ -44,10 +44,9 @@ SOURCE_HINT = "use --source study (real ERA5 at the study's two points), sample 
 
 @dataclass(frozen=True)
 class Request:
-    """What to extract. ``points`` are (lat, lon) with lon in -180..180 or 0..360; ``box`` is (lat_min, lat_max,
-    lon_min, lon_max); give one of the two (the default points give way to a box: ``Request(box=...)`` is a box
-    request). ``source`` defaults to the study's real ERA5 for points, the synthetic sample for a box (the study's
-    data has no area)."""
+    """What to extract: ``points`` (lat, lon; lon in -180..180 or 0..360) or a ``box`` (lat_min, lat_max, lon_min,
+    lon_max), not both (the default points give way to a box: ``Request(box=...)`` is a box request). ``source``
+    defaults to the study's real ERA5 for points, the synthetic sample for a box (the study's data has no area)."""
 
     source: str | None = None
     variables: tuple[str, ...] = (DEFAULT_VARIABLE,)
@@ -166,11 +165,9 @@ def _check_token(token: Any) -> None:
 
             google.auth.default()
         except Exception as exc:  # google-auth raises its own DefaultCredentialsError
-            raise ConfigError(
-                "credentials 'google_default' asked for but none found "
-                f"({type(exc).__name__}); run `gcloud auth application-default login`, "
-                "pass a service-account JSON file, or drop --credentials for anonymous access"
-            ) from None
+            raise ConfigError(f"credentials 'google_default' asked for but none found ({type(exc).__name__}); run "
+                              "`gcloud auth application-default login`, pass a service-account JSON file, or drop "
+                              "--credentials for anonymous access") from None
     check_credentials(token)  # a file: present, JSON, the keys its type needs; the other words pass
 
 
@@ -274,10 +271,8 @@ def open_ref(ref: StoreRef, store: ReadStore | None = None) -> xr.Dataset:
     except Exception as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         if ref.remote:
-            raise DataError(
-                f"cannot open {ref.url}: {type(exc).__name__}: {reason}; check the network and the URL, "
-                "or use --source sample"
-            ) from None
+            raise DataError(f"cannot open {ref.url}: {type(exc).__name__}: {reason}; check the network and the URL, "
+                            "or use --source sample") from None
         raise DataError(f"{ref.url} is not a readable Zarr store ({type(exc).__name__}: {reason})") from None
     missing = [c for c in ("time", "latitude", "longitude") if c not in ds.coords]
     if missing and any(str(w.message).startswith(UNCONSOLIDATED) for w in said) and ref.url.startswith("http"):
