@@ -86,8 +86,7 @@ class BlockCache:
             if block is None:
                 path.unlink(missing_ok=True)
                 self._files(slot).remove(path)
-                continue
-            if best is None or (block.stop - block.start) > (best.stop - best.start):
+            elif best is None or (block.stop - block.start) > (best.stop - best.start):
                 best = block
         return best
 
@@ -263,10 +262,8 @@ def status(root: str | os.PathLike | None = None) -> list[dict]:
             meta = read_store_meta(root, store_id)
             grids[store_id] = (np.asarray(meta["latitude"]), np.asarray(meta["longitude"])) if meta else None
         grid = grids[store_id]
-        rows.append({
-            "store": store_id, "variable": variable, "target": target,
-            "area": describe_target(target, *grid) if grid else target, "block_hours": int(bdir.name[1:]),
-            "blocks": len(widest), "hours": sum(h for h, _ in widest.values()),
-            "bytes": sum(b for _, b in widest.values()),
-        })
+        rows.append({"store": store_id, "variable": variable, "target": target,
+                     "area": describe_target(target, *grid) if grid else target, "block_hours": int(bdir.name[1:]),
+                     "blocks": len(widest), "hours": sum(h for h, _ in widest.values()),
+                     "bytes": sum(b for _, b in widest.values())})
     return rows

@@ -92,16 +92,10 @@ def assemble(plan: Plan, meta: StoreMeta, arrays: dict[tuple[str, str], np.ndarr
         values = {v: arrays[(v, target.key)] for v in plan.variables}
     data_vars = {v: (dims, values[v].astype(np.float32), dict(meta.variables[v]["attrs"])) for v in plan.variables}
     out = xr.Dataset(data_vars, coords={"time": xr.DataArray(plan.times, dims="time", name="time"), **coords})
-    out.attrs.update(
-        source=plan.ref.source,
-        source_url=plan.ref.url,
-        store_id=plan.ref.store_id,
-        variables=",".join(plan.variables),
-        start=str(pd.Timestamp(plan.times[0])),
-        end=str(pd.Timestamp(plan.times[-1])),
-        selection=plan.kind,
-        request=json.dumps(asdict(plan.request)),
-    )
+    out.attrs.update(source=plan.ref.source, source_url=plan.ref.url, store_id=plan.ref.store_id,
+                     variables=",".join(plan.variables), start=str(pd.Timestamp(plan.times[0])),
+                     end=str(pd.Timestamp(plan.times[-1])), selection=plan.kind,
+                     request=json.dumps(asdict(plan.request)))
     return out
 
 
@@ -130,11 +124,10 @@ def summary(ds: xr.Dataset) -> str:
         cells = (f"{ds.sizes['latitude']} x {ds.sizes['longitude']} box, latitude "
                  f"{float(ds.latitude.min()):g}..{float(ds.latitude.max()):g}, longitude "
                  f"{west:g}..{east:g}{' (across 0)' if west > east else ''}")
-    rows = len(times) * n_cells * len(ds.data_vars)
     return "\n".join([
         f"source     {ds.attrs.get('source')}, {data_kind(ds.attrs.get('source'))} data ({ds.attrs.get('source_url')})",
         f"variables  {', '.join(ds.data_vars)}",
         f"time       {times[0]:%Y-%m-%dT%H:%M} .. {times[-1]:%Y-%m-%dT%H:%M} ({len(times)} hours)",
         f"cells      {cells}",
-        f"rows       {rows} (tidy: time x cell x variable)",
+        f"rows       {len(times) * n_cells * len(ds.data_vars)} (tidy: time x cell x variable)",
     ])

@@ -40,8 +40,7 @@ class CellReader:
             self.rows = np.array([t.rows[0] for t in plan.targets], dtype=np.int64)
             self.cols = np.array([t.cols[0] for t in plan.targets], dtype=np.int64)
         else:
-            target = plan.targets[0]
-            self.rows, self.cols = _as_slice(target.rows), _as_slice(target.cols)
+            self.rows, self.cols = _as_slice(plan.targets[0].rows), _as_slice(plan.targets[0].cols)
 
     async def read(self, variable: str, t0: int, t1: int) -> np.ndarray:
         """Hours ``t0 .. t1-1``: (hours, targets) for points, (hours, rows, columns) for a box."""
