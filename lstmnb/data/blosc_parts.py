@@ -111,8 +111,7 @@ def block_extents(head: Header, table: bytes) -> tuple[np.ndarray, np.ndarray]:
     if ordered.size != n:
         raise ValueError("Blosc block table has repeated offsets")
     after = np.append(ordered[1:], head.cbytes)
-    stops = after[np.searchsorted(ordered, starts)]
-    return starts, stops
+    return starts, after[np.searchsorted(ordered, starts)]
 
 
 def blocks_holding(head: Header, offsets: np.ndarray, itemsize: int) -> np.ndarray:
@@ -125,9 +124,8 @@ def blocks_holding(head: Header, offsets: np.ndarray, itemsize: int) -> np.ndarr
 
 def byte_ranges(starts: np.ndarray, stops: np.ndarray, blocks: np.ndarray) -> list[tuple[int, int]]:
     """The (start, stop) byte ranges that cover ``blocks``; blocks that touch are merged into one range."""
-    spans = sorted((int(starts[k]), int(stops[k])) for k in blocks)
     merged: list[list[int]] = []
-    for a, b in spans:
+    for a, b in sorted((int(starts[k]), int(stops[k])) for k in blocks):
         if merged and a <= merged[-1][1]:
             merged[-1][1] = max(merged[-1][1], b)
         else:

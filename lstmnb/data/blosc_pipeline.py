@@ -71,8 +71,8 @@ class BloscBlocksPipeline(BatchedCodecPipeline):
 
     @property
     def _in_parts(self) -> bool:
-        """Whether chunks can be read in parts: Blosc with a codec and shuffle ``blosc_parts`` decodes (what
-        a chunk holds is checked again by its header)."""
+        """Whether chunks can be read in parts: Blosc with a codec and shuffle ``blosc_parts`` decodes (each chunk's
+        header is checked again)."""
         blosc = None if getattr(self, "_whole", False) else self._blosc
         return blosc is not None and blosc_parts.readable(*blosc)
 

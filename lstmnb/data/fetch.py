@@ -152,8 +152,7 @@ def fetch_plan(plan: Plan, *, cache_dir: str | os.PathLike | None = None, progre
         _run(plan, reader, pending, needs, done, workers, hours, progress, stats)
     stats.seconds = time.perf_counter() - t_start
     if offline:
-        for name in ("blocks_cached", "seconds"):
-            setattr(outer, name, getattr(outer, name) + getattr(stats, name))
+        outer.blocks_cached, outer.seconds = outer.blocks_cached + stats.blocks_cached, outer.seconds + stats.seconds
 
     def kept(key: tuple[str, str], slot: int) -> np.ndarray:
         block, (a, b) = done[(*key, slot)], span[slot]
@@ -169,9 +168,8 @@ RUN_HOURS = 8
 
 
 def _runs(needs, variables: tuple[str, ...], hours: int) -> list[tuple[str, int, int]]:
-    """The needed (variable, hour)s as runs ``(variable, first, end)`` of consecutive hours, at most
-    ``RUN_HOURS`` (and an eighth of a cache block) long and aligned to multiples of that length, in time
-    order: what one zarr read asks for."""
+    """The needed (variable, hour)s as runs ``(variable, first, end)`` of consecutive hours, at most ``RUN_HOURS``
+    (and an eighth of a cache block) long and aligned to multiples of it, in time order: one zarr read each."""
     size = max(1, min(RUN_HOURS, hours // 8))
     runs = []
     for v in variables:
@@ -260,10 +258,9 @@ def _run(plan, reader, pending, needs, done, workers, hours, progress, stats) ->
     in_flight: dict[Future, tuple[str, int, int]] = {}
     position = 0  # next entry of ``order`` to submit
     failures: list[DataError] = []
-    # The objects that exist before the read (a notebook's torch, xarray, pandas: a million or more) stay out of
-    # the garbage collector's full passes until it ends: the read's many short-lived objects now and then set off
-    # a full pass over every object, which in the extraction benchmark stopped the event loop for about 50 ms of a
-    # 0.3 s read. A process that froze objects itself (before forking workers, say) is left as it is.
+    # Objects made before the read (a notebook's torch, xarray, pandas: a million or more) stay out of the garbage
+    # collector's full passes until it ends: a full pass set off by the read's short-lived objects stopped the event
+    # loop for about 50 ms of a 0.3 s read (extraction benchmark). A process that froze objects itself is left alone.
     freeze = gc.get_freeze_count() == 0
     if freeze:
         gc.freeze()

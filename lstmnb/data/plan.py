@@ -34,11 +34,10 @@ def valid_range(ds: "xr.Dataset | StoreMeta") -> tuple[pd.Timestamp, pd.Timestam
 
 def fit_times(request: Request, *, start_given: bool, end_given: bool,
               storage_options: dict | None = None) -> tuple[Request, list[str]]:
-    """``request`` with its times fitted to its store's valid range, and one line per change for the user (the
-    CLI asks this for a local store, and wherever --end is given): a time not given (``start_given``/``end_given``
-    False) becomes the store's first or last valid hour, and an end past the store's last valid hour is clipped
-    to it. The store's metadata come from the cache where kept, else from the store; the sample's and the study's
-    ranges are known without building them."""
+    """``request`` with its times fitted to its store's valid range, and one line per change for the user (the CLI
+    asks this for a local store, and wherever --end is given): a time not given becomes the store's first or last
+    valid hour, and an end past the last valid hour is clipped to it. The store's metadata come from the cache where
+    kept, else from the store; the sample's and the study's ranges are known without building them."""
     if request.source.strip() in (SAMPLE, STUDY):
         lo, hi = (pd.Timestamp(t) for t in (SAMPLE_TIMES if request.source.strip() == SAMPLE else STUDY_TIMES))
     else:
@@ -172,8 +171,7 @@ def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> 
         elif a <= b:
             cols = np.nonzero((lon >= a - eps) & (lon <= b + eps))[0]
         else:  # from lon_min eastwards across the 0 meridian to lon_max
-            west = np.nonzero(lon >= a - eps)[0]
-            east = np.nonzero(lon <= b + eps)[0]
+            west, east = np.nonzero(lon >= a - eps)[0], np.nonzero(lon <= b + eps)[0]
             cols = np.concatenate([west[np.argsort(lon[west])], east[np.argsort(lon[east])]])
         if rows.size == 0 or cols.size == 0:
             raise DataError(f"box {tuple(request.box)} selects no grid cells; this store covers {_coverage(lat, lon)}")
