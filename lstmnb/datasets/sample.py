@@ -58,13 +58,10 @@ def _grid(start: str, end: str, lat: Sequence[float], lon: Sequence[float]
         raise ConfigError(f"sample lat=(north, south) must satisfy -90 <= south < north <= 90, got {tuple(lat)}")
     if not west < east:
         raise ConfigError(f"sample lon=(west, east) must increase within 0..360, got {tuple(lon)}")
-    n_lat = int(round((north - south) / GRID)) + 1
-    n_lon = int(round((east - west) / GRID)) + 1
-    north = round(north / GRID) * GRID
-    west = round(west / GRID) * GRID
-    lat_v = (north - GRID * np.arange(n_lat)).astype(np.float32)
-    lon_v = (west + GRID * np.arange(n_lon)).astype(np.float32)
-    return times, lat_v, lon_v
+    n_lat, n_lon = int(round((north - south) / GRID)) + 1, int(round((east - west) / GRID)) + 1
+    north, west = round(north / GRID) * GRID, round(west / GRID) * GRID
+    lat_v, lon_v = north - GRID * np.arange(n_lat), west + GRID * np.arange(n_lon)
+    return times, lat_v.astype(np.float32), lon_v.astype(np.float32)
 
 
 def write_sample(path: str | os.PathLike, *, start: str = TIMES[0], end: str = TIMES[1],

@@ -51,8 +51,7 @@ def study_values() -> tuple[pd.DatetimeIndex, np.ndarray, np.ndarray, np.ndarray
     if hashlib.sha256(values.tobytes()).hexdigest() != STUDY_SHA256:
         raise DataError(f"the study's ERA5 file {STUDY_FILE} shipped with lstmnb does not match its checksum; "
                         "reinstall lstmnb")
-    times = pd.date_range(STUDY_TIMES[0], STUDY_TIMES[1], freq="h")
-    return times, lat.astype(np.float32), lon.astype(np.float32), values
+    return pd.date_range(*STUDY_TIMES, freq="h"), lat.astype(np.float32), lon.astype(np.float32), values
 
 
 def write_study(path: str | Path) -> Path:

@@ -224,10 +224,9 @@ def _land(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> tup
 
 
 def _sea(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(time, cells) 2 m temperature and surface pressure of sea cells: the air over water follows the
-    water, so its diurnal cycle is small and its seasonal cycle half as large and a month late; the
-    land's air masses reach it slowly and weakened, so hour-to-hour changes are small and smooth (as at
-    a real ocean point: 1 h persistence about 0.1 K). Cells next to the coast blend towards the land."""
+    """(time, cells) 2 m temperature and surface pressure of sea cells: the air follows the water, so its diurnal
+    cycle is small, its seasonal cycle half as large and a month late, and the land's air masses reach it slowly and
+    weakened (small, smooth hourly changes: 1 h persistence about 0.1 K, as at a real ocean point)."""
     coast = np.array([COAST_LON - 0.125], dtype=np.float32)  # the last land column
     wx = _weather(hours, lat, coast, seed)
     land_t2m, land_sp = _surface(hours, lat, coast, wx, np.random.default_rng([seed, 4]))
@@ -261,7 +260,5 @@ def fields(times: pd.DatetimeIndex, lat: np.ndarray, lon: np.ndarray, seed: int)
     parts = [make(hours, lat, lon[cols], seed) for make, cols in ((_land, ~sea), (_sea, sea)) if cols.any()]
     t2m, sp = (np.concatenate([p[k].reshape(len(times), len(lat), -1) for p in parts], axis=2) for k in (0, 1))
     # ERA5 values come from 16-bit GRIB packing; quantising likewise keeps the chunks compressible.
-    return {
-        "2m_temperature": (np.round(t2m * 512.0) / 512.0).astype(np.float32),
-        "surface_pressure": (np.round(sp * 8.0) / 8.0).astype(np.float32),
-    }
+    return {"2m_temperature": (np.round(t2m * 512.0) / 512.0).astype(np.float32),
+            "surface_pressure": (np.round(sp * 8.0) / 8.0).astype(np.float32)}
