@@ -1,15 +1,11 @@
-"""Region mode's cost experiments, each case a run record (``records.Recorder``; ``results=None``: not
-recorded): memory and step time against the area's size, and the area sharded over local gloo ranks
-(row bands with halo exchange, or time windows) against one process. ``region_skill`` (do neighbours
-help?) has its own module.
+"""Region mode's cost experiments, each case a run record (``records.Recorder``; ``results=None``: not recorded):
+memory and step time against the area's size, and the area sharded over local gloo ranks (row bands with halo
+exchange, or time windows) against one process. The models, memory model and rank logic live in ``lstmnb.region``;
+``region_skill`` (do neighbours help?) has its own module.
 
-Timings follow the CPU thread policy (``device.cpu_threads``: fewer threads while other processes keep
-the cores busy), and every record says what it chose in its ``threads`` section. Sharding is compared at
-equal total threads: N ranks of one thread each against one process with N threads, alternating, with
-medians over repeats, so neither side has cores the other lacks.
-
-The models, the memory model and the rank logic live in ``lstmnb.region``; sharded ranks are started by
-``training.parallel.spawn``, as DDP ranks are."""
+Timings follow the CPU thread policy (``device.cpu_threads``), and every record says what it chose in its ``threads``
+section. Sharding is compared at equal total threads: N ranks of one thread each against one process with N threads,
+alternating, with medians over repeats, so neither side has cores the other lacks."""
 
 from __future__ import annotations
 
@@ -22,14 +18,19 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+import torch
+import torch.distributed as dist
 
-from ..errors import ConfigError
+from ..errors import ConfigError, OutputError
+from ..machine.device import cpu_cores, cpu_threads, torch_threads
 from ..records import Recorder, new_record
+from ..region.bands import AreaFile
+from ..region.memory import MemoryCase, measure, predict_bytes, sweep
+from ..region.shard import MODES, ShardConfig, check_sharded, plan_tiles, train_steps
+from ..training.parallel import spawn
 
 MEMORY, SCALING = "region-memory", "region-scaling"
 MiB = 2**20
-
-
 _MEMORY_STATUS = {"ok": "ok", "over budget": "ok", "failed": "failed", "not run": "skipped"}
 
 
@@ -37,26 +38,19 @@ def region_memory(sides, variants=("sparse", "dense"), budget_bytes: float = 4 *
                   target: tuple[int, int] | None = None, threads: int | None = None, results=None,
                   profile: str | None = None, echo: Callable[[str], None] | None = None,
                   on_point: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
-    """``region.memory.sweep`` (square areas per variant up to the budget, each measured in a fresh
-    process beside the memory model's prediction), one record per case: the first area the model puts
-    over the budget is recorded as skipped with its predicted size, a failed case as failed with its
-    reason. ``target`` (rows, columns): an area the sparse model must train within the budget (refused
-    when predicted over it), measured and recorded too (the last row, ``attrs['target']``); a measured
-    peak over the budget is marked 'over budget'. Each process runs the threads the CPU policy chooses
-    (``threads``: that many instead)."""
-    from ..region.memory import MemoryCase, measure, sweep
-
+    """``region.memory.sweep`` (square areas per variant up to the budget, each measured in a fresh process beside
+    the memory model's prediction), one record per case: the first area the model puts over the budget is recorded
+    as skipped with its predicted size, a failed case as failed with its reason. ``target`` (rows, columns): an area
+    the sparse model must train within the budget (refused when predicted over it), measured and recorded too (the
+    last row, ``attrs['target']``); a measured peak over the budget is marked 'over budget'. Each process runs the
+    threads the CPU policy chooses (``threads``: that many instead)."""
     base = base or MemoryCase()
     if target is not None:
         check_target(target, budget_bytes, base)
-    from ..machine.device import cpu_threads
-
     if base.device == "cpu":
         choice = cpu_threads(threads)
         base = dataclasses.replace(base, threads=choice["used"])
     else:  # the step runs on the GPU: torch's own CPU threads, recorded as they are
-        import torch
-
         choice = {"used": torch.get_num_threads(), "policy": "default",
                   "reason": f"the step runs on {base.device}; the CPU threads are torch's default"}
     df = sweep(sides, variants, budget_bytes, base, echo=echo)
@@ -96,8 +90,6 @@ def region_memory(sides, variants=("sparse", "dense"), budget_bytes: float = 4 *
 
 def check_target(target: tuple[int, int], budget_bytes: float, base) -> None:
     """Refuse a memory target whose step the memory model already puts over the budget."""
-    from ..region.memory import predict_bytes
-
     ny, nx = target
     need = predict_bytes(dataclasses.replace(base, ny=int(ny), nx=int(nx), variant="sparse"))["total"]
     if need > budget_bytes:
@@ -106,8 +98,8 @@ def check_target(target: tuple[int, int], budget_bytes: float, base) -> None:
 
 
 def check_scaling_area(shape: tuple[int, int], neighbours: int, world_sizes, modes) -> None:
-    """The box against the k and the ranks asked, once it is read and before any run: a box too small for
-    them is one line saying so and what to give (as ``region_skill.check_neighbours`` words it)."""
+    """The box against the k and the ranks asked, once it is read and before any run: a box too small for them is one
+    line saying so and what to give (as ``region_skill.check_neighbours`` words it)."""
     ny, nx = (int(v) for v in shape)
     n = ny * nx
     if neighbours and n < 2:
@@ -125,13 +117,8 @@ def check_scaling_area(shape: tuple[int, int], neighbours: int, world_sizes, mod
 
 
 def _sharded_rank(env, area, model_cfg, cfg) -> list[dict[str, Any]]:
-    """One rank of a sharded run (``training.parallel.spawn`` calls it): its cells out of ``area`` (an
-    ``AreaFile``: a tiles rank its band's, a windows rank all), its steps, then every rank's result gathered
-    to rank 0."""
-    import torch.distributed as dist
-
-    from ..region.shard import plan_tiles, train_steps
-
+    """One rank of a sharded run (``training.parallel.spawn`` calls it): its cells out of ``area`` (an ``AreaFile``: a
+    tiles rank its band's, a windows rank all), its steps, then every rank's result gathered to rank 0."""
     cells = plan_tiles(area.grid, None, env.world_size)[env.rank].cells if cfg.mode == "tiles" else None
     part = area.load(cells)
     out = {**train_steps(part, model_cfg, cfg, env.rank, env.world_size), "held_bytes": part.held_bytes}
@@ -141,15 +128,10 @@ def _sharded_rank(env, area, model_cfg, cfg) -> list[dict[str, Any]]:
 
 
 def run_sharded(data, model_cfg, cfg, threads: int | None = 1, area=None) -> dict[str, Any]:
-    """``cfg.steps`` training steps on ``cfg.world_size`` local gloo ranks (CPU) of ``threads`` threads
-    each (None: the cores divided among the ranks). ``area``: ``data`` already written as a
-    ``region.bands.AreaFile`` (a study of many runs writes it once); None: written here for this run.
-
-    Returns rank 0's losses (the area's loss after each step), the slowest rank's median step seconds,
-    and every rank's cells, bytes of series held and bytes sent per step."""
-    from ..region.shard import check_sharded
-    from ..training.parallel import spawn
-
+    """``cfg.steps`` training steps on ``cfg.world_size`` local gloo ranks (CPU) of ``threads`` threads each (None: the
+    cores divided among the ranks). ``area``: ``data`` already written as a ``region.bands.AreaFile`` (a study of many
+    runs writes it once); None: written here for this run. Returns rank 0's losses (the area's loss after each step),
+    the slowest rank's median step seconds, and every rank's cells, bytes of series held and bytes sent per step."""
     check_sharded(data, model_cfg, cfg)
     with contextlib.nullcontext(area) if area is not None else _area_file(data) as area:
         ranks = spawn(_sharded_rank, cfg.world_size, device="cpu", kwargs=dict(area=area, model_cfg=model_cfg,
@@ -162,15 +144,11 @@ def run_sharded(data, model_cfg, cfg, threads: int | None = 1, area=None) -> dic
 @contextlib.contextmanager
 def _area_file(data):
     """``data`` written as an ``AreaFile`` in a temporary folder, removed afterwards."""
-    from ..region.bands import AreaFile
-
     folder = None
     try:
         folder = tempfile.TemporaryDirectory(prefix="lstmnb-area-")
         area = AreaFile.write(data, folder.name)
     except OSError as exc:  # a full or unusable temporary folder: one line, with where to put it instead
-        from ..errors import OutputError
-
         if folder is not None:
             folder.cleanup()
         raise OutputError(f"the ranks' copy of the area's series ({data.windows.series.nbytes / MiB:,.1f} MiB) "
@@ -182,9 +160,6 @@ def _area_file(data):
 
 def one_process(data, model_cfg, cfg, threads: int) -> dict[str, Any]:
     """The unsharded steps in this process on ``threads`` intra-op threads (put back afterwards)."""
-    from ..machine.device import torch_threads
-    from ..region.shard import train_steps
-
     with torch_threads(threads):
         out = train_steps(data, model_cfg, dataclasses.replace(cfg, mode="windows", world_size=1))
     return {**out, "held_bytes": int(data.windows.series.nbytes)}
@@ -192,8 +167,6 @@ def one_process(data, model_cfg, cfg, threads: int) -> dict[str, Any]:
 
 def check_world_sizes(world_sizes) -> list[int]:
     """The world sizes, sorted, each a whole number of ranks in 1..cores (one core per one-thread rank)."""
-    from ..machine.device import cpu_cores
-
     sizes = sorted({int(w) for w in world_sizes})
     top = cpu_cores()
     if not sizes or sizes[0] < 1 or sizes[-1] > top:
@@ -205,15 +178,12 @@ def check_world_sizes(world_sizes) -> list[int]:
 def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *, repeats: int = 1,
                    data_info: dict | None = None, results=None,
                    profile: str | None = None, on_point: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
-    """Step time of tiles vs windows against one process at equal total threads (the module's docstring) for
-    each N of ``world_sizes`` (N = 1: the one-thread process alone), alternating ``repeats`` times; medians.
-
-    Returns a table with the speed-up, the halo bytes each rank sends per step, the MiB of series the largest
-    rank holds (tiles: its band's cells; windows: the area) and the largest relative difference of the loss
-    from the one-process loss; one record per (mode, N) and per one-process N, whose ``threads`` section also
-    holds the cores the CPU policy finds free now (``free_now``): whether both sides had their cores alone."""
-    from ..region.shard import MODES, ShardConfig, check_sharded
-
+    """Step time of tiles vs windows against one process at equal total threads (the module's docstring) for each N of
+    ``world_sizes`` (N = 1: the one-thread process alone), alternating ``repeats`` times; medians. Returns a table with
+    the speed-up, the halo bytes each rank sends per step, the MiB of series the largest rank holds (tiles: its band's
+    cells; windows: the area) and the largest relative difference of the loss from the one-process loss; one record per
+    (mode, N) and per one-process N, whose ``threads`` section also holds the cores the CPU policy finds free now
+    (``free_now``): whether both sides had their cores alone."""
     modes = tuple(modes or MODES)
     cfg = cfg or ShardConfig()
     sizes = check_world_sizes(world_sizes)
@@ -223,8 +193,6 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
     for mode in modes:  # every run's settings against the area, before the first one starts
         for w in sizes:
             check_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w))
-    from ..machine.device import cpu_threads
-
     policy = cpu_threads()
     runs: dict[tuple[str, int], list[dict]] = {}
     with _area_file(data) as area:  # what the ranks read their cells from, written once
