@@ -1,14 +1,12 @@
-"""Do neighbours help? The region model's variants trained as the point model is, and compared with it
-cell by cell.
+"""Do neighbours help? The region model's variants trained as the point model is, and compared with it cell by cell.
 
-Every variant trains through ``training.train``, the point pipeline's front door, on the box's keyed
-windows (``region.data``): the recommended preset (or the one given), its batches, early stopping on
-validation and its stop reason, the CPU thread policy and the run record with every cell's scores. So
-``none`` *is* the point model of `lstmnb train --box` (tests/test_region_skill.py trains both and gets
-the same forecasts), and ``sparse`` and ``dense`` differ from it only by the neighbour mix. Sparse tries
-each k of ``neighbours`` and keeps the one with the best validation RMSE; dense starts from that k's
-stencil. Each variant's chosen run is compared with ``none`` per cell: RMSE difference and MSE skill
-score, split into the cells the weather reaches first (upstream) and last (downstream)."""
+Every variant trains through ``training.train`` on the box's keyed windows (``region.data``): the recommended preset
+(or the one given), its batches, early stopping on validation, the CPU thread policy and the run record with every
+cell's scores. So ``none`` *is* the point model of `lstmnb train --box` (tests/test_region_skill.py trains both and
+gets the same forecasts), and ``sparse`` and ``dense`` differ from it only by the neighbour mix. Sparse tries each k
+of ``neighbours`` and keeps the one with the best validation RMSE; dense starts from that k's stencil. Each chosen run
+is compared with ``none`` per cell (RMSE difference, MSE skill score), split into the cells the weather reaches first
+(upstream) and last (downstream)."""
 
 from __future__ import annotations
 
@@ -23,9 +21,12 @@ from ..datasets.weather import FRONT_HEADINGS_DEG
 from ..errors import ConfigError, DataError
 from ..records import Recorder
 from ..region import VARIANTS
+from ..region.data import RegionData
 from ..region.grid import BASELINES, Grid, flow_halves, record_maps
 from ..region.maps import Panel, map_title, rmse_panels
+from ..region.model import KeyedForecaster, check_channels, region_model, variant_config
 from ..rules import known
+from ..training import prepare_windows, train, with_overrides
 from ..training.evaluate import mse_skill_score
 from ..training.guards import stop_if_diverged
 
@@ -64,8 +65,6 @@ def check_neighbours(variants, neighbours, n_cells: int) -> None:
 
 def check_mixes(variants, neighbours, channels: int) -> None:
     """The channels against each k a variant tries (sparse: every one, dense: the first), before any trains."""
-    from ..region.model import check_channels
-
     for k in neighbours if "sparse" in variants else neighbours[:1] if "dense" in variants else ():
         check_channels(channels, int(k))
 
@@ -73,8 +72,6 @@ def check_mixes(variants, neighbours, channels: int) -> None:
 def variant_model(variant: str, data, cfg, k: int, channels: int = 3):
     """The keyed region model of ``variant`` for ``data``, shaped as ``cfg`` (a TrainConfig) shapes the
     point model, seeded as the Trainer seeds it (so ``none`` starts with the point model's weights)."""
-    from ..region.model import KeyedForecaster, region_model, variant_config
-
     if cfg.dropout:
         raise ConfigError(f"dropout={cfg.dropout} is not offered by the region model; leave it at 0")
     mcfg = variant_config(variant, n_features=data.n_features, n_mixed=data.n_mixed, hidden=cfg.hidden,
@@ -87,12 +84,9 @@ def region_skill(data, cfg, variants=VARIANTS, neighbours=(8,), channels: int = 
                  results=None, profile: str | None = None, heading_deg: float = SAMPLE_HEADING_DEG,
                  on_epoch: Callable[[str, dict], None] | None = None,
                  on_point: Callable[[dict], None] | None = None) -> SkillResult:
-    """Train each variant on ``data`` (``RegionData``) with ``cfg`` (a ``TrainConfig``; its window, lead and
-    horizon must be the data's) and compare each with ``none`` per cell. Records: one per run, each with
-    its ``threads``, ``skill.per_point`` (every cell) and a ``region`` section (variant, k, whether
-    validation chose it)."""
-    from ..training import train, with_overrides
-
+    """Train each variant on ``data`` (``RegionData``) with ``cfg`` (a ``TrainConfig``; its window, lead and horizon
+    must be the data's) and compare each with ``none`` per cell. Records: one per run, each with its ``threads``,
+    ``skill.per_point`` (every cell) and a ``region`` section (variant, k, whether validation chose it)."""
     variants = tuple(known(variants, VARIANTS, f"variants={variants!r}"))
     check_neighbours(variants, neighbours, data.n_cells)
     check_mixes(variants, neighbours, channels)
@@ -228,9 +222,6 @@ def comparison_title(maps: xr.Dataset) -> str:
 def region_windows(request, cfg, *, progress: bool = True):
     """The request's box as ``RegionData`` (keyed windows as ``cfg`` makes them, `lstmnb train --box`'s) and
     the records' ``data`` section."""
-    from ..region.data import RegionData
-    from ..training import prepare_windows
-
     if request.box is None:
         raise ConfigError("region mode works on a box of cells, not on points; give --box LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
     windows, info = prepare_windows(request, cfg, progress=progress, keys=True)
