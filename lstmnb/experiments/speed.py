@@ -12,40 +12,42 @@ from typing import Any
 
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
-from ..machine.cuda import fp32_math
+from ..machine.cuda import backends_record, fp32_math
 from ..machine.device import clock, indexed, resolve_device, torch_threads
 from ..errors import ConfigError
 from ..profiles import load_profile
 from ..records import Recorder
+from ..report import device_label
 from ..training import PRESETS, TrainConfig, prepare_windows, train
 from ..training.guards import stop_if_diverged
 
-# The setting the published experiments timed (the ``published`` preset: window 24 h, two layers of 64, batch
-# 128, plain Adam 1e-3, a per-sample Dataset + DataLoader(num_workers=2)); the epoch budget is the benchmark's own.
-# The time to a validation target needs a validation part, which the study's split has not: the benchmark
-# splits every contender's data alike (its own split, from ``base``). The problem (window, lead, model size) is
-# the base's too, by default the study's (``STUDY_PROBLEM``).
+# The setting the published experiments timed (the ``published`` preset: window 24 h, two layers of 64, batch 128,
+# plain Adam 1e-3, a per-sample Dataset + DataLoader(num_workers=2)); the epoch budget is the benchmark's own. The time
+# to a validation target needs a validation part, which the study's split has not: every contender's data is split
+# alike, by ``base``, whose problem (window, lead, model size) is by default the study's (``STUDY_PROBLEM``).
 PROBLEM_KEYS = ("window", "lead_hours", "horizon", "hidden", "layers")
 STUDY_PROBLEM = {k: PRESETS["published"][k] for k in PROBLEM_KEYS}
 PUBLISHED = {k: v for k, v in PRESETS["published"].items()
              if k not in ("epochs", "patience", "split_dates", *PROBLEM_KEYS)}
 # The same model and batch on the fast path: the training set as tensors, shuffled index batches.
 FAST_SAME_BATCH = dict(PUBLISHED, input_path="fast", fused_adam=True)
-# The recommended fast setting lives in the device profiles (lstmnb/profiles/*.yaml, key
-# `parameters.recommended`, with the measurements that chose it); the speed benchmark reads it from the
-# profile that matches the device, so the notebooks and the benchmark time the same thing.
+# The recommended fast setting lives in the device profiles (lstmnb/profiles/*.yaml, key `parameters.recommended`,
+# with the measurements that chose it), read from the device's profile so the notebooks and the benchmark time the same.
 CONTENDERS = ("published", "fast", "recommended")
 # the shipped profile of each GPU the study covers (by report.device_label); other GPUs use the A100's
 _GPU_PROFILES = {"T4": "colab-t4", "P100": "carc-p100", "V100": "carc-v100", "A40": "carc-a40", "A100": "carc-a100"}
+GEMMS_PER_SAMPLE = 30  # a GPU sample: back-to-back GEMMs between two CUDA events, one synchronisation
+WARMUP_S = 0.1  # GEMMs before the reference is timed, measured on the synchronised clock
+MATH_LABELS = {"tf32": "on TF32 tensor cores, as cuDNN runs the LSTM here",
+               "float32": "IEEE float32, as the LSTM runs here"}
 
 
 def profile_for(device: torch.device) -> str:
     """The profile whose recommended setting applies on ``device``: cpu, or the GPU's own profile."""
     if device.type != "cuda":
         return "cpu"
-    from ..report import device_label
-
     return _GPU_PROFILES.get(device_label("cuda", torch.cuda.get_device_name(device)), "carc-a100")
 
 
@@ -62,18 +64,13 @@ def contender_settings(name: str, profile: str = "cpu") -> dict[str, Any]:
     return dict(FAST_SAME_BATCH, **rec)
 
 
-GEMMS_PER_SAMPLE = 30  # a GPU sample: back-to-back GEMMs between two CUDA events, one synchronisation
-WARMUP_S = 0.1  # GEMMs before the reference is timed, measured on the synchronised clock
-
-
 def gemm_rate(size: int, gemms: int, seconds: float) -> float:
     """FLOP/s of ``gemms`` square GEMMs of ``size`` done in ``seconds`` (2 size^3 FLOPs each). Pure."""
     return 2 * size**3 * gemms / seconds
 
 
 def _gpu_sample_s(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, gemms: int) -> float:
-    """Seconds per GEMM of ``gemms`` back-to-back GEMMs timed on the GPU by CUDA events (one host sync, after
-    the last): no launch or synchronisation gap between two GEMMs is counted as GEMM time."""
+    """Seconds per GEMM of ``gemms`` back-to-back GEMMs timed by CUDA events, one host sync after the last."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(gemms):
@@ -96,20 +93,18 @@ def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: i
                 dtype: torch.dtype = torch.float32, precision: str = "float32",
                 gemms: int = GEMMS_PER_SAMPLE) -> float:
     """Measured dense GEMM rate in FLOP/s (median of ``repeats`` samples) on the threads torch uses now.
-    ``precision='tf32'`` measures float32 GEMMs on TF32 tensor cores (``cuda.fp32_math`` for the
-    measurement only), the math cuDNN's LSTM uses on Ampere and newer by default. ``warm_up`` runs first.
+    ``precision='tf32'`` measures float32 GEMMs on TF32 tensor cores (``cuda.fp32_math`` for the measurement only), the
+    math cuDNN's LSTM uses on Ampere and newer by default. ``warm_up`` runs first.
 
-    On a GPU each sample is ``gemms`` GEMMs queued back to back and timed with CUDA events: a GEMM timed
-    alone between two full synchronisations also pays a launch and a device sync (10-20 us against a
-    50-110 us TF32 GEMM on an H100), which would lower the rate and raise MFU. On the CPU a call returns
-    when its GEMM is done, so each sample is one GEMM between two clock reads (microseconds of Python
-    against tens of milliseconds of arithmetic)."""
+    On a GPU each sample is ``gemms`` GEMMs queued back to back and timed with CUDA events: a GEMM timed alone between
+    two full synchronisations also pays a launch and a device sync (10-20 us against a 50-110 us TF32 GEMM on an H100),
+    which would lower the rate and raise MFU. On the CPU a call returns when its GEMM is done, so each sample is one
+    GEMM between two clock reads (microseconds of Python against tens of milliseconds of arithmetic)."""
     dev = torch.device(device) if not isinstance(device, torch.device) else device
     if gemms < 1 or repeats < 1:
         raise ConfigError(f"gemms={gemms} and repeats={repeats} must be >= 1")
     with fp32_math("matmul", precision == "tf32"):
-        a = torch.randn(size, size, device=dev, dtype=dtype)
-        b = torch.randn(size, size, device=dev, dtype=dtype)
+        a, b = (torch.randn(size, size, device=dev, dtype=dtype) for _ in range(2))
         out = torch.empty(size, size, device=dev, dtype=dtype)
         warm_up(a, b, out, dev)
         times = []
@@ -124,14 +119,9 @@ def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: i
     return gemm_rate(size, 1, statistics.median(times))
 
 
-MATH_LABELS = {"tf32": "on TF32 tensor cores, as cuDNN runs the LSTM here", "float32": "IEEE float32, as the LSTM runs here"}
-
-
 def mfu_precision(device: torch.device) -> str:
     """The float32 math the LSTM runs at on ``device`` ('tf32' or 'float32'): MFU's denominator is a GEMM
     rate in the same math (``cuda.lstm_math``), so a TF32 LSTM is not divided by a plain-FP32 rate."""
-    from ..machine.cuda import backends_record
-
     backends = backends_record(device)
     return backends["lstm_math"] if backends else "float32"
 
@@ -172,17 +162,14 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
     The target is ``target_rmse`` (K), else ``target_fraction`` (None: 0.9) of persistence's validation RMSE.
     ``windows`` may be given to skip extraction (tests use tiny ones); ``base`` supplies settings
     that all contenders share (e.g. a smaller hidden size in tests)."""
-    from tqdm.auto import tqdm
-
     if repeats < 1 or max_epochs < 1:
         raise ConfigError(f"repeats={repeats} and max_epochs={max_epochs} must be >= 1")
     names = list(only or CONTENDERS)
     if len(set(names)) < len(names):  # each would run (and be shown) as often as it is named
         raise ConfigError(f"only={names} names a contender more than once; give each once")
     dev = resolve_device(device)
-    profile = profile_for(dev)
     # each contender's settings once, from the profile of this device (validates the names too)
-    settings = {n: contender_settings(n, profile) for n in names}
+    settings = {n: contender_settings(n, profile_for(dev)) for n in names}
     base = replace(base or TrainConfig(**STUDY_PROBLEM), device=str(dev), epochs=max_epochs, patience=None, progress=False,
                    experiment="speed")
     info: dict[str, Any] = {}
@@ -192,7 +179,6 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
     target = target_rmse if target_rmse is not None else (0.9 if target_fraction is None else target_fraction) * val_pers
     rates: list[float] = []  # the matmul rate, measured beside every run: drift hits it as it hits them
     precision = mfu_precision(dev)
-
     rows = []
     recorder = Recorder(results or None)
     bar = tqdm(total=repeats * len(names), desc="bench speed", unit="run", disable=not progress)
@@ -211,8 +197,7 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
                                     "gemms_per_sample": GEMMS_PER_SAMPLE if dev.type == "cuda" else 1}
             stop_if_diverged(rec, recorder.results)  # its figures would not be comparable
             recorder.add(rec)
-            t, m = rec["timing"], rec["metrics"]
-            ttt = t["time_to_target"]
+            t, ttt = rec["timing"], rec["timing"]["time_to_target"]
             # a run that reached the target in its warm-up epoch has no steady epoch: its samples/s would be the
             # warm-up's (summary falls back to it), not a steady rate beside the others'
             steady = lambda v: v if t.get("steady_epochs") else float("nan")  # noqa: E731
@@ -221,7 +206,7 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
                 "steady": bool(t.get("steady_epochs")),
                 "samples_per_s": steady(t["samples_per_s"]), "epoch_s": steady(t["epoch_s_median"]),
                 "time_to_target_s": ttt.get("seconds"), "epochs_to_target": ttt.get("epoch"),
-                "best_val_rmse_k": ttt.get("best_val_rmse_k"), "test_rmse_k": m["test_rmse_k"],
+                "best_val_rmse_k": ttt.get("best_val_rmse_k"), "test_rmse_k": rec["metrics"]["test_rmse_k"],
                 "train_flops_per_s": steady(t.get("train_flops_per_s")),
                 "mfu": steady(t.get("train_flops_per_s")) / rates[-1] if t.get("train_flops_per_s") else float("nan"),
             })
