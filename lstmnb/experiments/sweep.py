@@ -1,17 +1,19 @@
-"""The batch-size sweep: batch x factor per point on one device until out of memory, each point a
-record (``ok``, or ``oom`` where memory ran out), optionally under a memory cap so the out-of-memory
-path can be seen on any machine."""
+"""The batch-size sweep: batch x factor per point on one device until out of memory, each point a record (``ok``, or
+``oom`` where memory ran out), optionally under a memory cap so the out-of-memory path can be seen on any machine."""
 
 from __future__ import annotations
 
+import multiprocessing
 import platform
 import signal
 import sys
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
 import torch
+from tqdm import tqdm
 
 from ..machine.device import indexed, resolve_device
 from ..machine.memory import free_memory, is_oom, proc_status_kb
@@ -29,10 +31,9 @@ MAX_CAP_MB = 2**30  # 1 PiB: more than any machine has, and its bytes still fit 
 class SweepConfig:
     """Batch sizes start, start x factor, ... up to ``max_batch`` (default: the training set), stopping at OOM.
 
-    ``memory_cap_mb`` limits memory during each point: on a GPU through the caching allocator's
-    per-process fraction, on CPU through the process's data-segment limit (RLIMIT_DATA) set to what
-    it uses now plus the cap. Either way an allocation past the cap really fails, so the sweep's OOM
-    handling is what a real device limit exercises. A capped point runs in a child process of its
+    ``memory_cap_mb`` limits memory during each point (GPU: the caching allocator's per-process fraction; CPU: the
+    data-segment limit RLIMIT_DATA at what the process uses now plus the cap), so an allocation past it really fails
+    and the sweep's OOM handling is what a real device limit exercises. A capped point runs in a child process of its
     own: the cap, and what it needs (small thread stacks), never touch the caller's process."""
 
     start: int = 32
@@ -72,10 +73,9 @@ def check_cpu_cap() -> None:
 
 @contextmanager
 def memory_cap(cap_mb: float | None, device: torch.device) -> Iterator[None]:
-    """Let the block allocate at most ``cap_mb`` more MB on ``device``; past it, allocations fail.
-
-    On CPU this caps the whole process (RLIMIT_DATA) and shrinks new threads' stacks, so
-    ``batch_sweep`` calls it only inside the child process that runs a capped point."""
+    """Let the block allocate at most ``cap_mb`` more MB on ``device``; past it, allocations fail. On CPU this caps the
+    whole process (RLIMIT_DATA) and shrinks new threads' stacks, so ``batch_sweep`` calls it only inside the child
+    process that runs a capped point."""
     if cap_mb is None:
         yield
         return
@@ -95,10 +95,6 @@ def memory_cap(cap_mb: float | None, device: torch.device) -> Iterator[None]:
         raise ConfigError(f"memory_cap_mb works on cpu and cuda devices, not {device.type}")
     # Thread stacks count against the data limit, and a Python thread that cannot get its stack hangs
     # its starter: keep new threads' stacks small and tqdm's monitor thread off while capped.
-    import threading
-
-    from tqdm import tqdm
-
     check_cpu_cap()
     import resource  # Linux, checked above
 
@@ -107,8 +103,7 @@ def memory_cap(cap_mb: float | None, device: torch.device) -> Iterator[None]:
     threading.stack_size(512 * 1024)
     tqdm.monitor_interval = 0
     limit = (proc_status_kb("VmData") or 0) * 1024 + cap
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
+    limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
     try:
         yield
@@ -203,8 +198,6 @@ def _capped_point(windows, point, data_info, cap_mb: float) -> tuple[dict[str, A
     """``_point`` in a child process (spawned: no threads or CUDA state inherited), so that the cap cannot
     take down the caller. Returns (record, reason, status): status ``oom`` or ``failed`` when there is no
     record; a child that dies instead of answering is judged by ``death_status``."""
-    import multiprocessing
-
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, windows, replace(point, progress=False), data_info, cap_mb))
@@ -239,12 +232,10 @@ def _capped_point(windows, point, data_info, cap_mb: float) -> tuple[dict[str, A
 def batch_sweep(windows, cfg, sweep: SweepConfig = SweepConfig(), *, data_info: dict[str, Any] | None = None,
                 results=None,
                 on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Train at batch sizes start, start x factor, ... on one device until out of memory or ``max_batch``.
-
-    A point that runs out of memory is recorded with status ``oom`` and ends the sweep (a capped point
-    whose process dies for another reason: ``failed``, with the reason); memory is freed
-    between points. Each ok record has time per epoch and the final validation RMSE, so speed and
-    quality can be read side by side. Under ``memory_cap_mb`` each point runs in a child process."""
+    """Train at batch sizes start, start x factor, ... on one device until out of memory or ``max_batch``. A point that
+    runs out of memory is recorded with status ``oom`` and ends the sweep (a capped point whose process dies for another
+    reason: ``failed``, with the reason); memory is freed between points. Each ok record has time per epoch and the
+    final validation RMSE, so speed and quality can be read side by side."""
     sweep.validate()
     device = resolve_device(cfg.device)
     n_train = windows.x["train"].shape[0]
