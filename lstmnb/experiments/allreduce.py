@@ -3,17 +3,19 @@ with the model's gradient size among the points (algbw and busbw as nccl-tests d
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from ..machine.device import clock, host_memory_bytes
+from ..machine.device import clock, host_memory_bytes, local_rank_limit
 from ..errors import ConfigError
 from ..models import Forecaster, count_parameters
 from ..records import new_record
 from ..rules import PYTHON, Spelling
+from ..training.config import knob_problem
 from ..training.parallel import DistEnv, barrier, spawn
 
 
@@ -77,11 +79,6 @@ class AllreduceConfig:
     def validate(self, say: Spelling = PYTHON) -> None:
         """Every value before any rank starts; a refusal names the value as ``say`` spells it (``--min-bytes 2``,
         ``min_bytes=2``) and says what is allowed."""
-        import math
-
-        from ..machine.device import local_rank_limit
-        from ..training.config import knob_problem
-
         top = local_rank_limit()
         if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or not 2 <= self.world_size <= top:
             raise say.refuse("world_size", self.world_size, f"must be a whole number in 2..{top}")
@@ -107,12 +104,10 @@ class AllreduceConfig:
 
 
 def allreduce(cfg, acfg=None, n_features: int | None = None) -> dict[str, Any]:
-    """Time ``all_reduce`` per buffer size over ``acfg`` (an ``AllreduceConfig``); algbw = bytes / time and
-    busbw = algbw x 2(n-1)/n (nccl-tests).
-
-    The gradient of the model ``cfg`` describes (on ``n_features`` inputs) is measured as its own size and
-    flagged, so one can read off what an all-reduce of one step's gradients costs on this link. Returns
-    {"rows": [...], "gradient_bytes": int}."""
+    """Time ``all_reduce`` per buffer size over ``acfg`` (an ``AllreduceConfig``): algbw = bytes / time, busbw = algbw
+    x 2(n-1)/n. The gradient of the model ``cfg`` describes (on ``n_features`` inputs) is measured as its own size,
+    flagged ``gradient_size``, so one can read off what an all-reduce of one step's gradients costs on this link.
+    Returns {"rows": [...], "gradient_bytes": int}."""
     acfg = acfg or AllreduceConfig()
     acfg.validate()
     grad = gradient_bytes(cfg, n_features)

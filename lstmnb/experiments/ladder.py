@@ -60,7 +60,6 @@ def ladder_experiment(epochs: int = 5, rounds: int = 1, devices: Iterable[str] =
     each in a fresh process on ``threads`` CPU threads (default: this machine's choice now, the same for every
     rung). Returns the records, also appended to ``results`` (None: not recorded); a GPU that is not here gives
     one ``skipped`` record per rung."""
-
     devices = known(devices, BOTH, f"devices={devices!r}")
     for name, value in (("epochs", epochs), ("rounds", rounds)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

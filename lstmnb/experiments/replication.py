@@ -1,13 +1,12 @@
-"""The replication: the study's setting (``--preset published``) on the study's data, its training loss per
-epoch beside what the study's notebooks printed.
+"""The replication: the study's setting (``--preset published``) on the study's data, its training loss per epoch
+beside what the study's notebooks printed.
 
-The study printed the mean training loss of each epoch in its scaled units (one mean and std over both
-points, taken over its whole file); lstmnb's record keeps the nearest figure (``epochs[i].train_loss``: plain
-MSE averaged over the epoch's samples, where the study averaged over batches, in units of one mean and std
-over both points fitted on the training part, std 9.91 K against the study's 10.01 K on CARC and 10.33 K on
-Colab: for the same error lstmnb's figure is 2% or 9% higher). The two are compared as they are, with a
-tolerance far wider than these differences. The same losses from the same samples per epoch are the
-evidence that a timing of this preset times the study's workload."""
+The study printed the mean training loss of each epoch in its scaled units (one mean and std over both points, taken
+over its whole file); lstmnb's record keeps the nearest figure (``epochs[i].train_loss``: plain MSE averaged over the
+epoch's samples, where the study averaged over batches, in units of one mean and std over both points fitted on the
+training part, std 9.91 K against the study's 10.01 K on CARC and 10.33 K on Colab: for the same error lstmnb's figure
+is 2% or 9% higher). The two are compared as they are, with a tolerance far wider than these differences. The same
+losses from the same samples per epoch are the evidence that a timing of this preset times the study's workload."""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ import pandas as pd
 
 from ..records import DEFAULT_FILE
 from ..report.published import load_published
+from ..training import preset_config, run
 
 CLOSE_EPOCHS = (3, 4, 5, 10, 15)  # after the first steep epochs (where two seeds already agree closely) that the study printed
 TOLERANCE = 0.35  # relative difference from the study's printed loss that still counts as reproduced
@@ -36,7 +36,6 @@ def replicate(epochs: int = 5, *, device: str = "cpu", results=DEFAULT_FILE, pro
     """Train the published preset on the study's data for ``epochs`` and return its record (appended to
     ``results``; None: not recorded)."""
     from ..data import Request
-    from ..training import preset_config, run
 
     cfg = preset_config("published", epochs=epochs, device=device, experiment="replication", progress=progress,
                         **overrides)

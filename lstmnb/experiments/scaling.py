@@ -9,14 +9,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable
 
 from ..errors import ConfigError
+from ..machine.device import local_rank_limit
 from ..records import Recorder
 from ..rules import PYTHON, Spelling
 from ..training import parallel, train, with_overrides
 from ..training.guards import stop_if_diverged
 
 SCALING_MODES = ("strong", "weak")
-
-
 MAX_COMM_STEPS = 10_000  # the compute vs communication split: far more than a stable median needs
 
 
@@ -24,9 +23,8 @@ MAX_COMM_STEPS = 10_000  # the compute vs communication split: far more than a s
 class ScalingConfig:
     """World sizes to run and how the batch follows them.
 
-    strong: the global batch stays ``global_batch`` (default: the run's batch_size) and each of N
-    ranks takes global_batch / N; weak: each rank keeps the run's batch_size, so the global batch
-    grows with N."""
+    strong: the global batch stays ``global_batch`` (default: the run's batch_size) and each of N ranks takes
+    global_batch / N; weak: each rank keeps the run's batch_size, so the global batch grows with N."""
 
     world_sizes: tuple[int, ...] = (1, 2)
     mode: str = "strong"
@@ -39,8 +37,6 @@ class ScalingConfig:
     def validate(self, cfg, say: Spelling = PYTHON) -> None:
         if self.mode not in SCALING_MODES:
             raise say.refuse("mode", self.mode, f"is not one of {', '.join(SCALING_MODES)}")
-        from ..machine.device import local_rank_limit
-
         sizes, top = list(self.world_sizes), local_rank_limit()
         if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= top for n in sizes):
             raise say.refuse("world_sizes", self.world_sizes, f"must be whole numbers in 1..{top}")
@@ -58,11 +54,10 @@ class ScalingConfig:
 
 def scaling(windows, cfg, sc: ScalingConfig = ScalingConfig(), *, data_info: dict[str, Any] | None = None,
             results=None, on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict]:
-    """One DDP run per world size (local processes: GPUs, or gloo ranks on CPU); returns their records.
-
-    Each record carries ``world_size``, the batch per device and globally, per-epoch validation loss
-    and cumulative seconds (for convergence vs epoch and vs wall time), and ``parallel.comm_split``:
-    the same steps timed with the gradient all-reduce and under ``no_sync``."""
+    """One DDP run per world size (local processes: GPUs, or gloo ranks on CPU); returns their records. Each record
+    carries ``world_size``, the batch per device and globally, per-epoch validation loss and cumulative seconds (for
+    convergence vs epoch and vs wall time), and ``parallel.comm_split``: the same steps timed with the gradient
+    all-reduce and under ``no_sync``."""
     sc.validate(cfg)
     parallel.check_world_size(parallel.ddp_device_kind(cfg.device), max(sc.world_sizes))
     recorder = Recorder(results, on_point)
@@ -81,10 +76,9 @@ def scaling(windows, cfg, sc: ScalingConfig = ScalingConfig(), *, data_info: dic
 
 def dataparallel_scaling(windows, data_info: dict[str, Any], base_cfg, world_sizes: Iterable[int], *,
                          mode: str = "weak", results=None) -> list[dict[str, Any]]:
-    """``nn.DataParallel`` runs over 1..N GPUs, batches sized by ``ScalingConfig`` as DDP's are.
-
-    weak: each GPU keeps ``batch_size`` (DataParallel's global batch is batch_size x N); strong: the
-    global batch stays ``batch_size``. Records carry ``world_size`` like the DDP scaling records."""
+    """``nn.DataParallel`` runs over 1..N GPUs, batches sized by ``ScalingConfig`` as DDP's are. weak: each GPU keeps
+    ``batch_size`` (DataParallel's global batch is batch_size x N); strong: the global batch stays ``batch_size``.
+    Records carry ``world_size`` like the DDP scaling records."""
     world_sizes = [int(n) for n in world_sizes]
     sc = ScalingConfig(world_sizes=tuple(world_sizes), mode=mode, comm_split_steps=0)
     sc.validate(base_cfg)
@@ -102,10 +96,9 @@ def dataparallel_scaling(windows, data_info: dict[str, Any], base_cfg, world_siz
 
 def uneven_demo(windows, cfg, slow_rank: int = 1, seconds_per_sample: float = 2e-4, world_size: int = 2,
                 deadline_s: float | None = None) -> dict[str, dict[str, Any]]:
-    """The same DDP run with one rank made slower, with even shards and with throughput-sized shards.
-
-    Returns {"even": record, "balanced": record}. The slowdown is a fixed sleep per training sample
-    on ``slow_rank`` (a device that much slower); the balanced run measures it in its first epoch."""
+    """The same DDP run with one rank made slower, with even shards and with throughput-sized shards:
+    {"even": record, "balanced": record}. The slowdown is a fixed sleep per training sample on ``slow_rank`` (a device
+    that much slower); the balanced run measures it in its first epoch."""
     opts = parallel.RankOptions(slowdown_s_per_sample={slow_rank: seconds_per_sample})
     out = {}
     for name, uneven in (("even", False), ("balanced", True)):

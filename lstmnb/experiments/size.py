@@ -1,8 +1,7 @@
-"""Problem size: samples/s and seconds per epoch against the number of grid points, on the CPU and on a
-GPU (eager and with the step captured as a CUDA graph). At the published two points a GPU is
-launch-bound; with more points each step carries more work and the GPU pulls ahead. The experiment
-finds where (the crossover) and by how much (the speedup). Each point is a run record; a device that
-is not here gives ``skipped`` records with the reason."""
+"""Problem size: samples/s and seconds per epoch against the number of grid points, on the CPU and on a GPU (eager and
+with the step captured as a CUDA graph). At the published two points a GPU is launch-bound; with more points each step
+carries more work and the GPU pulls ahead. The experiment finds where (the crossover) and by how much (the speedup).
+Each point is a run record; a device that is not here gives ``skipped`` records with the reason."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+import torch
 
 from ..datasets.study import STUDY_POINTS
 from ..machine.device import no_cuda_reason
@@ -67,8 +67,6 @@ def size_experiment(request, cfg: TrainConfig, sc: SizeConfig = SizeConfig(), *,
     single, fast path). CUDA variants without a usable GPU are recorded as skipped, with the reason. The study's
     data holds two points, so sizes beyond them come from the synthetic sample (every size, to compare alike; the
     records' ``data.kind`` says synthetic)."""
-    import torch
-
     from ..data import SAMPLE, STUDY
 
     sc.validate()
@@ -94,9 +92,8 @@ def size_experiment(request, cfg: TrainConfig, sc: SizeConfig = SizeConfig(), *,
 
 
 def size_table(records: list[dict[str, Any]]) -> pd.DataFrame:
-    """samples/s and s/epoch per point count (rows) and variant (columns: what each point ran, see
-    ``ran_variant``), the GPU variants' speedup over the CPU, and the crossover: the fewest points at
-    which each GPU variant beats the CPU."""
+    """samples/s and s/epoch per point count (rows) and variant (columns: what each point ran, see ``ran_variant``), the
+    GPU variants' speedup over the CPU, and the crossover: the fewest points at which each GPU variant beats the CPU."""
     rows = [{"points": r["size"]["points"], "variant": r["size"].get("ran", r["size"]["variant"]),
              "samples_per_s": r["timing"]["samples_per_s"], "epoch_s": r["timing"]["epoch_s_median"]}
             for r in records if r.get("status") == "ok" and r.get("size")]

@@ -1,8 +1,7 @@
-"""Skill across leads: one model per lead time on the same data, scored per point against persistence and
-climatology on the same target hours, with the MSE skill score against each (``training.evaluate.
-mse_skill_score``: 1 - MSE_model / MSE_baseline; 1 is perfect, 0 is no better than the baseline, below 0 is
-worse). Points are shown as the user gave them, with the grid cell used, in the order given; a pooled row
-per lead sums over them."""
+"""Skill across leads: one model per lead time on the same data, scored per point against persistence and climatology on
+the same target hours, with the MSE skill score against each (``training.evaluate.mse_skill_score``: 1 - MSE_model /
+MSE_baseline; 1 is perfect, 0 is no better than the baseline, below 0 is worse). Points are shown as the user gave them,
+with the grid cell used, in the order given; a pooled row per lead sums over them."""
 
 from __future__ import annotations
 
@@ -75,10 +74,9 @@ def _pooled(rows: list[dict[str, Any]], lead: int) -> dict[str, Any]:
 
 
 def skill_table(records: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per (point, lead), points in the order given (each as given, with its grid cell) and leads
-    in the order run, then a pooled row per lead: targets, RMSE of the reported forecast (``model``), of the
-    network alone (where the reported forecast is a blend), of persistence and of climatology, and the
-    MSE skill scores (``mse_skill_vs_*``)."""
+    """One row per (point, lead), points in the order given (each as given, with its grid cell) and leads in the order
+    run, then a pooled row per lead: targets, RMSE of the reported forecast (``model``), of the network alone (where the
+    reported forecast is a blend), of persistence and of climatology, and the MSE skill scores (``mse_skill_vs_*``)."""
     runs = [r for r in records if r.get("status") == "ok" and r.get("skill")]
     rows, pooled = [], []
     for r in runs:
