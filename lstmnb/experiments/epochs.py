@@ -13,8 +13,7 @@ from ..training import train, with_overrides
 def epochs_experiment(windows, data_info: dict[str, Any], base_cfg, epochs_list: Iterable[int],
                       input_paths: Iterable[str] = ("fast", "dataloader"), *, results,
                       repeats: int = 1, experiment: str = "epochs") -> list[dict[str, Any]]:
-    """Train one run per (input path, epochs, repeat), the repeats alternated (all rows once, then all again);
-    returns the records (also appended to ``results`` unless it is None)."""
+    """Train one run per (input path, epochs, repeat), the repeats alternated as below; returns the records."""
     epochs_list = [int(e) for e in epochs_list]
     if not epochs_list or min(epochs_list) < 1:
         raise ConfigError(f"epochs_list={epochs_list!r} must be a non-empty list of whole numbers >= 1")

@@ -1,8 +1,6 @@
-"""Training speed measured the way the field does: time to a target quality, throughput, and model
-FLOPs utilisation (MFU) against this machine's own measured matmul rate.
-
-Three contenders train the same model on the same windows, alternated over repeats so that drift
-of a shared machine hits all of them alike; medians are reported."""
+"""Training speed measured the way the field does: time to a target quality, throughput, and model FLOPs utilisation
+(MFU) against this machine's own measured matmul rate. Three contenders train the same model on the same windows,
+alternated over repeats so that drift of a shared machine hits all of them alike; medians are reported."""
 
 from __future__ import annotations
 
@@ -231,10 +229,8 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
             notes.append(f"{name}: {int((~g['steady']).sum())} of {len(g)} repeat(s) reached the target in the warm-up "
                          "epoch, so had no steady epoch to time: samples/s, s/epoch and MFU "
                          + ("are the median of the others" if g["steady"].any() else "not measured (-)"))
-    for name, row in med.iterrows():
-        if pd.isna(row["time_to_target_s"]):
-            notes.append(f"{name}: target {target:.3f} K " + _time_to_target_text(row, max_epochs)
-                         + " in at least one repeat")
+    notes += [f"{name}: target {target:.3f} K {_time_to_target_text(row, max_epochs)} in at least one repeat"
+              for name, row in med.iterrows() if pd.isna(row["time_to_target_s"])]
     return SpeedReport(runs=runs, table=med, target_rmse_k=target, val_persistence_rmse_k=val_pers,
                        matmul_flops=statistics.median(rates), device=str(dev), matmul_precision=precision,
                        max_epochs=max_epochs, repeats=repeats, notes=notes)
@@ -242,10 +238,8 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
 
 def format_report(rep: SpeedReport) -> str:
     """The table and the ratios, with the definitions, for the terminal or a notebook."""
-    t = rep.table.copy()
-    out = pd.DataFrame(index=t.index)
-    out["batch"] = t["batch"].astype(int)
-    out["input"] = t["input"]
+    t = rep.table
+    out = pd.DataFrame({"batch": t["batch"].astype(int), "input": t["input"]}, index=t.index)
     out["samples/s"] = t["samples_per_s"].map(lambda v: "-" if pd.isna(v) else f"{v:,.0f}")
     out["s/epoch"] = t["epoch_s"].map(lambda v: "-" if pd.isna(v) else f"{v:.3f}")
     out["s to target"] = [_time_to_target_text(r, rep.max_epochs) for _, r in t.iterrows()]

@@ -23,7 +23,6 @@ from ..rules import PYTHON, Spelling
 from ..training import Trainer, skipped_record, train
 from ..training.evaluate import fit_blend
 
-
 MAX_CAP_MB = 2**30  # 1 PiB: more than any machine has, and its bytes still fit the limits' C integers
 
 
