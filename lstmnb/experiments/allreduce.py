@@ -111,10 +111,9 @@ def allreduce(cfg, acfg=None, n_features: int | None = None) -> dict[str, Any]:
     acfg = acfg or AllreduceConfig()
     acfg.validate()
     grad = gradient_bytes(cfg, n_features)
-    sizes = size_ladder(acfg.min_bytes, acfg.max_bytes, acfg.factor, (grad,))
     rows = spawn(_allreduce_job, acfg.world_size, device=acfg.device, timeout_s=acfg.timeout_s,
-                 kwargs={"sizes": sizes, "budget_s": acfg.budget_s, "min_iters": acfg.min_iters,
-                         "max_iters": acfg.max_iters})
+                 kwargs={"sizes": size_ladder(acfg.min_bytes, acfg.max_bytes, acfg.factor, (grad,)),
+                         "budget_s": acfg.budget_s, "min_iters": acfg.min_iters, "max_iters": acfg.max_iters})
     for r in rows:
         r["gradient_size"] = r["bytes"] == grad // 4 * 4
     return {"rows": rows, "gradient_bytes": grad}

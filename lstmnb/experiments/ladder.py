@@ -56,10 +56,8 @@ def _run_rung(rung: Rung, device: str, epochs: int, threads: int, folder: Path, 
 def ladder_experiment(epochs: int = 5, rounds: int = 1, devices: Iterable[str] = BOTH, *, results,
                       threads: int | None = None,
                       on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Every rung on each of ``devices`` ('cpu', 'cuda'), ``rounds`` times alternated (forward, then backward),
-    each in a fresh process on ``threads`` CPU threads (default: this machine's choice now, the same for every
-    rung). Returns the records, also appended to ``results`` (None: not recorded); a GPU that is not here gives
-    one ``skipped`` record per rung."""
+    """Every rung on each of ``devices`` ('cpu', 'cuda'), ``rounds`` times alternated (forward, then backward), each on
+    ``threads`` CPU threads (default: this machine's choice now, the same for every rung); returns the records."""
     devices = known(devices, BOTH, f"devices={devices!r}")
     for name, value in (("epochs", epochs), ("rounds", rounds)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

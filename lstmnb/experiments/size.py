@@ -63,10 +63,9 @@ def ran_variant(variant: str, record: dict[str, Any]) -> str:
 
 def size_experiment(request, cfg: TrainConfig, sc: SizeConfig = SizeConfig(), *, results=None,
                     on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """One run per (point count, variant) on the request's time range and ``cfg``'s setting (strategy
-    single, fast path). CUDA variants without a usable GPU are recorded as skipped, with the reason. The study's
-    data holds two points, so sizes beyond them come from the synthetic sample (every size, to compare alike; the
-    records' ``data.kind`` says synthetic)."""
+    """One run per (point count, variant) on the request's time range and ``cfg``'s setting (strategy single, fast
+    path). The study's data holds two points, so sizes beyond them come from the synthetic sample (every size, to
+    compare alike; the records' ``data.kind`` says synthetic)."""
     from ..data import SAMPLE, STUDY
 
     sc.validate()

@@ -155,11 +155,10 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
                     target_rmse: float | None = None, target_fraction: float | None = None,
                     only: list[str] | None = None, results=None, windows=None,
                     base: TrainConfig | None = None, progress: bool = True) -> SpeedReport:
-    """Train each contender ``repeats`` times (alternating), stopping at the target, and summarise.
-
-    The target is ``target_rmse`` (K), else ``target_fraction`` (None: 0.9) of persistence's validation RMSE.
-    ``windows`` may be given to skip extraction (tests use tiny ones); ``base`` supplies settings
-    that all contenders share (e.g. a smaller hidden size in tests)."""
+    """Train each contender ``repeats`` times (alternating), stopping at the target, and summarise. The target is
+    ``target_rmse`` (K), else ``target_fraction`` (None: 0.9) of persistence's validation RMSE. ``windows`` may be given
+    to skip extraction (tests use tiny ones); ``base`` supplies settings that all contenders share (e.g. a smaller
+    hidden size in tests)."""
     if repeats < 1 or max_epochs < 1:
         raise ConfigError(f"repeats={repeats} and max_epochs={max_epochs} must be >= 1")
     names = list(only or CONTENDERS)
