@@ -21,10 +21,9 @@ MAX_COMM_STEPS = 10_000  # the compute vs communication split: far more than a s
 
 @dataclass
 class ScalingConfig:
-    """World sizes to run and how the batch follows them.
-
-    strong: the global batch stays ``global_batch`` (default: the run's batch_size) and each of N ranks takes
-    global_batch / N; weak: each rank keeps the run's batch_size, so the global batch grows with N."""
+    """World sizes to run and how the batch follows them. strong: the global batch stays ``global_batch`` (default: the
+    run's batch_size) and each of N ranks takes global_batch / N; weak: each rank keeps the run's batch_size, so the
+    global batch grows with N."""
 
     world_sizes: tuple[int, ...] = (1, 2)
     mode: str = "strong"

@@ -53,9 +53,8 @@ class SizeConfig:
 
 
 def ran_variant(variant: str, record: dict[str, Any]) -> str:
-    """The label of what a point measured. Pure: a ``cuda-graph`` point whose record says no graph was
-    captured and replayed (refused, or too few full batches) timed eager steps, and is labelled
-    ``cuda-graph (not used)`` so that it is never read as a graph's speed."""
+    """The label of what a point measured. Pure: a ``cuda-graph`` point whose record says no graph was captured and
+    replayed (refused, or too few full batches) timed eager steps: ``cuda-graph (not used)``, never a graph's speed."""
     if variant == "cuda-graph" and record.get("status") == "ok" and not (record.get("cuda_graph") or {}).get("used"):
         return "cuda-graph (not used)"
     return variant

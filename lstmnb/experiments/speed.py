@@ -120,8 +120,7 @@ def matmul_rate(device: str | torch.device = "cpu", size: int = 2048, repeats: i
 def mfu_precision(device: torch.device) -> str:
     """The float32 math the LSTM runs at on ``device`` ('tf32' or 'float32'): MFU's denominator is a GEMM
     rate in the same math (``cuda.lstm_math``), so a TF32 LSTM is not divided by a plain-FP32 rate."""
-    backends = backends_record(device)
-    return backends["lstm_math"] if backends else "float32"
+    return backends["lstm_math"] if (backends := backends_record(device)) else "float32"
 
 
 @dataclass
