@@ -1,20 +1,14 @@
-"""Checkpoints of a run: written atomically after each epoch, checked against the run's configuration
-before a resume (a checkpoint from other settings is refused by name), and never replaced by a new run
-unless it is told to (``refuse_replacing``: ``--resume`` continues it, ``--overwrite-checkpoint``
-replaces it).
+"""Checkpoints of a run: written atomically after each epoch, checked against the run's configuration before a
+resume (other settings are refused by name), and never replaced by a new run unless told (``--resume`` continues
+it, ``--overwrite-checkpoint`` replaces it). Once the finished run's record is appended, the checkpoint is marked
+``recorded`` (the record and where it went), so resuming it again shows that record instead of appending another.
 
-A checkpoint carries its run's ``run_id``; once the finished run's record is appended, the checkpoint
-is marked ``recorded`` (the record and where it went), so resuming a finished run again shows that
-record instead of appending a second one.
-
-The file is exactly what ``torch.save`` writes, so ``torch.load(path)`` opens it (every value in it is
-one that torch's ``weights_only`` loader accepts). Its SHA-256 lies beside it in ``<path>.sha256``, in
-``sha256sum``'s format, and is checked on every read: a changed bit anywhere (weights, optimiser or RNG
-state, history) refuses the file instead of resuming from it. While a new checkpoint replaces the old
-one, the checksum file lists both digests (the old one hashed from the file at the path), so a kill at any
-moment, however many saves were killed before, leaves a file its checksum accepts. Every save writes the
-checksum, so a file without one (an older lstmnb's, a foreign one, a copy made without it) is refused in one
-line. A run reads its checkpoint once, before any work (``open_checkpoint``); read one with ``read_checkpoint``."""
+The file is exactly what ``torch.save`` writes (``torch.load(path)`` opens it; every value in it passes torch's
+``weights_only`` loader). Its SHA-256 lies in ``<path>.sha256`` (``sha256sum``'s format), written by every save and
+checked on every read: a changed bit, or no checksum file (an older lstmnb's file, a foreign one), refuses the file.
+While a save replaces the file, the checksum file lists both digests (the old one hashed from the file at the path),
+so a kill at any moment, after any number of killed saves, leaves a file its checksum accepts. A run reads its
+checkpoint once, before any work (``open_checkpoint``; ``read_checkpoint`` reads one)."""
 
 from __future__ import annotations
 
@@ -81,9 +75,8 @@ def _write_digests(path: Path, digests: list[str]) -> None:
 
 
 def _standing_digest(path: Path) -> str | None:
-    """The SHA-256 of the file at ``path`` when a read would accept it (its checksum file lists it): kept in the
-    checksum file while a new save replaces it. Never an earlier line of that file, which after an interrupted
-    save names bytes that never reached the path."""
+    """The SHA-256 of the file at ``path`` if its checksum file lists it (kept there while a save replaces it); never
+    an earlier line of that file, which after an interrupted save names bytes that never reached the path."""
     try:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
@@ -138,9 +131,8 @@ def _either_advice(path: Path) -> str:
 
 
 def _check_digest(path: Path, data: bytes) -> None:
-    """The checkpoint file's ``data`` checked against the SHA-256 beside it: a CheckpointError when that is
-    missing, damaged (a line that is not a SHA-256, text that is not ASCII, no line at all) or does not match;
-    the files are left as they are."""
+    """``data`` checked against the SHA-256 beside ``path``: a CheckpointError when that is missing, damaged (a line
+    not a SHA-256, not ASCII, no line at all) or does not match; the files are left as they are."""
     sums, lines = checksum_path(path), _checksum_lines(path)
     if not lines:
         raise CheckpointError(f"checkpoint {path} has no {sums.name} beside it, so it cannot be verified (every "
@@ -189,9 +181,8 @@ def refuse_replacing(cfg: TrainConfig) -> None:
 
 
 def open_checkpoint(cfg: TrainConfig) -> dict[str, Any] | None:
-    """What a run of ``cfg`` starts from, read and checked once before any work: the checkpoint it resumes,
-    made with ``cfg``'s trajectory (None when there is none yet), or None for a new run, refused where it would
-    replace a checkpoint (``refuse_replacing``)."""
+    """What a run of ``cfg`` starts from, read and checked once before any work: the checkpoint it resumes, made with
+    ``cfg``'s trajectory (None: none yet, or a new run; ``refuse_replacing`` first)."""
     refuse_replacing(cfg)
     state = read_checkpoint(cfg.checkpoint) if cfg.resume else None
     if state is None:

@@ -1,16 +1,11 @@
-"""What a finished run reports: the network's forecasts in large batches without gradients, the blend that
-makes the reported forecast, the skill scores per point, the timing summary and the run record; and
-``RunResult``, what a run hands back.
+"""What a finished run reports: the network's forecasts (large batches, no gradients), the blend that makes the
+reported forecast, the skill scores per point, the timing summary, the run record; and ``RunResult``.
 
-The blend: per point (a box run: per cell), the convex blend of the network's forecast with persistence (and
-climatology) that fits that point's validation part best.
-
-Persistence alone is one of the blends a point can get, so at no point and no lead does the reported
-forecast lose to persistence on the validation part; where the network is worse than persistence at a
-point (a smooth ocean point, whose small errors weigh nothing in a loss pooled over stormy land points),
-that point's forecast leans on persistence instead. At long leads climatology earns weight too: errors
-of persistence and climatology are only partly correlated, so a blend beats both. The weights are
-fitted on validation only, never on test; the record keeps them (``skill.blend``)."""
+The blend: per point (a box run: per cell), the convex blend of the network with persistence (and climatology) that
+fits that point's validation part best. Persistence alone is a candidate, so the reported forecast never loses to
+persistence on validation; where the network does (a smooth ocean point, whose small errors weigh nothing in a loss
+pooled over stormy land points), the point leans on persistence. At long leads climatology earns weight too (its
+errors and persistence's are only partly correlated). Fitted on validation, never test; kept in ``skill.blend``."""
 
 from __future__ import annotations
 
@@ -55,15 +50,13 @@ def rmse_kelvin(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target_std: 
 
 
 def mse_skill_score(mse_model: float, mse_base: float) -> float | None:
-    """The MSE skill score 1 - MSE_model / MSE_baseline (1 perfect, above 0 better than the baseline; None
-    where the baseline's MSE is 0)."""
+    """1 - MSE_model / MSE_baseline (1 perfect, above 0 better than the baseline; None where the baseline's is 0)."""
     return 1.0 - mse_model / mse_base if mse_base else None
 
 
 def per_point_scores(w, pred, network=None) -> list[dict[str, Any]]:
-    """Test RMSE of the reported forecast (``pred``: test forecasts in kelvin), of the network alone
-    (``network``, where the reported forecast is a blend) and of both baselines per point of windows ``w``
-    (kelvin), and the MSE skill scores."""
+    """Per point of windows ``w``, the test RMSE (K) of the reported forecast ``pred`` (K), of the network alone
+    (``network``, where ``pred`` is a blend) and of both baselines, and the MSE skill scores."""
     truth = w.to_kelvin(w.y["test"])
     base = w.predictions["test"]
     forecasts = {"model": pred, "persistence": base["persistence"], "climatology": base["climatology"]}
@@ -209,12 +202,11 @@ def summarize_timing(history: list[dict[str, Any]], warmup_epochs: int = 1) -> d
 
 
 def workers_section(cfg) -> dict[str, Any] | None:
-    """How the DataLoader's workers started (the record's ``workers``; None without them): their count, the
-    start method (``spawn``, the default of macOS and Windows, and ``forkserver`` start each worker as a fresh
-    Python process that imports torch and lstmnb and unpickles the training windows before its first batch;
-    ``fork`` copies the running process) and whether that happens every epoch (torch's default, the published
-    setting's) or once. Read without fixing the process's start method (``get_all_start_methods``' first is
-    the default the DataLoader takes)."""
+    """How the DataLoader's workers started (the record's ``workers``; None without them): their count, the start
+    method (``spawn``, macOS's and Windows' default, and ``forkserver`` start each as a fresh Python process that
+    imports torch and lstmnb and unpickles the training windows; ``fork`` copies this one) and whether every epoch
+    (torch's default, the published setting's) or once. The start method is read, not fixed (``get_all_start_methods``'
+    first is the DataLoader's default)."""
     if cfg.input_path != "dataloader" or not cfg.num_workers:
         return None
     import multiprocessing
@@ -236,8 +228,7 @@ def finish_record(core: Forecaster, windows: Windows, cfg, device: torch.device,
     """The run record: timing, the test forecast's metrics beside the baselines, per-point skill. A run
     that diverged (``divergence``: where, and its one-line message) is recorded as ``diverged`` with the
     epochs it finished before, and no figure from its non-finite weights: no test forecast, no metrics."""
-    workers = workers_section(cfg)
-    if workers is not None:  # how the DataLoader's workers started: their start-up is inside the epochs' seconds
+    if (workers := workers_section(cfg)) is not None:  # the workers' start-up is inside the epochs' seconds
         extra["workers"] = workers
     data = dict(data_info or {})
     data.update(sizes=windows.sizes(), split_times=windows.split_times, scored=windows.scored,
@@ -285,9 +276,7 @@ def finish_record(core: Forecaster, windows: Windows, cfg, device: torch.device,
 
 @dataclass
 class RunResult:
-    """What one run returns: the record (also appended to the results file) and the trained model.
-
-    ``record`` is None on DDP ranks other than 0 (they write nothing)."""
+    """What one run returns: the record (also appended to the results file; None on DDP ranks past 0) and the model."""
 
     record: dict[str, Any] | None
     model: nn.Module

@@ -1,21 +1,14 @@
-"""Divergence as an outcome: a run whose training loss, gradient norm or validation forecast (with no
-validation part: its weights at the epoch's end) stops being finite ends at that step, keeps its earlier
-epochs, checkpoint and best weights, and is recorded as ``diverged`` with one line saying where, the likely
-causes and what to try.
+"""Divergence as an outcome: a run whose training loss, gradient norm or validation forecast (with no validation
+part: its weights at the epoch's end) stops being finite ends at that step, keeps its earlier epochs, checkpoint and
+best weights, and is recorded as ``diverged`` with one line saying where, the likely causes and what to try.
 
-How it stays cheap: each step's loss (and the clipped gradient norm, where ``grad_clip`` computes one)
-stays on the device in a short list; nothing is computed per step. On a CPU there is no queue to drain,
-so the list is checked after every step (a few microseconds). On a GPU the host runs ahead of the
-device, and reading a value every step would stall it (and a CUDA graph's replays): the list is checked
-every ``GPU_CHECK_EVERY`` steps and at the end of the epoch, with one transfer. The first non-finite
-value in the list is still found exactly, so the record names the first bad step; the steps after it
-(at most ``GPU_CHECK_EVERY - 1``) ran on bad weights that are thrown away with the epoch, never saved.
-
-DDP ranks check at the end of each epoch only, together: every rank's first bad step is reduced to
-the smallest across ranks, so all ranks stop at the same point and no rank is left waiting in a
-collective. A non-finite gradient where no norm is computed shows one step later, as the loss of the
-weights it produced. With float16 autocast the GradScaler skips steps whose gradients overflow (that is
-its job), so gradient norms are not checked there."""
+Each step's loss (and the clipped gradient norm, where ``grad_clip`` computes one) stays on the device in a short
+list. A CPU checks it after every step (microseconds); on a GPU, reading every step would stall the host (and a CUDA
+graph's replays), so the list is read every ``GPU_CHECK_EVERY`` steps and at the epoch's end, in one transfer. The
+first bad step is still named exactly; the steps after it ran on weights thrown away with the epoch, never saved.
+DDP ranks check together at each epoch's end: the first bad step is the smallest over ranks, so all stop at the same
+point and none waits in a collective. A non-finite gradient with no norm computed shows one step later, as the loss.
+Under float16 autocast the GradScaler skips overflowing steps by design, so gradient norms are not checked there."""
 
 from __future__ import annotations
 
@@ -37,14 +30,12 @@ class Diverged(Exception):
 
 class DivergenceGuard:
     """Watches one Trainer's figures; ``found`` is the record's ``divergence`` section once one went bad.
-
-    ``scaled``: float16 autocast with a GradScaler (gradient norms of skipped steps are expected to
-    overflow). ``ranks``: set by DDP; then checks happen at epoch ends only, over all ranks."""
+    ``scaled``: float16 autocast with a GradScaler (gradient norms of skipped steps are expected to overflow)."""
 
     def __init__(self, device: torch.device, *, scaled: bool = False, every: int | None = None):
         self.device, self.scaled = device, scaled
         self.every = every or (1 if device.type == "cpu" else GPU_CHECK_EVERY)
-        self.ranks = False  # DDP: the first bad step is the smallest over the ranks
+        self.ranks = False  # set by DDP: checks at epoch ends only, the first bad step the smallest over the ranks
         self.found: dict[str, Any] | None = None
         self.epoch, self.steps, self.checked = 0, 0, 0
         self._losses: list[torch.Tensor] = []
@@ -54,8 +45,7 @@ class DivergenceGuard:
 
     # --- per step ---------------------------------------------------------------------------------
     def norm(self, total_norm: torch.Tensor) -> None:
-        """The step's gradient norm, as ``clip_grad_norm_`` returned it (inside a CUDA graph capture:
-        the graph's output tensor, which each replay overwrites)."""
+        """The step's norm from ``clip_grad_norm_`` (in a CUDA graph capture: the output each replay overwrites)."""
         if self.scaled:
             return
         if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -84,10 +74,9 @@ class DivergenceGuard:
         self._check()
 
     def check_epoch(self, train_loss: float, val_rmse: float | None, weights=()) -> None:
-        """The epoch's mean training loss and its validation forecast's RMSE (None: no validation part), before
-        they are kept. Without a validation forecast, ``weights`` (the model's parameters) are checked instead:
-        the epoch's last step can leave non-finite weights behind a finite loss (a gradient that overflowed),
-        and no later step's loss would show it."""
+        """The epoch's mean training loss and validation RMSE (None: no validation part) before they are kept; without
+        one, ``weights`` (the model's parameters) instead: the epoch's last step can leave non-finite weights behind
+        a finite loss (a gradient that overflowed), and no later step's loss would show it."""
         for what, value in (("mean training loss", train_loss), ("validation forecast (RMSE)", val_rmse)):
             if value is not None and not math.isfinite(value):
                 self._stop(None, what, value)

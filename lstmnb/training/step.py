@@ -27,7 +27,6 @@ POINT_WEIGHTS = {
     "persistence": "each point's samples weigh 1 / that point's persistence MSE on the training part (mean 1)",
 }
 
-
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -39,10 +38,10 @@ def weighted_mse(pred: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
 def sample_weights(windows, how: str) -> np.ndarray | None:
     """Per training sample its loss weight (float32, mean 1), or None for a plain MSE (``how`` = none).
 
-    With one model for many points a plain MSE is ruled by the points whose weather changes most (a smooth ocean
-    point's persistence error is a tenth of a land point's, so its samples weigh a hundredth as much, and the
-    network may lose to persistence there unseen). Weighing each point's samples by one over its persistence MSE
-    makes the loss the mean of the points' (1 - MSE skill score against persistence)."""
+    A plain MSE over many points is ruled by those whose weather changes most (a smooth ocean point's persistence
+    error is a tenth of a land point's, so its samples weigh a hundredth as much, and the network may lose to
+    persistence there unseen). Weights of 1 / the point's persistence MSE make the loss the mean over points of
+    (1 - MSE skill score against persistence)."""
     if how == "none":
         return None
     pid = windows.point_index["train"]
@@ -183,10 +182,9 @@ STEP_FLAGS = ("capturable", "fused", "foreach", "differentiable")
 
 @functools.cache
 def _import_dynamo_off_stack() -> None:
-    """torch.optim's constructors import ``torch._dynamo`` on their first call (``torch/_compile.py``,
-    ``inner``), and that import leaves reference cycles that hold the frames which called it: the first
-    run of a process (its Trainer, the device's training set) stayed alive until Python's cyclic collector
-    ran. Imported once from a thread of its own, whose stack holds no run; the cost is the same import."""
+    """torch.optim's constructors import ``torch._dynamo`` on first call (``torch/_compile.py``, ``inner``), leaving
+    reference cycles that hold the calling frames: a process's first run (its Trainer, the device's training set)
+    stayed alive until the cyclic collector ran. Imported once from a thread whose stack holds no run instead."""
     worker = threading.Thread(target=importlib.import_module, args=("torch._dynamo",), daemon=True)
     worker.start()
     worker.join()
@@ -205,14 +203,11 @@ def make_optimizer(model: nn.Module, cfg, device: torch.device, capturable: bool
 
 
 def restore_optimizer(opt: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
-    """``opt.load_state_dict(saved)``, keeping ``opt``'s own step flags and putting each ``step`` count where
-    those flags want it.
-
-    ``Optimizer.load_state_dict`` copies the saved groups' flags: a checkpoint of a CUDA-graph run
-    (capturable=True) resumed on a CPU would assert "If capturable=True, params and state_steps must be on
-    supported devices", and a CPU checkpoint resumed for a graph would be fused and not capturable, which
-    a capture refuses. The learnt state (moments, step counts, lr) is what the checkpoint holds; how to step
-    is this run's."""
+    """``opt.load_state_dict(saved)``, keeping ``opt``'s own step flags (the learnt state is the checkpoint's, how to
+    step is this run's) and putting each ``step`` count where those flags want it. ``load_state_dict`` copies the
+    saved flags: a CUDA-graph run's checkpoint (capturable=True) resumed on a CPU would assert "If capturable=True,
+    params and state_steps must be on supported devices", and a CPU one resumed for a graph would be fused and not
+    capturable, which a capture refuses."""
     own = [{k: g[k] for k in STEP_FLAGS if k in g} for g in opt.param_groups]
     opt.load_state_dict(saved)
     for group, flags in zip(opt.param_groups, own):
@@ -268,11 +263,10 @@ def graph_plan(cfg, device: torch.device, adtype: torch.dtype | None,
 
 
 def capture_epoch(planned: bool, full_batches_per_epoch: int) -> int:
-    """The epoch (1-based) whose training time includes the eager warm-up and the capture: 1 for an eager
-    run, or for a graph run with at least ``STEPS_TO_CAPTURE`` full batches an epoch; later when each epoch
-    has fewer (with 2 full batches per epoch the capture comes in epoch 2). Epochs up to it are warm-up;
-    the steady median (``evaluate.summarize_timing``) is taken over the epochs after it, so it never mixes
-    eager, capture and replay epochs. Pure."""
+    """The epoch (1-based) whose training time includes the eager warm-up and the capture: 1 for an eager run, or a
+    graph run with at least ``STEPS_TO_CAPTURE`` full batches an epoch; later with fewer (2 per epoch: epoch 2).
+    Epochs up to it are warm-up, so the steady median (``evaluate.summarize_timing``) never mixes eager, capture
+    and replay epochs. Pure."""
     if not planned or full_batches_per_epoch < 1:
         return 1
     return max(1, math.ceil(STEPS_TO_CAPTURE / full_batches_per_epoch))
@@ -285,28 +279,24 @@ def graph_record(planned: bool, reason: str, *, replays: int = 0, full_batches: 
     steps). Pure."""
     out: dict[str, Any] = {"planned": planned, "used": planned and replays > 0, "reason": reason,
                            "captured_steps": replays}
-    if not planned:
-        return out
-    out["steps"] = steps
-    if replays == 0:
-        out["reason"] = (f"planned, but nothing was captured: the run reached {full_batches} full batch(es) of "
-                         f"{batch_size}; {CAPTURE_NEEDS}")
+    if planned:
+        out["steps"] = steps
+        if replays == 0:
+            out["reason"] = (f"planned, but nothing was captured: the run reached {full_batches} full batch(es) of "
+                             f"{batch_size}; {CAPTURE_NEEDS}")
     return out
 
 
 class GraphStep:
-    """The Trainer's step, captured once and replayed (see the module's docstring).
-
-    Every batch is trained once, as in an eager run: the first full batches train eagerly on a side
-    stream (warm-up), the next one is captured and then replayed (capture alone runs nothing), later
-    ones refill the static indices and replay. A final smaller batch runs eagerly. Everything happens
-    inside ``torch.cuda.device(cuda:N)`` with streams made on that device: ``torch.cuda.graph``'s default
-    capture stream is made once per process on whatever device is current then."""
+    """The Trainer's step, captured once and replayed. Every batch trains once, as in an eager run: the first full
+    batches eagerly on a side stream (warm-up), the next is captured then replayed (capture alone runs nothing),
+    later ones refill the static indices and replay; a final smaller batch runs eagerly. All inside
+    ``torch.cuda.device(cuda:N)`` with streams made on that device: ``torch.cuda.graph``'s default capture stream
+    is made once per process on whatever device is current then."""
 
     def __init__(self, parts: StepParts, device: torch.device):
-        # the step's pieces, not the Trainer: a Trainer that kept a GraphStep that kept the Trainer would
-        # be a reference cycle, holding the device's training set, Adam's state and the graph's memory
-        # pool until Python's cyclic collector ran (torch does not collect when a capture starts)
+        # not the Trainer: that cycle would hold the training set, Adam's state and the graph's memory pool until
+        # the cyclic collector ran (torch does not collect when a capture starts)
         self.parts = parts
         self.device = indexed(device)
         self.graph: torch.cuda.CUDAGraph | None = None

@@ -1,9 +1,7 @@
-"""The Trainer: the pieces of a run that every strategy shares (model, optimiser, schedule, RNG, what feeds the
-step, the epoch loop, validation, history and checkpoints), and the record it finishes with its rung of the
-ladder (``with_rung``; ``skipped_record`` for a run that gave no figures).
-
-Timing follows docs/architecture.md: the device is synchronised before every clock read, the first
-(warm-up) epoch is reported apart from the steady epochs, and evaluation time is kept out of training time."""
+"""The Trainer: what every strategy shares (model, optimiser, schedule, RNG, what feeds the step, the epoch loop,
+validation, history, checkpoints), and the record it finishes with its rung of the ladder (``with_rung``;
+``skipped_record`` for a run that gave no figures). Timing (docs/architecture.md): the device is synchronised before
+every clock read, warm-up epochs are reported apart from steady ones, and evaluation time is kept out of training."""
 
 from __future__ import annotations
 
@@ -71,9 +69,8 @@ class Trainer:
 
     # --- state ------------------------------------------------------------------------------------
     def restore(self, state: dict[str, Any] | None) -> None:
-        """Continue from checkpoint ``state`` (None: a new run), read and checked once by ``pipeline.train``
-        (``checkpoints.open_checkpoint``, ``check_same_data``). A run that had stopped early stays stopped; a
-        run that was recorded and is finished keeps its mark; one resumed for more epochs becomes a new run."""
+        """Continue from checkpoint ``state`` (None: a new run) as ``pipeline.train`` read and checked it. A run
+        stopped early stays stopped; a recorded finished run keeps its mark; one given more epochs is a new run."""
         if state is None:
             return
         self.core.load_state_dict(state["model"])
@@ -164,13 +161,10 @@ class Trainer:
             batches: Callable[[int], Iterable] | None = None,
             reduce: Callable[[int, torch.Tensor, int, float], tuple[float, int, float, dict[str, Any]]] | None = None,
             agree: Callable[[bool], bool] | None = None, show: bool = True, **extra: Any) -> None:
-        """The epoch loop of every strategy.
-
-        ``batches(epoch)`` gives an epoch's batches (default: the whole set in this process);
-        ``reduce(epoch, loss_sum, seen, seconds)`` combines the ranks' figures into (mean loss, samples,
-        seconds, extra entry fields); ``agree(stop)`` makes every rank take rank 0's stopping decision.
-        A single process passes none of them. The loop ends early at a non-finite loss, gradient norm or
-        forecast (``Diverged``; ``self.guard.found`` says where)."""
+        """The epoch loop of every strategy. ``batches(epoch)`` gives an epoch's batches (default: the whole set in
+        this process); ``reduce(epoch, loss_sum, seen, seconds)`` combines the ranks' figures into (mean loss,
+        samples, seconds, extra entry fields); ``agree(stop)`` makes every rank take rank 0's stopping decision; a
+        single process passes none of them. A non-finite figure ends the loop (``Diverged``; ``guard.found``)."""
         if self.stopped_early:  # resumed after the run had already stopped early: nothing to train
             return
         from tqdm.auto import tqdm
