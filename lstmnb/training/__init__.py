@@ -1,11 +1,9 @@
 """Training, in the order a run flows: ``config`` (every knob once, with its help and rule; the presets), ``pipeline``
-(the front door: prepare data, train, run and record), ``trainer`` (the Trainer: epoch loop, validation,
-history), ``step`` (the batches that feed the step, the step, its optimiser and CUDA graph), ``guards``
-(divergence), ``evaluate`` (the test forecast, its blend and skill, the timing summary and the record),
-``checkpoints`` and ``parallel`` (DDP, DataParallel).
-
-``from lstmnb import train`` gives this package (documented API): ``train.run(request, train.TrainConfig())``.
-See docs/architecture.md."""
+(the front door: prepare data, train, run and record), ``trainer`` (the Trainer: epoch loop, validation, history),
+``step`` (the batches that feed the step, the step, its optimiser and CUDA graph), ``guards`` (divergence),
+``evaluate`` (the test forecast, its blend and skill, the timing summary and the record), ``checkpoints`` and
+``parallel`` (DDP, DataParallel). ``from lstmnb import train`` gives this package (documented API):
+``train.run(request, train.TrainConfig())``. See docs/architecture.md."""
 
 from .checkpoints import CHECKPOINT_FORMAT
 from .config import (AMP_MODES, INPUT_PATHS, LR_SCHEDULES, PRESETS, STRATEGIES, TrainConfig, config_from_dict,

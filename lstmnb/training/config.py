@@ -74,8 +74,8 @@ PRESET_SOURCES: dict[str, dict[str, Any]] = {
 
 
 # The recommended learning rate by lead (measured on the synthetic sample, README "Skill at every point"): 4e-3 up to
-# 6 h ahead; 5e-4 from 24 h ahead, where 4e-3 stops improving validation after the first epoch (5e-4: best
-# epoch 6, the same test RMSE); log-linear between.
+# 6 h ahead; 5e-4 from 24 h, where 4e-3 stops improving validation after epoch 1 (5e-4: best epoch 6, the same test
+# RMSE); log-linear between.
 LR_BY_LEAD = ((6, 4e-3), (24, 5e-4))
 
 
@@ -200,11 +200,9 @@ class TrainConfig:
     progress: bool = knob(True, "show progress bars")
 
     def window_config(self) -> WindowConfig:
-        return WindowConfig(
-            window=self.window, lead_hours=self.lead_hours, horizon=self.horizon,
-            fractions=tuple(self.fractions), split_dates=tuple(self.split_dates) if self.split_dates else None,
-            calendar=self.calendar, cycles=self.cycles,
-        )
+        return WindowConfig(window=self.window, lead_hours=self.lead_hours, horizon=self.horizon,
+                            fractions=tuple(self.fractions), calendar=self.calendar, cycles=self.cycles,
+                            split_dates=tuple(self.split_dates) if self.split_dates else None)
 
     @property
     def learning_rate(self) -> float:
@@ -217,9 +215,8 @@ class TrainConfig:
                 "preset_source": PRESET_SOURCES.get(self.preset)}
 
     def model_config(self, n_features: int) -> ModelConfig:
-        return ModelConfig(n_features=n_features, hidden=self.hidden, layers=self.layers,
-                           dropout=self.dropout, horizon=self.horizon, cell=self.cell,
-                           residual=self.residual)
+        return ModelConfig(n_features=n_features, hidden=self.hidden, layers=self.layers, dropout=self.dropout,
+                           horizon=self.horizon, cell=self.cell, residual=self.residual)
 
     def validate(self, say: Spelling = PYTHON) -> None:
         """Every value before any work starts: each field by its ``Rule``, then the rules between fields, a refusal
@@ -265,8 +262,7 @@ class TrainConfig:
         gates = 4 if self.cell == "lstm" else 3
         h = self.hidden
         params = gates * h * (1 + h + 2) + (self.layers - 1) * gates * h * (2 * h + 2) + (h + 1) * self.horizon
-        need = 16 * params
-        have = host_memory_bytes()
+        need, have = 16 * params, host_memory_bytes()
         if need > have:
             raise ConfigError(f"{say('hidden', h)} with {say('layers', self.layers)} needs {need / 2**30:,.0f} GiB for "
                               f"the weights, gradients and Adam state alone; this machine has {have / 2**30:,.0f} GiB")
@@ -350,8 +346,7 @@ def knob_problem(name: str, value: Any) -> str | None:
 def config_from_dict(values: dict[str, Any]) -> TrainConfig:
     """A TrainConfig from a mapping (profile, papermill parameters), rejecting unknown keys by name."""
     known = {f.name for f in fields(TrainConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
+    if unknown := sorted(set(values) - known):
         raise ConfigError(f"unknown training parameter(s) {unknown}; known: {sorted(known)}")
     return TrainConfig(**values)
 

@@ -1,6 +1,6 @@
-"""The front door of training, where a run enters and data flows one way: prepare the data (extract, window),
-train on the device and strategy the config names (``trainer.Trainer`` on one device, ``parallel`` for the
-others), and record the run (once per finished run, however often it is resumed)."""
+"""The front door of training, where data flows one way: prepare the data (extract, window), train on the device and
+strategy the config names (``trainer.Trainer`` on one device, ``parallel`` for the others), and record the run (once
+per finished run, however often it is resumed)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,8 @@ def check_windows(windows: Windows, cfg: TrainConfig) -> None:
     if built != wanted:
         differ = ", ".join(f"{n} {b} (config {w})" for n, b, w in zip(names, built, wanted) if b != w)
         raise ConfigError(f"the windows were built with {differ}; rebuild them with cfg.window_config()")
-    # a batch larger than the training part works (one full-batch step per epoch) but is not what the number
-    # says: a note. Under DDP the step's batch is the per-rank batch times the ranks; uneven shards refuse it
-    # in the ranks themselves (their shares need whole global batches)
+    # a batch above the training part works (one full-batch step per epoch) but is not what the number says: a note.
+    # Under DDP a step's batch is per rank x ranks; uneven shards refuse it in the ranks (they need whole batches)
     n_train = windows.x["train"].shape[0]
     world = int(cfg.nproc or os.environ.get("WORLD_SIZE") or 1) if cfg.strategy == "ddp" else 1  # its ranks
     if cfg.batch_size * world > n_train and not (world > 1 and cfg.uneven_shards) and is_rank_zero():
@@ -61,8 +60,7 @@ def thread_choice(cfg: TrainConfig, device: torch.device | None) -> Iterator[dic
 
 def recorded_run(windows: Windows, cfg: TrainConfig, state: dict[str, Any] | None) -> RunResult | None:
     """A finished run whose checkpoint says it was recorded: its record and best weights, no training."""
-    mark = recorded_marker(state, cfg)
-    if mark is None:
+    if (mark := recorded_marker(state, cfg)) is None:
         return None
     core = Forecaster(cfg.model_config(windows.n_features))
     best = state["best"].get("state")
@@ -79,12 +77,11 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
           state: dict[str, Any] | None = _UNREAD) -> RunResult:
     """Train a forecaster on ``windows`` as ``cfg`` says and return the record and the model.
 
-    ``on_epoch_end`` is called with each epoch's entry after its checkpoint is written (a notebook
-    can plot live; a test can interrupt the run there). Resuming a checkpoint whose run finished and
-    was recorded trains nothing and returns that record (``RunResult.recorded`` says where it is).
-    ``model``: a network of the caller's to train instead of the point Forecaster (one device, no
-    checkpoint; region mode's neighbour models). ``state``: what ``open_checkpoint(cfg)`` gave the caller
-    (``run`` reads it before the data); by default it is read here."""
+    ``on_epoch_end`` gets each epoch's entry after its checkpoint is written (a notebook can plot live; a test can
+    interrupt the run there). Resuming a run that finished and was recorded trains nothing and returns that record
+    (``RunResult.recorded`` says where). ``model``: the caller's network to train instead of the point Forecaster
+    (one device, no checkpoint; region mode's neighbour models). ``state``: what ``open_checkpoint(cfg)`` gave the
+    caller (``run`` reads it before the data); by default it is read here."""
     cfg.validate()
     check_windows(windows, cfg)
     if model is not None and (cfg.strategy != "single" or cfg.checkpoint):
@@ -97,8 +94,7 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
     if cfg.resume and state is None and is_rank_zero():  # the same command starts and resumes a run
         warnings.warn(f"--resume: no checkpoint at {cfg.checkpoint} yet, so this is a new run (checkpointed there)",
                       stacklevel=2)
-    done = recorded_run(windows, cfg, state)
-    if done is not None:
+    if (done := recorded_run(windows, cfg, state)) is not None:
         return done
     if cfg.strategy != "single":
         with thread_choice(cfg, None):  # ranks choose their own threads; an explicit cfg.threads applies here
@@ -114,10 +110,8 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
 
 
 def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress: bool = True, keys: bool = False):
-    """Extract (or read from cache) the request's series and window it as ``cfg`` says (``keys``: as keyed
-    windows, see ``windows.make_windows``).
-
-    Returns (windows, data_info) where data_info is the record's ``data`` section."""
+    """Extract (or read from cache) the request's series and window it as ``cfg`` says (``keys``: as keyed windows,
+    ``windows.make_windows``); returns (windows, data_info), data_info being the record's ``data`` section."""
     from .. import data
 
     cfg.validate()  # before the extraction, which may be a download
@@ -135,9 +129,8 @@ def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress:
 
 
 def record_run(result: RunResult, cfg: TrainConfig, results=DEFAULT_FILE) -> None:
-    """Append ``result``'s record to ``results`` once: a checkpointed run's record is appended unless
-    its run id is already in the file, and the checkpoint is then marked recorded. Sets
-    ``result.recorded`` when the record was already there."""
+    """Append ``result``'s record to ``results`` once: a checkpointed run's unless its run id is already in the file
+    (then ``result.recorded`` says so), and the checkpoint is then marked recorded."""
     if results is None or result.record is None or result.recorded is not None:
         return
     if not cfg.checkpoint:
@@ -155,10 +148,10 @@ def record_run(result: RunResult, cfg: TrainConfig, results=DEFAULT_FILE) -> Non
 
 def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
         on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
-    """Prepare data, train, and append the record to ``results`` (a .jsonl file or folder;
-    ``records.DEFAULT_FILE``: results/runs.jsonl; None: do not record), once per finished run. When the
-    record cannot be written, an ``OutputError`` carries the finished run as ``.result``; a run that
-    diverged is recorded, then raised as a ``DivergedError`` carrying it (``train`` returns it instead)."""
+    """Prepare data, train, and append the record to ``results`` (a .jsonl file or folder, default results/runs.jsonl;
+    None: no record), once per finished run. A record that cannot be written raises an ``OutputError`` carrying the
+    run as ``.result``; a diverged run is recorded, then raised as a ``DivergedError`` carrying it (``train`` returns
+    it instead)."""
     cfg.validate()  # a bad setting is named before any checkpoint is read
     state = open_checkpoint(cfg)  # read and checked once, before the data (which may be a download)
     windows, info = prepare_windows(request, cfg, progress=cfg.progress)

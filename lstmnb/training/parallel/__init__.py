@@ -23,10 +23,8 @@ def train_parallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
                    on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
                    options: RankOptions | None = None, state: dict[str, Any] | None = None):
     """``train.train`` for strategies other than single: DataParallel here, DDP as a rank or by launching ranks.
-
-    Under torchrun (or in a process group the caller made) this process is one rank; otherwise
-    ``cfg.nproc`` (default 1) local processes are started. ``state``: the checkpoint the caller already
-    loaded for ``cfg.resume``."""
+    Under torchrun (or in a process group the caller made) this process is one rank; otherwise ``cfg.nproc``
+    (default 1) local processes are started. ``state``: the checkpoint the caller already loaded for ``cfg.resume``."""
     if cfg.strategy == "dataparallel":
         return train_dataparallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, state=state)
     if (dist.is_available() and dist.is_initialized()) or under_launcher():

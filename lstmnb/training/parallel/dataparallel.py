@@ -1,5 +1,4 @@
-"""nn.DataParallel over the visible GPUs of one process (kept because the series measures it; DDP is
-the recommended multi-GPU strategy)."""
+"""nn.DataParallel over one process's visible GPUs (kept because the series measures it; DDP is recommended)."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from .streams import own_replica_streams
 
 
 class _InDtype(nn.Module):
-    """A replica that enters the run's autocast (``adtype``; None: off) inside its own forward, in whichever
-    thread runs it."""
+    """A replica that enters the run's autocast (``adtype``; None: off) in its own forward, whichever thread runs it."""
 
     def __init__(self, replica: nn.Module, adtype: torch.dtype | None):
         super().__init__()
@@ -32,13 +30,12 @@ class _InDtype(nn.Module):
 class ReplicaDataParallel(nn.DataParallel):
     """``nn.DataParallel`` that prepares its replicas, and only them, as it makes them each forward.
 
-    Autocast: torch's worker threads re-enter autocast without a dtype, and autocast's dtype is per thread,
-    CUDA's default float16 (``torch/nn/parallel/parallel_apply.py``; pytorch#60706): a bf16 run's replicas
-    trained in float16 without a loss scaler. Each replica enters the run's dtype in its own forward.
-    cuDNN: the replicas' weight copies are not one contiguous chunk, and cuDNN would warn and copy them per
-    call; each replica is flattened once when made. The original module is never hooked: it stays flat from
-    ``.to(device)``, and flattening copies every time (``RNNBase.flatten_parameters``), which would slow the
-    one-GPU path, evaluation and any later use of the run's model."""
+    Autocast: torch's worker threads re-enter autocast without a dtype, which is per thread, CUDA's default float16
+    (``torch/nn/parallel/parallel_apply.py``; pytorch#60706): a bf16 run's replicas trained in float16 without a
+    loss scaler, so each enters the run's dtype in its own forward. cuDNN would warn and copy the replicas' weights
+    (not one contiguous chunk) per call, so each replica is flattened once when made. The original module stays flat
+    from ``.to(device)`` and is never hooked: flattening copies every time (``RNNBase.flatten_parameters``), slowing
+    the one-GPU path, evaluation and any later use of the model."""
 
     def __init__(self, module: nn.Module, device_ids: list[int], adtype: torch.dtype | None):
         super().__init__(module, device_ids=device_ids)

@@ -60,11 +60,9 @@ COMM_SPLIT_REPEATS = 3  # timings of the steps with and of the steps without the
 
 def comm_split(tr: Trainer, ddp: nn.parallel.DistributedDataParallel, env: DistEnv, x: torch.Tensor,
                y: torch.Tensor, steps: int) -> dict[str, Any]:
-    """Time ``steps`` training steps with gradient all-reduce and the same steps under ``no_sync``, the two
-    alternated ``COMM_SPLIT_REPEATS`` times after a warm-up; the medians are compared.
-
-    The difference is the communication the backward pass could not hide, measured rather than
-    inferred. Model, optimiser and schedule are restored afterwards, so the run's results are unchanged."""
+    """Time ``steps`` training steps with gradient all-reduce and the same steps under ``no_sync``, alternated
+    ``COMM_SPLIT_REPEATS`` times after a warm-up: the medians' difference is the communication the backward could
+    not hide, measured. Model, optimiser and schedule are restored afterwards, so the run's results are unchanged."""
     saved = copy.deepcopy({"model": tr.core.state_dict(), "opt": tr.opt.state_dict(),
                            "sched": tr.sched.state_dict() if tr.sched is not None else None})
     b = tr.cfg.batch_size
@@ -96,8 +94,7 @@ def comm_split(tr: Trainer, ddp: nn.parallel.DistributedDataParallel, env: DistE
         tr.sched.load_state_dict(saved["sched"])
     comm = max(0.0, synced - local)
     return {"steps": steps, "step_s": synced / steps, "compute_s": local / steps, "comm_s": comm / steps,
-            "comm_fraction": comm / synced if synced > 0 else None,
-            "repeats": COMM_SPLIT_REPEATS,
+            "comm_fraction": comm / synced if synced > 0 else None, "repeats": COMM_SPLIT_REPEATS,
             "method": "same steps timed with DDP gradient all-reduce and under no_sync(), alternated, medians of "
                       "the repeats; max over ranks"}
 
@@ -116,10 +113,9 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
                on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
                options: RankOptions | None = None, state: dict[str, Any] | None = None) -> RunResult:
     """Train as one DDP rank; returns ``training.train``'s ``RunResult`` (the record None past rank 0).
-
-    ``cfg.batch_size`` is per rank, and one epoch covers the training set once across all ranks (all but the
-    n_train % world_size samples shuffled last, on both input paths: none is taken twice). Loss and sample
-    counts are summed across ranks, epoch time is the slowest rank's."""
+    ``cfg.batch_size`` is per rank; an epoch covers the training set once across the ranks (on both input paths all
+    but the n_train % world_size samples shuffled last: none twice). Loss and samples are summed across ranks, the
+    epoch time is the slowest rank's."""
     options = options or RankOptions()
     world, rank = env.world_size, env.rank
     n_train = windows.x["train"].shape[0]

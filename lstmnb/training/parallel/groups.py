@@ -1,8 +1,5 @@
-"""Process groups for DDP: where this process sits in the job (rank, world, device, backend), joining
-and leaving the group, and turning a lost peer into one clear error.
-
-NCCL on GPUs, gloo on CPU; ``init_distributed`` reads the launcher's environment (torchrun, or
-``launcher.spawn`` for local ranks)."""
+"""Process groups for DDP (NCCL on GPUs, gloo on CPU): where this process sits in the job, joining the group from the
+launcher's environment (torchrun, or ``launcher.spawn``'s local ranks), leaving it, and a lost peer as one error."""
 
 from __future__ import annotations
 
@@ -62,9 +59,9 @@ def is_rank_zero() -> bool:
 
 
 def ddp_device_kind(device: str) -> str:
-    """'cuda' or 'cpu' for a DDP run asked for on ``device``; errors name what is allowed, and a torch built
-    without torch.distributed (``USE_DISTRIBUTED=0``, the default of a macOS source build), whose module then
-    offers nothing but ``is_available``, is one line here rather than an AttributeError."""
+    """'cuda' or 'cpu' for a DDP run asked for on ``device``; errors name what is allowed, and a torch built without
+    torch.distributed (``USE_DISTRIBUTED=0``, a macOS source build's default; its module then offers nothing but
+    ``is_available``) is one line here rather than an AttributeError."""
     if not dist.is_available():
         raise DeviceError("strategy='ddp' needs torch.distributed, and this torch build has none "
                           f"(torch {torch.__version__}: torch.distributed.is_available() is False, built without "
@@ -73,19 +70,17 @@ def ddp_device_kind(device: str) -> str:
     name = (device or "auto").strip().lower()
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cpu":
-        return "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            raise DeviceError(cuda_missing("strategy='ddp' with device='cuda'", "use --device cpu (gloo ranks)"))
-        return "cuda"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(cuda_missing("strategy='ddp' with device='cuda'", "use --device cpu (gloo ranks)"))
+    if name in ("cpu", "cuda"):
+        return name
     raise ConfigError(f"device={device!r} with strategy='ddp': use auto, cpu (gloo ranks) or cuda "
                       f"(NCCL, rank r of a node on cuda:LOCAL_RANK)")
 
 
 def check_world_size(kind: str, local_world_size: int, option: str = "--nproc") -> None:
-    """Refuse more ranks on this node than it has devices (one GPU, or at least one core, per rank);
-    ``option`` is the option that asked for them (the message says what to give it)."""
+    """Refuse more ranks on this node than it has devices (one GPU, or at least one core, per rank); ``option``:
+    the option that asked for them (the message says what to give it)."""
     if local_world_size < 1:
         raise ConfigError(f"world_size={local_world_size} must be >= 1")
     have = torch.cuda.device_count() if kind == "cuda" else cpu_cores()
@@ -104,9 +99,9 @@ def free_port() -> int:
 
 
 def loopback_interface() -> str | None:
-    """The network interface that holds 127.0.0.1, as psutil names it (Linux 'lo', macOS 'lo0'), for
-    ``GLOO_SOCKET_IFNAME``; None on Windows, whose interface names gloo's libuv transport is not known to
-    take, and where psutil finds none: gloo then picks its own (the hostname's address, else the loopback)."""
+    """The interface holding 127.0.0.1 as psutil names it (Linux 'lo', macOS 'lo0'), for ``GLOO_SOCKET_IFNAME``;
+    None on Windows (gloo's libuv transport is not known to take its names) or where psutil finds none: gloo then
+    picks its own (the hostname's address, else the loopback)."""
     if sys.platform == "win32":
         return None
     import psutil
@@ -134,13 +129,11 @@ def local_rendezvous_environment() -> dict[str, str]:
 
 def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: int | None = None,
                      backend: str | None = None) -> DistEnv:
-    """Join the job described by the launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
-
-    NCCL and ``cuda:LOCAL_RANK`` on GPUs, gloo on CPU. Collectives that wait longer than ``timeout_s``
-    fail instead of hanging. CPU ranks get ``threads`` intra-op threads (default: the node's cores
-    divided among its ranks, so ranks do not fight over cores). ``backend='gloo'`` on CUDA lets several
-    ranks share a GPU (rank r on cuda:r mod GPUs): a correctness check of the multi-rank CUDA path on a
-    one-GPU machine, not a way to measure speed."""
+    """Join the job the launcher's environment describes (``LAUNCH_ENV``; or the group the caller made): NCCL and
+    ``cuda:LOCAL_RANK`` on GPUs, gloo on CPU. Collectives that wait longer than ``timeout_s`` fail instead of
+    hanging. CPU ranks get ``threads`` intra-op threads (default: the node's cores divided among its ranks).
+    ``backend='gloo'`` on CUDA lets ranks share a GPU (rank r on cuda:r mod GPUs): a correctness check of the
+    multi-rank CUDA path on a one-GPU machine, not a way to measure speed."""
     kind = ddp_device_kind(device)
     if kind == "cuda":
         from ...machine.cuda import prepare_cuda
@@ -191,9 +184,8 @@ def barrier(env: DistEnv) -> None:
 
 
 def is_comm_failure(exc: BaseException) -> bool:
-    if isinstance(exc, getattr(dist, "DistError", ())):
-        return True
-    return isinstance(exc, RuntimeError) and any(h in str(exc).lower() for h in _COMM_FAILURE_HINTS)
+    return isinstance(exc, getattr(dist, "DistError", ())) or (
+        isinstance(exc, RuntimeError) and any(h in str(exc).lower() for h in _COMM_FAILURE_HINTS))
 
 
 def comm_failure(exc: BaseException, env: DistEnv, timeout_s: float, where: str) -> DistributedError:

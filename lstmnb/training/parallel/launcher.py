@@ -53,9 +53,8 @@ def _rank_main(local_rank: int, job: _Job) -> None:
     for name, value in local_rendezvous_environment().items():  # loopback; Windows: no libuv TCPStore
         os.environ.setdefault(name, value)
     warnings.showwarning = errors.one_line_warnings(f"lstmnb rank {local_rank}")  # as the command says its own
-    # tqdm's default lock is a multiprocessing one, a named semaphore: a rank killed by the launcher (its
-    # deadline, Ctrl-C, SIGTERM) would leave it to the resource tracker, which warns of it at exit. A rank
-    # draws no bar that another process shares, so a thread lock serves.
+    # tqdm's default lock is a named semaphore, which a rank the launcher kills (deadline, Ctrl-C, SIGTERM) leaves
+    # to the resource tracker's warning at exit; a rank shares no bar with another process, so a thread lock serves
     tqdm.set_lock(threading.RLock())
     env = None
     try:
@@ -77,11 +76,9 @@ def _rank_main(local_rank: int, job: _Job) -> None:
 
 def _launch_error(workdir: Path, exc: BaseException, world: int, exitcodes: dict[int, int | None],
                   backend: str = "gloo", timeout_s: float | None = None) -> LstmnbError:
-    """The clearest single error for a failed job.
-
-    In order: a rank's own error (bad input, a bug), then a rank that died without a word (killed,
-    crashed; under NCCL a SIGABRT is NCCL's watchdog ending a rank whose collective timed out or whose
-    peer failed, before Python could report it), then a rank's report that it lost contact with the others."""
+    """The clearest single error for a failed job, in order: a rank's own error (bad input, a bug), a rank that died
+    without a word (killed, crashed; under NCCL a SIGABRT is NCCL's watchdog ending a rank whose collective timed
+    out or whose peer failed, before Python could report it), a rank's report that it lost the others."""
     reports = []
     for f in sorted(workdir.glob("error-rank*.json")):
         with contextlib.suppress(OSError, ValueError):  # a report half-written by a killed rank
@@ -118,10 +115,9 @@ def _launch_error(workdir: Path, exc: BaseException, world: int, exitcodes: dict
 
 
 def _died_after_its_work(workdir: Path, exc: BaseException, world: int) -> bool:
-    """Whether a rank died only while its interpreter exited, after the job was done: rank 0's result is
-    written and the dead rank had closed its group (every rank met at the group's last barrier). gloo can
-    abort a process at exit (SIGABRT, 'terminate called without an active exception'); that loses nothing,
-    so it is a warning, not a failed job."""
+    """Whether a rank died only as its interpreter exited, its work done: rank 0's result is written and the dead
+    rank had closed its group (past the last barrier). gloo can abort a process at exit (SIGABRT, 'terminate called
+    without an active exception'); that loses nothing, so it is a warning, not a failed job."""
     i = getattr(exc, "error_index", None)
     if i is None or not (workdir / "result.pt").exists() or not (workdir / f"done-rank{i}").exists():
         return False
@@ -135,11 +131,9 @@ def _died_after_its_work(workdir: Path, exc: BaseException, world: int) -> bool:
 def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwargs: dict[str, Any] | None = None,
           timeout_s: float = 300.0, threads: int | None = None, deadline_s: float | None = None,
           on_message: Callable[[Any], None] | None = None, backend: str | None = None) -> Any:
-    """Run ``fn(env, **kwargs)`` in ``world_size`` local processes (one per GPU, or gloo ranks on CPU).
-
-    Returns rank 0's return value. If any rank fails, the others are stopped and the clearest error is
-    raised here: the failing rank's own message, or which rank died and how. ``deadline_s`` bounds the
-    whole job. With ``on_message``, ``fn`` gets a ``queue`` whose items are passed to it as they arrive."""
+    """Run ``fn(env, **kwargs)`` in ``world_size`` local processes (one per GPU, or gloo ranks on CPU); returns rank
+    0's return value. If any rank fails, the others are stopped and the clearest error is raised here. ``deadline_s``
+    bounds the whole job. With ``on_message``, ``fn`` gets a ``queue`` whose items are passed to it as they arrive."""
     import torch.multiprocessing as mp
 
     kind = ddp_device_kind(device)
@@ -207,12 +201,10 @@ def launch_train(windows, cfg, world_size: int | None = None, *, data_info: dict
                  on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
                  options: RankOptions | None = None, deadline_s: float | None = None, backend: str | None = None,
                  state: dict[str, Any] | None = None):
-    """A DDP run of ``world_size`` (default ``cfg.nproc``) local processes; returns rank 0's ``RunResult``.
-    ``backend='gloo'`` with a CUDA device lets the ranks share GPUs (see ``init_distributed``). ``state``: the
-    checkpoint the run continues, as ``pipeline.train`` read it (the ranks do not read it again).
-
-    ``on_epoch_end`` runs here, in the caller's process, with rank 0's epoch entries as they finish, so a
-    notebook can plot live. The returned model lives on the CPU."""
+    """A DDP run of ``world_size`` (default ``cfg.nproc``) local processes; returns rank 0's ``RunResult``, its model
+    on the CPU. ``backend='gloo'`` on CUDA lets ranks share GPUs (``init_distributed``). ``state``: the checkpoint
+    as ``pipeline.train`` read it (the ranks do not read it again). ``on_epoch_end`` runs in this process with rank
+    0's epoch entries as they finish, so a notebook can plot live."""
     world = world_size or cfg.nproc or 1
     cfg = replace(cfg, strategy="ddp", nproc=world)
     cfg.validate()

@@ -1,5 +1,5 @@
-"""Uneven shards for DDP: each rank's share of the global batch sized from its measured throughput, so
-a slower device does not hold back the fast ones; the comm hook that weights gradients by share."""
+"""Uneven shards for DDP: each rank's share of the global batch sized from its measured throughput, so a slower
+device does not hold back the fast ones; the comm hook that weights gradients by share."""
 
 from __future__ import annotations
 
@@ -14,10 +14,8 @@ from ...errors import ConfigError
 from .groups import DistEnv
 
 def balanced_sizes(global_batch: int, throughputs: list[float]) -> list[int]:
-    """Split ``global_batch`` samples among ranks in proportion to their samples/s (each >= 1, exact sum).
-
-    Largest-remainder rounding, so the sizes add up to the global batch and the step count per epoch
-    does not change when the shares do."""
+    """Split ``global_batch`` samples among ranks in proportion to their samples/s (each >= 1), by largest-remainder
+    rounding: the sizes add up to the global batch, so the steps per epoch do not change when the shares do."""
     n = len(throughputs)
     if global_batch < n:
         raise ConfigError(f"global batch {global_batch} is smaller than world_size={n}; each rank needs a sample")
@@ -35,12 +33,10 @@ def balanced_sizes(global_batch: int, throughputs: list[float]) -> list[int]:
 
 
 class ShareBalancer:
-    """DDP comm-hook state for uneven shards: weights gradients by batch share and times local compute.
-
-    Rank r's gradient is a mean over its b_r samples; scaling it by b_r / B before a SUM all-reduce
-    gives the mean over the whole global batch B, as one process on that batch would compute. While
-    ``measuring``, each step's local compute time runs from the forward pre-hook to the moment the last
-    gradient bucket is ready (before any wait for other ranks), so the throughput is the rank's own."""
+    """DDP comm-hook state for uneven shards: weights gradients by batch share and times local compute. Rank r's
+    gradient is a mean over its b_r samples; scaled by b_r / B before a SUM all-reduce it gives the mean over the
+    global batch B, as one process would. While ``measuring``, a step's compute time runs from the forward pre-hook
+    to the last gradient bucket ready (before any wait for other ranks), so the throughput is the rank's own."""
 
     def __init__(self, env: DistEnv, weight: float):
         self.env, self.weight = env, weight

@@ -1,13 +1,10 @@
-"""Dropout's random numbers when a batch is split over ranks or GPUs.
-
-Every rank (and every GPU of one process) seeds torch from ``cfg.seed``, so that the starting weights
-agree. Left there, each part would also draw the same dropout masks: rank 1's k-th sample of a step
-would lose the same units as rank 0's k-th, which one process training the whole batch never does.
-So after the weights are made, each part past the first draws from a stream of its own, derived from
-the seed, its rank (or GPU) and the epoch it starts at (a resumed run starts new streams there; rank 0
-continues the checkpoint's). Rank 0 and cuda:0 keep the seed's stream: one rank draws what a
-one-process run draws. The batches' order comes from the Trainer's own generator, never from these
-streams, so every rank still takes its share of the same permutation."""
+"""Dropout's random numbers when a batch is split over ranks or GPUs. Every part seeds torch from ``cfg.seed`` so
+the starting weights agree, but left there each would draw the same dropout masks (rank 1's k-th sample losing the
+units rank 0's k-th loses), which one process on the whole batch never does. So after the weights are made, each
+part past the first draws from its own stream, derived from the seed, its rank (or GPU) and the epoch it starts at
+(a resumed run starts new streams there). Rank 0 and cuda:0 keep the seed's stream (a resumed rank 0 the
+checkpoint's): one rank draws what a one-process run draws. The batches' order comes from the Trainer's own
+generator, never these streams, so every rank still takes its share of the same permutation."""
 
 from __future__ import annotations
 
@@ -21,8 +18,8 @@ def stream_seed(seed: int, part: int, epoch: int = 0) -> int:
 
 
 def own_rank_stream(seed: int, rank: int, epoch: int = 0) -> None:
-    """Rank ``rank`` draws dropout from its own stream (torch's global generators: CPU, and the CUDA device
-    a rank runs on); rank 0 keeps the stream it has."""
+    """Rank ``rank`` draws dropout from its own stream (torch's global generators: CPU, and the rank's CUDA device);
+    rank 0 keeps the stream it has."""
     if rank:
         torch.manual_seed(stream_seed(seed, rank, epoch))
 
