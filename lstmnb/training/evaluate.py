@@ -93,9 +93,9 @@ DESCRIPTIONS = {
 
 
 def convex_weights(forecasts: np.ndarray, truth: np.ndarray) -> np.ndarray:
-    """Weights (k,), >= 0 and summing to 1, of the columns of ``forecasts`` (n, k) whose combination has the
-    least squared error against ``truth`` (n,): exact, by trying every set of columns (k is at most 3).
-    A single column is always a candidate, so the result is never worse than the best single column."""
+    """Weights (k,), >= 0 and summing to 1, of the columns of ``forecasts`` (n, k) whose combination has the least
+    squared error against ``truth`` (n,): exact, by trying every set of columns (k <= 3); single columns included,
+    so never worse than the best one."""
     f = np.asarray(forecasts, dtype=np.float64)
     y = np.asarray(truth, dtype=np.float64)
     k = f.shape[1]
@@ -144,9 +144,8 @@ def apply_blend(windows, split: str, network: np.ndarray, weights: np.ndarray) -
 
 
 def blend_section(windows, blend: str, network_val: np.ndarray, weights: np.ndarray) -> dict[str, Any]:
-    """The record's ``skill.blend``: which blend, what it means, and per point its weights and the validation
-    RMSE (K) of the reported forecast, the network alone and persistence (the reported one is never above
-    persistence's)."""
+    """The record's ``skill.blend``: which blend, what it means, and per point its weights and the validation RMSE
+    (K) of the reported forecast (never above persistence's), the network alone and persistence."""
     truth = windows.to_kelvin(windows.y["val"])
     forecasts = {"reported": apply_blend(windows, "val", network_val, weights), "network": network_val,
                  "persistence": windows.predictions["val"]["persistence"]}
@@ -179,10 +178,9 @@ def time_to_target(history: list[dict[str, Any]], target: float | None) -> dict[
 
 
 def summarize_timing(history: list[dict[str, Any]], warmup_epochs: int = 1) -> dict[str, Any]:
-    """Warm-up epochs apart from the steady ones; medians over the steady epochs. Warm-up: the epochs marked so
-    (each process's first epoch, or every epoch up to a late CUDA graph capture, ``step.capture_epoch``: a
-    resumed run warms up again), and the first ``warmup_epochs`` of a history from before the marks. With no
-    epoch after them the medians fall back to all epochs, and ``steady_epochs`` says 0."""
+    """Warm-up epochs apart from the steady ones, medians over the steady. Warm-up: the epochs marked so (each process's
+    first, or all up to a late CUDA graph capture, ``step.capture_epoch``; a resumed run warms up again) and the first
+    ``warmup_epochs`` of a history from before the marks. No steady epoch: medians over all, ``steady_epochs`` 0."""
     warm = [i < max(1, warmup_epochs) or bool(h.get("warmup")) for i, h in enumerate(history)]
     train_s = [h["train_s"] for h in history]
     steady = [h for h, x in zip(history, warm) if not x] or history
@@ -225,9 +223,9 @@ def finish_record(core: Forecaster, windows: Windows, cfg, device: torch.device,
                    history: list[dict[str, Any]], stopped_early: bool, data_info: dict[str, Any] | None,
                    stop_reason: str, memory: dict[str, Any], divergence: dict[str, Any] | None = None,
                    warmup_epochs: int = 1, **extra: Any) -> dict[str, Any]:
-    """The run record: timing, the test forecast's metrics beside the baselines, per-point skill. A run
-    that diverged (``divergence``: where, and its one-line message) is recorded as ``diverged`` with the
-    epochs it finished before, and no figure from its non-finite weights: no test forecast, no metrics."""
+    """The run record: timing, the test forecast's metrics beside the baselines, per-point skill. A run that diverged
+    (``divergence``: where, and its message) is recorded as ``diverged`` with its finished epochs and no figure from
+    its non-finite weights (no test forecast, no metrics)."""
     if (workers := workers_section(cfg)) is not None:  # the workers' start-up is inside the epochs' seconds
         extra["workers"] = workers
     data = dict(data_info or {})
@@ -255,8 +253,7 @@ def finish_record(core: Forecaster, windows: Windows, cfg, device: torch.device,
         timing["train_flops_per_s"] = timing["samples_per_s"] * model["flops_per_sample"]["training"]
     metrics = {
         "test_rmse_k": test["rmse"], "test_mae_k": test["mae"],
-        "persistence_rmse_k": base["persistence"]["rmse"], "persistence_mae_k": base["persistence"]["mae"],
-        "climatology_rmse_k": base["climatology"]["rmse"], "climatology_mae_k": base["climatology"]["mae"],
+        **{f"{b}_{m}_k": base[b][m] for b in ("persistence", "climatology") for m in ("rmse", "mae")},
         "network_test_rmse_k": alone["rmse"], "network_test_mae_k": alone["mae"],
         **{f"mse_skill_vs_{b}": mse_skill_score(test["rmse"] ** 2, base[b]["rmse"] ** 2)
            for b in ("persistence", "climatology")},

@@ -37,13 +37,9 @@ class DivergenceGuard:
         self.every = every or (1 if device.type == "cpu" else GPU_CHECK_EVERY)
         self.ranks = False  # set by DDP: checks at epoch ends only, the first bad step the smallest over the ranks
         self.found: dict[str, Any] | None = None
-        self.epoch, self.steps, self.checked = 0, 0, 0
-        self._losses: list[torch.Tensor] = []
-        self._norms: list[torch.Tensor | None] = []
-        self._norm: torch.Tensor | None = None  # this step's gradient norm (eager)
         self._static_norm: torch.Tensor | None = None  # the captured CUDA graph's output, read after each replay
+        self.start_epoch(0)
 
-    # --- per step ---------------------------------------------------------------------------------
     def norm(self, total_norm: torch.Tensor) -> None:
         """The step's norm from ``clip_grad_norm_`` (in a CUDA graph capture: the output each replay overwrites)."""
         if self.scaled:
@@ -55,7 +51,7 @@ class DivergenceGuard:
 
     def start_epoch(self, epoch: int) -> None:
         self.epoch, self.steps, self.checked = epoch, 0, 0
-        self._losses, self._norms, self._norm = [], [], None
+        self._losses, self._norms, self._norm = [], [], None  # unchecked steps' losses and norms; this step's norm
 
     def see(self, loss: torch.Tensor) -> torch.Tensor:
         """One step's detached loss; kept on the device, checked every ``every`` steps. Returns ``loss``."""
@@ -85,7 +81,6 @@ class DivergenceGuard:
             if finite and not bool(torch.stack(finite).all()):  # one transfer
                 self._stop(None, "update of the epoch's last step (the weights it left)", None)
 
-    # --- checking ---------------------------------------------------------------------------------
     def _first_bad(self) -> tuple[int, str, float] | None:
         """(step, what, value) of the first non-finite loss or norm in the list, or None."""
         if not self._losses:
@@ -124,7 +119,6 @@ class DivergenceGuard:
                       "steps_per_check": None if self.ranks else self.every}
         raise Diverged(what)
 
-    # --- the outcome ------------------------------------------------------------------------------
     def outcome(self, cfg, *, resumed: bool, history: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, Any] | None:
         """The record's ``divergence`` section with its one-line ``message``; None when the run stayed finite."""
         if self.found is None:

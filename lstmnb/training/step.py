@@ -322,7 +322,6 @@ class GraphStep:
         s = self.static = {"x": x, "y": y, "idx": idx.clone(), "acc": torch.zeros((), device=self.device)}
         graph = torch.cuda.CUDAGraph()
         p.opt.zero_grad(set_to_none=True)
-        n = idx.numel()
         with torch.cuda.graph(graph, stream=torch.cuda.Stream(device=self.device)), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=STREAM_WARNING)
             xb, yb = s["x"].index_select(0, s["idx"]), s["y"].index_select(0, s["idx"])
@@ -332,7 +331,7 @@ class GraphStep:
             if p.grad_clip:  # the guard keeps the captured norm and reads it after each replay
                 p.guard.norm(nn.utils.clip_grad_norm_(p.core.parameters(), p.grad_clip))
             p.opt.step()
-            s["acc"].add_(loss.detach(), alpha=n)  # the epoch's loss sum, accumulated by the replays
+            s["acc"].add_(loss.detach(), alpha=idx.numel())  # the epoch's loss sum, accumulated by the replays
             s["loss"] = loss.detach()  # this replay's loss, for the divergence guard
         # only detached buffers are kept: a captured loss that kept its autograd graph would make later
         # eager steps warn that an AccumulateGrad node's stream does not match

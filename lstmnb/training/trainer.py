@@ -61,13 +61,11 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] = {"val_rmse_k": math.inf, "epoch": None, "state": None}
         self.start_epoch = 0
-        self.stopped_early = False
-        self.stop_reason: str | None = None
+        self.stopped_early, self.stop_reason = False, None  # stop_reason: why early stopping ended the run
         self.run_id = new_run_id()  # kept in the checkpoint: a resumed run records under the same id
         self.x_val = torch.from_numpy(windows.x["val"]).to(device)
         self.y_val = torch.from_numpy(windows.y["val"]).to(device)
 
-    # --- state ------------------------------------------------------------------------------------
     def restore(self, state: dict[str, Any] | None) -> None:
         """Continue from checkpoint ``state`` (None: a new run) as ``pipeline.train`` read and checked it. A run
         stopped early stays stopped; a recorded finished run keeps its mark; one given more epochs is a new run."""
@@ -104,7 +102,6 @@ class Trainer:
             "history": self.history, "best": self.best,
         })
 
-    # --- one step, one epoch ----------------------------------------------------------------------
     def step_parts(self) -> StepParts:
         """What a step touches now (``self.model`` as a strategy may have wrapped it), without the Trainer."""
         return StepParts(model=self.model, core=self.core, opt=self.opt, loss=self.feed.loss, guard=self.guard,
@@ -241,7 +238,6 @@ def skipped_record(cfg: TrainConfig, reason: str, status: str = "skipped", **ext
 
 def with_rung(record: dict[str, Any]) -> dict[str, Any]:
     """``record`` with its rung of the ladder (``rungs.rung_of``, against the presets it compares) where it is one."""
-    rung = rung_of(record, {name: preset_config(name).as_record() for name in ("published", "recommended")})
-    if rung is not None:
+    if rung := rung_of(record, {name: preset_config(name).as_record() for name in ("published", "recommended")}):
         record["ladder"] = rung
     return record

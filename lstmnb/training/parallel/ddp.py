@@ -45,10 +45,9 @@ def wrap_ddp(core: nn.Module, cfg, env: DistEnv) -> nn.parallel.DistributedDataP
 
 
 def steps_per_epoch(n_train: int, cfg, world: int) -> int:
-    if cfg.uneven_shards:
-        steps = n_train // (cfg.batch_size * world)
-    else:  # both input paths give each rank n_train // world samples (the sampler drops the rest, never pads)
-        steps = math.ceil((n_train // world) / cfg.batch_size)
+    # even shards: both input paths give each rank n_train // world samples (the sampler drops the rest, never pads)
+    steps = (n_train // (cfg.batch_size * world) if cfg.uneven_shards
+             else math.ceil((n_train // world) / cfg.batch_size))
     if steps < 1:
         raise ConfigError(f"batch_size={cfg.batch_size} per rank x world_size={world} = {cfg.batch_size * world} "
                           f"is more than the {n_train} training samples; use a smaller batch_size")
@@ -136,12 +135,11 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
         ddp.register_comm_hook(balancer, weighted_allreduce_hook)
         tr.core.register_forward_pre_hook(balancer.on_forward)
 
-    # the fast path batches from the training set on the device; the DataLoader path needs it there only
-    # for comm_split's timed steps, so it is copied then (not held through training for nothing)
+    # the fast path batches from the training set on the device; the DataLoader path copies it only for comm_split
     x_train, y_train = tr.feed.train_tensors() if cfg.input_path == "fast" else (None, None)
     if cfg.input_path == "dataloader":
-        # drop_last: the n_train % world samples past the shuffled shards are left out of this epoch, as on the
-        # fast path; without it the sampler pads with repeats, trained and counted twice (loss, samples/s)
+        # drop_last: the n_train % world samples past the shuffled shards are left out, as on the fast path; without
+        # it the sampler pads with repeats, trained and counted twice (loss, samples/s)
         sampler = torch.utils.data.distributed.DistributedSampler(range(n_train), num_replicas=world, rank=rank,
                                                                   shuffle=True, seed=cfg.seed, drop_last=True)
         loader = tr.feed.make_loader(sampler)
@@ -206,10 +204,9 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
             "comm_split": split,
         }
         threads = {"threads": env.threads} if env.threads else {}  # CPU ranks: their share of the node's cores
-        # None on ranks that do not write
-        record = tr.finish(data_info, world_size=world, parallel=parallel_info, **threads)
-        # every rank waits for rank 0's record: a rank that tears its group down while rank 0 still
-        # works can abort (gloo: SIGABRT in the early rank), so the ranks leave together
+        record = tr.finish(data_info, world_size=world, parallel=parallel_info, **threads)  # None past rank 0
+        # every rank waits for rank 0's record: a rank that tears its group down while rank 0 still works can abort
+        # (gloo: SIGABRT in the early rank), so the ranks leave together
         where[0] = "the end of the run"
         barrier(env)
     except Exception as exc:

@@ -26,8 +26,6 @@ class DistributedError(LstmnbError):
     """A rank failed, or lost contact with the others, during a distributed run."""
 
 
-# --- process groups ---------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class DistEnv:
     """Where this process sits in the job: its rank, the world, its device and the backend."""
@@ -119,8 +117,7 @@ def local_rendezvous_environment() -> dict[str, str]:
     TCPStore without libuv (torch 2.4 and 2.5 ask for libuv by default and their Windows builds have none:
     'use_libuv was requested but PyTorch was build without libuv support'; later torch defaults to 0 there)."""
     env = {}
-    interface = loopback_interface()
-    if interface is not None:
+    if (interface := loopback_interface()) is not None:
         env["GLOO_SOCKET_IFNAME"] = interface
     if sys.platform == "win32":
         env["USE_LIBUV"] = "0"
@@ -141,8 +138,7 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: in
         prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
     owns = not dist.is_initialized()  # else the caller (a notebook, a test) created the group
     if owns:
-        missing = [k for k in LAUNCH_ENV if k not in os.environ]
-        if missing:
+        if missing := [k for k in LAUNCH_ENV if k not in os.environ]:
             raise ConfigError(f"strategy='ddp' needs a launcher: run under torchrun, or give nproc / --nproc N "
                               f"to start local processes (missing environment: {', '.join(missing)})")
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -190,7 +186,6 @@ def is_comm_failure(exc: BaseException) -> bool:
 
 def comm_failure(exc: BaseException, env: DistEnv, timeout_s: float, where: str) -> DistributedError:
     first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-    return DistributedError(
-        f"rank {env.rank}/{env.world_size} lost contact with the other ranks during {where} ({first}); "
-        f"another rank failed or waited longer than dist_timeout_s={timeout_s:g}; nothing more was written"
-    )
+    return DistributedError(f"rank {env.rank}/{env.world_size} lost contact with the other ranks during {where} "
+                            f"({first}); another rank failed or waited longer than dist_timeout_s={timeout_s:g}; "
+                            "nothing more was written")

@@ -56,7 +56,6 @@ def _rank_main(local_rank: int, job: _Job) -> None:
     # tqdm's default lock is a named semaphore, which a rank the launcher kills (deadline, Ctrl-C, SIGTERM) leaves
     # to the resource tracker's warning at exit; a rank shares no bar with another process, so a thread lock serves
     tqdm.set_lock(threading.RLock())
-    env = None
     try:
         env = init_distributed(job.device, job.timeout_s, job.threads, job.backend)
         result = job.fn(env, **job.kwargs, **({"queue": job.queue} if job.queue is not None else {}))
@@ -83,8 +82,7 @@ def _launch_error(workdir: Path, exc: BaseException, world: int, exitcodes: dict
     for f in sorted(workdir.glob("error-rank*.json")):
         with contextlib.suppress(OSError, ValueError):  # a report half-written by a killed rank
             reports.append(json.loads(f.read_text()))
-    own = [r for r in reports if r["type"] != "DistributedError"]
-    if own:
+    if own := [r for r in reports if r["type"] != "DistributedError"]:
         r = own[0]
         cls = getattr(errors, r["type"], None) if r["ours"] else None
         if not (isinstance(cls, type) and issubclass(cls, LstmnbError)):
@@ -142,8 +140,7 @@ def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwar
     if not (kind == "cuda" and backend == "gloo"):  # gloo ranks may share a GPU (a correctness check)
         check_world_size(kind, world_size)
     workdir = Path(tempfile.mkdtemp(prefix="lstmnb-ranks-"))
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue() if on_message is not None else None
+    queue = mp.get_context("spawn").SimpleQueue() if on_message is not None else None
     job = _Job(fn, kwargs or {}, world_size, free_port(), device, timeout_s, threads, str(workdir), queue, backend)
 
     def drain() -> None:
