@@ -154,9 +154,8 @@ def _check_digest(path: Path, data: bytes) -> None:
 
 
 def refuse_replacing(cfg: TrainConfig) -> None:
-    """A new run (neither ``resume`` nor ``overwrite_checkpoint``) whose ``checkpoint`` path already holds a
-    file is refused in one line naming what is there and this run, before any work; so is any run whose checksum
-    file's path is a folder (its first save would fail after an epoch)."""
+    """Refuse before any work, in one line, a new run (neither ``resume`` nor ``overwrite_checkpoint``) whose
+    ``checkpoint`` path holds a file (naming it), and any run whose checksum path is a folder (its first save fails)."""
     if cfg.checkpoint and checksum_path(cfg.checkpoint).is_dir():
         raise CheckpointError(f"--checkpoint {cfg.checkpoint}: its checksum file {checksum_path(cfg.checkpoint)} is a "
                               "folder, so no checkpoint could be saved; move or delete that folder, or give another "

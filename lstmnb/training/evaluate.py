@@ -202,9 +202,8 @@ def summarize_timing(history: list[dict[str, Any]], warmup_epochs: int = 1) -> d
 def workers_section(cfg) -> dict[str, Any] | None:
     """How the DataLoader's workers started (the record's ``workers``; None without them): their count, the start
     method (``spawn``, macOS's and Windows' default, and ``forkserver`` start each as a fresh Python process that
-    imports torch and lstmnb and unpickles the training windows; ``fork`` copies this one) and whether every epoch
-    (torch's default, the published setting's) or once. The start method is read, not fixed (``get_all_start_methods``'
-    first is the DataLoader's default)."""
+    imports torch and lstmnb and unpickles the training windows; ``fork`` copies this one, read without fixing it)
+    and whether every epoch (torch's default, the published setting's) or once."""
     if cfg.input_path != "dataloader" or not cfg.num_workers:
         return None
     import multiprocessing

@@ -36,12 +36,10 @@ def weighted_mse(pred: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
 
 
 def sample_weights(windows, how: str) -> np.ndarray | None:
-    """Per training sample its loss weight (float32, mean 1), or None for a plain MSE (``how`` = none).
-
-    A plain MSE over many points is ruled by those whose weather changes most (a smooth ocean point's persistence
-    error is a tenth of a land point's, so its samples weigh a hundredth as much, and the network may lose to
-    persistence there unseen). Weights of 1 / the point's persistence MSE make the loss the mean over points of
-    (1 - MSE skill score against persistence)."""
+    """Per training sample its loss weight (float32, mean 1), or None for a plain MSE (``how`` = none). A plain MSE
+    over many points is ruled by those whose weather changes most (a smooth ocean point's persistence error is a tenth
+    of a land point's, so its samples weigh a hundredth as much, and the network may lose to persistence there unseen);
+    weights of 1 / the point's persistence MSE make the loss the mean over points of (1 - MSE skill vs persistence)."""
     if how == "none":
         return None
     pid = windows.point_index["train"]
@@ -214,9 +212,8 @@ def restore_optimizer(opt: torch.optim.Optimizer, saved: dict[str, Any]) -> None
         group.update(flags)
         on_device = bool(flags.get("capturable") or flags.get("fused"))
         for p in group["params"]:
-            state = opt.state.get(p, {})
-            step = state.get("step")
-            if isinstance(step, torch.Tensor):  # capturable/fused: float32 on the parameter's device; else CPU
+            state = opt.state.get(p, {})  # a tensor step: float32, on the parameter's device if capturable/fused
+            if isinstance(step := state.get("step"), torch.Tensor):
                 state["step"] = step.to(dtype=torch.float32, device=p.device if on_device else "cpu")
 
 
@@ -345,8 +342,7 @@ class GraphStep:
                 self.graph, self.static = None, {}  # new training tensors: capture again (no new warm-up)
             if self.graph is not None:
                 self.static["acc"].zero_()
-            eager = torch.zeros((), device=self.device)
-            seen = 0
+            eager, seen = torch.zeros((), device=self.device), 0
             for idx in batches.indices:
                 n = idx.numel()
                 seen += n

@@ -31,11 +31,11 @@ class ReplicaDataParallel(nn.DataParallel):
     """``nn.DataParallel`` that prepares its replicas, and only them, as it makes them each forward.
 
     Autocast: torch's worker threads re-enter autocast without a dtype, which is per thread, CUDA's default float16
-    (``torch/nn/parallel/parallel_apply.py``; pytorch#60706): a bf16 run's replicas trained in float16 without a
-    loss scaler, so each enters the run's dtype in its own forward. cuDNN would warn and copy the replicas' weights
-    (not one contiguous chunk) per call, so each replica is flattened once when made. The original module stays flat
-    from ``.to(device)`` and is never hooked: flattening copies every time (``RNNBase.flatten_parameters``), slowing
-    the one-GPU path, evaluation and any later use of the model."""
+    (``torch/nn/parallel/parallel_apply.py``; pytorch#60706), so each replica enters the run's dtype in its own
+    forward (else a bf16 run trains in float16 with no loss scaler). cuDNN would warn and copy the replicas' weights
+    (not one contiguous chunk) per call, so each is flattened once when made. The original module, flat from
+    ``.to(device)``, is never hooked: flattening copies every time (``RNNBase.flatten_parameters``), slowing the
+    one-GPU path, evaluation and any later use of the model."""
 
     def __init__(self, module: nn.Module, device_ids: list[int], adtype: torch.dtype | None):
         super().__init__(module, device_ids=device_ids)

@@ -98,16 +98,6 @@ def comm_split(tr: Trainer, ddp: nn.parallel.DistributedDataParallel, env: DistE
                       "the repeats; max over ranks"}
 
 
-def _shard_sizes(cfg, world: int, options: RankOptions) -> list[int]:
-    if options.shard_sizes is None:
-        return [cfg.batch_size] * world
-    sizes = [int(v) for v in options.shard_sizes]
-    if not cfg.uneven_shards or len(sizes) != world or sum(sizes) != cfg.batch_size * world or min(sizes) < 1:
-        raise ConfigError(f"shard_sizes={options.shard_sizes} needs uneven_shards=True, one size >= 1 per rank "
-                          f"(world_size={world}) and a sum of batch_size x world_size = {cfg.batch_size * world}")
-    return sizes
-
-
 def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None = None,
                on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
                options: RankOptions | None = None, state: dict[str, Any] | None = None) -> RunResult:
@@ -127,7 +117,11 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
     slow = options.slowdown_s_per_sample.get(rank)  # a slower device on purpose, to show and test the balancing
     if slow:  # a fixed time per training sample of each forward
         tr.core.register_forward_hook(lambda m, args, out: time.sleep(slow * args[0].shape[0]) if m.training else None)
-    sizes = _shard_sizes(cfg, world, options)
+    sizes = [cfg.batch_size] * world if options.shard_sizes is None else [int(v) for v in options.shard_sizes]
+    if options.shard_sizes is not None and (not cfg.uneven_shards or len(sizes) != world
+                                            or sum(sizes) != cfg.batch_size * world or min(sizes) < 1):
+        raise ConfigError(f"shard_sizes={options.shard_sizes} needs uneven_shards=True, one size >= 1 per rank "
+                          f"(world_size={world}) and a sum of batch_size x world_size = {cfg.batch_size * world}")
     balancer = None
     if cfg.uneven_shards:
         balancer = ShareBalancer(env, weight=sizes[rank] / (cfg.batch_size * world))

@@ -39,8 +39,7 @@ class ShareBalancer:
     to the last gradient bucket ready (before any wait for other ranks), so the throughput is the rank's own."""
 
     def __init__(self, env: DistEnv, weight: float):
-        self.env, self.weight = env, weight
-        self.measuring = True
+        self.env, self.weight, self.measuring = env, weight, True
         self.compute_s, self.samples = 0.0, 0
         self._start: float | None = None
         self._ready: float | None = None
