@@ -1,16 +1,14 @@
 """The ladder: the study's workload timed rung by rung, from the study's own code to lstmnb's fastest step.
 
 Rung 0 is the study's code as its notebook ran it (``--preset published``); each later rung makes one change on the
-one before (``RUNGS``); a change that means nothing on a device (the heap is a CPU run's, a CUDA graph a GPU's) is
-not a rung there. The last rung is the recommended setting, labelled as such with its accuracy beside it.
+one before (``RUNGS``: plain data, the report draws them too) and is no rung on a device where the change means nothing
+(the heap is a CPU run's, a CUDA graph a GPU's). The last rung is the recommended setting, with its accuracy beside it.
 
-A record's rung (``ladder``: rung, name, change) is worked out here from what the run did (its config, the heap its
-record states, whether a CUDA graph was used) and on what data, so that any run of the study's workload finds its
-place, ``lstmnb train --preset published`` and older records included (a missing knob: lstmnb's behaviour before it
-existed). ``experiments.ladder`` runs every rung in a fresh process: a process's heap cannot be put back once a run
-kept it (``machine.memory.keep_freed_heap``). The rungs are plain data (the report draws them too); ``rung_of`` takes
-the presets it compares a record with from its caller (``training.trainer.with_rung``): this module imports no
-training code, so anything may use it.
+``rung_of`` works out a record's rung (``ladder``: rung, name, change) from what the run did and on what data, so any
+run of the study's workload finds its place, ``lstmnb train --preset published`` and older records included. It takes
+the presets it compares with from its caller (``training.trainer.with_rung``): this module imports no training code.
+``experiments.ladder`` runs each rung in a fresh process: a heap a run kept cannot be put back
+(``machine.memory.keep_freed_heap``).
 """
 
 from __future__ import annotations

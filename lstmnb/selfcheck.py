@@ -2,12 +2,10 @@
 ``skipped`` (why), with its time, within a budget that grows with the GPUs (``deep_budget``: about two minutes on
 one). The first command to run on a new node; ``doctor`` (the quick, import-level report) stays separate.
 
-CPU: a training run and a 2-rank DDP run over gloo (a real process group). The first CUDA GPU: eager steps, the same
-steps captured as a CUDA graph (losses equal to the eager ones), bfloat16 where the GPU has it natively, the CUDA
-memory cap with a batch past it recorded as ``oom``; each other GPU: a short smoke job (a few eager steps); NCCL with
-2 ranks where there are 2 GPUs; each Numba CUDA engine against NumPy's gradient. Every failure, a sticky CUDA error
-met by the closing synchronisation included, is a ``failed`` row (``run_job``), never a traceback. ``deep_ready``
-says whether what a profile needs passed.
+CPU: training and a 2-rank DDP run over gloo. The first CUDA GPU: eager steps, the same steps captured as a CUDA graph
+(losses equal to the eager ones), bfloat16 where native, the CUDA memory cap (a batch past it recorded as ``oom``);
+each other GPU: a smoke job (a few eager steps); NCCL with 2 ranks where there are 2 GPUs; each Numba CUDA engine
+against NumPy's gradient. Any failure (a sticky CUDA error at the closing synchronisation too) is a ``failed`` row.
 """
 
 from __future__ import annotations
@@ -76,8 +74,6 @@ def tiny_config(**kw: Any):
                 checkpoint=None, experiment="doctor-deep")
     return TrainConfig(**{**base, **kw})
 
-
-# --- the jobs ------------------------------------------------------------------------------------
 
 def cpu_train(windows) -> str:
     from .training import train
@@ -191,8 +187,6 @@ def numba_engine(version: str) -> str:
     where = " in Numba's CUDA simulator" if simulator_enabled() else ""
     return f"loss and gradient equal NumPy's{where} (float64, relative error {err:.0e})"
 
-
-# --- running them ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Planned:
