@@ -25,8 +25,7 @@ def __getattr__(name: str):
     if name in _HOME:
         import importlib
 
-        value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-        globals()[name] = value
+        globals()[name] = value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -70,8 +70,7 @@ class BlockCache:
             try:
                 with os.scandir(self.dir) as entries:
                     for entry in sorted(entries, key=lambda e: e.name):  # each slot's files in name order
-                        parsed = _parse(entry.name)
-                        if parsed is not None:
+                        if (parsed := _parse(entry.name)) is not None:
                             listing.setdefault(parsed[0], []).append(Path(entry.path))
             except (FileNotFoundError, NotADirectoryError):
                 pass
@@ -132,8 +131,7 @@ def _load(path: Path, slot: int, hours: int) -> Block | None:
         return None
     if data.shape[0] != parsed[2] - parsed[1]:
         return None
-    base = slot * hours
-    return Block(slot, base + parsed[1], base + parsed[2], data)
+    return Block(slot, slot * hours + parsed[1], slot * hours + parsed[2], data)
 
 
 def write_store_meta(root: str | os.PathLike | None, store_id: str, meta: dict) -> Path:
@@ -245,8 +243,7 @@ def status(root: str | os.PathLike | None = None) -> list[dict]:
         # files gone by the time they are looked at are skipped, and per slot the widest one counts.
         widest: dict[int, tuple[int, int]] = {}  # slot -> (hours, bytes)
         for path in bdir.glob("*.npy"):
-            parsed = _parse(path.name)
-            if parsed is None:
+            if (parsed := _parse(path.name)) is None:
                 continue
             try:
                 size = path.stat().st_size

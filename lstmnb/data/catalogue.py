@@ -88,12 +88,10 @@ class StoreRef:
         name = self.url.rstrip("/").split("/")[-1] or "store"
         name = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)[:60]
         key = self.url
-        if not self.remote:
-            for meta in (Path(self.url) / f for f in (".zmetadata", "zarr.json", ".zgroup")):
-                if meta.exists():  # a rewritten local store must not reuse the old store's blocks
-                    st = meta.stat()
-                    key += f"|{st.st_mtime_ns}|{st.st_size}"
-                    break
+        metas = () if self.remote else (Path(self.url) / f for f in (".zmetadata", "zarr.json", ".zgroup"))
+        # a rewritten local store must not reuse the old store's blocks
+        if (st := next((m.stat() for m in metas if m.exists()), None)) is not None:
+            key += f"|{st.st_mtime_ns}|{st.st_size}"
         return f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
 
@@ -298,8 +296,6 @@ def open_store(source: str = STUDY, storage_options: dict | None = None) -> xr.D
     """Open a source (sample, catalogue key, gs:// URL or local path) as a lazy ``xr.Dataset``."""
     return open_ref(resolve_source(source, storage_options))
 
-
-# ----------------------------------------------------------------------------------------------- request checks
 
 # YYYY-MM-DD, then optionally an hour, minutes, seconds (and fractions) and a UTC offset
 _ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$")

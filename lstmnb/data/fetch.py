@@ -137,8 +137,7 @@ def fetch_plan(plan: Plan, *, cache_dir: str | os.PathLike | None = None, progre
                 continue
             if have is not None and (have.stop < a or have.start > b):
                 have = None  # disjoint parts are not merged; the new part replaces it
-            lo = a if have is None else min(a, have.start)
-            hi = b if have is None else max(b, have.stop)
+            lo, hi = (a, b) if have is None else (min(a, have.start), max(b, have.stop))
             missing = {t for t in range(lo, hi) if have is None or not have.start <= t < have.stop}
             pending[(v, key, slot)] = _Pending(cache, slot, lo, hi, shapes[key], have, missing, min(missing, default=hi))
             for t in missing:

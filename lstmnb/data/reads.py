@@ -25,15 +25,13 @@ class CellReader:
     ``WholeChunksPipeline``, which reads every chunk whole as zarr's default does."""
 
     def __init__(self, plan: Plan, store: ReadStore, partial_reads: bool = True):
-        self.store = store
-        self.kind = plan.kind
-        pipeline = PATH if partial_reads else WHOLE_PATH
+        self.store, self.kind = store, plan.kind
 
         async def open_arrays():
             group = await zarr.api.asynchronous.open_group(store=store, mode="r")
             return {v: await group.getitem(v) for v in plan.variables}
 
-        with zarr.config.set({"codec_pipeline.path": pipeline}):  # read when an array is opened
+        with zarr.config.set({"codec_pipeline.path": PATH if partial_reads else WHOLE_PATH}):  # read at opening
             self.arrays = run(open_arrays())
         self.decode = {v: _mask_and_scale(plan.cf.get(v)) for v in plan.variables}
         if plan.kind == "points":
@@ -48,9 +46,8 @@ class CellReader:
         if self.kind == "points":
             n = self.rows.size
             hours = np.repeat(np.arange(t0, t1, dtype=np.int64), n)
-            values = await array.get_coordinate_selection((hours, np.tile(self.rows, t1 - t0),
-                                                           np.tile(self.cols, t1 - t0)))
-            values = np.asarray(values).reshape(t1 - t0, n)
+            selection = (hours, np.tile(self.rows, t1 - t0), np.tile(self.cols, t1 - t0))
+            values = np.asarray(await array.get_coordinate_selection(selection)).reshape(t1 - t0, n)
         else:
             values = await array.get_orthogonal_selection((slice(t0, t1), self.rows, self.cols))
         decode = self.decode[variable]

@@ -115,8 +115,7 @@ class ReadStore(WrapperStore):
 
     def __init__(self, store, retry: RetryPolicy, url: str):
         super().__init__(store)
-        self.retry = retry
-        self.url = url
+        self.retry, self.url = retry, url
         self.requests = self.bytes_read = 0
         self._kept: dict = {}  # key -> what open_metadata fetched (None: absent)
         # a local store's whole files are read right here, on zarr's loop: LocalStore sends each read to a
