@@ -1,7 +1,6 @@
-"""What this environment can do, and why not: the torch build, CUDA and cuDNN, the GPUs, the
-distributed backends, numba and numba-cuda, the cloud reader, the notebook runner and the Jupyter
-kernels the profiles name. `lstmnb doctor` prints it; the notebook runner and the GPU notebooks use
-the same checks (``gpu_problem``, ``kernel_problem``).
+"""What this environment can do, and why not: the torch build, CUDA and cuDNN, the GPUs, the distributed backends,
+numba and numba-cuda, the cloud reader, the notebook runner and the Jupyter kernels the profiles name. `lstmnb doctor`
+prints it; the notebook runner and the GPU notebooks use the same checks (``gpu_problem``, ``kernel_problem``).
 """
 
 from __future__ import annotations
@@ -76,10 +75,9 @@ def kernel_problem(name: str, kernels: dict[str, str] | None = None) -> str | No
         why = None if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["failed"])[-1]
     except (OSError, subprocess.TimeoutExpired) as exc:
         why = f"{type(exc).__name__}: {exc}"
-    if why is None:
-        return None
-    return (f"Jupyter kernel {name!r} runs {python}, which cannot import lstmnb ({why}); register this Python's "
-            f"kernel with {install}, or pass --kernel with another name")
+    return None if why is None else (
+        f"Jupyter kernel {name!r} runs {python}, which cannot import lstmnb ({why}); register this Python's kernel "
+        f"with {install}, or pass --kernel with another name")
 
 
 def torch_checks() -> list[Check]:

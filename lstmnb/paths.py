@@ -28,8 +28,7 @@ def cache_root() -> Path:
     """Where the user cache is (not created): $LSTMNB_CACHE, else $XDG_CACHE_HOME/lstmnb, else ~/.cache/lstmnb."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "lstmnb"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lstmnb"
 
 
 def cache_dir() -> Path:
@@ -63,10 +62,9 @@ def why_not_written(exc: OSError) -> str:
 
 
 def check_writable(path: str | os.PathLike, kind: str = "file", what: str = "output") -> Path:
-    """Check, before any work, that ``path`` can be written as a ``kind`` ('file' or 'folder'): not an empty name, a
-    folder where a file is meant or the reverse, a file in the way of a folder to be created, or a read-only place
-    (found by creating and removing a probe file in the nearest existing folder, so it holds for root and read-only
-    mounts too). Creates nothing that stays. Returns the path; else ``OutputError`` naming ``what``, the path, why."""
+    """Check, before any work, that ``path`` can be written as a ``kind`` ('file' or 'folder'); return it, else raise
+    ``OutputError`` naming ``what``, the path and why. Writability is tried by creating and removing a probe file in
+    the nearest existing folder (so it holds for root and read-only mounts too); nothing created stays."""
     if kind not in ("file", "folder"):
         raise ValueError(f"kind={kind!r} is not 'file' or 'folder'")
     text = os.fspath(path) if path is not None else ""
@@ -139,10 +137,9 @@ def write_atomic(target: str | os.PathLike, payload: bytes) -> Path:
 
 
 def sweep_stale_temps(directory: str | os.PathLike, *, final: str | None = None) -> int:
-    """Remove (and count) the temporaries of ``atomic_path`` that killed writers left in ``directory``, only those of
-    the file or folder named ``final`` when given. Stale: written on this host by a process that is gone, or older
-    than ``STALE_TMP_SECONDS`` whoever wrote it; a live writer's files (here, or on another host sharing the folder)
-    stay."""
+    """Remove (and count) the temporaries of ``atomic_path`` that killed writers left in ``directory`` (only those of
+    ``final`` when given): written on this host by a process that is gone, or older than ``STALE_TMP_SECONDS``
+    whoever wrote it. A live writer's files (here, or on another host sharing the folder) stay."""
     import psutil  # not os.kill(pid, 0): on Windows signal 0 is CTRL_C_EVENT, sent to the process, not a probe
 
     try:

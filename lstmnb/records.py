@@ -241,8 +241,7 @@ def scan_records(paths: Iterable[str | os.PathLike] | str | os.PathLike) -> Reco
     found.missing = [p for p in found.paths if not p.exists()]  # folders are searched recursively
     found.files = [f for p in found.paths if p.exists() for f in (sorted(p.rglob("*.jsonl")) if p.is_dir() else [p])]
     for file in found.files:
-        broken: list[tuple[int, str]] = []
-        invalid: list[tuple[int, str]] = []
+        broken, invalid = [], []  # (line number, why)
         with open(file, encoding="utf-8-sig", errors="replace") as fh:  # an editor's BOM is no part of line 1
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():

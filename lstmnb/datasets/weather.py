@@ -48,12 +48,10 @@ def _regime_track(rng: np.random.Generator, t0: float, n: int) -> tuple[np.ndarr
     the front. Cloudiness is an index, not a cover fraction, so that blending tracks between latitudes does not turn
     clear and overcast days into half-cloudy ones."""
     t = t0 + _TRACK_DT * np.arange(n)
-    gaps = rng.gamma(2.5, 24.0, size=int(n * _TRACK_DT / 30) + 10)
-    t_k = t0 + np.cumsum(gaps)
+    t_k = t0 + np.cumsum(rng.gamma(2.5, 24.0, size=int(n * _TRACK_DT / 30) + 10))
     t_k = t_k[t_k < t[-1]]
     k = len(t_k)
-    level = rng.standard_normal(k + 1)
-    cover = rng.standard_normal(k + 1)
+    level, cover = rng.standard_normal(k + 1), rng.standard_normal(k + 1)
     d_level, d_cover = np.diff(level), np.diff(cover)
     width = np.where(d_level < 0, rng.uniform(0.7, 1.5, k), rng.uniform(3.0, 8.0, k))
     anom, cloud = np.full(n, level[0]), np.full(n, cover[0])
@@ -82,8 +80,7 @@ def _showers(rng: np.random.Generator, hours: np.ndarray, lat: np.ndarray, lon: 
     rate = (0.04 * (1 - mid) + 0.03 * mid * (1 + summer) / 2) * np.exp(-0.5 * ((solar - 15.0) / 2.5) ** 2)
     shape = (hours.size, *lat2.shape)
     drop = np.where(rng.random(shape) < rate, rng.exponential(0.8 + 0.7 * mid, shape), 0.0)
-    out = np.empty(shape)
-    y = np.zeros(lat2.shape)
+    out, y = np.empty(shape), np.zeros(lat2.shape)
     for t in range(hours.size):
         y = 0.7 * y + drop[t]
         out[t] = -y
@@ -174,8 +171,7 @@ def _weather(hours: np.ndarray, lat: np.ndarray, lon: np.ndarray, seed: int) -> 
 def _lowpass(x: np.ndarray, tau_hours: float) -> np.ndarray:
     """``x`` (time, ...) through a first-order low-pass filter with time constant ``tau_hours``."""
     psi = np.exp(-1.0 / tau_hours)
-    out = np.empty_like(x)
-    y = x[0].copy()
+    out, y = np.empty_like(x), x[0].copy()
     for t in range(x.shape[0]):
         y = psi * y + (1.0 - psi) * x[t]
         out[t] = y
