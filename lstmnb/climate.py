@@ -65,8 +65,7 @@ def climatology_table(values: np.ndarray, times: pd.DatetimeIndex, smooth_days: 
     np.add.at(total, cell, values)
     np.add.at(count, cell, 1)
     days = np.arange(-smooth_days, smooth_days + 1)  # each cell pooled with its neighbours, circular in the year
-    total = sum(np.roll(total, k, axis=0) for k in days)
-    count = sum(np.roll(count, k, axis=0) for k in days)
+    total, count = (sum(np.roll(a, k, axis=0) for k in days) for a in (total, count))
     return np.where(count > 0, total / np.maximum(count, 1), hour_mean[None, :])  # a year leaves no cell empty
 
 

@@ -1,11 +1,9 @@
 """The run record's schema, as a JSON Schema (draft 2020-12) checked by ``jsonschema``: the types of the fields every
-reader relies on, and what each kind of record must hold. Every record has the common fields (schema, run_id,
-started, experiment, status, device); one that gave no figures (status skipped, oom, failed, diverged) says why in
-``reason``; a diverged run says where in ``divergence``; a finished training run (status ok, with ``epochs``) has
-``timing`` and ``metrics``. The ``config`` knobs the report reads are typed too (whole numbers >= their lowest legal
-value, numbers, text, true/false; null only where a writer records one), none of them required. Fields the schema
-does not name are allowed, so experiments may add their own; a named field present with the wrong type fails.
-``records.read_records`` skips a failing record with a warning naming the file, the line and the field.
+reader relies on, and what each kind of record must hold (``allOf``: one without figures says why in ``reason``, a
+diverged run where in ``divergence``, a finished training run has ``timing`` and ``metrics``). The ``config`` knobs the
+report reads are typed too (``_CONFIG``), none of them required. Fields the schema does not name are allowed, so
+experiments may add their own; a named field present with the wrong type fails. ``records.read_records`` skips a
+failing record with a warning naming the file, the line and the field.
 """
 
 from __future__ import annotations

@@ -1,25 +1,23 @@
 """Read a few values out of a Blosc-compressed chunk without fetching or decoding all of it.
 
-A Blosc (format 2, i.e. c-blosc 1.x, as numcodecs writes it) chunk is a 16-byte header, a table of int32 offsets
-of its blocks ("bstarts"), then the blocks, each compressed on its own. ARCO-ERA5's chunks are one hour of the
-globe (4.15 MB as float32) in blocks of 512 KB, so a point needs one block of the eight: fetch the header with a
-small byte-range request, then only the blocks that hold the wanted values (more range requests), decode those
-and pick the values. For point series this reads about a quarter of the bytes a whole-chunk read does.
+ARCO-ERA5's chunks are one hour of the globe (4.15 MB as float32) in Blosc blocks of 512 KB, so a point needs one block
+of the eight: fetch the header with a small byte-range request, then only the blocks that hold the wanted values (more
+range requests), decode those and pick the values. For point series this reads about a quarter of the bytes a
+whole-chunk read does.
 
-The header is described in c-blosc's README_HEADER.rst. The parts used here, all little-endian:
-
-- header: version, versionlz, flags, typesize (uint8 each), nbytes, blocksize, cbytes (uint32);
-- flags: 0x01 byte shuffle, 0x02 stored uncompressed (no block table follows), 0x04 bit shuffle, 0x10 blocks are
-  not split; bits 5-7 the codec (0 blosclz, 1 lz4/lz4hc, 2 snappy, 3 zlib, 4 zstd);
-- after the header, one int32 offset per block; blocks may lie in any order (threads write them as they finish),
-  so a block ends where the next higher offset (or the chunk) begins;
-- a block is ``typesize`` streams when split (one for the last, partial block, or when not split), each an int32
-  compressed size and its bytes; a size equal to the stream's length means stored raw;
+A Blosc chunk (format 2, i.e. c-blosc 1.x, as numcodecs writes it; c-blosc's README_HEADER.rst), all little-endian:
+- a 16-byte header: version, versionlz, flags, typesize (uint8 each), nbytes, blocksize, cbytes (uint32);
+- flags: 0x01 byte shuffle, 0x02 stored uncompressed (no block table follows), 0x04 bit shuffle, 0x10 blocks are not
+  split; bits 5-7 the codec (0 blosclz, 1 lz4/lz4hc, 2 snappy, 3 zlib, 4 zstd);
+- then the block table ("bstarts"), one int32 offset per block; blocks may lie in any order (threads write them as
+  they finish), so a block ends where the next higher offset (or the chunk) begins;
+- each block, compressed on its own, is ``typesize`` streams when split (one for the last, partial block, or when not
+  split), each an int32 compressed size and its bytes; a size equal to the stream's length means stored raw;
 - byte shuffle is applied per block.
 
-Only what this module can decode is read in parts (lz4, zlib or zstd; byte shuffle or none), each stream
-decompressed by numcodecs (the library zarr decodes with); anything else, or anything that does not add up,
-raises ``ValueError`` and the caller reads the whole chunk.
+Only what this module can decode is read in parts (lz4, zlib or zstd; byte shuffle or none), each stream decompressed
+by numcodecs (the library zarr decodes with); anything else, or anything that does not add up, raises ``ValueError``
+and the caller reads the whole chunk.
 """
 
 from __future__ import annotations

@@ -149,8 +149,7 @@ def resolve_source(source: str = STUDY, storage_options: dict | None = None) -> 
 def _require_cloud_packages(url: str) -> None:
     """Remote stores need the `cloud` extra (gcsfs, fsspec, aiohttp, google-auth); say how to get it."""
     needed = ["fsspec", "aiohttp"] + (["gcsfs"] if url.startswith(("gs://", "gcs://")) else [])
-    missing = [m for m in needed if importlib.util.find_spec(m) is None]
-    if missing:
+    if missing := [m for m in needed if importlib.util.find_spec(m) is None]:
         raise ConfigError(f"reading {url} needs {', '.join(missing)}: pip install 'lstmnb[cloud]' "
                           f"(or use --source sample to work offline)")
 
@@ -197,8 +196,7 @@ def check_credentials(token: Any) -> None:
         what = f"has type {kind!r}" if isinstance(info, dict) else "is not a JSON object"
         raise ConfigError(f"credentials file {path} {what}; expected one of {', '.join(_CREDENTIAL_KEYS)}; "
                           f"{_CREDENTIALS_HINT}")
-    missing = [k for k in _CREDENTIAL_KEYS[kind] if not info.get(k)]
-    if missing:
+    if missing := [k for k in _CREDENTIAL_KEYS[kind] if not info.get(k)]:
         raise ConfigError(f"credentials file {path} ({kind}) lacks {', '.join(missing)}; {_CREDENTIALS_HINT}")
 
 

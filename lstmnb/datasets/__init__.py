@@ -1,3 +1,1 @@
-"""The datasets lstmnb ships or builds (docs/architecture.md lists them), as stores ``lstmnb.data`` reads.
-Nothing here imports ``lstmnb.data``.
-"""
+"""The datasets lstmnb ships or builds (docs/architecture.md), as stores for ``lstmnb.data``, which none imports."""

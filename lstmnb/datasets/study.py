@@ -87,6 +87,5 @@ def check_study_request(points, box, start: pd.Timestamp, end: pd.Timestamp, var
     lo, hi = (pd.Timestamp(t) for t in STUDY_TIMES)
     if start < lo or end > hi:
         raise ConfigError(f"time range {start:%Y-%m-%dT%H}..{end:%Y-%m-%dT%H} is outside the study's data; {holds}")
-    unknown = [v for v in variables if v not in STUDY_VARIABLES]
-    if unknown:
+    if unknown := [v for v in variables if v not in STUDY_VARIABLES]:
         raise ConfigError(f"variable {unknown[0]!r} is not in the study's data; {holds}")
