@@ -35,8 +35,7 @@ def gpu_problem(device: str = "cuda", min_gpus: int = 1) -> str | None:
         return f"device={device!r} is not a CUDA device; this notebook measures GPUs (set device='cuda')"
     if not torch.cuda.is_available():
         return no_cuda_reason()
-    count = torch.cuda.device_count()
-    if count < min_gpus:
+    if (count := torch.cuda.device_count()) < min_gpus:
         return f"{count} CUDA GPU(s) visible; this experiment needs at least {min_gpus}"
     try:  # the run's own refusal: a GPU whose architecture this torch build lacks (cuda.arch_problem)
         resolve_device(device)

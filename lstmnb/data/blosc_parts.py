@@ -181,8 +181,7 @@ def gather(head: Header, blocks: dict[int, bytes], offsets: np.ndarray, dtype: n
     """The items of ``dtype`` at byte ``offsets`` of the chunk, from its compressed ``blocks`` (by index), picked
     straight from the shuffled bytes without unshuffling whole blocks. Items not the chunk's own (another size than
     its typesize, or not aligned to it) raise ValueError: the caller reads such a chunk whole."""
-    dtype = np.dtype(dtype)
-    offsets = np.asarray(offsets, dtype=np.int64)
+    dtype, offsets = np.dtype(dtype), np.asarray(offsets, dtype=np.int64)
     size, ts, bs = dtype.itemsize, head.typesize, head.blocksize
     if size != ts or bs % size or (offsets % size).any():
         raise ValueError(f"items of {size} bytes in a Blosc chunk of typesize {ts} are read whole")

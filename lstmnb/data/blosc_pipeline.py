@@ -96,8 +96,7 @@ class BloscBlocksPipeline(BatchedCodecPipeline):
     async def _read_blocks(self, item, flat: np.ndarray, out, drop_axes: tuple[int, ...]) -> None:
         """Fill ``out`` for one chunk from the Blosc blocks that hold positions ``flat`` of it."""
         getter, spec, chunk_selection, out_selection, _ = item
-        proto = spec.prototype
-        dtype = spec.dtype.to_native_dtype()
+        proto, dtype = spec.prototype, spec.dtype.to_native_dtype()
         head = await getter.get(proto, byte_range=RangeByteRequest(0, HEAD_BYTES))
         if head is None:
             out[out_selection] = fill_value_or_default(spec)

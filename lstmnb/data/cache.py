@@ -4,10 +4,9 @@ Layout under ``<cache>/extracts``: ``<store_id>/<variable>/<target>/b<hours>/<sl
 one grid cell (``cell-r<row>-c<col>``) or one box of cells; a *slot* is a fixed run of ``hours`` store time steps (slot
 k holds store indices k*hours ... (k+1)*hours-1), shared by every request that touches the same cells; a file holds the
 contiguous part ``a..b-1`` of its slot. A file is complete by construction (``paths.write_atomic``) and its name carries
-the CRC32 of its bytes, so a truncated or corrupt file is deleted and fetched again, never used. A run removes the stale
-temporaries it finds in the folders it uses (``paths.sweep_stale_temps``: from a dead process on this host, or old),
-never those of a live extraction. ``<store_id>/store-meta.json`` keeps what checking a request needs (time axis, grid,
-attributes, variables), so a request whose blocks are all cached is answered without reaching the store.
+the CRC32 of its bytes, so a truncated or corrupt file is deleted and fetched again, never used. A run removes stale
+temporaries in the folders it uses (``paths.sweep_stale_temps``). ``<store_id>/store-meta.json`` keeps what checking a
+request needs (time axis, grid, attributes, variables), so a request with every block cached never reaches the store.
 """
 
 from __future__ import annotations

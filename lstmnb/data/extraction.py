@@ -1,9 +1,8 @@
 """The front door of data access: ``extract`` a request as float32 series, and show the result.
 
-``extract`` resolves the source, checks the request against the store (or, when every block is cached, against
-the store metadata kept in the cache, without reaching the store), fetches what the cache lacks (``fetch``) and
-assembles one Dataset: dims (time, point) for points, (time, latitude, longitude) for a box. ``to_frame`` makes
-it a tidy table, ``summary`` a few lines for people.
+``extract`` resolves the source, checks the request against the store (or, when every block is cached, against the
+store metadata kept in the cache, without reaching the store), fetches what the cache lacks (``fetch``) and assembles
+one Dataset (its dims: ``extract``); ``to_frame`` makes it a tidy table, ``summary`` a few lines for people.
 """
 
 from __future__ import annotations

@@ -127,8 +127,7 @@ def _spacing(values: np.ndarray) -> float:
 
 
 def make_plan(ds: "xr.Dataset | StoreMeta", ref: StoreRef, request: Request) -> Plan:
-    """Check ``request`` against the opened store (or its cached metadata) and resolve it to indices; raise on
-    bad input."""
+    """Check ``request`` against the opened store (or its cached metadata) and resolve it to indices."""
     meta = ds if isinstance(ds, StoreMeta) else StoreMeta.from_dataset(ds)
     start, end, variables = check_selection(request)
     _check_variables(meta, variables)

@@ -152,8 +152,7 @@ class ReadStore(WrapperStore):
         return value
 
     async def _retrying(self, key: str, call, *args, retry: RetryPolicy | None = None):
-        retry = retry or self.retry
-        last = ""
+        retry, last = retry or self.retry, ""
         for attempt in range(retry.attempts):
             if attempt:
                 delay = min(retry.max_delay, retry.base_delay * 2 ** (attempt - 1))

@@ -73,8 +73,7 @@ def write_sample(path: str | os.PathLike, *, start: str = TIMES[0], end: str = T
     choose, as for the public store (small blocks make a small store's chunks hold many blocks, as the public
     store's 4 MB chunks do)."""
     variables = tuple(variables) if variables is not None else VARIABLES
-    unknown = [v for v in variables if v not in VARIABLES]
-    if unknown or not variables:
+    if (unknown := [v for v in variables if v not in VARIABLES]) or not variables:
         raise ConfigError(f"sample variables {list(unknown) or '[]'} not available; choose from {list(VARIABLES)}")
     times, lat_v, lon_v = _grid(start, end, lat, lon)
     path = Path(path)
