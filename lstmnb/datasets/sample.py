@@ -1,23 +1,23 @@
 """The embedded ERA5 sample: a small synthetic Zarr store in the ARCO-ERA5 layout (``arco_layout``), with
-``2m_temperature`` (K) and ``surface_pressure`` (Pa), so everything runs offline through the cloud store's code path.
-Outputs and records say its data are synthetic. The values are meant to be as hard for persistence as real
-mid-latitude hourly 2 m temperature (issue 14: on a real ERA5 month at five British Isles points, 1 h persistence was
-about 0.8 K, 24 h 2.0-2.5 K, climatology about 2.4 K), so a model that fails on real data fails here too. Besides
-seasonal and diurnal cycles by latitude and local solar time, the weather (``weather``) has
-- air masses and fronts: regimes lasting days, changing by cold fronts (several kelvin within an hour or two) or slower
-  warm fronts, with a cloud band and a pressure trough, travelling east-south-east so that neighbouring cells see them
-  minutes apart and cells 4 degrees south hours later;
+``2m_temperature`` (K) and ``surface_pressure`` (Pa), so everything runs offline through the cloud store's code
+path. Outputs and records say its data are synthetic. The values are meant to be as hard for persistence as real
+mid-latitude hourly 2 m temperature (issue 14: on a real ERA5 month at five British Isles points, 1 h persistence
+was about 0.8 K, 24 h 2.0-2.5 K, climatology about 2.4 K), so a model that fails on real data fails here too.
+Besides seasonal and diurnal cycles by latitude and local solar time, the weather (``weather``) has
+- air masses and fronts: regimes lasting days, changing by cold fronts (several kelvin within an hour or two)
+  or slower warm fronts, with a cloud band and a pressure trough, travelling east-south-east so that
+  neighbouring cells see them minutes apart and cells 4 degrees south hours later;
 - cloud cover by air mass: overcast days have a nearly flat diurnal cycle, clear days the full one;
 - travelling synoptic waves with periods of 2-7 days, whose amplitudes wax and wane;
-- mesoscale weather coherent over about a degree: local anomalies, passing cloud, and afternoon showers (frequent in the
-  tropics, in mid-latitudes mostly in summer) that cool within the hour;
-- a sea east of 281.125E (``weather.COAST_LON``; the default store's three easternmost columns; the column next to the
-  coast is half land) where the air follows the water: small diurnal cycle, damped and late seasonal cycle, air masses
-  arriving slowly and weakened (issue 24: at a real ocean point, 1 h persistence was 0.10 K, 6 h 0.40 K, 24 h 0.90 K; at
-  35N 281.75E here 0.08, 0.43 and 0.79 K). There a model trained on all points at once can lose to persistence while
-  winning on the pooled figures.
-Mid-latitude weather is stronger and more frequent than tropical; all of it is deterministic for a seed, and the land
-cells are the same whether or not a store reaches the sea.
+- mesoscale weather coherent over about a degree: local anomalies, passing cloud, and afternoon showers
+  (frequent in the tropics, in mid-latitudes mostly in summer) that cool within the hour;
+- a sea east of 281.125E (``weather.COAST_LON``; the default store's three easternmost columns; the column next
+  to the coast is half land) where the air follows the water: small diurnal cycle, damped and late seasonal
+  cycle, air masses arriving slowly and weakened (issue 24: at a real ocean point, 1 h persistence was 0.10 K,
+  6 h 0.40 K, 24 h 0.90 K; at 35N 281.75E here 0.08, 0.43 and 0.79 K). There a model trained on all points at
+  once can lose to persistence while winning on the pooled figures.
+Mid-latitude weather is stronger and more frequent than tropical; all of it is deterministic for a seed, and
+the land cells are the same whether or not a store reaches the sea.
 """
 
 from __future__ import annotations
