@@ -138,10 +138,8 @@ def fp32_math(op: str, tf32: bool) -> Iterator[None]:
     where it exists (a legacy read after the user set the new API raises), else the legacy switch
     (``cuda.matmul.allow_tf32`` is what ``set_float32_matmul_precision('high')`` sets)."""
     node = _fp32_node(op)
-    if node is not None:
-        holder, name, value = node, "fp32_precision", "tf32" if tf32 else "ieee"
-    else:
-        holder, name, value = torch.backends.cuda.matmul if op == "matmul" else torch.backends.cudnn, "allow_tf32", tf32
+    holder, name, value = ((node, "fp32_precision", "tf32" if tf32 else "ieee") if node is not None else
+                           (torch.backends.cuda.matmul if op == "matmul" else torch.backends.cudnn, "allow_tf32", tf32))
     before = getattr(holder, name)
     setattr(holder, name, value)
     try:
@@ -173,9 +171,8 @@ def arch_supported(capability: tuple[int, int], arch_list: list[str]) -> bool:
         if not digits[:-1].isdigit() or not digits[-1].isdigit():
             continue
         a_major, a_minor = int(digits[:-1]), int(digits[-1])
-        if kind == "sm" and a_major == major and a_minor <= minor:
-            return True
-        if kind == "compute" and (a_major, a_minor) <= (major, minor):
+        if (kind == "sm" and a_major == major and a_minor <= minor
+                or kind == "compute" and (a_major, a_minor) <= (major, minor)):
             return True
     return False
 
@@ -187,6 +184,5 @@ def arch_problem(name: str, capability: tuple[int, int], arch_list: list[str]) -
     if arch_supported(capability, arch_list):
         return None
     major, minor = capability
-    have = " ".join(arch_list) or "none"
     return (f"{name} (SM {major}.{minor}, sm_{major}{minor}) has no kernels in this torch build (its architectures: "
-            f"{have}); install {OLD_GPU_BUILDS}, or use --device cpu")
+            f"{' '.join(arch_list) or 'none'}); install {OLD_GPU_BUILDS}, or use --device cpu")

@@ -83,9 +83,8 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 def indexed(device: torch.device) -> torch.device:
     """``cuda`` as ``cuda:N`` (the current device): some CUDA calls need the index."""
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
+    unindexed = device.type == "cuda" and device.index is None
+    return torch.device("cuda", torch.cuda.current_device()) if unindexed else device
 
 
 def synchronize(device: torch.device) -> None:
@@ -104,12 +103,11 @@ def clock(device: torch.device) -> float:
 
 
 def off_the_gpu(opt: torch.optim.Optimizer, device: torch.device) -> torch.optim.Optimizer:
-    """``opt``, whose steps start no CUDA when ``device`` is not a GPU. From torch 2.12, Adam's step (and most
-    others') first checks for a CUDA-graph capture by asking for the current accelerator stream, which starts CUDA on
-    a machine with a GPU (``_accelerator_getStream`` initialises the device): a CPU run there would hold a CUDA
-    context on GPU 0 (each CPU DDP rank one) and pay its start inside its first timed epoch. An optimizer of CPU
-    tensors is never captured, so its step skips that check (a private torch method: on a torch without it, this
-    sets an unused attribute)."""
+    """``opt``, whose steps start no CUDA when ``device`` is not a GPU. From torch 2.12, Adam's step (and most others')
+    first checks for a CUDA-graph capture by asking for the accelerator stream (``_accelerator_getStream``), which
+    starts CUDA on a machine with a GPU: a CPU run there would hold a context on GPU 0 (each CPU DDP rank one) and pay
+    its start in its first timed epoch. CPU tensors are never captured, so the check is skipped (a private torch
+    method: on a torch without it, this sets an unused attribute)."""
     if device.type != "cuda":
         opt._accelerator_graph_capture_health_check = lambda: None
     return opt
@@ -121,11 +119,9 @@ def amp_choice(mode: str, device_type: str, capability: tuple[int, int] | None =
     elsewhere (with a loss scaler), and ``bf16`` on such a GPU is an error."""
     from .cuda import bf16_native
 
-    if mode == "off":
+    if mode == "off" or (mode == "auto" and device_type != "cuda"):
         return None
     if device_type != "cuda":
-        if mode == "auto":
-            return None
         raise ConfigError(f"amp={mode!r} is for CUDA devices; this run is on {device_type} (use amp='off')")
     if mode == "fp16":
         return torch.float16
@@ -209,8 +205,7 @@ def busy_cores(window_s: float = BUSY_WINDOW_S, cpus: set[int] | None = None) ->
     last minute. Busy is psutil's ``cpu_percent``: all but idle and iowait (a hypervisor's other guests count as
     busy)."""
     if cpus is None:
-        allowed = _affinity()
-        cpus = set(allowed) if allowed else set(range(os.cpu_count() or 1))
+        cpus = set(_affinity() or range(os.cpu_count() or 1))
     own0, t0 = os.times(), time.perf_counter()
     try:
         percent = psutil.cpu_percent(interval=window_s, percpu=True)

@@ -29,13 +29,12 @@ def proc_status_kb(field: str) -> int | None:
     return None
 
 
-# glibc's malloc (mallopt's parameters, malloc.h): blocks from the mmap threshold up get a mapping of their own,
-# unmapped when freed, and free memory at the heap's top beyond the trim threshold goes back to the system. Its
-# defaults adapt to the largest mapped block freed, and for the published setting's two-layer LSTM mostly settle
-# where every step gives back and faults in again some 17 MB (1.7 million page faults in 3 epochs against 115,000
-# with the thresholds below: 0.54x the training time; benchmarks/heap_cpu.py), but not always: runs of the study's
-# code fell 0.4 to 11.6 million faults apart (benchmarks/study_loop.py). 32 MiB is the largest mmap threshold glibc
-# accepts on 64-bit; up to 64 MiB of freed heap stays with the process.
+# glibc's malloc (malloc.h): blocks from the mmap threshold up get their own mapping, unmapped when freed; free memory
+# at the heap's top beyond the trim threshold goes back to the system. Its defaults adapt to the largest mapped block
+# freed and, for the published two-layer LSTM, mostly settle where every step gives back and faults in again some 17 MB
+# (1.7 million page faults in 3 epochs against 115,000 with the thresholds below: 0.54x the training time;
+# benchmarks/heap_cpu.py), though study runs fell 0.4 to 11.6 million faults apart (benchmarks/study_loop.py). 32 MiB is
+# glibc's largest mmap threshold on 64-bit; up to 64 MiB of freed heap stays.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 HEAP_MMAP_THRESHOLD, HEAP_TRIM_THRESHOLD = 32 * 2**20, 64 * 2**20
 
@@ -60,8 +59,8 @@ def keep_freed_heap() -> dict[str, Any]:
     (macOS, Windows, musl) the system's allocator is left as it is, and the section says so."""
     if (libc := _glibc()) is None:
         return {"policy": "system", "reason": "not glibc: the system's allocator as it is"}
-    ok = libc.mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD) == 1 and libc.mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD) == 1
-    if not ok:  # pragma: no cover - a glibc that refuses the values
+    if (libc.mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD) != 1  # pragma: no cover - a glibc that refuses the values
+            or libc.mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD) != 1):
         return {"policy": "system", "reason": "glibc refused the thresholds"}
     return {"policy": "kept", "mmap_threshold_mb": HEAP_MMAP_THRESHOLD / 2**20,
             "trim_threshold_mb": HEAP_TRIM_THRESHOLD / 2**20,
