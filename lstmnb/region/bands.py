@@ -1,12 +1,11 @@
 """What a sharded rank holds of the area: the series of the cells it computes on, and no more.
 
-Handing each rank the whole-area ``RegionData`` would give each the whole area (``training.parallel.spawn`` pickles the
-same arguments for every rank). So the parent writes the area's scaled series once, as a ``.npy`` file in a temporary
-folder (``AreaFile.write``; disk the size of the series, for the length of the study), and each rank memory-maps it and
-copies out its own cells (``AreaFile.load``): a tiles rank its band's cells, a windows rank every cell. A tiles rank's
-halo rows arrive from their owners at every step (``shard.exchange_halo``), never from the file. Beside its cells'
-series a rank holds each split's input hours (one number per sample, shared by every cell), the grid's coordinates and
-the model, built whole and then cut to its band (O(cells x k) weights, small beside the series)."""
+``training.parallel.spawn`` pickles the same arguments for every rank, so rather than the whole-area ``RegionData`` the
+parent writes the area's scaled series once as a ``.npy`` file in a temporary folder (``AreaFile.write``; disk the size
+of the series, for the study's length), and each rank memory-maps it and copies out its own cells (``AreaFile.load``): a
+tiles rank its band's, a windows rank all. Halo rows arrive from their owners each step (``shard.exchange_halo``), never
+from the file. A rank also holds each split's input hours (one number per sample, shared by every cell), the grid's
+coordinates and the model, built whole and cut to its band (O(cells x k) weights, small beside the series)."""
 
 from __future__ import annotations
 

@@ -140,7 +140,7 @@ def record_maps(record: dict) -> xr.Dataset:
     if not grid_info or not rows:
         raise DataError(f"run {record.get('run_id')} holds no per-cell scores: only a box run "
                         "(`lstmnb train --box ...`, `lstmnb region skill`) has a map")
-    grid = Grid(np.asarray(grid_info["latitude"], dtype=np.float64), np.asarray(grid_info["longitude"], dtype=np.float64))
+    grid = Grid(*(np.asarray(grid_info[key], dtype=np.float64) for key in ("latitude", "longitude")))
     targets = np.array([r["targets"] for r in rows], dtype=np.float64)
     values, pooled = {}, {}
     for name in ("model", *BASELINES):

@@ -1,21 +1,19 @@
 """Memory and step time of the region forecaster against the area's size: dense vs sparse relation.
 
 The memory model of one training step (forward, backward, Adam), in float32 copies of the relation's weights R (dense:
-``channels * n^2`` weights; sparse: ``channels * n * k``) and the activations A that the per-cell LSTM keeps for its
-backward pass (O(n), ``activation_bytes``). At the start of the backward pass the activations are all alive, beside the
-weights and Adam's two moments (``zero_grad`` freed the previous gradient): A + 3R. In Adam's step the activations are
-gone, and the weights, their gradient, the two moments and two temporaries of the update (``sqrt(v) / c`` is built out
-of place) are alive: 6R. The peak is the larger, ``max(A + 3R, 6R)``. For the dense relation R = 4 * channels * n^2
-bytes grows with the fourth power of a square area's side, and once 6R passes A + 3R the dense model's memory is its
-relation's. The sparse relation adds its (n, k) index and the gathered neighbour inputs kept for the backward pass to A;
-both O(n k). PyTorch's own runtime (threads, kernels' buffers) is a constant ``floor`` measured on a 3 x 3 area.
+``channels * n^2`` weights; sparse: ``channels * n * k``) and the activations A the per-cell LSTM keeps for its backward
+pass (O(n), ``activation_bytes``; the sparse relation adds its (n, k) index and gathered neighbour inputs, O(n k)). As
+the backward pass starts, A is alive beside the weights and Adam's two moments (``zero_grad`` freed the last gradient):
+A + 3R. In Adam's step A is gone; the weights, gradient, two moments and two temporaries of the update (``sqrt(v) / c``
+is built out of place) are alive: 6R. The peak is ``max(A + 3R, 6R)``. The dense R = 4 * channels * n^2 bytes grows as
+the fourth power of a square's side: once 6R passes A + 3R, the dense model's memory is its relation's. PyTorch's
+runtime (threads, kernels' buffers) is a constant ``floor``, measured on a 3 x 3 area.
 
-Measured on CPU, each case runs in a fresh Python process (glibc told to return freed blocks of 1 MiB and more at once,
-``MALLOC_MMAP_THRESHOLD_``), and its peak is the kernel's high-water mark of resident memory (VmHWM, reset through
-``/proc/self/clear_refs`` once the process has built its inputs) minus the resident memory at that moment: the step's
-own memory, whatever allocator PyTorch uses (tracemalloc does not see it). Where the kernel refuses the reset, the
-process's peak (``ru_maxrss``) is used and the method says so. On a GPU, PyTorch's allocator statistics give the
-peak."""
+On CPU each case runs in a fresh Python process (``MALLOC_MMAP_THRESHOLD_``: glibc returns freed blocks of 1 MiB and
+more at once); its peak is the kernel's high-water mark of resident memory (VmHWM, reset through
+``/proc/self/clear_refs`` once the inputs are built) minus the resident memory then: the step's own memory, whatever
+allocator PyTorch uses (tracemalloc does not see it). Where the reset is refused, the process's peak (``ru_maxrss``) is
+used and the method says so. On a GPU, PyTorch's allocator statistics give the peak."""
 
 from __future__ import annotations
 
@@ -292,13 +290,11 @@ def plot_memory(df, budget_bytes: float | None = None):
             ax_m.plot(pred["cells"], pred["predicted_total"] / 2**20, "-" if len(pred) > 1 else "_", ms=12,
                       color=colour, label=f"{variant} predicted")
         ok = part[part["status"] == "ok"] if "status" in part else part
-        measured = ok[ok["measured_bytes"].notna()] if "measured_bytes" in ok else ok.iloc[:0]
-        if len(measured):
-            ax_m.plot(measured["cells"], measured["measured_bytes"] / 2**20, "o", color=colour,
-                      label=f"{variant} measured")
-        timed = ok[ok["step_s"].notna()] if "step_s" in ok else ok.iloc[:0]
-        if len(timed):
-            ax_t.plot(timed["cells"], timed["step_s"], "o-", color=colour, label=variant)
+        for ax, col, unit, fmt, label in ((ax_m, "measured_bytes", 2**20, "o", f"{variant} measured"),
+                                          (ax_t, "step_s", 1, "o-", variant)):
+            got = ok[ok[col].notna()] if col in ok else ok.iloc[:0]
+            if len(got):
+                ax.plot(got["cells"], got[col] / unit, fmt, color=colour, label=label)
     if budget_bytes:
         ax_m.axhline(budget_bytes / 2**20, color="grey", ls="--", label="budget")
     for ax, what in ((ax_m, "peak memory of a step (MiB)"), (ax_t, "seconds per training step")):

@@ -1,18 +1,16 @@
 """The region forecaster: the point model (``models.Forecaster``), shared by every cell, fed at each hour with the
 cell's own inputs and a learned mix of its neighbours' weather (``relation``).
 
-What the mix reads, per neighbour and hour: its weather variables and their change over the past hour, each as a
-difference from the cell's own (``mix_source``). Fronts and waves move: a neighbour upwind that has just cooled says
-what reaches this cell next, and its recent change says it most directly. The mix is linear, so it is computed for
-every hour of the window in one product (no loop over time); the shared LSTM then runs once over all sequences.
-Variants: ``relation='sparse'``, k learned weights per cell and channel on its k nearest cells (O(n k));
-``relation='dense'``, a learned n x n matrix per channel (O(n^2)), starting from the sparse weights; ``neighbours=0``
-(variant ``none``), no mix: exactly the point Forecaster of ``lstmnb train --box`` (same inputs, same residual head),
-which is why the comparison is fair.
+The mix reads, per neighbour and hour, its weather variables and their change over the past hour, each as a difference
+from the cell's own (``mix_source``): fronts and waves move, so a neighbour upwind that has just cooled says what
+reaches this cell next, its recent change most directly. Being linear, the mix is one product over every hour of the
+window; the shared LSTM then runs once over all sequences. Variants: ``relation='sparse'``, k learned weights per cell
+and channel on its k nearest cells (O(n k)); ``relation='dense'``, an n x n matrix per channel (O(n^2)) starting from
+the sparse weights; ``neighbours=0`` (variant ``none``), no mix: exactly the point Forecaster of ``lstmnb train --box``
+(same inputs, residual head), hence a fair comparison.
 
-Two input layouts, one model: an area batch (batch, window, cells, features) -> (batch, cells, horizon), which the
-memory and sharding studies step, and keyed samples (``KeyedForecaster``: one cell and hour per sample, as the point
-pipeline's windows), which the point Trainer trains."""
+One model, two input layouts: area batches (batch, window, cells, features) -> (batch, cells, horizon) for the memory
+and sharding studies, and keyed samples (``KeyedForecaster``: one cell and hour each) for the point Trainer."""
 
 from __future__ import annotations
 

@@ -1,18 +1,16 @@
 """Which cells mix with which, and the learned mix itself.
 
 The relation is a matrix A (cells x source cells) per mixing channel, applied to differences from the cell's own input
-(its weather and that weather's change over the past hour, ``model.mix_source``): cell i sees sum_j A[i, j] (x_j - x_i),
-zero where the field is flat, so the mix speaks of gradients and fronts rather than repeating the cell's level. Each
-channel starts as a discrete operator on the neighbours' positions (the mean difference, then the east and north
-gradients by least squares over the neighbours, then zero); training moves each weight on its own. Sparse, each cell has
-k weights on its k nearest cells (O(n k) memory); dense, a weight for every cell (O(n^2)), which is what made a
-10,080-cell area not fit one 16 GB GPU in the study this project grew from. The sparse product A x is a gather
-(``x[index]``: each cell's k neighbours), then one batched product with the weights. Every cell has exactly k
-neighbours, so the neighbour list is a regular (n, k) array (ELL layout) without row pointers: gather, batched matmul
-and their backward are dense kernels on every device, and the step can be captured as a CUDA graph. Measured on 2 CPU
-cores (10,080 cells, k = 8, 288 columns, forward and backward): 0.24 s against 1.7 s for torch's sparse CSR product,
-whose backward for the values goes through a sampled dense-dense product. The dense relation is the n x n matrix itself
-(``dense_from``), for the comparison and as the test reference."""
+(``model.mix_source``): cell i sees sum_j A[i, j] (x_j - x_i), zero where the field is flat, so the mix speaks of
+gradients and fronts, not the cell's level. Each channel starts as an operator on the neighbours' positions (the mean
+difference, the east and north gradients by least squares, then zero); training moves each weight on its own. Sparse: k
+weights per cell on its k nearest cells (O(n k) memory); dense: a weight for every cell (O(n^2)), which kept a
+10,080-cell area off one 16 GB GPU in the study this project grew from, and which serves as the comparison and the
+tests' reference (``dense_from``). The sparse A x is a gather of each cell's k neighbours (``x[index]``), then one
+batched product. With exactly k neighbours per cell the list is a regular (n, k) array (ELL layout, no row pointers):
+gather, batched matmul and their backward are dense kernels on every device, and the step can be captured as a CUDA
+graph. Measured on 2 CPU cores (10,080 cells, k = 8, 288 columns, forward and backward): 0.24 s against 1.7 s for
+torch's sparse CSR product, whose backward for the values is a sampled dense-dense product."""
 
 from __future__ import annotations
 

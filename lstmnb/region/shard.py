@@ -1,19 +1,16 @@
-"""The region split over DDP ranks: row bands (tiles) with halo rows exchanged each step, or plain data parallelism over
-time windows; both give the one-process loss. ``lstmnb.experiments.region`` starts the ranks
-(``training.parallel.spawn``) and records the runs.
+"""The region split over DDP ranks (started, and the runs recorded, by ``lstmnb.experiments.region`` through
+``training.parallel.spawn``), in two modes that both give the one-process loss.
 
-``tiles``: rank r owns a band of grid rows (``bands``: its cells' series and no more), their rows of the relation, and
-the loss on them. A cell's neighbours in another band are the band's halo: every step each rank sends the others the
-rows of its batch that their halos need (point-to-point, all posted at once) and stacks its own cells and the halo it
-received into the mix's source. The mix acts on inputs, so a rank could read its halo from the store instead; the
-exchange keeps what every rank reads strictly its own band's cells, as a mix of neighbours' hidden states would require.
-Only the sparse relation (or none) can be tiled: a dense row reaches every cell.
+``tiles``: rank r owns a band of grid rows (``bands``: its cells' series only), their rows of the relation and the loss
+on them. Every step each rank sends the others the rows of its batch their halos (neighbours in other bands) need,
+point-to-point and all posted at once, and stacks its cells and the halo received into the mix's source. Reading the
+halo from the store would do for a mix of inputs, but the exchange keeps each rank to its own cells, as a mix of hidden
+states would need. Only a sparse relation (or none) tiles: a dense row reaches every cell.
 
-``windows``: every rank holds the whole area and model and takes its share of each batch's windows. Either way the loss
-is the mean over every cell of the area, so each rank divides its squared-error sum by the global count: summing the
-shared weights' gradients (LSTM, head; in ``windows`` all of them) over ranks then gives exactly the one-process
-gradient, and the relation's rows, each owned by one tiles rank, need no reduction. Adam works weight by weight, so each
-rank's update is the one-process update of its weights."""
+``windows``: every rank holds the whole area and model and takes its share of each batch's windows. Either way each rank
+divides its squared-error sum by the area's global count, so summing the shared weights' gradients (LSTM, head; in
+``windows`` all) over ranks gives exactly the one-process gradient, the relation's rows (each owned by one tiles rank)
+need no reduction, and Adam, weight by weight, makes each rank's update the one-process one."""
 
 from __future__ import annotations
 
@@ -71,9 +68,7 @@ def plan_tiles(grid: Grid, index: np.ndarray | None, world_size: int) -> list[Ti
             local = where[index[cells]]
         tiles.append(Tile(rank, (int(rows[0]), int(rows[-1]) + 1), cells, sources, local, recv))
     for t in tiles:  # what each rank sends is what the others receive from it
-        for other in tiles:
-            if t.rank in other.recv:
-                t.send[other.rank] = other.recv[t.rank]
+        t.send.update({other.rank: other.recv[t.rank] for other in tiles if t.rank in other.recv})
     return tiles
 
 
@@ -84,12 +79,10 @@ def exchange_halo(x_own: torch.Tensor, tile: Tile) -> torch.Tensor:
         return x_own
     ops, bufs = [], []
     for dst, cells in tile.send.items():  # a band's cells are a contiguous range of ids (Grid.band)
-        rows = x_own[:, :, torch.from_numpy(cells - tile.cells[0])].contiguous()
-        ops.append(dist.P2POp(dist.isend, rows, dst))
+        ops.append(dist.P2POp(dist.isend, x_own[:, :, torch.from_numpy(cells - tile.cells[0])].contiguous(), dst))
     for src, cells in tile.recv.items():
-        buf = x_own.new_empty(x_own.shape[0], x_own.shape[1], cells.size, x_own.shape[3])
-        bufs.append(buf)
-        ops.append(dist.P2POp(dist.irecv, buf, src))
+        bufs.append(x_own.new_empty(x_own.shape[0], x_own.shape[1], cells.size, x_own.shape[3]))
+        ops.append(dist.P2POp(dist.irecv, bufs[-1], src))
     for req in dist.batch_isend_irecv(ops):
         req.wait()
     return torch.cat([x_own, *bufs], dim=2)
@@ -181,8 +174,8 @@ def train_steps(data: RegionData | AreaPart, model_cfg: RegionConfig, cfg: Shard
             dist.all_reduce(total)
         losses.append(float(total))
         times.append(time.perf_counter() - t0)
-    return {"losses": losses, "step_s": float(np.median(times[1:] if len(times) > 1 else times)), "bytes_sent_per_step": int(sent),
-            "cells": int(tile.cells.size) if tile is not None else data.n_cells}
+    return {"losses": losses, "step_s": float(np.median(times[1:] if len(times) > 1 else times)),
+            "bytes_sent_per_step": int(sent), "cells": int(tile.cells.size) if tile is not None else data.n_cells}
 
 
 def check_sharded(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig) -> None:
