@@ -135,11 +135,10 @@ def format_versions(table) -> str:
             lines.append(f"{v:<{w}} {r['status']:<8} " + (f"the same reason as {said[reason]}" if reason in said else reason))
             said.setdefault(reason, str(v))
             continue
-        lines.append(
-            f"{v:<{w}} {r['status']:<8} {MATH_LABELS.get(r.get('math'), '-'):<7} {r['compile_s']:9.3f} {r['run_s']:8.3f} {r['s_per_epoch']:8.4f} "
-            f"{_ratio(r['speedup_vs_loops'], 1):>8} {_ratio(r['speedup_vs_numpy'], 2):>8} {r['train_loss']:10.4f} "
-            f"{r['test_loss']:9.4f} {r['test_rmse']:9.2f}"
-        )
+        lines.append(f"{v:<{w}} {r['status']:<8} {MATH_LABELS.get(r.get('math'), '-'):<7} {r['compile_s']:9.3f} "
+                     f"{r['run_s']:8.3f} {r['s_per_epoch']:8.4f} {_ratio(r['speedup_vs_loops'], 1):>8} "
+                     f"{_ratio(r['speedup_vs_numpy'], 2):>8} {r['train_loss']:10.4f} {r['test_loss']:9.4f} "
+                     f"{r['test_rmse']:9.2f}")
     ok = table[table["status"] == "ok"]
     if len(ok):
         first = ok.iloc[0]

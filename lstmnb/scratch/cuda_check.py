@@ -1,9 +1,8 @@
-"""Can a GPU engine start here? Each is asked by doing the real thing once (compile and launch a tiny kernel for
-numba-cuda, run a tiny operation on the GPU for torch-cuda), catching whatever goes wrong. No version guessing: a
-numba-cuda that cannot compile under the installed NumPy (e.g. ``AttributeError: module 'numpy' has no attribute
-'row_stack'`` inside its compiler), a missing driver and an absent GPU all show up as an exception from the attempt.
-The answer is a reason (one line, with the library versions involved) or None, computed once per process. Nothing
-here imports numba or torch until a check is asked for."""
+"""Can a GPU engine start here? Asked by doing the real thing once (a tiny kernel compiled and launched for numba-cuda,
+a tiny operation on the GPU for torch-cuda) and catching whatever goes wrong, with no version guessing: a numba-cuda
+whose compiler breaks under the installed NumPy (``AttributeError: module 'numpy' has no attribute 'row_stack'``), a
+missing driver and an absent GPU all raise from the attempt. The answer, once per process: None or a reason (one line
+naming the library versions). Nothing here imports numba or torch until a check is asked for."""
 
 from __future__ import annotations
 
@@ -42,8 +41,7 @@ def start_failure(engine: str, exc: BaseException, libs: tuple[str, ...] = NUMBA
     message = re.sub(r"\s+", " ", str(exc)).strip().rstrip(":").rstrip()  # numba's driver errors end in ':'
     if len(message) > MAX_MESSAGE:
         message = message[: MAX_MESSAGE - 3] + "..."
-    what = type(exc).__name__ + (f": {message}" if message else "")
-    return f"{engine} cannot start: {what} ({versions_note(libs)})"
+    return f"{engine} cannot start: {type(exc).__name__}{f': {message}' if message else ''} ({versions_note(libs)})"
 
 
 @functools.cache

@@ -112,11 +112,9 @@ class HostEngine:
 
     def __init__(self, grad_fn: Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray]],
                  theta0: np.ndarray, config: ScratchConfig, n_samples: int):
-        self.grad_fn = grad_fn
-        self.n_samples = n_samples
+        self.grad_fn, self.n_samples, self.clip = grad_fn, n_samples, config.clip
         self.theta = theta0.copy()
         self.opt = OPTIMIZERS[config.optimizer](lr=config.lr)
-        self.clip = config.clip
 
     def step(self, idx: np.ndarray) -> float:
         loss, grad = self.grad_fn(self.theta, idx)

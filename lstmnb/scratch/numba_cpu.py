@@ -28,12 +28,9 @@ def sample_loss_grad(x, y, W_ih, W_hh, b, W_out, b_out, gW_ih, gW_hh, gb, gW_out
     scalar ``exp`` costs a quarter of a scalar ``tanh``, and each step needs 5H of them. ``one`` is 1 in the working
     dtype, and every constant is made from it (``scale`` comes in that dtype too): from an untyped literal such as
     ``0.0``, a float64, Numba would carry everything in float64 (on a T4, 1/32 of the float32 rate)."""
-    zero = one - one
-    two = one + one
-    T = x.shape[0]
-    F = x.shape[1]
-    O = y.shape[0]
-    H = W_hh.shape[1]
+    zero, two = one - one, one + one
+    T, F = x.shape
+    O, H = y.shape[0], W_hh.shape[1]
     G4 = 4 * H
     for k in range(H):
         hs[0, k] = zero

@@ -1,21 +1,18 @@
-"""The ``numba-cuda-block`` version: a thread block per sample (or a few), a thread per hidden unit.
+"""The ``numba-cuda-block`` version: a thread block per sample (or a few), a thread per hidden unit (``numba-cuda``: a
+thread per sample). Numbers from the equations of ``loss_and_grad_numpy``, tested under the simulator; kernels compiled
+at the first launch, once per (dtype, hidden, samples per block).
 
-Beyond ``numba-cuda`` (one thread runs a whole sample serially): a sample's H hidden units are computed at once, the
-batch's samples spread over the grid. Numbers from the equations of ``loss_and_grad_numpy``, tested under the simulator;
-kernels compiled once per (dtype, hidden, samples per block), at the first launch.
-
-* Block = S samples x H threads (``blockDim = (H, S)``). Thread k of a sample computes the four gate pre-activations
-  of unit k (four independent dot products, side by side in the thread's pipeline), then c_t (kept in its register)
-  and h_t (to shared memory, double-buffered, so **one** ``cuda.syncthreads()`` per step is enough: step t reads
-  buffer t % 2 and writes the other, overwritten only after every thread passed the barrier of the step that read it).
+* Block = S samples x H threads (``blockDim = (H, S)``). Thread k of a sample computes unit k's four gate
+  pre-activations (four independent dot products, side by side in its pipeline), then c_t (in its register) and h_t (to
+  shared memory, double-buffered, so **one** ``cuda.syncthreads()`` per step is enough: step t reads buffer t % 2 and
+  writes the other, overwritten only after every thread passed the barrier of the step that read it).
 * Backward (BPTT) the same way: thread k forms unit k's four gate gradients from dh and dc (dc in its register), writes
   them to shared memory (double-buffered), one barrier, then dh_{t-1}[k] = sum_r W_hh[r, k] da_t[r] over all 4H rows.
-* Then threads are spread over all parameters: each gradient entry is summed over the block's samples and time steps
-  into the block's row of a (blocks x parameters) buffer, and a second kernel sums the rows (a thread per parameter).
-* Weights are read from global memory (cached), laid out so that neighbouring threads read neighbouring addresses:
-  W_ih^T and W_hh^T for the forward pass, W_hh for the backward pass.
+* Then threads spread over all parameters: each gradient entry, summed over the block's samples and steps, goes to the
+  block's row of a (blocks x parameters) buffer, whose rows a second kernel sums (a thread per parameter).
+* Weights are read from global memory (cached), laid out for coalesced reads: W_ih^T and W_hh^T forward, W_hh backward.
 
-Why not a thread per gate row (4H per sample)? c_t needs all four gates of a unit: a second barrier per step, or warp
+Not a thread per gate row (4H per sample): c_t needs all four gates of a unit, so a second barrier per step, or warp
 shuffles, which Numba's CUDA simulator (the only way to test CUDA kernels without a GPU) cannot run."""
 
 from __future__ import annotations
@@ -80,10 +77,8 @@ def check_registers(hidden: int, samples: int, dtype: np.dtype, regs_per_thread:
 
 def samples_that_fit(hidden: int, samples: int, regs_per_thread: int, regs_per_block: int) -> int:
     """The most samples per block, at most ``samples``, whose threads' registers fit in a block; 0 if none. Pure."""
-    for s in range(int(samples), 0, -1):
-        if registers_per_block(hidden * s, regs_per_thread) <= regs_per_block:
-            return s
-    return 0
+    fits = (s for s in range(int(samples), 0, -1) if registers_per_block(hidden * s, regs_per_thread) <= regs_per_block)
+    return next(fits, 0)
 
 
 @functools.cache
@@ -105,9 +100,7 @@ def build_kernels(dtype_name: str, H: int, S: int):
         blk = cuda.blockIdx.x
         s = blk * S + sl  # slot in the batch; slots past the batch rerun the last sample and are not summed
         n = idx[min(s, B - 1)]
-        T = X.shape[1]
-        F = X.shape[2]
-        O = Y.shape[1]
+        T, F, O = X.shape[1], X.shape[2], Y.shape[1]
         h_sh = cuda.shared.array((2, S, H), nb_dtype)
         da_sh = cuda.shared.array((2, S, G4), nb_dtype)
         h_sh[0, sl, k] = ZERO

@@ -13,10 +13,8 @@ def clip_grad_norm(grad: np.ndarray, max_norm: float | None) -> float:
     """Scale ``grad`` in place so its global 2-norm is at most ``max_norm``; return the norm before. PyTorch's rule:
     multiply by min(1, max_norm / (norm + 1e-6)). Keeps one exploding BPTT step from throwing the weights away."""
     norm = float(np.sqrt(np.dot(grad, grad)))
-    if max_norm is not None:
-        coef = max_norm / (norm + 1e-6)
-        if coef < 1.0:
-            grad *= coef
+    if max_norm is not None and (coef := max_norm / (norm + 1e-6)) < 1.0:
+        grad *= coef
     return norm
 
 
