@@ -146,8 +146,7 @@ def _affinity() -> list[int] | None:
 
 def cpu_cores() -> int:
     """CPU cores this process may run on: its affinity where the system has one, else every logical core."""
-    cpus = _affinity()
-    return len(cpus) if cpus else (os.cpu_count() or 1)
+    return len(_affinity() or []) or os.cpu_count() or 1
 
 
 def local_rank_limit() -> int:

@@ -80,8 +80,7 @@ class AreaPart:
     def batch(self, split: str, ids: np.ndarray | None = None, cells: np.ndarray | slice = slice(None)
               ) -> tuple[torch.Tensor, torch.Tensor]:
         """As ``RegionData.batch``; ``cells`` must be cells this part holds."""
-        last = self.area.last_inputs[split]
-        last = last if ids is None else last[np.asarray(ids)]
+        last = self.area.last_inputs[split] if ids is None else self.area.last_inputs[split][np.asarray(ids)]
         columns = cells
         if self.cells is not None and not (isinstance(cells, slice) and self.cells.size == self.n_cells):
             wanted = np.arange(self.n_cells)[cells] if isinstance(cells, slice) else np.asarray(cells)

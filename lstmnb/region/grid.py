@@ -58,8 +58,7 @@ class Grid:
         """Cell ids of rows ``row0 .. row1 - 1`` (a contiguous range, row-major)."""
         if not 0 <= row0 <= row1 <= self.lat.size:
             raise ConfigError(f"rows {row0}..{row1} are outside the grid's 0..{self.lat.size}")
-        nx = self.lon.size
-        return np.arange(row0 * nx, row1 * nx)
+        return np.arange(row0 * self.lon.size, row1 * self.lon.size)
 
     @staticmethod
     def square_limits(lat0: float = 60.0, step: float = 0.25) -> tuple[int, int]:

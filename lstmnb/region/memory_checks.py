@@ -38,9 +38,8 @@ def check_budget(budget_gb: float, device: str) -> None:
     would then fail to allocate, or drive the machine into swap."""
     have, where = device_memory(device)
     if budget_gb * 2**30 > have:
-        top = np.floor(have / 2**30 * 10) / 10
         raise ConfigError(f"--budget-gb {budget_gb:g}: {where} has {have / 2**30:,.1f} GiB of memory; "
-                          f"give --budget-gb {top:g} or less")
+                          f"give --budget-gb {np.floor(have / 2**30 * 10) / 10:g} or less")
 
 
 def check_areas(areas, option: str) -> None:

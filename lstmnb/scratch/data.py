@@ -1,10 +1,9 @@
 """Data for the from-scratch LSTM: the airline passengers series and an ERA5 point series, both by the project's rules
 (docs/architecture.md): chronological train/val/test splits, no window crossing a split boundary, scaling statistics
-from the training part only. Airline passengers: monthly totals of international airline passengers (thousands), 1949-01
-to 1960-12, 144 values; Box, Jenkins and Reinsel, *Time Series Analysis: Forecasting and Control*, series G. The series
+from the training part only. Airline passengers: monthly international airline passengers (thousands), 1949-01 to
+1960-12, 144 values (Box, Jenkins and Reinsel, *Time Series Analysis: Forecasting and Control*, series G). The series
 and its seasonal swing grow, so a model trained on 1949-1957 levels would have to extrapolate; hence Box and Jenkins'
-remedy: the LSTM sees month-on-month changes of log passengers, and its predictions are turned back into passengers for
-the error in units."""
+remedy: the LSTM sees month-on-month changes of log passengers, turned back into passengers for the error in units."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """The ``numba-cuda`` version: one CUDA thread per sample, gradients reduced on the device.
 
-The per-sample kernel of ``numba-cpu`` on a GPU. The training data are copied to the device once and stay resident;
-per batch only the weights (a few thousand numbers) and the batch's sample indices go over the bus. Each thread writes
-its gradient into its own column of a (parameters x batch) buffer, and the workspaces have the batch as the last
-(fastest) axis, so neighbouring threads touch neighbouring addresses (coalesced). A second kernel, one thread per
-parameter, sums the columns on the device, and P + 1 numbers (gradient, then loss) come back. Tested on CPU-only
-machines under Numba's CUDA simulator (``cuda_check``)."""
+The per-sample kernel of ``numba-cpu`` on a GPU. The training data stay resident on the device; per batch only the
+weights (a few thousand numbers) and the sample indices go over the bus. Each thread writes its gradient into its own
+column of a (parameters x batch) buffer, and the workspaces have the batch as the last (fastest) axis, so neighbouring
+threads touch neighbouring addresses (coalesced). A second kernel, a thread per parameter, sums the columns, and P + 1
+numbers (gradient, then loss) come back. Tested without a GPU under Numba's CUDA simulator (``cuda_check``)."""
 
 from __future__ import annotations
 

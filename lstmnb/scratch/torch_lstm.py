@@ -1,9 +1,8 @@
 """The ``torch`` versions: the same network as ``torch.nn.LSTM`` + ``nn.Linear``, trained by PyTorch.
 
-Nothing written by hand: PyTorch runs each time step's batched matrix products on its multithreaded CPU kernels
-(``torch``) or cuDNN's fused LSTM kernels (``torch-cuda``), and autograd does BPTT. The weights come from the same flat
-vector as every other version, ``bias_hh`` held at zero (our LSTM has one bias per gate), so the optimiser, the
-clipping and the whole trajectory are the same."""
+Nothing written by hand: PyTorch runs each step's batched matrix products on its multithreaded CPU kernels (``torch``)
+or cuDNN's fused LSTM kernels (``torch-cuda``), and autograd does BPTT. The weights come from the flat vector of every
+other version (``bias_hh`` held at zero: ours has one bias per gate), so the trajectory is the same."""
 
 from __future__ import annotations
 
@@ -72,9 +71,8 @@ class TorchEngine:
 
             prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
         self.model = torch_model(theta0, shape, self.device)
-        dtype = self.model.head.weight.dtype
         # copied once (torch.tensor always copies; the arrays may be read-only views) and resident on the device
-        self.X, self.y = (torch.tensor(a, dtype=dtype, device=self.device) for a in (X, y))
+        self.X, self.y = (torch.tensor(a, dtype=self.model.head.weight.dtype, device=self.device) for a in (X, y))
         # the name is one of optim.OPTIMIZERS (ScratchConfig.validate checks it)
         self.opt = off_the_gpu(TORCH_OPTIMIZERS[optimizer](self.model.trainable(), lr=lr), torch.device(self.device))
         self.clip = clip
