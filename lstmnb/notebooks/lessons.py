@@ -45,22 +45,19 @@ def check_repeats(repeats: int) -> None:
 
 # --- 04: a step's time against its batch --------------------------------------------------------------
 
-
 def step_times(windows, cfg, device: str, batches: Sequence[int], *, steps: int = 20, repeats: int = 3,
                min_s: float = 0.2) -> pd.DataFrame:
     """One row per (repeat, batch): the seconds of one eager optimiser step of ``Trainer.step`` on ``device``, batch
-    sizes alternated within each repeat, with the steps timed, a step's FLOPs, the threads and the busy cores. Each
-    measurement times ``steps`` steps or, if under ``min_s`` seconds, as many as fill about ``min_s`` (counted off the
-    second of two warm-up steps, as ``timeit``'s autorange; at most 100 x ``steps``): one host hiccup can move 20 GPU
-    steps of 2.5 ms by half."""
+    sizes alternated within each repeat. Each measurement times ``steps`` steps or, if under ``min_s`` seconds, as many
+    as fill about ``min_s`` (counted off the second of two warm-up steps, as ``timeit``'s autorange; at most 100 x
+    ``steps``): one host hiccup can move 20 GPU steps of 2.5 ms by half."""
     check_repeats(repeats)
     if steps < 1 or not batches or any(int(b) < 1 for b in batches):
         raise ConfigError(f"steps={steps} and batches={list(batches)} must be >= 1")
     if not min_s >= 0:
         raise ConfigError(f"min_s={min_s!r} must be a number of seconds >= 0")
     n_train = windows.x["train"].shape[0]
-    too_big = [int(b) for b in batches if int(b) > n_train]
-    if too_big:
+    if too_big := [int(b) for b in batches if int(b) > n_train]:
         raise ConfigError(f"batch size(s) {too_big} exceed the {n_train} training samples")
     cfg = with_overrides(cfg, cuda_graph=False, input_path="fast", device=device)
     dev = resolve_device(cfg.device)
@@ -161,7 +158,6 @@ def reference_step_table() -> pd.DataFrame:
 
 # --- 05: DDP scaling and all-reduce over real ranks --------------------------------------------------
 
-
 def ddp_device(gpu: str, ranks: int) -> tuple[str, str]:
     """Where 05's DDP runs go: ``gpu`` when ``ranks`` CUDA GPUs are usable, else the CPU; with a sentence saying why."""
     why = gpu_problem(gpu, ranks)
@@ -197,8 +193,7 @@ def ddp_scaling(windows, data_info: dict[str, Any] | None, cfg, *, ranks: int = 
     if cfg.device == "cpu" and cfg.threads is None:
         # one thread per rank: N ranks use N cores, as N GPUs, and no rank's OpenMP threads spin against other work
         cfg = replace(cfg, threads=1)
-    uneven = [n for n in (ranks, *more_ranks) if cfg.batch_size % n]
-    if uneven:
+    if uneven := [n for n in (ranks, *more_ranks) if cfg.batch_size % n]:
         raise ConfigError(f"batch_size={cfg.batch_size} must divide among {uneven[0]} ranks for strong scaling")
     plan = [("strong", 1), ("strong", ranks), ("weak", ranks)] + [("strong", n) for n in more_ranks]
     recorder = Recorder(results)
@@ -250,7 +245,6 @@ def ring_allreduce_bytes(n_params: int, ranks: int, bytes_per_value: int = 4) ->
 
 
 # --- "what this showed" ------------------------------------------------------------------------------
-
 
 def _fmt(v: float, digits: int = 2) -> str:
     return "n/a" if v is None or not np.isfinite(v) else f"{v:,.{digits}f}"
@@ -325,11 +319,8 @@ def what_05_showed(scaling_table: pd.DataFrame, allreduce_table: pd.DataFrame, r
         g = scaling_table.xs(mode, level=0)
         top = g.index.max()
         row = g.loc[top]
-        if np.isfinite(row["speedup"]):
-            what = (f"{'speedup' if mode == 'strong' else 'scaled speedup'} {_fmt(row['speedup'])}x, "
-                    f"efficiency {_fmt(row['efficiency'])}")
-        else:
-            what = row["note"] or "no speedup"
+        what = (f"{'speedup' if mode == 'strong' else 'scaled speedup'} {_fmt(row['speedup'])}x, "
+                f"efficiency {_fmt(row['efficiency'])}" if np.isfinite(row["speedup"]) else row["note"] or "no speedup")
         lines.append(f"- {mode.capitalize()} scaling to {top} ranks ({row['input path']} input path, "
                      f"per-rank batch {int(row['per-rank batch'])}, {_fmt(row['threads'], 0)} threads in all): "
                      f"{_fmt(row['epoch s'])} s per epoch against {_fmt(g.loc[1, 'epoch s'])} s on one rank; "

@@ -224,8 +224,7 @@ def _check_settings(values: Mapping[str, Any]) -> None:
             _reuse("region_budget_gb", values["region_budget_gb"], check_budget, values["region_budget_gb"],
                    str(values.get("device", "cpu")))
         if "region_sides" in values:
-            sides = values["region_sides"]
-            check_areas([(n, n) for n in sides], f"parameter region_sides={sides!r}")
+            check_areas([(n, n) for n in values["region_sides"]], f"parameter region_sides={values['region_sides']!r}")
     _check_scratch(values)
     experiment = values.get("experiment")  # 06: None shows every experiment; as `lstmnb results --experiment`
     if experiment is not None and not (isinstance(experiment, str) and experiment.strip()):

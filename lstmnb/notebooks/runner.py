@@ -29,8 +29,6 @@ NOTEBOOKS_ENV = "LSTMNB_NOTEBOOKS"
 INJECTED = ("profile", "label", "output_dir", "results", "results_paths")
 
 
-# --- notebooks -----------------------------------------------------------------------------------
-
 def notebooks_dir(folder: str | os.PathLike | None = None) -> Path:
     """The notebook folder: ``folder``, else $LSTMNB_NOTEBOOKS, else the series this installation carries
     (a checkout's ``notebooks/``, or the copy inside the installed package)."""
@@ -92,15 +90,11 @@ def plan_parameters(notebooks: Sequence[Path], base: Mapping[str, Any], override
     known = set().union(*(declared[nb] for nb in notebooks))
     unknown = sorted(k for k in overrides if k not in known)
     if unknown:
-        where = ", ".join(nb.stem for nb in notebooks)
-        raise NotebookError(
-            f"parameter(s) {', '.join(map(repr, unknown))} not declared by {where}; "
-            f"their parameters: {', '.join(sorted(known))}")
+        raise NotebookError(f"parameter(s) {', '.join(map(repr, unknown))} not declared by "
+                            f"{', '.join(nb.stem for nb in notebooks)}; their parameters: {', '.join(sorted(known))}")
     merged = {**base, **overrides}
     return {nb: {k: v for k, v in merged.items() if k in declared[nb]} for nb in notebooks}
 
-
-# --- running -------------------------------------------------------------------------------------
 
 def new_run_dir(runs_dir: str | os.PathLike, profile: str) -> Path:
     """A fresh ``<runs_dir>/<profile>/<timestamp>`` folder (a suffix keeps two runs in one second apart)."""
@@ -166,8 +160,7 @@ def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None 
     plan_parameters(selected, {}, overrides, declared)  # names first: a typo is named as such
     every = declared if only is None else {nb: notebook_parameters(nb) for nb in find_notebooks(notebooks)}
     known = set(INJECTED).union(*every.values())
-    stray = sorted(set(prof.parameters) - known)
-    if stray:
+    if stray := sorted(set(prof.parameters) - known):
         raise NotebookError(f"profile {prof.name!r}: parameter(s) {', '.join(map(repr, stray))} are declared by no "
                             f"notebook; check the spelling (notebook parameters: {', '.join(sorted(known))})")
     own = {nb.stem: {k: default_value(v) for k, v in declared[nb].items()} for nb in selected}

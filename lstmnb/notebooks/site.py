@@ -1,6 +1,5 @@
 """The rendered report: a run folder as a site (``<run folder>/site/index.html``) readable from ``file://`` (math as
 MathML), the report (06) its front page, every other executed notebook a page listed under it with its status.
-
 Built by Sphinx with myst-nb (which shows the executed notebooks without running them) and sphinx-book-theme (the
 Jupyter Book cookbooks' theme; its web assets prebuilt, so no Node.js at run time): the optional ``site`` extra. Cells
 tagged ``remove-cell`` are left out (the Colab install cell, a parameters cell with papermill's injected one), cells
@@ -128,10 +127,9 @@ def _page(run, source: Path, target: Path, contents: str | None = None) -> None:
     if run.status == "skipped":
         note = ("```{note}\nThis notebook **ran**; every run it records was skipped" + (f": {run.reason}" if run.reason
                 else "") + ". What it measured without a record (04's step times on this CPU) is on the page.\n```")
-        nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
     elif run.status != "ok":
-        why = f": {run.error}" if run.error else "."
-        note = f"```{{warning}}\nThis notebook was **{run.status}**{why}\n```"
+        note = f"```{{warning}}\nThis notebook was **{run.status}**{f': {run.error}' if run.error else '.'}\n```"
+    if run.status != "ok":
         nb.cells.insert(0, nbformat.v4.new_markdown_cell(note))
     if contents:  # the front page: the report, then the series under it
         nb.cells.append(nbformat.v4.new_markdown_cell(contents))

@@ -32,9 +32,8 @@ FILE_ONLY_BACKENDS = frozenset({"agg", "cairo", "pdf", "pgf", "ps", "svg", "temp
 
 
 def figures_inline() -> bool:
-    """In a Jupyter kernel whose matplotlib backend draws to files only (a session exporting ``MPLBACKEND=Agg``, which
-    ipykernel keeps), switch to the inline backend, as ``lstmnb notebooks run``'s ``--matplotlib=inline`` does for its
-    kernels; True where it switched."""
+    """In a Jupyter kernel whose matplotlib backend draws to files only (``MPLBACKEND=Agg`` exported, which ipykernel
+    keeps), switch to inline as ``lstmnb notebooks run``'s ``--matplotlib=inline`` does; True if it switched."""
     if "ipykernel" not in sys.modules:  # not in a kernel (a script, pytest): nothing to show inline
         return False
     from IPython import get_ipython
@@ -49,7 +48,6 @@ def figures_inline() -> bool:
 figures_inline()
 
 # --- parameters -> request and config ------------------------------------------------------------
-
 
 def make_request(source: str | None = None, points: Sequence[Sequence[float]] | None = ((40, 280), (20, 280)),
                  start: str = "2020-01-01", end: str = "2021-06-30",
@@ -102,7 +100,6 @@ def show_table(df: pd.DataFrame) -> None:
 
 
 # --- 01: the store and the series ----------------------------------------------------------------
-
 
 def store_variables(ds) -> pd.DataFrame:
     """The store's data variables: long name, units, dims and shape."""
@@ -158,7 +155,6 @@ def save_subset(ds, output_dir: str | Path | None, name: str = "subset") -> Path
 
 # --- 02: windows, baselines, model --------------------------------------------------------------
 
-
 def windows_table(windows) -> pd.DataFrame:
     """Samples, time span and baseline RMSE (K) of each split."""
     rows = []
@@ -210,7 +206,6 @@ def plot_forecast(frame: pd.DataFrame, title: str = ""):
 
 # --- 03: the runs of an experiment ----------------------------------------------------------------
 
-
 def runs_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per record: ``report.runs_table``'s columns plus the warm-up and median epoch seconds,
     leaving out columns that no record fills."""
@@ -223,7 +218,6 @@ def runs_summary(records: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 # --- 04/05: devices present, skipped runs --------------------------------------------------------
-
 
 def eager_vs_graph(windows, data_info: dict[str, Any], base_cfg, epochs: int, *, results) -> tuple[pd.DataFrame, str]:
     """The same fast-path run eager and with the step captured as a CUDA graph: a table and one sentence
