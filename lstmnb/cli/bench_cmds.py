@@ -231,10 +231,9 @@ def _allreduce_configs(args):
     from ..experiments import AllreduceConfig
     from ..training import TrainConfig
 
-    cfg = TrainConfig(hidden=args.hidden, layers=args.layers, cell=args.cell, experiment="allreduce")
-    acfg = AllreduceConfig(world_size=args.world_size, device=args.device, min_bytes=args.min_bytes,
-                           max_bytes=args.max_bytes, factor=args.factor, budget_s=args.budget_s)
-    return cfg, acfg
+    return (TrainConfig(hidden=args.hidden, layers=args.layers, cell=args.cell, experiment="allreduce"),
+            AllreduceConfig(world_size=args.world_size, device=args.device, min_bytes=args.min_bytes,
+                            max_bytes=args.max_bytes, factor=args.factor, budget_s=args.budget_s))
 
 
 def _check_bench_allreduce(args) -> None:
@@ -260,8 +259,7 @@ def _run_bench_allreduce(args) -> int:
     print(format_table(allreduce_table([out], args.step_s)))
     print(f"\nmodel gradient per step: {out['gradient_bytes']:,} bytes (hidden {args.hidden}, layers {args.layers}, "
           f"{args.cell}); busbw = algbw x 2(n-1)/n with n = {args.world_size}")
-    path = results_path(args)
-    if path:
+    if path := results_path(args):
         print(f"record appended to {append_record(experiments.allreduce_record(out, acfg, cfg), path)}")
     return 0
 

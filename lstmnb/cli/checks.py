@@ -55,8 +55,7 @@ def check_plot(path: str | None, option: str = "--plot") -> None:
 
 
 def check_records_args(args) -> None:
-    """Named results files or folders exist ($LSTMNB_RESULTS, when none is named, is not blank); --experiment is
-    not empty."""
+    """Named results paths exist ($LSTMNB_RESULTS, when none is named, is not blank); --experiment is not empty."""
     if not args.paths and (os.environ.get(RESULTS_ENV) or "-").strip() == "":  # as train says it (check_results)
         raise ConfigError(f"${RESULTS_ENV} is empty; give a .jsonl file or a folder, or unset it for ./results")
     for p in args.paths or ():
@@ -69,9 +68,7 @@ def check_records_args(args) -> None:
 def check_omp_num_threads(environ) -> None:
     """``OMP_NUM_THREADS``, when set, is what OpenMP accepts: whole numbers >= 1 (a list like 4,2 for nested
     levels; not empty). Checked before torch loads, so libgomp's own message does not come first."""
-    value = environ.get("OMP_NUM_THREADS")
-    if value is None:  # set but empty is no number either: libgomp warns about it before torch's first line
-        return
-    if not re.fullmatch(r"\s*[1-9]\d*(\s*,\s*[1-9]\d*)*\s*", value):
+    value = environ.get("OMP_NUM_THREADS")  # '' is no number either: libgomp warns about it before torch's first line
+    if value is not None and not re.fullmatch(r"\s*[1-9]\d*(\s*,\s*[1-9]\d*)*\s*", value):
         raise ConfigError(f"OMP_NUM_THREADS={value!r} must be a whole number >= 1 (or a list like 4,2); unset it "
                           "to let lstmnb choose, or use --threads N")

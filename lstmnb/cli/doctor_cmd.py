@@ -68,8 +68,7 @@ def _run_deep(profiles: list[str]) -> bool:
     jobs = deep_check(on_job=show)
     ok = True
     for name in profiles:
-        device = str(load_profile(name).parameters.get("device", "cpu"))
-        ready, blocking = deep_ready(jobs, device)
+        ready, blocking = deep_ready(jobs, str(load_profile(name).parameters.get("device", "cpu")))
         ok = ok and ready
         print(f"profile {name}: " + ("its jobs passed" if ready else "needs " + ", ".join(
             f"{j.device} {j.name} ({j.status})" for j in blocking)))

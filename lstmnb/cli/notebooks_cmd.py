@@ -66,7 +66,6 @@ def _notebooks_folder(folder) -> None:
 
 
 def _check_notebooks_run(args) -> None:
-    """Profile, notebooks, parameters, kernel, timeout, run folder and cache, before any kernel starts."""
     from ..notebooks import check_series
 
     check_series(args.profile, **_series_options(args))
@@ -85,8 +84,7 @@ def print_series(result, width: int = 100) -> None:
                           for r in result.runs]).set_index("notebook")
     print("\n" + format_table(table, floatfmt="{:,.1f}"))
     for r in result.runs:
-        why = r.reason if r.status == "skipped" else r.error if r.status == "failed" else None
-        if why:
+        if why := (r.reason if r.status == "skipped" else r.error if r.status == "failed" else None):
             print(textwrap.fill(f"{r.name} {r.label}: {why}", width, subsequent_indent="    "))
     print(f"\nrun folder  {result.run_dir}")
     print(f"records     {result.results}")

@@ -97,9 +97,7 @@ def request_from_args(args: argparse.Namespace):
         kw["box"], kw["points"] = tuple(box), None
     elif points:
         kw["points"] = tuple(points)
-    for name in ("start", "end"):  # an empty value is an error, not the default
-        if getattr(args, name) is not None:
-            kw[name] = getattr(args, name)
+    kw.update({n: getattr(args, n) for n in ("start", "end") if getattr(args, n) is not None})  # '' is refused
     request, notes = data.Request(**kw), []
     source = request.source.strip() if isinstance(request.source, str) else ""
     local = source not in (data.SAMPLE, data.STUDY) and source not in data.CATALOGUE and "://" not in source
@@ -213,8 +211,7 @@ def results_path(args):
 def say_recorded(records: list[dict], args) -> None:
     from ..records import runs_path
 
-    path = results_path(args)
-    if path is not None and records:
+    if (path := results_path(args)) is not None and records:
         print(f"{len(records)} record(s) appended to {runs_path(path)}")
 
 
@@ -237,8 +234,7 @@ def results_option(args) -> str:
 
 
 def check_results_args(args) -> None:
-    """``checks.check_results`` for the results path of ``args``, naming where that path came from; --results
-    with --no-record (which would ignore it) is refused."""
+    """``check_results`` on the results path of ``args``, named by its source; --results with --no-record is refused."""
     if getattr(args, "no_record", False) and getattr(args, "results", None) is not None:
         raise ConfigError(f"--results {args.results} and --no-record both given: one appends the records there, the "
                           "other writes none; give one")

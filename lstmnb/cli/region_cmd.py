@@ -99,10 +99,9 @@ def _run_skill(args) -> int:
     data, info = region_windows(_area_request(args), cfg, progress=cfg.progress)
     got = region_skill(data, cfg, pick_variants(args.variants), args.neighbours, args.channels, data_info=info,
                        results=results_path(args), on_epoch=epoch, on_point=finished)
-    ny, nx = data.grid.shape
     maps = got.maps
-    print(f"\n{ny} x {nx} cells, test period {maps.attrs['period']}, {cfg.lead_hours} h ahead "
-          f"(MSE skill score = 1 - MSE / MSE of the reference; above 0 beats it):")
+    print(f"\n{data.grid.shape[0]} x {data.grid.shape[1]} cells, test period {maps.attrs['period']}, "
+          f"{cfg.lead_hours} h ahead (MSE skill score = 1 - MSE / MSE of the reference; above 0 beats it):")
     with pd.option_context("display.width", 200):
         print(format_table(got.table, "{:,.4f}"))
         if not got.flow.empty:
@@ -214,10 +213,8 @@ def _run_scaling(args) -> int:
     print(f"\n{ny} x {nx} cells, {args.steps} steps of {args.batch_size} windows, sparse k = {args.neighbours}; "
           f"N gloo ranks of one thread against one process of N threads (medians of {args.repeats}):")
     print(format_table(table.set_index(["mode", "threads"]), "{:,.6g}"))
-    free = table.attrs["threads"]
-    print(f"cores free now: {free['used']} ({free['reason']})")
-    note = next((r["threads"]["note"] for r in table.attrs["records"] if r["threads"].get("note")), None)
-    if note:  # the first run's that has one
+    print(f"cores free now: {table.attrs['threads']['used']} ({table.attrs['threads']['reason']})")
+    if note := next((r["threads"]["note"] for r in table.attrs["records"] if r["threads"].get("note")), None):
         print(f"note: {note}")
     say_recorded(table.attrs["records"], args)
     return 0

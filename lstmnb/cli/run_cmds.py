@@ -68,9 +68,7 @@ def add_train(sub, full: bool) -> None:
 
 
 def check_training(cfg, request, args, device: bool = True) -> None:
-    """Everything a training run (or a bench of them) needs, before it starts: the config, the request, the device
-    (unless the bench picks the devices: ``device``), the profile it records (shipped, or a .yaml file), the
-    checkpoint's path (``training.run`` reads it once, before the data), the records of ``args`` and the cache."""
+    """What a training run (or a bench of runs) needs, before it starts; ``device`` False: the bench picks devices."""
     from ..machine.device import resolve_device
     from ..profiles import load_profile
 
@@ -204,10 +202,8 @@ def _run_results(args) -> int:
     from ..report import format_table, machines_table, runs_table
 
     df = pd.json_normalize(read_runs(args), max_level=2)
-    if args.by == "machine":
-        print(format_table(machines_table(df)))
-    else:  # --last 0: every run
-        print(format_table(runs_table(df.tail(args.last) if args.last else df)))
+    table = machines_table(df) if args.by == "machine" else runs_table(df.tail(args.last) if args.last else df)
+    print(format_table(table))  # --last 0: every run
     return 0
 
 
@@ -230,14 +226,12 @@ def add_quickstart(sub, full: bool) -> None:
 
 
 def _quickstart_config(args):
-    """The recommended preset on the CPU (its epoch cap unless --epochs is given)."""
     from ..training import preset_config
 
     return preset_config(device="cpu", experiment="quickstart", **({"epochs": args.epochs} if args.epochs is not None else {}))
 
 
 def _check_quickstart(args) -> None:
-    """The training run's settings and outputs, and the notebook series' profile, notebooks, kernel and run folder."""
     check_training(_quickstart_config(args), None, args)
     if args.notebooks:
         from ..notebooks.runner import check_series
@@ -279,7 +273,6 @@ def add_skill(sub, full: bool) -> None:
 
 
 def _check_skill(args) -> None:
-    """The leads, the plot path and everything a training run needs, before the first model trains."""
     from ..experiments.skill import check_leads, check_one_lead
     from ..training import with_overrides
 
@@ -296,10 +289,9 @@ def _run_skill(args) -> int:
     from ..experiments import skill
     from ..report import format_table
 
-    cfg = train_config_from_args(args)  # validated there
-    records = skill.skill_experiment(request_from_args(args), cfg, args.leads, results=results_path(args),
-                                     on_point=lambda r: print(f"  lead {r['skill']['lead_hours']} h: "
-                                                              f"{r['metrics']['stop_reason']}"))
+    records = skill.skill_experiment(
+        request_from_args(args), train_config_from_args(args), args.leads, results=results_path(args),
+        on_point=lambda r: print(f"  lead {r['skill']['lead_hours']} h: {r['metrics']['stop_reason']}"))
     table = skill.skill_table(records)
     with pd.option_context("display.width", 250):
         print(format_table(table))

@@ -67,7 +67,6 @@ def _config(args):
 
 
 def _check_scratch_bench(args) -> None:
-    """Every option, the plot and results paths (and the cache for ERA5 data) before any version trains."""
     # idle OpenMP threads of numba and torch busy-wait and starve each other on few cores: set before either
     # loads (see benchmarks/scratch_versions.py); main runs this check before the run, in the same process
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

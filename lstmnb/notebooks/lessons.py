@@ -267,8 +267,7 @@ def what_04_showed(steps_table: pd.DataFrame, fit: dict[str, float], reference: 
         f"{_fmt(steps_table.loc[big, 'GFLOP/s'], 1)} at batch {big} and at best "
         f"{_fmt(steps_table['GFLOP/s'].max(), 1)} (batch {steps_table['GFLOP/s'].idxmax()}).",
     ]
-    flagged = int((steps_table["flag"] != "").sum())
-    if flagged:
+    if flagged := int((steps_table["flag"] != "").sum()):
         lines.append(f"- {flagged} of {len(steps_table)} rows are flagged (see the table): read them as rough.")
     if not reference.empty and STUDY_SETTING in reference.index.get_level_values(0):
         study = reference.xs(STUDY_SETTING, level=0)

@@ -36,8 +36,7 @@ def notebooks_dir(folder: str | os.PathLike | None = None) -> Path:
         if not str(folder).strip() or not Path(folder).expanduser().is_dir():
             raise NotebookError(f"notebook folder {str(folder)!r} does not exist (or is not a folder)")
         return Path(folder).expanduser()
-    env = os.environ.get(NOTEBOOKS_ENV)
-    if env:
+    if env := os.environ.get(NOTEBOOKS_ENV):
         if not Path(env).expanduser().is_dir():
             raise NotebookError(f"{NOTEBOOKS_ENV}={env!r} is not a folder; point it at a notebook folder, or unset it")
         return Path(env).expanduser()
