@@ -22,10 +22,11 @@ def proc_status_kb(field: str) -> int | None:
     but Linux: ``peak_memory_mb`` then says why and gives psutil's process-wide figure)."""
     if not sys.platform.startswith("linux"):
         return None
-    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as fh:  # Linux (above)
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/self/status") as fh:  # portable: Linux only (returned above)
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
     return None
 
 
