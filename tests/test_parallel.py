@@ -50,6 +50,11 @@ def _abort_while_exiting(env, value: int) -> int:
     return value * 2
 
 
+def _environment_and_parent(env, name: str) -> tuple[str | None, int]:
+    """A spawn job: what rank 0 sees of one environment variable, and its parent process."""
+    return os.environ.get(name), os.getppid()
+
+
 def _die_at_epoch_2(rank: int, entry: dict) -> None:
     """Rank callback: rank 1 crashes hard (no cleanup, no error report) after its second epoch."""
     if rank == 1 and entry["epoch"] == 2:
@@ -307,9 +312,31 @@ def test_unequal_shards_still_compute_the_global_batch_gradient():
     assert uneven.record["parallel"]["shard_sizes"] == [18, 6]
 
 
+def test_ranks_see_the_callers_environment_as_it_is_when_the_job_starts(monkeypatch):
+    """On Linux the ranks are forked from one forkserver, started with the first job and its environment; each job
+    still hands its ranks the caller's environment of that moment (a variable set or removed since included)."""
+    name = "LSTMNB_TEST_LAUNCH_MARK"
+    seen = []
+    for value in ("first", "second", None):
+        if value is None:
+            monkeypatch.delenv(name)
+        else:
+            monkeypatch.setenv(name, value)
+        seen.append(parallel.spawn(_environment_and_parent, 2, device="cpu", kwargs={"name": name}))
+    assert [got for got, _ in seen] == ["first", "second", None]
+    parents = {parent for _, parent in seen}
+    if sys.platform == "linux":  # one server for every job, not this process
+        assert len(parents) == 1 and os.getpid() not in parents
+    else:  # a fresh Python per rank, started by this process
+        assert parents == {os.getpid()}
+
+
 # --- failures ---------------------------------------------------------------------------------------
 
-def test_a_rank_that_dies_while_exiting_after_its_work_loses_nothing():
+def test_a_rank_that_dies_while_exiting_after_its_work_loses_nothing(monkeypatch):
+    # a fresh Python per rank, as on macOS and Windows: a forkserver's child leaves with os._exit, running no atexit
+    # handler (nor C++ static destructors, where gloo's abort at exit comes from)
+    monkeypatch.setattr(parallel.launcher, "START_METHOD", "spawn")
     with pytest.warns(RuntimeWarning, match="rank 1 of 2 ended by SIGABRT while exiting, after its work was done"):
         assert parallel.spawn(_abort_while_exiting, 2, device="cpu", kwargs={"value": 21}) == 42
 
@@ -397,7 +424,9 @@ def test_sigterm_to_the_launcher_stops_its_ranks_and_keeps_the_checkpoint(tmp_pa
         while not ck.exists() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
         assert ck.exists(), proc.communicate(timeout=5)
-        ranks = [c for c in psutil.Process(proc.pid).children(recursive=True) if "spawn" in " ".join(c.cmdline())]
+        # a fresh Python per rank ("spawn_main"), or on Linux the forkserver's children (the server's parent is proc)
+        ranks = [c for c in psutil.Process(proc.pid).children(recursive=True) if "spawn" in " ".join(c.cmdline())
+                 or ("forkserver" in " ".join(c.cmdline()) and c.ppid() != proc.pid)]
         assert len(ranks) == 2, [c.cmdline() for c in ranks]
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)

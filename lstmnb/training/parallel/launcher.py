@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -30,6 +31,13 @@ from .groups import (DistEnv, DistributedError, check_world_size, close_distribu
                      init_distributed, local_rendezvous_environment)
 
 
+# Linux: ranks are forked from one server process that imported torch and this module once, for the whole life of
+# the caller (a notebook's kernel, a series of runs), so a rank starts in milliseconds, not the seconds of a fresh
+# Python importing torch; CUDA is safe there, since the server never initialises it (PyTorch's multiprocessing notes).
+# Elsewhere: a fresh Python per rank.
+START_METHOD = "forkserver" if sys.platform == "linux" else "spawn"
+
+
 @dataclass
 class _Job:
     """What each spawned rank runs: ``fn(env, **kwargs)``; rank 0's return value goes back to the caller."""
@@ -44,10 +52,14 @@ class _Job:
     workdir: str
     queue: Any = None
     backend: str | None = None  # None: NCCL on GPUs, gloo on CPU; 'gloo' on CUDA: ranks may share a GPU
+    environ: dict[str, str] | None = None  # the caller's environment now (a forkserver's children start with its own)
 
 
 def _rank_main(local_rank: int, job: _Job) -> None:
     """Entry of one spawned rank: join the group, run the job, hand back rank 0's result or the error."""
+    if job.environ is not None:
+        os.environ.clear()
+        os.environ.update(job.environ)
     os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(job.world_size),
                       LOCAL_WORLD_SIZE=str(job.world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job.port))
     for name, value in local_rendezvous_environment().items():  # loopback; Windows: no libuv TCPStore
@@ -141,15 +153,18 @@ def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwar
         check_world_size(kind, world_size)
     workdir = Path(tempfile.mkdtemp(prefix="lstmnb-ranks-"))
     queue = mp.get_context("spawn").SimpleQueue() if on_message is not None else None
-    job = _Job(fn, kwargs or {}, world_size, free_port(), device, timeout_s, threads, str(workdir), queue, backend)
+    job = _Job(fn, kwargs or {}, world_size, free_port(), device, timeout_s, threads, str(workdir), queue, backend,
+               dict(os.environ))
 
     def drain() -> None:
         while queue is not None and not queue.empty():
             on_message(queue.get())
 
+    if START_METHOD == "forkserver":
+        mp.set_forkserver_preload([__name__])  # read when the server starts: the first job's, once
     start = time.monotonic()
     try:
-        pc = mp.start_processes(_rank_main, args=(job,), nprocs=world_size, join=False, start_method="spawn")
+        pc = mp.start_processes(_rank_main, args=(job,), nprocs=world_size, join=False, start_method=START_METHOD)
         try:
             while not pc.join(timeout=0.2):
                 drain()
