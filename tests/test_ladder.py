@@ -108,7 +108,10 @@ def test_first_screen_from_cpu_records_alone_says_how_to_get_the_gpu_half(cpu_la
     assert 1 <= len([s for s in sentences if s]) <= 4 and screen.markdown.startswith("On this machine")
     cpu = {r["ladder"]["rung"]: r["timing"]["train_s"] for r in records if r["device"]["kind"] == "cpu"}
     best = min((s, k) for k, s in cpu.items() if k < 6)
-    assert _ratio(screen.markdown) == pytest.approx(float(f"{cpu[0] / best[0]:.2g}"))  # same machine's runs
+    if best[1] == 0:  # one epoch per rung on a busy machine: the study's code can come out fastest, and is said so
+        assert "the study's code (rung 0) was the fastest rung" in screen.markdown, screen.markdown
+    else:
+        assert _ratio(screen.markdown) == pytest.approx(float(f"{cpu[0] / best[0]:.2g}"))  # same machine's runs
     # (b) with the reference records: this machine's CPU ladder still first, the H200's panel labelled
     with_ref = report.first_screen(df, report.load_reference_records())
     assert len(with_ref.figure.axes) == 2 and with_ref.markdown.startswith("On this machine")

@@ -50,16 +50,15 @@ class _Job:
     timeout_s: float
     threads: int | None
     workdir: str
+    environ: dict[str, str]  # the caller's environment now (a forkserver's children start with the server's)
     queue: Any = None
     backend: str | None = None  # None: NCCL on GPUs, gloo on CPU; 'gloo' on CUDA: ranks may share a GPU
-    environ: dict[str, str] | None = None  # the caller's environment now (a forkserver's children start with its own)
 
 
 def _rank_main(local_rank: int, job: _Job) -> None:
     """Entry of one spawned rank: join the group, run the job, hand back rank 0's result or the error."""
-    if job.environ is not None:
-        os.environ.clear()
-        os.environ.update(job.environ)
+    os.environ.clear()
+    os.environ.update(job.environ)
     os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(job.world_size),
                       LOCAL_WORLD_SIZE=str(job.world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job.port))
     for name, value in local_rendezvous_environment().items():  # loopback; Windows: no libuv TCPStore
@@ -153,8 +152,8 @@ def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwar
         check_world_size(kind, world_size)
     workdir = Path(tempfile.mkdtemp(prefix="lstmnb-ranks-"))
     queue = mp.get_context("spawn").SimpleQueue() if on_message is not None else None
-    job = _Job(fn, kwargs or {}, world_size, free_port(), device, timeout_s, threads, str(workdir), queue, backend,
-               dict(os.environ))
+    job = _Job(fn, kwargs or {}, world_size, free_port(), device, timeout_s, threads, str(workdir), dict(os.environ),
+               queue, backend)
 
     def drain() -> None:
         while queue is not None and not queue.empty():
