@@ -112,6 +112,12 @@ def test_first_screen_from_cpu_records_alone_says_how_to_get_the_gpu_half(cpu_la
         assert "the study's code (rung 0) was the fastest rung" in screen.markdown, screen.markdown
     else:
         assert _ratio(screen.markdown) == pytest.approx(float(f"{cpu[0] / best[0]:.2g}"))  # same machine's runs
+    # both sentences, whatever this machine measured: rung 0's time set below, then above, every other rung's
+    rung0 = (df["ladder.rung"] == 0) & (df["device.kind"] == "cpu")
+    for seconds, fastest in ((min(cpu.values()) / 2, True), (2 * max(cpu.values()), False)):
+        moved = report.first_screen(df.assign(**{"timing.train_s": df["timing.train_s"].mask(rung0, seconds)}))
+        assert ("the study's code (rung 0) was the fastest rung" in moved.markdown) == fastest, moved.markdown
+        assert ("x as fast as the study's code" in moved.markdown) == (not fastest), moved.markdown
     # (b) with the reference records: this machine's CPU ladder still first, the H200's panel labelled
     with_ref = report.first_screen(df, report.load_reference_records())
     assert len(with_ref.figure.axes) == 2 and with_ref.markdown.startswith("On this machine")
