@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import matplotlib
 
@@ -85,6 +87,22 @@ def test_a_failed_allocation_is_one_short_line():
     assert failure_reason(ValueError("ny=0 is bad\nmore")) == "ValueError: ny=0 is bad"
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's getrusage keeps a parent's size across exec")
+def test_a_measuring_process_started_by_a_large_one_reports_its_own_peak():
+    """Without a resettable mark a case's peak is its process's own (``process_peak_mb``). On Linux getrusage's max
+    RSS of a process started by fork and exec (as ``measure`` starts one) still holds what its parent had resident at
+    the fork: from a 2 GiB kernel, every small case would measure 2 GiB."""
+    held = bytearray(b"\x01") * (2 * 1024 * MiB)  # resident: every page written
+    code = ("import resource; from lstmnb.machine.memory import process_peak_mb; "
+            "print(process_peak_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    del held
+    assert done.returncode == 0, done.stderr[-2000:]
+    own, rusage = map(float, done.stdout.split())
+    assert rusage > 2048, rusage  # the parent's 2 GiB, which is why getrusage is not read
+    assert 10 < own < 1024, (own, rusage)  # Python and torch, imported: a few hundred MiB
+
+
 @pytest.mark.slow
 def test_dense_memory_measured_as_predicted():
     """Two dense steps in fresh processes: the growth of the measured peak from 48 x 48 to 64 x 64 cells
@@ -96,5 +114,5 @@ def test_dense_memory_measured_as_predicted():
     measured = large["measured_bytes"] - small["measured_bytes"]
     assert measured == pytest.approx(predicted, rel=0.15)
     assert large["measured_bytes"] >= large["predicted_total"]  # the six copies are really there
-    assert large["method"] in ("VmHWM after clear_refs", "ru_maxrss (no reset possible)")
+    assert large["method"] in ("VmHWM after clear_refs", "process peak (no reset possible)")
     assert large["step_s"] > 0 and large["loss"] > 0

@@ -126,8 +126,12 @@ def peak_memory_mb(device: torch.device, since_reset: bool = True) -> dict[str, 
 
 
 def process_peak_mb() -> float | None:
-    """The process's all-time peak resident set in MiB (Windows: the peak working set; elsewhere getrusage's max
-    RSS, bytes on macOS and KiB on Linux), or None where the system gives neither."""
+    """The process's all-time peak resident set in MiB (Linux: VmHWM, this program's own; Windows: the peak working
+    set; elsewhere getrusage's max RSS, in bytes on macOS), or None where the system gives neither. Not getrusage on
+    Linux: a process started by fork and exec keeps there the resident set its parent had at the fork, so a small
+    measuring process started from a large kernel would report the kernel's size."""
+    if (kb := proc_status_kb("VmHWM")) is not None:
+        return kb / 1024
     peak = getattr(psutil.Process().memory_info(), "peak_wset", None)
     if peak is not None:
         return peak / 2**20
@@ -136,7 +140,7 @@ def process_peak_mb() -> float | None:
     except ImportError:
         return None
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return maxrss / 2**20 if platform.system() == "Darwin" else maxrss / 1024
+    return maxrss / 2**20 if platform.system() == "Darwin" else maxrss / 1024  # KiB on the BSDs
 
 
 # how CUDA libraries word a failed allocation when it reaches Python as a RuntimeError

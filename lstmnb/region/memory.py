@@ -12,8 +12,8 @@ runtime (threads, kernels' buffers) is a constant ``floor``, measured on a 3 x 3
 On CPU each case runs in a fresh Python process (``MALLOC_MMAP_THRESHOLD_``: glibc returns freed blocks of 1 MiB and
 more at once); its peak is the kernel's high-water mark of resident memory (VmHWM, reset through
 ``/proc/self/clear_refs`` once the inputs are built) minus the resident memory then: the step's own memory, whatever
-allocator PyTorch uses (tracemalloc does not see it). Where the reset is refused, the process's peak (``ru_maxrss``) is
-used and the method says so. On a GPU, PyTorch's allocator statistics give the peak."""
+allocator PyTorch uses (tracemalloc does not see it). Where the reset is refused, the process's own peak
+(``process_peak_mb``) is used and the method says so. On a GPU, PyTorch's allocator statistics give the peak."""
 
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ def run_case(case: MemoryCase) -> dict:
         base, method = torch.cuda.memory_allocated(dev), "torch.cuda.max_memory_allocated"
     else:
         base = (proc_status_kb("VmRSS") or 0) * 1024
-        method = "VmHWM after clear_refs" if reset else "ru_maxrss (no reset possible)"
+        method = "VmHWM after clear_refs" if reset else "process peak (no reset possible)"
     model = region_model(case.model_config(), grid, seed=0).to(dev)
     opt = off_the_gpu(torch.optim.Adam(model.parameters(), lr=1e-3), dev)
     times = []
