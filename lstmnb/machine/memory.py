@@ -140,7 +140,7 @@ def process_peak_mb() -> float | None:
     except ImportError:
         return None
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return maxrss / 2**20 if platform.system() == "Darwin" else maxrss / 1024  # KiB on the BSDs
+    return maxrss / 2**20 if platform.system() == "Darwin" else maxrss / 1024  # KiB: the BSDs, a Linux without /proc
 
 
 # how CUDA libraries word a failed allocation when it reaches Python as a RuntimeError
