@@ -55,6 +55,11 @@ def _environment_and_parent(env, name: str) -> tuple[str | None, int]:
     return os.environ.get(name), os.getppid()
 
 
+def _imported(env, name: str) -> bool:
+    """A spawn job: whether rank 0 started with module ``name`` already imported."""
+    return name in sys.modules
+
+
 def _die_at_epoch_2(rank: int, entry: dict) -> None:
     """Rank callback: rank 1 crashes hard (no cleanup, no error report) after its second epoch."""
     if rank == 1 and entry["epoch"] == 2:
@@ -329,6 +334,15 @@ def test_ranks_see_the_callers_environment_as_it_is_when_the_job_starts(monkeypa
         assert len(parents) == 1 and os.getpid() not in parents
     else:  # a fresh Python per rank, started by this process
         assert parents == {os.getpid()}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a fresh Python per rank off Linux: nothing is preloaded")
+def test_forked_ranks_start_with_what_every_optimizer_imports():
+    """torch._dynamo, which making any torch.optim optimizer imports (seconds of CPU per rank), comes with the
+    forkserver, imported once: a rank starts with it."""
+    assert parallel.launcher.RANK_PRELOAD == ("torch._dynamo",)
+    assert parallel.spawn(_imported, 2, device="cpu", kwargs={"name": "torch._dynamo"})
+    assert not parallel.spawn(_imported, 2, device="cpu", kwargs={"name": "lstmnb.region.model"})  # a control
 
 
 # --- failures ---------------------------------------------------------------------------------------
