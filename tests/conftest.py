@@ -110,9 +110,10 @@ def tiny_epochs_runs(input_paths: list[str]) -> list[dict]:
     return experiments.epochs_experiment(windows, {}, cfg, [1, 2], input_paths, results=None, repeats=3)
 
 
-def waiting_notebook(path: Path, seconds: int) -> None:
+def waiting_notebook(path: Path, seconds: int, busy: bool = True) -> None:
     """A notebook that prints "first cell done", then computes for ``seconds`` (a parameter): a series
-    that is surely running when a test stops it."""
+    that is surely running when a test stops it. ``busy=False`` waits in short sleeps instead, for a test
+    that waits long for something else (a core left to the other pytest-xdist worker)."""
     import nbformat
 
     nb = nbformat.v4.new_notebook()
@@ -120,8 +121,8 @@ def waiting_notebook(path: Path, seconds: int) -> None:
     params.metadata["tags"] = ["parameters"]
     nb.cells = [nbformat.v4.new_markdown_cell("# Wait"), params,
                 nbformat.v4.new_code_cell("print('first cell done', flush=True)"),
-                nbformat.v4.new_code_cell("import time\nend = time.monotonic() + seconds\n"
-                                          "while time.monotonic() < end:  # busy, as training is\n    sum(range(10000))")]
+                nbformat.v4.new_code_cell("import time\nend = time.monotonic() + seconds\nwhile time.monotonic() < end:\n"
+                                          + ("    sum(range(10000))  # busy, as training is" if busy else "    time.sleep(0.05)"))]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
 
@@ -275,7 +276,7 @@ XDIST_FIXTURE_GROUPS = {  # session fixture -> group
 # module-scoped fixtures that train or extract for many seconds: their users run on one worker, grouped by module
 XDIST_MODULE_FIXTURES = {
     "test_skill_defaults": "runs", "test_ladder": "cpu_ladder", "test_faults": "uninterrupted",
-    "test_data_parallel_by_hand": "one_process", "test_sample": "column", "test_report_conclusions": "runs",
+    "test_sample": "column", "test_report_conclusions": "runs",
     "test_report_timing_quality": "runs", "test_report_page": "own", "test_report_findings": "own_records",
     "test_region_grid": "small_box", "test_region_skill": "small_box",
 }
