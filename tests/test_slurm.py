@@ -209,7 +209,7 @@ def test_series_stops_itself_before_the_time_limit(cluster):
     limit itself is enforced at the first check past the 60th second, at least 30 s after the signal."""
     nbs, out = cluster["out"] / "nbs", cluster["out"]
     nbs.mkdir()
-    waiting_notebook(nbs / "01_wait.ipynb", 600)
+    waiting_notebook(nbs / "01_wait.ipynb", 600, busy=False)  # 20 to 50 s of waiting for the signal
     profile = nbs / "wait.yaml"
     profile.write_text("label: wait\nkernel: python3\ncell_timeout_s: 900\nparameters: {}\n")
     proc = _submit(cluster, "lstmnb-series", "run_profile.sbatch", ["--cpus-per-task=2", "--signal=B:TERM@10"],
