@@ -164,9 +164,8 @@ def run_case(case: MemoryCase) -> dict:
     if dev.type == "cuda":
         peak = torch.cuda.max_memory_allocated(dev)
     else:
-        kb = proc_status_kb("VmHWM") if method.startswith("VmHWM") else None
-        # without a reset high-water mark, the process's all-time peak (on every system)
-        peak = kb * 1024 if kb is not None else int((process_peak_mb() or 0) * 2**20)
+        # Linux: VmHWM, the mark reset above where that took; elsewhere the process's all-time peak
+        peak = int((process_peak_mb() or 0) * 2**20)
     return {"measured_bytes": int(max(0, peak - base)), "step_s": statistics.median(times), "method": method,
             "loss": float(loss.detach())}
 
