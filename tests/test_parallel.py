@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from lstmnb.machine.device import cpu_cores, rank_threads
+from lstmnb.machine.processes import PRELOAD
 from lstmnb.training import parallel
 from lstmnb.training.parallel.groups import LAUNCH_ENV, free_port
 from lstmnb.errors import ConfigError, DeviceError
@@ -340,9 +341,9 @@ def test_ranks_see_the_callers_environment_as_it_is_when_the_job_starts(monkeypa
 def test_forked_ranks_start_with_what_every_optimizer_imports():
     """torch._dynamo, which making any torch.optim optimizer imports (seconds of CPU per rank), comes with the
     forkserver, imported once: a rank starts with it."""
-    assert parallel.launcher.RANK_PRELOAD == ("torch._dynamo",)
+    assert PRELOAD == ("torch._dynamo",)
     assert parallel.spawn(_imported, 2, device="cpu", kwargs={"name": "torch._dynamo"})
-    assert not parallel.spawn(_imported, 2, device="cpu", kwargs={"name": "lstmnb.region.model"})  # a control
+    assert not parallel.spawn(_imported, 2, device="cpu", kwargs={"name": "lstmnb.no_such_module"})  # a control
 
 
 # --- failures ---------------------------------------------------------------------------------------

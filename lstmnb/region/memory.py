@@ -9,8 +9,8 @@ is built out of place) are alive: 6R. The peak is ``max(A + 3R, 6R)``. The dense
 the fourth power of a square's side: once 6R passes A + 3R, the dense model's memory is its relation's. PyTorch's
 runtime (threads, kernels' buffers) is a constant ``floor``, measured on a 3 x 3 area.
 
-On CPU each case runs in a fresh Python process (``MALLOC_MMAP_THRESHOLD_``: glibc returns freed blocks of 1 MiB and
-more at once); its peak is the kernel's high-water mark of resident memory (VmHWM, reset through
+On CPU each case runs in a process of its own (``machine.processes``: on Linux forked from a server that imported
+torch once; glibc there returns freed blocks of 1 MiB and more at once); its peak is the kernel's high-water mark of resident memory (VmHWM, reset through
 ``/proc/self/clear_refs`` once the inputs are built) minus the resident memory then: the step's own memory, whatever
 allocator PyTorch uses (tracemalloc does not see it). Where the reset is refused, the process's own peak
 (``process_peak_mb``) is used and the method says so. On a GPU, PyTorch's allocator statistics give the peak."""
@@ -18,19 +18,17 @@ allocator PyTorch uses (tracemalloc does not see it). Where the reset is refused
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
-import json
-import os
+import multiprocessing
 import re
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..machine.device import off_the_gpu, resolve_device, synchronize
-from ..machine.memory import proc_status_kb, process_peak_mb, reset_peak_memory
+from ..machine.memory import proc_status_kb, process_peak_mb, reset_peak_memory, return_freed_blocks
+from ..machine.processes import START_METHOD, preload
 from ..errors import DeviceError
 from ..rules import PYTHON, Spelling, whole
 from .model import VARIANTS, variant_config
@@ -170,14 +168,16 @@ def run_case(case: MemoryCase) -> dict:
             "loss": float(loss.detach())}
 
 
-def _main() -> None:
-    """Entry of the measuring process: a MemoryCase as JSON on stdin, the result as JSON on stdout."""
-    case = MemoryCase(**json.loads(sys.stdin.read()))
+def _measuring_process(case: MemoryCase, conn) -> None:
+    """Entry of the measuring process: ``run_case``'s result, or why it failed, sent back on ``conn``."""
+    # a relation of 20 MB per copy measured 100 MB more than one of 64 MB with glibc's own threshold
+    return_freed_blocks(2**20)
     try:
         out = run_case(case)
     except Exception as exc:  # noqa: BLE001 - reported to the parent as a failed case
         out = {"error": failure_reason(exc)}
-    print(json.dumps(out))
+    conn.send(out)
+    conn.close()
 
 
 def failure_reason(exc: BaseException) -> str:
@@ -199,31 +199,35 @@ def _row(case: MemoryCase, floor_bytes: int) -> dict:
 
 
 def measure(case: MemoryCase, floor_bytes: int = 0, timeout_s: float = 600.0) -> dict:
-    """``run_case`` in a fresh Python process (CPU) or in this one (CUDA), beside the prediction (with ``floor_bytes``
+    """``run_case`` in a process of its own (CPU; ``machine.processes``) or in this one (CUDA), beside the prediction (with ``floor_bytes``
     for the runtime). A case that fails, is killed (out of memory) or runs past ``timeout_s`` comes back with
     ``status`` 'failed' and the reason."""
     row = _row(case, floor_bytes)  # the prediction validates the case
     if case.device == "cuda":
         return {**row, **run_case(case), "status": "ok"}
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])  # this copy of lstmnb, whatever the child's path says
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    # glibc serves blocks of 1 MiB and more by mmap and unmaps them when freed: resident memory then follows the live
-    # tensors, not what the heap kept of freed ones (its threshold otherwise grows to 32 MiB, and a relation of 20 MB
-    # per copy measured 100 MB more than one of 64 MB)
-    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 20))
+    if START_METHOD == "forkserver":
+        preload(__name__)
+    ctx = multiprocessing.get_context(START_METHOD)
+    here, there = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_measuring_process, args=(case, there))
+    proc.start()
+    there.close()
+    answered, got = False, None
     try:
-        proc = subprocess.run([sys.executable, "-c", "from lstmnb.region.memory import _main; _main()"],
-                              input=json.dumps(dataclasses.asdict(case)), capture_output=True, text=True,
-                              env=env, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+        answered = here.poll(timeout_s)  # True at the process's end too, with nothing to read
+        if answered:
+            with contextlib.suppress(EOFError):
+                got = here.recv()
+    finally:  # past the time, or Ctrl-C or SIGTERM to this process alone: the case is not waited for
+        if got is None:
+            proc.kill()
+        proc.join()
+        here.close()
+    if not answered:
         return {**row, "status": "failed", "reason": f"no result within {timeout_s:g} s"}
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
-        tail = (proc.stderr.strip().splitlines() or [""])[-1][:300]
-        return {**row, "status": "failed", "reason": f"the measuring process ended ({how}) {tail}".strip()}
-    got = json.loads(lines[-1])
+    if got is None:
+        how = f"killed by signal {-proc.exitcode}" if proc.exitcode < 0 else f"exit status {proc.exitcode}"
+        return {**row, "status": "failed", "reason": f"the measuring process ended ({how}) without a result"}
     if "error" in got:
         return {**row, "status": "failed", "reason": got["error"]}
     return {**row, **got, "status": "ok"}

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -22,6 +21,7 @@ from tqdm import tqdm
 
 from ... import errors
 from ...errors import ConfigError, LstmnbError
+from ...machine.processes import START_METHOD, preload
 from ...models import Forecaster
 from ...paths import atomic_path
 from ..checkpoints import sweep_checkpoint_temps
@@ -29,17 +29,6 @@ from ..evaluate import RunResult
 from .ddp import RankOptions, train_rank
 from .groups import (DistEnv, DistributedError, check_world_size, close_distributed, ddp_device_kind, free_port,
                      init_distributed, local_rendezvous_environment)
-
-
-# Linux: ranks are forked from one server process that imported torch and this module once, for the whole life of
-# the caller (a notebook's kernel, a series of runs), so a rank starts in milliseconds, not the seconds of a fresh
-# Python importing torch; CUDA is safe there, since the server never initialises it (PyTorch's multiprocessing notes).
-# Elsewhere: a fresh Python per rank.
-START_METHOD = "forkserver" if sys.platform == "linux" else "spawn"
-# what the server imports besides this module: torch._dynamo, which every torch.optim optimizer imports when it is made
-# (torch/_compile.py, _disable_dynamo); in each forked rank that cost 1.2-1.6 s of CPU (measured: a 2-rank job took
-# 1.5 s, 0.09 s with it preloaded)
-RANK_PRELOAD = ("torch._dynamo",)
 
 
 @dataclass
@@ -163,8 +152,8 @@ def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwar
         while queue is not None and not queue.empty():
             on_message(queue.get())
 
-    if START_METHOD == "forkserver":  # read when the server starts: the first job's, once
-        mp.set_forkserver_preload([__name__, *RANK_PRELOAD])
+    if START_METHOD == "forkserver":  # ranks forked from one server (machine.processes)
+        preload(__name__)
     start = time.monotonic()
     try:
         pc = mp.start_processes(_rank_main, args=(job,), nprocs=world_size, join=False, start_method=START_METHOD)
