@@ -216,7 +216,9 @@ def test_a_stopped_capped_sweep_does_not_wait_for_its_points_process():
         assert proc.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 60
         while not child and time.monotonic() < deadline:  # the point's process is training
-            child = [c for c in psutil.Process(proc.pid).children() if c.is_running()]
+            # forked by the forkserver, a child of this process beside multiprocessing's resource tracker
+            child = [c for c in psutil.Process(proc.pid).children(recursive=True) if c.is_running()
+                     and c.ppid() != proc.pid]
             time.sleep(0.2)
         assert child, "the point's process never started"
         time.sleep(3)

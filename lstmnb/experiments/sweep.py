@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from ..machine.device import indexed, resolve_device
 from ..machine.memory import free_memory, is_oom, proc_status_kb
+from ..machine.processes import START_METHOD, preload
 from ..errors import ConfigError
 from ..records import Recorder, software_info
 from ..rules import PYTHON, Spelling
@@ -194,10 +195,12 @@ def _child(conn, windows, point, data_info, cap_mb: float) -> None:
 
 
 def _capped_point(windows, point, data_info, cap_mb: float) -> tuple[dict[str, Any] | None, str | None, str]:
-    """``_point`` in a child process (spawned: no threads or CUDA state inherited), so that the cap cannot
-    take down the caller. Returns (record, reason, status): status ``oom`` or ``failed`` when there is no
+    """``_point`` in a process of its own (``machine.processes``: no threads or CUDA state inherited), so that the
+    cap cannot take down the caller. Returns (record, reason, status): status ``oom`` or ``failed`` when there is no
     record; a child that dies instead of answering is judged by ``death_status``."""
-    ctx = multiprocessing.get_context("spawn")
+    if START_METHOD == "forkserver":
+        preload(__name__)
+    ctx = multiprocessing.get_context(START_METHOD)
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, windows, replace(point, progress=False), data_info, cap_mb))
     proc.start()
