@@ -1,8 +1,8 @@
-"""Processes of lstmnb's own (a DDP rank, a region memory case, a capped sweep point) that must not share this one's threads, heap or CUDA
-state. Linux: forked from one server process, started with the first of them and kept for the caller's life (a
-notebook's kernel, a series of runs), which imported torch and the caller's module once, so such a process starts in
-milliseconds, not the seconds of a fresh Python importing torch; CUDA is safe there, since the server never
-initialises it (PyTorch's multiprocessing notes). Elsewhere: a fresh Python each (``spawn``)."""
+"""Processes of lstmnb's own (a DDP rank, a region memory case, a capped sweep point) that must not share this
+one's threads, heap or CUDA state. Linux: forked from one server process, started with the first of them and kept for
+the caller's life (a notebook's kernel, a series of runs), which imported torch and the caller's module once, so such a
+process starts in milliseconds, not the seconds of a fresh Python importing torch; CUDA is safe there, since the
+server never initialises it (PyTorch's multiprocessing notes). Elsewhere: a fresh Python each (``spawn``)."""
 
 from __future__ import annotations
 
