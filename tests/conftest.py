@@ -269,7 +269,6 @@ XDIST_MARKER_GROUPS = {  # marker -> group
 }
 XDIST_FIXTURE_GROUPS = {  # session fixture -> group
     "ci_series": "ci_series",      # the whole notebook series (about 3 minutes), executed once
-    "wide_store": "wide_store",    # a 90-degree-square store (about 25 s to write)
     "gcs_emulator": "gcs",         # the GCS emulator and the store uploaded to it
     "cloud_store": "gcs",
 }

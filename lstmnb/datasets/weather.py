@@ -186,7 +186,7 @@ def _node_noise(rng: np.random.Generator, nt: int, lat: np.ndarray, lon: np.ndar
     lon_n = np.arange(np.floor(lon.min()) - 1, np.ceil(lon.max()) + 2, 1.0)
     nodes = _smooth_noise(rng, nt, (lat_n.size, lon_n.size), tau_hours, smooth_hours)
     my, mx = _interp_matrix(lat_n, lat.astype(np.float64)), _interp_matrix(lon_n, lon.astype(np.float64))
-    cells = np.einsum("tij,ai,bj->tab", nodes, my, mx).reshape(nt, -1)
+    cells = np.einsum("tij,ai,bj->tab", nodes, my, mx, optimize=True).reshape(nt, -1)  # as matrix products
     return cells / (cells.std(axis=0) + 1e-12)
 
 
