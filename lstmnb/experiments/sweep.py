@@ -198,8 +198,7 @@ def _capped_point(windows, point, data_info, cap_mb: float) -> tuple[dict[str, A
     """``_point`` in a process of its own (``machine.processes``: no threads or CUDA state inherited), so that the
     cap cannot take down the caller. Returns (record, reason, status): status ``oom`` or ``failed`` when there is no
     record; a child that dies instead of answering is judged by ``death_status``."""
-    if START_METHOD == "forkserver":
-        preload(__name__)
+    preload(__name__)
     ctx = multiprocessing.get_context(START_METHOD)
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, windows, replace(point, progress=False), data_info, cap_mb))

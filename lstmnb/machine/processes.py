@@ -16,7 +16,8 @@ START_METHOD = "forkserver" if sys.platform == "linux" else "spawn"
 PRELOAD = ("torch._dynamo",)
 
 
-def preload(module: str) -> None:
-    """Have the server import ``module`` (the caller's: its processes' entry) and ``PRELOAD`` when it starts; Python
-    reads the list then, so the first caller's list is the server's."""
-    multiprocessing.set_forkserver_preload([module, *PRELOAD])
+def preload(module: str, method: str = START_METHOD) -> None:
+    """Where processes start by the forkserver (``method``), have its server import ``module`` (the caller's: its
+    processes' entry) and ``PRELOAD`` when it starts; Python reads the list then: the first caller's is the server's."""
+    if method == "forkserver":
+        multiprocessing.set_forkserver_preload([module, *PRELOAD])

@@ -10,10 +10,11 @@ the fourth power of a square's side: once 6R passes A + 3R, the dense model's me
 runtime (threads, kernels' buffers) is a constant ``floor``, measured on a 3 x 3 area.
 
 On CPU each case runs in a process of its own (``machine.processes``: on Linux forked from a server that imported
-torch once; glibc there returns freed blocks of 1 MiB and more at once); its peak is the kernel's high-water mark of resident memory (VmHWM, reset through
-``/proc/self/clear_refs`` once the inputs are built) minus the resident memory then: the step's own memory, whatever
-allocator PyTorch uses (tracemalloc does not see it). Where the reset is refused, the process's own peak
-(``process_peak_mb``) is used and the method says so. On a GPU, PyTorch's allocator statistics give the peak."""
+torch once), where glibc returns freed blocks of 1 MiB and more at once; its peak is the kernel's high-water mark of
+resident memory (VmHWM, reset through ``/proc/self/clear_refs`` once the inputs are built) minus the resident memory
+then: the step's own memory, whatever allocator PyTorch uses (tracemalloc does not see it). Where the reset is refused,
+the process's own peak (``process_peak_mb``) is used and the method says so. On a GPU, PyTorch's allocator statistics
+give the peak."""
 
 from __future__ import annotations
 
@@ -199,14 +200,13 @@ def _row(case: MemoryCase, floor_bytes: int) -> dict:
 
 
 def measure(case: MemoryCase, floor_bytes: int = 0, timeout_s: float = 600.0) -> dict:
-    """``run_case`` in a process of its own (CPU; ``machine.processes``) or in this one (CUDA), beside the prediction (with ``floor_bytes``
-    for the runtime). A case that fails, is killed (out of memory) or runs past ``timeout_s`` comes back with
-    ``status`` 'failed' and the reason."""
+    """``run_case`` in a process of its own (CPU; ``machine.processes``) or in this one (CUDA), beside the prediction
+    (with ``floor_bytes`` for the runtime). A case that fails, is killed (out of memory) or runs past ``timeout_s``
+    comes back with ``status`` 'failed' and the reason."""
     row = _row(case, floor_bytes)  # the prediction validates the case
     if case.device == "cuda":
         return {**row, **run_case(case), "status": "ok"}
-    if START_METHOD == "forkserver":
-        preload(__name__)
+    preload(__name__)
     ctx = multiprocessing.get_context(START_METHOD)
     here, there = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_measuring_process, args=(case, there))
