@@ -89,9 +89,9 @@ def test_a_failed_allocation_is_one_short_line():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's getrusage keeps a parent's size across exec")
 def test_a_measuring_process_started_by_a_large_one_reports_its_own_peak():
-    """Without a resettable mark a case's peak is its process's own (``process_peak_mb``). On Linux getrusage's max
-    RSS of a process started by fork and exec (as ``measure`` starts one) still holds what its parent had resident at
-    the fork: from a 2 GiB kernel, every small case would measure 2 GiB."""
+    """Without a resettable mark a process's peak is its own (``process_peak_mb``). On Linux getrusage's max RSS of a
+    process started by fork and exec (a ladder rung's `lstmnb train`, the forkserver's server) still holds what its
+    parent had resident at the fork: from a 2 GiB kernel, a small process would report 2 GiB."""
     held = bytearray(b"\x01") * (2 * 1024 * MiB)  # resident: every page written
     code = ("import resource; from lstmnb.machine.memory import process_peak_mb; "
             "print(process_peak_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
