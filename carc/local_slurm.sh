@@ -16,9 +16,11 @@
 #                     really spans two hosts as far as SLURM, torchrun and gloo can tell.
 # LSTMNB_SLURM_PORT   slurmctld's port (default 6817); slurmd listens on the next one.
 # LSTMNB_SLURM_NET    the /24 of the two-node bridge (default 10.213.71): controller .1, nodes .11, .12
+# LSTMNB_SLURM_CPUS   CPUs each node declares (default: this machine's, split evenly between the nodes);
+#                     more than the machine has lets jobs that mostly wait run beside the ones that compute
 #
 # Cgroup-free settings (proctrack/linuxproc, task/none), so it runs in containers and small VMs; the
-# node's CPUs and memory are this machine's, split evenly between the nodes.
+# node's memory is this machine's, split evenly between the nodes.
 # Exit status: 0 done; 1 a daemon failed (its log is named); 2 a bad setting; 3 SLURM cannot run here
 # (not installed, not root, no network namespaces): tests/test_slurm.py skips on 3.
 set -euo pipefail
@@ -29,6 +31,7 @@ DIR="${LSTMNB_SLURM_DIR:-${TMPDIR:-/tmp}/lstmnb-slurm}"
 NODES="${LSTMNB_SLURM_NODES:-$( [ "${1:-}" = start ] || cat "$DIR/nodes" 2>/dev/null || true )}"
 NODES="${NODES:-1}"
 PORT="${LSTMNB_SLURM_PORT:-6817}"
+CPUS="${LSTMNB_SLURM_CPUS:-}"
 NET="${LSTMNB_SLURM_NET:-10.213.71}"
 PARTITION=local
 CONF="$DIR/slurm.conf"
@@ -72,6 +75,7 @@ all_running() {
 
 check_tools() {
   local missing=() t
+  [[ -z "$CPUS" || "$CPUS" =~ ^[1-9][0-9]{0,3}$ ]] || die "LSTMNB_SLURM_CPUS=$CPUS is not a whole number of CPUs from 1 to 9999" 2
   for t in munged mungekey slurmctld slurmd sbatch sinfo scontrol; do
     command -v "$t" >/dev/null 2>&1 || missing+=("$t")
   done
@@ -98,7 +102,7 @@ write_conf() {
   local cores mem_mb cpus mem ctl_addr n i nodes_line
   cores="$(nproc)"
   mem_mb="$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)"
-  cpus=$(( cores / NODES > 0 ? cores / NODES : 1 ))
+  cpus="${CPUS:-$(( cores / NODES > 0 ? cores / NODES : 1 ))}"
   mem=$(( mem_mb * 9 / 10 / NODES ))
   if [ "$NODES" = 1 ]; then
     ctl_addr=127.0.0.1

@@ -48,6 +48,17 @@ def test_record_names_the_slurm_job(monkeypatch):
                                            "nodes": 2}
 
 
+@pytest.mark.skipif(shutil.which("bash") is None, reason="local_slurm.sh is a bash script")
+@pytest.mark.parametrize("cpus", ["0", "two", "1.5"])
+def test_a_bad_cpu_count_is_refused_before_anything_starts(tmp_path, cpus):
+    state = tmp_path / "state"
+    env = dict(os.environ, LSTMNB_SLURM_DIR=str(state), LSTMNB_SLURM_CPUS=cpus)
+    done = subprocess.run(["bash", str(LOCAL_SLURM), "start"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == f"local_slurm: LSTMNB_SLURM_CPUS={cpus} is not a whole number of CPUs from 1 to 9999"
+    assert not state.exists()  # nothing made
+
+
 # --- the real cluster ----------------------------------------------------------------------------
 
 def _free_port_pair() -> int:
@@ -97,12 +108,16 @@ def _logs(state: Path) -> str:
 
 @pytest.fixture
 def cluster(request, tmp_path):
-    """A local SLURM cluster of ``request.param`` node(s), stopped afterwards; skips where none can run."""
-    nodes = request.param
+    """A local SLURM cluster of ``request.param`` = (nodes, CPUs each node declares or None for the machine's),
+    stopped afterwards; skips where none can run."""
+    nodes, cpus = request.param
     # its own folder with a short path: munged's socket lives there (a socket path holds 107 bytes)
     state = Path(tempfile.mkdtemp(prefix="lnb-slurm-"))
     env = dict(os.environ, LSTMNB_SLURM_DIR=str(state), LSTMNB_SLURM_NODES=str(nodes),
                LSTMNB_SLURM_PORT=str(_free_port_pair()))
+    env.pop("LSTMNB_SLURM_CPUS", None)
+    if cpus is not None:
+        env["LSTMNB_SLURM_CPUS"] = str(cpus)
     started = subprocess.run(["bash", str(LOCAL_SLURM), "start"], env=env, capture_output=True, text=True,
                              timeout=180)
     try:
@@ -156,11 +171,26 @@ def _check_ddp_record(rec: dict, job_id: int, name: str, world_size: int, nodes:
 
 @pytest.mark.slurm
 @pytest.mark.slow
-@pytest.mark.parametrize("cluster", [1], indirect=True, ids=["one-node"])
-def test_carc_scripts_run_under_slurm(cluster):
-    """The three carc/ scripts, submitted together to a one-node cluster with 2 CPUs: the 2-rank job first, then
-    the two one-CPU jobs beside each other."""
+@pytest.mark.parametrize("cluster", [(1, 5)], indirect=True, ids=["one-node"])
+def test_carc_scripts_run_under_slurm_and_a_series_stops_itself_before_the_time_limit(cluster):
+    """The three carc/ scripts and a series that must stop itself, submitted together to a one-node cluster that
+    declares 5 CPUs (the waiting series computes nothing, so it runs beside the others on this machine's cores).
+
+    run_profile.sbatch's promise: SLURM's warning signal (--signal=B:TERM@sig_time) reaches lstmnb, which keeps
+    the notebook it was running, writes the index and ends the job itself (exit 143) before the time limit would
+    kill it. A 1-minute limit with the warning 10 s before it, and a notebook that waits for 10 minutes.
+    slurmctld checks time limits every 30 s and signals at the first check within sig_time + 30 s of the end
+    (send_job_warn_signal): here between the 20th and the 50th second, the kernel long started; the limit itself
+    is enforced at the first check past the 60th second, at least 30 s after the signal."""
     out = cluster["out"]
+    nbs = out / "nbs"
+    nbs.mkdir()
+    waiting_notebook(nbs / "01_wait.ipynb", 600, busy=False)  # 20 to 50 s of waiting for the signal
+    profile = nbs / "wait.yaml"
+    profile.write_text("label: wait\nkernel: python3\ncell_timeout_s: 900\nparameters: {}\n")
+    waiting = _submit(cluster, "lstmnb-wait", "run_profile.sbatch", ["--cpus-per-task=1", "--signal=B:TERM@10"],
+                      [str(profile), "--notebooks", str(nbs), "--runs-dir", str(out / "waited"), "--no-html"],
+                      limit_min=1)
     single = _submit(cluster, "lstmnb-ddp", "ddp_single_node.sbatch", ["--cpus-per-task=2"],
                      ["2", *DATA, *TINY], RESULTS=str(out / "single"))
     multi = _submit(cluster, "lstmnb-ddp-mn", "ddp_multi_node.sbatch", ["--nodes=1", "--cpus-per-task=1"],
@@ -170,6 +200,7 @@ def test_carc_scripts_run_under_slurm(cluster):
     single_id, _ = _finish(cluster, "lstmnb-ddp", single)
     multi_id, _ = _finish(cluster, "lstmnb-ddp-mn", multi)
     series_id, _ = _finish(cluster, "lstmnb-series", series)
+    waiting_id, text = _finish(cluster, "lstmnb-wait", waiting, status=143)
 
     [rec] = _records(out / "single")
     _check_ddp_record(rec, single_id, "lstmnb-ddp", world_size=2, nodes=1)
@@ -181,10 +212,19 @@ def test_carc_scripts_run_under_slurm(cluster):
         assert rec["status"] == "ok" and rec["profile"] == "ci" and rec["device"]["kind"] == "cpu"
         assert rec["device"]["slurm"]["job_id"] == series_id
 
+    ctld = (cluster["state"] / "log" / "slurmctld.log").read_text()
+    assert "DUE TO TIME LIMIT" not in text and f"Time limit exhausted for JobId={waiting_id}" not in ctld, text
+    assert re.search(rf"JobId={waiting_id} WEXITSTATUS 143", ctld), ctld[-3000:]
+    assert re.search(r"^lstmnb notebooks run: stopped by SIGTERM.*kept", text, re.M), text[-3000:]
+    [run_dir] = (out / "waited" / "wait").iterdir()
+    kept = nbformat.read(run_dir / "01_wait.ipynb", as_version=4)
+    assert "first cell done" in str(kept.cells[2].outputs)
+    assert re.search(r"^01_wait\s+interrupted\b", text, re.M), text[-3000:]  # the summary, in the job's log
+
 
 @pytest.mark.slurm
 @pytest.mark.slow
-@pytest.mark.parametrize("cluster", [2], indirect=True, ids=["two-nodes"])
+@pytest.mark.parametrize("cluster", [(2, None)], indirect=True, ids=["two-nodes"])
 def test_multi_node_job_spans_two_nodes(cluster):
     """ddp_multi_node.sbatch on two nodes (two slurmd, each in its own network namespace with its own
     hostname and address), one gloo rank each: srun starts a torchrun per node, they meet on node1."""
@@ -195,32 +235,3 @@ def test_multi_node_job_spans_two_nodes(cluster):
     _check_ddp_record(rec, job_id, "lstmnb-ddp-mn", world_size=2, nodes=2)
     assert rec["device"]["hostname"] == "node1"             # rank 0 writes, on the first node
     assert rec["device"]["slurm"]["nodelist"] == "node[1-2]"
-
-
-@pytest.mark.slurm
-@pytest.mark.slow
-@pytest.mark.parametrize("cluster", [1], indirect=True, ids=["one-node"])
-def test_series_stops_itself_before_the_time_limit(cluster):
-    """run_profile.sbatch's promise: SLURM's warning signal (--signal=B:TERM@sig_time) reaches lstmnb, which
-    keeps the notebook it was running, writes the index and ends the job itself (exit 143) before the time
-    limit would kill it. A 1-minute limit with the warning 10 s before it, and a notebook that computes for
-    10 minutes. slurmctld checks time limits every 30 s and signals at the first check within sig_time + 30 s
-    of the end (send_job_warn_signal): here between the 20th and the 50th second, the kernel long started; the
-    limit itself is enforced at the first check past the 60th second, at least 30 s after the signal."""
-    nbs, out = cluster["out"] / "nbs", cluster["out"]
-    nbs.mkdir()
-    waiting_notebook(nbs / "01_wait.ipynb", 600, busy=False)  # 20 to 50 s of waiting for the signal
-    profile = nbs / "wait.yaml"
-    profile.write_text("label: wait\nkernel: python3\ncell_timeout_s: 900\nparameters: {}\n")
-    proc = _submit(cluster, "lstmnb-series", "run_profile.sbatch", ["--cpus-per-task=2", "--signal=B:TERM@10"],
-                   [str(profile), "--notebooks", str(nbs), "--runs-dir", str(out / "runs"), "--no-html"],
-                   limit_min=1)
-    job_id, text = _finish(cluster, "lstmnb-series", proc, status=143)
-    ctld = (cluster["state"] / "log" / "slurmctld.log").read_text()
-    assert "DUE TO TIME LIMIT" not in text and f"Time limit exhausted for JobId={job_id}" not in ctld, text
-    assert re.search(rf"JobId={job_id} WEXITSTATUS 143", ctld), ctld[-3000:]
-    assert re.search(r"^lstmnb notebooks run: stopped by SIGTERM.*kept", text, re.M), text[-3000:]
-    [run_dir] = (out / "runs" / "wait").iterdir()
-    kept = nbformat.read(run_dir / "01_wait.ipynb", as_version=4)
-    assert "first cell done" in str(kept.cells[2].outputs)
-    assert re.search(r"^01_wait\s+interrupted\b", text, re.M), text[-3000:]  # the summary, in the job's log
