@@ -108,21 +108,25 @@ def test_chunk_that_keeps_failing_fails_its_block_only(cloud_store, tmp_path):
     np.testing.assert_array_equal(got["2m_temperature"].values, want["2m_temperature"].values)
 
 
-def test_unreachable_and_absent_stores(cloud_store, gcs_emulator, emulator_via, tmp_path):
+def test_unreachable_and_absent_stores(cloud_store, gcs_emulator, emulator_via, tmp_path, monkeypatch):
     import socket
+
+    from lstmnb.data import stores
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
-    t0 = time.perf_counter()
-    with pytest.raises(DataError) as info:
+    with pytest.raises(DataError) as info:  # refused: lstmnb's own retries, then the error
         open_store(f"http://127.0.0.1:{closed}/era5.zarr")
     msg = str(info.value)
     assert f"127.0.0.1:{closed}/era5.zarr" in msg and "check the network" in msg and "--source sample" in msg
+    # gcsfs keeps retrying a refused connection with its own backoff: the opening's deadline ends the wait
+    # (8 s; 1 s here says the same)
+    monkeypatch.setattr(stores, "PROBE_DEADLINE", 1.0)
     emulator_via(f"http://127.0.0.1:{closed}")
-    with pytest.raises(DataError, match=r"cannot reach gs://lstmnb-test/ar/era5.zarr.*check the network"):
+    with pytest.raises(DataError, match=r"cannot reach gs://lstmnb-test/ar/era5.zarr: no answer within 1 s.*check "
+                                        r"the network"):
         extract(Request(source=cloud_store[0]), cache_dir=tmp_path, progress=False)
-    assert time.perf_counter() - t0 < 15, "an unreachable store fails fast"
     # the command says it in one line: the opening's other reads are stopped with the first failure, not left
     # pending for the interpreter to report at exit ("Task was destroyed but it is pending!")
     out = subprocess.run([sys.executable, "-m", "lstmnb", "data", "--source", f"http://127.0.0.1:{closed}/x.zarr"],
@@ -339,8 +343,7 @@ def test_cached_request_works_offline(cloud_store, gcs_emulator, emulator_via, t
 
     from lstmnb.data import stores
 
-    # each look at the gone store waits out the opening's deadline (8 s; test_unreachable_and_absent_stores
-    # waits it): 1 s here says the same
+    # each look at the gone store waits out the opening's deadline (8 s): 1 s here says the same
     monkeypatch.setattr(stores, "PROBE_DEADLINE", 1.0)
 
     url, _ = cloud_store
