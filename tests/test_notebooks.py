@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from conftest import waiting_notebook
 
 from lstmnb import cli, notebooks, records
 from lstmnb.errors import ConfigError, DeviceError, NotebookError
@@ -382,11 +383,13 @@ def test_analysis_of_an_empty_results_folder_says_so(tmp_path):
 
 @pytest.mark.slow
 def test_failing_notebook_stops_the_series_and_keeps_what_ran(tmp_path, capsys):
-    """02 fails in a cell (one the checks before the series cannot foresee: added here after its parameters)."""
+    """02 fails in a cell (one the checks before the series cannot foresee: added here after its parameters); a
+    short notebook runs before it (the series' 01 runs in the `ci` series)."""
     series = tmp_path / "series"
     series.mkdir()
-    for path in notebooks.find_notebooks(NOTEBOOKS):
+    for path in notebooks.find_notebooks(NOTEBOOKS)[1:]:
         (series / path.name).write_bytes(path.read_bytes())
+    waiting_notebook(series / "01_first.ipynb", 0)
     nb = nbformat.read(series / "02_model.ipynb", as_version=4)
     at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
     nb.cells.insert(at + 1, nbformat.v4.new_code_cell("from lstmnb.training import TrainConfig\n"
@@ -401,7 +404,7 @@ def test_failing_notebook_stops_the_series_and_keeps_what_ran(tmp_path, capsys):
     assert len(err) == 1
     assert "notebook 02_model failed in cell" in err[0] and "ConfigError" in err[0] and "window=0" in err[0]
     (run_dir,) = (runs / "ci").iterdir()
-    assert (run_dir / "01_data_access.ipynb").exists() and (run_dir / "site" / "01_data_access.html").exists()
+    assert (run_dir / "01_first.ipynb").exists() and (run_dir / "site" / "01_first.html").exists()
     assert (run_dir / "02_model.ipynb").exists()  # the failed notebook, with its traceback
     assert not (run_dir / "06_analysis.ipynb").exists()
     assert "failed" in captured.out and "not run" in captured.out  # the summary table
