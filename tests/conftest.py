@@ -127,6 +127,33 @@ def waiting_notebook(path: Path, seconds: int, busy: bool = True) -> None:
     nbformat.write(nb, path)
 
 
+def _exec_as_main(code: str, argv: list[str], environ: dict[str, str]) -> None:
+    os.environ.clear()
+    os.environ.update(environ)  # the caller's now, not the process server's when it started
+    sys.argv = ["-c", *argv]
+    exec(compile(code, "<child>", "exec"), {"__name__": "__main__"})
+
+
+def run_child(code: str, *argv: str, timeout_s: float = 300) -> int:
+    """The exit status of ``python -c code *argv`` (negative: killed by that signal), run in a process started as
+    lstmnb starts its own (machine.processes: on Linux forked from a server that imported torch once, which takes
+    milliseconds where a fresh Python takes seconds), with this process's environment."""
+    import multiprocessing
+
+    from lstmnb.machine import processes
+
+    processes.preload("lstmnb.training")
+    context = multiprocessing.get_context(processes.START_METHOD)
+    child = context.Process(target=_exec_as_main, args=(code, list(argv), dict(os.environ)))
+    child.start()
+    child.join(timeout_s)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+        raise AssertionError(f"the child ran past {timeout_s} s and was killed")
+    return child.exitcode
+
+
 def write_v3(source, path, codecs: str = "blosc"):
     """Copy a store to zarr format 3 (consolidated): "blosc" as ``wide_store``, "bitshuffle" (Blosc that is
     read whole), "zstd", or "sharded"."""

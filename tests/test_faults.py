@@ -1,17 +1,15 @@
 """Records written once per finished run: a finished run resumed again, and runs killed (SIGKILL, in a
-subprocess) during training, during a checkpoint write, right after the final checkpoint and right after
+process of their own) during training, during a checkpoint write, right after the final checkpoint and right after
 the record, then resumed: exactly one record each, with the results of an uninterrupted run."""
 
-import os
 import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import run_child
 
 from lstmnb import era5
 from lstmnb.records import read_records
@@ -80,7 +78,7 @@ def test_run_without_results_then_resumed_with_results_records_once(tmp_path):
     assert len(read_records(results)) == 1
 
 
-# --- SIGKILL in a subprocess, then resume --------------------------------------------------------
+# --- SIGKILL in a process of its own, then resume --------------------------------------------------------
 
 REQUEST = dict(start="2020-01-01", end="2020-01-14")
 CHILD = r"""
@@ -151,9 +149,7 @@ def _same_results(a, b):
 @pytest.mark.parametrize("fault", ["training", "checkpoint-write", "after-final-checkpoint", "after-record"])
 def test_killed_run_resumed_leaves_one_record_equal_to_an_uninterrupted_run(fault, uninterrupted, tmp_path):
     ckpt, results = str(tmp_path / "c.pt"), tmp_path / "runs.jsonl"
-    proc = subprocess.run([sys.executable, "-c", CHILD, fault, ckpt, str(results)], capture_output=True,
-                          text=True, timeout=300, env=os.environ)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert run_child(CHILD, fault, ckpt, str(results)) == -signal.SIGKILL  # its error output: in the report
     before = read_records(results) if results.exists() else []
     assert len(before) == (1 if fault == "after-record" else 0)
     if fault == "checkpoint-write":  # the half-written temporary is beside the intact previous checkpoint
@@ -175,9 +171,7 @@ def test_two_saves_killed_in_a_row_leave_a_checkpoint_that_still_resumes(uninter
     that never reached the path; a second killed save then left the intact checkpoint unlisted (exit 2 forever)."""
     ckpt, results = str(tmp_path / "c.pt"), tmp_path / "runs.jsonl"
     for fault in ("checkpoint-write", "checkpoint-write-first"):  # epoch 2's save killed, then again on --resume
-        proc = subprocess.run([sys.executable, "-c", CHILD, fault, ckpt, str(results)], capture_output=True,
-                              text=True, timeout=300, env=os.environ, check=False)
-        assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+        assert run_child(CHILD, fault, ckpt, str(results)) == -signal.SIGKILL
         assert read_checkpoint(ckpt)["epoch"] == 1  # the intact checkpoint still checks
         assert len(list(tmp_path.glob(".c.pt.*.tmp"))) == 1  # the last killed save's temporary lies beside it
     resumed = run(era5.Request(**REQUEST), _config(ckpt), results=results)
