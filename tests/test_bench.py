@@ -221,7 +221,8 @@ def test_a_stopped_capped_sweep_does_not_wait_for_its_points_process():
                      and c.ppid() != proc.pid]
             time.sleep(0.2)
         assert child, "the point's process never started"
-        time.sleep(3)
+        while sum(child[0].cpu_times()[:2]) < 1 and time.monotonic() < deadline:  # a second of its training
+            time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     finally:
