@@ -16,8 +16,8 @@ START_METHOD = "forkserver" if sys.platform == "linux" else "spawn"
 PRELOAD = ("torch._dynamo",)
 
 
-def preload(module: str, method: str = START_METHOD) -> None:
-    """Where processes start by the forkserver (``method``), have its server import ``module`` (the caller's: its
+def preload(module: str) -> None:
+    """Where processes start by the forkserver (``START_METHOD``), have its server import ``module`` (the caller's: its
     processes' entry) and ``PRELOAD`` when it starts; Python reads the list then: the first caller's is the server's."""
-    if method == "forkserver":
+    if START_METHOD == "forkserver":
         multiprocessing.set_forkserver_preload([module, *PRELOAD])

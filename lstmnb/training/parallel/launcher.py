@@ -152,7 +152,7 @@ def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwar
         while queue is not None and not queue.empty():
             on_message(queue.get())
 
-    preload(__name__, START_METHOD)  # on Linux, ranks forked from one server (machine.processes)
+    preload(__name__)  # on Linux, ranks forked from one server (machine.processes)
     start = time.monotonic()
     try:
         pc = mp.start_processes(_rank_main, args=(job,), nprocs=world_size, join=False, start_method=START_METHOD)
