@@ -350,26 +350,6 @@ def test_ci_series_05_scaling_is_06s_for_the_same_runs(ci_series):
 
 
 @pytest.mark.slow
-def test_analysis_merges_records_of_two_machines(tmp_path):
-    from test_report import run_record, write_jsonl
-
-    laptop = [run_record("cpu", "Intel(R) Core(TM) i7", e, "dataloader", 9.0 * e, host="laptop") for e in (5, 10, 15)]
-    carc = [run_record("cuda", "Tesla V100-SXM2-32GB", e, "dataloader", 0.6 * e, host="carc") for e in (5, 10, 15)]
-    write_jsonl(tmp_path / "records" / "laptop.jsonl", laptop, broken_after=1)
-    write_jsonl(tmp_path / "records" / "carc" / "runs.jsonl", carc)
-    result = notebooks.run_series("ci", only="06", runs_dir=tmp_path / "runs", echo=None, progress=False,
-                                  overrides={"results_paths": [str(tmp_path / "records")]})
-    table = pd.read_csv(result.run_dir / "tables" / "06_epochs_published-problem-published-setting-DataLoader-path.csv",
-                        index_col=0, dtype=str)
-    assert list(table.columns[:2]) == ["CPU · laptop", "V100 · carc"] and "V100 · published" in table.columns
-    assert table["CPU · laptop"].tolist() == ["45", "90", "135"] and table["V100 · carc"].tolist() == ["3", "6", "9"]
-    text = output_text(result.run_dir / "06_analysis.ipynb")
-    assert "laptop.jsonl:2: skipped 1 broken record line" in text  # file and line named, good records kept
-    assert "6 record(s) from 2 file(s)" in text
-    assert (result.run_dir / "tables" / "06_comparison.csv").exists()  # every source's rows, as the tables use them
-
-
-@pytest.mark.slow
 def test_analysis_of_an_empty_results_folder_says_so(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

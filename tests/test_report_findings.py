@@ -253,20 +253,24 @@ def test_machines_table_lists_each_device_column(own_records):
 
 
 @pytest.mark.slow
-def test_notebook_06_opens_with_our_measurement_and_shows_reference_records_apart(tmp_path):
+def test_notebook_06_opens_with_our_measurement_and_merges_records_of_two_machines(tmp_path):
     """The first screen (report.first_screen), then the replication, then the study's published comparison under
-    a heading that names it as the study's; the study's cross-machine ratios are never the first thing shown."""
+    a heading that names it as the study's; the study's cross-machine ratios are never the first thing shown. The
+    records of two machines (one file with a broken line, one in a folder below) are merged into its tables, and
+    the reference records shown apart from them, never written into the user's results."""
     from lstmnb import notebooks
 
     laptop = [run_record("cpu", "Intel(R) Core(TM) i7", e, "dataloader", 9.0 * e, host="laptop") for e in (5, 10, 15)]
     laptop.append(run_record("cuda", None, 5, "fast", 0, status="skipped", host="laptop"))
-    own = write_jsonl(tmp_path / "mine" / "runs.jsonl", laptop)
+    carc = [run_record("cuda", "Tesla V100-SXM2-32GB", e, "dataloader", 0.6 * e, host="carc") for e in (5, 10, 15)]
+    own = write_jsonl(tmp_path / "mine" / "laptop.jsonl", laptop, broken_after=1)
+    write_jsonl(tmp_path / "mine" / "carc" / "runs.jsonl", carc)
     before = own.read_bytes()
     result = notebooks.run_series("ci", only="06", runs_dir=tmp_path / "runs", echo=None, progress=False,
                                   overrides={"results_paths": [str(own.parent)], "reference_records": True})
     nb = json.loads((result.run_dir / "06_analysis.ipynb").read_text())
     outputs = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])]
-    first = "".join(outputs[0]["data"]["text/markdown"])
+    first = next("".join(o["data"]["text/markdown"]) for o in outputs if "text/markdown" in o.get("data", {}))
     assert "x faster" not in first and "1.17x" not in first and "each GPU is this much faster" not in first
     page = result.site.read_text()  # the rendered report: the site, 06 its front page
     page = page[page.index("<article"):]  # the page's own content, after the navigation
@@ -278,14 +282,25 @@ def test_notebook_06_opens_with_our_measurement_and_shows_reference_records_apar
     assert "Left out of the ranking: T4† and P100†" in study and 'id="published-setting"' in study
     assert "google.colab" not in page and "results_paths = " not in page.split("Overview")[0]  # hidden cells
     assert "report.first_screen(" not in page  # its input hidden
+    text = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+    assert "laptop.jsonl:2: skipped 1 broken record line" in text  # file and line named, good records kept
+    assert "7 record(s) from 2 file(s)" in text
+    tables = result.run_dir / "tables"
+    epochs = pd.read_csv(tables / "06_epochs_published-problem-published-setting-DataLoader-path.csv", index_col=0,
+                         dtype=str)
+    assert list(epochs.columns[:2]) == ["CPU · laptop", "V100 · carc"] and "V100 · published" in epochs.columns
+    assert epochs["CPU · laptop"].tolist() == ["45", "90", "135"] and epochs["V100 · carc"].tolist() == ["3", "6", "9"]
+    assert (tables / "06_comparison.csv").exists()  # every source's rows, as the tables use them
     figures = {p.stem for p in (result.run_dir / "figures").glob("*.png")}
     assert {"06_first_screen", "06_loss_curves"} <= figures  # the reference ladder drawn; no other comparison chart
-    assert (result.run_dir / "tables" / "06_published_comparison.csv").exists()
-    findings = pd.read_csv(result.run_dir / "tables" / "06_findings.csv", index_col=0)
-    assert {"CPU · laptop", "H200 · vm (H200) · reference", "A40 · published"} <= set(findings.index)
+    assert (tables / "06_published_comparison.csv").exists()
+    findings = pd.read_csv(tables / "06_findings.csv", index_col=0)
+    assert {"CPU · laptop", "V100 · carc", "H200 · vm (H200) · reference", "A40 · published"} <= set(findings.index)
     assert own.read_bytes() == before  # the reference records were shown, never written into the user's results
-    own_records = records.load_records(own.parent)
-    assert len(own_records) == len(laptop) and set(own_records["device.hostname"]) == {"laptop"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the broken line, said above
+        own_records = records.load_records(own.parent)
+    assert len(own_records) == len(laptop) + len(carc) and set(own_records["device.hostname"]) == {"laptop", "carc"}
 
 
 @pytest.mark.parametrize("value, text", [
