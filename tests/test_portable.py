@@ -1,7 +1,7 @@
 """lstmnb without what only Linux offers (issue 32): the thread policy, peak memory and records on the
 portable paths (psutil), a real run, a record, `doctor` and notebook 01 under ``tests/portable`` (which
 takes ``os.sched_getaffinity``, ``os.pread``, psutil's affinity and lstmnb's ``/proc`` reads away in every
-process, the notebook kernel too), DataLoader workers under the ``spawn`` start method, and MPS where
+process, the notebook kernel too; fake credentials in their environment, none of which may be written), DataLoader workers under the ``spawn`` start method, and MPS where
 torch has it."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import lstmnb
+from conftest import fake_secrets
 from lstmnb.machine import device
 
 SHIM = Path(__file__).parent / "portable"
@@ -113,14 +114,19 @@ def _lstmnb(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Compl
 
 
 @pytest.mark.slow
-def test_train_record_doctor_and_notebook_01_without_linux_only_apis(tmp_path):
+def test_train_record_doctor_and_notebook_01_without_linux_only_apis_and_leaking_no_secret(tmp_path):
+    """Under the shim, with fake credentials in the environment (conftest.fake_secrets): no canary reaches a record,
+    a checkpoint, the notebook, its page or what the commands said (the whole series: test_secrets.py)."""
     env = _portable_env(tmp_path)
+    secrets, canaries = fake_secrets(tmp_path)
+    env.update(secrets)
     check = subprocess.run([sys.executable, "-c", "import os, psutil; print(hasattr(os, 'sched_getaffinity'), "
                             "hasattr(psutil.Process, 'cpu_affinity'))"], env=env, capture_output=True, text=True)
     assert check.stdout.split() == ["False", "False"], check.stderr  # the shim is in force
 
     train = _lstmnb(["train", "--device", "cpu", "--start", "2020-01-01", "--end", "2020-02-15", "--hidden", "8",
-                     "--epochs", "1", "--results", str(tmp_path / "results")], env, tmp_path)
+                     "--epochs", "1", "--results", str(tmp_path / "results"), "--checkpoint", str(tmp_path / "c" / "c.pt")],
+                    env, tmp_path)
     assert train.returncode == 0, train.stdout[-2000:] + train.stderr[-2000:]
     assert "Traceback" not in train.stderr
     (rec,) = [json.loads(line) for line in (tmp_path / "results" / "runs.jsonl").read_text().splitlines()]
@@ -141,6 +147,13 @@ def test_train_record_doctor_and_notebook_01_without_linux_only_apis(tmp_path):
     assert "Traceback" not in html.read_text()
     pids = set((tmp_path / "pids").read_text().split())
     assert len(pids) >= 5  # the check, train, doctor, the runner and its kernel all ran under the shim
+
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["c.pt", "c.pt.sha256"]
+    written = {str(p): p.read_bytes() for folder in ("results", "c", "runs") for p in (tmp_path / folder).rglob("*")
+               if p.is_file()}
+    said = {name: (done.stdout + done.stderr).encode() for name, done in (("train", train), ("doctor", doctor),
+                                                                          ("notebooks", nb))}
+    assert [f"{name}: {c}" for name, data in {**written, **said}.items() for c in canaries if c.encode() in data] == []
 
 
 SPAWN_RUN = """
