@@ -1,8 +1,8 @@
 """lstmnb without what only Linux offers (issue 32): the thread policy, peak memory and records on the
 portable paths (psutil), a real run, a record, `doctor` and notebook 01 under ``tests/portable`` (which
 takes ``os.sched_getaffinity``, ``os.pread``, psutil's affinity and lstmnb's ``/proc`` reads away in every
-process, the notebook kernel too; fake credentials in their environment, none of which may be written), DataLoader workers under the ``spawn`` start method, and MPS where
-torch has it."""
+process, the notebook kernel too; fake credentials in their environment, none of which may be written),
+DataLoader workers under the ``spawn`` start method, and MPS where torch has it."""
 
 from __future__ import annotations
 
