@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import signal
 import subprocess
@@ -209,20 +210,33 @@ def test_a_stopped_capped_sweep_does_not_wait_for_its_points_process():
     waited for through its 20000 epochs (minutes)."""
     import psutil
 
+    def below_the_server() -> list:
+        """The processes below this process's own children: the point's process, forked by the forkserver (a child
+        beside multiprocessing's resource tracker). A process that ends while they are listed is left out."""
+        found = []
+        for c in psutil.Process(proc.pid).children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if c.ppid() != proc.pid:
+                    found.append(c)
+        return found
+
+    def cpu_s(c) -> float:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            return sum(c.cpu_times()[:2])
+        return 0.0
+
     proc = subprocess.Popen([sys.executable, "-c", _SWEEP_TO_STOP], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     child = []
     try:
         assert proc.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 60
-        while not child and time.monotonic() < deadline:  # the point's process is training
-            # forked by the forkserver, a child of this process beside multiprocessing's resource tracker
-            child = [c for c in psutil.Process(proc.pid).children(recursive=True) if c.is_running()
-                     and c.ppid() != proc.pid]
+        while time.monotonic() < deadline:  # until the point's process has trained for a second of CPU
+            child = below_the_server()
+            if any(cpu_s(c) >= 1 for c in child):
+                break
             time.sleep(0.2)
         assert child, "the point's process never started"
-        while sum(child[0].cpu_times()[:2]) < 1 and time.monotonic() < deadline:  # a second of its training
-            time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     finally:
