@@ -72,6 +72,16 @@ def fake_secrets(folder: Path) -> tuple[dict[str, str], set[str]]:
             "LSTMNB_UNRELATED_SETTING": f"canary-plain-{tag}", "GOOGLE_APPLICATION_CREDENTIALS": str(account)}, canaries
 
 
+def leaks(texts: dict[str, bytes], canaries: set[str]) -> list[str]:
+    """'name: canary' for each canary (``fake_secrets``) found in the bytes of ``texts`` (files, or what was printed)."""
+    return [f"{name}: {c}" for name, data in texts.items() for c in canaries if c.encode() in data]
+
+
+def written(*folders: Path) -> dict[str, bytes]:
+    """Every file under ``folders``, by its path: their bytes, for ``leaks``."""
+    return {str(p): p.read_bytes() for folder in folders for p in folder.rglob("*") if p.is_file()}
+
+
 @pytest.fixture(scope="session")
 def ci_series(tmp_path_factory):
     """Every notebook executed once with the `ci` profile, as on a machine without a GPU: the kernels see

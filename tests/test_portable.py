@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import lstmnb
-from conftest import fake_secrets
+from conftest import fake_secrets, leaks, written
 from lstmnb.machine import device
 
 SHIM = Path(__file__).parent / "portable"
@@ -149,11 +149,10 @@ def test_train_record_doctor_and_notebook_01_without_linux_only_apis_and_leaking
     assert len(pids) >= 5  # the check, train, doctor, the runner and its kernel all ran under the shim
 
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["c.pt", "c.pt.sha256"]
-    written = {str(p): p.read_bytes() for folder in ("results", "c", "runs") for p in (tmp_path / folder).rglob("*")
-               if p.is_file()}
     said = {name: (done.stdout + done.stderr).encode() for name, done in (("train", train), ("doctor", doctor),
                                                                           ("notebooks", nb))}
-    assert [f"{name}: {c}" for name, data in {**written, **said}.items() for c in canaries if c.encode() in data] == []
+    files = written(*(tmp_path / folder for folder in ("results", "c", "runs")))
+    assert leaks({**files, **said}, canaries) == []
 
 
 SPAWN_RUN = """
