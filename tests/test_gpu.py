@@ -84,7 +84,7 @@ def test_a_graph_on_the_second_gpu_trains_there(windows):
 def test_dataparallel_replicas_draw_their_own_dropout_masks():
     """Seeded alike, cuda:0 and cuda:1 would draw the same masks for their halves of a batch; after
     own_replica_streams cuda:1 has a stream of its own and cuda:0 keeps the seed's."""
-    from lstmnb.training.parallel.streams import own_replica_streams
+    from lstmnb.training.parallel.ddp import own_replica_streams
 
     def masks():
         return [(torch.nn.functional.dropout(torch.ones(512, device=f"cuda:{i}"), 0.5) > 0).cpu() for i in (0, 1)]
@@ -103,7 +103,7 @@ def test_dataparallel_replicas_run_in_bf16_in_their_threads():
     """Issue 48: torch's worker threads re-enter autocast at CUDA's default float16; each replica enters the
     run's bf16 itself (tests/test_gpu_paths_on_cpu.py shows the threads on a CPU)."""
     from lstmnb.models import Forecaster, ModelConfig
-    from lstmnb.training.parallel.dataparallel import ReplicaDataParallel
+    from lstmnb.training.parallel import ReplicaDataParallel
 
     if not cuda.bf16_native(torch.cuda.get_device_capability()):
         pytest.skip("no native bfloat16 on this GPU")

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from lstmnb.models import Forecaster, ModelConfig
 from lstmnb.training.guards import DivergenceGuard
-from lstmnb.training.parallel.dataparallel import ReplicaDataParallel
+from lstmnb.training.parallel import ReplicaDataParallel
 from lstmnb.training.step import GraphStep, StepParts
 
 

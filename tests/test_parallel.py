@@ -245,7 +245,7 @@ def test_a_ddp_step_batch_beyond_the_data_is_noted_as_a_single_device_one_is():
 
 
 def test_each_rank_past_the_first_draws_from_a_stream_of_its_own():
-    from lstmnb.training.parallel.streams import own_rank_stream, stream_seed
+    from lstmnb.training.parallel.ddp import own_rank_stream, stream_seed
 
     torch.manual_seed(7)
     before = torch.get_rng_state()

@@ -1,5 +1,9 @@
 """The device: resolving a name to a torch device, what it is (for records), synchronised clocks, the CPU thread
-policy, and the messages for a GPU that is not there. Imports torch, psutil, ``errors`` and ``machine.cuda``."""
+policy, and the messages for a GPU that is not there; and what one run asks of the machine, asked once when its
+Trainer is made and kept with it (``for_run`` gives a ``RunMachine``): the device made ready (cuDNN off where torch's
+cuDNN refuses the GPU), the autocast dtype, a CPU run's C heap; then the run's peak memory from its start, and the
+record's ``memory`` and ``backends`` sections. Imports torch, psutil, ``errors``, ``machine.cuda`` and
+``machine.memory``."""
 
 from __future__ import annotations
 
@@ -12,12 +16,15 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
 import torch
 
 from ..errors import ConfigError, DeviceError
+from .cuda import backends_record, prepare_cuda
+from .memory import heap_for_run, page_faults, peak_memory_mb, reset_peak_memory
 
 DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps"
 
@@ -325,3 +332,37 @@ def device_info(device: str | None = None) -> dict[str, Any]:
     elif kind == "mps":
         info.update(name="Apple MPS")
     return info
+
+
+@dataclass
+class RunMachine:
+    device: torch.device
+    adtype: torch.dtype | None  # the autocast dtype; None: float32
+    heap: dict[str, Any] | None  # a CPU run's C heap (the record's ``memory.heap``); None elsewhere
+    peak_since_reset: bool = False  # set by ``start_peak``: the memory figure is this run's own
+    faults_at_start: int | None = None  # set by ``start_peak`` on a CPU
+
+    def start_peak(self) -> None:
+        """Reset the peak memory (and on a CPU count page faults from here) once model and data are placed."""
+        self.peak_since_reset = reset_peak_memory(self.device)
+        self.faults_at_start = page_faults() if self.device.type == "cpu" else None
+
+    def sections(self) -> dict[str, Any]:
+        """The record's ``memory`` (peak, heap, page faults) and ``backends`` (cuDNN, TF32, the LSTM's math)."""
+        memory = peak_memory_mb(self.device, self.peak_since_reset)
+        if self.heap is not None:
+            memory["heap"] = self.heap
+        if self.faults_at_start is not None and (now := page_faults()) is not None:
+            memory["page_faults"] = now - self.faults_at_start
+        return {"memory": memory, "backends": backends_record(self.device, self.adtype)}
+
+
+def for_run(device: torch.device, amp: str, heap: str) -> RunMachine:
+    """Ask the machine once what a run on ``device`` needs (``amp`` and ``heap`` as the config names them)."""
+    if device.type == "cuda":
+        prepare_cuda()  # before the model reaches the GPU: cuDNN off where torch's cuDNN refuses it
+    kept = heap_for_run(heap == "kept") if device.type == "cpu" else None
+    # the autocast dtype by the run's own GPU's capability (cuda:N, not the current device)
+    capability = (tuple(torch.cuda.get_device_capability(indexed(device)))
+                  if device.type == "cuda" and amp in ("auto", "bf16") else None)
+    return RunMachine(device, amp_choice(amp, device.type, capability), kept)

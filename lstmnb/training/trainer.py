@@ -14,8 +14,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from ..machine.device import clock
-from ..machine.run import for_run
+from ..machine.device import clock, for_run
 from ..models import Forecaster
 from ..records import new_record, new_run_id
 from ..rungs import rung_of

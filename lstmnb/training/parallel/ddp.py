@@ -1,6 +1,17 @@
 """One DDP rank: the same ``Trainer`` epoch loop as a single-device run, with the model wrapped in
 DistributedDataParallel, each rank's share of every global batch, the epoch figures reduced across
-ranks, rank 0 deciding when to stop, and only rank 0 writing."""
+ranks, rank 0 deciding when to stop, and only rank 0 writing.
+
+Uneven shares: each rank's share of the global batch sized from its measured throughput, so a slower device does
+not hold back the fast ones, and a comm hook that weights gradients by share.
+
+Dropout's random numbers when a batch is split over ranks (or DataParallel's GPUs). Every part seeds torch from
+``cfg.seed`` so the starting weights agree, but left there each would draw the same dropout masks (rank 1's k-th
+sample losing the units rank 0's k-th loses), which one process on the whole batch never does. So after the weights
+are made, each part past the first draws from its own stream, derived from the seed, its rank (or GPU) and the epoch
+it starts at (a resumed run starts new streams there). Rank 0 and cuda:0 keep the seed's stream (a resumed rank 0
+the checkpoint's): one rank draws what a one-process run draws. The batches' order comes from the Trainer's own
+generator, never these streams, so every rank still takes its share of the same permutation."""
 
 from __future__ import annotations
 
@@ -12,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -21,8 +33,93 @@ from ...errors import ConfigError
 from ..evaluate import RunResult
 from ..trainer import Trainer
 from .groups import DistEnv, barrier, comm_failure, is_comm_failure
-from .shards import ShareBalancer, balanced_sizes, share_batches, weighted_allreduce_hook
-from .streams import own_rank_stream
+
+
+def balanced_sizes(global_batch: int, throughputs: list[float]) -> list[int]:
+    """Split ``global_batch`` samples among ranks in proportion to their samples/s (each >= 1), by largest-remainder
+    rounding: the sizes add up to the global batch, so the steps per epoch do not change when the shares do."""
+    n = len(throughputs)
+    if global_batch < n:
+        raise ConfigError(f"global batch {global_batch} is smaller than world_size={n}; each rank needs a sample")
+    thr = [max(float(t), 0.0) if math.isfinite(t) else 0.0 for t in throughputs]
+    total = sum(thr)
+    if total <= 0:
+        thr, total = [1.0] * n, float(n)
+    spare = global_batch - n  # one sample per rank first, the rest by share
+    raw = [spare * t / total for t in thr]
+    sizes = [1 + int(r) for r in raw]
+    left = global_batch - sum(sizes)
+    for i in sorted(range(n), key=lambda i: raw[i] - int(raw[i]), reverse=True)[:left]:
+        sizes[i] += 1
+    return sizes
+
+
+class ShareBalancer:
+    """DDP comm-hook state for uneven shards: weights gradients by batch share and times local compute. Rank r's
+    gradient is a mean over its b_r samples; scaled by b_r / B before a SUM all-reduce it gives the mean over the
+    global batch B, as one process would. While ``measuring``, a step's compute time runs from the forward pre-hook
+    to the last gradient bucket ready (before any wait for other ranks), so the throughput is the rank's own."""
+
+    def __init__(self, env: DistEnv, weight: float):
+        self.env, self.weight, self.measuring = env, weight, True
+        self.compute_s, self.samples = 0.0, 0
+        self._start: float | None = None
+        self._ready: float | None = None
+
+    def close_step(self) -> None:
+        if self._start is not None and self._ready is not None:
+            self.compute_s += self._ready - self._start
+        self._start = self._ready = None
+
+    def on_forward(self, module: nn.Module, args: tuple) -> None:
+        if not (module.training and self.measuring):
+            return
+        self.close_step()
+        self.samples += int(args[0].shape[0])
+        self._start = clock(self.env.device)
+
+    def throughput(self) -> float:
+        self.close_step()
+        return self.samples / self.compute_s if self.compute_s > 0 else 0.0
+
+
+def weighted_allreduce_hook(state, bucket):
+    """DDP communication hook (state: ShareBalancer, bucket: dist.GradBucket -> Future[Tensor]): scale the
+    bucket by this rank's batch share, then SUM across ranks. No annotations: DDP checks them as objects,
+    and this module's postponed annotations would be strings."""
+    if state.measuring:
+        state._ready = clock(state.env.device)
+    buf = bucket.buffer()
+    buf.mul_(state.weight)
+    return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
+
+
+def share_batches(tr, x: torch.Tensor, y: torch.Tensor, sizes: list[int], rank: int):
+    """Rank ``rank``'s slice of every global batch of ``sum(sizes)`` samples (same permutation on all ranks)."""
+    total, lo, b = sum(sizes), sum(sizes[:rank]), sizes[rank]
+    perm = torch.randperm(tr.n_train, generator=tr.gen).to(x.device)
+    for i in range(tr.n_train // total):
+        idx = perm[i * total + lo : i * total + lo + b]
+        yield x.index_select(0, idx), y.index_select(0, idx)
+
+
+def stream_seed(seed: int, part: int, epoch: int = 0) -> int:
+    """The seed of part ``part``'s stream (a rank, or a GPU index): distinct for every (seed, part, epoch)."""
+    return int(np.random.SeedSequence([int(seed), int(part), int(epoch)]).generate_state(1, np.uint64)[0])
+
+
+def own_rank_stream(seed: int, rank: int, epoch: int = 0) -> None:
+    """Rank ``rank`` draws dropout from its own stream (torch's global generators: CPU, and the rank's CUDA device);
+    rank 0 keeps the stream it has."""
+    if rank:
+        torch.manual_seed(stream_seed(seed, rank, epoch))
+
+
+def own_replica_streams(seed: int, device_ids: list[int], epoch: int = 0) -> None:
+    """DataParallel's replicas draw dropout on their own GPUs: each GPU past the first gets its own stream."""
+    torch.cuda.init()  # the per-GPU generators exist once CUDA has started
+    for i in device_ids[1:]:
+        torch.cuda.default_generators[i].manual_seed(stream_seed(seed, i, epoch))
 
 
 @dataclass
