@@ -38,7 +38,8 @@ def fit_and_record(windows, config, results):
 
 def test_resuming_a_finished_recorded_run_appends_nothing(tmp_path):
     w, ckpt, results = _windows(), str(tmp_path / "c.pt"), tmp_path / "runs.jsonl"
-    first = fit_and_record(w, cfg(checkpoint=ckpt, resume=True), results)
+    with pytest.warns(UserWarning, match="no checkpoint at .* yet, so this is a new run"):  # --resume from nothing
+        first = fit_and_record(w, cfg(checkpoint=ckpt, resume=True), results)
     assert first.recorded is None and read_checkpoint(ckpt)["recorded"]["run_id"] == first.record["run_id"]
     seen = []
     again = train(w, cfg(checkpoint=ckpt, resume=True), on_epoch_end=seen.append)

@@ -1,5 +1,7 @@
 """A CPU run's C heap (``memory.keep_freed_heap``): on glibc, freed memory is kept for the next step instead of
-being given back to the system and faulted in again; the record says so."""
+being given back to the system and faulted in again; the record says so. The study's epoch with the kept heap
+against glibc's own thresholds (the same loss, the buffers faulted in once) is the CPU ladder's rungs 1 and 2,
+test_ladder.py."""
 
 import json
 import subprocess
@@ -43,42 +45,6 @@ def test_cpu_run_records_how_its_heap_was_kept():
         assert heap["policy"] == "kept" and heap["mmap_threshold_mb"] == 32 and heap["trim_threshold_mb"] == 64
     else:
         assert heap["policy"] == "system" and "not glibc" in heap["reason"]
-
-
-# one epoch of the published setting's model (two LSTM layers, batch 128) on the study's real ERA5, in a fresh
-# process: the heap setting is process-wide and cannot be undone; "glibc" is heap=system, as the study ran. The
-# fast input path, so that the allocations come in one order: with the DataLoader's two workers, glibc's own
-# thresholds faulted 243,000 to 760,000 pages in, as the batches' arrival interleaved with the steps
-_CHILD = """
-import json, resource, sys
-from lstmnb.training import preset_config, prepare_windows, train
-cfg = preset_config("published", epochs=1, device="cpu", threads=1, progress=False, input_path="fast",
-                    num_workers=0, heap="kept" if sys.argv[1] == "kept" else "system")
-w, _ = prepare_windows(None, cfg, progress=False)
-f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-rec = train(w, cfg).record
-print(json.dumps({"faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0,
-                  "loss": rec["epochs"][0]["train_loss"]}))
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not GLIBC, reason="glibc's malloc thresholds only")
-def test_published_epoch_stops_faulting_its_buffers_in_again_with_the_same_loss():
-    """Measured here: the kept heap faults some 83,000-86,000 pages in during this run (the buffers once), with
-    the same loss bit for bit as glibc's own thresholds. Those fault 700,000-810,000 pages in (the LSTM's buffers
-    given back and taken again every step) in most fresh processes, but they adapt to the order of the frees, and
-    in some processes settle early at 88,000-120,000 (2 of 12 on this machine; in one CI, 4 in a row): so the
-    test holds the kept heap to the buffers once and to no more than glibc's (within a quarter), whichever regime
-    glibc ran in; benchmarks/heap_cpu.py measures the difference."""
-    def child(variant):
-        out = subprocess.run([sys.executable, "-c", _CHILD, variant], capture_output=True, text=True, check=True)
-        return json.loads(out.stdout.strip().splitlines()[-1])
-
-    kept, glibc = child("kept"), child("glibc")
-    assert glibc["loss"] == kept["loss"]
-    assert kept["faults"] < 200_000, kept  # about 330 MiB faulted in once; every step again, 700,000 and more
-    assert kept["faults"] <= 1.25 * glibc["faults"], (kept, glibc)
 
 
 @pytest.mark.slow

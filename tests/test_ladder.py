@@ -87,9 +87,14 @@ def test_the_cpu_ladder_runs_every_rung_in_a_fresh_process_and_records_it(cpu_la
     faults = {r["ladder"]["rung"]: r["memory"].get("page_faults") for r in cpu}
     if sys.platform != "win32":  # getrusage: the run's own page faults, DataLoader workers included
         assert all(isinstance(n, int) and n > 0 for n in faults.values()), faults
-    if heaps[2] == "kept":  # glibc: the kept heap is not faulted in again every step (measured: ~10x fewer than
-        # rung 1 in most fresh processes; glibc's own thresholds settle early in some, as few as the kept heap's)
-        assert faults[2] <= 1.25 * faults[1], faults
+    if heaps[2] == "kept":  # glibc: the kept heap faults the LSTM's buffers in once, not again every step. Measured:
+        # 31,000 pages with the kept heap, the DataLoader's workers included; with glibc's own thresholds 690,000 to
+        # 810,000 in most fresh processes, but they adapt to the order of the frees and in some settle early at
+        # 80,000-120,000: so no more than glibc's within a quarter, whichever regime it ran in
+        assert faults[2] < 200_000 and faults[2] <= 1.25 * faults[1], faults
+    # rungs 0-2 change how the batches are made and where the heap's memory goes, not the arithmetic: the same loss
+    losses = {r["ladder"]["rung"]: r["epochs"][0]["train_loss"] for r in cpu}
+    assert losses[0] == losses[1] == losses[2], losses
     gpu = [r for r in records if r["device"]["kind"] == "cuda"]
     assert [r["ladder"]["rung"] for r in gpu] == [r.rung for r in RUNGS if "cuda" in r.devices]
     if not torch.cuda.is_available():

@@ -1,7 +1,7 @@
 """The carc/ sbatch scripts under a real SLURM (slurmctld, slurmd, munged started by carc/local_slurm.sh):
-DDP over gloo on one node, the multi-node script's c10d rendezvous through srun (one node, then two
+DDP over gloo on one node, the multi-node script's c10d rendezvous through srun (on one node and on two
 nodes in their own network namespaces), the notebook series with the `ci` profile, and a series that
-SLURM's time-limit warning stops. Each job's run record is checked, down to the SLURM job id it carries.
+SLURM's time-limit warning stops, all submitted together to one two-node cluster. Each job's run record is checked, down to the SLURM job id it carries.
 Skipped, with the reason, where SLURM is not installed or cannot run (not root, no network namespaces):
 carc/ci_slurm.sh installs it on Debian.
 
@@ -76,12 +76,6 @@ def _free_port_pair() -> int:
         if port + 1 < 65536:
             return port
     raise RuntimeError("no two adjacent free ports")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _job_env(cluster_env: dict[str, str]) -> dict[str, str]:
@@ -172,10 +166,13 @@ def _check_ddp_record(rec: dict, job_id: int, name: str, world_size: int, nodes:
 
 @pytest.mark.slurm
 @pytest.mark.slow
-@pytest.mark.parametrize("cluster", [(1, 5)], indirect=True, ids=["one-node"])
+@pytest.mark.parametrize("cluster", [(2, 5)], indirect=True, ids=["two-nodes"])
 def test_carc_scripts_run_under_slurm_and_a_series_stops_itself_before_the_time_limit(cluster):
-    """The three carc/ scripts and a series that must stop itself, submitted together to a one-node cluster that
-    declares 5 CPUs (the waiting series computes nothing, so it runs beside the others on this machine's cores).
+    """The three carc/ scripts and a series that must stop itself, submitted together to one cluster of two nodes
+    (two slurmd, each in its own network namespace with its own hostname and address), each declaring 5 CPUs (the
+    waiting series computes nothing, so it runs beside the others on this machine's cores): DDP on one node, the
+    multi-node script on one node and on both (one gloo rank each: srun starts a torchrun per node, they meet on
+    the first), the `ci` profile's 02, and the waiting series.
 
     run_profile.sbatch's promise: SLURM's warning signal (--signal=B:TERM@sig_time) reaches lstmnb, which keeps
     the notebook it was running, writes the index and ends the job itself (exit 143) before the time limit would
@@ -195,11 +192,14 @@ def test_carc_scripts_run_under_slurm_and_a_series_stops_itself_before_the_time_
     single = _submit(cluster, "lstmnb-ddp", "ddp_single_node.sbatch", ["--cpus-per-task=2"],
                      ["2", *DATA, *TINY], RESULTS=str(out / "single"))
     multi = _submit(cluster, "lstmnb-ddp-mn", "ddp_multi_node.sbatch", ["--nodes=1", "--cpus-per-task=1"],
-                    TINY, RESULTS=str(out / "multi"), DATA_ARGS=" ".join(DATA), RDZV_PORT=str(_free_port()))
+                    TINY, RESULTS=str(out / "multi"), DATA_ARGS=" ".join(DATA))
+    both = _submit(cluster, "lstmnb-ddp-mn2", "ddp_multi_node.sbatch", ["--nodes=2", "--cpus-per-task=1"], TINY,
+                   RESULTS=str(out / "multi2"), DATA_ARGS=" ".join(DATA))
     series = _submit(cluster, "lstmnb-series", "run_profile.sbatch", ["--cpus-per-task=1"],
                      ["ci", "--only", "02", "--runs-dir", str(out / "runs"), "--no-html"])
     single_id, _ = _finish(cluster, "lstmnb-ddp", single)
     multi_id, _ = _finish(cluster, "lstmnb-ddp-mn", multi)
+    both_id, _ = _finish(cluster, "lstmnb-ddp-mn2", both)
     series_id, _ = _finish(cluster, "lstmnb-series", series)
     waiting_id, text = _finish(cluster, "lstmnb-wait", waiting, status=143)
 
@@ -207,6 +207,10 @@ def test_carc_scripts_run_under_slurm_and_a_series_stops_itself_before_the_time_
     _check_ddp_record(rec, single_id, "lstmnb-ddp", world_size=2, nodes=1)
     [rec] = _records(out / "multi")
     _check_ddp_record(rec, multi_id, "lstmnb-ddp-mn", world_size=1, nodes=1)
+    [rec] = _records(out / "multi2")
+    _check_ddp_record(rec, both_id, "lstmnb-ddp-mn", world_size=2, nodes=2)  # the script's job name
+    assert rec["device"]["hostname"] == "node1"             # rank 0 writes, on the first node
+    assert rec["device"]["slurm"]["nodelist"] == "node[1-2]"
     recs = _records(out / "runs")
     assert {r["experiment"] for r in recs} >= {"fit"}, [r["experiment"] for r in recs]
     for rec in recs:
@@ -221,18 +225,3 @@ def test_carc_scripts_run_under_slurm_and_a_series_stops_itself_before_the_time_
     kept = nbformat.read(run_dir / "01_wait.ipynb", as_version=4)
     assert "first cell done" in str(kept.cells[2].outputs)
     assert re.search(r"^01_wait\s+interrupted\b", text, re.M), text[-3000:]  # the summary, in the job's log
-
-
-@pytest.mark.slurm
-@pytest.mark.slow
-@pytest.mark.parametrize("cluster", [(2, None)], indirect=True, ids=["two-nodes"])
-def test_multi_node_job_spans_two_nodes(cluster):
-    """ddp_multi_node.sbatch on two nodes (two slurmd, each in its own network namespace with its own
-    hostname and address), one gloo rank each: srun starts a torchrun per node, they meet on node1."""
-    proc = _submit(cluster, "lstmnb-ddp-mn", "ddp_multi_node.sbatch", ["--nodes=2", "--cpus-per-task=1"], TINY,
-                   RESULTS=str(cluster["out"] / "multi2"), DATA_ARGS=" ".join(DATA))
-    job_id, _ = _finish(cluster, "lstmnb-ddp-mn", proc)
-    [rec] = _records(cluster["out"] / "multi2")
-    _check_ddp_record(rec, job_id, "lstmnb-ddp-mn", world_size=2, nodes=2)
-    assert rec["device"]["hostname"] == "node1"             # rank 0 writes, on the first node
-    assert rec["device"]["slurm"]["nodelist"] == "node[1-2]"
