@@ -1,8 +1,8 @@
 """lstmnb without what only Linux offers (issue 32): the thread policy, peak memory and records on the
 portable paths (psutil), a real run, a record, `doctor` and notebook 01 under ``tests/portable`` (which
 takes ``os.sched_getaffinity``, ``os.pread``, psutil's affinity and lstmnb's ``/proc`` reads away in every
-process, the notebook kernel too; fake credentials in their environment, none of which may be written),
-DataLoader workers under the ``spawn`` start method, and MPS where torch has it."""
+process, the notebook kernel too, and starts processes by ``spawn``; fake credentials in their environment, none
+of which may be written), and MPS where torch has it."""
 
 from __future__ import annotations
 
@@ -124,15 +124,19 @@ def test_train_record_doctor_and_notebook_01_without_linux_only_apis_and_leaking
                             "hasattr(psutil.Process, 'cpu_affinity'))"], env=env, capture_output=True, text=True)
     assert check.stdout.split() == ["False", "False"], check.stderr  # the shim is in force
 
+    # DataLoader workers as macOS and Windows start them (spawn, the shim's): the dataset and everything a worker
+    # needs must pickle, and the workers import lstmnb afresh
     train = _lstmnb(["train", "--device", "cpu", "--start", "2020-01-01", "--end", "2020-02-15", "--hidden", "8",
-                     "--epochs", "1", "--results", str(tmp_path / "results"), "--checkpoint", str(tmp_path / "c" / "c.pt")],
-                    env, tmp_path)
+                     "--epochs", "1", "--input-path", "dataloader", "--num-workers", "2", "--results",
+                     str(tmp_path / "results"), "--checkpoint", str(tmp_path / "c" / "c.pt")], env, tmp_path)
     assert train.returncode == 0, train.stdout[-2000:] + train.stderr[-2000:]
     assert "Traceback" not in train.stderr
     (rec,) = [json.loads(line) for line in (tmp_path / "results" / "runs.jsonl").read_text().splitlines()]
     assert rec["status"] == "ok" and rec["device"]["kind"] == "cpu"
     assert rec["threads"]["busy_cores"] is not None and rec["threads"]["cores"] == os.cpu_count()
     assert rec["memory"]["peak_mb"] is None and "no per-run peak" in rec["memory"]["note"]
+    assert rec["config"]["input_path"] == "dataloader"  # the record says how its workers started (kept: the default)
+    assert rec["workers"] == {"count": 2, "start_method": "spawn", "started": "once"}
 
     doctor = _lstmnb(["doctor"], env, tmp_path)
     assert doctor.returncode == 0, doctor.stdout[-2000:] + doctor.stderr[-2000:]
@@ -146,7 +150,7 @@ def test_train_record_doctor_and_notebook_01_without_linux_only_apis_and_leaking
     (html,) = (tmp_path / "runs").rglob("site/01_data_access.html")  # the rendered report's page
     assert "Traceback" not in html.read_text()
     pids = set((tmp_path / "pids").read_text().split())
-    assert len(pids) >= 5  # the check, train, doctor, the runner and its kernel all ran under the shim
+    assert len(pids) >= 7  # the check, train and its 2 workers, doctor, the runner and its kernel: under the shim
 
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["c.pt", "c.pt.sha256"]
     said = {name: (done.stdout + done.stderr).encode() for name, done in (("train", train), ("doctor", doctor),
@@ -155,62 +159,37 @@ def test_train_record_doctor_and_notebook_01_without_linux_only_apis_and_leaking
     assert leaks({**files, **said}, canaries) == []
 
 
-SPAWN_RUN = """
-import multiprocessing, sys
-multiprocessing.set_start_method("spawn", force=True)
-import torch
-torch.multiprocessing.set_start_method("spawn", force=True)
-from lstmnb import data, training
-cfg = training.TrainConfig(hidden=8, epochs=1, input_path="dataloader", num_workers=2, progress=False, threads=1)
-req = data.Request(start="2020-01-01", end="2020-02-15")
-result = training.run(req, cfg, results=sys.argv[1])
-print("workers", cfg.num_workers, "start method", multiprocessing.get_start_method())
-"""
-
-
-@pytest.mark.slow
-def test_dataloader_workers_under_spawn(tmp_path):
-    """macOS and Windows start DataLoader workers with ``spawn``: the dataset and everything a worker
-    needs must pickle, and the workers must import lstmnb afresh."""
-    out = subprocess.run([sys.executable, "-c", SPAWN_RUN, str(tmp_path / "runs.jsonl")], capture_output=True,
-                         text=True, timeout=540, cwd=tmp_path)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
-    assert "workers 2 start method spawn" in out.stdout
-    (rec,) = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
-    assert rec["status"] == "ok" and rec["config"]["input_path"] == "dataloader"
-    assert rec["config"]["num_workers"] == 2 and len(rec["epochs"]) == 1
-    # the record says how its workers started (kept between epochs: the recommended default)
-    assert rec["workers"] == {"count": 2, "start_method": "spawn", "started": "once"}
-
-
 WORKERS_SECTION = """
-import json, multiprocessing, sys
-if sys.argv[1] != "default":
-    multiprocessing.set_start_method(sys.argv[1])
+import json, multiprocessing
 from lstmnb.training import TrainConfig
 from lstmnb.training.evaluate import workers_section
-sections = [workers_section(TrainConfig(input_path=p, num_workers=n, persistent_workers=k))
-            for p, n, k in (("dataloader", 2, False), ("dataloader", 2, True), ("dataloader", 0, False), ("fast", 2, False))]
-print(json.dumps([sections, multiprocessing.get_start_method(allow_none=True)]))
+out = {}
+for method in ("default", "spawn", "forkserver"):  # the default first: nothing has fixed the start method yet
+    if method != "default":
+        multiprocessing.set_start_method(method, force=True)
+    sections = [workers_section(TrainConfig(input_path=p, num_workers=n, persistent_workers=k)) for p, n, k in
+                (("dataloader", 2, False), ("dataloader", 2, True), ("dataloader", 0, False), ("fast", 2, False))]
+    out[method] = [sections, multiprocessing.get_start_method(allow_none=True)]
+print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("method", ["spawn", "forkserver", "default"])
-def test_the_record_says_how_dataloader_workers_start(method):
+def test_the_record_says_how_dataloader_workers_start():
     """macOS and Windows spawn DataLoader workers: with the published setting (workers started afresh every
     epoch) each epoch then pays two fresh interpreters' start-up, which a Linux run's forked workers do not
     (measured: 4.4 s against 1.7 s per epoch on 2 cores). The record's ``workers`` says which, read without
-    fixing the process's start method."""
-    out = subprocess.run([sys.executable, "-c", WORKERS_SECTION, method], capture_output=True, text=True,
-                         timeout=300)
+    fixing the process's start method (the system's default, then each method set)."""
+    out = subprocess.run([sys.executable, "-c", WORKERS_SECTION], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    (every, kept, none, fast), fixed = json.loads(out.stdout.strip().splitlines()[-1])
-    expected = {"spawn": "spawn", "forkserver": "forkserver"}.get(method, mp_default())
-    assert every["start_method"] == kept["start_method"] == expected and every["count"] == 2
-    assert (every["started"], kept["started"]) == ("every epoch", "once")
-    assert ("note" in every) == (expected != "fork") and "note" not in kept
-    assert none is None and fast is None
-    assert fixed == (None if method == "default" else method)  # asking did not fix the start method
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert list(seen) == ["default", "spawn", "forkserver"]
+    for method, ((every, kept, none, fast), fixed) in seen.items():
+        expected = {"spawn": "spawn", "forkserver": "forkserver"}.get(method, mp_default())
+        assert every["start_method"] == kept["start_method"] == expected and every["count"] == 2, method
+        assert (every["started"], kept["started"]) == ("every epoch", "once")
+        assert ("note" in every) == (expected != "fork") and "note" not in kept
+        assert none is None and fast is None
+        assert fixed == (None if method == "default" else method)  # asking did not fix the start method
 
 
 def mp_default() -> str:

@@ -6,6 +6,8 @@ and the notebook kernels they start): takes away what only Linux offers, as on m
 - ``psutil.Process.cpu_affinity``: gone (psutil has none on macOS).
 - ``/proc``: any read or write of it from lstmnb's own code fails as on a system without it (psutil's
   reads stay: psutil is the portable path, and on macOS and Windows it asks the system its own way).
+- New processes (DataLoader workers among them) start by ``spawn``, the default on macOS and Windows: what a
+  worker needs must pickle, and it imports lstmnb afresh.
 
 ``LSTMNB_PORTABLE_MARK`` names a file each process appends its pid to, so the test can tell that the
 kernels ran under this module too.
@@ -31,6 +33,10 @@ def _open(file, *args, **kwargs):
 
 
 builtins.open = _open
+
+import multiprocessing  # noqa: E402
+
+multiprocessing.set_start_method("spawn", force=True)
 
 try:
     import psutil
