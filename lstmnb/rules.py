@@ -137,20 +137,21 @@ class Spelling:
             return f"{self.prefix}{self.key(name)}={shown!r}"
         if isinstance(value, bool):
             return self.key(name) if value else "--no-" + self.key(name)[2:]
-        return f"{self.key(name)} {_cli_text(value)}"
+        return f"{self.key(name)} {cli_text(value)}"
 
     def refuse(self, name: str, value: Any, why: str) -> ConfigError:
         """The one-line refusal of ``value`` given as ``name``."""
         return ConfigError(f"{self(name, value)}{'' if why.startswith(':') else ' '}{why}")
 
 
-def _cli_text(value: Any) -> str:
+def cli_text(value: Any) -> str:
+    """A value as the command line writes it: ``none``, ``0.5``, ``40,280`` (a list), a quoted text."""
     if value is None:
         return "none"
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, (tuple, list)):
-        return ",".join(_cli_text(v) for v in value)
+        return ",".join(cli_text(v) for v in value)
     return shlex.quote(value) if isinstance(value, str) else str(value)
 
 

@@ -58,11 +58,11 @@ CASES = [
     case("device-empty", T + ["--device", ""], "--device ''", "auto, cpu, cuda"),
     case("device-word", T + ["--device", "gpu"], "--device gpu", "auto, cpu, cuda"),
     case("device-bad-index", T + ["--device", "cuda:x"], "--device cuda:x", "cuda:N"),
-    case("start-empty", T + ["--start", ""], "start ''", "ISO date"),
-    case("end-empty", T + ["--end", ""], "end ''", "ISO date"),
-    case("start-no-such-date", T + ["--start", "2020-13-45"], "start '2020-13-45'", "ISO date"),
-    case("start-day-first", T + ["--start", "13/02/2020"], "start '13/02/2020'", "ISO date"),  # was 13 Feb; 01/02: 2 Jan
-    case("end-before-start", T + ["--end", "2019-12-01"], "end '2019-12-01'", "before start '2020-01-01'"),
+    case("start-empty", T + ["--start", ""], "--start '' is not an ISO date"),
+    case("end-empty", T + ["--end", ""], "--end '' is not an ISO date"),
+    case("start-no-such-date", T + ["--start", "2020-13-45"], "--start 2020-13-45 is not an ISO date"),
+    case("start-day-first", T + ["--start", "13/02/2020"], "--start 13/02/2020 is not an ISO date"),  # was 13 Feb; 01/02: 2 Jan
+    case("end-before-start", T + ["--end", "2019-12-01"], "--end 2019-12-01 is before --start 2020-01-01"),
     case("checkpoint-empty", T + ["--checkpoint", ""], "--checkpoint ''", "give a name"),
     case("checkpoint-is-folder", T + ["--checkpoint", "{tmp}/adir"], "--checkpoint", "is a folder; give a file path"),
     case("checkpoint-read-only", T + ["--checkpoint", RO + "/ck.pt"], "--checkpoint", "read-only"),
@@ -124,21 +124,21 @@ CASES = [
     case("dropout-one", T + ["--dropout", "1", "--layers", "2"], "--dropout 1 ", "[0, 1)"),
     case("dropout-negative", T + ["--dropout", "-0.1", "--layers", "2"], "--dropout -0.1", "[0, 1)"),
     case("point-and-box", T + ["--point", "40,280", "--box", "30,50,270,290"], "--point and --box", "give grid points or one box"),
-    case("point-latitude", T + ["--point", "91,280"], "latitude 91.0", "-90..90"),
-    case("point-south-latitude", T + ["--point", "-91,151"], "latitude -91.0", "-90..90"),
-    case("point-longitude", T + ["--point", "40,400"], "longitude 400.0", "-180..180"),
+    case("point-latitude", T + ["--point", "91,280"], "--point 91,280: latitude 91 is outside -90..90"),
+    case("point-south-latitude", T + ["--point", "-91,151"], "--point -91,151: latitude -91 is outside -90..90"),
+    case("point-longitude", T + ["--point", "40,400"], "--point 40,400: longitude 400 is outside -180..180"),
     case("point-one-number", T + ["--point", "40"], "'40' is not LAT,LON", "-33,151"),
     case("point-empty", T + ["--point", ""], "'' is not LAT,LON", "40,280"),
-    case("point-nan", T + ["--point", "nan,280"], "latitude nan", "-90..90"),
-    case("box-three-numbers", T + ["--box", "1,2,3"], "--box needs 4 numbers", "got 1.0,2.0,3.0"),
-    case("box-latitudes-reversed", T + ["--box", "50,40,270,290"], "lat_min 50", "LAT_MIN,LAT_MAX"),
+    case("point-nan", T + ["--point", "nan,280"], "--point nan,280: latitude nan is outside -90..90"),
+    case("box-three-numbers", T + ["--box", "1,2,3"], "--box 1,2,3: a box must be 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX"),
+    case("box-latitudes-reversed", T + ["--box", "50,40,270,290"], "--box 50,40,270,290: lat_min 50", "LAT_MIN,LAT_MAX"),
     # longitudes east first: not a box round the globe (359,1 across the prime meridian stays a box)
-    case("box-longitudes-swapped", T + ["--box", "39,41,281,279"], "box longitudes 281,279 span 358 degrees",
+    case("box-longitudes-swapped", T + ["--box", "39,41,281,279"], "--box 39,41,281,279: longitudes 281,279 span 358 degrees",
          "WEST,EAST with WEST first going east, e.g. 279,281", "across the prime meridian e.g. 359,1"),
-    case("data-box-longitudes-swapped", ["data", "--box", "39,41,281,279"], "box longitudes 281,279",
+    case("data-box-longitudes-swapped", ["data", "--box", "39,41,281,279"], "--box 39,41,281,279: longitudes 281,279",
          "e.g. 279,281"),
     case("region-skill-box-over-180", ["region", "skill", "--box", "39,41,-100,100"],
-         "box longitudes -100,100 span 200 degrees", "at most 180"),
+         "--box 39,41,-100,100: longitudes -100,100 span 200 degrees", "at most 180"),
     case("box-words", T + ["--box", "a,b,c,d"], "'a,b,c,d'", "comma-separated list of numbers"),
     case("epochs-zero", T + ["--epochs", "0"], "--epochs 0", ">= 1"),
     case("epochs-fraction", T + ["--epochs", "1.5"], "--epochs", "invalid int value: '1.5'"),
@@ -180,12 +180,12 @@ CASES = [
     case("fractions-words", T + ["--fractions", "a,b,c"], "'a,b,c'", "comma-separated list of numbers"),
     case("experiment-empty", T + ["--experiment", ""], "--experiment ''", "give a name"),
     case("profile-name-empty", T + ["--profile", ""], "--profile ''", "give a name"),
-    case("source-empty", T + ["--source", ""], "source ''", "--source study", "sample (synthetic)"),
-    case("source-missing-path", T + ["--source", "/nonexistent/store.zarr"], "'/nonexistent/store.zarr'",
+    case("source-empty", T + ["--source", ""], "--source '' is empty", "--source study", "sample (synthetic)"),
+    case("source-missing-path", T + ["--source", "/nonexistent/store.zarr"], "--source /nonexistent/store.zarr is neither",
          "neither a known name nor an existing path"),
     case("source-not-zarr", T + ["--source", "{tmp}/adir"], "adir", "is not a Zarr store"),
-    case("source-typo", T + ["--source", "sampel"], "'sampel'", "did you mean 'sample'"),
-    case("variable-empty", T + ["--variable", ""], "variables ('',)", "e.g. 2m_temperature"),
+    case("source-typo", T + ["--source", "sampel"], "--source sampel is neither", "did you mean 'sample'"),
+    case("variable-empty", T + ["--variable", ""], "--variable '' must name at least one variable", "e.g. 2m_temperature"),
     case("unknown-option", T + ["--epochz", "3"], "unrecognized arguments", "--epochz"),
     case("option-without-value", ["train", "--epochs"], "--epochs", "expected one argument"),
     case("cache-is-a-file", T, "cache folder", "is a file, not a folder", env={"LSTMNB_CACHE": "{tmp}/plain.txt"}),
@@ -230,7 +230,7 @@ CASES = [
     case("data-status-overwrite", ["data", "--status", "--overwrite"], "leave out --overwrite"),
     case("data-csv-read-only", ["data", "--csv", RO + "/x.csv"], "--csv", "read-only"),
     case("data-csv-empty", ["data", "--csv", ""], "--csv path is empty", "file name"),
-    case("data-start-word", ["data", "--start", "yesterday-ish"], "start 'yesterday-ish'", "ISO date"),
+    case("data-start-word", ["data", "--start", "yesterday-ish"], "--start yesterday-ish is not an ISO date"),
     case("data-point-south-one-number", ["data", "--point", "-33"], "'-33' is not LAT,LON", "-33,151"),
     case("data-cache-is-a-file", ["data"], "cache folder", "is a file", env={"LSTMNB_CACHE": "{tmp}/plain.txt"}),
     case("data-status-with-source", ["data", "--status", "--source", "/nonexistent"], "--status lists the whole cache",
@@ -257,13 +257,13 @@ CASES = [
     case("nb-profile-unknown-parameter", ["notebooks", "run", "--profile", "{tmp}/unknown_param.yaml"], "'epocs'",
          "declared by no notebook"),
     case("nb-profile-a-list", ["notebooks", "run", "--profile", "{tmp}/list.yaml"], "must be a YAML mapping", "a list"),
-    case("nb-start-no-such-date", NB + ["-p", "start", "2021-13-45"], "start '2021-13-45'", "ISO date"),
+    case("nb-start-no-such-date", NB + ["-p", "start", "2021-13-45"], "parameter start='2021-13-45' is not an ISO date"),
     case("nb-epochs-list-word", NB + ["-p", "epochs_list", "x"], "epochs_list='x'", "must be a list"),
     case("nb-epochs-list-zero", NB + ["-p", "epochs_list", "[0]"], "epochs_list=[0]", "whole numbers >= 1"),
     case("nb-window-zero", NB + ["-p", "window", "0"], "window=0", ">= 1"),
     case("nb-window-beyond-the-data", NB + ["-p", "window", "100000"], "parameter window=100000 h",
          "longer than the training part", "notebook 02_model reads"),
-    case("nb-points-latitude", NB + ["-p", "points", "[[91, 0]]"], "latitude 91.0", "-90..90"),
+    case("nb-points-latitude", NB + ["-p", "points", "[[91, 0]]"], "parameter points 91,0: latitude 91 is outside -90..90"),
     case("nb-device", NB + ["-p", "device", "gpu"], "device='gpu'", "auto, cpu"),
     case("nb-input-paths", NB + ["-p", "input_paths", "[slow]"], "input_paths=['slow']", "fast, dataloader"),
     case("nb-recommended", NB + ["-p", "recommended", "{batch_size: 0}"], "recommended: batch_size=0", ">= 1"),
@@ -612,10 +612,10 @@ def test_inputs_judged_with_the_data_give_one_line(sample_store_path, tmp_path, 
     ({}, {"epochs": 0}, "epochs=0 must be a whole number"),  # the config first: no data is read for a bad one
     ({}, {"split_dates": "2020-01-15,2020-01-20"}, "must be two dates VAL_START,TEST_START"),
     ({}, {"fractions": "0.7,0.15,0.15"}, "must be three positive numbers"),
-    ({"points": (40, 280)}, {}, r"points \(40, 280\) must be a list of \(lat, lon\) pairs"),
-    ({"start": "01/02/2020"}, {}, "start '01/02/2020' is not an ISO date"),
-    ({"start": __import__("datetime").date(2020, 1, 1)}, {}, r"start datetime.date\(2020, 1, 1\) is not an ISO date"),
-    ({"source": Path("/nonexistent")}, {}, r"^source \w+Path\(.*must be text \(str\(path\) for a local store\)"),    # the setting is named before the checkpoint it names is read (a file that is no checkpoint)
+    ({"points": (40, 280)}, {}, r"^points=\(40, 280\) must be a list of \(lat, lon\) pairs"),
+    ({"start": "01/02/2020"}, {}, "^start='01/02/2020' is not an ISO date"),
+    ({"start": __import__("datetime").date(2020, 1, 1)}, {}, r"^start=datetime.date\(2020, 1, 1\) is not an ISO date"),
+    ({"source": Path("/nonexistent")}, {}, r"^source=\w+Path\(.*must be text \(str\(path\) for a local store\)"),    # the setting is named before the checkpoint it names is read (a file that is no checkpoint)
     ({}, {"checkpoint": "{tmp}/c.pt", "resume": True, "overwrite_checkpoint": True}, "resume=True continues"),
 ])
 def test_the_python_api_refuses_bad_values_in_one_line_before_reading_data(tmp_path, monkeypatch, request_args,
@@ -646,6 +646,30 @@ def test_one_rule_refuses_the_same_value_at_every_door_as_it_was_given(capsys):
         check_values({"recommended": {"lr": 0}}, {"recommended": {}})
     with pytest.raises(ConfigError, match=r"^lr=0\.0 " + why):
         TrainConfig(lr=0.0).validate()
+
+
+def test_the_data_requests_checks_name_a_setting_as_it_was_given(capsys):
+    """The data request's checks (``data.check_request``, one home) name a bad start, end or point as the user gave
+    it: ``--start``/``--point`` on the command line, ``parameter start=`` for a notebook, ``start=`` in Python."""
+    from lstmnb.data import Request, check_request
+    from lstmnb.notebooks.params import check_values
+
+    iso = r"is not an ISO date or time \(text such as 2020-01-01 or 2020-01-01T06\)$"
+    for argv, said in ((["data", "--start", "2020-02-30"], "--start 2020-02-30 " + iso),
+                       (["data", "--end", "2019-12-31"], "--end 2019-12-31 is before --start 2020-01-01$"),
+                       (["data", "--point", "40,280", "--point", "40,-181"],
+                        r"--point 40,-181: longitude -181 is outside -180\.\.180 \(or 0\.\.360\)$")):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and __import__("re").search("error: " + said, err.strip()), err
+    with pytest.raises(ConfigError, match=r"^parameter start='2020-02-30' " + iso):
+        check_values({"start": "2020-02-30"}, {"start": "2020-01-01"})
+    with pytest.raises(ConfigError, match=r"^parameter end='2019-12-31' is before start 2020-01-01$"):
+        check_values({"end": "2019-12-31"}, {"end": "2020-01-21"})
+    with pytest.raises(ConfigError, match=r"^points 40,-181: longitude -181 is outside"):
+        check_request(Request(points=((40, 280), (40, -181))))
+    with pytest.raises(ConfigError, match=r"^start='2020-02-30' " + iso):
+        check_request(Request(start="2020-02-30"))
 
 
 def test_a_training_run_checks_its_config_once(tmp_path, monkeypatch, capsys):

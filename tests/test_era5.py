@@ -141,7 +141,7 @@ def test_default_request_on_the_sample(sample_store_path):
         (dict(points=None, box=(39.1, 39.2, 279.0, 281.0)), DataError, ["selects no grid cells"]),
         (dict(points=None, box=(-95.0, 40.0, 279.0, 281.0)), ConfigError, ["-95", "-90..90"]),
         (dict(points=()), ConfigError, ["at least one"]),
-        (dict(points=None, box=None), ConfigError, ["either points or a box"]),
+        (dict(points=None, box=None), ConfigError, ["give either points or box"]),
         (dict(variables=()), ConfigError, ["at least one"]),
     ],
 )

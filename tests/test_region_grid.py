@@ -49,7 +49,7 @@ def test_box_longitudes_run_west_to_east_and_swapped_ones_are_refused(meridian_s
         err = capsys.readouterr().err.strip().splitlines()
         lon = box.split(",", 2)[2]
         assert len(err) == 1 and err[0].endswith(
-            f"box longitudes {lon} span {span} degrees going east from {lon.split(',')[0]} (at most 180, or the whole "
+            f"--box {box}: longitudes {lon} span {span} degrees going east from {lon.split(',')[0]} (at most 180, or the whole "
             f"circle -180,180); give LON_MIN,LON_MAX as WEST,EAST with WEST first going east, e.g. {fix}, or across "
             "the prime meridian e.g. 359,1"), err
     # the whole circle stays a box of every longitude

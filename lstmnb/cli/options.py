@@ -77,6 +77,9 @@ def add_request_args(p: argparse.ArgumentParser, places: bool = True) -> None:
                                                 "store's last valid hour is clipped to it, with a note")
 
 
+DATA_OPTIONS = dataclasses.replace(CLI, names={"points": "point", "variables": "variable"})  # a Request's fields
+
+
 def request_from_args(args: argparse.Namespace):
     """The data request of ``args``, checked before any work, its times fitted to the store's valid range
     (``data.fit_times``: a local store without --start/--end uses its whole range; an --end past the store is
@@ -91,9 +94,7 @@ def request_from_args(args: argparse.Namespace):
     box, points = getattr(args, "box", None), getattr(args, "points", None)
     if box is not None and points:
         raise ConfigError("--point and --box both given; give grid points or one box")
-    if box is not None:
-        if len(box) != 4:
-            raise ConfigError(f"--box needs 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX; got {','.join(map(str, box))}")
+    if box is not None:  # its numbers are checked with the rest of the request (data.check_request)
         kw["box"], kw["points"] = tuple(box), None
     elif points:
         kw["points"] = tuple(points)
@@ -106,8 +107,8 @@ def request_from_args(args: argparse.Namespace):
     if args.end is not None or local:
         token = getattr(args, "credentials", None)  # `lstmnb data --credentials`: the store is opened with them
         request, notes = data.fit_times(request, start_given=start_given, end_given=end_given,
-                                        storage_options={"token": token} if token else None)
-    request = data.check_request(request)
+                                        storage_options={"token": token} if token else None, say=DATA_OPTIONS)
+    request = data.check_request(request, say=DATA_OPTIONS)
     for note in notes:
         print(f"note: {note}")
     args._request = request

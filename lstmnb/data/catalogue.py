@@ -26,6 +26,7 @@ import pandas as pd
 import xarray as xr
 
 from ..errors import ConfigError, DataError
+from ..rules import PYTHON, Spelling, cli_text
 from ..datasets.sample import sample_store
 from ..datasets.study import STUDY, STUDY_POINTS, check_study_request, study_store
 from .stores import ReadStore, StoreError, run, zarr_store
@@ -113,19 +114,20 @@ def data_kind(source: str) -> str:
     return "real"
 
 
-def source_text(source) -> str:
-    """The source named by ``source`` (stripped), or a ConfigError: empty, or not text (a pathlib.Path too:
-    a request is keyed and recorded by its text)."""
+def source_text(source, say: Spelling = PYTHON) -> str:
+    """The source named by ``source`` (stripped), or a ConfigError naming it as ``say`` spells it: empty, or not
+    text (a pathlib.Path too: a request is keyed and recorded by its text)."""
     if not isinstance(source, str):
-        raise ConfigError(f"source {source!r} must be text (str(path) for a local store); {SOURCE_HINT}")
+        raise say.refuse("source", source, f"must be text (str(path) for a local store); {SOURCE_HINT}")
     if not source.strip():
-        raise ConfigError(f"source {source!r} is empty; {SOURCE_HINT}")
+        raise say.refuse("source", source, f"is empty; {SOURCE_HINT}")
     return source.strip()
 
 
-def resolve_source(source: str = STUDY, storage_options: dict | None = None) -> StoreRef:
-    """Turn a source name into a ``StoreRef`` (building the study's or the sample store on first use)."""
-    source = source_text(source)
+def resolve_source(source: str = STUDY, storage_options: dict | None = None, say: Spelling = PYTHON) -> StoreRef:
+    """Turn a source name into a ``StoreRef`` (building the study's or the sample store on first use); a source
+    that names nothing is refused as ``say`` spells it (``--source x``, ``source='x'``)."""
+    source = source_text(source, say)
     if source in (SAMPLE, STUDY):
         return StoreRef(source, str(sample_store() if source == SAMPLE else study_store()), False, {})
     url = CATALOGUE.get(source, source)
@@ -140,7 +142,7 @@ def resolve_source(source: str = STUDY, storage_options: dict | None = None) -> 
     if not path.exists():
         close = difflib.get_close_matches(source, [STUDY, SAMPLE, *CATALOGUE], n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise DataError(f"source {source!r} is neither a known name nor an existing path{hint}; {SOURCE_HINT}")
+        raise DataError(f"{say('source', source)} is neither a known name nor an existing path{hint}; {SOURCE_HINT}")
     if not any((path / name).exists() for name in (".zgroup", ".zmetadata", "zarr.json")):
         raise DataError(f"{path} is not a Zarr store (no .zgroup, .zmetadata or zarr.json inside); {SOURCE_HINT}")
     return StoreRef(source, str(path.resolve()), False, dict(storage_options or {}))
@@ -200,43 +202,47 @@ def check_credentials(token: Any) -> None:
         raise ConfigError(f"credentials file {path} ({kind}) lacks {', '.join(missing)}; {_CREDENTIALS_HINT}")
 
 
-def check_request(request: Request, storage_options: dict | None = None) -> Request:
+def check_request(request: Request, storage_options: dict | None = None, say: Spelling = PYTHON) -> Request:
     """Every check of ``request`` that needs no store (source, variable names, points or box, times), building
-    nothing (not the study's or the sample store); the checks against the store follow in ``make_plan``."""
-    source = source_text(request.source)
+    nothing (not the study's or the sample store); the checks against the store follow in ``make_plan``. A refusal
+    names the setting as ``say`` spells it: ``--start x`` (the CLI), ``start='x'`` (Python), ``parameter start='x'``."""
+    source = source_text(request.source, say)
     if source not in (SAMPLE, STUDY):
-        resolve_source(source, storage_options)
-    check_selection(request)
+        resolve_source(source, storage_options, say)
+    check_selection(request, say)
     return request
 
 
-def check_selection(request: Request) -> tuple[pd.Timestamp, pd.Timestamp, tuple[str, ...]]:
-    """The request's variable names, points or box and times, each checked on its own (no store);
-    returns the (start, end) times and the variables (a tuple). ``check_request`` and ``make_plan`` both rest on it."""
+def check_selection(request: Request, say: Spelling = PYTHON) -> tuple[pd.Timestamp, pd.Timestamp, tuple[str, ...]]:
+    """The request's variable names, points or box and times, each checked on its own (no store), a refusal
+    spelled by ``say``; returns the (start, end) times and the variables (a tuple). ``check_request`` and
+    ``make_plan`` both rest on it."""
     variables = (request.variables,) if isinstance(request.variables, str) else tuple(request.variables or ())
     if not variables or any(not isinstance(v, str) or not v.strip() for v in variables):
-        raise ConfigError(f"variables {variables!r}: give at least one name, e.g. 2m_temperature")
+        raise say.refuse("variables", variables, "must name at least one variable, e.g. 2m_temperature")
     if (request.points is None) == (request.box is None):
-        raise ConfigError("give either points or a box (not both, not neither)")
+        raise ConfigError(f"give either {say.key('points')} or {say.key('box')} (one of the two, not both)")
     if request.points is not None:
         if len(request.points) == 0:
-            raise ConfigError("points is empty; give at least one (lat, lon), e.g. 40,280")
+            raise say.refuse("points", request.points, "is empty; give at least one (lat, lon), e.g. 40,280")
         if isinstance(request.points, str) or not all(isinstance(pt, (tuple, list)) for pt in request.points):
-            raise ConfigError(f"points {request.points!r} must be a list of (lat, lon) pairs, e.g. [(40, 280)]")
+            raise say.refuse("points", request.points, "must be a list of (lat, lon) pairs, e.g. [(40, 280)]")
         for pt in request.points:
+            named = f"{say.prefix}{say.key('points')} {cli_text(tuple(pt))}"
             if len(pt) != 2:
-                raise ConfigError(f"point {tuple(pt)!r} must be LAT,LON (two numbers), e.g. 40,280 or -33,151")
-            _degrees(pt[0], "point", "latitude"), _degrees(pt[1], "point", "longitude")
+                raise ConfigError(f"{named}: a point must be LAT,LON (two numbers), e.g. 40,280 or -33,151")
+            _degrees(pt[0], named, "latitude"), _degrees(pt[1], named, "longitude")
     else:
+        named = f"{say.prefix}{say.key('box')} {cli_text(tuple(request.box))}"
         if len(request.box) != 4:
-            raise ConfigError(f"box {tuple(request.box)!r} must be 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
-        la0, la1 = _degrees(request.box[0], "box", "latitude"), _degrees(request.box[1], "box", "latitude")
-        check_box_lons(_degrees(request.box[2], "box", "longitude"), _degrees(request.box[3], "box", "longitude"))
+            raise ConfigError(f"{named}: a box must be 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
+        la0, la1 = _degrees(request.box[0], named, "latitude"), _degrees(request.box[1], named, "latitude")
+        check_box_lons(_degrees(request.box[2], named, "longitude"), _degrees(request.box[3], named, "longitude"), named)
         if la0 > la1:
-            raise ConfigError(f"box lat_min {la0:g} is above lat_max {la1:g}; give LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
-    start, end = parse_time(request.start, what="start"), parse_time(request.end, end=True, what="end")
+            raise ConfigError(f"{named}: lat_min {la0:g} is above lat_max {la1:g}; give LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
+    start, end = parse_time(request.start, name="start", say=say), parse_time(request.end, end=True, name="end", say=say)
     if end < start:
-        raise ConfigError(f"end {request.end!r} is before start {request.start!r}")
+        raise say.refuse("end", request.end, f"is before {say.key('start')} {request.start}")
     if isinstance(request.source, str) and request.source.strip() == STUDY:  # what the shipped data can serve
         check_study_request(request.points, request.box, start, end, variables)
     return start, end, variables
@@ -299,9 +305,9 @@ def open_store(source: str = STUDY, storage_options: dict | None = None) -> xr.D
 _ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}(:\d{2}(:\d{2}(\.\d+)?)?)?)?(Z|[+-]\d{2}(:?\d{2})?)?$")
 
 
-def parse_time(value: str, *, end: bool = False, what: str = "time") -> pd.Timestamp:
-    """An ISO time; a bare date as ``end`` means the last hour of that day. ``what`` names it in errors.
-    Text in ISO order only: pandas would read 01/02/2020 as 2 January and 13/02/2020 as 13 February."""
+def parse_time(value: str, *, end: bool = False, name: str = "time", say: Spelling = PYTHON) -> pd.Timestamp:
+    """An ISO time; a bare date as ``end`` means the last hour of that day. A refusal names the setting ``name``
+    as ``say`` spells it. Text in ISO order only: pandas would read 01/02/2020 as 2 January, 13/02/2020 as 13 February."""
     ts = pd.NaT
     if isinstance(value, str) and _ISO_TIME.match(value.strip()):
         try:
@@ -309,7 +315,7 @@ def parse_time(value: str, *, end: bool = False, what: str = "time") -> pd.Times
         except (ValueError, OverflowError):
             pass
     if ts is pd.NaT:
-        raise ConfigError(f"{what} {value!r} is not an ISO date or time (text such as 2020-01-01 or 2020-01-01T06)")
+        raise say.refuse(name, value, "is not an ISO date or time (text such as 2020-01-01 or 2020-01-01T06)")
     if ts.tzinfo is not None:
         ts = ts.tz_convert("UTC").tz_localize(None)
     if end and len(str(value).strip()) <= 10:
@@ -325,20 +331,20 @@ def point_label(lat: float, lon: float) -> str:
 _DEGREES = {"latitude": (-90.0, 90.0, "-90..90"), "longitude": (-180.0, 360.0, "-180..180 (or 0..360)")}
 
 
-def _degrees(value: float, what: str, axis: str) -> float:
-    """``value`` as a float in the range of ``axis`` (``_DEGREES``); a ConfigError naming ``what`` (a point or
-    the box), the axis and the range if not."""
+def _degrees(value: float, named: str, axis: str) -> float:
+    """``value`` as a float in the range of ``axis`` (``_DEGREES``); a ConfigError led by ``named`` (the point or
+    the box as the user gave it), naming the axis and the range if not."""
     lo, hi, valid = _DEGREES[axis]
     try:
         value = float(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{what} {axis} {value!r} is not a number") from None
+        raise ConfigError(f"{named}: {axis} {value!r} is not a number") from None
     if not lo <= value <= hi or np.isnan(value):
-        raise ConfigError(f"{what} {axis} {value} is outside {valid}")
+        raise ConfigError(f"{named}: {axis} {value:g} is outside {valid}")
     return value
 
 
-def check_box_lons(west: float, east: float) -> None:
+def check_box_lons(west: float, east: float, named: str) -> None:
     """A box runs east from LON_MIN to LON_MAX (across the prime meridian when LON_MAX is the smaller, e.g.
     359,1), so swapped longitudes would silently read as a box round most of the globe: more than 180
     degrees east is refused, the whole circle (e.g. -180,180 or 0,360) aside."""
@@ -346,6 +352,6 @@ def check_box_lons(west: float, east: float) -> None:
     if span <= 180.0 or float(east) - float(west) == 360.0:
         return
     swapped = west > east and (float(west) - float(east)) % 360.0 <= 180.0  # likely written east first
-    raise ConfigError(f"box longitudes {west:g},{east:g} span {span:g} degrees going east from {west:g} (at most 180, "
+    raise ConfigError(f"{named}: longitudes {west:g},{east:g} span {span:g} degrees going east from {west:g} (at most 180, "
                       f"or the whole circle -180,180); give LON_MIN,LON_MAX as WEST,EAST with WEST first going east, "
                       f"e.g. {f'{east:g},{west:g}' if swapped else '279,281'}, or across the prime meridian e.g. 359,1")

@@ -15,6 +15,7 @@ import pandas as pd
 import xarray as xr
 
 from ..errors import ConfigError, DataError
+from ..rules import PYTHON, Spelling
 from .catalogue import SAMPLE, Request, StoreRef, check_selection, open_ref, parse_time, resolve_source
 from ..datasets.sample import TIMES as SAMPLE_TIMES
 from ..datasets.study import STUDY, STUDY_TIMES
@@ -32,21 +33,22 @@ def valid_range(ds: "xr.Dataset | StoreMeta") -> tuple[pd.Timestamp, pd.Timestam
     return lo, hi
 
 
-def fit_times(request: Request, *, start_given: bool, end_given: bool,
-              storage_options: dict | None = None) -> tuple[Request, list[str]]:
+def fit_times(request: Request, *, start_given: bool, end_given: bool, storage_options: dict | None = None,
+              say: Spelling = PYTHON) -> tuple[Request, list[str]]:
     """``request`` with its times fitted to its store's valid range, and one line per change for the user (the CLI
     asks this for a local store, and wherever --end is given): a time not given becomes the store's first or last
     valid hour, and an end past the last valid hour is clipped to it. The store's metadata come from the cache where
-    kept, else from the store; the sample's and the study's ranges are known without building them."""
+    kept, else from the store; the sample's and the study's ranges are known without building them. A refusal names
+the setting as ``say`` spells it."""
     if request.source.strip() in (SAMPLE, STUDY):
         lo, hi = (pd.Timestamp(t) for t in (SAMPLE_TIMES if request.source.strip() == SAMPLE else STUDY_TIMES))
     else:
-        ref = resolve_source(request.source, storage_options)
+        ref = resolve_source(request.source, storage_options, say)
         meta = cached_meta(ref)
         lo, hi = valid_range(meta if meta is not None else open_ref(ref))
     first, last = f"{lo:%Y-%m-%dT%H}", f"{hi:%Y-%m-%dT%H}"
-    if start_given and parse_time(request.start, what="start") > hi:
-        raise ConfigError(f"start {request.start} is after this store's last valid hour; its valid range is {first}..{last}")
+    if start_given and parse_time(request.start, name="start", say=say) > hi:
+        raise say.refuse("start", request.start, f"is after this store's last valid hour; its valid range is {first}..{last}")
     notes = []
     if not start_given and not end_given:
         return replace(request, start=first, end=last), [
@@ -57,7 +59,7 @@ def fit_times(request: Request, *, start_given: bool, end_given: bool,
     if not end_given:
         request = replace(request, end=last)
         notes.append(f"end {last}: this store's last valid hour (no --end given)")
-    elif parse_time(request.end, end=True, what="end") > hi:
+    elif parse_time(request.end, end=True, name="end", say=say) > hi:
         notes.append(f"end {request.end} is past this store's last valid hour; clipped to {last}")
         request = replace(request, end=last)
     return request, notes

@@ -140,10 +140,7 @@ def _check_request(values: Mapping[str, Any]) -> None:
         kw["points"] = tuple(tuple(p) for p in pts)
     if "variables" in values:
         kw["variables"] = tuple(values["variables"]) if isinstance(values["variables"], list) else values["variables"]
-    try:
-        check_request(Request(**kw))
-    except ConfigError as exc:
-        raise ConfigError(f"parameter {exc}") from None
+    check_request(Request(**kw), say=parameter())
 
 
 def _check_training(values: Mapping[str, Any]) -> None:
@@ -184,7 +181,7 @@ def _check_settings(values: Mapping[str, Any]) -> None:
         if not isinstance(box, list):
             raise _bad("region_box", box, "must be 4 numbers [lat_min, lat_max, lon_min, lon_max]")
         kw = {k: values[k] for k in ("source", "start", "end") if k in values}
-        _reuse("region_box", box, lambda: check_request(Request(box=tuple(box), points=None, **kw)))
+        check_request(Request(box=tuple(box), points=None, **kw), say=parameter(box="region_box"))
     from ..training.config import knob_problem
 
     if "skill_leads" in values:  # as `lstmnb ... --leads` (each once)
