@@ -316,8 +316,8 @@ def test_stale_tmp_files_are_removed_and_live_ones_kept(small_store, tmp_path):
         live.wait()
 
 
-@pytest.mark.parametrize("kw, word", [({"concurrency": 0}, "concurrency must be >= 1, got 0"),
-                                      ({"block_hours": 0}, "block_hours must be >= 1, got 0")])
+@pytest.mark.parametrize("kw, word", [({"concurrency": 0}, "^concurrency=0 must be a whole number >= 1$"),
+                                      ({"block_hours": 0}, "^block_hours=0 must be a whole number >= 1$")])
 def test_zero_concurrency_or_block_size_is_refused(small_store, tmp_path, kw, word):
     with pytest.raises(ConfigError, match=word):
         extract(req(small_store), cache_dir=tmp_path, progress=False, **kw)

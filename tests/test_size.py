@@ -17,7 +17,7 @@ def test_grid_points_start_with_the_published_two_and_stay_in_the_box():
     assert pts[:2] == STUDY_POINTS and len(set(pts)) == 8
     assert all(19 <= lat <= 41 and 279 <= lon <= 281 for lat, lon in pts)
     assert size.grid_points(1) == STUDY_POINTS[:1]
-    with pytest.raises(ConfigError, match="points=900 must be between 1 and the box's 801 grid cells"):
+    with pytest.raises(ConfigError, match="^points=900 must be between 1 and the box's 801 grid cells"):
         size.grid_points(900)
 
 

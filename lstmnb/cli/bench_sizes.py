@@ -58,7 +58,7 @@ def _check_bench_size(args) -> None:
     sc = _size_setup(args)
     sc.validate(CLI)
     for n in sc.points:
-        grid_points(n)
+        grid_points(n, say=CLI)
     check_training(train_config_from_args(args), request_from_args(args), args, device=False)
     steady_epochs("--epochs", train_config_from_args(args).epochs)
     check_plot(args.plot)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError, DataError, OutputError
 from ..paths import check_cache, check_writable
+from ..rules import CLI
 from .options import add_request_args, request_from_args, write_output
 
 
@@ -54,7 +55,7 @@ def _check_data(args, parser) -> None:
         return
     check_credentials(args.credentials)
     request_from_args(args)
-    check_sizes(args.block_hours, args.concurrency)
+    check_sizes(args.block_hours, args.concurrency, CLI)
     if args.csv is not None:
         csv = check_writable(args.csv, "file", "--csv")
         if csv.exists() and not args.overwrite:

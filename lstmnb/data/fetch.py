@@ -20,8 +20,9 @@ from itertools import groupby
 
 import numpy as np
 
-from ..errors import ConfigError, DataError
+from ..errors import DataError
 from ..paths import CACHE_ENV, sweep_stale_temps, why_not_written
+from ..rules import PYTHON, Spelling, whole
 from .cache import DEFAULT_BLOCK_HOURS, Block, BlockCache, extracts_root
 from .plan import Plan
 from .reads import CellReader
@@ -86,14 +87,15 @@ MAX_BLOCK_HOURS = 24 * 366  # a cache file of more than a year of hours helps no
 MAX_CONCURRENCY = 4096  # threads or open requests; far past where more hides more round trips
 
 
-def check_sizes(block_hours: int | None, concurrency: int | None) -> tuple[int, int]:
-    """(block hours, requests in flight) with their defaults; ConfigError when either is below 1."""
-    hours = DEFAULT_BLOCK_HOURS if block_hours is None else int(block_hours)
-    workers = DEFAULT_CONCURRENCY if concurrency is None else int(concurrency)
+def check_sizes(block_hours: int | None, concurrency: int | None, say: Spelling = PYTHON) -> tuple[int, int]:
+    """(block hours, requests in flight) with their defaults; a ConfigError naming one outside its range as ``say``
+    spells it (``--block-hours 0``, ``block_hours=0``)."""
+    hours = DEFAULT_BLOCK_HOURS if block_hours is None else block_hours
+    workers = DEFAULT_CONCURRENCY if concurrency is None else concurrency
     for name, value, top in (("block_hours", hours, MAX_BLOCK_HOURS), ("concurrency", workers, MAX_CONCURRENCY)):
-        if not 1 <= value <= top:
-            raise ConfigError(f"{name} must be {'>= 1' if value < 1 else f'<= {top}'}, got {value} (1..{top})")
-    return hours, workers
+        if why := whole(1, top).why(value):
+            raise say.refuse(name, value, why)
+    return int(hours), int(workers)
 
 
 def fetch_plan(plan: Plan, *, cache_dir: str | os.PathLike | None = None, progress: bool = True,

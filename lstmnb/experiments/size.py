@@ -14,7 +14,6 @@ import torch
 
 from ..datasets.study import STUDY_POINTS
 from ..machine.device import no_cuda_reason
-from ..errors import ConfigError
 from ..records import Recorder
 from ..rules import PYTHON, Spelling
 from ..training import TrainConfig, prepare_windows, skipped_record, train
@@ -23,14 +22,14 @@ VARIANTS = ("cpu", "cuda-eager", "cuda-graph")
 
 
 def grid_points(n: int, lat: tuple[float, float] = (19.0, 41.0), lon: tuple[float, float] = (279.0, 281.0),
-                step: float = 0.25) -> tuple[tuple[float, float], ...]:
+                step: float = 0.25, say: Spelling = PYTHON) -> tuple[tuple[float, float], ...]:
     """``n`` grid points of a lat/lon box: the study's two first, then cells spread evenly over the box
-    (the synthetic sample's box by default, 801 cells)."""
+    (the synthetic sample's box by default, 801 cells); more than the box holds is refused as ``say`` spells it."""
     lats = np.arange(lat[1], lat[0] - step / 2, -step)
     lons = np.arange(lon[0], lon[1] + step / 2, step)
     cells = [(float(a), float(o)) for a in lats for o in lons]
     if not 1 <= n <= len(cells):
-        raise ConfigError(f"points={n} must be between 1 and the box's {len(cells)} grid cells")
+        raise say.refuse("points", n, f"must be between 1 and the box's {len(cells)} grid cells")
     chosen = [p for p in STUDY_POINTS if p in cells][:n]
     rest = [c for c in cells if c not in chosen]
     picks = np.linspace(0, len(rest) - 1, n - len(chosen)).round().astype(int) if n > len(chosen) else []
