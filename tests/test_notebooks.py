@@ -182,7 +182,7 @@ def test_a_gpu_profile_is_refused_only_where_a_selected_notebook_trains_on_its_d
 
 
 def test_zero_cell_timeout_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="cell timeout 0 must be >= 1 second"):
+    with pytest.raises(ConfigError, match=r"^cell_timeout_s=0 must be a whole number of seconds >= 1 \(a cell.s limit\)$"):
         notebooks.run_series("ci", cell_timeout_s=0, runs_dir=tmp_path / "runs", echo=None, progress=False)
     assert not (tmp_path / "runs").exists()
 

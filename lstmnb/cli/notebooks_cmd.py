@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 
 from ..errors import NotebookError
 from ..paths import check_cache
+from ..rules import CLI
 
 FOLDER_HELP = "notebook folder (default: the series lstmnb carries: a checkout's notebooks/, else the installed copy)"
 
@@ -55,7 +57,8 @@ def _series_options(args) -> dict:
     from ..notebooks.params import parse_override
 
     return dict(overrides={key: parse_override(key, value) for key, value in args.parameters}, only=args.only,
-                runs_dir=args.runs_dir, notebooks=args.notebooks, kernel=args.kernel, cell_timeout_s=args.timeout)
+                runs_dir=args.runs_dir, notebooks=args.notebooks, kernel=args.kernel, cell_timeout_s=args.timeout,
+                say=replace(CLI, names={"cell_timeout_s": "timeout"}))
 
 
 def _notebooks_folder(folder) -> None:

@@ -15,9 +15,10 @@ import nbformat
 
 from ..machine.device import device_problem
 from ..doctor import kernel_problem
-from ..errors import ConfigError, DeviceError, NotebookError
+from ..errors import DeviceError, NotebookError
 from ..paths import check_writable, results_dir
 from ..profiles import Profile, load_profile, profile_names
+from ..rules import PYTHON, Spelling
 from .params import check_dates_per_notebook, check_values, default_value
 from .folder import PATTERN, shipped_folder
 from .kernel_loop import settle_kernel_client, stop_kernels
@@ -142,20 +143,21 @@ def _describe_failure(exc: BaseException, notebook: Path) -> str:
 def check_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None = None,
                  only: Iterable[str] | str | None = None, runs_dir: str | os.PathLike = "runs",
                  notebooks: str | os.PathLike | None = None, kernel: str | None = None,
-                 cell_timeout_s: int | None = None, other_device: str = "pass -p device auto"):
+                 cell_timeout_s: int | None = None, other_device: str = "pass -p device auto", say: Spelling = PYTHON):
     """Everything ``run_series`` checks before it creates anything (profile, notebooks, every override's name and
     parameter's value, cell timeout, kernel, run folder); ``other_device``: how the caller's user runs elsewhere than
-    the profile's absent device. Returns (profile, notebooks, declared parameters, kernel name, timeout)."""
+    the profile's absent device; ``say``: how a refused timeout or kernel is named (``--timeout 0``,
+    ``cell_timeout_s=0``). Returns (profile, notebooks, declared parameters, kernel name, timeout)."""
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     overrides = dict(overrides or {})
     selected = select_notebooks(find_notebooks(notebooks), only)
     declared = {nb: notebook_parameters(nb) for nb in selected}
     timeout = prof.cell_timeout_s if cell_timeout_s is None else cell_timeout_s
     if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
-        raise ConfigError(f"cell timeout {timeout!r} must be >= 1 second (a whole number of seconds)")
+        raise say.refuse("cell_timeout_s", timeout, "must be a whole number of seconds >= 1 (a cell's limit)")
     kernel_name = prof.kernel if kernel is None else kernel
     if not isinstance(kernel_name, str) or not kernel_name.strip():
-        raise ConfigError(f"kernel {kernel_name!r} is empty; give a Jupyter kernel name (see `lstmnb doctor`)")
+        raise say.refuse("kernel", kernel_name, "is empty; give a Jupyter kernel name (see `lstmnb doctor`)")
     plan_parameters(selected, {}, overrides, declared)  # names first: a typo is named as such
     every = declared if only is None else {nb: notebook_parameters(nb) for nb in find_notebooks(notebooks)}
     known = set(INJECTED).union(*every.values())
@@ -210,7 +212,8 @@ def kernel_config():
 def run_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None = None,
                only: Iterable[str] | str | None = None, runs_dir: str | os.PathLike = "runs",
                notebooks: str | os.PathLike | None = None, kernel: str | None = None, cell_timeout_s: int | None = None,
-               html: bool = True, progress: bool = True, echo: Callable[[str], None] | None = print) -> SeriesResult:
+               html: bool = True, progress: bool = True, echo: Callable[[str], None] | None = print,
+               say: Spelling = PYTHON) -> SeriesResult:
     """Execute the selected notebooks with ``profile``'s parameters (``overrides`` win) and build the run folder's
     site (``html``). Raises ``NotebookError`` for bad input before any kernel starts, and when a notebook fails (after
     writing its executed copy and the site; the earlier notebooks' results stay in the run folder)."""
@@ -219,7 +222,7 @@ def run_series(profile: str | Profile, *, overrides: Mapping[str, Any] | None = 
     overrides = dict(overrides or {})
     prof, selected, declared, kernel_name, timeout = check_series(
         profile, overrides=overrides, only=only, runs_dir=runs_dir, notebooks=notebooks, kernel=kernel,
-        cell_timeout_s=cell_timeout_s)
+        cell_timeout_s=cell_timeout_s, say=say)
 
     run_dir = new_run_dir(runs_dir, prof.name)
     value = overrides.get("results", prof.parameters.get("results"))  # None or '': ./results; '{run_dir}' expanded
