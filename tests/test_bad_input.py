@@ -180,7 +180,7 @@ CASES = [
     case("fractions-words", T + ["--fractions", "a,b,c"], "'a,b,c'", "comma-separated list of numbers"),
     case("experiment-empty", T + ["--experiment", ""], "--experiment ''", "give a name"),
     case("profile-name-empty", T + ["--profile", ""], "--profile ''", "give a name"),
-    case("source-empty", T + ["--source", ""], "--source '' is empty", "--source study", "sample (synthetic)"),
+    case("source-empty", T + ["--source", ""], "--source '' is empty; a source is study", "sample (synthetic)"),
     case("source-missing-path", T + ["--source", "/nonexistent/store.zarr"], "--source /nonexistent/store.zarr is neither",
          "neither a known name nor an existing path"),
     case("source-not-zarr", T + ["--source", "{tmp}/adir"], "adir", "is not a Zarr store"),

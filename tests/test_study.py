@@ -50,17 +50,20 @@ def test_the_shipped_values_are_the_studys_file():
 
 
 @pytest.mark.parametrize("request_, named", [
-    (Request(points=((35.0, 281.75),)), "point 35,281.75 is not in the study's data"),
+    (Request(points=((35.0, 281.75),)), "points 35,281.75: not in the study's data; source='study' holds"),
     (Request(source=STUDY, box=(38, 40, 279, 280)), "a box needs an area"),
     (Request(end="2021-12-31"), "time range 2020-01-01T00..2021-12-31T23 is outside the study's data"),
     (Request(variables=("surface_pressure",)), "variable 'surface_pressure' is not in the study's data"),
 ])
 def test_what_the_real_data_cannot_serve_is_one_line_naming_what_it_holds(request_, named):
-    with pytest.raises(ConfigError) as err:
-        check_request(request_)
-    text = str(err.value)
-    assert named in text and "\n" not in text
-    assert "40N 280E" in text and "2020-01-01..2021-06-30" in text and "--source arco-v3" in text and "--source sample" in text
+    from lstmnb.rules import CLI
+
+    for say, other in ((None, "source='arco-v3'"), (CLI, "--source arco-v3")):  # Python's spelling, the CLI's
+        with pytest.raises(ConfigError) as err:
+            check_request(request_) if say is None else check_request(request_, say=say)
+        text = str(err.value)
+        assert (named if say is None else named.replace("source='study'", "--source study")) in text and "\n" not in text
+        assert "40N 280E" in text and "2020-01-01..2021-06-30" in text and other in text and "sample" in text
 
 
 def test_a_box_uses_the_synthetic_sample_and_western_longitudes_name_the_same_points():

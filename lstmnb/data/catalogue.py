@@ -40,7 +40,8 @@ DEFAULT_VARIABLE = "2m_temperature"
 DEFAULT_POINTS = STUDY_POINTS  # a request asks for the study's two points unless told otherwise
 DEFAULT_START = "2020-01-01"
 DEFAULT_END = "2021-06-30"  # inclusive: a date means through 23:00 of that day
-SOURCE_HINT = "use --source study (real ERA5 at the study's two points), sample (synthetic), a catalogue name (" + ", ".join(CATALOGUE) + "), a gs:// URL or a local Zarr path"
+SOURCE_HINT = ("a source is study (real ERA5 at the study's two points), sample (synthetic), a catalogue name ("
+               + ", ".join(CATALOGUE) + "), a gs:// URL or a local Zarr path")
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,7 @@ def check_selection(request: Request, say: Spelling = PYTHON) -> tuple[pd.Timest
     if end < start:
         raise say.refuse("end", request.end, f"is before {say.key('start')} {request.start}")
     if isinstance(request.source, str) and request.source.strip() == STUDY:  # what the shipped data can serve
-        check_study_request(request.points, request.box, start, end, variables)
+        check_study_request(request.points, request.box, start, end, variables, say)
     return start, end, variables
 
 
@@ -261,8 +262,8 @@ def open_ref(ref: StoreRef, store: ReadStore | None = None) -> xr.Dataset:
         except StoreError as exc:
             raise DataError(f"cannot reach {ref.url}: {exc}; check the network, or use --source sample") from None
         if not found:
-            raise DataError(f"no Zarr store at {ref.url} (no .zmetadata, .zgroup or zarr.json); check the URL, "
-                            f"or {SOURCE_HINT}")
+            raise DataError(f"no Zarr store at {ref.url} (no .zmetadata, .zgroup or zarr.json); check the URL "
+                            f"({SOURCE_HINT})")
     try:
         with warnings.catch_warnings(record=True) as said:
             # zarr v3's consolidated metadata is not in the format's specification yet, as zarr says each time

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError, DataError
+from ..rules import PYTHON, Spelling, cli_text
 from .arco_layout import built_store, write_store
 
 STUDY = "study"  # the source name
@@ -73,17 +74,18 @@ def study_store() -> Path:
     return built_store(STUDY_NAME, write_study, "the study's ERA5 store (real data)")
 
 
-def check_study_request(points, box, start: pd.Timestamp, end: pd.Timestamp, variables) -> None:
+def check_study_request(points, box, start: pd.Timestamp, end: pd.Timestamp, variables, say: Spelling = PYTHON) -> None:
     """A request the study's data cannot serve (another point, a box, hours outside its range, another
-    variable) fails here in one line naming what it holds and where more is."""
-    holds = (f"--source {STUDY} holds {DESCRIPTION} (2m_temperature only); for other points, boxes or dates use "
-             "--source arco-v3 (the public ERA5 in the cloud) or --source sample (synthetic, 19-41N 279-281.75E)")
+    variable) fails here in one line naming what it holds and where more is, each source spelled by ``say``."""
+    holds = (f"{say('source', STUDY)} holds {DESCRIPTION} (2m_temperature only); for other points, boxes or dates use "
+             f"{say('source', 'arco-v3')} (the public ERA5 in the cloud) or {say('source', 'sample')} (synthetic, "
+             "19-41N 279-281.75E)")
     if box is not None:
         raise ConfigError(f"a box needs an area; {holds}")
     other = [tuple(p) for p in points if not any(abs(float(p[0]) - la) < 1e-6 and abs(float(p[1]) % 360.0 - lo) < 1e-6
                                                  for la, lo in STUDY_POINTS)]
     if other:
-        raise ConfigError(f"point {other[0][0]:g},{other[0][1]:g} is not in the study's data; {holds}")
+        raise ConfigError(f"{say.prefix}{say.key('points')} {cli_text(other[0])}: not in the study's data; {holds}")
     lo, hi = (pd.Timestamp(t) for t in STUDY_TIMES)
     if start < lo or end > hi:
         raise ConfigError(f"time range {start:%Y-%m-%dT%H}..{end:%Y-%m-%dT%H} is outside the study's data; {holds}")
