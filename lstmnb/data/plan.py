@@ -39,7 +39,7 @@ def fit_times(request: Request, *, start_given: bool, end_given: bool, storage_o
     asks this for a local store, and wherever --end is given): a time not given becomes the store's first or last
     valid hour, and an end past the last valid hour is clipped to it. The store's metadata come from the cache where
     kept, else from the store; the sample's and the study's ranges are known without building them. A refusal names
-the setting as ``say`` spells it."""
+    the setting as ``say`` spells it."""
     if request.source.strip() in (SAMPLE, STUDY):
         lo, hi = (pd.Timestamp(t) for t in (SAMPLE_TIMES if request.source.strip() == SAMPLE else STUDY_TIMES))
     else:
