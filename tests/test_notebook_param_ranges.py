@@ -91,7 +91,7 @@ def test_region_world_sizes_are_bounded_by_the_cores(tmp_path):
     ({"ddp_ranks": 1}, r"ddp_ranks=1 must be a whole number in 2..\d+"),  # 05's all-reduce sweep needs two
     ({"epochs_list": [10**12]}, r"epochs_list=\[1000000000000\] must be a whole number >= 1 and <= 2147483647"),
     ({"fit_epochs": 10**12}, r"fit_epochs=1000000000000 must be a whole number >= 1 and <= 2147483647"),
-    ({"size_points": [10**6]}, r"size_points=\[1000000\]: points=1000000 must be between 1 and the box's 801 grid cells"),
+    ({"size_points": [10**6]}, r"^parameter size_points=1000000 must be between 1 and the box's 801 grid cells$"),
 ])
 def test_training_values_out_of_range_are_refused(tmp_path, overrides, match):
     refused(tmp_path, overrides, match)

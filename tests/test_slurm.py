@@ -1,7 +1,8 @@
 """The carc/ sbatch scripts under a real SLURM (slurmctld, slurmd, munged started by carc/local_slurm.sh):
 DDP over gloo on one node, the multi-node script's c10d rendezvous through srun (on one node and on two
 nodes in their own network namespaces), the notebook series with the `ci` profile, and a series that
-SLURM's time-limit warning stops, all submitted together to one two-node cluster. Each job's run record is checked, down to the SLURM job id it carries.
+SLURM's time-limit warning stops, all submitted together to one two-node cluster. Each job's run record is
+checked, down to the SLURM job id it carries.
 Skipped, with the reason, where SLURM is not installed or cannot run (not root, no network namespaces):
 carc/ci_slurm.sh installs it on Debian.
 

@@ -165,7 +165,8 @@ def _check_training(values: Mapping[str, Any]) -> None:
 
 def _reuse(key: str, value: Any, check: Callable[..., Any], *args: Any) -> Any:
     """``check(*args)``, the package's own check of the setting ``key`` gives, its refusal restated as the parameter's
-    (``parameter region_box=[1, 2]: box ... must be 4 numbers ...``)."""
+    (``parameter region_world_sizes=[1, 3]: --world-sizes 1,3: ranks must be in 1..2``): for checks that take no
+    ``Spelling``."""
     try:
         return check(*args)
     except LstmnbError as exc:
@@ -206,10 +207,10 @@ def _check_settings(values: Mapping[str, Any]) -> None:
     if "size_points" in values:  # as `lstmnb bench size --points`
         from ..experiments.size import SizeConfig, grid_points
 
-        pts = values["size_points"]
-        SizeConfig(points=pts).validate(parameter(points="size_points"))
+        pts, say = values["size_points"], parameter(points="size_points")
+        SizeConfig(points=pts).validate(say)
         for n in pts:
-            _reuse("size_points", pts, grid_points, n)
+            grid_points(n, say=say)
     if "region_world_sizes" in values:  # as `lstmnb region scaling --world-sizes`: one core per rank
         from ..experiments.region import check_world_sizes
 
