@@ -13,6 +13,7 @@ from lstmnb.machine.cuda import arch_problem
 from lstmnb.machine.device import resolve_device
 from lstmnb.errors import DeviceError
 from lstmnb.notebooks import steps
+from lstmnb.rules import CLI
 
 # torch.cuda.get_arch_list() of PyTorch's CUDA 12.8 builds (2.7.0: sm_50..sm_70 dropped) and of a CUDA 12.6 build
 CU128 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
@@ -25,7 +26,7 @@ def test_old_gpus_are_refused_by_a_cu128_build(name, cap):
     assert line is not None and "\n" not in line
     assert name in line and f"sm_{cap[0]}{cap[1]}" in line
     assert " ".join(CU128) in line  # the build's architectures
-    assert "--device cpu" in line and "12.6" in line  # the fix: a build that has them, or the CPU
+    assert line.endswith("or use device='cpu'") and "12.6" in line  # the fix: a build that has them, or the CPU
 
 
 @pytest.mark.parametrize("name, cap, arch", [
@@ -53,6 +54,9 @@ def test_resolve_device_refuses_it_in_one_line(p100_under_cu128):
             resolve_device(name)
         text = str(err.value)
         assert "\n" not in text and "Tesla P100-PCIE-16GB" in text and "sm_75 sm_80" in text
+        assert text.startswith(f"device={name if name != 'auto' else 'cuda'!r}: ") and text.endswith("device='cpu'")
+    with pytest.raises(DeviceError, match=r"^--device cuda: cuda:0 Tesla P100.*, or use --device cpu$"):
+        resolve_device("cuda", CLI)  # as the command line spells it
 
 
 def test_notebook_gpu_check_records_it_as_skipped(p100_under_cu128, monkeypatch, tmp_path):

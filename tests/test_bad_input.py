@@ -58,6 +58,7 @@ CASES = [
     case("device-empty", T + ["--device", ""], "--device ''", "auto, cpu, cuda"),
     case("device-word", T + ["--device", "gpu"], "--device gpu", "auto, cpu, cuda"),
     case("device-bad-index", T + ["--device", "cuda:x"], "--device cuda:x", "cuda:N"),
+    case("device-absent-gpu", T + ["--device", "cuda:99"], "--device cuda:99", "; use --device cpu"),  # no GPU, or not 100
     case("start-empty", T + ["--start", ""], "--start '' is not an ISO date"),
     case("end-empty", T + ["--end", ""], "--end '' is not an ISO date"),
     case("start-no-such-date", T + ["--start", "2020-13-45"], "--start 2020-13-45 is not an ISO date"),

@@ -91,12 +91,12 @@ def test_a_file_that_is_no_checkpoint_gets_advice_that_works(tmp_path):
     ckpt.write_bytes(b"not a checkpoint")
     checksum_path(ckpt).write_text(f"{hashlib.sha256(b'not a checkpoint').hexdigest()}  garbage.pt\n")  # its own
     with pytest.raises(CheckpointError, match=r"garbage.pt is corrupt or half-written \(.*\); delete it to start "
-                                              r"over, or give --overwrite-checkpoint instead of --resume to replace it"):
+                                              r"over, or give overwrite_checkpoint=True instead of resume=True to replace it$"):
         train(_windows(), cfg(checkpoint=str(ckpt), resume=True))
     with pytest.raises(CheckpointError, match=r"already holds a file that is not a readable checkpoint; .*"
-                                              r"--overwrite-checkpoint replaces it, or delete it") as err:
+                                              r"overwrite_checkpoint=True replaces it, or delete it") as err:
         train(_windows(), cfg(checkpoint=str(ckpt)))
-    assert "--resume" not in str(err.value)  # resuming it cannot work
+    assert "resume" not in str(err.value).replace("overwrite", "")  # resuming it cannot work
     assert ckpt.read_bytes() == b"not a checkpoint"
     replaced = train(_windows(), cfg(checkpoint=str(ckpt), overwrite_checkpoint=True))  # the advice works
     assert read_checkpoint(str(ckpt))["run_id"] == replaced.record["run_id"]
@@ -137,8 +137,9 @@ def test_a_new_run_refuses_a_path_that_holds_a_checkpoint_naming_both(tmp_path):
     with pytest.raises(CheckpointError) as err:
         train(_windows(), cfg(hidden=16, checkpoint=str(ckpt)))
     msg = str(err.value)
-    assert "\n" not in msg and f"--checkpoint {ckpt} already holds run {first.record['run_id']}" in msg
-    assert "hidden 8 there, 16 here" in msg and "--resume continues" in msg and "--overwrite-checkpoint" in msg
+    assert "\n" not in msg and f"checkpoint={str(ckpt)!r} already holds run {first.record['run_id']}" in msg
+    assert "hidden 8 there, 16 here" in msg and "resume=True continues" in msg
+    assert msg.endswith("overwrite_checkpoint=True replaces it, or give another checkpoint path")
     assert ckpt.read_bytes() == before  # kept as it was
 
     replaced = train(_windows(), cfg(hidden=16, checkpoint=str(ckpt), overwrite_checkpoint=True))

@@ -38,7 +38,7 @@ def fit_and_record(windows, config, results):
 
 def test_resuming_a_finished_recorded_run_appends_nothing(tmp_path):
     w, ckpt, results = _windows(), str(tmp_path / "c.pt"), tmp_path / "runs.jsonl"
-    with pytest.warns(UserWarning, match="no checkpoint at .* yet, so this is a new run"):  # --resume from nothing
+    with pytest.warns(UserWarning, match="^resume=True: no checkpoint at .* yet, so this is a new run"):  # none yet
         first = fit_and_record(w, cfg(checkpoint=ckpt, resume=True), results)
     assert first.recorded is None and read_checkpoint(ckpt)["recorded"]["run_id"] == first.record["run_id"]
     seen = []
@@ -230,7 +230,7 @@ def test_a_checkpoint_without_its_checksum_is_refused_in_one_line_and_the_advice
     with pytest.raises(CheckpointError, match=r"c.pt has no c.pt.sha256 beside it, so it cannot be verified") as err:
         train(w, cfg(epochs=2, checkpoint=str(ckpt), resume=True))
     message = str(err.value)
-    assert "\n" not in message and "--overwrite-checkpoint instead of --resume" in message
+    assert "\n" not in message and message.endswith("give overwrite_checkpoint=True instead of resume=True")
     with pytest.raises(CheckpointError, match="already holds a file that is not a readable checkpoint"):
         train(w, cfg(epochs=2, checkpoint=str(ckpt)))  # a new run does not replace it either
     assert ckpt.read_bytes() == before and not checksum_path(ckpt).exists()  # no .sha256 written to vouch for it
@@ -250,6 +250,6 @@ def test_the_command_reads_and_checks_the_checkpoint_once(tmp_path, monkeypatch)
                "--threads", "1", "--no-progress", "--no-record", "--checkpoint", str(tmp_path / "c.pt")]
     assert cli.main(run_cmd + ["--epochs", "1"]) == 0
     real, checked = checkpoints._check_digest, []
-    monkeypatch.setattr(checkpoints, "_check_digest", lambda path, data: checked.append(path) or real(path, data))
+    monkeypatch.setattr(checkpoints, "_check_digest", lambda path, data, say: checked.append(path) or real(path, data, say))
     assert cli.main(run_cmd + ["--epochs", "2", "--resume"]) == 0
     assert len(checked) == 1 and read_checkpoint(str(tmp_path / "c.pt"))["epoch"] == 2

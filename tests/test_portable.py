@@ -20,6 +20,7 @@ import torch
 import lstmnb
 from conftest import fake_secrets, leaks, written
 from lstmnb.machine import device
+from lstmnb.rules import CLI
 
 SHIM = Path(__file__).parent / "portable"
 PACKAGE = Path(lstmnb.__file__).parent
@@ -218,8 +219,10 @@ def test_mps_asked_for_where_there_is_none_is_one_line():
         pytest.skip("MPS is available here")
     from lstmnb.errors import DeviceError
 
-    with pytest.raises(DeviceError, match=r"device='mps' asked for, but MPS is not available here; use --device cpu"):
+    with pytest.raises(DeviceError, match=r"^device='mps' asked for, but MPS is not available here; use device='cpu'$"):
         device.resolve_device("mps")
+    with pytest.raises(DeviceError, match=r"^--device mps asked for, but MPS is not available here; use --device cpu$"):
+        device.resolve_device("mps", CLI)  # as the command line spells it
 
 
 def test_ddp_on_a_torch_without_torch_distributed_is_one_line(monkeypatch, capsys):

@@ -106,7 +106,7 @@ def _check_bench_speed(args) -> None:
     request_from_args(args)
     if knob_problem("device", args.device):
         raise CLI.refuse("device", args.device, knob_problem("device", args.device))
-    resolve_device(args.device)
+    resolve_device(args.device, CLI)
     positive("--repeats", args.repeats)
     positive("--max-epochs", args.max_epochs)
     steady_epochs("--max-epochs", args.max_epochs)
@@ -177,7 +177,7 @@ def _check_bench_scaling(args) -> None:
     steady_epochs("--epochs", cfg.epochs)
     for sc in _scaling_configs(args):
         sc.validate(cfg, replace(CLI, names={"comm_split_steps": "comm_steps"}))
-    check_world_size(ddp_device_kind(cfg.device), max(args.world_sizes), "--world-sizes")  # before the data
+    check_world_size(ddp_device_kind(cfg.device, CLI), max(args.world_sizes), "--world-sizes")  # before the data
     check_plot(args.plot)
 
 
@@ -243,8 +243,8 @@ def _check_bench_allreduce(args) -> None:
     cfg, acfg = _allreduce_configs(args)
     cfg.validate(CLI)
     acfg.validate(CLI)
-    resolve_device(acfg.device)
-    check_world_size(ddp_device_kind(acfg.device), acfg.world_size, "--world-size")
+    resolve_device(acfg.device, CLI)
+    check_world_size(ddp_device_kind(acfg.device, CLI), acfg.world_size, "--world-size")
     positive("--step-s", args.step_s, whole=False, none_ok=True)
     check_results_args(args)
 

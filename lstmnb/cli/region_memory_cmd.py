@@ -76,7 +76,7 @@ def _check_memory(args) -> None:
         raise ConfigError(f"--sides {','.join(map(str, args.sides))}: sides must be whole numbers >= 2")
     check_areas([(s, s) for s in args.sides], f"--sides {','.join(map(str, args.sides))}")
     positive("--budget-gb", args.budget_gb, whole=False)
-    resolve_device(args.device)  # a missing GPU first: its memory is the budget's bound
+    resolve_device(args.device, CLI)  # a missing GPU first: its memory is the budget's bound
     check_budget(args.budget_gb, args.device)
     positive("--threads", args.threads, none_ok=True, hi=local_rank_limit())
     target = _target(args)

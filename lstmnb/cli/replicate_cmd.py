@@ -28,7 +28,7 @@ def _check_replicate(args) -> None:
     from ..training import preset_config
 
     preset_config("published", epochs=args.epochs, device=args.device, experiment="replication").validate(CLI)
-    resolve_device(args.device)
+    resolve_device(args.device, CLI)
     check_plot(args.plot)
     check_results_args(args)
     check_cache()

@@ -76,13 +76,13 @@ def check_training(cfg, request, args, device: bool = True) -> None:
     cfg.check_split_in(request, CLI)
     cfg.check_windows_fit(request)
     if device:
-        resolve_device(cfg.device)
+        resolve_device(cfg.device, CLI)
     if cfg.profile is not None:
         load_profile(cfg.profile)
     if cfg.strategy == "ddp" and cfg.nproc:  # before the data is read, not once the ranks start
         from ..training.parallel import check_world_size, ddp_device_kind
 
-        check_world_size(ddp_device_kind(cfg.device), cfg.nproc)
+        check_world_size(ddp_device_kind(cfg.device, CLI), cfg.nproc, "--nproc")
     if cfg.checkpoint:
         from ..records import runs_path
 
@@ -145,7 +145,7 @@ def train_and_print(request, cfg, results, map_path: str | None = None) -> None:
     # --strategy ddp --nproc N outside torchrun: run() prepares the data once and train() starts N local
     # ranks (lstmnb.training.parallel); rank 0's record comes back here to be printed and appended
     try:
-        result = run(request, cfg, results=results)
+        result = run(request, cfg, results=results, say=CLI)
     except OutputError as exc:
         if getattr(exc, "result", None) is None:
             raise

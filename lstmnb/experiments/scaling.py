@@ -58,7 +58,7 @@ def scaling(windows, cfg, sc: ScalingConfig = ScalingConfig(), *, data_info: dic
     convergence vs epoch and vs wall time), and ``parallel.comm_split``: the same steps timed with the gradient
     all-reduce and under ``no_sync``."""
     sc.validate(cfg)
-    parallel.check_world_size(parallel.ddp_device_kind(cfg.device), max(sc.world_sizes))
+    parallel.check_world_size(parallel.ddp_device_kind(cfg.device), max(sc.world_sizes), "world_sizes")
     recorder = Recorder(results, on_point)
     for n in sc.world_sizes:
         per = sc.per_device_batch(cfg, n)

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from ..rules import PYTHON, Spelling
+
 # torch/backends/cudnn/__init__.py, _init(): "cuDNN version {v} is not compatible with devices with SM < 7.5"
 # when the cuDNN version int is >= 91100 and the smallest capability of all visible GPUs is below (7, 5)
 # (cuDNN 9.11.0 dropped Maxwell, Pascal and Volta; pytorch/pytorch#162574).
@@ -177,12 +179,12 @@ def arch_supported(capability: tuple[int, int], arch_list: list[str]) -> bool:
     return False
 
 
-def arch_problem(name: str, capability: tuple[int, int], arch_list: list[str]) -> str | None:
+def arch_problem(name: str, capability: tuple[int, int], arch_list: list[str], say: Spelling = PYTHON) -> str | None:
     """None when ``arch_supported``; otherwise the refusal, in one line naming the GPU, the build's architectures
-    and the fix. Pure: ``device.resolve_device`` asks it before a run starts, so a P100 or V100 under a CUDA >= 12.8
+    and the fix (the CPU as ``say`` spells the device). Pure: ``device.resolve_device`` asks it before a run starts, so a P100 or V100 under a CUDA >= 12.8
     wheel stops there instead of at the first kernel ("no kernel image is available")."""
     if arch_supported(capability, arch_list):
         return None
     major, minor = capability
     return (f"{name} (SM {major}.{minor}, sm_{major}{minor}) has no kernels in this torch build (its architectures: "
-            f"{' '.join(arch_list) or 'none'}); install {OLD_GPU_BUILDS}, or use --device cpu")
+            f"{' '.join(arch_list) or 'none'}); install {OLD_GPU_BUILDS}, or use {say('device', 'cpu')}")

@@ -23,6 +23,7 @@ import psutil
 import torch
 
 from ..errors import ConfigError, DeviceError
+from ..rules import PYTHON, Spelling
 from .cuda import backends_record, prepare_cuda
 from .memory import heap_for_run, page_faults, peak_memory_mb, reset_peak_memory
 
@@ -39,39 +40,42 @@ def no_cuda_reason() -> str:
             f"CUDA build: {torch.version.cuda or 'none'}{hides})")
 
 
-def cuda_missing(asked: str, hint: str = "use --device cpu") -> str:
+def cuda_missing(asked: str, hint: str) -> str:
     """The one error message for a CUDA device asked for on a machine without a usable one."""
     return f"{asked} asked for, but there is {no_cuda_reason()}; {hint}"
 
 
-def device_problem(name: str, hint: str = "use --device cpu") -> str | None:
+def device_problem(name: str, hint: str | None = None, say: Spelling = PYTHON) -> str | None:
     """Why the device ``name`` cannot be used on this machine, or None (``auto`` always can); a name that is no
     device is a ``ConfigError``. Asked without creating a CUDA context, so a launcher can ask before its workers
-    start; the build's GPU architectures are left to ``resolve_device``. ``hint`` ends the message: what to do."""
+    start; the build's GPU architectures are left to ``resolve_device``. ``hint`` ends the message: what to do
+    (default: the CPU); ``say`` names the setting (``device='cuda'``, ``--device cuda``)."""
     name = (name or "auto").strip().lower()
     if name == "auto":
         return None
+    asked, hint = say("device", name), hint or f"use {say('device', 'cpu')}"
     kind, _, index = name.partition(":")
     if kind not in ("cpu", "cuda", "mps") or (index and not index.isdigit()) or (index and kind != "cuda"):
-        raise ConfigError(f"device={name!r} is not one of {DEVICE_CHOICES}")
+        raise ConfigError(f"{asked} is not one of {DEVICE_CHOICES}")
     if kind == "cuda":
         if not torch.cuda.is_available():
-            return cuda_missing(f"device={name!r}", hint)
+            return cuda_missing(asked, hint)
         count = torch.cuda.device_count()
         if index and int(index) >= count:
-            return f"device={name!r}: only {count} CUDA device(s) visible (cuda:0..cuda:{count - 1}); {hint}"
+            return f"{asked}: only {count} CUDA device(s) visible (cuda:0..cuda:{count - 1}); {hint}"
     if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        return f"device={name!r} asked for, but MPS is not available here; {hint}"
+        return f"{asked} asked for, but MPS is not available here; {hint}"
     return None
 
 
-def resolve_device(name: str = "auto") -> torch.device:
-    """``auto`` picks CUDA, then MPS, then CPU; an explicit device that is not present is an error."""
+def resolve_device(name: str = "auto", say: Spelling = PYTHON) -> torch.device:
+    """``auto`` picks CUDA, then MPS, then CPU; an explicit device that is not present is an error naming the
+    setting as ``say`` spells it."""
     name = (name or "auto").strip().lower()
     if name == "auto":
         name = ("cuda" if torch.cuda.is_available() else "mps"
                 if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available() else "cpu")
-    problem = device_problem(name)
+    problem = device_problem(name, say=say)
     if problem is not None:
         raise DeviceError(problem)
     kind, _, index = name.partition(":")
@@ -81,9 +85,9 @@ def resolve_device(name: str = "auto") -> torch.device:
         arch = torch.cuda.get_arch_list()  # empty: a build that does not report one, which is not refused
         for i in [int(index)] if index else range(torch.cuda.device_count()):  # any of them (CUDA_VISIBLE_DEVICES)
             problem = arch and arch_problem(f"cuda:{i} {torch.cuda.get_device_name(i)}",
-                                            tuple(torch.cuda.get_device_capability(i)), arch)
+                                            tuple(torch.cuda.get_device_capability(i)), arch, say)
             if problem:  # training would die at the first kernel: "no kernel image is available"
-                raise DeviceError(f"device={name!r}: {problem}")
+                raise DeviceError(f"{say('device', name)}: {problem}")
         prepare_cuda()  # cuDNN off where torch's cuDNN refuses these GPUs (P100/V100 with cuDNN >= 9.11)
     return torch.device(name)
 

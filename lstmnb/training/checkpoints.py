@@ -23,6 +23,7 @@ import torch
 
 from ..errors import CheckpointError, OutputError
 from ..paths import atomic_path, sweep_stale_temps, why_not_written
+from ..rules import PYTHON, Spelling
 from .config import TrainConfig
 
 CHECKPOINT_FORMAT = 1  # the layout of the saved dict (unchanged by where its checksum lives)
@@ -103,14 +104,20 @@ def save_checkpoint(path: str, state: dict[str, Any]) -> None:
                           "checkpointed before are kept") from None
 
 
-def read_checkpoint(path: str) -> dict[str, Any] | None:
-    """The checkpoint's state as saved (None when there is none); a damaged file is an error."""
+def _replace_advice(say: Spelling) -> str:
+    """How a run replaces the checkpoint it was asked to resume, as the user gives settings (``say``)."""
+    return f"give {say('overwrite_checkpoint', True)} instead of {say('resume', True)}"
+
+
+def read_checkpoint(path: str, say: Spelling = PYTHON) -> dict[str, Any] | None:
+    """The checkpoint's state as saved (None when there is none); a damaged file is an error whose advice names
+    settings as ``say`` spells them."""
     p = Path(path)
     if not p.exists():
         return None
     try:
         data = p.read_bytes()
-        _check_digest(p, data)
+        _check_digest(p, data, say)
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
         if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
             raise ValueError("not an lstmnb checkpoint")
@@ -119,7 +126,7 @@ def read_checkpoint(path: str) -> dict[str, Any] | None:
     except Exception as exc:  # torch raises many kinds for truncated or foreign files
         raise CheckpointError(
             f"checkpoint {p} is corrupt or half-written ({type(exc).__name__}: not a checkpoint lstmnb "
-            "can read); delete it to start over, or give --overwrite-checkpoint instead of --resume to replace it"
+            f"can read); delete it to start over, or {_replace_advice(say)} to replace it"
         ) from None
     return state
 
@@ -130,7 +137,7 @@ def _either_advice(path: Path) -> str:
             f"{checksum_path(path)}), else restore a good copy of both, or delete both to start over")
 
 
-def _check_digest(path: Path, data: bytes) -> None:
+def _check_digest(path: Path, data: bytes, say: Spelling) -> None:
     """``data`` checked against the SHA-256 beside ``path``: a CheckpointError when that is missing, damaged (a line
     not a SHA-256, not ASCII, no line at all) or does not match; the files are left as they are."""
     sums, lines = checksum_path(path), _checksum_lines(path)
@@ -138,8 +145,7 @@ def _check_digest(path: Path, data: bytes) -> None:
         raise CheckpointError(f"checkpoint {path} has no {sums.name} beside it, so it cannot be verified (every "
                               "checkpoint lstmnb saves has one: this is an older lstmnb's file, a foreign one or a copy "
                               f"made without it); copy its {sums.name} beside it, write one if you trust it (sha256sum "
-                              f"{path} > {sums}), or replace it: delete it, or give --overwrite-checkpoint instead of "
-                              "--resume")
+                              f"{path} > {sums}), or replace it: delete it, or {_replace_advice(say)}")
     bad = next(((n, word) for n, (word, ok) in enumerate(lines, 1) if not ok), None)
     if bad is not None:
         fault = (f"line {bad[0]} starts with {bad[1][:20]!r}, not a SHA-256 of 64 hex digits" if bad[1]
@@ -153,13 +159,15 @@ def _check_digest(path: Path, data: bytes) -> None:
                               f"copy fault, or the checkpoint rewritten by hand); {_either_advice(path)}")
 
 
-def refuse_replacing(cfg: TrainConfig) -> None:
+def refuse_replacing(cfg: TrainConfig, say: Spelling = PYTHON) -> None:
     """Refuse before any work, in one line, a new run (neither ``resume`` nor ``overwrite_checkpoint``) whose
-    ``checkpoint`` path holds a file (naming it), and any run whose checksum path is a folder (its first save fails)."""
+    ``checkpoint`` path holds a file (naming it), and any run whose checksum path is a folder (its first save fails);
+    settings named as ``say`` spells them."""
+    given, k = say("checkpoint", cfg.checkpoint), say.key
     if cfg.checkpoint and checksum_path(cfg.checkpoint).is_dir():
-        raise CheckpointError(f"--checkpoint {cfg.checkpoint}: its checksum file {checksum_path(cfg.checkpoint)} is a "
-                              "folder, so no checkpoint could be saved; move or delete that folder, or give another "
-                              "--checkpoint path")
+        raise CheckpointError(f"{given}: its checksum file {checksum_path(cfg.checkpoint)} is a folder, so no "
+                              f"checkpoint could be saved; move or delete that folder, or give another "
+                              f"{k('checkpoint')} path")
     if not cfg.checkpoint or cfg.resume or cfg.overwrite_checkpoint or not Path(cfg.checkpoint).exists():
         return
     try:
@@ -167,36 +175,38 @@ def refuse_replacing(cfg: TrainConfig) -> None:
     except CheckpointError:
         state = None
     if state is None:
-        raise CheckpointError(f"--checkpoint {cfg.checkpoint} already holds a file that is not a readable "
-                              "checkpoint; this new run would replace it: --overwrite-checkpoint replaces it, or "
-                              "delete it, or give another --checkpoint path")
+        raise CheckpointError(f"{given} already holds a file that is not a readable checkpoint; this new run would "
+                              f"replace it: {say('overwrite_checkpoint', True)} replaces it, or delete it, or give "
+                              f"another {k('checkpoint')} path")
     diff, want, have = key_differences(cfg, state)
     setting = (", ".join(f"{k} {have.get(k)!r} there, {want.get(k)!r} here" for k in diff[:3])
                if diff else "the same settings as this one")
     held = f"run {state.get('run_id')} ({len(state.get('history', []))} epoch(s); {setting})"
-    raise CheckpointError(f"--checkpoint {cfg.checkpoint} already holds {held}; this new run would replace it: "
-                          "--resume continues that run, --overwrite-checkpoint replaces it, or give another "
-                          "--checkpoint path")
+    raise CheckpointError(f"{given} already holds {held}; this new run would replace it: {say('resume', True)} "
+                          f"continues that run, {say('overwrite_checkpoint', True)} replaces it, or give another "
+                          f"{k('checkpoint')} path")
 
 
-def open_checkpoint(cfg: TrainConfig) -> dict[str, Any] | None:
+def open_checkpoint(cfg: TrainConfig, say: Spelling = PYTHON) -> dict[str, Any] | None:
     """What a run of ``cfg`` starts from, read and checked once before any work: the checkpoint it resumes, made with
-    ``cfg``'s trajectory (None: none yet, or a new run; ``refuse_replacing`` first)."""
-    refuse_replacing(cfg)
-    state = read_checkpoint(cfg.checkpoint) if cfg.resume else None
+    ``cfg``'s trajectory (None: none yet, or a new run; ``refuse_replacing`` first). Refusals name settings as
+    ``say`` spells them (``resume=True``, ``--resume``)."""
+    refuse_replacing(cfg, say)
+    state = read_checkpoint(cfg.checkpoint, say) if cfg.resume else None
     if state is None:
         return None
     diff, want, have = key_differences(cfg, state)
     if diff:
         detail = ", ".join(f"{k}: checkpoint {have.get(k)!r} vs now {want.get(k)!r}" for k in diff[:4])
         raise CheckpointError(f"checkpoint {cfg.checkpoint} is from a different configuration ({detail}); "
-                              f"use the same settings to resume, or another --checkpoint path")
+                              f"use the same settings to resume, or another {say.key('checkpoint')} path")
     return state
 
 
-def check_same_data(path: str | None, state: dict[str, Any], data: dict[str, Any]) -> None:
+def check_same_data(path: str | None, state: dict[str, Any], data: dict[str, Any], say: Spelling = PYTHON) -> None:
     """A checkpoint is resumed only on the data it was trained on (``Windows.identity``): else a
-    CheckpointError naming what differs. Checkpoints written before lstmnb kept that are not checked."""
+    CheckpointError naming what differs (settings as ``say`` spells them). Checkpoints written before lstmnb kept
+    that are not checked."""
     have = state.get("data")
     if have is None:
         return
@@ -206,9 +216,9 @@ def check_same_data(path: str | None, state: dict[str, Any], data: dict[str, Any
         return
     shown = [k for k in diff if k != "train_targets"]
     detail = ("; ".join(f"{k}: checkpoint {have.get(k)} vs now {data.get(k)}" for k in shown[:2]) if shown else
-              "the same points and hours with other values: another --source?")
+              f"the same points and hours with other values: another {say.key('source')}?")
     raise CheckpointError(f"checkpoint {path} was trained on other data ({detail}); resume it with the data "
-                          "request it was made with, or give another --checkpoint path")
+                          f"request it was made with, or give another {say.key('checkpoint')} path")
 
 
 def mark_recorded(path: str, record: dict[str, Any], results: str | Path) -> None:

@@ -17,6 +17,7 @@ from ..errors import ConfigError, OutputError
 from ..models import Forecaster
 from ..paths import why_not_written
 from ..records import DEFAULT_FILE, append_record, append_record_once, runs_path
+from ..rules import PYTHON, Spelling
 from ..windows import Windows, windows_from_dataset
 from . import parallel
 from .checkpoints import check_same_data, mark_recorded, open_checkpoint, recorded_marker
@@ -74,32 +75,34 @@ _UNREAD: Any = object()  # train's ``state`` when its caller has not read the ch
 
 def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict[str, Any] | None = None,
           on_epoch_end: Callable[[dict[str, Any]], None] | None = None, model: torch.nn.Module | None = None,
-          state: dict[str, Any] | None = _UNREAD) -> RunResult:
+          state: dict[str, Any] | None = _UNREAD, say: Spelling = PYTHON) -> RunResult:
     """Train a forecaster on ``windows`` as ``cfg`` says and return the record and the model.
 
     ``on_epoch_end`` gets each epoch's entry after its checkpoint is written (a notebook can plot live; a test can
     interrupt the run there). Resuming a run that finished and was recorded trains nothing and returns that record
     (``RunResult.recorded`` says where). ``model``: the caller's network to train instead of the point Forecaster
     (one device, no checkpoint; region mode's neighbour models). ``state``: what ``open_checkpoint(cfg)`` gave the
-    caller (``run`` reads it before the data); by default it is read here."""
+    caller (``run`` reads it before the data); by default it is read here. ``say``: how refusals name settings
+    (``resume=True``; the CLI's ``--resume``)."""
     cfg.validate()
     check_windows(windows, cfg)
     if model is not None and (cfg.strategy != "single" or cfg.checkpoint):
         raise ConfigError("a model of the caller's trains on one device without a checkpoint "
                           f"(got strategy={cfg.strategy!r}, checkpoint={cfg.checkpoint!r})")
     if state is _UNREAD:
-        state = open_checkpoint(cfg)  # a new run never replaces a checkpoint it was not told to
+        state = open_checkpoint(cfg, say)  # a new run never replaces a checkpoint it was not told to
     if state is not None:  # before a finished run's result is given back as this one's
-        check_same_data(cfg.checkpoint, state, windows.identity())
+        check_same_data(cfg.checkpoint, state, windows.identity(), say)
     if cfg.resume and state is None and is_rank_zero():  # the same command starts and resumes a run
-        warnings.warn(f"--resume: no checkpoint at {cfg.checkpoint} yet, so this is a new run (checkpointed there)",
-                      stacklevel=2)
+        warnings.warn(f"{say('resume', True)}: no checkpoint at {cfg.checkpoint} yet, so this is a new run "
+                      "(checkpointed there)", stacklevel=2)
     if (done := recorded_run(windows, cfg, state)) is not None:
         return done
     if cfg.strategy != "single":
         with thread_choice(cfg, None):  # ranks choose their own threads; an explicit cfg.threads applies here
-            return parallel.train_parallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, state=state)
-    device = resolve_device(cfg.device)
+            return parallel.train_parallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, state=state,
+                                           say=say)
+    device = resolve_device(cfg.device, say)
     with thread_choice(cfg, device) as threads:
         tr = Trainer(windows, cfg, device, model=model)
         tr.restore(state)
@@ -147,15 +150,15 @@ def record_run(result: RunResult, cfg: TrainConfig, results=DEFAULT_FILE) -> Non
 
 
 def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
-        on_epoch_end: Callable[[dict[str, Any]], None] | None = None) -> RunResult:
+        on_epoch_end: Callable[[dict[str, Any]], None] | None = None, say: Spelling = PYTHON) -> RunResult:
     """Prepare data, train, and append the record to ``results`` (a .jsonl file or folder, default results/runs.jsonl;
     None: no record), once per finished run. A record that cannot be written raises an ``OutputError`` carrying the
     run as ``.result``; a diverged run is recorded, then raised as a ``DivergedError`` carrying it (``train`` returns
-    it instead)."""
-    cfg.validate()  # a bad setting is named before any checkpoint is read
-    state = open_checkpoint(cfg)  # read and checked once, before the data (which may be a download)
+    it instead). ``say``: how refusals name settings (``checkpoint='x.pt'``; the CLI's ``--checkpoint x.pt``)."""
+    cfg.validate(say)  # a bad setting is named before any checkpoint is read
+    state = open_checkpoint(cfg, say)  # read and checked once, before the data (which may be a download)
     windows, info = prepare_windows(request, cfg, progress=cfg.progress)
-    result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end, state=state)
+    result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end, state=state, say=say)
     if is_rank_zero():  # under torchrun only rank 0 writes
         try:
             record_run(result, cfg, results)

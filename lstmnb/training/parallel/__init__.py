@@ -16,6 +16,7 @@ from torch import nn
 
 from ...errors import ConfigError, DeviceError
 from ...machine.device import cuda_missing
+from ...rules import PYTHON, Spelling
 from ..evaluate import RunResult
 from ..trainer import Trainer
 from .ddp import (RankOptions, ShareBalancer, balanced_sizes, comm_split, own_replica_streams, train_rank,
@@ -60,20 +61,23 @@ class ReplicaDataParallel(nn.DataParallel):
 
 def train_dataparallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
                        on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
-                       state: dict[str, Any] | None = None):
-    """``nn.DataParallel`` over ``cfg.nproc`` (default all) visible GPUs; batch_size is the global batch."""
+                       state: dict[str, Any] | None = None, say: Spelling = PYTHON):
+    """``nn.DataParallel`` over ``cfg.nproc`` (default all) visible GPUs; batch_size is the global batch. Refusals
+    name settings as ``say`` spells them."""
+    dp = say("strategy", "dataparallel")
     if not torch.cuda.is_available():
-        raise DeviceError(cuda_missing("strategy='dataparallel'",
-                                       "use strategy='ddp' (runs over gloo on CPU) or 'single'"))
+        raise DeviceError(cuda_missing(dp, f"use {say('strategy', 'ddp')} (runs over gloo on CPU) or "
+                                           f"{say('strategy', 'single')}"))
     if cfg.compile:
-        raise ConfigError("compile=True is not supported with strategy='dataparallel'; use strategy='ddp'")
+        raise ConfigError(f"{say('compile', True)} is not supported with {dp}; use {say('strategy', 'ddp')}")
     if (cfg.device or "auto").lower() not in ("auto", "cuda", "cuda:0"):
-        raise ConfigError(f"device={cfg.device!r} with strategy='dataparallel': use auto or cuda "
-                          f"(DataParallel gathers on cuda:0 and uses nproc GPUs from there)")
+        raise ConfigError(f"{say('device', cfg.device)} with {dp}: use auto or cuda "
+                          f"(DataParallel gathers on cuda:0 and uses {say.key('nproc')} GPUs from there)")
     count = torch.cuda.device_count()
     n = cfg.nproc or count
     if n > count:
-        raise DeviceError(f"nproc={n} GPUs asked for DataParallel, but only {count} visible; use --nproc {count}")
+        raise DeviceError(f"{say('nproc', n)} GPUs asked for DataParallel, but only {count} visible; use "
+                          f"{say('nproc', count)}")
     device = torch.device("cuda", 0)
     tr = Trainer(windows, cfg, device)
     tr.restore(state)
@@ -92,22 +96,25 @@ def train_dataparallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
 
 def train_parallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
                    on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
-                   options: RankOptions | None = None, state: dict[str, Any] | None = None):
+                   options: RankOptions | None = None, state: dict[str, Any] | None = None, say: Spelling = PYTHON):
     """``train.train`` for strategies other than single: DataParallel here, DDP as a rank or by launching ranks.
     Under torchrun (or in a process group the caller made) this process is one rank; otherwise ``cfg.nproc``
-    (default 1) local processes are started. ``state``: the checkpoint the caller already loaded for ``cfg.resume``."""
+    (default 1) local processes are started. ``state``: the checkpoint the caller already loaded for ``cfg.resume``;
+    ``say``: how refusals name settings (``nproc=4``, ``--nproc 4``)."""
     if cfg.strategy == "dataparallel":
-        return train_dataparallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, state=state)
+        return train_dataparallel(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, state=state, say=say)
     if (dist.is_available() and dist.is_initialized()) or under_launcher():
         if cfg.nproc and under_launcher() and cfg.nproc != int(os.environ["WORLD_SIZE"]):
-            raise ConfigError(f"nproc={cfg.nproc} but the launcher started WORLD_SIZE={os.environ['WORLD_SIZE']} "
-                              f"ranks; under torchrun leave --nproc out (torchrun's --nproc-per-node sets it)")
+            raise ConfigError(f"{say('nproc', cfg.nproc)} but the launcher started WORLD_SIZE="
+                              f"{os.environ['WORLD_SIZE']} ranks; under torchrun leave {say.key('nproc')} out "
+                              "(torchrun's --nproc-per-node sets it)")
         env = init_distributed(cfg.device, cfg.dist_timeout_s, cfg.threads)
         result = train_rank(windows, cfg, env, data_info=data_info, on_epoch_end=on_epoch_end, options=options,
                             state=state)
         close_distributed(env)
         return result
-    return launch_train(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, options=options, state=state)
+    return launch_train(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, options=options, state=state,
+                        say=say)
 
 
 __all__ = [

@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from ...machine.device import cpu_cores, cuda_missing, rank_threads
 from ...errors import ConfigError, DeviceError, LstmnbError
+from ...rules import PYTHON, Spelling
 
 LAUNCH_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 # a RuntimeError whose message contains one of these came from a collective, not from the model
@@ -56,8 +57,9 @@ def is_rank_zero() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def ddp_device_kind(device: str) -> str:
-    """'cuda' or 'cpu' for a DDP run asked for on ``device``; errors name what is allowed, and a torch built without
+def ddp_device_kind(device: str, say: Spelling = PYTHON) -> str:
+    """'cuda' or 'cpu' for a DDP run asked for on ``device``; errors name what is allowed (settings as ``say``
+    spells them), and a torch built without
     torch.distributed (``USE_DISTRIBUTED=0``, a macOS source build's default; its module then offers nothing but
     ``is_available``) is one line here rather than an AttributeError."""
     if not dist.is_available():
@@ -69,14 +71,15 @@ def ddp_device_kind(device: str) -> str:
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
-        raise DeviceError(cuda_missing("strategy='ddp' with device='cuda'", "use --device cpu (gloo ranks)"))
+        raise DeviceError(cuda_missing(f"{say('strategy', 'ddp')} with {say('device', 'cuda')}",
+                                       f"use {say('device', 'cpu')} (gloo ranks)"))
     if name in ("cpu", "cuda"):
         return name
-    raise ConfigError(f"device={device!r} with strategy='ddp': use auto, cpu (gloo ranks) or cuda "
+    raise ConfigError(f"{say('device', device)} with {say('strategy', 'ddp')}: use auto, cpu (gloo ranks) or cuda "
                       f"(NCCL, rank r of a node on cuda:LOCAL_RANK)")
 
 
-def check_world_size(kind: str, local_world_size: int, option: str = "--nproc") -> None:
+def check_world_size(kind: str, local_world_size: int, option: str = "nproc") -> None:
     """Refuse more ranks on this node than it has devices (one GPU, or at least one core, per rank); ``option``:
     the option that asked for them (the message says what to give it)."""
     if local_world_size < 1:
@@ -147,7 +150,8 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: in
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     if owns and not (kind == "cuda" and backend == "gloo"):  # gloo ranks may share a GPU
-        check_world_size(kind, local_world)
+        check_world_size(kind, local_world, "the launcher's ranks per node (torchrun --nproc-per-node, srun "
+                                            "--ntasks-per-node)")
     # collectives and streams on this rank's own GPU, whoever made the group
     dev = torch.device("cuda", local_rank % torch.cuda.device_count()) if kind == "cuda" else torch.device("cpu")
     if kind == "cuda":

@@ -24,6 +24,7 @@ from ...errors import ConfigError, LstmnbError
 from ...machine.processes import START_METHOD, preload
 from ...models import Forecaster
 from ...paths import atomic_path
+from ...rules import PYTHON, Spelling
 from ..checkpoints import sweep_checkpoint_temps
 from ..evaluate import RunResult
 from .ddp import RankOptions, train_rank
@@ -132,17 +133,19 @@ def _died_after_its_work(workdir: Path, exc: BaseException, world: int) -> bool:
 
 def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwargs: dict[str, Any] | None = None,
           timeout_s: float = 300.0, threads: int | None = None, deadline_s: float | None = None,
-          on_message: Callable[[Any], None] | None = None, backend: str | None = None) -> Any:
+          on_message: Callable[[Any], None] | None = None, backend: str | None = None,
+          option: str = "world_size") -> Any:
     """Run ``fn(env, **kwargs)`` in ``world_size`` local processes (one per GPU, or gloo ranks on CPU); returns rank
     0's return value. If any rank fails, the others are stopped and the clearest error is raised here. ``deadline_s``
-    bounds the whole job. With ``on_message``, ``fn`` gets a ``queue`` whose items are passed to it as they arrive."""
+    bounds the whole job. With ``on_message``, ``fn`` gets a ``queue`` whose items are passed to it as they arrive.
+    ``option``: the setting that gave ``world_size``, as a refusal of too many ranks names it."""
     import torch.multiprocessing as mp
 
     kind = ddp_device_kind(device)
     if backend not in (None, "nccl", "gloo"):
         raise ConfigError(f"backend={backend!r} is not one of None (NCCL on GPUs, gloo on CPU), nccl, gloo")
     if not (kind == "cuda" and backend == "gloo"):  # gloo ranks may share a GPU (a correctness check)
-        check_world_size(kind, world_size)
+        check_world_size(kind, world_size, option)
     workdir = Path(tempfile.mkdtemp(prefix="lstmnb-ranks-"))
     queue = mp.get_context("spawn").SimpleQueue() if on_message is not None else None
     job = _Job(fn, kwargs or {}, world_size, free_port(), device, timeout_s, threads, str(workdir), dict(os.environ),
@@ -203,11 +206,11 @@ def _train_job(env: DistEnv, windows, cfg, data_info, options: RankOptions, stat
 def launch_train(windows, cfg, world_size: int | None = None, *, data_info: dict[str, Any] | None = None,
                  on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
                  options: RankOptions | None = None, deadline_s: float | None = None, backend: str | None = None,
-                 state: dict[str, Any] | None = None):
+                 state: dict[str, Any] | None = None, say: Spelling = PYTHON):
     """A DDP run of ``world_size`` (default ``cfg.nproc``) local processes; returns rank 0's ``RunResult``, its model
     on the CPU. ``backend='gloo'`` on CUDA lets ranks share GPUs (``init_distributed``). ``state``: the checkpoint
     as ``pipeline.train`` read it (the ranks do not read it again). ``on_epoch_end`` runs in this process with rank
-    0's epoch entries as they finish, so a notebook can plot live."""
+    0's epoch entries as they finish, so a notebook can plot live. ``say``: how refusals name settings."""
     world = world_size or cfg.nproc or 1
     cfg = replace(cfg, strategy="ddp", nproc=world)
     cfg.validate()
@@ -215,7 +218,8 @@ def launch_train(windows, cfg, world_size: int | None = None, *, data_info: dict
         out = spawn(_train_job, world, device=cfg.device, timeout_s=cfg.dist_timeout_s, threads=cfg.threads,
                     kwargs={"windows": windows, "cfg": cfg, "data_info": data_info, "options": options or RankOptions(),
                             "state": state},
-                    on_message=on_epoch_end, deadline_s=deadline_s, backend=backend)
+                    on_message=on_epoch_end, deadline_s=deadline_s, backend=backend,
+                    option=say.key("nproc") if world_size is None else "world_size")
     except BaseException:
         if cfg.checkpoint:  # rank 0 may have been stopped mid-write: its temporaries go, the last checkpoint stays
             sweep_checkpoint_temps(cfg.checkpoint)
