@@ -579,7 +579,7 @@ TD = ["train", "--start", "2020-01-01", "--end", "2020-01-31", "--epochs", "1", 
 DATA_CASES = [
     pytest.param(TD + ["--variable", "2m_temprature"], 2, ("variable '2m_temprature' is not in the study's data",
                                                          "--source sample"), id="variable-misspelt"),
-    pytest.param(TD + ["--batch-size", "1000000000"], 0, ("lstmnb: warning: batch_size=1000000000 is more than the",
+    pytest.param(TD + ["--batch-size", "1000000000"], 0, ("lstmnb: warning: --batch-size 1000000000 is more than the",
                                                           "training samples of this data: each epoch is one step of all"),
                  id="batch-size-beyond-data"),
     pytest.param(TD + ["--checkpoint", "{tmp}/missing.pt", "--resume"], 0,
@@ -591,7 +591,7 @@ DATA_CASES = [
                  id="sweep-first-batch-beyond-the-data"),
     pytest.param(["scratch", "bench", "--versions", "numpy", "--epochs", "1", "--repeats", "1", "--batch-size", "1000",
                   "--results", "{tmp}/r.jsonl"], 0,
-                 ("lstmnb: warning: batch_size=1000 is more than the 88 training samples of this data",
+                 ("lstmnb: warning: --batch-size 1000 is more than the 88 training samples of this data",
                   "each epoch is one step of all 88"), id="scratch-batch-size-beyond-data"),
 ]
 

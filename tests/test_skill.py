@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lstmnb.cli import main
-from lstmnb.data import Request
+from lstmnb.data import Request, fit_times
 from lstmnb.datasets.sample import write_sample
 from lstmnb.errors import ConfigError
 from lstmnb.experiments import skill
@@ -86,6 +86,11 @@ def test_a_local_store_without_dates_uses_its_valid_range_and_clips_an_end_past_
     assert out.count("note:") == 1
     assert "note: time range 2019-03-01T00..2019-03-31T23: this store's valid range (no --start/--end given)" in out
     assert "2019-03-01T00:00 .. 2019-03-31T23:00 (744 hours)" in out
+    # from Python the notes name the request's fields as Python gives them
+    fitted, notes = fit_times(Request(source=str(march_store), points=((40, 280),), end="2019-03-20"), start_given=False,
+                              end_given=True)
+    assert notes == ["start 2019-03-01T00: this store's first valid hour (no start given)"]
+    assert fitted.start == "2019-03-01T00"
     # a training run on it, with an end past the store: clipped, said once, and recorded with the store's dates
     results = tmp_path / "runs.jsonl"
     code = main(["train", "--source", str(march_store), "--point", "40,280", "--end", "2019-06-30", "--window", "6",

@@ -10,7 +10,7 @@ from ..paths import check_cache
 from ..rules import CLI, known
 from .bench_sizes import bench_batch_sweep, bench_size, steady_epochs
 from .checks import check_plot, check_records_args, check_results, positive
-from .options import (CHECKPOINT_OPTIONS, add_records_args, add_request_args, add_results_args, add_train_args,
+from .options import (TYPED, CHECKPOINT_OPTIONS, add_records_args, add_request_args, add_results_args, add_train_args,
                       byte_size, check_results_args, int_list, read_runs, request_from_args, results_path, save_plot,
                       train_config_from_args)
 from .run_cmds import check_training
@@ -188,7 +188,7 @@ def _run_bench_scaling(args) -> int:
 
     cfg = train_config_from_args(args)
     scs = _scaling_configs(args)
-    windows, info = prepare_windows(request_from_args(args), cfg, progress=cfg.progress)
+    windows, info = prepare_windows(request_from_args(args), cfg, progress=cfg.progress, say=TYPED)
     records = []
     for sc in scs:
         records += experiments.scaling(windows, cfg, sc, data_info=info, results=results_path(args),

@@ -8,8 +8,8 @@ from dataclasses import replace
 from ..errors import ConfigError
 from ..rules import CLI
 from .checks import check_plot
-from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args, int_list,
-                      override_default, request_from_args, results_path, save_plot, train_config_from_args)
+from .options import (TYPED, CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args,
+                      int_list, override_default, request_from_args, results_path, save_plot, train_config_from_args)
 from .run_cmds import check_training
 
 
@@ -131,7 +131,7 @@ def _run_bench_batch_sweep(args) -> int:
 
     cfg = train_config_from_args(args)
     sweep = _sweep_config(args)
-    windows, info = prepare_windows(request_from_args(args), cfg, progress=cfg.progress)
+    windows, info = prepare_windows(request_from_args(args), cfg, progress=cfg.progress, say=TYPED)
     sweep.check_start(windows.x["train"].shape[0], SWEEP_SPELLING)
     records = experiments.batch_sweep(windows, cfg, sweep, data_info=info, results=results_path(args))
     print(format_table(batch_sweep_table(records)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..errors import ConfigError, DataError, OutputError
 from ..paths import check_cache, check_writable
 from ..rules import CLI
-from .options import add_request_args, request_from_args, write_output
+from .options import TYPED, add_request_args, request_from_args, write_output
 
 
 def add_data(sub, full: bool) -> None:
@@ -96,7 +96,7 @@ def _run_data(args) -> int:
         return 0
     ds = data.extract(request_from_args(args), progress=args.progress, refresh=args.refresh,
                       storage_options={"token": args.credentials} if args.credentials else None,
-                      concurrency=args.concurrency, block_hours=args.block_hours)
+                      concurrency=args.concurrency, block_hours=args.block_hours, say=TYPED)
     _check_trainable(ds, extracts_root())
     print(data.summary(ds))
     print(f"cached     {extracts_root()}")

@@ -77,7 +77,9 @@ def add_request_args(p: argparse.ArgumentParser, places: bool = True) -> None:
                                                 "store's last valid hour is clipped to it, with a note")
 
 
-DATA_OPTIONS = dataclasses.replace(CLI, names={"points": "point", "variables": "variable"})  # a Request's fields
+# how the command names a setting in a refusal or a note: by its option, a Request's points and variables as --point
+# and --variable (the training knobs as CLI names them: no TrainConfig field is called points or variables)
+TYPED = dataclasses.replace(CLI, names={"points": "point", "variables": "variable"})
 
 
 def request_from_args(args: argparse.Namespace):
@@ -107,8 +109,8 @@ def request_from_args(args: argparse.Namespace):
     if args.end is not None or local:
         token = getattr(args, "credentials", None)  # `lstmnb data --credentials`: the store is opened with them
         request, notes = data.fit_times(request, start_given=start_given, end_given=end_given,
-                                        storage_options={"token": token} if token else None, say=DATA_OPTIONS)
-    request = data.check_request(request, say=DATA_OPTIONS)
+                                        storage_options={"token": token} if token else None, say=TYPED)
+    request = data.check_request(request, say=TYPED)
     for note in notes:
         print(f"note: {note}")
     args._request = request

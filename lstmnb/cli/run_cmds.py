@@ -9,7 +9,7 @@ from ..errors import ConfigError, DivergedError, OutputError
 from ..paths import check_cache, check_writable
 from ..rules import CLI
 from .checks import check_plot, check_records_args
-from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
+from .options import (TYPED, CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
                       add_train_args, check_results_args, int_list, read_runs, request_from_args, results_option,
                       results_path, save_plot, say_threads, train_config_from_args)
 from .notebooks_cmd import print_series
@@ -145,7 +145,7 @@ def train_and_print(request, cfg, results, map_path: str | None = None) -> None:
     # --strategy ddp --nproc N outside torchrun: run() prepares the data once and train() starts N local
     # ranks (lstmnb.training.parallel); rank 0's record comes back here to be printed and appended
     try:
-        result = run(request, cfg, results=results, say=CLI)
+        result = run(request, cfg, results=results, say=TYPED)
     except OutputError as exc:
         if getattr(exc, "result", None) is None:
             raise

@@ -101,7 +101,7 @@ def _run_scratch_bench(args) -> int:
 
     path = results_path(args)
     table = versions_table(_versions(args), _config(args), repeats=args.repeats, record=path is not None,
-                           record_path=path)
+                           record_path=path, say=CLI)
     print(format_versions(table))
     save_plot(lambda: plot_versions(table), args.plot)
     return 0

@@ -133,7 +133,7 @@ def resolve_source(source: str = STUDY, storage_options: dict | None = None, say
         return StoreRef(source, str(sample_store() if source == SAMPLE else study_store()), False, {})
     url = CATALOGUE.get(source, source)
     if "://" in url:
-        _require_cloud_packages(url)
+        _require_cloud_packages(url, say)
         options = dict(storage_options or {})
         if url.startswith(("gs://", "gcs://")):
             options.setdefault("token", "anon")
@@ -149,12 +149,12 @@ def resolve_source(source: str = STUDY, storage_options: dict | None = None, say
     return StoreRef(source, str(path.resolve()), False, dict(storage_options or {}))
 
 
-def _require_cloud_packages(url: str) -> None:
+def _require_cloud_packages(url: str, say: Spelling) -> None:
     """Remote stores need the `cloud` extra (gcsfs, fsspec, aiohttp, google-auth); say how to get it."""
     needed = ["fsspec", "aiohttp"] + (["gcsfs"] if url.startswith(("gs://", "gcs://")) else [])
     if missing := [m for m in needed if importlib.util.find_spec(m) is None]:
         raise ConfigError(f"reading {url} needs {', '.join(missing)}: pip install 'lstmnb[cloud]' "
-                          f"(or use --source sample to work offline)")
+                          f"(or use {say('source', SAMPLE)} to work offline)")
 
 
 def _check_token(token: Any) -> None:
@@ -252,15 +252,16 @@ def check_selection(request: Request, say: Spelling = PYTHON) -> tuple[pd.Timest
 UNCONSOLIDATED = "Failed to open Zarr store with consolidated metadata"  # how xarray's five-line warning begins
 
 
-def open_ref(ref: StoreRef, store: ReadStore | None = None) -> xr.Dataset:
+def open_ref(ref: StoreRef, store: ReadStore | None = None, say: Spelling = PYTHON) -> xr.Dataset:
     """Open a resolved store lazily (no dask) with xarray, on ``store`` (made here when not given: see
-    ``stores.zarr_store``), with one clear error when it cannot be read."""
+    ``stores.zarr_store``), with one clear error when it cannot be read (its advice spelled by ``say``)."""
+    offline = f"or use {say('source', SAMPLE)}"
     store = store if store is not None else zarr_store(ref.url, ref.remote, ref.storage_options)
     if ref.remote:
         try:
             found = run(store.open_metadata())
         except StoreError as exc:
-            raise DataError(f"cannot reach {ref.url}: {exc}; check the network, or use --source sample") from None
+            raise DataError(f"cannot reach {ref.url}: {exc}; check the network, {offline}") from None
         if not found:
             raise DataError(f"no Zarr store at {ref.url} (no .zmetadata, .zgroup or zarr.json); check the URL "
                             f"({SOURCE_HINT})")
@@ -275,7 +276,7 @@ def open_ref(ref: StoreRef, store: ReadStore | None = None) -> xr.Dataset:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         if ref.remote:
             raise DataError(f"cannot open {ref.url}: {type(exc).__name__}: {reason}; check the network and the URL, "
-                            "or use --source sample") from None
+                            f"{offline}") from None
         raise DataError(f"{ref.url} is not a readable Zarr store ({type(exc).__name__}: {reason})") from None
     missing = [c for c in ("time", "latitude", "longitude") if c not in ds.coords]
     if missing and any(str(w.message).startswith(UNCONSOLIDATED) for w in said) and ref.url.startswith("http"):

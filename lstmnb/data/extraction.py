@@ -16,6 +16,7 @@ import pandas as pd
 import xarray as xr
 
 from ..errors import DataError, LstmnbError
+from ..rules import PYTHON, Spelling
 from .cache import StoreMeta, cached_meta, write_store_meta
 from .catalogue import Request, check_selection, data_kind, open_ref, point_label, resolve_source
 from .fetch import CacheMiss, FetchStats, check_sizes, fetch_plan
@@ -26,16 +27,17 @@ from .stores import RetryPolicy, zarr_store
 def extract(request: Request, *, cache_dir: str | os.PathLike | None = None, progress: bool = True,
             refresh: bool = False, storage_options: dict | None = None, concurrency: int | None = None,
             block_hours: int | None = None, stats: FetchStats | None = None, retry: RetryPolicy | None = None,
-            partial_reads: bool = True) -> xr.Dataset:
+            partial_reads: bool = True, say: Spelling = PYTHON) -> xr.Dataset:
     """Extract ``request`` as float32 series (points: dims time, point; box: time, latitude, longitude).
     Finished time blocks are cached (``cache``): the same or an overlapping request later reads them instead of the
     store, and an interrupted one fetches only the missing blocks. ``refresh`` ignores and overwrites cached blocks.
     ``cache_dir``: the block cache's root (default ``<user cache>/extracts``). ``stats``: a ``FetchStats`` to learn
     how many chunks were read and blocks reused. ``partial_reads=False`` reads whole chunks even where reading only
-    the Blosc blocks that hold the cells would do (to measure what that saves)."""
-    check_selection(request)  # what needs no store, before the study's or the sample store is built
-    ref = resolve_source(request.source, storage_options)
-    hours, workers = check_sizes(block_hours, concurrency)
+    the Blosc blocks that hold the cells would do (to measure what that saves). ``say``: how refusals and advice
+    name settings (``source='sample'``; the CLI's ``--source sample``)."""
+    check_selection(request, say)  # what needs no store, before the study's or the sample store is built
+    ref = resolve_source(request.source, storage_options, say)
+    hours, workers = check_sizes(block_hours, concurrency, say)
     fetch = dict(cache_dir=cache_dir, progress=progress, refresh=refresh, concurrency=workers, block_hours=hours,
                  stats=stats)
     meta = None if refresh else cached_meta(ref, cache_dir)
@@ -54,7 +56,7 @@ def extract(request: Request, *, cache_dir: str | os.PathLike | None = None, pro
     store = zarr_store(ref.url, ref.remote, ref.storage_options, connections=workers, retry=retry)
     try:
         try:
-            meta = StoreMeta.from_dataset(open_ref(ref, store))
+            meta = StoreMeta.from_dataset(open_ref(ref, store, say))
         except DataError as exc:
             if offline_error is not None:
                 raise offline_error from None

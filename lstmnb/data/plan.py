@@ -38,27 +38,27 @@ def fit_times(request: Request, *, start_given: bool, end_given: bool, storage_o
     """``request`` with its times fitted to its store's valid range, and one line per change for the user (the CLI
     asks this for a local store, and wherever --end is given): a time not given becomes the store's first or last
     valid hour, and an end past the last valid hour is clipped to it. The store's metadata come from the cache where
-    kept, else from the store; the sample's and the study's ranges are known without building them. A refusal names
-    the setting as ``say`` spells it."""
+    kept, else from the store; the sample's and the study's ranges are known without building them. A refusal and
+    the notes name settings as ``say`` spells them."""
     if request.source.strip() in (SAMPLE, STUDY):
         lo, hi = (pd.Timestamp(t) for t in (SAMPLE_TIMES if request.source.strip() == SAMPLE else STUDY_TIMES))
     else:
         ref = resolve_source(request.source, storage_options, say)
         meta = cached_meta(ref)
-        lo, hi = valid_range(meta if meta is not None else open_ref(ref))
+        lo, hi = valid_range(meta if meta is not None else open_ref(ref, say=say))
     first, last = f"{lo:%Y-%m-%dT%H}", f"{hi:%Y-%m-%dT%H}"
     if start_given and parse_time(request.start, name="start", say=say) > hi:
         raise say.refuse("start", request.start, f"is after this store's last valid hour; its valid range is {first}..{last}")
-    notes = []
+    notes, k = [], say.key
     if not start_given and not end_given:
         return replace(request, start=first, end=last), [
-            f"time range {first}..{last}: this store's valid range (no --start/--end given)"]
+            f"time range {first}..{last}: this store's valid range (no {k('start')}/{k('end')} given)"]
     if not start_given:
         request = replace(request, start=first)
-        notes.append(f"start {first}: this store's first valid hour (no --start given)")
+        notes.append(f"start {first}: this store's first valid hour (no {k('start')} given)")
     if not end_given:
         request = replace(request, end=last)
-        notes.append(f"end {last}: this store's last valid hour (no --end given)")
+        notes.append(f"end {last}: this store's last valid hour (no {k('end')} given)")
     elif parse_time(request.end, end=True, name="end", say=say) > hi:
         notes.append(f"end {request.end} is past this store's last valid hour; clipped to {last}")
         request = replace(request, end=last)

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ConfigError, DeviceError
+from ..rules import PYTHON, Spelling
 from ..windows import SPLITS, error_metrics
 from .data import ScratchData, load_data
 from .fit import VERSIONS, FitResult, ScratchConfig, check_version, fit
@@ -60,24 +61,25 @@ def skip_reason(version: str, config: ScratchConfig | None = None) -> str | None
 
 def versions_table(versions: Sequence[str] = VERSIONS, config: ScratchConfig | None = None, *, repeats: int = 3,
                    data: ScratchData | None = None, record: bool = True, record_path: str | os.PathLike | None = None,
-                   profile: str | None = None):
+                   profile: str | None = None, say: Spelling = PYTHON):
     """Train every version ``repeats`` times (alternating) and return the versions table (DataFrame). Unavailable GPU
     versions are ``skipped`` rows with their reason (and a ``skipped`` record), never a number. Records go to
-    ``record_path`` (default results/runs.jsonl) when ``record``."""
+    ``record_path`` (default results/runs.jsonl) when ``record``. ``say``: how refusals and warnings name a setting
+    (``batch_size=4096``; the CLI's ``--batch-size 4096``)."""
     import pandas as pd
 
     from ..records import append_record, new_record
 
     config = config or ScratchConfig()
-    config.validate()
+    config.validate(say)
     versions = list(dict.fromkeys(check_version(v) for v in versions))  # each once: a row per version
     if repeats < 1:
-        raise ConfigError(f"repeats={repeats!r} must be at least 1")
+        raise say.refuse("repeats", repeats, "must be at least 1")
     data = data or load_data(config.data, config.window, config.hours)
     shape = LSTMShape(n_features=data.X["train"].shape[2], hidden=config.hidden, n_outputs=data.y["train"].shape[1])
     n_train = len(data.X["train"])
     if config.batch_size > n_train:  # as `train` says it: it works, but the number is not what it says
-        warnings.warn(f"batch_size={config.batch_size} is more than the {n_train} training samples of this data: "
+        warnings.warn(f"{say('batch_size', config.batch_size)} is more than the {n_train} training samples of this data: "
                       f"each epoch is one step of all {n_train}", stacklevel=2)
     reasons = {v: skip_reason(v, config) for v in versions}
     runs: dict[str, list[FitResult]] = {v: [] for v in versions}

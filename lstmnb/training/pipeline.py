@@ -28,8 +28,9 @@ from .parallel.groups import is_rank_zero
 from .trainer import Trainer
 
 
-def check_windows(windows: Windows, cfg: TrainConfig) -> None:
-    """The windows hold the samples ``cfg`` describes: its window, lead, horizon and inputs (calendar, cycles)."""
+def check_windows(windows: Windows, cfg: TrainConfig, say: Spelling = PYTHON) -> None:
+    """The windows hold the samples ``cfg`` describes: its window, lead, horizon and inputs (calendar, cycles); a
+    batch beyond them is a warning naming it as ``say`` spells it."""
     names = ("window", "lead_hours", "horizon", "calendar", "cycles")
     built, wanted = ([getattr(c, n) for n in names] for c in (windows.config, cfg))
     if built != wanted:
@@ -40,7 +41,7 @@ def check_windows(windows: Windows, cfg: TrainConfig) -> None:
     n_train = windows.x["train"].shape[0]
     world = int(cfg.nproc or os.environ.get("WORLD_SIZE") or 1) if cfg.strategy == "ddp" else 1  # its ranks
     if cfg.batch_size * world > n_train and not (world > 1 and cfg.uneven_shards) and is_rank_zero():
-        given = f"batch_size={cfg.batch_size}" + (f" per rank x {world} ranks = {cfg.batch_size * world}" if world > 1 else "")
+        given = say("batch_size", cfg.batch_size) + (f" per rank x {world} ranks = {cfg.batch_size * world}" if world > 1 else "")
         warnings.warn(f"{given} is more than the {n_train} training samples of this data: each "
                       f"epoch is one step of all {n_train} (the record's data.sizes.train)", stacklevel=3)
 
@@ -84,8 +85,8 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
     (one device, no checkpoint; region mode's neighbour models). ``state``: what ``open_checkpoint(cfg)`` gave the
     caller (``run`` reads it before the data); by default it is read here. ``say``: how refusals name settings
     (``resume=True``; the CLI's ``--resume``)."""
-    cfg.validate()
-    check_windows(windows, cfg)
+    cfg.validate(say)
+    check_windows(windows, cfg, say)
     if model is not None and (cfg.strategy != "single" or cfg.checkpoint):
         raise ConfigError("a model of the caller's trains on one device without a checkpoint "
                           f"(got strategy={cfg.strategy!r}, checkpoint={cfg.checkpoint!r})")
@@ -112,14 +113,16 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
     return RunResult(record=record, model=tr.core, windows=windows, device=device, history=tr.history)
 
 
-def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress: bool = True, keys: bool = False):
+def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress: bool = True, keys: bool = False,
+                    say: Spelling = PYTHON):
     """Extract (or read from cache) the request's series and window it as ``cfg`` says (``keys``: as keyed windows,
-    ``windows.make_windows``); returns (windows, data_info), data_info being the record's ``data`` section."""
+    ``windows.make_windows``); returns (windows, data_info), data_info being the record's ``data`` section.
+    ``say``: how refusals name settings."""
     from .. import data
 
-    cfg.validate()  # before the extraction, which may be a download
+    cfg.validate(say)  # before the extraction, which may be a download
     request = request or data.Request()
-    ds = data.extract(request, progress=progress)
+    ds = data.extract(request, progress=progress, say=say)
     grid = {}
     if "latitude" in ds.dims and "longitude" in ds.dims:  # a box: one series per cell, one global model
         from ..region.grid import box_to_points
@@ -157,7 +160,7 @@ def run(request=None, cfg: TrainConfig = TrainConfig(), *, results=DEFAULT_FILE,
     it instead). ``say``: how refusals name settings (``checkpoint='x.pt'``; the CLI's ``--checkpoint x.pt``)."""
     cfg.validate(say)  # a bad setting is named before any checkpoint is read
     state = open_checkpoint(cfg, say)  # read and checked once, before the data (which may be a download)
-    windows, info = prepare_windows(request, cfg, progress=cfg.progress)
+    windows, info = prepare_windows(request, cfg, progress=cfg.progress, say=say)
     result = train(windows, cfg, data_info=info, on_epoch_end=on_epoch_end, state=state, say=say)
     if is_rank_zero():  # under torchrun only rank 0 writes
         try:
