@@ -9,9 +9,9 @@ from ..errors import ConfigError, DivergedError, OutputError
 from ..paths import check_cache, check_writable
 from ..rules import CLI
 from .checks import check_plot, check_records_args
-from .options import (TYPED, CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args, add_results_args,
-                      add_train_args, check_results_args, int_list, read_runs, request_from_args, results_option,
-                      results_path, save_plot, say_threads, train_config_from_args)
+from .options import (TYPED, CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_records_args, add_request_args,
+                      add_results_args, add_train_args, check_results_args, int_list, read_runs, request_from_args,
+                      results_option, results_path, save_plot, say_threads, train_config_from_args)
 from .notebooks_cmd import print_series
 
 

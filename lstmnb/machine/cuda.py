@@ -181,8 +181,9 @@ def arch_supported(capability: tuple[int, int], arch_list: list[str]) -> bool:
 
 def arch_problem(name: str, capability: tuple[int, int], arch_list: list[str], say: Spelling = PYTHON) -> str | None:
     """None when ``arch_supported``; otherwise the refusal, in one line naming the GPU, the build's architectures
-    and the fix (the CPU as ``say`` spells the device). Pure: ``device.resolve_device`` asks it before a run starts, so a P100 or V100 under a CUDA >= 12.8
-    wheel stops there instead of at the first kernel ("no kernel image is available")."""
+    and the fix (the CPU as ``say`` spells the device). Pure: ``device.resolve_device`` asks it before a run starts,
+    so a P100 or V100 under a CUDA >= 12.8 wheel stops there instead of at the first kernel ("no kernel image is
+    available")."""
     if arch_supported(capability, arch_list):
         return None
     major, minor = capability

@@ -79,8 +79,8 @@ def versions_table(versions: Sequence[str] = VERSIONS, config: ScratchConfig | N
     shape = LSTMShape(n_features=data.X["train"].shape[2], hidden=config.hidden, n_outputs=data.y["train"].shape[1])
     n_train = len(data.X["train"])
     if config.batch_size > n_train:  # as `train` says it: it works, but the number is not what it says
-        warnings.warn(f"{say('batch_size', config.batch_size)} is more than the {n_train} training samples of this data: "
-                      f"each epoch is one step of all {n_train}", stacklevel=2)
+        warnings.warn(f"{say('batch_size', config.batch_size)} is more than the {n_train} training samples of this "
+                      f"data: each epoch is one step of all {n_train}", stacklevel=2)
     reasons = {v: skip_reason(v, config) for v in versions}
     runs: dict[str, list[FitResult]] = {v: [] for v in versions}
     for _ in range(repeats):

@@ -41,7 +41,8 @@ def check_windows(windows: Windows, cfg: TrainConfig, say: Spelling = PYTHON) ->
     n_train = windows.x["train"].shape[0]
     world = int(cfg.nproc or os.environ.get("WORLD_SIZE") or 1) if cfg.strategy == "ddp" else 1  # its ranks
     if cfg.batch_size * world > n_train and not (world > 1 and cfg.uneven_shards) and is_rank_zero():
-        given = say("batch_size", cfg.batch_size) + (f" per rank x {world} ranks = {cfg.batch_size * world}" if world > 1 else "")
+        ranks = f" per rank x {world} ranks = {cfg.batch_size * world}" if world > 1 else ""
+        given = say("batch_size", cfg.batch_size) + ranks
         warnings.warn(f"{given} is more than the {n_train} training samples of this data: each "
                       f"epoch is one step of all {n_train} (the record's data.sizes.train)", stacklevel=3)
 
