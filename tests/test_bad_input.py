@@ -388,6 +388,9 @@ CASES = [
     case("cost-missing-path", ["bench", "cost", "/nonexistent"], "'/nonexistent' does not exist", ".jsonl"),
     # --- scratch bench --------------------------------------------------------------------------------------
     case("scratch-seed-negative", SB + ["--seed", "-1"], "--seed -1", "0..18446744073709551615"),
+    case("scratch-dtype", SB + ["--dtype", "float16"], "--dtype float16 is not supported; choose one of ('float64',"),
+    case("region-memory-k-negative", ["region", "memory", "--neighbours", "-1"],
+         "--neighbours -1 must be a whole number >= 0 (0: no mix)"),
     case("scratch-seed-huge", SB + ["--seed", str(2**70)], f"--seed {2**70}", "0..18446744073709551615"),
     case("scratch-era5-hours", SB + ["--data", "era5", "--hours", "1000000000"], "--hours 1000000000", "1..13128"),
     case("scratch-airline-hours", SB + ["--data", "airline", "--hours", "5"], "--hours 5 is for --data era5",

@@ -51,7 +51,8 @@ def accepted(tmp_path, overrides, only=None):
     ({"region_sides": [1, 8]}, r"region_sides=\[1, 8\] must be a list of whole numbers >= 2"),
     ({"region_world_sizes": [0]}, r"region_world_sizes=\[0\] must be a list of whole numbers >= 1"),
     # as `lstmnb region memory --budget-gb, --sides`: the machine's memory, the synthetic grid
-    ({"region_budget_gb": 100000}, r"region_budget_gb=100000: --budget-gb 100000: this machine has [\d.,]+ GiB of memory; give"),
+    ({"region_budget_gb": 100000}, r"^parameter region_budget_gb=100000: this machine has [\d.,]+ GiB of memory; give "
+                                   r"parameter region_budget_gb=[\d.]+ or less$"),
     ({"region_sides": [4, 2000]}, r"region_sides=\[4, 2000\]: an area of 2000 rows of the synthetic grid .* "
                                   r"leaves -90..90 latitude; give at most 601 rows"),
     ({"region_variants": ["foo"]}, r"region_variants=\['foo'\] must be a non-empty list of sparse, none, dense"),
@@ -66,7 +67,8 @@ def test_region_values_out_of_range_are_refused(tmp_path, overrides, match):
 
 def test_region_world_sizes_are_bounded_by_the_cores(tmp_path):
     n = cpu_cores() + 1  # `lstmnb region scaling --world-sizes`: one core per one-thread rank
-    refused(tmp_path, {"region_world_sizes": [1, n]}, rf"region_world_sizes=\[1, {n}\]: --world-sizes 1,{n}: ranks must be in 1..{n - 1}")
+    refused(tmp_path, {"region_world_sizes": [1, n]},
+            rf"^parameter region_world_sizes=\[1, {n}\]: ranks must be in 1..{n - 1} \(this machine's cores")
 
 
 # --- 02-05: training settings ------------------------------------------------------------------------
@@ -74,7 +76,7 @@ def test_region_world_sizes_are_bounded_by_the_cores(tmp_path):
 @pytest.mark.parametrize("overrides, match", [
     ({"skill_leads": [0]}, r"skill_leads=\[0\] must be a list of whole numbers >= 1"),
     ({"skill_leads": [-1]}, r"skill_leads=\[-1\] must be a list of whole numbers >= 1"),
-    ({"skill_leads": [1, 1]}, r"skill_leads=\[1, 1\]: skill_leads 1,1 repeats 1; give each lead once"),
+    ({"skill_leads": [1, 1]}, r"^parameter skill_leads=\[1, 1\] repeats 1; give each lead once, e.g. 1$"),
     ({"split_dates": ["a", "b"]}, r"split_dates=\['a', 'b'\]: split date 'a' is not a date like 2021-01-01"),
     ({"split_dates": ["2021-01-01"]}, r"split_dates=\['2021-01-01'\] must be two dates VAL_START,TEST_START"),
     ({"split_dates": ["2020-01-16", "2020-01-10"]}, r"split_dates=.*validation start must not come after the test"),

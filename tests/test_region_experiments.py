@@ -154,6 +154,7 @@ def test_region_scaling_compares_equal_total_threads(small_store, tmp_path, caps
     # more ranks than cores: said before the one-process case runs, naming the option this command has
     (["scaling", "--world-sizes", "1,4096"], "--world-sizes 1,4096: ranks must be in 1.."),
     (["scaling", "--repeats", "0"], "--repeats 0 must be a whole number >= 1"),
+    (["scaling", "--window", "0"], "--window 0 must be a whole number >= 1"),  # its training knobs, as typed too
     # a box too small for the k or the ranks asked: said once the box is read, before any run, with what to give
     (["scaling", "--box", "40,40,279,279", "--end", "2020-01-10", "--world-sizes", "1"],
      "the box holds 1 cell, too small for the sparse mix: it has no neighbours (k >= 1); give a larger box"),

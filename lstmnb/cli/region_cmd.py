@@ -186,10 +186,10 @@ def _check_scaling(args) -> None:
 
     _area_request(args)
     positive("--lr", args.lr, whole=False)  # its own option (default 0.004), not the rate-by-lead knob
-    _scaling_train_config(args).validate()
+    _scaling_train_config(args).validate(CLI)
     positive("--neighbours", args.neighbours)  # the sparse mix's k; its top, the area's cells less one, needs the data
     _scaling_model(args)
-    check_world_sizes(args.world_sizes)
+    check_world_sizes(args.world_sizes, CLI)
     positive("--repeats", args.repeats)
     for mode in args.modes:
         for w in args.world_sizes:

@@ -77,7 +77,7 @@ def _check_memory(args) -> None:
     check_areas([(s, s) for s in args.sides], f"--sides {','.join(map(str, args.sides))}")
     positive("--budget-gb", args.budget_gb, whole=False)
     resolve_device(args.device, CLI)  # a missing GPU first: its memory is the budget's bound
-    check_budget(args.budget_gb, args.device)
+    check_budget(args.budget_gb, args.device, CLI)
     positive("--threads", args.threads, none_ok=True, hi=local_rank_limit())
     target = _target(args)
     if target is not None:

@@ -276,7 +276,7 @@ def _check_skill(args) -> None:
     from ..experiments.skill import check_leads, check_one_lead
     from ..training import with_overrides
 
-    check_leads(args.leads, "--leads")
+    check_leads(args.leads, CLI)
     check_plot(args.plot)
     cfg = train_config_from_args(args)
     check_one_lead(cfg.horizon, "--horizon")

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
+from ..rules import PYTHON, Spelling
 from ..records import Recorder
 from ..training import prepare_windows, train, with_overrides
 from ..training.evaluate import mse_skill_score
@@ -20,16 +21,15 @@ POOLED = "all points (pooled)"
 FORECASTS = ("model", "network", "persistence", "climatology")
 
 
-def check_leads(leads: Iterable[int], option: str = "leads") -> list[int]:
-    """Lead times as whole hours >= 1, each once; else a ConfigError naming them."""
+def check_leads(leads: Iterable[int], say: Spelling = PYTHON) -> list[int]:
+    """Lead times as whole hours >= 1, each once; else a ConfigError naming them as ``say`` spells ``leads``."""
     leads = list(leads)
-    text = ",".join(map(str, leads))
     if not leads or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in leads):
-        raise ConfigError(f"{option} {text or '(none)'}: lead times must be whole hours >= 1, e.g. 1,6,24")
+        raise say.refuse("leads", leads, ": lead times must be whole hours >= 1, e.g. 1,6,24")
     twice = sorted({v for v in leads if leads.count(v) > 1})
     if twice:
-        raise ConfigError(f"{option} {text} repeats {','.join(map(str, twice))}; give each lead once, e.g. "
-                          f"{','.join(map(str, dict.fromkeys(leads)))}")
+        raise say.refuse("leads", leads, f"repeats {','.join(map(str, twice))}; give each lead once, e.g. "
+                                         f"{','.join(map(str, dict.fromkeys(leads)))}")
     return [int(v) for v in leads]
 
 

@@ -165,8 +165,7 @@ def _check_training(values: Mapping[str, Any]) -> None:
 
 def _reuse(key: str, value: Any, check: Callable[..., Any], *args: Any) -> Any:
     """``check(*args)``, the package's own check of the setting ``key`` gives, its refusal restated as the parameter's
-    (``parameter region_world_sizes=[1, 3]: --world-sizes 1,3: ranks must be in 1..2``): for checks that take no
-    ``Spelling``."""
+    (``parameter ddp_ranks=4: world_size=4 ranks on this node, ...``): for checks that take no ``Spelling``."""
     try:
         return check(*args)
     except LstmnbError as exc:
@@ -188,7 +187,7 @@ def _check_settings(values: Mapping[str, Any]) -> None:
     if "skill_leads" in values:  # as `lstmnb ... --leads` (each once)
         from ..experiments.skill import check_leads
 
-        _reuse("skill_leads", values["skill_leads"], check_leads, values["skill_leads"], "skill_leads")
+        check_leads(values["skill_leads"], parameter(leads="skill_leads"))
     if "preset" in values and (why := knob_problem("preset", values["preset"])):
         raise _bad("preset", values["preset"], why)
     if "world_sizes" in values:  # 05 caps them at the GPUs present; `lstmnb bench scaling`'s range
@@ -214,13 +213,13 @@ def _check_settings(values: Mapping[str, Any]) -> None:
     if "region_world_sizes" in values:  # as `lstmnb region scaling --world-sizes`: one core per rank
         from ..experiments.region import check_world_sizes
 
-        _reuse("region_world_sizes", values["region_world_sizes"], check_world_sizes, values["region_world_sizes"])
+        check_world_sizes(values["region_world_sizes"], parameter(world_sizes="region_world_sizes"))
     if "region_budget_gb" in values or "region_sides" in values:  # as `lstmnb region memory --budget-gb, --sides`
         from ..region.memory_checks import check_areas, check_budget
 
         if "region_budget_gb" in values:
-            _reuse("region_budget_gb", values["region_budget_gb"], check_budget, values["region_budget_gb"],
-                   str(values.get("device", "cpu")))
+            check_budget(values["region_budget_gb"], str(values.get("device", "cpu")),
+                         parameter(budget_gb="region_budget_gb"))
         if "region_sides" in values:
             check_areas([(n, n) for n in values["region_sides"]], f"parameter region_sides={values['region_sides']!r}")
     _check_scratch(values)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
+from ..rules import PYTHON, Spelling
 from .memory import MemoryCase, floor_case, predict_bytes
 
 
@@ -33,13 +34,14 @@ def check_floor(base: MemoryCase) -> None:
                           f"{where} has {have / 2**30:,.1f} GiB; give a smaller --batch, --window or --hidden")
 
 
-def check_budget(budget_gb: float, device: str) -> None:
+def check_budget(budget_gb: float, device: str, say: Spelling = PYTHON) -> None:
     """A ConfigError where the budget (GiB) is more memory than ``device`` has: cases the memory model lets through
-    would then fail to allocate, or drive the machine into swap."""
+    would then fail to allocate, or drive the machine into swap. ``say`` spells ``budget_gb``."""
     have, where = device_memory(device)
     if budget_gb * 2**30 > have:
-        raise ConfigError(f"--budget-gb {budget_gb:g}: {where} has {have / 2**30:,.1f} GiB of memory; "
-                          f"give --budget-gb {np.floor(have / 2**30 * 10) / 10:g} or less")
+        most = float(np.floor(have / 2**30 * 10) / 10)
+        raise say.refuse("budget_gb", budget_gb, f": {where} has {have / 2**30:,.1f} GiB of memory; give "
+                                                 f"{say('budget_gb', most)} or less")
 
 
 def check_areas(areas, option: str) -> None:

@@ -17,7 +17,8 @@ from ..machine.device import host_memory_bytes, local_rank_limit, torch_threads
 from ..errors import ConfigError, DeviceError, LstmnbError
 from ..rules import INT_MAX, PYTHON, Spelling
 from .data import DATASETS
-from .lstm import LSTMShape, check_batch, init_params, loss_and_grad_loops, loss_and_grad_numpy, mse, resolve_dtype
+from .lstm import (DTYPES, LSTMShape, check_batch, init_params, loss_and_grad_loops, loss_and_grad_numpy, mse,
+                   resolve_dtype)
 from .optim import OPTIMIZERS, clip_grad_norm
 from .precision import engine_backends, engine_math
 
@@ -52,6 +53,8 @@ class ScratchConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= INT_MAX:
                 raise say.refuse(name, value, f"must be a positive whole number, at most {INT_MAX}")
+        if self.dtype not in DTYPES:
+            raise say.refuse("dtype", self.dtype, f"is not supported; choose one of {DTYPES}")
         if self.optimizer not in OPTIMIZERS:
             raise say.refuse("optimizer", self.optimizer, f"is not known; choose one of {tuple(OPTIMIZERS)}")
         if self.data == "era5" and self.hours > ERA5_HOURS:
