@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .errors import ConfigError
+from .rules import PYTHON, check_fields, choice, number, ruled, whole
 
 CELLS = ("lstm", "gru")
 _GATES = {"lstm": 4, "gru": 3}
@@ -16,23 +16,16 @@ _GATES = {"lstm": 4, "gru": 3}
 
 @dataclass(frozen=True)
 class ModelConfig:
-    n_features: int = 1
-    hidden: int = 64
-    layers: int = 1
-    dropout: float = 0.0
-    horizon: int = 1
-    cell: str = "lstm"
+    n_features: int = ruled(1, whole(1))
+    hidden: int = ruled(64, whole(1))
+    layers: int = ruled(1, whole(1))
+    dropout: float = ruled(0.0, number(hi=1, open_hi=True, says="a number in [0, 1)"))
+    horizon: int = ruled(1, whole(1))
+    cell: str = ruled("lstm", choice(CELLS))
     residual: bool = False  # predict the change from the last observed target value (feature 0)
 
     def validate(self) -> None:
-        if self.cell not in CELLS:
-            raise ConfigError(f"cell={self.cell!r} is not one of {CELLS}")
-        for name in ("n_features", "hidden", "layers", "horizon"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}={value!r} must be a whole number >= 1")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout={self.dropout!r} must be in [0, 1)")
+        check_fields(self, PYTHON)
 
 
 class Forecaster(nn.Module):

@@ -40,8 +40,11 @@ class Rule:
             whole = isinstance(value, int) and not isinstance(value, bool) or type(value).__name__.startswith("int")
             if whole and self.lo <= value <= hi:
                 return None
+            if self.says:
+                return f"must be {self.says}"
             top = f" and <= {hi}" if whole and value > hi else ""
-            return f"must be a whole number >= {self.lo:g}{top}" + (f" (or {none})" if none else "")
+            return f"must be a whole number >= {self.lo:g}{top}" + "".join(
+                f" ({n})" for n in (self.note, none and f"or {none}") if n)
         if self.kind == "number":
             ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
                   or type(value).__name__.startswith(("float", "int")))
@@ -73,8 +76,8 @@ class Rule:
         return out
 
 
-def whole(lo: int = 1, hi: int | Callable[[], int] = INT_MAX) -> Rule:
-    return Rule("whole", lo, hi)
+def whole(lo: int = 1, hi: int | Callable[[], int] = INT_MAX, note: str = "", says: str = "") -> Rule:
+    return Rule("whole", lo, hi, note=note, says=says)
 
 
 def number(lo: float = 0, *, positive: bool = False, **kw: Any) -> Rule:
@@ -153,6 +156,22 @@ def cli_text(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         return ",".join(cli_text(v) for v in value)
     return shlex.quote(value) if isinstance(value, str) else str(value)
+
+
+def ruled(default: Any, rule: Rule) -> Any:
+    """A dataclass field whose values ``rule`` checks (``check_fields``), declared beside it."""
+    return field(default=default, metadata={"rule": rule})
+
+
+def check_fields(config: Any, say: Spelling) -> None:
+    """Each field of the dataclass ``config`` by its Rule (a field that allows None may be None): the first value
+    refused, named as ``say`` spells it."""
+    for f in fields(config):
+        value, rule = getattr(config, f.name), f.metadata.get("rule")
+        if rule is None or (value is None and "None" in str(f.type)):
+            continue
+        if why := rule.why(value, say.none if "None" in str(f.type) else ""):
+            raise say.refuse(f.name, value, why)
 
 
 PYTHON = Spelling()

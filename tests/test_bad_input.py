@@ -17,6 +17,15 @@ import yaml
 from lstmnb import cli
 from lstmnb.machine.device import cpu_cores
 from lstmnb.errors import ConfigError
+from lstmnb.experiments.allreduce import AllreduceConfig
+from lstmnb.experiments.scaling import ScalingConfig
+from lstmnb.experiments.size import SizeConfig
+from lstmnb.experiments.sweep import SweepConfig
+from lstmnb.models import ModelConfig
+from lstmnb.region.memory import MemoryCase
+from lstmnb.region.model import RegionConfig
+from lstmnb.scratch.fit import ScratchConfig
+from lstmnb.training import TrainConfig
 
 T = ["train", "--start", "2020-01-01", "--end", "2020-01-31", "--epochs", "1", "--hidden", "8", "--no-progress"]
 NB = ["notebooks", "run", "--profile", "ci"]
@@ -739,3 +748,44 @@ def test_data_refuses_a_store_train_refuses_with_trains_line(flawed_stores, tmp_
         assert fragment in lines[argv[0]], (argv[0], err)
     assert lines["train"].split("error: ")[1] in lines["data"]  # the one check, word for word
     assert not (tmp_path / "t.csv").exists()
+
+
+
+def _validate(cls, *args, **kw):
+    return lambda: cls(**kw).validate(*args)
+
+
+def _request(**kw):
+    from lstmnb.data import Request, check_request
+
+    return lambda: check_request(Request(**kw))
+
+
+WRONG_KINDS = [  # (what validates, the refusal's start)
+    (_validate(SweepConfig, start="x"), "start='x' must be a whole number >= 1 (the sweep's first batch size)"),
+    (_validate(SweepConfig, memory_cap_mb="x"), "memory_cap_mb='x' must be a positive number of MB"),
+    (_validate(ScalingConfig, TrainConfig(), world_sizes=0), "world_sizes=0 must be whole numbers in 1.."),
+    (_validate(ScalingConfig, TrainConfig(), global_batch=0), "global_batch=0 must be a whole number >= 1"),
+    (_validate(ScalingConfig, TrainConfig(), comm_split_steps="x"), "comm_split_steps='x' must be 0..10000"),
+    (_validate(AllreduceConfig, min_iters="x"), "min_iters='x' must be a whole number >= 1"),
+    (_validate(AllreduceConfig, min_iters=9, max_iters=3), "min_iters=9 is above max_iters=3"),
+    (_validate(SizeConfig, points=-1), "points=-1 must be whole numbers >= 1"),
+    (_validate(SizeConfig, variants=0), "variants=0 must be one or more of"),
+    (_validate(MemoryCase, n_features="x"), "n_features='x' must be a whole number >= 1"),
+    (_validate(ScratchConfig, optimizer=[0]), "optimizer=[0] is not known"),
+    (_validate(ScratchConfig, clip="x"), "clip='x' must be a positive number"),
+    (_validate(ModelConfig, dropout="x"), "dropout='x' must be a number in [0, 1)"),
+    (_validate(RegionConfig, channels="x"), "channels='x' must be a whole number >= 1"),
+    (_request(points=0), "points=0 must be a list of (lat, lon) pairs"),
+    (_request(box=0, points=None), "box=0 must be 4 numbers"),
+    (_request(variables=-1), "variables=-1 must name at least one variable"),
+]
+
+
+@pytest.mark.parametrize("call, message", WRONG_KINDS, ids=[m.split(" ")[0] for _, m in WRONG_KINDS])
+def test_python_configs_refuse_a_value_of_the_wrong_kind_in_one_line(call, message):
+    """A config made in Python with a value of the wrong kind (text for a count, a number for a list) is refused
+    in one line naming it, where the comparison inside validate() raised a TypeError."""
+    with pytest.raises(ConfigError) as err:
+        call()
+    assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)

@@ -168,7 +168,7 @@ def test_the_mix_reads_neighbours_values_and_recent_changes():
 @pytest.mark.parametrize("kwargs,message", [
     (dict(neighbours=-1), r"neighbours=-1 must be a whole number >= 0 \(0: no mix\)"),
     (dict(n_mixed=2), r"n_mixed=2 must be a whole number in 1..1 \(n_features\)"),
-    (dict(relation="full"), r"relation='full' is not one of \('sparse', 'dense'\)"),
+    (dict(relation="full"), r"relation='full' is not one of sparse, dense"),
     (dict(channels=0), r"channels=0 must be a whole number >= 1"),
     (dict(hidden=0), r"hidden=0 must be a whole number >= 1"),
 ])

@@ -218,15 +218,17 @@ def check_selection(request: Request, say: Spelling = PYTHON) -> tuple[pd.Timest
     """The request's variable names, points or box and times, each checked on its own (no store), a refusal
     spelled by ``say``; returns the (start, end) times and the variables (a tuple). ``check_request`` and
     ``make_plan`` both rest on it."""
-    variables = (request.variables,) if isinstance(request.variables, str) else tuple(request.variables or ())
+    given = request.variables
+    variables = (given,) if isinstance(given, str) else tuple(given) if isinstance(given, (list, tuple)) else (given,)
     if not variables or any(not isinstance(v, str) or not v.strip() for v in variables):
-        raise say.refuse("variables", variables, "must name at least one variable, e.g. 2m_temperature")
+        raise say.refuse("variables", given, "must name at least one variable, e.g. 2m_temperature")
     if (request.points is None) == (request.box is None):
         raise ConfigError(f"give either {say.key('points')} or {say.key('box')} (one of the two, not both)")
     if request.points is not None:
-        if len(request.points) == 0:
+        if isinstance(request.points, (list, tuple)) and len(request.points) == 0:
             raise say.refuse("points", request.points, "is empty; give at least one (lat, lon), e.g. 40,280")
-        if isinstance(request.points, str) or not all(isinstance(pt, (tuple, list)) for pt in request.points):
+        listed = isinstance(request.points, (list, tuple))
+        if not listed or not all(isinstance(pt, (tuple, list)) for pt in request.points):
             raise say.refuse("points", request.points, "must be a list of (lat, lon) pairs, e.g. [(40, 280)]")
         for pt in request.points:
             named = f"{say.prefix}{say.key('points')} {cli_text(tuple(pt))}"
@@ -234,6 +236,8 @@ def check_selection(request: Request, say: Spelling = PYTHON) -> tuple[pd.Timest
                 raise ConfigError(f"{named}: a point must be LAT,LON (two numbers), e.g. 40,280 or -33,151")
             _degrees(pt[0], named, "latitude"), _degrees(pt[1], named, "longitude")
     else:
+        if not isinstance(request.box, (list, tuple)):
+            raise say.refuse("box", request.box, "must be 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
         named = f"{say.prefix}{say.key('box')} {cli_text(tuple(request.box))}"
         if len(request.box) != 4:
             raise ConfigError(f"{named}: a box must be 4 numbers LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")

@@ -3,7 +3,6 @@ with the model's gradient size among the points (algbw and busbw as nccl-tests d
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -14,7 +13,7 @@ from ..machine.device import clock, host_memory_bytes, local_rank_limit
 from ..errors import ConfigError
 from ..models import Forecaster, count_parameters
 from ..records import new_record
-from ..rules import PYTHON, Spelling
+from ..rules import PYTHON, Spelling, check_fields, number, ruled, whole
 from ..training.config import knob_problem
 from ..training.parallel import DistEnv, barrier, spawn
 
@@ -68,13 +67,14 @@ class AllreduceConfig:
 
     world_size: int = 2
     device: str = "auto"
-    min_bytes: int = 1024
-    max_bytes: int = 64 * 2**20
-    factor: int = 4
-    budget_s: float = 0.2  # seconds of timed all-reduces per size (iterations follow from it)
-    min_iters: int = 5
-    max_iters: int = 1000
-    timeout_s: float = 120.0
+    min_bytes: int = ruled(1024, whole(4, 2**53, says="at least 4 (one float32)"))
+    max_bytes: int = ruled(64 * 2**20, whole(4, 2**53))  # this machine's memory bounds it (below)
+    factor: int = ruled(4, whole(2, note="each buffer is the last one times it"))
+    # seconds of timed all-reduces per size (iterations follow from it)
+    budget_s: float = ruled(0.2, number(positive=True, says="a positive number of seconds"))
+    min_iters: int = ruled(5, whole(1))
+    max_iters: int = ruled(1000, whole(1))
+    timeout_s: float = ruled(120.0, number(positive=True, says="a positive number of seconds"))
 
     def validate(self, say: Spelling = PYTHON) -> None:
         """Every value before any rank starts; a refusal names the value as ``say`` spells it (``--min-bytes 2``,
@@ -84,23 +84,17 @@ class AllreduceConfig:
             raise say.refuse("world_size", self.world_size, f"must be a whole number in 2..{top}")
         if knob_problem("device", self.device):
             raise say.refuse("device", self.device, knob_problem("device", self.device))
-        if self.min_bytes < 4:
-            raise say.refuse("min_bytes", self.min_bytes, "must be at least 4 (one float32)")
+        check_fields(self, say)
         if self.max_bytes < self.min_bytes:
             raise say.refuse("max_bytes", self.max_bytes, f"is below {say('min_bytes', self.min_bytes)}; give a "
                              "largest buffer at least the smallest")
-        if self.factor < 2:
-            raise say.refuse("factor", self.factor, "must be a whole number >= 2 (each buffer is the last one times it)")
         memory = host_memory_bytes()
         if 2 * self.max_bytes * self.world_size > memory:
             raise say.refuse("max_bytes", self.max_bytes, f"on {self.world_size} ranks needs more than this machine's "
                              f"{memory / 2**30:,.0f} GiB of memory; give a smaller one")
-        for name in ("budget_s", "timeout_s"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
-                raise say.refuse(name, v, "must be a positive number of seconds")
-        if not 1 <= self.min_iters <= self.max_iters:
-            raise ConfigError(f"min_iters={self.min_iters} and max_iters={self.max_iters} need 1 <= min_iters <= max_iters")
+        if self.min_iters > self.max_iters:
+            raise say.refuse("min_iters", self.min_iters, f"is above {say('max_iters', self.max_iters)}; give a least count "
+                             "of timed all-reduces at most the largest")
 
 
 def allreduce(cfg, acfg=None, n_features: int | None = None) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable
 from ..errors import ConfigError
 from ..machine.device import local_rank_limit
 from ..records import Recorder
-from ..rules import PYTHON, Spelling
+from ..rules import PYTHON, Spelling, check_fields, choice, ruled, whole
 from ..training import parallel, train, with_overrides
 from ..training.guards import stop_if_diverged
 
@@ -26,21 +26,19 @@ class ScalingConfig:
     global batch grows with N."""
 
     world_sizes: tuple[int, ...] = (1, 2)
-    mode: str = "strong"
-    global_batch: int | None = None
-    comm_split_steps: int = 20  # steps timed with and without the gradient all-reduce per world size
+    mode: str = ruled("strong", choice(SCALING_MODES))
+    global_batch: int | None = ruled(None, whole(1))
+    # steps timed with and without the gradient all-reduce per world size (its batches are all held while timed)
+    comm_split_steps: int = ruled(20, whole(0, MAX_COMM_STEPS, says=f"0..{MAX_COMM_STEPS} (0: not measured)"))
 
     def per_device_batch(self, cfg, world_size: int) -> int:
         return cfg.batch_size if self.mode == "weak" else (self.global_batch or cfg.batch_size) // world_size
 
     def validate(self, cfg, say: Spelling = PYTHON) -> None:
-        if self.mode not in SCALING_MODES:
-            raise say.refuse("mode", self.mode, f"is not one of {', '.join(SCALING_MODES)}")
-        sizes, top = list(self.world_sizes), local_rank_limit()
+        check_fields(self, say)
+        sizes, top = list(self.world_sizes) if isinstance(self.world_sizes, (list, tuple)) else [], local_rank_limit()
         if not sizes or any(isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= top for n in sizes):
             raise say.refuse("world_sizes", self.world_sizes, f"must be whole numbers in 1..{top}")
-        if not 0 <= self.comm_split_steps <= MAX_COMM_STEPS:  # its batches are all held while timed
-            raise say.refuse("comm_split_steps", self.comm_split_steps, f"must be 0..{MAX_COMM_STEPS} (0: not measured)")
         if self.mode == "strong":
             g = self.global_batch or cfg.batch_size
             bad = [n for n in sizes if g % n]

@@ -44,10 +44,11 @@ class SizeConfig:
     variants: tuple[str, ...] = VARIANTS
 
     def validate(self, say: Spelling = PYTHON) -> None:
-        if not self.points or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.points):
+        points = self.points if isinstance(self.points, (list, tuple)) else ()
+        if not points or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in points):
             raise say.refuse("points", self.points, "must be whole numbers >= 1")
-        bad = [v for v in self.variants if v not in VARIANTS]
-        if bad or not self.variants:
+        variants = self.variants if isinstance(self.variants, (list, tuple)) else ()
+        if not variants or any(v not in VARIANTS for v in variants):
             raise say.refuse("variants", self.variants, f"must be one or more of {', '.join(VARIANTS)}")
 
 

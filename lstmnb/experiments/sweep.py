@@ -20,7 +20,7 @@ from ..machine.memory import free_memory, is_oom, proc_status_kb
 from ..machine.processes import START_METHOD, preload
 from ..errors import ConfigError
 from ..records import Recorder, software_info
-from ..rules import PYTHON, Spelling
+from ..rules import PYTHON, Spelling, check_fields, number, ruled, whole
 from ..training import Trainer, skipped_record, train
 from ..training.evaluate import fit_blend
 
@@ -36,10 +36,11 @@ class SweepConfig:
     and the sweep's OOM handling is what a real device limit exercises. A capped point runs in a child process of its
     own: the cap, and what it needs (small thread stacks), never touch the caller's process."""
 
-    start: int = 32
-    factor: int = 4
-    max_batch: int | None = None
-    memory_cap_mb: float | None = None
+    start: int = ruled(32, whole(1, note="the sweep's first batch size"))
+    factor: int = ruled(4, whole(2, note="each batch size is the last one times it"))
+    max_batch: int | None = ruled(None, whole(1))
+    memory_cap_mb: float | None = ruled(None, number(positive=True, hi=MAX_CAP_MB, says=f"a positive number of MB, "
+                                                     f"at most {MAX_CAP_MB} (1 PiB, beyond any machine's memory)"))
 
     def check_start(self, n_train: int, say: Spelling = PYTHON) -> None:
         """The first batch is at most the ``n_train`` training samples, or not one point would run (and the
@@ -48,18 +49,12 @@ class SweepConfig:
             raise say.refuse("start", self.start, f"is more than the {n_train} training samples; give at most {n_train}")
 
     def validate(self, say: Spelling = PYTHON) -> None:
-        """Each value in range; a refusal names it as ``say`` spells it (``--first-batch 0``, ``start=0``)."""
-        if self.start < 1:
-            raise say.refuse("start", self.start, "must be a whole number >= 1 (the sweep's first batch size)")
-        if self.factor < 2:
-            raise say.refuse("factor", self.factor, "must be a whole number >= 2 (each batch size is the last one "
-                             "times it)")
+        """Each value by its rule, then the largest batch against the first; a refusal names it as ``say`` spells it
+        (``--first-batch 0``, ``start=0``)."""
+        check_fields(self, say)
         if self.max_batch is not None and self.max_batch < self.start:
             raise say.refuse("max_batch", self.max_batch, f"is below {say('start', self.start)}; give a largest batch "
                              "size at least the first")
-        if self.memory_cap_mb is not None and not 0 < self.memory_cap_mb <= MAX_CAP_MB:
-            raise say.refuse("memory_cap_mb", self.memory_cap_mb, f"must be a positive number of MB, at most "
-                             f"{MAX_CAP_MB} (1 PiB, beyond any machine's memory)")
 
 
 def check_cpu_cap() -> None:

@@ -63,7 +63,7 @@ class MemoryCase:
     def validate(self, say: Spelling = PYTHON) -> None:
         if self.variant not in VARIANTS:
             raise say.refuse("variant", self.variant, f"is not one of {VARIANTS}")
-        for name in ("ny", "nx", "batch", "window", "steps", "hidden", "channels"):
+        for name in ("ny", "nx", "batch", "window", "steps", "hidden", "channels", "n_features", "n_mixed"):
             if why := whole(1).why(getattr(self, name)):
                 raise say.refuse(name, getattr(self, name), why)
         if self.device not in ("cpu", "cuda"):

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
+from ..rules import PYTHON, check_fields, choice, ruled, whole
 from ..models import Forecaster, ModelConfig
 from . import VARIANTS
 from .grid import Grid
@@ -41,28 +42,25 @@ class RegionConfig:
     """The region forecaster's shape. Input 0 is the target; the first ``n_mixed`` inputs are the weather variables
     the mix reads (calendar and coordinate inputs come after them and are not mixed)."""
 
-    n_features: int = 1  # inputs per cell and hour
-    n_mixed: int = 1  # the leading inputs that neighbours contribute (weather variables)
-    hidden: int = 64
-    layers: int = 1
-    horizon: int = 1
-    neighbours: int = 8  # k nearest cells mixed into each cell's input; 0: no mix (the point model)
-    relation: str = "sparse"  # 'sparse' (k weights per cell) or 'dense' (n weights per cell)
-    channels: int = 3  # independent mixes, each its own relation matrix (see relation.stencil_weights)
+    n_features: int = ruled(1, whole(1))  # inputs per cell and hour
+    n_mixed: int = ruled(1, whole(1))  # the leading inputs that neighbours contribute (weather variables)
+    hidden: int = ruled(64, whole(1))
+    layers: int = ruled(1, whole(1))
+    horizon: int = ruled(1, whole(1))
+    # k nearest cells mixed into each cell's input; 0: no mix (the point model)
+    neighbours: int = ruled(8, whole(0, note="0: no mix"))
+    relation: str = ruled("sparse", choice(KINDS))  # 'sparse' (k weights per cell) or 'dense' (n weights per cell)
+    # independent mixes, each its own relation matrix (see relation.stencil_weights)
+    channels: int = ruled(3, whole(1))
     residual: bool = True  # forecast the change from the last observed target value
     cell: str = "lstm"
 
     def validate(self) -> None:
-        self.core_config().validate()
-        if not isinstance(self.n_mixed, (int, np.integer)) or not 1 <= self.n_mixed <= self.n_features:
+        check_fields(self, PYTHON)
+        if self.n_mixed > self.n_features:
             raise ConfigError(f"n_mixed={self.n_mixed!r} must be a whole number in 1..{self.n_features} (n_features)")
-        if not isinstance(self.neighbours, (int, np.integer)) or self.neighbours < 0:
-            raise ConfigError(f"neighbours={self.neighbours!r} must be a whole number >= 0 (0: no mix)")
-        if self.relation not in KINDS:
-            raise ConfigError(f"relation={self.relation!r} is not one of {KINDS}")
-        if not isinstance(self.channels, (int, np.integer)) or self.channels < 1:
-            raise ConfigError(f"channels={self.channels!r} must be a whole number >= 1")
         check_channels(self.channels, self.neighbours)
+        self.core_config().validate()
 
     @property
     def variant(self) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..machine.device import host_memory_bytes, local_rank_limit, torch_threads
 from ..errors import ConfigError, DeviceError, LstmnbError
-from ..rules import INT_MAX, PYTHON, Spelling
+from ..rules import INT_MAX, PYTHON, Spelling, number
 from .data import DATASETS
 from .lstm import (DTYPES, LSTMShape, check_batch, init_params, loss_and_grad_loops, loss_and_grad_numpy, mse,
                    resolve_dtype)
@@ -55,16 +55,16 @@ class ScratchConfig:
                 raise say.refuse(name, value, f"must be a positive whole number, at most {INT_MAX}")
         if self.dtype not in DTYPES:
             raise say.refuse("dtype", self.dtype, f"is not supported; choose one of {DTYPES}")
-        if self.optimizer not in OPTIMIZERS:
+        if not isinstance(self.optimizer, str) or self.optimizer not in OPTIMIZERS:
             raise say.refuse("optimizer", self.optimizer, f"is not known; choose one of {tuple(OPTIMIZERS)}")
         if self.data == "era5" and self.hours > ERA5_HOURS:
             raise say.refuse("hours", self.hours, "is more than the default ERA5 request has (2020-01-01..2021-06-30); "
                              f"give 1..{ERA5_HOURS}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or not 0 <= self.seed < 2**64:
             raise say.refuse("seed", self.seed, f"must be a whole number in 0..{2**64 - 1}")
-        if not (isinstance(self.lr, (int, float)) and 0 < self.lr < float("inf")):
+        if number(positive=True).why(self.lr):
             raise say.refuse("lr", self.lr, "must be a positive number")
-        if self.clip is not None and not 0 < self.clip < float("inf"):
+        if self.clip is not None and number(positive=True).why(self.clip):
             raise say.refuse("clip", self.clip, "must be a positive number" + (
                 " (0: no clipping)" if say.cli else f", or {say.none} (no clipping)"))
         # the weights, their gradients and Adam's two moments, before any array is made

@@ -12,7 +12,7 @@ from ..datasets.study import STUDY_TEST_START
 from ..machine.device import DEVICE_CHOICES, host_memory_bytes, local_rank_limit
 from ..errors import ConfigError
 from ..models import CELLS, ModelConfig
-from ..rules import PYTHON, Rule, Spelling, choice, number, whole
+from ..rules import PYTHON, Rule, Spelling, check_fields, choice, number, whole
 from ..windows import WindowConfig
 from .evaluate import BLENDS
 from .step import POINT_WEIGHTS
@@ -224,13 +224,7 @@ class TrainConfig:
         values = repr(astuple(self))
         if self.__dict__.get("_checked") == values:
             return
-        for f in fields(self):
-            value, rule = getattr(self, f.name), f.metadata.get("rule")
-            if rule is None or (value is None and "None" in str(f.type)):
-                continue
-            why = rule.why(value, say.none if "None" in str(f.type) else "")
-            if why:
-                raise say.refuse(f.name, value, why)
+        check_fields(self, say)
         k = say.key
         if self.resume and not self.checkpoint:
             raise say.refuse("resume", True, f"needs a checkpoint path to resume from ({k('checkpoint')})")
