@@ -93,8 +93,8 @@ class AllreduceConfig:
             raise say.refuse("max_bytes", self.max_bytes, f"on {self.world_size} ranks needs more than this machine's "
                              f"{memory / 2**30:,.0f} GiB of memory; give a smaller one")
         if self.min_iters > self.max_iters:
-            raise say.refuse("min_iters", self.min_iters, f"is above {say('max_iters', self.max_iters)}; give a least count "
-                             "of timed all-reduces at most the largest")
+            raise say.refuse("min_iters", self.min_iters, f"is above {say('max_iters', self.max_iters)}; give a "
+                             "smallest count of timed all-reduces at most the largest")
 
 
 def allreduce(cfg, acfg=None, n_features: int | None = None) -> dict[str, Any]:

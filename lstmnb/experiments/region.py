@@ -24,10 +24,10 @@ import torch.distributed as dist
 from ..errors import ConfigError, OutputError
 from ..machine.device import cpu_cores, cpu_threads, torch_threads
 from ..records import Recorder, new_record
-from ..rules import PYTHON, Spelling
 from ..region.bands import AreaFile
 from ..region.memory import MemoryCase, measure, predict_bytes, sweep
 from ..region.shard import MODES, ShardConfig, check_sharded, plan_tiles, train_steps
+from ..rules import PYTHON, Spelling
 from ..training.parallel import spawn
 
 MEMORY, SCALING = "region-memory", "region-scaling"
@@ -169,7 +169,9 @@ def one_process(data, model_cfg, cfg, threads: int) -> dict[str, Any]:
 def check_world_sizes(world_sizes, say: Spelling = PYTHON) -> list[int]:
     """The world sizes, sorted, each a whole number of ranks in 1..cores (one core per one-thread rank); a refusal
     names them as ``say`` spells ``world_sizes``."""
-    sizes = sorted({int(w) for w in world_sizes})
+    whole = isinstance(world_sizes, (list, tuple)) and all(
+        isinstance(w, (int, np.integer)) and not isinstance(w, bool) for w in world_sizes)
+    sizes = sorted({int(w) for w in world_sizes}) if whole else []
     top = cpu_cores()
     if not sizes or sizes[0] < 1 or sizes[-1] > top:
         raise say.refuse("world_sizes", world_sizes, f": ranks must be in 1..{top} (this machine's cores: each rank "

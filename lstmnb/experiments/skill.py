@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError
-from ..rules import PYTHON, Spelling
 from ..records import Recorder
+from ..rules import PYTHON, Spelling
 from ..training import prepare_windows, train, with_overrides
 from ..training.evaluate import mse_skill_score
 from ..training.guards import stop_if_diverged

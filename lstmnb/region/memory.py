@@ -68,8 +68,8 @@ class MemoryCase:
                 raise say.refuse(name, getattr(self, name), why)
         if self.device not in ("cpu", "cuda"):
             raise say.refuse("device", self.device, "is not one of ('cpu', 'cuda')")
-        if why := whole(0).why(self.neighbours):
-            raise say.refuse("neighbours", self.neighbours, why + " (0: no mix)")
+        if why := whole(0, note="0: no mix").why(self.neighbours):
+            raise say.refuse("neighbours", self.neighbours, why)
         self.model_config().validate()
 
     def model_config(self):

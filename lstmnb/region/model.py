@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
-from ..rules import PYTHON, check_fields, choice, ruled, whole
 from ..models import Forecaster, ModelConfig
+from ..rules import PYTHON, check_fields, choice, ruled, whole
 from . import VARIANTS
 from .grid import Grid
 from .relation import KINDS, NeighbourMix, knn_index, stencil_weights
