@@ -135,6 +135,19 @@ def test_bad_ddp_settings_fail_before_any_process_starts():
         parallel.init_distributed("cpu")  # what a rank does when started by hand without torchrun
 
 
+def test_a_launcher_that_starts_more_ranks_than_cores_is_named(monkeypatch):
+    """Under torchrun or srun the ranks per node come from the launcher, so the refusal names its setting, not
+    lstmnb's --nproc (which the launcher's ranks do not read)."""
+    too_many = cpu_cores() + 1
+    for key, value in {"RANK": "0", "WORLD_SIZE": str(too_many), "LOCAL_WORLD_SIZE": str(too_many),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(DeviceError, match=rf"^world_size={too_many} ranks on this node, but only .*; give the "
+                                          rf"launcher's ranks per node \(torchrun --nproc-per-node, srun "
+                                          rf"--ntasks-per-node\) at most {too_many - 1}$"):
+        parallel.init_distributed("cpu")  # before any process group is made
+
+
 _DDP_WITH_CAP = """
 import sys, torch, torch.distributed as dist
 dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
