@@ -2,8 +2,8 @@
 policy, and the messages for a GPU that is not there; and what one run asks of the machine, asked once when its
 Trainer is made and kept with it (``for_run`` gives a ``RunMachine``): the device made ready (cuDNN off where torch's
 cuDNN refuses the GPU), the autocast dtype, a CPU run's C heap; then the run's peak memory from its start, and the
-record's ``memory`` and ``backends`` sections. Imports torch, psutil, ``errors``, ``machine.cuda`` and
-``machine.memory``."""
+record's ``memory`` and ``backends`` sections. Imports torch, psutil, ``errors``, ``rules`` (how a refusal names the
+device), ``machine.cuda`` and ``machine.memory``."""
 
 from __future__ import annotations
 
