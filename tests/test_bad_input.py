@@ -310,7 +310,7 @@ CASES = [
          "GiB for the weights", "this machine has"),
     case("region-memory-steps-huge", ["region", "memory", "--steps", "100000000000"], "--steps 100000000000",
          "<= 2147483647"),
-    case("region-skill-channels-beyond-neighbours", ["region", "skill", "--channels", "100000"], "channels=100000",
+    case("region-skill-channels-beyond-neighbours", ["region", "skill", "--channels", "100000"], "--channels 100000",
          "must be 1..8", "more mixes than neighbours"),  # was a 30 GB allocation's traceback, after 'none' trained
     case("region-scaling-steps-huge", ["region", "scaling", "--steps", "99999999999999"], "--steps 99999999999999",
          "<= 2147483647"),

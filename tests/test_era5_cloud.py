@@ -133,6 +133,11 @@ def test_unreachable_and_absent_stores(cloud_store, gcs_emulator, emulator_via, 
                          capture_output=True, text=True, timeout=120, env={**os.environ, "LSTMNB_CACHE": str(tmp_path)})
     assert out.returncode == 2 and "cannot reach" in out.stderr and out.stderr.count("\n") == 1, out.stderr
     assert out.stderr.endswith("check the network, or use --source sample\n")  # the advice as the command takes it
+    # so do the studies that fetch their own data (they are shared with the notebooks, which speak Python)
+    for study in (["skill"], ["region", "skill", "--box", "40,41,-100,-99"]):
+        out = subprocess.run([sys.executable, "-m", "lstmnb", *study, "--source", f"http://127.0.0.1:{closed}/x.zarr"],
+                             capture_output=True, text=True, timeout=120, env={**os.environ, "LSTMNB_CACHE": str(tmp_path)})
+        assert out.returncode == 2 and out.stderr.endswith("check the network, or use --source sample\n"), out.stderr
     emulator_via(gcs_emulator.url)
     with pytest.raises(DataError, match="no Zarr store at gs://lstmnb-test/nothing.zarr"):
         open_store("gs://lstmnb-test/nothing.zarr")

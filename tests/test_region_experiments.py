@@ -177,6 +177,27 @@ def test_bad_region_input_is_one_line(small_store, tmp_path, capsys, args, messa
     assert not (tmp_path / "runs.jsonl").exists()
 
 
+def test_the_box_checks_name_the_arguments_as_python_gives_them():
+    """The studies are shared with the notebooks: called from Python, the box's refusals name the arguments there."""
+    from lstmnb import era5
+    from lstmnb.errors import ConfigError
+    from lstmnb.experiments.region import check_scaling_area
+    from lstmnb.experiments.region_skill import region_windows
+    from lstmnb.training import preset_config
+
+    with pytest.raises(ConfigError, match=r"^neighbours=8: a box of 3 cells \(1 x 3\) is too small: it gives each cell "
+                                          r"1..2 neighbours; give k in 1..2 \(e.g. neighbours=2\), or a larger box$"):
+        check_scaling_area((1, 3), 8, [1], ("tiles",))
+    with pytest.raises(ConfigError, match=r"^world_sizes=\(1, 2\): a box of 1 row of cells is too small for 2 tiles "
+                                          r"ranks \(one band of rows each\); give world_sizes up to 1, a box of at least "
+                                          r"2 rows, or modes=\('windows',\)$"):
+        check_scaling_area((1, 5), 4, [1, 2], ("tiles",))
+    with pytest.raises(ConfigError, match=r"e.g. box=\(39, 39.5, 279, 279.5\) \(3 x 3 cells\)$"):
+        check_scaling_area((1, 1), 8, [1], ("windows",))
+    with pytest.raises(ConfigError, match=r"not on points; give box=\(lat_min, lat_max, lon_min, lon_max\)$"):
+        region_windows(era5.Request(), preset_config())
+
+
 @pytest.mark.slow
 def test_a_target_measured_over_the_budget_is_marked_so(tmp_path, capsys):
     """The memory model leaves out the runtime's own memory until it is measured: a target it puts just under

@@ -20,6 +20,7 @@ from lstmnb.experiments.region_skill import (check_neighbours, comparison_panels
 from lstmnb.region.data import RegionData
 from lstmnb.region.grid import Grid, box_to_points, flow_halves, flow_position, grid_of, to_map
 from lstmnb.region.maps import Panel, plot_panels
+from lstmnb.rules import CLI
 from lstmnb.training import preset_config, train
 from lstmnb.training.evaluate import mse_skill_score, score_row
 from lstmnb.windows import WindowConfig, make_windows, windows_from_dataset
@@ -210,14 +211,19 @@ def test_a_long_map_title_is_wrapped_within_the_figure():
 
 def test_bad_region_skill_input(small_box):
     data = box_data(small_box, WindowConfig(window=12))
-    with pytest.raises(ConfigError, match=r"--neighbours 12: a box of 12 cells gives each cell 1..11 neighbours; give "
-                                          r"each k in 1..11 \(e.g. --neighbours 8\), a larger box, or --variants none"):
+    # from Python, the box's refusals name the arguments as given there (the command's are in test_region_experiments)
+    with pytest.raises(ConfigError, match=r"^neighbours=12: a box of 12 cells gives each cell 1..11 neighbours; give each "
+                                          r"k in 1..11 \(e.g. neighbours=8\), a larger box, or variants=\('none',\)$"):
         region_skill(data, _cfg(calendar=False), neighbours=(12,))
+    with pytest.raises(ConfigError, match=r"^channels=9 must be 1..8: each channel mixes the 8 neighbours"):
+        region_skill(data, _cfg(calendar=False), neighbours=(8,), channels=9)
     with pytest.raises(ConfigError, match="variants"):
         region_skill(data, _cfg(calendar=False), variants=("gru",))
     with pytest.raises(ConfigError, match="the box holds 1 cell, which has no neighbours; give a larger box, or "
                                           r"--variants none \(the point model alone\)"):
-        check_neighbours(("sparse", "none"), (8,), 1)
+        check_neighbours(("sparse", "none"), (8,), 1, CLI)
+    with pytest.raises(ConfigError, match=r"^neighbours is empty; give one or more k, e.g. neighbours=\(8, 24\)$"):
+        check_neighbours(("sparse",), (), 12)
     check_neighbours(("none",), (8,), 1)  # the point model alone needs no neighbour
     model, _ = variant_model("none", data, _cfg(calendar=False), 0)
     with pytest.raises(ConfigError, match="a model of the caller's trains on one device without a checkpoint"):

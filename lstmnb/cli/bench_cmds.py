@@ -133,7 +133,7 @@ def _run_bench_speed(args) -> int:
     report = speed.speed_benchmark(
         request_from_args(args), device=args.device, repeats=args.repeats, max_epochs=args.max_epochs,
         target_rmse=args.target_rmse, target_fraction=args.target_fraction,
-        only=args.only.split(",") if args.only else None, results=args.results)
+        only=args.only.split(",") if args.only else None, results=args.results, say=TYPED)
     print(speed.format_report(report))
     return 0
 

@@ -75,7 +75,7 @@ def _run_bench_size(args) -> int:
                                  + (f"{r['timing']['samples_per_s']:,.0f} samples/s" if r["status"] == "ok"
                                     else f"{r['status']}: {r['reason']}")
                                  + (f" ({r['cuda_graph']['reason']})" if "not used" in r["size"].get("ran", "")
-                                    else "")))
+                                    else "")), say=TYPED)
     table = size.size_table(records)
     data = next((r["data"] for r in records if r.get("data")), None)
     print(f"\ndata: {data['source']} ({data.get('kind', 'real')} data) at every size, so that sizes compare alike"

@@ -10,7 +10,7 @@ from ..paths import check_cache
 from ..region import VARIANTS
 from ..rules import CLI
 from .checks import check_plot, positive
-from .options import (CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args,
+from .options import (TYPED, CHECKPOINT_OPTIONS, PARALLEL_OPTIONS, add_request_args, add_results_args, add_train_args,
                       check_results_args, int_list, pick_variants, request_from_args, results_path, save_plot,
                       say_recorded, say_threads, str_list, train_config_from_args)
 from .region_memory_cmd import add_memory
@@ -73,7 +73,7 @@ def _check_skill(args) -> None:
     if ("sparse" in variants or "dense" in variants) and (not args.neighbours or min(args.neighbours) < 1):
         raise ConfigError(f"--neighbours {','.join(map(str, args.neighbours))}: each k must be a whole number >= 1")
     positive("--channels", args.channels)
-    check_mixes(variants, args.neighbours, args.channels)
+    check_mixes(variants, args.neighbours, args.channels, CLI)
     check_training(train_config_from_args(args), request, args)
     check_plot(args.plot)
 
@@ -96,9 +96,9 @@ def _run_skill(args) -> int:
               flush=True)
 
     cfg = train_config_from_args(args)  # region_skill names the experiment
-    data, info = region_windows(_area_request(args), cfg, progress=cfg.progress)
+    data, info = region_windows(_area_request(args), cfg, progress=cfg.progress, say=TYPED)
     got = region_skill(data, cfg, pick_variants(args.variants), args.neighbours, args.channels, data_info=info,
-                       results=results_path(args), on_epoch=epoch, on_point=finished)
+                       results=results_path(args), on_epoch=epoch, on_point=finished, say=TYPED)
     maps = got.maps
     print(f"\n{data.grid.shape[0]} x {data.grid.shape[1]} cells, test period {maps.attrs['period']}, "
           f"{cfg.lead_hours} h ahead (MSE skill score = 1 - MSE / MSE of the reference; above 0 beats it):")
@@ -203,9 +203,9 @@ def _run_scaling(args) -> int:
     from ..experiments.region_skill import region_windows
     from ..report import format_table
 
-    data, info = region_windows(_area_request(args), _scaling_train_config(args), progress=False)
+    data, info = region_windows(_area_request(args), _scaling_train_config(args), progress=False, say=TYPED)
     table = region_scaling(data, _scaling_model(args, data), args.world_sizes, args.modes, _shard_config(args),
-                           repeats=args.repeats, data_info=info, results=results_path(args),
+                           repeats=args.repeats, data_info=info, results=results_path(args), say=TYPED,
                            on_point=lambda r: print(f"  {r['region']['mode']}, {r['threads']['total']} thread(s) "
                                                     f"in {r['threads']['ranks']} process(es): "
                                                     f"{r['timing']['step_s']:.4f} s per step", flush=True))

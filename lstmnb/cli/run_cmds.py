@@ -291,7 +291,7 @@ def _run_skill(args) -> int:
 
     records = skill.skill_experiment(
         request_from_args(args), train_config_from_args(args), args.leads, results=results_path(args),
-        on_point=lambda r: print(f"  lead {r['skill']['lead_hours']} h: {r['metrics']['stop_reason']}"))
+        on_point=lambda r: print(f"  lead {r['skill']['lead_hours']} h: {r['metrics']['stop_reason']}"), say=TYPED)
     table = skill.skill_table(records)
     with pd.option_context("display.width", 250):
         print(format_table(table))

@@ -98,23 +98,24 @@ def check_target(target: tuple[int, int], budget_bytes: float, base) -> None:
                           f"over the --budget-gb {budget_bytes / 2**30:g} budget; raise the budget or shrink the target")
 
 
-def check_scaling_area(shape: tuple[int, int], neighbours: int, world_sizes, modes) -> None:
+def check_scaling_area(shape: tuple[int, int], neighbours: int, world_sizes, modes, say: Spelling = PYTHON) -> None:
     """The box against the k and the ranks asked, once it is read and before any run: a box too small for them is one
-    line saying so and what to give (as ``region_skill.check_neighbours`` words it)."""
+    line saying so and what to give (as ``region_skill.check_neighbours`` words it), as ``say`` spells the settings."""
     ny, nx = (int(v) for v in shape)
     n = ny * nx
     if neighbours and n < 2:
         raise ConfigError(f"the box holds {n} cell, too small for the sparse mix: it has no neighbours (k >= 1); "
-                          "give a larger box, e.g. --box 39,39.5,279,279.5 (3 x 3 cells)")
+                          f"give a larger box, e.g. {say('box', (39, 39.5, 279, 279.5))} (3 x 3 cells)")
     if neighbours and neighbours > n - 1:
-        raise ConfigError(f"--neighbours {neighbours}: a box of {n} cells ({ny} x {nx}) is too small: it gives each "
-                          f"cell 1..{n - 1} neighbours; give k in 1..{n - 1} (e.g. --neighbours {min(8, n - 1)}), or a larger box")
+        raise ConfigError(f"{say('neighbours', neighbours)}: a box of {n} cells ({ny} x {nx}) is too small: it gives "
+                          f"each cell 1..{n - 1} neighbours; give k in 1..{n - 1} (e.g. "
+                          f"{say('neighbours', min(8, n - 1))}), or a larger box")
     most = max(world_sizes)
     if "tiles" in modes and most > ny:
         rows = f"{ny} row{'s' if ny > 1 else ''}"
-        raise ConfigError(f"--world-sizes {','.join(map(str, world_sizes))}: a box of {rows} of cells is too small "
-                          f"for {most} tiles ranks (one band of rows each); give --world-sizes up to {ny}, a box of "
-                          f"at least {most} rows, or --modes windows")
+        raise ConfigError(f"{say('world_sizes', tuple(world_sizes))}: a box of {rows} of cells is too small for {most} "
+                          f"tiles ranks (one band of rows each); give {say.key('world_sizes')} up to {ny}, a box of "
+                          f"at least {most} rows, or {say('modes', 'windows' if say.cli else ('windows',))}")
 
 
 def _sharded_rank(env, area, model_cfg, cfg) -> list[dict[str, Any]]:
@@ -180,20 +181,20 @@ def check_world_sizes(world_sizes, say: Spelling = PYTHON) -> list[int]:
 
 
 def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *, repeats: int = 1,
-                   data_info: dict | None = None, results=None,
+                   data_info: dict | None = None, results=None, say: Spelling = PYTHON,
                    profile: str | None = None, on_point: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
     """Step time of tiles vs windows against one process at equal total threads (the module's docstring) for each N of
     ``world_sizes`` (N = 1: the one-thread process alone), alternating ``repeats`` times; medians. Returns a table with
     the speed-up, the halo bytes each rank sends per step, the MiB of series the largest rank holds (tiles: its band's
     cells; windows: the area) and the largest relative difference of the loss from the one-process loss; one record per
     (mode, N) and per one-process N, whose ``threads`` section also holds the cores the CPU policy finds free now
-    (``free_now``): whether both sides had their cores alone."""
+    (``free_now``): whether both sides had their cores alone. ``say``: how refusals name settings."""
     modes = tuple(modes or MODES)
     cfg = cfg or ShardConfig()
-    sizes = check_world_sizes(world_sizes)
+    sizes = check_world_sizes(world_sizes, say)
     if not isinstance(repeats, int) or repeats < 1:
-        raise ConfigError(f"repeats={repeats!r} must be a whole number >= 1")
-    check_scaling_area(data.grid.shape, model_cfg.neighbours, sizes, modes)
+        raise say.refuse("repeats", repeats, "must be a whole number >= 1")
+    check_scaling_area(data.grid.shape, model_cfg.neighbours, sizes, modes, say)
     for mode in modes:  # every run's settings against the area, before the first one starts
         for w in sizes:
             check_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w))

@@ -25,7 +25,7 @@ from ..region.data import RegionData
 from ..region.grid import BASELINES, Grid, flow_halves, record_maps
 from ..region.maps import Panel, map_title, rmse_panels
 from ..region.model import KeyedForecaster, check_channels, region_model, variant_config
-from ..rules import known
+from ..rules import PYTHON, Spelling, known
 from ..training import prepare_windows, train, with_overrides
 from ..training.evaluate import mse_skill_score
 from ..training.guards import stop_if_diverged
@@ -47,26 +47,28 @@ class SkillResult:
     flow: pd.DataFrame
 
 
-def check_neighbours(variants, neighbours, n_cells: int) -> None:
-    """Every k of ``neighbours`` fits the box (a cell has ``n_cells - 1`` others), when a variant mixes."""
+def check_neighbours(variants, neighbours, n_cells: int, say: Spelling = PYTHON) -> None:
+    """Every k of ``neighbours`` fits the box (a cell has ``n_cells - 1`` others), when a variant mixes; a refusal
+    names the settings as ``say`` spells them."""
     if all(v == REFERENCE for v in variants):
         return
+    alone = say("variants", "none" if say.cli else ("none",))
     if not neighbours:
-        raise ConfigError("--neighbours is empty; give one or more k, e.g. 8,24")
+        raise ConfigError(f"{say.key('neighbours')} is empty; give one or more k, e.g. {say('neighbours', (8, 24))}")
     if n_cells < 2:
-        raise ConfigError(f"the box holds {n_cells} cell, which has no neighbours; give a larger box, or "
-                          "--variants none (the point model alone)")
+        raise ConfigError(f"the box holds {n_cells} cell, which has no neighbours; give a larger box, or {alone} (the "
+                          "point model alone)")
     bad = [k for k in neighbours if not isinstance(k, (int, np.integer)) or not 1 <= k <= n_cells - 1]
     if bad:
-        raise ConfigError(f"--neighbours {bad[0]}: a box of {n_cells} cells gives each cell 1..{n_cells - 1} "
-                          f"neighbours; give each k in 1..{n_cells - 1} (e.g. --neighbours {min(8, n_cells - 1)}), a "
-                          "larger box, or --variants none")
+        raise ConfigError(f"{say('neighbours', bad[0])}: a box of {n_cells} cells gives each cell 1..{n_cells - 1} "
+                          f"neighbours; give each k in 1..{n_cells - 1} (e.g. {say('neighbours', min(8, n_cells - 1))}),"
+                          f" a larger box, or {alone}")
 
 
-def check_mixes(variants, neighbours, channels: int) -> None:
+def check_mixes(variants, neighbours, channels: int, say: Spelling = PYTHON) -> None:
     """The channels against each k a variant tries (sparse: every one, dense: the first), before any trains."""
     for k in neighbours if "sparse" in variants else neighbours[:1] if "dense" in variants else ():
-        check_channels(channels, int(k))
+        check_channels(channels, int(k), say)
 
 
 def variant_model(variant: str, data, cfg, k: int, channels: int = 3):
@@ -83,13 +85,14 @@ def variant_model(variant: str, data, cfg, k: int, channels: int = 3):
 def region_skill(data, cfg, variants=VARIANTS, neighbours=(8,), channels: int = 3, *, data_info=None,
                  results=None, profile: str | None = None, heading_deg: float = SAMPLE_HEADING_DEG,
                  on_epoch: Callable[[str, dict], None] | None = None,
-                 on_point: Callable[[dict], None] | None = None) -> SkillResult:
+                 on_point: Callable[[dict], None] | None = None, say: Spelling = PYTHON) -> SkillResult:
     """Train each variant on ``data`` (``RegionData``) with ``cfg`` (a ``TrainConfig``; its window, lead and horizon
     must be the data's) and compare each with ``none`` per cell. Records: one per run, each with its ``threads``,
-    ``skill.per_point`` (every cell) and a ``region`` section (variant, k, whether validation chose it)."""
+    ``skill.per_point`` (every cell) and a ``region`` section (variant, k, whether validation chose it). ``say``: how
+    the runs' refusals and advice name settings."""
     variants = tuple(known(variants, VARIANTS, f"variants={variants!r}"))
-    check_neighbours(variants, neighbours, data.n_cells)
-    check_mixes(variants, neighbours, channels)
+    check_neighbours(variants, neighbours, data.n_cells, say)
+    check_mixes(variants, neighbours, channels, say)
     run_cfg = with_overrides(cfg, experiment=SKILL, profile=profile or cfg.profile, checkpoint=None, resume=False)
     info = data_info or {"cells": data.n_cells, "grid": {"latitude": data.grid.lat.tolist(),
                                                          "longitude": data.grid.lon.tolist()}}
@@ -103,7 +106,7 @@ def region_skill(data, cfg, variants=VARIANTS, neighbours=(8,), channels: int = 
             name = variant if len(tries) == 1 else f"{variant} k={k}"
             model, mcfg = variant_model(variant, data, run_cfg, k, channels)
             report = None if on_epoch is None else (lambda e, name=name: on_epoch(name, e))
-            rec = train(data.windows, run_cfg, data_info=info, model=model, on_epoch_end=report).record
+            rec = train(data.windows, run_cfg, data_info=info, model=model, on_epoch_end=report, say=say).record
             rec["region"] = {"variant": variant, "neighbours": k, "relation": mcfg.relation, "channels": mcfg.channels,
                              "n_mixed": mcfg.n_mixed, "cells": data.n_cells, "tried_neighbours": list(tries)}
             stop_if_diverged(rec, recorder.results)  # no per-cell comparison with a run that has no forecast
@@ -219,11 +222,12 @@ def comparison_title(maps: xr.Dataset) -> str:
     return map_title("per-cell test RMSE and the neighbours' difference from the point model (none)", maps)
 
 
-def region_windows(request, cfg, *, progress: bool = True):
+def region_windows(request, cfg, *, progress: bool = True, say: Spelling = PYTHON):
     """The request's box as ``RegionData`` (keyed windows as ``cfg`` makes them, `lstmnb train --box`'s) and
-    the records' ``data`` section."""
+    the records' ``data`` section; ``say``: how refusals and advice name settings."""
     if request.box is None:
-        raise ConfigError("region mode works on a box of cells, not on points; give --box LAT_MIN,LAT_MAX,LON_MIN,LON_MAX")
-    windows, info = prepare_windows(request, cfg, progress=progress, keys=True)
+        raise ConfigError("region mode works on a box of cells, not on points; give " + (
+            "--box LAT_MIN,LAT_MAX,LON_MIN,LON_MAX" if say.cli else "box=(lat_min, lat_max, lon_min, lon_max)"))
+    windows, info = prepare_windows(request, cfg, progress=progress, keys=True, say=say)
     grid = Grid(np.asarray(info["grid"]["latitude"], dtype=np.float64), np.asarray(info["grid"]["longitude"], dtype=np.float64))
     return RegionData(windows, grid), {**info, "shape": list(grid.shape)}

@@ -61,21 +61,21 @@ def ran_variant(variant: str, record: dict[str, Any]) -> str:
 
 
 def size_experiment(request, cfg: TrainConfig, sc: SizeConfig = SizeConfig(), *, results=None,
-                    on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+                    on_point: Callable[[dict[str, Any]], None] | None = None, say: Spelling = PYTHON) -> list[dict]:
     """One run per (point count, variant) on the request's time range and ``cfg``'s setting (strategy single, fast
     path). The study's data holds two points, so sizes beyond them come from the synthetic sample (every size, to
-    compare alike; the records' ``data.kind`` says synthetic)."""
+    compare alike; the records' ``data.kind`` says synthetic). ``say``: how refusals and advice name settings."""
     from ..data import SAMPLE, STUDY
 
-    sc.validate()
+    sc.validate(say)
     base = replace(cfg, strategy="single", input_path="fast", checkpoint=None, resume=False, experiment="size")
-    base.validate()
+    base.validate(say)
     no_gpu = None if torch.cuda.is_available() else no_cuda_reason()
     recorder = Recorder(results, on_point)
     for n in sc.points:
         source = SAMPLE if request.source == STUDY else request.source
         windows, info = prepare_windows(replace(request, source=source, points=grid_points(n), box=None), base,
-                                        progress=cfg.progress)
+                                        progress=cfg.progress, say=say)
         for variant in sc.variants:
             run_cfg = (replace(base, device="cpu") if variant == "cpu" else
                        replace(base, device="cuda", cuda_graph=variant == "cuda-graph"))
@@ -83,7 +83,7 @@ def size_experiment(request, cfg: TrainConfig, sc: SizeConfig = SizeConfig(), *,
             if variant != "cpu" and no_gpu:
                 rec = skipped_record(run_cfg, no_gpu, data=info, size=size)
             else:
-                rec = train(windows, run_cfg, data_info=info).record
+                rec = train(windows, run_cfg, data_info=info, say=say).record
                 rec["size"] = {**size, "ran": ran_variant(variant, rec)}
             recorder.add(rec)
     return recorder.records

@@ -43,17 +43,18 @@ def check_one_lead(horizon: int, option: str = "horizon") -> None:
 
 
 def skill_experiment(request, cfg, leads: Iterable[int] = (1, 6, 24), *, results=None,
-                     on_point: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+                     on_point: Callable[[dict[str, Any]], None] | None = None, say: Spelling = PYTHON) -> list[dict]:
     """Train one model per lead (``cfg`` otherwise unchanged), in the order given; each record's ``skill``
-    section holds its per-point scores. Validation and test score the same target hours at every lead."""
+    section holds its per-point scores. Validation and test score the same target hours at every lead. ``say``:
+    how the runs' refusals and advice name settings."""
     leads = check_leads(leads)
     check_one_lead(cfg.horizon)
     recorder = Recorder(results, on_point)
     for lead in leads:
         run_cfg = with_overrides(cfg, lead_hours=lead, experiment="skill", checkpoint=None, resume=False)
-        run_cfg.validate()
-        windows, info = prepare_windows(request, run_cfg, progress=cfg.progress)
-        result = train(windows, run_cfg, data_info=info)
+        run_cfg.validate(say)
+        windows, info = prepare_windows(request, run_cfg, progress=cfg.progress, say=say)
+        result = train(windows, run_cfg, data_info=info, say=say)
         stop_if_diverged(result.record, recorder.results)  # a lead whose run diverged ends the study, recorded
         recorder.add(result.record)
     return recorder.records

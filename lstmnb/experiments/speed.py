@@ -18,6 +18,7 @@ from ..errors import ConfigError
 from ..profiles import load_profile
 from ..records import Recorder
 from ..report import device_label
+from ..rules import PYTHON, Spelling
 from ..training import PRESETS, TrainConfig, prepare_windows, train
 from ..training.guards import stop_if_diverged
 
@@ -153,24 +154,24 @@ def _time_to_target_text(row: pd.Series, max_epochs: int) -> str:
 def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max_epochs: int = 15,
                     target_rmse: float | None = None, target_fraction: float | None = None,
                     only: list[str] | None = None, results=None, windows=None,
-                    base: TrainConfig | None = None, progress: bool = True) -> SpeedReport:
+                    base: TrainConfig | None = None, progress: bool = True, say: Spelling = PYTHON) -> SpeedReport:
     """Train each contender ``repeats`` times (alternating), stopping at the target, and summarise. The target is
     ``target_rmse`` (K), else ``target_fraction`` (None: 0.9) of persistence's validation RMSE. ``windows`` may be given
     to skip extraction (tests use tiny ones); ``base`` supplies settings that all contenders share (e.g. a smaller
-    hidden size in tests)."""
+    hidden size in tests); ``say``: how refusals and advice name settings."""
     if repeats < 1 or max_epochs < 1:
         raise ConfigError(f"repeats={repeats} and max_epochs={max_epochs} must be >= 1")
     names = list(only or CONTENDERS)
     if len(set(names)) < len(names):  # each would run (and be shown) as often as it is named
         raise ConfigError(f"only={names} names a contender more than once; give each once")
-    dev = resolve_device(device)
+    dev = resolve_device(device, say)
     # each contender's settings once, from the profile of this device (validates the names too)
     settings = {n: contender_settings(n, profile_for(dev)) for n in names}
     base = replace(base or TrainConfig(**STUDY_PROBLEM), device=str(dev), epochs=max_epochs, patience=None, progress=False,
                    experiment="speed")
     info: dict[str, Any] = {}
     if windows is None:  # the contenders' inputs (all three: the published ones, no calendar or cycles)
-        windows, info = prepare_windows(request, replace(base, **settings[names[0]]), progress=progress)
+        windows, info = prepare_windows(request, replace(base, **settings[names[0]]), progress=progress, say=say)
     val_pers = windows.baselines["val"]["persistence"]["rmse"]
     target = target_rmse if target_rmse is not None else (0.9 if target_fraction is None else target_fraction) * val_pers
     rates: list[float] = []  # the matmul rate, measured beside every run: drift hits it as it hits them
@@ -182,7 +183,7 @@ def speed_benchmark(request=None, *, device: str = "auto", repeats: int = 3, max
         order = names if rep % 2 == 0 else names[::-1]  # alternate so drift hits all contenders alike
         for name in order:
             cfg = replace(base, **settings[name], target_rmse=target, stop_at_target=True, seed=base.seed + rep)
-            rec = train(windows, cfg, data_info=info).record
+            rec = train(windows, cfg, data_info=info, say=say).record
             # MFU's denominator on the threads this run trained on: the load policy decides afresh at every
             # call, so a rate taken under a decision of its own could be a 1-thread rate beside a 2-thread run
             threads = rec["threads"]["used"]

@@ -22,19 +22,19 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..models import Forecaster, ModelConfig
-from ..rules import PYTHON, check_fields, choice, ruled, whole
+from ..rules import PYTHON, Spelling, check_fields, choice, ruled, whole
 from . import VARIANTS
 from .grid import Grid
 from .relation import KINDS, NeighbourMix, knn_index, stencil_weights
 
 
-def check_channels(channels: int, neighbours: int) -> None:
+def check_channels(channels: int, neighbours: int, say: Spelling = PYTHON) -> None:
     """At most max(3, k) channels for k neighbours: k mixes of k neighbours span every other (3 are always allowed:
-    the mean and the two gradients that ``relation.stencil_weights`` starts from)."""
+    the mean and the two gradients that ``relation.stencil_weights`` starts from); named as ``say`` spells them."""
     top = max(3, neighbours)
     if neighbours and channels > top:
-        raise ConfigError(f"channels={channels} must be 1..{top}: each channel mixes the {neighbours} neighbours, "
-                          "and more mixes than neighbours are combinations of the others")
+        raise say.refuse("channels", channels, f"must be 1..{top}: each channel mixes the {neighbours} neighbours, and "
+                         "more mixes than neighbours are combinations of the others")
 
 
 @dataclass(frozen=True)
