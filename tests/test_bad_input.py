@@ -375,7 +375,7 @@ CASES = [
          "--neighbours 8", "(2 x 3) has 6 cells, so k must be 0..5"),
     case("region-memory-threads-beyond", ["region", "memory", "--threads", "100000"], "--threads 100000",
          "whole number >= 1 and <= "),  # was accepted: 100,000 torch threads on this machine's cores
-    case("region-memory-batch-beyond-memory", ["region", "memory", "--batch", "100000000"], "batch=100000000",
+    case("region-memory-batch-beyond-memory", ["region", "memory", "--batch", "100000000"], "--batch 100000000,",
          "even the 3 x 3 area measured first is predicted to need", "give a smaller --batch"),  # was torch's alloc error
     case("region-scaling-neighbours-zero", ["region", "scaling", "--neighbours", "0"], "--neighbours 0",
          "whole number >= 1"),  # was accepted until the data was read

@@ -160,7 +160,7 @@ def test_store_opens_in_one_round_trip(small_store):
 
 def test_credentials_asked_for_but_missing(monkeypatch, tmp_path):
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "absent.json"))
-    with pytest.raises(ConfigError, match="google_default.*none found"):
+    with pytest.raises(ConfigError, match="google_default.*none found.*or drop the token for anonymous access$"):
         open_store("arco-v3", storage_options={"token": "google_default"})
     with pytest.raises(ConfigError, match="credentials file .*absent.json.* not found"):
         open_store("arco-v3", storage_options={"token": str(tmp_path / "absent.json")})

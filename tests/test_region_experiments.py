@@ -181,7 +181,7 @@ def test_the_box_checks_name_the_arguments_as_python_gives_them():
     """The studies are shared with the notebooks: called from Python, the box's refusals name the arguments there."""
     from lstmnb import era5
     from lstmnb.errors import ConfigError
-    from lstmnb.experiments.region import check_scaling_area
+    from lstmnb.experiments.region import check_scaling_area, region_memory
     from lstmnb.experiments.region_skill import region_windows
     from lstmnb.training import preset_config
 
@@ -196,6 +196,9 @@ def test_the_box_checks_name_the_arguments_as_python_gives_them():
         check_scaling_area((1, 1), 8, [1], ("windows",))
     with pytest.raises(ConfigError, match=r"not on points; give box=\(lat_min, lat_max, lon_min, lon_max\)$"):
         region_windows(era5.Request(), preset_config())
+    with pytest.raises(ConfigError, match=r"^target=\(60, 168\): the sparse step needs [\d,]+ MiB by the memory model, "
+                                          r"over the budget_bytes=1000 budget"):
+        region_memory([4], target=(60, 168), budget_bytes=1000)
 
 
 @pytest.mark.slow

@@ -89,7 +89,7 @@ def _check_memory(args) -> None:
         raise ConfigError(f"--neighbours {case.neighbours}: the smallest area measured ({ny} x {nx}) has {ny * nx} "
                           f"cells, so k must be 0..{ny * nx - 1}; give fewer neighbours or larger areas")
     if target is not None:
-        check_target(target, args.budget_gb * 2**30, case)
+        check_target(target, args.budget_gb * 2**30, case, CLI)
     check_plot(args.plot)
     check_results_args(args)
 

@@ -137,7 +137,7 @@ def resolve_source(source: str = STUDY, storage_options: dict | None = None, say
         options = dict(storage_options or {})
         if url.startswith(("gs://", "gcs://")):
             options.setdefault("token", "anon")
-            _check_token(options["token"])
+            _check_token(options["token"], say)
         return StoreRef(source, url, True, options)
     path = Path(url).expanduser()
     if not path.exists():
@@ -157,8 +157,8 @@ def _require_cloud_packages(url: str, say: Spelling) -> None:
                           f"(or use {say('source', SAMPLE)} to work offline)")
 
 
-def _check_token(token: Any) -> None:
-    """Fail early and clearly when credentials are asked for but absent."""
+def _check_token(token: Any, say: Spelling) -> None:
+    """Fail early and clearly when credentials are asked for but absent (``say``: whose words to drop them in)."""
     if token == "google_default":
         try:
             import google.auth
@@ -167,7 +167,7 @@ def _check_token(token: Any) -> None:
         except Exception as exc:  # google-auth raises its own DefaultCredentialsError
             raise ConfigError(f"credentials 'google_default' asked for but none found ({type(exc).__name__}); run "
                               "`gcloud auth application-default login`, pass a service-account JSON file, or drop "
-                              "--credentials for anonymous access") from None
+                              f"{'--credentials' if say.cli else 'the token'} for anonymous access") from None
     check_credentials(token)  # a file: present, JSON, the keys its type needs; the other words pass
 
 

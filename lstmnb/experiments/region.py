@@ -89,13 +89,15 @@ def region_memory(sides, variants=("sparse", "dense"), budget_bytes: float = 4 *
     return df
 
 
-def check_target(target: tuple[int, int], budget_bytes: float, base) -> None:
-    """Refuse a memory target whose step the memory model already puts over the budget."""
+def check_target(target: tuple[int, int], budget_bytes: float, base, say: Spelling = PYTHON) -> None:
+    """Refuse a memory target whose step the memory model already puts over the budget, as ``say`` spells them."""
     ny, nx = target
     need = predict_bytes(dataclasses.replace(base, ny=int(ny), nx=int(nx), variant="sparse"))["total"]
     if need > budget_bytes:
-        raise ConfigError(f"--target {ny}x{nx}: the sparse step needs {need / MiB:,.0f} MiB by the memory model, "
-                          f"over the --budget-gb {budget_bytes / 2**30:g} budget; raise the budget or shrink the target")
+        given = (f"--target {ny}x{nx}", f"--budget-gb {budget_bytes / 2**30:g}") if say.cli else (
+            say("target", tuple(target)), say("budget_bytes", budget_bytes))
+        raise ConfigError(f"{given[0]}: the sparse step needs {need / MiB:,.0f} MiB by the memory model, over the "
+                          f"{given[1]} budget; raise the budget or shrink the target")
 
 
 def check_scaling_area(shape: tuple[int, int], neighbours: int, world_sizes, modes, say: Spelling = PYTHON) -> None:

@@ -29,7 +29,7 @@ def check_floor(base: MemoryCase) -> None:
     need = predict_bytes(floor_case(base))["total"]
     have, where = device_memory(base.device)
     if need > have:
-        raise ConfigError(f"batch={base.batch}, window={base.window}, hidden={base.hidden}: even the 3 x 3 area "
+        raise ConfigError(f"--batch {base.batch}, --window {base.window}, --hidden {base.hidden}: even the 3 x 3 area "
                           f"measured first is predicted to need {need / 2**30:,.1f} GiB; "
                           f"{where} has {have / 2**30:,.1f} GiB; give a smaller --batch, --window or --hidden")
 
