@@ -18,6 +18,7 @@ import pandas as pd
 
 from .climate import calendar_day, calendar_features, climatology_statement, climatology_table, cycle_fit, cycle_values
 from .errors import ConfigError, DataError
+from .rules import PYTHON, Spelling
 
 SPLITS = ("train", "val", "test")
 CALENDAR_FEATURES = ("hour_sin", "hour_cos", "doy_sin", "doy_cos")  # the calendar inputs, after the variables
@@ -173,8 +174,9 @@ class Windows:
         return self.scaler.inverse(y_scaled, feature=0)
 
 
-def scored_ranges(bounds: Sequence[slice], config: WindowConfig) -> list[tuple[int, int]]:
-    """Per split, the first-target hours ``[lo, hi)`` (indices into the series) under the target-time rule.
+def scored_ranges(bounds: Sequence[slice], config: WindowConfig, say: Spelling = PYTHON) -> list[tuple[int, int]]:
+    """Per split, the first-target hours ``[lo, hi)`` (indices into the series) under the target-time rule; a part
+    too short for the window or horizon is refused naming them as ``say`` spells them.
 
     A sample with first target hour ``j`` has inputs ``j - lead - window + 1 .. j - lead`` and targets
     ``j .. j + horizon - 1``; all its targets lie in the split of ``j``, its inputs may lie before it."""
@@ -187,11 +189,11 @@ def scored_ranges(bounds: Sequence[slice], config: WindowConfig) -> list[tuple[i
         elif hi <= lo:
             hours = sl.stop - sl.start
             if name == "train":
-                raise ConfigError(f"window={config.window} h (+ lead {config.lead_hours} h, horizon "
+                raise ConfigError(f"{say('window', config.window)} (+ lead {config.lead_hours} h, horizon "
                                   f"{config.horizon} h) is longer than the training part ({hours} hours); use a "
                                   "shorter window or a longer time range")
-            raise ConfigError(f"the {name} part has {hours} hours, fewer than horizon={config.horizon}; "
-                              "use a shorter horizon or a longer time range")
+            raise ConfigError(f"the {name} part has {hours} hours, fewer than the {say.key('horizon')} of "
+                              f"{config.horizon}; use a shorter horizon or a longer time range")
         out.append((lo, hi))
     return out
 
@@ -229,14 +231,14 @@ def split_parts(times: pd.DatetimeIndex, config: WindowConfig) -> tuple[slice, s
 
 
 def make_windows(values: np.ndarray, times: pd.DatetimeIndex | Sequence, config: WindowConfig = WindowConfig(), *,
-                 features: Sequence[str] | None = None, points: Sequence[str] | None = None, keys: bool = False
-                 ) -> Windows:
+                 features: Sequence[str] | None = None, points: Sequence[str] | None = None, keys: bool = False,
+                 say: Spelling = PYTHON) -> Windows:
     """Split by target time, scale and window a (time,), (time, point) or (time, point, variable) array in kelvin.
 
     Feature 0 is the target. Each point is windowed on its own and the samples pooled, so one model serves all
     points; baselines are scored on exactly the same target samples. With ``keys``, ``x[split]`` holds each sample's
     (point, last input hour) as (N, 2) int64 and ``series`` the scaled inputs they index: the same samples, for a
-    model that gathers windows itself (region mode)."""
+    model that gathers windows itself (region mode). ``say``: how a refusal names the window settings."""
     config.validate()
     v, times = series_array(values, times)
     n_t, n_p, n_v = v.shape
@@ -244,7 +246,7 @@ def make_windows(values: np.ndarray, times: pd.DatetimeIndex | Sequence, config:
     points = list(points) if points is not None else [f"point{i}" for i in range(n_p)]
 
     bounds = split_parts(times, config)
-    ranges = scored_ranges(bounds, config)
+    ranges = scored_ranges(bounds, config, say)
     train_part, train_times = v[bounds[0]], times[bounds[0]]
     scaler = Scaler.fit(train_part.reshape(-1, n_v))
     W, L, H = config.window, config.lead_hours, config.horizon
@@ -308,7 +310,8 @@ def make_windows(values: np.ndarray, times: pd.DatetimeIndex | Sequence, config:
                    series=series.astype(np.float32) if keys else None)
 
 
-def windows_from_dataset(ds, config: WindowConfig = WindowConfig(), *, keys: bool = False) -> Windows:
+def windows_from_dataset(ds, config: WindowConfig = WindowConfig(), *, keys: bool = False,
+                         say: Spelling = PYTHON) -> Windows:
     """``make_windows`` for a point Dataset from ``lstmnb.era5.extract`` (dims time, point)."""
     if config.target not in ds.data_vars:
         raise ConfigError(f"target variable {config.target!r} is not in the data; it has {sorted(ds.data_vars)}")
@@ -319,7 +322,7 @@ def windows_from_dataset(ds, config: WindowConfig = WindowConfig(), *, keys: boo
     if arr.shape[0] == 0:
         raise DataError("the selection is empty: no hours in the requested time range")
     w = make_windows(arr, ds["time"].values, config, features=names, points=[str(p) for p in ds["point"].values],
-                     keys=keys)
+                     keys=keys, say=say)
     if "requested_latitude" in ds.coords:  # points (not a box's cells): as the user gave them
         w.requested = [f"{float(a):g},{float(b):g}" for a, b in
                        zip(ds["requested_latitude"].values, ds["requested_longitude"].values)]

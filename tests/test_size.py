@@ -23,12 +23,13 @@ def test_grid_points_start_with_the_published_two_and_stay_in_the_box():
 
 def test_size_experiment_records_every_point_and_variant(tmp_path):
     request = Request(start="2020-01-01", end="2020-01-12")
-    cfg = TrainConfig(window=12, hidden=8, epochs=2, batch_size=64, progress=False)
+    # mixed precision is the GPU variants' (torch's autocast on the CPU is another matter): the CPU's runs in float32
+    cfg = TrainConfig(window=12, hidden=8, epochs=2, batch_size=64, progress=False, amp="fp16")
     recs = size.size_experiment(request, cfg, size.SizeConfig(points=(2, 4)), results=tmp_path)
     assert [(r["size"]["points"], r["size"]["variant"]) for r in recs] == [
         (n, v) for n in (2, 4) for v in size.VARIANTS]
     cpu = [r for r in recs if r["size"]["variant"] == "cpu"]
-    assert all(r["status"] == "ok" and r["device"]["kind"] == "cpu" for r in cpu)
+    assert all(r["status"] == "ok" and r["device"]["kind"] == "cpu" and r["config"]["amp"] == "off" for r in cpu)
     assert all(r["data"]["source"] == "sample" and r["data"]["kind"] == "synthetic" for r in cpu)  # sizes need an area
     assert cpu[1]["size"]["train_samples"] == 2 * cpu[0]["size"]["train_samples"]  # twice the points, twice the samples
     gpu = [r for r in recs if r["size"]["variant"] != "cpu"]

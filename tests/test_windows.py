@@ -191,8 +191,17 @@ def test_bad_window_settings(kw, match):
 
 
 def test_window_longer_than_training_part():
-    with pytest.raises(ConfigError, match="longer than the training part"):
+    """Refused naming the settings as the caller gave them (the command passes its spelling)."""
+    from lstmnb.rules import CLI
+
+    with pytest.raises(ConfigError, match=r"^window=80 \(\+ lead 1 h, horizon 1 h\) is longer than the training part "
+                                          r"\(70 hours\); use a shorter window or a longer time range$"):
         make_windows(np.arange(100.0), hours(100), WindowConfig(window=80))
+    with pytest.raises(ConfigError, match=r"^--window 80 \(\+ lead"):
+        make_windows(np.arange(100.0), hours(100), WindowConfig(window=80), say=CLI)
+    with pytest.raises(ConfigError, match=r"^the val part has 15 hours, fewer than the horizon of 20; use a shorter "
+                                          r"horizon or a longer time range$"):
+        make_windows(np.arange(100.0), hours(100), WindowConfig(window=10, horizon=20))
 
 
 def test_nan_in_series_is_named():

@@ -69,14 +69,14 @@ def add_train(sub, full: bool) -> None:
 
 def check_training(cfg, request, args, device: bool = True) -> None:
     """What a training run (or a bench of runs) needs, before it starts; ``device`` False: the bench picks devices."""
-    from ..machine.device import resolve_device
+    from ..machine.device import resolve_device, run_amp
     from ..profiles import load_profile
 
     cfg.validate(CLI)
     cfg.check_split_in(request, CLI)
-    cfg.check_windows_fit(request)
-    if device:
-        resolve_device(cfg.device, CLI)
+    cfg.check_windows_fit(request, CLI)
+    if device:  # and the mixed precision it takes there
+        run_amp(resolve_device(cfg.device, CLI), cfg.amp, CLI)
     if cfg.profile is not None:
         load_profile(cfg.profile)
     if cfg.strategy == "ddp" and cfg.nproc:  # before the data is read, not once the ranks start

@@ -77,7 +77,7 @@ def size_experiment(request, cfg: TrainConfig, sc: SizeConfig = SizeConfig(), *,
         windows, info = prepare_windows(replace(request, source=source, points=grid_points(n), box=None), base,
                                         progress=cfg.progress, say=say)
         for variant in sc.variants:
-            run_cfg = (replace(base, device="cpu") if variant == "cpu" else
+            run_cfg = (replace(base, device="cpu", amp="off") if variant == "cpu" else  # amp: the GPU variants'
                        replace(base, device="cuda", cuda_graph=variant == "cuda-graph"))
             size = {"points": n, "variant": variant, "train_samples": int(windows.x["train"].shape[0])}
             if variant != "cpu" and no_gpu:

@@ -124,23 +124,24 @@ def off_the_gpu(opt: torch.optim.Optimizer, device: torch.device) -> torch.optim
     return opt
 
 
-def amp_choice(mode: str, device_type: str, capability: tuple[int, int] | None = None) -> torch.dtype | None:
+def amp_choice(mode: str, device_type: str, capability: tuple[int, int] | None = None,
+               say: Spelling = PYTHON) -> torch.dtype | None:
     """The autocast dtype for ``mode`` on a device of ``device_type`` (a GPU's ``capability``); None means full
     float32. Pure. bfloat16 only where the GPU computes it natively (``cuda.bf16_native``): ``auto`` takes float16
-    elsewhere (with a loss scaler), and ``bf16`` on such a GPU is an error."""
+    elsewhere (with a loss scaler), and ``bf16`` on such a GPU is an error, named as ``say`` spells ``amp``."""
     from .cuda import bf16_native
 
     if mode == "off" or (mode == "auto" and device_type != "cuda"):
         return None
     if device_type != "cuda":
-        raise ConfigError(f"amp={mode!r} is for CUDA devices; this run is on {device_type} (use amp='off')")
+        raise ConfigError(f"{say('amp', mode)} is for CUDA devices; this run is on {device_type} (use {say('amp', 'off')})")
     if mode == "fp16":
         return torch.float16
     native = capability is not None and bf16_native(capability)
     if mode == "bf16" and not native:
-        raise DeviceError(f"amp='bf16' asked for, but this GPU (SM {capability[0]}.{capability[1]}) has no native "
-                          f"bfloat16 (SM 8.0 and newer do); use amp='fp16'" if capability else
-                          "amp='bf16' asked for, but no CUDA GPU capability is known; use amp='fp16'")
+        raise DeviceError(f"{say('amp', mode)} asked for, but " + (
+            f"this GPU (SM {capability[0]}.{capability[1]}) has no native bfloat16 (SM 8.0 and newer do)" if capability
+            else "no CUDA GPU capability is known") + f"; use {say('amp', 'fp16')}")
     return torch.bfloat16 if native else torch.float16
 
 
@@ -366,7 +367,11 @@ def for_run(device: torch.device, amp: str, heap: str) -> RunMachine:
     if device.type == "cuda":
         prepare_cuda()  # before the model reaches the GPU: cuDNN off where torch's cuDNN refuses it
     kept = heap_for_run(heap == "kept") if device.type == "cpu" else None
-    # the autocast dtype by the run's own GPU's capability (cuda:N, not the current device)
+    return RunMachine(device, run_amp(device, amp), kept)
+
+
+def run_amp(device: torch.device, amp: str, say: Spelling = PYTHON) -> torch.dtype | None:
+    """``amp_choice`` by the run's own GPU's capability (cuda:N, not the current device)."""
     capability = (tuple(torch.cuda.get_device_capability(indexed(device)))
                   if device.type == "cuda" and amp in ("auto", "bf16") else None)
-    return RunMachine(device, amp_choice(amp, device.type, capability), kept)
+    return amp_choice(amp, device.type, capability, say)

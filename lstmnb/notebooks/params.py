@@ -262,9 +262,9 @@ def check_dates_per_notebook(defaults: Mapping[str, Mapping[str, Any]], given: M
             if isinstance(seen.get("window"), int) and isinstance(seen.get("lead_hours", 1), int):
                 cfg = replace(cfg, window=seen["window"], lead_hours=seen.get("lead_hours", cfg.lead_hours))
                 try:
-                    cfg.check_windows_fit(request)
-                except LstmnbError as exc:  # "window=N h ... is longer than the training part ...": the parameter's
-                    raise ConfigError(f"parameter {exc}; notebook {name} reads {seen['start']}..{seen['end']}") from None
+                    cfg.check_windows_fit(request, parameter())
+                except LstmnbError as exc:
+                    raise ConfigError(f"{exc}; notebook {name} reads {seen['start']}..{seen['end']}") from None
 
 
 def _check_scratch(values: Mapping[str, Any]) -> None:

@@ -306,9 +306,9 @@ class TrainConfig:
                                  f"outside the data's time range {request.start}..{request.end}; both VAL_START,"
                                  f"TEST_START must fall after {say.key('start')} and by {say.key('end')}")
 
-    def check_windows_fit(self, request) -> None:
+    def check_windows_fit(self, request, say: Spelling = PYTHON) -> None:
         """The window, lead and horizon fit every part of the request's hours as the run will split them (refused
-        before any data is read, not once it is)."""
+        before any data is read, not once it is, as ``say`` spells them)."""
         if request is None or not isinstance(request.start, str) or not isinstance(request.end, str):
             return  # the source's own range: known once the store is open
         import pandas as pd
@@ -317,7 +317,7 @@ class TrainConfig:
         from ..windows import scored_ranges, split_parts
 
         times = pd.date_range(parse_time(request.start), parse_time(request.end, end=True), freq="h")
-        scored_ranges(split_parts(times, self.window_config()), self.window_config())
+        scored_ranges(split_parts(times, self.window_config()), self.window_config(), say)
 
     def stops_after(self, history: list[dict[str, Any]], best: dict[str, Any]) -> str | None:
         """Why early stopping ends a run after ``history`` (None: it goes on): (``stop_at_target``) the target

@@ -131,7 +131,7 @@ def prepare_windows(request=None, cfg: TrainConfig = TrainConfig(), *, progress:
         # the cells' grid (row-major, as the points are), so records can draw maps
         grid = {"grid": {"latitude": ds["latitude"].values.tolist(), "longitude": ds["longitude"].values.tolist()}}
         ds = box_to_points(ds)
-    windows = windows_from_dataset(ds, cfg.window_config(), keys=keys)
+    windows = windows_from_dataset(ds, cfg.window_config(), keys=keys, say=say)
     return windows, {**request.as_record(), "cells": int(ds.sizes["point"]), "hours": int(ds.sizes["time"]), **grid}
 
 
