@@ -165,7 +165,7 @@ def _check_training(values: Mapping[str, Any]) -> None:
 
 def _reuse(key: str, value: Any, check: Callable[..., Any], *args: Any) -> Any:
     """``check(*args)``, the package's own check of the setting ``key`` gives, its refusal restated as the parameter's
-    (``parameter ddp_ranks=4: world_size=4 ranks on this node, ...``): for checks that take no ``Spelling``."""
+    (``parameter ddp_ranks=4: 4 ranks on this node, ...``): for checks that take no ``Spelling``."""
     try:
         return check(*args)
     except LstmnbError as exc:

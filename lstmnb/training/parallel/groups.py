@@ -83,12 +83,12 @@ def check_world_size(kind: str, local_world_size: int, option: str = "nproc") ->
     """Refuse more ranks on this node than it has devices (one GPU, or at least one core, per rank); ``option``:
     the option that asked for them (the message says what to give it)."""
     if local_world_size < 1:
-        raise ConfigError(f"world_size={local_world_size} must be >= 1")
+        raise ConfigError(f"{local_world_size} ranks on this node: give {option} of at least 1")
     have = torch.cuda.device_count() if kind == "cuda" else cpu_cores()
     if local_world_size > have:
         what = (f"{have} CUDA GPU(s) visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
                 if kind == "cuda" else f"{have} CPU core(s) available to this process, and each gloo rank needs one")
-        raise DeviceError(f"world_size={local_world_size} ranks on this node, but only {what}; "
+        raise DeviceError(f"{local_world_size} ranks on this node, but only {what}; "
                           f"give {option} at most {have}")
 
 
