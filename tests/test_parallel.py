@@ -179,10 +179,14 @@ def test_the_largest_bucket_cap_is_one_torchs_ddp_accepts(tmp_path):
 @pytest.mark.slow
 def test_error_inside_a_rank_comes_back_as_that_error():
     cfg = TrainConfig(**TINY, strategy="ddp", nproc=2, batch_size=5000, uneven_shards=True)
+    windows = synthetic_windows(cfg, days=20)
     t0 = time.monotonic()
     with pytest.raises(ConfigError, match=r"rank \d of 2: batch_size=5000 per rank x world_size=2"):
-        train(synthetic_windows(cfg, days=20), cfg)
+        parallel.train_parallel(windows, cfg)  # the ranks' own check (train() says it before any rank starts)
     assert time.monotonic() - t0 < 60
+    with pytest.raises(ConfigError, match=r"^batch_size=5000 per rank x 2 ranks = 10000 is more than the \d+ training "
+                                          r"samples, and uneven shards take whole batches only; give a smaller batch_size$"):
+        train(windows, cfg)
 
 
 def test_cpu_ranks_share_the_node_cores_and_record_their_threads():

@@ -30,21 +30,25 @@ from .trainer import Trainer
 
 def check_windows(windows: Windows, cfg: TrainConfig, say: Spelling = PYTHON) -> None:
     """The windows hold the samples ``cfg`` describes: its window, lead, horizon and inputs (calendar, cycles); a
-    batch beyond them is a warning naming it as ``say`` spells it."""
+    batch beyond them is a warning naming it as ``say`` spells it (refused with uneven shards, before any rank)."""
     names = ("window", "lead_hours", "horizon", "calendar", "cycles")
     built, wanted = ([getattr(c, n) for n in names] for c in (windows.config, cfg))
     if built != wanted:
         differ = ", ".join(f"{n} {b} (config {w})" for n, b, w in zip(names, built, wanted) if b != w)
         raise ConfigError(f"the windows were built with {differ}; rebuild them with cfg.window_config()")
     # a batch above the training part works (one full-batch step per epoch) but is not what the number says: a note.
-    # Under DDP a step's batch is per rank x ranks; uneven shards refuse it in the ranks (they need whole batches)
+    # Under DDP a step's batch is per rank x ranks; uneven shards refuse it (they take whole batches only)
     n_train = windows.x["train"].shape[0]
     world = int(cfg.nproc or os.environ.get("WORLD_SIZE") or 1) if cfg.strategy == "ddp" else 1  # its ranks
-    if cfg.batch_size * world > n_train and not (world > 1 and cfg.uneven_shards) and is_rank_zero():
-        ranks = f" per rank x {world} ranks = {cfg.batch_size * world}" if world > 1 else ""
-        given = say("batch_size", cfg.batch_size) + ranks
-        warnings.warn(f"{given} is more than the {n_train} training samples of this data: each "
-                      f"epoch is one step of all {n_train} (the record's data.sizes.train)", stacklevel=3)
+    if cfg.batch_size * world > n_train:
+        given = say("batch_size", cfg.batch_size) + (f" per rank x {world} ranks = {cfg.batch_size * world}"
+                                                      if world > 1 else "")
+        if world > 1 and cfg.uneven_shards:
+            raise ConfigError(f"{given} is more than the {n_train} training samples, and uneven shards take whole "
+                              f"batches only; give a smaller {say.key('batch_size')}")
+        if is_rank_zero():
+            warnings.warn(f"{given} is more than the {n_train} training samples of this data: each "
+                          f"epoch is one step of all {n_train} (the record's data.sizes.train)", stacklevel=3)
 
 
 @contextmanager
