@@ -60,7 +60,9 @@ def test_a_weight_flipped_mid_run_ends_the_run_diverged_and_keeps_the_earlier_ep
     assert (d["epoch"], d["step"], d["what"], d["value"]) == (2, 1, "training loss", "inf")
     assert [e["epoch"] for e in record["epochs"]] == [1] and "metrics" not in record and "skill" not in record
     assert record["reason"].startswith("the run diverged at epoch 2, step 1: the training loss is inf")
-    assert "--lr" in record["reason"] and f"{ckpt} keeps epoch 1" in record["reason"]
+    # what to try, named as the caller gives settings (here Python's; the command's below)
+    assert "try a lower lr (e.g. " in record["reason"] and "), grad_clip=1.0; " in record["reason"]
+    assert f"{ckpt} keeps epoch 1" in record["reason"]
     assert "still improving" not in record["reason"]  # early stopping never reads a NaN as progress
     assert sha(ckpt) == after_epoch_1["sha"]  # the diverged epoch was never written
     assert read_checkpoint(str(ckpt))["epoch"] == 1
@@ -165,7 +167,7 @@ def test_lstmnb_train_resumed_from_a_damaged_weight_exits_1_with_one_line(tmp_pa
     assert err.count("\n") == 1 and err.startswith("lstmnb train: error: the run diverged at epoch 3, step 1: the "
                                                    "training loss is inf (likely: weights already damaged in the "
                                                    "checkpoint it resumed from")
-    assert "Traceback" not in err and "still improving" not in out + err
+    assert "Traceback" not in err and "still improving" not in out + err and "a new run without --resume" in err
     assert "(status diverged) appended to" in out and err.rstrip().endswith(f"; recorded as diverged in {results}")
     assert sha(ckpt) == before  # the checkpoint it resumed from is as it was
     recs = read_records(results)
@@ -187,7 +189,7 @@ def test_a_diverged_run_not_recorded_does_not_say_recorded(tmp_path, capsys, mon
     assert "recorded" not in err and "appended" not in out, (out, err)
     assert not (tmp_path / "results").exists()
     # a quarter of 1e308 would diverge again: the recommended rate is suggested instead
-    assert "a lower --lr (e.g. 0.004, the recommended rate at a 1 h lead)" in err, err
+    assert "a lower --lr (e.g. 0.004, the recommended rate at a 1 h lead), --grad-clip 1;" in err, err
 
 
 @pytest.mark.parametrize("argv", [
@@ -202,7 +204,7 @@ def test_studies_of_many_runs_stop_at_a_diverged_run_in_one_line(argv, tmp_path,
                           "--lr", "1e30", "--no-progress", "--device", "cpu", "--threads", "1", "--results", str(results)])
     out, err = capsys.readouterr()
     assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert "the run diverged at epoch 1" in err and "recorded as diverged" in err
+    assert "the run diverged at epoch 1" in err and "recorded as diverged" in err and "a lower --lr" in err
     assert [r["status"] for r in read_records(results)] == ["diverged"]
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..rules import Spelling
 from .config import lead_learning_rate
 
 GPU_CHECK_EVERY = 100  # steps between two checks on a GPU (one transfer of that many values)
@@ -119,8 +120,10 @@ class DivergenceGuard:
                       "steps_per_check": None if self.ranks else self.every}
         raise Diverged(what)
 
-    def outcome(self, cfg, *, resumed: bool, history: list[dict[str, Any]], best: dict[str, Any]) -> dict[str, Any] | None:
-        """The record's ``divergence`` section with its one-line ``message``; None when the run stayed finite."""
+    def outcome(self, cfg, say: Spelling, *, resumed: bool, history: list[dict[str, Any]],
+                best: dict[str, Any]) -> dict[str, Any] | None:
+        """The record's ``divergence`` section with its one-line ``message`` (what to try named as ``say`` spells
+        it); None when the run stayed finite."""
         if self.found is None:
             return None
         info = dict(self.found)
@@ -131,15 +134,15 @@ class DivergenceGuard:
         usual = lead_learning_rate(cfg.lead_hours)  # a quarter of a rate far above it would diverge again
         lower = (f"{cfg.learning_rate / 4:g}" if cfg.learning_rate / 4 <= 10 * usual
                  else f"{usual:g}, the recommended rate at a {cfg.lead_hours} h lead")
-        tries = [f"a lower --lr (e.g. {lower})"]
+        tries = [f"a lower {say.key('lr')} (e.g. {lower})"]
         if not cfg.grad_clip:
-            tries.append("--grad-clip 1.0")
+            tries.append(say("grad_clip", 1.0))
         if cfg.amp in ("fp16", "bf16", "auto") and self.device.type == "cuda":
-            causes.append(f"overflow in reduced precision (--amp {cfg.amp})")
-            tries.append("--amp off")
+            causes.append(f"overflow in reduced precision ({say('amp', cfg.amp)})")
+            tries.append(say("amp", "off"))
         if resumed:
             causes.insert(0, "weights already damaged in the checkpoint it resumed from")
-            tries.append("an earlier copy of the checkpoint, or a new run without --resume")
+            tries.append(f"an earlier copy of the checkpoint, or a new run without {say('resume', True)}")
         if info["epoch"] == 1 and info.get("step") == 1:
             causes.append("non-finite values in the inputs")
         kept = []

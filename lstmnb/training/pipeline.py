@@ -110,7 +110,7 @@ def train(windows: Windows, cfg: TrainConfig = TrainConfig(), *, data_info: dict
                                            say=say)
     device = resolve_device(cfg.device, say)
     with thread_choice(cfg, device) as threads:
-        tr = Trainer(windows, cfg, device, model=model)
+        tr = Trainer(windows, cfg, device, model=model, say=say)
         tr.restore(state)
         tr.machine.start_peak()
         tr.fit(f"train {device}", on_epoch_end)

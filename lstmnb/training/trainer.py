@@ -17,6 +17,7 @@ from torch import nn
 from ..machine.device import clock, for_run
 from ..models import Forecaster
 from ..records import new_record, new_run_id
+from ..rules import PYTHON, Spelling
 from ..rungs import rung_of
 from ..windows import Windows
 from .checkpoints import CHECKPOINT_FORMAT, recorded_marker, save_checkpoint, trajectory_key
@@ -32,8 +33,9 @@ class Trainer:
     wrapped model (``self.model``) and its own batches, so the step, timing and checkpoint logic exist once."""
 
     def __init__(self, windows: Windows, cfg: TrainConfig, device: torch.device, *,
-                 steps_per_epoch: int | None = None, writer: bool = True, model: nn.Module | None = None):
-        self.windows, self.cfg, self.device = windows, cfg, device
+                 steps_per_epoch: int | None = None, writer: bool = True, model: nn.Module | None = None,
+                 say: Spelling = PYTHON):
+        self.windows, self.cfg, self.device, self.say = windows, cfg, device, say  # say: how its advice names settings
         self.writer = writer  # False on DDP ranks other than 0: they never write checkpoints
         # what the run needs of the machine, asked once: the device made ready, autocast dtype, heap, peak memory
         self.machine = for_run(device, cfg.amp, cfg.heap)
@@ -220,7 +222,7 @@ class Trainer:
                               cuda_graph=self.graph.record(self.graph_reason) if self.graph is not None
                               else graph_record(False, self.graph_reason), **self.machine.sections(),
                               run_id=self.run_id, warmup_epochs=self.warmup_epochs(), divergence=self.guard.outcome(
-                                  self.cfg, resumed=self.start_epoch > 0, history=self.history, best=self.best), **extra))
+                                  self.cfg, self.say, resumed=self.start_epoch > 0, history=self.history, best=self.best), **extra))
 
     def warmup_epochs(self) -> int:
         """Epochs kept out of the steady timing (``step.capture_epoch``), counted from the process's first epoch:

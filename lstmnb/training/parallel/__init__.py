@@ -79,7 +79,7 @@ def train_dataparallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
         raise DeviceError(f"{say('nproc', n)} GPUs asked for DataParallel, but only {count} visible; use "
                           f"{say('nproc', count)}")
     device = torch.device("cuda", 0)
-    tr = Trainer(windows, cfg, device)
+    tr = Trainer(windows, cfg, device, say=say)
     tr.restore(state)
     own_replica_streams(cfg.seed, list(range(n)), tr.start_epoch)  # each GPU's share of a batch: its own masks
     tr.model = ReplicaDataParallel(tr.core, list(range(n)), tr.adtype)
@@ -110,7 +110,7 @@ def train_parallel(windows, cfg, *, data_info: dict[str, Any] | None = None,
                               "(torchrun's --nproc-per-node sets it)")
         env = init_distributed(cfg.device, cfg.dist_timeout_s, cfg.threads)
         result = train_rank(windows, cfg, env, data_info=data_info, on_epoch_end=on_epoch_end, options=options,
-                            state=state)
+                            state=state, say=say)
         close_distributed(env)
         return result
     return launch_train(windows, cfg, data_info=data_info, on_epoch_end=on_epoch_end, options=options, state=state,

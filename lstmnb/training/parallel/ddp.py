@@ -30,6 +30,7 @@ from torch import nn
 
 from ...machine.device import clock
 from ...errors import ConfigError
+from ...rules import PYTHON, Spelling
 from ..evaluate import RunResult
 from ..trainer import Trainer
 from .groups import DistEnv, barrier, comm_failure, is_comm_failure
@@ -197,7 +198,8 @@ def comm_split(tr: Trainer, ddp: nn.parallel.DistributedDataParallel, env: DistE
 
 def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None = None,
                on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
-               options: RankOptions | None = None, state: dict[str, Any] | None = None) -> RunResult:
+               options: RankOptions | None = None, state: dict[str, Any] | None = None,
+               say: Spelling = PYTHON) -> RunResult:
     """Train as one DDP rank; returns ``training.train``'s ``RunResult`` (the record None past rank 0).
     ``cfg.batch_size`` is per rank; an epoch covers the training set once across the ranks (on both input paths all
     but the n_train % world_size samples shuffled last: none twice). Loss and samples are summed across ranks, the
@@ -205,7 +207,8 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
     options = options or RankOptions()
     world, rank = env.world_size, env.rank
     n_train = windows.x["train"].shape[0]
-    tr = Trainer(windows, cfg, env.device, steps_per_epoch=steps_per_epoch(n_train, cfg, world), writer=env.is_writer)
+    tr = Trainer(windows, cfg, env.device, steps_per_epoch=steps_per_epoch(n_train, cfg, world), writer=env.is_writer,
+                 say=say)
     tr.restore(state)
     own_rank_stream(cfg.seed, rank, tr.start_epoch)  # the weights agree; the dropout masks need not
     tr.guard.ranks = True  # every rank stops at the first non-finite figure of any rank

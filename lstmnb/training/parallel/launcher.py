@@ -193,10 +193,11 @@ def _stop(processes) -> None:
         p.join(10)
 
 
-def _train_job(env: DistEnv, windows, cfg, data_info, options: RankOptions, state, queue=None) -> dict[str, Any]:
+def _train_job(env: DistEnv, windows, cfg, data_info, options: RankOptions, state, say, queue=None) -> dict[str, Any]:
     """One spawned rank of ``launch_train``: train, and relay rank 0's epoch entries to the launcher."""
     relay = (lambda entry: queue.put(entry)) if (queue is not None and env.is_writer) else None
-    result = train_rank(windows, cfg, env, data_info=data_info, on_epoch_end=relay, options=options, state=state)
+    result = train_rank(windows, cfg, env, data_info=data_info, on_epoch_end=relay, options=options, state=state,
+                        say=say)
     if not env.is_writer:
         return {}
     return {"record": result.record, "state": {k: v.cpu() for k, v in result.model.state_dict().items()},
@@ -217,7 +218,7 @@ def launch_train(windows, cfg, world_size: int | None = None, *, data_info: dict
     try:
         out = spawn(_train_job, world, device=cfg.device, timeout_s=cfg.dist_timeout_s, threads=cfg.threads,
                     kwargs={"windows": windows, "cfg": cfg, "data_info": data_info, "options": options or RankOptions(),
-                            "state": state},
+                            "state": state, "say": say},
                     on_message=on_epoch_end, deadline_s=deadline_s, backend=backend,
                     option=say.key("nproc") if world_size is None else "world_size")
     except BaseException:
