@@ -15,7 +15,7 @@ import numpy as np
 
 from ..machine.device import host_memory_bytes, local_rank_limit, torch_threads
 from ..errors import ConfigError, DeviceError, LstmnbError
-from ..rules import INT_MAX, PYTHON, Spelling, number
+from ..rules import PYTHON, Spelling, check_fields, choice, number, ruled, whole
 from .data import DATASETS
 from .lstm import (DTYPES, LSTMShape, check_batch, init_params, loss_and_grad_loops, loss_and_grad_numpy, mse,
                    resolve_dtype)
@@ -31,39 +31,26 @@ STARTABLE = ("numba-cpu", "numba-cuda", "numba-cuda-block", "torch-cuda")  # nee
 class ScratchConfig:
     """Every knob of a from-scratch run: data, network, optimiser, epochs."""
 
-    data: str = "airline"  # 'airline' (monthly, 144 values) or 'era5' (hourly point series)
-    window: int = 12  # input steps per sample (months for airline, hours for ERA5)
-    hours: int = 24 * 42  # ERA5 only: length of the series in hours
-    hidden: int = 32
-    epochs: int = 30
-    batch_size: int = 16
-    optimizer: str = "adam"
-    lr: float = 0.01
+    data: str = ruled("airline", choice(DATASETS))  # 'airline' (monthly, 144 values) or 'era5' (hourly point series)
+    window: int = ruled(12, whole(1))  # input steps per sample (months for airline, hours for ERA5)
+    hours: int = ruled(24 * 42, whole(1))  # ERA5 only: length of the series in hours
+    hidden: int = ruled(32, whole(1))
+    epochs: int = ruled(30, whole(1))
+    batch_size: int = ruled(16, whole(1))
+    optimizer: str = ruled("adam", choice(tuple(OPTIMIZERS)))
+    lr: float = ruled(0.01, number(positive=True))
     clip: float | None = 1.0  # max global gradient norm; None turns clipping off
-    seed: int = 0
-    dtype: str = "float64"
+    seed: int = ruled(0, whole(0, 2**64 - 1, says=f"a whole number in 0..{2**64 - 1}"))
+    dtype: str = ruled("float64", choice(DTYPES))
     shuffle: bool = True
     threads: int | None = None  # CPU threads for numba-cpu and torch (None: the library's default)
 
     def validate(self, say: Spelling = PYTHON) -> None:
         """Every value before any engine starts; a refusal names it as ``say`` spells it (``--hidden 0``)."""
-        if self.data not in DATASETS:
-            raise say.refuse("data", self.data, f"is not known; choose one of {DATASETS}")
-        for name in ("window", "hours", "hidden", "epochs", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= INT_MAX:
-                raise say.refuse(name, value, f"must be a positive whole number, at most {INT_MAX}")
-        if self.dtype not in DTYPES:
-            raise say.refuse("dtype", self.dtype, f"is not supported; choose one of {DTYPES}")
-        if not isinstance(self.optimizer, str) or self.optimizer not in OPTIMIZERS:
-            raise say.refuse("optimizer", self.optimizer, f"is not known; choose one of {tuple(OPTIMIZERS)}")
+        check_fields(self, say)
         if self.data == "era5" and self.hours > ERA5_HOURS:
             raise say.refuse("hours", self.hours, "is more than the default ERA5 request has (2020-01-01..2021-06-30); "
                              f"give 1..{ERA5_HOURS}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or not 0 <= self.seed < 2**64:
-            raise say.refuse("seed", self.seed, f"must be a whole number in 0..{2**64 - 1}")
-        if number(positive=True).why(self.lr):
-            raise say.refuse("lr", self.lr, "must be a positive number")
         if self.clip is not None and number(positive=True).why(self.clip):
             raise say.refuse("clip", self.clip, "must be a positive number" + (
                 " (0: no clipping)" if say.cli else f", or {say.none} (no clipping)"))
