@@ -18,7 +18,7 @@ import pandas as pd
 
 from .climate import calendar_day, calendar_features, climatology_statement, climatology_table, cycle_fit, cycle_values
 from .errors import ConfigError, DataError
-from .rules import PYTHON, Spelling
+from .rules import PYTHON, Spelling, check_fields, ruled, whole
 
 SPLITS = ("train", "val", "test")
 CALENDAR_FEATURES = ("hour_sin", "hour_cos", "doy_sin", "doy_cos")  # the calendar inputs, after the variables
@@ -29,9 +29,9 @@ CYCLE_FEATURE = "cycle"  # the fitted seasonal and diurnal cycle at the target h
 class WindowConfig:
     """How series become samples: ``window`` past hours predict ``horizon`` hours from ``lead_hours`` on."""
 
-    window: int = 24
-    lead_hours: int = 1
-    horizon: int = 1
+    window: int = ruled(24, whole(1, note="hours"))
+    lead_hours: int = ruled(1, whole(1, note="hours"))
+    horizon: int = ruled(1, whole(1, note="hours"))
     fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)
     split_dates: tuple[str, str] | None = None  # (validation start, test start), overrides fractions; equal: no validation
     calendar: bool = False  # add hour-of-day and day-of-year as sin/cos inputs
@@ -42,12 +42,9 @@ class WindowConfig:
         """Inputs per hour of a window: the variables, then the four calendar inputs and the fitted cycle where on."""
         return n_variables + (len(CALENDAR_FEATURES) if self.calendar else 0) + (1 if self.cycles else 0)
 
-    def validate(self) -> None:
+    def validate(self, say: Spelling = PYTHON) -> None:
         """The window's hours; ``fractions`` are checked where they split the series (``split_bounds``)."""
-        for name in ("window", "lead_hours", "horizon"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 1:
-                raise ConfigError(f"{name}={value!r} must be a positive whole number of hours (>= 1)")
+        check_fields(self, say)
 
 
 def split_bounds(n: int, fractions: Sequence[float] = (0.7, 0.15, 0.15)) -> tuple[slice, slice, slice]:

@@ -31,7 +31,7 @@ from ..machine.device import off_the_gpu, resolve_device, synchronize
 from ..machine.memory import proc_status_kb, process_peak_mb, reset_peak_memory, return_freed_blocks
 from ..machine.processes import START_METHOD, preload
 from ..errors import DeviceError
-from ..rules import PYTHON, Spelling, whole
+from ..rules import PYTHON, Spelling, check_fields, choice, ruled, whole
 from .model import VARIANTS, variant_config
 
 ADAM_COPIES = 6  # value, gradient, two moments, two temporaries of the update
@@ -42,18 +42,19 @@ FLOAT = 4  # bytes of float32
 class MemoryCase:
     """One measured training step: an ``ny`` x ``nx`` area, a model variant and a batch of windows."""
 
-    ny: int = 10
-    nx: int = 10
-    variant: str = "sparse"  # 'none', 'sparse' or 'dense'
-    batch: int = 4  # windows per step
-    window: int = 24
-    n_features: int = 6  # the target, the four calendar inputs and the fitted cycle, as `lstmnb train` reads them
-    n_mixed: int = 1  # the weather inputs the neighbours mix
-    hidden: int = 32
-    channels: int = 3
-    neighbours: int = 8
-    steps: int = 3  # timed steps after one warm-up step
-    device: str = "cpu"
+    ny: int = ruled(10, whole(1))
+    nx: int = ruled(10, whole(1))
+    variant: str = ruled("sparse", choice(VARIANTS))  # 'none', 'sparse' or 'dense'
+    batch: int = ruled(4, whole(1))  # windows per step
+    window: int = ruled(24, whole(1))
+    # the target, the four calendar inputs and the fitted cycle, as `lstmnb train` reads them
+    n_features: int = ruled(6, whole(1))
+    n_mixed: int = ruled(1, whole(1))  # the weather inputs the neighbours mix
+    hidden: int = ruled(32, whole(1))
+    channels: int = ruled(3, whole(1))
+    neighbours: int = ruled(8, whole(0, note="0: no mix"))
+    steps: int = ruled(3, whole(1))  # timed steps after one warm-up step
+    device: str = ruled("cpu", choice(("cpu", "cuda")))
     threads: int | None = None  # CPU threads of the measuring process (None: torch's default)
 
     @property
@@ -61,15 +62,7 @@ class MemoryCase:
         return self.ny * self.nx
 
     def validate(self, say: Spelling = PYTHON) -> None:
-        if self.variant not in VARIANTS:
-            raise say.refuse("variant", self.variant, f"is not one of {VARIANTS}")
-        for name in ("ny", "nx", "batch", "window", "steps", "hidden", "channels", "n_features", "n_mixed"):
-            if why := whole(1).why(getattr(self, name)):
-                raise say.refuse(name, getattr(self, name), why)
-        if self.device not in ("cpu", "cuda"):
-            raise say.refuse("device", self.device, "is not one of ('cpu', 'cuda')")
-        if why := whole(0, note="0: no mix").why(self.neighbours):
-            raise say.refuse("neighbours", self.neighbours, why)
+        check_fields(self, say)
         self.model_config().validate()
 
     def model_config(self):

@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from ..machine.device import off_the_gpu
 from ..errors import ConfigError
-from ..rules import PYTHON, Spelling, whole
+from ..rules import PYTHON, Spelling, check_fields, choice, ruled, whole
 from .bands import AreaPart
 from .data import RegionData
 from .grid import Grid
@@ -103,21 +103,17 @@ def local_model(full: RegionForecaster, tile: Tile) -> RegionForecaster:
 class ShardConfig:
     """A sharded training run: ``steps`` Adam steps on batches of ``batch_size`` windows."""
 
-    mode: str = "tiles"
-    world_size: int = 2
-    steps: int = 3
-    batch_size: int = 8
+    mode: str = ruled("tiles", choice(MODES))
+    world_size: int = ruled(2, whole(1))
+    steps: int = ruled(3, whole(1))
+    batch_size: int = ruled(8, whole(1))
     lr: float = 4e-3
     clip: float | None = 1.0
     seed: int = 0
     timeout_s: float = 120.0  # a collective waiting longer fails instead of hanging
 
     def validate(self, say: Spelling = PYTHON) -> None:
-        if self.mode not in MODES:
-            raise say.refuse("mode", self.mode, f"is not one of {MODES}")
-        for name in ("world_size", "steps", "batch_size"):
-            if why := whole(1).why(getattr(self, name)):
-                raise say.refuse(name, getattr(self, name), why)
+        check_fields(self, say)
         if self.mode == "windows" and self.batch_size < self.world_size:
             raise say.refuse("batch_size", self.batch_size, f"gives some of {say('world_size', self.world_size)} "
                              "ranks no window")
