@@ -90,7 +90,7 @@ def region_skill(data, cfg, variants=VARIANTS, neighbours=(8,), channels: int = 
     must be the data's) and compare each with ``none`` per cell. Records: one per run, each with its ``threads``,
     ``skill.per_point`` (every cell) and a ``region`` section (variant, k, whether validation chose it). ``say``: how
     the runs' refusals and advice name settings."""
-    variants = tuple(known(variants, VARIANTS, f"variants={variants!r}"))
+    variants = tuple(known(variants, VARIANTS, say("variants", variants)))
     check_neighbours(variants, neighbours, data.n_cells, say)
     check_mixes(variants, neighbours, channels, say)
     run_cfg = with_overrides(cfg, experiment=SKILL, profile=profile or cfg.profile, checkpoint=None, resume=False)
