@@ -236,7 +236,7 @@ def make_windows(values: np.ndarray, times: pd.DatetimeIndex | Sequence, config:
     points; baselines are scored on exactly the same target samples. With ``keys``, ``x[split]`` holds each sample's
     (point, last input hour) as (N, 2) int64 and ``series`` the scaled inputs they index: the same samples, for a
     model that gathers windows itself (region mode). ``say``: how a refusal names the window settings."""
-    config.validate()
+    config.validate(say)
     v, times = series_array(values, times)
     n_t, n_p, n_v = v.shape
     features = list(features) if features is not None else [config.target] + [f"var{i}" for i in range(1, n_v)]

@@ -69,7 +69,6 @@ def size_experiment(request, cfg: TrainConfig, sc: SizeConfig = SizeConfig(), *,
 
     sc.validate(say)
     base = replace(cfg, strategy="single", input_path="fast", checkpoint=None, resume=False, experiment="size")
-    base.validate(say)
     no_gpu = None if torch.cuda.is_available() else no_cuda_reason()
     recorder = Recorder(results, on_point)
     for n in sc.points:

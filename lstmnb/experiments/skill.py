@@ -52,8 +52,7 @@ def skill_experiment(request, cfg, leads: Iterable[int] = (1, 6, 24), *, results
     recorder = Recorder(results, on_point)
     for lead in leads:
         run_cfg = with_overrides(cfg, lead_hours=lead, experiment="skill", checkpoint=None, resume=False)
-        run_cfg.validate(say)
-        windows, info = prepare_windows(request, run_cfg, progress=cfg.progress, say=say)
+        windows, info = prepare_windows(request, run_cfg, progress=cfg.progress, say=say)  # validates run_cfg first
         result = train(windows, run_cfg, data_info=info, say=say)
         stop_if_diverged(result.record, recorder.results)  # a lead whose run diverged ends the study, recorded
         recorder.add(result.record)
