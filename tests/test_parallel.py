@@ -131,7 +131,7 @@ def test_bad_ddp_settings_fail_before_any_process_starts():
         train(windows, replace(cfg, device="mps"))
     with pytest.raises(ConfigError, match="bucket_cap_mb=0"):
         train(windows, replace(cfg, bucket_cap_mb=0))
-    with pytest.raises(ConfigError, match="needs a launcher.*missing environment: RANK"):
+    with pytest.raises(ConfigError, match="needs a launcher's environment \\(missing: RANK.*nproc=N\\)$"):
         parallel.init_distributed("cpu")  # what a rank does when started by hand without torchrun
 
 
@@ -432,6 +432,7 @@ def test_a_killed_peer_makes_the_other_rank_exit_with_a_clear_error(tmp_path):
                 p.kill()
     assert procs[0].returncode == 2, err
     assert "lstmnb train: error: rank 0/2 lost contact with the other ranks" in err
+    assert "waited longer than --dist-timeout-s 20;" in err  # the setting as the command was given it
     assert "Traceback" not in err
     assert not results.exists()  # no record from a failed run
     assert read_checkpoint(str(ck))["epoch"] >= 1

@@ -33,7 +33,7 @@ from ...errors import ConfigError
 from ...rules import PYTHON, Spelling
 from ..evaluate import RunResult
 from ..trainer import Trainer
-from .groups import DistEnv, barrier, comm_failure, is_comm_failure
+from .groups import DistEnv, barrier, comm_failure
 
 
 def balanced_sizes(global_batch: int, throughputs: list[float]) -> list[int]:
@@ -304,7 +304,7 @@ def train_rank(windows, cfg, env: DistEnv, *, data_info: dict[str, Any] | None =
         where[0] = "the end of the run"
         barrier(env)
     except Exception as exc:
-        if is_comm_failure(exc):
-            raise comm_failure(exc, env, cfg.dist_timeout_s, where[0]) from exc
+        if lost := comm_failure(exc, env, cfg.dist_timeout_s, where[0], say):
+            raise lost from exc
         raise
     return RunResult(record=record, model=tr.core, windows=windows, device=env.device, history=tr.history)

@@ -142,8 +142,8 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0, threads: in
     owns = not dist.is_initialized()  # else the caller (a notebook, a test) created the group
     if owns:
         if missing := [k for k in LAUNCH_ENV if k not in os.environ]:
-            raise ConfigError(f"strategy='ddp' needs a launcher: run under torchrun, or give nproc / --nproc N "
-                              f"to start local processes (missing environment: {', '.join(missing)})")
+            raise ConfigError(f"init_distributed needs a launcher's environment (missing: {', '.join(missing)}): run "
+                              "this process under torchrun or srun, or let train_parallel start local ranks (nproc=N)")
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     else:
         rank, world = dist.get_rank(), dist.get_world_size()
@@ -183,13 +183,13 @@ def barrier(env: DistEnv) -> None:
         dist.barrier()
 
 
-def is_comm_failure(exc: BaseException) -> bool:
-    return isinstance(exc, getattr(dist, "DistError", ())) or (
-        isinstance(exc, RuntimeError) and any(h in str(exc).lower() for h in _COMM_FAILURE_HINTS))
-
-
-def comm_failure(exc: BaseException, env: DistEnv, timeout_s: float, where: str) -> DistributedError:
+def comm_failure(exc: BaseException, env: DistEnv, timeout_s: float, where: str,
+                 say: Spelling = PYTHON) -> DistributedError | None:
+    """The one-line error for ``exc`` if it is a lost collective (a rank gone or too slow), else None."""
+    if not (isinstance(exc, getattr(dist, "DistError", ())) or (
+            isinstance(exc, RuntimeError) and any(h in str(exc).lower() for h in _COMM_FAILURE_HINTS))):
+        return None
     first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
     return DistributedError(f"rank {env.rank}/{env.world_size} lost contact with the other ranks during {where} "
-                            f"({first}); another rank failed or waited longer than dist_timeout_s={timeout_s:g}; "
-                            "nothing more was written")
+                            f"({first}); another rank failed or waited longer than {say('dist_timeout_s', timeout_s)}"
+                            "; nothing more was written")
