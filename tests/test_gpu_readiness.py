@@ -265,9 +265,10 @@ def test_a_rank_aborted_under_nccl_reads_as_lost_contact_with_the_timeout(tmp_pa
     from lstmnb.training.parallel.launcher import _launch_error
 
     codes = {0: -signal.SIGTERM, 1: -signal.SIGABRT}  # rank 1 aborted; the launcher stopped rank 0
-    err = _launch_error(tmp_path, RuntimeError("process 1 terminated"), 2, codes, "nccl", 120.0)
-    assert "rank 1 of 2 lost contact" in str(err) and "NCCL's watchdog" in str(err) and "dist_timeout_s=120" in str(err)
-    gloo = _launch_error(tmp_path, RuntimeError("process 1 terminated"), 2, codes, "gloo", 120.0)
+    err = _launch_error(tmp_path, RuntimeError("process 1 terminated"), 2, codes, "nccl", "--dist-timeout-s 120")
+    assert "rank 1 of 2 lost contact" in str(err) and "NCCL's watchdog" in str(err)
+    assert "a collective waited longer than --dist-timeout-s 120 or a peer failed" in str(err)
+    gloo = _launch_error(tmp_path, RuntimeError("process 1 terminated"), 2, codes, "gloo", "--dist-timeout-s 120")
     assert "rank 1 of 2 was killed by SIGABRT" in str(gloo)
 
 

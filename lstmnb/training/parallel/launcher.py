@@ -79,7 +79,7 @@ def _rank_main(local_rank: int, job: _Job) -> None:
 
 
 def _launch_error(workdir: Path, exc: BaseException, world: int, exitcodes: dict[int, int | None],
-                  backend: str = "gloo", timeout_s: float | None = None) -> LstmnbError:
+                  backend: str = "gloo", limit: str = "the collective timeout") -> LstmnbError:
     """The clearest single error for a failed job, in order: a rank's own error (bad input, a bug), a rank that died
     without a word (killed, crashed; under NCCL a SIGABRT is NCCL's watchdog ending a rank whose collective timed
     out or whose peer failed, before Python could report it), a rank's report that it lost the others."""
@@ -106,7 +106,6 @@ def _launch_error(workdir: Path, exc: BaseException, world: int, exitcodes: dict
         how = (f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0
                else f"exited with status {code}")
         if backend == "nccl" and code == -signal.SIGABRT:
-            limit = f"dist_timeout_s={timeout_s:g}" if timeout_s is not None else "the collective timeout"
             return DistributedError(f"rank {i} of {world} lost contact with the other ranks: NCCL's watchdog aborted "
                                     f"it (SIGABRT) when a collective waited longer than {limit} or a peer failed; "
                                     f"the other ranks were stopped and no record was written")
@@ -134,11 +133,12 @@ def _died_after_its_work(workdir: Path, exc: BaseException, world: int) -> bool:
 def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwargs: dict[str, Any] | None = None,
           timeout_s: float = 300.0, threads: int | None = None, deadline_s: float | None = None,
           on_message: Callable[[Any], None] | None = None, backend: str | None = None,
-          option: str = "world_size") -> Any:
+          option: str = "world_size", say: Spelling = PYTHON, timeout_name: str = "timeout_s") -> Any:
     """Run ``fn(env, **kwargs)`` in ``world_size`` local processes (one per GPU, or gloo ranks on CPU); returns rank
     0's return value. If any rank fails, the others are stopped and the clearest error is raised here. ``deadline_s``
     bounds the whole job. With ``on_message``, ``fn`` gets a ``queue`` whose items are passed to it as they arrive.
-    ``option``: the setting that gave ``world_size``, as a refusal of too many ranks names it."""
+    ``option``: the setting that gave ``world_size``, as a refusal of too many ranks names it; ``timeout_name``: the
+    one that gave ``timeout_s``, which a lost rank's error names in ``say``'s spelling."""
     import torch.multiprocessing as mp
 
     kind = ddp_device_kind(device)
@@ -173,7 +173,8 @@ def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwar
             if not _died_after_its_work(workdir, exc, world_size):
                 codes = {i: p.exitcode for i, p in enumerate(pc.processes)}
                 backend_used = backend or ("nccl" if kind == "cuda" else "gloo")
-                raise _launch_error(workdir, exc, world_size, codes, backend_used, timeout_s) from None
+                raise _launch_error(workdir, exc, world_size, codes, backend_used,
+                                    say(timeout_name, timeout_s)) from None
         drain()
         result_file = workdir / "result.pt"
         if not result_file.exists():
@@ -220,7 +221,8 @@ def launch_train(windows, cfg, world_size: int | None = None, *, data_info: dict
                     kwargs={"windows": windows, "cfg": cfg, "data_info": data_info, "options": options or RankOptions(),
                             "state": state, "say": say},
                     on_message=on_epoch_end, deadline_s=deadline_s, backend=backend,
-                    option=say.key("nproc") if world_size is None else "world_size")
+                    option=say.key("nproc") if world_size is None else "world_size", say=say,
+                    timeout_name="dist_timeout_s")
     except BaseException:
         if cfg.checkpoint:  # rank 0 may have been stopped mid-write: its temporaries go, the last checkpoint stays
             sweep_checkpoint_temps(cfg.checkpoint)
