@@ -165,6 +165,10 @@ def test_region_scaling_compares_equal_total_threads(small_store, tmp_path, caps
     (["scaling", "--box", "40,40,279,281", "--end", "2020-01-10", "--world-sizes", "1,2"],
      "--world-sizes 1,2: a box of 1 row of cells is too small for 2 tiles ranks (one band of rows each); give "
      "--world-sizes up to 1, a box of at least 2 rows, or --modes windows"),
+    # windows mode: too few training windows for the ranks, once the data is read
+    (["scaling", "--box", "39.75,40,279,279.25", "--neighbours", "3", "--end", "2020-01-02", "--window", "33",
+      "--modes", "windows"],
+     "--world-sizes 2: the training part holds 1 window(s), so some ranks would get none; use fewer ranks"),
     (["scaling", "--lr", "-1"], "--lr -1.0 must be a positive number"),  # this command's own --lr, no rate by lead
 ])
 def test_bad_region_input_is_one_line(small_store, tmp_path, capsys, args, message):

@@ -197,9 +197,10 @@ def region_scaling(data, model_cfg, world_sizes=(1, 2), modes=None, cfg=None, *,
     if not isinstance(repeats, int) or repeats < 1:
         raise say.refuse("repeats", repeats, "must be a whole number >= 1")
     check_scaling_area(data.grid.shape, model_cfg.neighbours, sizes, modes, say)
+    each = dataclasses.replace(say, names={**say.names, "world_size": "world_sizes"})  # one N of world_sizes
     for mode in modes:  # every run's settings against the area, before the first one starts
         for w in sizes:
-            check_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w))
+            check_sharded(data, model_cfg, dataclasses.replace(cfg, mode=mode, world_size=w), each)
     policy = cpu_threads()
     runs: dict[tuple[str, int], list[dict]] = {}
     with _area_file(data) as area:  # what the ranks read their cells from, written once

@@ -174,15 +174,15 @@ def train_steps(data: RegionData | AreaPart, model_cfg: RegionConfig, cfg: Shard
             "bytes_sent_per_step": int(sent), "cells": int(tile.cells.size) if tile is not None else data.n_cells}
 
 
-def check_sharded(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig) -> None:
+def check_sharded(data: RegionData, model_cfg: RegionConfig, cfg: ShardConfig, say: Spelling = PYTHON) -> None:
     """What a sharded run needs, checked before any rank starts: the configs, and for tiles a sparse relation (or
-    none) and one band of rows per rank."""
-    cfg.validate()
+    none) and one band of rows per rank; a refusal names the settings as ``say`` spells them."""
+    cfg.validate(say)
     model_cfg.validate()
     if cfg.mode == "tiles":
         if model_cfg.neighbours and model_cfg.relation != "sparse":
             raise ConfigError("tiles need relation='sparse' (or neighbours=0): a dense row reaches every cell")
         plan_tiles(data.grid, None, cfg.world_size)
     elif min(cfg.batch_size, data.sizes()["train"]) < cfg.world_size:
-        raise ConfigError(f"{data.sizes()['train']} training windows give some of world_size={cfg.world_size} "
-                          "ranks no window; use fewer ranks or more data")
+        raise ConfigError(f"{say('world_size', cfg.world_size)}: the training part holds {data.sizes()['train']} "
+                          "window(s), so some ranks would get none; use fewer ranks or a longer time range")
