@@ -408,6 +408,11 @@ CASES = [
     case("scratch-airline-hours", SB + ["--data", "airline", "--hours", "5"], "--hours 5 is for --data era5",
          "leave --hours out"),
     case("scratch-window-zero", SB + ["--window", "0"], "--window 0", "must be a whole number >= 1"),
+    # a window no part of the series can fill: said before any data is read, with the largest that fits
+    case("scratch-window-past-the-data", SB + ["--window", "21"], "--window 21: the shortest part of the airline "
+         "series (70/15/15 of its 143 steps) has 21, too few for one sample; give a window below 21"),
+    case("scratch-era5-hours-short", SB + ["--data", "era5", "--hours", "30"], "--window 24: the shortest part",
+         "give a window below 4 or more --hours"),
     case("scratch-versions-empty", SB + ["--versions", ""], "--versions ''", "loops,numpy"),
     case("scratch-versions-unknown", SB + ["--versions", "numpy,fortran"], "'fortran' not known", "loops,numpy"),
     case("scratch-data", SB + ["--data", "mnist"], "--data mnist", "airline"),

@@ -140,6 +140,7 @@ def test_split_dates_are_given_as_the_command_line_gives_them_and_a_bad_one_is_n
     ({"scratch_clip": float("nan")}, r"scratch_clip=nan must be a positive number, or null"),
     ({"scratch_data": "era5", "scratch_hours": 10**9},
      r"scratch_hours=1000000000 is more than the default ERA5 .* give 1..\d+"),
+    ({"scratch_window": 21}, r"scratch_window=21: the shortest part of the airline series .* give a window below 21$"),
 ])
 def test_scratch_values_out_of_range_are_refused(tmp_path, overrides, match):
     refused(tmp_path, overrides, match)

@@ -19,6 +19,7 @@ from ..windows import SPLITS, Scaler, sliding_windows, split_bounds
 
 TRANSFORMS = ("none", "logdiff")
 DATASETS = ("airline", "era5")
+AIRLINE_MONTHS = 144  # 1949-01 .. 1960-12; the LSTM sees the 143 changes between them
 
 
 def default_window(name: str) -> int:
@@ -27,7 +28,7 @@ def default_window(name: str) -> int:
 
 
 def airline_passengers() -> pd.Series:
-    """The 144 monthly airline passenger totals (thousands), indexed by month start, 1949-01 to 1960-12."""
+    """The ``AIRLINE_MONTHS`` monthly airline passenger totals (thousands), indexed by month start."""
     with resources.files("lstmnb").joinpath("datasets/airline_passengers.csv").open() as fh:
         df = pd.read_csv(fh, comment="#")
     # the index keeps the column's name, "month"

@@ -16,7 +16,8 @@ import numpy as np
 from ..machine.device import host_memory_bytes, local_rank_limit, torch_threads
 from ..errors import ConfigError, DeviceError, LstmnbError
 from ..rules import PYTHON, Spelling, check_fields, choice, number, ruled, whole
-from .data import DATASETS
+from ..windows import split_bounds
+from .data import AIRLINE_MONTHS, DATASETS
 from .lstm import (DTYPES, LSTMShape, check_batch, init_params, loss_and_grad_loops, loss_and_grad_numpy, mse,
                    resolve_dtype)
 from .optim import OPTIMIZERS, clip_grad_norm
@@ -51,6 +52,12 @@ class ScratchConfig:
         if self.data == "era5" and self.hours > ERA5_HOURS:
             raise say.refuse("hours", self.hours, "is more than the default ERA5 request has (2020-01-01..2021-06-30); "
                              f"give 1..{ERA5_HOURS}")
+        steps = self.hours if self.data == "era5" else AIRLINE_MONTHS - 1  # the series the windows slide over
+        short = min(part.stop - part.start for part in split_bounds(steps))  # prepare_series' 70/15/15 split
+        if self.window >= short:
+            fixes = [f"a window below {short}"] * (short > 1) + [f"more {say.key('hours')}"] * (self.data == "era5")
+            raise say.refuse("window", self.window, f": the shortest part of the {self.data} series (70/15/15 of its "
+                             f"{steps} steps) has {short}, too few for one sample; give {' or '.join(fixes)}")
         if self.clip is not None and number(positive=True).why(self.clip):
             raise say.refuse("clip", self.clip, "must be a positive number" + (
                 " (0: no clipping)" if say.cli else f", or {say.none} (no clipping)"))
