@@ -596,7 +596,7 @@ def test_every_sub_command_refuses_results_beside_no_record(world, capsys):
 TD = ["train", "--start", "2020-01-01", "--end", "2020-01-31", "--epochs", "1", "--hidden", "8", "--no-progress",
       "--threads", "1", "--device", "cpu", "--results", "{tmp}/r.jsonl"]
 DATA_CASES = [
-    pytest.param(TD + ["--variable", "2m_temprature"], 2, ("variable '2m_temprature' is not in the study's data",
+    pytest.param(TD + ["--variable", "2m_temprature"], 2, ("--variable 2m_temprature: not in the study's data",
                                                          "--source sample"), id="variable-misspelt"),
     pytest.param(TD + ["--batch-size", "1000000000"], 0, ("lstmnb: warning: --batch-size 1000000000 is more than the",
                                                           "training samples of this data: each epoch is one step of all"),

@@ -53,7 +53,7 @@ def test_the_shipped_values_are_the_studys_file():
     (Request(points=((35.0, 281.75),)), "points 35,281.75: not in the study's data; source='study' holds"),
     (Request(source=STUDY, box=(38, 40, 279, 280)), "a box needs an area"),
     (Request(end="2021-12-31"), "time range 2020-01-01T00..2021-12-31T23 is outside the study's data"),
-    (Request(variables=("surface_pressure",)), "variable 'surface_pressure' is not in the study's data"),
+    (Request(variables=("surface_pressure",)), "variables surface_pressure: not in the study's data"),
 ])
 def test_what_the_real_data_cannot_serve_is_one_line_naming_what_it_holds(request_, named):
     from lstmnb.rules import CLI

@@ -90,4 +90,4 @@ def check_study_request(points, box, start: pd.Timestamp, end: pd.Timestamp, var
     if start < lo or end > hi:
         raise ConfigError(f"time range {start:%Y-%m-%dT%H}..{end:%Y-%m-%dT%H} is outside the study's data; {holds}")
     if unknown := [v for v in variables if v not in STUDY_VARIABLES]:
-        raise ConfigError(f"variable {unknown[0]!r} is not in the study's data; {holds}")
+        raise ConfigError(f"{say.prefix}{say.key('variables')} {cli_text(unknown[0])}: not in the study's data; {holds}")
