@@ -133,19 +133,19 @@ def _died_after_its_work(workdir: Path, exc: BaseException, world: int) -> bool:
 def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwargs: dict[str, Any] | None = None,
           timeout_s: float = 300.0, threads: int | None = None, deadline_s: float | None = None,
           on_message: Callable[[Any], None] | None = None, backend: str | None = None,
-          option: str = "world_size", say: Spelling = PYTHON, timeout_name: str = "timeout_s") -> Any:
+          say: Spelling = PYTHON) -> Any:
     """Run ``fn(env, **kwargs)`` in ``world_size`` local processes (one per GPU, or gloo ranks on CPU); returns rank
     0's return value. If any rank fails, the others are stopped and the clearest error is raised here. ``deadline_s``
     bounds the whole job. With ``on_message``, ``fn`` gets a ``queue`` whose items are passed to it as they arrive.
-    ``option``: the setting that gave ``world_size``, as a refusal of too many ranks names it; ``timeout_name``: the
-    one that gave ``timeout_s``, which a lost rank's error names in ``say``'s spelling."""
+    ``say``: how a refusal of too many ranks and a lost rank's error name ``world_size`` and ``timeout_s`` (its
+    ``names`` map them to the caller's settings)."""
     import torch.multiprocessing as mp
 
     kind = ddp_device_kind(device)
     if backend not in (None, "nccl", "gloo"):
         raise ConfigError(f"backend={backend!r} is not one of None (NCCL on GPUs, gloo on CPU), nccl, gloo")
     if not (kind == "cuda" and backend == "gloo"):  # gloo ranks may share a GPU (a correctness check)
-        check_world_size(kind, world_size, option)
+        check_world_size(kind, world_size, say.key("world_size"))
     workdir = Path(tempfile.mkdtemp(prefix="lstmnb-ranks-"))
     queue = mp.get_context("spawn").SimpleQueue() if on_message is not None else None
     job = _Job(fn, kwargs or {}, world_size, free_port(), device, timeout_s, threads, str(workdir), dict(os.environ),
@@ -173,8 +173,7 @@ def spawn(fn: Callable[..., Any], world_size: int, *, device: str = "auto", kwar
             if not _died_after_its_work(workdir, exc, world_size):
                 codes = {i: p.exitcode for i, p in enumerate(pc.processes)}
                 backend_used = backend or ("nccl" if kind == "cuda" else "gloo")
-                raise _launch_error(workdir, exc, world_size, codes, backend_used,
-                                    say(timeout_name, timeout_s)) from None
+                raise _launch_error(workdir, exc, world_size, codes, backend_used, say("timeout_s", timeout_s)) from None
         drain()
         result_file = workdir / "result.pt"
         if not result_file.exists():
@@ -221,8 +220,8 @@ def launch_train(windows, cfg, world_size: int | None = None, *, data_info: dict
                     kwargs={"windows": windows, "cfg": cfg, "data_info": data_info, "options": options or RankOptions(),
                             "state": state, "say": say},
                     on_message=on_epoch_end, deadline_s=deadline_s, backend=backend,
-                    option=say.key("nproc") if world_size is None else "world_size", say=say,
-                    timeout_name="dist_timeout_s")
+                    say=replace(say, names={**say.names, "timeout_s": "dist_timeout_s",
+                                            **({"world_size": "nproc"} if world_size is None else {})}))
     except BaseException:
         if cfg.checkpoint:  # rank 0 may have been stopped mid-write: its temporaries go, the last checkpoint stays
             sweep_checkpoint_temps(cfg.checkpoint)
